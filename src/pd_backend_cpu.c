@@ -1,0 +1,823 @@
+/*
+ * pd_backend_cpu.c - the CPU backend: matrix products and convolutions
+ * through oneDNN (v2 C API, Debian's libdnnl 2.6), everything else in own
+ * OpenMP kernels.
+ *
+ * Weights are reordered once, at load, into the layout oneDNN's matmul
+ * prefers (and converted to bf16 for bf16 compute); the layout it picks does
+ * not depend on the number of rows, so one packed copy serves every sequence
+ * length.  Primitives are cached per row count and strides.
+ */
+#include "pd_backend.h"
+#include "pd_util.h"
+
+#include <math.h>
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Primitives kept per linear layer: text rows, image rows, joint rows and a
+ * few parallel variants are all a layer ever sees. */
+#define PD_MM_CACHE 8
+#define PD_CONV_CACHE 4
+/* Rows assumed when asking oneDNN for its preferred weight layout. */
+#define PD_MM_REF_ROWS 256
+/* Queries per attention work item. */
+#define PD_ATTN_QBLOCK 16
+
+struct pd_cpu {
+	struct pd_backend be;           /* the interface; must stay first */
+	dnnl_engine_t eng;              /* oneDNN CPU engine */
+	dnnl_stream_t stream;           /* its (in-order) stream */
+	uint16_t *bf16;                 /* bf16 copy of a linear layer's input */
+	size_t bf16_cap;                /* its capacity in elements */
+	float *scratch;                 /* attention scores, one slice per thread */
+	size_t scratch_cap;             /* its capacity in floats */
+};
+
+struct pd_mm {
+	int64_t rows, ldx, ldy;         /* shape and strides this primitive was made for */
+	int flags;                      /* PD_LIN_* flags it was made for */
+	dnnl_primitive_t prim;          /* the matmul */
+	dnnl_memory_t src, dst;         /* memories whose handles are set per call */
+};
+
+struct pd_linear {
+	int64_t n_out, n_in;            /* weight shape [n_out, n_in] */
+	dnnl_memory_desc_t w_md;        /* packed layout chosen by oneDNN */
+	dnnl_memory_t w;                /* packed weights */
+	dnnl_memory_t bias;             /* f32 [1, n_out], or NULL */
+	int n_mm;                       /* cached primitives in use */
+	int next;                       /* next cache slot to evict */
+	struct pd_mm mm[PD_MM_CACHE];   /* cached primitives */
+};
+
+struct pd_conv_prim {
+	int h, w;                       /* spatial size this primitive was made for */
+	dnnl_primitive_t prim;          /* the convolution */
+	dnnl_memory_t wts;              /* weights in the primitive's layout */
+	dnnl_memory_t src, dst;         /* handles set per call */
+};
+
+struct pd_conv {
+	int c_out, c_in, k;             /* kernel shape */
+	dnnl_memory_t w_user;           /* weights as given, oihw f32 */
+	dnnl_memory_t bias;             /* f32 [c_out] */
+	int n_prim, next;               /* cache use */
+	struct pd_conv_prim p[PD_CONV_CACHE]; /* cached primitives */
+};
+
+#define CPU(be) ((struct pd_cpu *)(be))
+
+/* Evaluates a oneDNN call; on failure records it in the backend and jumps
+ * to the label. */
+#define DNNL_TRY(be, call, label) \
+	do { \
+		dnnl_status_t s_ = (call); \
+		if (s_ != dnnl_success) { \
+			pd_backend_fail((be), "oneDNN error %d in %s", (int)s_, #call); \
+			goto label; \
+		} \
+	} while (0)
+
+static int pd_cpu_grow(struct pd_backend *be, void **buf, size_t *cap, size_t need, size_t elem)
+{
+	void *p;
+
+	if (need <= *cap)
+		return 0;
+	p = aligned_alloc(64, ((need * elem) + 63) & ~(size_t)63);
+	if (!p) {
+		pd_backend_fail(be, "out of memory (%zu MB scratch)", (need * elem) >> 20);
+		return -1;
+	}
+	free(*buf);
+	*buf = p;
+	*cap = need;
+	return 0;
+}
+
+/* ----------------------------------------------------------------------- */
+/* Memory                                                                  */
+/* ----------------------------------------------------------------------- */
+
+static float *pd_cpu_alloc(struct pd_backend *be, size_t n)
+{
+	(void)be;
+	return aligned_alloc(64, ((n * sizeof(float)) + 63) & ~(size_t)63);
+}
+
+static void pd_cpu_free(struct pd_backend *be, float *p)
+{
+	(void)be;
+	free(p);
+}
+
+static void pd_cpu_copy(struct pd_backend *be, float *dst, const float *src, size_t n)
+{
+	(void)be;
+	if (n)
+		memcpy(dst, src, n * sizeof(float));
+}
+
+static void pd_cpu_copy2d(struct pd_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds,
+			  int64_t rows, int64_t cols)
+{
+	if (be->failed)
+		return;
+#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+	for (int64_t r = 0; r < rows; r++)
+		memcpy(dst + r * ldd, src + r * lds, (size_t)cols * sizeof(float));
+}
+
+/* ----------------------------------------------------------------------- */
+/* Linear layers                                                           */
+/* ----------------------------------------------------------------------- */
+
+static void pd_cpu_linear_free(struct pd_backend *be, struct pd_linear *l)
+{
+	(void)be;
+	if (!l)
+		return;
+	for (int i = 0; i < l->n_mm; i++) {
+		dnnl_primitive_destroy(l->mm[i].prim);
+		dnnl_memory_destroy(l->mm[i].src);
+		dnnl_memory_destroy(l->mm[i].dst);
+	}
+	if (l->w)
+		dnnl_memory_destroy(l->w);
+	if (l->bias)
+		dnnl_memory_destroy(l->bias);
+	free(l);
+}
+
+static dnnl_data_type_t pd_cpu_mm_type(struct pd_backend *be)
+{
+	return be->compute == PD_BF16 ? dnnl_bf16 : dnnl_f32;
+}
+
+/* The matmul primitive for ROWS rows with the given strides and flags. The
+ * src is the f32 input itself, or the contiguous bf16 scratch copy. */
+static int pd_cpu_mm_create(struct pd_backend *be, const struct pd_linear *l, struct pd_mm *mm, int64_t rows,
+			    int64_t ldx, int64_t ldy, int flags)
+{
+	struct pd_cpu *cpu = CPU(be);
+	dnnl_memory_desc_t src_md, dst_md, bias_md;
+	dnnl_matmul_desc_t desc;
+	dnnl_primitive_desc_t pd = NULL;
+	dnnl_primitive_attr_t attr = NULL;
+	dnnl_post_ops_t po = NULL;
+	dnnl_dims_t sd = { rows, l->n_in }, dd = { rows, l->n_out }, bd = { 1, l->n_out };
+	dnnl_dims_t ss = { ldx, 1 }, ds = { ldy, 1 };
+	int rc = -1;
+
+	memset(mm, 0, sizeof(*mm));
+	if (be->compute == PD_BF16)
+		DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&src_md, 2, sd, dnnl_bf16, dnnl_ab), out);
+	else
+		DNNL_TRY(be, dnnl_memory_desc_init_by_strides(&src_md, 2, sd, dnnl_f32, ss), out);
+	DNNL_TRY(be, dnnl_memory_desc_init_by_strides(&dst_md, 2, dd, dnnl_f32, ds), out);
+	DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&bias_md, 2, bd, dnnl_f32, dnnl_ab), out);
+	DNNL_TRY(be, dnnl_matmul_desc_init(&desc, &src_md, &l->w_md,
+					   (flags & PD_LIN_NO_BIAS) || !l->bias ? NULL : &bias_md, &dst_md), out);
+	DNNL_TRY(be, dnnl_primitive_attr_create(&attr), out);
+	DNNL_TRY(be, dnnl_post_ops_create(&po), out);
+	if (flags & PD_LIN_ACCUMULATE)
+		DNNL_TRY(be, dnnl_post_ops_append_sum(po, 1.0f), out);
+	if (flags & PD_LIN_GELU_TANH)
+		DNNL_TRY(be, dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_gelu_tanh, 0.f, 0.f), out);
+	DNNL_TRY(be, dnnl_primitive_attr_set_post_ops(attr, po), out);
+	DNNL_TRY(be, dnnl_primitive_desc_create(&pd, &desc, attr, cpu->eng, NULL), out);
+	DNNL_TRY(be, dnnl_primitive_create(&mm->prim, pd), out);
+	DNNL_TRY(be, dnnl_memory_create(&mm->src, &src_md, cpu->eng, DNNL_MEMORY_NONE), out);
+	DNNL_TRY(be, dnnl_memory_create(&mm->dst, &dst_md, cpu->eng, DNNL_MEMORY_NONE), out);
+	mm->rows = rows;
+	mm->ldx = ldx;
+	mm->ldy = ldy;
+	mm->flags = flags;
+	rc = 0;
+out:
+	if (rc) {
+		if (mm->prim)
+			dnnl_primitive_destroy(mm->prim);
+		if (mm->src)
+			dnnl_memory_destroy(mm->src);
+		memset(mm, 0, sizeof(*mm));
+	}
+	if (po)
+		dnnl_post_ops_destroy(po);
+	if (attr)
+		dnnl_primitive_attr_destroy(attr);
+	if (pd)
+		dnnl_primitive_desc_destroy(pd);
+	return rc;
+}
+
+static struct pd_linear *pd_cpu_linear_new(struct pd_backend *be, int64_t n_out, int64_t n_in, const float *w,
+					   int64_t ldw, const float *bias)
+{
+	struct pd_cpu *cpu = CPU(be);
+	struct pd_linear *l;
+	dnnl_memory_desc_t a_md, w_any, c_md, user_md;
+	dnnl_matmul_desc_t desc;
+	dnnl_primitive_desc_t pd = NULL, rpd = NULL;
+	dnnl_primitive_t reorder = NULL;
+	dnnl_memory_t user = NULL;
+	dnnl_dims_t ad = { PD_MM_REF_ROWS, n_in }, wd = { n_in, n_out }, cd = { PD_MM_REF_ROWS, n_out };
+	dnnl_dims_t ws = { 1, ldw };
+	dnnl_data_type_t dt = pd_cpu_mm_type(be);
+	int ok = 0;
+
+	if (be->failed)
+		return NULL;
+	l = calloc(1, sizeof(*l));
+	if (!l) {
+		pd_backend_fail(be, "out of memory");
+		return NULL;
+	}
+	l->n_out = n_out;
+	l->n_in = n_in;
+	DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&a_md, 2, ad, dt, dnnl_ab), out);
+	DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&w_any, 2, wd, dt, dnnl_format_tag_any), out);
+	DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&c_md, 2, cd, dnnl_f32, dnnl_ab), out);
+	DNNL_TRY(be, dnnl_matmul_desc_init(&desc, &a_md, &w_any, NULL, &c_md), out);
+	DNNL_TRY(be, dnnl_primitive_desc_create(&pd, &desc, NULL, cpu->eng, NULL), out);
+	l->w_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+	DNNL_TRY(be, dnnl_memory_create(&l->w, &l->w_md, cpu->eng, DNNL_MEMORY_ALLOCATE), out);
+	/* W is [n_out, n_in] row-major = the [n_in, n_out] matrix with strides {1, ldw}. */
+	DNNL_TRY(be, dnnl_memory_desc_init_by_strides(&user_md, 2, wd, dnnl_f32, ws), out);
+	DNNL_TRY(be, dnnl_memory_create(&user, &user_md, cpu->eng, (void *)w), out);
+	DNNL_TRY(be, dnnl_reorder_primitive_desc_create(&rpd, &user_md, cpu->eng, &l->w_md, cpu->eng, NULL), out);
+	DNNL_TRY(be, dnnl_primitive_create(&reorder, rpd), out);
+	{
+		dnnl_exec_arg_t args[2] = { { DNNL_ARG_FROM, user }, { DNNL_ARG_TO, l->w } };
+
+		DNNL_TRY(be, dnnl_primitive_execute(reorder, cpu->stream, 2, args), out);
+		DNNL_TRY(be, dnnl_stream_wait(cpu->stream), out);
+	}
+	if (bias) {
+		dnnl_memory_desc_t b_md;
+		dnnl_dims_t bd = { 1, n_out };
+		void *h;
+
+		DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&b_md, 2, bd, dnnl_f32, dnnl_ab), out);
+		DNNL_TRY(be, dnnl_memory_create(&l->bias, &b_md, cpu->eng, DNNL_MEMORY_ALLOCATE), out);
+		DNNL_TRY(be, dnnl_memory_get_data_handle(l->bias, &h), out);
+		memcpy(h, bias, (size_t)n_out * sizeof(float));
+	}
+	ok = 1;
+out:
+	if (reorder)
+		dnnl_primitive_destroy(reorder);
+	if (rpd)
+		dnnl_primitive_desc_destroy(rpd);
+	if (user)
+		dnnl_memory_destroy(user);
+	if (pd)
+		dnnl_primitive_desc_destroy(pd);
+	if (!ok) {
+		pd_cpu_linear_free(be, l);
+		return NULL;
+	}
+	return l;
+}
+
+/* f32 -> bf16, round to nearest even (what torch's .to(bfloat16) does). */
+static void pd_cpu_to_bf16(uint16_t *dst, const float *src, int64_t rows, int64_t cols, int64_t lds)
+{
+#pragma omp parallel for schedule(static)
+	for (int64_t r = 0; r < rows; r++) {
+		const uint32_t *s = (const uint32_t *)(src + r * lds);
+		uint16_t *d = dst + r * cols;
+
+		for (int64_t c = 0; c < cols; c++) {
+			uint32_t u = s[c];
+
+			d[c] = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+		}
+	}
+}
+
+static void pd_cpu_linear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
+			  float *y, int64_t ldy, int flags)
+{
+	struct pd_cpu *cpu = CPU(be);
+	struct pd_mm *mm = NULL;
+	const void *src = x;
+	int64_t key_ldx = be->compute == PD_BF16 ? l->n_in : ldx;
+
+	if (be->failed || rows == 0)
+		return;
+	for (int i = 0; i < l->n_mm; i++) {
+		struct pd_mm *c = &l->mm[i];
+
+		if (c->rows == rows && c->ldx == key_ldx && c->ldy == ldy && c->flags == flags) {
+			mm = c;
+			break;
+		}
+	}
+	if (!mm) {
+		struct pd_mm fresh;
+
+		if (pd_cpu_mm_create(be, l, &fresh, rows, key_ldx, ldy, flags))
+			return;
+		if (l->n_mm < PD_MM_CACHE) {
+			mm = &l->mm[l->n_mm++];
+		} else {
+			mm = &l->mm[l->next];
+			l->next = (l->next + 1) % PD_MM_CACHE;
+			dnnl_primitive_destroy(mm->prim);
+			dnnl_memory_destroy(mm->src);
+			dnnl_memory_destroy(mm->dst);
+		}
+		*mm = fresh;
+	}
+	if (be->compute == PD_BF16) {
+		if (pd_cpu_grow(be, (void **)&cpu->bf16, &cpu->bf16_cap, (size_t)(rows * l->n_in), sizeof(uint16_t)))
+			return;
+		pd_cpu_to_bf16(cpu->bf16, x, rows, l->n_in, ldx);
+		src = cpu->bf16;
+	}
+	DNNL_TRY(be, dnnl_memory_set_data_handle(mm->src, (void *)src), fail);
+	DNNL_TRY(be, dnnl_memory_set_data_handle(mm->dst, y), fail);
+	{
+		dnnl_exec_arg_t args[4] = {
+			{ DNNL_ARG_SRC, mm->src },
+			{ DNNL_ARG_WEIGHTS, l->w },
+			{ DNNL_ARG_DST, mm->dst },
+			{ DNNL_ARG_BIAS, l->bias },
+		};
+		int nargs = (flags & PD_LIN_NO_BIAS) || !l->bias ? 3 : 4;
+
+		DNNL_TRY(be, dnnl_primitive_execute(mm->prim, cpu->stream, nargs, args), fail);
+		DNNL_TRY(be, dnnl_stream_wait(cpu->stream), fail);
+	}
+fail:
+	return;
+}
+
+/* ----------------------------------------------------------------------- */
+/* Convolution                                                             */
+/* ----------------------------------------------------------------------- */
+
+static void pd_cpu_conv_free(struct pd_backend *be, struct pd_conv *c)
+{
+	(void)be;
+	if (!c)
+		return;
+	for (int i = 0; i < c->n_prim; i++) {
+		dnnl_primitive_destroy(c->p[i].prim);
+		dnnl_memory_destroy(c->p[i].wts);
+		dnnl_memory_destroy(c->p[i].src);
+		dnnl_memory_destroy(c->p[i].dst);
+	}
+	if (c->w_user)
+		dnnl_memory_destroy(c->w_user);
+	if (c->bias)
+		dnnl_memory_destroy(c->bias);
+	free(c);
+}
+
+static struct pd_conv *pd_cpu_conv_new(struct pd_backend *be, int c_out, int c_in, int k, const float *w,
+				       const float *bias)
+{
+	struct pd_cpu *cpu = CPU(be);
+	struct pd_conv *c;
+	dnnl_memory_desc_t w_md, b_md;
+	dnnl_dims_t wd = { c_out, c_in, k, k }, bd = { c_out };
+	void *h;
+
+	if (be->failed)
+		return NULL;
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		pd_backend_fail(be, "out of memory");
+		return NULL;
+	}
+	c->c_out = c_out;
+	c->c_in = c_in;
+	c->k = k;
+	DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&w_md, 4, wd, dnnl_f32, dnnl_oihw), fail);
+	DNNL_TRY(be, dnnl_memory_create(&c->w_user, &w_md, cpu->eng, DNNL_MEMORY_ALLOCATE), fail);
+	DNNL_TRY(be, dnnl_memory_get_data_handle(c->w_user, &h), fail);
+	memcpy(h, w, (size_t)c_out * (size_t)c_in * (size_t)k * (size_t)k * sizeof(float));
+	DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&b_md, 1, bd, dnnl_f32, dnnl_a), fail);
+	DNNL_TRY(be, dnnl_memory_create(&c->bias, &b_md, cpu->eng, DNNL_MEMORY_ALLOCATE), fail);
+	DNNL_TRY(be, dnnl_memory_get_data_handle(c->bias, &h), fail);
+	memcpy(h, bias, (size_t)c_out * sizeof(float));
+	return c;
+fail:
+	pd_cpu_conv_free(be, c);
+	return NULL;
+}
+
+static int pd_cpu_conv_create(struct pd_backend *be, struct pd_conv *c, struct pd_conv_prim *p, int h, int w)
+{
+	struct pd_cpu *cpu = CPU(be);
+	dnnl_memory_desc_t src_md, dst_md, w_any, b_md;
+	dnnl_convolution_desc_t desc;
+	dnnl_primitive_desc_t pd = NULL, rpd = NULL;
+	dnnl_primitive_t reorder = NULL;
+	dnnl_dims_t sd = { 1, c->c_in, h, w }, dd = { 1, c->c_out, h, w };
+	dnnl_dims_t wd = { c->c_out, c->c_in, c->k, c->k }, bd = { c->c_out };
+	dnnl_dims_t strides = { 1, 1 }, pad = { (c->k - 1) / 2, (c->k - 1) / 2 };
+	int rc = -1;
+
+	memset(p, 0, sizeof(*p));
+	DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&src_md, 4, sd, dnnl_f32, dnnl_nchw), out);
+	DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&dst_md, 4, dd, dnnl_f32, dnnl_nchw), out);
+	DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&w_any, 4, wd, dnnl_f32, dnnl_format_tag_any), out);
+	DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&b_md, 1, bd, dnnl_f32, dnnl_a), out);
+	DNNL_TRY(be, dnnl_convolution_forward_desc_init(&desc, dnnl_forward_inference, dnnl_convolution_direct,
+							&src_md, &w_any, &b_md, &dst_md, strides, pad, pad), out);
+	DNNL_TRY(be, dnnl_primitive_desc_create(&pd, &desc, NULL, cpu->eng, NULL), out);
+	DNNL_TRY(be, dnnl_primitive_create(&p->prim, pd), out);
+	{
+		const dnnl_memory_desc_t *want = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+		const dnnl_memory_desc_t *have = NULL;
+		dnnl_exec_arg_t args[2];
+
+		DNNL_TRY(be, dnnl_memory_get_memory_desc(c->w_user, &have), out);
+		DNNL_TRY(be, dnnl_memory_create(&p->wts, want, cpu->eng, DNNL_MEMORY_ALLOCATE), out);
+		DNNL_TRY(be, dnnl_reorder_primitive_desc_create(&rpd, have, cpu->eng, want, cpu->eng, NULL), out);
+		DNNL_TRY(be, dnnl_primitive_create(&reorder, rpd), out);
+		args[0] = (dnnl_exec_arg_t){ DNNL_ARG_FROM, c->w_user };
+		args[1] = (dnnl_exec_arg_t){ DNNL_ARG_TO, p->wts };
+		DNNL_TRY(be, dnnl_primitive_execute(reorder, cpu->stream, 2, args), out);
+		DNNL_TRY(be, dnnl_stream_wait(cpu->stream), out);
+	}
+	DNNL_TRY(be, dnnl_memory_create(&p->src, &src_md, cpu->eng, DNNL_MEMORY_NONE), out);
+	DNNL_TRY(be, dnnl_memory_create(&p->dst, &dst_md, cpu->eng, DNNL_MEMORY_NONE), out);
+	p->h = h;
+	p->w = w;
+	rc = 0;
+out:
+	if (reorder)
+		dnnl_primitive_destroy(reorder);
+	if (rpd)
+		dnnl_primitive_desc_destroy(rpd);
+	if (pd)
+		dnnl_primitive_desc_destroy(pd);
+	if (rc) {
+		if (p->prim)
+			dnnl_primitive_destroy(p->prim);
+		if (p->wts)
+			dnnl_memory_destroy(p->wts);
+		if (p->src)
+			dnnl_memory_destroy(p->src);
+		memset(p, 0, sizeof(*p));
+	}
+	return rc;
+}
+
+static void pd_cpu_conv(struct pd_backend *be, struct pd_conv *c, const float *x, int h, int w, float *y)
+{
+	struct pd_cpu *cpu = CPU(be);
+	struct pd_conv_prim *p = NULL;
+
+	if (be->failed)
+		return;
+	for (int i = 0; i < c->n_prim; i++)
+		if (c->p[i].h == h && c->p[i].w == w)
+			p = &c->p[i];
+	if (!p) {
+		struct pd_conv_prim fresh;
+
+		if (pd_cpu_conv_create(be, c, &fresh, h, w))
+			return;
+		if (c->n_prim < PD_CONV_CACHE) {
+			p = &c->p[c->n_prim++];
+		} else {
+			p = &c->p[c->next];
+			c->next = (c->next + 1) % PD_CONV_CACHE;
+			dnnl_primitive_destroy(p->prim);
+			dnnl_memory_destroy(p->wts);
+			dnnl_memory_destroy(p->src);
+			dnnl_memory_destroy(p->dst);
+		}
+		*p = fresh;
+	}
+	DNNL_TRY(be, dnnl_memory_set_data_handle(p->src, (void *)x), fail);
+	DNNL_TRY(be, dnnl_memory_set_data_handle(p->dst, y), fail);
+	{
+		dnnl_exec_arg_t args[4] = {
+			{ DNNL_ARG_SRC, p->src },
+			{ DNNL_ARG_WEIGHTS, p->wts },
+			{ DNNL_ARG_BIAS, c->bias },
+			{ DNNL_ARG_DST, p->dst },
+		};
+
+		DNNL_TRY(be, dnnl_primitive_execute(p->prim, cpu->stream, 4, args), fail);
+		DNNL_TRY(be, dnnl_stream_wait(cpu->stream), fail);
+	}
+fail:
+	return;
+}
+
+/* ----------------------------------------------------------------------- */
+/* Elementwise and normalisation kernels                                   */
+/* ----------------------------------------------------------------------- */
+
+static void pd_cpu_silu(struct pd_backend *be, float *y, const float *x, size_t n)
+{
+	if (be->failed)
+		return;
+#pragma omp parallel for schedule(static) if (n > 65536)
+	for (size_t i = 0; i < n; i++)
+		y[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+static void pd_cpu_add(struct pd_backend *be, float *y, const float *a, const float *b, size_t n)
+{
+	if (be->failed)
+		return;
+#pragma omp parallel for schedule(static) if (n > 65536)
+	for (size_t i = 0; i < n; i++)
+		y[i] = a[i] + b[i];
+}
+
+static void pd_cpu_layernorm_mod(struct pd_backend *be, float *y, int64_t ldy, const float *x, int64_t ldx,
+				 int64_t rows, int64_t dim, const float *scale, const float *shift, float eps)
+{
+	if (be->failed)
+		return;
+#pragma omp parallel for schedule(static)
+	for (int64_t r = 0; r < rows; r++) {
+		const float *xr = x + r * ldx;
+		float *yr = y + r * ldy;
+		double sum = 0, sq = 0;
+		float mean, rstd;
+
+		for (int64_t j = 0; j < dim; j++)
+			sum += xr[j];
+		mean = (float)(sum / (double)dim);
+		for (int64_t j = 0; j < dim; j++) {
+			double d = (double)xr[j] - (double)mean;
+
+			sq += d * d;
+		}
+		rstd = (float)(1.0 / sqrt(sq / (double)dim + (double)eps));
+		if (scale) {
+			for (int64_t j = 0; j < dim; j++) {
+				float t = (xr[j] - mean) * rstd;
+
+				t = t * (1.0f + scale[j]);
+				yr[j] = t + shift[j];
+			}
+		} else {
+			for (int64_t j = 0; j < dim; j++)
+				yr[j] = (xr[j] - mean) * rstd;
+		}
+	}
+}
+
+static void pd_cpu_rmsnorm_heads(struct pd_backend *be, float *x, int64_t ldx, int64_t rows, int heads,
+				 int head_dim, const float *w, float eps)
+{
+	if (be->failed)
+		return;
+#pragma omp parallel for collapse(2) schedule(static)
+	for (int64_t r = 0; r < rows; r++) {
+		for (int h = 0; h < heads; h++) {
+			float *v = x + r * ldx + (int64_t)h * head_dim;
+			double sq = 0;
+			float rs;
+
+			for (int d = 0; d < head_dim; d++)
+				sq += (double)v[d] * v[d];
+			rs = (float)(1.0 / sqrt(sq / head_dim + (double)eps));
+			for (int d = 0; d < head_dim; d++)
+				v[d] = (v[d] * rs) * w[d];
+		}
+	}
+}
+
+static void pd_cpu_rope(struct pd_backend *be, float *x, int64_t ldx, int64_t rows, int heads, int head_dim,
+			const float *cos, const float *sin)
+{
+	if (be->failed)
+		return;
+#pragma omp parallel for schedule(static)
+	for (int64_t r = 0; r < rows; r++) {
+		const float *c = cos + r * head_dim, *s = sin + r * head_dim;
+
+		for (int h = 0; h < heads; h++) {
+			float *v = x + r * ldx + (int64_t)h * head_dim;
+
+			for (int d = 0; d < head_dim; d += 2) {
+				float a = v[d], b = v[d + 1];
+				float t0 = a * c[d], t1 = b * s[d];
+				float u0 = b * c[d + 1], u1 = a * s[d + 1];
+
+				v[d] = t0 - t1;
+				v[d + 1] = u0 + u1;
+			}
+		}
+	}
+}
+
+static void pd_cpu_gated_add(struct pd_backend *be, float *x, int64_t ldx, const float *y, int64_t ldy,
+			     int64_t rows, int64_t dim, const float *gate)
+{
+	if (be->failed)
+		return;
+#pragma omp parallel for schedule(static)
+	for (int64_t r = 0; r < rows; r++) {
+		float *xr = x + r * ldx;
+		const float *yr = y + r * ldy;
+
+		for (int64_t j = 0; j < dim; j++) {
+			float t = gate[j] * yr[j];
+
+			xr[j] = xr[j] + t;
+		}
+	}
+}
+
+static void pd_cpu_attention(struct pd_backend *be, float *out, int64_t ldo, float *lse, const float *q,
+			     int64_t ldq, const float *k, int64_t ldk, const float *v, int64_t ldv, int64_t sq,
+			     int64_t skv, int heads, int head_dim, float scale)
+{
+	struct pd_cpu *cpu = CPU(be);
+	int64_t nqb = (sq + PD_ATTN_QBLOCK - 1) / PD_ATTN_QBLOCK;
+	int nthr = omp_get_max_threads();
+	float *scratch;
+
+	if (be->failed || sq == 0)
+		return;
+	if (pd_cpu_grow(be, (void **)&cpu->scratch, &cpu->scratch_cap,
+			(size_t)nthr * PD_ATTN_QBLOCK * (size_t)(skv + 1), sizeof(float)))
+		return;
+	scratch = cpu->scratch;
+#pragma omp parallel for collapse(2) schedule(dynamic)
+	for (int h = 0; h < heads; h++) {
+		for (int64_t qb = 0; qb < nqb; qb++) {
+			float *p = scratch + (size_t)omp_get_thread_num() * PD_ATTN_QBLOCK * (size_t)(skv + 1);
+			int64_t i0 = qb * PD_ATTN_QBLOCK;
+			int64_t i1 = i0 + PD_ATTN_QBLOCK < sq ? i0 + PD_ATTN_QBLOCK : sq;
+
+			for (int64_t i = i0; i < i1; i++) {
+				const float *qi = q + i * ldq + (int64_t)h * head_dim;
+				float *pi = p + (i - i0) * (skv + 1);
+				float *oi = out + i * ldo + (int64_t)h * head_dim;
+				float m = -INFINITY, l = 0.0f;
+
+				for (int64_t j = 0; j < skv; j++) {
+					const float *kj = k + j * ldk + (int64_t)h * head_dim;
+					float s = 0.0f;
+
+					for (int d = 0; d < head_dim; d++)
+						s += qi[d] * kj[d];
+					s *= scale;
+					pi[j] = s;
+					m = s > m ? s : m;
+				}
+				for (int64_t j = 0; j < skv; j++) {
+					pi[j] = expf(pi[j] - m);
+					l += pi[j];
+				}
+				for (int d = 0; d < head_dim; d++)
+					oi[d] = 0.0f;
+				for (int64_t j = 0; j < skv; j++) {
+					const float *vj = v + j * ldv + (int64_t)h * head_dim;
+					float w = pi[j] / l;
+
+					for (int d = 0; d < head_dim; d++)
+						oi[d] += w * vj[d];
+				}
+				if (lse)
+					lse[(int64_t)h * sq + i] = skv ? m + logf(l) : -INFINITY;
+			}
+		}
+	}
+}
+
+static void pd_cpu_group_norm(struct pd_backend *be, float *y, const float *x, int c, int64_t hw, int groups,
+			      const float *gamma, const float *beta, float eps, int silu)
+{
+	int cpg = c / groups;
+
+	if (be->failed)
+		return;
+#pragma omp parallel for schedule(static)
+	for (int g = 0; g < groups; g++) {
+		const float *xg = x + (int64_t)g * cpg * hw;
+		int64_t n = (int64_t)cpg * hw;
+		double sum = 0, sq = 0;
+		float mean, rstd;
+
+		for (int64_t i = 0; i < n; i++)
+			sum += xg[i];
+		mean = (float)(sum / (double)n);
+		for (int64_t i = 0; i < n; i++) {
+			double d = (double)xg[i] - (double)mean;
+
+			sq += d * d;
+		}
+		rstd = (float)(1.0 / sqrt(sq / (double)n + (double)eps));
+		for (int ch = g * cpg; ch < (g + 1) * cpg; ch++) {
+			const float *xc = x + (int64_t)ch * hw;
+			float *yc = y + (int64_t)ch * hw;
+
+			for (int64_t i = 0; i < hw; i++) {
+				float t = ((xc[i] - mean) * rstd) * gamma[ch] + beta[ch];
+
+				yc[i] = silu ? t / (1.0f + expf(-t)) : t;
+			}
+		}
+	}
+}
+
+static void pd_cpu_upsample2x(struct pd_backend *be, float *y, const float *x, int c, int h, int w)
+{
+	if (be->failed)
+		return;
+#pragma omp parallel for collapse(2) schedule(static)
+	for (int ch = 0; ch < c; ch++) {
+		for (int i = 0; i < 2 * h; i++) {
+			const float *xr = x + ((int64_t)ch * h + i / 2) * w;
+			float *yr = y + ((int64_t)ch * 2 * h + i) * 2 * w;
+
+			for (int j = 0; j < 2 * w; j++)
+				yr[j] = xr[j / 2];
+		}
+	}
+}
+
+static void pd_cpu_transpose(struct pd_backend *be, float *y, const float *x, int64_t rows, int64_t cols)
+{
+	if (be->failed)
+		return;
+#pragma omp parallel for schedule(static)
+	for (int64_t c = 0; c < cols; c++)
+		for (int64_t r = 0; r < rows; r++)
+			y[c * rows + r] = x[r * cols + c];
+}
+
+/* ----------------------------------------------------------------------- */
+/* Creation                                                                */
+/* ----------------------------------------------------------------------- */
+
+static void pd_cpu_destroy(struct pd_backend *be)
+{
+	struct pd_cpu *cpu = CPU(be);
+
+	if (cpu->stream)
+		dnnl_stream_destroy(cpu->stream);
+	if (cpu->eng)
+		dnnl_engine_destroy(cpu->eng);
+	free(cpu->bf16);
+	free(cpu->scratch);
+	free(cpu);
+}
+
+static const struct pd_backend_ops pd_cpu_ops = {
+	.name = "cpu",
+	.destroy = pd_cpu_destroy,
+	.alloc = pd_cpu_alloc,
+	.free = pd_cpu_free,
+	.upload = pd_cpu_copy,
+	.download = pd_cpu_copy,
+	.copy2d = pd_cpu_copy2d,
+	.linear_new = pd_cpu_linear_new,
+	.linear_free = pd_cpu_linear_free,
+	.linear = pd_cpu_linear,
+	.conv_new = pd_cpu_conv_new,
+	.conv_free = pd_cpu_conv_free,
+	.conv = pd_cpu_conv,
+	.silu = pd_cpu_silu,
+	.add = pd_cpu_add,
+	.layernorm_mod = pd_cpu_layernorm_mod,
+	.rmsnorm_heads = pd_cpu_rmsnorm_heads,
+	.rope = pd_cpu_rope,
+	.gated_add = pd_cpu_gated_add,
+	.attention = pd_cpu_attention,
+	.group_norm = pd_cpu_group_norm,
+	.upsample2x = pd_cpu_upsample2x,
+	.transpose = pd_cpu_transpose,
+};
+
+int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threads)
+{
+	struct pd_cpu *cpu;
+
+	if (compute != PD_F32 && compute != PD_BF16)
+		return pd_errorf("the CPU backend computes in f32 or bf16, not %s", pd_dtype_name(compute));
+	cpu = calloc(1, sizeof(*cpu));
+	if (!cpu)
+		return pd_errorf("out of memory");
+	cpu->be.ops = &pd_cpu_ops;
+	cpu->be.compute = compute;
+	if (threads > 0)
+		omp_set_num_threads(threads);
+	cpu->be.threads = omp_get_max_threads();
+	if (dnnl_engine_create(&cpu->eng, dnnl_cpu, 0) != dnnl_success ||
+	    dnnl_stream_create(&cpu->stream, cpu->eng, dnnl_stream_default_flags) != dnnl_success) {
+		pd_cpu_destroy(&cpu->be);
+		return pd_errorf("cannot create the oneDNN CPU engine");
+	}
+	*out = &cpu->be;
+	return 0;
+}

@@ -1,0 +1,146 @@
+/*
+ * pd_config.c - reading config.json files.
+ */
+#include "pd_config.h"
+#include "pd_util.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int pd_config_load(struct pd_config *c, const char *path)
+{
+	char *text;
+	cJSON *root;
+
+	memset(c, 0, sizeof(*c));
+	if (pd_read_file(path, 16u << 20, &text, NULL))
+		return -1;
+	root = cJSON_Parse(text);
+	free(text);
+	if (!root || !cJSON_IsObject(root)) {
+		cJSON_Delete(root);
+		return pd_errorf("%s: not a valid JSON object", path);
+	}
+	c->path = pd_strdup(path);
+	if (!c->path) {
+		cJSON_Delete(root);
+		return -1;
+	}
+	c->json = root;
+	return 0;
+}
+
+void pd_config_free(struct pd_config *c)
+{
+	cJSON_Delete(c->json);
+	free(c->path);
+	memset(c, 0, sizeof(*c));
+}
+
+static const cJSON *pd_config_item(const struct pd_config *c, const char *key)
+{
+	const cJSON *j = cJSON_GetObjectItemCaseSensitive((const cJSON *)c->json, key);
+
+	return j && !cJSON_IsNull(j) ? j : NULL;
+}
+
+int pd_config_has(const struct pd_config *c, const char *key)
+{
+	return pd_config_item(c, key) != NULL;
+}
+
+int pd_config_int(const struct pd_config *c, const char *key, int required, int64_t def, int64_t lo,
+		  int64_t hi, int64_t *out)
+{
+	const cJSON *j = pd_config_item(c, key);
+	double v;
+
+	if (!j) {
+		if (required)
+			return pd_errorf("%s: missing \"%s\"", c->path, key);
+		*out = def;
+		return 0;
+	}
+	if (!cJSON_IsNumber(j) || j->valuedouble != floor(j->valuedouble))
+		return pd_errorf("%s: \"%s\" must be an integer", c->path, key);
+	v = j->valuedouble;
+	if (v < (double)lo || v > (double)hi)
+		return pd_errorf("%s: \"%s\" is %.0f, outside [%lld, %lld]", c->path, key, v, (long long)lo,
+				 (long long)hi);
+	*out = (int64_t)v;
+	return 0;
+}
+
+int pd_config_double(const struct pd_config *c, const char *key, int required, double def, double *out)
+{
+	const cJSON *j = pd_config_item(c, key);
+
+	if (!j) {
+		if (required)
+			return pd_errorf("%s: missing \"%s\"", c->path, key);
+		*out = def;
+		return 0;
+	}
+	if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble))
+		return pd_errorf("%s: \"%s\" must be a finite number", c->path, key);
+	*out = j->valuedouble;
+	return 0;
+}
+
+int pd_config_bool(const struct pd_config *c, const char *key, int required, int def, int *out)
+{
+	const cJSON *j = pd_config_item(c, key);
+
+	if (!j) {
+		if (required)
+			return pd_errorf("%s: missing \"%s\"", c->path, key);
+		*out = def;
+		return 0;
+	}
+	if (!cJSON_IsBool(j))
+		return pd_errorf("%s: \"%s\" must be true or false", c->path, key);
+	*out = cJSON_IsTrue(j);
+	return 0;
+}
+
+int pd_config_string(const struct pd_config *c, const char *key, int required, const char *def,
+		     const char **out)
+{
+	const cJSON *j = pd_config_item(c, key);
+
+	if (!j) {
+		if (required)
+			return pd_errorf("%s: missing \"%s\"", c->path, key);
+		*out = def;
+		return 0;
+	}
+	if (!cJSON_IsString(j))
+		return pd_errorf("%s: \"%s\" must be a string", c->path, key);
+	*out = j->valuestring;
+	return 0;
+}
+
+int pd_config_int_array(const struct pd_config *c, const char *key, int max, int64_t lo, int64_t hi,
+			int64_t *out, int *n)
+{
+	const cJSON *j = pd_config_item(c, key), *e;
+	int k = 0;
+
+	if (!j)
+		return pd_errorf("%s: missing \"%s\"", c->path, key);
+	if (!cJSON_IsArray(j))
+		return pd_errorf("%s: \"%s\" must be an array of integers", c->path, key);
+	if (cJSON_GetArraySize(j) > max || cJSON_GetArraySize(j) == 0)
+		return pd_errorf("%s: \"%s\" must have 1 to %d entries", c->path, key, max);
+	cJSON_ArrayForEach(e, j) {
+		if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < (double)lo ||
+		    e->valuedouble > (double)hi)
+			return pd_errorf("%s: \"%s\" entries must be integers in [%lld, %lld]", c->path, key,
+					 (long long)lo, (long long)hi);
+		out[k++] = (int64_t)e->valuedouble;
+	}
+	*n = k;
+	return 0;
+}

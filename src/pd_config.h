@@ -1,0 +1,36 @@
+/*
+ * pd_config.h - reading diffusers/transformers config.json files.
+ *
+ * Every size pdit uses comes from these files.  Getters report a missing or
+ * mistyped key as "FILE: KEY ..." so a user sees which file to fix.  A JSON
+ * null counts as absent (diffusers writes "out_channels": null).
+ */
+#ifndef PD_CONFIG_H
+#define PD_CONFIG_H
+
+#include <stdint.h>
+
+struct pd_config {
+	char *path;             /* file path, for messages */
+	void *json;             /* parsed cJSON root object */
+};
+
+/* Reads and parses PATH (at most 16 MiB); the root must be an object. */
+int pd_config_load(struct pd_config *c, const char *path);
+void pd_config_free(struct pd_config *c);
+
+int pd_config_has(const struct pd_config *c, const char *key);
+/* Integer in [lo, hi]; when the key is absent, DEF is used unless
+ * REQUIRED is set. */
+int pd_config_int(const struct pd_config *c, const char *key, int required, int64_t def, int64_t lo,
+		  int64_t hi, int64_t *out);
+int pd_config_double(const struct pd_config *c, const char *key, int required, double def, double *out);
+int pd_config_bool(const struct pd_config *c, const char *key, int required, int def, int *out);
+/* String value (borrowed from the config); absent gives DEF. */
+int pd_config_string(const struct pd_config *c, const char *key, int required, const char *def,
+		     const char **out);
+/* Array of integers, each in [lo, hi]; *n receives the count (at most max). */
+int pd_config_int_array(const struct pd_config *c, const char *key, int max, int64_t lo, int64_t hi,
+			int64_t *out, int *n);
+
+#endif /* PD_CONFIG_H */

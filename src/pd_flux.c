@@ -1,0 +1,896 @@
+/*
+ * pd_flux.c - the FLUX.1 transformer forward pass.
+ *
+ * References in comments (TF:n, EMB:n, NORM:n) are the diffusers v0.40 line
+ * numbers the golden README cites.
+ */
+#include "pd_flux.h"
+#include "pd_config.h"
+#include "pd_util.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PD_FLUX_EPS 1e-6f
+/* Width of the sinusoidal time embedding (Timesteps(num_channels=256)). */
+#define PD_TIME_CHANNELS 256
+
+struct pd_flux_double {
+	struct pd_linear *norm1;        /* AdaLayerNormZero of the image stream, D -> 6D */
+	struct pd_linear *norm1_ctx;    /* same for the text stream */
+	struct pd_linear *q, *k, *v;    /* image projections */
+	struct pd_linear *add_q, *add_k, *add_v; /* text projections */
+	float *norm_q, *norm_k;         /* image q/k RMSNorm weights [head_dim] */
+	float *norm_added_q, *norm_added_k; /* text q/k RMSNorm weights */
+	struct pd_linear *out;          /* to_out.0 (image) */
+	struct pd_linear *add_out;      /* to_add_out (text) */
+	struct pd_linear *ff1, *ff2;    /* image feed-forward */
+	struct pd_linear *ff_ctx1, *ff_ctx2; /* text feed-forward */
+};
+
+struct pd_flux_single {
+	struct pd_linear *norm;         /* AdaLayerNormZeroSingle, D -> 3D */
+	struct pd_linear *q, *k, *v;    /* projections of the joint sequence */
+	float *norm_q, *norm_k;         /* q/k RMSNorm weights [head_dim] */
+	struct pd_linear *mlp;          /* proj_mlp, D -> M */
+	struct pd_linear *proj_out;     /* (D + M) -> D */
+};
+
+struct pd_flux {
+	struct pd_flux_config cfg;      /* sizes */
+	struct pd_backend *be;          /* compute backend (borrowed) */
+	struct pd_linear *x_embedder;   /* in_channels -> D */
+	struct pd_linear *context_embedder; /* joint_attention_dim -> D */
+	struct pd_linear *time1, *time2; /* timestep_embedder MLP */
+	struct pd_linear *guid1, *guid2; /* guidance_embedder MLP (dev only) */
+	struct pd_linear *text1, *text2; /* text_embedder (pooled) MLP */
+	struct pd_linear *norm_out;     /* final AdaLayerNormContinuous, D -> 2D (scale, shift) */
+	struct pd_linear *proj_out;     /* D -> out_channels */
+	struct pd_flux_double *dbl;     /* num_layers double blocks */
+	struct pd_flux_single *sgl;     /* num_single_layers single blocks */
+
+	/* Work buffers, sized for cap_seq tokens and reused across calls. */
+	int64_t cap_seq;                /* tokens the buffers hold */
+	float *x;                       /* [S, D] hidden states, text rows first */
+	float *nx;                      /* [S, D] normalised and modulated */
+	float *q, *k, *v;               /* [S, D] */
+	float *attn;                    /* [S, D] attention output (double blocks) */
+	float *proj;                    /* [S, D] projection outputs */
+	float *wide;                    /* [S, D + M] MLP hidden / single-block concat */
+	float *cos, *sin;               /* [S, head_dim] RoPE tables */
+	float *vec;                     /* small vectors: temb, modulation, embeddings */
+	float *io;                      /* [S, max(in, joint, out channels)] inputs and output */
+	float *host;                    /* host staging for dumps, [S, D + M] */
+};
+
+/* ----------------------------------------------------------------------- */
+/* Config                                                                  */
+/* ----------------------------------------------------------------------- */
+
+int pd_flux_config_load(struct pd_flux_config *cfg, const char *dir)
+{
+	struct pd_config c;
+	char *path = pd_strfmt("%s/config.json", dir);
+	int64_t v, axes[PD_FLUX_MAX_AXES];
+	int rc = -1, n, sum = 0;
+
+	memset(cfg, 0, sizeof(*cfg));
+	if (!path)
+		return -1;
+	if (!pd_file_exists(path)) {
+		pd_errorf("%s: missing (is %s a FLUX transformer folder?)", path, dir);
+		free(path);
+		return -1;
+	}
+	if (pd_config_load(&c, path)) {
+		free(path);
+		return -1;
+	}
+#define GETI(key, req, def, lo, hi, field) \
+	do { \
+		if (pd_config_int(&c, key, req, def, lo, hi, &v)) \
+			goto out; \
+		cfg->field = (int)v; \
+	} while (0)
+	GETI("in_channels", 1, 0, 1, 1 << 16, in_channels);
+	GETI("out_channels", 0, cfg->in_channels, 1, 1 << 16, out_channels);
+	GETI("num_layers", 1, 0, 0, 1 << 12, num_layers);
+	GETI("num_single_layers", 1, 0, 0, 1 << 12, num_single_layers);
+	GETI("num_attention_heads", 1, 0, 1, 1 << 12, heads);
+	GETI("attention_head_dim", 1, 0, 2, 1 << 14, head_dim);
+	GETI("joint_attention_dim", 1, 0, 1, 1 << 16, joint_attention_dim);
+	GETI("pooled_projection_dim", 1, 0, 1, 1 << 16, pooled_projection_dim);
+#undef GETI
+	if (pd_config_int(&c, "patch_size", 0, 1, 1, 64, &v))
+		goto out;
+	if (v != 1) {
+		pd_errorf("%s: patch_size %lld is not supported (FLUX.1 uses 1)", path, (long long)v);
+		goto out;
+	}
+	if (pd_config_bool(&c, "guidance_embeds", 0, 0, &cfg->guidance_embeds))
+		goto out;
+	if (pd_config_int_array(&c, "axes_dims_rope", PD_FLUX_MAX_AXES, 2, 1 << 14, axes, &n))
+		goto out;
+	cfg->n_axes = n;
+	for (int i = 0; i < n; i++) {
+		cfg->axes_dims[i] = (int)axes[i];
+		sum += (int)axes[i];
+		if (axes[i] % 2) {
+			pd_errorf("%s: axes_dims_rope entries must be even", path);
+			goto out;
+		}
+	}
+	if (sum != cfg->head_dim) {
+		pd_errorf("%s: axes_dims_rope sum to %d but attention_head_dim is %d", path, sum, cfg->head_dim);
+		goto out;
+	}
+	if ((int64_t)cfg->heads * cfg->head_dim > (1 << 20)) {
+		pd_errorf("%s: heads x head_dim is too large", path);
+		goto out;
+	}
+	cfg->dim = cfg->heads * cfg->head_dim;
+	cfg->mlp_dim = 4 * cfg->dim;
+	rc = 0;
+out:
+	pd_config_free(&c);
+	free(path);
+	return rc;
+}
+
+/* ----------------------------------------------------------------------- */
+/* Loading                                                                 */
+/* ----------------------------------------------------------------------- */
+
+struct pd_loader {
+	const struct pd_st *st;         /* the weights */
+	struct pd_backend *be;          /* where they go */
+	int failed;                     /* an error has been recorded */
+};
+
+static struct pd_linear *pd_load_linear(struct pd_loader *ld, int64_t n_out, int64_t n_in, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static struct pd_linear *pd_load_linear(struct pd_loader *ld, int64_t n_out, int64_t n_in, const char *fmt, ...)
+{
+	char base[256], name[300];
+	const struct pd_st_tensor *w, *b;
+	int64_t ws[2] = { n_out, n_in }, bs[1] = { n_out };
+	struct pd_linear *l;
+	va_list ap;
+
+	if (ld->failed)
+		return NULL;
+	va_start(ap, fmt);
+	vsnprintf(base, sizeof(base), fmt, ap);
+	va_end(ap);
+	snprintf(name, sizeof(name), "%s.weight", base);
+	if (pd_st_require(ld->st, name, 2, ws, &w))
+		goto fail;
+	snprintf(name, sizeof(name), "%s.bias", base);
+	if (pd_st_require(ld->st, name, 1, bs, &b))
+		goto fail;
+	l = pd_linear_load(ld->be, w, 0, n_out, 0, n_in, b);
+	if (!l)
+		goto fail;
+	return l;
+fail:
+	ld->failed = 1;
+	return NULL;
+}
+
+/* A small vector weight into backend memory. */
+static float *pd_load_vector(struct pd_loader *ld, int64_t n, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static float *pd_load_vector(struct pd_loader *ld, int64_t n, const char *fmt, ...)
+{
+	char name[300];
+	const struct pd_st_tensor *t;
+	float *host, *dev;
+	va_list ap;
+
+	if (ld->failed)
+		return NULL;
+	va_start(ap, fmt);
+	vsnprintf(name, sizeof(name), fmt, ap);
+	va_end(ap);
+	if (pd_st_require(ld->st, name, 1, &n, &t))
+		goto fail;
+	host = pd_malloc((size_t)n * sizeof(float), name);
+	if (!host)
+		goto fail;
+	if (pd_st_read_f32(t, 0, (size_t)n, host)) {
+		free(host);
+		goto fail;
+	}
+	dev = pd_backend_alloc(ld->be, (size_t)n, name);
+	if (dev)
+		ld->be->ops->upload(ld->be, dev, host, (size_t)n);
+	free(host);
+	if (!dev) {
+		pd_backend_check(ld->be);
+		goto fail;
+	}
+	return dev;
+fail:
+	ld->failed = 1;
+	return NULL;
+}
+
+static void pd_flux_load_double(struct pd_loader *ld, const struct pd_flux_config *c, int i,
+				struct pd_flux_double *b)
+{
+	int64_t D = c->dim, M = c->mlp_dim, Dh = c->head_dim;
+	const char *p = "transformer_blocks";
+
+	b->norm1 = pd_load_linear(ld, 6 * D, D, "%s.%d.norm1.linear", p, i);
+	b->norm1_ctx = pd_load_linear(ld, 6 * D, D, "%s.%d.norm1_context.linear", p, i);
+	b->q = pd_load_linear(ld, D, D, "%s.%d.attn.to_q", p, i);
+	b->k = pd_load_linear(ld, D, D, "%s.%d.attn.to_k", p, i);
+	b->v = pd_load_linear(ld, D, D, "%s.%d.attn.to_v", p, i);
+	b->add_q = pd_load_linear(ld, D, D, "%s.%d.attn.add_q_proj", p, i);
+	b->add_k = pd_load_linear(ld, D, D, "%s.%d.attn.add_k_proj", p, i);
+	b->add_v = pd_load_linear(ld, D, D, "%s.%d.attn.add_v_proj", p, i);
+	b->norm_q = pd_load_vector(ld, Dh, "%s.%d.attn.norm_q.weight", p, i);
+	b->norm_k = pd_load_vector(ld, Dh, "%s.%d.attn.norm_k.weight", p, i);
+	b->norm_added_q = pd_load_vector(ld, Dh, "%s.%d.attn.norm_added_q.weight", p, i);
+	b->norm_added_k = pd_load_vector(ld, Dh, "%s.%d.attn.norm_added_k.weight", p, i);
+	b->out = pd_load_linear(ld, D, D, "%s.%d.attn.to_out.0", p, i);
+	b->add_out = pd_load_linear(ld, D, D, "%s.%d.attn.to_add_out", p, i);
+	b->ff1 = pd_load_linear(ld, M, D, "%s.%d.ff.net.0.proj", p, i);
+	b->ff2 = pd_load_linear(ld, D, M, "%s.%d.ff.net.2", p, i);
+	b->ff_ctx1 = pd_load_linear(ld, M, D, "%s.%d.ff_context.net.0.proj", p, i);
+	b->ff_ctx2 = pd_load_linear(ld, D, M, "%s.%d.ff_context.net.2", p, i);
+}
+
+static void pd_flux_load_single(struct pd_loader *ld, const struct pd_flux_config *c, int i,
+				struct pd_flux_single *b)
+{
+	int64_t D = c->dim, M = c->mlp_dim, Dh = c->head_dim;
+	const char *p = "single_transformer_blocks";
+
+	b->norm = pd_load_linear(ld, 3 * D, D, "%s.%d.norm.linear", p, i);
+	b->q = pd_load_linear(ld, D, D, "%s.%d.attn.to_q", p, i);
+	b->k = pd_load_linear(ld, D, D, "%s.%d.attn.to_k", p, i);
+	b->v = pd_load_linear(ld, D, D, "%s.%d.attn.to_v", p, i);
+	b->norm_q = pd_load_vector(ld, Dh, "%s.%d.attn.norm_q.weight", p, i);
+	b->norm_k = pd_load_vector(ld, Dh, "%s.%d.attn.norm_k.weight", p, i);
+	b->mlp = pd_load_linear(ld, M, D, "%s.%d.proj_mlp", p, i);
+	b->proj_out = pd_load_linear(ld, D, D + M, "%s.%d.proj_out", p, i);
+}
+
+/* FLUX.1 uses an MLP of 4 x dim, but the weights are the authority. */
+static int pd_flux_mlp_dim(const struct pd_st *st, struct pd_flux_config *c)
+{
+	const struct pd_st_tensor *t = pd_st_get(st, "transformer_blocks.0.ff.net.0.proj.weight");
+
+	if (!t)
+		t = pd_st_get(st, "single_transformer_blocks.0.proj_mlp.weight");
+	if (t && t->ndim == 2 && t->shape[0] > 0 && t->shape[0] <= (1 << 22))
+		c->mlp_dim = (int)t->shape[0];
+	return 0;
+}
+
+int pd_flux_load(struct pd_flux **out, const char *dir, struct pd_backend *be)
+{
+	struct pd_flux *m = pd_calloc(1, sizeof(*m), "model");
+	struct pd_st *st = NULL;
+	struct pd_loader ld = { 0 };
+	struct pd_flux_config *c;
+	int64_t D;
+
+	if (!m)
+		return -1;
+	m->be = be;
+	c = &m->cfg;
+	if (pd_flux_config_load(c, dir) || pd_st_open_component(&st, dir, "diffusion_pytorch_model"))
+		goto fail;
+	pd_flux_mlp_dim(st, c);
+	D = c->dim;
+	ld.st = st;
+	ld.be = be;
+	m->x_embedder = pd_load_linear(&ld, D, c->in_channels, "x_embedder");
+	m->context_embedder = pd_load_linear(&ld, D, c->joint_attention_dim, "context_embedder");
+	m->time1 = pd_load_linear(&ld, D, PD_TIME_CHANNELS, "time_text_embed.timestep_embedder.linear_1");
+	m->time2 = pd_load_linear(&ld, D, D, "time_text_embed.timestep_embedder.linear_2");
+	if (c->guidance_embeds) {
+		m->guid1 = pd_load_linear(&ld, D, PD_TIME_CHANNELS, "time_text_embed.guidance_embedder.linear_1");
+		m->guid2 = pd_load_linear(&ld, D, D, "time_text_embed.guidance_embedder.linear_2");
+	}
+	m->text1 = pd_load_linear(&ld, D, c->pooled_projection_dim, "time_text_embed.text_embedder.linear_1");
+	m->text2 = pd_load_linear(&ld, D, D, "time_text_embed.text_embedder.linear_2");
+	m->norm_out = pd_load_linear(&ld, 2 * D, D, "norm_out.linear");
+	m->proj_out = pd_load_linear(&ld, c->out_channels, D, "proj_out");
+	m->dbl = pd_calloc((size_t)c->num_layers + 1, sizeof(*m->dbl), "blocks");
+	m->sgl = pd_calloc((size_t)c->num_single_layers + 1, sizeof(*m->sgl), "blocks");
+	if (!m->dbl || !m->sgl)
+		goto fail;
+	for (int i = 0; i < c->num_layers && !ld.failed; i++)
+		pd_flux_load_double(&ld, c, i, &m->dbl[i]);
+	for (int i = 0; i < c->num_single_layers && !ld.failed; i++)
+		pd_flux_load_single(&ld, c, i, &m->sgl[i]);
+	if (ld.failed)
+		goto fail;
+	pd_st_close(st);
+	*out = m;
+	return 0;
+fail:
+	pd_st_close(st);
+	pd_flux_free(m);
+	return -1;
+}
+
+static void pd_flux_free_buffers(struct pd_flux *m)
+{
+	struct pd_backend *be = m->be;
+	float **bufs[] = { &m->x, &m->nx, &m->q, &m->k, &m->v, &m->attn, &m->proj, &m->wide, &m->cos, &m->sin,
+			   &m->vec, &m->io };
+
+	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
+		if (*bufs[i])
+			be->ops->free(be, *bufs[i]);
+		*bufs[i] = NULL;
+	}
+	free(m->host);
+	m->host = NULL;
+	m->cap_seq = 0;
+}
+
+void pd_flux_free(struct pd_flux *m)
+{
+	struct pd_backend *be;
+
+	if (!m)
+		return;
+	be = m->be;
+#define LF(l) be->ops->linear_free(be, (l))
+#define VF(p) do { if (p) be->ops->free(be, (p)); } while (0)
+	LF(m->x_embedder);
+	LF(m->context_embedder);
+	LF(m->time1);
+	LF(m->time2);
+	LF(m->guid1);
+	LF(m->guid2);
+	LF(m->text1);
+	LF(m->text2);
+	LF(m->norm_out);
+	LF(m->proj_out);
+	for (int i = 0; m->dbl && i < m->cfg.num_layers; i++) {
+		struct pd_flux_double *b = &m->dbl[i];
+
+		LF(b->norm1); LF(b->norm1_ctx);
+		LF(b->q); LF(b->k); LF(b->v);
+		LF(b->add_q); LF(b->add_k); LF(b->add_v);
+		VF(b->norm_q); VF(b->norm_k); VF(b->norm_added_q); VF(b->norm_added_k);
+		LF(b->out); LF(b->add_out);
+		LF(b->ff1); LF(b->ff2); LF(b->ff_ctx1); LF(b->ff_ctx2);
+	}
+	for (int i = 0; m->sgl && i < m->cfg.num_single_layers; i++) {
+		struct pd_flux_single *b = &m->sgl[i];
+
+		LF(b->norm);
+		LF(b->q); LF(b->k); LF(b->v);
+		VF(b->norm_q); VF(b->norm_k);
+		LF(b->mlp); LF(b->proj_out);
+	}
+#undef LF
+#undef VF
+	pd_flux_free_buffers(m);
+	free(m->dbl);
+	free(m->sgl);
+	free(m);
+}
+
+const struct pd_flux_config *pd_flux_get_config(const struct pd_flux *m)
+{
+	return &m->cfg;
+}
+
+/* ----------------------------------------------------------------------- */
+/* Embeddings                                                              */
+/* ----------------------------------------------------------------------- */
+
+/* expf as PyTorch evaluates it on x86 CPUs: SLEEF's expf_u10 (vectorised,
+ * FMA on AVX2), here as scalar code. A correctly rounded expf differs by one
+ * ulp in 15 of the 128 sinusoid frequencies, and t = 1000 or g = 3500
+ * amplifies that to 1e-4 of the embedding (golden README, "Sinusoid caveat"). */
+static float pd_expf_sleef(float d)
+{
+	const float r_ln2 = 1.442695040888963407359924681001892137426645954152985934135449406931f;
+	const float l2u = 0.693145751953125f, l2l = 1.428606765330187045e-06f;
+	float qf = rintf(d * r_ln2), s, u;
+	int q = (int)qf;
+
+	s = fmaf(qf, -l2u, d);
+	s = fmaf(qf, -l2l, s);
+	u = 0.000198527617612853646278381f;
+	u = fmaf(u, s, 0.00139304355252534151077271f);
+	u = fmaf(u, s, 0.00833336077630519866943359f);
+	u = fmaf(u, s, 0.0416664853692054748535156f);
+	u = fmaf(u, s, 0.166666671633720397949219f);
+	u = fmaf(u, s, 0.5f);
+	u = 1.0f + fmaf(s * s, u, s);
+	/* vldexp2: two power-of-two scalings, so no intermediate overflows. */
+	u = u * ldexpf(1.0f, q >> 1);
+	u = u * ldexpf(1.0f, q - (q >> 1));
+	if (d < -104.0f)
+		u = 0.0f;
+	if (d > 100.0f)
+		u = INFINITY;
+	return u;
+}
+
+void pd_timestep_embedding(float t, int half, float *emb, float *freqs)
+{
+	/* EMB:57-73 in float32: exponent = fl32(-ln(10000)) * k / half; the
+	 * product t * freq is rounded to float32 before sin and cos. */
+	const float c = (float)-log(10000.0);
+
+	for (int k = 0; k < half; k++) {
+		float e = (c * (float)k) / (float)half;
+		float f = pd_expf_sleef(e);
+		float a = t * f;
+
+		if (freqs)
+			freqs[k] = f;
+		emb[k] = cosf(a);
+		emb[half + k] = sinf(a);
+	}
+}
+
+void pd_rope_tables(const struct pd_flux_config *cfg, const float *ids, int64_t n, float *cos_out, float *sin_out)
+{
+	int Dh = cfg->head_dim;
+
+	for (int64_t s = 0; s < n; s++) {
+		int col = 0;
+
+		for (int a = 0; a < cfg->n_axes; a++) {
+			int d = cfg->axes_dims[a];
+			double pos = ids[s * cfg->n_axes + a];
+
+			for (int k = 0; k < d / 2; k++) {
+				/* TF:512, EMB:1165-1173: float64 frequencies and
+				 * angles, each value repeated for the pair. */
+				double freq = 1.0 / pow(10000.0, (double)(2 * k) / (double)d);
+				double ang = pos * freq;
+				float cv = (float)cos(ang), sv = (float)sin(ang);
+
+				cos_out[s * Dh + col + 2 * k] = cv;
+				cos_out[s * Dh + col + 2 * k + 1] = cv;
+				sin_out[s * Dh + col + 2 * k] = sv;
+				sin_out[s * Dh + col + 2 * k + 1] = sv;
+			}
+			col += d;
+		}
+	}
+}
+
+/* ----------------------------------------------------------------------- */
+/* Forward                                                                 */
+/* ----------------------------------------------------------------------- */
+
+static int pd_flux_reserve(struct pd_flux *m, int64_t S)
+{
+	struct pd_backend *be = m->be;
+	int64_t D = m->cfg.dim, W = m->cfg.dim + m->cfg.mlp_dim, Dh = m->cfg.head_dim;
+	int64_t io_w = m->cfg.in_channels;
+	size_t host_n;
+
+	if (m->cfg.joint_attention_dim > io_w)
+		io_w = m->cfg.joint_attention_dim;
+	if (m->cfg.out_channels > io_w)
+		io_w = m->cfg.out_channels;
+	if (m->cfg.pooled_projection_dim > io_w)
+		io_w = m->cfg.pooled_projection_dim;
+	if (PD_TIME_CHANNELS > io_w)
+		io_w = PD_TIME_CHANNELS;
+	if (S <= m->cap_seq)
+		return 0;
+	pd_flux_free_buffers(m);
+	m->x = pd_backend_alloc(be, (size_t)(S * D), "hidden states");
+	m->nx = pd_backend_alloc(be, (size_t)(S * D), "normalised states");
+	m->q = pd_backend_alloc(be, (size_t)(S * D), "queries");
+	m->k = pd_backend_alloc(be, (size_t)(S * D), "keys");
+	m->v = pd_backend_alloc(be, (size_t)(S * D), "values");
+	m->attn = pd_backend_alloc(be, (size_t)(S * D), "attention output");
+	m->proj = pd_backend_alloc(be, (size_t)(S * D), "projections");
+	m->wide = pd_backend_alloc(be, (size_t)(S * W), "MLP activations");
+	m->cos = pd_backend_alloc(be, (size_t)(S * Dh), "RoPE table");
+	m->sin = pd_backend_alloc(be, (size_t)(S * Dh), "RoPE table");
+	m->vec = pd_backend_alloc(be, (size_t)(32 * D + 4 * PD_TIME_CHANNELS), "embeddings");
+	m->io = pd_backend_alloc(be, (size_t)(S * io_w), "inputs");
+	host_n = (size_t)(S * (W > 2 * Dh ? W : 2 * Dh));
+	m->host = pd_malloc(host_n * sizeof(float), "host staging");
+	if (!m->host)
+		return -1;
+	if (pd_backend_check(be))
+		return -1;
+	m->cap_seq = S;
+	return 0;
+}
+
+/* Downloads a [rows, cols] block with row stride ld and hands it to the dump
+ * under NAME with the given shape. */
+static void pd_flux_dump(struct pd_flux *m, const struct pd_dump *dump, const char *name, const float *p,
+			 int64_t ld, int64_t rows, int64_t cols, int ndim, ...)
+{
+	int64_t shape[8];
+	va_list ap;
+
+	if (!dump || m->be->failed)
+		return;
+	va_start(ap, ndim);
+	for (int i = 0; i < ndim; i++)
+		shape[i] = va_arg(ap, int64_t);
+	va_end(ap);
+	for (int64_t r = 0; r < rows; r++)
+		m->be->ops->download(m->be, m->host + r * cols, p + r * ld, (size_t)cols);
+	dump->fn(dump->ctx, name, m->host, ndim, shape);
+}
+
+/* Dumps a plain LayerNorm of X (the golden files record norm2 before the
+ * modulation that pdit fuses into it). */
+static void pd_flux_dump_ln(struct pd_flux *m, const struct pd_dump *dump, const char *name, const float *x,
+			    int64_t rows, float *tmp)
+{
+	int64_t D = m->cfg.dim;
+
+	if (!dump)
+		return;
+	m->be->ops->layernorm_mod(m->be, tmp, D, x, D, rows, D, NULL, NULL, PD_FLUX_EPS);
+	pd_flux_dump(m, dump, name, tmp, D, rows, D, 3, (int64_t)1, rows, D);
+}
+
+/* q, k, v for rows [r0, r0+n) of the joint sequence from nx, then per-head
+ * RMSNorm with the given weights. */
+static void pd_flux_qkv(struct pd_flux *m, int64_t r0, int64_t n, struct pd_linear *lq, struct pd_linear *lk,
+			struct pd_linear *lv, const float *wq, const float *wk)
+{
+	struct pd_backend *be = m->be;
+	int64_t D = m->cfg.dim;
+
+	be->ops->linear(be, lq, m->nx + r0 * D, D, n, m->q + r0 * D, D, 0);
+	be->ops->linear(be, lk, m->nx + r0 * D, D, n, m->k + r0 * D, D, 0);
+	be->ops->linear(be, lv, m->nx + r0 * D, D, n, m->v + r0 * D, D, 0);
+	be->ops->rmsnorm_heads(be, m->q + r0 * D, D, n, m->cfg.heads, m->cfg.head_dim, wq, PD_FLUX_EPS);
+	be->ops->rmsnorm_heads(be, m->k + r0 * D, D, n, m->cfg.heads, m->cfg.head_dim, wk, PD_FLUX_EPS);
+}
+
+/* RoPE on q and k, then attention of all S queries over all S keys into
+ * OUT (row stride ldo). */
+static void pd_flux_attend(struct pd_flux *m, int64_t S, float *out, int64_t ldo, const struct pd_dump *dump,
+			   const char *prefix)
+{
+	struct pd_backend *be = m->be;
+	int64_t D = m->cfg.dim, H = m->cfg.heads, Dh = m->cfg.head_dim;
+	char name[96];
+
+	be->ops->rope(be, m->q, D, S, (int)H, (int)Dh, m->cos, m->sin);
+	be->ops->rope(be, m->k, D, S, (int)H, (int)Dh, m->cos, m->sin);
+	if (dump) {
+		snprintf(name, sizeof(name), "%s.attn.q_rope", prefix);
+		pd_flux_dump(m, dump, name, m->q, D, S, D, 4, (int64_t)1, S, H, Dh);
+		snprintf(name, sizeof(name), "%s.attn.k_rope", prefix);
+		pd_flux_dump(m, dump, name, m->k, D, S, D, 4, (int64_t)1, S, H, Dh);
+		snprintf(name, sizeof(name), "%s.attn.v", prefix);
+		pd_flux_dump(m, dump, name, m->v, D, S, D, 4, (int64_t)1, S, H, Dh);
+	}
+	be->ops->attention(be, out, ldo, NULL, m->q, D, m->k, D, m->v, D, S, S, (int)H, (int)Dh,
+			   1.0f / sqrtf((float)Dh));
+	if (dump) {
+		snprintf(name, sizeof(name), "%s.attn.sdpa_out", prefix);
+		pd_flux_dump(m, dump, name, out, ldo, S, D, 4, (int64_t)1, S, H, Dh);
+	}
+}
+
+/* One stream's modulation chunks, laid out as diffusers chunks them. */
+struct pd_mod6 {
+	const float *shift_msa, *scale_msa, *gate_msa, *shift_mlp, *scale_mlp, *gate_mlp;
+};
+
+static struct pd_mod6 pd_mod6_of(const float *m, int64_t D)
+{
+	struct pd_mod6 r = { m, m + D, m + 2 * D, m + 3 * D, m + 4 * D, m + 5 * D };
+
+	return r;
+}
+
+/* Dumps of AdaLayerNormZero's returned values for one stream. */
+static void pd_flux_dump_norm1(struct pd_flux *m, const struct pd_dump *dump, const char *prefix, int64_t r0,
+			       int64_t n, const struct pd_mod6 *md)
+{
+	int64_t D = m->cfg.dim;
+	char name[96];
+
+	if (!dump)
+		return;
+	snprintf(name, sizeof(name), "%s.x", prefix);
+	pd_flux_dump(m, dump, name, m->nx + r0 * D, D, n, D, 3, (int64_t)1, n, D);
+	snprintf(name, sizeof(name), "%s.gate_msa", prefix);
+	pd_flux_dump(m, dump, name, md->gate_msa, D, 1, D, 2, (int64_t)1, D);
+	snprintf(name, sizeof(name), "%s.shift_mlp", prefix);
+	pd_flux_dump(m, dump, name, md->shift_mlp, D, 1, D, 2, (int64_t)1, D);
+	snprintf(name, sizeof(name), "%s.scale_mlp", prefix);
+	pd_flux_dump(m, dump, name, md->scale_mlp, D, 1, D, 2, (int64_t)1, D);
+	snprintf(name, sizeof(name), "%s.gate_mlp", prefix);
+	pd_flux_dump(m, dump, name, md->gate_mlp, D, 1, D, 2, (int64_t)1, D);
+}
+
+/* The feed-forward half of a double block for one stream (rows [r0, r0+n)):
+ * x += gate_mlp * FF(LN(x) (1 + scale_mlp) + shift_mlp). */
+static void pd_flux_ff(struct pd_flux *m, int64_t r0, int64_t n, const struct pd_mod6 *md, struct pd_linear *ff1,
+		       struct pd_linear *ff2, const struct pd_dump *dump, const char *norm_name,
+		       const char *ff_name)
+{
+	struct pd_backend *be = m->be;
+	int64_t D = m->cfg.dim, M = m->cfg.mlp_dim;
+
+	pd_flux_dump_ln(m, dump, norm_name, m->x + r0 * D, n, m->nx + r0 * D);
+	be->ops->layernorm_mod(be, m->nx + r0 * D, D, m->x + r0 * D, D, n, D, md->scale_mlp, md->shift_mlp,
+			       PD_FLUX_EPS);
+	be->ops->linear(be, ff1, m->nx + r0 * D, D, n, m->wide, M, PD_LIN_GELU_TANH);
+	be->ops->linear(be, ff2, m->wide, M, n, m->proj + r0 * D, D, 0);
+	if (dump)
+		pd_flux_dump(m, dump, ff_name, m->proj + r0 * D, D, n, D, 3, (int64_t)1, n, D);
+	be->ops->gated_add(be, m->x + r0 * D, D, m->proj + r0 * D, D, n, D, md->gate_mlp);
+}
+
+static void pd_flux_double_block(struct pd_flux *m, int i, int64_t T, int64_t L, const float *silu_temb,
+				 float *mod, const struct pd_dump *dump)
+{
+	struct pd_backend *be = m->be;
+	struct pd_flux_double *b = &m->dbl[i];
+	int64_t D = m->cfg.dim, S = T + L, H = m->cfg.heads, Dh = m->cfg.head_dim;
+	struct pd_mod6 mi, mt;
+	char p[64], name[128];
+
+	snprintf(p, sizeof(p), "double.%d", i);
+	/* NORM:130-170: six chunks from linear(silu(temb)) per stream. */
+	be->ops->linear(be, b->norm1, silu_temb, D, 1, mod, 6 * D, 0);
+	be->ops->linear(be, b->norm1_ctx, silu_temb, D, 1, mod + 6 * D, 6 * D, 0);
+	mi = pd_mod6_of(mod, D);
+	mt = pd_mod6_of(mod + 6 * D, D);
+	be->ops->layernorm_mod(be, m->nx + T * D, D, m->x + T * D, D, L, D, mi.scale_msa, mi.shift_msa, PD_FLUX_EPS);
+	be->ops->layernorm_mod(be, m->nx, D, m->x, D, T, D, mt.scale_msa, mt.shift_msa, PD_FLUX_EPS);
+	if (dump) {
+		snprintf(name, sizeof(name), "%s.norm1", p);
+		pd_flux_dump_norm1(m, dump, name, T, L, &mi);
+		snprintf(name, sizeof(name), "%s.norm1_context", p);
+		pd_flux_dump_norm1(m, dump, name, 0, T, &mt);
+	}
+	/* TF:98-115: image and text q/k/v, per-head RMSNorm, joint (text first). */
+	pd_flux_qkv(m, T, L, b->q, b->k, b->v, b->norm_q, b->norm_k);
+	pd_flux_qkv(m, 0, T, b->add_q, b->add_k, b->add_v, b->norm_added_q, b->norm_added_k);
+	if (dump) {
+		snprintf(name, sizeof(name), "%s.attn.norm_q", p);
+		pd_flux_dump(m, dump, name, m->q + T * D, D, L, D, 4, (int64_t)1, L, H, Dh);
+		snprintf(name, sizeof(name), "%s.attn.norm_k", p);
+		pd_flux_dump(m, dump, name, m->k + T * D, D, L, D, 4, (int64_t)1, L, H, Dh);
+		snprintf(name, sizeof(name), "%s.attn.norm_added_q", p);
+		pd_flux_dump(m, dump, name, m->q, D, T, D, 4, (int64_t)1, T, H, Dh);
+		snprintf(name, sizeof(name), "%s.attn.norm_added_k", p);
+		pd_flux_dump(m, dump, name, m->k, D, T, D, 4, (int64_t)1, T, H, Dh);
+	}
+	pd_flux_attend(m, S, m->attn, D, dump, p);
+	/* TF:133-138: split back, output projections. */
+	be->ops->linear(be, b->out, m->attn + T * D, D, L, m->proj + T * D, D, 0);
+	be->ops->linear(be, b->add_out, m->attn, D, T, m->proj, D, 0);
+	if (dump) {
+		snprintf(name, sizeof(name), "%s.attn.img_sdpa_flat", p);
+		pd_flux_dump(m, dump, name, m->attn + T * D, D, L, D, 3, (int64_t)1, L, D);
+		snprintf(name, sizeof(name), "%s.attn.txt_sdpa_flat", p);
+		pd_flux_dump(m, dump, name, m->attn, D, T, D, 3, (int64_t)1, T, D);
+		snprintf(name, sizeof(name), "%s.attn.img_out", p);
+		pd_flux_dump(m, dump, name, m->proj + T * D, D, L, D, 3, (int64_t)1, L, D);
+		snprintf(name, sizeof(name), "%s.attn.txt_out", p);
+		pd_flux_dump(m, dump, name, m->proj, D, T, D, 3, (int64_t)1, T, D);
+	}
+	/* TF:472-493: gated residuals and the feed-forward of each stream. */
+	be->ops->gated_add(be, m->x + T * D, D, m->proj + T * D, D, L, D, mi.gate_msa);
+	be->ops->gated_add(be, m->x, D, m->proj, D, T, D, mt.gate_msa);
+	{
+		char n1[96], n2[96], n3[96], n4[96];
+
+		snprintf(n1, sizeof(n1), "%s.norm2", p);
+		snprintf(n2, sizeof(n2), "%s.ff", p);
+		snprintf(n3, sizeof(n3), "%s.norm2_context", p);
+		snprintf(n4, sizeof(n4), "%s.ff_context", p);
+		pd_flux_ff(m, T, L, &mi, b->ff1, b->ff2, dump, n1, n2);
+		pd_flux_ff(m, 0, T, &mt, b->ff_ctx1, b->ff_ctx2, dump, n3, n4);
+	}
+	if (dump) {
+		snprintf(name, sizeof(name), "%s.out.encoder_hidden_states", p);
+		pd_flux_dump(m, dump, name, m->x, D, T, D, 3, (int64_t)1, T, D);
+		snprintf(name, sizeof(name), "%s.out.hidden_states", p);
+		pd_flux_dump(m, dump, name, m->x + T * D, D, L, D, 3, (int64_t)1, L, D);
+	}
+}
+
+static void pd_flux_single_block(struct pd_flux *m, int i, int64_t T, int64_t L, const float *silu_temb,
+				 float *mod, const struct pd_dump *dump)
+{
+	struct pd_backend *be = m->be;
+	struct pd_flux_single *b = &m->sgl[i];
+	int64_t D = m->cfg.dim, M = m->cfg.mlp_dim, W = D + M, S = T + L;
+	int64_t H = m->cfg.heads, Dh = m->cfg.head_dim;
+	const float *shift = mod, *scale = mod + D, *gate = mod + 2 * D;
+	char p[64], name[128];
+
+	snprintf(p, sizeof(p), "single.%d", i);
+	/* NORM:173-202: shift, scale, gate. */
+	be->ops->linear(be, b->norm, silu_temb, D, 1, mod, 3 * D, 0);
+	be->ops->layernorm_mod(be, m->nx, D, m->x, D, S, D, scale, shift, PD_FLUX_EPS);
+	if (dump) {
+		snprintf(name, sizeof(name), "%s.norm.x", p);
+		pd_flux_dump(m, dump, name, m->nx, D, S, D, 3, (int64_t)1, S, D);
+		snprintf(name, sizeof(name), "%s.norm.gate", p);
+		pd_flux_dump(m, dump, name, gate, D, 1, D, 2, (int64_t)1, D);
+	}
+	/* TF:396-407: the MLP goes straight into the right part of the
+	 * [attention | mlp] buffer proj_out reads. */
+	be->ops->linear(be, b->mlp, m->nx, D, S, m->wide + D, W, PD_LIN_GELU_TANH);
+	pd_flux_qkv(m, 0, S, b->q, b->k, b->v, b->norm_q, b->norm_k);
+	if (dump) {
+		snprintf(name, sizeof(name), "%s.mlp_act", p);
+		pd_flux_dump(m, dump, name, m->wide + D, W, S, M, 3, (int64_t)1, S, M);
+		snprintf(name, sizeof(name), "%s.attn.norm_q", p);
+		pd_flux_dump(m, dump, name, m->q, D, S, D, 4, (int64_t)1, S, H, Dh);
+		snprintf(name, sizeof(name), "%s.attn.norm_k", p);
+		pd_flux_dump(m, dump, name, m->k, D, S, D, 4, (int64_t)1, S, H, Dh);
+	}
+	pd_flux_attend(m, S, m->wide, W, dump, p);
+	if (dump) {
+		snprintf(name, sizeof(name), "%s.attn.out", p);
+		pd_flux_dump(m, dump, name, m->wide, W, S, D, 3, (int64_t)1, S, D);
+		snprintf(name, sizeof(name), "%s.proj_out_in", p);
+		pd_flux_dump(m, dump, name, m->wide, W, S, W, 3, (int64_t)1, S, W);
+	}
+	be->ops->linear(be, b->proj_out, m->wide, W, S, m->proj, D, 0);
+	be->ops->gated_add(be, m->x, D, m->proj, D, S, D, gate);
+	if (dump) {
+		snprintf(name, sizeof(name), "%s.out.encoder_hidden_states", p);
+		pd_flux_dump(m, dump, name, m->x, D, T, D, 3, (int64_t)1, T, D);
+		snprintf(name, sizeof(name), "%s.out.hidden_states", p);
+		pd_flux_dump(m, dump, name, m->x + T * D, D, L, D, 3, (int64_t)1, L, D);
+	}
+}
+
+/* timestep/guidance/text embeddings -> temb (EMB:1585-1626); writes temb
+ * and silu(temb) into the vec area. */
+static void pd_flux_temb(struct pd_flux *m, const struct pd_flux_input *in, float *temb, float *silu_temb,
+			 float *tmp, const struct pd_dump *dump)
+{
+	struct pd_backend *be = m->be;
+	const struct pd_flux_config *c = &m->cfg;
+	int64_t D = c->dim, TC = PD_TIME_CHANNELS;
+	float proj[PD_TIME_CHANNELS], freqs[PD_TIME_CHANNELS / 2];
+	float *dproj = m->io, *h = tmp, *e_t = h + D, *e_g = e_t + D, *e_x = e_g + D;
+	/* TF:725-727: the pipeline's /1000 is undone in float32. */
+	float t = in->timestep * 1000.0f, g = in->guidance * 1000.0f;
+
+	pd_timestep_embedding(t, PD_TIME_CHANNELS / 2, proj, freqs);
+	if (dump) {
+		int64_t one = 1, half = TC / 2;
+
+		dump->fn(dump->ctx, "emb.timestep_x1000", &t, 1, &one);
+		dump->fn(dump->ctx, "emb.sinusoid_freqs", freqs, 1, &half);
+		{
+			int64_t sh[2] = { 1, TC };
+
+			dump->fn(dump->ctx, "emb.time_proj", proj, 2, sh);
+		}
+	}
+	be->ops->upload(be, dproj, proj, (size_t)TC);
+	be->ops->linear(be, m->time1, dproj, TC, 1, h, D, 0);
+	be->ops->silu(be, h, h, (size_t)D);
+	be->ops->linear(be, m->time2, h, D, 1, e_t, D, 0);
+	if (dump)
+		pd_flux_dump(m, dump, "emb.timestep_embedder", e_t, D, 1, D, 2, (int64_t)1, D);
+	if (c->guidance_embeds) {
+		pd_timestep_embedding(g, PD_TIME_CHANNELS / 2, proj, NULL);
+		if (dump) {
+			int64_t one = 1, sh[2] = { 1, TC };
+
+			dump->fn(dump->ctx, "emb.guidance_x1000", &g, 1, &one);
+			dump->fn(dump->ctx, "emb.guidance_proj", proj, 2, sh);
+		}
+		be->ops->upload(be, dproj, proj, (size_t)TC);
+		be->ops->linear(be, m->guid1, dproj, TC, 1, h, D, 0);
+		be->ops->silu(be, h, h, (size_t)D);
+		be->ops->linear(be, m->guid2, h, D, 1, e_g, D, 0);
+		if (dump)
+			pd_flux_dump(m, dump, "emb.guidance_embedder", e_g, D, 1, D, 2, (int64_t)1, D);
+		be->ops->add(be, e_t, e_t, e_g, (size_t)D);
+	}
+	be->ops->upload(be, dproj, in->pooled, (size_t)c->pooled_projection_dim);
+	be->ops->linear(be, m->text1, dproj, c->pooled_projection_dim, 1, h, D, 0);
+	be->ops->silu(be, h, h, (size_t)D);
+	be->ops->linear(be, m->text2, h, D, 1, e_x, D, 0);
+	if (dump)
+		pd_flux_dump(m, dump, "emb.text_embedder", e_x, D, 1, D, 2, (int64_t)1, D);
+	be->ops->add(be, temb, e_t, e_x, (size_t)D);
+	if (dump)
+		pd_flux_dump(m, dump, "emb.temb", temb, D, 1, D, 2, (int64_t)1, D);
+	be->ops->silu(be, silu_temb, temb, (size_t)D);
+}
+
+int pd_flux_forward(struct pd_flux *m, const struct pd_flux_input *in, float *out, const struct pd_dump *dump)
+{
+	struct pd_backend *be = m->be;
+	const struct pd_flux_config *c = &m->cfg;
+	int64_t T = in->txt_len, L = in->img_len, S = T + L, D = c->dim, Dh = c->head_dim;
+	float *temb, *silu_temb, *mod, *tmp, *hcos = NULL, *hsin = NULL, *ids = NULL;
+	int rc = -1;
+
+	if (T < 0 || L <= 0)
+		return pd_errorf("forward: need at least one image token (got %lld text, %lld image)", (long long)T,
+				 (long long)L);
+	if (pd_flux_reserve(m, S))
+		return -1;
+	temb = m->vec;
+	silu_temb = temb + D;
+	mod = silu_temb + D;            /* 12 D: both streams' six chunks */
+	tmp = mod + 12 * D;             /* 4 D */
+
+	pd_flux_temb(m, in, temb, silu_temb, tmp, dump);
+
+	/* TF:723, 734: embedders, text rows first. */
+	be->ops->upload(be, m->io, in->img, (size_t)(L * c->in_channels));
+	be->ops->linear(be, m->x_embedder, m->io, c->in_channels, L, m->x + T * D, D, 0);
+	if (T > 0) {
+		be->ops->upload(be, m->io, in->txt, (size_t)(T * c->joint_attention_dim));
+		be->ops->linear(be, m->context_embedder, m->io, c->joint_attention_dim, T, m->x, D, 0);
+	}
+	if (dump) {
+		pd_flux_dump(m, dump, "emb.x_embedder", m->x + T * D, D, L, D, 3, (int64_t)1, L, D);
+		pd_flux_dump(m, dump, "emb.context_embedder", m->x, D, T, D, 3, (int64_t)1, T, D);
+	}
+
+	/* TF:749-750: RoPE tables for cat(txt_ids, img_ids). */
+	hcos = pd_malloc((size_t)(S * Dh) * sizeof(float), "RoPE table");
+	hsin = pd_malloc((size_t)(S * Dh) * sizeof(float), "RoPE table");
+	ids = pd_malloc((size_t)(S * c->n_axes) * sizeof(float), "position ids");
+	if (!hcos || !hsin || !ids)
+		goto out;
+	if (T > 0)
+		memcpy(ids, in->txt_ids, (size_t)(T * c->n_axes) * sizeof(float));
+	memcpy(ids + T * c->n_axes, in->img_ids, (size_t)(L * c->n_axes) * sizeof(float));
+	pd_rope_tables(c, ids, S, hcos, hsin);
+	be->ops->upload(be, m->cos, hcos, (size_t)(S * Dh));
+	be->ops->upload(be, m->sin, hsin, (size_t)(S * Dh));
+	if (dump) {
+		int64_t sh[2] = { S, Dh };
+
+		dump->fn(dump->ctx, "rope.cos", hcos, 2, sh);
+		dump->fn(dump->ctx, "rope.sin", hsin, 2, sh);
+	}
+
+	for (int i = 0; i < c->num_layers; i++) {
+		pd_flux_double_block(m, i, T, L, silu_temb, mod, dump);
+		if (pd_backend_check(be))
+			goto out;
+	}
+	for (int i = 0; i < c->num_single_layers; i++) {
+		pd_flux_single_block(m, i, T, L, silu_temb, mod, dump);
+		if (pd_backend_check(be))
+			goto out;
+	}
+
+	/* TF:815-816, NORM:349: the final norm chunks scale first, then shift. */
+	be->ops->linear(be, m->norm_out, silu_temb, D, 1, mod, 2 * D, 0);
+	be->ops->layernorm_mod(be, m->nx, D, m->x + T * D, D, L, D, mod, mod + D, PD_FLUX_EPS);
+	if (dump)
+		pd_flux_dump(m, dump, "final.norm_out", m->nx, D, L, D, 3, (int64_t)1, L, D);
+	be->ops->linear(be, m->proj_out, m->nx, D, L, m->io, c->out_channels, 0);
+	be->ops->download(be, out, m->io, (size_t)(L * c->out_channels));
+	rc = pd_backend_check(be);
+out:
+	free(hcos);
+	free(hsin);
+	free(ids);
+	return rc;
+}

@@ -1,0 +1,897 @@
+/*
+ * pd_safetensors.c - memory-mapped safetensors reader and writer.
+ */
+
+#include "pd_safetensors.h"
+#include "pd_util.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* A dimension above this is refused before any product is formed. */
+#define PD_ST_MAX_DIM ((int64_t)1 << 40)
+/* Largest tensor count pdit accepts in one header. */
+#define PD_ST_MAX_TENSORS 1000000
+
+struct pd_st_file {
+	char *path;                     /* file path, for messages */
+	unsigned char *map;             /* whole-file read-only mapping */
+	size_t size;                    /* file size in bytes */
+	size_t data_start;              /* 8 + header length */
+	int n_tensors;                  /* tensors in this file */
+	struct pd_st_tensor *tensors;   /* their descriptions */
+};
+
+static const struct {
+	const char *name;
+	size_t size;
+} pd_dtypes[PD_DTYPE_COUNT] = {
+	[PD_F32] = { "F32", 4 },     [PD_F16] = { "F16", 2 },     [PD_BF16] = { "BF16", 2 },
+	[PD_F64] = { "F64", 8 },     [PD_F8_E4M3] = { "F8_E4M3", 1 }, [PD_F8_E5M2] = { "F8_E5M2", 1 },
+	[PD_I8] = { "I8", 1 },       [PD_U8] = { "U8", 1 },       [PD_I16] = { "I16", 2 },
+	[PD_U16] = { "U16", 2 },     [PD_I32] = { "I32", 4 },     [PD_U32] = { "U32", 4 },
+	[PD_I64] = { "I64", 8 },     [PD_U64] = { "U64", 8 },     [PD_BOOL] = { "BOOL", 1 },
+};
+
+const char *pd_dtype_name(enum pd_dtype dt)
+{
+	return (unsigned)dt < PD_DTYPE_COUNT ? pd_dtypes[dt].name : "?";
+}
+
+size_t pd_dtype_size(enum pd_dtype dt)
+{
+	return (unsigned)dt < PD_DTYPE_COUNT ? pd_dtypes[dt].size : 0;
+}
+
+int pd_dtype_from_name(const char *name)
+{
+	for (int i = 0; i < PD_DTYPE_COUNT; i++)
+		if (strcmp(pd_dtypes[i].name, name) == 0)
+			return i;
+	return -1;
+}
+
+int pd_dtype_is_float(enum pd_dtype dt)
+{
+	return dt == PD_F32 || dt == PD_F16 || dt == PD_BF16 || dt == PD_F64;
+}
+
+/* ----------------------------------------------------------------------- */
+/* Reading one file                                                        */
+/* ----------------------------------------------------------------------- */
+
+/* A JSON number that is an exact non-negative integer not above MAX. */
+static int pd_json_uint(const cJSON *j, int64_t max, int64_t *out)
+{
+	double v;
+
+	if (!cJSON_IsNumber(j))
+		return -1;
+	v = j->valuedouble;
+	if (!(v >= 0) || v > (double)max || v != floor(v))
+		return -1;
+	*out = (int64_t)v;
+	return 0;
+}
+
+static int pd_tensor_cmp_offset(const void *a, const void *b)
+{
+	const struct pd_st_tensor *x = *(struct pd_st_tensor *const *)a;
+	const struct pd_st_tensor *y = *(struct pd_st_tensor *const *)b;
+
+	if (x->data != y->data)
+		return x->data < y->data ? -1 : 1;
+	return 0;
+}
+
+static int pd_tensor_cmp_name(const void *a, const void *b)
+{
+	const struct pd_st_tensor *x = *(struct pd_st_tensor *const *)a;
+	const struct pd_st_tensor *y = *(struct pd_st_tensor *const *)b;
+
+	return strcmp(x->name, y->name);
+}
+
+static void pd_st_file_free(struct pd_st_file *f)
+{
+	if (!f)
+		return;
+	for (int i = 0; i < f->n_tensors; i++)
+		free(f->tensors[i].name);
+	free(f->tensors);
+	if (f->map && f->size)
+		munmap(f->map, f->size);
+	free(f->path);
+	free(f);
+}
+
+static int pd_parse_tensor(struct pd_st_file *f, const cJSON *e, struct pd_st_tensor *t)
+{
+	const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+	const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
+	const cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+	const char *name = e->string;
+	size_t data_size = f->size - f->data_start;
+	int64_t begin, end, numel = 1;
+	size_t nbytes;
+	int code, n;
+
+	if (!cJSON_IsObject(e))
+		return pd_errorf("%s: entry '%s' is not an object", f->path, name);
+	if (!cJSON_IsString(dt))
+		return pd_errorf("%s: tensor '%s' has no dtype", f->path, name);
+	code = pd_dtype_from_name(dt->valuestring);
+	if (code < 0)
+		return pd_errorf("%s: tensor '%s' has unknown dtype '%s'", f->path, name, dt->valuestring);
+	if (!cJSON_IsArray(shape))
+		return pd_errorf("%s: tensor '%s' has no shape", f->path, name);
+	n = cJSON_GetArraySize(shape);
+	if (n > PD_ST_MAX_DIMS)
+		return pd_errorf("%s: tensor '%s' has %d dimensions (at most %d)", f->path, name, n,
+				 PD_ST_MAX_DIMS);
+	t->ndim = n;
+	for (int i = 0; i < n; i++) {
+		int64_t d;
+
+		if (pd_json_uint(cJSON_GetArrayItem(shape, i), PD_ST_MAX_DIM, &d))
+			return pd_errorf("%s: tensor '%s' has an invalid dimension", f->path, name);
+		t->shape[i] = d;
+		if (d != 0 && numel > INT64_MAX / d)
+			return pd_errorf("%s: tensor '%s' shape overflows", f->path, name);
+		numel *= d;
+	}
+	if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
+	    pd_json_uint(cJSON_GetArrayItem(offs, 0), INT64_MAX / 2, &begin) ||
+	    pd_json_uint(cJSON_GetArrayItem(offs, 1), INT64_MAX / 2, &end))
+		return pd_errorf("%s: tensor '%s' has invalid data_offsets", f->path, name);
+	if (end < begin)
+		return pd_errorf("%s: tensor '%s' data_offsets end before they begin", f->path, name);
+	if ((uint64_t)end > data_size)
+		return pd_errorf("%s: tensor '%s' bytes [%lld, %lld) lie outside the file's %zu data bytes "
+				 "(truncated file?)", f->path, name, (long long)begin, (long long)end, data_size);
+	if (pd_mul_size((size_t)numel, pd_dtype_size((enum pd_dtype)code), &nbytes) ||
+	    nbytes != (size_t)(end - begin))
+		return pd_errorf("%s: tensor '%s' has %lld bytes but shape x %s needs %lld", f->path, name,
+				 (long long)(end - begin), dt->valuestring,
+				 (long long)numel * (long long)pd_dtype_size((enum pd_dtype)code));
+	t->name = pd_strdup(name);
+	if (!t->name)
+		return -1;
+	t->dtype = (enum pd_dtype)code;
+	t->numel = numel;
+	t->nbytes = nbytes;
+	t->data = f->map + f->data_start + begin;
+	t->file = f;
+	return 0;
+}
+
+static int pd_st_file_open(struct pd_st_file **out, const char *path)
+{
+	struct pd_st_file *f = pd_calloc(1, sizeof(*f), "safetensors file");
+	struct pd_st_tensor **by_off = NULL;
+	cJSON *root = NULL, *e;
+	struct stat sb;
+	uint64_t hlen = 0;
+	int fd = -1, rc = -1, n;
+
+	if (!f)
+		return -1;
+	f->path = pd_strdup(path);
+	if (!f->path)
+		goto out;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		pd_errorf("%s: %s", path, strerror(errno));
+		goto out;
+	}
+	if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
+		pd_errorf("%s: not a regular file", path);
+		goto out;
+	}
+	f->size = (size_t)sb.st_size;
+	if (f->size < 8) {
+		pd_errorf("%s: truncated safetensors file (%zu bytes, no header)", path, f->size);
+		goto out;
+	}
+	f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (f->map == MAP_FAILED) {
+		f->map = NULL;
+		pd_errorf("%s: cannot map: %s", path, strerror(errno));
+		goto out;
+	}
+	for (int i = 0; i < 8; i++)
+		hlen |= (uint64_t)f->map[i] << (8 * i);
+	if (hlen > f->size - 8) {
+		pd_errorf("%s: header length %llu exceeds the file size %zu (truncated or not safetensors)",
+			  path, (unsigned long long)hlen, f->size);
+		goto out;
+	}
+	if (hlen > PD_ST_MAX_HEADER) {
+		pd_errorf("%s: header of %llu bytes is larger than the %u allowed", path,
+			  (unsigned long long)hlen, PD_ST_MAX_HEADER);
+		goto out;
+	}
+	f->data_start = 8 + (size_t)hlen;
+	root = cJSON_ParseWithLength((const char *)f->map + 8, (size_t)hlen);
+	if (!root || !cJSON_IsObject(root)) {
+		pd_errorf("%s: header is not a JSON object", path);
+		goto out;
+	}
+	n = 0;
+	cJSON_ArrayForEach(e, root) {
+		if (!e->string) {
+			pd_errorf("%s: malformed header", path);
+			goto out;
+		}
+		if (strcmp(e->string, "__metadata__") != 0)
+			n++;
+	}
+	if (n > PD_ST_MAX_TENSORS) {
+		pd_errorf("%s: %d tensors (at most %d)", path, n, PD_ST_MAX_TENSORS);
+		goto out;
+	}
+	f->tensors = pd_calloc((size_t)n + 1, sizeof(*f->tensors), "tensor table");
+	by_off = pd_calloc((size_t)n + 1, sizeof(*by_off), "tensor table");
+	if (!f->tensors || !by_off)
+		goto out;
+	cJSON_ArrayForEach(e, root) {
+		if (strcmp(e->string, "__metadata__") == 0) {
+			const cJSON *m;
+
+			if (!cJSON_IsObject(e)) {
+				pd_errorf("%s: __metadata__ is not an object", path);
+				goto out;
+			}
+			cJSON_ArrayForEach(m, e) {
+				if (!cJSON_IsString(m)) {
+					pd_errorf("%s: __metadata__ value '%s' is not a string", path,
+						  m->string ? m->string : "?");
+					goto out;
+				}
+			}
+			continue;
+		}
+		if (pd_parse_tensor(f, e, &f->tensors[f->n_tensors]))
+			goto out;
+		by_off[f->n_tensors] = &f->tensors[f->n_tensors];
+		f->n_tensors++;
+	}
+	/* Overlapping byte ranges would let one tensor alias another. */
+	qsort(by_off, (size_t)f->n_tensors, sizeof(*by_off), pd_tensor_cmp_offset);
+	for (int i = 1; i < f->n_tensors; i++) {
+		const struct pd_st_tensor *a = by_off[i - 1], *b = by_off[i];
+
+		if (a->data + a->nbytes > b->data) {
+			pd_errorf("%s: tensors '%s' and '%s' overlap", path, a->name, b->name);
+			goto out;
+		}
+	}
+	rc = 0;
+	*out = f;
+out:
+	if (root)
+		cJSON_Delete(root);
+	free(by_off);
+	if (fd >= 0)
+		close(fd);
+	if (rc)
+		pd_st_file_free(f);
+	return rc;
+}
+
+/* Keeps the __metadata__ of the file at PATH's mapping (re-parsed, small). */
+static int pd_st_load_meta(struct pd_st *st, const struct pd_st_file *f)
+{
+	uint64_t hlen = f->data_start - 8;
+	cJSON *root = cJSON_ParseWithLength((const char *)f->map + 8, (size_t)hlen);
+	const cJSON *md, *m;
+	int n, rc = -1;
+
+	if (!root)
+		return pd_errorf("%s: header is not JSON", f->path);
+	md = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+	n = md ? cJSON_GetArraySize(md) : 0;
+	st->meta_keys = pd_calloc((size_t)n + 1, sizeof(char *), "metadata");
+	st->meta_vals = pd_calloc((size_t)n + 1, sizeof(char *), "metadata");
+	if (!st->meta_keys || !st->meta_vals)
+		goto out;
+	if (md) {
+		cJSON_ArrayForEach(m, md) {
+			st->meta_keys[st->n_meta] = pd_strdup(m->string);
+			st->meta_vals[st->n_meta] = pd_strdup(m->valuestring);
+			if (!st->meta_keys[st->n_meta] || !st->meta_vals[st->n_meta])
+				goto out;
+			st->n_meta++;
+		}
+	}
+	rc = 0;
+out:
+	cJSON_Delete(root);
+	return rc;
+}
+
+/* ----------------------------------------------------------------------- */
+/* Sets of files                                                           */
+/* ----------------------------------------------------------------------- */
+
+void pd_st_close(struct pd_st *st)
+{
+	if (!st)
+		return;
+	for (int i = 0; i < st->n_files; i++)
+		pd_st_file_free(st->files[i]);
+	for (int i = 0; i < st->n_meta; i++) {
+		free(st->meta_keys[i]);
+		free(st->meta_vals[i]);
+	}
+	free(st->meta_keys);
+	free(st->meta_vals);
+	free(st->files);
+	free(st->sorted);
+	free(st->path);
+	free(st);
+}
+
+static int pd_st_add_file(struct pd_st *st, const char *path)
+{
+	struct pd_st_file *f, **nf;
+
+	if (pd_st_file_open(&f, path))
+		return -1;
+	nf = realloc(st->files, sizeof(*nf) * (size_t)(st->n_files + 1));
+	if (!nf) {
+		pd_st_file_free(f);
+		return pd_errorf("out of memory");
+	}
+	st->files = nf;
+	st->files[st->n_files++] = f;
+	return 0;
+}
+
+static int pd_st_build_index(struct pd_st *st)
+{
+	int k = 0;
+
+	st->n_tensors = 0;
+	for (int i = 0; i < st->n_files; i++)
+		st->n_tensors += st->files[i]->n_tensors;
+	st->sorted = pd_calloc((size_t)st->n_tensors + 1, sizeof(*st->sorted), "tensor index");
+	if (!st->sorted)
+		return -1;
+	for (int i = 0; i < st->n_files; i++)
+		for (int j = 0; j < st->files[i]->n_tensors; j++)
+			st->sorted[k++] = &st->files[i]->tensors[j];
+	qsort(st->sorted, (size_t)st->n_tensors, sizeof(*st->sorted), pd_tensor_cmp_name);
+	for (int i = 1; i < st->n_tensors; i++)
+		if (strcmp(st->sorted[i - 1]->name, st->sorted[i]->name) == 0)
+			return pd_errorf("%s: tensor '%s' appears twice (in %s and %s)", st->path,
+					 st->sorted[i]->name, st->sorted[i - 1]->file->path,
+					 st->sorted[i]->file->path);
+	return 0;
+}
+
+static int pd_ends_with(const char *s, const char *suffix)
+{
+	size_t a = strlen(s), b = strlen(suffix);
+
+	return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* Shards named by an index must be plain file names next to the index: a
+ * downloaded index must not make pdit open arbitrary paths. */
+static int pd_shard_name_ok(const char *s)
+{
+	return s[0] && !strchr(s, '/') && strcmp(s, ".") && strcmp(s, "..");
+}
+
+static int pd_st_open_index(struct pd_st *st, const char *path)
+{
+	char *text = NULL, *dir = NULL, *slash;
+	cJSON *root = NULL;
+	const cJSON *map, *e;
+	int rc = -1;
+
+	if (pd_read_file(path, 64u << 20, &text, NULL))
+		return -1;
+	root = cJSON_Parse(text);
+	map = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
+	if (!cJSON_IsObject(map)) {
+		pd_errorf("%s: not a safetensors index (no weight_map object)", path);
+		goto out;
+	}
+	dir = pd_strdup(path);
+	if (!dir)
+		goto out;
+	slash = strrchr(dir, '/');
+	if (slash)
+		slash[1] = 0;
+	else
+		dir[0] = 0;
+	cJSON_ArrayForEach(e, map) {
+		int seen = 0;
+		char *shard;
+
+		if (!cJSON_IsString(e) || !pd_shard_name_ok(e->valuestring)) {
+			pd_errorf("%s: weight_map entry '%s' does not name a shard file in this directory", path,
+				  e->string);
+			goto out;
+		}
+		shard = pd_strfmt("%s%s", dir, e->valuestring);
+		if (!shard)
+			goto out;
+		for (int i = 0; i < st->n_files; i++)
+			seen |= strcmp(st->files[i]->path, shard) == 0;
+		if (!seen && pd_st_add_file(st, shard)) {
+			free(shard);
+			goto out;
+		}
+		free(shard);
+	}
+	if (st->n_files == 0) {
+		pd_errorf("%s: weight_map is empty", path);
+		goto out;
+	}
+	if (pd_st_build_index(st))
+		goto out;
+	/* Every name the index promises must be in the shard it names. */
+	cJSON_ArrayForEach(e, map) {
+		const struct pd_st_tensor *t = pd_st_get(st, e->string);
+
+		if (!t || !pd_ends_with(t->file->path, e->valuestring)) {
+			pd_errorf("%s: tensor '%s' is not in shard %s", path, e->string, e->valuestring);
+			goto out;
+		}
+	}
+	rc = 0;
+out:
+	cJSON_Delete(root);
+	free(text);
+	free(dir);
+	return rc;
+}
+
+int pd_st_open(struct pd_st **out, const char *path)
+{
+	struct pd_st *st = pd_calloc(1, sizeof(*st), "safetensors set");
+	int rc;
+
+	if (!st)
+		return -1;
+	st->path = pd_strdup(path);
+	if (!st->path) {
+		free(st);
+		return -1;
+	}
+	if (pd_ends_with(path, ".json"))
+		rc = pd_st_open_index(st, path);
+	else
+		rc = pd_st_add_file(st, path) || pd_st_build_index(st) ? -1 : 0;
+	if (!rc)
+		rc = pd_st_load_meta(st, st->files[0]);
+	if (rc) {
+		pd_st_close(st);
+		return -1;
+	}
+	*out = st;
+	return 0;
+}
+
+int pd_st_open_component(struct pd_st **out, const char *dir, const char *stem)
+{
+	char *single = pd_strfmt("%s/%s.safetensors", dir, stem);
+	char *index = pd_strfmt("%s/%s.safetensors.index.json", dir, stem);
+	int rc;
+
+	if (!single || !index) {
+		free(single);
+		free(index);
+		return -1;
+	}
+	if (pd_file_exists(single))
+		rc = pd_st_open(out, single);
+	else if (pd_file_exists(index))
+		rc = pd_st_open(out, index);
+	else
+		rc = pd_errorf("%s: no %s.safetensors (or its .index.json) in this directory", dir, stem);
+	free(single);
+	free(index);
+	return rc;
+}
+
+const struct pd_st_tensor *pd_st_get(const struct pd_st *st, const char *name)
+{
+	int lo = 0, hi = st->n_tensors - 1;
+
+	while (lo <= hi) {
+		int mid = (lo + hi) / 2;
+		int c = strcmp(st->sorted[mid]->name, name);
+
+		if (c == 0)
+			return st->sorted[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	return NULL;
+}
+
+static void pd_shape_str(char *buf, size_t len, int ndim, const int64_t *shape)
+{
+	size_t k = 0;
+
+	k += (size_t)snprintf(buf + k, len - k, "[");
+	for (int i = 0; i < ndim && k < len; i++)
+		k += (size_t)snprintf(buf + k, len - k, i ? ", %lld" : "%lld", (long long)shape[i]);
+	if (k < len)
+		snprintf(buf + k, len - k, "]");
+}
+
+int pd_st_require(const struct pd_st *st, const char *name, int ndim, const int64_t *shape,
+		  const struct pd_st_tensor **out)
+{
+	const struct pd_st_tensor *t = pd_st_get(st, name);
+	int ok;
+
+	if (!t)
+		return pd_errorf("%s: tensor '%s' is missing", st->path, name);
+	ok = t->ndim == ndim;
+	for (int i = 0; ok && i < ndim; i++)
+		ok = shape[i] < 0 || shape[i] == t->shape[i];
+	if (!ok) {
+		char want[128], have[128];
+
+		pd_shape_str(want, sizeof(want), ndim, shape);
+		pd_shape_str(have, sizeof(have), t->ndim, t->shape);
+		return pd_errorf("%s: tensor '%s' has shape %s, expected %s", t->file->path, name, have, want);
+	}
+	if (out)
+		*out = t;
+	return 0;
+}
+
+const char *pd_st_meta(const struct pd_st *st, const char *key)
+{
+	for (int i = 0; i < st->n_meta; i++)
+		if (strcmp(st->meta_keys[i], key) == 0)
+			return st->meta_vals[i];
+	return NULL;
+}
+
+static void pd_convert_f32(enum pd_dtype dt, const unsigned char *src, size_t count, float *dst)
+{
+	switch (dt) {
+	case PD_F32:
+		memcpy(dst, src, count * 4);
+		break;
+	case PD_BF16:
+		for (size_t i = 0; i < count; i++) {
+			uint16_t h;
+
+			memcpy(&h, src + 2 * i, 2);
+			dst[i] = pd_bf16_to_f32(h);
+		}
+		break;
+	case PD_F16:
+		for (size_t i = 0; i < count; i++) {
+			uint16_t h;
+
+			memcpy(&h, src + 2 * i, 2);
+			dst[i] = pd_f16_to_f32(h);
+		}
+		break;
+	case PD_F64:
+		for (size_t i = 0; i < count; i++) {
+			double d;
+
+			memcpy(&d, src + 8 * i, 8);
+			dst[i] = (float)d;
+		}
+		break;
+	default:
+		PD_ASSERT(0);
+	}
+}
+
+int pd_st_read_f32(const struct pd_st_tensor *t, size_t start, size_t count, float *dst)
+{
+	if (!pd_dtype_is_float(t->dtype))
+		return pd_errorf("%s: tensor '%s' has dtype %s, expected a floating type", t->file->path, t->name,
+				 pd_dtype_name(t->dtype));
+	if (start > (size_t)t->numel || count > (size_t)t->numel - start)
+		return pd_errorf("%s: read past the end of tensor '%s'", t->file->path, t->name);
+	pd_convert_f32(t->dtype, t->data + start * pd_dtype_size(t->dtype), count, dst);
+	return 0;
+}
+
+int pd_st_read_block_f32(const struct pd_st_tensor *t, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
+			 float *dst, int64_t ldd)
+{
+	int64_t rows = t->ndim ? t->shape[0] : 1;
+	int64_t cols = rows ? t->numel / rows : 0;
+	size_t es = pd_dtype_size(t->dtype);
+
+	if (!pd_dtype_is_float(t->dtype))
+		return pd_errorf("%s: tensor '%s' has dtype %s, expected a floating type", t->file->path, t->name,
+				 pd_dtype_name(t->dtype));
+	if (r0 < 0 || nr < 0 || c0 < 0 || nc < 0 || r0 + nr > rows || c0 + nc > cols)
+		return pd_errorf("%s: block [%lld:%lld, %lld:%lld] outside tensor '%s'", t->file->path,
+				 (long long)r0, (long long)(r0 + nr), (long long)c0, (long long)(c0 + nc), t->name);
+	for (int64_t r = 0; r < nr; r++)
+		pd_convert_f32(t->dtype, t->data + ((size_t)(r0 + r) * (size_t)cols + (size_t)c0) * es, (size_t)nc,
+			       dst + r * ldd);
+	return 0;
+}
+
+void pd_st_release(const struct pd_st_tensor *t)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t b = ((uintptr_t)t->data + page - 1) & ~(page - 1);
+	uintptr_t e = ((uintptr_t)t->data + t->nbytes) & ~(page - 1);
+
+	if (e > b)
+		madvise((void *)b, e - b, MADV_DONTNEED);
+}
+
+/* ----------------------------------------------------------------------- */
+/* Writer                                                                  */
+/* ----------------------------------------------------------------------- */
+
+struct pd_st_entry {
+	char *name;                     /* tensor name */
+	enum pd_dtype dtype;            /* element type */
+	int ndim;                       /* dimensions */
+	int64_t shape[PD_ST_MAX_DIMS];  /* shape */
+	size_t nbytes;                  /* data size */
+	const void *data;               /* borrowed bytes, or NULL when fill is used */
+	pd_st_fill_fn fill;             /* producer of the bytes at save time */
+	void *fill_ctx;                 /* its argument */
+};
+
+struct pd_st_writer {
+	int n;                          /* entries */
+	struct pd_st_entry *e;          /* entries in insertion order */
+	cJSON *meta;                    /* __metadata__ object */
+};
+
+struct pd_st_writer *pd_st_writer_new(void)
+{
+	struct pd_st_writer *w = pd_calloc(1, sizeof(*w), "writer");
+
+	if (!w)
+		return NULL;
+	w->meta = cJSON_CreateObject();
+	if (!w->meta) {
+		free(w);
+		pd_errorf("out of memory");
+		return NULL;
+	}
+	return w;
+}
+
+void pd_st_writer_free(struct pd_st_writer *w)
+{
+	if (!w)
+		return;
+	for (int i = 0; i < w->n; i++)
+		free(w->e[i].name);
+	free(w->e);
+	cJSON_Delete(w->meta);
+	free(w);
+}
+
+static int pd_st_writer_push(struct pd_st_writer *w, const char *name, enum pd_dtype dt, int ndim,
+			     const int64_t *shape, const void *data, pd_st_fill_fn fill, void *ctx)
+{
+	struct pd_st_entry *ne, *x;
+	size_t numel = 1;
+
+	if (ndim < 0 || ndim > PD_ST_MAX_DIMS)
+		return pd_errorf("writer: tensor '%s' has %d dimensions", name, ndim);
+	for (int i = 0; i < ndim; i++)
+		if (shape[i] < 0 || pd_mul_size(numel, (size_t)shape[i], &numel))
+			return pd_errorf("writer: bad shape for tensor '%s'", name);
+	ne = realloc(w->e, sizeof(*ne) * (size_t)(w->n + 1));
+	if (!ne)
+		return pd_errorf("out of memory");
+	w->e = ne;
+	x = &w->e[w->n];
+	memset(x, 0, sizeof(*x));
+	x->name = pd_strdup(name);
+	if (!x->name)
+		return -1;
+	x->dtype = dt;
+	x->ndim = ndim;
+	memcpy(x->shape, shape, sizeof(int64_t) * (size_t)ndim);
+	if (pd_mul_size(numel, pd_dtype_size(dt), &x->nbytes)) {
+		free(x->name);
+		return -1;
+	}
+	x->data = data;
+	x->fill = fill;
+	x->fill_ctx = ctx;
+	w->n++;
+	return 0;
+}
+
+int pd_st_writer_add(struct pd_st_writer *w, const char *name, enum pd_dtype dt, int ndim,
+		     const int64_t *shape, const void *data)
+{
+	return pd_st_writer_push(w, name, dt, ndim, shape, data, NULL, NULL);
+}
+
+int pd_st_writer_add_fill(struct pd_st_writer *w, const char *name, enum pd_dtype dt, int ndim,
+			  const int64_t *shape, pd_st_fill_fn fill, void *ctx)
+{
+	return pd_st_writer_push(w, name, dt, ndim, shape, NULL, fill, ctx);
+}
+
+int pd_st_writer_meta(struct pd_st_writer *w, const char *key, const char *value)
+{
+	cJSON_DeleteItemFromObjectCaseSensitive(w->meta, key);
+	if (!cJSON_AddStringToObject(w->meta, key, value))
+		return pd_errorf("out of memory");
+	return 0;
+}
+
+static char *pd_st_writer_header(struct pd_st_writer *w, size_t *len)
+{
+	cJSON *root = cJSON_CreateObject();
+	size_t off = 0, n;
+	char *text, *padded;
+
+	if (!root)
+		return NULL;
+	if (cJSON_GetArraySize(w->meta) > 0)
+		cJSON_AddItemReferenceToObject(root, "__metadata__", w->meta);
+	for (int i = 0; i < w->n; i++) {
+		struct pd_st_entry *x = &w->e[i];
+		cJSON *t = cJSON_CreateObject(), *shape = cJSON_CreateArray(), *offs = cJSON_CreateArray();
+
+		if (!t || !shape || !offs) {
+			cJSON_Delete(t);
+			cJSON_Delete(shape);
+			cJSON_Delete(offs);
+			cJSON_Delete(root);
+			return NULL;
+		}
+		cJSON_AddStringToObject(t, "dtype", pd_dtype_name(x->dtype));
+		for (int d = 0; d < x->ndim; d++)
+			cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)x->shape[d]));
+		cJSON_AddItemToObject(t, "shape", shape);
+		cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+		cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(off + x->nbytes)));
+		cJSON_AddItemToObject(t, "data_offsets", offs);
+		cJSON_AddItemToObject(root, x->name, t);
+		off += x->nbytes;
+	}
+	text = cJSON_PrintUnformatted(root);
+	cJSON_Delete(root);
+	if (!text)
+		return NULL;
+	/* Pad with spaces to a multiple of 8 so the data that follows is
+	 * aligned, as the reference writer does. */
+	n = strlen(text);
+	*len = (n + 7) & ~(size_t)7;
+	padded = malloc(*len);
+	if (padded) {
+		memcpy(padded, text, n);
+		memset(padded + n, ' ', *len - n);
+	}
+	free(text);
+	return padded;
+}
+
+static int pd_write_all(FILE *f, const void *p, size_t n, const char *path)
+{
+	if (n && fwrite(p, 1, n, f) != n)
+		return pd_errorf("%s: write failed: %s", path, strerror(errno));
+	return 0;
+}
+
+int pd_st_writer_save(struct pd_st_writer *w, const char *path)
+{
+	char *tmp = pd_strfmt("%s.tmp", path);
+	unsigned char lenbuf[8];
+	size_t hlen = 0;
+	char *header = NULL;
+	FILE *f = NULL;
+	int rc = -1;
+
+	if (!tmp)
+		return -1;
+	header = pd_st_writer_header(w, &hlen);
+	if (!header) {
+		pd_errorf("out of memory writing %s", path);
+		goto out;
+	}
+	f = fopen(tmp, "wb");
+	if (!f) {
+		pd_errorf("%s: %s", tmp, strerror(errno));
+		goto out;
+	}
+	for (int i = 0; i < 8; i++)
+		lenbuf[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+	if (pd_write_all(f, lenbuf, 8, path) || pd_write_all(f, header, hlen, path))
+		goto out;
+	for (int i = 0; i < w->n; i++) {
+		struct pd_st_entry *x = &w->e[i];
+
+		if (x->fill) {
+			void *buf = pd_malloc(x->nbytes, x->name);
+			int frc;
+
+			if (!buf)
+				goto out;
+			frc = x->fill(x->fill_ctx, buf, x->nbytes);
+			if (!frc)
+				frc = pd_write_all(f, buf, x->nbytes, path);
+			free(buf);
+			if (frc)
+				goto out;
+		} else if (pd_write_all(f, x->data, x->nbytes, path)) {
+			goto out;
+		}
+	}
+	if (fclose(f)) {
+		f = NULL;
+		pd_errorf("%s: write failed: %s", path, strerror(errno));
+		goto out;
+	}
+	f = NULL;
+	if (rename(tmp, path)) {
+		pd_errorf("cannot rename %s to %s: %s", tmp, path, strerror(errno));
+		goto out;
+	}
+	rc = 0;
+out:
+	if (f)
+		fclose(f);
+	if (rc)
+		unlink(tmp);
+	free(tmp);
+	free(header);
+	return rc;
+}
+
+int pd_write_file_atomic(const char *path, const void *data, size_t len)
+{
+	char *tmp = pd_strfmt("%s.tmp", path);
+	FILE *f;
+	int rc = -1;
+
+	if (!tmp)
+		return -1;
+	f = fopen(tmp, "wb");
+	if (!f) {
+		pd_errorf("%s: %s", tmp, strerror(errno));
+		goto out;
+	}
+	if (pd_write_all(f, data, len, path)) {
+		fclose(f);
+		goto out_unlink;
+	}
+	if (fclose(f)) {
+		pd_errorf("%s: write failed: %s", path, strerror(errno));
+		goto out_unlink;
+	}
+	if (rename(tmp, path)) {
+		pd_errorf("cannot rename %s to %s: %s", tmp, path, strerror(errno));
+		goto out_unlink;
+	}
+	rc = 0;
+	goto out;
+out_unlink:
+	unlink(tmp);
+out:
+	free(tmp);
+	return rc;
+}

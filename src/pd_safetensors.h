@@ -1,0 +1,140 @@
+/*
+ * pd_safetensors.h - memory-mapped safetensors reader (single files and
+ * sharded "*.safetensors.index.json" sets) and a writer.
+ *
+ * A safetensors file is an 8-byte little-endian header length N, N bytes of
+ * JSON describing each tensor (dtype, shape, byte range relative to the end
+ * of the header), then the raw little-endian data.  Everything in the header
+ * is validated before any tensor is handed out, so that code reading a
+ * tensor can trust shape x dtype == byte range and the range lies inside the
+ * mapping: a hostile file can make pdit refuse, never read out of bounds.
+ *
+ *   struct pd_st *st;
+ *   if (pd_st_open_component(&st, "model/transformer", "diffusion_pytorch_model"))
+ *           fprintf(stderr, "%s\n", pd_last_error());
+ *   const struct pd_st_tensor *t = pd_st_get(st, "x_embedder.weight");
+ *   pd_st_read_block_f32(t, 0, rows, 0, cols, dst, cols);   // converts to f32
+ *   pd_st_close(st);
+ */
+#ifndef PD_SAFETENSORS_H
+#define PD_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PD_ST_MAX_DIMS 8
+/* The Rust reference implementation refuses headers above 100 MB as well. */
+#define PD_ST_MAX_HEADER (100u << 20)
+
+enum pd_dtype {
+	PD_F32,
+	PD_F16,
+	PD_BF16,
+	PD_F64,
+	PD_F8_E4M3,
+	PD_F8_E5M2,
+	PD_I8,
+	PD_U8,
+	PD_I16,
+	PD_U16,
+	PD_I32,
+	PD_U32,
+	PD_I64,
+	PD_U64,
+	PD_BOOL,
+	PD_DTYPE_COUNT
+};
+
+const char *pd_dtype_name(enum pd_dtype dt);
+size_t pd_dtype_size(enum pd_dtype dt);
+/* -1 when the string names no dtype pdit knows. */
+int pd_dtype_from_name(const char *name);
+
+struct pd_st_file;
+
+struct pd_st_tensor {
+	char *name;                     /* tensor name as in the header */
+	enum pd_dtype dtype;            /* element type on disk */
+	int ndim;                       /* number of dimensions, 0..PD_ST_MAX_DIMS */
+	int64_t shape[PD_ST_MAX_DIMS];  /* dimensions, outermost first */
+	int64_t numel;                  /* product of shape (1 for a scalar) */
+	const unsigned char *data;      /* first byte inside the file mapping */
+	size_t nbytes;                  /* numel * element size, checked */
+	const struct pd_st_file *file;  /* the file holding it (for messages) */
+};
+
+/* One opened safetensors file or a set of shards seen as one. */
+struct pd_st {
+	char *path;                     /* file or index path, for messages */
+	int n_files;                    /* number of mapped files */
+	struct pd_st_file **files;      /* the mapped files */
+	int n_tensors;                  /* tensors over all files */
+	struct pd_st_tensor **sorted;   /* all tensors, sorted by name */
+	int n_meta;                     /* __metadata__ entries of the first file */
+	char **meta_keys;               /* their keys */
+	char **meta_vals;               /* their (string) values */
+};
+
+/* Opens PATH: a .safetensors file, or a .safetensors.index.json whose
+ * weight_map names shard files in the same directory. */
+int pd_st_open(struct pd_st **out, const char *path);
+
+/* Opens DIR/STEM.safetensors or, failing that, DIR/STEM.safetensors.index.json
+ * (how diffusers and transformers name a component's weights). */
+int pd_st_open_component(struct pd_st **out, const char *dir, const char *stem);
+
+void pd_st_close(struct pd_st *st);
+
+/* NULL when absent. */
+const struct pd_st_tensor *pd_st_get(const struct pd_st *st, const char *name);
+
+/* Like pd_st_get, but an absent tensor or a shape other than the expected
+ * one (ndim dims; a negative expected dim matches anything) is an error
+ * naming the file and the tensor. */
+int pd_st_require(const struct pd_st *st, const char *name, int ndim, const int64_t *shape,
+		  const struct pd_st_tensor **out);
+
+/* Metadata value for KEY, NULL when absent. */
+const char *pd_st_meta(const struct pd_st *st, const char *key);
+
+/* True for the floating dtypes pd_st_read_* can convert. */
+int pd_dtype_is_float(enum pd_dtype dt);
+
+/* Converts COUNT elements starting at element START to float32. */
+int pd_st_read_f32(const struct pd_st_tensor *t, size_t start, size_t count, float *dst);
+
+/* Reads the block [r0, r0+nr) x [c0, c0+nc) of T seen as a matrix
+ * [shape[0], numel/shape[0]] into DST with row stride LDD, converting to
+ * float32.  Only the bytes of the block are touched, so a rank that needs a
+ * slice of a weight never pages in the rest. */
+int pd_st_read_block_f32(const struct pd_st_tensor *t, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
+			 float *dst, int64_t ldd);
+
+/* Gives the pages that lie wholly inside T's bytes back to the kernel; used
+ * after a weight has been converted into the backend's own layout, so the
+ * weights stay resident once. */
+void pd_st_release(const struct pd_st_tensor *t);
+
+/* Writer: collects tensors, then writes the file in one pass to PATH.tmp
+ * and renames it, so an interrupted run never leaves a half-written file. */
+struct pd_st_writer;
+
+/* Called at save time to produce a tensor's bytes (lets `pdit tiny` write
+ * gigabytes without holding them all). */
+typedef int (*pd_st_fill_fn)(void *ctx, void *dst, size_t nbytes);
+
+struct pd_st_writer *pd_st_writer_new(void);
+void pd_st_writer_free(struct pd_st_writer *w);
+/* DATA is borrowed: it must stay valid until pd_st_writer_save. */
+int pd_st_writer_add(struct pd_st_writer *w, const char *name, enum pd_dtype dt, int ndim,
+		     const int64_t *shape, const void *data);
+/* The bytes come from FILL(CTX, ...) at save time; CTX is borrowed. */
+int pd_st_writer_add_fill(struct pd_st_writer *w, const char *name, enum pd_dtype dt, int ndim,
+			  const int64_t *shape, pd_st_fill_fn fill, void *ctx);
+int pd_st_writer_meta(struct pd_st_writer *w, const char *key, const char *value);
+int pd_st_writer_save(struct pd_st_writer *w, const char *path);
+
+/* Writes PATH atomically from a buffer (PATH.tmp, then rename). */
+int pd_write_file_atomic(const char *path, const void *data, size_t len);
+
+#endif /* PD_SAFETENSORS_H */

@@ -1,0 +1,80 @@
+/*
+ * pd_test.h - a minimal test harness in the manner of sds's testhelp.h.
+ *
+ *   PD_CHECK(cond, "what is being checked %d", x);   // counts and reports
+ *   return pd_test_report();                          // 0 when all passed
+ *
+ * Comparisons state their tolerance and print the measured error, so a
+ * failing run says by how much it failed.
+ */
+#ifndef PD_TEST_H
+#define PD_TEST_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int pd_test_failed;
+static int pd_test_passed;
+
+#define PD_CHECK(cond, ...) \
+	do { \
+		if (cond) { \
+			pd_test_passed++; \
+		} else { \
+			pd_test_failed++; \
+			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+			fprintf(stderr, __VA_ARGS__); \
+			fprintf(stderr, "\n"); \
+		} \
+	} while (0)
+
+static inline int pd_test_report(void)
+{
+	printf("%d checks passed, %d failed\n", pd_test_passed, pd_test_failed);
+	return pd_test_failed ? 1 : 0;
+}
+
+/* max |a - b| / max |ref| (the golden README's measure); NaN anywhere gives
+ * +inf so it can never pass. */
+static inline double pd_rel_err(const float *a, const float *ref, size_t n)
+{
+	double num = 0, den = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		double d = fabs((double)a[i] - (double)ref[i]);
+
+		if (isnan(a[i]) || isnan(ref[i]))
+			return INFINITY;
+		if (d > num)
+			num = d;
+		if (fabs((double)ref[i]) > den)
+			den = fabs((double)ref[i]);
+	}
+	return den > 0 ? num / den : num;
+}
+
+static inline double pd_max_abs_err(const float *a, const float *ref, size_t n)
+{
+	double num = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		double d = fabs((double)a[i] - (double)ref[i]);
+
+		if (isnan(a[i]) || isnan(ref[i]))
+			return INFINITY;
+		if (d > num)
+			num = d;
+	}
+	return num;
+}
+
+/* Fills with NaN so that elements a kernel forgot to write show up. */
+static inline void pd_poison(float *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = NAN;
+}
+
+#endif /* PD_TEST_H */

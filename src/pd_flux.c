@@ -6,6 +6,7 @@
  */
 #include "pd_flux.h"
 #include "pd_config.h"
+#include "pd_loader.h"
 #include "pd_util.h"
 
 #include <math.h>
@@ -144,106 +145,30 @@ out:
 /* Loading                                                                 */
 /* ----------------------------------------------------------------------- */
 
-struct pd_loader {
-	const struct pd_st *st;         /* the weights */
-	struct pd_backend *be;          /* where they go */
-	int failed;                     /* an error has been recorded */
-};
-
-static struct pd_linear *pd_load_linear(struct pd_loader *ld, int64_t n_out, int64_t n_in, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static struct pd_linear *pd_load_linear(struct pd_loader *ld, int64_t n_out, int64_t n_in, const char *fmt, ...)
-{
-	char base[256], name[300];
-	const struct pd_st_tensor *w, *b;
-	int64_t ws[2] = { n_out, n_in }, bs[1] = { n_out };
-	struct pd_linear *l;
-	va_list ap;
-
-	if (ld->failed)
-		return NULL;
-	va_start(ap, fmt);
-	vsnprintf(base, sizeof(base), fmt, ap);
-	va_end(ap);
-	snprintf(name, sizeof(name), "%s.weight", base);
-	if (pd_st_require(ld->st, name, 2, ws, &w))
-		goto fail;
-	snprintf(name, sizeof(name), "%s.bias", base);
-	if (pd_st_require(ld->st, name, 1, bs, &b))
-		goto fail;
-	l = pd_linear_load(ld->be, w, 0, n_out, 0, n_in, b);
-	if (!l)
-		goto fail;
-	return l;
-fail:
-	ld->failed = 1;
-	return NULL;
-}
-
-/* A small vector weight into backend memory. */
-static float *pd_load_vector(struct pd_loader *ld, int64_t n, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static float *pd_load_vector(struct pd_loader *ld, int64_t n, const char *fmt, ...)
-{
-	char name[300];
-	const struct pd_st_tensor *t;
-	float *host, *dev;
-	va_list ap;
-
-	if (ld->failed)
-		return NULL;
-	va_start(ap, fmt);
-	vsnprintf(name, sizeof(name), fmt, ap);
-	va_end(ap);
-	if (pd_st_require(ld->st, name, 1, &n, &t))
-		goto fail;
-	host = pd_malloc((size_t)n * sizeof(float), name);
-	if (!host)
-		goto fail;
-	if (pd_st_read_f32(t, 0, (size_t)n, host)) {
-		free(host);
-		goto fail;
-	}
-	dev = pd_backend_alloc(ld->be, (size_t)n, name);
-	if (dev)
-		ld->be->ops->upload(ld->be, dev, host, (size_t)n);
-	free(host);
-	if (!dev) {
-		pd_backend_check(ld->be);
-		goto fail;
-	}
-	return dev;
-fail:
-	ld->failed = 1;
-	return NULL;
-}
-
 static void pd_flux_load_double(struct pd_loader *ld, const struct pd_flux_config *c, int i,
 				struct pd_flux_double *b)
 {
 	int64_t D = c->dim, M = c->mlp_dim, Dh = c->head_dim;
 	const char *p = "transformer_blocks";
 
-	b->norm1 = pd_load_linear(ld, 6 * D, D, "%s.%d.norm1.linear", p, i);
-	b->norm1_ctx = pd_load_linear(ld, 6 * D, D, "%s.%d.norm1_context.linear", p, i);
-	b->q = pd_load_linear(ld, D, D, "%s.%d.attn.to_q", p, i);
-	b->k = pd_load_linear(ld, D, D, "%s.%d.attn.to_k", p, i);
-	b->v = pd_load_linear(ld, D, D, "%s.%d.attn.to_v", p, i);
-	b->add_q = pd_load_linear(ld, D, D, "%s.%d.attn.add_q_proj", p, i);
-	b->add_k = pd_load_linear(ld, D, D, "%s.%d.attn.add_k_proj", p, i);
-	b->add_v = pd_load_linear(ld, D, D, "%s.%d.attn.add_v_proj", p, i);
-	b->norm_q = pd_load_vector(ld, Dh, "%s.%d.attn.norm_q.weight", p, i);
-	b->norm_k = pd_load_vector(ld, Dh, "%s.%d.attn.norm_k.weight", p, i);
-	b->norm_added_q = pd_load_vector(ld, Dh, "%s.%d.attn.norm_added_q.weight", p, i);
-	b->norm_added_k = pd_load_vector(ld, Dh, "%s.%d.attn.norm_added_k.weight", p, i);
-	b->out = pd_load_linear(ld, D, D, "%s.%d.attn.to_out.0", p, i);
-	b->add_out = pd_load_linear(ld, D, D, "%s.%d.attn.to_add_out", p, i);
-	b->ff1 = pd_load_linear(ld, M, D, "%s.%d.ff.net.0.proj", p, i);
-	b->ff2 = pd_load_linear(ld, D, M, "%s.%d.ff.net.2", p, i);
-	b->ff_ctx1 = pd_load_linear(ld, M, D, "%s.%d.ff_context.net.0.proj", p, i);
-	b->ff_ctx2 = pd_load_linear(ld, D, M, "%s.%d.ff_context.net.2", p, i);
+	b->norm1 = pd_loader_linear(ld, 6 * D, D, "%s.%d.norm1.linear", p, i);
+	b->norm1_ctx = pd_loader_linear(ld, 6 * D, D, "%s.%d.norm1_context.linear", p, i);
+	b->q = pd_loader_linear(ld, D, D, "%s.%d.attn.to_q", p, i);
+	b->k = pd_loader_linear(ld, D, D, "%s.%d.attn.to_k", p, i);
+	b->v = pd_loader_linear(ld, D, D, "%s.%d.attn.to_v", p, i);
+	b->add_q = pd_loader_linear(ld, D, D, "%s.%d.attn.add_q_proj", p, i);
+	b->add_k = pd_loader_linear(ld, D, D, "%s.%d.attn.add_k_proj", p, i);
+	b->add_v = pd_loader_linear(ld, D, D, "%s.%d.attn.add_v_proj", p, i);
+	b->norm_q = pd_loader_vector(ld, Dh, "%s.%d.attn.norm_q.weight", p, i);
+	b->norm_k = pd_loader_vector(ld, Dh, "%s.%d.attn.norm_k.weight", p, i);
+	b->norm_added_q = pd_loader_vector(ld, Dh, "%s.%d.attn.norm_added_q.weight", p, i);
+	b->norm_added_k = pd_loader_vector(ld, Dh, "%s.%d.attn.norm_added_k.weight", p, i);
+	b->out = pd_loader_linear(ld, D, D, "%s.%d.attn.to_out.0", p, i);
+	b->add_out = pd_loader_linear(ld, D, D, "%s.%d.attn.to_add_out", p, i);
+	b->ff1 = pd_loader_linear(ld, M, D, "%s.%d.ff.net.0.proj", p, i);
+	b->ff2 = pd_loader_linear(ld, D, M, "%s.%d.ff.net.2", p, i);
+	b->ff_ctx1 = pd_loader_linear(ld, M, D, "%s.%d.ff_context.net.0.proj", p, i);
+	b->ff_ctx2 = pd_loader_linear(ld, D, M, "%s.%d.ff_context.net.2", p, i);
 }
 
 static void pd_flux_load_single(struct pd_loader *ld, const struct pd_flux_config *c, int i,
@@ -252,14 +177,14 @@ static void pd_flux_load_single(struct pd_loader *ld, const struct pd_flux_confi
 	int64_t D = c->dim, M = c->mlp_dim, Dh = c->head_dim;
 	const char *p = "single_transformer_blocks";
 
-	b->norm = pd_load_linear(ld, 3 * D, D, "%s.%d.norm.linear", p, i);
-	b->q = pd_load_linear(ld, D, D, "%s.%d.attn.to_q", p, i);
-	b->k = pd_load_linear(ld, D, D, "%s.%d.attn.to_k", p, i);
-	b->v = pd_load_linear(ld, D, D, "%s.%d.attn.to_v", p, i);
-	b->norm_q = pd_load_vector(ld, Dh, "%s.%d.attn.norm_q.weight", p, i);
-	b->norm_k = pd_load_vector(ld, Dh, "%s.%d.attn.norm_k.weight", p, i);
-	b->mlp = pd_load_linear(ld, M, D, "%s.%d.proj_mlp", p, i);
-	b->proj_out = pd_load_linear(ld, D, D + M, "%s.%d.proj_out", p, i);
+	b->norm = pd_loader_linear(ld, 3 * D, D, "%s.%d.norm.linear", p, i);
+	b->q = pd_loader_linear(ld, D, D, "%s.%d.attn.to_q", p, i);
+	b->k = pd_loader_linear(ld, D, D, "%s.%d.attn.to_k", p, i);
+	b->v = pd_loader_linear(ld, D, D, "%s.%d.attn.to_v", p, i);
+	b->norm_q = pd_loader_vector(ld, Dh, "%s.%d.attn.norm_q.weight", p, i);
+	b->norm_k = pd_loader_vector(ld, Dh, "%s.%d.attn.norm_k.weight", p, i);
+	b->mlp = pd_loader_linear(ld, M, D, "%s.%d.proj_mlp", p, i);
+	b->proj_out = pd_loader_linear(ld, D, D + M, "%s.%d.proj_out", p, i);
 }
 
 /* FLUX.1 uses an MLP of 4 x dim, but the weights are the authority. */
@@ -292,18 +217,18 @@ int pd_flux_load(struct pd_flux **out, const char *dir, struct pd_backend *be)
 	D = c->dim;
 	ld.st = st;
 	ld.be = be;
-	m->x_embedder = pd_load_linear(&ld, D, c->in_channels, "x_embedder");
-	m->context_embedder = pd_load_linear(&ld, D, c->joint_attention_dim, "context_embedder");
-	m->time1 = pd_load_linear(&ld, D, PD_TIME_CHANNELS, "time_text_embed.timestep_embedder.linear_1");
-	m->time2 = pd_load_linear(&ld, D, D, "time_text_embed.timestep_embedder.linear_2");
+	m->x_embedder = pd_loader_linear(&ld, D, c->in_channels, "x_embedder");
+	m->context_embedder = pd_loader_linear(&ld, D, c->joint_attention_dim, "context_embedder");
+	m->time1 = pd_loader_linear(&ld, D, PD_TIME_CHANNELS, "time_text_embed.timestep_embedder.linear_1");
+	m->time2 = pd_loader_linear(&ld, D, D, "time_text_embed.timestep_embedder.linear_2");
 	if (c->guidance_embeds) {
-		m->guid1 = pd_load_linear(&ld, D, PD_TIME_CHANNELS, "time_text_embed.guidance_embedder.linear_1");
-		m->guid2 = pd_load_linear(&ld, D, D, "time_text_embed.guidance_embedder.linear_2");
+		m->guid1 = pd_loader_linear(&ld, D, PD_TIME_CHANNELS, "time_text_embed.guidance_embedder.linear_1");
+		m->guid2 = pd_loader_linear(&ld, D, D, "time_text_embed.guidance_embedder.linear_2");
 	}
-	m->text1 = pd_load_linear(&ld, D, c->pooled_projection_dim, "time_text_embed.text_embedder.linear_1");
-	m->text2 = pd_load_linear(&ld, D, D, "time_text_embed.text_embedder.linear_2");
-	m->norm_out = pd_load_linear(&ld, 2 * D, D, "norm_out.linear");
-	m->proj_out = pd_load_linear(&ld, c->out_channels, D, "proj_out");
+	m->text1 = pd_loader_linear(&ld, D, c->pooled_projection_dim, "time_text_embed.text_embedder.linear_1");
+	m->text2 = pd_loader_linear(&ld, D, D, "time_text_embed.text_embedder.linear_2");
+	m->norm_out = pd_loader_linear(&ld, 2 * D, D, "norm_out.linear");
+	m->proj_out = pd_loader_linear(&ld, c->out_channels, D, "proj_out");
 	m->dbl = pd_calloc((size_t)c->num_layers + 1, sizeof(*m->dbl), "blocks");
 	m->sgl = pd_calloc((size_t)c->num_single_layers + 1, sizeof(*m->sgl), "blocks");
 	if (!m->dbl || !m->sgl)
@@ -529,7 +454,7 @@ static void pd_flux_dump(struct pd_flux *m, const struct pd_dump *dump, const ch
 	va_end(ap);
 	for (int64_t r = 0; r < rows; r++)
 		m->be->ops->download(m->be, m->host + r * cols, p + r * ld, (size_t)cols);
-	dump->fn(dump->ctx, name, m->host, ndim, shape);
+	dump->fn(dump->ctx, name, dump->index, m->host, ndim, shape);
 }
 
 /* Dumps a plain LayerNorm of X (the golden files record norm2 before the
@@ -776,12 +701,12 @@ static void pd_flux_temb(struct pd_flux *m, const struct pd_flux_input *in, floa
 	if (dump) {
 		int64_t one = 1, half = TC / 2;
 
-		dump->fn(dump->ctx, "emb.timestep_x1000", &t, 1, &one);
-		dump->fn(dump->ctx, "emb.sinusoid_freqs", freqs, 1, &half);
+		dump->fn(dump->ctx, "emb.timestep_x1000", -1, &t, 1, &one);
+		dump->fn(dump->ctx, "emb.sinusoid_freqs", -1, freqs, 1, &half);
 		{
 			int64_t sh[2] = { 1, TC };
 
-			dump->fn(dump->ctx, "emb.time_proj", proj, 2, sh);
+			dump->fn(dump->ctx, "emb.time_proj", dump->index, proj, 2, sh);
 		}
 	}
 	be->ops->upload(be, dproj, proj, (size_t)TC);
@@ -795,8 +720,8 @@ static void pd_flux_temb(struct pd_flux *m, const struct pd_flux_input *in, floa
 		if (dump) {
 			int64_t one = 1, sh[2] = { 1, TC };
 
-			dump->fn(dump->ctx, "emb.guidance_x1000", &g, 1, &one);
-			dump->fn(dump->ctx, "emb.guidance_proj", proj, 2, sh);
+			dump->fn(dump->ctx, "emb.guidance_x1000", -1, &g, 1, &one);
+			dump->fn(dump->ctx, "emb.guidance_proj", dump->index, proj, 2, sh);
 		}
 		be->ops->upload(be, dproj, proj, (size_t)TC);
 		be->ops->linear(be, m->guid1, dproj, TC, 1, h, D, 0);
@@ -865,8 +790,8 @@ int pd_flux_forward(struct pd_flux *m, const struct pd_flux_input *in, float *ou
 	if (dump) {
 		int64_t sh[2] = { S, Dh };
 
-		dump->fn(dump->ctx, "rope.cos", hcos, 2, sh);
-		dump->fn(dump->ctx, "rope.sin", hsin, 2, sh);
+		dump->fn(dump->ctx, "rope.cos", -1, hcos, 2, sh);
+		dump->fn(dump->ctx, "rope.sin", -1, hsin, 2, sh);
 	}
 
 	for (int i = 0; i < c->num_layers; i++) {

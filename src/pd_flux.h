@@ -61,11 +61,14 @@ struct pd_flux_input {
 	float guidance;                 /* distilled guidance scale (3.5); ignored without guidance_embeds */
 };
 
-/* Receives intermediates under the golden file's names (batch dimension 1
- * included in SHAPE). DATA is a host copy valid during the call. */
+/* Receives intermediates under the golden files' names. DATA is a host copy
+ * valid during the call. When INDEX >= 0, DATA is batch entry INDEX alone
+ * (SHAPE[0] == 1); when INDEX < 0 it spans the whole batch (or has no batch
+ * dimension). */
 struct pd_dump {
-	void (*fn)(void *ctx, const char *name, const float *data, int ndim, const int64_t *shape);
-	void *ctx;
+	void (*fn)(void *ctx, const char *name, int64_t index, const float *data, int ndim, const int64_t *shape);
+	void *ctx;                      /* passed back to fn */
+	int64_t index;                  /* batch entry of per-image tensors */
 };
 
 /* Runs the transformer on one image; OUT (host) receives [img_len, out_channels].

@@ -31,7 +31,8 @@ struct compare_ctx {
 	char worst_name[128];
 };
 
-static void compare_dump(void *vctx, const char *name, const float *data, int ndim, const int64_t *shape)
+static void compare_dump(void *vctx, const char *name, int64_t index, const float *data, int ndim,
+			 const int64_t *shape)
 {
 	struct compare_ctx *c = vctx;
 	const struct pd_st_tensor *t = pd_st_get(c->golden, name);
@@ -39,6 +40,7 @@ static void compare_dump(void *vctx, const char *name, const float *data, int nd
 	double err;
 	int same = 1;
 
+	(void)index;	/* forward cases have batch 1 */
 	if (!t)
 		return;	/* pdit records a few tensors the golden files do not */
 	c->seen = realloc(c->seen, sizeof(char *) * (size_t)(c->n_seen + 1));
@@ -112,7 +114,7 @@ static void test_case_f32(const char *dir, const char *file)
 	char path[1024];
 	struct pd_st *st;
 	struct compare_ctx ctx = { 0 };
-	struct pd_dump dump = { compare_dump, &ctx };
+	struct pd_dump dump = { compare_dump, &ctx, 0 };
 	float *out = NULL, *ref = NULL;
 	int64_t n;
 	int missing = 0;

@@ -1,0 +1,135 @@
+/*
+ * pd_args.c - table-driven command-line options.
+ */
+#include "pd_args.h"
+#include "pd_util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void pd_arg_name(const struct pd_arg *a, char *buf, size_t len)
+{
+	if (a->short_name)
+		snprintf(buf, len, "-%c/%s", a->short_name, a->long_name);
+	else
+		snprintf(buf, len, "%s", a->long_name);
+}
+
+static int pd_arg_set(const struct pd_arg *a, const char *v)
+{
+	char name[64], *end;
+
+	pd_arg_name(a, name, sizeof(name));
+	errno = 0;
+	switch (a->type) {
+	case PD_ARG_INT: {
+		long x = strtol(v, &end, 10);
+
+		if (!*v || *end || errno || x < -2147483647L || x > 2147483647L)
+			return pd_errorf("%s expects an integer, got '%s'", name, v);
+		*(int *)a->dest = (int)x;
+		break;
+	}
+	case PD_ARG_U64: {
+		unsigned long long x;
+
+		if (*v == '-')
+			return pd_errorf("%s expects a non-negative integer, got '%s'", name, v);
+		x = strtoull(v, &end, 10);
+		if (!*v || *end || errno)
+			return pd_errorf("%s expects a non-negative integer, got '%s'", name, v);
+		*(uint64_t *)a->dest = (uint64_t)x;
+		break;
+	}
+	case PD_ARG_FLOAT: {
+		double x = strtod(v, &end);
+
+		if (!*v || *end || errno || !isfinite(x))
+			return pd_errorf("%s expects a number, got '%s'", name, v);
+		*(float *)a->dest = (float)x;
+		break;
+	}
+	case PD_ARG_STRING:
+		*(const char **)a->dest = v;
+		break;
+	case PD_ARG_FLAG:
+		*(int *)a->dest = 1;
+		break;
+	}
+	if (a->seen)
+		*a->seen = 1;
+	return 0;
+}
+
+int pd_args_parse(const char *cmd, const struct pd_arg *args, int argc, char **argv, int first, const char **pos,
+		  int max_pos, int *n_pos)
+{
+	*n_pos = 0;
+	for (int i = first; i < argc; i++) {
+		const char *s = argv[i], *val = NULL;
+		const struct pd_arg *a = NULL;
+		char key[128];
+
+		if (strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0)
+			return 1;
+		if (s[0] != '-' || s[1] == 0) {
+			if (*n_pos >= max_pos)
+				return pd_errorf("pdit %s: unexpected argument '%s'", cmd, s);
+			pos[(*n_pos)++] = s;
+			continue;
+		}
+		if (s[1] == '-') {
+			const char *eq = strchr(s, '=');
+			size_t n = eq ? (size_t)(eq - s) : strlen(s);
+
+			if (n >= sizeof(key))
+				return pd_errorf("pdit %s: unknown option '%s'", cmd, s);
+			memcpy(key, s, n);
+			key[n] = 0;
+			if (eq)
+				val = eq + 1;
+			for (const struct pd_arg *p = args; p->long_name; p++)
+				if (strcmp(p->long_name, key) == 0)
+					a = p;
+		} else if (s[2] == 0) {
+			for (const struct pd_arg *p = args; p->long_name; p++)
+				if (p->short_name == s[1])
+					a = p;
+		}
+		if (!a)
+			return pd_errorf("pdit %s: unknown option '%s' (see pdit %s --help)", cmd, s, cmd);
+		if (a->type == PD_ARG_FLAG) {
+			if (val)
+				return pd_errorf("pdit %s: %s takes no value", cmd, a->long_name);
+		} else if (!val) {
+			if (i + 1 >= argc)
+				return pd_errorf("pdit %s: %s needs a value (%s)", cmd, a->long_name, a->metavar);
+			val = argv[++i];
+		}
+		if (pd_arg_set(a, val ? val : ""))
+			return -1;
+	}
+	return 0;
+}
+
+void pd_args_help(const char *usage, const struct pd_arg *args, const char *examples)
+{
+	printf("%s\n\nOptions:\n", usage);
+	for (const struct pd_arg *a = args; a->long_name; a++) {
+		char left[64];
+
+		if (a->short_name)
+			snprintf(left, sizeof(left), "-%c, %s%s%s", a->short_name, a->long_name, a->metavar ? " " : "",
+				 a->metavar ? a->metavar : "");
+		else
+			snprintf(left, sizeof(left), "    %s%s%s", a->long_name, a->metavar ? " " : "",
+				 a->metavar ? a->metavar : "");
+		printf("  %-30s %s\n", left, a->help);
+	}
+	printf("  %-30s %s\n", "-h, --help", "show this help");
+	if (examples)
+		printf("\nExamples:\n%s", examples);
+}

@@ -1,0 +1,114 @@
+/*
+ * pd_loader.c - named weights into backend objects.
+ */
+#include "pd_loader.h"
+#include "pd_util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+struct pd_linear *pd_loader_linear(struct pd_loader *ld, int64_t n_out, int64_t n_in, const char *fmt, ...)
+{
+	char base[256], name[300];
+	const struct pd_st_tensor *w, *b;
+	int64_t ws[2] = { n_out, n_in }, bs[1] = { n_out };
+	struct pd_linear *l;
+	va_list ap;
+
+	if (ld->failed)
+		return NULL;
+	va_start(ap, fmt);
+	vsnprintf(base, sizeof(base), fmt, ap);
+	va_end(ap);
+	snprintf(name, sizeof(name), "%s.weight", base);
+	if (pd_st_require(ld->st, name, 2, ws, &w))
+		goto fail;
+	snprintf(name, sizeof(name), "%s.bias", base);
+	if (pd_st_require(ld->st, name, 1, bs, &b))
+		goto fail;
+	l = pd_linear_load(ld->be, w, 0, n_out, 0, n_in, b);
+	if (!l)
+		goto fail;
+	return l;
+fail:
+	ld->failed = 1;
+	return NULL;
+}
+
+/* Reads a float tensor of exactly SHAPE into a new host buffer. */
+static float *pd_loader_host(struct pd_loader *ld, const char *name, int ndim, const int64_t *shape,
+			     const struct pd_st_tensor **out)
+{
+	const struct pd_st_tensor *t;
+	float *host;
+
+	if (pd_st_require(ld->st, name, ndim, shape, &t))
+		return NULL;
+	host = pd_malloc((size_t)t->numel * sizeof(float), name);
+	if (host && pd_st_read_f32(t, 0, (size_t)t->numel, host)) {
+		free(host);
+		return NULL;
+	}
+	if (out)
+		*out = t;
+	return host;
+}
+
+float *pd_loader_vector(struct pd_loader *ld, int64_t n, const char *fmt, ...)
+{
+	char name[300];
+	float *host, *dev = NULL;
+	va_list ap;
+
+	if (ld->failed)
+		return NULL;
+	va_start(ap, fmt);
+	vsnprintf(name, sizeof(name), fmt, ap);
+	va_end(ap);
+	host = pd_loader_host(ld, name, 1, &n, NULL);
+	if (host) {
+		dev = pd_backend_alloc(ld->be, (size_t)n, name);
+		if (dev)
+			ld->be->ops->upload(ld->be, dev, host, (size_t)n);
+		else
+			pd_backend_check(ld->be);
+		free(host);
+	}
+	if (!dev)
+		ld->failed = 1;
+	return dev;
+}
+
+struct pd_conv *pd_loader_conv(struct pd_loader *ld, int c_out, int c_in, int k, const char *fmt, ...)
+{
+	char base[256], name[300];
+	int64_t ws[4] = { c_out, c_in, k, k }, bs[1] = { c_out };
+	const struct pd_st_tensor *wt = NULL;
+	float *w = NULL, *b = NULL;
+	struct pd_conv *c = NULL;
+	va_list ap;
+
+	if (ld->failed)
+		return NULL;
+	va_start(ap, fmt);
+	vsnprintf(base, sizeof(base), fmt, ap);
+	va_end(ap);
+	snprintf(name, sizeof(name), "%s.weight", base);
+	w = pd_loader_host(ld, name, 4, ws, &wt);
+	snprintf(name, sizeof(name), "%s.bias", base);
+	if (w)
+		b = pd_loader_host(ld, name, 1, bs, NULL);
+	if (b) {
+		c = ld->be->ops->conv_new(ld->be, c_out, c_in, k, w, b);
+		if (!c)
+			pd_errorf("cannot prepare convolution '%s': %s", base, ld->be->error);
+		else
+			pd_st_release(wt);
+	}
+	free(w);
+	free(b);
+	if (!c)
+		ld->failed = 1;
+	return c;
+}

@@ -1,0 +1,31 @@
+/*
+ * pd_loader.h - loading named weights from a safetensors set into backend
+ * objects, checking every shape against the config.
+ *
+ * The first failure is recorded (pd_last_error) and makes later calls
+ * return NULL at once, so a model loader can request all its weights and
+ * check ld.failed once at the end.
+ */
+#ifndef PD_LOADER_H
+#define PD_LOADER_H
+
+#include "pd_backend.h"
+#include "pd_safetensors.h"
+
+struct pd_loader {
+	const struct pd_st *st;         /* the weights */
+	struct pd_backend *be;          /* where they go */
+	int failed;                     /* an error has been recorded */
+};
+
+/* NAME.weight [n_out, n_in] and NAME.bias [n_out]; NAME is a printf format. */
+struct pd_linear *pd_loader_linear(struct pd_loader *ld, int64_t n_out, int64_t n_in, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* A 1-D tensor NAME [n] into backend memory. */
+float *pd_loader_vector(struct pd_loader *ld, int64_t n, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* NAME.weight [c_out, c_in, k, k] and NAME.bias [c_out]. */
+struct pd_conv *pd_loader_conv(struct pd_loader *ld, int c_out, int c_in, int k, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+
+#endif /* PD_LOADER_H */

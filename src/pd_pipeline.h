@@ -1,0 +1,80 @@
+/*
+ * pd_pipeline.h - FluxPipeline's generation loop on embeddings: latent
+ * noise, packing, position ids, the Euler loop with optional true CFG, and
+ * decoding to 8-bit pixels (diffusers pipelines/flux/pipeline_flux.py).
+ *
+ * Image b of a batch is drawn from seed + b, as diffusers does when given
+ * one generator per image seeded seed + b; every image is computed on its
+ * own, so a batch entry equals the batch-1 run of its prompt and seed.
+ */
+#ifndef PD_PIPELINE_H
+#define PD_PIPELINE_H
+
+#include <stdint.h>
+
+#include "pd_flux.h"
+#include "pd_scheduler.h"
+#include "pd_vae.h"
+
+/* Prompt embeddings: what the text encoders produce (or a file holds). */
+struct pd_embeds {
+	int64_t batch;                  /* prompts B */
+	int64_t txt_len;                /* T */
+	int64_t joint_dim;              /* J */
+	int64_t pooled_dim;             /* P */
+	float *prompt;                  /* [B, T, J] prompt_embeds */
+	float *pooled;                  /* [B, P] pooled_prompt_embeds */
+	int64_t neg_txt_len;            /* T of the negative prompt */
+	float *neg_prompt;              /* [B, Tn, J] negative_prompt_embeds, or NULL */
+	float *neg_pooled;              /* [B, P] negative_pooled_prompt_embeds, or NULL */
+};
+
+/* Reads prompt_embeds [B, T, J] and pooled_prompt_embeds [B, P] (the golden
+ * names in.prompt_embeds / in.pooled_prompt_embeds are accepted too), and
+ * the negative pair when present (a batch of 1 is repeated for every
+ * prompt). */
+int pd_embeds_load(struct pd_embeds *e, const char *path);
+/* Checks the widths against the transformer's config. */
+int pd_embeds_check(const struct pd_embeds *e, const struct pd_flux_config *cfg, const char *path);
+void pd_embeds_free(struct pd_embeds *e);
+
+/* Latent geometry for an image of height x width pixels (multiples of 16). */
+struct pd_latent_shape {
+	int channels;                   /* C = in_channels / 4 */
+	int h, w;                       /* unpacked latent size: 2 * (H / 16), 2 * (W / 16) */
+	int64_t tokens;                 /* L = (h / 2) * (w / 2) */
+	int packed_channels;            /* 4 C */
+};
+
+int pd_latent_shape(struct pd_latent_shape *ls, const struct pd_flux_config *cfg, int height, int width);
+/* packed[(i * w/2 + j), ch * 4 + dy * 2 + dx] = latent[ch, 2i + dy, 2j + dx] (PF:520-525). */
+void pd_pack_latents(const struct pd_latent_shape *ls, const float *unpacked, float *packed);
+void pd_unpack_latents(const struct pd_latent_shape *ls, const float *packed, float *unpacked);
+/* ids[n] = (0, i, j) for packed token n = i * w/2 + j (PF:506-517). */
+void pd_image_ids(const struct pd_latent_shape *ls, int n_axes, float *ids);
+/* torch.randn([1, C, h, w], generator=manual_seed(seed)), unpacked. */
+void pd_draw_noise(const struct pd_latent_shape *ls, uint64_t seed, float *unpacked);
+
+struct pd_gen_params {
+	int height, width;              /* image size in pixels */
+	int steps;                      /* denoising steps */
+	float guidance;                 /* distilled guidance scale (guidance-embedded models) */
+	float true_cfg_scale;           /* > 1 with negative embeddings: true CFG */
+	uint64_t seed;                  /* image b uses seed + b */
+};
+
+/* True when the run combines positive and negative predictions. */
+int pd_gen_uses_cfg(const struct pd_gen_params *p, const struct pd_embeds *e);
+
+/* Denoises every image of the batch. INIT: [B, L, 4C] packed initial latents
+ * or NULL to draw them from the seed; LATENTS receives [B, L, 4C]. DUMP may be
+ * NULL; it receives the pipeline tensors under the golden names. */
+int pd_denoise(struct pd_flux *m, struct pd_scheduler *s, const struct pd_embeds *e, const struct pd_gen_params *p,
+	       const float *init, float *latents, const struct pd_dump *dump);
+
+/* Packed latents [L, 4C] of one image -> RGB bytes [H, W, 3] (and, when
+ * DECODED is not NULL, the decoder's float output [3, H, W]). */
+int pd_decode_image(struct pd_vae *v, const struct pd_latent_shape *ls, const float *packed, uint8_t *rgb,
+		    float *decoded, const struct pd_dump *dump);
+
+#endif /* PD_PIPELINE_H */

@@ -1,0 +1,101 @@
+/*
+ * pd_png.c - PNG output through libpng's simplified-free classic API.
+ */
+#include "pd_png.h"
+#include "pd_util.h"
+
+#include <errno.h>
+#include <png.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int pd_png_write(const char *path, const uint8_t *rgb, int width, int height, const char *key, const char *text)
+{
+	char *tmp = pd_strfmt("%s.tmp", path);
+	png_structp png = NULL;
+	png_infop info = NULL;
+	FILE *f = NULL;
+	volatile int rc = -1;
+
+	if (!tmp)
+		return -1;
+	f = fopen(tmp, "wb");
+	if (!f) {
+		pd_errorf("%s: %s", path, strerror(errno));
+		goto out;
+	}
+	png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+	info = png ? png_create_info_struct(png) : NULL;
+	if (!png || !info) {
+		pd_errorf("%s: cannot initialise libpng", path);
+		goto out;
+	}
+	if (setjmp(png_jmpbuf(png))) {
+		pd_errorf("%s: PNG encoding failed", path);
+		goto out;
+	}
+	png_init_io(png, f);
+	png_set_IHDR(png, info, (png_uint_32)width, (png_uint_32)height, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
+		     PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+	if (key && text) {
+		png_text t;
+
+		memset(&t, 0, sizeof(t));
+		t.compression = PNG_TEXT_COMPRESSION_NONE;
+		t.key = (png_charp)key;
+		t.text = (png_charp)text;
+		png_set_text(png, info, &t, 1);
+	}
+	png_write_info(png, info);
+	for (int y = 0; y < height; y++)
+		png_write_row(png, (png_const_bytep)(rgb + (size_t)y * width * 3));
+	png_write_end(png, info);
+	if (fclose(f)) {
+		f = NULL;
+		pd_errorf("%s: write failed: %s", path, strerror(errno));
+		goto out;
+	}
+	f = NULL;
+	if (rename(tmp, path)) {
+		pd_errorf("cannot rename %s to %s: %s", tmp, path, strerror(errno));
+		goto out;
+	}
+	rc = 0;
+out:
+	if (png)
+		png_destroy_write_struct(&png, info ? &info : NULL);
+	if (f)
+		fclose(f);
+	if (rc)
+		unlink(tmp);
+	free(tmp);
+	return rc;
+}
+
+int pd_png_read(const char *path, uint8_t **rgb, int *width, int *height)
+{
+	png_image img;
+	uint8_t *buf;
+
+	memset(&img, 0, sizeof(img));
+	img.version = PNG_IMAGE_VERSION;
+	if (!png_image_begin_read_from_file(&img, path))
+		return pd_errorf("%s: %s", path, img.message);
+	img.format = PNG_FORMAT_RGB;
+	buf = pd_malloc(PNG_IMAGE_SIZE(img), path);
+	if (!buf) {
+		png_image_free(&img);
+		return -1;
+	}
+	if (!png_image_finish_read(&img, NULL, buf, 0, NULL)) {
+		free(buf);
+		return pd_errorf("%s: %s", path, img.message);
+	}
+	*rgb = buf;
+	*width = (int)img.width;
+	*height = (int)img.height;
+	return 0;
+}

@@ -1,0 +1,159 @@
+/*
+ * pd_scheduler.c - FlowMatchEulerDiscreteScheduler (diffusers v0.40, SCH:283-522)
+ * with FluxPipeline's sigmas and mu (PF:73-84, 821-835).
+ */
+#include "pd_scheduler.h"
+#include "pd_config.h"
+#include "pd_util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void pd_scheduler_default(struct pd_scheduler *s, int dynamic)
+{
+	memset(s, 0, sizeof(*s));
+	s->num_train_timesteps = 1000;
+	s->shift = dynamic ? 3.0 : 1.0;
+	s->dynamic = dynamic;
+	s->base_shift = 0.5;
+	s->max_shift = 1.15;
+	s->base_seq = 256;
+	s->max_seq = 4096;
+}
+
+int pd_scheduler_load(struct pd_scheduler *s, const char *dir)
+{
+	static const char *unsupported[] = { "use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas",
+					     "invert_sigmas", "stochastic_sampling" };
+	struct pd_config c;
+	char *path = pd_strfmt("%s/scheduler_config.json", dir);
+	const char *cls = NULL, *tst = NULL;
+	int64_t v;
+	int rc = -1, flag;
+
+	pd_scheduler_default(s, 0);
+	if (!path)
+		return -1;
+	if (!pd_file_exists(path)) {
+		pd_errorf("%s: missing (is %s a scheduler folder?)", path, dir);
+		free(path);
+		return -1;
+	}
+	if (pd_config_load(&c, path)) {
+		free(path);
+		return -1;
+	}
+	if (pd_config_string(&c, "_class_name", 0, "FlowMatchEulerDiscreteScheduler", &cls))
+		goto out;
+	if (strcmp(cls, "FlowMatchEulerDiscreteScheduler") != 0) {
+		pd_errorf("%s: scheduler %s is not supported (pdit implements FlowMatchEulerDiscreteScheduler)",
+			  path, cls);
+		goto out;
+	}
+	for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++) {
+		if (pd_config_bool(&c, unsupported[i], 0, 0, &flag))
+			goto out;
+		if (flag) {
+			pd_errorf("%s: \"%s\": true is not supported", path, unsupported[i]);
+			goto out;
+		}
+	}
+	if (pd_config_has(&c, "shift_terminal")) {
+		pd_errorf("%s: \"shift_terminal\" is not supported", path);
+		goto out;
+	}
+	if (pd_config_int(&c, "num_train_timesteps", 0, 1000, 1, 1000000, &v))
+		goto out;
+	s->num_train_timesteps = (int)v;
+	if (pd_config_double(&c, "shift", 0, 1.0, &s->shift) ||
+	    pd_config_bool(&c, "use_dynamic_shifting", 0, 0, &s->dynamic) ||
+	    pd_config_double(&c, "base_shift", 0, 0.5, &s->base_shift) ||
+	    pd_config_double(&c, "max_shift", 0, 1.15, &s->max_shift) ||
+	    pd_config_double(&c, "base_image_seq_len", 0, 256, &s->base_seq) ||
+	    pd_config_double(&c, "max_image_seq_len", 0, 4096, &s->max_seq) ||
+	    pd_config_string(&c, "time_shift_type", 0, "exponential", &tst))
+		goto out;
+	if (strcmp(tst, "linear") == 0) {
+		s->linear_shift = 1;
+	} else if (strcmp(tst, "exponential") != 0) {
+		pd_errorf("%s: time_shift_type \"%s\" is not supported", path, tst);
+		goto out;
+	}
+	if (s->max_seq == s->base_seq) {
+		pd_errorf("%s: max_image_seq_len equals base_image_seq_len", path);
+		goto out;
+	}
+	rc = 0;
+out:
+	pd_config_free(&c);
+	free(path);
+	return rc;
+}
+
+void pd_scheduler_free(struct pd_scheduler *s)
+{
+	free(s->sigmas_in);
+	free(s->sigmas);
+	free(s->timesteps);
+	s->sigmas_in = s->sigmas = s->timesteps = NULL;
+	s->steps = 0;
+}
+
+int pd_scheduler_set(struct pd_scheduler *s, int steps, int64_t image_seq_len)
+{
+	double m, b, step;
+
+	if (steps < 1)
+		return pd_errorf("--steps must be at least 1");
+	pd_scheduler_free(s);
+	s->sigmas_in = pd_malloc(sizeof(float) * (size_t)steps, "sigmas");
+	s->sigmas = pd_malloc(sizeof(float) * (size_t)(steps + 1), "sigmas");
+	s->timesteps = pd_malloc(sizeof(float) * (size_t)steps, "timesteps");
+	if (!s->sigmas_in || !s->sigmas || !s->timesteps) {
+		pd_scheduler_free(s);
+		return -1;
+	}
+	s->steps = steps;
+	/* PF:73-84, in Python doubles. */
+	m = (s->max_shift - s->base_shift) / (s->max_seq - s->base_seq);
+	b = s->base_shift - m * s->base_seq;
+	s->mu = (double)image_seq_len * m + b;
+	/* np.linspace(1.0, 1/N, N): start + i * step, the last value exact. */
+	step = steps > 1 ? (1.0 / steps - 1.0) / (steps - 1) : 0.0;
+	for (int i = 0; i < steps; i++)
+		s->sigmas_in[i] = (float)(i == steps - 1 ? 1.0 / steps : 1.0 + (double)i * step);
+	/* SCH:343-367 on float32 NumPy arrays: Python scalars are rounded to
+	 * float32 and every operation is a float32 one. */
+	for (int i = 0; i < steps; i++) {
+		float sg = s->sigmas_in[i], out;
+
+		if (s->dynamic) {
+			float e = s->linear_shift ? (float)s->mu : (float)exp(s->mu);
+			float t = 1.0f / sg - 1.0f;
+
+			out = e / (e + t);
+		} else {
+			/* shift - 1 is a Python double before it meets the array */
+			float num = (float)s->shift * sg;
+			float den = 1.0f + (float)(s->shift - 1.0) * sg;
+
+			out = num / den;
+		}
+		s->sigmas[i] = out;
+		s->timesteps[i] = out * (float)s->num_train_timesteps;
+	}
+	s->sigmas[steps] = 0.0f;
+	return 0;
+}
+
+void pd_scheduler_step(const struct pd_scheduler *s, int i, float *x, const float *v, size_t n)
+{
+	float dt = s->sigmas[i + 1] - s->sigmas[i];
+
+	for (size_t k = 0; k < n; k++) {
+		float t = dt * v[k];
+
+		x[k] = x[k] + t;
+	}
+}

@@ -1,0 +1,44 @@
+/*
+ * pd_tiny.h - writes a deterministic random FLUX model folder in the
+ * diffusers layout (model_index.json, transformer/, vae/, scheduler/) and an
+ * embeddings file, so pdit runs end to end with nothing downloaded.
+ *
+ * Every tensor is drawn from PyTorch's generator seeded from the model seed
+ * and the tensor's name, so the files depend only on the options.
+ */
+#ifndef PD_TINY_H
+#define PD_TINY_H
+
+#include <stdint.h>
+
+#include "pd_safetensors.h"
+
+struct pd_tiny_opts {
+	uint64_t seed;                  /* everything is drawn from this */
+	enum pd_dtype dtype;            /* weights on disk: F32, BF16 or F16 */
+	/* transformer */
+	int heads, head_dim;            /* attention heads x channels */
+	int layers, single_layers;      /* double and single blocks */
+	int in_channels;                /* 4 x latent channels */
+	int joint_dim, pooled_dim;      /* text widths */
+	int mlp_ratio;                  /* MLP width = ratio x heads x head_dim */
+	int guidance;                   /* guidance embedder (dev-style) */
+	int axes[3];                    /* RoPE axes; 0 = derived from head_dim */
+	/* VAE */
+	int vae_blocks[4];              /* block_out_channels */
+	int vae_layers;                 /* layers_per_block */
+	int vae_groups;                 /* norm_num_groups */
+	/* embeddings file */
+	int batch;                      /* prompts */
+	int txt_len;                    /* text tokens */
+};
+
+/* The README's default: a small dev-style model (64 wide, 16 latent channels). */
+void pd_tiny_defaults(struct pd_tiny_opts *o);
+/* FLUX.1's real widths (3072 = 24 x 128, MLP 12288, T5 4096, CLIP 768,
+ * 16 latent channels, FLUX VAE) with 2 double and 4 single blocks, bf16. */
+void pd_tiny_flux_width(struct pd_tiny_opts *o);
+
+int pd_tiny_write(const char *dir, const struct pd_tiny_opts *o);
+
+#endif /* PD_TINY_H */

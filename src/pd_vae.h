@@ -1,0 +1,48 @@
+/*
+ * pd_vae.h - the AutoencoderKL decoder as FLUX configures it (diffusers'
+ * Decoder: conv_in, mid block with one-head attention, up blocks of
+ * ResnetBlock2D with nearest 2x upsampling, GroupNorm + SiLU, conv_out).
+ *
+ *   struct pd_vae *v;
+ *   pd_vae_load(&v, "model/vae", be);
+ *   pd_vae_decode(v, z, h, w, img, NULL);  // z [C, h, w] -> img [3, h*f, w*f]
+ *
+ * z is the decoder input: latents / scaling_factor + shift_factor.
+ */
+#ifndef PD_VAE_H
+#define PD_VAE_H
+
+#include "pd_backend.h"
+#include "pd_flux.h"
+
+#define PD_VAE_MAX_BLOCKS 8
+
+struct pd_vae_config {
+	int latent_channels;            /* decoder input channels (16 in FLUX.1) */
+	int out_channels;               /* image channels (3) */
+	int n_blocks;                   /* up blocks = len(block_out_channels) */
+	int block_out[PD_VAE_MAX_BLOCKS]; /* block_out_channels, from the encoder's view */
+	int layers_per_block;           /* resnets per up block minus one */
+	int groups;                     /* norm_num_groups */
+	int mid_attention;              /* mid_block_add_attention */
+	int post_quant_conv;            /* use_post_quant_conv (false for FLUX) */
+	double scaling_factor;          /* latents / scaling_factor ... */
+	double shift_factor;            /* ... + shift_factor = decoder input */
+};
+
+int pd_vae_config_load(struct pd_vae_config *cfg, const char *dir);
+
+struct pd_vae;
+
+int pd_vae_load(struct pd_vae **out, const char *dir, struct pd_backend *be);
+void pd_vae_free(struct pd_vae *v);
+const struct pd_vae_config *pd_vae_get_config(const struct pd_vae *v);
+/* Pixels per latent pixel: 2^(n_blocks - 1). */
+int pd_vae_scale(const struct pd_vae_config *cfg);
+
+/* Decodes one latent Z [latent_channels, h, w] (host) into IMG (host)
+ * [out_channels, h * scale, w * scale]. DUMP (may be NULL) receives
+ * vae.dec.* under the golden names. */
+int pd_vae_decode(struct pd_vae *v, const float *z, int h, int w, float *img, const struct pd_dump *dump);
+
+#endif /* PD_VAE_H */

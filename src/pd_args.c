@@ -77,7 +77,7 @@ int pd_args_parse(const char *cmd, const struct pd_arg *args, int argc, char **a
 			return 1;
 		if (s[0] != '-' || s[1] == 0) {
 			if (*n_pos >= max_pos)
-				return pd_errorf("pdit %s: unexpected argument '%s'", cmd, s);
+				return pd_errorf("%s: unexpected argument '%s'", cmd, s);
 			pos[(*n_pos)++] = s;
 			continue;
 		}
@@ -86,7 +86,7 @@ int pd_args_parse(const char *cmd, const struct pd_arg *args, int argc, char **a
 			size_t n = eq ? (size_t)(eq - s) : strlen(s);
 
 			if (n >= sizeof(key))
-				return pd_errorf("pdit %s: unknown option '%s'", cmd, s);
+				return pd_errorf("%s: unknown option '%s'", cmd, s);
 			memcpy(key, s, n);
 			key[n] = 0;
 			if (eq)
@@ -100,13 +100,13 @@ int pd_args_parse(const char *cmd, const struct pd_arg *args, int argc, char **a
 					a = p;
 		}
 		if (!a)
-			return pd_errorf("pdit %s: unknown option '%s' (see pdit %s --help)", cmd, s, cmd);
+			return pd_errorf("%s: unknown option '%s' (see pdit %s --help)", cmd, s, cmd);
 		if (a->type == PD_ARG_FLAG) {
 			if (val)
-				return pd_errorf("pdit %s: %s takes no value", cmd, a->long_name);
+				return pd_errorf("%s: %s takes no value", cmd, a->long_name);
 		} else if (!val) {
 			if (i + 1 >= argc)
-				return pd_errorf("pdit %s: %s needs a value (%s)", cmd, a->long_name, a->metavar);
+				return pd_errorf("%s: %s needs a value (%s)", cmd, a->long_name, a->metavar);
 			val = argv[++i];
 		}
 		if (pd_arg_set(a, val ? val : ""))

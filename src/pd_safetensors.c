@@ -530,7 +530,8 @@ static void pd_shape_str(char *buf, size_t len, int ndim, const int64_t *shape)
 
 	k += (size_t)snprintf(buf + k, len - k, "[");
 	for (int i = 0; i < ndim && k < len; i++)
-		k += (size_t)snprintf(buf + k, len - k, i ? ", %lld" : "%lld", (long long)shape[i]);
+		k += shape[i] < 0 ? (size_t)snprintf(buf + k, len - k, i ? ", ?" : "?") :
+				    (size_t)snprintf(buf + k, len - k, i ? ", %lld" : "%lld", (long long)shape[i]);
 	if (k < len)
 		snprintf(buf + k, len - k, "]");
 }

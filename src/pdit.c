@@ -57,6 +57,44 @@ static char *pd_output_name(const char *pattern, int64_t b, int64_t batch)
 /* pdit generate                                                           */
 /* ======================================================================= */
 
+/* --init-latents FILE: latents.init [B, L, 4C] (packed), or
+ * latents.init_unpacked [B, C, h, w] as the golden files hold them. */
+static int pd_read_init_latents(const char *path, const struct pd_embeds *e, const struct pd_latent_shape *ls,
+				float **out)
+{
+	int64_t n = e->batch * ls->tokens * ls->packed_channels, per = n / e->batch;
+	const struct pd_st_tensor *t;
+	struct pd_st *st;
+	float *init, *u = NULL;
+	int rc = -1;
+
+	if (pd_st_open(&st, path))
+		return -1;
+	init = pd_malloc((size_t)n * sizeof(float), "initial latents");
+	if (!init)
+		goto out;
+	if ((t = pd_st_get(st, "latents.init")) && t->numel == n) {
+		rc = pd_st_read_f32(t, 0, (size_t)n, init);
+	} else if ((t = pd_st_get(st, "latents.init_unpacked")) && t->numel == n) {
+		u = pd_malloc((size_t)n * sizeof(float), "initial latents");
+		rc = !u || pd_st_read_f32(t, 0, (size_t)n, u) ? -1 : 0;
+		for (int64_t b = 0; !rc && b < e->batch; b++)
+			pd_pack_latents(ls, u + b * per, init + b * per);
+	} else {
+		pd_errorf("%s: needs latents.init [%lld, %lld, %d] or latents.init_unpacked [%lld, %d, %d, %d]", path,
+			  (long long)e->batch, (long long)ls->tokens, ls->packed_channels, (long long)e->batch,
+			  ls->channels, ls->h, ls->w);
+	}
+out:
+	free(u);
+	pd_st_close(st);
+	if (rc)
+		free(init);
+	else
+		*out = init;
+	return rc;
+}
+
 struct pd_generate_args {
 	const char *model, *transformer, *vae, *scheduler;
 	const char *embeds, *output, *out_latents, *init_latents, *dtype;
@@ -170,57 +208,36 @@ static int pd_cmd_generate(int argc, char **argv)
 			  "(diffusers would silently run without true CFG)", a.true_cfg_scale, a.embeds);
 		goto fail;
 	}
+	if (mp.scheduler && pd_scheduler_load(&sched, mp.scheduler))
+		goto fail;
+	if (!mp.scheduler)
+		pd_scheduler_default(&sched, fc.guidance_embeds);
+	if (a.init_latents && pd_read_init_latents(a.init_latents, &e, &ls, &init))
+		goto fail;
+	lat = pd_malloc((size_t)(e.batch * ls.tokens * ls.packed_channels) * sizeof(float), "latents");
+	if (!lat)
+		goto fail;
+
+	/* Load everything before computing anything: a broken VAE must not
+	 * surface after minutes of denoising. */
+	t0 = pd_now();
+	if (pd_backend_cpu_new(&be, dt, a.threads) || pd_flux_load(&m, mp.transformer, be) ||
+	    (mp.vae && pd_vae_load(&v, mp.vae, be)))
+		goto fail;
+	if (v && pd_vae_get_config(v)->latent_channels != ls.channels) {
+		pd_errorf("%s: the VAE has %d latent channels but the transformer makes %d", mp.vae,
+			  pd_vae_get_config(v)->latent_channels, ls.channels);
+		goto fail;
+	}
+	pd_log(2, "pdit: models loaded in %.2f s (%d threads, %s)\n", pd_now() - t0, be->threads, a.dtype);
+	if (!mp.scheduler)
+		pd_log(1, "pdit: note: no scheduler folder; using FLUX.1-%s's settings\n",
+		       fc.guidance_embeds ? "dev" : "schnell");
 	if (e.neg_prompt && a.true_cfg_scale <= 1)
 		pd_log(1, "pdit: note: %s has negative embeddings, unused because --true-cfg-scale is %g (<= 1)\n",
 		       a.embeds, a.true_cfg_scale);
 	if (!fc.guidance_embeds && a.guidance != 3.5f)
 		pd_log(1, "pdit: note: this transformer has no guidance embedding; --guidance is ignored\n");
-	if (mp.scheduler) {
-		if (pd_scheduler_load(&sched, mp.scheduler))
-			goto fail;
-	} else {
-		/* FLUX.1-dev's scheduler shifts by resolution, schnell's does not. */
-		pd_scheduler_default(&sched, fc.guidance_embeds);
-		pd_log(1, "pdit: note: no scheduler folder; using FLUX.1-%s's settings\n",
-		       fc.guidance_embeds ? "dev" : "schnell");
-	}
-	if (a.init_latents) {
-		struct pd_st *st;
-		const struct pd_st_tensor *t;
-		int64_t n = e.batch * ls.tokens * ls.packed_channels;
-
-		if (pd_st_open(&st, a.init_latents))
-			goto fail;
-		init = pd_malloc((size_t)n * sizeof(float), "initial latents");
-		t = pd_st_get(st, "latents.init");
-		if (init && t && t->numel == n) {
-			hr = pd_st_read_f32(t, 0, (size_t)n, init);
-		} else if (init && (t = pd_st_get(st, "latents.init_unpacked")) && t->numel == n) {
-			float *u = pd_malloc((size_t)n * sizeof(float), "initial latents");
-
-			hr = !u || pd_st_read_f32(t, 0, (size_t)n, u);
-			for (int64_t b = 0; !hr && b < e.batch; b++)
-				pd_pack_latents(&ls, u + b * n / e.batch, init + b * n / e.batch);
-			free(u);
-		} else {
-			hr = init ? pd_errorf("%s: needs latents.init [%lld, %lld, %d] or latents.init_unpacked "
-					      "[%lld, %d, %d, %d]", a.init_latents, (long long)e.batch,
-					      (long long)ls.tokens, ls.packed_channels, (long long)e.batch, ls.channels,
-					      ls.h, ls.w) : -1;
-		}
-		pd_st_close(st);
-		if (hr)
-			goto fail;
-	}
-	lat = pd_malloc((size_t)(e.batch * ls.tokens * ls.packed_channels) * sizeof(float), "latents");
-	if (!lat)
-		goto fail;
-
-	t0 = pd_now();
-	if (pd_backend_cpu_new(&be, dt, a.threads) || pd_flux_load(&m, mp.transformer, be))
-		goto fail;
-	pd_log(2, "pdit: transformer %s loaded in %.2f s (%d threads, %s)\n", mp.transformer, pd_now() - t0,
-	       be->threads, a.dtype);
 	pd_log(1, "pdit: %lld image%s %dx%d, %d steps, seed %llu%s\n", (long long)e.batch, e.batch > 1 ? "s" : "",
 	       a.width, a.height, p.steps, (unsigned long long)a.seed,
 	       pd_gen_uses_cfg(&p, &e) ? ", true CFG" : "");
@@ -238,8 +255,11 @@ static int pd_cmd_generate(int argc, char **argv)
 			for (int64_t b = 0; first && b < e.batch; b++) {
 				float *u = pd_malloc((size_t)ls.channels * ls.h * ls.w * sizeof(float), "noise");
 
-				if (!u)
+				if (!u) {
+					free(first);
+					first = NULL;
 					break;
+				}
 				pd_draw_noise(&ls, a.seed + (uint64_t)b, u);
 				pd_pack_latents(&ls, u, first + b * n / e.batch);
 				free(u);
@@ -255,15 +275,13 @@ static int pd_cmd_generate(int argc, char **argv)
 			goto fail;
 		pd_log(1, "pdit: wrote %s\n", a.out_latents);
 	}
-	if (mp.vae) {
+	if (v) {
 		int f;
 		size_t npx;
 		uint8_t *rgb;
 
-		pd_flux_free(m);
+		pd_flux_free(m);	/* the transformer's memory goes before decoding */
 		m = NULL;
-		if (pd_vae_load(&v, mp.vae, be))
-			goto fail;
 		f = pd_vae_scale(pd_vae_get_config(v));
 		npx = (size_t)ls.h * f * ls.w * f;
 		rgb = pd_malloc(npx * 3, "image");
@@ -490,7 +508,7 @@ static const char pd_tiny_examples[] =
 static int pd_cmd_tiny(int argc, char **argv)
 {
 	struct pd_tiny_opts o;
-	const char *dtype = NULL, *pos[1];
+	const char *dtype = NULL, *vae_ch = NULL, *pos[1];
 	int flux_width = 0, no_guidance = 0, n_pos, hr;
 	struct pd_tiny_opts d;
 	const struct pd_arg opts[] = {
@@ -505,6 +523,9 @@ static int pd_cmd_tiny(int argc, char **argv)
 		{ "--pooled-dim", 0, PD_ARG_INT, &d.pooled_dim, "N", "pooled embedding width (default 32)", NULL },
 		{ "--no-guidance", 0, PD_ARG_FLAG, &no_guidance, NULL, "schnell-style: no guidance embedder, unshifted scheduler", NULL },
 		{ "--dtype", 0, PD_ARG_STRING, &dtype, "f32|bf16|f16", "weights on disk (default f32; bf16 with --flux-width)", NULL },
+		{ "--vae-channels", 0, PD_ARG_STRING, &vae_ch, "A,B,C,D", "VAE block_out_channels (default 16,32,32,32)", NULL },
+		{ "--vae-layers", 0, PD_ARG_INT, &d.vae_layers, "N", "VAE layers_per_block (default 1)", NULL },
+		{ "--vae-groups", 0, PD_ARG_INT, &d.vae_groups, "N", "VAE norm_num_groups (default 8)", NULL },
 		{ "--batch", 0, PD_ARG_INT, &d.batch, "N", "prompts in embeds.safetensors (default 1)", NULL },
 		{ "--txt-len", 0, PD_ARG_INT, &d.txt_len, "N", "text tokens in embeds.safetensors (default 16)", NULL },
 		{ 0 },
@@ -532,6 +553,15 @@ static int pd_cmd_tiny(int argc, char **argv)
 	}
 	if (no_guidance)
 		o.guidance = 0;
+	if (vae_ch && sscanf(vae_ch, "%d,%d,%d,%d", &o.vae_blocks[0], &o.vae_blocks[1], &o.vae_blocks[2],
+			     &o.vae_blocks[3]) != 4) {
+		pd_errorf("--vae-channels needs four numbers, like 16,32,32,32");
+		return pd_fail();
+	}
+	if (o.vae_layers < 0 || o.vae_layers > 8 || o.vae_groups < 1) {
+		pd_errorf("--vae-layers must be 0..8 and --vae-groups at least 1");
+		return pd_fail();
+	}
 	if (dtype) {
 		if (strcmp(dtype, "f32") == 0)
 			o.dtype = PD_F32;

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages pdit builds and tests with. Nothing else is
+# downloaded: no vendored code, no pip, no model weights.
+set -euo pipefail
+packages=(
+	build-essential cmake ninja-build pkg-config   # toolchain
+	libdnnl-dev                                    # oneDNN 2.6: matrix products, convolutions
+	libopenmpi-dev openmpi-bin                     # the MPI communicator
+	libcjson-dev                                   # config.json and safetensors headers
+	libpng-dev                                     # PNG output
+	python3 python3-numpy                          # the independent NumPy reference in the tests
+)
+missing=()
+for p in "${packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+	echo "setup: all packages present"
+	exit 0
+fi
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+echo "setup: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

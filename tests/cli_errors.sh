@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Bad input ends in one line naming the problem and a nonzero exit, and
+# leaves no file behind under the requested name.
+# usage: cli_errors.sh PDIT GOLDEN_DIR
+set -u
+pdit=$1 g=$2
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+
+# expect NAME SUBSTRING COMMAND...: nonzero exit, exactly one line on stderr
+# containing SUBSTRING, nothing on stdout.
+expect() {
+	local name=$1 want=$2 rc lines
+	shift 2
+	"$@" > "$tmp/out" 2> "$tmp/err"
+	rc=$?
+	lines=$(grep -c '' "$tmp/err")
+	if [ $rc -eq 0 ]; then
+		echo "FAIL $name: exit status 0"; fail=1
+	elif [ $rc -ge 128 ]; then
+		echo "FAIL $name: killed by a signal ($rc)"; cat "$tmp/err"; fail=1
+	elif [ "$lines" -ne 1 ]; then
+		echo "FAIL $name: $lines lines on stderr, want 1:"; cat "$tmp/err"; fail=1
+	elif ! grep -qF -- "$want" "$tmp/err"; then
+		echo "FAIL $name: message lacks '$want':"; cat "$tmp/err"; fail=1
+	elif [ -s "$tmp/out" ]; then
+		echo "FAIL $name: wrote to stdout"; fail=1
+	else
+		echo "ok   $name: $(cat "$tmp/err")"
+	fi
+}
+
+"$pdit" tiny "$tmp/m" > /dev/null 2>&1 || { echo "FAIL: pdit tiny"; exit 1; }
+E="$tmp/m/embeds.safetensors"
+run=(--model "$tmp/m" --embeds "$E" -H 32 -W 32 --steps 1 -o "$tmp/o.png")
+
+expect "height not a multiple of 16" "multiples of 16" "$pdit" generate "${run[@]}" -H 100
+expect "negative width" "multiples of 16" "$pdit" generate "${run[@]}" -W -16
+expect "non-numeric height" "-H/--height expects an integer" "$pdit" generate "${run[@]}" -H abc
+expect "unknown option" "unknown option '--frobnicate'" "$pdit" generate "${run[@]}" --frobnicate
+expect "missing value" "--steps needs a value" "$pdit" generate "${run[@]}" --steps
+expect "zero steps" "--steps must be at least 1" "$pdit" generate "${run[@]}" --steps 0
+expect "bad dtype" "--dtype must be f32 or bf16" "$pdit" generate "${run[@]}" --dtype f8
+expect "no embeddings" "--embeds" "$pdit" generate --model "$tmp/m" -H 32 -W 32
+expect "missing embeddings file" "nope.safetensors" "$pdit" generate "${run[@]}" --embeds "$tmp/nope.safetensors"
+expect "model folder without model_index.json" "model_index.json" "$pdit" generate "${run[@]}" --model "$tmp"
+expect "unknown command" "unknown command" "$pdit" frobnicate
+
+# a model folder with a missing file
+cp -r "$tmp/m" "$tmp/m2"
+rm "$tmp/m2/transformer/diffusion_pytorch_model.safetensors"
+expect "missing weights file" "diffusion_pytorch_model.safetensors" "$pdit" generate "${run[@]}" --model "$tmp/m2"
+cp -r "$tmp/m" "$tmp/m3"
+rm "$tmp/m3/vae/config.json"
+expect "missing VAE config" "vae/config.json" "$pdit" generate "${run[@]}" --model "$tmp/m3"
+rm -r "$tmp/m3/scheduler"
+expect "model_index names a missing folder" "scheduler" "$pdit" generate "${run[@]}" --model "$tmp/m3"
+
+# corrupt safetensors: truncated, and a header that lies
+cp -r "$tmp/m" "$tmp/m4"
+w="$tmp/m4/transformer/diffusion_pytorch_model.safetensors"
+truncate -s 100000 "$w"
+expect "truncated weights" "diffusion_pytorch_model.safetensors" "$pdit" generate "${run[@]}" --model "$tmp/m4"
+printf '\xff\xff\xff\xff\x00\x00\x00\x00' | dd of="$w" conv=notrunc status=none
+expect "header length beyond the file" "header length" "$pdit" generate "${run[@]}" --model "$tmp/m4"
+
+# a config that does not match its weights
+cp -r "$tmp/m" "$tmp/m5"
+sed -i 's/"num_attention_heads":[[:space:]]*4/"num_attention_heads": 8/' "$tmp/m5/transformer/config.json"
+grep -q '"num_attention_heads": 8' "$tmp/m5/transformer/config.json" || { echo "FAIL: could not edit the config"; fail=1; }
+expect "config not matching the weights" "expected" "$pdit" generate "${run[@]}" --model "$tmp/m5"
+cp -r "$tmp/m" "$tmp/m6"
+echo '{ "in_channels": ' > "$tmp/m6/transformer/config.json"
+expect "malformed config" "config.json" "$pdit" generate "${run[@]}" --model "$tmp/m6"
+
+# embeddings that do not fit the model, true CFG without negatives
+expect "embeddings of another width" "joint_attention_dim" "$pdit" generate "${run[@]}" \
+	--embeds "$g/pipeline-schnell-h48w96.safetensors"
+expect "true CFG without negative embeddings" "negative_prompt_embeds" "$pdit" generate \
+	--transformer "$g/transformer-dev" --vae "$g/vae-dev" --embeds "$g/pipeline-dev-h64w48.safetensors" \
+	-H 32 -W 32 --steps 1 --true-cfg-scale 4 -o "$tmp/o.png"
+
+# forward: missing inputs
+expect "forward without inputs" "--inputs" "$pdit" forward --transformer "$g/transformer-dev" --out "$tmp/x"
+expect "forward inputs of another model" "in.hidden_states" "$pdit" forward --transformer "$g/transformer-dev" \
+	--inputs "$g/forward-schnell-h64w48.safetensors" --out "$tmp/x"
+
+[ -e "$tmp/o.png" ] && { echo "FAIL: a picture was written by a failing run"; fail=1; }
+ls "$tmp"/*.tmp > /dev/null 2>&1 && { echo "FAIL: temporary files left behind"; fail=1; }
+exit $fail

@@ -1,0 +1,133 @@
+/*
+ * st_compare.c - comparisons for the command-line tests.
+ *
+ *   st_compare tensors GOT REF TOL [--all | NAME...]
+ *       max|got - ref| / max|ref| <= TOL for each NAME (--all: every tensor
+ *       of REF except the in.* inputs, each of which GOT must hold)
+ *   st_compare png GOT.png REF TENSOR INDEX MAXDIFF
+ *       PNG pixels against the uint8 tensor's batch entry INDEX [B,H,W,3]
+ *   st_compare meta FILE KEY
+ *       prints a metadata value (exit 1 when absent)
+ */
+#include "pd_png.h"
+#include "pd_safetensors.h"
+#include "pd_test.h"
+#include "pd_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int compare_one(const struct pd_st *got, const struct pd_st *ref, const char *name, double tol)
+{
+	const struct pd_st_tensor *g = pd_st_get(got, name), *r = pd_st_get(ref, name);
+	float *a, *b;
+	double err;
+
+	if (!r) {
+		fprintf(stderr, "FAIL %s: not in the reference\n", name);
+		return 1;
+	}
+	if (!g || g->numel != r->numel) {
+		fprintf(stderr, "FAIL %s: %s\n", name, g ? "size differs" : "missing");
+		return 1;
+	}
+	a = malloc((size_t)g->numel * sizeof(float) + 1);
+	b = malloc((size_t)r->numel * sizeof(float) + 1);
+	if (pd_st_read_f32(g, 0, (size_t)g->numel, a) || pd_st_read_f32(r, 0, (size_t)r->numel, b)) {
+		fprintf(stderr, "FAIL %s: %s\n", name, pd_last_error());
+		free(a);
+		free(b);
+		return 1;
+	}
+	err = pd_rel_err(a, b, (size_t)g->numel);
+	free(a);
+	free(b);
+	if (!(err <= tol)) {
+		fprintf(stderr, "FAIL %s: relative error %.3g > %g\n", name, err, tol);
+		return 1;
+	}
+	printf("ok   %-50s %.2e\n", name, err);
+	return 0;
+}
+
+static int cmd_tensors(int argc, char **argv)
+{
+	struct pd_st *got, *ref;
+	double tol = atof(argv[4]);
+	int bad = 0, n = 0;
+
+	if (pd_st_open(&got, argv[2]) || pd_st_open(&ref, argv[3])) {
+		fprintf(stderr, "%s\n", pd_last_error());
+		return 1;
+	}
+	if (argc > 5 && strcmp(argv[5], "--all") == 0) {
+		for (int i = 0; i < ref->n_tensors; i++) {
+			const char *name = ref->sorted[i]->name;
+
+			if (strncmp(name, "in.", 3) == 0 || !pd_dtype_is_float(ref->sorted[i]->dtype))
+				continue;
+			bad += compare_one(got, ref, name, tol);
+			n++;
+		}
+	} else {
+		for (int i = 5; i < argc; i++, n++)
+			bad += compare_one(got, ref, argv[i], tol);
+	}
+	pd_st_close(got);
+	pd_st_close(ref);
+	printf("%d tensors compared, %d failed\n", n, bad);
+	return bad || n == 0;
+}
+
+static int cmd_png(char **argv)
+{
+	uint8_t *img;
+	int w, h, maxd = 0;
+	long idx = atol(argv[5]), lim = atol(argv[6]);
+	struct pd_st *ref;
+	const struct pd_st_tensor *t;
+
+	if (pd_png_read(argv[2], &img, &w, &h) || pd_st_open(&ref, argv[3])) {
+		fprintf(stderr, "%s\n", pd_last_error());
+		return 1;
+	}
+	t = pd_st_get(ref, argv[4]);
+	if (!t || t->dtype != PD_U8 || t->ndim != 4 || t->shape[1] != h || t->shape[2] != w || t->shape[3] != 3 ||
+	    idx >= t->shape[0]) {
+		fprintf(stderr, "FAIL %s: %s does not match a %dx%d image\n", argv[2], argv[4], w, h);
+		return 1;
+	}
+	for (size_t k = 0; k < (size_t)w * h * 3; k++) {
+		int d = abs((int)img[k] - (int)t->data[(size_t)idx * w * h * 3 + k]);
+
+		maxd = d > maxd ? d : maxd;
+	}
+	free(img);
+	pd_st_close(ref);
+	printf("%s: pixels within %d (limit %ld)\n", argv[2], maxd, lim);
+	return maxd > lim;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc >= 5 && strcmp(argv[1], "tensors") == 0)
+		return cmd_tensors(argc, argv);
+	if (argc == 7 && strcmp(argv[1], "png") == 0)
+		return cmd_png(argv);
+	if (argc == 4 && strcmp(argv[1], "meta") == 0) {
+		struct pd_st *st;
+		const char *v;
+
+		if (pd_st_open(&st, argv[2]))
+			return 1;
+		v = pd_st_meta(st, argv[3]);
+		if (v)
+			printf("%s\n", v);
+		pd_st_close(st);
+		return v ? 0 : 1;
+	}
+	fprintf(stderr, "usage: st_compare tensors GOT REF TOL [--all|NAME...] | png GOT REF TENSOR INDEX MAXDIFF | "
+			"meta FILE KEY\n");
+	return 2;
+}

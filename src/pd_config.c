@@ -32,6 +32,22 @@ int pd_config_load(struct pd_config *c, const char *path)
 	return 0;
 }
 
+int pd_config_load_in(struct pd_config *c, const char *dir, const char *file, const char *what)
+{
+	char *path = pd_strfmt("%s/%s", dir, file);
+	int rc;
+
+	memset(c, 0, sizeof(*c));
+	if (!path)
+		return -1;
+	if (!pd_file_exists(path))
+		rc = pd_errorf("%s: missing (is %s a %s folder?)", path, dir, what);
+	else
+		rc = pd_config_load(c, path);
+	free(path);
+	return rc;
+}
+
 void pd_config_free(struct pd_config *c)
 {
 	cJSON_Delete(c->json);

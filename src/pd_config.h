@@ -17,6 +17,9 @@ struct pd_config {
 
 /* Reads and parses PATH (at most 16 MiB); the root must be an object. */
 int pd_config_load(struct pd_config *c, const char *path);
+/* Reads DIR/FILE; a missing file is reported as "DIR/FILE: missing (is DIR
+ * a WHAT folder?)" so a user sees which folder is wrong. */
+int pd_config_load_in(struct pd_config *c, const char *dir, const char *file, const char *what);
 void pd_config_free(struct pd_config *c);
 
 int pd_config_has(const struct pd_config *c, const char *key);

@@ -74,22 +74,12 @@ struct pd_flux {
 int pd_flux_config_load(struct pd_flux_config *cfg, const char *dir)
 {
 	struct pd_config c;
-	char *path = pd_strfmt("%s/config.json", dir);
 	int64_t v, axes[PD_FLUX_MAX_AXES];
 	int rc = -1, n, sum = 0;
 
 	memset(cfg, 0, sizeof(*cfg));
-	if (!path)
+	if (pd_config_load_in(&c, dir, "config.json", "FLUX transformer"))
 		return -1;
-	if (!pd_file_exists(path)) {
-		pd_errorf("%s: missing (is %s a FLUX transformer folder?)", path, dir);
-		free(path);
-		return -1;
-	}
-	if (pd_config_load(&c, path)) {
-		free(path);
-		return -1;
-	}
 #define GETI(key, req, def, lo, hi, field) \
 	do { \
 		if (pd_config_int(&c, key, req, def, lo, hi, &v)) \
@@ -108,7 +98,7 @@ int pd_flux_config_load(struct pd_flux_config *cfg, const char *dir)
 	if (pd_config_int(&c, "patch_size", 0, 1, 1, 64, &v))
 		goto out;
 	if (v != 1) {
-		pd_errorf("%s: patch_size %lld is not supported (FLUX.1 uses 1)", path, (long long)v);
+		pd_errorf("%s: patch_size %lld is not supported (FLUX.1 uses 1)", c.path, (long long)v);
 		goto out;
 	}
 	if (pd_config_bool(&c, "guidance_embeds", 0, 0, &cfg->guidance_embeds))
@@ -120,16 +110,16 @@ int pd_flux_config_load(struct pd_flux_config *cfg, const char *dir)
 		cfg->axes_dims[i] = (int)axes[i];
 		sum += (int)axes[i];
 		if (axes[i] % 2) {
-			pd_errorf("%s: axes_dims_rope entries must be even", path);
+			pd_errorf("%s: axes_dims_rope entries must be even", c.path);
 			goto out;
 		}
 	}
 	if (sum != cfg->head_dim) {
-		pd_errorf("%s: axes_dims_rope sum to %d but attention_head_dim is %d", path, sum, cfg->head_dim);
+		pd_errorf("%s: axes_dims_rope sum to %d but attention_head_dim is %d", c.path, sum, cfg->head_dim);
 		goto out;
 	}
 	if ((int64_t)cfg->heads * cfg->head_dim > (1 << 20)) {
-		pd_errorf("%s: heads x head_dim is too large", path);
+		pd_errorf("%s: heads x head_dim is too large", c.path);
 		goto out;
 	}
 	cfg->dim = cfg->heads * cfg->head_dim;
@@ -137,7 +127,6 @@ int pd_flux_config_load(struct pd_flux_config *cfg, const char *dir)
 	rc = 0;
 out:
 	pd_config_free(&c);
-	free(path);
 	return rc;
 }
 

@@ -4,40 +4,31 @@
 #include "pd_png.h"
 #include "pd_util.h"
 
-#include <errno.h>
 #include <png.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 int pd_png_write(const char *path, const uint8_t *rgb, int width, int height, const char *key, const char *text)
 {
-	char *tmp = pd_strfmt("%s.tmp", path);
+	struct pd_out_file o;
 	png_structp png = NULL;
 	png_infop info = NULL;
-	FILE *f = NULL;
-	volatile int rc = -1;
 
-	if (!tmp)
+	if (pd_out_open(&o, path))
 		return -1;
-	f = fopen(tmp, "wb");
-	if (!f) {
-		pd_errorf("%s: %s", path, strerror(errno));
-		goto out;
-	}
 	png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
 	info = png ? png_create_info_struct(png) : NULL;
 	if (!png || !info) {
 		pd_errorf("%s: cannot initialise libpng", path);
-		goto out;
+		goto fail;
 	}
 	if (setjmp(png_jmpbuf(png))) {
 		pd_errorf("%s: PNG encoding failed", path);
-		goto out;
+		goto fail;
 	}
-	png_init_io(png, f);
+	png_init_io(png, o.f);
 	png_set_IHDR(png, info, (png_uint_32)width, (png_uint_32)height, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
 		     PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
 	if (key && text) {
@@ -53,26 +44,13 @@ int pd_png_write(const char *path, const uint8_t *rgb, int width, int height, co
 	for (int y = 0; y < height; y++)
 		png_write_row(png, (png_const_bytep)(rgb + (size_t)y * width * 3));
 	png_write_end(png, info);
-	if (fclose(f)) {
-		f = NULL;
-		pd_errorf("%s: write failed: %s", path, strerror(errno));
-		goto out;
-	}
-	f = NULL;
-	if (rename(tmp, path)) {
-		pd_errorf("cannot rename %s to %s: %s", tmp, path, strerror(errno));
-		goto out;
-	}
-	rc = 0;
-out:
+	png_destroy_write_struct(&png, &info);
+	return pd_out_commit(&o);
+fail:
 	if (png)
 		png_destroy_write_struct(&png, info ? &info : NULL);
-	if (f)
-		fclose(f);
-	if (rc)
-		unlink(tmp);
-	free(tmp);
-	return rc;
+	pd_out_abort(&o);
+	return -1;
 }
 
 int pd_png_read(const char *path, uint8_t **rgb, int *width, int *height)

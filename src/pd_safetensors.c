@@ -791,38 +791,24 @@ static char *pd_st_writer_header(struct pd_st_writer *w, size_t *len)
 	return padded;
 }
 
-static int pd_write_all(FILE *f, const void *p, size_t n, const char *path)
-{
-	if (n && fwrite(p, 1, n, f) != n)
-		return pd_errorf("%s: write failed: %s", path, strerror(errno));
-	return 0;
-}
-
 int pd_st_writer_save(struct pd_st_writer *w, const char *path)
 {
-	char *tmp = pd_strfmt("%s.tmp", path);
+	struct pd_out_file o;
 	unsigned char lenbuf[8];
 	size_t hlen = 0;
-	char *header = NULL;
-	FILE *f = NULL;
+	char *header = pd_st_writer_header(w, &hlen);
 	int rc = -1;
 
-	if (!tmp)
+	if (!header)
+		return pd_errorf("out of memory writing %s", path);
+	if (pd_out_open(&o, path)) {
+		free(header);
 		return -1;
-	header = pd_st_writer_header(w, &hlen);
-	if (!header) {
-		pd_errorf("out of memory writing %s", path);
-		goto out;
-	}
-	f = fopen(tmp, "wb");
-	if (!f) {
-		pd_errorf("%s: %s", tmp, strerror(errno));
-		goto out;
 	}
 	for (int i = 0; i < 8; i++)
 		lenbuf[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
-	if (pd_write_all(f, lenbuf, 8, path) || pd_write_all(f, header, hlen, path))
-		goto out;
+	if (pd_out_write(&o, lenbuf, 8) || pd_out_write(&o, header, hlen))
+		goto fail;
 	for (int i = 0; i < w->n; i++) {
 		struct pd_st_entry *x = &w->e[i];
 
@@ -831,68 +817,34 @@ int pd_st_writer_save(struct pd_st_writer *w, const char *path)
 			int frc;
 
 			if (!buf)
-				goto out;
+				goto fail;
 			frc = x->fill(x->fill_ctx, buf, x->nbytes);
 			if (!frc)
-				frc = pd_write_all(f, buf, x->nbytes, path);
+				frc = pd_out_write(&o, buf, x->nbytes);
 			free(buf);
 			if (frc)
-				goto out;
-		} else if (pd_write_all(f, x->data, x->nbytes, path)) {
-			goto out;
+				goto fail;
+		} else if (pd_out_write(&o, x->data, x->nbytes)) {
+			goto fail;
 		}
 	}
-	if (fclose(f)) {
-		f = NULL;
-		pd_errorf("%s: write failed: %s", path, strerror(errno));
-		goto out;
-	}
-	f = NULL;
-	if (rename(tmp, path)) {
-		pd_errorf("cannot rename %s to %s: %s", tmp, path, strerror(errno));
-		goto out;
-	}
-	rc = 0;
-out:
-	if (f)
-		fclose(f);
-	if (rc)
-		unlink(tmp);
-	free(tmp);
 	free(header);
+	return pd_out_commit(&o);
+fail:
+	free(header);
+	pd_out_abort(&o);
 	return rc;
 }
 
 int pd_write_file_atomic(const char *path, const void *data, size_t len)
 {
-	char *tmp = pd_strfmt("%s.tmp", path);
-	FILE *f;
-	int rc = -1;
+	struct pd_out_file o;
 
-	if (!tmp)
+	if (pd_out_open(&o, path))
 		return -1;
-	f = fopen(tmp, "wb");
-	if (!f) {
-		pd_errorf("%s: %s", tmp, strerror(errno));
-		goto out;
+	if (pd_out_write(&o, data, len)) {
+		pd_out_abort(&o);
+		return -1;
 	}
-	if (pd_write_all(f, data, len, path)) {
-		fclose(f);
-		goto out_unlink;
-	}
-	if (fclose(f)) {
-		pd_errorf("%s: write failed: %s", path, strerror(errno));
-		goto out_unlink;
-	}
-	if (rename(tmp, path)) {
-		pd_errorf("cannot rename %s to %s: %s", tmp, path, strerror(errno));
-		goto out_unlink;
-	}
-	rc = 0;
-	goto out;
-out_unlink:
-	unlink(tmp);
-out:
-	free(tmp);
-	return rc;
+	return pd_out_commit(&o);
 }

@@ -27,40 +27,30 @@ int pd_scheduler_load(struct pd_scheduler *s, const char *dir)
 	static const char *unsupported[] = { "use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas",
 					     "invert_sigmas", "stochastic_sampling" };
 	struct pd_config c;
-	char *path = pd_strfmt("%s/scheduler_config.json", dir);
 	const char *cls = NULL, *tst = NULL;
 	int64_t v;
 	int rc = -1, flag;
 
 	pd_scheduler_default(s, 0);
-	if (!path)
+	if (pd_config_load_in(&c, dir, "scheduler_config.json", "scheduler"))
 		return -1;
-	if (!pd_file_exists(path)) {
-		pd_errorf("%s: missing (is %s a scheduler folder?)", path, dir);
-		free(path);
-		return -1;
-	}
-	if (pd_config_load(&c, path)) {
-		free(path);
-		return -1;
-	}
 	if (pd_config_string(&c, "_class_name", 0, "FlowMatchEulerDiscreteScheduler", &cls))
 		goto out;
 	if (strcmp(cls, "FlowMatchEulerDiscreteScheduler") != 0) {
 		pd_errorf("%s: scheduler %s is not supported (pdit implements FlowMatchEulerDiscreteScheduler)",
-			  path, cls);
+			  c.path, cls);
 		goto out;
 	}
 	for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++) {
 		if (pd_config_bool(&c, unsupported[i], 0, 0, &flag))
 			goto out;
 		if (flag) {
-			pd_errorf("%s: \"%s\": true is not supported", path, unsupported[i]);
+			pd_errorf("%s: \"%s\": true is not supported", c.path, unsupported[i]);
 			goto out;
 		}
 	}
 	if (pd_config_has(&c, "shift_terminal")) {
-		pd_errorf("%s: \"shift_terminal\" is not supported", path);
+		pd_errorf("%s: \"shift_terminal\" is not supported", c.path);
 		goto out;
 	}
 	if (pd_config_int(&c, "num_train_timesteps", 0, 1000, 1, 1000000, &v))
@@ -77,17 +67,16 @@ int pd_scheduler_load(struct pd_scheduler *s, const char *dir)
 	if (strcmp(tst, "linear") == 0) {
 		s->linear_shift = 1;
 	} else if (strcmp(tst, "exponential") != 0) {
-		pd_errorf("%s: time_shift_type \"%s\" is not supported", path, tst);
+		pd_errorf("%s: time_shift_type \"%s\" is not supported", c.path, tst);
 		goto out;
 	}
 	if (s->max_seq == s->base_seq) {
-		pd_errorf("%s: max_image_seq_len equals base_image_seq_len", path);
+		pd_errorf("%s: max_image_seq_len equals base_image_seq_len", c.path);
 		goto out;
 	}
 	rc = 0;
 out:
 	pd_config_free(&c);
-	free(path);
 	return rc;
 }
 

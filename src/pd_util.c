@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 int pd_log_level = 1;
 
@@ -190,6 +191,55 @@ int pd_mkdirs(const char *path)
 	}
 	free(p);
 	return 0;
+}
+
+int pd_out_open(struct pd_out_file *o, const char *path)
+{
+	o->path = path;
+	o->tmp = pd_strfmt("%s.tmp", path);
+	o->f = o->tmp ? fopen(o->tmp, "wb") : NULL;
+	if (o->tmp && !o->f) {
+		int rc = pd_errorf("%s: %s", o->tmp, strerror(errno));
+
+		free(o->tmp);
+		o->tmp = NULL;
+		return rc;
+	}
+	return o->f ? 0 : -1;
+}
+
+int pd_out_write(struct pd_out_file *o, const void *data, size_t n)
+{
+	if (n && fwrite(data, 1, n, o->f) != n)
+		return pd_errorf("%s: write failed: %s", o->path, strerror(errno));
+	return 0;
+}
+
+void pd_out_abort(struct pd_out_file *o)
+{
+	if (o->f)
+		fclose(o->f);
+	if (o->tmp)
+		unlink(o->tmp);
+	free(o->tmp);
+	o->f = NULL;
+	o->tmp = NULL;
+}
+
+int pd_out_commit(struct pd_out_file *o)
+{
+	int rc = 0;
+
+	if (fclose(o->f))
+		rc = pd_errorf("%s: write failed: %s", o->path, strerror(errno));
+	o->f = NULL;
+	if (!rc && rename(o->tmp, o->path))
+		rc = pd_errorf("cannot rename %s to %s: %s", o->tmp, o->path, strerror(errno));
+	if (rc)
+		unlink(o->tmp);
+	free(o->tmp);
+	o->tmp = NULL;
+	return rc;
 }
 
 double pd_now(void)

@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define PD_ASSERT(x) \
 	do { \
@@ -48,6 +49,21 @@ int pd_file_exists(const char *path);
 int pd_is_dir(const char *path);
 /* mkdir -p for one path; existing directories are fine. */
 int pd_mkdirs(const char *path);
+
+/* Output files are written to PATH.tmp and renamed when complete, so an
+ * interrupted run never leaves a half-written file under the requested name
+ * and an existing file is only replaced by a complete one. */
+struct pd_out_file {
+	FILE *f;                        /* open on the temporary name */
+	char *tmp;                      /* PATH.tmp */
+	const char *path;               /* the final name (borrowed) */
+};
+int pd_out_open(struct pd_out_file *o, const char *path);
+int pd_out_write(struct pd_out_file *o, const void *data, size_t n);
+/* Closes and renames; on any failure the temporary file is removed. */
+int pd_out_commit(struct pd_out_file *o);
+/* Closes and removes the temporary file (after a failure). */
+void pd_out_abort(struct pd_out_file *o);
 
 double pd_now(void);
 /* Peak resident set size of this process in MiB (from /proc/self/status). */

@@ -47,22 +47,12 @@ struct pd_vae {
 int pd_vae_config_load(struct pd_vae_config *cfg, const char *dir)
 {
 	struct pd_config c;
-	char *path = pd_strfmt("%s/config.json", dir);
 	int64_t v, blocks[PD_VAE_MAX_BLOCKS];
 	int rc = -1, n;
 
 	memset(cfg, 0, sizeof(*cfg));
-	if (!path)
+	if (pd_config_load_in(&c, dir, "config.json", "VAE"))
 		return -1;
-	if (!pd_file_exists(path)) {
-		pd_errorf("%s: missing (is %s a VAE folder?)", path, dir);
-		free(path);
-		return -1;
-	}
-	if (pd_config_load(&c, path)) {
-		free(path);
-		return -1;
-	}
 	if (pd_config_int(&c, "latent_channels", 1, 0, 1, 1 << 14, &v))
 		goto out;
 	cfg->latent_channels = (int)v;
@@ -81,7 +71,7 @@ int pd_vae_config_load(struct pd_vae_config *cfg, const char *dir)
 	for (int i = 0; i < n; i++) {
 		cfg->block_out[i] = (int)blocks[i];
 		if (blocks[i] % cfg->groups) {
-			pd_errorf("%s: block_out_channels %lld not divisible by norm_num_groups %d", path,
+			pd_errorf("%s: block_out_channels %lld not divisible by norm_num_groups %d", c.path,
 				  (long long)blocks[i], cfg->groups);
 			goto out;
 		}
@@ -92,13 +82,12 @@ int pd_vae_config_load(struct pd_vae_config *cfg, const char *dir)
 	    pd_config_double(&c, "shift_factor", 0, 0.0, &cfg->shift_factor))
 		goto out;
 	if (cfg->scaling_factor == 0) {
-		pd_errorf("%s: scaling_factor must not be 0", path);
+		pd_errorf("%s: scaling_factor must not be 0", c.path);
 		goto out;
 	}
 	rc = 0;
 out:
 	pd_config_free(&c);
-	free(path);
 	return rc;
 }
 

@@ -39,26 +39,35 @@ float *pd_backend_alloc(struct pd_backend *be, size_t n, const char *what)
 	return p;
 }
 
-struct pd_linear *pd_linear_load(struct pd_backend *be, const struct pd_st_tensor *w, int64_t r0, int64_t nr,
-				 int64_t c0, int64_t nc, const struct pd_st_tensor *bias)
+struct pd_slice pd_slice_all(int64_t n_out, int64_t n_in)
+{
+	struct pd_slice s = { 0, n_out, { 0, 0 }, { n_in, 0 }, 1 };
+
+	return s;
+}
+
+struct pd_linear *pd_linear_load(struct pd_backend *be, const struct pd_st_tensor *w, const struct pd_slice *s,
+				 const struct pd_st_tensor *bias)
 {
 	struct pd_linear *l = NULL;
+	int64_t cols = s->nc[0] + s->nc[1];
 	float *hw = NULL, *hb = NULL;
 	size_t n;
 
-	if (pd_mul_size((size_t)nr, (size_t)nc, &n))
+	if (pd_mul_size((size_t)s->nr, (size_t)cols, &n))
 		return NULL;
 	hw = pd_malloc(n * sizeof(float), w->name);
 	if (!hw)
 		return NULL;
-	if (pd_st_read_block_f32(w, r0, nr, c0, nc, hw, nc))
+	if (pd_st_read_block_f32(w, s->r0, s->nr, s->c0[0], s->nc[0], hw, cols) ||
+	    (s->nc[1] && pd_st_read_block_f32(w, s->r0, s->nr, s->c0[1], s->nc[1], hw + s->nc[0], cols)))
 		goto out;
-	if (bias) {
-		hb = pd_malloc((size_t)nr * sizeof(float), bias->name);
-		if (!hb || pd_st_read_f32(bias, (size_t)r0, (size_t)nr, hb))
+	if (bias && s->with_bias) {
+		hb = pd_malloc((size_t)s->nr * sizeof(float), bias->name);
+		if (!hb || pd_st_read_f32(bias, (size_t)s->r0, (size_t)s->nr, hb))
 			goto out;
 	}
-	l = be->ops->linear_new(be, nr, nc, hw, nc, hb);
+	l = be->ops->linear_new(be, s->nr, cols, hw, cols, hb);
 	if (!l)
 		pd_errorf("cannot prepare weight '%s': %s", w->name, be->error);
 	else

@@ -96,6 +96,13 @@ struct pd_backend_ops {
 	void (*attention)(struct pd_backend *be, float *out, int64_t ldo, float *lse, const float *q,
 			  int64_t ldq, const float *k, int64_t ldk, const float *v, int64_t ldv, int64_t sq,
 			  int64_t skv, int heads, int head_dim, float scale);
+	/* Ring attention's merge: (out, lse) and (part, plse) are attention
+	 * results over two disjoint key sets, and become the result over their
+	 * union, in f32: out -= sigmoid(plse - lse) (out - part),
+	 * lse = log(e^lse + e^plse). A log-sum-exp of -inf marks an empty key
+	 * set. lse and plse are [heads, sq]. */
+	void (*lse_merge)(struct pd_backend *be, float *out, int64_t ldo, float *lse, const float *part, int64_t ldp,
+			  const float *plse, int64_t sq, int heads, int head_dim);
 	/* GroupNorm over x [c, hw] with `groups` groups and per-channel affine,
 	 * then SiLU when silu != 0. */
 	void (*group_norm)(struct pd_backend *be, float *y, const float *x, int c, int64_t hw, int groups,
@@ -132,11 +139,23 @@ int pd_backend_check(struct pd_backend *be);
 /* Allocation helper that fails the backend when memory is short. */
 float *pd_backend_alloc(struct pd_backend *be, size_t n, const char *what);
 
-/* Loads the block [r0, r0+nr) x [c0, c0+nc) of tensor T (seen as a matrix)
- * into a new linear layer, with bias[b0, b0+nr) of BIAS (may be NULL).  The
- * slice arguments are how tensor parallelism takes its share without reading
- * the rest of the weight. */
-struct pd_linear *pd_linear_load(struct pd_backend *be, const struct pd_st_tensor *w, int64_t r0, int64_t nr,
-				 int64_t c0, int64_t nc, const struct pd_st_tensor *bias);
+/* A part of a weight matrix [n_out, n_in]: rows [r0, r0+nr), and the
+ * concatenation of the column ranges [c0[i], c0[i]+nc[i]) (nc[1] = 0 for one
+ * range). Tensor parallelism takes its share of a weight this way without
+ * reading the rest; two column ranges are the packed split of FLUX's
+ * single-block proj_out, whose input is [attention | MLP]. */
+struct pd_slice {
+	int64_t r0, nr;                 /* output rows */
+	int64_t c0[2], nc[2];           /* input column ranges, concatenated */
+	int with_bias;                  /* load bias[r0, r0+nr) (0: no bias on this part) */
+};
+
+/* The whole matrix, with its bias. */
+struct pd_slice pd_slice_all(int64_t n_out, int64_t n_in);
+
+/* Loads the slice S of W (and of BIAS, when S asks for it) into a new
+ * linear layer. */
+struct pd_linear *pd_linear_load(struct pd_backend *be, const struct pd_st_tensor *w, const struct pd_slice *s,
+				 const struct pd_st_tensor *bias);
 
 #endif /* PD_BACKEND_H */

@@ -694,6 +694,35 @@ static void pd_cpu_attention(struct pd_backend *be, float *out, int64_t ldo, flo
 	}
 }
 
+static void pd_cpu_lse_merge(struct pd_backend *be, float *out, int64_t ldo, float *lse, const float *part,
+			     int64_t ldp, const float *plse, int64_t sq, int heads, int head_dim)
+{
+	if (be->failed)
+		return;
+#pragma omp parallel for collapse(2) schedule(static)
+	for (int h = 0; h < heads; h++) {
+		for (int64_t i = 0; i < sq; i++) {
+			float l1 = lse[(int64_t)h * sq + i], l2 = plse[(int64_t)h * sq + i], w, d;
+			float *o = out + i * ldo + (int64_t)h * head_dim;
+			const float *p = part + i * ldp + (int64_t)h * head_dim;
+
+			if (l2 == -INFINITY)
+				continue;
+			if (l1 == -INFINITY) {
+				memcpy(o, p, sizeof(float) * (size_t)head_dim);
+				lse[(int64_t)h * sq + i] = l2;
+				continue;
+			}
+			/* w = sigmoid(l2 - l1), evaluated without overflow either way */
+			d = l2 - l1;
+			w = d >= 0 ? 1.0f / (1.0f + expf(-d)) : expf(d) / (1.0f + expf(d));
+			for (int c = 0; c < head_dim; c++)
+				o[c] = o[c] - w * (o[c] - p[c]);
+			lse[(int64_t)h * sq + i] = (d >= 0 ? l2 : l1) + log1pf(expf(-fabsf(d)));
+		}
+	}
+}
+
 static void pd_cpu_group_norm(struct pd_backend *be, float *y, const float *x, int c, int64_t hw, int groups,
 			      const float *gamma, const float *beta, float eps, int silu)
 {
@@ -794,6 +823,7 @@ static const struct pd_backend_ops pd_cpu_ops = {
 	.rope = pd_cpu_rope,
 	.gated_add = pd_cpu_gated_add,
 	.attention = pd_cpu_attention,
+	.lse_merge = pd_cpu_lse_merge,
 	.group_norm = pd_cpu_group_norm,
 	.upsample2x = pd_cpu_upsample2x,
 	.transpose = pd_cpu_transpose,

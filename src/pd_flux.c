@@ -41,8 +41,13 @@ struct pd_flux_single {
 };
 
 struct pd_flux {
-	struct pd_flux_config cfg;      /* sizes */
+	struct pd_flux_config cfg;      /* sizes of the whole model */
 	struct pd_backend *be;          /* compute backend (borrowed) */
+	struct pd_flux_shard shard;     /* this process's tensor-parallel share */
+	struct pd_flux_hooks hooks;     /* parallel seams (zeroed: one process) */
+	int heads;                      /* heads held here: cfg.heads / shard.count */
+	int64_t dim;                    /* their width: heads x head_dim */
+	int64_t mlp;                    /* MLP columns held here: cfg.mlp_dim / shard.count */
 	struct pd_linear *x_embedder;   /* in_channels -> D */
 	struct pd_linear *context_embedder; /* joint_attention_dim -> D */
 	struct pd_linear *time1, *time2; /* timestep_embedder MLP */
@@ -57,10 +62,11 @@ struct pd_flux {
 	int64_t cap_seq;                /* tokens the buffers hold */
 	float *x;                       /* [S, D] hidden states, text rows first */
 	float *nx;                      /* [S, D] normalised and modulated */
-	float *q, *k, *v;               /* [S, D] */
-	float *attn;                    /* [S, D] attention output (double blocks) */
-	float *proj;                    /* [S, D] projection outputs */
-	float *wide;                    /* [S, D + M] MLP hidden / single-block concat */
+	float *q, *k, *v;               /* [S, dim] local heads */
+	float *attn;                    /* [S, dim] attention output (double blocks) */
+	float *proj;                    /* [S, D] projection outputs (partial sums under TP) */
+	float *wide;                    /* [S, dim + mlp] MLP hidden / single-block concat */
+	float *modpart;                 /* [6 D / shards] this shard's modulation outputs */
 	float *cos, *sin;               /* [S, head_dim] RoPE tables */
 	float *vec;                     /* small vectors: temb, modulation, embeddings */
 	float *io;                      /* [S, max(in, joint, out channels)] inputs and output */
@@ -134,46 +140,72 @@ out:
 /* Loading                                                                 */
 /* ----------------------------------------------------------------------- */
 
-static void pd_flux_load_double(struct pd_loader *ld, const struct pd_flux_config *c, int i,
-				struct pd_flux_double *b)
+/* The slices of one shard: column-parallel layers keep rows [r0, r0+n) with
+ * their bias; row-parallel ones keep the matching input columns, and the
+ * bias on shard 0 only. */
+static struct pd_slice pd_col_slice(int64_t n_in, int64_t r0, int64_t n)
 {
-	int64_t D = c->dim, M = c->mlp_dim, Dh = c->head_dim;
+	struct pd_slice s = { r0, n, { 0, 0 }, { n_in, 0 }, 1 };
+
+	return s;
+}
+
+static struct pd_slice pd_row_slice(const struct pd_flux *m, int64_t n_out, int64_t c0, int64_t n)
+{
+	struct pd_slice s = { 0, n_out, { c0, 0 }, { n, 0 }, m->shard.rank == 0 };
+
+	return s;
+}
+
+static void pd_flux_load_double(struct pd_loader *ld, const struct pd_flux *m, int i, struct pd_flux_double *b)
+{
+	const struct pd_flux_config *c = &m->cfg;
+	int64_t D = c->dim, M = c->mlp_dim, Dh = c->head_dim, r = m->shard.rank;
+	struct pd_slice qkv = pd_col_slice(D, r * m->dim, m->dim), mod = pd_col_slice(D, r * 6 * D / m->shard.count,
+										       6 * D / m->shard.count);
+	struct pd_slice out = pd_row_slice(m, D, r * m->dim, m->dim), ff1 = pd_col_slice(D, r * m->mlp, m->mlp);
+	struct pd_slice ff2 = pd_row_slice(m, D, r * m->mlp, m->mlp);
 	const char *p = "transformer_blocks";
 
-	b->norm1 = pd_loader_linear(ld, 6 * D, D, "%s.%d.norm1.linear", p, i);
-	b->norm1_ctx = pd_loader_linear(ld, 6 * D, D, "%s.%d.norm1_context.linear", p, i);
-	b->q = pd_loader_linear(ld, D, D, "%s.%d.attn.to_q", p, i);
-	b->k = pd_loader_linear(ld, D, D, "%s.%d.attn.to_k", p, i);
-	b->v = pd_loader_linear(ld, D, D, "%s.%d.attn.to_v", p, i);
-	b->add_q = pd_loader_linear(ld, D, D, "%s.%d.attn.add_q_proj", p, i);
-	b->add_k = pd_loader_linear(ld, D, D, "%s.%d.attn.add_k_proj", p, i);
-	b->add_v = pd_loader_linear(ld, D, D, "%s.%d.attn.add_v_proj", p, i);
+	b->norm1 = pd_loader_linear_slice(ld, 6 * D, D, &mod, "%s.%d.norm1.linear", p, i);
+	b->norm1_ctx = pd_loader_linear_slice(ld, 6 * D, D, &mod, "%s.%d.norm1_context.linear", p, i);
+	b->q = pd_loader_linear_slice(ld, D, D, &qkv, "%s.%d.attn.to_q", p, i);
+	b->k = pd_loader_linear_slice(ld, D, D, &qkv, "%s.%d.attn.to_k", p, i);
+	b->v = pd_loader_linear_slice(ld, D, D, &qkv, "%s.%d.attn.to_v", p, i);
+	b->add_q = pd_loader_linear_slice(ld, D, D, &qkv, "%s.%d.attn.add_q_proj", p, i);
+	b->add_k = pd_loader_linear_slice(ld, D, D, &qkv, "%s.%d.attn.add_k_proj", p, i);
+	b->add_v = pd_loader_linear_slice(ld, D, D, &qkv, "%s.%d.attn.add_v_proj", p, i);
 	b->norm_q = pd_loader_vector(ld, Dh, "%s.%d.attn.norm_q.weight", p, i);
 	b->norm_k = pd_loader_vector(ld, Dh, "%s.%d.attn.norm_k.weight", p, i);
 	b->norm_added_q = pd_loader_vector(ld, Dh, "%s.%d.attn.norm_added_q.weight", p, i);
 	b->norm_added_k = pd_loader_vector(ld, Dh, "%s.%d.attn.norm_added_k.weight", p, i);
-	b->out = pd_loader_linear(ld, D, D, "%s.%d.attn.to_out.0", p, i);
-	b->add_out = pd_loader_linear(ld, D, D, "%s.%d.attn.to_add_out", p, i);
-	b->ff1 = pd_loader_linear(ld, M, D, "%s.%d.ff.net.0.proj", p, i);
-	b->ff2 = pd_loader_linear(ld, D, M, "%s.%d.ff.net.2", p, i);
-	b->ff_ctx1 = pd_loader_linear(ld, M, D, "%s.%d.ff_context.net.0.proj", p, i);
-	b->ff_ctx2 = pd_loader_linear(ld, D, M, "%s.%d.ff_context.net.2", p, i);
+	b->out = pd_loader_linear_slice(ld, D, D, &out, "%s.%d.attn.to_out.0", p, i);
+	b->add_out = pd_loader_linear_slice(ld, D, D, &out, "%s.%d.attn.to_add_out", p, i);
+	b->ff1 = pd_loader_linear_slice(ld, M, D, &ff1, "%s.%d.ff.net.0.proj", p, i);
+	b->ff2 = pd_loader_linear_slice(ld, D, M, &ff2, "%s.%d.ff.net.2", p, i);
+	b->ff_ctx1 = pd_loader_linear_slice(ld, M, D, &ff1, "%s.%d.ff_context.net.0.proj", p, i);
+	b->ff_ctx2 = pd_loader_linear_slice(ld, D, M, &ff2, "%s.%d.ff_context.net.2", p, i);
 }
 
-static void pd_flux_load_single(struct pd_loader *ld, const struct pd_flux_config *c, int i,
-				struct pd_flux_single *b)
+static void pd_flux_load_single(struct pd_loader *ld, const struct pd_flux *m, int i, struct pd_flux_single *b)
 {
-	int64_t D = c->dim, M = c->mlp_dim, Dh = c->head_dim;
+	const struct pd_flux_config *c = &m->cfg;
+	int64_t D = c->dim, M = c->mlp_dim, Dh = c->head_dim, r = m->shard.rank;
+	struct pd_slice qkv = pd_col_slice(D, r * m->dim, m->dim), mlp = pd_col_slice(D, r * m->mlp, m->mlp);
+	struct pd_slice mod = pd_col_slice(D, r * 3 * D / m->shard.count, 3 * D / m->shard.count);
+	/* proj_out reads [attention D | MLP M]: this shard's heads in the first
+	 * block and its MLP columns in the second, never one contiguous range */
+	struct pd_slice out = { 0, D, { r * m->dim, D + r * m->mlp }, { m->dim, m->mlp }, r == 0 };
 	const char *p = "single_transformer_blocks";
 
-	b->norm = pd_loader_linear(ld, 3 * D, D, "%s.%d.norm.linear", p, i);
-	b->q = pd_loader_linear(ld, D, D, "%s.%d.attn.to_q", p, i);
-	b->k = pd_loader_linear(ld, D, D, "%s.%d.attn.to_k", p, i);
-	b->v = pd_loader_linear(ld, D, D, "%s.%d.attn.to_v", p, i);
+	b->norm = pd_loader_linear_slice(ld, 3 * D, D, &mod, "%s.%d.norm.linear", p, i);
+	b->q = pd_loader_linear_slice(ld, D, D, &qkv, "%s.%d.attn.to_q", p, i);
+	b->k = pd_loader_linear_slice(ld, D, D, &qkv, "%s.%d.attn.to_k", p, i);
+	b->v = pd_loader_linear_slice(ld, D, D, &qkv, "%s.%d.attn.to_v", p, i);
 	b->norm_q = pd_loader_vector(ld, Dh, "%s.%d.attn.norm_q.weight", p, i);
 	b->norm_k = pd_loader_vector(ld, Dh, "%s.%d.attn.norm_k.weight", p, i);
-	b->mlp = pd_loader_linear(ld, M, D, "%s.%d.proj_mlp", p, i);
-	b->proj_out = pd_loader_linear(ld, D, D + M, "%s.%d.proj_out", p, i);
+	b->mlp = pd_loader_linear_slice(ld, M, D, &mlp, "%s.%d.proj_mlp", p, i);
+	b->proj_out = pd_loader_linear_slice(ld, D, D + M, &out, "%s.%d.proj_out", p, i);
 }
 
 /* FLUX.1 uses an MLP of 4 x dim, but the weights are the authority. */
@@ -190,22 +222,40 @@ static int pd_flux_mlp_dim(const struct pd_st *st, struct pd_flux_config *c)
 
 int pd_flux_load(struct pd_flux **out, const char *dir, struct pd_backend *be)
 {
+	return pd_flux_load_shard(out, dir, be, NULL);
+}
+
+int pd_flux_load_shard(struct pd_flux **out, const char *dir, struct pd_backend *be, const struct pd_flux_shard *shard)
+{
 	struct pd_flux *m = pd_calloc(1, sizeof(*m), "model");
 	struct pd_st *st = NULL;
 	struct pd_loader ld = { 0 };
 	struct pd_flux_config *c;
+	struct pd_slice nout;
 	int64_t D;
 
 	if (!m)
 		return -1;
 	m->be = be;
+	m->shard.rank = shard ? shard->rank : 0;
+	m->shard.count = shard ? shard->count : 1;
 	c = &m->cfg;
 	if (pd_flux_config_load(c, dir) || pd_st_open_component(&st, dir, "diffusion_pytorch_model"))
 		goto fail;
 	pd_flux_mlp_dim(st, c);
+	if (m->shard.count < 1 || m->shard.rank < 0 || m->shard.rank >= m->shard.count ||
+	    c->heads % m->shard.count || c->mlp_dim % m->shard.count) {
+		pd_errorf("%s: %d heads and an MLP of %d cannot be split %d ways", dir, c->heads, c->mlp_dim,
+			  m->shard.count);
+		goto fail;
+	}
+	m->heads = c->heads / m->shard.count;
+	m->dim = (int64_t)m->heads * c->head_dim;
+	m->mlp = c->mlp_dim / m->shard.count;
 	D = c->dim;
 	ld.st = st;
 	ld.be = be;
+	/* embedders are replicated: small, and needed by every shard whole */
 	m->x_embedder = pd_loader_linear(&ld, D, c->in_channels, "x_embedder");
 	m->context_embedder = pd_loader_linear(&ld, D, c->joint_attention_dim, "context_embedder");
 	m->time1 = pd_loader_linear(&ld, D, PD_TIME_CHANNELS, "time_text_embed.timestep_embedder.linear_1");
@@ -216,16 +266,17 @@ int pd_flux_load(struct pd_flux **out, const char *dir, struct pd_backend *be)
 	}
 	m->text1 = pd_loader_linear(&ld, D, c->pooled_projection_dim, "time_text_embed.text_embedder.linear_1");
 	m->text2 = pd_loader_linear(&ld, D, D, "time_text_embed.text_embedder.linear_2");
-	m->norm_out = pd_loader_linear(&ld, 2 * D, D, "norm_out.linear");
+	nout = pd_col_slice(D, m->shard.rank * 2 * D / m->shard.count, 2 * D / m->shard.count);
+	m->norm_out = pd_loader_linear_slice(&ld, 2 * D, D, &nout, "norm_out.linear");
 	m->proj_out = pd_loader_linear(&ld, c->out_channels, D, "proj_out");
 	m->dbl = pd_calloc((size_t)c->num_layers + 1, sizeof(*m->dbl), "blocks");
 	m->sgl = pd_calloc((size_t)c->num_single_layers + 1, sizeof(*m->sgl), "blocks");
 	if (!m->dbl || !m->sgl)
 		goto fail;
 	for (int i = 0; i < c->num_layers && !ld.failed; i++)
-		pd_flux_load_double(&ld, c, i, &m->dbl[i]);
+		pd_flux_load_double(&ld, m, i, &m->dbl[i]);
 	for (int i = 0; i < c->num_single_layers && !ld.failed; i++)
-		pd_flux_load_single(&ld, c, i, &m->sgl[i]);
+		pd_flux_load_single(&ld, m, i, &m->sgl[i]);
 	if (ld.failed)
 		goto fail;
 	pd_st_close(st);
@@ -237,11 +288,19 @@ fail:
 	return -1;
 }
 
+void pd_flux_set_hooks(struct pd_flux *m, const struct pd_flux_hooks *hooks)
+{
+	if (hooks)
+		m->hooks = *hooks;
+	else
+		memset(&m->hooks, 0, sizeof(m->hooks));
+}
+
 static void pd_flux_free_buffers(struct pd_flux *m)
 {
 	struct pd_backend *be = m->be;
 	float **bufs[] = { &m->x, &m->nx, &m->q, &m->k, &m->v, &m->attn, &m->proj, &m->wide, &m->cos, &m->sin,
-			   &m->vec, &m->io };
+			   &m->vec, &m->io, &m->modpart };
 
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
 		if (*bufs[i])
@@ -390,9 +449,8 @@ void pd_rope_tables(const struct pd_flux_config *cfg, const float *ids, int64_t 
 static int pd_flux_reserve(struct pd_flux *m, int64_t S)
 {
 	struct pd_backend *be = m->be;
-	int64_t D = m->cfg.dim, W = m->cfg.dim + m->cfg.mlp_dim, Dh = m->cfg.head_dim;
-	int64_t io_w = m->cfg.in_channels;
-	size_t host_n;
+	int64_t D = m->cfg.dim, W = m->dim + m->mlp, Dh = m->cfg.head_dim;
+	int64_t io_w = m->cfg.in_channels, host_w;
 
 	if (m->cfg.joint_attention_dim > io_w)
 		io_w = m->cfg.joint_attention_dim;
@@ -402,29 +460,65 @@ static int pd_flux_reserve(struct pd_flux *m, int64_t S)
 		io_w = m->cfg.pooled_projection_dim;
 	if (PD_TIME_CHANNELS > io_w)
 		io_w = PD_TIME_CHANNELS;
+	if (S < 1)
+		S = 1;
 	if (S <= m->cap_seq)
 		return 0;
 	pd_flux_free_buffers(m);
 	m->x = pd_backend_alloc(be, (size_t)(S * D), "hidden states");
 	m->nx = pd_backend_alloc(be, (size_t)(S * D), "normalised states");
-	m->q = pd_backend_alloc(be, (size_t)(S * D), "queries");
-	m->k = pd_backend_alloc(be, (size_t)(S * D), "keys");
-	m->v = pd_backend_alloc(be, (size_t)(S * D), "values");
-	m->attn = pd_backend_alloc(be, (size_t)(S * D), "attention output");
+	m->q = pd_backend_alloc(be, (size_t)(S * m->dim), "queries");
+	m->k = pd_backend_alloc(be, (size_t)(S * m->dim), "keys");
+	m->v = pd_backend_alloc(be, (size_t)(S * m->dim), "values");
+	m->attn = pd_backend_alloc(be, (size_t)(S * m->dim), "attention output");
 	m->proj = pd_backend_alloc(be, (size_t)(S * D), "projections");
 	m->wide = pd_backend_alloc(be, (size_t)(S * W), "MLP activations");
 	m->cos = pd_backend_alloc(be, (size_t)(S * Dh), "RoPE table");
 	m->sin = pd_backend_alloc(be, (size_t)(S * Dh), "RoPE table");
 	m->vec = pd_backend_alloc(be, (size_t)(32 * D + 4 * PD_TIME_CHANNELS), "embeddings");
 	m->io = pd_backend_alloc(be, (size_t)(S * io_w), "inputs");
-	host_n = (size_t)(S * (W > 2 * Dh ? W : 2 * Dh));
-	m->host = pd_malloc(host_n * sizeof(float), "host staging");
+	m->modpart = pd_backend_alloc(be, (size_t)(6 * D), "modulation");
+	host_w = W > D ? W : D;
+	host_w = host_w > 2 * Dh ? host_w : 2 * Dh;
+	m->host = pd_malloc((size_t)(S * host_w) * sizeof(float), "host staging");
 	if (!m->host)
 		return -1;
 	if (pd_backend_check(be))
 		return -1;
 	m->cap_seq = S;
 	return 0;
+}
+
+/* A hook's failure becomes the backend's sticky error, so the block-boundary
+ * checks see it like any other. */
+static void pd_flux_hook_result(struct pd_flux *m, int rc)
+{
+	if (rc)
+		pd_backend_fail(m->be, "%s", pd_last_error());
+}
+
+/* Sums the partial results of a row-parallel layer over the shards. */
+static void pd_flux_reduce(struct pd_flux *m, float *buf, size_t n)
+{
+	if (m->shard.count > 1 && !m->be->failed)
+		pd_flux_hook_result(m, m->hooks.reduce(m->hooks.shard_ctx, buf, n));
+}
+
+/* OUT [n_full] = modulation linear(silu(temb)); each shard computes its part
+ * of the outputs and the parts are gathered in shard order. */
+static void pd_flux_modulation(struct pd_flux *m, struct pd_linear *l, const float *silu_temb, int64_t n_full,
+			       float *out)
+{
+	struct pd_backend *be = m->be;
+	int64_t D = m->cfg.dim, part = n_full / m->shard.count;
+
+	if (m->shard.count == 1) {
+		be->ops->linear(be, l, silu_temb, D, 1, out, n_full, 0);
+		return;
+	}
+	be->ops->linear(be, l, silu_temb, D, 1, m->modpart, part, 0);
+	if (!be->failed)
+		pd_flux_hook_result(m, m->hooks.gather(m->hooks.shard_ctx, m->modpart, (size_t)part, out));
 }
 
 /* Downloads a [rows, cols] block with row stride ld and hands it to the dump
@@ -459,45 +553,52 @@ static void pd_flux_dump_ln(struct pd_flux *m, const struct pd_dump *dump, const
 	pd_flux_dump(m, dump, name, tmp, D, rows, D, 3, (int64_t)1, rows, D);
 }
 
-/* q, k, v for rows [r0, r0+n) of the joint sequence from nx, then per-head
- * RMSNorm with the given weights. */
+/* q, k, v (this shard's heads) for rows [r0, r0+n) of the joint sequence
+ * from nx, then per-head RMSNorm with the given weights. */
 static void pd_flux_qkv(struct pd_flux *m, int64_t r0, int64_t n, struct pd_linear *lq, struct pd_linear *lk,
 			struct pd_linear *lv, const float *wq, const float *wk)
 {
 	struct pd_backend *be = m->be;
-	int64_t D = m->cfg.dim;
+	int64_t D = m->cfg.dim, W = m->dim;
 
-	be->ops->linear(be, lq, m->nx + r0 * D, D, n, m->q + r0 * D, D, 0);
-	be->ops->linear(be, lk, m->nx + r0 * D, D, n, m->k + r0 * D, D, 0);
-	be->ops->linear(be, lv, m->nx + r0 * D, D, n, m->v + r0 * D, D, 0);
-	be->ops->rmsnorm_heads(be, m->q + r0 * D, D, n, m->cfg.heads, m->cfg.head_dim, wq, PD_FLUX_EPS);
-	be->ops->rmsnorm_heads(be, m->k + r0 * D, D, n, m->cfg.heads, m->cfg.head_dim, wk, PD_FLUX_EPS);
+	be->ops->linear(be, lq, m->nx + r0 * D, D, n, m->q + r0 * W, W, 0);
+	be->ops->linear(be, lk, m->nx + r0 * D, D, n, m->k + r0 * W, W, 0);
+	be->ops->linear(be, lv, m->nx + r0 * D, D, n, m->v + r0 * W, W, 0);
+	be->ops->rmsnorm_heads(be, m->q + r0 * W, W, n, m->heads, m->cfg.head_dim, wq, PD_FLUX_EPS);
+	be->ops->rmsnorm_heads(be, m->k + r0 * W, W, n, m->heads, m->cfg.head_dim, wk, PD_FLUX_EPS);
 }
 
-/* RoPE on q and k, then attention of all S queries over all S keys into
- * OUT (row stride ldo). */
+/* RoPE on q and k, then attention of this process's S tokens over the whole
+ * sequence (through the attention seam when one is set) into OUT (row
+ * stride ldo). */
 static void pd_flux_attend(struct pd_flux *m, int64_t S, float *out, int64_t ldo, const struct pd_dump *dump,
 			   const char *prefix)
 {
 	struct pd_backend *be = m->be;
-	int64_t D = m->cfg.dim, H = m->cfg.heads, Dh = m->cfg.head_dim;
+	int64_t W = m->dim, H = m->heads, Dh = m->cfg.head_dim;
 	char name[96];
 
-	be->ops->rope(be, m->q, D, S, (int)H, (int)Dh, m->cos, m->sin);
-	be->ops->rope(be, m->k, D, S, (int)H, (int)Dh, m->cos, m->sin);
+	be->ops->rope(be, m->q, W, S, (int)H, (int)Dh, m->cos, m->sin);
+	be->ops->rope(be, m->k, W, S, (int)H, (int)Dh, m->cos, m->sin);
 	if (dump) {
 		snprintf(name, sizeof(name), "%s.attn.q_rope", prefix);
-		pd_flux_dump(m, dump, name, m->q, D, S, D, 4, (int64_t)1, S, H, Dh);
+		pd_flux_dump(m, dump, name, m->q, W, S, W, 4, (int64_t)1, S, H, Dh);
 		snprintf(name, sizeof(name), "%s.attn.k_rope", prefix);
-		pd_flux_dump(m, dump, name, m->k, D, S, D, 4, (int64_t)1, S, H, Dh);
+		pd_flux_dump(m, dump, name, m->k, W, S, W, 4, (int64_t)1, S, H, Dh);
 		snprintf(name, sizeof(name), "%s.attn.v", prefix);
-		pd_flux_dump(m, dump, name, m->v, D, S, D, 4, (int64_t)1, S, H, Dh);
+		pd_flux_dump(m, dump, name, m->v, W, S, W, 4, (int64_t)1, S, H, Dh);
 	}
-	be->ops->attention(be, out, ldo, NULL, m->q, D, m->k, D, m->v, D, S, S, (int)H, (int)Dh,
-			   1.0f / sqrtf((float)Dh));
+	if (m->hooks.attention) {
+		if (!be->failed)
+			pd_flux_hook_result(m, m->hooks.attention(m->hooks.attention_ctx, be, out, ldo, m->q, m->k, m->v,
+								  W, S, (int)H, (int)Dh));
+	} else {
+		be->ops->attention(be, out, ldo, NULL, m->q, W, m->k, W, m->v, W, S, S, (int)H, (int)Dh,
+				   1.0f / sqrtf((float)Dh));
+	}
 	if (dump) {
 		snprintf(name, sizeof(name), "%s.attn.sdpa_out", prefix);
-		pd_flux_dump(m, dump, name, out, ldo, S, D, 4, (int64_t)1, S, H, Dh);
+		pd_flux_dump(m, dump, name, out, ldo, S, W, 4, (int64_t)1, S, H, Dh);
 	}
 }
 
@@ -534,23 +635,19 @@ static void pd_flux_dump_norm1(struct pd_flux *m, const struct pd_dump *dump, co
 	pd_flux_dump(m, dump, name, md->gate_mlp, D, 1, D, 2, (int64_t)1, D);
 }
 
-/* The feed-forward half of a double block for one stream (rows [r0, r0+n)):
- * x += gate_mlp * FF(LN(x) (1 + scale_mlp) + shift_mlp). */
+/* The feed-forward input of one stream (rows [r0, r0+n)) and its output,
+ * before the reduction over shards: proj = FF(LN(x) (1 + scale) + shift). */
 static void pd_flux_ff(struct pd_flux *m, int64_t r0, int64_t n, const struct pd_mod6 *md, struct pd_linear *ff1,
-		       struct pd_linear *ff2, const struct pd_dump *dump, const char *norm_name,
-		       const char *ff_name)
+		       struct pd_linear *ff2, const struct pd_dump *dump, const char *norm_name)
 {
 	struct pd_backend *be = m->be;
-	int64_t D = m->cfg.dim, M = m->cfg.mlp_dim;
+	int64_t D = m->cfg.dim, M = m->mlp;
 
 	pd_flux_dump_ln(m, dump, norm_name, m->x + r0 * D, n, m->nx + r0 * D);
 	be->ops->layernorm_mod(be, m->nx + r0 * D, D, m->x + r0 * D, D, n, D, md->scale_mlp, md->shift_mlp,
 			       PD_FLUX_EPS);
 	be->ops->linear(be, ff1, m->nx + r0 * D, D, n, m->wide, M, PD_LIN_GELU_TANH);
 	be->ops->linear(be, ff2, m->wide, M, n, m->proj + r0 * D, D, 0);
-	if (dump)
-		pd_flux_dump(m, dump, ff_name, m->proj + r0 * D, D, n, D, 3, (int64_t)1, n, D);
-	be->ops->gated_add(be, m->x + r0 * D, D, m->proj + r0 * D, D, n, D, md->gate_mlp);
 }
 
 static void pd_flux_double_block(struct pd_flux *m, int i, int64_t T, int64_t L, const float *silu_temb,
@@ -558,14 +655,14 @@ static void pd_flux_double_block(struct pd_flux *m, int i, int64_t T, int64_t L,
 {
 	struct pd_backend *be = m->be;
 	struct pd_flux_double *b = &m->dbl[i];
-	int64_t D = m->cfg.dim, S = T + L, H = m->cfg.heads, Dh = m->cfg.head_dim;
+	int64_t D = m->cfg.dim, S = T + L, W = m->dim, H = m->heads, Dh = m->cfg.head_dim;
 	struct pd_mod6 mi, mt;
 	char p[64], name[128];
 
 	snprintf(p, sizeof(p), "double.%d", i);
 	/* NORM:130-170: six chunks from linear(silu(temb)) per stream. */
-	be->ops->linear(be, b->norm1, silu_temb, D, 1, mod, 6 * D, 0);
-	be->ops->linear(be, b->norm1_ctx, silu_temb, D, 1, mod + 6 * D, 6 * D, 0);
+	pd_flux_modulation(m, b->norm1, silu_temb, 6 * D, mod);
+	pd_flux_modulation(m, b->norm1_ctx, silu_temb, 6 * D, mod + 6 * D);
 	mi = pd_mod6_of(mod, D);
 	mt = pd_mod6_of(mod + 6 * D, D);
 	be->ops->layernorm_mod(be, m->nx + T * D, D, m->x + T * D, D, L, D, mi.scale_msa, mi.shift_msa, PD_FLUX_EPS);
@@ -581,23 +678,25 @@ static void pd_flux_double_block(struct pd_flux *m, int i, int64_t T, int64_t L,
 	pd_flux_qkv(m, 0, T, b->add_q, b->add_k, b->add_v, b->norm_added_q, b->norm_added_k);
 	if (dump) {
 		snprintf(name, sizeof(name), "%s.attn.norm_q", p);
-		pd_flux_dump(m, dump, name, m->q + T * D, D, L, D, 4, (int64_t)1, L, H, Dh);
+		pd_flux_dump(m, dump, name, m->q + T * W, W, L, W, 4, (int64_t)1, L, H, Dh);
 		snprintf(name, sizeof(name), "%s.attn.norm_k", p);
-		pd_flux_dump(m, dump, name, m->k + T * D, D, L, D, 4, (int64_t)1, L, H, Dh);
+		pd_flux_dump(m, dump, name, m->k + T * W, W, L, W, 4, (int64_t)1, L, H, Dh);
 		snprintf(name, sizeof(name), "%s.attn.norm_added_q", p);
-		pd_flux_dump(m, dump, name, m->q, D, T, D, 4, (int64_t)1, T, H, Dh);
+		pd_flux_dump(m, dump, name, m->q, W, T, W, 4, (int64_t)1, T, H, Dh);
 		snprintf(name, sizeof(name), "%s.attn.norm_added_k", p);
-		pd_flux_dump(m, dump, name, m->k, D, T, D, 4, (int64_t)1, T, H, Dh);
+		pd_flux_dump(m, dump, name, m->k, W, T, W, 4, (int64_t)1, T, H, Dh);
 	}
-	pd_flux_attend(m, S, m->attn, D, dump, p);
-	/* TF:133-138: split back, output projections. */
-	be->ops->linear(be, b->out, m->attn + T * D, D, L, m->proj + T * D, D, 0);
-	be->ops->linear(be, b->add_out, m->attn, D, T, m->proj, D, 0);
+	pd_flux_attend(m, S, m->attn, W, dump, p);
+	/* TF:133-138: split back, output projections (row-parallel: one
+	 * reduction for both streams). */
+	be->ops->linear(be, b->out, m->attn + T * W, W, L, m->proj + T * D, D, 0);
+	be->ops->linear(be, b->add_out, m->attn, W, T, m->proj, D, 0);
+	pd_flux_reduce(m, m->proj, (size_t)(S * D));
 	if (dump) {
 		snprintf(name, sizeof(name), "%s.attn.img_sdpa_flat", p);
-		pd_flux_dump(m, dump, name, m->attn + T * D, D, L, D, 3, (int64_t)1, L, D);
+		pd_flux_dump(m, dump, name, m->attn + T * W, W, L, W, 3, (int64_t)1, L, W);
 		snprintf(name, sizeof(name), "%s.attn.txt_sdpa_flat", p);
-		pd_flux_dump(m, dump, name, m->attn, D, T, D, 3, (int64_t)1, T, D);
+		pd_flux_dump(m, dump, name, m->attn, W, T, W, 3, (int64_t)1, T, W);
 		snprintf(name, sizeof(name), "%s.attn.img_out", p);
 		pd_flux_dump(m, dump, name, m->proj + T * D, D, L, D, 3, (int64_t)1, L, D);
 		snprintf(name, sizeof(name), "%s.attn.txt_out", p);
@@ -606,16 +705,19 @@ static void pd_flux_double_block(struct pd_flux *m, int i, int64_t T, int64_t L,
 	/* TF:472-493: gated residuals and the feed-forward of each stream. */
 	be->ops->gated_add(be, m->x + T * D, D, m->proj + T * D, D, L, D, mi.gate_msa);
 	be->ops->gated_add(be, m->x, D, m->proj, D, T, D, mt.gate_msa);
-	{
-		char n1[96], n2[96], n3[96], n4[96];
-
-		snprintf(n1, sizeof(n1), "%s.norm2", p);
-		snprintf(n2, sizeof(n2), "%s.ff", p);
-		snprintf(n3, sizeof(n3), "%s.norm2_context", p);
-		snprintf(n4, sizeof(n4), "%s.ff_context", p);
-		pd_flux_ff(m, T, L, &mi, b->ff1, b->ff2, dump, n1, n2);
-		pd_flux_ff(m, 0, T, &mt, b->ff_ctx1, b->ff_ctx2, dump, n3, n4);
+	snprintf(name, sizeof(name), "%s.norm2", p);
+	pd_flux_ff(m, T, L, &mi, b->ff1, b->ff2, dump, name);
+	snprintf(name, sizeof(name), "%s.norm2_context", p);
+	pd_flux_ff(m, 0, T, &mt, b->ff_ctx1, b->ff_ctx2, dump, name);
+	pd_flux_reduce(m, m->proj, (size_t)(S * D));
+	if (dump) {
+		snprintf(name, sizeof(name), "%s.ff", p);
+		pd_flux_dump(m, dump, name, m->proj + T * D, D, L, D, 3, (int64_t)1, L, D);
+		snprintf(name, sizeof(name), "%s.ff_context", p);
+		pd_flux_dump(m, dump, name, m->proj, D, T, D, 3, (int64_t)1, T, D);
 	}
+	be->ops->gated_add(be, m->x + T * D, D, m->proj + T * D, D, L, D, mi.gate_mlp);
+	be->ops->gated_add(be, m->x, D, m->proj, D, T, D, mt.gate_mlp);
 	if (dump) {
 		snprintf(name, sizeof(name), "%s.out.encoder_hidden_states", p);
 		pd_flux_dump(m, dump, name, m->x, D, T, D, 3, (int64_t)1, T, D);
@@ -629,14 +731,14 @@ static void pd_flux_single_block(struct pd_flux *m, int i, int64_t T, int64_t L,
 {
 	struct pd_backend *be = m->be;
 	struct pd_flux_single *b = &m->sgl[i];
-	int64_t D = m->cfg.dim, M = m->cfg.mlp_dim, W = D + M, S = T + L;
-	int64_t H = m->cfg.heads, Dh = m->cfg.head_dim;
+	int64_t D = m->cfg.dim, A = m->dim, M = m->mlp, W = A + M, S = T + L;
+	int64_t H = m->heads, Dh = m->cfg.head_dim;
 	const float *shift = mod, *scale = mod + D, *gate = mod + 2 * D;
 	char p[64], name[128];
 
 	snprintf(p, sizeof(p), "single.%d", i);
 	/* NORM:173-202: shift, scale, gate. */
-	be->ops->linear(be, b->norm, silu_temb, D, 1, mod, 3 * D, 0);
+	pd_flux_modulation(m, b->norm, silu_temb, 3 * D, mod);
 	be->ops->layernorm_mod(be, m->nx, D, m->x, D, S, D, scale, shift, PD_FLUX_EPS);
 	if (dump) {
 		snprintf(name, sizeof(name), "%s.norm.x", p);
@@ -646,24 +748,25 @@ static void pd_flux_single_block(struct pd_flux *m, int i, int64_t T, int64_t L,
 	}
 	/* TF:396-407: the MLP goes straight into the right part of the
 	 * [attention | mlp] buffer proj_out reads. */
-	be->ops->linear(be, b->mlp, m->nx, D, S, m->wide + D, W, PD_LIN_GELU_TANH);
+	be->ops->linear(be, b->mlp, m->nx, D, S, m->wide + A, W, PD_LIN_GELU_TANH);
 	pd_flux_qkv(m, 0, S, b->q, b->k, b->v, b->norm_q, b->norm_k);
 	if (dump) {
 		snprintf(name, sizeof(name), "%s.mlp_act", p);
-		pd_flux_dump(m, dump, name, m->wide + D, W, S, M, 3, (int64_t)1, S, M);
+		pd_flux_dump(m, dump, name, m->wide + A, W, S, M, 3, (int64_t)1, S, M);
 		snprintf(name, sizeof(name), "%s.attn.norm_q", p);
-		pd_flux_dump(m, dump, name, m->q, D, S, D, 4, (int64_t)1, S, H, Dh);
+		pd_flux_dump(m, dump, name, m->q, A, S, A, 4, (int64_t)1, S, H, Dh);
 		snprintf(name, sizeof(name), "%s.attn.norm_k", p);
-		pd_flux_dump(m, dump, name, m->k, D, S, D, 4, (int64_t)1, S, H, Dh);
+		pd_flux_dump(m, dump, name, m->k, A, S, A, 4, (int64_t)1, S, H, Dh);
 	}
 	pd_flux_attend(m, S, m->wide, W, dump, p);
 	if (dump) {
 		snprintf(name, sizeof(name), "%s.attn.out", p);
-		pd_flux_dump(m, dump, name, m->wide, W, S, D, 3, (int64_t)1, S, D);
+		pd_flux_dump(m, dump, name, m->wide, W, S, A, 3, (int64_t)1, S, A);
 		snprintf(name, sizeof(name), "%s.proj_out_in", p);
 		pd_flux_dump(m, dump, name, m->wide, W, S, W, 3, (int64_t)1, S, W);
 	}
 	be->ops->linear(be, b->proj_out, m->wide, W, S, m->proj, D, 0);
+	pd_flux_reduce(m, m->proj, (size_t)(S * D));
 	be->ops->gated_add(be, m->x, D, m->proj, D, S, D, gate);
 	if (dump) {
 		snprintf(name, sizeof(name), "%s.out.encoder_hidden_states", p);
@@ -672,7 +775,6 @@ static void pd_flux_single_block(struct pd_flux *m, int i, int64_t T, int64_t L,
 		pd_flux_dump(m, dump, name, m->x + T * D, D, L, D, 3, (int64_t)1, L, D);
 	}
 }
-
 /* timestep/guidance/text embeddings -> temb (EMB:1585-1626); writes temb
  * and silu(temb) into the vec area. */
 static void pd_flux_temb(struct pd_flux *m, const struct pd_flux_input *in, float *temb, float *silu_temb,
@@ -740,9 +842,8 @@ int pd_flux_forward(struct pd_flux *m, const struct pd_flux_input *in, float *ou
 	float *temb, *silu_temb, *mod, *tmp, *hcos = NULL, *hsin = NULL, *ids = NULL;
 	int rc = -1;
 
-	if (T < 0 || L <= 0)
-		return pd_errorf("forward: need at least one image token (got %lld text, %lld image)", (long long)T,
-				 (long long)L);
+	if (T < 0 || L < 0)
+		return pd_errorf("forward: negative token count");
 	if (pd_flux_reserve(m, S))
 		return -1;
 	temb = m->vec;
@@ -795,7 +896,7 @@ int pd_flux_forward(struct pd_flux *m, const struct pd_flux_input *in, float *ou
 	}
 
 	/* TF:815-816, NORM:349: the final norm chunks scale first, then shift. */
-	be->ops->linear(be, m->norm_out, silu_temb, D, 1, mod, 2 * D, 0);
+	pd_flux_modulation(m, m->norm_out, silu_temb, 2 * D, mod);
 	be->ops->layernorm_mod(be, m->nx, D, m->x + T * D, D, L, D, mod, mod + D, PD_FLUX_EPS);
 	if (dump)
 		pd_flux_dump(m, dump, "final.norm_out", m->nx, D, L, D, 3, (int64_t)1, L, D);

@@ -45,7 +45,40 @@ int pd_flux_config_load(struct pd_flux_config *cfg, const char *dir);
 
 struct pd_flux;
 
+/* The share of the model this process holds under tensor parallelism:
+ * shard RANK of COUNT owns heads [RANK H/COUNT, (RANK+1) H/COUNT), the same
+ * part of the MLP width and of every modulation output. Column-parallel
+ * layers (q, k, v, the first MLP layer, modulations) keep their rows,
+ * row-parallel ones (attention output projections, the second MLP layer,
+ * single-block proj_out with its packed [attention | MLP] input) their
+ * columns, and only shard 0 adds their bias, so the sum over shards counts
+ * it once. */
+struct pd_flux_shard {
+	int rank;                       /* this process's shard */
+	int count;                      /* shards (the tensor-parallel degree) */
+};
+
+/* The seams where parallel methods attach; any may be NULL. Each returns 0
+ * or -1 with a message. */
+struct pd_flux_hooks {
+	/* Attention for this process's ROWS tokens: q, k, v [rows, heads x
+	 * head_dim] (row stride ld, RoPE applied) against the whole sequence;
+	 * OUT gets [rows, heads x head_dim] with row stride ldo. NULL: the
+	 * local sequence is the whole sequence. */
+	int (*attention)(void *ctx, struct pd_backend *be, float *out, int64_t ldo, const float *q, const float *k,
+			 const float *v, int64_t ld, int64_t rows, int heads, int head_dim);
+	void *attention_ctx;
+	/* Sums row-parallel partial results over the shards, in place. */
+	int (*reduce)(void *ctx, float *buf, size_t n);
+	/* Gathers column-parallel parts of N floats, in shard order, into OUT. */
+	int (*gather)(void *ctx, const float *part, size_t n, float *out);
+	void *shard_ctx;
+};
+
 int pd_flux_load(struct pd_flux **out, const char *dir, struct pd_backend *be);
+/* SHARD NULL: the whole model. The head count must divide by shard->count. */
+int pd_flux_load_shard(struct pd_flux **out, const char *dir, struct pd_backend *be, const struct pd_flux_shard *shard);
+void pd_flux_set_hooks(struct pd_flux *m, const struct pd_flux_hooks *hooks);
 void pd_flux_free(struct pd_flux *m);
 const struct pd_flux_config *pd_flux_get_config(const struct pd_flux *m);
 

@@ -8,32 +8,54 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-struct pd_linear *pd_loader_linear(struct pd_loader *ld, int64_t n_out, int64_t n_in, const char *fmt, ...)
+static struct pd_linear *pd_loader_linear_v(struct pd_loader *ld, int64_t n_out, int64_t n_in,
+					    const struct pd_slice *s, const char *fmt, va_list ap)
 {
 	char base[256], name[300];
-	const struct pd_st_tensor *w, *b;
+	const struct pd_st_tensor *w, *b = NULL;
 	int64_t ws[2] = { n_out, n_in }, bs[1] = { n_out };
 	struct pd_linear *l;
-	va_list ap;
 
 	if (ld->failed)
 		return NULL;
-	va_start(ap, fmt);
 	vsnprintf(base, sizeof(base), fmt, ap);
-	va_end(ap);
 	snprintf(name, sizeof(name), "%s.weight", base);
 	if (pd_st_require(ld->st, name, 2, ws, &w))
 		goto fail;
 	snprintf(name, sizeof(name), "%s.bias", base);
-	if (pd_st_require(ld->st, name, 1, bs, &b))
+	if (s->with_bias && pd_st_require(ld->st, name, 1, bs, &b))
 		goto fail;
-	l = pd_linear_load(ld->be, w, 0, n_out, 0, n_in, b);
+	l = pd_linear_load(ld->be, w, s, b);
 	if (!l)
 		goto fail;
 	return l;
 fail:
 	ld->failed = 1;
 	return NULL;
+}
+
+struct pd_linear *pd_loader_linear(struct pd_loader *ld, int64_t n_out, int64_t n_in, const char *fmt, ...)
+{
+	struct pd_slice s = pd_slice_all(n_out, n_in);
+	struct pd_linear *l;
+	va_list ap;
+
+	va_start(ap, fmt);
+	l = pd_loader_linear_v(ld, n_out, n_in, &s, fmt, ap);
+	va_end(ap);
+	return l;
+}
+
+struct pd_linear *pd_loader_linear_slice(struct pd_loader *ld, int64_t n_out, int64_t n_in, const struct pd_slice *s,
+					 const char *fmt, ...)
+{
+	struct pd_linear *l;
+	va_list ap;
+
+	va_start(ap, fmt);
+	l = pd_loader_linear_v(ld, n_out, n_in, s, fmt, ap);
+	va_end(ap);
+	return l;
 }
 
 /* Reads a float tensor of exactly SHAPE into a new host buffer. */

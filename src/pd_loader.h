@@ -21,6 +21,9 @@ struct pd_loader {
 /* NAME.weight [n_out, n_in] and NAME.bias [n_out]; NAME is a printf format. */
 struct pd_linear *pd_loader_linear(struct pd_loader *ld, int64_t n_out, int64_t n_in, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+/* The part S of NAME.weight [n_out, n_in] (and of NAME.bias when S asks). */
+struct pd_linear *pd_loader_linear_slice(struct pd_loader *ld, int64_t n_out, int64_t n_in, const struct pd_slice *s,
+					 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* A 1-D tensor NAME [n] into backend memory. */
 float *pd_loader_vector(struct pd_loader *ld, int64_t n, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -4,6 +4,7 @@
  */
 #include "pd_pipeline.h"
 #include "pd_forward.h"
+#include "pd_par_cfg.h"
 #include "pd_rng.h"
 #include "pd_util.h"
 
@@ -214,20 +215,35 @@ static void pd_dump_host(const struct pd_dump *dump, const char *name, const flo
 	dump->fn(dump->ctx, name, -1, data, ndim, shape);
 }
 
-int pd_denoise(struct pd_flux *m, struct pd_scheduler *s, const struct pd_embeds *e, const struct pd_gen_params *p,
-	       const float *init, float *latents, const struct pd_dump *dump)
+static int pd_local_predict(void *ctx, const struct pd_flux_input *in, float *out, const struct pd_dump *dump)
 {
-	const struct pd_flux_config *cfg = pd_flux_get_config(m);
+	return pd_flux_forward(ctx, in, out, dump);
+}
+
+struct pd_runner pd_runner_local(struct pd_flux *m)
+{
+	struct pd_runner r = { pd_local_predict, m, 0, -1, NULL };
+
+	return r;
+}
+
+int pd_denoise(const struct pd_runner *run, const struct pd_flux_config *cfg, struct pd_scheduler *s,
+	       const struct pd_embeds *e, const struct pd_gen_params *p, const float *init, float *latents,
+	       const struct pd_dump *dump, const struct pd_dump *model_dump)
+{
 	struct pd_latent_shape ls;
-	int64_t B = e->batch, L, C, n;
+	int64_t B, b0 = run->first_image, L, C, n;
 	int cfg_on = pd_gen_uses_cfg(p, e);
-	float *img_ids = NULL, *txt_ids = NULL, *neg_ids = NULL, *noise = NULL, *pred = NULL, *neg = NULL;
-	float *pos = NULL, *tvec = NULL;
+	/* CFG split: this process runs one branch, 0 negative or 1 positive */
+	int branch = cfg_on && run->cfg ? run->cfg->rank : -1;
+	float *img_ids = NULL, *txt_ids = NULL, *neg_ids = NULL, *noise = NULL, *pred = NULL, *pair = NULL;
+	float *tvec = NULL;
 	int rc = -1;
 
 	memset(&ls, 0, sizeof(ls));
 	if (pd_latent_shape(&ls, cfg, p->height, p->width))
 		return -1;
+	B = run->n_images < 0 ? e->batch : run->n_images;
 	L = ls.tokens;
 	C = ls.packed_channels;
 	n = L * C;
@@ -236,12 +252,12 @@ int pd_denoise(struct pd_flux *m, struct pd_scheduler *s, const struct pd_embeds
 	img_ids = pd_malloc((size_t)(L * cfg->n_axes) * sizeof(float), "ids");
 	txt_ids = pd_calloc((size_t)(e->txt_len * cfg->n_axes), sizeof(float), "ids");
 	neg_ids = pd_calloc((size_t)((e->neg_txt_len + 1) * cfg->n_axes), sizeof(float), "ids");
-	noise = pd_malloc((size_t)(B * ls.channels * ls.h * ls.w) * sizeof(float), "noise");
-	pred = pd_malloc((size_t)(B * n) * sizeof(float), "predictions");
-	pos = pd_malloc((size_t)(B * n) * sizeof(float), "predictions");
-	neg = pd_malloc((size_t)(B * n) * sizeof(float), "predictions");
-	tvec = pd_malloc((size_t)B * sizeof(float), "timesteps");
-	if (!img_ids || !txt_ids || !neg_ids || !noise || !pred || !pos || !neg || !tvec)
+	noise = pd_malloc((size_t)((B + 1) * ls.channels * ls.h * ls.w) * sizeof(float), "noise");
+	pred = pd_malloc((size_t)((B + 1) * n) * sizeof(float), "predictions");
+	/* per image: [negative | positive] predictions */
+	pair = pd_malloc((size_t)((B + 1) * 2 * n) * sizeof(float), "predictions");
+	tvec = pd_malloc((size_t)(B + 1) * sizeof(float), "timesteps");
+	if (!img_ids || !txt_ids || !neg_ids || !noise || !pred || !pair || !tvec)
 		goto out;
 	pd_image_ids(&ls, cfg->n_axes, img_ids);
 	pd_dump_host(dump, "sched.sigmas_in", s->sigmas_in, 1, (int64_t)s->steps);
@@ -252,10 +268,12 @@ int pd_denoise(struct pd_flux *m, struct pd_scheduler *s, const struct pd_embeds
 		float *u = noise + b * ls.channels * ls.h * ls.w;
 
 		if (init) {
-			memcpy(latents + b * n, init + b * n, (size_t)n * sizeof(float));
+			memcpy(latents + b * n, init + (b0 + b) * n, (size_t)n * sizeof(float));
 			pd_unpack_latents(&ls, latents + b * n, u);
 		} else {
-			pd_draw_noise(&ls, p->seed + (uint64_t)b, u);
+			/* seed + global image index: an image does not depend on how
+			 * the batch is split over processes */
+			pd_draw_noise(&ls, p->seed + (uint64_t)(b0 + b), u);
 			pd_pack_latents(&ls, u, latents + b * n);
 		}
 	}
@@ -269,40 +287,52 @@ int pd_denoise(struct pd_flux *m, struct pd_scheduler *s, const struct pd_embeds
 		char name[64];
 
 		for (int64_t b = 0; b < B; b++) {
-			struct pd_flux_input in = {
+			int64_t g = b0 + b;
+			float *neg = pair + b * 2 * n, *pos = neg + n;
+			const struct pd_dump *md = i == 0 && b == 0 ? model_dump : NULL;
+			struct pd_flux_input pin = {
 				.txt_len = e->txt_len,
 				.img_len = L,
 				.img = latents + b * n,
-				.txt = e->prompt + b * e->txt_len * e->joint_dim,
-				.pooled = e->pooled + b * e->pooled_dim,
+				.txt = e->prompt + g * e->txt_len * e->joint_dim,
+				.pooled = e->pooled + g * e->pooled_dim,
 				.img_ids = img_ids,
 				.txt_ids = txt_ids,
 				.timestep = tstep,
 				.guidance = p->guidance,
 			};
+			/* PF:915-926: the negative call sees the same latents,
+			 * timestep and embedded guidance */
+			struct pd_flux_input nin = pin;
 
-			if (pd_flux_forward(m, &in, pos + b * n, NULL))
-				goto out;
+			nin.txt_len = e->neg_txt_len;
+			nin.txt = cfg_on ? e->neg_prompt + g * e->neg_txt_len * e->joint_dim : NULL;
+			nin.pooled = cfg_on ? e->neg_pooled + g * e->pooled_dim : NULL;
+			nin.txt_ids = neg_ids;
+			if (branch < 0) {
+				if (run->predict(run->predict_ctx, &pin, pos, md) ||
+				    (cfg_on && run->predict(run->predict_ctx, &nin, neg, NULL)))
+					goto out;
+			} else {
+				float *mine = branch == 0 ? neg : pos;
+
+				if (run->predict(run->predict_ctx, branch == 0 ? &nin : &pin, mine, branch ? md : NULL))
+					goto out;
+				if (pd_cfg_exchange(run->cfg, mine, (size_t)n, pair + b * 2 * n))
+					goto out;
+			}
 			if (cfg_on) {
-				/* PF:915-927: a second call, same latents, timestep
-				 * and embedded guidance; then neg + s (pos - neg) as
-				 * three float32 operations. */
+				/* PF:927: neg + s (pos - neg) as three float32 operations */
 				float scale = p->true_cfg_scale;
 
-				in.txt_len = e->neg_txt_len;
-				in.txt = e->neg_prompt + b * e->neg_txt_len * e->joint_dim;
-				in.pooled = e->neg_pooled + b * e->pooled_dim;
-				in.txt_ids = neg_ids;
-				if (pd_flux_forward(m, &in, neg + b * n, NULL))
-					goto out;
 				for (int64_t k = 0; k < n; k++) {
-					float d = pos[b * n + k] - neg[b * n + k];
+					float d = pos[k] - neg[k];
 
 					d = scale * d;
-					pred[b * n + k] = neg[b * n + k] + d;
+					pred[b * n + k] = neg[k] + d;
 				}
 			} else {
-				memcpy(pred + b * n, pos + b * n, (size_t)n * sizeof(float));
+				memcpy(pred + b * n, pos, (size_t)n * sizeof(float));
 			}
 			pd_scheduler_step(s, i, latents + b * n, pred + b * n, (size_t)n);
 		}
@@ -315,10 +345,14 @@ int pd_denoise(struct pd_flux *m, struct pd_scheduler *s, const struct pd_embeds
 			snprintf(name, sizeof(name), "step.%d.noise_pred", i);
 			pd_dump_host(dump, name, pred, 3, B, L, C);
 			if (cfg_on) {
+				for (int64_t b = 0; b < B; b++)
+					memcpy(pred + b * n, pair + b * 2 * n + n, (size_t)n * sizeof(float));
 				snprintf(name, sizeof(name), "step.%d.noise_pred_pos", i);
-				pd_dump_host(dump, name, pos, 3, B, L, C);
+				pd_dump_host(dump, name, pred, 3, B, L, C);
+				for (int64_t b = 0; b < B; b++)
+					memcpy(pred + b * n, pair + b * 2 * n, (size_t)n * sizeof(float));
 				snprintf(name, sizeof(name), "step.%d.noise_pred_neg", i);
-				pd_dump_host(dump, name, neg, 3, B, L, C);
+				pd_dump_host(dump, name, pred, 3, B, L, C);
 			}
 			snprintf(name, sizeof(name), "step.%d.latents", i);
 			pd_dump_host(dump, name, latents, 3, B, L, C);
@@ -333,8 +367,7 @@ out:
 	free(neg_ids);
 	free(noise);
 	free(pred);
-	free(pos);
-	free(neg);
+	free(pair);
 	free(tvec);
 	return rc;
 }

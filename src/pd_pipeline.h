@@ -66,11 +66,31 @@ struct pd_gen_params {
 /* True when the run combines positive and negative predictions. */
 int pd_gen_uses_cfg(const struct pd_gen_params *p, const struct pd_embeds *e);
 
-/* Denoises every image of the batch. INIT: [B, L, 4C] packed initial latents
- * or NULL to draw them from the seed; LATENTS receives [B, L, 4C]. DUMP may be
- * NULL; it receives the pipeline tensors under the golden names. */
-int pd_denoise(struct pd_flux *m, struct pd_scheduler *s, const struct pd_embeds *e, const struct pd_gen_params *p,
-	       const float *init, float *latents, const struct pd_dump *dump);
+/* How the denoising loop gets its predictions, and which share of the work
+ * is this process's. pd_runner_local(): one process does everything. */
+struct pd_runner {
+	/* One transformer call on one image; OUT [L, out_channels] receives the
+	 * whole prediction. DUMP (may be NULL) receives the model's
+	 * intermediates (for this process's tokens). */
+	int (*predict)(void *ctx, const struct pd_flux_input *in, float *out, const struct pd_dump *dump);
+	void *predict_ctx;
+	int64_t first_image;            /* data parallel: first image of the batch denoised here */
+	int64_t n_images;               /* and how many (-1: all) */
+	struct pd_comm *cfg;            /* CFG parallel pair (rank 0 negative, 1 positive), or NULL */
+};
+
+/* The runner of a single process: pd_flux_forward on the whole sequence. */
+struct pd_runner pd_runner_local(struct pd_flux *m);
+
+/* Denoises this process's images of the batch (all of them with the local
+ * runner). INIT: [B, L, 4C] packed initial latents of the whole batch, or
+ * NULL to draw them from the seed; LATENTS receives [n_images, L, 4C]. DUMP
+ * (may be NULL) receives the pipeline tensors under the golden names;
+ * MODEL_DUMP (may be NULL) the transformer's intermediates at the first step
+ * of this process's first image, positive branch. */
+int pd_denoise(const struct pd_runner *run, const struct pd_flux_config *cfg, struct pd_scheduler *s,
+	       const struct pd_embeds *e, const struct pd_gen_params *p, const float *init, float *latents,
+	       const struct pd_dump *dump, const struct pd_dump *model_dump);
 
 /* Packed latents [L, 4C] of one image -> RGB bytes [H, W, 3] (and, when
  * DECODED is not NULL, the decoder's float output [3, H, W]). */

@@ -6,27 +6,50 @@
  */
 #include "pd_args.h"
 #include "pd_forward.h"
-#include "pd_model.h"
-#include "pd_pipeline.h"
-#include "pd_png.h"
 #include "pd_tiny.h"
 #include "pd_util.h"
+#include "pdit_cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#ifndef PDIT_VERSION
-#define PDIT_VERSION "0.0.0"
-#endif
-
-static int pd_fail(void)
+int pd_cli_fail(void)
 {
 	fprintf(stderr, "pdit: %s\n", pd_last_error());
 	return 1;
 }
 
-static int pd_parse_dtype(const char *s, enum pd_dtype *out)
+int pd_cli_any_failed(struct pd_comm *world, int failed)
+{
+	int32_t lowest = failed ? world->rank : world->size;
+
+	if (world->size > 1 && world->ops->allreduce(world, &lowest, 1, PD_COMM_I32, PD_COMM_MIN))
+		pd_cli_abort(world);
+	if (lowest == world->size)
+		return 0;
+	if (world->rank == lowest) {
+		if (lowest == 0)
+			fprintf(stderr, "pdit: %s\n", pd_last_error());
+		else
+			fprintf(stderr, "pdit: rank %d: %s\n", lowest, pd_last_error());
+	}
+	return 1;
+}
+
+void pd_cli_abort(struct pd_comm *world)
+{
+	if (world->size > 1)
+		fprintf(stderr, "pdit: rank %d: %s; stopping every process\n", world->rank, pd_last_error());
+	else
+		fprintf(stderr, "pdit: %s\n", pd_last_error());
+	fflush(stderr);
+	world->ops->abort(world, 1);
+	exit(1);
+}
+
+int pd_cli_dtype(const char *s, enum pd_dtype *out)
 {
 	if (strcmp(s, "f32") == 0)
 		*out = PD_F32;
@@ -37,293 +60,16 @@ static int pd_parse_dtype(const char *s, enum pd_dtype *out)
 	return 0;
 }
 
-/* "out.png" -> "out-3.png" for image 3 of several; a name holding %d is
- * used as a printf pattern instead. */
-static char *pd_output_name(const char *pattern, int64_t b, int64_t batch)
+int pd_cli_threads(struct pd_comm *world, int requested)
 {
-	const char *dot, *pct = strstr(pattern, "%d");
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	int local = pd_comm_local_size(world);
 
-	if (pct && !strchr(pct + 2, '%') && !memchr(pattern, '%', (size_t)(pct - pattern)))
-		return pd_strfmt(pattern, (int)b);
-	if (batch == 1)
-		return pd_strdup(pattern);
-	dot = strrchr(pattern, '.');
-	if (!dot || strchr(dot, '/'))
-		return pd_strfmt("%s-%lld", pattern, (long long)b);
-	return pd_strfmt("%.*s-%lld%s", (int)(dot - pattern), pattern, (long long)b, dot);
-}
-
-/* ======================================================================= */
-/* pdit generate                                                           */
-/* ======================================================================= */
-
-/* --init-latents FILE: latents.init [B, L, 4C] (packed), or
- * latents.init_unpacked [B, C, h, w] as the golden files hold them. */
-static int pd_read_init_latents(const char *path, const struct pd_embeds *e, const struct pd_latent_shape *ls,
-				float **out)
-{
-	int64_t n = e->batch * ls->tokens * ls->packed_channels, per = n / e->batch;
-	const struct pd_st_tensor *t;
-	struct pd_st *st;
-	float *init, *u = NULL;
-	int rc = -1;
-
-	if (pd_st_open(&st, path))
-		return -1;
-	init = pd_malloc((size_t)n * sizeof(float), "initial latents");
-	if (!init)
-		goto out;
-	if ((t = pd_st_get(st, "latents.init")) && t->numel == n) {
-		rc = pd_st_read_f32(t, 0, (size_t)n, init);
-	} else if ((t = pd_st_get(st, "latents.init_unpacked")) && t->numel == n) {
-		u = pd_malloc((size_t)n * sizeof(float), "initial latents");
-		rc = !u || pd_st_read_f32(t, 0, (size_t)n, u) ? -1 : 0;
-		for (int64_t b = 0; !rc && b < e->batch; b++)
-			pd_pack_latents(ls, u + b * per, init + b * per);
-	} else {
-		pd_errorf("%s: needs latents.init [%lld, %lld, %d] or latents.init_unpacked [%lld, %d, %d, %d]", path,
-			  (long long)e->batch, (long long)ls->tokens, ls->packed_channels, (long long)e->batch,
-			  ls->channels, ls->h, ls->w);
-	}
-out:
-	free(u);
-	pd_st_close(st);
-	if (rc)
-		free(init);
-	else
-		*out = init;
-	return rc;
-}
-
-struct pd_generate_args {
-	const char *model, *transformer, *vae, *scheduler;
-	const char *embeds, *output, *out_latents, *init_latents, *dtype;
-	int height, width, steps, threads, verbose;
-	float guidance, true_cfg_scale;
-	uint64_t seed;
-	int steps_seen;
-};
-
-static const char pd_generate_usage[] =
-	"usage: pdit generate (--model DIR | --transformer DIR [--vae DIR] [--scheduler DIR])\n"
-	"                     --embeds FILE [options]\n"
-	"\n"
-	"Runs FLUX.1 from prompt embeddings to a PNG, numerically equal to diffusers'\n"
-	"FluxPipeline with the same seed. Several prompts in the embeddings file make\n"
-	"several images: image b uses seed + b and is written as NAME-b.png (or through a\n"
-	"%d in the name).";
-
-static const char pd_generate_examples[] =
-	"  pdit tiny tiny-model\n"
-	"  pdit generate --model tiny-model --embeds tiny-model/embeds.safetensors -H 256 -W 256 --steps 4 -o out.png\n"
-	"  pdit generate --transformer flux/transformer --vae flux/vae --scheduler flux/scheduler \\\n"
-	"      --embeds prompts.safetensors --true-cfg-scale 4 -s 7 --dtype bf16 -o cat-%d.png\n";
-
-static int pd_cmd_generate(int argc, char **argv)
-{
-	struct pd_generate_args a = {
-		.output = "output.png", .dtype = "f32", .height = 1024, .width = 1024,
-		.guidance = 3.5f, .true_cfg_scale = 1.0f, .seed = 42,
-	};
-	const struct pd_arg opts[] = {
-		{ "--model", 'm', PD_ARG_STRING, &a.model, "DIR", "diffusers FLUX folder (model_index.json, transformer/, vae/, scheduler/)", NULL },
-		{ "--transformer", 0, PD_ARG_STRING, &a.transformer, "DIR", "transformer folder (overrides --model's)", NULL },
-		{ "--vae", 0, PD_ARG_STRING, &a.vae, "DIR", "VAE folder (overrides --model's)", NULL },
-		{ "--scheduler", 0, PD_ARG_STRING, &a.scheduler, "DIR", "scheduler folder (overrides --model's)", NULL },
-		{ "--embeds", 0, PD_ARG_STRING, &a.embeds, "FILE", "safetensors with prompt_embeds [B,T,J], pooled_prompt_embeds [B,P], optional negative_*", NULL },
-		{ "--height", 'H', PD_ARG_INT, &a.height, "PX", "image height, a multiple of 16 (default 1024)", NULL },
-		{ "--width", 'W', PD_ARG_INT, &a.width, "PX", "image width, a multiple of 16 (default 1024)", NULL },
-		{ "--steps", 0, PD_ARG_INT, &a.steps, "N", "denoising steps (default 28, or 4 for models without guidance embedding)", &a.steps_seen },
-		{ "--guidance", 0, PD_ARG_FLOAT, &a.guidance, "G", "distilled guidance scale (default 3.5; dev-style models)", NULL },
-		{ "--true-cfg-scale", 0, PD_ARG_FLOAT, &a.true_cfg_scale, "C", "true classifier-free guidance with the negative embeddings when > 1", NULL },
-		{ "--seed", 's', PD_ARG_U64, &a.seed, "S", "seed of image 0 (default 42), as torch.Generator('cpu').manual_seed", NULL },
-		{ "--output", 'o', PD_ARG_STRING, &a.output, "FILE", "PNG to write (default output.png)", NULL },
-		{ "--out-latents", 0, PD_ARG_STRING, &a.out_latents, "FILE", "also write latents.init and latents.final [B,L,C] (packed)", NULL },
-		{ "--init-latents", 0, PD_ARG_STRING, &a.init_latents, "FILE", "start from latents.init [B,L,C] or latents.init_unpacked instead of the seed", NULL },
-		{ "--dtype", 0, PD_ARG_STRING, &a.dtype, "f32|bf16", "precision of matrix products (default f32)", NULL },
-		{ "--threads", 't', PD_ARG_INT, &a.threads, "N", "threads (default: all cores)", NULL },
-		{ "--verbose", 'v', PD_ARG_FLAG, &a.verbose, NULL, "more detail", NULL },
-		{ 0 },
-	};
-	const char *pos[1];
-	int n_pos, rc = 1, hr;
-	struct pd_model_paths mp = { 0 };
-	struct pd_flux_config fc;
-	struct pd_embeds e = { 0 };
-	struct pd_scheduler sched = { 0 };
-	struct pd_backend *be = NULL;
-	struct pd_flux *m = NULL;
-	struct pd_vae *v = NULL;
-	struct pd_latent_shape ls;
-	struct pd_gen_params p;
-	enum pd_dtype dt;
-	float *init = NULL, *lat = NULL;
-	double t0;
-
-	hr = pd_args_parse("generate", opts, argc, argv, 2, pos, 0, &n_pos);
-	if (hr == 1) {
-		pd_args_help(pd_generate_usage, opts, pd_generate_examples);
-		return 0;
-	}
-	if (hr)
-		return pd_fail();
-	if (a.verbose)
-		pd_log_level = 2;
-	/* Everything a user can get wrong is checked before any weight is read. */
-	if (pd_parse_dtype(a.dtype, &dt))
-		return pd_fail();
-	if (a.height < 16 || a.width < 16 || a.height % 16 || a.width % 16) {
-		pd_errorf("-H/--height and -W/--width must be positive multiples of 16 (got %dx%d)", a.height, a.width);
-		return pd_fail();
-	}
-	if (a.steps_seen && a.steps < 1) {
-		pd_errorf("--steps must be at least 1 (got %d)", a.steps);
-		return pd_fail();
-	}
-	if (a.true_cfg_scale < 0) {
-		pd_errorf("--true-cfg-scale must not be negative");
-		return pd_fail();
-	}
-	if (!a.embeds) {
-		pd_errorf("generate needs --embeds FILE (prompt embeddings; see pdit generate --help)");
-		return pd_fail();
-	}
-	if (pd_model_paths_resolve(&mp, a.model, a.transformer, a.vae, a.scheduler) ||
-	    pd_flux_config_load(&fc, mp.transformer) || pd_embeds_load(&e, a.embeds) ||
-	    pd_embeds_check(&e, &fc, a.embeds) || pd_latent_shape(&ls, &fc, a.height, a.width))
-		goto fail;
-	if (!mp.vae && !a.out_latents) {
-		pd_errorf("no VAE to decode with: give --vae DIR (or --out-latents FILE to keep only latents)");
-		goto fail;
-	}
-	p.height = a.height;
-	p.width = a.width;
-	p.steps = a.steps_seen ? a.steps : fc.guidance_embeds ? 28 : 4;
-	p.guidance = a.guidance;
-	p.true_cfg_scale = a.true_cfg_scale;
-	p.seed = a.seed;
-	if (a.true_cfg_scale > 1 && !e.neg_prompt) {
-		/* diffusers silently ignores the scale here; say so instead. */
-		pd_errorf("--true-cfg-scale %g needs negative_prompt_embeds and negative_pooled_prompt_embeds in %s "
-			  "(diffusers would silently run without true CFG)", a.true_cfg_scale, a.embeds);
-		goto fail;
-	}
-	if (mp.scheduler && pd_scheduler_load(&sched, mp.scheduler))
-		goto fail;
-	if (!mp.scheduler)
-		pd_scheduler_default(&sched, fc.guidance_embeds);
-	if (a.init_latents && pd_read_init_latents(a.init_latents, &e, &ls, &init))
-		goto fail;
-	lat = pd_malloc((size_t)(e.batch * ls.tokens * ls.packed_channels) * sizeof(float), "latents");
-	if (!lat)
-		goto fail;
-
-	/* Load everything before computing anything: a broken VAE must not
-	 * surface after minutes of denoising. */
-	t0 = pd_now();
-	if (pd_backend_cpu_new(&be, dt, a.threads) || pd_flux_load(&m, mp.transformer, be) ||
-	    (mp.vae && pd_vae_load(&v, mp.vae, be)))
-		goto fail;
-	if (v && pd_vae_get_config(v)->latent_channels != ls.channels) {
-		pd_errorf("%s: the VAE has %d latent channels but the transformer makes %d", mp.vae,
-			  pd_vae_get_config(v)->latent_channels, ls.channels);
-		goto fail;
-	}
-	pd_log(2, "pdit: models loaded in %.2f s (%d threads, %s)\n", pd_now() - t0, be->threads, a.dtype);
-	if (!mp.scheduler)
-		pd_log(1, "pdit: note: no scheduler folder; using FLUX.1-%s's settings\n",
-		       fc.guidance_embeds ? "dev" : "schnell");
-	if (e.neg_prompt && a.true_cfg_scale <= 1)
-		pd_log(1, "pdit: note: %s has negative embeddings, unused because --true-cfg-scale is %g (<= 1)\n",
-		       a.embeds, a.true_cfg_scale);
-	if (!fc.guidance_embeds && a.guidance != 3.5f)
-		pd_log(1, "pdit: note: this transformer has no guidance embedding; --guidance is ignored\n");
-	pd_log(1, "pdit: %lld image%s %dx%d, %d steps, seed %llu%s\n", (long long)e.batch, e.batch > 1 ? "s" : "",
-	       a.width, a.height, p.steps, (unsigned long long)a.seed,
-	       pd_gen_uses_cfg(&p, &e) ? ", true CFG" : "");
-	if (pd_denoise(m, &sched, &e, &p, init, lat, NULL))
-		goto fail;
-	if (a.out_latents) {
-		struct pd_st_writer *w = pd_st_writer_new();
-		int64_t shape[3] = { e.batch, ls.tokens, ls.packed_channels };
-		float *first = init;
-		int64_t n = e.batch * ls.tokens * ls.packed_channels;
-
-		if (!first) {
-			/* redraw the noise rather than keep a copy through the loop */
-			first = pd_malloc((size_t)n * sizeof(float), "latents");
-			for (int64_t b = 0; first && b < e.batch; b++) {
-				float *u = pd_malloc((size_t)ls.channels * ls.h * ls.w * sizeof(float), "noise");
-
-				if (!u) {
-					free(first);
-					first = NULL;
-					break;
-				}
-				pd_draw_noise(&ls, a.seed + (uint64_t)b, u);
-				pd_pack_latents(&ls, u, first + b * n / e.batch);
-				free(u);
-			}
-		}
-		hr = !w || !first || pd_st_writer_add(w, "latents.init", PD_F32, 3, shape, first) ||
-		     pd_st_writer_add(w, "latents.final", PD_F32, 3, shape, lat) ||
-		     pd_st_writer_meta(w, "pdit_version", PDIT_VERSION) || pd_st_writer_save(w, a.out_latents);
-		if (first != init)
-			free(first);
-		pd_st_writer_free(w);
-		if (hr)
-			goto fail;
-		pd_log(1, "pdit: wrote %s\n", a.out_latents);
-	}
-	if (v) {
-		int f;
-		size_t npx;
-		uint8_t *rgb;
-
-		pd_flux_free(m);	/* the transformer's memory goes before decoding */
-		m = NULL;
-		f = pd_vae_scale(pd_vae_get_config(v));
-		npx = (size_t)ls.h * f * ls.w * f;
-		rgb = pd_malloc(npx * 3, "image");
-		if (!rgb)
-			goto fail;
-		for (int64_t b = 0; b < e.batch; b++) {
-			char *name = pd_output_name(a.output, b, e.batch);
-			char *text = pd_strfmt("pdit %s; embeds: %s (prompt %lld); seed: %llu; steps: %d; guidance: %g; "
-					       "true_cfg_scale: %g; size: %dx%d; model: %s; dtype: %s",
-					       PDIT_VERSION, a.embeds, (long long)b, (unsigned long long)(a.seed + b),
-					       p.steps, a.guidance, a.true_cfg_scale, a.width, a.height,
-					       mp.root ? mp.root : mp.transformer, a.dtype);
-
-			t0 = pd_now();
-			hr = !name || !text ||
-			     pd_decode_image(v, &ls, lat + b * ls.tokens * ls.packed_channels, rgb, NULL, NULL) ||
-			     pd_png_write(name, rgb, ls.w * f, ls.h * f, "parameters", text);
-			if (!hr)
-				pd_log(1, "pdit: wrote %s (decoded in %.2f s)\n", name, pd_now() - t0);
-			free(name);
-			free(text);
-			if (hr) {
-				free(rgb);
-				goto fail;
-			}
-		}
-		free(rgb);
-	}
-	rc = 0;
-	goto out;
-fail:
-	rc = pd_fail();
-out:
-	free(init);
-	free(lat);
-	pd_vae_free(v);
-	pd_flux_free(m);
-	pd_backend_free(be);
-	pd_scheduler_free(&sched);
-	pd_embeds_free(&e);
-	pd_model_paths_free(&mp);
-	return rc;
+	if (requested > 0)
+		return requested;
+	if (cores < 1)
+		cores = 1;
+	return cores / local > 1 ? (int)(cores / local) : 1;
 }
 
 /* ======================================================================= */
@@ -427,14 +173,14 @@ static int pd_cmd_forward(int argc, char **argv)
 		return 0;
 	}
 	if (hr)
-		return pd_fail();
+		return pd_cli_fail();
 	if (verbose)
 		pd_log_level = 2;
 	if (!tdir || !inputs || !outp) {
 		pd_errorf("forward needs --transformer DIR, --inputs FILE and --out FILE");
-		return pd_fail();
+		return pd_cli_fail();
 	}
-	if (pd_parse_dtype(dtype, &dt) || pd_st_open(&st, inputs) || pd_backend_cpu_new(&be, dt, threads) ||
+	if (pd_cli_dtype(dtype, &dt) || pd_st_open(&st, inputs) || pd_backend_cpu_new(&be, dt, threads) ||
 	    pd_flux_load(&m, tdir, be))
 		goto fail;
 	cfg = pd_flux_get_config(m);
@@ -472,7 +218,7 @@ static int pd_cmd_forward(int argc, char **argv)
 	rc = 0;
 	goto out;
 fail:
-	rc = pd_fail();
+	rc = pd_cli_fail();
 out:
 	for (int i = 0; i < store.n; i++) {
 		free(store.e[i].name);
@@ -540,7 +286,7 @@ static int pd_cmd_tiny(int argc, char **argv)
 		return 0;
 	}
 	if (hr)
-		return pd_fail();
+		return pd_cli_fail();
 	if (flux_width)
 		pd_tiny_flux_width(&d);
 	else
@@ -549,18 +295,18 @@ static int pd_cmd_tiny(int argc, char **argv)
 	o = d;
 	if (n_pos != 1) {
 		pd_errorf("tiny needs the folder to write: pdit tiny DIR");
-		return pd_fail();
+		return pd_cli_fail();
 	}
 	if (no_guidance)
 		o.guidance = 0;
 	if (vae_ch && sscanf(vae_ch, "%d,%d,%d,%d", &o.vae_blocks[0], &o.vae_blocks[1], &o.vae_blocks[2],
 			     &o.vae_blocks[3]) != 4) {
 		pd_errorf("--vae-channels needs four numbers, like 16,32,32,32");
-		return pd_fail();
+		return pd_cli_fail();
 	}
 	if (o.vae_layers < 0 || o.vae_layers > 8 || o.vae_groups < 1) {
 		pd_errorf("--vae-layers must be 0..8 and --vae-groups at least 1");
-		return pd_fail();
+		return pd_cli_fail();
 	}
 	if (dtype) {
 		if (strcmp(dtype, "f32") == 0)
@@ -571,17 +317,17 @@ static int pd_cmd_tiny(int argc, char **argv)
 			o.dtype = PD_F16;
 		else {
 			pd_errorf("--dtype must be f32, bf16 or f16, not '%s'", dtype);
-			return pd_fail();
+			return pd_cli_fail();
 		}
 	}
 	if (o.heads < 1 || o.head_dim < 4 || o.head_dim % 2 || o.layers < 0 || o.single_layers < 0 ||
 	    o.in_channels < 4 || o.in_channels % 4 || o.joint_dim < 1 || o.pooled_dim < 1 || o.batch < 1 ||
 	    o.txt_len < 1) {
 		pd_errorf("tiny: sizes must be positive (--head-dim even and >= 4, --in-channels a multiple of 4)");
-		return pd_fail();
+		return pd_cli_fail();
 	}
 	if (pd_tiny_write(pos[0], &o))
-		return pd_fail();
+		return pd_cli_fail();
 	pd_log(1, "pdit: wrote %s (%d heads x %d, %d + %d blocks)\n", pos[0], o.heads, o.head_dim, o.layers,
 	       o.single_layers);
 	return 0;
@@ -596,10 +342,12 @@ static void pd_usage(FILE *f)
 	fprintf(f,
 		"pdit %s - FLUX.1 diffusion transformers in one C program\n"
 		"\n"
-		"usage: pdit COMMAND [options]     (pdit COMMAND --help for each)\n"
+		"usage: [mpirun -np N] pdit COMMAND [options]     (pdit COMMAND --help for each)\n"
 		"\n"
 		"commands:\n"
-		"  generate   prompt embeddings -> PNG, equal to diffusers' FluxPipeline\n"
+		"  generate   prompt embeddings -> PNG, equal to diffusers' FluxPipeline, on one\n"
+		"             process or a mesh of them (data, CFG, tensor, Ulysses, ring parallel)\n"
+		"  check      run a mesh and one process on the same inputs and compare, block by block\n"
 		"  forward    one transformer call on golden-style inputs (tests, debugging)\n"
 		"  tiny       write a small random model folder to try pdit with\n"
 		"\n"
@@ -609,26 +357,59 @@ static void pd_usage(FILE *f)
 		PDIT_VERSION);
 }
 
-int main(int argc, char **argv)
+/* forward and tiny write one file: they run in one process. */
+static int pd_single_process(struct pd_comm *world, const char *cmd)
+{
+	if (world->size == 1)
+		return 0;
+	if (world->rank == 0)
+		fprintf(stderr, "pdit: %s runs in one process, not under mpirun\n", cmd);
+	return 1;
+}
+
+static int pd_dispatch(struct pd_comm *world, int argc, char **argv)
 {
 	if (argc < 2) {
-		pd_usage(stderr);
+		if (world->rank == 0)
+			pd_usage(stderr);
 		return 2;
 	}
 	if (strcmp(argv[1], "generate") == 0)
-		return pd_cmd_generate(argc, argv);
+		return pd_cmd_generate(world, argc, argv);
+	if (strcmp(argv[1], "check") == 0)
+		return pd_cmd_check(world, argc, argv);
 	if (strcmp(argv[1], "forward") == 0)
-		return pd_cmd_forward(argc, argv);
+		return pd_single_process(world, "forward") ? 1 : pd_cmd_forward(argc, argv);
 	if (strcmp(argv[1], "tiny") == 0)
-		return pd_cmd_tiny(argc, argv);
+		return pd_single_process(world, "tiny") ? 1 : pd_cmd_tiny(argc, argv);
 	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
-		pd_usage(stdout);
+		if (world->rank == 0)
+			pd_usage(stdout);
 		return 0;
 	}
 	if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
-		printf("pdit %s\n", PDIT_VERSION);
+		if (world->rank == 0)
+			printf("pdit %s\n", PDIT_VERSION);
 		return 0;
 	}
-	fprintf(stderr, "pdit: unknown command '%s' (try pdit --help)\n", argv[1]);
+	if (world->rank == 0)
+		fprintf(stderr, "pdit: unknown command '%s' (try pdit --help)\n", argv[1]);
 	return 2;
+}
+
+int main(int argc, char **argv)
+{
+	struct pd_comm *world;
+	int rc;
+
+	if (pd_comm_world_init(&argc, &argv, &world)) {
+		fprintf(stderr, "pdit: %s\n", pd_last_error());
+		return 1;
+	}
+	/* progress and notes come from rank 0; errors from whoever has them */
+	if (world->rank != 0)
+		pd_log_level = 0;
+	rc = pd_dispatch(world, argc, argv);
+	pd_comm_world_finalize(world);
+	return rc;
 }

@@ -172,7 +172,11 @@ static void test_case(const char *dir, const char *file, enum pd_dtype dt, float
 	}
 	lat = malloc((size_t)(e.batch * ls.tokens * ls.packed_channels) * sizeof(float));
 	pd_poison(lat, (size_t)(e.batch * ls.tokens * ls.packed_channels));
-	PD_CHECK(pd_denoise(m, &sched, &e, &p, NULL, lat, dp) == 0, "%s: denoise: %s", file, pd_last_error());
+	{
+		struct pd_runner run = pd_runner_local(m);
+
+		PD_CHECK(pd_denoise(&run, pd_flux_get_config(m), &sched, &e, &p, NULL, lat, dp, NULL) == 0, "%s: denoise: %s", file, pd_last_error());
+	}
 	if (lat_out) {
 		*lat_out = lat;
 		lat = NULL;

@@ -1,0 +1,90 @@
+/*
+ * pd_comm.h - the communicator interface: the collectives and point-to-point
+ * transfers the parallel methods need, with one implementation per file
+ * (pd_comm_mpi.c now; an NCCL one can sit beside it).
+ *
+ *   struct pd_comm *world;
+ *   pd_comm_world_init(&argc, &argv, &world);   // size 1 without mpirun/srun
+ *   world->ops->allreduce(world, buf, n, PD_COMM_F32, PD_COMM_SUM);
+ *   pd_comm_world_finalize(world);
+ *
+ * Buffers are host memory. Sizes are in bytes except where a count of
+ * typed elements is asked for. Every operation returns 0 or -1 with a
+ * message; MPI's own errors abort the job (MPI_ERRORS_ARE_FATAL), which is
+ * what the caller would do anyway.
+ */
+#ifndef PD_COMM_H
+#define PD_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum pd_comm_type { PD_COMM_F32, PD_COMM_F64, PD_COMM_I32, PD_COMM_I64 };
+enum pd_comm_op { PD_COMM_SUM, PD_COMM_MAX, PD_COMM_MIN };
+
+struct pd_comm;
+
+/* A pending non-blocking transfer. */
+struct pd_comm_req {
+	unsigned char opaque[32];       /* the implementation's request handle */
+	int active;                     /* a transfer is pending */
+};
+
+struct pd_comm_ops {
+	const char *name;
+	/* In place over COUNT elements. */
+	int (*allreduce)(struct pd_comm *c, void *buf, size_t count, enum pd_comm_type t, enum pd_comm_op op);
+	/* Rank i contributes recv_bytes[i] bytes (its own send_bytes); RECV gets
+	 * all contributions back to back in rank order. */
+	int (*allgatherv)(struct pd_comm *c, const void *send, size_t send_bytes, void *recv,
+			  const size_t *recv_bytes);
+	/* Like allgatherv, but only ROOT receives (RECV is ignored elsewhere). */
+	int (*gatherv)(struct pd_comm *c, const void *send, size_t send_bytes, void *recv, const size_t *recv_bytes,
+		       int root);
+	/* SEND holds send_bytes[j] bytes for each rank j back to back; RECV
+	 * gets recv_bytes[j] bytes from each rank j back to back. */
+	int (*alltoallv)(struct pd_comm *c, const void *send, const size_t *send_bytes, void *recv,
+			 const size_t *recv_bytes);
+	int (*bcast)(struct pd_comm *c, void *buf, size_t bytes, int root);
+	int (*isend)(struct pd_comm *c, const void *buf, size_t bytes, int peer, int tag, struct pd_comm_req *req);
+	int (*irecv)(struct pd_comm *c, void *buf, size_t bytes, int peer, int tag, struct pd_comm_req *req);
+	int (*wait)(struct pd_comm *c, struct pd_comm_req *req);
+	int (*barrier)(struct pd_comm *c);
+	/* Ranks with the same COLOR form a new communicator, ordered by KEY. */
+	int (*split)(struct pd_comm *c, int color, int key, struct pd_comm **out);
+	void (*free)(struct pd_comm *c);
+	/* Ends every process of the job now (the error path of a failed collective). */
+	void (*abort)(struct pd_comm *c, int code);
+};
+
+struct pd_comm {
+	const struct pd_comm_ops *ops;  /* the implementation */
+	int rank;                       /* this process in the communicator */
+	int size;                       /* processes in it */
+	uint64_t bytes_sent;            /* bytes this rank sent through it, for the benchmark */
+	void *impl;                     /* implementation state */
+};
+
+/* The world: MPI when a launcher (mpirun, srun) started this process,
+ * otherwise a single process without MPI. */
+int pd_comm_world_init(int *argc, char ***argv, struct pd_comm **world);
+void pd_comm_world_finalize(struct pd_comm *world);
+
+/* Processes of this job on this machine (for dividing the cores). */
+int pd_comm_local_size(struct pd_comm *world);
+
+/* Convenience wrappers. */
+static inline int pd_comm_allreduce_f32(struct pd_comm *c, float *buf, size_t n)
+{
+	return c->size == 1 ? 0 : c->ops->allreduce(c, buf, n, PD_COMM_F32, PD_COMM_SUM);
+}
+
+/* 1 when any rank passes a nonzero FAILED, so all ranks agree to stop
+ * together (only where every rank reaches the same point). -1 on a
+ * communication failure. */
+int pd_comm_any(struct pd_comm *c, int failed);
+
+/* Equal contributions of BYTES bytes from each rank. */
+int pd_comm_allgather(struct pd_comm *c, const void *send, size_t bytes, void *recv);
+
+#endif /* PD_COMM_H */

@@ -1,0 +1,68 @@
+/*
+ * pd_mesh.h - the process mesh: degrees dp x cfg x pp x ring x ulysses x tp
+ * that multiply to the world size, each rank's coordinates, and the
+ * sub-communicators each parallel method works in.
+ *
+ * Rank order, fastest-varying first: tp, ulysses, ring, pp, cfg, dp
+ *   rank = tp + T (uly + U (ring + R (pp + P (cfg + C dp))))
+ * so Ulysses peers are neighbouring ranks, as in xDiT, ParaAttention and
+ * diffusers. The sequence-parallel group flattens ring x ulysses with chunk
+ * index ring * U + uly.
+ */
+#ifndef PD_MESH_H
+#define PD_MESH_H
+
+#include <stddef.h>
+
+#include "pd_comm.h"
+
+enum pd_axis {
+	PD_AXIS_TP,
+	PD_AXIS_ULYSSES,
+	PD_AXIS_RING,
+	PD_AXIS_PP,
+	PD_AXIS_CFG,
+	PD_AXIS_DP,
+	PD_AXIS_COUNT
+};
+
+/* What limits the choice of degrees. */
+struct pd_mesh_limits {
+	int world;                      /* processes */
+	int heads;                      /* attention heads: tp x ulysses must divide them */
+	int cfg_possible;               /* true CFG is on, so a cfg degree of 2 is allowed */
+	int images;                     /* images in the batch: dp may not exceed it */
+	int max_pp;                     /* largest pipeline degree allowed (1 until PipeFusion) */
+};
+
+struct pd_mesh {
+	int degree[PD_AXIS_COUNT];      /* degrees; their product is the world size */
+	int coord[PD_AXIS_COUNT];       /* this rank's coordinates */
+	struct pd_comm *world;          /* all ranks (borrowed) */
+	struct pd_comm *axis[PD_AXIS_COUNT]; /* ranks differing only along one axis */
+	struct pd_comm *sp;             /* ring x ulysses, rank = ring * U + uly */
+	struct pd_comm *model;          /* every rank working on the same image and branch: tp x sp x pp */
+};
+
+const char *pd_axis_name(enum pd_axis a);
+
+/* 0 when the degrees fit the limits; otherwise -1 with a message saying why
+ * and listing valid meshes. */
+int pd_mesh_check(const int degree[PD_AXIS_COUNT], const struct pd_mesh_limits *lim);
+
+/* Fills DEGREE with a sensible mesh for the limits (data parallel over the
+ * images, CFG parallel when true CFG is on, then Ulysses as far as the heads
+ * divide, then ring). Degrees already set (> 0) are kept. */
+int pd_mesh_choose(int degree[PD_AXIS_COUNT], const struct pd_mesh_limits *lim);
+
+/* Every valid mesh, at most MAX of them; returns how many there are. */
+int pd_mesh_enumerate(const struct pd_mesh_limits *lim, int (*out)[PD_AXIS_COUNT], int max);
+
+/* "dp=1 cfg=2 pp=1 ring=1 ulysses=2 tp=1" */
+void pd_mesh_format(const int degree[PD_AXIS_COUNT], char *buf, size_t len);
+
+/* Splits WORLD into the mesh's communicators (collective over WORLD). */
+int pd_mesh_create(struct pd_mesh *m, struct pd_comm *world, const int degree[PD_AXIS_COUNT]);
+void pd_mesh_free(struct pd_mesh *m);
+
+#endif /* PD_MESH_H */

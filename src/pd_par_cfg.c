@@ -1,0 +1,10 @@
+/*
+ * pd_par_cfg.c - the CFG pair's exchange of predictions.
+ */
+#include "pd_par_cfg.h"
+
+int pd_cfg_exchange(struct pd_comm *cfg, const float *mine, size_t n, float *both)
+{
+	/* rank order is branch order: gathered [rank 0 = negative | rank 1 = positive] */
+	return pd_comm_allgather(cfg, mine, n * sizeof(float), both);
+}

@@ -1,0 +1,185 @@
+/*
+ * pd_par_seq.c - sequence parallelism: the token partition, the transformer
+ * call on this rank's tokens, and the attention seam (Ulysses, ring, both).
+ */
+#include "pd_par_seq.h"
+#include "pd_par_ring.h"
+#include "pd_par_ulysses.h"
+#include "pd_util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int64_t pd_seq_rows(const struct pd_seq_par *p, int j)
+{
+	int P = p->sp->size;
+
+	return pd_chunk_len(p->txt_len, P, j) + pd_chunk_len(p->img_len, P, j);
+}
+
+/* Grows *BUF to N floats. */
+static int pd_seq_grow(float **buf, size_t *cap, size_t n)
+{
+	float *nb;
+
+	if (n <= *cap)
+		return 0;
+	nb = realloc(*buf, (n ? n : 1) * sizeof(float));
+	if (!nb)
+		return pd_errorf("out of memory (%zu MB for sequence-parallel buffers)", (n * sizeof(float)) >> 20);
+	*buf = nb;
+	*cap = n;
+	return 0;
+}
+
+/* Several buffers sharing one capacity: each grown to N floats. */
+static int pd_seq_grow_all(float **bufs[], int n_bufs, size_t *cap, size_t n)
+{
+	size_t c = *cap;
+
+	for (int i = 0; i < n_bufs; i++) {
+		c = *cap;
+		if (pd_seq_grow(bufs[i], &c, n))
+			return -1;
+	}
+	*cap = c > *cap ? c : *cap;
+	return 0;
+}
+
+/* The attention seam: this rank's q, k, v rows against the whole sequence. */
+static int pd_seq_attention(void *ctx, struct pd_backend *be, float *out, int64_t ldo, const float *q,
+			    const float *k, const float *v, int64_t ld, int64_t rows, int heads, int head_dim)
+{
+	struct pd_seq_par *p = ctx;
+	int U = p->U, R = p->R, ring_me = p->ring->rank;
+	int64_t ur[64], kv_rows[64], su = 0, max_kv = 0;
+	int64_t hu = (int64_t)(heads / U) * head_dim, W = (int64_t)heads * head_dim;
+	const float *aq = q, *ak = k, *av = v;
+	float *ao = out;
+	int64_t lda = ld, ldo_a = ldo;
+	size_t *bs = p->bytes, *br = p->bytes + p->sp->size;
+
+	if (U > 64 || R > 64)
+		return pd_errorf("sequence parallel degrees above 64 are not supported");
+	/* rows of each Ulysses peer, and of each ring rank's gathered chunk */
+	for (int j = 0; j < R; j++) {
+		kv_rows[j] = 0;
+		for (int u = 0; u < U; u++) {
+			int64_t n = pd_seq_rows(p, j * U + u);
+
+			kv_rows[j] += n;
+			if (j == ring_me)
+				ur[u] = n;
+		}
+		max_kv = kv_rows[j] > max_kv ? kv_rows[j] : max_kv;
+	}
+	su = kv_rows[ring_me];
+	PD_ASSERT(ur[p->ulysses->rank] == rows);
+	if (U > 1) {
+		float **ub[] = { &p->uq, &p->uk, &p->uv, &p->uo };
+		float **xb[] = { &p->xsend, &p->xrecv };
+		size_t need_x = (size_t)(3 * (su > rows ? su : rows) * W);
+
+		if (pd_seq_grow_all(ub, 4, &p->cap_u, (size_t)(su * hu)) || pd_seq_grow_all(xb, 2, &p->cap_x, need_x))
+			return -1;
+		if (pd_ulysses_to_heads(p->ulysses, be, ur, q, k, v, ld, heads, head_dim, p->uq, p->uk, p->uv, p->xsend,
+					p->xrecv, bs, br))
+			return -1;
+		aq = p->uq;
+		ak = p->uk;
+		av = p->uv;
+		ao = p->uo;
+		lda = hu;
+		ldo_a = hu;
+	}
+	if (R > 1) {
+		float **kb[] = { &p->kv[0], &p->kv[1] };
+		float **qb[] = { &p->part, &p->lse, &p->plse };
+		/* part is [su, hu]; the log-sum-exps [heads/U, su] are no larger */
+		size_t need_q = (size_t)(su * hu);
+
+		if (pd_seq_grow_all(kb, 2, &p->cap_kv, (size_t)(2 * max_kv * hu)) ||
+		    pd_seq_grow_all(qb, 3, &p->cap_q, need_q + 1))
+			return -1;
+		if (pd_ring_attention(p->ring, be, ao, ldo_a, aq, lda, su, ak, av, lda, kv_rows, heads / U, head_dim,
+				      p->kv, p->part, p->lse, p->plse))
+			return -1;
+	} else {
+		be->ops->attention(be, ao, ldo_a, NULL, aq, lda, ak, lda, av, lda, su, su, heads / U, head_dim,
+				   1.0f / sqrtf((float)head_dim));
+		if (pd_backend_check(be))
+			return -1;
+	}
+	if (U > 1 && pd_ulysses_to_tokens(p->ulysses, be, ur, p->uo, out, ldo, heads, head_dim, p->xrecv, bs, br))
+		return -1;
+	return 0;
+}
+
+int pd_seq_init(struct pd_seq_par *p, struct pd_flux *model, struct pd_comm *sp, struct pd_comm *ulysses,
+		struct pd_comm *ring, struct pd_flux_hooks *hooks)
+{
+	memset(p, 0, sizeof(*p));
+	p->model = model;
+	p->sp = sp;
+	p->ulysses = ulysses;
+	p->ring = ring;
+	p->U = ulysses->size;
+	p->R = ring->size;
+	p->out_width = pd_flux_get_config(model)->out_channels;
+	p->bytes = pd_calloc(2 * (size_t)sp->size, sizeof(size_t), "counts");
+	if (!p->bytes)
+		return -1;
+	PD_ASSERT(p->U * p->R == sp->size);
+	hooks->attention = pd_seq_attention;
+	hooks->attention_ctx = p;
+	return 0;
+}
+
+void pd_seq_free(struct pd_seq_par *p)
+{
+	free(p->local_out);
+	free(p->bytes);
+	free(p->uq);
+	free(p->uk);
+	free(p->uv);
+	free(p->uo);
+	free(p->xsend);
+	free(p->xrecv);
+	free(p->kv[0]);
+	free(p->kv[1]);
+	free(p->part);
+	free(p->lse);
+	free(p->plse);
+	memset(p, 0, sizeof(*p));
+}
+
+int pd_seq_predict(void *ctx, const struct pd_flux_input *in, float *out, const struct pd_dump *dump)
+{
+	struct pd_seq_par *p = ctx;
+	const struct pd_flux_config *cfg = pd_flux_get_config(p->model);
+	int P = p->sp->size, r = p->sp->rank, A = cfg->n_axes;
+	int64_t t0, tn, i0, in_n, C = p->out_width;
+	struct pd_flux_input local = *in;
+
+	p->txt_len = in->txt_len;
+	p->img_len = in->img_len;
+	t0 = pd_chunk_start(in->txt_len, P, r);
+	tn = pd_chunk_len(in->txt_len, P, r);
+	i0 = pd_chunk_start(in->img_len, P, r);
+	in_n = pd_chunk_len(in->img_len, P, r);
+	/* the same partition for the hidden states and their position ids */
+	local.txt_len = tn;
+	local.img_len = in_n;
+	local.txt = in->txt + t0 * cfg->joint_attention_dim;
+	local.txt_ids = in->txt_ids + t0 * A;
+	local.img = in->img + i0 * cfg->in_channels;
+	local.img_ids = in->img_ids + i0 * A;
+	if (pd_seq_grow(&p->local_out, &p->local_cap, (size_t)(in_n * C) + 1) ||
+	    pd_flux_forward(p->model, &local, p->local_out, dump))
+		return -1;
+	for (int j = 0; j < P; j++)
+		p->bytes[j] = (size_t)(pd_chunk_len(in->img_len, P, j) * C) * sizeof(float);
+	/* image chunks are consecutive rows, so rank order is token order */
+	return p->sp->ops->allgatherv(p->sp, p->local_out, p->bytes[r], out, p->bytes);
+}

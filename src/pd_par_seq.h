@@ -1,0 +1,64 @@
+/*
+ * pd_par_seq.h - sequence parallelism over ring x ulysses ranks (USP).
+ *
+ * The text tokens and the image tokens are each cut into P nearly equal
+ * chunks (chunk i holds n/P tokens, one more for i < n % P), and SP rank i
+ * runs the transformer on [text chunk i | image chunk i] with the position
+ * ids of exactly those tokens. Lengths that do not divide need no padding:
+ * chunks just differ by one token, every exchange uses per-rank counts, and
+ * attention only ever sees real keys. Everything but attention is per
+ * token; attention goes through pd_seq_attention: a Ulysses all-to-all
+ * (pd_par_ulysses.c) inside the group of U neighbouring ranks, then ring
+ * attention (pd_par_ring.c) across the R groups, then the way back.
+ */
+#ifndef PD_PAR_SEQ_H
+#define PD_PAR_SEQ_H
+
+#include "pd_comm.h"
+#include "pd_flux.h"
+
+/* Start and length of chunk I of N items cut into P chunks. */
+static inline int64_t pd_chunk_start(int64_t n, int p, int i)
+{
+	return (int64_t)i * (n / p) + (i < n % p ? i : n % p);
+}
+
+static inline int64_t pd_chunk_len(int64_t n, int p, int i)
+{
+	return n / p + (i < n % p);
+}
+
+struct pd_seq_par {
+	struct pd_flux *model;          /* runs the local tokens (borrowed) */
+	struct pd_comm *sp;             /* ring x ulysses ranks, rank = ring * U + uly (borrowed) */
+	struct pd_comm *ulysses;        /* the U neighbouring ranks (borrowed) */
+	struct pd_comm *ring;           /* the R ranks with the same Ulysses index (borrowed) */
+	int U, R;                       /* degrees */
+	int64_t txt_len, img_len;       /* whole-sequence lengths of the current call */
+	int64_t out_width;              /* prediction channels */
+	float *local_out;               /* [image chunk, out_width] */
+	size_t local_cap;               /* its capacity in floats */
+	size_t *bytes;                  /* per-rank byte counts, sp->size entries */
+	/* Ulysses and ring scratch, grown as needed (floats). */
+	float *uq, *uk, *uv, *uo;       /* gathered q, k, v and attention output [S_u, H/U x Dh] */
+	float *xsend, *xrecv;           /* all-to-all buffers */
+	float *kv[2];                   /* ring: the chunk being used and the one arriving */
+	float *part, *lse, *plse;       /* ring: a partial output and the log-sum-exps */
+	size_t cap_u, cap_x, cap_kv, cap_q;
+};
+
+/* Sets up P for the mesh's sequence-parallel groups and installs the
+ * attention hook into HOOKS. */
+int pd_seq_init(struct pd_seq_par *p, struct pd_flux *model, struct pd_comm *sp, struct pd_comm *ulysses,
+		struct pd_comm *ring, struct pd_flux_hooks *hooks);
+void pd_seq_free(struct pd_seq_par *p);
+
+/* One transformer call on the whole-sequence input IN: this rank computes
+ * its chunks and the image rows of every rank are gathered, so OUT receives
+ * the whole [img_len, out_channels] prediction on every SP rank. */
+int pd_seq_predict(void *ctx, const struct pd_flux_input *in, float *out, const struct pd_dump *dump);
+
+/* Rows (text + image) of SP rank J for the current call. */
+int64_t pd_seq_rows(const struct pd_seq_par *p, int j);
+
+#endif /* PD_PAR_SEQ_H */

@@ -1,0 +1,15 @@
+/*
+ * pd_par_tensor.h - tensor parallelism (Megatron): the model loads its shard
+ * (pd_flux_load_shard); these hooks sum row-parallel partial results and
+ * gather column-parallel modulation vectors over the tensor-parallel group.
+ */
+#ifndef PD_PAR_TENSOR_H
+#define PD_PAR_TENSOR_H
+
+#include "pd_comm.h"
+#include "pd_flux.h"
+
+/* Sets HOOKS' reduce and gather to work over TP (borrowed). */
+void pd_tp_hooks(struct pd_flux_hooks *hooks, struct pd_comm *tp);
+
+#endif /* PD_PAR_TENSOR_H */

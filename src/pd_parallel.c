@@ -1,0 +1,53 @@
+/*
+ * pd_parallel.c - the parallel methods assembled on a mesh.
+ */
+#include "pd_parallel.h"
+#include "pd_par_data.h"
+#include "pd_par_tensor.h"
+
+#include <string.h>
+
+struct pd_flux_shard pd_parallel_shard(const struct pd_mesh *mesh)
+{
+	struct pd_flux_shard s = { mesh->coord[PD_AXIS_TP], mesh->degree[PD_AXIS_TP] };
+
+	return s;
+}
+
+int pd_parallel_setup(struct pd_parallel *par, struct pd_mesh *mesh, struct pd_flux *m, int64_t batch)
+{
+	memset(par, 0, sizeof(*par));
+	par->mesh = mesh;
+	par->runner = pd_runner_local(m);
+	if (mesh->degree[PD_AXIS_TP] > 1)
+		pd_tp_hooks(&par->hooks, mesh->axis[PD_AXIS_TP]);
+	if (mesh->sp->size > 1) {
+		if (pd_seq_init(&par->seq, m, mesh->sp, mesh->axis[PD_AXIS_ULYSSES], mesh->axis[PD_AXIS_RING],
+				&par->hooks))
+			return -1;
+		par->has_seq = 1;
+		par->runner.predict = pd_seq_predict;
+		par->runner.predict_ctx = &par->seq;
+	}
+	pd_flux_set_hooks(m, &par->hooks);
+	pd_dp_slice(batch, mesh->degree[PD_AXIS_DP], mesh->coord[PD_AXIS_DP], &par->runner.first_image,
+		    &par->runner.n_images);
+	if (mesh->degree[PD_AXIS_CFG] > 1)
+		par->runner.cfg = mesh->axis[PD_AXIS_CFG];
+	return 0;
+}
+
+void pd_parallel_free(struct pd_parallel *par)
+{
+	if (par->has_seq)
+		pd_seq_free(&par->seq);
+	memset(par, 0, sizeof(*par));
+}
+
+int pd_parallel_is_writer(const struct pd_mesh *mesh)
+{
+	for (int a = 0; a < PD_AXIS_COUNT; a++)
+		if (a != PD_AXIS_DP && mesh->coord[a] != 0)
+			return 0;
+	return 1;
+}

@@ -1,0 +1,38 @@
+/*
+ * pd_parallel.h - puts the parallel methods together on a mesh: the model's
+ * hooks (tensor parallel collectives, the sequence-parallel attention seam)
+ * and the denoising loop's runner (sequence-parallel calls, the data-parallel
+ * share of the batch, the CFG pair).
+ *
+ *   pd_mesh_create(&mesh, world, degrees);
+ *   struct pd_flux_shard sh = pd_parallel_shard(&mesh);
+ *   pd_flux_load_shard(&m, dir, be, &sh);
+ *   pd_parallel_setup(&par, &mesh, m, batch);
+ *   pd_denoise(&par.runner, ...);
+ */
+#ifndef PD_PARALLEL_H
+#define PD_PARALLEL_H
+
+#include "pd_mesh.h"
+#include "pd_par_seq.h"
+#include "pd_pipeline.h"
+
+struct pd_parallel {
+	struct pd_mesh *mesh;           /* the mesh (borrowed) */
+	struct pd_flux_hooks hooks;     /* installed into the model */
+	struct pd_seq_par seq;          /* sequence parallelism, when ring x ulysses > 1 */
+	int has_seq;
+	struct pd_runner runner;        /* what pd_denoise uses */
+};
+
+/* The model share a rank of MESH loads. */
+struct pd_flux_shard pd_parallel_shard(const struct pd_mesh *mesh);
+
+int pd_parallel_setup(struct pd_parallel *par, struct pd_mesh *mesh, struct pd_flux *m, int64_t batch);
+void pd_parallel_free(struct pd_parallel *par);
+
+/* True on the one rank of each data-parallel group that writes its images
+ * (every other coordinate 0). */
+int pd_parallel_is_writer(const struct pd_mesh *mesh);
+
+#endif /* PD_PARALLEL_H */

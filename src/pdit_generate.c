@@ -1,0 +1,863 @@
+/*
+ * pdit_generate.c - `pdit generate` and `pdit check`, on one process or a
+ * mesh of them (mpirun -np N pdit ...).
+ *
+ * Both go through the same phases. Every rank checks what a user can get
+ * wrong before any weight is read, then loads its share of the model; each
+ * phase ends with an agreement among the ranks, so a failure on one rank
+ * (a file only it cannot read) stops every rank cleanly with the failing
+ * rank's message. A failure in the middle of collective work aborts the
+ * whole job instead of leaving the others waiting.
+ */
+#include "pd_args.h"
+#include "pd_model.h"
+#include "pd_par_data.h"
+#include "pd_par_seq.h"
+#include "pd_parallel.h"
+#include "pd_png.h"
+#include "pd_util.h"
+#include "pdit_cli.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct pd_gen_args {
+	const char *model, *transformer, *vae, *scheduler;
+	const char *embeds, *output, *out_latents, *init_latents, *dtype;
+	int height, width, steps, threads, verbose;
+	float guidance, true_cfg_scale;
+	uint64_t seed;
+	int steps_seen;
+	/* mesh degrees (0: not given) */
+	int dp, tp, ulysses, ring, pp, cfg_parallel;
+	/* pdit check */
+	const char *golden;
+	float tolerance;
+};
+
+/* Everything one run holds, from validated arguments to loaded models. */
+struct pd_run {
+	struct pd_comm *world;          /* all processes (borrowed) */
+	struct pd_model_paths mp;       /* component folders */
+	struct pd_flux_config fc;       /* transformer sizes */
+	struct pd_embeds e;             /* prompt embeddings */
+	struct pd_scheduler sched;      /* the schedule */
+	struct pd_latent_shape ls;      /* latent geometry */
+	struct pd_gen_params p;         /* generation parameters */
+	enum pd_dtype dt;               /* matrix-product precision */
+	int degree[PD_AXIS_COUNT];      /* the mesh */
+	int mesh_auto;                  /* chosen by pdit, not given */
+	struct pd_mesh mesh;            /* its communicators (once created) */
+	int mesh_ok;
+	struct pd_backend *be;          /* compute */
+	struct pd_flux *m;              /* this rank's share of the transformer */
+	struct pd_vae *v;               /* the VAE (on ranks that write pictures) */
+	struct pd_parallel par;         /* the parallel methods */
+	int par_ok;
+	float *init;                    /* --init-latents [B, L, C], or NULL */
+};
+
+static const char pd_gen_usage[] =
+	"usage: [mpirun -np N] pdit generate (--model DIR | --transformer DIR [--vae DIR] [--scheduler DIR])\n"
+	"                                  --embeds FILE [options]\n"
+	"\n"
+	"Runs FLUX.1 from prompt embeddings to a PNG, numerically equal to diffusers'\n"
+	"FluxPipeline with the same seed. Several prompts in the embeddings file make\n"
+	"several images: image b uses seed + b and is written as NAME-b.png (or through a\n"
+	"%d in the name). Under mpirun the processes form a mesh of degrees\n"
+	"dp x cfg x ring x ulysses x tp = N (pdit picks one when no degree is given);\n"
+	"every mesh computes the same pictures as one process.";
+
+static const char pd_gen_examples[] =
+	"  pdit tiny tiny-model\n"
+	"  pdit generate --model tiny-model --embeds tiny-model/embeds.safetensors -H 256 -W 256 --steps 4 -o out.png\n"
+	"  mpirun -np 4 pdit generate --model tiny-model --embeds tiny-model/embeds.safetensors -H 256 -W 256 \\\n"
+	"      --ulysses-degree 2 --ring-degree 2 -o out.png\n"
+	"  mpirun -np 2 pdit generate --model flux --embeds prompts.safetensors --true-cfg-scale 4 --cfg-parallel \\\n"
+	"      -s 7 --dtype bf16 -o cat-%d.png\n";
+
+static const char pd_check_usage[] =
+	"usage: [mpirun -np N] pdit check <the arguments of pdit generate> [--golden FILE] [--tolerance T]\n"
+	"\n"
+	"Runs the mesh and, on rank 0, the single-process computation on the same inputs,\n"
+	"and prints for each transformer block at the first step and for the final latents\n"
+	"the largest relative difference (max|a - b| / max|b|), then PASS or FAIL. With\n"
+	"--golden FILE the final latents (and the initial noise) are compared with FILE's\n"
+	"latents.final (and latents.init) instead: a diffusers reference or an earlier\n"
+	"--out-latents file. Nothing is written.";
+
+static const char pd_check_examples[] =
+	"  mpirun -np 4 pdit check --model tiny-model --embeds tiny-model/embeds.safetensors -H 256 -W 256 \\\n"
+	"      --steps 4 --ulysses-degree 2 --ring-degree 2\n"
+	"  mpirun -np 2 pdit check --transformer golden/transformer-dev --vae golden/vae-dev \\\n"
+	"      --scheduler golden/scheduler-dev --embeds golden/pipeline-dev-h64w48.safetensors -H 64 -W 48 \\\n"
+	"      --steps 4 -s 5301 --golden golden/pipeline-dev-h64w48.safetensors\n";
+
+/* ----------------------------------------------------------------------- */
+/* Phases                                                                  */
+/* ----------------------------------------------------------------------- */
+
+/* --init-latents FILE: latents.init [B, L, 4C] (packed), or
+ * latents.init_unpacked [B, C, h, w] as the golden files hold them. */
+static int pd_read_init_latents(const char *path, const struct pd_embeds *e, const struct pd_latent_shape *ls,
+				float **out)
+{
+	int64_t n = e->batch * ls->tokens * ls->packed_channels, per = n / e->batch;
+	const struct pd_st_tensor *t;
+	struct pd_st *st;
+	float *init, *u = NULL;
+	int rc = -1;
+
+	if (pd_st_open(&st, path))
+		return -1;
+	init = pd_malloc((size_t)n * sizeof(float), "initial latents");
+	if (!init)
+		goto out;
+	if ((t = pd_st_get(st, "latents.init")) && t->numel == n) {
+		rc = pd_st_read_f32(t, 0, (size_t)n, init);
+	} else if ((t = pd_st_get(st, "latents.init_unpacked")) && t->numel == n) {
+		u = pd_malloc((size_t)n * sizeof(float), "initial latents");
+		rc = !u || pd_st_read_f32(t, 0, (size_t)n, u) ? -1 : 0;
+		for (int64_t b = 0; !rc && b < e->batch; b++)
+			pd_pack_latents(ls, u + b * per, init + b * per);
+	} else {
+		pd_errorf("%s: needs latents.init [%lld, %lld, %d] or latents.init_unpacked [%lld, %d, %d, %d]", path,
+			  (long long)e->batch, (long long)ls->tokens, ls->packed_channels, (long long)e->batch,
+			  ls->channels, ls->h, ls->w);
+	}
+out:
+	free(u);
+	pd_st_close(st);
+	if (rc)
+		free(init);
+	else
+		*out = init;
+	return rc;
+}
+
+/* Phase 1: everything that can be checked without reading a weight. */
+static int pd_run_prepare(struct pd_run *r, const struct pd_gen_args *a, int need_vae)
+{
+	struct pd_mesh_limits lim;
+	int given = a->dp || a->tp || a->ulysses || a->ring || a->pp || a->cfg_parallel;
+
+	if (pd_cli_dtype(a->dtype, &r->dt))
+		return -1;
+	if (a->height < 16 || a->width < 16 || a->height % 16 || a->width % 16)
+		return pd_errorf("-H/--height and -W/--width must be positive multiples of 16 (got %dx%d)", a->height,
+				 a->width);
+	if (a->steps_seen && a->steps < 1)
+		return pd_errorf("--steps must be at least 1 (got %d)", a->steps);
+	if (a->true_cfg_scale < 0)
+		return pd_errorf("--true-cfg-scale must not be negative");
+	if (!a->embeds)
+		return pd_errorf("generate needs --embeds FILE (prompt embeddings; see pdit generate --help)");
+	if (pd_model_paths_resolve(&r->mp, a->model, a->transformer, a->vae, a->scheduler) ||
+	    pd_flux_config_load(&r->fc, r->mp.transformer) || pd_embeds_load(&r->e, a->embeds) ||
+	    pd_embeds_check(&r->e, &r->fc, a->embeds) || pd_latent_shape(&r->ls, &r->fc, a->height, a->width))
+		return -1;
+	if (need_vae && !r->mp.vae && !a->out_latents)
+		return pd_errorf("no VAE to decode with: give --vae DIR (or --out-latents FILE to keep only latents)");
+	r->p.height = a->height;
+	r->p.width = a->width;
+	r->p.steps = a->steps_seen ? a->steps : r->fc.guidance_embeds ? 28 : 4;
+	r->p.guidance = a->guidance;
+	r->p.true_cfg_scale = a->true_cfg_scale;
+	r->p.seed = a->seed;
+	if (a->true_cfg_scale > 1 && !r->e.neg_prompt)
+		/* diffusers silently ignores the scale here; say so instead. */
+		return pd_errorf("--true-cfg-scale %g needs negative_prompt_embeds and negative_pooled_prompt_embeds in "
+				 "%s (diffusers would silently run without true CFG)", a->true_cfg_scale, a->embeds);
+	if (r->mp.scheduler) {
+		if (pd_scheduler_load(&r->sched, r->mp.scheduler))
+			return -1;
+	} else {
+		/* FLUX.1-dev's scheduler shifts by resolution, schnell's does not. */
+		pd_scheduler_default(&r->sched, r->fc.guidance_embeds);
+	}
+	if (a->init_latents && pd_read_init_latents(a->init_latents, &r->e, &r->ls, &r->init))
+		return -1;
+	/* the mesh, refused here when impossible: no weight has been read */
+	lim.world = r->world->size;
+	lim.heads = r->fc.heads;
+	lim.cfg_possible = pd_gen_uses_cfg(&r->p, &r->e);
+	lim.images = (int)r->e.batch;
+	lim.max_pp = 1;
+	r->degree[PD_AXIS_DP] = a->dp;
+	r->degree[PD_AXIS_CFG] = a->cfg_parallel ? 2 : 0;
+	r->degree[PD_AXIS_PP] = a->pp;
+	r->degree[PD_AXIS_RING] = a->ring;
+	r->degree[PD_AXIS_ULYSSES] = a->ulysses;
+	r->degree[PD_AXIS_TP] = a->tp;
+	if (!given) {
+		r->mesh_auto = r->world->size > 1;
+		return pd_mesh_choose(r->degree, &lim);
+	}
+	for (int x = 0; x < PD_AXIS_COUNT; x++)
+		if (r->degree[x] <= 0)
+			r->degree[x] = 1;
+	return pd_mesh_check(r->degree, &lim);
+}
+
+/* Phase 2: the mesh's communicators, the backend, this rank's weights. */
+static int pd_run_load(struct pd_run *r, const struct pd_gen_args *a, int want_vae)
+{
+	struct pd_flux_shard sh;
+
+	if (pd_mesh_create(&r->mesh, r->world, r->degree))
+		return -1;
+	r->mesh_ok = 1;
+	sh = pd_parallel_shard(&r->mesh);
+	if (pd_backend_cpu_new(&r->be, r->dt, pd_cli_threads(r->world, a->threads)) ||
+	    pd_flux_load_shard(&r->m, r->mp.transformer, r->be, &sh))
+		return -1;
+	/* a broken VAE must not surface after minutes of denoising */
+	if (want_vae && r->mp.vae && pd_parallel_is_writer(&r->mesh)) {
+		if (pd_vae_load(&r->v, r->mp.vae, r->be))
+			return -1;
+		if (pd_vae_get_config(r->v)->latent_channels != r->ls.channels)
+			return pd_errorf("%s: the VAE has %d latent channels but the transformer makes %d", r->mp.vae,
+					 pd_vae_get_config(r->v)->latent_channels, r->ls.channels);
+	}
+	if (pd_parallel_setup(&r->par, &r->mesh, r->m, r->e.batch))
+		return -1;
+	r->par_ok = 1;
+	return 0;
+}
+
+static void pd_run_free(struct pd_run *r)
+{
+	if (r->par_ok)
+		pd_parallel_free(&r->par);
+	pd_vae_free(r->v);
+	pd_flux_free(r->m);
+	pd_backend_free(r->be);
+	if (r->mesh_ok)
+		pd_mesh_free(&r->mesh);
+	pd_scheduler_free(&r->sched);
+	pd_embeds_free(&r->e);
+	pd_model_paths_free(&r->mp);
+	free(r->init);
+}
+
+static void pd_run_notes(const struct pd_run *r, const struct pd_gen_args *a)
+{
+	char mesh[128];
+
+	if (!r->mp.scheduler)
+		pd_log(1, "pdit: note: no scheduler folder; using FLUX.1-%s's settings\n",
+		       r->fc.guidance_embeds ? "dev" : "schnell");
+	if (r->e.neg_prompt && a->true_cfg_scale <= 1)
+		pd_log(1, "pdit: note: %s has negative embeddings, unused because --true-cfg-scale is %g (<= 1)\n",
+		       a->embeds, a->true_cfg_scale);
+	if (!r->fc.guidance_embeds && a->guidance != 3.5f)
+		pd_log(1, "pdit: note: this transformer has no guidance embedding; --guidance is ignored\n");
+	if (r->world->size > 1) {
+		pd_mesh_format(r->degree, mesh, sizeof(mesh));
+		pd_log(1, "pdit: %d processes, mesh %s%s, %d thread%s each\n", r->world->size, mesh,
+		       r->mesh_auto ? " (chosen automatically)" : "", r->be->threads, r->be->threads > 1 ? "s" : "");
+	}
+	pd_log(1, "pdit: %lld image%s %dx%d, %d steps, seed %llu%s\n", (long long)r->e.batch,
+	       r->e.batch > 1 ? "s" : "", a->width, a->height, r->p.steps, (unsigned long long)a->seed,
+	       pd_gen_uses_cfg(&r->p, &r->e) ? ", true CFG" : "");
+}
+
+/* Denoises this rank's images and gathers every image's latents into ALL
+ * [B, L, C] on every rank. Failures abort the job. */
+static void pd_run_denoise(struct pd_run *r, float *all, const struct pd_dump *model_dump)
+{
+	int64_t per = r->ls.tokens * r->ls.packed_channels;
+	float *mine = pd_malloc((size_t)((r->par.runner.n_images + 1) * per) * sizeof(float), "latents");
+
+	if (!mine || pd_denoise(&r->par.runner, &r->fc, &r->sched, &r->e, &r->p, r->init, mine, NULL, model_dump) ||
+	    pd_dp_gather(r->mesh.axis[PD_AXIS_DP], mine, per, r->e.batch, all)) {
+		free(mine);
+		pd_cli_abort(r->world);
+	}
+	free(mine);
+}
+
+static void pd_gen_options(struct pd_gen_args *a, struct pd_arg *opts, int check)
+{
+	const struct pd_arg common[] = {
+		{ "--model", 'm', PD_ARG_STRING, &a->model, "DIR", "diffusers FLUX folder (model_index.json, transformer/, vae/, scheduler/)", NULL },
+		{ "--transformer", 0, PD_ARG_STRING, &a->transformer, "DIR", "transformer folder (overrides --model's)", NULL },
+		{ "--vae", 0, PD_ARG_STRING, &a->vae, "DIR", "VAE folder (overrides --model's)", NULL },
+		{ "--scheduler", 0, PD_ARG_STRING, &a->scheduler, "DIR", "scheduler folder (overrides --model's)", NULL },
+		{ "--embeds", 0, PD_ARG_STRING, &a->embeds, "FILE", "safetensors with prompt_embeds [B,T,J], pooled_prompt_embeds [B,P], optional negative_*", NULL },
+		{ "--height", 'H', PD_ARG_INT, &a->height, "PX", "image height, a multiple of 16 (default 1024)", NULL },
+		{ "--width", 'W', PD_ARG_INT, &a->width, "PX", "image width, a multiple of 16 (default 1024)", NULL },
+		{ "--steps", 0, PD_ARG_INT, &a->steps, "N", "denoising steps (default 28, or 4 for models without guidance embedding)", &a->steps_seen },
+		{ "--guidance", 0, PD_ARG_FLOAT, &a->guidance, "G", "distilled guidance scale (default 3.5; dev-style models)", NULL },
+		{ "--true-cfg-scale", 0, PD_ARG_FLOAT, &a->true_cfg_scale, "C", "true classifier-free guidance with the negative embeddings when > 1", NULL },
+		{ "--seed", 's', PD_ARG_U64, &a->seed, "S", "seed of image 0 (default 42), as torch.Generator('cpu').manual_seed", NULL },
+		{ "--output", 'o', PD_ARG_STRING, &a->output, "FILE", "PNG to write (default output.png)", NULL },
+		{ "--out-latents", 0, PD_ARG_STRING, &a->out_latents, "FILE", "also write latents.init and latents.final [B,L,C] (packed)", NULL },
+		{ "--init-latents", 0, PD_ARG_STRING, &a->init_latents, "FILE", "start from latents.init [B,L,C] or latents.init_unpacked instead of the seed", NULL },
+		{ "--dtype", 0, PD_ARG_STRING, &a->dtype, "f32|bf16", "precision of matrix products (default f32)", NULL },
+		{ "--threads", 't', PD_ARG_INT, &a->threads, "N", "threads per process (default: the cores divided among the processes)", NULL },
+		{ "--data-parallel-degree", 0, PD_ARG_INT, &a->dp, "N", "split the batch of images over N groups", NULL },
+		{ "--cfg-parallel", 0, PD_ARG_FLAG, &a->cfg_parallel, NULL, "run the positive and negative passes of true CFG on two processes", NULL },
+		{ "--tensor-parallel-degree", 0, PD_ARG_INT, &a->tp, "N", "split heads and MLP width over N processes (Megatron)", NULL },
+		{ "--ulysses-degree", 0, PD_ARG_INT, &a->ulysses, "N", "sequence parallel with all-to-all between tokens and heads", NULL },
+		{ "--ring-degree", 0, PD_ARG_INT, &a->ring, "N", "sequence parallel with ring attention", NULL },
+		{ "--pipefusion-degree", 0, PD_ARG_INT, &a->pp, "N", "pipeline stages (only 1 for now)", NULL },
+		{ "--verbose", 'v', PD_ARG_FLAG, &a->verbose, NULL, "more detail", NULL },
+	};
+	size_t n = sizeof(common) / sizeof(common[0]);
+
+	memcpy(opts, common, sizeof(common));
+	if (check) {
+		opts[n++] = (struct pd_arg){ "--golden", 0, PD_ARG_STRING, &a->golden, "FILE",
+					     "compare with FILE's latents.final instead of a single-process run", NULL };
+		opts[n++] = (struct pd_arg){ "--tolerance", 0, PD_ARG_FLOAT, &a->tolerance, "T",
+					     "largest relative difference that passes (default 1e-5, 2e-2 with bf16)", NULL };
+	}
+	memset(&opts[n], 0, sizeof(opts[n]));
+}
+
+static void pd_gen_defaults(struct pd_gen_args *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->output = "output.png";
+	a->dtype = "f32";
+	a->height = 1024;
+	a->width = 1024;
+	a->guidance = 3.5f;
+	a->true_cfg_scale = 1.0f;
+	a->seed = 42;
+}
+
+/* Parses the arguments: 0 go on, 1 help shown, -1 error (message set). */
+static int pd_gen_parse(struct pd_comm *world, struct pd_gen_args *a, int argc, char **argv, int check)
+{
+	struct pd_arg opts[40];
+	const char *pos[1];
+	int n_pos, hr;
+
+	pd_gen_defaults(a);
+	pd_gen_options(a, opts, check);
+	hr = pd_args_parse(check ? "check" : "generate", opts, argc, argv, 2, pos, 0, &n_pos);
+	if (hr == 1 && world->rank == 0)
+		pd_args_help(check ? pd_check_usage : pd_gen_usage, opts, check ? pd_check_examples : pd_gen_examples);
+	if (hr == 0 && a->verbose && world->rank == 0)
+		pd_log_level = 2;
+	return hr;
+}
+
+/* ======================================================================= */
+/* pdit generate                                                           */
+/* ======================================================================= */
+
+static char *pd_output_name(const char *pattern, int64_t b, int64_t batch)
+{
+	const char *dot, *pct = strstr(pattern, "%d");
+
+	if (pct && !strchr(pct + 2, '%') && !memchr(pattern, '%', (size_t)(pct - pattern)))
+		return pd_strfmt(pattern, (int)b);
+	if (batch == 1)
+		return pd_strdup(pattern);
+	dot = strrchr(pattern, '.');
+	if (!dot || strchr(dot, '/'))
+		return pd_strfmt("%s-%lld", pattern, (long long)b);
+	return pd_strfmt("%.*s-%lld%s", (int)(dot - pattern), pattern, (long long)b, dot);
+}
+
+/* latents.init and latents.final of the whole batch to PATH. */
+static int pd_write_latents(struct pd_run *r, const char *path, const float *final)
+{
+	int64_t per = r->ls.tokens * r->ls.packed_channels, B = r->e.batch;
+	int64_t shape[3] = { B, r->ls.tokens, r->ls.packed_channels };
+	struct pd_st_writer *w = pd_st_writer_new();
+	float *first = r->init, *u = NULL;
+	int rc = -1;
+
+	if (!w)
+		return -1;
+	if (!first) {
+		/* the noise is cheap to draw again, cheaper than keeping it */
+		first = pd_malloc((size_t)(B * per) * sizeof(float), "latents");
+		u = pd_malloc((size_t)r->ls.channels * r->ls.h * r->ls.w * sizeof(float), "noise");
+		if (!first || !u)
+			goto out;
+		for (int64_t b = 0; b < B; b++) {
+			pd_draw_noise(&r->ls, r->p.seed + (uint64_t)b, u);
+			pd_pack_latents(&r->ls, u, first + b * per);
+		}
+	}
+	rc = pd_st_writer_add(w, "latents.init", PD_F32, 3, shape, first) ||
+	     pd_st_writer_add(w, "latents.final", PD_F32, 3, shape, final) ||
+	     pd_st_writer_meta(w, "pdit_version", PDIT_VERSION) || pd_st_writer_save(w, path) ? -1 : 0;
+out:
+	if (first != r->init)
+		free(first);
+	free(u);
+	pd_st_writer_free(w);
+	return rc;
+}
+
+/* Decodes and writes this data-parallel group's images. */
+static int pd_write_pictures(struct pd_run *r, const struct pd_gen_args *a, const float *all)
+{
+	int64_t per = r->ls.tokens * r->ls.packed_channels;
+	int f = pd_vae_scale(pd_vae_get_config(r->v));
+	size_t npx = (size_t)r->ls.h * f * r->ls.w * f;
+	uint8_t *rgb = pd_malloc(npx * 3, "image");
+	int rc = 0;
+
+	if (!rgb)
+		return -1;
+	for (int64_t i = 0; i < r->par.runner.n_images && !rc; i++) {
+		int64_t b = r->par.runner.first_image + i;
+		char *name = pd_output_name(a->output, b, r->e.batch);
+		char *text = pd_strfmt("pdit %s; embeds: %s (prompt %lld); seed: %llu; steps: %d; guidance: %g; "
+				       "true_cfg_scale: %g; size: %dx%d; model: %s; dtype: %s",
+				       PDIT_VERSION, a->embeds, (long long)b, (unsigned long long)(a->seed + b),
+				       r->p.steps, a->guidance, a->true_cfg_scale, a->width, a->height,
+				       r->mp.root ? r->mp.root : r->mp.transformer, a->dtype);
+		double t0 = pd_now();
+
+		rc = !name || !text || pd_decode_image(r->v, &r->ls, all + b * per, rgb, NULL, NULL) ||
+		     pd_png_write(name, rgb, r->ls.w * f, r->ls.h * f, "parameters", text) ? -1 : 0;
+		if (!rc)
+			pd_log(1, "pdit: wrote %s (decoded in %.2f s)\n", name, pd_now() - t0);
+		free(name);
+		free(text);
+	}
+	free(rgb);
+	return rc;
+}
+
+int pd_cmd_generate(struct pd_comm *world, int argc, char **argv)
+{
+	struct pd_gen_args a;
+	struct pd_run r;
+	float *all = NULL;
+	int hr, rc = 1;
+
+	memset(&r, 0, sizeof(r));
+	r.world = world;
+	hr = pd_gen_parse(world, &a, argc, argv, 0);
+	if (hr == 1)
+		return 0;
+	if (pd_cli_any_failed(world, hr || pd_run_prepare(&r, &a, 1)))
+		goto out;
+	all = pd_malloc((size_t)(r.e.batch * r.ls.tokens * r.ls.packed_channels) * sizeof(float), "latents");
+	if (pd_cli_any_failed(world, !all || pd_run_load(&r, &a, 1)))
+		goto out;
+	pd_run_notes(&r, &a);
+	pd_run_denoise(&r, all, NULL);
+	/* the flux share goes before decoding: the VAE needs the memory */
+	pd_flux_free(r.m);
+	r.m = NULL;
+	hr = 0;
+	if (a.out_latents && world->rank == 0) {
+		hr = pd_write_latents(&r, a.out_latents, all);
+		if (!hr)
+			pd_log(1, "pdit: wrote %s\n", a.out_latents);
+	}
+	if (!hr && r.v)
+		hr = pd_write_pictures(&r, &a, all);
+	rc = pd_cli_any_failed(world, hr);
+out:
+	free(all);
+	pd_run_free(&r);
+	return rc;
+}
+
+/* ======================================================================= */
+/* pdit check                                                              */
+/* ======================================================================= */
+
+/* The block outputs (text and image streams) of the first step, as the dump
+ * hands them over: for a process's own tokens in the parallel run, for all
+ * tokens in the reference. */
+struct pd_blocks {
+	int n;                          /* blocks recorded */
+	char **names;                   /* "double.0", "single.3", ... */
+	float **txt, **img;             /* [rows, D] each */
+	int64_t *txt_rows, *img_rows;
+	int failed;
+};
+
+static void pd_blocks_dump(void *ctx, const char *name, int64_t index, const float *data, int ndim,
+			   const int64_t *shape)
+{
+	struct pd_blocks *b = ctx;
+	const char *tail = strstr(name, ".out.");
+	int img, k = -1;
+	int64_t rows = ndim == 3 ? shape[1] : 0, D = ndim == 3 ? shape[2] : 0;
+	size_t base;
+
+	(void)index;
+	if (!tail || b->failed)
+		return;
+	img = strcmp(tail, ".out.hidden_states") == 0;
+	if (!img && strcmp(tail, ".out.encoder_hidden_states") != 0)
+		return;
+	base = (size_t)(tail - name);
+	for (int i = 0; i < b->n; i++)
+		if (strlen(b->names[i]) == base && strncmp(b->names[i], name, base) == 0)
+			k = i;
+	if (k < 0) {
+		char **nn = realloc(b->names, sizeof(char *) * (size_t)(b->n + 1));
+		float **nt = realloc(b->txt, sizeof(float *) * (size_t)(b->n + 1));
+		float **ni = realloc(b->img, sizeof(float *) * (size_t)(b->n + 1));
+		int64_t *rt = realloc(b->txt_rows, sizeof(int64_t) * (size_t)(b->n + 1));
+		int64_t *ri = realloc(b->img_rows, sizeof(int64_t) * (size_t)(b->n + 1));
+
+		if (nn)
+			b->names = nn;
+		if (nt)
+			b->txt = nt;
+		if (ni)
+			b->img = ni;
+		if (rt)
+			b->txt_rows = rt;
+		if (ri)
+			b->img_rows = ri;
+		if (!nn || !nt || !ni || !rt || !ri) {
+			b->failed = 1;
+			return;
+		}
+		k = b->n++;
+		b->names[k] = strndup(name, base);
+		b->txt[k] = b->img[k] = NULL;
+		b->txt_rows[k] = b->img_rows[k] = 0;
+	}
+	if (img) {
+		b->img[k] = malloc((size_t)(rows * D) * sizeof(float) + 1);
+		b->img_rows[k] = rows;
+		if (b->img[k])
+			memcpy(b->img[k], data, (size_t)(rows * D) * sizeof(float));
+	} else {
+		b->txt[k] = malloc((size_t)(rows * D) * sizeof(float) + 1);
+		b->txt_rows[k] = rows;
+		if (b->txt[k])
+			memcpy(b->txt[k], data, (size_t)(rows * D) * sizeof(float));
+	}
+	if (!b->names[k] || (img && !b->img[k]) || (!img && !b->txt[k]))
+		b->failed = 1;
+}
+
+static void pd_blocks_free(struct pd_blocks *b)
+{
+	for (int i = 0; i < b->n; i++) {
+		free(b->names[i]);
+		free(b->txt[i]);
+		free(b->img[i]);
+	}
+	free(b->names);
+	free(b->txt);
+	free(b->img);
+	free(b->txt_rows);
+	free(b->img_rows);
+	memset(b, 0, sizeof(*b));
+}
+
+/* True for the ranks whose first-step block outputs are compared: image 0,
+ * the positive branch, tensor shard 0 (the hidden states are replicated). */
+static int pd_check_contributes(const struct pd_mesh *m)
+{
+	int cfg_branch = m->degree[PD_AXIS_CFG] > 1 ? 1 : 0;
+
+	return m->coord[PD_AXIS_DP] == 0 && m->coord[PD_AXIS_CFG] == cfg_branch && m->coord[PD_AXIS_PP] == 0 &&
+	       m->coord[PD_AXIS_TP] == 0;
+}
+
+/* Gathers the contributing ranks' token slices of every block onto rank 0
+ * into FULL (which has the reference's layout: all rows per block). */
+static int pd_check_gather(struct pd_run *r, const struct pd_blocks *mine, const struct pd_blocks *ref,
+			   struct pd_blocks *full)
+{
+	struct pd_comm *w = r->world;
+	int P = r->mesh.sp->size, D = r->fc.dim, nb = ref ? ref->n : 0;
+	int64_t T = r->e.txt_len, L = r->ls.tokens, total = 0;
+	size_t *bytes = pd_calloc((size_t)w->size, sizeof(size_t), "counts"), send_bytes = 0;
+	float *send = NULL, *recv = NULL;
+	int32_t n32 = mine->n;
+	int rc = -1;
+
+	if (!bytes)
+		return -1;
+	/* every contributor recorded the same blocks; rank 0 learns how many */
+	if (w->size > 1 && w->ops->allreduce(w, &n32, 1, PD_COMM_I32, PD_COMM_MAX))
+		goto out;
+	for (int q = 0; q < w->size; q++) {
+		int rest = q, coord[PD_AXIS_COUNT];
+		struct pd_mesh tmp;
+
+		for (int x = 0; x < PD_AXIS_COUNT; x++) {
+			coord[x] = rest % r->degree[x];
+			rest /= r->degree[x];
+		}
+		memcpy(tmp.degree, r->degree, sizeof(tmp.degree));
+		memcpy(tmp.coord, coord, sizeof(coord));
+		if (pd_check_contributes(&tmp)) {
+			int j = coord[PD_AXIS_RING] * r->degree[PD_AXIS_ULYSSES] + coord[PD_AXIS_ULYSSES];
+
+			bytes[q] = (size_t)(n32 * (pd_chunk_len(T, P, j) + pd_chunk_len(L, P, j)) * D) * sizeof(float);
+		}
+		total += (int64_t)bytes[q];
+	}
+	if (pd_check_contributes(&r->mesh)) {
+		send_bytes = bytes[w->rank];
+		send = pd_malloc(send_bytes + 1, "check");
+		if (!send)
+			goto out;
+		int64_t off = 0;
+
+		for (int k = 0; k < mine->n; k++) {
+			memcpy(send + off, mine->txt[k], (size_t)(mine->txt_rows[k] * D) * sizeof(float));
+			off += mine->txt_rows[k] * D;
+			memcpy(send + off, mine->img[k], (size_t)(mine->img_rows[k] * D) * sizeof(float));
+			off += mine->img_rows[k] * D;
+		}
+	}
+	if (w->rank == 0) {
+		recv = pd_malloc((size_t)total + 1, "check");
+		if (!recv)
+			goto out;
+	}
+	if (w->ops->gatherv(w, send, send_bytes, recv, bytes, 0))
+		goto out;
+	if (w->rank == 0) {
+		/* lay the slices out by token: SP rank j's text rows start at its
+		 * chunk start, likewise its image rows */
+		const float *p = recv;
+
+		full->n = nb;
+		full->names = pd_calloc((size_t)nb + 1, sizeof(char *), "check");
+		full->txt = pd_calloc((size_t)nb + 1, sizeof(float *), "check");
+		full->img = pd_calloc((size_t)nb + 1, sizeof(float *), "check");
+		full->txt_rows = pd_calloc((size_t)nb + 1, sizeof(int64_t), "check");
+		full->img_rows = pd_calloc((size_t)nb + 1, sizeof(int64_t), "check");
+		if (!full->names || !full->txt || !full->img || !full->txt_rows || !full->img_rows)
+			goto out;
+		for (int k = 0; k < nb; k++) {
+			full->names[k] = pd_strdup(ref->names[k]);
+			full->txt[k] = pd_malloc((size_t)(T * D) * sizeof(float) + 1, "check");
+			full->img[k] = pd_malloc((size_t)(L * D) * sizeof(float) + 1, "check");
+			full->txt_rows[k] = T;
+			full->img_rows[k] = L;
+			if (!full->names[k] || !full->txt[k] || !full->img[k])
+				goto out;
+		}
+		for (int q = 0; q < w->size; q++) {
+			int rest = q, j;
+			int coord[PD_AXIS_COUNT];
+
+			if (!bytes[q])
+				continue;
+			for (int x = 0; x < PD_AXIS_COUNT; x++) {
+				coord[x] = rest % r->degree[x];
+				rest /= r->degree[x];
+			}
+			j = coord[PD_AXIS_RING] * r->degree[PD_AXIS_ULYSSES] + coord[PD_AXIS_ULYSSES];
+			for (int k = 0; k < n32 && k < nb; k++) {
+				int64_t tn = pd_chunk_len(T, P, j), in = pd_chunk_len(L, P, j);
+
+				memcpy(full->txt[k] + pd_chunk_start(T, P, j) * D, p, (size_t)(tn * D) * sizeof(float));
+				p += tn * D;
+				memcpy(full->img[k] + pd_chunk_start(L, P, j) * D, p, (size_t)(in * D) * sizeof(float));
+				p += in * D;
+			}
+		}
+	}
+	rc = 0;
+out:
+	free(bytes);
+	free(send);
+	free(recv);
+	return rc;
+}
+
+static double pd_rel_diff(const float *a, const float *b, size_t n)
+{
+	double num = 0, den = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		double d = fabs((double)a[i] - (double)b[i]);
+
+		if (isnan(a[i]) || isnan(b[i]))
+			return INFINITY;
+		num = d > num ? d : num;
+		den = fabs((double)b[i]) > den ? fabs((double)b[i]) : den;
+	}
+	return den > 0 ? num / den : num;
+}
+
+/* The single-process reference on rank 0: the whole model, every image. */
+static int pd_check_reference(struct pd_run *r, float *latents, struct pd_blocks *blocks)
+{
+	struct pd_backend *be = NULL;
+	struct pd_flux *m = NULL;
+	struct pd_runner run;
+	struct pd_dump dump = { pd_blocks_dump, blocks, 0 };
+	int rc = -1;
+
+	if (pd_backend_cpu_new(&be, r->dt, r->be->threads) || pd_flux_load(&m, r->mp.transformer, be))
+		goto out;
+	run = pd_runner_local(m);
+	pd_log(1, "pdit: running the single-process reference\n");
+	rc = pd_denoise(&run, &r->fc, &r->sched, &r->e, &r->p, r->init, latents, NULL, &dump);
+	if (!rc && blocks->failed)
+		rc = pd_errorf("out of memory recording the reference");
+out:
+	pd_flux_free(m);
+	pd_backend_free(be);
+	return rc;
+}
+
+/* --golden: the final latents (and the noise) against a file. */
+static int pd_check_golden(struct pd_run *r, const char *path, const float *all, double tol, int *pass)
+{
+	int64_t n = r->e.batch * r->ls.tokens * r->ls.packed_channels;
+	const char *names[2] = { "latents.init", "latents.final" };
+	float *ref = pd_malloc((size_t)n * sizeof(float), "reference"), *init = NULL;
+	struct pd_st *st = NULL;
+	int rc = -1;
+
+	if (!ref || pd_st_open(&st, path))
+		goto out;
+	*pass = 1;
+	for (int k = 0; k < 2; k++) {
+		const struct pd_st_tensor *t = pd_st_get(st, names[k]);
+		const float *got = all;
+		double d;
+
+		if (!t) {
+			if (k == 1) {
+				pd_errorf("%s: no latents.final to compare with", path);
+				goto out;
+			}
+			continue;
+		}
+		if (t->numel != n) {
+			pd_errorf("%s: %s has %lld values, the run makes %lld", path, names[k], (long long)t->numel,
+				  (long long)n);
+			goto out;
+		}
+		if (pd_st_read_f32(t, 0, (size_t)n, ref))
+			goto out;
+		if (k == 0) {
+			int64_t per = r->ls.tokens * r->ls.packed_channels;
+			float *u = pd_malloc((size_t)r->ls.channels * r->ls.h * r->ls.w * sizeof(float), "noise");
+
+			init = pd_malloc((size_t)n * sizeof(float), "noise");
+			if (!u || !init) {
+				free(u);
+				goto out;
+			}
+			for (int64_t b = 0; b < r->e.batch; b++) {
+				if (r->init) {
+					memcpy(init + b * per, r->init + b * per, (size_t)per * sizeof(float));
+					continue;
+				}
+				pd_draw_noise(&r->ls, r->p.seed + (uint64_t)b, u);
+				pd_pack_latents(&r->ls, u, init + b * per);
+			}
+			free(u);
+			got = init;
+		}
+		d = pd_rel_diff(got, ref, (size_t)n);
+		printf("  %-24s %9.2e\n", k ? "final latents" : "initial noise", d);
+		if (!(d <= tol))
+			*pass = 0;
+	}
+	rc = 0;
+out:
+	free(ref);
+	free(init);
+	pd_st_close(st);
+	return rc;
+}
+
+int pd_cmd_check(struct pd_comm *world, int argc, char **argv)
+{
+	struct pd_gen_args a;
+	struct pd_run r;
+	struct pd_blocks mine = { 0 }, ref = { 0 }, full = { 0 };
+	struct pd_dump dump = { pd_blocks_dump, &mine, 0 };
+	float *all = NULL, *ref_lat = NULL;
+	char mesh[128];
+	double tol;
+	int hr, rc = 1, pass = 1;
+
+	memset(&r, 0, sizeof(r));
+	r.world = world;
+	hr = pd_gen_parse(world, &a, argc, argv, 1);
+	if (hr == 1)
+		return 0;
+	if (pd_cli_any_failed(world, hr || pd_run_prepare(&r, &a, 0)))
+		goto out;
+	tol = a.tolerance > 0 ? a.tolerance : r.dt == PD_BF16 ? 2e-2 : 1e-5;
+	all = pd_malloc((size_t)(r.e.batch * r.ls.tokens * r.ls.packed_channels) * sizeof(float), "latents");
+	if (pd_cli_any_failed(world, !all || pd_run_load(&r, &a, 0)))
+		goto out;
+	pd_run_notes(&r, &a);
+	pd_run_denoise(&r, all, a.golden ? NULL : &dump);
+	pd_flux_free(r.m);
+	r.m = NULL;
+	pd_mesh_format(r.degree, mesh, sizeof(mesh));
+	if (a.golden) {
+		hr = 0;
+		if (world->rank == 0) {
+			printf("pdit check: mesh %s against %s, tolerance %g\n", mesh, a.golden, tol);
+			hr = pd_check_golden(&r, a.golden, all, tol, &pass);
+		}
+	} else {
+		/* the reference first (rank 0), then the slices come to it */
+		ref_lat = pd_malloc((size_t)(r.e.batch * r.ls.tokens * r.ls.packed_channels) * sizeof(float), "latents");
+		hr = !ref_lat || mine.failed || (world->rank == 0 && pd_check_reference(&r, ref_lat, &ref));
+		if (pd_cli_any_failed(world, hr))
+			goto out;
+		hr = pd_check_gather(&r, &mine, world->rank == 0 ? &ref : NULL, &full);
+		if (!hr && world->rank == 0) {
+			printf("pdit check: mesh %s against one process, %s, tolerance %g\n", mesh, a.dtype, tol);
+			printf("  %-24s %9s\n", "first step", "max rel. difference");
+			for (int k = 0; k < ref.n; k++) {
+				double dt = pd_rel_diff(full.txt[k], ref.txt[k], (size_t)(ref.txt_rows[k] * r.fc.dim));
+				double di = pd_rel_diff(full.img[k], ref.img[k], (size_t)(ref.img_rows[k] * r.fc.dim));
+				double d = dt > di ? dt : di;
+
+				if (ref.txt_rows[k] == 0)
+					d = di;
+				printf("  %-24s %9.2e\n", ref.names[k], d);
+				if (!(d <= tol))
+					pass = 0;
+			}
+			{
+				double d = pd_rel_diff(all, ref_lat,
+						       (size_t)(r.e.batch * r.ls.tokens * r.ls.packed_channels));
+
+				printf("  %-24s %9.2e\n", "final latents", d);
+				if (!(d <= tol))
+					pass = 0;
+			}
+			if (ref.n == 0)
+				pass = 0;	/* nothing was compared: not a pass */
+		}
+	}
+	if (!hr && world->rank == 0)
+		printf("%s\n", pass ? "PASS" : "FAIL");
+	if (pd_cli_any_failed(world, hr))
+		goto out;
+	{
+		int32_t p32 = pass;
+
+		if (world->size > 1)
+			world->ops->bcast(world, &p32, sizeof(p32), 0);
+		rc = p32 ? 0 : 1;
+	}
+out:
+	pd_blocks_free(&mine);
+	pd_blocks_free(&ref);
+	pd_blocks_free(&full);
+	free(all);
+	free(ref_lat);
+	pd_run_free(&r);
+	return rc;
+}

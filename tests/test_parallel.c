@@ -1,0 +1,264 @@
+/*
+ * test_parallel.c - every valid mesh for this world size against the
+ * single-process run and the golden files.
+ *
+ *   mpirun --oversubscribe -np N test_parallel GOLDEN_DIR
+ *
+ * For each case (the golden dev, true-CFG, batch-2 and schnell pipelines,
+ * and `pdit tiny` models with 6 and 12 heads, so 3- and 6-way head splits
+ * occur) and for each mesh dp x cfg x ring x ulysses x tp = N that the
+ * case allows, the final latents must equal the single-process run's within
+ * 1e-5 relative (f32) and, for golden cases, the golden latents.final within
+ * 1e-4. The cases' text and image lengths (5, 7, 9 and 12, 15, 18 tokens)
+ * do not divide most degrees, down to chunks with no text token at all.
+ */
+#include "pd_mesh.h"
+#include "pd_par_data.h"
+#include "pd_parallel.h"
+#include "pd_test.h"
+#include "pd_tiny.h"
+#include "pd_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TOL_ONE 1e-5
+#define TOL_GOLDEN 1e-4
+
+struct pcase {
+	const char *name;               /* for messages */
+	char tdir[512], sdir[512];      /* transformer and scheduler folders */
+	char embeds[512];               /* embeddings (a golden pipeline file, or tiny's) */
+	const char *golden;             /* golden file with latents.final, or NULL */
+	int height, width, steps;
+	float guidance, cfg_scale;
+	uint64_t seed;
+};
+
+static struct pd_comm *world;
+
+/* Runs the case on MESH degrees (NULL: one process, no MPI) and returns the
+ * whole batch's final latents on every rank. */
+static float *run_case(const struct pcase *c, const int *degree, int64_t *n_out)
+{
+	struct pd_flux_config fc;
+	struct pd_embeds e = { 0 };
+	struct pd_scheduler s = { 0 };
+	struct pd_latent_shape ls;
+	struct pd_gen_params p = { c->height, c->width, c->steps, c->guidance, c->cfg_scale, c->seed };
+	struct pd_backend *be = NULL;
+	struct pd_flux *m = NULL;
+	struct pd_mesh mesh;
+	struct pd_parallel par;
+	struct pd_runner run;
+	float *all = NULL, *mine = NULL;
+	int64_t per, ok = 0;
+
+	memset(&mesh, 0, sizeof(mesh));
+	memset(&par, 0, sizeof(par));
+	if (pd_flux_config_load(&fc, c->tdir) || pd_embeds_load(&e, c->embeds) || pd_scheduler_load(&s, c->sdir) ||
+	    pd_latent_shape(&ls, &fc, c->height, c->width) || pd_backend_cpu_new(&be, PD_F32, 1))
+		goto out;
+	per = ls.tokens * ls.packed_channels;
+	all = malloc((size_t)(e.batch * per) * sizeof(float));
+	pd_poison(all, (size_t)(e.batch * per));
+	if (!degree) {
+		if (pd_flux_load(&m, c->tdir, be))
+			goto out;
+		run = pd_runner_local(m);
+		ok = pd_denoise(&run, &fc, &s, &e, &p, NULL, all, NULL, NULL) == 0;
+	} else {
+		struct pd_flux_shard sh;
+
+		if (pd_mesh_create(&mesh, world, degree))
+			goto out;
+		sh = pd_parallel_shard(&mesh);
+		if (pd_flux_load_shard(&m, c->tdir, be, &sh) || pd_parallel_setup(&par, &mesh, m, e.batch))
+			goto out;
+		mine = malloc((size_t)((par.runner.n_images + 1) * per) * sizeof(float));
+		ok = pd_denoise(&par.runner, &fc, &s, &e, &p, NULL, mine, NULL, NULL) == 0 &&
+		     pd_dp_gather(mesh.axis[PD_AXIS_DP], mine, per, e.batch, all) == 0;
+	}
+	*n_out = e.batch * per;
+out:
+	if (!ok) {
+		fprintf(stderr, "rank %d: %s: %s\n", world->rank, c->name, pd_last_error());
+		free(all);
+		all = NULL;
+	}
+	free(mine);
+	if (par.mesh)
+		pd_parallel_free(&par);
+	pd_flux_free(m);
+	if (mesh.world)
+		pd_mesh_free(&mesh);
+	pd_backend_free(be);
+	pd_scheduler_free(&s);
+	pd_embeds_free(&e);
+	return all;
+}
+
+static float *golden_latents(const char *path, int64_t n)
+{
+	struct pd_st *st;
+	const struct pd_st_tensor *t;
+	float *ref = NULL;
+
+	if (pd_st_open(&st, path))
+		return NULL;
+	t = pd_st_get(st, "latents.final");
+	if (t && t->numel == n) {
+		ref = malloc((size_t)n * sizeof(float));
+		pd_st_read_f32(t, 0, (size_t)n, ref);
+	}
+	pd_st_close(st);
+	return ref;
+}
+
+static void test_case(const struct pcase *c)
+{
+	struct pd_flux_config fc;
+	struct pd_embeds e = { 0 };
+	struct pd_mesh_limits lim;
+	int meshes[256][PD_AXIS_COUNT], n_mesh;
+	float *one, *gold = NULL;
+	int64_t n = 0;
+
+	if (pd_flux_config_load(&fc, c->tdir) || pd_embeds_load(&e, c->embeds)) {
+		PD_CHECK(0, "%s: %s", c->name, pd_last_error());
+		return;
+	}
+	lim.world = world->size;
+	lim.heads = fc.heads;
+	lim.cfg_possible = c->cfg_scale > 1 && e.neg_prompt;
+	lim.images = (int)e.batch;
+	lim.max_pp = 1;
+	pd_embeds_free(&e);
+	n_mesh = pd_mesh_enumerate(&lim, meshes, 256);
+	/* the reference: every rank runs one process's computation */
+	one = run_case(c, NULL, &n);
+	PD_CHECK(one != NULL, "%s: single-process run failed", c->name);
+	if (c->golden)
+		gold = golden_latents(c->golden, n);
+	PD_CHECK(!c->golden || gold, "%s: golden latents.final unreadable", c->name);
+	for (int k = 0; k < n_mesh && one; k++) {
+		char desc[128];
+		int64_t np = 0;
+		float *par = run_case(c, meshes[k], &np);
+		double e1 = par && np == n ? pd_rel_err(par, one, (size_t)n) : INFINITY;
+		double e2 = gold && par && np == n ? pd_rel_err(par, gold, (size_t)n) : 0;
+
+		pd_mesh_format(meshes[k], desc, sizeof(desc));
+		if (world->rank == 0) {
+			printf("  %-28s %-44s vs one process %.2e%s", c->name, desc, e1, gold ? "" : "\n");
+			if (gold)
+				printf("  vs golden %.2e\n", e2);
+		}
+		PD_CHECK(e1 <= TOL_ONE, "%s, mesh %s: %.3g from the single-process run (> %g)", c->name, desc, e1,
+			 TOL_ONE);
+		PD_CHECK(e2 <= TOL_GOLDEN, "%s, mesh %s: %.3g from the golden file (> %g)", c->name, desc, e2,
+			 TOL_GOLDEN);
+		free(par);
+	}
+	PD_CHECK(n_mesh > 0 || world->size == 1, "%s: no mesh to test", c->name);
+	free(one);
+	free(gold);
+}
+
+static void golden_case(struct pcase *c, const char *dir, const char *file, const char *cfg, int h, int w,
+			uint64_t seed, float guidance, float cfg_scale)
+{
+	static char paths[8][512];
+	static int next;
+	char *g = paths[next++ % 8];
+
+	memset(c, 0, sizeof(*c));
+	c->name = file;
+	snprintf(c->tdir, sizeof(c->tdir), "%s/transformer-%s", dir, cfg);
+	snprintf(c->sdir, sizeof(c->sdir), "%s/scheduler-%s", dir, cfg);
+	snprintf(c->embeds, sizeof(c->embeds), "%s/%s", dir, file);
+	snprintf(g, 512, "%s/%s", dir, file);
+	c->golden = g;
+	c->height = h;
+	c->width = w;
+	c->steps = 4;
+	c->seed = seed;
+	c->guidance = guidance;
+	c->cfg_scale = cfg_scale;
+}
+
+/* A `pdit tiny` model under TMP: rank 0 writes it, the others wait. */
+static void tiny_case(struct pcase *c, const char *tmp, const char *name, int heads, int head_dim)
+{
+	struct pd_tiny_opts o;
+	char dir[400];
+	int32_t rc = 0;
+
+	pd_tiny_defaults(&o);
+	o.heads = heads;
+	o.head_dim = head_dim;
+	o.layers = 1;
+	o.single_layers = 2;
+	o.batch = 3;
+	o.txt_len = 5;
+	o.seed = (uint64_t)heads;
+	snprintf(dir, sizeof(dir), "%s/%s", tmp, name);
+	if (world->rank == 0)
+		rc = pd_tiny_write(dir, &o);
+	world->ops->bcast(world, &rc, sizeof(rc), 0);
+	memset(c, 0, sizeof(*c));
+	c->name = name;
+	snprintf(c->tdir, sizeof(c->tdir), "%s/transformer", dir);
+	snprintf(c->sdir, sizeof(c->sdir), "%s/scheduler", dir);
+	snprintf(c->embeds, sizeof(c->embeds), "%s/embeds.safetensors", dir);
+	c->height = 48;
+	c->width = 80;	/* 3 x 5 = 15 image tokens */
+	c->steps = 2;
+	c->seed = 11;
+	c->guidance = 3.5f;
+	c->cfg_scale = 2.5f;
+	PD_CHECK(rc == 0, "writing %s failed", dir);
+}
+
+int main(int argc, char **argv)
+{
+	const char *dir = argc > 1 ? argv[1] : "tests/golden/flux-tiny";
+	char tmp[256] = "/tmp/pdit-par-XXXXXX";
+	struct pcase cases[6];
+	int32_t failed;
+
+	if (pd_comm_world_init(&argc, &argv, &world)) {
+		fprintf(stderr, "%s\n", pd_last_error());
+		return 1;
+	}
+	pd_log_level = 0;
+	if (world->rank == 0 && !mkdtemp(tmp))
+		perror("mkdtemp");
+	world->ops->bcast(world, tmp, sizeof(tmp), 0);
+	if (world->rank == 0)
+		printf("world size %d\n", world->size);
+	golden_case(&cases[0], dir, "pipeline-dev-h64w48.safetensors", "dev", 64, 48, 5301, 3.5f, 1.0f);
+	golden_case(&cases[1], dir, "pipeline-dev-truecfg-h64w48.safetensors", "dev", 64, 48, 5311, 3.5f, 4.0f);
+	golden_case(&cases[2], dir, "pipeline-dev-batch2-h48w64.safetensors", "dev", 48, 64, 5321, 3.5f, 1.0f);
+	golden_case(&cases[3], dir, "pipeline-schnell-h48w96.safetensors", "schnell", 48, 96, 5401, 0.0f, 1.0f);
+	tiny_case(&cases[4], tmp, "tiny-6-heads", 6, 8);
+	tiny_case(&cases[5], tmp, "tiny-12-heads", 12, 8);
+	for (int i = 0; i < 6; i++)
+		test_case(&cases[i]);
+	/* every rank's checks count */
+	failed = pd_test_failed;
+	if (world->size > 1)
+		world->ops->allreduce(world, &failed, 1, PD_COMM_I32, PD_COMM_MAX);
+	if (world->rank == 0) {
+		char cmd[300];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
+		if (system(cmd) != 0)
+			fprintf(stderr, "could not remove %s\n", tmp);
+		pd_test_report();
+	}
+	pd_comm_world_finalize(world);
+	return failed ? 1 : 0;
+}

@@ -6,6 +6,8 @@
  *       of REF except the in.* inputs, each of which GOT must hold)
  *   st_compare png GOT.png REF TENSOR INDEX MAXDIFF
  *       PNG pixels against the uint8 tensor's batch entry INDEX [B,H,W,3]
+ *   st_compare pngs A.png B.png MAXDIFF
+ *       two pictures of the same size within MAXDIFF per channel
  *   st_compare meta FILE KEY
  *       prints a metadata value (exit 1 when absent)
  */
@@ -109,12 +111,43 @@ static int cmd_png(char **argv)
 	return maxd > lim;
 }
 
+static int cmd_pngs(char **argv)
+{
+	uint8_t *a, *b;
+	int wa, ha, wb, hb, maxd = 0;
+	long lim = atol(argv[4]);
+
+	if (pd_png_read(argv[2], &a, &wa, &ha))
+		return fprintf(stderr, "%s\n", pd_last_error()), 1;
+	if (pd_png_read(argv[3], &b, &wb, &hb)) {
+		free(a);
+		return fprintf(stderr, "%s\n", pd_last_error()), 1;
+	}
+	if (wa != wb || ha != hb) {
+		fprintf(stderr, "FAIL: %dx%d vs %dx%d\n", wa, ha, wb, hb);
+		free(a);
+		free(b);
+		return 1;
+	}
+	for (size_t k = 0; k < (size_t)wa * ha * 3; k++) {
+		int d = abs((int)a[k] - (int)b[k]);
+
+		maxd = d > maxd ? d : maxd;
+	}
+	free(a);
+	free(b);
+	printf("%s vs %s: pixels within %d (limit %ld)\n", argv[2], argv[3], maxd, lim);
+	return maxd > lim;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 5 && strcmp(argv[1], "tensors") == 0)
 		return cmd_tensors(argc, argv);
 	if (argc == 7 && strcmp(argv[1], "png") == 0)
 		return cmd_png(argv);
+	if (argc == 5 && strcmp(argv[1], "pngs") == 0)
+		return cmd_pngs(argv);
 	if (argc == 4 && strcmp(argv[1], "meta") == 0) {
 		struct pd_st *st;
 		const char *v;
@@ -127,7 +160,7 @@ int main(int argc, char **argv)
 		pd_st_close(st);
 		return v ? 0 : 1;
 	}
-	fprintf(stderr, "usage: st_compare tensors GOT REF TOL [--all|NAME...] | png GOT REF TENSOR INDEX MAXDIFF | "
+	fprintf(stderr, "usage: st_compare tensors GOT REF TOL [--all|NAME...] | png GOT REF TENSOR INDEX MAXDIFF | pngs A B MAXDIFF | "
 			"meta FILE KEY\n");
 	return 2;
 }

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# pdit under mpirun, as a user runs it:
+#   pictures from meshes (USP, CFG, data parallel over an odd batch) equal the
+#   single-process pictures within 1 per pixel; pdit check passes, and fails
+#   when it should; an impossible mesh is refused before any weight is read;
+#   a rank that fails alone stops every rank within 10 s with its message.
+# usage: cli_parallel.sh PDIT ST_COMPARE GOLDEN_DIR MPIRUN...
+set -u
+pdit=$1 cmp=$2 g=$3
+shift 3
+mpirun=("$@")
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fail=1; }
+
+"$pdit" tiny "$tmp/m" --heads 4 > /dev/null 2>&1 || { echo "FAIL: pdit tiny"; exit 1; }
+"$pdit" tiny "$tmp/m3" --batch 3 > /dev/null 2>&1 || { echo "FAIL: pdit tiny"; exit 1; }
+run=(--model "$tmp/m" --embeds "$tmp/m/embeds.safetensors" -H 80 -W 64 --steps 3 -s 9)
+
+# USP 2 x 2 against one process
+"$pdit" generate "${run[@]}" -o "$tmp/one.png" 2> /dev/null || bad "single-process generate"
+"${mpirun[@]}" -np 4 "$pdit" generate "${run[@]}" --ulysses-degree 2 --ring-degree 2 -o "$tmp/usp.png" \
+	2> "$tmp/err" || { cat "$tmp/err"; bad "mpirun -np 4 generate --ulysses-degree 2 --ring-degree 2"; }
+"$cmp" pngs "$tmp/one.png" "$tmp/usp.png" 1 && ok "USP 2x2 picture equals the single-process picture" ||
+	bad "USP picture differs"
+out=$("${mpirun[@]}" -np 4 "$pdit" check "${run[@]}" --ulysses-degree 2 --ring-degree 2 2> /dev/null)
+rc=$?
+if [ $rc -eq 0 ] && grep -q '^PASS$' <<< "$out" && grep -q 'single.1' <<< "$out"; then
+	ok "pdit check on USP 2x2: PASS"
+else
+	echo "$out"; bad "pdit check on USP 2x2 (exit $rc)"
+fi
+
+# true CFG on a CFG pair x Ulysses 2
+"$pdit" generate "${run[@]}" --true-cfg-scale 3 -o "$tmp/cfg1.png" 2> /dev/null || bad "generate with true CFG"
+"${mpirun[@]}" -np 4 "$pdit" generate "${run[@]}" --true-cfg-scale 3 --cfg-parallel --ulysses-degree 2 \
+	-o "$tmp/cfg4.png" 2> /dev/null || bad "mpirun CFG parallel"
+"$cmp" pngs "$tmp/cfg1.png" "$tmp/cfg4.png" 1 && ok "CFG parallel picture equals one process" || bad "CFG picture differs"
+
+# data parallel over 3 prompts on 2 groups: every picture written once, equal
+run3=(--model "$tmp/m3" --embeds "$tmp/m3/embeds.safetensors" -H 48 -W 48 --steps 2)
+"$pdit" generate "${run3[@]}" -o "$tmp/b1.png" 2> /dev/null || bad "batch of 3"
+"${mpirun[@]}" -np 2 "$pdit" generate "${run3[@]}" --data-parallel-degree 2 -o "$tmp/bd.png" 2> /dev/null ||
+	bad "data parallel generate"
+for b in 0 1 2; do
+	"$cmp" pngs "$tmp/b1-$b.png" "$tmp/bd-$b.png" 0 > /dev/null && ok "data parallel picture $b identical" ||
+		bad "data parallel picture $b"
+done
+
+# check against the golden file, and a check that must fail
+f="$g/pipeline-dev-h64w48.safetensors"
+gold=(--transformer "$g/transformer-dev" --scheduler "$g/scheduler-dev" --embeds "$f" -H 64 -W 48 --steps 4)
+out=$("${mpirun[@]}" -np 2 "$pdit" check "${gold[@]}" -s 5301 --ring-degree 2 --golden "$f" 2> /dev/null)
+[ $? -eq 0 ] && grep -q '^PASS$' <<< "$out" && ok "check --golden on ring 2: PASS" || { echo "$out"; bad "check --golden"; }
+out=$("${mpirun[@]}" -np 2 "$pdit" check "${gold[@]}" -s 1 --ring-degree 2 --golden "$f" 2> /dev/null)
+[ $? -ne 0 ] && grep -q '^FAIL$' <<< "$out" && ok "check --golden with the wrong seed: FAIL" ||
+	{ echo "$out"; bad "check with a wrong seed did not fail"; }
+
+# an impossible mesh: refused, with the reason and the valid choices
+"${mpirun[@]}" -np 4 "$pdit" generate "${run[@]}" --ulysses-degree 3 -o "$tmp/x.png" > /dev/null 2> "$tmp/err"
+[ $? -ne 0 ] && grep -q "impossible mesh: .*Valid for 4 processes" "$tmp/err" && ok "impossible mesh refused" ||
+	{ cat "$tmp/err"; bad "impossible mesh"; }
+"${mpirun[@]}" -np 2 "$pdit" generate "${run[@]}" --tensor-parallel-degree 2 --ulysses-degree 2 \
+	-o "$tmp/x.png" > /dev/null 2> "$tmp/err"
+[ $? -ne 0 ] && grep -q "multiply to 4, but there are 2" "$tmp/err" && ok "degrees not multiplying to the world refused" ||
+	{ cat "$tmp/err"; bad "product of degrees"; }
+
+# one rank cannot read the weights: every rank stops, nonzero, within 10 s
+cp -r "$tmp/m" "$tmp/bad"
+rm "$tmp/bad/transformer/diffusion_pytorch_model.safetensors"
+cat > "$tmp/wrap.sh" << WRAP
+#!/bin/sh
+m="$tmp/m"
+[ "\${OMPI_COMM_WORLD_RANK:-\${PMIX_RANK:-0}}" = 1 ] && m="$tmp/bad"
+exec "$pdit" generate --model "\$m" --embeds "$tmp/m/embeds.safetensors" -H 64 -W 64 --steps 2 --ring-degree 2 -o "$tmp/z.png"
+WRAP
+chmod +x "$tmp/wrap.sh"
+start=$(date +%s)
+timeout 30 "${mpirun[@]}" -np 2 "$tmp/wrap.sh" > /dev/null 2> "$tmp/err"
+rc=$?
+took=$(($(date +%s) - start))
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -le 10 ] && grep -q "pdit: rank 1: .*bad/transformer" "$tmp/err"; then
+	ok "a rank failing alone stops the job in ${took} s: $(grep 'pdit: rank 1' "$tmp/err")"
+else
+	cat "$tmp/err"; bad "failure on one rank (exit $rc after $took s)"
+fi
+[ -e "$tmp/z.png" ] && bad "a picture was written by a failed job"
+exit $fail

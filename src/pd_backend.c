@@ -41,7 +41,7 @@ float *pd_backend_alloc(struct pd_backend *be, size_t n, const char *what)
 
 struct pd_slice pd_slice_all(int64_t n_out, int64_t n_in)
 {
-	struct pd_slice s = { 0, n_out, { 0, 0 }, { n_in, 0 }, 1 };
+	struct pd_slice s = { 0, n_out, 0, n_in, 1 };
 
 	return s;
 }
@@ -50,7 +50,7 @@ struct pd_linear *pd_linear_load(struct pd_backend *be, const struct pd_st_tenso
 				 const struct pd_st_tensor *bias)
 {
 	struct pd_linear *l = NULL;
-	int64_t cols = s->nc[0] + s->nc[1];
+	int64_t cols = s->nc;
 	float *hw = NULL, *hb = NULL;
 	size_t n;
 
@@ -59,8 +59,7 @@ struct pd_linear *pd_linear_load(struct pd_backend *be, const struct pd_st_tenso
 	hw = pd_malloc(n * sizeof(float), w->name);
 	if (!hw)
 		return NULL;
-	if (pd_st_read_block_f32(w, s->r0, s->nr, s->c0[0], s->nc[0], hw, cols) ||
-	    (s->nc[1] && pd_st_read_block_f32(w, s->r0, s->nr, s->c0[1], s->nc[1], hw + s->nc[0], cols)))
+	if (pd_st_read_block_f32(w, s->r0, s->nr, s->c0, s->nc, hw, cols))
 		goto out;
 	if (bias && s->with_bias) {
 		hb = pd_malloc((size_t)s->nr * sizeof(float), bias->name);

@@ -139,14 +139,12 @@ int pd_backend_check(struct pd_backend *be);
 /* Allocation helper that fails the backend when memory is short. */
 float *pd_backend_alloc(struct pd_backend *be, size_t n, const char *what);
 
-/* A part of a weight matrix [n_out, n_in]: rows [r0, r0+nr), and the
- * concatenation of the column ranges [c0[i], c0[i]+nc[i]) (nc[1] = 0 for one
- * range). Tensor parallelism takes its share of a weight this way without
- * reading the rest; two column ranges are the packed split of FLUX's
- * single-block proj_out, whose input is [attention | MLP]. */
+/* A part of a weight matrix [n_out, n_in]: rows [r0, r0+nr) and columns
+ * [c0, c0+nc). Tensor parallelism takes its share of a weight this way
+ * without reading the rest of it. */
 struct pd_slice {
 	int64_t r0, nr;                 /* output rows */
-	int64_t c0[2], nc[2];           /* input column ranges, concatenated */
+	int64_t c0, nc;                 /* input columns */
 	int with_bias;                  /* load bias[r0, r0+nr) (0: no bias on this part) */
 };
 

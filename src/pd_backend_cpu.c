@@ -24,8 +24,19 @@
 #define PD_CONV_CACHE 4
 /* Rows assumed when asking oneDNN for its preferred weight layout. */
 #define PD_MM_REF_ROWS 256
-/* Queries per attention work item. */
-#define PD_ATTN_QBLOCK 16
+/* Queries per attention block: the block's scores [block, keys] stay in f32. */
+#define PD_ATTN_QBLOCK 256
+/* Plain matrix products (attention) with operands given per call. */
+#define PD_GEMM_CACHE 32
+
+struct pd_gemm {
+	int64_t m, n, k, lda, ldb, ldc;  /* shape and strides it was made for */
+	int trans_b;                    /* B given as [n, k] rows */
+	dnnl_data_type_t dt;            /* type of A and B (C is f32) */
+	uint64_t used;                  /* last use, for eviction */
+	dnnl_primitive_t prim;
+	dnnl_memory_t a, b, c;          /* handles set per call */
+};
 
 struct pd_cpu {
 	struct pd_backend be;           /* the interface; must stay first */
@@ -33,8 +44,13 @@ struct pd_cpu {
 	dnnl_stream_t stream;           /* its (in-order) stream */
 	uint16_t *bf16;                 /* bf16 copy of a linear layer's input */
 	size_t bf16_cap;                /* its capacity in elements */
-	float *scratch;                 /* attention scores, one slice per thread */
+	float *scratch;                 /* attention scores of one query block */
 	size_t scratch_cap;             /* its capacity in floats */
+	uint16_t *abf;                  /* bf16 copies of q, k, v and the probabilities */
+	size_t abf_cap;                 /* its capacity in elements */
+	struct pd_gemm gemm[PD_GEMM_CACHE]; /* cached attention products */
+	int n_gemm;
+	uint64_t clock;                 /* use counter for the cache */
 };
 
 struct pd_mm {
@@ -636,60 +652,210 @@ static void pd_cpu_gated_add(struct pd_backend *be, float *x, int64_t ldx, const
 	}
 }
 
+/* C[m, n] = A[m, k] B, B given as [k, n] or (trans_b) as [n, k] rows; any
+ * row strides; A and B f32 or bf16, C f32. Primitives are cached by shape. */
+static int pd_cpu_gemm(struct pd_backend *be, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+		       const void *b, int64_t ldb, int trans_b, float *c, int64_t ldc, dnnl_data_type_t dt)
+{
+	struct pd_cpu *cpu = CPU(be);
+	struct pd_gemm *g = NULL;
+	int rc = -1;
+
+	for (int i = 0; i < cpu->n_gemm; i++) {
+		struct pd_gemm *x = &cpu->gemm[i];
+
+		if (x->m == m && x->n == n && x->k == k && x->lda == lda && x->ldb == ldb && x->ldc == ldc &&
+		    x->trans_b == trans_b && x->dt == dt) {
+			g = x;
+			break;
+		}
+	}
+	if (!g) {
+		dnnl_memory_desc_t a_md, b_md, c_md;
+		dnnl_dims_t ad = { m, k }, bd = { k, n }, cd = { m, n };
+		dnnl_dims_t as = { lda, 1 }, bs_t = { 1, ldb }, bs = { ldb, 1 }, cs = { ldc, 1 };
+		dnnl_matmul_desc_t desc;
+		dnnl_primitive_desc_t pd = NULL;
+
+		if (cpu->n_gemm < PD_GEMM_CACHE) {
+			g = &cpu->gemm[cpu->n_gemm++];
+		} else {
+			g = &cpu->gemm[0];
+			for (int i = 1; i < PD_GEMM_CACHE; i++)
+				if (cpu->gemm[i].used < g->used)
+					g = &cpu->gemm[i];
+			dnnl_primitive_destroy(g->prim);
+			dnnl_memory_destroy(g->a);
+			dnnl_memory_destroy(g->b);
+			dnnl_memory_destroy(g->c);
+		}
+		memset(g, 0, sizeof(*g));
+		DNNL_TRY(be, dnnl_memory_desc_init_by_strides(&a_md, 2, ad, dt, as), fail);
+		DNNL_TRY(be, dnnl_memory_desc_init_by_strides(&b_md, 2, bd, dt, trans_b ? bs_t : bs), fail);
+		DNNL_TRY(be, dnnl_memory_desc_init_by_strides(&c_md, 2, cd, dnnl_f32, cs), fail);
+		DNNL_TRY(be, dnnl_matmul_desc_init(&desc, &a_md, &b_md, NULL, &c_md), fail);
+		DNNL_TRY(be, dnnl_primitive_desc_create(&pd, &desc, NULL, cpu->eng, NULL), fail);
+		rc = dnnl_primitive_create(&g->prim, pd);
+		dnnl_primitive_desc_destroy(pd);
+		if (rc != dnnl_success) {
+			pd_backend_fail(be, "oneDNN error %d creating an attention product", rc);
+			goto fail;
+		}
+		DNNL_TRY(be, dnnl_memory_create(&g->a, &a_md, cpu->eng, DNNL_MEMORY_NONE), fail);
+		DNNL_TRY(be, dnnl_memory_create(&g->b, &b_md, cpu->eng, DNNL_MEMORY_NONE), fail);
+		DNNL_TRY(be, dnnl_memory_create(&g->c, &c_md, cpu->eng, DNNL_MEMORY_NONE), fail);
+		g->m = m;
+		g->n = n;
+		g->k = k;
+		g->lda = lda;
+		g->ldb = ldb;
+		g->ldc = ldc;
+		g->trans_b = trans_b;
+		g->dt = dt;
+	}
+	g->used = ++cpu->clock;
+	DNNL_TRY(be, dnnl_memory_set_data_handle(g->a, (void *)a), fail);
+	DNNL_TRY(be, dnnl_memory_set_data_handle(g->b, (void *)b), fail);
+	DNNL_TRY(be, dnnl_memory_set_data_handle(g->c, c), fail);
+	{
+		dnnl_exec_arg_t args[3] = { { DNNL_ARG_SRC, g->a }, { DNNL_ARG_WEIGHTS, g->b }, { DNNL_ARG_DST, g->c } };
+
+		DNNL_TRY(be, dnnl_primitive_execute(g->prim, cpu->stream, 3, args), fail);
+		DNNL_TRY(be, dnnl_stream_wait(cpu->stream), fail);
+	}
+	return 0;
+fail:
+	if (g && !g->prim) {
+		/* a half-made entry must not be found again */
+		if (g->a)
+			dnnl_memory_destroy(g->a);
+		if (g->b)
+			dnnl_memory_destroy(g->b);
+		*g = cpu->gemm[--cpu->n_gemm];
+	}
+	return -1;
+}
+
+/* exp(d) for softmax arguments (d <= 0), branch-free so that loops over it
+ * vectorise: SLEEF's expf_u10 reduction and polynomial, rounding by the
+ * 1.5 x 2^23 trick instead of rintf (no SSE4 at the baseline). */
+static inline float pd_exp_vec(float d)
+{
+	const float r_ln2 = 1.442695040888963407f, l2u = 0.693145751953125f, l2l = 1.428606765330187045e-06f;
+	const float magic = 12582912.0f;
+	union { float f; int32_t i; } pw;
+	float q, s, u;
+
+	d = d < -87.0f ? -87.0f : d;
+	q = (d * r_ln2 + magic) - magic;
+	s = d - q * l2u;
+	s = s - q * l2l;
+	u = 0.000198527617612853646278381f;
+	u = u * s + 0.00139304355252534151077271f;
+	u = u * s + 0.00833336077630519866943359f;
+	u = u * s + 0.0416664853692054748535156f;
+	u = u * s + 0.166666671633720397949219f;
+	u = u * s + 0.5f;
+	u = 1.0f + (s * s * u + s);
+	pw.i = ((int32_t)q + 127) << 23;
+	return u * pw.f;
+}
+
+/* Softmax of each of ROWS score rows (raw q.k, scaled here) in place, or
+ * into bf16 P16 when not NULL; the log-sum-exp of row r goes to lse[r * lse_stride]. */
+__attribute__((target_clones("default", "avx2", "avx512f")))
+static void pd_cpu_softmax_rows(float *s, int64_t rows, int64_t n, float scale, float *lse, int64_t lse_stride,
+				uint16_t *p16)
+{
+#pragma omp parallel for schedule(static)
+	for (int64_t r = 0; r < rows; r++) {
+		float *row = s + r * n, m = -INFINITY, sum = 0.0f, inv;
+
+		for (int64_t j = 0; j < n; j++)
+			m = row[j] > m ? row[j] : m;
+		m *= scale;
+		for (int64_t j = 0; j < n; j++) {
+			float e = pd_exp_vec(row[j] * scale - m);
+
+			row[j] = e;
+			sum += e;
+		}
+		inv = 1.0f / sum;
+		if (p16) {
+			uint16_t *o = p16 + r * n;
+
+			for (int64_t j = 0; j < n; j++) {
+				union { float f; uint32_t u; } v = { .f = row[j] * inv };
+
+				o[j] = (uint16_t)((v.u + 0x7fff + ((v.u >> 16) & 1)) >> 16);
+			}
+		} else {
+			for (int64_t j = 0; j < n; j++)
+				row[j] *= inv;
+		}
+		if (lse)
+			lse[r * lse_stride] = m + logf(sum);
+	}
+}
+
+/* Attention per head and block of queries: S = Q K^T and O = P V through
+ * oneDNN (bf16 operands with f32 accumulation when computing in bf16), the
+ * softmax in f32 in between. */
 static void pd_cpu_attention(struct pd_backend *be, float *out, int64_t ldo, float *lse, const float *q,
 			     int64_t ldq, const float *k, int64_t ldk, const float *v, int64_t ldv, int64_t sq,
 			     int64_t skv, int heads, int head_dim, float scale)
 {
 	struct pd_cpu *cpu = CPU(be);
-	int64_t nqb = (sq + PD_ATTN_QBLOCK - 1) / PD_ATTN_QBLOCK;
-	int nthr = omp_get_max_threads();
-	float *scratch;
+	int bf16 = be->compute == PD_BF16;
+	int64_t W = (int64_t)heads * head_dim, bq = sq < PD_ATTN_QBLOCK ? sq : PD_ATTN_QBLOCK;
+	dnnl_data_type_t dt = bf16 ? dnnl_bf16 : dnnl_f32;
+	const void *qa = q, *ka = k, *va = v;
+	uint16_t *p16 = NULL;
 
 	if (be->failed || sq == 0)
 		return;
-	if (pd_cpu_grow(be, (void **)&cpu->scratch, &cpu->scratch_cap,
-			(size_t)nthr * PD_ATTN_QBLOCK * (size_t)(skv + 1), sizeof(float)))
+	if (skv == 0) {
+		/* no keys: nothing to attend to (ring chunks may be empty) */
+		for (int64_t i = 0; i < sq; i++)
+			memset(out + i * ldo, 0, sizeof(float) * (size_t)W);
+		for (int64_t i = 0; lse && i < (int64_t)heads * sq; i++)
+			lse[i] = -INFINITY;
 		return;
-	scratch = cpu->scratch;
-#pragma omp parallel for collapse(2) schedule(dynamic)
+	}
+	if (pd_cpu_grow(be, (void **)&cpu->scratch, &cpu->scratch_cap, (size_t)(bq * skv), sizeof(float)))
+		return;
+	if (bf16) {
+		size_t need = (size_t)((sq + 2 * skv) * W + bq * skv);
+		uint16_t *b;
+
+		if (pd_cpu_grow(be, (void **)&cpu->abf, &cpu->abf_cap, need, sizeof(uint16_t)))
+			return;
+		b = cpu->abf;
+		pd_cpu_to_bf16(b, q, sq, W, ldq);
+		pd_cpu_to_bf16(b + sq * W, k, skv, W, ldk);
+		pd_cpu_to_bf16(b + (sq + skv) * W, v, skv, W, ldv);
+		qa = b;
+		ka = b + sq * W;
+		va = b + (sq + skv) * W;
+		p16 = b + (sq + 2 * skv) * W;
+		ldq = ldk = ldv = W;
+	}
 	for (int h = 0; h < heads; h++) {
-		for (int64_t qb = 0; qb < nqb; qb++) {
-			float *p = scratch + (size_t)omp_get_thread_num() * PD_ATTN_QBLOCK * (size_t)(skv + 1);
-			int64_t i0 = qb * PD_ATTN_QBLOCK;
-			int64_t i1 = i0 + PD_ATTN_QBLOCK < sq ? i0 + PD_ATTN_QBLOCK : sq;
+		size_t es = bf16 ? 2 : 4, off = (size_t)h * (size_t)head_dim;
 
-			for (int64_t i = i0; i < i1; i++) {
-				const float *qi = q + i * ldq + (int64_t)h * head_dim;
-				float *pi = p + (i - i0) * (skv + 1);
-				float *oi = out + i * ldo + (int64_t)h * head_dim;
-				float m = -INFINITY, l = 0.0f;
+		for (int64_t i0 = 0; i0 < sq; i0 += bq) {
+			int64_t mb = sq - i0 < bq ? sq - i0 : bq;
+			const char *qb = (const char *)qa + ((size_t)i0 * (size_t)ldq + off) * es;
 
-				for (int64_t j = 0; j < skv; j++) {
-					const float *kj = k + j * ldk + (int64_t)h * head_dim;
-					float s = 0.0f;
-
-					for (int d = 0; d < head_dim; d++)
-						s += qi[d] * kj[d];
-					s *= scale;
-					pi[j] = s;
-					m = s > m ? s : m;
-				}
-				for (int64_t j = 0; j < skv; j++) {
-					pi[j] = expf(pi[j] - m);
-					l += pi[j];
-				}
-				for (int d = 0; d < head_dim; d++)
-					oi[d] = 0.0f;
-				for (int64_t j = 0; j < skv; j++) {
-					const float *vj = v + j * ldv + (int64_t)h * head_dim;
-					float w = pi[j] / l;
-
-					for (int d = 0; d < head_dim; d++)
-						oi[d] += w * vj[d];
-				}
-				if (lse)
-					lse[(int64_t)h * sq + i] = skv ? m + logf(l) : -INFINITY;
-			}
+			if (pd_cpu_gemm(be, mb, skv, head_dim, qb, ldq, (const char *)ka + off * es, ldk, 1, cpu->scratch,
+					skv, dt))
+				return;
+			pd_cpu_softmax_rows(cpu->scratch, mb, skv, scale, lse ? lse + (int64_t)h * sq + i0 : NULL, 1,
+					    p16);
+			if (pd_cpu_gemm(be, mb, head_dim, skv, bf16 ? (const void *)p16 : cpu->scratch, skv,
+					(const char *)va + off * es, ldv, 0, out + i0 * ldo + (int64_t)h * head_dim, ldo,
+					dt))
+				return;
 		}
 	}
 }
@@ -797,8 +963,15 @@ static void pd_cpu_destroy(struct pd_backend *be)
 		dnnl_stream_destroy(cpu->stream);
 	if (cpu->eng)
 		dnnl_engine_destroy(cpu->eng);
+	for (int i = 0; i < cpu->n_gemm; i++) {
+		dnnl_primitive_destroy(cpu->gemm[i].prim);
+		dnnl_memory_destroy(cpu->gemm[i].a);
+		dnnl_memory_destroy(cpu->gemm[i].b);
+		dnnl_memory_destroy(cpu->gemm[i].c);
+	}
 	free(cpu->bf16);
 	free(cpu->scratch);
+	free(cpu->abf);
 	free(cpu);
 }
 

@@ -37,7 +37,11 @@ struct pd_flux_single {
 	struct pd_linear *q, *k, *v;    /* projections of the joint sequence */
 	float *norm_q, *norm_k;         /* q/k RMSNorm weights [head_dim] */
 	struct pd_linear *mlp;          /* proj_mlp, D -> M */
-	struct pd_linear *proj_out;     /* (D + M) -> D */
+	/* proj_out reads cat([attention D | MLP M]); its two column blocks are
+	 * two products, the second accumulating, so neither input is copied
+	 * into a concatenation and tensor parallelism slices each block */
+	struct pd_linear *proj_attn;    /* proj_out columns [0, D): D -> D */
+	struct pd_linear *proj_mlp;     /* proj_out columns [D, D + M): M -> D, no bias */
 };
 
 struct pd_flux {
@@ -65,7 +69,7 @@ struct pd_flux {
 	float *q, *k, *v;               /* [S, dim] local heads */
 	float *attn;                    /* [S, dim] attention output (double blocks) */
 	float *proj;                    /* [S, D] projection outputs (partial sums under TP) */
-	float *wide;                    /* [S, dim + mlp] MLP hidden / single-block concat */
+	float *wide;                    /* [S, mlp] MLP hidden */
 	float *modpart;                 /* [6 D / shards] this shard's modulation outputs */
 	float *cos, *sin;               /* [S, head_dim] RoPE tables */
 	float *vec;                     /* small vectors: temb, modulation, embeddings */
@@ -145,14 +149,14 @@ out:
  * bias on shard 0 only. */
 static struct pd_slice pd_col_slice(int64_t n_in, int64_t r0, int64_t n)
 {
-	struct pd_slice s = { r0, n, { 0, 0 }, { n_in, 0 }, 1 };
+	struct pd_slice s = { r0, n, 0, n_in, 1 };
 
 	return s;
 }
 
 static struct pd_slice pd_row_slice(const struct pd_flux *m, int64_t n_out, int64_t c0, int64_t n)
 {
-	struct pd_slice s = { 0, n_out, { c0, 0 }, { n, 0 }, m->shard.rank == 0 };
+	struct pd_slice s = { 0, n_out, c0, n, m->shard.rank == 0 };
 
 	return s;
 }
@@ -193,9 +197,12 @@ static void pd_flux_load_single(struct pd_loader *ld, const struct pd_flux *m, i
 	int64_t D = c->dim, M = c->mlp_dim, Dh = c->head_dim, r = m->shard.rank;
 	struct pd_slice qkv = pd_col_slice(D, r * m->dim, m->dim), mlp = pd_col_slice(D, r * m->mlp, m->mlp);
 	struct pd_slice mod = pd_col_slice(D, r * 3 * D / m->shard.count, 3 * D / m->shard.count);
-	/* proj_out reads [attention D | MLP M]: this shard's heads in the first
-	 * block and its MLP columns in the second, never one contiguous range */
-	struct pd_slice out = { 0, D, { r * m->dim, D + r * m->mlp }, { m->dim, m->mlp }, r == 0 };
+	/* proj_out's input is [attention D | MLP M]: this shard's heads in the
+	 * first block and its MLP columns in the second, never one contiguous
+	 * range of D + M (a contiguous split has the right shapes and the wrong
+	 * columns); the bias comes once, with the attention part on shard 0 */
+	struct pd_slice out_a = pd_row_slice(m, D, r * m->dim, m->dim);
+	struct pd_slice out_m = { 0, D, D + r * m->mlp, m->mlp, 0 };
 	const char *p = "single_transformer_blocks";
 
 	b->norm = pd_loader_linear_slice(ld, 3 * D, D, &mod, "%s.%d.norm.linear", p, i);
@@ -205,7 +212,8 @@ static void pd_flux_load_single(struct pd_loader *ld, const struct pd_flux *m, i
 	b->norm_q = pd_loader_vector(ld, Dh, "%s.%d.attn.norm_q.weight", p, i);
 	b->norm_k = pd_loader_vector(ld, Dh, "%s.%d.attn.norm_k.weight", p, i);
 	b->mlp = pd_loader_linear_slice(ld, M, D, &mlp, "%s.%d.proj_mlp", p, i);
-	b->proj_out = pd_loader_linear_slice(ld, D, D + M, &out, "%s.%d.proj_out", p, i);
+	b->proj_attn = pd_loader_linear_slice(ld, D, D + M, &out_a, "%s.%d.proj_out", p, i);
+	b->proj_mlp = pd_loader_linear_slice(ld, D, D + M, &out_m, "%s.%d.proj_out", p, i);
 }
 
 /* FLUX.1 uses an MLP of 4 x dim, but the weights are the authority. */
@@ -347,7 +355,7 @@ void pd_flux_free(struct pd_flux *m)
 		LF(b->norm);
 		LF(b->q); LF(b->k); LF(b->v);
 		VF(b->norm_q); VF(b->norm_k);
-		LF(b->mlp); LF(b->proj_out);
+		LF(b->mlp); LF(b->proj_attn); LF(b->proj_mlp);
 	}
 #undef LF
 #undef VF
@@ -360,6 +368,25 @@ void pd_flux_free(struct pd_flux *m)
 const struct pd_flux_config *pd_flux_get_config(const struct pd_flux *m)
 {
 	return &m->cfg;
+}
+
+struct pd_flux_flops pd_flux_count_flops(const struct pd_flux_config *c, int64_t T, int64_t L)
+{
+	double D = c->dim, M = c->mlp_dim, S = (double)(T + L), mod = 0;
+	struct pd_flux_flops f;
+
+	f.linear = 2.0 * (double)L * c->in_channels * D + 2.0 * (double)T * c->joint_attention_dim * D;
+	/* per double block: q, k, v and the output projections of both streams,
+	 * and both feed-forwards, over all S rows */
+	f.linear += c->num_layers * (2.0 * S * D * 3 * D + 2.0 * S * D * D + 2.0 * 2.0 * S * D * M);
+	/* per single block: q, k, v, proj_mlp, proj_out over [D | M] */
+	f.linear += c->num_single_layers * (2.0 * S * D * 3 * D + 2.0 * S * D * M + 2.0 * S * (D + M) * D);
+	f.linear += 2.0 * (double)L * D * c->out_channels;
+	/* the modulations are matrix-vector products: counted, if small */
+	mod = 2.0 * D * (c->num_layers * 12 * D + c->num_single_layers * 3 * D + 2 * D);
+	f.linear += mod;
+	f.attention = (c->num_layers + c->num_single_layers) * 4.0 * S * S * D;
+	return f;
 }
 
 /* ----------------------------------------------------------------------- */
@@ -450,7 +477,7 @@ static int pd_flux_reserve(struct pd_flux *m, int64_t S)
 {
 	struct pd_backend *be = m->be;
 	int64_t D = m->cfg.dim, W = m->dim + m->mlp, Dh = m->cfg.head_dim;
-	int64_t io_w = m->cfg.in_channels, host_w;
+	int64_t io_w = m->cfg.in_channels, host_w;	/* W: the widest dump, proj_out's input */
 
 	if (m->cfg.joint_attention_dim > io_w)
 		io_w = m->cfg.joint_attention_dim;
@@ -472,7 +499,7 @@ static int pd_flux_reserve(struct pd_flux *m, int64_t S)
 	m->v = pd_backend_alloc(be, (size_t)(S * m->dim), "values");
 	m->attn = pd_backend_alloc(be, (size_t)(S * m->dim), "attention output");
 	m->proj = pd_backend_alloc(be, (size_t)(S * D), "projections");
-	m->wide = pd_backend_alloc(be, (size_t)(S * W), "MLP activations");
+	m->wide = pd_backend_alloc(be, (size_t)(S * m->mlp), "MLP activations");
 	m->cos = pd_backend_alloc(be, (size_t)(S * Dh), "RoPE table");
 	m->sin = pd_backend_alloc(be, (size_t)(S * Dh), "RoPE table");
 	m->vec = pd_backend_alloc(be, (size_t)(32 * D + 4 * PD_TIME_CHANNELS), "embeddings");
@@ -538,6 +565,22 @@ static void pd_flux_dump(struct pd_flux *m, const struct pd_dump *dump, const ch
 	for (int64_t r = 0; r < rows; r++)
 		m->be->ops->download(m->be, m->host + r * cols, p + r * ld, (size_t)cols);
 	dump->fn(dump->ctx, name, dump->index, m->host, ndim, shape);
+}
+
+/* Dumps cat([attention A | MLP M]) of S rows: attention from m->attn, MLP
+ * from m->wide, assembled on the host. */
+static void pd_flux_dump_cat(struct pd_flux *m, const struct pd_dump *dump, const char *name, int64_t S, int64_t A,
+			     int64_t M)
+{
+	int64_t shape[3] = { 1, S, A + M };
+
+	if (!dump || m->be->failed)
+		return;
+	for (int64_t r = 0; r < S; r++) {
+		m->be->ops->download(m->be, m->host + r * (A + M), m->attn + r * A, (size_t)A);
+		m->be->ops->download(m->be, m->host + r * (A + M) + A, m->wide + r * M, (size_t)M);
+	}
+	dump->fn(dump->ctx, name, dump->index, m->host, 3, shape);
 }
 
 /* Dumps a plain LayerNorm of X (the golden files record norm2 before the
@@ -731,7 +774,7 @@ static void pd_flux_single_block(struct pd_flux *m, int i, int64_t T, int64_t L,
 {
 	struct pd_backend *be = m->be;
 	struct pd_flux_single *b = &m->sgl[i];
-	int64_t D = m->cfg.dim, A = m->dim, M = m->mlp, W = A + M, S = T + L;
+	int64_t D = m->cfg.dim, A = m->dim, M = m->mlp, S = T + L;
 	int64_t H = m->heads, Dh = m->cfg.head_dim;
 	const float *shift = mod, *scale = mod + D, *gate = mod + 2 * D;
 	char p[64], name[128];
@@ -746,26 +789,27 @@ static void pd_flux_single_block(struct pd_flux *m, int i, int64_t T, int64_t L,
 		snprintf(name, sizeof(name), "%s.norm.gate", p);
 		pd_flux_dump(m, dump, name, gate, D, 1, D, 2, (int64_t)1, D);
 	}
-	/* TF:396-407: the MLP goes straight into the right part of the
-	 * [attention | mlp] buffer proj_out reads. */
-	be->ops->linear(be, b->mlp, m->nx, D, S, m->wide + A, W, PD_LIN_GELU_TANH);
+	/* TF:396-407: mlp = GELU(proj_mlp(nx)), attention in parallel with it */
+	be->ops->linear(be, b->mlp, m->nx, D, S, m->wide, M, PD_LIN_GELU_TANH);
 	pd_flux_qkv(m, 0, S, b->q, b->k, b->v, b->norm_q, b->norm_k);
 	if (dump) {
 		snprintf(name, sizeof(name), "%s.mlp_act", p);
-		pd_flux_dump(m, dump, name, m->wide + A, W, S, M, 3, (int64_t)1, S, M);
+		pd_flux_dump(m, dump, name, m->wide, M, S, M, 3, (int64_t)1, S, M);
 		snprintf(name, sizeof(name), "%s.attn.norm_q", p);
 		pd_flux_dump(m, dump, name, m->q, A, S, A, 4, (int64_t)1, S, H, Dh);
 		snprintf(name, sizeof(name), "%s.attn.norm_k", p);
 		pd_flux_dump(m, dump, name, m->k, A, S, A, 4, (int64_t)1, S, H, Dh);
 	}
-	pd_flux_attend(m, S, m->wide, W, dump, p);
+	pd_flux_attend(m, S, m->attn, A, dump, p);
 	if (dump) {
 		snprintf(name, sizeof(name), "%s.attn.out", p);
-		pd_flux_dump(m, dump, name, m->wide, W, S, A, 3, (int64_t)1, S, A);
+		pd_flux_dump(m, dump, name, m->attn, A, S, A, 3, (int64_t)1, S, A);
 		snprintf(name, sizeof(name), "%s.proj_out_in", p);
-		pd_flux_dump(m, dump, name, m->wide, W, S, W, 3, (int64_t)1, S, W);
+		pd_flux_dump_cat(m, dump, name, S, A, M);
 	}
-	be->ops->linear(be, b->proj_out, m->wide, W, S, m->proj, D, 0);
+	/* proj_out(cat(attn, mlp)) = attention part + MLP part */
+	be->ops->linear(be, b->proj_attn, m->attn, A, S, m->proj, D, 0);
+	be->ops->linear(be, b->proj_mlp, m->wide, M, S, m->proj, D, PD_LIN_ACCUMULATE);
 	pd_flux_reduce(m, m->proj, (size_t)(S * D));
 	be->ops->gated_add(be, m->x, D, m->proj, D, S, D, gate);
 	if (dump) {

@@ -108,6 +108,15 @@ struct pd_dump {
  * DUMP may be NULL. */
 int pd_flux_forward(struct pd_flux *m, const struct pd_flux_input *in, float *out, const struct pd_dump *dump);
 
+/* Floating-point operations of one forward call on T text and L image
+ * tokens: the matrix products of every linear layer (2 m n k each) and of
+ * attention (4 S^2 D per block); elementwise work is not counted. */
+struct pd_flux_flops {
+	double linear;                  /* linear layers */
+	double attention;               /* Q K^T and P V */
+};
+struct pd_flux_flops pd_flux_count_flops(const struct pd_flux_config *c, int64_t T, int64_t L);
+
 /* Sinusoidal timestep embedding as diffusers computes it in float32
  * ([cos | sin], 2 x half values); freqs receives the half frequencies. */
 void pd_timestep_embedding(float t, int half, float *emb, float *freqs);

@@ -124,6 +124,36 @@ void pd_embeds_free(struct pd_embeds *e)
 	memset(e, 0, sizeof(*e));
 }
 
+/* A [B, per] buffer becomes [n, per] copies of its first row. */
+static int pd_repeat_rows(float **buf, int64_t per, int64_t n)
+{
+	float *nb;
+
+	if (!*buf)
+		return 0;
+	nb = pd_malloc((size_t)(n * per) * sizeof(float), "embeds");
+	if (!nb)
+		return -1;
+	for (int64_t b = 0; b < n; b++)
+		memcpy(nb + b * per, *buf, (size_t)per * sizeof(float));
+	free(*buf);
+	*buf = nb;
+	return 0;
+}
+
+int pd_embeds_repeat(struct pd_embeds *e, int64_t n)
+{
+	if (n < 1)
+		return pd_errorf("a batch needs at least one image");
+	if (pd_repeat_rows(&e->prompt, e->txt_len * e->joint_dim, n) ||
+	    pd_repeat_rows(&e->pooled, e->pooled_dim, n) ||
+	    pd_repeat_rows(&e->neg_prompt, e->neg_txt_len * e->joint_dim, n) ||
+	    pd_repeat_rows(&e->neg_pooled, e->pooled_dim, n))
+		return -1;
+	e->batch = n;
+	return 0;
+}
+
 /* ----------------------------------------------------------------------- */
 /* Latents                                                                 */
 /* ----------------------------------------------------------------------- */
@@ -222,7 +252,7 @@ static int pd_local_predict(void *ctx, const struct pd_flux_input *in, float *ou
 
 struct pd_runner pd_runner_local(struct pd_flux *m)
 {
-	struct pd_runner r = { pd_local_predict, m, 0, -1, NULL };
+	struct pd_runner r = { pd_local_predict, m, 0, -1, NULL, NULL, NULL };
 
 	return r;
 }
@@ -357,6 +387,8 @@ int pd_denoise(const struct pd_runner *run, const struct pd_flux_config *cfg, st
 			snprintf(name, sizeof(name), "step.%d.latents", i);
 			pd_dump_host(dump, name, latents, 3, B, L, C);
 		}
+		if (run->on_step)
+			run->on_step(run->step_ctx, i);
 		pd_log(1, "step %d/%d  %.2f s/step\n", i + 1, s->steps, pd_now() - t0);
 	}
 	pd_dump_host(dump, "latents.final", latents, 3, B, L, C);

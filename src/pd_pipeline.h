@@ -37,6 +37,8 @@ int pd_embeds_load(struct pd_embeds *e, const char *path);
 /* Checks the widths against the transformer's config. */
 int pd_embeds_check(const struct pd_embeds *e, const struct pd_flux_config *cfg, const char *path);
 void pd_embeds_free(struct pd_embeds *e);
+/* Makes the batch N copies of its first prompt (benchmarks of data parallelism). */
+int pd_embeds_repeat(struct pd_embeds *e, int64_t n);
 
 /* Latent geometry for an image of height x width pixels (multiples of 16). */
 struct pd_latent_shape {
@@ -77,6 +79,9 @@ struct pd_runner {
 	int64_t first_image;            /* data parallel: first image of the batch denoised here */
 	int64_t n_images;               /* and how many (-1: all) */
 	struct pd_comm *cfg;            /* CFG parallel pair (rank 0 negative, 1 positive), or NULL */
+	/* Called after each step (may be NULL): the benchmark's clock. */
+	void (*on_step)(void *ctx, int step);
+	void *step_ctx;
 };
 
 /* The runner of a single process: pd_flux_forward on the whole sequence. */

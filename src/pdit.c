@@ -348,6 +348,7 @@ static void pd_usage(FILE *f)
 		"  generate   prompt embeddings -> PNG, equal to diffusers' FluxPipeline, on one\n"
 		"             process or a mesh of them (data, CFG, tensor, Ulysses, ring parallel)\n"
 		"  check      run a mesh and one process on the same inputs and compare, block by block\n"
+		"  bench      time steps: seconds, GFLOP/s against the matmul rate, bytes sent, memory\n"
 		"  forward    one transformer call on golden-style inputs (tests, debugging)\n"
 		"  tiny       write a small random model folder to try pdit with\n"
 		"\n"
@@ -378,6 +379,8 @@ static int pd_dispatch(struct pd_comm *world, int argc, char **argv)
 		return pd_cmd_generate(world, argc, argv);
 	if (strcmp(argv[1], "check") == 0)
 		return pd_cmd_check(world, argc, argv);
+	if (strcmp(argv[1], "bench") == 0)
+		return pd_cmd_bench(world, argc, argv);
 	if (strcmp(argv[1], "forward") == 0)
 		return pd_single_process(world, "forward") ? 1 : pd_cmd_forward(argc, argv);
 	if (strcmp(argv[1], "tiny") == 0)

@@ -15,6 +15,7 @@
 #include "pd_par_seq.h"
 #include "pd_parallel.h"
 #include "pd_png.h"
+#include "pd_rng.h"
 #include "pd_util.h"
 #include "pdit_cli.h"
 
@@ -35,6 +36,8 @@ struct pd_gen_args {
 	/* pdit check */
 	const char *golden;
 	float tolerance;
+	/* pdit bench */
+	int warmup, json, vae_time, batch;
 };
 
 /* Everything one run holds, from validated arguments to loaded models. */
@@ -94,6 +97,22 @@ static const char pd_check_examples[] =
 	"  mpirun -np 2 pdit check --transformer golden/transformer-dev --vae golden/vae-dev \\\n"
 	"      --scheduler golden/scheduler-dev --embeds golden/pipeline-dev-h64w48.safetensors -H 64 -W 48 \\\n"
 	"      --steps 4 -s 5301 --golden golden/pipeline-dev-h64w48.safetensors\n";
+
+static const char pd_bench_usage[] =
+	"usage: [mpirun -np N] pdit bench --model DIR [-H 512 -W 512] [--steps 3] [--warmup 1] [--dtype bf16]\n"
+	"                                 [mesh degrees] [--json] [--vae-time]\n"
+	"\n"
+	"Times denoising steps (the median of --steps after --warmup untimed ones; the\n"
+	"slowest rank's) and reports the step's floating-point work counted from the\n"
+	"shapes, the rate achieved, the bf16 (or f32) matrix-product rate pdit measures\n"
+	"in the same run at the model's largest product shape and the ratio of the two,\n"
+	"bytes sent per rank per step, and peak resident memory per rank. The embeddings\n"
+	"default to DIR/embeds.safetensors (written by pdit tiny).";
+
+static const char pd_bench_examples[] =
+	"  pdit tiny flux-width --flux-width\n"
+	"  pdit bench --model flux-width -H 512 -W 512 --dtype bf16\n"
+	"  mpirun -np 2 pdit bench --model flux-width -H 512 -W 512 --dtype bf16 --tensor-parallel-degree 2 --json\n";
 
 /* ----------------------------------------------------------------------- */
 /* Phases                                                                  */
@@ -156,7 +175,8 @@ static int pd_run_prepare(struct pd_run *r, const struct pd_gen_args *a, int nee
 		return pd_errorf("generate needs --embeds FILE (prompt embeddings; see pdit generate --help)");
 	if (pd_model_paths_resolve(&r->mp, a->model, a->transformer, a->vae, a->scheduler) ||
 	    pd_flux_config_load(&r->fc, r->mp.transformer) || pd_embeds_load(&r->e, a->embeds) ||
-	    pd_embeds_check(&r->e, &r->fc, a->embeds) || pd_latent_shape(&r->ls, &r->fc, a->height, a->width))
+	    pd_embeds_check(&r->e, &r->fc, a->embeds) || pd_latent_shape(&r->ls, &r->fc, a->height, a->width) ||
+	    (a->batch > 0 && pd_embeds_repeat(&r->e, a->batch)))
 		return -1;
 	if (need_vae && !r->mp.vae && !a->out_latents)
 		return pd_errorf("no VAE to decode with: give --vae DIR (or --out-latents FILE to keep only latents)");
@@ -279,7 +299,9 @@ static void pd_run_denoise(struct pd_run *r, float *all, const struct pd_dump *m
 	free(mine);
 }
 
-static void pd_gen_options(struct pd_gen_args *a, struct pd_arg *opts, int check)
+enum pd_cmd_kind { PD_CMD_GENERATE, PD_CMD_CHECK, PD_CMD_BENCH };
+
+static void pd_gen_options(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind kind)
 {
 	const struct pd_arg common[] = {
 		{ "--model", 'm', PD_ARG_STRING, &a->model, "DIR", "diffusers FLUX folder (model_index.json, transformer/, vae/, scheduler/)", NULL },
@@ -309,7 +331,17 @@ static void pd_gen_options(struct pd_gen_args *a, struct pd_arg *opts, int check
 	size_t n = sizeof(common) / sizeof(common[0]);
 
 	memcpy(opts, common, sizeof(common));
-	if (check) {
+	if (kind == PD_CMD_BENCH) {
+		opts[n++] = (struct pd_arg){ "--warmup", 0, PD_ARG_INT, &a->warmup, "N",
+					     "untimed steps first (default 1)", NULL };
+		opts[n++] = (struct pd_arg){ "--json", 0, PD_ARG_FLAG, &a->json, NULL,
+					     "print one JSON object instead of the table", NULL };
+		opts[n++] = (struct pd_arg){ "--vae-time", 0, PD_ARG_FLAG, &a->vae_time, NULL,
+					     "also time one VAE decode at this size", NULL };
+		opts[n++] = (struct pd_arg){ "--batch", 0, PD_ARG_INT, &a->batch, "N",
+					     "run N copies of the first prompt (for data parallelism)", NULL };
+	}
+	if (kind == PD_CMD_CHECK) {
 		opts[n++] = (struct pd_arg){ "--golden", 0, PD_ARG_STRING, &a->golden, "FILE",
 					     "compare with FILE's latents.final instead of a single-process run", NULL };
 		opts[n++] = (struct pd_arg){ "--tolerance", 0, PD_ARG_FLOAT, &a->tolerance, "T",
@@ -331,17 +363,20 @@ static void pd_gen_defaults(struct pd_gen_args *a)
 }
 
 /* Parses the arguments: 0 go on, 1 help shown, -1 error (message set). */
-static int pd_gen_parse(struct pd_comm *world, struct pd_gen_args *a, int argc, char **argv, int check)
+static int pd_gen_parse(struct pd_comm *world, struct pd_gen_args *a, int argc, char **argv, enum pd_cmd_kind kind)
 {
+	static const char *names[] = { "generate", "check", "bench" };
+	const char *usage[] = { pd_gen_usage, pd_check_usage, pd_bench_usage };
+	const char *examples[] = { pd_gen_examples, pd_check_examples, pd_bench_examples };
 	struct pd_arg opts[40];
 	const char *pos[1];
 	int n_pos, hr;
 
 	pd_gen_defaults(a);
-	pd_gen_options(a, opts, check);
-	hr = pd_args_parse(check ? "check" : "generate", opts, argc, argv, 2, pos, 0, &n_pos);
+	pd_gen_options(a, opts, kind);
+	hr = pd_args_parse(names[kind], opts, argc, argv, 2, pos, 0, &n_pos);
 	if (hr == 1 && world->rank == 0)
-		pd_args_help(check ? pd_check_usage : pd_gen_usage, opts, check ? pd_check_examples : pd_gen_examples);
+		pd_args_help(usage[kind], opts, examples[kind]);
 	if (hr == 0 && a->verbose && world->rank == 0)
 		pd_log_level = 2;
 	return hr;
@@ -439,7 +474,7 @@ int pd_cmd_generate(struct pd_comm *world, int argc, char **argv)
 
 	memset(&r, 0, sizeof(r));
 	r.world = world;
-	hr = pd_gen_parse(world, &a, argc, argv, 0);
+	hr = pd_gen_parse(world, &a, argc, argv, PD_CMD_GENERATE);
 	if (hr == 1)
 		return 0;
 	if (pd_cli_any_failed(world, hr || pd_run_prepare(&r, &a, 1)))
@@ -788,7 +823,7 @@ int pd_cmd_check(struct pd_comm *world, int argc, char **argv)
 
 	memset(&r, 0, sizeof(r));
 	r.world = world;
-	hr = pd_gen_parse(world, &a, argc, argv, 1);
+	hr = pd_gen_parse(world, &a, argc, argv, PD_CMD_CHECK);
 	if (hr == 1)
 		return 0;
 	if (pd_cli_any_failed(world, hr || pd_run_prepare(&r, &a, 0)))
@@ -858,6 +893,237 @@ out:
 	pd_blocks_free(&full);
 	free(all);
 	free(ref_lat);
+	pd_run_free(&r);
+	return rc;
+}
+
+/* ======================================================================= */
+/* pdit bench                                                              */
+/* ======================================================================= */
+
+/* Bytes this rank has sent through every communicator of the mesh. */
+static uint64_t pd_mesh_bytes(const struct pd_mesh *m)
+{
+	uint64_t b = m->world->bytes_sent + m->sp->bytes_sent + m->model->bytes_sent;
+
+	for (int x = 0; x < PD_AXIS_COUNT; x++)
+		b += m->axis[x]->bytes_sent;
+	return b;
+}
+
+struct pd_bench_clock {
+	const struct pd_mesh *mesh;     /* whose traffic is counted */
+	double *t;                      /* time at the end of each step */
+	uint64_t *bytes;                /* bytes sent by then */
+	double t0;                      /* start of the first step */
+	uint64_t b0;
+};
+
+static void pd_bench_on_step(void *ctx, int step)
+{
+	struct pd_bench_clock *c = ctx;
+
+	c->t[step] = pd_now();
+	c->bytes[step] = pd_mesh_bytes(c->mesh);
+}
+
+static int pd_cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double pd_median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(double), pd_cmp_double);
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The compute rate of one matrix product of shape M x K x N (rows, inner,
+ * outputs) on this backend: the median of several timed runs, GFLOP/s. */
+static double pd_bench_matmul(struct pd_backend *be, int64_t M, int64_t K, int64_t N)
+{
+	float *w = pd_malloc((size_t)(N * K) * sizeof(float), "matmul"), *x = NULL, *y = NULL;
+	struct pd_linear *l = NULL;
+	double t[7], rate = 0;
+	struct pd_rng g;
+
+	if (!w)
+		return 0;
+	pd_rng_seed(&g, 1);
+	/* random data: zeros would run faster than real weights */
+	pd_rng_randn(&g, w, (size_t)(N * K));
+	l = be->ops->linear_new(be, N, K, w, K, NULL);
+	x = pd_backend_alloc(be, (size_t)(M * K), "matmul");
+	y = pd_backend_alloc(be, (size_t)(M * N), "matmul");
+	if (l && x && y) {
+		pd_rng_randn(&g, w, (size_t)(M * K) < (size_t)(N * K) ? (size_t)(M * K) : (size_t)(N * K));
+		be->ops->upload(be, x, w, (size_t)(M * K) < (size_t)(N * K) ? (size_t)(M * K) : (size_t)(N * K));
+		be->ops->linear(be, l, x, K, M, y, N, PD_LIN_NO_BIAS);	/* warm-up */
+		for (int i = 0; i < 7; i++) {
+			double t0 = pd_now();
+
+			be->ops->linear(be, l, x, K, M, y, N, PD_LIN_NO_BIAS);
+			t[i] = pd_now() - t0;
+		}
+		rate = 2.0 * (double)M * (double)K * (double)N / pd_median(t, 7) / 1e9;
+	}
+	if (x)
+		be->ops->free(be, x);
+	if (y)
+		be->ops->free(be, y);
+	be->ops->linear_free(be, l);
+	free(w);
+	return be->failed ? 0 : rate;
+}
+
+int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
+{
+	struct pd_gen_args a;
+	struct pd_run r;
+	struct pd_bench_clock clk = { 0 };
+	struct pd_flux_flops fl;
+	float *all = NULL;
+	double *rss = NULL, *dt = NULL, sps = 0, mm = 0, vae_s = -1, step_flop, achieved;
+	uint64_t bytes_step = 0, bytes_max = 0;
+	char mesh[128], *default_embeds = NULL;
+	int hr, rc = 1, timed, total, branches;
+
+	memset(&r, 0, sizeof(r));
+	r.world = world;
+	hr = pd_gen_parse(world, &a, argc, argv, PD_CMD_BENCH);
+	if (hr == 1)
+		return 0;
+	if (!hr && !a.embeds && a.model) {
+		default_embeds = pd_strfmt("%s/embeds.safetensors", a.model);
+		if (default_embeds && pd_file_exists(default_embeds))
+			a.embeds = default_embeds;
+	}
+	if (!hr && !a.steps_seen) {
+		a.steps = 3;
+		a.steps_seen = 1;
+	}
+	if (!hr && a.warmup <= 0)
+		a.warmup = 1;
+	if (pd_cli_any_failed(world, hr || pd_run_prepare(&r, &a, 0)))
+		goto out;
+	timed = r.p.steps;
+	total = r.p.steps = a.warmup + timed;
+	all = pd_malloc((size_t)(r.e.batch * r.ls.tokens * r.ls.packed_channels) * sizeof(float), "latents");
+	clk.t = pd_calloc((size_t)total, sizeof(double), "bench");
+	clk.bytes = pd_calloc((size_t)total, sizeof(uint64_t), "bench");
+	rss = pd_calloc((size_t)world->size, sizeof(double), "bench");
+	dt = pd_calloc((size_t)total, sizeof(double), "bench");
+	if (pd_cli_any_failed(world, !all || !clk.t || !clk.bytes || !rss || !dt || pd_run_load(&r, &a, 0)))
+		goto out;
+	/* the reference rate first, on rank 0 alone, at the widest product:
+	 * one image's tokens through the first MLP layer */
+	if (world->rank == 0)
+		mm = pd_bench_matmul(r.be, r.e.txt_len + r.ls.tokens, r.fc.dim, r.fc.mlp_dim);
+	if (world->size > 1)
+		world->ops->barrier(world);
+	pd_run_notes(&r, &a);
+	clk.mesh = &r.mesh;
+	r.par.runner.on_step = pd_bench_on_step;
+	r.par.runner.step_ctx = &clk;
+	clk.t0 = pd_now();
+	clk.b0 = pd_mesh_bytes(&r.mesh);
+	pd_run_denoise(&r, all, NULL);
+	for (int i = a.warmup; i < total; i++)
+		dt[i - a.warmup] = clk.t[i] - (i ? clk.t[i - 1] : clk.t0);
+	sps = pd_median(dt, timed);
+	bytes_step = (clk.bytes[total - 1] - (a.warmup ? clk.bytes[a.warmup - 1] : clk.b0)) / (uint64_t)timed;
+	bytes_max = bytes_step;
+	{
+		double mine = pd_peak_rss_mb();
+
+		if (world->size > 1) {
+			if (pd_comm_allgather(world, &mine, sizeof(double), rss) ||
+			    world->ops->allreduce(world, &sps, 1, PD_COMM_F64, PD_COMM_MAX) ||
+			    world->ops->allreduce(world, &bytes_max, 1, PD_COMM_I64, PD_COMM_MAX))
+				pd_cli_abort(world);
+		} else {
+			rss[0] = mine;
+		}
+	}
+	if (a.vae_time && r.mp.vae && world->rank == 0) {
+		/* the transformer's memory goes first, as in generate */
+		uint8_t *rgb = NULL;
+
+		pd_flux_free(r.m);
+		r.m = NULL;
+		if (pd_vae_load(&r.v, r.mp.vae, r.be) == 0) {
+			int f = pd_vae_scale(pd_vae_get_config(r.v));
+
+			rgb = pd_malloc((size_t)r.ls.h * f * r.ls.w * f * 3, "image");
+			if (rgb) {
+				double t0 = pd_now();
+
+				if (pd_decode_image(r.v, &r.ls, all, rgb, NULL, NULL) == 0)
+					vae_s = pd_now() - t0;
+			}
+			free(rgb);
+		}
+	}
+	fl = pd_flux_count_flops(&r.fc, r.e.txt_len, r.ls.tokens);
+	branches = pd_gen_uses_cfg(&r.p, &r.e) ? 2 : 1;
+	step_flop = (fl.linear + fl.attention) * (double)r.e.batch * branches;
+	achieved = step_flop / sps / 1e9;
+	pd_mesh_format(r.degree, mesh, sizeof(mesh));
+	if (world->rank == 0) {
+		double rss_max = 0;
+
+		for (int i = 0; i < world->size; i++)
+			rss_max = rss[i] > rss_max ? rss[i] : rss_max;
+		if (a.json) {
+			printf("{\"model\": \"%s\", \"height\": %d, \"width\": %d, \"tokens\": %lld, \"dtype\": \"%s\", "
+			       "\"ranks\": %d, \"threads\": %d, \"mesh\": \"%s\", \"images\": %lld, \"branches\": %d, "
+			       "\"seconds_per_step\": %.4f, \"step_gflop\": %.1f, \"achieved_gflops\": %.1f, "
+			       "\"matmul_gflops\": %.1f, \"ratio\": %.3f, \"bytes_sent_per_rank_per_step\": %llu, "
+			       "\"bytes_sent_per_step_rank0\": %llu, \"peak_rss_mb\": %.1f, \"peak_rss_mb_per_rank\": [",
+			       r.mp.root ? r.mp.root : r.mp.transformer, a.height, a.width,
+			       (long long)(r.e.txt_len + r.ls.tokens), a.dtype, world->size, r.be->threads, mesh,
+			       (long long)r.e.batch, branches, sps, step_flop / 1e9, achieved, mm,
+			       mm > 0 ? achieved / (mm * world->size) : 0, (unsigned long long)bytes_max,
+			       (unsigned long long)bytes_step, rss_max);
+			for (int i = 0; i < world->size; i++)
+				printf("%s%.1f", i ? ", " : "", rss[i]);
+			printf("], \"vae_seconds\": %.3f}\n", vae_s);
+		} else {
+			printf("pdit bench: %s, %dx%d (%lld text + %lld image tokens), %s, %d process%s x %d thread%s\n",
+			       r.mp.root ? r.mp.root : r.mp.transformer, a.width, a.height, (long long)r.e.txt_len,
+			       (long long)r.ls.tokens, a.dtype, world->size, world->size > 1 ? "es" : "", r.be->threads,
+			       r.be->threads > 1 ? "s" : "");
+			printf("  mesh                            %s\n", mesh);
+			printf("  seconds per step                %.3f  (median of %d after %d warm-up)\n", sps, timed,
+			       a.warmup);
+			printf("  step GFLOP                      %.1f  (%lld image%s x %d branch%s)\n", step_flop / 1e9,
+			       (long long)r.e.batch, r.e.batch > 1 ? "s" : "", branches, branches > 1 ? "es" : "");
+			printf("  achieved GFLOP/s                %.1f\n", achieved);
+			printf("  matmul GFLOP/s per process      %.1f  (%s, %lldx%dx%d)\n", mm, a.dtype,
+			       (long long)(r.e.txt_len + r.ls.tokens), r.fc.dim, r.fc.mlp_dim);
+			printf("  ratio                           %.2f\n", mm > 0 ? achieved / (mm * world->size) : 0);
+			printf("  bytes sent per rank per step    %.1f MB (largest rank)\n", (double)bytes_max / 1e6);
+			printf("  peak resident memory            %.0f MB (largest rank)", rss_max);
+			if (world->size > 1) {
+				printf(":");
+				for (int i = 0; i < world->size; i++)
+					printf(" %.0f", rss[i]);
+			}
+			printf("\n");
+			if (vae_s >= 0)
+				printf("  VAE decode seconds              %.2f\n", vae_s);
+		}
+	}
+	rc = 0;
+out:
+	free(all);
+	free(clk.t);
+	free(clk.bytes);
+	free(rss);
+	free(dt);
+	free(default_embeds);
 	pd_run_free(&r);
 	return rc;
 }

@@ -62,11 +62,14 @@ struct pd_backend_ops {
 		       int64_t rows, float *y, int64_t ldy, int flags);
 
 	/* Convolutions, stride 1, zero padding (k-1)/2; W is [c_out, c_in, k, k].
-	 * Tensors are one image, [c, h, w]. */
+	 * Tensors are one image, [c, h, w]. HALO rows above and below the
+	 * output's rows are already part of x (a band of a picture with its
+	 * neighbours' rows) and replace the zero padding in height: x has
+	 * h + 2 halo rows, y has h. */
 	struct pd_conv *(*conv_new)(struct pd_backend *be, int c_out, int c_in, int k, const float *w,
 				    const float *bias);
 	void (*conv_free)(struct pd_backend *be, struct pd_conv *c);
-	void (*conv)(struct pd_backend *be, struct pd_conv *c, const float *x, int h, int w, float *y);
+	void (*conv)(struct pd_backend *be, struct pd_conv *c, const float *x, int h, int w, int halo, float *y);
 
 	/* y = x * sigmoid(x). */
 	void (*silu)(struct pd_backend *be, float *y, const float *x, size_t n);
@@ -103,12 +106,21 @@ struct pd_backend_ops {
 	 * set. lse and plse are [heads, sq]. */
 	void (*lse_merge)(struct pd_backend *be, float *out, int64_t ldo, float *lse, const float *part, int64_t ldp,
 			  const float *plse, int64_t sq, int heads, int head_dim);
-	/* GroupNorm over x [c, hw] with `groups` groups and per-channel affine,
-	 * then SiLU when silu != 0. */
-	void (*group_norm)(struct pd_backend *be, float *y, const float *x, int c, int64_t hw, int groups,
-			   const float *gamma, const float *beta, float eps, int silu);
-	/* Nearest-neighbour 2x: y [c, 2h, 2w] from x [c, h, w]. */
-	void (*upsample2x)(struct pd_backend *be, float *y, const float *x, int c, int h, int w);
+	/* GroupNorm in two halves, so that a picture cut into bands can add
+	 * its bands' statistics before normalising. group_stats: for x [c, hw]
+	 * and each group g, stats[2g] = sum and stats[2g+1] = sum of squares
+	 * of its (c / groups) x hw values, in double. group_apply: y = (x -
+	 * mean) / sqrt(var + eps) gamma + beta per group, var biased, from
+	 * stats over COUNT values per group; then SiLU when silu != 0. Channel
+	 * ch of y starts at y + ch * y_cstride (hw: packed), so a picture band
+	 * can be written with spare halo rows around each channel. */
+	void (*group_stats)(struct pd_backend *be, const float *x, int c, int64_t hw, int groups, double *stats);
+	void (*group_apply)(struct pd_backend *be, float *y, int64_t y_cstride, const float *x, int c, int64_t hw,
+			    int groups, const double *stats, double count, const float *gamma, const float *beta,
+			    float eps, int silu);
+	/* Nearest-neighbour 2x: y [c, 2h, 2w] from x [c, h, w]; channel ch of y
+	 * starts at y + ch * y_cstride (4 h w: packed). */
+	void (*upsample2x)(struct pd_backend *be, float *y, int64_t y_cstride, const float *x, int c, int h, int w);
 	/* y [cols, rows] = x [rows, cols] transposed. */
 	void (*transpose)(struct pd_backend *be, float *y, const float *x, int64_t rows, int64_t cols);
 };

@@ -71,7 +71,7 @@ struct pd_linear {
 };
 
 struct pd_conv_prim {
-	int h, w;                       /* spatial size this primitive was made for */
+	int h, w, halo;                 /* output size and input halo this primitive was made for */
 	dnnl_primitive_t prim;          /* the convolution */
 	dnnl_memory_t wts;              /* weights in the primitive's layout */
 	dnnl_memory_t src, dst;         /* handles set per call */
@@ -429,16 +429,17 @@ fail:
 	return NULL;
 }
 
-static int pd_cpu_conv_create(struct pd_backend *be, struct pd_conv *c, struct pd_conv_prim *p, int h, int w)
+static int pd_cpu_conv_create(struct pd_backend *be, struct pd_conv *c, struct pd_conv_prim *p, int h, int w,
+			      int halo)
 {
 	struct pd_cpu *cpu = CPU(be);
 	dnnl_memory_desc_t src_md, dst_md, w_any, b_md;
 	dnnl_convolution_desc_t desc;
 	dnnl_primitive_desc_t pd = NULL, rpd = NULL;
 	dnnl_primitive_t reorder = NULL;
-	dnnl_dims_t sd = { 1, c->c_in, h, w }, dd = { 1, c->c_out, h, w };
+	dnnl_dims_t sd = { 1, c->c_in, h + 2 * halo, w }, dd = { 1, c->c_out, h, w };
 	dnnl_dims_t wd = { c->c_out, c->c_in, c->k, c->k }, bd = { c->c_out };
-	dnnl_dims_t strides = { 1, 1 }, pad = { (c->k - 1) / 2, (c->k - 1) / 2 };
+	dnnl_dims_t strides = { 1, 1 }, pad = { (c->k - 1) / 2 - halo, (c->k - 1) / 2 };
 	int rc = -1;
 
 	memset(p, 0, sizeof(*p));
@@ -468,6 +469,7 @@ static int pd_cpu_conv_create(struct pd_backend *be, struct pd_conv *c, struct p
 	DNNL_TRY(be, dnnl_memory_create(&p->dst, &dst_md, cpu->eng, DNNL_MEMORY_NONE), out);
 	p->h = h;
 	p->w = w;
+	p->halo = halo;
 	rc = 0;
 out:
 	if (reorder)
@@ -488,20 +490,24 @@ out:
 	return rc;
 }
 
-static void pd_cpu_conv(struct pd_backend *be, struct pd_conv *c, const float *x, int h, int w, float *y)
+static void pd_cpu_conv(struct pd_backend *be, struct pd_conv *c, const float *x, int h, int w, int halo, float *y)
 {
 	struct pd_cpu *cpu = CPU(be);
 	struct pd_conv_prim *p = NULL;
 
 	if (be->failed)
 		return;
+	if (halo < 0 || halo > (c->k - 1) / 2) {
+		pd_backend_fail(be, "convolution: halo of %d rows for a %dx%d kernel", halo, c->k, c->k);
+		return;
+	}
 	for (int i = 0; i < c->n_prim; i++)
-		if (c->p[i].h == h && c->p[i].w == w)
+		if (c->p[i].h == h && c->p[i].w == w && c->p[i].halo == halo)
 			p = &c->p[i];
 	if (!p) {
 		struct pd_conv_prim fresh;
 
-		if (pd_cpu_conv_create(be, c, &fresh, h, w))
+		if (pd_cpu_conv_create(be, c, &fresh, h, w, halo))
 			return;
 		if (c->n_prim < PD_CONV_CACHE) {
 			p = &c->p[c->n_prim++];
@@ -889,8 +895,8 @@ static void pd_cpu_lse_merge(struct pd_backend *be, float *out, int64_t ldo, flo
 	}
 }
 
-static void pd_cpu_group_norm(struct pd_backend *be, float *y, const float *x, int c, int64_t hw, int groups,
-			      const float *gamma, const float *beta, float eps, int silu)
+static void pd_cpu_group_stats(struct pd_backend *be, const float *x, int c, int64_t hw, int groups,
+			       double *stats)
 {
 	int cpg = c / groups;
 
@@ -901,31 +907,42 @@ static void pd_cpu_group_norm(struct pd_backend *be, float *y, const float *x, i
 		const float *xg = x + (int64_t)g * cpg * hw;
 		int64_t n = (int64_t)cpg * hw;
 		double sum = 0, sq = 0;
-		float mean, rstd;
 
-		for (int64_t i = 0; i < n; i++)
-			sum += xg[i];
-		mean = (float)(sum / (double)n);
 		for (int64_t i = 0; i < n; i++) {
-			double d = (double)xg[i] - (double)mean;
-
-			sq += d * d;
+			sum += xg[i];
+			sq += (double)xg[i] * xg[i];
 		}
-		rstd = (float)(1.0 / sqrt(sq / (double)n + (double)eps));
-		for (int ch = g * cpg; ch < (g + 1) * cpg; ch++) {
-			const float *xc = x + (int64_t)ch * hw;
-			float *yc = y + (int64_t)ch * hw;
+		stats[2 * g] = sum;
+		stats[2 * g + 1] = sq;
+	}
+}
 
-			for (int64_t i = 0; i < hw; i++) {
-				float t = ((xc[i] - mean) * rstd) * gamma[ch] + beta[ch];
+static void pd_cpu_group_apply(struct pd_backend *be, float *y, int64_t y_cstride, const float *x, int c,
+			       int64_t hw, int groups, const double *stats, double count, const float *gamma,
+			       const float *beta, float eps, int silu)
+{
+	int cpg = c / groups;
 
-				yc[i] = silu ? t / (1.0f + expf(-t)) : t;
-			}
+	if (be->failed)
+		return;
+#pragma omp parallel for schedule(static)
+	for (int ch = 0; ch < c; ch++) {
+		int g = ch / cpg;
+		double mean_d = stats[2 * g] / count, var = stats[2 * g + 1] / count - mean_d * mean_d;
+		float mean = (float)mean_d, rstd = (float)(1.0 / sqrt((var > 0 ? var : 0) + (double)eps));
+		const float *xc = x + (int64_t)ch * hw;
+		float *yc = y + (int64_t)ch * y_cstride;
+
+		for (int64_t i = 0; i < hw; i++) {
+			float t = ((xc[i] - mean) * rstd) * gamma[ch] + beta[ch];
+
+			yc[i] = silu ? t / (1.0f + expf(-t)) : t;
 		}
 	}
 }
 
-static void pd_cpu_upsample2x(struct pd_backend *be, float *y, const float *x, int c, int h, int w)
+static void pd_cpu_upsample2x(struct pd_backend *be, float *y, int64_t y_cstride, const float *x, int c, int h,
+			      int w)
 {
 	if (be->failed)
 		return;
@@ -933,7 +950,7 @@ static void pd_cpu_upsample2x(struct pd_backend *be, float *y, const float *x, i
 	for (int ch = 0; ch < c; ch++) {
 		for (int i = 0; i < 2 * h; i++) {
 			const float *xr = x + ((int64_t)ch * h + i / 2) * w;
-			float *yr = y + ((int64_t)ch * 2 * h + i) * 2 * w;
+			float *yr = y + (int64_t)ch * y_cstride + (int64_t)i * 2 * w;
 
 			for (int j = 0; j < 2 * w; j++)
 				yr[j] = xr[j / 2];
@@ -997,7 +1014,8 @@ static const struct pd_backend_ops pd_cpu_ops = {
 	.gated_add = pd_cpu_gated_add,
 	.attention = pd_cpu_attention,
 	.lse_merge = pd_cpu_lse_merge,
-	.group_norm = pd_cpu_group_norm,
+	.group_stats = pd_cpu_group_stats,
+	.group_apply = pd_cpu_group_apply,
 	.upsample2x = pd_cpu_upsample2x,
 	.transpose = pd_cpu_transpose,
 };

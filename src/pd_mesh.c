@@ -210,7 +210,8 @@ int pd_mesh_create(struct pd_mesh *m, struct pd_comm *world, const int degree[PD
 			goto fail;
 	if (world->ops->split(world, pd_mesh_color(m, sp_mask),
 			      m->coord[PD_AXIS_RING] * degree[PD_AXIS_ULYSSES] + m->coord[PD_AXIS_ULYSSES], &m->sp) ||
-	    world->ops->split(world, pd_mesh_color(m, model_mask), world->rank, &m->model))
+	    world->ops->split(world, pd_mesh_color(m, model_mask), world->rank, &m->model) ||
+	    world->ops->split(world, m->coord[PD_AXIS_DP], world->rank, &m->replica))
 		goto fail;
 	return 0;
 fail:
@@ -227,5 +228,7 @@ void pd_mesh_free(struct pd_mesh *m)
 		m->sp->ops->free(m->sp);
 	if (m->model)
 		m->model->ops->free(m->model);
+	if (m->replica)
+		m->replica->ops->free(m->replica);
 	memset(m, 0, sizeof(*m));
 }

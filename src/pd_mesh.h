@@ -42,6 +42,7 @@ struct pd_mesh {
 	struct pd_comm *axis[PD_AXIS_COUNT]; /* ranks differing only along one axis */
 	struct pd_comm *sp;             /* ring x ulysses, rank = ring * U + uly */
 	struct pd_comm *model;          /* every rank working on the same image and branch: tp x sp x pp */
+	struct pd_comm *replica;        /* every rank of one data-parallel group (decodes its images together) */
 };
 
 const char *pd_axis_name(enum pd_axis a);

@@ -16,17 +16,7 @@
 
 #include "pd_comm.h"
 #include "pd_flux.h"
-
-/* Start and length of chunk I of N items cut into P chunks. */
-static inline int64_t pd_chunk_start(int64_t n, int p, int i)
-{
-	return (int64_t)i * (n / p) + (i < n % p ? i : n % p);
-}
-
-static inline int64_t pd_chunk_len(int64_t n, int p, int i)
-{
-	return n / p + (i < n % p);
-}
+#include "pd_util.h"
 
 struct pd_seq_par {
 	struct pd_flux *model;          /* runs the local tokens (borrowed) */

@@ -443,6 +443,11 @@ int pd_decode_image(struct pd_vae *v, const struct pd_latent_shape *ls, const fl
 	}
 	if (pd_vae_decode(v, u, ls->h, ls->w, img, dump))
 		goto out;
+	if (!pd_vae_has_picture(v)) {
+		/* a band of a picture decoded in parallel: band 0 has it */
+		rc = 0;
+		goto out;
+	}
 	if (dump) {
 		int64_t shape[4] = { 1, 3, H, W };
 

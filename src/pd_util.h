@@ -65,6 +65,19 @@ int pd_out_commit(struct pd_out_file *o);
 /* Closes and removes the temporary file (after a failure). */
 void pd_out_abort(struct pd_out_file *o);
 
+/* N items cut into P nearly equal chunks: chunk I starts here and holds
+ * N/P items, one more for the first N%P chunks (token bands, image bands,
+ * slices of a batch). */
+static inline int64_t pd_chunk_start(int64_t n, int p, int i)
+{
+	return (int64_t)i * (n / p) + (i < n % p ? i : n % p);
+}
+
+static inline int64_t pd_chunk_len(int64_t n, int p, int i)
+{
+	return n / p + (i < n % p);
+}
+
 double pd_now(void);
 /* Peak resident set size of this process in MiB (from /proc/self/status). */
 double pd_peak_rss_mb(void);

@@ -34,6 +34,7 @@ struct pd_vae_up {
 struct pd_vae {
 	struct pd_vae_config cfg;       /* sizes */
 	struct pd_backend *be;          /* compute backend (borrowed) */
+	struct pd_vae_hooks hooks;      /* bands (one when not set) */
 	struct pd_conv *post_quant;     /* 1x1 post_quant_conv, when configured */
 	struct pd_conv *conv_in;        /* latent -> top channels */
 	struct pd_vae_resnet mid[2];    /* mid block resnets */
@@ -123,6 +124,7 @@ int pd_vae_load(struct pd_vae **out, const char *dir, struct pd_backend *be)
 	if (!v)
 		return -1;
 	v->be = be;
+	v->hooks.bands = 1;
 	c = &v->cfg;
 	if (pd_vae_config_load(c, dir) || pd_st_open_component(&st, dir, "diffusion_pytorch_model"))
 		goto fail;
@@ -214,48 +216,152 @@ void pd_vae_free(struct pd_vae *v)
 	free(v);
 }
 
+int pd_vae_has_picture(const struct pd_vae *v)
+{
+	return v->hooks.bands == 1 || v->hooks.band == 0;
+}
+
 const struct pd_vae_config *pd_vae_get_config(const struct pd_vae *v)
 {
 	return &v->cfg;
+}
+
+void pd_vae_set_hooks(struct pd_vae *v, const struct pd_vae_hooks *hooks)
+{
+	memset(&v->hooks, 0, sizeof(v->hooks));
+	if (hooks)
+		v->hooks = *hooks;
+	if (v->hooks.bands < 1)
+		v->hooks.bands = 1;
 }
 
 /* ----------------------------------------------------------------------- */
 /* Decode                                                                  */
 /* ----------------------------------------------------------------------- */
 
+/* One decode: the band being decoded. Heights are the band's at the
+ * current resolution; H is the whole picture's.
+ *
+ * With bands, a convolution's input lives in the halo layout: each channel
+ * has one spare row above and below the band's rows, [c, h + 2, w], so the
+ * neighbours' rows can be put there and the convolution read it as it is.
+ * GroupNorm and the upsampler write straight into that layout. One band
+ * uses the packed layout [c, h, w] and the usual zero padding. */
+struct pd_vae_run {
+	struct pd_vae *v;
+	int banded;                     /* more than one band */
+	int H;                          /* whole height at the current resolution */
+};
+
+static int64_t pd_in_cstride(const struct pd_vae_run *r, int h, int w)
+{
+	return r->banded ? (int64_t)(h + 2) * w : (int64_t)h * w;
+}
+
+static int64_t pd_in_offset(const struct pd_vae_run *r, int w)
+{
+	return r->banded ? w : 0;
+}
+
+static void pd_vae_fail_hook(struct pd_vae_run *r, int rc)
+{
+	if (rc && !r->v->be->failed)
+		pd_backend_fail(r->v->be, "%s", pd_last_error());
+}
+
+/* A 3x3 convolution of the band; XIN is in the input layout. */
+static void pd_vae_conv3(struct pd_vae_run *r, struct pd_conv *c, int c_in, float *xin, int h, int w, float *y)
+{
+	struct pd_backend *be = r->v->be;
+
+	if (!r->banded) {
+		be->ops->conv(be, c, xin, h, w, 0, y);
+		return;
+	}
+	if (!be->failed)
+		pd_vae_fail_hook(r, r->v->hooks.halo(r->v->hooks.ctx, be, xin, c_in, h, w, 1));
+	be->ops->conv(be, c, xin, h, w, 1, y);
+}
+
+/* GroupNorm over the whole picture (the bands add their statistics), into Y
+ * with channel stride y_cstride. */
+static void pd_vae_group_norm(struct pd_vae_run *r, float *y, int64_t y_cstride, const float *x, int c, int h, int w,
+			      const float *gamma, const float *beta, int silu)
+{
+	struct pd_backend *be = r->v->be;
+	int groups = r->v->cfg.groups;
+	double stats[2 * 1024];
+
+	if (groups > 1024) {
+		pd_backend_fail(be, "VAE: more than 1024 groups");
+		return;
+	}
+	be->ops->group_stats(be, x, c, (int64_t)h * w, groups, stats);
+	if (r->banded && !be->failed)
+		pd_vae_fail_hook(r, r->v->hooks.reduce(r->v->hooks.ctx, stats, 2 * (size_t)groups));
+	be->ops->group_apply(be, y, y_cstride, x, c, (int64_t)h * w, groups, stats, (double)(c / groups) * r->H * w,
+			     gamma, beta, PD_VAE_EPS, silu);
+}
+
 /* out = shortcut(x) + conv2(silu(GN2(conv1(silu(GN1(x)))))); X and OUT may
- * be the same buffer; T1, T2 are scratch. */
-static void pd_vae_resnet_fwd(struct pd_vae *v, const struct pd_vae_resnet *r, const float *x, int h, int w,
+ * be the same packed buffer; T1 (input layout, then packed) and T2 (packed)
+ * are scratch. */
+static void pd_vae_resnet_fwd(struct pd_vae_run *r, const struct pd_vae_resnet *res, const float *x, int h, int w,
 			      float *out, float *t1, float *t2)
 {
-	struct pd_backend *be = v->be;
-	int64_t hw = (int64_t)h * w;
+	struct pd_backend *be = r->v->be;
+	int64_t hw = (int64_t)h * w, cs = pd_in_cstride(r, h, w), off = pd_in_offset(r, w);
 
-	be->ops->group_norm(be, t1, x, r->c_in, hw, v->cfg.groups, r->norm1_w, r->norm1_b, PD_VAE_EPS, 1);
-	be->ops->conv(be, r->conv1, t1, h, w, t2);
-	be->ops->group_norm(be, t1, t2, r->c_out, hw, v->cfg.groups, r->norm2_w, r->norm2_b, PD_VAE_EPS, 1);
-	be->ops->conv(be, r->conv2, t1, h, w, t2);
-	if (r->shortcut) {
-		be->ops->conv(be, r->shortcut, x, h, w, t1);
-		be->ops->add(be, out, t1, t2, (size_t)(r->c_out * hw));
+	pd_vae_group_norm(r, t1 + off, cs, x, res->c_in, h, w, res->norm1_w, res->norm1_b, 1);
+	pd_vae_conv3(r, res->conv1, res->c_in, t1, h, w, t2);
+	pd_vae_group_norm(r, t1 + off, cs, t2, res->c_out, h, w, res->norm2_w, res->norm2_b, 1);
+	pd_vae_conv3(r, res->conv2, res->c_out, t1, h, w, t2);
+	if (res->shortcut) {
+		be->ops->conv(be, res->shortcut, x, h, w, 0, t1);
+		be->ops->add(be, out, t1, t2, (size_t)(res->c_out * hw));
 	} else {
-		be->ops->add(be, out, x, t2, (size_t)(r->c_out * hw));
+		be->ops->add(be, out, x, t2, (size_t)(res->c_out * hw));
 	}
 }
 
-/* The mid block's single-head attention over all h*w positions, in place
- * on X [c, hw]; needs 5 scratch buffers of c*hw. */
-static void pd_vae_attention(struct pd_vae *v, float *x, int c, int64_t hw, float *s0, float *s1, float *s2,
+/* The mid block's single-head attention over all pixels of the picture, in
+ * place on the band X [c, h w]: the bands' keys and values are gathered, so
+ * every query sees every pixel. S0, S1 hold c x (band pixels); S2..S4 hold c
+ * x (all pixels). */
+static void pd_vae_attention(struct pd_vae_run *r, float *x, int c, int h, int w, float *s0, float *s1, float *s2,
 			     float *s3, float *s4)
 {
+	struct pd_vae *v = r->v;
 	struct pd_backend *be = v->be;
+	int64_t hw = (int64_t)h * w, all = hw;
+	float *k = s3, *vv = s4;
 
-	be->ops->group_norm(be, s0, x, c, hw, v->cfg.groups, v->attn_norm_w, v->attn_norm_b, PD_VAE_EPS, 0);
+	pd_vae_group_norm(r, s0, hw, x, c, h, w, v->attn_norm_w, v->attn_norm_b, 0);
 	be->ops->transpose(be, s1, s0, c, hw);	/* [hw, c] */
 	be->ops->linear(be, v->attn_q, s1, c, hw, s2, c, 0);
-	be->ops->linear(be, v->attn_k, s1, c, hw, s3, c, 0);
-	be->ops->linear(be, v->attn_v, s1, c, hw, s4, c, 0);
-	be->ops->attention(be, s0, c, NULL, s2, c, s3, c, s4, c, hw, hw, 1, c, 1.0f / sqrtf((float)c));
+	if (r->banded) {
+		struct pd_vae_hooks *hk = &v->hooks;
+		size_t n_all[256];
+
+		if (hk->bands > 256) {
+			pd_backend_fail(be, "VAE: more than 256 bands");
+			return;
+		}
+		all = (int64_t)r->H * w;
+		for (int b = 0; b < hk->bands; b++)
+			n_all[b] = (size_t)(pd_chunk_len(r->H, hk->bands, b) * w * c);
+		/* this band's keys and values first go where gathering reads them */
+		be->ops->linear(be, v->attn_k, s1, c, hw, s0, c, 0);
+		if (!be->failed)
+			pd_vae_fail_hook(r, hk->gather(hk->ctx, s0, (size_t)(hw * c), k, n_all));
+		be->ops->linear(be, v->attn_v, s1, c, hw, s0, c, 0);
+		if (!be->failed)
+			pd_vae_fail_hook(r, hk->gather(hk->ctx, s0, (size_t)(hw * c), vv, n_all));
+	} else {
+		be->ops->linear(be, v->attn_k, s1, c, hw, k, c, 0);
+		be->ops->linear(be, v->attn_v, s1, c, hw, vv, c, 0);
+	}
+	be->ops->attention(be, s0, c, NULL, s2, c, k, c, vv, c, hw, all, 1, c, 1.0f / sqrtf((float)c));
 	be->ops->linear(be, v->attn_out, s0, c, hw, s1, c, 0);
 	be->ops->transpose(be, s0, s1, hw, c);	/* back to [c, hw] */
 	be->ops->add(be, x, x, s0, (size_t)(c * hw));
@@ -266,13 +372,14 @@ static void pd_vae_dump(struct pd_vae *v, const struct pd_dump *dump, const char
 {
 	int64_t shape[4] = { 1, c, h, w };
 
-	if (!dump || v->be->failed)
+	if (!dump || v->be->failed || v->hooks.bands > 1)
 		return;
 	v->be->ops->download(v->be, host, p, (size_t)c * h * w);
 	dump->fn(dump->ctx, name, dump->index, host, 4, shape);
 }
 
-/* Largest activation (in floats) of any stage for an h x w latent. */
+/* Largest activation (in floats) of any stage for a band of h x w latent
+ * pixels. */
 static size_t pd_vae_work_size(const struct pd_vae_config *c, int h, int w)
 {
 	size_t hw = (size_t)h * w, best = 0;
@@ -301,60 +408,105 @@ int pd_vae_decode(struct pd_vae *v, const float *z, int h, int w, float *img, co
 {
 	struct pd_backend *be = v->be;
 	const struct pd_vae_config *c = &v->cfg;
-	int top = c->block_out[c->n_blocks - 1], ch = top;
-	size_t n = pd_vae_work_size(c, h, w), n_mid = (size_t)top * h * w;
-	/* Three buffers of the largest activation; the mid-block attention,
-	 * at the lowest resolution, needs three more of its own size. */
+	struct pd_vae_hooks *hk = &v->hooks;
+	struct pd_vae_run r = { v, hk->bands > 1, h };
+	int top = c->block_out[c->n_blocks - 1], ch = top, f = pd_vae_scale(c);
+	int b0 = (int)pd_chunk_start(h, hk->bands, hk->band), bh = (int)pd_chunk_len(h, hk->bands, hk->band);
+	int cmax = c->latent_channels, hh;
+	size_t n, n_mid = (size_t)top * h * w;
+	/* buf[0] holds the activations, buf[1] (with room for halo rows) and
+	 * buf[2] are scratch of the band's largest activation; the mid-block
+	 * attention needs three more of all pixels at its resolution. */
 	float *buf[6] = { 0 }, *x, *host = NULL;
 	char name[64];
 	int rc = -1;
 
 	if (h < 1 || w < 1)
 		return pd_errorf("VAE: empty latent");
-	for (int i = 0; i < 6; i++)
-		buf[i] = pd_backend_alloc(be, i < 3 ? n : n_mid, "VAE activations");
+	if (hk->bands > h)
+		return pd_errorf("VAE: %d bands for %d latent rows", hk->bands, h);
+	for (int i = 0; i < c->n_blocks; i++)
+		cmax = c->block_out[i] > cmax ? c->block_out[i] : cmax;
+	n = pd_vae_work_size(c, bh, w);
+	for (int i = 0; i < 6; i++) {
+		size_t m = i >= 3 ? n_mid : i == 1 && r.banded ? n + 2 * (size_t)cmax * (size_t)w * (size_t)f : n;
+
+		buf[i] = pd_backend_alloc(be, m, "VAE activations");
+	}
 	if (dump)
 		host = pd_malloc(n * sizeof(float), "VAE dump");
 	if (pd_backend_check(be) || (dump && !host))
 		goto out;
 	x = buf[0];
-	be->ops->upload(be, buf[1], z, (size_t)c->latent_channels * h * w);
+	hh = bh;
 	if (v->post_quant) {
-		be->ops->conv(be, v->post_quant, buf[1], h, w, buf[2]);
-		be->ops->conv(be, v->conv_in, buf[2], h, w, x);
+		for (int k = 0; k < c->latent_channels; k++)
+			be->ops->upload(be, buf[2] + (int64_t)k * bh * w, z + ((int64_t)k * h + b0) * w, (size_t)bh * w);
+		be->ops->conv(be, v->post_quant, buf[2], hh, w, 0, x);
+		be->ops->copy2d(be, buf[1] + pd_in_offset(&r, w), pd_in_cstride(&r, hh, w), x, (int64_t)hh * w,
+				c->latent_channels, (int64_t)hh * w);
 	} else {
-		be->ops->conv(be, v->conv_in, buf[1], h, w, x);
+		/* this band's latent rows, every channel, in the input layout */
+		for (int k = 0; k < c->latent_channels; k++)
+			be->ops->upload(be, buf[1] + pd_in_offset(&r, w) + k * pd_in_cstride(&r, hh, w),
+					z + ((int64_t)k * h + b0) * w, (size_t)bh * w);
 	}
-	pd_vae_dump(v, dump, "vae.dec.conv_in", x, top, h, w, host);
-	pd_vae_resnet_fwd(v, &v->mid[0], x, h, w, x, buf[1], buf[2]);
+	pd_vae_conv3(&r, v->conv_in, c->latent_channels, buf[1], hh, w, x);
+	pd_vae_dump(v, dump, "vae.dec.conv_in", x, top, hh, w, host);
+	pd_vae_resnet_fwd(&r, &v->mid[0], x, hh, w, x, buf[1], buf[2]);
 	if (c->mid_attention)
-		pd_vae_attention(v, x, top, (int64_t)h * w, buf[1], buf[2], buf[3], buf[4], buf[5]);
-	pd_vae_resnet_fwd(v, &v->mid[1], x, h, w, x, buf[1], buf[2]);
-	pd_vae_dump(v, dump, "vae.dec.mid_block", x, top, h, w, host);
+		pd_vae_attention(&r, x, top, hh, w, buf[1], buf[2], buf[3], buf[4], buf[5]);
+	pd_vae_resnet_fwd(&r, &v->mid[1], x, hh, w, x, buf[1], buf[2]);
+	pd_vae_dump(v, dump, "vae.dec.mid_block", x, top, hh, w, host);
 	for (int i = 0; i < c->n_blocks; i++) {
 		struct pd_vae_up *u = &v->up[i];
 
 		for (int j = 0; j < u->n_resnets; j++)
-			pd_vae_resnet_fwd(v, &u->res[j], x, h, w, x, buf[1], buf[2]);
+			pd_vae_resnet_fwd(&r, &u->res[j], x, hh, w, x, buf[1], buf[2]);
 		ch = u->res[u->n_resnets - 1].c_out;
 		if (u->upconv) {
-			be->ops->upsample2x(be, buf[1], x, ch, h, w);
-			h *= 2;
+			/* bands stay aligned: each doubles its own rows */
+			be->ops->upsample2x(be, buf[1] + pd_in_offset(&r, 2 * w), pd_in_cstride(&r, 2 * hh, 2 * w), x, ch,
+					    hh, w);
+			hh *= 2;
 			w *= 2;
-			be->ops->conv(be, u->upconv, buf[1], h, w, x);
+			r.H *= 2;
+			pd_vae_conv3(&r, u->upconv, ch, buf[1], hh, w, x);
 		}
 		snprintf(name, sizeof(name), "vae.dec.up_blocks.%d", i);
-		pd_vae_dump(v, dump, name, x, ch, h, w, host);
+		pd_vae_dump(v, dump, name, x, ch, hh, w, host);
 		if (pd_backend_check(be))
 			goto out;
 	}
-	be->ops->group_norm(be, buf[1], x, ch, (int64_t)h * w, c->groups, v->norm_out_w, v->norm_out_b,
-			    PD_VAE_EPS, 0);
-	pd_vae_dump(v, dump, "vae.dec.conv_norm_out", buf[1], ch, h, w, host);
-	be->ops->silu(be, buf[1], buf[1], (size_t)ch * h * w);
-	pd_vae_dump(v, dump, "vae.dec.conv_act", buf[1], ch, h, w, host);
-	be->ops->conv(be, v->conv_out, buf[1], h, w, x);
-	be->ops->download(be, img, x, (size_t)c->out_channels * h * w);
+	pd_vae_group_norm(&r, buf[1] + pd_in_offset(&r, w), pd_in_cstride(&r, hh, w), x, ch, hh, w, v->norm_out_w,
+			  v->norm_out_b, 0);
+	pd_vae_dump(v, dump, "vae.dec.conv_norm_out", buf[1], ch, hh, w, host);
+	/* halo rows included: their values are replaced before use */
+	be->ops->silu(be, buf[1], buf[1], (size_t)(ch * pd_in_cstride(&r, hh, w)));
+	pd_vae_dump(v, dump, "vae.dec.conv_act", buf[1], ch, hh, w, host);
+	pd_vae_conv3(&r, v->conv_out, ch, buf[1], hh, w, x);
+	if (!r.banded) {
+		be->ops->download(be, img, x, (size_t)c->out_channels * hh * w);
+	} else {
+		/* one channel at a time, the bands' rows follow each other: they
+		 * land in place in band 0's picture */
+		size_t n_all[256];
+		float *mine = pd_malloc((size_t)hh * w * sizeof(float), "VAE band");
+
+		if (!mine || hk->bands > 256) {
+			free(mine);
+			pd_errorf("VAE: cannot collect %d bands", hk->bands);
+			goto out;
+		}
+		for (int b = 0; b < hk->bands; b++)
+			n_all[b] = (size_t)(pd_chunk_len(h, hk->bands, b) * f * w);
+		for (int k = 0; k < c->out_channels && !be->failed; k++) {
+			be->ops->download(be, mine, x + (int64_t)k * hh * w, (size_t)hh * w);
+			pd_vae_fail_hook(&r, hk->collect(hk->ctx, mine, (size_t)hh * w,
+							 hk->band == 0 ? img + (size_t)k * r.H * w : NULL, n_all));
+		}
+		free(mine);
+	}
 	rc = pd_backend_check(be);
 out:
 	for (int i = 0; i < 6; i++)

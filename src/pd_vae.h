@@ -40,9 +40,33 @@ const struct pd_vae_config *pd_vae_get_config(const struct pd_vae *v);
 /* Pixels per latent pixel: 2^(n_blocks - 1). */
 int pd_vae_scale(const struct pd_vae_config *cfg);
 
+/* Where parallel decoding attaches: the latent rows are cut into BANDS
+ * nearly equal bands (pd_chunk_start/len), this process decodes band BAND
+ * at every resolution, and three hooks give it what crosses band edges. */
+struct pd_vae_hooks {
+	int band, bands;                /* this band and how many (1: the whole picture) */
+	/* X is [c, halo + rows + halo, w]: fills the top halo rows with the
+	 * last rows of the band above and the bottom ones with the first rows
+	 * of the band below (zeros at the picture's edges). */
+	int (*halo)(void *ctx, struct pd_backend *be, float *x, int c, int rows, int w, int halo);
+	/* Adds N doubles over all bands, in place (GroupNorm statistics). */
+	int (*reduce)(void *ctx, double *buf, size_t n);
+	/* Each band contributes n_all[band] floats; ALL receives them in band
+	 * order: on every band (gather), or on band 0 only (collect). */
+	int (*gather)(void *ctx, const float *mine, size_t n, float *all, const size_t *n_all);
+	int (*collect)(void *ctx, const float *mine, size_t n, float *all, const size_t *n_all);
+	void *ctx;
+};
+
+void pd_vae_set_hooks(struct pd_vae *v, const struct pd_vae_hooks *hooks);
+/* True where pd_vae_decode delivers the picture (one band, or band 0). */
+int pd_vae_has_picture(const struct pd_vae *v);
+
 /* Decodes one latent Z [latent_channels, h, w] (host) into IMG (host)
- * [out_channels, h * scale, w * scale]. DUMP (may be NULL) receives
- * vae.dec.* under the golden names. */
+ * [out_channels, h * scale, w * scale]; with bands, every band's process
+ * passes the whole Z and band 0 receives the whole picture (IMG is left
+ * alone on the others). DUMP (may be NULL, one band only) receives vae.dec.*
+ * under the golden names. */
 int pd_vae_decode(struct pd_vae *v, const float *z, int h, int w, float *img, const struct pd_dump *dump);
 
 #endif /* PD_VAE_H */

@@ -13,6 +13,7 @@
 #include "pd_model.h"
 #include "pd_par_data.h"
 #include "pd_par_seq.h"
+#include "pd_par_vae.h"
 #include "pd_parallel.h"
 #include "pd_png.h"
 #include "pd_rng.h"
@@ -33,6 +34,7 @@ struct pd_gen_args {
 	int steps_seen;
 	/* mesh degrees (0: not given) */
 	int dp, tp, ulysses, ring, pp, cfg_parallel;
+	int no_vae_parallel;
 	/* pdit check */
 	const char *golden;
 	float tolerance;
@@ -59,6 +61,8 @@ struct pd_run {
 	struct pd_vae *v;               /* the VAE (on ranks that write pictures) */
 	struct pd_parallel par;         /* the parallel methods */
 	int par_ok;
+	struct pd_vae_par vae_par;      /* decoding in bands over the data-parallel group */
+	int vae_bands;                  /* bands this rank takes part in (0: it does not decode) */
 	float *init;                    /* --init-latents [B, L, C], or NULL */
 };
 
@@ -233,13 +237,24 @@ static int pd_run_load(struct pd_run *r, const struct pd_gen_args *a, int want_v
 	if (pd_backend_cpu_new(&r->be, r->dt, pd_cli_threads(r->world, a->threads)) ||
 	    pd_flux_load_shard(&r->m, r->mp.transformer, r->be, &sh))
 		return -1;
-	/* a broken VAE must not surface after minutes of denoising */
-	if (want_vae && r->mp.vae && pd_parallel_is_writer(&r->mesh)) {
-		if (pd_vae_load(&r->v, r->mp.vae, r->be))
-			return -1;
-		if (pd_vae_get_config(r->v)->latent_channels != r->ls.channels)
-			return pd_errorf("%s: the VAE has %d latent channels but the transformer makes %d", r->mp.vae,
-					 pd_vae_get_config(r->v)->latent_channels, r->ls.channels);
+	/* a broken VAE must not surface after minutes of denoising; with the
+	 * parallel decode every rank of a data-parallel group decodes a band */
+	if (want_vae && r->mp.vae) {
+		struct pd_vae_hooks hooks = { 0, 1, NULL, NULL, NULL, NULL, NULL };
+
+		if (!a->no_vae_parallel && r->mesh.replica->size > 1)
+			pd_vae_par_hooks(&r->vae_par, r->mesh.replica, r->ls.h, &hooks);
+		else if (!pd_parallel_is_writer(&r->mesh))
+			hooks.bands = 0;
+		r->vae_bands = hooks.bands;
+		if (r->vae_bands > 0) {
+			if (pd_vae_load(&r->v, r->mp.vae, r->be))
+				return -1;
+			pd_vae_set_hooks(r->v, &hooks);
+			if (pd_vae_get_config(r->v)->latent_channels != r->ls.channels)
+				return pd_errorf("%s: the VAE has %d latent channels but the transformer makes %d",
+						 r->mp.vae, pd_vae_get_config(r->v)->latent_channels, r->ls.channels);
+		}
 	}
 	if (pd_parallel_setup(&r->par, &r->mesh, r->m, r->e.batch))
 		return -1;
@@ -252,6 +267,7 @@ static void pd_run_free(struct pd_run *r)
 	if (r->par_ok)
 		pd_parallel_free(&r->par);
 	pd_vae_free(r->v);
+	pd_vae_par_free(&r->vae_par);
 	pd_flux_free(r->m);
 	pd_backend_free(r->be);
 	if (r->mesh_ok)
@@ -326,6 +342,7 @@ static void pd_gen_options(struct pd_gen_args *a, struct pd_arg *opts, enum pd_c
 		{ "--ulysses-degree", 0, PD_ARG_INT, &a->ulysses, "N", "sequence parallel with all-to-all between tokens and heads", NULL },
 		{ "--ring-degree", 0, PD_ARG_INT, &a->ring, "N", "sequence parallel with ring attention", NULL },
 		{ "--pipefusion-degree", 0, PD_ARG_INT, &a->pp, "N", "pipeline stages (only 1 for now)", NULL },
+		{ "--no-vae-parallel", 0, PD_ARG_FLAG, &a->no_vae_parallel, NULL, "decode each picture on one process instead of in bands over its group", NULL },
 		{ "--verbose", 'v', PD_ARG_FLAG, &a->verbose, NULL, "more detail", NULL },
 	};
 	size_t n = sizeof(common) / sizeof(common[0]);
@@ -385,6 +402,22 @@ static int pd_gen_parse(struct pd_comm *world, struct pd_gen_args *a, int argc, 
 /* ======================================================================= */
 /* pdit generate                                                           */
 /* ======================================================================= */
+
+/* -v: every rank's peak resident memory, printed by rank 0. */
+static void pd_report_memory(struct pd_comm *world)
+{
+	double mine = pd_peak_rss_mb(), *all = pd_calloc((size_t)world->size, sizeof(double), "memory");
+
+	if (!all)
+		return;
+	if (pd_comm_allgather(world, &mine, sizeof(double), all) == 0 && world->rank == 0) {
+		pd_log(2, "pdit: peak resident memory (MB):");
+		for (int i = 0; i < world->size; i++)
+			pd_log(2, " %.0f", all[i]);
+		pd_log(2, "\n");
+	}
+	free(all);
+}
 
 static char *pd_output_name(const char *pattern, int64_t b, int64_t batch)
 {
@@ -454,10 +487,13 @@ static int pd_write_pictures(struct pd_run *r, const struct pd_gen_args *a, cons
 				       r->mp.root ? r->mp.root : r->mp.transformer, a->dtype);
 		double t0 = pd_now();
 
-		rc = !name || !text || pd_decode_image(r->v, &r->ls, all + b * per, rgb, NULL, NULL) ||
-		     pd_png_write(name, rgb, r->ls.w * f, r->ls.h * f, "parameters", text) ? -1 : 0;
-		if (!rc)
-			pd_log(1, "pdit: wrote %s (decoded in %.2f s)\n", name, pd_now() - t0);
+		rc = !name || !text || pd_decode_image(r->v, &r->ls, all + b * per, rgb, NULL, NULL) ? -1 : 0;
+		if (!rc && pd_parallel_is_writer(&r->mesh)) {
+			rc = pd_png_write(name, rgb, r->ls.w * f, r->ls.h * f, "parameters", text);
+			if (!rc)
+				pd_log(1, "pdit: wrote %s (decoded in %.2f s%s)\n", name, pd_now() - t0,
+				       r->vae_bands > 1 ? " in bands" : "");
+		}
 		free(name);
 		free(text);
 	}
@@ -496,6 +532,9 @@ int pd_cmd_generate(struct pd_comm *world, int argc, char **argv)
 	if (!hr && r.v)
 		hr = pd_write_pictures(&r, &a, all);
 	rc = pd_cli_any_failed(world, hr);
+	/* a collective: on the flag every rank shares, not on the log level */
+	if (!rc && a.verbose)
+		pd_report_memory(world);
 out:
 	free(all);
 	pd_run_free(&r);

@@ -49,6 +49,22 @@ for b in 0 1 2; do
 		bad "data parallel picture $b"
 done
 
+# parallel VAE decode of a large picture: equal to one process, and each
+# rank's peak memory well under the single process's (the bands' activations
+# are about 1/4 of the picture's)
+big=(--model "$tmp/m" --embeds "$tmp/m/embeds.safetensors" -H 1536 -W 1536 --steps 1 -v)
+one=$("$pdit" generate "${big[@]}" -o "$tmp/big1.png" 2>&1 | sed -n 's/.*peak resident memory (MB): //p')
+four=$("${mpirun[@]}" -np 4 "$pdit" generate "${big[@]}" -o "$tmp/big4.png" 2>&1 |
+	sed -n 's/.*peak resident memory (MB): //p')
+"$cmp" pngs "$tmp/big1.png" "$tmp/big4.png" 1 > /dev/null && ok "1536x1536 decoded in 4 bands equals one process" ||
+	bad "banded decode differs"
+if [ -n "$one" ] && [ -n "$four" ] && awk -v one="$one" -v four="$four" 'BEGIN { n = split(four, r, " ");
+	for (i = 1; i <= n; i++) if (r[i] > 0.5 * one) exit 1; exit n == 4 ? 0 : 1 }'; then
+	ok "peak memory per rank with 4 bands: $four MB (one process: $one MB)"
+else
+	bad "peak memory per rank with 4 bands: '$four' MB against '$one' MB for one process"
+fi
+
 # check against the golden file, and a check that must fail
 f="$g/pipeline-dev-h64w48.safetensors"
 gold=(--transformer "$g/transformer-dev" --scheduler "$g/scheduler-dev" --embeds "$f" -H 64 -W 48 --steps 4)

@@ -323,7 +323,7 @@ static void test_elementwise(struct pd_backend *be)
 
 static void test_vae_ops(struct pd_backend *be)
 {
-	int G = rnd_int(1, 4), C = G * rnd_int(1, 4), h = rnd_int(1, 12), w = rnd_int(1, 12), Co = rnd_int(1, 9);
+	int G = rnd_int(1, 4), C = G * rnd_int(1, 2), h = rnd_int(1, 12), w = rnd_int(1, 12), Co = rnd_int(1, 9);
 	int64_t hw = (int64_t)h * w;
 	float *x = rnd_buf((size_t)(C * hw), 2.0f), *y = nan_buf((size_t)(C * hw * 4));
 	float *gam = rnd_buf((size_t)C, 1.0f), *bet = rnd_buf((size_t)C, 1.0f);
@@ -333,7 +333,30 @@ static void test_vae_ops(struct pd_backend *be)
 	for (int silu = 0; silu < 2; silu++) {
 		int cpg = C / G;
 
-		be->ops->group_norm(be, y, x, C, hw, G, gam, bet, 1e-6f, silu);
+		double stats[8], half[8];
+
+		/* the statistics of two halves of every channel add up to the
+		 * whole's: what a picture decoded in bands relies on */
+		be->ops->group_stats(be, x, C, hw, G, stats);
+		if (C % G == 0 && C / G == 1 && hw > 1) {
+			double a[8], b[8];
+			float *x1 = malloc(sizeof(float) * (size_t)(C * hw)), *x2 = malloc(sizeof(float) * (size_t)(C * hw));
+			int64_t h1 = hw / 2;
+
+			for (int ch = 0; ch < C; ch++) {
+				memcpy(x1 + ch * h1, x + ch * hw, sizeof(float) * (size_t)h1);
+				memcpy(x2 + ch * (hw - h1), x + ch * hw + h1, sizeof(float) * (size_t)(hw - h1));
+			}
+			be->ops->group_stats(be, x1, C, h1, G, a);
+			be->ops->group_stats(be, x2, C, hw - h1, G, b);
+			for (int g = 0; g < 2 * G; g++)
+				half[g] = a[g] + b[g];
+			for (int g = 0; g < 2 * G; g++)
+				PD_CHECK(fabs(half[g] - stats[g]) <= 1e-9 * (fabs(stats[g]) + 1), "group stats of halves");
+			free(x1);
+			free(x2);
+		}
+		be->ops->group_apply(be, y, hw, x, C, hw, G, stats, (double)(C / G) * (double)hw, gam, bet, 1e-6f, silu);
 		for (int g = 0; g < G; g++) {
 			double mean = 0, var = 0;
 			int64_t n = cpg * hw;
@@ -355,7 +378,7 @@ static void test_vae_ops(struct pd_backend *be)
 		check_view(what, y, ref, 1, C * hw, C * hw, TOL);
 	}
 	pd_poison(y, (size_t)(C * hw * 4));
-	be->ops->upsample2x(be, y, x, C, h, w);
+	be->ops->upsample2x(be, y, 4 * hw, x, C, h, w);
 	for (int c = 0; c < C; c++)
 		for (int i = 0; i < 2 * h; i++)
 			for (int j = 0; j < 2 * w; j++)
@@ -370,7 +393,7 @@ static void test_vae_ops(struct pd_backend *be)
 
 		PD_CHECK(cv != NULL, "conv_new: %s", be->error);
 		if (cv) {
-			be->ops->conv(be, cv, x, h, w, out);
+			be->ops->conv(be, cv, x, h, w, 0, out);
 			for (int o = 0; o < Co; o++)
 				for (int i = 0; i < h; i++)
 					for (int j = 0; j < w; j++) {
@@ -390,6 +413,31 @@ static void test_vae_ops(struct pd_backend *be)
 					}
 			snprintf(what, sizeof(what), "conv%dx%d C=%d->%d %dx%d", k, k, C, Co, h, w);
 			check_view(what, out, ref, 1, Co * hw, Co * hw, TOL);
+			if (k == 3) {
+				/* a band of rows [r0, r0 + n) given with one row of each
+				 * neighbour (zeros past the edges) equals those rows of
+				 * the whole convolution */
+				int r0 = rnd_int(0, h - 1), n = rnd_int(1, h - r0);
+				float *xb = calloc((size_t)(C * (n + 2) * w), sizeof(float));
+				float *ob = nan_buf((size_t)(Co * n * w));
+				double *rb = malloc(sizeof(double) * (size_t)(Co * n * w));
+
+				for (int ch = 0; ch < C; ch++)
+					for (int i = -1; i <= n; i++)
+						if (r0 + i >= 0 && r0 + i < h)
+							memcpy(xb + ((int64_t)ch * (n + 2) + i + 1) * w,
+							       x + ((int64_t)ch * h + r0 + i) * w, sizeof(float) * (size_t)w);
+				be->ops->conv(be, cv, xb, n, w, 1, ob);
+				for (int o = 0; o < Co; o++)
+					for (int i = 0; i < n; i++)
+						for (int j = 0; j < w; j++)
+							rb[((int64_t)o * n + i) * w + j] = ref[((int64_t)o * h + r0 + i) * w + j];
+				snprintf(what, sizeof(what), "conv3x3 band rows %d..%d of %d", r0, r0 + n, h);
+				check_view(what, ob, rb, 1, Co * n * w, Co * n * w, TOL);
+				free(xb);
+				free(ob);
+				free(rb);
+			}
 			be->ops->conv_free(be, cv);
 		}
 		free(wt);

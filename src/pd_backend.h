@@ -75,6 +75,11 @@ struct pd_backend_ops {
 	void (*silu)(struct pd_backend *be, float *y, const float *x, size_t n);
 	/* y = a + b. */
 	void (*add)(struct pd_backend *be, float *y, const float *a, const float *b, size_t n);
+	/* y = a - b. */
+	void (*sub)(struct pd_backend *be, float *y, const float *a, const float *b, size_t n);
+	/* sums[0] = sum |ref - x|, sums[1] = sum |ref|, in double (First Block
+	 * Cache's change measure). */
+	void (*l1_stats)(struct pd_backend *be, const float *ref, const float *x, size_t n, double *sums);
 	/* y = LN(x) * (1 + scale) + shift per row of length dim, LayerNorm
 	 * without affine, biased variance; scale and shift are [dim] (both NULL:
 	 * plain LayerNorm). */

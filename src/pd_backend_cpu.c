@@ -560,6 +560,30 @@ static void pd_cpu_add(struct pd_backend *be, float *y, const float *a, const fl
 		y[i] = a[i] + b[i];
 }
 
+static void pd_cpu_sub(struct pd_backend *be, float *y, const float *a, const float *b, size_t n)
+{
+	if (be->failed)
+		return;
+#pragma omp parallel for schedule(static) if (n > 65536)
+	for (size_t i = 0; i < n; i++)
+		y[i] = a[i] - b[i];
+}
+
+static void pd_cpu_l1_stats(struct pd_backend *be, const float *ref, const float *x, size_t n, double *sums)
+{
+	double d = 0, r = 0;
+
+	if (be->failed)
+		return;
+#pragma omp parallel for schedule(static) reduction(+ : d, r) if (n > 65536)
+	for (size_t i = 0; i < n; i++) {
+		d += fabs((double)ref[i] - (double)x[i]);
+		r += fabs((double)ref[i]);
+	}
+	sums[0] = d;
+	sums[1] = r;
+}
+
 static void pd_cpu_layernorm_mod(struct pd_backend *be, float *y, int64_t ldy, const float *x, int64_t ldx,
 				 int64_t rows, int64_t dim, const float *scale, const float *shift, float eps)
 {
@@ -1008,6 +1032,8 @@ static const struct pd_backend_ops pd_cpu_ops = {
 	.conv = pd_cpu_conv,
 	.silu = pd_cpu_silu,
 	.add = pd_cpu_add,
+	.sub = pd_cpu_sub,
+	.l1_stats = pd_cpu_l1_stats,
 	.layernorm_mod = pd_cpu_layernorm_mod,
 	.rmsnorm_heads = pd_cpu_rmsnorm_heads,
 	.rope = pd_cpu_rope,

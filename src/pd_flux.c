@@ -819,6 +819,86 @@ static void pd_flux_single_block(struct pd_flux *m, int i, int64_t T, int64_t L,
 		pd_flux_dump(m, dump, name, m->x + T * D, D, L, D, 3, (int64_t)1, L, D);
 	}
 }
+/* ----------------------------------------------------------------------- */
+/* First Block Cache                                                       */
+/* ----------------------------------------------------------------------- */
+
+void pd_fbcache_free(struct pd_fbcache *c)
+{
+	float *bufs[3] = { c->r_ref, c->r, c->rest };
+
+	for (int i = 0; i < 3; i++)
+		if (bufs[i])
+			c->be->ops->free(c->be, bufs[i]);
+	c->r_ref = c->r = c->rest = NULL;
+	c->rows = 0;
+	c->valid = 0;
+}
+
+static int pd_fbcache_reserve(struct pd_fbcache *c, struct pd_backend *be, int64_t rows, int64_t D)
+{
+	if (c->r && c->rows == rows)
+		return 0;
+	if (c->be)
+		pd_fbcache_free(c);
+	c->be = be;
+	c->r_ref = pd_backend_alloc(be, (size_t)((rows + 1) * D), "First Block Cache");
+	c->r = pd_backend_alloc(be, (size_t)((rows + 1) * D), "First Block Cache");
+	c->rest = pd_backend_alloc(be, (size_t)((rows + 1) * D), "First Block Cache");
+	c->rows = rows;
+	return pd_backend_check(be);
+}
+
+/* After the first block: IMG is the image rows' state after it, c->r holds
+ * it before. Returns 1 when the other blocks are to be skipped (IMG then
+ * holds the result of all blocks). */
+static int pd_fbcache_first_block(struct pd_flux *m, struct pd_fbcache *c, float *img, int64_t L)
+{
+	struct pd_backend *be = m->be;
+	size_t n = (size_t)(L * m->cfg.dim);
+	double sums[2] = { 0, 0 };
+	int skip = 0;
+
+	be->ops->sub(be, c->r, img, c->r, n);
+	if (c->valid && c->threshold > 0) {
+		be->ops->l1_stats(be, c->r_ref, c->r, n, sums);
+		if (m->hooks.sum && !be->failed)
+			pd_flux_hook_result(m, m->hooks.sum(m->hooks.sum_ctx, sums, 2));
+		/* the same measure on every process: sums over all of them */
+		c->last_change = sums[1] > 0 ? sums[0] / sums[1] : INFINITY;
+		skip = c->last_change < c->threshold;
+		pd_log(2, "pdit: First Block Cache: change %.4f %s %g: %s\n", c->last_change, skip ? "<" : ">=",
+		       c->threshold, skip ? "skip" : "compute");
+	}
+	if (skip) {
+		be->ops->add(be, img, img, c->rest, n);
+		c->skipped++;
+		return 1;
+	}
+	/* a computed step: its change becomes the reference, and the state
+	 * after the first block is kept to measure the other blocks' effect */
+	{
+		float *t = c->r_ref;
+
+		c->r_ref = c->r;
+		c->r = t;
+	}
+	be->ops->copy2d(be, c->rest, m->cfg.dim, img, m->cfg.dim, L, m->cfg.dim);
+	return 0;
+}
+
+/* After the last block of a computed step: IMG is the result of all
+ * blocks, c->rest still the state after the first; keeps their difference. */
+static int pd_fbcache_computed(struct pd_flux *m, struct pd_fbcache *c, const float *img, int64_t L)
+{
+	struct pd_backend *be = m->be;
+
+	be->ops->sub(be, c->rest, img, c->rest, (size_t)(L * m->cfg.dim));
+	c->valid = 1;
+	c->computed++;
+	return pd_backend_check(be);
+}
+
 /* timestep/guidance/text embeddings -> temb (EMB:1585-1626); writes temb
  * and silu(temb) into the vec area. */
 static void pd_flux_temb(struct pd_flux *m, const struct pd_flux_input *in, float *temb, float *silu_temb,
@@ -884,7 +964,7 @@ int pd_flux_forward(struct pd_flux *m, const struct pd_flux_input *in, float *ou
 	const struct pd_flux_config *c = &m->cfg;
 	int64_t T = in->txt_len, L = in->img_len, S = T + L, D = c->dim, Dh = c->head_dim;
 	float *temb, *silu_temb, *mod, *tmp, *hcos = NULL, *hsin = NULL, *ids = NULL;
-	int rc = -1;
+	int rc = -1, skipped = 0;
 
 	if (T < 0 || L < 0)
 		return pd_errorf("forward: negative token count");
@@ -928,16 +1008,26 @@ int pd_flux_forward(struct pd_flux *m, const struct pd_flux_input *in, float *ou
 		dump->fn(dump->ctx, "rope.sin", -1, hsin, 2, sh);
 	}
 
-	for (int i = 0; i < c->num_layers; i++) {
-		pd_flux_double_block(m, i, T, L, silu_temb, mod, dump);
+	/* The blocks in order, double then single; with First Block Cache the
+	 * first one decides whether the others run. */
+	if (in->cache && pd_fbcache_reserve(in->cache, be, L, D))
+		goto out;
+	for (int k = 0; k < c->num_layers + c->num_single_layers; k++) {
+		if (in->cache && k == 0)
+			be->ops->copy2d(be, in->cache->r, D, m->x + T * D, D, L, D);
+		if (k < c->num_layers)
+			pd_flux_double_block(m, k, T, L, silu_temb, mod, dump);
+		else
+			pd_flux_single_block(m, k - c->num_layers, T, L, silu_temb, mod, dump);
 		if (pd_backend_check(be))
 			goto out;
+		if (in->cache && k == 0 && pd_fbcache_first_block(m, in->cache, m->x + T * D, L)) {
+			skipped = 1;
+			break;
+		}
 	}
-	for (int i = 0; i < c->num_single_layers; i++) {
-		pd_flux_single_block(m, i, T, L, silu_temb, mod, dump);
-		if (pd_backend_check(be))
-			goto out;
-	}
+	if (in->cache && !skipped && pd_fbcache_computed(m, in->cache, m->x + T * D, L))
+		goto out;
 
 	/* TF:815-816, NORM:349: the final norm chunks scale first, then shift. */
 	pd_flux_modulation(m, m->norm_out, silu_temb, 2 * D, mod);

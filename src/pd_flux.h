@@ -73,7 +73,32 @@ struct pd_flux_hooks {
 	/* Gathers column-parallel parts of N floats, in shard order, into OUT. */
 	int (*gather)(void *ctx, const float *part, size_t n, float *out);
 	void *shard_ctx;
+	/* Adds N doubles over every process taking part in this call (First
+	 * Block Cache's statistics), in place; NULL: this process alone. */
+	int (*sum)(void *ctx, double *buf, size_t n);
+	void *sum_ctx;
 };
+
+/* First Block Cache (ParaAttention's): after the first block, r = its
+ * change of the image tokens; when mean|r_ref - r| / mean|r_ref| is below
+ * the threshold, r_ref being r at the last fully computed step, the other
+ * blocks are skipped and their stored effect (output minus input at that
+ * step) is added instead. The two sums are added over every process of
+ * the call first (pd_flux_hooks.sum), so all of them decide alike. One
+ * state per image and branch (the positive and negative passes differ). */
+struct pd_fbcache {
+	float threshold;                /* 0: never skip (the cache only records) */
+	int64_t rows;                   /* image rows the buffers hold */
+	float *r_ref;                   /* [rows, D] first block's change at the last computed step */
+	float *r;                       /* [rows, D] this step's */
+	float *rest;                    /* [rows, D] the other blocks' effect at the last computed step */
+	int valid;                      /* r_ref and rest hold a computed step */
+	int computed, skipped;          /* steps run and steps skipped */
+	double last_change;             /* the last measure, for the log */
+	struct pd_backend *be;          /* owner of the buffers */
+};
+
+void pd_fbcache_free(struct pd_fbcache *c);
 
 int pd_flux_load(struct pd_flux **out, const char *dir, struct pd_backend *be);
 /* SHARD NULL: the whole model. The head count must divide by shard->count. */
@@ -92,6 +117,7 @@ struct pd_flux_input {
 	const float *txt_ids;           /* [txt_len, n_axes] position ids (zeros in FLUX.1) */
 	float timestep;                 /* what the pipeline passes: t / 1000 */
 	float guidance;                 /* distilled guidance scale (3.5); ignored without guidance_embeds */
+	struct pd_fbcache *cache;       /* First Block Cache state, or NULL */
 };
 
 /* Receives intermediates under the golden files' names. DATA is a host copy

@@ -14,6 +14,13 @@ struct pd_flux_shard pd_parallel_shard(const struct pd_mesh *mesh)
 	return s;
 }
 
+static int pd_model_sum(void *ctx, double *buf, size_t n)
+{
+	struct pd_comm *c = ctx;
+
+	return c->ops->allreduce(c, buf, n, PD_COMM_F64, PD_COMM_SUM);
+}
+
 int pd_parallel_setup(struct pd_parallel *par, struct pd_mesh *mesh, struct pd_flux *m, int64_t batch)
 {
 	memset(par, 0, sizeof(*par));
@@ -28,6 +35,11 @@ int pd_parallel_setup(struct pd_parallel *par, struct pd_mesh *mesh, struct pd_f
 		par->has_seq = 1;
 		par->runner.predict = pd_seq_predict;
 		par->runner.predict_ctx = &par->seq;
+	}
+	/* First Block Cache: every rank of a call takes the same decision */
+	if (mesh->model->size > 1) {
+		par->hooks.sum = pd_model_sum;
+		par->hooks.sum_ctx = mesh->model;
 	}
 	pd_flux_set_hooks(m, &par->hooks);
 	pd_dp_slice(batch, mesh->degree[PD_AXIS_DP], mesh->coord[PD_AXIS_DP], &par->runner.first_image,

@@ -252,7 +252,7 @@ static int pd_local_predict(void *ctx, const struct pd_flux_input *in, float *ou
 
 struct pd_runner pd_runner_local(struct pd_flux *m)
 {
-	struct pd_runner r = { pd_local_predict, m, 0, -1, NULL, NULL, NULL };
+	struct pd_runner r = { pd_local_predict, m, 0, -1, NULL, NULL, NULL, NULL };
 
 	return r;
 }
@@ -266,14 +266,25 @@ int pd_denoise(const struct pd_runner *run, const struct pd_flux_config *cfg, st
 	int cfg_on = pd_gen_uses_cfg(p, e);
 	/* CFG split: this process runs one branch, 0 negative or 1 positive */
 	int branch = cfg_on && run->cfg ? run->cfg->rank : -1;
+	/* the cache slot of the first branch this process runs (1: positive) */
+	int first_branch = branch == 0 ? 0 : 1;
 	float *img_ids = NULL, *txt_ids = NULL, *neg_ids = NULL, *noise = NULL, *pred = NULL, *pair = NULL;
 	float *tvec = NULL;
+	/* First Block Cache: one state per image and branch (0 negative, 1 positive) */
+	struct pd_fbcache *fbc = NULL;
 	int rc = -1;
 
 	memset(&ls, 0, sizeof(ls));
 	if (pd_latent_shape(&ls, cfg, p->height, p->width))
 		return -1;
 	B = run->n_images < 0 ? e->batch : run->n_images;
+	if (p->fbcache_threshold > 0) {
+		fbc = pd_calloc((size_t)(2 * B + 1), sizeof(*fbc), "First Block Cache");
+		if (!fbc)
+			return -1;
+		for (int64_t k = 0; k < 2 * B; k++)
+			fbc[k].threshold = p->fbcache_threshold;
+	}
 	L = ls.tokens;
 	C = ls.packed_channels;
 	n = L * C;
@@ -314,6 +325,7 @@ int pd_denoise(const struct pd_runner *run, const struct pd_flux_config *cfg, st
 		double t0 = pd_now();
 		/* PF:896: the transformer sees t / 1000 in float32. */
 		float tstep = s->timesteps[i] / 1000.0f;
+		int skipped_before = fbc && B > 0 ? fbc[first_branch].skipped : 0;
 		char name[64];
 
 		for (int64_t b = 0; b < B; b++) {
@@ -330,11 +342,13 @@ int pd_denoise(const struct pd_runner *run, const struct pd_flux_config *cfg, st
 				.txt_ids = txt_ids,
 				.timestep = tstep,
 				.guidance = p->guidance,
+				.cache = fbc ? &fbc[2 * b + 1] : NULL,
 			};
 			/* PF:915-926: the negative call sees the same latents,
 			 * timestep and embedded guidance */
 			struct pd_flux_input nin = pin;
 
+			nin.cache = fbc ? &fbc[2 * b] : NULL;
 			nin.txt_len = e->neg_txt_len;
 			nin.txt = cfg_on ? e->neg_prompt + g * e->neg_txt_len * e->joint_dim : NULL;
 			nin.pooled = cfg_on ? e->neg_pooled + g * e->pooled_dim : NULL;
@@ -387,13 +401,33 @@ int pd_denoise(const struct pd_runner *run, const struct pd_flux_config *cfg, st
 			snprintf(name, sizeof(name), "step.%d.latents", i);
 			pd_dump_host(dump, name, latents, 3, B, L, C);
 		}
+		if (fbc && run->fb_report && i < run->fb_report->steps && B > 0)
+			run->fb_report->decisions[i] = (unsigned char)(fbc[first_branch].skipped > skipped_before);
 		if (run->on_step)
 			run->on_step(run->step_ctx, i);
 		pd_log(1, "step %d/%d  %.2f s/step\n", i + 1, s->steps, pd_now() - t0);
 	}
 	pd_dump_host(dump, "latents.final", latents, 3, B, L, C);
+	if (fbc) {
+		int done = 0, skip = 0;
+
+		for (int64_t k = 0; k < 2 * B; k++) {
+			done += fbc[k].computed;
+			skip += fbc[k].skipped;
+		}
+		if (run->fb_report) {
+			run->fb_report->computed = done;
+			run->fb_report->skipped = skip;
+		}
+		pd_log(1, "pdit: First Block Cache (threshold %g) skipped %d of %d transformer calls\n",
+		       p->fbcache_threshold, skip, done + skip);
+	}
 	rc = 0;
 out:
+	for (int64_t k = 0; fbc && k < 2 * B; k++)
+		if (fbc[k].be)
+			pd_fbcache_free(&fbc[k]);
+	free(fbc);
 	free(img_ids);
 	free(txt_ids);
 	free(neg_ids);

@@ -63,6 +63,7 @@ struct pd_gen_params {
 	float guidance;                 /* distilled guidance scale (guidance-embedded models) */
 	float true_cfg_scale;           /* > 1 with negative embeddings: true CFG */
 	uint64_t seed;                  /* image b uses seed + b */
+	float fbcache_threshold;        /* First Block Cache: skip when the change is below this (0: off) */
 };
 
 /* True when the run combines positive and negative predictions. */
@@ -82,6 +83,16 @@ struct pd_runner {
 	/* Called after each step (may be NULL): the benchmark's clock. */
 	void (*on_step)(void *ctx, int step);
 	void *step_ctx;
+	/* First Block Cache's report (may be NULL). */
+	struct pd_fbcache_report *fb_report;
+};
+
+struct pd_fbcache_report {
+	int computed, skipped;          /* over all images and branches of this process */
+	int steps;                      /* entries of decisions */
+	/* per step, 1 where this process's first image skipped in the first
+	 * branch it runs: what every rank of a call must agree on */
+	unsigned char *decisions;
 };
 
 /* The runner of a single process: pd_flux_forward on the whole sequence. */

@@ -29,7 +29,7 @@ struct pd_gen_args {
 	const char *model, *transformer, *vae, *scheduler;
 	const char *embeds, *output, *out_latents, *init_latents, *dtype;
 	int height, width, steps, threads, verbose;
-	float guidance, true_cfg_scale;
+	float guidance, true_cfg_scale, fbcache;
 	uint64_t seed;
 	int steps_seen;
 	/* mesh degrees (0: not given) */
@@ -190,6 +190,9 @@ static int pd_run_prepare(struct pd_run *r, const struct pd_gen_args *a, int nee
 	r->p.guidance = a->guidance;
 	r->p.true_cfg_scale = a->true_cfg_scale;
 	r->p.seed = a->seed;
+	if (a->fbcache < 0)
+		return pd_errorf("--fbcache-threshold must not be negative");
+	r->p.fbcache_threshold = a->fbcache;
 	if (a->true_cfg_scale > 1 && !r->e.neg_prompt)
 		/* diffusers silently ignores the scale here; say so instead. */
 		return pd_errorf("--true-cfg-scale %g needs negative_prompt_embeds and negative_pooled_prompt_embeds in "
@@ -342,6 +345,7 @@ static void pd_gen_options(struct pd_gen_args *a, struct pd_arg *opts, enum pd_c
 		{ "--ulysses-degree", 0, PD_ARG_INT, &a->ulysses, "N", "sequence parallel with all-to-all between tokens and heads", NULL },
 		{ "--ring-degree", 0, PD_ARG_INT, &a->ring, "N", "sequence parallel with ring attention", NULL },
 		{ "--pipefusion-degree", 0, PD_ARG_INT, &a->pp, "N", "pipeline stages (only 1 for now)", NULL },
+		{ "--fbcache-threshold", 0, PD_ARG_FLOAT, &a->fbcache, "T", "First Block Cache: skip the other blocks when the first block's change is below T (0: off; 0.05 to 0.12 usual)", NULL },
 		{ "--no-vae-parallel", 0, PD_ARG_FLAG, &a->no_vae_parallel, NULL, "decode each picture on one process instead of in bands over its group", NULL },
 		{ "--verbose", 'v', PD_ARG_FLAG, &a->verbose, NULL, "more detail", NULL },
 	};

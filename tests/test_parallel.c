@@ -13,6 +13,7 @@
  * do not divide most degrees, down to chunks with no text token at all.
  */
 #include "pd_mesh.h"
+#include "test_run.h"
 #include "pd_par_data.h"
 #include "pd_parallel.h"
 #include "pd_test.h"
@@ -27,78 +28,7 @@
 #define TOL_ONE 1e-5
 #define TOL_GOLDEN 1e-4
 
-struct pcase {
-	const char *name;               /* for messages */
-	char tdir[512], sdir[512];      /* transformer and scheduler folders */
-	char embeds[512];               /* embeddings (a golden pipeline file, or tiny's) */
-	const char *golden;             /* golden file with latents.final, or NULL */
-	int height, width, steps;
-	float guidance, cfg_scale;
-	uint64_t seed;
-};
-
 static struct pd_comm *world;
-
-/* Runs the case on MESH degrees (NULL: one process, no MPI) and returns the
- * whole batch's final latents on every rank. */
-static float *run_case(const struct pcase *c, const int *degree, int64_t *n_out)
-{
-	struct pd_flux_config fc;
-	struct pd_embeds e = { 0 };
-	struct pd_scheduler s = { 0 };
-	struct pd_latent_shape ls;
-	struct pd_gen_params p = { c->height, c->width, c->steps, c->guidance, c->cfg_scale, c->seed };
-	struct pd_backend *be = NULL;
-	struct pd_flux *m = NULL;
-	struct pd_mesh mesh;
-	struct pd_parallel par;
-	struct pd_runner run;
-	float *all = NULL, *mine = NULL;
-	int64_t per, ok = 0;
-
-	memset(&mesh, 0, sizeof(mesh));
-	memset(&par, 0, sizeof(par));
-	if (pd_flux_config_load(&fc, c->tdir) || pd_embeds_load(&e, c->embeds) || pd_scheduler_load(&s, c->sdir) ||
-	    pd_latent_shape(&ls, &fc, c->height, c->width) || pd_backend_cpu_new(&be, PD_F32, 1))
-		goto out;
-	per = ls.tokens * ls.packed_channels;
-	all = malloc((size_t)(e.batch * per) * sizeof(float));
-	pd_poison(all, (size_t)(e.batch * per));
-	if (!degree) {
-		if (pd_flux_load(&m, c->tdir, be))
-			goto out;
-		run = pd_runner_local(m);
-		ok = pd_denoise(&run, &fc, &s, &e, &p, NULL, all, NULL, NULL) == 0;
-	} else {
-		struct pd_flux_shard sh;
-
-		if (pd_mesh_create(&mesh, world, degree))
-			goto out;
-		sh = pd_parallel_shard(&mesh);
-		if (pd_flux_load_shard(&m, c->tdir, be, &sh) || pd_parallel_setup(&par, &mesh, m, e.batch))
-			goto out;
-		mine = malloc((size_t)((par.runner.n_images + 1) * per) * sizeof(float));
-		ok = pd_denoise(&par.runner, &fc, &s, &e, &p, NULL, mine, NULL, NULL) == 0 &&
-		     pd_dp_gather(mesh.axis[PD_AXIS_DP], mine, per, e.batch, all) == 0;
-	}
-	*n_out = e.batch * per;
-out:
-	if (!ok) {
-		fprintf(stderr, "rank %d: %s: %s\n", world->rank, c->name, pd_last_error());
-		free(all);
-		all = NULL;
-	}
-	free(mine);
-	if (par.mesh)
-		pd_parallel_free(&par);
-	pd_flux_free(m);
-	if (mesh.world)
-		pd_mesh_free(&mesh);
-	pd_backend_free(be);
-	pd_scheduler_free(&s);
-	pd_embeds_free(&e);
-	return all;
-}
 
 static float *golden_latents(const char *path, int64_t n)
 {
@@ -119,26 +49,18 @@ static float *golden_latents(const char *path, int64_t n)
 
 static void test_case(const struct pcase *c)
 {
-	struct pd_flux_config fc;
-	struct pd_embeds e = { 0 };
 	struct pd_mesh_limits lim;
 	int meshes[256][PD_AXIS_COUNT], n_mesh;
 	float *one, *gold = NULL;
 	int64_t n = 0;
 
-	if (pd_flux_config_load(&fc, c->tdir) || pd_embeds_load(&e, c->embeds)) {
+	if (test_case_limits(world, c, &lim)) {
 		PD_CHECK(0, "%s: %s", c->name, pd_last_error());
 		return;
 	}
-	lim.world = world->size;
-	lim.heads = fc.heads;
-	lim.cfg_possible = c->cfg_scale > 1 && e.neg_prompt;
-	lim.images = (int)e.batch;
-	lim.max_pp = 1;
-	pd_embeds_free(&e);
 	n_mesh = pd_mesh_enumerate(&lim, meshes, 256);
 	/* the reference: every rank runs one process's computation */
-	one = run_case(c, NULL, &n);
+	one = test_run_case(world, c, NULL, &n, NULL);
 	PD_CHECK(one != NULL, "%s: single-process run failed", c->name);
 	if (c->golden)
 		gold = golden_latents(c->golden, n);
@@ -146,7 +68,7 @@ static void test_case(const struct pcase *c)
 	for (int k = 0; k < n_mesh && one; k++) {
 		char desc[128];
 		int64_t np = 0;
-		float *par = run_case(c, meshes[k], &np);
+		float *par = test_run_case(world, c, meshes[k], &np, NULL);
 		double e1 = par && np == n ? pd_rel_err(par, one, (size_t)n) : INFINITY;
 		double e2 = gold && par && np == n ? pd_rel_err(par, gold, (size_t)n) : 0;
 

@@ -36,9 +36,16 @@ expect() {
 	local S=$1 L=$2 mesh=$3 branches=$4
 	awk -v S="$S" -v L="$L" -v D="$D" -v nd="$nd" -v ns="$ns" -v m="$mesh" -v br="$branches" 'BEGIN {
 		split(m, kv, " "); for (i in kv) { split(kv[i], p, "="); d[p[1]] = p[2] }
-		A = S * D * 4; layers = nd + ns; U = d["ulysses"]; R = d["ring"]; T = d["tp"]; P = U * R
+		A = S * D * 4; layers = nd + ns; U = d["ulysses"]; T = d["tp"]; N = d["pp"]
+		R = ("ring" in d) ? d["ring"] : 1; F = ("distrifusion" in d) ? d["distrifusion"] : 1; P = U * R
 		b = 0
+		# DistriFusion: every layer'"'"'s own K and V rows to every other band (as ring, but overlapped)
+		if (F > 1) b += layers * 2 * A / F * (F - 1) + L * 64 * 4 / F * (F - 1)
+		# PipeFusion, stage 0: its hidden states to stage 1 once per step; with sequence parallel
+		# inside the stage, its K/V rows of each of its layers to the stage'"'"'s other ranks
+		if (N > 1) { b += A / P; if (P > 1) b += int((layers + N - 1) / N) * 2 * A / (P * T) * (P - 1); P = 1 }
 		# Ulysses and ring move only the heads a tensor-parallel shard holds
+		if (N > 1) U = R = 1
 		if (U > 1) b += layers * 4 * A / (U * R * T) * (U - 1) / U  # q, k, v, o all-to-alls
 		if (R > 1) b += layers * 2 * A / (U * R * T) * (R - 1)      # K/V hops of the ring
 		if (T > 1) b += (2 * nd + ns) * A / P * 2 * (T - 1) / T      # row-parallel all-reduces
@@ -67,8 +74,11 @@ while IFS='|' read -r np flags; do
 	S=$(field tokens "$j")
 	L=$((S - 512))
 	mesh=$(field mesh "$j")
-	work="$(field images "$j") image x $(field branches "$j")"
-	printf "| %s | %s | %s | %.2f | %.0f | %.1f | %s | %.0f |\n" "$np" "$mesh" "$work" \
+	# the degrees above 1, and the work in words
+	short=$(tr ' ' '\n' <<< "$mesh" | grep -v '=1$' | tr '\n' ' ' | sed 's/ $//')
+	images=$(field images "$j")
+	work="$images image$([ "$images" -gt 1 ] && echo s)$([ "$(field branches "$j")" -gt 1 ] && echo " × 2 branches")"
+	printf "| %s | %s | %s | %.2f | %.0f | %.1f | %s | %.0f |\n" "$np" "${short:-one process}" "$work" \
 		"$(field seconds_per_step "$j")" "$(field achieved_gflops "$j")" \
 		"$(awk -v b="$(field bytes_sent_per_rank_per_step "$j")" 'BEGIN { print b / 1e6 }')" \
 		"$(expect "$S" "$L" "$mesh" "$(field branches "$j")")" "$(field peak_rss_mb "$j")"
@@ -86,4 +96,9 @@ done << 'CONFIGS'
 4|--ulysses-degree 2 --ring-degree 2
 4|--tensor-parallel-degree 2 --ulysses-degree 2
 4|--cfg-parallel --true-cfg-scale 2 --ulysses-degree 2
+2|--pipefusion-degree 2
+4|--pipefusion-degree 4
+4|--pipefusion-degree 2 --ulysses-degree 2
+2|--distrifusion-degree 2
+4|--distrifusion-degree 4
 CONFIGS

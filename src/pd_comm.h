@@ -38,6 +38,10 @@ struct pd_comm_ops {
 	 * all contributions back to back in rank order. */
 	int (*allgatherv)(struct pd_comm *c, const void *send, size_t send_bytes, void *recv,
 			  const size_t *recv_bytes);
+	/* allgatherv started now and finished by wait(REQ); SEND and RECV must
+	 * stay untouched until then. */
+	int (*iallgatherv)(struct pd_comm *c, const void *send, size_t send_bytes, void *recv,
+			   const size_t *recv_bytes, struct pd_comm_req *req);
 	/* Like allgatherv, but only ROOT receives (RECV is ignored elsewhere). */
 	int (*gatherv)(struct pd_comm *c, const void *send, size_t send_bytes, void *recv, const size_t *recv_bytes,
 		       int root);

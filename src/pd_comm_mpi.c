@@ -19,7 +19,14 @@ int pd_comm_mpi_world_init(int *argc, char ***argv, struct pd_comm **world);
 void pd_comm_mpi_finalize(void);
 int pd_comm_mpi_local_size(struct pd_comm *world);
 
-_Static_assert(sizeof(MPI_Request) <= sizeof(((struct pd_comm_req *)0)->opaque), "request handle too large");
+/* A request holds the MPI request and, for non-blocking collectives, the
+ * count arrays MPI reads until the operation completes. */
+struct pd_mpi_req {
+	MPI_Request r;
+	int *counts;                    /* counts then displacements, or NULL */
+};
+
+_Static_assert(sizeof(struct pd_mpi_req) <= sizeof(((struct pd_comm_req *)0)->opaque), "request handle too large");
 
 struct pd_mpi {
 	MPI_Comm comm;                  /* the MPI communicator */
@@ -177,7 +184,11 @@ static int pd_mpi_p2p(struct pd_comm *c, void *buf, size_t bytes, int peer, int 
 	}
 	if (pd_mpi_check(rc, send ? "send" : "receive"))
 		return -1;
-	memcpy(req->opaque, &r, sizeof(r));
+	{
+		struct pd_mpi_req q = { r, NULL };
+
+		memcpy(req->opaque, &q, sizeof(q));
+	}
 	req->active = 1;
 	return 0;
 }
@@ -194,14 +205,42 @@ static int pd_mpi_irecv(struct pd_comm *c, void *buf, size_t bytes, int peer, in
 
 static int pd_mpi_wait(struct pd_comm *c, struct pd_comm_req *req)
 {
-	MPI_Request r;
+	struct pd_mpi_req q;
+	int rc;
 
 	(void)c;
 	if (!req->active)
 		return 0;
-	memcpy(&r, req->opaque, sizeof(r));
+	memcpy(&q, req->opaque, sizeof(q));
 	req->active = 0;
-	return pd_mpi_check(MPI_Wait(&r, MPI_STATUS_IGNORE), "wait");
+	rc = pd_mpi_check(MPI_Wait(&q.r, MPI_STATUS_IGNORE), "wait");
+	free(q.counts);
+	return rc;
+}
+
+static int pd_mpi_iallgatherv(struct pd_comm *c, const void *send, size_t send_bytes, void *recv,
+			      const size_t *recv_bytes, struct pd_comm_req *req)
+{
+	size_t unit = pd_mpi_unit(recv_bytes, c->size, send_bytes);
+	struct pd_mpi_req q = { MPI_REQUEST_NULL, pd_calloc(2 * (size_t)c->size, sizeof(int), "counts") };
+
+	if (!q.counts)
+		return -1;
+	if (recv_bytes[c->rank] != send_bytes ||
+	    pd_mpi_counts(recv_bytes, c->size, unit, q.counts, q.counts + c->size, "all-gather")) {
+		free(q.counts);
+		return recv_bytes[c->rank] != send_bytes ? pd_errorf("all-gather: size mismatch") : -1;
+	}
+	c->bytes_sent += (uint64_t)send_bytes * (uint64_t)(c->size - 1);
+	if (pd_mpi_check(MPI_Iallgatherv(send, (int)(send_bytes / unit), pd_mpi_unit_type(unit), recv, q.counts,
+					 q.counts + c->size, pd_mpi_unit_type(unit), MPI_OF(c)->comm, &q.r),
+			 "all-gather")) {
+		free(q.counts);
+		return -1;
+	}
+	memcpy(req->opaque, &q, sizeof(q));
+	req->active = 1;
+	return 0;
 }
 
 static int pd_mpi_barrier(struct pd_comm *c)
@@ -251,6 +290,7 @@ static const struct pd_comm_ops pd_mpi_ops = {
 	.name = "mpi",
 	.allreduce = pd_mpi_allreduce,
 	.allgatherv = pd_mpi_allgatherv,
+	.iallgatherv = pd_mpi_iallgatherv,
 	.gatherv = pd_mpi_gatherv,
 	.alltoallv = pd_mpi_alltoallv,
 	.bcast = pd_mpi_bcast,

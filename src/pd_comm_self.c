@@ -43,6 +43,13 @@ static int pd_self_allgatherv(struct pd_comm *c, const void *send, size_t send_b
 	return 0;
 }
 
+static int pd_self_iallgatherv(struct pd_comm *c, const void *send, size_t send_bytes, void *recv,
+			       const size_t *recv_bytes, struct pd_comm_req *req)
+{
+	req->active = 0;
+	return pd_self_allgatherv(c, send, send_bytes, recv, recv_bytes);
+}
+
 static int pd_self_gatherv(struct pd_comm *c, const void *send, size_t send_bytes, void *recv,
 			   const size_t *recv_bytes, int root)
 {
@@ -127,6 +134,7 @@ static const struct pd_comm_ops pd_self_ops = {
 	.name = "self",
 	.allreduce = pd_self_allreduce,
 	.allgatherv = pd_self_allgatherv,
+	.iallgatherv = pd_self_iallgatherv,
 	.gatherv = pd_self_gatherv,
 	.alltoallv = pd_self_alltoallv,
 	.bcast = pd_self_bcast,

@@ -47,7 +47,7 @@ struct pd_flux_single {
 struct pd_flux {
 	struct pd_flux_config cfg;      /* sizes of the whole model */
 	struct pd_backend *be;          /* compute backend (borrowed) */
-	struct pd_flux_shard shard;     /* this process's tensor-parallel share */
+	struct pd_flux_shard shard;     /* this process's share: heads and blocks */
 	struct pd_flux_hooks hooks;     /* parallel seams (zeroed: one process) */
 	int heads;                      /* heads held here: cfg.heads / shard.count */
 	int64_t dim;                    /* their width: heads x head_dim */
@@ -247,10 +247,20 @@ int pd_flux_load_shard(struct pd_flux **out, const char *dir, struct pd_backend 
 	m->be = be;
 	m->shard.rank = shard ? shard->rank : 0;
 	m->shard.count = shard ? shard->count : 1;
+	m->shard.block_first = shard ? shard->block_first : 0;
+	m->shard.block_count = shard ? shard->block_count : 0;
 	c = &m->cfg;
 	if (pd_flux_config_load(c, dir) || pd_st_open_component(&st, dir, "diffusion_pytorch_model"))
 		goto fail;
 	pd_flux_mlp_dim(st, c);
+	if (m->shard.block_count == 0)
+		m->shard.block_count = pd_flux_blocks(c) - m->shard.block_first;
+	if (m->shard.block_first < 0 || m->shard.block_count < 0 ||
+	    m->shard.block_first + m->shard.block_count > pd_flux_blocks(c)) {
+		pd_errorf("%s: blocks %d..%d of %d", dir, m->shard.block_first,
+			  m->shard.block_first + m->shard.block_count, pd_flux_blocks(c));
+		goto fail;
+	}
 	if (m->shard.count < 1 || m->shard.rank < 0 || m->shard.rank >= m->shard.count ||
 	    c->heads % m->shard.count || c->mlp_dim % m->shard.count) {
 		pd_errorf("%s: %d heads and an MLP of %d cannot be split %d ways", dir, c->heads, c->mlp_dim,
@@ -263,9 +273,12 @@ int pd_flux_load_shard(struct pd_flux **out, const char *dir, struct pd_backend 
 	D = c->dim;
 	ld.st = st;
 	ld.be = be;
-	/* embedders are replicated: small, and needed by every shard whole */
-	m->x_embedder = pd_loader_linear(&ld, D, c->in_channels, "x_embedder");
-	m->context_embedder = pd_loader_linear(&ld, D, c->joint_attention_dim, "context_embedder");
+	/* embedders are replicated: small, and needed by every shard whole;
+	 * every stage needs the time embedding for its modulations */
+	if (m->shard.block_first == 0) {
+		m->x_embedder = pd_loader_linear(&ld, D, c->in_channels, "x_embedder");
+		m->context_embedder = pd_loader_linear(&ld, D, c->joint_attention_dim, "context_embedder");
+	}
 	m->time1 = pd_loader_linear(&ld, D, PD_TIME_CHANNELS, "time_text_embed.timestep_embedder.linear_1");
 	m->time2 = pd_loader_linear(&ld, D, D, "time_text_embed.timestep_embedder.linear_2");
 	if (c->guidance_embeds) {
@@ -274,17 +287,21 @@ int pd_flux_load_shard(struct pd_flux **out, const char *dir, struct pd_backend 
 	}
 	m->text1 = pd_loader_linear(&ld, D, c->pooled_projection_dim, "time_text_embed.text_embedder.linear_1");
 	m->text2 = pd_loader_linear(&ld, D, D, "time_text_embed.text_embedder.linear_2");
-	nout = pd_col_slice(D, m->shard.rank * 2 * D / m->shard.count, 2 * D / m->shard.count);
-	m->norm_out = pd_loader_linear_slice(&ld, 2 * D, D, &nout, "norm_out.linear");
-	m->proj_out = pd_loader_linear(&ld, c->out_channels, D, "proj_out");
+	if (m->shard.block_first + m->shard.block_count == pd_flux_blocks(c)) {
+		nout = pd_col_slice(D, m->shard.rank * 2 * D / m->shard.count, 2 * D / m->shard.count);
+		m->norm_out = pd_loader_linear_slice(&ld, 2 * D, D, &nout, "norm_out.linear");
+		m->proj_out = pd_loader_linear(&ld, c->out_channels, D, "proj_out");
+	}
 	m->dbl = pd_calloc((size_t)c->num_layers + 1, sizeof(*m->dbl), "blocks");
 	m->sgl = pd_calloc((size_t)c->num_single_layers + 1, sizeof(*m->sgl), "blocks");
 	if (!m->dbl || !m->sgl)
 		goto fail;
-	for (int i = 0; i < c->num_layers && !ld.failed; i++)
-		pd_flux_load_double(&ld, m, i, &m->dbl[i]);
-	for (int i = 0; i < c->num_single_layers && !ld.failed; i++)
-		pd_flux_load_single(&ld, m, i, &m->sgl[i]);
+	for (int k = m->shard.block_first; k < m->shard.block_first + m->shard.block_count && !ld.failed; k++) {
+		if (k < c->num_layers)
+			pd_flux_load_double(&ld, m, k, &m->dbl[k]);
+		else
+			pd_flux_load_single(&ld, m, k - c->num_layers, &m->sgl[k - c->num_layers]);
+	}
 	if (ld.failed)
 		goto fail;
 	pd_st_close(st);
@@ -368,6 +385,11 @@ void pd_flux_free(struct pd_flux *m)
 const struct pd_flux_config *pd_flux_get_config(const struct pd_flux *m)
 {
 	return &m->cfg;
+}
+
+int64_t pd_flux_local_width(const struct pd_flux *m)
+{
+	return m->dim;
 }
 
 struct pd_flux_flops pd_flux_count_flops(const struct pd_flux_config *c, int64_t T, int64_t L)
@@ -614,8 +636,8 @@ static void pd_flux_qkv(struct pd_flux *m, int64_t r0, int64_t n, struct pd_line
 /* RoPE on q and k, then attention of this process's S tokens over the whole
  * sequence (through the attention seam when one is set) into OUT (row
  * stride ldo). */
-static void pd_flux_attend(struct pd_flux *m, int64_t S, float *out, int64_t ldo, const struct pd_dump *dump,
-			   const char *prefix)
+static void pd_flux_attend(struct pd_flux *m, int layer, int64_t S, float *out, int64_t ldo,
+			   const struct pd_dump *dump, const char *prefix)
 {
 	struct pd_backend *be = m->be;
 	int64_t W = m->dim, H = m->heads, Dh = m->cfg.head_dim;
@@ -633,8 +655,8 @@ static void pd_flux_attend(struct pd_flux *m, int64_t S, float *out, int64_t ldo
 	}
 	if (m->hooks.attention) {
 		if (!be->failed)
-			pd_flux_hook_result(m, m->hooks.attention(m->hooks.attention_ctx, be, out, ldo, m->q, m->k, m->v,
-								  W, S, (int)H, (int)Dh));
+			pd_flux_hook_result(m, m->hooks.attention(m->hooks.attention_ctx, be, layer, out, ldo, m->q, m->k,
+								  m->v, W, S, (int)H, (int)Dh));
 	} else {
 		be->ops->attention(be, out, ldo, NULL, m->q, W, m->k, W, m->v, W, S, S, (int)H, (int)Dh,
 				   1.0f / sqrtf((float)Dh));
@@ -729,7 +751,7 @@ static void pd_flux_double_block(struct pd_flux *m, int i, int64_t T, int64_t L,
 		snprintf(name, sizeof(name), "%s.attn.norm_added_k", p);
 		pd_flux_dump(m, dump, name, m->k, W, T, W, 4, (int64_t)1, T, H, Dh);
 	}
-	pd_flux_attend(m, S, m->attn, W, dump, p);
+	pd_flux_attend(m, i, S, m->attn, W, dump, p);
 	/* TF:133-138: split back, output projections (row-parallel: one
 	 * reduction for both streams). */
 	be->ops->linear(be, b->out, m->attn + T * W, W, L, m->proj + T * D, D, 0);
@@ -800,7 +822,7 @@ static void pd_flux_single_block(struct pd_flux *m, int i, int64_t T, int64_t L,
 		snprintf(name, sizeof(name), "%s.attn.norm_k", p);
 		pd_flux_dump(m, dump, name, m->k, A, S, A, 4, (int64_t)1, S, H, Dh);
 	}
-	pd_flux_attend(m, S, m->attn, A, dump, p);
+	pd_flux_attend(m, m->cfg.num_layers + i, S, m->attn, A, dump, p);
 	if (dump) {
 		snprintf(name, sizeof(name), "%s.attn.out", p);
 		pd_flux_dump(m, dump, name, m->attn, A, S, A, 3, (int64_t)1, S, A);
@@ -958,16 +980,31 @@ static void pd_flux_temb(struct pd_flux *m, const struct pd_flux_input *in, floa
 	be->ops->silu(be, silu_temb, temb, (size_t)D);
 }
 
+int pd_flux_blocks(const struct pd_flux_config *cfg)
+{
+	return cfg->num_layers + cfg->num_single_layers;
+}
+
 int pd_flux_forward(struct pd_flux *m, const struct pd_flux_input *in, float *out, const struct pd_dump *dump)
+{
+	return pd_flux_forward_blocks(m, in, 0, pd_flux_blocks(&m->cfg), NULL, NULL, out, dump);
+}
+
+int pd_flux_forward_blocks(struct pd_flux *m, const struct pd_flux_input *in, int first, int count,
+			   const float *x_in, float *x_out, float *out, const struct pd_dump *dump)
 {
 	struct pd_backend *be = m->be;
 	const struct pd_flux_config *c = &m->cfg;
 	int64_t T = in->txt_len, L = in->img_len, S = T + L, D = c->dim, Dh = c->head_dim;
 	float *temb, *silu_temb, *mod, *tmp, *hcos = NULL, *hsin = NULL, *ids = NULL;
-	int rc = -1, skipped = 0;
+	int rc = -1, skipped = 0, whole = first == 0 && count == pd_flux_blocks(c);
+	struct pd_fbcache *cache = whole ? in->cache : NULL;
 
 	if (T < 0 || L < 0)
 		return pd_errorf("forward: negative token count");
+	if (first < m->shard.block_first || count < 0 || first + count > m->shard.block_first + m->shard.block_count ||
+	    (!x_in && (first != 0 || !m->x_embedder)) || (out && !m->proj_out))
+		return pd_errorf("forward: blocks %d..%d are not all held here", first, first + count);
 	if (pd_flux_reserve(m, S))
 		return -1;
 	temb = m->vec;
@@ -977,27 +1014,32 @@ int pd_flux_forward(struct pd_flux *m, const struct pd_flux_input *in, float *ou
 
 	pd_flux_temb(m, in, temb, silu_temb, tmp, dump);
 
-	/* TF:723, 734: embedders, text rows first. */
-	be->ops->upload(be, m->io, in->img, (size_t)(L * c->in_channels));
-	be->ops->linear(be, m->x_embedder, m->io, c->in_channels, L, m->x + T * D, D, 0);
-	if (T > 0) {
-		be->ops->upload(be, m->io, in->txt, (size_t)(T * c->joint_attention_dim));
-		be->ops->linear(be, m->context_embedder, m->io, c->joint_attention_dim, T, m->x, D, 0);
-	}
-	if (dump) {
-		pd_flux_dump(m, dump, "emb.x_embedder", m->x + T * D, D, L, D, 3, (int64_t)1, L, D);
-		pd_flux_dump(m, dump, "emb.context_embedder", m->x, D, T, D, 3, (int64_t)1, T, D);
+	if (x_in) {
+		be->ops->upload(be, m->x, x_in, (size_t)(S * D));
+	} else {
+		/* TF:723, 734: embedders, text rows first. */
+		be->ops->upload(be, m->io, in->img, (size_t)(L * c->in_channels));
+		be->ops->linear(be, m->x_embedder, m->io, c->in_channels, L, m->x + T * D, D, 0);
+		if (T > 0) {
+			be->ops->upload(be, m->io, in->txt, (size_t)(T * c->joint_attention_dim));
+			be->ops->linear(be, m->context_embedder, m->io, c->joint_attention_dim, T, m->x, D, 0);
+		}
+		if (dump) {
+			pd_flux_dump(m, dump, "emb.x_embedder", m->x + T * D, D, L, D, 3, (int64_t)1, L, D);
+			pd_flux_dump(m, dump, "emb.context_embedder", m->x, D, T, D, 3, (int64_t)1, T, D);
+		}
 	}
 
 	/* TF:749-750: RoPE tables for cat(txt_ids, img_ids). */
-	hcos = pd_malloc((size_t)(S * Dh) * sizeof(float), "RoPE table");
-	hsin = pd_malloc((size_t)(S * Dh) * sizeof(float), "RoPE table");
-	ids = pd_malloc((size_t)(S * c->n_axes) * sizeof(float), "position ids");
+	hcos = pd_malloc((size_t)(S * Dh + 1) * sizeof(float), "RoPE table");
+	hsin = pd_malloc((size_t)(S * Dh + 1) * sizeof(float), "RoPE table");
+	ids = pd_malloc((size_t)(S * c->n_axes + 1) * sizeof(float), "position ids");
 	if (!hcos || !hsin || !ids)
 		goto out;
 	if (T > 0)
 		memcpy(ids, in->txt_ids, (size_t)(T * c->n_axes) * sizeof(float));
-	memcpy(ids + T * c->n_axes, in->img_ids, (size_t)(L * c->n_axes) * sizeof(float));
+	if (L > 0)
+		memcpy(ids + T * c->n_axes, in->img_ids, (size_t)(L * c->n_axes) * sizeof(float));
 	pd_rope_tables(c, ids, S, hcos, hsin);
 	be->ops->upload(be, m->cos, hcos, (size_t)(S * Dh));
 	be->ops->upload(be, m->sin, hsin, (size_t)(S * Dh));
@@ -1010,25 +1052,30 @@ int pd_flux_forward(struct pd_flux *m, const struct pd_flux_input *in, float *ou
 
 	/* The blocks in order, double then single; with First Block Cache the
 	 * first one decides whether the others run. */
-	if (in->cache && pd_fbcache_reserve(in->cache, be, L, D))
+	if (cache && pd_fbcache_reserve(cache, be, L, D))
 		goto out;
-	for (int k = 0; k < c->num_layers + c->num_single_layers; k++) {
-		if (in->cache && k == 0)
-			be->ops->copy2d(be, in->cache->r, D, m->x + T * D, D, L, D);
+	for (int k = first; k < first + count; k++) {
+		if (cache && k == 0)
+			be->ops->copy2d(be, cache->r, D, m->x + T * D, D, L, D);
 		if (k < c->num_layers)
 			pd_flux_double_block(m, k, T, L, silu_temb, mod, dump);
 		else
 			pd_flux_single_block(m, k - c->num_layers, T, L, silu_temb, mod, dump);
 		if (pd_backend_check(be))
 			goto out;
-		if (in->cache && k == 0 && pd_fbcache_first_block(m, in->cache, m->x + T * D, L)) {
+		if (cache && k == 0 && pd_fbcache_first_block(m, cache, m->x + T * D, L)) {
 			skipped = 1;
 			break;
 		}
 	}
-	if (in->cache && !skipped && pd_fbcache_computed(m, in->cache, m->x + T * D, L))
+	if (cache && !skipped && pd_fbcache_computed(m, cache, m->x + T * D, L))
 		goto out;
 
+	if (!out) {
+		be->ops->download(be, x_out, m->x, (size_t)(S * D));
+		rc = pd_backend_check(be);
+		goto out;
+	}
 	/* TF:815-816, NORM:349: the final norm chunks scale first, then shift. */
 	pd_flux_modulation(m, m->norm_out, silu_temb, 2 * D, mod);
 	be->ops->layernorm_mod(be, m->nx, D, m->x + T * D, D, L, D, mod, mod + D, PD_FLUX_EPS);

@@ -56,6 +56,11 @@ struct pd_flux;
 struct pd_flux_shard {
 	int rank;                       /* this process's shard */
 	int count;                      /* shards (the tensor-parallel degree) */
+	/* Pipeline stages: the blocks (double then single, counted from 0)
+	 * this process holds; block_count 0 means all. Only the stage holding
+	 * block 0 loads the embedders, only the one holding the last block the
+	 * final norm and projection. */
+	int block_first, block_count;
 };
 
 /* The seams where parallel methods attach; any may be NULL. Each returns 0
@@ -63,10 +68,11 @@ struct pd_flux_shard {
 struct pd_flux_hooks {
 	/* Attention for this process's ROWS tokens: q, k, v [rows, heads x
 	 * head_dim] (row stride ld, RoPE applied) against the whole sequence;
-	 * OUT gets [rows, heads x head_dim] with row stride ldo. NULL: the
-	 * local sequence is the whole sequence. */
-	int (*attention)(void *ctx, struct pd_backend *be, float *out, int64_t ldo, const float *q, const float *k,
-			 const float *v, int64_t ld, int64_t rows, int heads, int head_dim);
+	 * OUT gets [rows, heads x head_dim] with row stride ldo. LAYER counts
+	 * the blocks, double then single, from 0. NULL: the local sequence is
+	 * the whole sequence. */
+	int (*attention)(void *ctx, struct pd_backend *be, int layer, float *out, int64_t ldo, const float *q,
+			 const float *k, const float *v, int64_t ld, int64_t rows, int heads, int head_dim);
 	void *attention_ctx;
 	/* Sums row-parallel partial results over the shards, in place. */
 	int (*reduce)(void *ctx, float *buf, size_t n);
@@ -106,6 +112,8 @@ int pd_flux_load_shard(struct pd_flux **out, const char *dir, struct pd_backend 
 void pd_flux_set_hooks(struct pd_flux *m, const struct pd_flux_hooks *hooks);
 void pd_flux_free(struct pd_flux *m);
 const struct pd_flux_config *pd_flux_get_config(const struct pd_flux *m);
+/* Attention width held here: the local heads x head_dim. */
+int64_t pd_flux_local_width(const struct pd_flux *m);
 
 struct pd_flux_input {
 	int64_t txt_len;                /* text tokens */
@@ -118,6 +126,11 @@ struct pd_flux_input {
 	float timestep;                 /* what the pipeline passes: t / 1000 */
 	float guidance;                 /* distilled guidance scale (3.5); ignored without guidance_embeds */
 	struct pd_fbcache *cache;       /* First Block Cache state, or NULL */
+	/* Which call this is, for methods that keep state from one step to
+	 * the next (DistriFusion, PipeFusion): */
+	int step;                       /* denoising step */
+	int64_t image;                  /* image of the batch */
+	int branch;                     /* 1 positive, 0 negative (true CFG) */
 };
 
 /* Receives intermediates under the golden files' names. DATA is a host copy
@@ -133,6 +146,19 @@ struct pd_dump {
 /* Runs the transformer on one image; OUT (host) receives [img_len, out_channels].
  * DUMP may be NULL. */
 int pd_flux_forward(struct pd_flux *m, const struct pd_flux_input *in, float *out, const struct pd_dump *dump);
+
+/* A part of a forward call (a pipeline stage): blocks [first, first+count)
+ * on the rows of IN. X_IN (host, [txt_len + img_len, dim], text rows
+ * first) holds the hidden states after block first - 1, or is NULL to run
+ * the embedders (first must be 0). With OUT not NULL the final norm and
+ * projection follow and OUT gets the prediction of the image rows; otherwise
+ * X_OUT (host) gets the hidden states. First Block Cache applies only to a
+ * whole forward. */
+int pd_flux_forward_blocks(struct pd_flux *m, const struct pd_flux_input *in, int first, int count,
+			   const float *x_in, float *x_out, float *out, const struct pd_dump *dump);
+
+/* Blocks of the model: num_layers + num_single_layers. */
+int pd_flux_blocks(const struct pd_flux_config *cfg);
 
 /* Floating-point operations of one forward call on T text and L image
  * tokens: the matrix products of every linear layer (2 m n k each) and of

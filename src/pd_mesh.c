@@ -20,10 +20,11 @@ const char *pd_axis_name(enum pd_axis a)
 	return (unsigned)a < PD_AXIS_COUNT ? pd_axis_names[a] : "?";
 }
 
-void pd_mesh_format(const int degree[PD_AXIS_COUNT], char *buf, size_t len)
+void pd_mesh_format(const int degree[PD_AXIS_COUNT], int distrifusion, char *buf, size_t len)
 {
-	snprintf(buf, len, "dp=%d cfg=%d pp=%d ring=%d ulysses=%d tp=%d", degree[PD_AXIS_DP], degree[PD_AXIS_CFG],
-		 degree[PD_AXIS_PP], degree[PD_AXIS_RING], degree[PD_AXIS_ULYSSES], degree[PD_AXIS_TP]);
+	snprintf(buf, len, "dp=%d cfg=%d pp=%d %s=%d ulysses=%d tp=%d", degree[PD_AXIS_DP], degree[PD_AXIS_CFG],
+		 degree[PD_AXIS_PP], distrifusion ? "distrifusion" : "ring", degree[PD_AXIS_RING],
+		 degree[PD_AXIS_ULYSSES], degree[PD_AXIS_TP]);
 }
 
 /* Why DEGREE does not fit, or NULL when it does. */
@@ -59,6 +60,12 @@ static const char *pd_mesh_problem(const int degree[PD_AXIS_COUNT], const struct
 	if (degree[PD_AXIS_DP] > lim->images) {
 		snprintf(buf, len, "--data-parallel-degree %d exceeds the %d image%s of the batch", degree[PD_AXIS_DP],
 			 lim->images, lim->images == 1 ? "" : "s");
+		return buf;
+	}
+	if (lim->distrifusion &&
+	    (degree[PD_AXIS_TP] > 1 || degree[PD_AXIS_ULYSSES] > 1 || degree[PD_AXIS_PP] > 1)) {
+		snprintf(buf, len, "DistriFusion composes with CFG and data parallelism only (no tensor, Ulysses or "
+			 "pipeline degree)");
 		return buf;
 	}
 	if (degree[PD_AXIS_PP] > lim->max_pp) {
@@ -123,7 +130,7 @@ int pd_mesh_check(const int degree[PD_AXIS_COUNT], const struct pd_mesh_limits *
 	n = pd_mesh_enumerate(lim, valid, 12);
 	list[0] = 0;
 	for (int i = 0; i < n && i < 12; i++) {
-		pd_mesh_format(valid[i], one, sizeof(one));
+		pd_mesh_format(valid[i], lim->distrifusion, one, sizeof(one));
 		k += (size_t)snprintf(list + k, sizeof(list) - k, "%s%s", i ? "; " : "", one);
 		if (k >= sizeof(list))
 			break;

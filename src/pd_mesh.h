@@ -33,6 +33,7 @@ struct pd_mesh_limits {
 	int cfg_possible;               /* true CFG is on, so a cfg degree of 2 is allowed */
 	int images;                     /* images in the batch: dp may not exceed it */
 	int max_pp;                     /* largest pipeline degree allowed (1 until PipeFusion) */
+	int distrifusion;               /* the ring axis runs DistriFusion (with CFG and data parallel only) */
 };
 
 struct pd_mesh {
@@ -59,8 +60,9 @@ int pd_mesh_choose(int degree[PD_AXIS_COUNT], const struct pd_mesh_limits *lim);
 /* Every valid mesh, at most MAX of them; returns how many there are. */
 int pd_mesh_enumerate(const struct pd_mesh_limits *lim, int (*out)[PD_AXIS_COUNT], int max);
 
-/* "dp=1 cfg=2 pp=1 ring=1 ulysses=2 tp=1" */
-void pd_mesh_format(const int degree[PD_AXIS_COUNT], char *buf, size_t len);
+/* "dp=1 cfg=2 pp=1 ring=1 ulysses=2 tp=1" ("distrifusion=" in place of
+ * "ring=" when the ring axis runs DistriFusion) */
+void pd_mesh_format(const int degree[PD_AXIS_COUNT], int distrifusion, char *buf, size_t len);
 
 /* Splits WORLD into the mesh's communicators (collective over WORLD). */
 int pd_mesh_create(struct pd_mesh *m, struct pd_comm *world, const int degree[PD_AXIS_COUNT]);

@@ -18,21 +18,6 @@ int64_t pd_seq_rows(const struct pd_seq_par *p, int j)
 	return pd_chunk_len(p->txt_len, P, j) + pd_chunk_len(p->img_len, P, j);
 }
 
-/* Grows *BUF to N floats. */
-static int pd_seq_grow(float **buf, size_t *cap, size_t n)
-{
-	float *nb;
-
-	if (n <= *cap)
-		return 0;
-	nb = realloc(*buf, (n ? n : 1) * sizeof(float));
-	if (!nb)
-		return pd_errorf("out of memory (%zu MB for sequence-parallel buffers)", (n * sizeof(float)) >> 20);
-	*buf = nb;
-	*cap = n;
-	return 0;
-}
-
 /* Several buffers sharing one capacity: each grown to N floats. */
 static int pd_seq_grow_all(float **bufs[], int n_bufs, size_t *cap, size_t n)
 {
@@ -40,7 +25,7 @@ static int pd_seq_grow_all(float **bufs[], int n_bufs, size_t *cap, size_t n)
 
 	for (int i = 0; i < n_bufs; i++) {
 		c = *cap;
-		if (pd_seq_grow(bufs[i], &c, n))
+		if (pd_grow_floats(bufs[i], &c, n, "sequence-parallel buffers"))
 			return -1;
 	}
 	*cap = c > *cap ? c : *cap;
@@ -48,7 +33,7 @@ static int pd_seq_grow_all(float **bufs[], int n_bufs, size_t *cap, size_t n)
 }
 
 /* The attention seam: this rank's q, k, v rows against the whole sequence. */
-static int pd_seq_attention(void *ctx, struct pd_backend *be, float *out, int64_t ldo, const float *q,
+static int pd_seq_attention(void *ctx, struct pd_backend *be, int layer, float *out, int64_t ldo, const float *q,
 			    const float *k, const float *v, int64_t ld, int64_t rows, int heads, int head_dim)
 {
 	struct pd_seq_par *p = ctx;
@@ -60,6 +45,7 @@ static int pd_seq_attention(void *ctx, struct pd_backend *be, float *out, int64_
 	int64_t lda = ld, ldo_a = ldo;
 	size_t *bs = p->bytes, *br = p->bytes + p->sp->size;
 
+	(void)layer;
 	if (U > 64 || R > 64)
 		return pd_errorf("sequence parallel degrees above 64 are not supported");
 	/* rows of each Ulysses peer, and of each ring rank's gathered chunk */
@@ -164,6 +150,7 @@ int pd_seq_predict(void *ctx, const struct pd_flux_input *in, float *out, const 
 
 	p->txt_len = in->txt_len;
 	p->img_len = in->img_len;
+	p->call = in;
 	t0 = pd_chunk_start(in->txt_len, P, r);
 	tn = pd_chunk_len(in->txt_len, P, r);
 	i0 = pd_chunk_start(in->img_len, P, r);
@@ -175,7 +162,7 @@ int pd_seq_predict(void *ctx, const struct pd_flux_input *in, float *out, const 
 	local.txt_ids = in->txt_ids + t0 * A;
 	local.img = in->img + i0 * cfg->in_channels;
 	local.img_ids = in->img_ids + i0 * A;
-	if (pd_seq_grow(&p->local_out, &p->local_cap, (size_t)(in_n * C) + 1) ||
+	if (pd_grow_floats(&p->local_out, &p->local_cap, (size_t)(in_n * C) + 1, "sequence-parallel buffers") ||
 	    pd_flux_forward(p->model, &local, p->local_out, dump))
 		return -1;
 	for (int j = 0; j < P; j++)

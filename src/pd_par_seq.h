@@ -25,6 +25,7 @@ struct pd_seq_par {
 	struct pd_comm *ring;           /* the R ranks with the same Ulysses index (borrowed) */
 	int U, R;                       /* degrees */
 	int64_t txt_len, img_len;       /* whole-sequence lengths of the current call */
+	const struct pd_flux_input *call; /* the current call (step, image, branch) */
 	int64_t out_width;              /* prediction channels */
 	float *local_out;               /* [image chunk, out_width] */
 	size_t local_cap;               /* its capacity in floats */

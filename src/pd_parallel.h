@@ -5,30 +5,46 @@
  * share of the batch, the CFG pair).
  *
  *   pd_mesh_create(&mesh, world, degrees);
- *   struct pd_flux_shard sh = pd_parallel_shard(&mesh);
+ *   struct pd_flux_shard sh = pd_parallel_shard(&mesh, &cfg);
  *   pd_flux_load_shard(&m, dir, be, &sh);
- *   pd_parallel_setup(&par, &mesh, m, batch);
+ *   pd_parallel_setup(&par, &mesh, m, batch, NULL);
  *   pd_denoise(&par.runner, ...);
  */
 #ifndef PD_PARALLEL_H
 #define PD_PARALLEL_H
 
 #include "pd_mesh.h"
+#include "pd_par_distri.h"
+#include "pd_par_pipe.h"
 #include "pd_par_seq.h"
 #include "pd_pipeline.h"
+
+/* Choices beyond the mesh's degrees. */
+struct pd_par_options {
+	int distrifusion;               /* the ring axis runs DistriFusion instead of ring attention */
+	int warmup_steps;               /* DistriFusion, PipeFusion: synchronous steps first */
+	int patches;                    /* PipeFusion: patches per step (0: as many as stages) */
+	int pipefusion;                 /* PipeFusion's schedule even with one stage (patches in turn) */
+};
 
 struct pd_parallel {
 	struct pd_mesh *mesh;           /* the mesh (borrowed) */
 	struct pd_flux_hooks hooks;     /* installed into the model */
 	struct pd_seq_par seq;          /* sequence parallelism, when ring x ulysses > 1 */
 	int has_seq;
+	struct pd_distri distri;        /* DistriFusion over the sequence-parallel ranks */
+	int has_distri;
+	struct pd_pipe pipe;            /* PipeFusion over the pp axis */
+	int has_pipe;
 	struct pd_runner runner;        /* what pd_denoise uses */
 };
 
-/* The model share a rank of MESH loads. */
-struct pd_flux_shard pd_parallel_shard(const struct pd_mesh *mesh);
+/* The model share a rank of MESH loads: its heads, and its stage's blocks. */
+struct pd_flux_shard pd_parallel_shard(const struct pd_mesh *mesh, const struct pd_flux_config *cfg);
 
-int pd_parallel_setup(struct pd_parallel *par, struct pd_mesh *mesh, struct pd_flux *m, int64_t batch);
+/* OPT may be NULL (defaults). */
+int pd_parallel_setup(struct pd_parallel *par, struct pd_mesh *mesh, struct pd_flux *m, int64_t batch,
+		      const struct pd_par_options *opt);
 void pd_parallel_free(struct pd_parallel *par);
 
 /* True on the one rank of each data-parallel group that writes its images

@@ -343,12 +343,16 @@ int pd_denoise(const struct pd_runner *run, const struct pd_flux_config *cfg, st
 				.timestep = tstep,
 				.guidance = p->guidance,
 				.cache = fbc ? &fbc[2 * b + 1] : NULL,
+				.step = i,
+				.image = g,
+				.branch = 1,
 			};
 			/* PF:915-926: the negative call sees the same latents,
 			 * timestep and embedded guidance */
 			struct pd_flux_input nin = pin;
 
 			nin.cache = fbc ? &fbc[2 * b] : NULL;
+			nin.branch = 0;
 			nin.txt_len = e->neg_txt_len;
 			nin.txt = cfg_on ? e->neg_prompt + g * e->neg_txt_len * e->joint_dim : NULL;
 			nin.pooled = cfg_on ? e->neg_pooled + g * e->pooled_dim : NULL;

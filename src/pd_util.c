@@ -79,6 +79,20 @@ void *pd_calloc(size_t count, size_t size, const char *what)
 	return p;
 }
 
+int pd_grow_floats(float **buf, size_t *cap, size_t n, const char *what)
+{
+	float *nb;
+
+	if (n <= *cap)
+		return 0;
+	nb = realloc(*buf, (n ? n : 1) * sizeof(float));
+	if (!nb)
+		return pd_errorf("out of memory (%zu MB for %s)", (n * sizeof(float)) >> 20, what);
+	*buf = nb;
+	*cap = n;
+	return 0;
+}
+
 char *pd_strdup(const char *s)
 {
 	char *d = strdup(s);

@@ -36,6 +36,8 @@ void pd_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 /* Allocation that records "out of memory (N bytes for WHAT)" on failure. */
 void *pd_malloc(size_t bytes, const char *what);
 void *pd_calloc(size_t count, size_t size, const char *what);
+/* Grows *BUF (capacity *CAP floats) to hold N floats; the contents are kept. */
+int pd_grow_floats(float **buf, size_t *cap, size_t n, const char *what);
 /* count*size with overflow check; returns 0 and records an error on overflow. */
 int pd_mul_size(size_t a, size_t b, size_t *out);
 

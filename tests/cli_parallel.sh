@@ -3,7 +3,8 @@
 #   pictures from meshes (USP, CFG, data parallel over an odd batch) equal the
 #   single-process pictures within 1 per pixel; pdit check passes, and fails
 #   when it should; an impossible mesh is refused before any weight is read;
-#   a rank that fails alone stops every rank within 10 s with its message.
+#   a rank that fails alone stops every rank within 10 s with its message;
+#   PipeFusion and DistriFusion exact with every step warm, explained when not.
 # usage: cli_parallel.sh PDIT ST_COMPARE GOLDEN_DIR MPIRUN...
 set -u
 pdit=$1 cmp=$2 g=$3
@@ -38,6 +39,37 @@ fi
 "${mpirun[@]}" -np 4 "$pdit" generate "${run[@]}" --true-cfg-scale 3 --cfg-parallel --ulysses-degree 2 \
 	-o "$tmp/cfg4.png" 2> /dev/null || bad "mpirun CFG parallel"
 "$cmp" pngs "$tmp/cfg1.png" "$tmp/cfg4.png" 1 && ok "CFG parallel picture equals one process" || bad "CFG picture differs"
+
+# PipeFusion and DistriFusion: with every step warm, the one-process picture
+# and a check that passes with every block compared (each stage its own);
+# after one warm step a check that fails and says why; no warm step refused
+"${mpirun[@]}" -np 2 "$pdit" generate "${run[@]}" --pipefusion-degree 2 --warmup-steps 3 -o "$tmp/pp.png" \
+	2> "$tmp/err" || { cat "$tmp/err"; bad "PipeFusion generate"; }
+"$cmp" pngs "$tmp/one.png" "$tmp/pp.png" 1 && ok "PipeFusion 2 stages, every step warm: the one-process picture" ||
+	bad "PipeFusion picture differs"
+out=$("${mpirun[@]}" -np 4 "$pdit" check "${run[@]}" --pipefusion-degree 2 --ulysses-degree 2 --num-patches 3 \
+	--warmup-steps 3 2> /dev/null)
+rc=$?
+if [ $rc -eq 0 ] && grep -q '^PASS$' <<< "$out" && grep -q 'double.0' <<< "$out" && grep -q 'single.1' <<< "$out"; then
+	ok "pdit check on PipeFusion 2 x Ulysses 2, every step warm: PASS, both stages' blocks compared"
+else
+	echo "$out"; bad "pdit check on PipeFusion (exit $rc)"
+fi
+out=$("${mpirun[@]}" -np 2 "$pdit" check "${run[@]}" --distrifusion-degree 2 --warmup-steps 1 2> /dev/null)
+rc=$?
+if [ $rc -eq 1 ] && grep -q '^FAIL$' <<< "$out" && grep -q 'one step old' <<< "$out"; then
+	ok "pdit check on DistriFusion after 1 warm step: FAIL, explained"
+else
+	echo "$out"; bad "pdit check on stale DistriFusion (exit $rc)"
+fi
+"${mpirun[@]}" -np 2 "$pdit" generate "${run[@]}" --distrifusion-degree 2 --warmup-steps 0 -o "$tmp/x.png" \
+	> /dev/null 2> "$tmp/err"
+[ $? -ne 0 ] && grep -q "warmup-steps must be at least 1" "$tmp/err" && ok "DistriFusion without a warm step refused" ||
+	{ cat "$tmp/err"; bad "DistriFusion --warmup-steps 0"; }
+"${mpirun[@]}" -np 2 "$pdit" generate "${run[@]}" --pipefusion-degree 2 --fbcache-threshold 10 -o "$tmp/x.png" \
+	> /dev/null 2> "$tmp/err"
+[ $? -eq 0 ] && grep -q "skipped 2 of 3 transformer calls" "$tmp/err" &&
+	ok "First Block Cache on PipeFusion reports its skips" || { cat "$tmp/err"; bad "First Block Cache on PipeFusion"; }
 
 # data parallel over 3 prompts on 2 groups: every picture written once, equal
 run3=(--model "$tmp/m3" --embeds "$tmp/m3/embeds.safetensors" -H 48 -W 48 --steps 2)

@@ -3,7 +3,9 @@
  *
  *   mpirun --oversubscribe -np N test_fbcache
  *
- * A tiny model with 2 prompts and true CFG, 6 steps:
+ * Every mesh includes PipeFusion's (pp > 1) and DistriFusion's, with every
+ * step warm so both are exact. A tiny model with 2 prompts and true CFG,
+ * 6 steps:
  *   threshold 1e-12  never skips: bit-identical to the uncached run
  *   threshold 0.6    skips some steps (this model's changes are 0.5 to 0.7):
  *                    every rank of a call takes the same decisions, the
@@ -64,7 +66,7 @@ int main(int argc, char **argv)
 	struct pd_tiny_opts o;
 	struct pcase c;
 	struct pd_mesh_limits lim;
-	int meshes[128][PD_AXIS_COUNT], n_mesh;
+	int meshes[128][PD_AXIS_COUNT], n_mesh, n_distri, n_mesh_all = 0, distri[128];
 	unsigned char one_dec[STEPS], dec[STEPS], mid_dec[STEPS];
 	struct pd_fbcache_report one_rep = { 0, 0, STEPS, one_dec }, rep = { 0, 0, STEPS, dec };
 	float *one_mid, *one_all;
@@ -95,11 +97,24 @@ int main(int argc, char **argv)
 	c.guidance = 3.5f;
 	c.cfg_scale = 2.0f;
 	c.seed = 3;
+	/* DistriFusion and PipeFusion exact: every step warm */
+	c.warmup = STEPS;
 	if (rc || test_case_limits(world, &c, &lim)) {
 		PD_CHECK(0, "setup: %s", pd_last_error());
 		goto out;
 	}
 	n_mesh = pd_mesh_enumerate(&lim, meshes, 128);
+	/* then the DistriFusion meshes (its degree on the ring axis) */
+	lim.distrifusion = 1;
+	lim.max_pp = 1;
+	n_distri = pd_mesh_enumerate(&lim, meshes + n_mesh, 128 - n_mesh);
+	for (int k = n_mesh; k < n_mesh + n_distri; k++)
+		if (meshes[k][PD_AXIS_RING] > 1)
+			distri[n_mesh_all++] = k;
+	for (int k = 0; k < n_mesh_all; k++)
+		memcpy(meshes[n_mesh + k], meshes[distri[k]], sizeof(meshes[0]));
+	n_distri = n_mesh_all;
+	n_mesh_all = n_mesh + n_distri;
 	/* one process's runs, on every rank */
 	c.fbcache = 0.6f;
 	one_mid = test_run_case(world, &c, NULL, &n, &one_rep);
@@ -108,13 +123,14 @@ int main(int argc, char **argv)
 	PD_CHECK(one_mid && one_all, "one-process runs");
 	PD_CHECK(one_rep.skipped > 0 && one_rep.computed > 0, "threshold 0.6: %d skipped, %d computed (want both)",
 		 one_rep.skipped, one_rep.computed);
-	for (int k = 0; k < n_mesh && one_mid && one_all; k++) {
+	for (int k = 0; k < n_mesh_all && one_mid && one_all; k++) {
 		char desc[128];
 		int64_t np = 0;
 		float *plain, *never, *mid, *all;
 		int skipped_never, skipped_all, calls_all;
 
-		pd_mesh_format(meshes[k], desc, sizeof(desc));
+		c.distrifusion = k >= n_mesh;
+		pd_mesh_format(meshes[k], c.distrifusion, desc, sizeof(desc));
 		c.fbcache = 0.0f;
 		plain = test_run_case(world, &c, meshes[k], &np, NULL);
 		c.fbcache = 1e-12f;

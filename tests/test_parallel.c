@@ -6,8 +6,9 @@
  *
  * For each case (the golden dev, true-CFG, batch-2 and schnell pipelines,
  * and `pdit tiny` models with 6 and 12 heads, so 3- and 6-way head splits
- * occur) and for each mesh dp x cfg x ring x ulysses x tp = N that the
- * case allows, the final latents must equal the single-process run's within
+ * occur) and for each mesh dp x cfg x pp x ring x ulysses x tp = N that the
+ * case allows (PipeFusion with every step warm, so exact; its stale steps
+ * are checked by crosscheck_stale.py), the final latents must equal the single-process run's within
  * 1e-5 relative (f32) and, for golden cases, the golden latents.final within
  * 1e-4. The cases' text and image lengths (5, 7, 9 and 12, 15, 18 tokens)
  * do not divide most degrees, down to chunks with no text token at all.
@@ -72,7 +73,7 @@ static void test_case(const struct pcase *c)
 		double e1 = par && np == n ? pd_rel_err(par, one, (size_t)n) : INFINITY;
 		double e2 = gold && par && np == n ? pd_rel_err(par, gold, (size_t)n) : 0;
 
-		pd_mesh_format(meshes[k], desc, sizeof(desc));
+		pd_mesh_format(meshes[k], 0, desc, sizeof(desc));
 		if (world->rank == 0) {
 			printf("  %-28s %-44s vs one process %.2e%s", c->name, desc, e1, gold ? "" : "\n");
 			if (gold)
@@ -109,6 +110,7 @@ static void golden_case(struct pcase *c, const char *dir, const char *file, cons
 	c->seed = seed;
 	c->guidance = guidance;
 	c->cfg_scale = cfg_scale;
+	c->warmup = c->steps;	/* PipeFusion exact: every step warm */
 }
 
 /* A `pdit tiny` model under TMP: rank 0 writes it, the others wait. */
@@ -141,6 +143,7 @@ static void tiny_case(struct pcase *c, const char *tmp, const char *name, int he
 	c->seed = 11;
 	c->guidance = 3.5f;
 	c->cfg_scale = 2.5f;
+	c->warmup = c->steps;
 	PD_CHECK(rc == 0, "writing %s failed", dir);
 }
 

@@ -22,7 +22,8 @@ int test_case_limits(struct pd_comm *world, const struct pcase *c, struct pd_mes
 	lim->heads = fc.heads;
 	lim->cfg_possible = c->cfg_scale > 1 && e.neg_prompt;
 	lim->images = (int)e.batch;
-	lim->max_pp = 1;
+	lim->max_pp = c->distrifusion ? 1 : pd_flux_blocks(&fc);
+	lim->distrifusion = c->distrifusion;
 	pd_embeds_free(&e);
 	return 0;
 }
@@ -64,8 +65,10 @@ float *test_run_case(struct pd_comm *world, const struct pcase *c, const int *de
 
 		if (pd_mesh_create(&mesh, world, degree))
 			goto out;
-		sh = pd_parallel_shard(&mesh);
-		if (pd_flux_load_shard(&m, c->tdir, be, &sh) || pd_parallel_setup(&par, &mesh, m, e.batch))
+		struct pd_par_options opt = { c->distrifusion, c->warmup, c->patches, c->pipe_one_stage };
+
+		sh = pd_parallel_shard(&mesh, &fc);
+		if (pd_flux_load_shard(&m, c->tdir, be, &sh) || pd_parallel_setup(&par, &mesh, m, e.batch, &opt))
 			goto out;
 		mine = malloc((size_t)((par.runner.n_images + 1) * per) * sizeof(float));
 		par.runner.fb_report = report;

@@ -1,0 +1,179 @@
+/*
+ * pd_par_distri.c - DistriFusion's attention with stale keys and values.
+ */
+#include "pd_par_distri.h"
+#include "pd_util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct pd_distri_layer {
+	float *k[2], *v[2];             /* [S, W] whole-sequence keys and values, two generations */
+	float *send_k, *send_v;         /* [own rows, W] this step's rows while they travel */
+	struct pd_comm_req rk, rv;      /* the gather in flight into the other generation */
+	int cur;                        /* the generation attention reads */
+	int pending;                    /* a gather into 1 - cur is in flight */
+};
+
+struct pd_distri_call {
+	int64_t image;                  /* which call */
+	int branch;
+	int64_t rows, own, width;       /* S, this rank's rows, W: the buffers' shape */
+	struct pd_distri_layer *layer;  /* one per attention layer */
+};
+
+static void pd_distri_call_free(struct pd_distri *d, struct pd_distri_call *c)
+{
+	for (int l = 0; c->layer && l < d->layers; l++) {
+		struct pd_distri_layer *x = &c->layer[l];
+
+		d->seq->sp->ops->wait(d->seq->sp, &x->rk);
+		d->seq->sp->ops->wait(d->seq->sp, &x->rv);
+		for (int g = 0; g < 2; g++) {
+			free(x->k[g]);
+			free(x->v[g]);
+		}
+		free(x->send_k);
+		free(x->send_v);
+	}
+	free(c->layer);
+	c->layer = NULL;
+}
+
+/* The state of the current call, made for its shapes. */
+static struct pd_distri_call *pd_distri_state(struct pd_distri *d, int64_t rows, int64_t own, int64_t width)
+{
+	const struct pd_flux_input *in = d->seq->call;
+	struct pd_distri_call *c = NULL, *nc;
+
+	for (int i = 0; i < d->n_calls; i++)
+		if (d->calls[i].image == in->image && d->calls[i].branch == in->branch)
+			c = &d->calls[i];
+	if (c && (c->rows != rows || c->own != own || c->width != width)) {
+		pd_distri_call_free(d, c);
+	} else if (!c) {
+		nc = realloc(d->calls, sizeof(*nc) * (size_t)(d->n_calls + 1));
+		if (!nc) {
+			pd_errorf("out of memory for DistriFusion's state");
+			return NULL;
+		}
+		d->calls = nc;
+		c = &d->calls[d->n_calls++];
+		memset(c, 0, sizeof(*c));
+		c->image = in->image;
+		c->branch = in->branch;
+	}
+	if (c->layer)
+		return c;
+	c->rows = rows;
+	c->own = own;
+	c->width = width;
+	c->layer = pd_calloc((size_t)d->layers, sizeof(*c->layer), "DistriFusion's state");
+	if (!c->layer)
+		return NULL;
+	for (int l = 0; l < d->layers; l++) {
+		struct pd_distri_layer *x = &c->layer[l];
+		size_t all = (size_t)(rows * width + 1) * sizeof(float), mine = (size_t)(own * width + 1) * sizeof(float);
+
+		for (int g = 0; g < 2; g++) {
+			x->k[g] = pd_malloc(all, "DistriFusion's keys");
+			x->v[g] = pd_malloc(all, "DistriFusion's values");
+			if (!x->k[g] || !x->v[g])
+				return NULL;
+		}
+		x->send_k = pd_malloc(mine, "DistriFusion's keys");
+		x->send_v = pd_malloc(mine, "DistriFusion's values");
+		if (!x->send_k || !x->send_v)
+			return NULL;
+	}
+	return c;
+}
+
+static int pd_distri_attention(void *ctx, struct pd_backend *be, int layer, float *out, int64_t ldo, const float *q,
+			       const float *k, const float *v, int64_t ld, int64_t rows, int heads, int head_dim)
+{
+	struct pd_distri *d = ctx;
+	struct pd_seq_par *sp = d->seq;
+	struct pd_comm *cm = sp->sp;
+	int P = cm->size, me = cm->rank;
+	int64_t W = (int64_t)heads * head_dim, S = 0, off = 0;
+	struct pd_distri_call *c;
+	struct pd_distri_layer *x;
+	float scale = 1.0f / sqrtf((float)head_dim);
+
+	if (layer < 0 || layer >= d->layers)
+		return pd_errorf("DistriFusion: layer %d of %d", layer, d->layers);
+	for (int j = 0; j < P; j++) {
+		int64_t n = pd_seq_rows(sp, j);
+
+		d->bytes[j] = (size_t)(n * W) * sizeof(float);
+		if (j < me)
+			off += n;
+		S += n;
+	}
+	c = pd_distri_state(d, S, rows, W);
+	if (!c)
+		return -1;
+	x = &c->layer[layer];
+	/* the previous step's gather becomes the generation in use; it also
+	 * frees the send buffers for this step's rows */
+	if (x->pending) {
+		if (cm->ops->wait(cm, &x->rk) || cm->ops->wait(cm, &x->rv))
+			return -1;
+		x->cur = 1 - x->cur;
+		x->pending = 0;
+	}
+	/* this step's own rows, packed: they travel, or fill the own band */
+	be->ops->copy2d(be, x->send_k, W, k, ld, rows, W);
+	be->ops->copy2d(be, x->send_v, W, v, ld, rows, W);
+	if (pd_backend_check(be))
+		return -1;
+	if (sp->call->step < d->warmup) {
+		/* synchronous: every band's fresh rows, then exact attention */
+		if (cm->ops->allgatherv(cm, x->send_k, d->bytes[me], x->k[x->cur], d->bytes) ||
+		    cm->ops->allgatherv(cm, x->send_v, d->bytes[me], x->v[x->cur], d->bytes))
+			return -1;
+	} else {
+		/* own band fresh, the others one step old */
+		be->ops->copy2d(be, x->k[x->cur] + off * W, W, x->send_k, W, rows, W);
+		be->ops->copy2d(be, x->v[x->cur] + off * W, W, x->send_v, W, rows, W);
+	}
+	be->ops->attention(be, out, ldo, NULL, q, ld, x->k[x->cur], W, x->v[x->cur], W, rows, S, heads, head_dim, scale);
+	if (pd_backend_check(be))
+		return -1;
+	if (sp->call->step >= d->warmup) {
+		/* send this step's rows on their way for the next step */
+		if (cm->ops->iallgatherv(cm, x->send_k, d->bytes[me], x->k[1 - x->cur], d->bytes, &x->rk) ||
+		    cm->ops->iallgatherv(cm, x->send_v, d->bytes[me], x->v[1 - x->cur], d->bytes, &x->rv))
+			return -1;
+		x->pending = 1;
+	}
+	return 0;
+}
+
+int pd_distri_init(struct pd_distri *d, struct pd_seq_par *seq, int warmup, int layers, struct pd_flux_hooks *hooks)
+{
+	memset(d, 0, sizeof(*d));
+	/* the first step has no earlier keys and values to use */
+	if (warmup < 1)
+		return pd_errorf("DistriFusion needs at least one synchronous step (--warmup-steps 1 or more)");
+	d->seq = seq;
+	d->warmup = warmup;
+	d->layers = layers;
+	d->bytes = pd_calloc((size_t)seq->sp->size, sizeof(size_t), "counts");
+	if (!d->bytes)
+		return -1;
+	hooks->attention = pd_distri_attention;
+	hooks->attention_ctx = d;
+	return 0;
+}
+
+void pd_distri_free(struct pd_distri *d)
+{
+	for (int i = 0; i < d->n_calls; i++)
+		pd_distri_call_free(d, &d->calls[i]);
+	free(d->calls);
+	free(d->bytes);
+	memset(d, 0, sizeof(*d));
+}

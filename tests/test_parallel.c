@@ -7,8 +7,9 @@
  * For each case (the golden dev, true-CFG, batch-2 and schnell pipelines,
  * and `pdit tiny` models with 6 and 12 heads, so 3- and 6-way head splits
  * occur) and for each mesh dp x cfg x pp x ring x ulysses x tp = N that the
- * case allows (PipeFusion with every step warm, so exact; its stale steps
- * are checked by crosscheck_stale.py), the final latents must equal the single-process run's within
+ * case allows, and then each DistriFusion mesh (PipeFusion and DistriFusion
+ * with every step warm, so exact; their stale steps are checked by
+ * crosscheck_stale.py), the final latents must equal the single-process run's within
  * 1e-5 relative (f32) and, for golden cases, the golden latents.final within
  * 1e-4. The cases' text and image lengths (5, 7, 9 and 12, 15, 18 tokens)
  * do not divide most degrees, down to chunks with no text token at all.
@@ -51,7 +52,8 @@ static float *golden_latents(const char *path, int64_t n)
 static void test_case(const struct pcase *c)
 {
 	struct pd_mesh_limits lim;
-	int meshes[256][PD_AXIS_COUNT], n_mesh;
+	int meshes[256][PD_AXIS_COUNT], n_mesh, n_distri, n_all = 0;
+	struct pcase dc = *c;
 	float *one, *gold = NULL;
 	int64_t n = 0;
 
@@ -60,20 +62,29 @@ static void test_case(const struct pcase *c)
 		return;
 	}
 	n_mesh = pd_mesh_enumerate(&lim, meshes, 256);
+	/* then DistriFusion's meshes (its degree on the ring axis), every step warm */
+	lim.distrifusion = 1;
+	lim.max_pp = 1;
+	n_distri = pd_mesh_enumerate(&lim, meshes + n_mesh, 256 - n_mesh);
+	for (int k = n_mesh; k < n_mesh + n_distri; k++)
+		if (meshes[k][PD_AXIS_RING] > 1)
+			memmove(meshes[n_all++ + n_mesh], meshes[k], sizeof(meshes[0]));
+	n_distri = n_all;
 	/* the reference: every rank runs one process's computation */
 	one = test_run_case(world, c, NULL, &n, NULL);
 	PD_CHECK(one != NULL, "%s: single-process run failed", c->name);
 	if (c->golden)
 		gold = golden_latents(c->golden, n);
 	PD_CHECK(!c->golden || gold, "%s: golden latents.final unreadable", c->name);
-	for (int k = 0; k < n_mesh && one; k++) {
+	dc.distrifusion = 1;
+	for (int k = 0; k < n_mesh + n_distri && one; k++) {
 		char desc[128];
 		int64_t np = 0;
-		float *par = test_run_case(world, c, meshes[k], &np, NULL);
+		float *par = test_run_case(world, k < n_mesh ? c : &dc, meshes[k], &np, NULL);
 		double e1 = par && np == n ? pd_rel_err(par, one, (size_t)n) : INFINITY;
 		double e2 = gold && par && np == n ? pd_rel_err(par, gold, (size_t)n) : 0;
 
-		pd_mesh_format(meshes[k], 0, desc, sizeof(desc));
+		pd_mesh_format(meshes[k], k >= n_mesh, desc, sizeof(desc));
 		if (world->rank == 0) {
 			printf("  %-28s %-44s vs one process %.2e%s", c->name, desc, e1, gold ? "" : "\n");
 			if (gold)

@@ -69,7 +69,8 @@ static const char *pd_mesh_problem(const int degree[PD_AXIS_COUNT], const struct
 		return buf;
 	}
 	if (degree[PD_AXIS_PP] > lim->max_pp) {
-		snprintf(buf, len, "--pipefusion-degree above %d is not available", lim->max_pp);
+		snprintf(buf, len, "--pipefusion-degree %d exceeds the model's %d blocks (each stage needs one)",
+			 degree[PD_AXIS_PP], lim->max_pp);
 		return buf;
 	}
 	return NULL;

@@ -32,7 +32,7 @@ struct pd_mesh_limits {
 	int heads;                      /* attention heads: tp x ulysses must divide them */
 	int cfg_possible;               /* true CFG is on, so a cfg degree of 2 is allowed */
 	int images;                     /* images in the batch: dp may not exceed it */
-	int max_pp;                     /* largest pipeline degree allowed (1 until PipeFusion) */
+	int max_pp;                     /* largest pipeline degree: the model's blocks (1: no PipeFusion) */
 	int distrifusion;               /* the ring axis runs DistriFusion (with CFG and data parallel only) */
 };
 

@@ -226,8 +226,8 @@ static int pd_run_prepare(struct pd_run *r, const struct pd_gen_args *a, int nee
 		return pd_errorf("--warmup-steps must not be negative");
 	if (a->vae_parallel && a->no_vae_parallel)
 		return pd_errorf("--vae-parallel and --no-vae-parallel contradict each other");
-	if (a->patches < 0 || (a->patches > 0 && a->pp <= 0))
-		return pd_errorf("--num-patches needs --pipefusion-degree and must be positive");
+	if (a->patches < 0 || (a->patches > 0 && a->pp <= 1))
+		return pd_errorf("--num-patches needs --pipefusion-degree 2 or more, and must be positive");
 	if (a->warmup_steps < 1 && (a->distrifusion > 1 || (a->pp > 1 && a->patches != 1)))
 		/* the first step has no earlier keys and values to attend to */
 		return pd_errorf("--warmup-steps must be at least 1 with %s", a->distrifusion > 1 ?

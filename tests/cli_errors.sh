@@ -82,6 +82,12 @@ expect "true CFG without negative embeddings" "negative_prompt_embeds" "$pdit" g
 	-H 32 -W 32 --steps 1 --true-cfg-scale 4 -o "$tmp/o.png"
 
 # forward: missing inputs
+expect "patches without PipeFusion" "--num-patches needs --pipefusion-degree" "$pdit" generate "${run[@]}" \
+	--num-patches 3
+expect "negative warm-up" "--warmup-steps must not be negative" "$pdit" generate "${run[@]}" --warmup-steps -1
+expect "DistriFusion and ring together" "cannot both be given" "$pdit" generate "${run[@]}" \
+	--distrifusion-degree 2 --ring-degree 2
+expect "vae parallel both ways" "contradict" "$pdit" generate "${run[@]}" --vae-parallel --no-vae-parallel
 expect "forward without inputs" "--inputs" "$pdit" forward --transformer "$g/transformer-dev" --out "$tmp/x"
 expect "forward inputs of another model" "in.hidden_states" "$pdit" forward --transformer "$g/transformer-dev" \
 	--inputs "$g/forward-schnell-h64w48.safetensors" --out "$tmp/x"

@@ -115,6 +115,14 @@ out=$("${mpirun[@]}" -np 2 "$pdit" check "${gold[@]}" -s 1 --ring-degree 2 --gol
 [ $? -ne 0 ] && grep -q "multiply to 4, but there are 2" "$tmp/err" && ok "degrees not multiplying to the world refused" ||
 	{ cat "$tmp/err"; bad "product of degrees"; }
 
+"${mpirun[@]}" -np 5 "$pdit" generate "${run[@]}" --pipefusion-degree 5 -o "$tmp/x.png" > /dev/null 2> "$tmp/err"
+[ $? -ne 0 ] && grep -q "exceeds the model's 4 blocks" "$tmp/err" && ok "more stages than blocks refused" ||
+	{ cat "$tmp/err"; bad "PipeFusion degree above the block count"; }
+"${mpirun[@]}" -np 4 "$pdit" generate "${run[@]}" --distrifusion-degree 2 --ulysses-degree 2 -o "$tmp/x.png" \
+	> /dev/null 2> "$tmp/err"
+[ $? -ne 0 ] && grep -q "DistriFusion composes with CFG and data parallelism only" "$tmp/err" &&
+	ok "DistriFusion with Ulysses refused" || { cat "$tmp/err"; bad "DistriFusion with Ulysses"; }
+
 # one rank cannot read the weights: every rank stops, nonzero, within 10 s
 cp -r "$tmp/m" "$tmp/bad"
 rm "$tmp/bad/transformer/diffusion_pytorch_model.safetensors"

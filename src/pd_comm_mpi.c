@@ -174,6 +174,8 @@ static int pd_mpi_p2p(struct pd_comm *c, void *buf, size_t bytes, int peer, int 
 	MPI_Request r;
 	int rc;
 
+	if (req->active)
+		return pd_errorf("internal error: a %s request still in flight was reused", send ? "send" : "receive");
 	if (bytes / unit > INT_MAX)
 		return pd_errorf("MPI transfer of %zu bytes is too large", bytes);
 	if (send) {
@@ -222,8 +224,11 @@ static int pd_mpi_iallgatherv(struct pd_comm *c, const void *send, size_t send_b
 			      const size_t *recv_bytes, struct pd_comm_req *req)
 {
 	size_t unit = pd_mpi_unit(recv_bytes, c->size, send_bytes);
-	struct pd_mpi_req q = { MPI_REQUEST_NULL, pd_calloc(2 * (size_t)c->size, sizeof(int), "counts") };
+	struct pd_mpi_req q = { MPI_REQUEST_NULL, NULL };
 
+	if (req->active)
+		return pd_errorf("internal error: an all-gather request still in flight was reused");
+	q.counts = pd_calloc(2 * (size_t)c->size, sizeof(int), "counts");
 	if (!q.counts)
 		return -1;
 	if (recv_bytes[c->rank] != send_bytes ||

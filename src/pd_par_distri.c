@@ -77,8 +77,9 @@ static struct pd_distri_call *pd_distri_state(struct pd_distri *d, int64_t rows,
 		size_t all = (size_t)(rows * width + 1) * sizeof(float), mine = (size_t)(own * width + 1) * sizeof(float);
 
 		for (int g = 0; g < 2; g++) {
-			x->k[g] = pd_malloc(all, "DistriFusion's keys");
-			x->v[g] = pd_malloc(all, "DistriFusion's values");
+			/* zeros until a synchronous step fills them */
+			x->k[g] = pd_calloc(1, all, "DistriFusion's keys");
+			x->v[g] = pd_calloc(1, all, "DistriFusion's values");
 			if (!x->k[g] || !x->v[g])
 				return NULL;
 		}

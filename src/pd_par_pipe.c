@@ -14,6 +14,7 @@ struct pd_pipe_call {
 	int64_t image;                  /* which call */
 	int branch;
 	int64_t rows, width;            /* the buffers' shape: whole sequence x local width */
+	int64_t img;                    /* image rows of the sequence (the cache's arrays) */
 	float **k, **v;                 /* per layer of this stage: [rows, width] */
 	/* First Block Cache (see pd_pipe_cache_first) */
 	float *r_ref, *r;               /* stage 0: [L, D] first block's change, last computed step and this one */
@@ -36,28 +37,34 @@ static double pd_pipe_block_cost(const struct pd_flux_config *c, int k)
 
 void pd_pipe_stage_blocks(const struct pd_flux_config *cfg, int stages, int stage, int *first, int *count)
 {
-	int n = pd_flux_blocks(cfg), b[65];
+	int n = pd_flux_blocks(cfg), prev = 0, k = 0;
 	double total = 0, acc = 0;
 
-	for (int k = 0; k < n; k++)
-		total += pd_pipe_block_cost(cfg, k);
-	/* stage i ends where the running cost comes nearest to (i + 1) / N of
-	 * the total, each stage keeping at least one block */
-	b[0] = 0;
-	for (int i = 1, k = 0; i <= stages && i <= 64; i++) {
+	for (int j = 0; j < n; j++)
+		total += pd_pipe_block_cost(cfg, j);
+	/* boundary i (where stage i starts) is where the running cost comes
+	 * nearest to i / N of the total, each stage keeping at least one block */
+	*first = 0;
+	*count = n;
+	for (int i = 1; i <= stages; i++) {
 		double target = total * i / stages;
+		int b;
 
 		while (k < n && acc + pd_pipe_block_cost(cfg, k) / 2 < target)
 			acc += pd_pipe_block_cost(cfg, k++);
-		b[i] = k;
-		if (b[i] <= b[i - 1])
-			b[i] = b[i - 1] + 1;
-		if (b[i] > n - (stages - i))
-			b[i] = n - (stages - i);
+		b = k;
+		if (b <= prev)
+			b = prev + 1;
+		if (b > n - (stages - i))
+			b = n - (stages - i);
+		if (i == stages)
+			b = n;
+		if (i == stage)
+			*first = b;
+		if (i == stage + 1)
+			*count = b - *first;
+		prev = b;
 	}
-	b[stages] = n;
-	*first = b[stage];
-	*count = b[stage + 1] - b[stage];
 }
 
 /* ----------------------------------------------------------------------- */
@@ -88,7 +95,7 @@ static struct pd_pipe_call *pd_pipe_state(struct pd_pipe *p, int64_t rows)
 	for (int i = 0; i < p->n_calls; i++)
 		if (p->calls[i].image == p->call->image && p->calls[i].branch == p->call->branch)
 			c = &p->calls[i];
-	if (c && c->rows != rows) {
+	if (c && (c->rows != rows || c->img != p->call->img_len)) {
 		pd_pipe_call_free(p, c);
 	} else if (!c) {
 		nc = realloc(p->calls, sizeof(*nc) * (size_t)(p->n_calls + 1));
@@ -105,6 +112,7 @@ static struct pd_pipe_call *pd_pipe_state(struct pd_pipe *p, int64_t rows)
 	if (c->k)
 		return c;
 	c->rows = rows;
+	c->img = p->call->img_len;
 	c->width = p->width;
 	c->k = pd_calloc((size_t)p->count + 1, sizeof(float *), "PipeFusion's buffers");
 	c->v = pd_calloc((size_t)p->count + 1, sizeof(float *), "PipeFusion's buffers");
@@ -493,10 +501,11 @@ int pd_pipe_predict(void *ctx, const struct pd_flux_input *in, float *out, const
 	struct pd_fbcache *cs = in->cache;
 	struct pd_pipe_call *c;
 	float *send[2] = { NULL, NULL };
-	struct pd_comm_req sreq[2], h1req;
+	struct pd_comm_req sreq[2], rreq, h1req;
 	size_t cap = 0;
 
 	memset(sreq, 0, sizeof(sreq));
+	memset(&rreq, 0, sizeof(rreq));
 	memset(&h1req, 0, sizeof(h1req));
 	p->call = in;
 	/* the image is (L / wp) token rows of wp tokens: the ids' row index
@@ -595,10 +604,11 @@ int pd_pipe_predict(void *ctx, const struct pd_flux_input *in, float *out, const
 			count = 0;
 			x_in = p->x;
 		} else if (p->stage > 0) {
+			/* its own request: sreq[s] may still carry piece - 2's send */
 			if (pd_grow_floats(&p->x, &p->cap_x, (size_t)(n * D + 1), "PipeFusion") ||
 			    p->pp->ops->irecv(p->pp, p->x, (size_t)(n * D) * sizeof(float), p->stage - 1,
-					      PD_PIPE_TAG + piece, &sreq[s]) == -1 ||
-			    p->pp->ops->wait(p->pp, &sreq[s]))
+					      PD_PIPE_TAG + piece, &rreq) == -1 ||
+			    p->pp->ops->wait(p->pp, &rreq))
 				goto out;
 			x_in = p->x;
 		} else if (cs) {
@@ -646,7 +656,7 @@ int pd_pipe_predict(void *ctx, const struct pd_flux_input *in, float *out, const
 			/* a send slot is reused two pieces later, after its send ended */
 			if (p->pp->ops->wait(p->pp, &sreq[s]))
 				goto out;
-			if ((size_t)(n * D) > cap) {
+			if ((size_t)(n * D) > cap || !send[s]) {
 				for (int b = 0; b < 2; b++) {
 					if (p->pp->ops->wait(p->pp, &sreq[b]))
 						goto out;
@@ -678,7 +688,9 @@ out:
 			p->pp->ops->wait(p->pp, &sreq[b]);
 		free(send[b]);
 	}
-	if (rc)
+	if (rc) {
 		p->pp->ops->wait(p->pp, &h1req);
+		p->pp->ops->wait(p->pp, &rreq);
+	}
 	return rc;
 }

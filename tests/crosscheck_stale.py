@@ -332,6 +332,20 @@ def main():
                 if not (np.isfinite(cost) and cost > 1e-4):
                     report("%s: differs from one process" % label, cost, False)
 
+        # pieces larger than Open MPI's eager limit (4 KB on shared memory): sends complete only when
+        # received, so a buffer reused too early shows; 3 stages, 3 patches, 256 x 192 (192 image tokens)
+        big = list(base)
+        big[big.index("-H") + 1], big[big.index("-W") + 1] = 256, 192
+        one_big = os.path.join(tmp, "oneb.safetensors")
+        pdit(1, "generate", *big, "--steps", 3, "--out-latents", one_big, "-o", os.path.join(tmp, "oneb.png"))
+        latb = nr.load_st(one_big)[0]
+        out = os.path.join(tmp, "parb.safetensors")
+        pdit(3, "generate", *big, "--steps", 3, "--pipefusion-degree", 3, "--warmup-steps", 1, "--out-latents", out,
+             "-o", os.path.join(tmp, "parb.png"))
+        ref, _ = numpy_run(d, latb, 256, 192, 3, cfg_scale, "pipefusion", 3, 1, 3)
+        e = rel(nr.load_st(out)[0]["latents.final"], ref)
+        report("PipeFusion 3 stages, 3 patches, 256x192, W=1: against the NumPy model", e, e <= TOL)
+
         # the price of staleness by warm-up length: latents (relative RMS difference) and pictures (PSNR)
         # against one process, over 8 steps; it must fall as W grows and vanish at W = steps
         steps = 8

@@ -8,7 +8,9 @@ packages=(
 	libopenmpi-dev openmpi-bin                     # the MPI communicator
 	libcjson-dev                                   # config.json and safetensors headers
 	libpng-dev                                     # PNG output
-	python3 python3-numpy                          # the independent NumPy reference in the tests
+	libutf8proc-dev                                # Unicode tables for the CLIP tokenizer
+	python3 python3-numpy python3-regex            # the independent NumPy references in the tests
+	python3-sentencepiece                          # the T5 tokenizer's reference in the tests
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -73,6 +73,10 @@ struct pd_backend_ops {
 
 	/* y = x * sigmoid(x). */
 	void (*silu)(struct pd_backend *be, float *y, const float *x, size_t n);
+	/* y = x * sigmoid(1.702 x) (CLIP's quick GELU). */
+	void (*quick_gelu)(struct pd_backend *be, float *y, const float *x, size_t n);
+	/* y = a * b. */
+	void (*mul)(struct pd_backend *be, float *y, const float *a, const float *b, size_t n);
 	/* y = a + b. */
 	void (*add)(struct pd_backend *be, float *y, const float *a, const float *b, size_t n);
 	/* y = a - b. */
@@ -85,6 +89,10 @@ struct pd_backend_ops {
 	 * plain LayerNorm). */
 	void (*layernorm_mod)(struct pd_backend *be, float *y, int64_t ldy, const float *x, int64_t ldx,
 			      int64_t rows, int64_t dim, const float *scale, const float *shift, float eps);
+	/* y = (x - mean) / sqrt(var + eps) * w + b per row, biased variance;
+	 * w and b [dim] may be NULL (1 and 0). */
+	void (*layernorm)(struct pd_backend *be, float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows,
+			  int64_t dim, const float *w, const float *b, float eps);
 	/* In place, per head: x = x * rsqrt(mean(x^2) + eps) * w; x is
 	 * [rows, heads * head_dim], w is [head_dim]. */
 	void (*rmsnorm_heads)(struct pd_backend *be, float *x, int64_t ldx, int64_t rows, int heads,
@@ -104,6 +112,13 @@ struct pd_backend_ops {
 	void (*attention)(struct pd_backend *be, float *out, int64_t ldo, float *lse, const float *q,
 			  int64_t ldq, const float *k, int64_t ldk, const float *v, int64_t ldv, int64_t sq,
 			  int64_t skv, int heads, int head_dim, float scale);
+	/* Attention of S tokens with an additive bias and an optional causal
+	 * mask (the text encoders): scores scale * q.k + bias[h, i, j] (bias
+	 * [heads, s, s], may be NULL); with causal set, query i sees keys
+	 * j <= i only. */
+	void (*attention_masked)(struct pd_backend *be, float *out, int64_t ldo, const float *q, int64_t ldq,
+				 const float *k, int64_t ldk, const float *v, int64_t ldv, int64_t s, int heads,
+				 int head_dim, float scale, const float *bias, int causal);
 	/* Ring attention's merge: (out, lse) and (part, plse) are attention
 	 * results over two disjoint key sets, and become the result over their
 	 * union, in f32: out -= sigmoid(plse - lse) (out - part),

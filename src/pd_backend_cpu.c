@@ -551,6 +551,24 @@ static void pd_cpu_silu(struct pd_backend *be, float *y, const float *x, size_t 
 		y[i] = x[i] / (1.0f + expf(-x[i]));
 }
 
+static void pd_cpu_quick_gelu(struct pd_backend *be, float *y, const float *x, size_t n)
+{
+	if (be->failed)
+		return;
+#pragma omp parallel for schedule(static) if (n > 65536)
+	for (size_t i = 0; i < n; i++)
+		y[i] = x[i] * (1.0f / (1.0f + expf(-1.702f * x[i])));
+}
+
+static void pd_cpu_mul(struct pd_backend *be, float *y, const float *a, const float *b, size_t n)
+{
+	if (be->failed)
+		return;
+#pragma omp parallel for schedule(static) if (n > 65536)
+	for (size_t i = 0; i < n; i++)
+		y[i] = a[i] * b[i];
+}
+
 static void pd_cpu_add(struct pd_backend *be, float *y, const float *a, const float *b, size_t n)
 {
 	if (be->failed)
@@ -582,6 +600,37 @@ static void pd_cpu_l1_stats(struct pd_backend *be, const float *ref, const float
 	}
 	sums[0] = d;
 	sums[1] = r;
+}
+
+static void pd_cpu_layernorm(struct pd_backend *be, float *y, int64_t ldy, const float *x, int64_t ldx,
+			     int64_t rows, int64_t dim, const float *w, const float *b, float eps)
+{
+	if (be->failed)
+		return;
+#pragma omp parallel for schedule(static)
+	for (int64_t r = 0; r < rows; r++) {
+		const float *xr = x + r * ldx;
+		float *yr = y + r * ldy;
+		double sum = 0, sq = 0;
+		float mean, rstd;
+
+		for (int64_t j = 0; j < dim; j++)
+			sum += xr[j];
+		mean = (float)(sum / (double)dim);
+		for (int64_t j = 0; j < dim; j++) {
+			double d = (double)xr[j] - (double)mean;
+
+			sq += d * d;
+		}
+		rstd = (float)(1.0 / sqrt(sq / (double)dim + (double)eps));
+		for (int64_t j = 0; j < dim; j++) {
+			float t = (xr[j] - mean) * rstd;
+
+			if (w)
+				t = t * w[j];
+			yr[j] = b ? t + b[j] : t;
+		}
+	}
 }
 
 static void pd_cpu_layernorm_mod(struct pd_backend *be, float *y, int64_t ldy, const float *x, int64_t ldx,
@@ -831,9 +880,31 @@ static void pd_cpu_softmax_rows(float *s, int64_t rows, int64_t n, float scale, 
 /* Attention per head and block of queries: S = Q K^T and O = P V through
  * oneDNN (bf16 operands with f32 accumulation when computing in bf16), the
  * softmax in f32 in between. */
-static void pd_cpu_attention(struct pd_backend *be, float *out, int64_t ldo, float *lse, const float *q,
-			     int64_t ldq, const float *k, int64_t ldk, const float *v, int64_t ldv, int64_t sq,
-			     int64_t skv, int heads, int head_dim, float scale)
+/* The encoders' scores: s = scale s + bias, then -inf above the diagonal
+ * when causal (query i0 + r against key j). The softmax then runs with
+ * scale 1; its exp turns -inf into e^-87 ~ 1e-38, nothing next to the
+ * diagonal's weight. */
+static void pd_cpu_scores_adjust(float *s, int64_t rows, int64_t n, float scale, const float *bias, int64_t i0,
+				 int causal)
+{
+#pragma omp parallel for schedule(static)
+	for (int64_t r = 0; r < rows; r++) {
+		float *row = s + r * n;
+
+		for (int64_t j = 0; j < n; j++) {
+			float t = row[j] * scale;
+
+			row[j] = bias ? t + bias[r * n + j] : t;
+		}
+		if (causal)
+			for (int64_t j = i0 + r + 1; j < n; j++)
+				row[j] = -INFINITY;
+	}
+}
+
+static void pd_cpu_attention_impl(struct pd_backend *be, float *out, int64_t ldo, float *lse, const float *q,
+				  int64_t ldq, const float *k, int64_t ldk, const float *v, int64_t ldv, int64_t sq,
+				  int64_t skv, int heads, int head_dim, float scale, const float *bias, int causal)
 {
 	struct pd_cpu *cpu = CPU(be);
 	int bf16 = be->compute == PD_BF16;
@@ -880,14 +951,31 @@ static void pd_cpu_attention(struct pd_backend *be, float *out, int64_t ldo, flo
 			if (pd_cpu_gemm(be, mb, skv, head_dim, qb, ldq, (const char *)ka + off * es, ldk, 1, cpu->scratch,
 					skv, dt))
 				return;
-			pd_cpu_softmax_rows(cpu->scratch, mb, skv, scale, lse ? lse + (int64_t)h * sq + i0 : NULL, 1,
-					    p16);
+			if (bias || causal)
+				pd_cpu_scores_adjust(cpu->scratch, mb, skv, scale,
+						     bias ? bias + ((int64_t)h * sq + i0) * skv : NULL, i0, causal);
+			pd_cpu_softmax_rows(cpu->scratch, mb, skv, bias || causal ? 1.0f : scale,
+					    lse ? lse + (int64_t)h * sq + i0 : NULL, 1, p16);
 			if (pd_cpu_gemm(be, mb, head_dim, skv, bf16 ? (const void *)p16 : cpu->scratch, skv,
 					(const char *)va + off * es, ldv, 0, out + i0 * ldo + (int64_t)h * head_dim, ldo,
 					dt))
 				return;
 		}
 	}
+}
+
+static void pd_cpu_attention(struct pd_backend *be, float *out, int64_t ldo, float *lse, const float *q,
+			     int64_t ldq, const float *k, int64_t ldk, const float *v, int64_t ldv, int64_t sq,
+			     int64_t skv, int heads, int head_dim, float scale)
+{
+	pd_cpu_attention_impl(be, out, ldo, lse, q, ldq, k, ldk, v, ldv, sq, skv, heads, head_dim, scale, NULL, 0);
+}
+
+static void pd_cpu_attention_masked(struct pd_backend *be, float *out, int64_t ldo, const float *q, int64_t ldq,
+				    const float *k, int64_t ldk, const float *v, int64_t ldv, int64_t s, int heads,
+				    int head_dim, float scale, const float *bias, int causal)
+{
+	pd_cpu_attention_impl(be, out, ldo, NULL, q, ldq, k, ldk, v, ldv, s, s, heads, head_dim, scale, bias, causal);
 }
 
 static void pd_cpu_lse_merge(struct pd_backend *be, float *out, int64_t ldo, float *lse, const float *part,
@@ -1031,14 +1119,18 @@ static const struct pd_backend_ops pd_cpu_ops = {
 	.conv_free = pd_cpu_conv_free,
 	.conv = pd_cpu_conv,
 	.silu = pd_cpu_silu,
+	.quick_gelu = pd_cpu_quick_gelu,
+	.mul = pd_cpu_mul,
 	.add = pd_cpu_add,
 	.sub = pd_cpu_sub,
 	.l1_stats = pd_cpu_l1_stats,
 	.layernorm_mod = pd_cpu_layernorm_mod,
+	.layernorm = pd_cpu_layernorm,
 	.rmsnorm_heads = pd_cpu_rmsnorm_heads,
 	.rope = pd_cpu_rope,
 	.gated_add = pd_cpu_gated_add,
 	.attention = pd_cpu_attention,
+	.attention_masked = pd_cpu_attention_masked,
 	.lse_merge = pd_cpu_lse_merge,
 	.group_stats = pd_cpu_group_stats,
 	.group_apply = pd_cpu_group_apply,

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "pd_backend.h"
+#include "pd_dump.h"
 
 #define PD_FLUX_MAX_AXES 8
 
@@ -133,15 +134,6 @@ struct pd_flux_input {
 	int branch;                     /* 1 positive, 0 negative (true CFG) */
 };
 
-/* Receives intermediates under the golden files' names. DATA is a host copy
- * valid during the call. When INDEX >= 0, DATA is batch entry INDEX alone
- * (SHAPE[0] == 1); when INDEX < 0 it spans the whole batch (or has no batch
- * dimension). */
-struct pd_dump {
-	void (*fn)(void *ctx, const char *name, int64_t index, const float *data, int ndim, const int64_t *shape);
-	void *ctx;                      /* passed back to fn */
-	int64_t index;                  /* batch entry of per-image tensors */
-};
 
 /* Runs the transformer on one image; OUT (host) receives [img_len, out_channels].
  * DUMP may be NULL. */

@@ -46,6 +46,19 @@ struct pd_linear *pd_loader_linear(struct pd_loader *ld, int64_t n_out, int64_t 
 	return l;
 }
 
+struct pd_linear *pd_loader_linear_nobias(struct pd_loader *ld, int64_t n_out, int64_t n_in, const char *fmt, ...)
+{
+	struct pd_slice s = pd_slice_all(n_out, n_in);
+	struct pd_linear *l;
+	va_list ap;
+
+	s.with_bias = 0;
+	va_start(ap, fmt);
+	l = pd_loader_linear_v(ld, n_out, n_in, &s, fmt, ap);
+	va_end(ap);
+	return l;
+}
+
 struct pd_linear *pd_loader_linear_slice(struct pd_loader *ld, int64_t n_out, int64_t n_in, const struct pd_slice *s,
 					 const char *fmt, ...)
 {
@@ -100,6 +113,31 @@ float *pd_loader_vector(struct pd_loader *ld, int64_t n, const char *fmt, ...)
 	if (!dev)
 		ld->failed = 1;
 	return dev;
+}
+
+int pd_loader_rows(struct pd_loader *ld, const char *name, int64_t rows, int64_t cols, const int64_t *ids, int n,
+		   float *dst)
+{
+	const struct pd_st_tensor *t;
+	int64_t shape[2] = { rows, cols };
+
+	if (ld->failed)
+		return -1;
+	if (pd_st_require(ld->st, name, 2, shape, &t))
+		goto fail;
+	for (int i = 0; i < n; i++) {
+		if (ids[i] < 0 || ids[i] >= rows) {
+			pd_errorf("%s: token id %lld is outside %s's %lld rows", ld->st->path, (long long)ids[i], name,
+				  (long long)rows);
+			goto fail;
+		}
+		if (pd_st_read_block_f32(t, ids[i], 1, 0, cols, dst + (int64_t)i * cols, cols))
+			goto fail;
+	}
+	return 0;
+fail:
+	ld->failed = 1;
+	return -1;
 }
 
 struct pd_conv *pd_loader_conv(struct pd_loader *ld, int c_out, int c_in, int k, const char *fmt, ...)

@@ -21,12 +21,19 @@ struct pd_loader {
 /* NAME.weight [n_out, n_in] and NAME.bias [n_out]; NAME is a printf format. */
 struct pd_linear *pd_loader_linear(struct pd_loader *ld, int64_t n_out, int64_t n_in, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+/* NAME.weight [n_out, n_in] alone (T5's layers have no bias). */
+struct pd_linear *pd_loader_linear_nobias(struct pd_loader *ld, int64_t n_out, int64_t n_in, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 /* The part S of NAME.weight [n_out, n_in] (and of NAME.bias when S asks). */
 struct pd_linear *pd_loader_linear_slice(struct pd_loader *ld, int64_t n_out, int64_t n_in, const struct pd_slice *s,
 					 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* A 1-D tensor NAME [n] into backend memory. */
 float *pd_loader_vector(struct pd_loader *ld, int64_t n, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* Rows IDS[0..n) of the table NAME [rows, cols] (an embedding lookup)
+ * into host DST [n, cols]; an id outside the table is an error naming it. */
+int pd_loader_rows(struct pd_loader *ld, const char *name, int64_t rows, int64_t cols, const int64_t *ids, int n,
+		   float *dst);
 /* NAME.weight [c_out, c_in, k, k] and NAME.bias [c_out]. */
 struct pd_conv *pd_loader_conv(struct pd_loader *ld, int c_out, int c_in, int k, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));

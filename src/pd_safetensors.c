@@ -506,6 +506,24 @@ int pd_st_open_component(struct pd_st **out, const char *dir, const char *stem)
 	return rc;
 }
 
+int pd_st_open_path(struct pd_st **out, const char *path, const char *stem)
+{
+	return pd_is_dir(path) ? pd_st_open_component(out, path, stem) : pd_st_open(out, path);
+}
+
+const struct pd_st_tensor *pd_st_find_suffix(const struct pd_st *st, const char *suffix)
+{
+	size_t ls = strlen(suffix);
+
+	for (int i = 0; i < st->n_tensors; i++) {
+		size_t ln = strlen(st->sorted[i]->name);
+
+		if (ln >= ls && strcmp(st->sorted[i]->name + ln - ls, suffix) == 0)
+			return st->sorted[i];
+	}
+	return NULL;
+}
+
 const struct pd_st_tensor *pd_st_get(const struct pd_st *st, const char *name)
 {
 	int lo = 0, hi = st->n_tensors - 1;

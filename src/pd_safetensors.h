@@ -83,6 +83,9 @@ int pd_st_open(struct pd_st **out, const char *path);
  * (how diffusers and transformers name a component's weights). */
 int pd_st_open_component(struct pd_st **out, const char *dir, const char *stem);
 
+/* PATH a folder: as pd_st_open_component(PATH, STEM); a file: pd_st_open. */
+int pd_st_open_path(struct pd_st **out, const char *path, const char *stem);
+
 void pd_st_close(struct pd_st *st);
 
 /* NULL when absent. */
@@ -93,6 +96,10 @@ const struct pd_st_tensor *pd_st_get(const struct pd_st *st, const char *name);
  * naming the file and the tensor. */
 int pd_st_require(const struct pd_st *st, const char *name, int ndim, const int64_t *shape,
 		  const struct pd_st_tensor **out);
+
+/* The first tensor whose name ends with SUFFIX (single files name their
+ * tensors with differing prefixes); NULL when none. */
+const struct pd_st_tensor *pd_st_find_suffix(const struct pd_st *st, const char *suffix);
 
 /* Metadata value for KEY, NULL when absent. */
 const char *pd_st_meta(const struct pd_st *st, const char *key);

@@ -201,6 +201,62 @@ static void test_attention(struct pd_backend *be, int bf16)
 	free(s);
 }
 
+/* The encoders' attention: an additive bias per head and query, and a
+ * causal mask, against double precision. */
+static void test_attention_masked(struct pd_backend *be, int bf16)
+{
+	int H = rnd_int(1, 5), Dh = 2 * rnd_int(1, 20), S = rnd_int(1, 600), causal = rnd_int(0, 1);
+	int has_bias = rnd_int(0, 1) || !causal, D = H * Dh, ld = D + rnd_int(0, 4), ldo = D + rnd_int(0, 4);
+	float *q = rnd_buf((size_t)S * ld, 1.0f), *k = rnd_buf((size_t)S * ld, 1.0f), *v = rnd_buf((size_t)S * ld, 1.0f);
+	float *bias = has_bias ? rnd_buf((size_t)H * S * S, 3.0f) : NULL, *out = nan_buf((size_t)S * ldo);
+	double *ref = malloc(sizeof(double) * (size_t)S * D), *sc = malloc(sizeof(double) * (size_t)S);
+	float scale = rnd_int(0, 1) ? 1.0f : 1.0f / sqrtf((float)Dh);
+	char what[128];
+
+	be->ops->attention_masked(be, out, ldo, q, ld, k, ld, v, ld, S, H, Dh, scale, bias, causal);
+	for (int h = 0; h < H; h++) {
+		for (int i = 0; i < S; i++) {
+			int lim = causal ? i + 1 : S;
+			double m = -INFINITY, l = 0;
+
+			for (int j = 0; j < lim; j++) {
+				double d = 0;
+
+				for (int c = 0; c < Dh; c++) {
+					double qv = q[i * ld + h * Dh + c], kv = k[j * ld + h * Dh + c];
+
+					if (bf16) {
+						qv = bf16_round((float)qv);
+						kv = bf16_round((float)kv);
+					}
+					d += qv * kv;
+				}
+				sc[j] = d * scale + (bias ? bias[((size_t)h * S + i) * S + j] : 0);
+				m = fmax(m, sc[j]);
+			}
+			for (int j = 0; j < lim; j++)
+				l += exp(sc[j] - m);
+			for (int c = 0; c < Dh; c++) {
+				double o = 0;
+
+				for (int j = 0; j < lim; j++)
+					o += exp(sc[j] - m) / l * (bf16 ? bf16_round(v[j * ld + h * Dh + c]) : v[j * ld + h * Dh + c]);
+				ref[(size_t)i * D + h * Dh + c] = o;
+			}
+		}
+	}
+	snprintf(what, sizeof(what), "attention_masked %s H=%d Dh=%d S=%d bias=%d causal=%d", bf16 ? "bf16" : "f32", H,
+		 Dh, S, has_bias, causal);
+	check_view(what, out, ref, S, D, ldo, bf16 ? 1e-2 : TOL);
+	free(q);
+	free(k);
+	free(v);
+	free(bias);
+	free(out);
+	free(ref);
+	free(sc);
+}
+
 static void test_norms(struct pd_backend *be)
 {
 	int rows = rnd_int(1, 40), H = rnd_int(1, 4), Dh = 2 * rnd_int(1, 20), dim = H * Dh;
@@ -212,6 +268,30 @@ static void test_norms(struct pd_backend *be)
 	double *ref = malloc(sizeof(double) * (size_t)rows * dim);
 	char what[96];
 
+	/* LayerNorm with weight and bias (either may be absent) */
+	{
+		float *lw = rnd_buf((size_t)dim, 2.0f), *lb = rnd_buf((size_t)dim, 1.0f);
+		int use_w = rnd_int(0, 1), use_b = rnd_int(0, 1);
+
+		be->ops->layernorm(be, y, ldy, x, ld, rows, dim, use_w ? lw : NULL, use_b ? lb : NULL, 1e-5f);
+		for (int r = 0; r < rows; r++) {
+			double mean = 0, var = 0;
+
+			for (int j = 0; j < dim; j++)
+				mean += x[r * ld + j];
+			mean /= dim;
+			for (int j = 0; j < dim; j++)
+				var += (x[r * ld + j] - mean) * (x[r * ld + j] - mean);
+			var /= dim;
+			for (int j = 0; j < dim; j++)
+				ref[(size_t)r * dim + j] = (x[r * ld + j] - mean) / sqrt(var + 1e-5) * (use_w ? lw[j] : 1) +
+							   (use_b ? lb[j] : 0);
+		}
+		snprintf(what, sizeof(what), "layernorm rows=%d dim=%d w=%d b=%d", rows, dim, use_w, use_b);
+		check_view(what, y, ref, rows, dim, ldy, TOL);
+		free(lw);
+		free(lb);
+	}
 	/* LayerNorm with modulation */
 	be->ops->layernorm_mod(be, y, ldy, x, ld, rows, dim, sc, sh, 1e-6f);
 	for (int r = 0; r < rows; r++) {
@@ -295,6 +375,15 @@ static void test_elementwise(struct pd_backend *be)
 	for (int i = 0; i < n; i++)
 		ref[i] = (double)a[i] + b[i];
 	check_view("add", y, ref, 1, n, n, TOL);
+	be->ops->mul(be, y, a, b, (size_t)n);
+	for (int i = 0; i < n; i++)
+		ref[i] = (double)a[i] * b[i];
+	check_view("mul", y, ref, 1, n, n, TOL);
+	be->ops->quick_gelu(be, y, a, (size_t)n);
+	for (int i = 0; i < n; i++)
+		ref[i] = a[i] / (1.0 + exp(-1.702 * (double)a[i]));
+	check_view("quick_gelu", y, ref, 1, n, n, TOL);
+	PD_CHECK(isnan(y[n]), "quick_gelu wrote past the end");
 	free(y);
 	y = nan_buf((size_t)rows * cols);
 	be->ops->transpose(be, y, a, rows, cols < n / rows ? cols : 1);
@@ -468,6 +557,8 @@ int main(int argc, char **argv)
 		test_linear(bf16, 1);
 		test_attention(f32, 0);
 		test_attention(bf16, 1);
+		test_attention_masked(f32, 0);
+		test_attention_masked(bf16, 1);
 		test_norms(f32);
 		test_elementwise(f32);
 		test_vae_ops(f32);

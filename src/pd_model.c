@@ -32,18 +32,39 @@ static int pd_model_component(const struct pd_config *idx, const char *root, con
 	return 0;
 }
 
-int pd_model_paths_resolve(struct pd_model_paths *p, const char *model, const char *transformer, const char *vae,
-			   const char *scheduler)
+/* A flag's path: it must exist; DIR_ONLY refuses a file. */
+static int pd_model_check(const char *flag, const char *path, int dir_only)
 {
+	if (!path)
+		return 0;
+	if (pd_is_dir(path))
+		return 0;
+	if (dir_only)
+		return pd_errorf("%s %s: not a folder", flag, path);
+	if (!pd_file_exists(path))
+		return pd_errorf("%s %s: no such file or folder", flag, path);
+	return 0;
+}
+
+int pd_model_paths_resolve(struct pd_model_paths *p, const struct pd_model_flags *f, int no_transformer)
+{
+	static const char *const names[] = { "transformer", "vae", "scheduler", "text_encoder", "text_encoder_2",
+					     "tokenizer", "tokenizer_2" };
+	char **fields[] = { &p->transformer, &p->vae, &p->scheduler, &p->text_encoder, &p->text_encoder_2,
+			    &p->tokenizer, &p->tokenizer_2 };
+	const char *flags[] = { f->transformer, f->vae, f->scheduler, f->text_encoder, f->text_encoder_2,
+				f->tokenizer, f->tokenizer_2 };
+	const int n = (int)(sizeof(names) / sizeof(names[0]));
+
 	memset(p, 0, sizeof(*p));
-	if (model) {
+	if (f->model) {
 		struct pd_config idx;
 		char *path;
-		int rc;
+		int rc = 0;
 
-		if (!pd_is_dir(model))
-			return pd_errorf("--model %s: not a folder", model);
-		path = pd_strfmt("%s/model_index.json", model);
+		if (!pd_is_dir(f->model))
+			return pd_errorf("--model %s: not a folder", f->model);
+		path = pd_strfmt("%s/model_index.json", f->model);
 		if (!path)
 			return -1;
 		if (!pd_file_exists(path)) {
@@ -55,46 +76,35 @@ int pd_model_paths_resolve(struct pd_model_paths *p, const char *model, const ch
 		free(path);
 		if (rc)
 			return -1;
-		p->root = pd_strdup(model);
-		rc = !p->root || pd_model_component(&idx, model, "transformer", &p->transformer) ||
-		     pd_model_component(&idx, model, "vae", &p->vae) ||
-		     pd_model_component(&idx, model, "scheduler", &p->scheduler);
+		p->root = pd_strdup(f->model);
+		rc = !p->root;
+		for (int i = 0; i < n && !rc; i++)
+			rc = pd_model_component(&idx, f->model, names[i], fields[i]);
 		pd_config_free(&idx);
 		if (rc) {
 			pd_model_paths_free(p);
 			return -1;
 		}
 	}
-#define OVERRIDE(field, flag) \
-	do { \
-		if (flag) { \
-			free(p->field); \
-			p->field = pd_strdup(flag); \
-			if (!p->field) \
-				goto fail; \
-		} \
-	} while (0)
-	OVERRIDE(transformer, transformer);
-	OVERRIDE(vae, vae);
-	OVERRIDE(scheduler, scheduler);
-#undef OVERRIDE
-	if (!p->transformer) {
-		pd_errorf(model ? "%s: model_index.json names no transformer" :
-				  "give --model DIR or --transformer DIR", model);
+	for (int i = 0; i < n; i++) {
+		if (!flags[i])
+			continue;
+		free(*fields[i]);
+		*fields[i] = pd_strdup(flags[i]);
+		if (!*fields[i])
+			goto fail;
+	}
+	if (!p->transformer && !no_transformer) {
+		pd_errorf(f->model ? "%s: model_index.json names no transformer" :
+				     "give --model DIR, --transformer DIR or --diffusion-model FILE", f->model);
 		goto fail;
 	}
-	if (!pd_is_dir(p->transformer)) {
-		pd_errorf("--transformer %s: not a folder", p->transformer);
+	if (pd_model_check("--transformer/--diffusion-model", p->transformer, 0) ||
+	    pd_model_check("--vae", p->vae, 0) || pd_model_check("--scheduler", p->scheduler, 1) ||
+	    pd_model_check("--text-encoder/--clip_l", p->text_encoder, 0) ||
+	    pd_model_check("--text-encoder-2/--t5xxl", p->text_encoder_2, 0) ||
+	    pd_model_check("--tokenizer", p->tokenizer, 1) || pd_model_check("--tokenizer-2", p->tokenizer_2, 1))
 		goto fail;
-	}
-	if (p->vae && !pd_is_dir(p->vae)) {
-		pd_errorf("--vae %s: not a folder", p->vae);
-		goto fail;
-	}
-	if (p->scheduler && !pd_is_dir(p->scheduler)) {
-		pd_errorf("--scheduler %s: not a folder", p->scheduler);
-		goto fail;
-	}
 	return 0;
 fail:
 	pd_model_paths_free(p);
@@ -107,5 +117,9 @@ void pd_model_paths_free(struct pd_model_paths *p)
 	free(p->transformer);
 	free(p->vae);
 	free(p->scheduler);
+	free(p->text_encoder);
+	free(p->text_encoder_2);
+	free(p->tokenizer);
+	free(p->tokenizer_2);
 	memset(p, 0, sizeof(*p));
 }

@@ -34,8 +34,13 @@ int pd_png_write(const char *path, const uint8_t *rgb, int width, int height, co
 	if (key && text) {
 		png_text t;
 
+		int ascii = 1;
+
+		for (const char *c = text; *c; c++)
+			ascii &= (unsigned char)*c < 0x80;
 		memset(&t, 0, sizeof(t));
-		t.compression = PNG_TEXT_COMPRESSION_NONE;
+		/* tEXt is Latin-1: a prompt in other scripts goes in UTF-8's iTXt */
+		t.compression = ascii ? PNG_TEXT_COMPRESSION_NONE : PNG_ITXT_COMPRESSION_NONE;
 		t.key = (png_charp)key;
 		t.text = (png_charp)text;
 		png_set_text(png, info, &t, 1);

@@ -866,3 +866,60 @@ int pd_write_file_atomic(const char *path, const void *data, size_t len)
 	}
 	return pd_out_commit(&o);
 }
+
+int pd_st_write_shards(const char *src, const char *dir, const char *stem, int shards)
+{
+	struct pd_st *st = NULL;
+	cJSON *idx = cJSON_CreateObject(), *map, *meta;
+	size_t total = 0, done = 0;
+	int rc = -1, t = 0;
+	char *text = NULL, *path = NULL;
+
+	if (!idx || pd_st_open(&st, src))
+		goto out;
+	meta = cJSON_AddObjectToObject(idx, "metadata");
+	map = cJSON_AddObjectToObject(idx, "weight_map");
+	for (int i = 0; i < st->n_tensors; i++)
+		total += st->sorted[i]->nbytes;
+	cJSON_AddNumberToObject(meta, "total_size", (double)total);
+	for (int k = 0; k < shards; k++) {
+		struct pd_st_writer *w = pd_st_writer_new();
+		char name[256];
+		int wrc;
+
+		snprintf(name, sizeof(name), "%s-%05d-of-%05d.safetensors", stem, k + 1, shards);
+		/* this shard takes tensors until its share of the bytes */
+		while (w && t < st->n_tensors && (k == shards - 1 || done < total * (size_t)(k + 1) / (size_t)shards ||
+						  t == 0)) {
+			const struct pd_st_tensor *x = st->sorted[t++];
+
+			if (pd_st_writer_add(w, x->name, x->dtype, x->ndim, x->shape, x->data)) {
+				pd_st_writer_free(w);
+				goto out;
+			}
+			cJSON_AddStringToObject(map, x->name, name);
+			done += x->nbytes;
+		}
+		free(path);
+		path = pd_strfmt("%s/%s", dir, name);
+		wrc = !w || !path || pd_st_writer_save(w, path);
+		pd_st_writer_free(w);
+		if (wrc)
+			goto out;
+	}
+	free(path);
+	path = pd_strfmt("%s/%s.safetensors.index.json", dir, stem);
+	text = cJSON_Print(idx);
+	if (!path || !text || pd_write_file_atomic(path, text, strlen(text)))
+		goto out;
+	rc = 0;
+out:
+	if (st)
+		pd_st_close(st);
+	if (rc == 0 && remove(src) != 0)
+		rc = pd_errorf("%s: cannot remove after sharding", src);
+	cJSON_Delete(idx);
+	free(text);
+	free(path);
+	return rc;
+}

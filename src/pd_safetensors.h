@@ -141,6 +141,12 @@ int pd_st_writer_add_fill(struct pd_st_writer *w, const char *name, enum pd_dtyp
 int pd_st_writer_meta(struct pd_st_writer *w, const char *key, const char *value);
 int pd_st_writer_save(struct pd_st_writer *w, const char *path);
 
+/* Splits the file SRC into SHARDS files DIR/STEM-0000i-of-0000n.safetensors
+ * (tensors in name order, nearly equal byte counts) with
+ * DIR/STEM.safetensors.index.json, as transformers and diffusers save large
+ * models; SRC is removed. */
+int pd_st_write_shards(const char *src, const char *dir, const char *stem, int shards);
+
 /* Writes PATH atomically from a buffer (PATH.tmp, then rename). */
 int pd_write_file_atomic(const char *path, const void *data, size_t len);
 

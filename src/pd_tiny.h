@@ -1,7 +1,12 @@
 /*
  * pd_tiny.h - writes a deterministic random FLUX model folder in the
  * diffusers layout (model_index.json, transformer/, vae/, scheduler/) and an
- * embeddings file, so pdit runs end to end with nothing downloaded.
+ * embeddings file, so pdit runs end to end with nothing downloaded. With
+ * FULL the folder is laid out as the published FLUX.1-dev repository:
+ * text_encoder/ (CLIP), text_encoder_2/ (T5, sharded), tokenizer/,
+ * tokenizer_2/ and a sharded transformer/, each with its index file; the
+ * tokenizers are small made-up vocabularies in the real formats (a BPE
+ * vocab.json + merges.txt, a sentencepiece unigram spiece.model).
  *
  * Every tensor is drawn from PyTorch's generator seeded from the model seed
  * and the tensor's name, so the files depend only on the options.
@@ -28,6 +33,10 @@ struct pd_tiny_opts {
 	int vae_blocks[4];              /* block_out_channels */
 	int vae_layers;                 /* layers_per_block */
 	int vae_groups;                 /* norm_num_groups */
+	/* text encoders and tokenizers (full) */
+	int full;                       /* the whole FLUX.1-dev layout: encoders, tokenizers, shards */
+	int clip_layers, clip_heads;    /* CLIP text model (width pooled_dim) */
+	int t5_layers, t5_heads, t5_ff; /* T5 encoder (width joint_dim) */
 	/* embeddings file */
 	int batch;                      /* prompts */
 	int txt_len;                    /* text tokens */

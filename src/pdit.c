@@ -259,6 +259,7 @@ static int pd_cmd_tiny(int argc, char **argv)
 	struct pd_tiny_opts d;
 	const struct pd_arg opts[] = {
 		{ "--flux-width", 0, PD_ARG_FLAG, &flux_width, NULL, "FLUX.1's real widths with 2 double and 4 single blocks, bf16", NULL },
+		{ "--full", 0, PD_ARG_FLAG, &d.full, NULL, "FLUX.1-dev's whole layout: CLIP and T5 encoders, tokenizers, sharded weights with index files", NULL },
 		{ "--seed", 's', PD_ARG_U64, &d.seed, "S", "seed of every tensor (default 1)", NULL },
 		{ "--heads", 0, PD_ARG_INT, &d.heads, "N", "attention heads (default 4)", NULL },
 		{ "--head-dim", 0, PD_ARG_INT, &d.head_dim, "N", "channels per head (default 16)", NULL },
@@ -345,16 +346,17 @@ static void pd_usage(FILE *f)
 		"usage: [mpirun -np N] pdit COMMAND [options]     (pdit COMMAND --help for each)\n"
 		"\n"
 		"commands:\n"
-		"  generate   prompt embeddings -> PNG, equal to diffusers' FluxPipeline, on one\n"
-		"             process or a mesh of them (data, CFG, tensor, Ulysses, ring parallel)\n"
+		"  generate   prompt -> PNG, equal to diffusers' FluxPipeline, on one process or a\n"
+		"             mesh of them (data, CFG, tensor, Ulysses, ring, PipeFusion, DistriFusion)\n"
+		"  encode     prompts -> CLIP and T5 embeddings (a file generate --embeds reads)\n"
 		"  check      run a mesh and one process on the same inputs and compare, block by block\n"
 		"  bench      time steps: seconds, GFLOP/s against the matmul rate, bytes sent, memory\n"
 		"  forward    one transformer call on golden-style inputs (tests, debugging)\n"
 		"  tiny       write a small random model folder to try pdit with\n"
 		"\n"
 		"example:\n"
-		"  pdit tiny tiny-model && pdit generate --model tiny-model \\\n"
-		"      --embeds tiny-model/embeds.safetensors -H 256 -W 256 --steps 4 -o out.png\n",
+		"  pdit tiny tiny-model --full && pdit generate --model tiny-model \\\n"
+		"      -p \"a photo of a cat\" -H 256 -W 256 --steps 4 -o out.png\n",
 		PDIT_VERSION);
 }
 
@@ -385,6 +387,8 @@ static int pd_dispatch(struct pd_comm *world, int argc, char **argv)
 		return pd_single_process(world, "forward") ? 1 : pd_cmd_forward(argc, argv);
 	if (strcmp(argv[1], "tiny") == 0)
 		return pd_single_process(world, "tiny") ? 1 : pd_cmd_tiny(argc, argv);
+	if (strcmp(argv[1], "encode") == 0)
+		return pd_single_process(world, "encode") ? 1 : pd_cmd_encode(argc, argv);
 	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
 		if (world->rank == 0)
 			pd_usage(stdout);

@@ -14,6 +14,7 @@
 #include "pd_par_data.h"
 #include "pd_par_seq.h"
 #include "pd_par_vae.h"
+#include "pd_prompt.h"
 #include "pd_parallel.h"
 #include "pd_png.h"
 #include "pd_rng.h"
@@ -27,6 +28,9 @@
 
 struct pd_gen_args {
 	const char *model, *transformer, *vae, *scheduler;
+	const char *diffusion_model, *text_encoder, *text_encoder_2, *clip_l, *t5xxl, *tokenizer, *tokenizer_2;
+	const char *prompt, *negative, *prompts_file;
+	int max_seq;
 	const char *embeds, *output, *out_latents, *init_latents, *dtype;
 	int height, width, steps, threads, verbose;
 	float guidance, true_cfg_scale, fbcache;
@@ -48,6 +52,10 @@ struct pd_run {
 	struct pd_model_paths mp;       /* component folders */
 	struct pd_flux_config fc;       /* transformer sizes */
 	struct pd_embeds e;             /* prompt embeddings */
+	char **prompts;                 /* -p / --prompts: the texts to encode (NULL with --embeds) */
+	int n_prompts;
+	const char *negative;           /* -n (borrowed) */
+	int max_seq;                    /* T5 tokens per prompt */
 	struct pd_scheduler sched;      /* the schedule */
 	struct pd_latent_shape ls;      /* latent geometry */
 	struct pd_gen_params p;         /* generation parameters */
@@ -167,6 +175,126 @@ out:
 	return rc;
 }
 
+/* The component paths from the flags (--diffusion-model, --clip_l and
+ * --t5xxl are stable-diffusion.cpp's names for the same components). */
+static int pd_run_resolve(struct pd_run *r, const struct pd_gen_args *a)
+{
+	struct pd_model_flags f = { a->model, a->transformer, a->vae, a->scheduler, a->text_encoder,
+				    a->text_encoder_2, a->tokenizer, a->tokenizer_2 };
+
+	if ((a->transformer && a->diffusion_model) || (a->text_encoder && a->clip_l) ||
+	    (a->text_encoder_2 && a->t5xxl))
+		return pd_errorf("give each component once: --transformer or --diffusion-model, --text-encoder or "
+				 "--clip_l, --text-encoder-2 or --t5xxl");
+	if (a->diffusion_model)
+		f.transformer = a->diffusion_model;
+	if (a->clip_l)
+		f.text_encoder = a->clip_l;
+	if (a->t5xxl)
+		f.text_encoder_2 = a->t5xxl;
+	return pd_model_paths_resolve(&r->mp, &f, 0);
+}
+
+/* The prompt embeddings: read from --embeds, or shaped here for -p /
+ * --prompts and filled by pd_run_encode once the mesh exists. */
+static int pd_run_inputs(struct pd_run *r, const struct pd_gen_args *a)
+{
+	int64_t J, P;
+	int sources = (a->embeds != NULL) + (a->prompt != NULL) + (a->prompts_file != NULL);
+
+	if (sources != 1)
+		return pd_errorf(sources ? "give one of -p/--prompt, --prompts FILE and --embeds FILE" :
+					   "no prompt: give -p \"a prompt\" (or --prompts FILE, or --embeds FILE)");
+	if (a->negative && a->embeds)
+		return pd_errorf("-n/--negative-prompt goes with -p or --prompts; --embeds files hold their own "
+				 "negative_prompt_embeds");
+	if (a->embeds)
+		return pd_embeds_load(&r->e, a->embeds) || pd_embeds_check(&r->e, &r->fc, a->embeds);
+	if (a->max_seq < 0 || a->max_seq > 512)
+		return pd_errorf("--max-sequence-length must be between 1 and 512 (got %d)", a->max_seq);
+	r->max_seq = a->max_seq ? a->max_seq : pd_prompt_default_length(r->fc.guidance_embeds);
+	r->negative = a->negative;
+	if (a->prompt) {
+		r->prompts = pd_calloc(1, sizeof(char *), "prompts");
+		if (!r->prompts || !(r->prompts[0] = pd_strdup(a->prompt)))
+			return -1;
+		r->n_prompts = 1;
+	} else if (pd_prompt_read_file(a->prompts_file, &r->prompts, &r->n_prompts)) {
+		return -1;
+	}
+	if (pd_prompt_widths(&r->mp, &J, &P))
+		return -1;
+	if (J != r->fc.joint_attention_dim || P != r->fc.pooled_projection_dim)
+		return pd_errorf("the text encoders make prompt embeddings of width %lld and pooled ones of %lld, but %s "
+				 "expects %d and %d", (long long)J, (long long)P, r->mp.transformer,
+				 r->fc.joint_attention_dim, r->fc.pooled_projection_dim);
+	/* zeros until encoded; shaped now so the mesh can be checked */
+	r->e.batch = r->n_prompts;
+	r->e.txt_len = r->max_seq;
+	r->e.joint_dim = J;
+	r->e.pooled_dim = P;
+	r->e.prompt = pd_calloc((size_t)(r->e.batch * r->max_seq * J) + 1, sizeof(float), "prompt embeddings");
+	r->e.pooled = pd_calloc((size_t)(r->e.batch * P) + 1, sizeof(float), "prompt embeddings");
+	if (!r->e.prompt || !r->e.pooled)
+		return -1;
+	if (r->negative) {
+		r->e.neg_txt_len = r->max_seq;
+		r->e.neg_prompt = pd_calloc((size_t)(r->e.batch * r->max_seq * J) + 1, sizeof(float), "prompt embeddings");
+		r->e.neg_pooled = pd_calloc((size_t)(r->e.batch * P) + 1, sizeof(float), "prompt embeddings");
+		if (!r->e.neg_prompt || !r->e.neg_pooled)
+			return -1;
+	}
+	return 0;
+}
+
+/* Encodes this data-parallel group's prompts on its first rank, sends the
+ * embeddings to the group's other ranks, and releases the encoders before
+ * any transformer weight is read. */
+static int pd_run_encode(struct pd_run *r)
+{
+	struct pd_comm *grp = r->mesh.replica;
+	int64_t first, count, J = r->e.joint_dim, P = r->e.pooled_dim, T = r->max_seq;
+	int rc = 0;
+
+	if (!r->prompts)
+		return 0;
+	pd_dp_slice(r->e.batch, r->degree[PD_AXIS_DP], r->mesh.coord[PD_AXIS_DP], &first, &count);
+	if (grp->rank == 0) {
+		struct pd_prompt_encoder pe;
+		struct pd_embeds enc;
+		double t0 = pd_now();
+
+		pd_log(1, "pdit: encoding %lld prompt%s (CLIP + T5, %lld tokens)\n", (long long)count, count > 1 ? "s" : "",
+		       (long long)T);
+		rc = pd_prompt_encoder_load(&pe, &r->mp, r->be);
+		if (!rc) {
+			rc = pd_prompt_embeds(&enc, &pe, r->prompts, r->n_prompts, r->negative, (int)T, first, count);
+			pd_prompt_encoder_free(&pe);
+		}
+		if (!rc) {
+			memcpy(r->e.prompt + first * T * J, enc.prompt + first * T * J, (size_t)(count * T * J) * sizeof(float));
+			memcpy(r->e.pooled + first * P, enc.pooled + first * P, (size_t)(count * P) * sizeof(float));
+			if (r->negative) {
+				memcpy(r->e.neg_prompt + first * T * J, enc.neg_prompt + first * T * J,
+				       (size_t)(count * T * J) * sizeof(float));
+				memcpy(r->e.neg_pooled + first * P, enc.neg_pooled + first * P, (size_t)(count * P) * sizeof(float));
+			}
+			pd_embeds_free(&enc);
+			pd_log(2, "pdit: encoded in %.2f s\n", pd_now() - t0);
+		}
+	}
+	if (pd_cli_any_failed(r->world, rc))
+		return -1;
+	if (grp->size > 1 &&
+	    (grp->ops->bcast(grp, r->e.prompt + first * T * J, (size_t)(count * T * J) * sizeof(float), 0) ||
+	     grp->ops->bcast(grp, r->e.pooled + first * P, (size_t)(count * P) * sizeof(float), 0) ||
+	     (r->negative &&
+	      (grp->ops->bcast(grp, r->e.neg_prompt + first * T * J, (size_t)(count * T * J) * sizeof(float), 0) ||
+	       grp->ops->bcast(grp, r->e.neg_pooled + first * P, (size_t)(count * P) * sizeof(float), 0)))))
+		return -1;
+	return 0;
+}
+
 /* Phase 1: everything that can be checked without reading a weight. */
 static int pd_run_prepare(struct pd_run *r, const struct pd_gen_args *a, int need_vae)
 {
@@ -182,12 +310,8 @@ static int pd_run_prepare(struct pd_run *r, const struct pd_gen_args *a, int nee
 		return pd_errorf("--steps must be at least 1 (got %d)", a->steps);
 	if (a->true_cfg_scale < 0)
 		return pd_errorf("--true-cfg-scale must not be negative");
-	if (!a->embeds)
-		return pd_errorf("generate needs --embeds FILE (prompt embeddings; see pdit generate --help)");
-	if (pd_model_paths_resolve(&r->mp, a->model, a->transformer, a->vae, a->scheduler) ||
-	    pd_flux_config_load(&r->fc, r->mp.transformer) || pd_embeds_load(&r->e, a->embeds) ||
-	    pd_embeds_check(&r->e, &r->fc, a->embeds) || pd_latent_shape(&r->ls, &r->fc, a->height, a->width) ||
-	    (a->batch > 0 && pd_embeds_repeat(&r->e, a->batch)))
+	if (pd_run_resolve(r, a) || pd_flux_config_load(&r->fc, r->mp.transformer) || pd_run_inputs(r, a) ||
+	    pd_latent_shape(&r->ls, &r->fc, a->height, a->width) || (a->batch > 0 && pd_embeds_repeat(&r->e, a->batch)))
 		return -1;
 	if (need_vae && !r->mp.vae && !a->out_latents)
 		return pd_errorf("no VAE to decode with: give --vae DIR (or --out-latents FILE to keep only latents)");
@@ -202,8 +326,11 @@ static int pd_run_prepare(struct pd_run *r, const struct pd_gen_args *a, int nee
 	r->p.fbcache_threshold = a->fbcache;
 	if (a->true_cfg_scale > 1 && !r->e.neg_prompt)
 		/* diffusers silently ignores the scale here; say so instead. */
-		return pd_errorf("--true-cfg-scale %g needs negative_prompt_embeds and negative_pooled_prompt_embeds in "
-				 "%s (diffusers would silently run without true CFG)", a->true_cfg_scale, a->embeds);
+		return a->embeds ? pd_errorf("--true-cfg-scale %g needs negative_prompt_embeds and "
+					     "negative_pooled_prompt_embeds in %s (diffusers would silently run without "
+					     "true CFG)", a->true_cfg_scale, a->embeds) :
+				   pd_errorf("--true-cfg-scale %g needs a negative prompt: give -n \"...\" (diffusers "
+					     "would silently run without true CFG)", a->true_cfg_scale);
 	if (r->mp.scheduler) {
 		if (pd_scheduler_load(&r->sched, r->mp.scheduler))
 			return -1;
@@ -260,7 +387,7 @@ static int pd_run_load(struct pd_run *r, const struct pd_gen_args *a, int want_v
 		return -1;
 	r->mesh_ok = 1;
 	sh = pd_parallel_shard(&r->mesh, &r->fc);
-	if (pd_backend_cpu_new(&r->be, r->dt, pd_cli_threads(r->world, a->threads)) ||
+	if (pd_backend_cpu_new(&r->be, r->dt, pd_cli_threads(r->world, a->threads)) || pd_run_encode(r) ||
 	    pd_flux_load_shard(&r->m, r->mp.transformer, r->be, &sh))
 		return -1;
 	/* a broken VAE must not surface after minutes of denoising; with the
@@ -301,6 +428,9 @@ static void pd_run_free(struct pd_run *r)
 	pd_scheduler_free(&r->sched);
 	pd_embeds_free(&r->e);
 	pd_model_paths_free(&r->mp);
+	for (int i = 0; i < r->n_prompts; i++)
+		free(r->prompts[i]);
+	free(r->prompts);
 	free(r->init);
 }
 
@@ -312,8 +442,9 @@ static void pd_run_notes(const struct pd_run *r, const struct pd_gen_args *a)
 		pd_log(1, "pdit: note: no scheduler folder; using FLUX.1-%s's settings\n",
 		       r->fc.guidance_embeds ? "dev" : "schnell");
 	if (r->e.neg_prompt && a->true_cfg_scale <= 1)
-		pd_log(1, "pdit: note: %s has negative embeddings, unused because --true-cfg-scale is %g (<= 1)\n",
-		       a->embeds, a->true_cfg_scale);
+		pd_log(1, "pdit: note: %s, unused because --true-cfg-scale is %g (<= 1)\n",
+		       a->embeds ? "the embeddings file has negative embeddings" : "a negative prompt was given",
+		       a->true_cfg_scale);
 	if (!r->fc.guidance_embeds && a->guidance != 3.5f)
 		pd_log(1, "pdit: note: this transformer has no guidance embedding; --guidance is ignored\n");
 	if (r->world->size > 1) {
@@ -348,9 +479,20 @@ static void pd_gen_options(struct pd_gen_args *a, struct pd_arg *opts, enum pd_c
 	const struct pd_arg common[] = {
 		{ "--model", 'm', PD_ARG_STRING, &a->model, "DIR", "diffusers FLUX folder (model_index.json, transformer/, vae/, scheduler/)", NULL },
 		{ "--transformer", 0, PD_ARG_STRING, &a->transformer, "DIR", "transformer folder (overrides --model's)", NULL },
-		{ "--vae", 0, PD_ARG_STRING, &a->vae, "DIR", "VAE folder (overrides --model's)", NULL },
+		{ "--vae", 0, PD_ARG_STRING, &a->vae, "DIR|FILE", "VAE folder, or one .safetensors file (overrides --model's)", NULL },
 		{ "--scheduler", 0, PD_ARG_STRING, &a->scheduler, "DIR", "scheduler folder (overrides --model's)", NULL },
-		{ "--embeds", 0, PD_ARG_STRING, &a->embeds, "FILE", "safetensors with prompt_embeds [B,T,J], pooled_prompt_embeds [B,P], optional negative_*", NULL },
+		{ "--diffusion-model", 0, PD_ARG_STRING, &a->diffusion_model, "FILE", "transformer in one .safetensors file (Black Forest Labs' layout or diffusers')", NULL },
+		{ "--text-encoder", 0, PD_ARG_STRING, &a->text_encoder, "DIR", "CLIP text encoder folder (overrides --model's)", NULL },
+		{ "--clip_l", 0, PD_ARG_STRING, &a->clip_l, "FILE", "CLIP text encoder in one .safetensors file", NULL },
+		{ "--text-encoder-2", 0, PD_ARG_STRING, &a->text_encoder_2, "DIR", "T5 encoder folder (overrides --model's)", NULL },
+		{ "--t5xxl", 0, PD_ARG_STRING, &a->t5xxl, "FILE", "T5 encoder in one .safetensors file", NULL },
+		{ "--tokenizer", 0, PD_ARG_STRING, &a->tokenizer, "DIR", "CLIP tokenizer folder (vocab.json, merges.txt)", NULL },
+		{ "--tokenizer-2", 0, PD_ARG_STRING, &a->tokenizer_2, "DIR", "T5 tokenizer folder (spiece.model)", NULL },
+		{ "--prompt", 'p', PD_ARG_STRING, &a->prompt, "TEXT", "the prompt (encoded with the model's CLIP and T5)", NULL },
+		{ "--negative-prompt", 'n', PD_ARG_STRING, &a->negative, "TEXT", "negative prompt, for --true-cfg-scale above 1", NULL },
+		{ "--prompts", 0, PD_ARG_STRING, &a->prompts_file, "FILE", "one prompt a line: a batch (written as NAME-0.png, ...)", NULL },
+		{ "--max-sequence-length", 0, PD_ARG_INT, &a->max_seq, "N", "T5 tokens (default 512, or 256 for models without guidance embedding)", NULL },
+		{ "--embeds", 0, PD_ARG_STRING, &a->embeds, "FILE", "instead of prompts: safetensors with prompt_embeds [B,T,J], pooled_prompt_embeds [B,P], optional negative_* (pdit encode writes them)", NULL },
 		{ "--height", 'H', PD_ARG_INT, &a->height, "PX", "image height, a multiple of 16 (default 1024)", NULL },
 		{ "--width", 'W', PD_ARG_INT, &a->width, "PX", "image width, a multiple of 16 (default 1024)", NULL },
 		{ "--steps", 0, PD_ARG_INT, &a->steps, "N", "denoising steps (default 28, or 4 for models without guidance embedding)", &a->steps_seen },
@@ -417,7 +559,7 @@ static int pd_gen_parse(struct pd_comm *world, struct pd_gen_args *a, int argc, 
 	static const char *names[] = { "generate", "check", "bench" };
 	const char *usage[] = { pd_gen_usage, pd_check_usage, pd_bench_usage };
 	const char *examples[] = { pd_gen_examples, pd_check_examples, pd_bench_examples };
-	struct pd_arg opts[40];
+	struct pd_arg opts[56];
 	const char *pos[1];
 	int n_pos, hr;
 
@@ -512,11 +654,16 @@ static int pd_write_pictures(struct pd_run *r, const struct pd_gen_args *a, cons
 	for (int64_t i = 0; i < r->par.runner.n_images && !rc; i++) {
 		int64_t b = r->par.runner.first_image + i;
 		char *name = pd_output_name(a->output, b, r->e.batch);
-		char *text = pd_strfmt("pdit %s; embeds: %s (prompt %lld); seed: %llu; steps: %d; guidance: %g; "
-				       "true_cfg_scale: %g; size: %dx%d; model: %s; dtype: %s",
-				       PDIT_VERSION, a->embeds, (long long)b, (unsigned long long)(a->seed + b),
-				       r->p.steps, a->guidance, a->true_cfg_scale, a->width, a->height,
-				       r->mp.root ? r->mp.root : r->mp.transformer, a->dtype);
+		/* the prompt first, as other tools write this chunk */
+		char *source = r->prompts ? pd_strfmt("%s%s%s\n", r->prompts[b], r->negative ? "\nNegative prompt: " : "",
+						      r->negative ? r->negative : "")
+					  : pd_strfmt("embeds: %s (prompt %lld)\n", a->embeds, (long long)b);
+		char *text = source ? pd_strfmt("%spdit %s; seed: %llu; steps: %d; guidance: %g; true_cfg_scale: %g; "
+						"size: %dx%d; model: %s; dtype: %s",
+						source, PDIT_VERSION, (unsigned long long)(a->seed + b), r->p.steps,
+						a->guidance, a->true_cfg_scale, a->width, a->height,
+						r->mp.root ? r->mp.root : r->mp.transformer, a->dtype)
+				    : NULL;
 		double t0 = pd_now();
 
 		rc = !name || !text || pd_decode_image(r->v, &r->ls, all + b * per, rgb, NULL, NULL) ? -1 : 0;
@@ -528,6 +675,7 @@ static int pd_write_pictures(struct pd_run *r, const struct pd_gen_args *a, cons
 		}
 		free(name);
 		free(text);
+		free(source);
 	}
 	free(rgb);
 	return rc;
@@ -1078,7 +1226,7 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 	hr = pd_gen_parse(world, &a, argc, argv, PD_CMD_BENCH);
 	if (hr == 1)
 		return 0;
-	if (!hr && !a.embeds && a.model) {
+	if (!hr && !a.embeds && !a.prompt && !a.prompts_file && a.model) {
 		default_embeds = pd_strfmt("%s/embeds.safetensors", a.model);
 		if (default_embeds && pd_file_exists(default_embeds))
 			a.embeds = default_embeds;

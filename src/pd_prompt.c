@@ -1,0 +1,236 @@
+/*
+ * pd_prompt.c - prompts to embeddings.
+ */
+#include "pd_prompt.h"
+#include "pd_config.h"
+#include "pd_safetensors.h"
+#include "pd_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int pd_prompt_default_length(int guidance_embeds)
+{
+	return guidance_embeds ? 512 : 256;
+}
+
+/* A width from DIR/config.json KEY, or from a single file's tensor SUFFIX
+ * (column COL of its shape). */
+static int pd_prompt_width(const char *path, const char *what, const char *key, const char *suffix, int col,
+			   int64_t *out)
+{
+	if (!path)
+		return pd_errorf("no %s: give --model DIR (with model_index.json naming it) or its own flag", what);
+	if (pd_is_dir(path)) {
+		struct pd_config c;
+		int rc;
+
+		if (pd_config_load_in(&c, path, "config.json", what))
+			return -1;
+		rc = pd_config_int(&c, key, 1, 0, 1, 1 << 20, out);
+		pd_config_free(&c);
+		return rc;
+	} else {
+		struct pd_st *st;
+		const struct pd_st_tensor *t;
+		int rc = 0;
+
+		if (pd_st_open(&st, path))
+			return -1;
+		t = pd_st_find_suffix(st, suffix);
+		if (!t || t->ndim != 2)
+			rc = pd_errorf("%s: not a %s (no ...%s)", path, what, suffix);
+		else
+			*out = t->shape[col];
+		pd_st_close(st);
+		return rc;
+	}
+}
+
+int pd_prompt_widths(const struct pd_model_paths *mp, int64_t *joint_dim, int64_t *pooled_dim)
+{
+	return pd_prompt_width(mp->text_encoder_2, "T5 text encoder (text_encoder_2)", "d_model",
+			       "encoder.final_layer_norm.weight", 0, joint_dim) ||
+	       pd_prompt_width(mp->text_encoder, "CLIP text encoder (text_encoder)", "hidden_size",
+			       "embeddings.token_embedding.weight", 1, pooled_dim);
+}
+
+int pd_prompt_encoder_load(struct pd_prompt_encoder *pe, const struct pd_model_paths *mp, struct pd_backend *be)
+{
+	memset(pe, 0, sizeof(*pe));
+	if (!mp->tokenizer || !mp->tokenizer_2)
+		return pd_errorf("no %s folder: give --model DIR or --tokenizer%s DIR",
+				 !mp->tokenizer ? "tokenizer" : "tokenizer_2", !mp->tokenizer ? "" : "-2");
+	if (!mp->text_encoder || !mp->text_encoder_2)
+		return pd_errorf("no %s: give --model DIR or %s", !mp->text_encoder ? "CLIP text encoder" : "T5 encoder",
+				 !mp->text_encoder ? "--text-encoder DIR|--clip_l FILE" : "--text-encoder-2 DIR|--t5xxl FILE");
+	if (pd_clip_tok_load(&pe->clip_tok, mp->tokenizer))
+		return -1;
+	pe->loaded = 1;
+	if (pd_t5_tok_load(&pe->t5_tok, mp->tokenizer_2))
+		goto fail;
+	pe->loaded = 2;
+	if (pd_clip_load(&pe->clip, mp->text_encoder, be) || pd_t5_load(&pe->t5, mp->text_encoder_2, be))
+		goto fail;
+	if (pd_clip_get_config(pe->clip)->vocab <= pe->clip_tok.eos) {
+		pd_errorf("%s: %d token embeddings, but the tokenizer in %s uses ids up to %d", mp->text_encoder,
+			  pd_clip_get_config(pe->clip)->vocab, mp->tokenizer, pe->clip_tok.eos);
+		goto fail;
+	}
+	if (pd_t5_get_config(pe->t5)->vocab < pe->t5_tok.n_pieces) {
+		pd_errorf("%s: %d token embeddings, but the tokenizer in %s has %d pieces", mp->text_encoder_2,
+			  pd_t5_get_config(pe->t5)->vocab, mp->tokenizer_2, pe->t5_tok.n_pieces);
+		goto fail;
+	}
+	return 0;
+fail:
+	pd_prompt_encoder_free(pe);
+	return -1;
+}
+
+void pd_prompt_encoder_free(struct pd_prompt_encoder *pe)
+{
+	if (pe->loaded >= 1)
+		pd_clip_tok_free(&pe->clip_tok);
+	if (pe->loaded >= 2)
+		pd_t5_tok_free(&pe->t5_tok);
+	pd_clip_free(pe->clip);
+	pd_t5_free(pe->t5);
+	memset(pe, 0, sizeof(*pe));
+}
+
+int pd_prompt_encode(struct pd_prompt_encoder *pe, const char *prompt, int max_seq, float *embeds, float *pooled,
+		     int64_t *clip_ids, int64_t *t5_ids)
+{
+	int n77 = pe->clip_tok.max_len;
+	int64_t *cids = pd_malloc((size_t)n77 * sizeof(int64_t), "ids"), *tids = pd_malloc((size_t)max_seq * sizeof(int64_t), "ids");
+	int32_t *ids = NULL;
+	size_t n = 0;
+	int rc = -1;
+
+	if (!cids || !tids)
+		goto out;
+	if (n77 > pd_clip_get_config(pe->clip)->max_pos)
+		n77 = pd_clip_get_config(pe->clip)->max_pos;
+	/* CLIP: 77 ids, BOS ... EOS, padded with the pad token */
+	if (pd_clip_tok_encode(&pe->clip_tok, prompt, &ids, &n))
+		goto out;
+	pd_tok_fit(ids, n, pe->clip_tok.eos, pe->clip_tok.pad, cids, n77);
+	free(ids);
+	ids = NULL;
+	if (n > (size_t)n77)
+		pd_log(1, "pdit: note: the prompt is %zu CLIP tokens; CLIP sees the first %d\n", n, n77);
+	/* T5: sentencepiece ids cut to max_seq - 1, </s>, padded with <pad> */
+	if (pd_t5_tok_encode(&pe->t5_tok, prompt, &ids, &n))
+		goto out;
+	{
+		int32_t *with = realloc(ids, (n + 1) * sizeof(int32_t));
+
+		if (!with) {
+			pd_errorf("out of memory tokenizing");
+			goto out;
+		}
+		ids = with;
+		ids[n++] = pe->t5_tok.eos;
+	}
+	pd_tok_fit(ids, n, pe->t5_tok.eos, pe->t5_tok.pad, tids, max_seq);
+	if (n > (size_t)max_seq)
+		pd_log(1, "pdit: note: the prompt is %zu T5 tokens; --max-sequence-length %d keeps the first %d\n", n,
+		       max_seq, max_seq);
+	if (pd_clip_forward(pe->clip, cids, n77, NULL, pooled, NULL) ||
+	    pd_t5_forward(pe->t5, tids, max_seq, embeds, NULL))
+		goto out;
+	if (clip_ids)
+		memcpy(clip_ids, cids, (size_t)n77 * sizeof(int64_t));
+	if (t5_ids)
+		memcpy(t5_ids, tids, (size_t)max_seq * sizeof(int64_t));
+	rc = 0;
+out:
+	free(ids);
+	free(cids);
+	free(tids);
+	return rc;
+}
+
+int pd_prompt_embeds(struct pd_embeds *e, struct pd_prompt_encoder *pe, char *const *prompts, int n,
+		     const char *negative, int max_seq, int64_t first, int64_t count)
+{
+	int64_t J = pd_t5_get_config(pe->t5)->d_model, P = pd_clip_get_config(pe->clip)->hidden;
+
+	memset(e, 0, sizeof(*e));
+	e->batch = n;
+	e->txt_len = max_seq;
+	e->joint_dim = J;
+	e->pooled_dim = P;
+	e->prompt = pd_calloc((size_t)(n * max_seq * J) + 1, sizeof(float), "prompt embeddings");
+	e->pooled = pd_calloc((size_t)(n * P) + 1, sizeof(float), "prompt embeddings");
+	if (!e->prompt || !e->pooled)
+		goto fail;
+	if (negative) {
+		e->neg_txt_len = max_seq;
+		e->neg_prompt = pd_calloc((size_t)(n * max_seq * J) + 1, sizeof(float), "prompt embeddings");
+		e->neg_pooled = pd_calloc((size_t)(n * P) + 1, sizeof(float), "prompt embeddings");
+		if (!e->neg_prompt || !e->neg_pooled)
+			goto fail;
+	}
+	for (int64_t b = first; b < first + count && b < n; b++) {
+		pd_log(2, "pdit: encoding prompt %lld of %d\n", (long long)b + 1, n);
+		if (pd_prompt_encode(pe, prompts[b], max_seq, e->prompt + b * max_seq * J, e->pooled + b * P, NULL, NULL))
+			goto fail;
+		if (negative) {
+			/* one negative prompt for all: encoded once, copied */
+			if (b == first) {
+				if (pd_prompt_encode(pe, negative, max_seq, e->neg_prompt + b * max_seq * J,
+						     e->neg_pooled + b * P, NULL, NULL))
+					goto fail;
+			} else {
+				memcpy(e->neg_prompt + b * max_seq * J, e->neg_prompt + first * max_seq * J,
+				       (size_t)(max_seq * J) * sizeof(float));
+				memcpy(e->neg_pooled + b * P, e->neg_pooled + first * P, (size_t)P * sizeof(float));
+			}
+		}
+	}
+	return 0;
+fail:
+	pd_embeds_free(e);
+	return -1;
+}
+
+/* --prompts FILE: one prompt a line; blank lines are skipped. */
+int pd_prompt_read_file(const char *path, char ***out, int *n)
+{
+	char *text = NULL, *line, *save = NULL;
+	size_t len;
+	int cap = 0;
+
+	*out = NULL;
+	*n = 0;
+	if (pd_read_file(path, 64u << 20, &text, &len))
+		return -1;
+	for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		size_t l = strlen(line);
+		char **g;
+
+		if (l && line[l - 1] == '\r')
+			line[--l] = 0;
+		if (strspn(line, " \t") == l)
+			continue;
+		if (*n == cap) {
+			cap = cap ? 2 * cap : 16;
+			g = realloc(*out, (size_t)cap * sizeof(char *));
+			if (!g)
+				goto oom;
+			*out = g;
+		}
+		(*out)[*n] = pd_strdup(line);
+		if (!(*out)[(*n)++])
+			goto oom;
+	}
+	free(text);
+	if (*n == 0)
+		return pd_errorf("%s: no prompt in it (one prompt a line)", path);
+	return 0;
+oom:
+	free(text);
+	return pd_errorf("out of memory reading %s", path);
+}

@@ -35,16 +35,14 @@ const struct pd_clip_config *pd_clip_get_config(const struct pd_clip *m)
 	return &m->cfg;
 }
 
-static int pd_clip_config_read(struct pd_clip_config *c, const char *dir)
+static int pd_clip_config_parse(struct pd_clip_config *c, const struct pd_config *jp)
 {
-	struct pd_config j;
+	struct pd_config j = *jp;
 	const char *act = NULL;
 	int64_t v;
 	double d;
 	int rc = -1;
 
-	if (pd_config_load_in(&j, dir, "config.json", "CLIP text encoder"))
-		return -1;
 #define GETI(key, def, lo, hi, field) \
 	do { \
 		if (pd_config_int(&j, key, def < 0, def, lo, hi, &v)) \
@@ -72,6 +70,19 @@ static int pd_clip_config_read(struct pd_clip_config *c, const char *dir)
 	}
 	rc = 0;
 out:
+	return rc;
+}
+
+/* DIR/config.json, or the "config" metadata of a single file ST. */
+static int pd_clip_config_read(struct pd_clip_config *c, const char *dir, const struct pd_st *st)
+{
+	struct pd_config j;
+	int rc;
+
+	if (dir ? pd_config_load_in(&j, dir, "config.json", "CLIP text encoder")
+		: pd_config_parse(&j, pd_st_meta(st, "config"), st->path))
+		return -1;
+	rc = pd_clip_config_parse(c, &j);
 	pd_config_free(&j);
 	return rc;
 }
@@ -138,7 +149,9 @@ int pd_clip_load(struct pd_clip **out, const char *path, struct pd_backend *be)
 	snprintf(pre, sizeof(pre), "%.*s", (int)(strlen(t->name) - strlen("embeddings.token_embedding.weight")),
 		 t->name);
 	snprintf(m->tok_name, sizeof(m->tok_name), "%s", t->name);
-	if (pd_is_dir(path) ? pd_clip_config_read(&m->cfg, path) : pd_clip_config_infer(&m->cfg, m->st, pre))
+	if (pd_is_dir(path) ? pd_clip_config_read(&m->cfg, path, NULL)
+	    : pd_st_meta(m->st, "config") ? pd_clip_config_read(&m->cfg, NULL, m->st)
+					  : pd_clip_config_infer(&m->cfg, m->st, pre))
 		goto fail;
 	D = m->cfg.hidden;
 	I = m->cfg.intermediate;

@@ -9,27 +9,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-int pd_config_load(struct pd_config *c, const char *path)
+int pd_config_parse(struct pd_config *c, const char *text, const char *label)
 {
-	char *text;
-	cJSON *root;
+	cJSON *root = cJSON_Parse(text);
 
 	memset(c, 0, sizeof(*c));
-	if (pd_read_file(path, 16u << 20, &text, NULL))
-		return -1;
-	root = cJSON_Parse(text);
-	free(text);
 	if (!root || !cJSON_IsObject(root)) {
 		cJSON_Delete(root);
-		return pd_errorf("%s: not a valid JSON object", path);
+		return pd_errorf("%s: not a valid JSON object", label);
 	}
-	c->path = pd_strdup(path);
+	c->path = pd_strdup(label);
 	if (!c->path) {
 		cJSON_Delete(root);
 		return -1;
 	}
 	c->json = root;
 	return 0;
+}
+
+int pd_config_load(struct pd_config *c, const char *path)
+{
+	char *text;
+	int rc;
+
+	memset(c, 0, sizeof(*c));
+	if (pd_read_file(path, 16u << 20, &text, NULL))
+		return -1;
+	rc = pd_config_parse(c, text, path);
+	free(text);
+	return rc;
 }
 
 int pd_config_load_in(struct pd_config *c, const char *dir, const char *file, const char *what)

@@ -15,6 +15,8 @@ struct pd_config {
 	void *json;             /* parsed cJSON root object */
 };
 
+/* Parses TEXT; LABEL names it in messages (a file, a metadata key). */
+int pd_config_parse(struct pd_config *c, const char *text, const char *label);
 /* Reads and parses PATH (at most 16 MiB); the root must be an object. */
 int pd_config_load(struct pd_config *c, const char *path);
 /* Reads DIR/FILE; a missing file is reported as "DIR/FILE: missing (is DIR

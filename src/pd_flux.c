@@ -84,12 +84,31 @@ struct pd_flux {
 int pd_flux_config_load(struct pd_flux_config *cfg, const char *dir)
 {
 	struct pd_config c;
+	int rc;
+
+	/* a single file carries no config.json: its sizes come with it */
+	if (!pd_is_dir(dir)) {
+		struct pd_st *st;
+
+		if (pd_flux_open_file(&st, dir, cfg))
+			return -1;
+		pd_st_close(st);
+		return 0;
+	}
+	if (pd_config_load_in(&c, dir, "config.json", "FLUX transformer"))
+		return -1;
+	rc = pd_flux_config_parse(cfg, &c);
+	pd_config_free(&c);
+	return rc;
+}
+
+int pd_flux_config_parse(struct pd_flux_config *cfg, const struct pd_config *cp)
+{
+	struct pd_config c = *cp;
 	int64_t v, axes[PD_FLUX_MAX_AXES];
 	int rc = -1, n, sum = 0;
 
 	memset(cfg, 0, sizeof(*cfg));
-	if (pd_config_load_in(&c, dir, "config.json", "FLUX transformer"))
-		return -1;
 #define GETI(key, req, def, lo, hi, field) \
 	do { \
 		if (pd_config_int(&c, key, req, def, lo, hi, &v)) \
@@ -136,7 +155,6 @@ int pd_flux_config_load(struct pd_flux_config *cfg, const char *dir)
 	cfg->mlp_dim = 4 * cfg->dim;
 	rc = 0;
 out:
-	pd_config_free(&c);
 	return rc;
 }
 
@@ -250,7 +268,8 @@ int pd_flux_load_shard(struct pd_flux **out, const char *dir, struct pd_backend 
 	m->shard.block_first = shard ? shard->block_first : 0;
 	m->shard.block_count = shard ? shard->block_count : 0;
 	c = &m->cfg;
-	if (pd_flux_config_load(c, dir) || pd_st_open_component(&st, dir, "diffusion_pytorch_model"))
+	if (pd_is_dir(dir) ? pd_flux_config_load(c, dir) || pd_st_open_component(&st, dir, "diffusion_pytorch_model")
+			  : pd_flux_open_file(&st, dir, c))
 		goto fail;
 	pd_flux_mlp_dim(st, c);
 	if (m->shard.block_count == 0)

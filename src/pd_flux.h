@@ -41,8 +41,24 @@ struct pd_flux_config {
 	int axes_dims[PD_FLUX_MAX_AXES]; /* channels per RoPE axis, summing to head_dim */
 };
 
-/* Reads and checks DIR/config.json. */
+struct pd_config;
+struct pd_st;
+
+/* Reads and checks DIR/config.json (or a single file's sizes, as
+ * pd_flux_open_file finds them). */
 int pd_flux_config_load(struct pd_flux_config *cfg, const char *dir);
+/* Checks a diffusers transformer config already parsed. */
+int pd_flux_config_parse(struct pd_flux_config *cfg, const struct pd_config *c);
+
+/* A transformer in one .safetensors file, as Black Forest Labs publish it
+ * (double_blocks.N.img_attn.qkv, single_blocks.N.linear1, final_layer with
+ * its modulation as (shift, scale)) or with diffusers' names, under any
+ * prefix ("model.diffusion_model."): *ST gets a view with diffusers' names
+ * (fused projections split by rows, the final modulation's halves
+ * swapped), CFG its sizes: from a "config" metadata entry (a diffusers
+ * config.json) when present, else from the tensors' shapes, with FLUX.1's
+ * RoPE axes (16, 56, 56) for heads of 128. */
+int pd_flux_open_file(struct pd_st **st, const char *path, struct pd_flux_config *cfg);
 
 struct pd_flux;
 

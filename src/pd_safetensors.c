@@ -326,6 +326,10 @@ void pd_st_close(struct pd_st *st)
 {
 	if (!st)
 		return;
+	for (int i = 0; i < st->n_own; i++)
+		free(st->own[i].name);
+	free(st->own);
+	pd_st_close(st->base);
 	for (int i = 0; i < st->n_files; i++)
 		pd_st_file_free(st->files[i]);
 	for (int i = 0; i < st->n_meta; i++) {
@@ -506,6 +510,96 @@ int pd_st_open_component(struct pd_st **out, const char *dir, const char *stem)
 	return rc;
 }
 
+int pd_st_view_new(struct pd_st **out, struct pd_st *base)
+{
+	struct pd_st *v = pd_calloc(1, sizeof(*v), "a tensor view");
+
+	*out = NULL;
+	if (!v)
+		return -1;
+	v->base = base;
+	v->path = pd_strdup(base->path);
+	if (!v->path) {
+		pd_st_close(v);
+		return -1;
+	}
+	/* the metadata stays readable through the view */
+	v->meta_keys = pd_calloc((size_t)base->n_meta + 1, sizeof(char *), "metadata");
+	v->meta_vals = pd_calloc((size_t)base->n_meta + 1, sizeof(char *), "metadata");
+	if (!v->meta_keys || !v->meta_vals) {
+		pd_st_close(v);
+		return -1;
+	}
+	for (; v->n_meta < base->n_meta; v->n_meta++) {
+		v->meta_keys[v->n_meta] = pd_strdup(base->meta_keys[v->n_meta]);
+		v->meta_vals[v->n_meta] = pd_strdup(base->meta_vals[v->n_meta]);
+		if (!v->meta_keys[v->n_meta] || !v->meta_vals[v->n_meta]) {
+			v->n_meta++;
+			pd_st_close(v);
+			return -1;
+		}
+	}
+	*out = v;
+	return 0;
+}
+
+int pd_st_view_add(struct pd_st *v, const char *name, const struct pd_st_tensor *src, int64_t r0, int64_t nr,
+		   int64_t roll, int ndim, const int64_t *shape)
+{
+	struct pd_st_tensor *t;
+	int64_t rows = src->ndim ? src->shape[0] : 1, per_row = rows ? src->numel / rows : 0, numel = 1;
+	size_t es = pd_dtype_size(src->dtype);
+
+	if (r0 < 0 || nr < 1 || r0 + nr > rows || ndim < 1 || ndim > PD_ST_MAX_DIMS)
+		return pd_errorf("%s: rows %lld..%lld of '%s' (%lld rows) for '%s'", v->path, (long long)r0,
+				 (long long)(r0 + nr), src->name, (long long)rows, name);
+	if (v->n_own == v->cap_own) {
+		int cap = v->cap_own ? 2 * v->cap_own : 256;
+		struct pd_st_tensor *g = realloc(v->own, sizeof(*g) * (size_t)cap);
+
+		if (!g)
+			return pd_errorf("out of memory");
+		v->own = g;
+		v->cap_own = cap;
+	}
+	t = &v->own[v->n_own];
+	memset(t, 0, sizeof(*t));
+	t->dtype = src->dtype;
+	t->ndim = ndim;
+	for (int i = 0; i < ndim; i++) {
+		t->shape[i] = shape ? shape[i] : i == 0 ? nr : src->shape[i];
+		numel *= t->shape[i];
+	}
+	if (numel != nr * per_row || (roll && (roll < 0 || roll >= t->shape[0])))
+		return pd_errorf("%s: '%s' cannot be %s as '%s'", v->path, src->name, roll ? "rolled" : "reshaped", name);
+	t->numel = numel;
+	t->data = src->data + (size_t)(r0 * per_row) * es;
+	t->nbytes = (size_t)numel * es;
+	t->file = src->file;
+	t->roll = roll;
+	t->name = pd_strdup(name);
+	if (!t->name)
+		return -1;
+	v->n_own++;
+	return 0;
+}
+
+int pd_st_view_done(struct pd_st *v)
+{
+	free(v->sorted);
+	v->sorted = pd_calloc((size_t)v->n_own + 1, sizeof(*v->sorted), "a tensor view");
+	if (!v->sorted)
+		return -1;
+	for (int i = 0; i < v->n_own; i++)
+		v->sorted[i] = &v->own[i];
+	v->n_tensors = v->n_own;
+	qsort(v->sorted, (size_t)v->n_tensors, sizeof(*v->sorted), pd_tensor_cmp_name);
+	for (int i = 1; i < v->n_tensors; i++)
+		if (strcmp(v->sorted[i - 1]->name, v->sorted[i]->name) == 0)
+			return pd_errorf("%s: two tensors named '%s' in the view", v->path, v->sorted[i]->name);
+	return 0;
+}
+
 int pd_st_open_path(struct pd_st **out, const char *path, const char *stem)
 {
 	return pd_is_dir(path) ? pd_st_open_component(out, path, stem) : pd_st_open(out, path);
@@ -627,6 +721,21 @@ int pd_st_read_f32(const struct pd_st_tensor *t, size_t start, size_t count, flo
 				 pd_dtype_name(t->dtype));
 	if (start > (size_t)t->numel || count > (size_t)t->numel - start)
 		return pd_errorf("%s: read past the end of tensor '%s'", t->file->path, t->name);
+	if (t->roll) {
+		/* a rolled view: stored row (r + roll) mod rows, piece by piece */
+		size_t rows = (size_t)t->shape[0], cols = (size_t)t->numel / rows, es = pd_dtype_size(t->dtype);
+
+		while (count > 0) {
+			size_t r = start / cols, c = start % cols, n = cols - c < count ? cols - c : count;
+			size_t sr = (r + (size_t)t->roll) % rows;
+
+			pd_convert_f32(t->dtype, t->data + (sr * cols + c) * es, n, dst);
+			dst += n;
+			start += n;
+			count -= n;
+		}
+		return 0;
+	}
 	pd_convert_f32(t->dtype, t->data + start * pd_dtype_size(t->dtype), count, dst);
 	return 0;
 }
@@ -644,9 +753,12 @@ int pd_st_read_block_f32(const struct pd_st_tensor *t, int64_t r0, int64_t nr, i
 	if (r0 < 0 || nr < 0 || c0 < 0 || nc < 0 || r0 + nr > rows || c0 + nc > cols)
 		return pd_errorf("%s: block [%lld:%lld, %lld:%lld] outside tensor '%s'", t->file->path,
 				 (long long)r0, (long long)(r0 + nr), (long long)c0, (long long)(c0 + nc), t->name);
-	for (int64_t r = 0; r < nr; r++)
-		pd_convert_f32(t->dtype, t->data + ((size_t)(r0 + r) * (size_t)cols + (size_t)c0) * es, (size_t)nc,
+	for (int64_t r = 0; r < nr; r++) {
+		int64_t sr = (r0 + r + t->roll) % rows;
+
+		pd_convert_f32(t->dtype, t->data + ((size_t)sr * (size_t)cols + (size_t)c0) * es, (size_t)nc,
 			       dst + r * ldd);
+	}
 	return 0;
 }
 

@@ -61,6 +61,9 @@ struct pd_st_tensor {
 	const unsigned char *data;      /* first byte inside the file mapping */
 	size_t nbytes;                  /* numel * element size, checked */
 	const struct pd_st_file *file;  /* the file holding it (for messages) */
+	/* In a view (pd_st_view_*): the first ROLL stored rows come last, so
+	 * logical row r is stored row (r + roll) mod shape[0]; 0 elsewhere. */
+	int64_t roll;
 };
 
 /* One opened safetensors file or a set of shards seen as one. */
@@ -73,6 +76,10 @@ struct pd_st {
 	int n_meta;                     /* __metadata__ entries of the first file */
 	char **meta_keys;               /* their keys */
 	char **meta_vals;               /* their (string) values */
+	/* A view: renamed, sliced tensors of BASE (closed with the view). */
+	struct pd_st *base;
+	struct pd_st_tensor *own;       /* the view's tensors */
+	int n_own, cap_own;
 };
 
 /* Opens PATH: a .safetensors file, or a .safetensors.index.json whose
@@ -82,6 +89,19 @@ int pd_st_open(struct pd_st **out, const char *path);
 /* Opens DIR/STEM.safetensors or, failing that, DIR/STEM.safetensors.index.json
  * (how diffusers and transformers name a component's weights). */
 int pd_st_open_component(struct pd_st **out, const char *dir, const char *stem);
+
+/* Views: the tensors of BASE under other names, as row ranges, reshaped,
+ * with halves swapped (pd_st_tensor.roll): how a checkpoint in another
+ * layout (fused q/k/v, a final norm's (shift, scale) for (scale, shift))
+ * is read without copying it. The view takes BASE over. */
+int pd_st_view_new(struct pd_st **out, struct pd_st *base);
+/* NAME = rows [r0, r0 + nr) of SRC (a tensor of the base), as NDIM
+ * dimensions SHAPE (same element count; NULL: SRC's with nr rows), the
+ * first ROLL of them read last. */
+int pd_st_view_add(struct pd_st *v, const char *name, const struct pd_st_tensor *src, int64_t r0, int64_t nr,
+		   int64_t roll, int ndim, const int64_t *shape);
+/* Ends adding: sorts the names (pd_st_get works from here on). */
+int pd_st_view_done(struct pd_st *v);
 
 /* PATH a folder: as pd_st_open_component(PATH, STEM); a file: pd_st_open. */
 int pd_st_open_path(struct pd_st **out, const char *path, const char *stem);

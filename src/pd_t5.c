@@ -52,16 +52,14 @@ int pd_t5_bucket(int r, int buckets, int max_distance)
 	}
 }
 
-static int pd_t5_config_read(struct pd_t5_config *c, const char *dir)
+static int pd_t5_config_parse(struct pd_t5_config *c, const struct pd_config *jp)
 {
-	struct pd_config j;
+	struct pd_config j = *jp;
 	const char *ff = NULL;
 	int64_t v;
 	double d;
 	int rc = -1;
 
-	if (pd_config_load_in(&j, dir, "config.json", "T5 encoder"))
-		return -1;
 #define GETI(key, def, lo, hi, field) \
 	do { \
 		if (pd_config_int(&j, key, def < 0, def, lo, hi, &v)) \
@@ -87,6 +85,19 @@ static int pd_t5_config_read(struct pd_t5_config *c, const char *dir)
 	}
 	rc = 0;
 out:
+	return rc;
+}
+
+/* DIR/config.json, or the "config" metadata of a single file ST. */
+static int pd_t5_config_read(struct pd_t5_config *c, const char *dir, const struct pd_st *st)
+{
+	struct pd_config j;
+	int rc;
+
+	if (dir ? pd_config_load_in(&j, dir, "config.json", "T5 encoder")
+		: pd_config_parse(&j, pd_st_meta(st, "config"), st->path))
+		return -1;
+	rc = pd_t5_config_parse(c, &j);
 	pd_config_free(&j);
 	return rc;
 }
@@ -156,7 +167,9 @@ int pd_t5_load(struct pd_t5 **out, const char *path, struct pd_backend *be)
 		pd_errorf("%s: no %sshared.weight or %sencoder.embed_tokens.weight", m->st->path, pre, pre);
 		goto fail;
 	}
-	if (pd_is_dir(path) ? pd_t5_config_read(&m->cfg, path) : pd_t5_config_infer(&m->cfg, m->st, pre, m->emb_name))
+	if (pd_is_dir(path) ? pd_t5_config_read(&m->cfg, path, NULL)
+	    : pd_st_meta(m->st, "config") ? pd_t5_config_read(&m->cfg, NULL, m->st)
+					  : pd_t5_config_infer(&m->cfg, m->st, pre, m->emb_name))
 		goto fail;
 	D = m->cfg.d_model;
 	A = (int64_t)m->cfg.heads * m->cfg.d_kv;

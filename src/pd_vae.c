@@ -14,7 +14,6 @@
 #include <string.h>
 
 #define PD_VAE_EPS 1e-6f
-#define PD_VAE_MAX_RESNETS 16
 
 struct pd_vae_resnet {
 	int c_in, c_out;                /* channels in and out */
@@ -48,12 +47,30 @@ struct pd_vae {
 int pd_vae_config_load(struct pd_vae_config *cfg, const char *dir)
 {
 	struct pd_config c;
+	int rc;
+
+	if (!pd_is_dir(dir)) {
+		struct pd_st *st;
+
+		if (pd_vae_open_file(&st, dir, cfg))
+			return -1;
+		pd_st_close(st);
+		return 0;
+	}
+	if (pd_config_load_in(&c, dir, "config.json", "VAE"))
+		return -1;
+	rc = pd_vae_config_parse(cfg, &c);
+	pd_config_free(&c);
+	return rc;
+}
+
+int pd_vae_config_parse(struct pd_vae_config *cfg, const struct pd_config *cp)
+{
+	struct pd_config c = *cp;
 	int64_t v, blocks[PD_VAE_MAX_BLOCKS];
 	int rc = -1, n;
 
 	memset(cfg, 0, sizeof(*cfg));
-	if (pd_config_load_in(&c, dir, "config.json", "VAE"))
-		return -1;
 	if (pd_config_int(&c, "latent_channels", 1, 0, 1, 1 << 14, &v))
 		goto out;
 	cfg->latent_channels = (int)v;
@@ -88,7 +105,6 @@ int pd_vae_config_load(struct pd_vae_config *cfg, const char *dir)
 	}
 	rc = 0;
 out:
-	pd_config_free(&c);
 	return rc;
 }
 
@@ -126,7 +142,8 @@ int pd_vae_load(struct pd_vae **out, const char *dir, struct pd_backend *be)
 	v->be = be;
 	v->hooks.bands = 1;
 	c = &v->cfg;
-	if (pd_vae_config_load(c, dir) || pd_st_open_component(&st, dir, "diffusion_pytorch_model"))
+	if (pd_is_dir(dir) ? pd_vae_config_load(c, dir) || pd_st_open_component(&st, dir, "diffusion_pytorch_model")
+			  : pd_vae_open_file(&st, dir, c))
 		goto fail;
 	ld.st = st;
 	ld.be = be;

@@ -16,6 +16,8 @@
 #include "pd_flux.h"
 
 #define PD_VAE_MAX_BLOCKS 8
+/* resnets per up block: layers_per_block + 1 */
+#define PD_VAE_MAX_RESNETS 16
 
 struct pd_vae_config {
 	int latent_channels;            /* decoder input channels (16 in FLUX.1) */
@@ -30,7 +32,20 @@ struct pd_vae_config {
 	double shift_factor;            /* ... + shift_factor = decoder input */
 };
 
+struct pd_config;
+struct pd_st;
+
+/* Reads DIR/config.json (or a single file's sizes, see pd_vae_open_file). */
 int pd_vae_config_load(struct pd_vae_config *cfg, const char *dir);
+int pd_vae_config_parse(struct pd_vae_config *cfg, const struct pd_config *c);
+/* An autoencoder in one .safetensors file in the original (LDM) layout, as
+ * Black Forest Labs publish ae.safetensors (decoder.mid.block_1,
+ * decoder.up.N.block.M, attention as 1x1 convolutions, under any prefix),
+ * or with diffusers' names: *ST gets a view with diffusers' names (up
+ * blocks in diffusers' order), CFG its sizes: from a "config" metadata
+ * entry when present, else from the shapes, with FLUX.1's 32 groups and
+ * latent scaling (0.3611, shift 0.1159) for 16 latent channels. */
+int pd_vae_open_file(struct pd_st **st, const char *path, struct pd_vae_config *cfg);
 
 struct pd_vae;
 

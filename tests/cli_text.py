@@ -25,7 +25,7 @@ sys.argv = [sys.argv[0], TE]
 sys.path.insert(0, TE)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy_reference_te as te  # noqa: E402
-from pngread import read_png  # noqa: E402
+from testfiles import load_st, read_png, save_st  # noqa: E402
 
 failures = []
 
@@ -72,6 +72,24 @@ def main():
                 if not (ok and max(e1, e2, e3, e4) <= 1e-4):
                     report(False, "%s at %d: ids %s, errors %.2e %.2e" % (os.path.basename(path), L, ok, e1, e2))
         report(not failures, "every golden prompt: ids exact, outputs within 1e-4 (worst %.2e)" % worst)
+
+        print("single-file encoders (--clip_l, --t5xxl)")
+        clip = load_st(os.path.join(TE, "text_encoder", "model.safetensors"))
+        t5 = load_st(os.path.join(TE, "text_encoder_2", "model.safetensors"))
+        cfile, tfile = os.path.join(tmp, "clip_l.safetensors"), os.path.join(tmp, "t5xxl.safetensors")
+        # a prefix as ComfyUI's files have, and the config as metadata (CLIP's heads cannot be read from
+        # shapes); T5 with its embedding under the other name and no config (read from the shapes)
+        save_st(cfile, {"text_encoders.clip_l.transformer." + k: v for k, v in clip.items()},
+                {"config": open(os.path.join(TE, "text_encoder", "config.json")).read()})
+        save_st(tfile, {("encoder.embed_tokens.weight" if k == "shared.weight" else k): v for k, v in t5.items()})
+        ref, meta = te.load_st(os.path.join(TE, "cases", "p01.safetensors"))
+        r = run("encode", "--clip_l", cfile, "--t5xxl", tfile, "--tokenizer", os.path.join(TE, "tokenizer"),
+                "--tokenizer-2", os.path.join(TE, "tokenizer_2"), "-p", json.loads(meta["prompt"]),
+                "--max-sequence-length", 32, "--out", out)
+        got = te.load_st(out)[0] if r.returncode == 0 else None
+        e1 = rel(got["pooled_prompt_embeds"], ref["clip.pooler_output"]) if got else 1
+        e2 = rel(got["prompt_embeds"], ref["t5.last_hidden_state.32"]) if got else 1
+        report(got is not None and max(e1, e2) <= 1e-4, "p01 through single files: %.2e %.2e %s" % (e1, e2, r.stderr.strip()[-200:]))
 
         print("a FLUX.1-dev-shaped tiny folder, prompt to picture")
         m = os.path.join(tmp, "m")

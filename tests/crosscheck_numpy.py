@@ -15,7 +15,6 @@ in the golden files), so both sides evaluate the same timestep embedding.
 """
 import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -25,24 +24,10 @@ import numpy as np
 PDIT, GOLDEN = sys.argv[1], sys.argv[2]
 sys.path.insert(0, GOLDEN)
 import numpy_reference as nr  # noqa: E402
-from pngread import read_png  # noqa: E402
+from testfiles import read_png, save_st  # noqa: E402
 
 TOL_FWD, TOL_LAT = 1e-5, 1e-4
 failures = []
-
-
-def save_st(path, tensors):
-    """Minimal safetensors writer (float32)."""
-    hdr, off, blobs = {}, 0, []
-    for k, v in tensors.items():
-        b = np.ascontiguousarray(v, dtype="<f4").tobytes()
-        hdr[k] = {"dtype": "F32", "shape": list(v.shape), "data_offsets": [off, off + len(b)]}
-        off += len(b)
-        blobs.append(b)
-    h = json.dumps(hdr).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 def check(label, ours, ref, tol):

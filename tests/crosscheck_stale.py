@@ -36,7 +36,7 @@ import numpy as np
 PDIT, GOLDEN, MPIRUN = sys.argv[1], sys.argv[2], sys.argv[3:]
 sys.path.insert(0, GOLDEN)
 import numpy_reference as nr  # noqa: E402
-from pngread import read_png  # noqa: E402
+from testfiles import read_png  # noqa: E402
 
 TOL = 1e-4
 FBC = 0.8  # First Block Cache threshold of the cached cases (this model's changes: 0.65 to 1.5)

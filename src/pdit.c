@@ -247,6 +247,7 @@ static const char pd_tiny_usage[] =
 	"noise: the weights are random.";
 
 static const char pd_tiny_examples[] =
+	"  pdit tiny tiny-model --full          # FLUX.1-dev's layout: encoders, tokenizers, shards\n"
 	"  pdit tiny tiny-model\n"
 	"  pdit tiny tiny-6heads --heads 6 --head-dim 16 --layers 1 --single-layers 2\n"
 	"  pdit tiny flux-width --flux-width      # FLUX.1's widths, 2 + 4 blocks, bf16 (about 2.5 GB)\n";

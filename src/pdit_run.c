@@ -76,13 +76,13 @@ struct pd_run {
 };
 
 static const char pd_gen_usage[] =
-	"usage: [mpirun -np N] pdit generate (--model DIR | --transformer DIR [--vae DIR] [--scheduler DIR])\n"
-	"                                  --embeds FILE [options]\n"
+	"usage: [mpirun -np N] pdit generate (--model DIR | --transformer DIR|--diffusion-model FILE ...)\n"
+	"                                  (-p TEXT | --prompts FILE | --embeds FILE) [options]\n"
 	"\n"
-	"Runs FLUX.1 from prompt embeddings to a PNG, numerically equal to diffusers'\n"
-	"FluxPipeline with the same seed. Several prompts in the embeddings file make\n"
-	"several images: image b uses seed + b and is written as NAME-b.png (or through a\n"
-	"%d in the name). Under mpirun the processes form a mesh of degrees\n"
+	"Runs FLUX.1 from a prompt to a PNG, numerically equal to diffusers' FluxPipeline\n"
+	"with the same seed. Several prompts (--prompts, one a line) make several images:\n"
+	"image b uses seed + b and is written as NAME-b.png (or through a %d in the\n"
+	"name). Under mpirun the processes form a mesh of degrees\n"
 	"dp x cfg x pp x ring x ulysses x tp = N (pdit picks one when no degree is given);\n"
 	"every mesh of exact methods computes the same pictures as one process.\n"
 	"PipeFusion (pp) and DistriFusion attend to some keys and values one step old\n"
@@ -90,15 +90,17 @@ static const char pd_gen_usage[] =
 	"different pictures (use pdit check to see how different).";
 
 static const char pd_gen_examples[] =
-	"  pdit tiny tiny-model\n"
-	"  pdit generate --model tiny-model --embeds tiny-model/embeds.safetensors -H 256 -W 256 --steps 4 -o out.png\n"
-	"  mpirun -np 4 pdit generate --model tiny-model --embeds tiny-model/embeds.safetensors -H 256 -W 256 \\\n"
+	"  pdit tiny tiny-model --full\n"
+	"  pdit generate --model tiny-model -p \"a photo of a cat\" -H 256 -W 256 --steps 4 -o out.png\n"
+	"  mpirun -np 4 pdit generate --model tiny-model -p \"a red fox\" -H 256 -W 256 \\\n"
 	"      --ulysses-degree 2 --ring-degree 2 -o out.png\n"
-	"  mpirun -np 2 pdit generate --model flux --embeds prompts.safetensors --true-cfg-scale 4 --cfg-parallel \\\n"
-	"      -s 7 --dtype bf16 -o cat-%d.png\n"
-	"  mpirun -np 4 pdit generate --model flux --embeds prompt.safetensors --pipefusion-degree 4 \\\n"
+	"  mpirun -np 2 pdit generate --model FLUX.1-dev --prompts prompts.txt -n \"blurry\" --true-cfg-scale 4 \\\n"
+	"      --cfg-parallel -s 7 --dtype bf16 -o cat-%d.png\n"
+	"  pdit generate --diffusion-model flux1-schnell.safetensors --vae ae.safetensors --clip_l clip_l.safetensors \\\n"
+	"      --t5xxl t5xxl_fp16.safetensors --tokenizer tok --tokenizer-2 tok2 -p \"a lighthouse\" --dtype bf16\n"
+	"  mpirun -np 4 pdit generate --model FLUX.1-dev -p \"a city at night\" --pipefusion-degree 4 \\\n"
 	"      --num-patches 4 --warmup-steps 2 --fbcache-threshold 0.08 -o out.png\n"
-	"  mpirun -np 2 pdit generate --model flux --embeds prompt.safetensors --distrifusion-degree 2 -o out.png\n";
+	"  mpirun -np 2 pdit generate --model FLUX.1-dev -p \"a forest\" --distrifusion-degree 2 -o out.png\n";
 
 static const char pd_check_usage[] =
 	"usage: [mpirun -np N] pdit check <the arguments of pdit generate> [--golden FILE] [--tolerance T]\n"
@@ -111,7 +113,7 @@ static const char pd_check_usage[] =
 	"--out-latents file. Nothing is written.";
 
 static const char pd_check_examples[] =
-	"  mpirun -np 4 pdit check --model tiny-model --embeds tiny-model/embeds.safetensors -H 256 -W 256 \\\n"
+	"  mpirun -np 4 pdit check --model tiny-model -p \"a photo of a cat\" -H 256 -W 256 \\\n"
 	"      --steps 4 --ulysses-degree 2 --ring-degree 2\n"
 	"  mpirun -np 2 pdit check --transformer golden/transformer-dev --vae golden/vae-dev \\\n"
 	"      --scheduler golden/scheduler-dev --embeds golden/pipeline-dev-h64w48.safetensors -H 64 -W 48 \\\n"

@@ -151,6 +151,11 @@ struct pd_backend {
 	int threads;                            /* OpenMP threads used by this backend */
 	int failed;                             /* set by the first failing operation */
 	char error[512];                        /* its message */
+	size_t weight_bytes;                    /* held now by prepared weights (linear, conv) */
+	size_t work_bytes;                      /* held now by activations and scratch */
+	size_t work_peak;                       /* the most work_bytes has been */
+	uint64_t allocations;                   /* buffers allocated or grown and primitives made, ever;
+						 * a step after the first adds none */
 };
 
 /* Creates the CPU backend (oneDNN + OpenMP). threads <= 0: all cores. */

@@ -12,6 +12,9 @@
 #include "pd_util.h"
 
 #include <math.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <stdarg.h>
@@ -48,6 +51,7 @@ struct pd_cpu {
 	size_t scratch_cap;             /* its capacity in floats */
 	uint16_t *abf;                  /* bf16 copies of q, k, v and the probabilities */
 	size_t abf_cap;                 /* its capacity in elements */
+	int avx512;                     /* the CPU has AVX-512 F/BW/VL (softmax kernel) */
 	struct pd_gemm gemm[PD_GEMM_CACHE]; /* cached attention products */
 	int n_gemm;
 	uint64_t clock;                 /* use counter for the cache */
@@ -65,6 +69,7 @@ struct pd_linear {
 	dnnl_memory_desc_t w_md;        /* packed layout chosen by oneDNN */
 	dnnl_memory_t w;                /* packed weights */
 	dnnl_memory_t bias;             /* f32 [1, n_out], or NULL */
+	size_t bytes;                   /* packed weights and bias, as counted in weight_bytes */
 	int n_mm;                       /* cached primitives in use */
 	int next;                       /* next cache slot to evict */
 	struct pd_mm mm[PD_MM_CACHE];   /* cached primitives */
@@ -74,6 +79,7 @@ struct pd_conv_prim {
 	int h, w, halo;                 /* output size and input halo this primitive was made for */
 	dnnl_primitive_t prim;          /* the convolution */
 	dnnl_memory_t wts;              /* weights in the primitive's layout */
+	size_t wbytes;                  /* their size */
 	dnnl_memory_t src, dst;         /* handles set per call */
 };
 
@@ -82,6 +88,7 @@ struct pd_conv {
 	dnnl_memory_t w_user;           /* weights as given, oihw f32 */
 	dnnl_memory_t bias;             /* f32 [c_out] */
 	int n_prim, next;               /* cache use */
+	size_t bytes;                   /* weights in every layout and bias, as counted in weight_bytes */
 	struct pd_conv_prim p[PD_CONV_CACHE]; /* cached primitives */
 };
 
@@ -98,6 +105,18 @@ struct pd_conv {
 		} \
 	} while (0)
 
+static void pd_cpu_count_work(struct pd_backend *be, size_t add, size_t sub)
+{
+	be->work_bytes += add;
+	be->work_bytes -= sub;
+	if (add)
+		be->allocations++;
+	if (be->work_bytes > be->work_peak)
+		be->work_peak = be->work_bytes;
+}
+
+/* Scratch grows to the largest request and stays: after the first step
+ * nothing is allocated. */
 static int pd_cpu_grow(struct pd_backend *be, void **buf, size_t *cap, size_t need, size_t elem)
 {
 	void *p;
@@ -110,6 +129,7 @@ static int pd_cpu_grow(struct pd_backend *be, void **buf, size_t *cap, size_t ne
 		return -1;
 	}
 	free(*buf);
+	pd_cpu_count_work(be, need * elem, *cap * elem);
 	*buf = p;
 	*cap = need;
 	return 0;
@@ -119,16 +139,32 @@ static int pd_cpu_grow(struct pd_backend *be, void **buf, size_t *cap, size_t ne
 /* Memory                                                                  */
 /* ----------------------------------------------------------------------- */
 
+/* Each block starts with a 64-byte header that holds its size, for the
+ * accounting of work_bytes; the floats after it stay 64-byte aligned. */
 static float *pd_cpu_alloc(struct pd_backend *be, size_t n)
 {
-	(void)be;
-	return aligned_alloc(64, ((n * sizeof(float)) + 63) & ~(size_t)63);
+	size_t bytes = ((n * sizeof(float)) + 63) & ~(size_t)63;
+	char *p;
+
+	if (n > (SIZE_MAX - 128) / sizeof(float))
+		return NULL;
+	p = aligned_alloc(64, bytes + 64);
+	if (!p)
+		return NULL;
+	*(size_t *)p = bytes;
+	pd_cpu_count_work(be, bytes, 0);
+	return (float *)(p + 64);
 }
 
 static void pd_cpu_free(struct pd_backend *be, float *p)
 {
-	(void)be;
-	free(p);
+	char *b;
+
+	if (!p)
+		return;
+	b = (char *)p - 64;
+	pd_cpu_count_work(be, 0, *(size_t *)b);
+	free(b);
 }
 
 static void pd_cpu_copy(struct pd_backend *be, float *dst, const float *src, size_t n)
@@ -154,9 +190,9 @@ static void pd_cpu_copy2d(struct pd_backend *be, float *dst, int64_t ldd, const 
 
 static void pd_cpu_linear_free(struct pd_backend *be, struct pd_linear *l)
 {
-	(void)be;
 	if (!l)
 		return;
+	be->weight_bytes -= l->bytes;
 	for (int i = 0; i < l->n_mm; i++) {
 		dnnl_primitive_destroy(l->mm[i].prim);
 		dnnl_memory_destroy(l->mm[i].src);
@@ -283,6 +319,8 @@ static struct pd_linear *pd_cpu_linear_new(struct pd_backend *be, int64_t n_out,
 		DNNL_TRY(be, dnnl_memory_get_data_handle(l->bias, &h), out);
 		memcpy(h, bias, (size_t)n_out * sizeof(float));
 	}
+	l->bytes = dnnl_memory_desc_get_size(&l->w_md) + (bias ? (size_t)n_out * sizeof(float) : 0);
+	be->weight_bytes += l->bytes;
 	ok = 1;
 out:
 	if (reorder)
@@ -339,6 +377,7 @@ static void pd_cpu_linear(struct pd_backend *be, struct pd_linear *l, const floa
 
 		if (pd_cpu_mm_create(be, l, &fresh, rows, key_ldx, ldy, flags))
 			return;
+		be->allocations++;
 		if (l->n_mm < PD_MM_CACHE) {
 			mm = &l->mm[l->n_mm++];
 		} else {
@@ -380,9 +419,9 @@ fail:
 
 static void pd_cpu_conv_free(struct pd_backend *be, struct pd_conv *c)
 {
-	(void)be;
 	if (!c)
 		return;
+	be->weight_bytes -= c->bytes;
 	for (int i = 0; i < c->n_prim; i++) {
 		dnnl_primitive_destroy(c->p[i].prim);
 		dnnl_memory_destroy(c->p[i].wts);
@@ -423,6 +462,8 @@ static struct pd_conv *pd_cpu_conv_new(struct pd_backend *be, int c_out, int c_i
 	DNNL_TRY(be, dnnl_memory_create(&c->bias, &b_md, cpu->eng, DNNL_MEMORY_ALLOCATE), fail);
 	DNNL_TRY(be, dnnl_memory_get_data_handle(c->bias, &h), fail);
 	memcpy(h, bias, (size_t)c_out * sizeof(float));
+	c->bytes = ((size_t)c_out * (size_t)c_in * (size_t)k * (size_t)k + (size_t)c_out) * sizeof(float);
+	be->weight_bytes += c->bytes;
 	return c;
 fail:
 	pd_cpu_conv_free(be, c);
@@ -458,6 +499,7 @@ static int pd_cpu_conv_create(struct pd_backend *be, struct pd_conv *c, struct p
 
 		DNNL_TRY(be, dnnl_memory_get_memory_desc(c->w_user, &have), out);
 		DNNL_TRY(be, dnnl_memory_create(&p->wts, want, cpu->eng, DNNL_MEMORY_ALLOCATE), out);
+		p->wbytes = dnnl_memory_desc_get_size(want);
 		DNNL_TRY(be, dnnl_reorder_primitive_desc_create(&rpd, have, cpu->eng, want, cpu->eng, NULL), out);
 		DNNL_TRY(be, dnnl_primitive_create(&reorder, rpd), out);
 		args[0] = (dnnl_exec_arg_t){ DNNL_ARG_FROM, c->w_user };
@@ -507,19 +549,32 @@ static void pd_cpu_conv(struct pd_backend *be, struct pd_conv *c, const float *x
 	if (!p) {
 		struct pd_conv_prim fresh;
 
-		if (pd_cpu_conv_create(be, c, &fresh, h, w, halo))
+		int threads = omp_get_max_threads(), rc;
+
+		/* made for one thread where it runs on one (see below): oneDNN
+		 * fixes its partition of the work when the primitive is made */
+		if (c->c_out < 16)
+			omp_set_num_threads(1);
+		rc = pd_cpu_conv_create(be, c, &fresh, h, w, halo);
+		omp_set_num_threads(threads);
+		if (rc)
 			return;
+		be->allocations++;
 		if (c->n_prim < PD_CONV_CACHE) {
 			p = &c->p[c->n_prim++];
 		} else {
 			p = &c->p[c->next];
 			c->next = (c->next + 1) % PD_CONV_CACHE;
+			c->bytes -= p->wbytes;
+			be->weight_bytes -= p->wbytes;
 			dnnl_primitive_destroy(p->prim);
 			dnnl_memory_destroy(p->wts);
 			dnnl_memory_destroy(p->src);
 			dnnl_memory_destroy(p->dst);
 		}
 		*p = fresh;
+		c->bytes += p->wbytes;
+		be->weight_bytes += p->wbytes;
 	}
 	DNNL_TRY(be, dnnl_memory_set_data_handle(p->src, (void *)x), fail);
 	DNNL_TRY(be, dnnl_memory_set_data_handle(p->dst, y), fail);
@@ -531,8 +586,23 @@ static void pd_cpu_conv(struct pd_backend *be, struct pd_conv *c, const float *x
 			{ DNNL_ARG_DST, p->dst },
 		};
 
-		DNNL_TRY(be, dnnl_primitive_execute(p->prim, cpu->stream, 4, args), fail);
-		DNNL_TRY(be, dnnl_stream_wait(cpu->stream), fail);
+		/* With plain layouts oneDNN convolves by im2col + sgemm, and for
+		 * few output channels (the VAE's last layer) sgemm splits the sums
+		 * among the threads: the picture would differ by a level between
+		 * 1 and 2 threads, so between one process and a data-parallel
+		 * rank. One thread there; that layer is a small part of the decode. */
+		int threads = omp_get_max_threads(), alone = c->c_out < 16 && threads > 1;
+		dnnl_status_t st;
+
+		if (alone)
+			omp_set_num_threads(1);
+		st = dnnl_primitive_execute(p->prim, cpu->stream, 4, args);
+		if (st == dnnl_success)
+			st = dnnl_stream_wait(cpu->stream);
+		if (alone)
+			omp_set_num_threads(threads);
+		if (st != dnnl_success)
+			pd_backend_fail(be, "oneDNN error %d running a convolution", (int)st);
 	}
 fail:
 	return;
@@ -769,6 +839,7 @@ static int pd_cpu_gemm(struct pd_backend *be, int64_t m, int64_t n, int64_t k, c
 			dnnl_memory_destroy(g->c);
 		}
 		memset(g, 0, sizeof(*g));
+		be->allocations++;
 		DNNL_TRY(be, dnnl_memory_desc_init_by_strides(&a_md, 2, ad, dt, as), fail);
 		DNNL_TRY(be, dnnl_memory_desc_init_by_strides(&b_md, 2, bd, dt, trans_b ? bs_t : bs), fail);
 		DNNL_TRY(be, dnnl_memory_desc_init_by_strides(&c_md, 2, cd, dnnl_f32, cs), fail);
@@ -840,40 +911,122 @@ static inline float pd_exp_vec(float d)
 	return u * pw.f;
 }
 
-/* Softmax of each of ROWS score rows (raw q.k, scaled here) in place, or
- * into bf16 P16 when not NULL; the log-sum-exp of row r goes to lse[r * lse_stride]. */
-__attribute__((target_clones("default", "avx2", "avx512f")))
+/* One score row's exponentials, shifted by the row's maximum times SCALE
+ * and left unnormalised, into bf16 O16 or f32 O32 (either may alias the row
+ * when f32); returns their sum and sets *mx to the scaled maximum. */
+static float pd_softmax_row(const float *row, int64_t n, float scale, uint16_t *o16, float *o32, float *mx)
+{
+	float m = -INFINITY, sum = 0.0f;
+
+	for (int64_t j = 0; j < n; j++)
+		m = row[j] > m ? row[j] : m;
+	m *= scale;
+	for (int64_t j = 0; j < n; j++) {
+		union { float f; uint32_t u; } e = { .f = pd_exp_vec(row[j] * scale - m) };
+
+		sum += e.f;
+		if (o16)
+			o16[j] = (uint16_t)((e.u + 0x7fff + ((e.u >> 16) & 1)) >> 16);
+		else
+			o32[j] = e.f;
+	}
+	*mx = m;
+	return sum;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/* The same with AVX-512, sixteen lanes at a time: the exponential is
+ * pd_exp_vec's reduction and polynomial with fused multiply-adds (a few
+ * ulps apart from it), the sum kept per lane. The compiler does not
+ * vectorise the scalar loop (its sum is an ordered float reduction). */
+__attribute__((target("avx512f,avx512bw,avx512vl")))
+static float pd_softmax_row_avx512(const float *row, int64_t n, float scale, uint16_t *o16, float *o32, float *mx)
+{
+	const __m512 ninf = _mm512_set1_ps(-INFINITY), lo = _mm512_set1_ps(-87.0f);
+	const __m512 r_ln2 = _mm512_set1_ps(1.442695040888963407f), l2u = _mm512_set1_ps(0.693145751953125f);
+	const __m512 l2l = _mm512_set1_ps(1.428606765330187045e-06f), one = _mm512_set1_ps(1.0f);
+	const __m512 c0 = _mm512_set1_ps(0.000198527617612853646278381f), c1 = _mm512_set1_ps(0.00139304355252534151077271f);
+	const __m512 c2 = _mm512_set1_ps(0.00833336077630519866943359f), c3 = _mm512_set1_ps(0.0416664853692054748535156f);
+	const __m512 c4 = _mm512_set1_ps(0.166666671633720397949219f), c5 = _mm512_set1_ps(0.5f);
+	const __m512i rnd = _mm512_set1_epi32(0x7fff), bit = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(127);
+	__m512 vm = ninf, vs = _mm512_setzero_ps(), vsc = _mm512_set1_ps(scale), vmx;
+	float m;
+
+	for (int64_t j = 0; j < n; j += 16) {
+		__mmask16 k = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
+
+		vm = _mm512_max_ps(vm, _mm512_mask_loadu_ps(ninf, k, row + j));
+	}
+	m = _mm512_reduce_max_ps(vm) * scale;
+	vmx = _mm512_set1_ps(m);
+	for (int64_t j = 0; j < n; j += 16) {
+		__mmask16 k = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
+		__m512 d = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, row + j), vsc, vmx), q, t, u, e;
+		__m512i pw;
+
+		d = _mm512_max_ps(d, lo);
+		q = _mm512_roundscale_ps(_mm512_mul_ps(d, r_ln2), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+		t = _mm512_fnmadd_ps(q, l2u, d);
+		t = _mm512_fnmadd_ps(q, l2l, t);
+		u = _mm512_fmadd_ps(c0, t, c1);
+		u = _mm512_fmadd_ps(u, t, c2);
+		u = _mm512_fmadd_ps(u, t, c3);
+		u = _mm512_fmadd_ps(u, t, c4);
+		u = _mm512_fmadd_ps(u, t, c5);
+		u = _mm512_add_ps(one, _mm512_fmadd_ps(_mm512_mul_ps(t, t), u, t));
+		pw = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(q), bias), 23);
+		e = _mm512_maskz_mul_ps(k, u, _mm512_castsi512_ps(pw));
+		vs = _mm512_add_ps(vs, e);
+		if (o16) {
+			__m512i b = _mm512_castps_si512(e);
+
+			b = _mm512_add_epi32(b, _mm512_add_epi32(rnd, _mm512_and_si512(_mm512_srli_epi32(b, 16), bit)));
+			_mm256_mask_storeu_epi16(o16 + j, k, _mm512_cvtepi32_epi16(_mm512_srli_epi32(b, 16)));
+		} else {
+			_mm512_mask_storeu_ps(o32 + j, k, e);
+		}
+	}
+	*mx = m;
+	return _mm512_reduce_add_ps(vs);
+}
+#endif
+
+/* The softmax of each of ROWS score rows (raw q.k, scaled here) without
+ * its normalisation: exponentials in place, or into bf16 P16 when not NULL.
+ * inv[r] gets 1 / (row sum), applied to the output after P V instead of to
+ * every score (a pass over the scores fewer); the log-sum-exp of row r goes
+ * to lse[r * lse_stride]. */
 static void pd_cpu_softmax_rows(float *s, int64_t rows, int64_t n, float scale, float *lse, int64_t lse_stride,
-				uint16_t *p16)
+				uint16_t *p16, float *inv, int avx512)
+{
+	(void)avx512;
+#pragma omp parallel for schedule(static)
+	for (int64_t r = 0; r < rows; r++) {
+		float *row = s + r * n, m, sum;
+		uint16_t *o16 = p16 ? p16 + r * n : NULL;
+
+#if defined(__x86_64__) && defined(__GNUC__)
+		if (avx512)
+			sum = pd_softmax_row_avx512(row, n, scale, o16, row, &m);
+		else
+#endif
+			sum = pd_softmax_row(row, n, scale, o16, row, &m);
+		inv[r] = 1.0f / sum;
+		if (lse)
+			lse[r * lse_stride] = m + logf(sum);
+	}
+}
+
+/* Rows of one head's output block times their 1 / (row sum). */
+static void pd_cpu_scale_rows(float *o, int64_t ldo, int64_t rows, int cols, const float *inv)
 {
 #pragma omp parallel for schedule(static)
 	for (int64_t r = 0; r < rows; r++) {
-		float *row = s + r * n, m = -INFINITY, sum = 0.0f, inv;
+		float *x = o + r * ldo, f = inv[r];
 
-		for (int64_t j = 0; j < n; j++)
-			m = row[j] > m ? row[j] : m;
-		m *= scale;
-		for (int64_t j = 0; j < n; j++) {
-			float e = pd_exp_vec(row[j] * scale - m);
-
-			row[j] = e;
-			sum += e;
-		}
-		inv = 1.0f / sum;
-		if (p16) {
-			uint16_t *o = p16 + r * n;
-
-			for (int64_t j = 0; j < n; j++) {
-				union { float f; uint32_t u; } v = { .f = row[j] * inv };
-
-				o[j] = (uint16_t)((v.u + 0x7fff + ((v.u >> 16) & 1)) >> 16);
-			}
-		} else {
-			for (int64_t j = 0; j < n; j++)
-				row[j] *= inv;
-		}
-		if (lse)
-			lse[r * lse_stride] = m + logf(sum);
+#pragma omp simd
+		for (int c = 0; c < cols; c++)
+			x[c] *= f;
 	}
 }
 
@@ -912,6 +1065,7 @@ static void pd_cpu_attention_impl(struct pd_backend *be, float *out, int64_t ldo
 	dnnl_data_type_t dt = bf16 ? dnnl_bf16 : dnnl_f32;
 	const void *qa = q, *ka = k, *va = v;
 	uint16_t *p16 = NULL;
+	float *inv;
 
 	if (be->failed || sq == 0)
 		return;
@@ -923,8 +1077,10 @@ static void pd_cpu_attention_impl(struct pd_backend *be, float *out, int64_t ldo
 			lse[i] = -INFINITY;
 		return;
 	}
-	if (pd_cpu_grow(be, (void **)&cpu->scratch, &cpu->scratch_cap, (size_t)(bq * skv), sizeof(float)))
+	/* the block's scores, then its rows' 1 / sum */
+	if (pd_cpu_grow(be, (void **)&cpu->scratch, &cpu->scratch_cap, (size_t)(bq * skv + bq), sizeof(float)))
 		return;
+	inv = cpu->scratch + bq * skv;
 	if (bf16) {
 		size_t need = (size_t)((sq + 2 * skv) * W + bq * skv);
 		uint16_t *b;
@@ -955,11 +1111,12 @@ static void pd_cpu_attention_impl(struct pd_backend *be, float *out, int64_t ldo
 				pd_cpu_scores_adjust(cpu->scratch, mb, skv, scale,
 						     bias ? bias + ((int64_t)h * sq + i0) * skv : NULL, i0, causal);
 			pd_cpu_softmax_rows(cpu->scratch, mb, skv, bias || causal ? 1.0f : scale,
-					    lse ? lse + (int64_t)h * sq + i0 : NULL, 1, p16);
+					    lse ? lse + (int64_t)h * sq + i0 : NULL, 1, p16, inv, cpu->avx512);
 			if (pd_cpu_gemm(be, mb, head_dim, skv, bf16 ? (const void *)p16 : cpu->scratch, skv,
 					(const char *)va + off * es, ldv, 0, out + i0 * ldo + (int64_t)h * head_dim, ldo,
 					dt))
 				return;
+			pd_cpu_scale_rows(out + i0 * ldo + (int64_t)h * head_dim, ldo, mb, head_dim, inv);
 		}
 	}
 }
@@ -1152,6 +1309,11 @@ int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threa
 	if (threads > 0)
 		omp_set_num_threads(threads);
 	cpu->be.threads = omp_get_max_threads();
+#if defined(__x86_64__) && defined(__GNUC__)
+	/* PDIT_NO_AVX512 lets the tests run the portable kernels here too */
+	cpu->avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+		      __builtin_cpu_supports("avx512vl") && !getenv("PDIT_NO_AVX512");
+#endif
 	if (dnnl_engine_create(&cpu->eng, dnnl_cpu, 0) != dnnl_success ||
 	    dnnl_stream_create(&cpu->stream, cpu->eng, dnnl_stream_default_flags) != dnnl_success) {
 		pd_cpu_destroy(&cpu->be);

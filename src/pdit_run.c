@@ -127,12 +127,15 @@ static const char pd_bench_usage[] =
 	"slowest rank's) and reports the step's floating-point work counted from the\n"
 	"shapes, the rate achieved, the bf16 (or f32) matrix-product rate pdit measures\n"
 	"in the same run at the model's largest product shape and the ratio of the two,\n"
-	"bytes sent per rank per step, and peak resident memory per rank. The embeddings\n"
-	"default to DIR/embeds.safetensors (written by pdit tiny).";
+	"bytes sent per rank per step, peak resident memory per rank next to an estimate\n"
+	"(the weights as the backend holds them plus its largest activation and scratch\n"
+	"use), the allocations made in the timed steps (0: buffers and primitives are\n"
+	"reused), and with --vae-time the VAE decode's seconds at that size. The\n"
+	"embeddings default to DIR/embeds.safetensors (written by pdit tiny).";
 
 static const char pd_bench_examples[] =
 	"  pdit tiny flux-width --flux-width\n"
-	"  pdit bench --model flux-width -H 512 -W 512 --dtype bf16\n"
+	"  pdit bench --model flux-width -H 1024 -W 1024 --dtype bf16 --vae-time\n"
 	"  mpirun -np 2 pdit bench --model flux-width -H 512 -W 512 --dtype bf16 --tensor-parallel-degree 2 --json\n";
 
 /* ----------------------------------------------------------------------- */
@@ -1150,6 +1153,8 @@ struct pd_bench_clock {
 	uint64_t *bytes;                /* bytes sent by then */
 	double t0;                      /* start of the first step */
 	uint64_t b0;
+	struct pd_backend *be;          /* whose allocations are counted */
+	uint64_t *allocs;               /* its allocation count by the end of each step */
 };
 
 static void pd_bench_on_step(void *ctx, int step)
@@ -1158,6 +1163,7 @@ static void pd_bench_on_step(void *ctx, int step)
 
 	c->t[step] = pd_now();
 	c->bytes[step] = pd_mesh_bytes(c->mesh);
+	c->allocs[step] = c->be->allocations;
 }
 
 static int pd_cmp_double(const void *a, const void *b)
@@ -1219,7 +1225,7 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 	struct pd_flux_flops fl;
 	float *all = NULL;
 	double *rss = NULL, *dt = NULL, sps = 0, mm = 0, vae_s = -1, step_flop, achieved;
-	uint64_t bytes_step = 0, bytes_max = 0;
+	uint64_t bytes_step = 0, bytes_max = 0, allocs_late = 0;
 	char mesh[128], *default_embeds = NULL;
 	int hr, rc = 1, timed, total, branches;
 
@@ -1246,9 +1252,10 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 	all = pd_malloc((size_t)(r.e.batch * r.ls.tokens * r.ls.packed_channels) * sizeof(float), "latents");
 	clk.t = pd_calloc((size_t)total, sizeof(double), "bench");
 	clk.bytes = pd_calloc((size_t)total, sizeof(uint64_t), "bench");
-	rss = pd_calloc((size_t)world->size, sizeof(double), "bench");
+	clk.allocs = pd_calloc((size_t)total, sizeof(uint64_t), "bench");
+	rss = pd_calloc((size_t)world->size * 3, sizeof(double), "bench");
 	dt = pd_calloc((size_t)total, sizeof(double), "bench");
-	if (pd_cli_any_failed(world, !all || !clk.t || !clk.bytes || !rss || !dt || pd_run_load(&r, &a, 0)))
+	if (pd_cli_any_failed(world, !all || !clk.t || !clk.bytes || !clk.allocs || !rss || !dt || pd_run_load(&r, &a, 0)))
 		goto out;
 	/* the reference rate first, on rank 0 alone, at the widest product:
 	 * one image's tokens through the first MLP layer */
@@ -1257,7 +1264,10 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 	if (world->size > 1)
 		world->ops->barrier(world);
 	pd_run_notes(&r, &a);
+	/* the reference product's buffers are gone: the estimate counts the steps' */
+	r.be->work_peak = r.be->work_bytes;
 	clk.mesh = &r.mesh;
+	clk.be = r.be;
 	r.par.runner.on_step = pd_bench_on_step;
 	r.par.runner.step_ctx = &clk;
 	clk.t0 = pd_now();
@@ -1268,16 +1278,21 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 	sps = pd_median(dt, timed);
 	bytes_step = (clk.bytes[total - 1] - (a.warmup ? clk.bytes[a.warmup - 1] : clk.b0)) / (uint64_t)timed;
 	bytes_max = bytes_step;
+	allocs_late = clk.allocs[total - 1] - clk.allocs[a.warmup - 1];
 	{
-		double mine = pd_peak_rss_mb();
+		/* per rank: peak resident MB, then the estimate's weights and
+		 * activations (what the backend holds, its high-water mark) */
+		double mine[3] = { pd_peak_rss_mb(), (double)r.be->weight_bytes / 1048576.0,
+				   (double)r.be->work_peak / 1048576.0 };
 
 		if (world->size > 1) {
-			if (pd_comm_allgather(world, &mine, sizeof(double), rss) ||
+			if (pd_comm_allgather(world, mine, sizeof(mine), rss) ||
 			    world->ops->allreduce(world, &sps, 1, PD_COMM_F64, PD_COMM_MAX) ||
-			    world->ops->allreduce(world, &bytes_max, 1, PD_COMM_I64, PD_COMM_MAX))
+			    world->ops->allreduce(world, &bytes_max, 1, PD_COMM_I64, PD_COMM_MAX) ||
+			    world->ops->allreduce(world, &allocs_late, 1, PD_COMM_I64, PD_COMM_MAX))
 				pd_cli_abort(world);
 		} else {
-			rss[0] = mine;
+			memcpy(rss, mine, sizeof(mine));
 		}
 	}
 	if (a.vae_time && r.mp.vae && world->rank == 0) {
@@ -1305,15 +1320,21 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 	achieved = step_flop / sps / 1e9;
 	pd_mesh_format(r.degree, r.opt.distrifusion, mesh, sizeof(mesh));
 	if (world->rank == 0) {
-		double rss_max = 0;
+		double rss_max = 0, w_mb, act_mb;
+		int big = 0;
 
 		for (int i = 0; i < world->size; i++)
-			rss_max = rss[i] > rss_max ? rss[i] : rss_max;
+			if (rss[3 * i] > rss_max) {
+				rss_max = rss[3 * i];
+				big = i;
+			}
+		w_mb = rss[3 * big + 1];
+		act_mb = rss[3 * big + 2];
 		if (a.json) {
 			printf("{\"model\": \"%s\", \"height\": %d, \"width\": %d, \"tokens\": %lld, \"dtype\": \"%s\", "
 			       "\"ranks\": %d, \"threads\": %d, \"mesh\": \"%s\", \"images\": %lld, \"branches\": %d, "
-			       "\"seconds_per_step\": %.4f, \"step_gflop\": %.1f, \"achieved_gflops\": %.1f, "
-			       "\"matmul_gflops\": %.1f, \"ratio\": %.3f, \"bytes_sent_per_rank_per_step\": %llu, "
+			       "\"seconds_per_step\": %.6g, \"step_gflop\": %.10g, \"achieved_gflops\": %.6g, "
+			       "\"matmul_gflops\": %.6g, \"ratio\": %.4g, \"bytes_sent_per_rank_per_step\": %llu, "
 			       "\"bytes_sent_per_step_rank0\": %llu, \"peak_rss_mb\": %.1f, \"peak_rss_mb_per_rank\": [",
 			       r.mp.root ? r.mp.root : r.mp.transformer, a.height, a.width,
 			       (long long)(r.e.txt_len + r.ls.tokens), a.dtype, world->size, r.be->threads, mesh,
@@ -1321,8 +1342,12 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 			       mm > 0 ? achieved / (mm * world->size) : 0, (unsigned long long)bytes_max,
 			       (unsigned long long)bytes_step, rss_max);
 			for (int i = 0; i < world->size; i++)
-				printf("%s%.1f", i ? ", " : "", rss[i]);
-			printf("], \"vae_seconds\": %.3f}\n", vae_s);
+				printf("%s%.1f", i ? ", " : "", rss[3 * i]);
+			printf("], \"weights_mb\": %.1f, \"activations_mb\": %.1f, \"estimate_mb\": %.1f, "
+			       "\"peak_over_estimate\": %.3f, \"allocations_after_warmup\": %llu, "
+			       "\"vae_seconds\": %.3f}\n",
+			       w_mb, act_mb, w_mb + act_mb, rss_max / (w_mb + act_mb), (unsigned long long)allocs_late,
+			       vae_s);
 		} else {
 			printf("pdit bench: %s, %dx%d (%lld text + %lld image tokens), %s, %d process%s x %d thread%s\n",
 			       r.mp.root ? r.mp.root : r.mp.transformer, a.width, a.height, (long long)r.e.txt_len,
@@ -1342,9 +1367,14 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 			if (world->size > 1) {
 				printf(":");
 				for (int i = 0; i < world->size; i++)
-					printf(" %.0f", rss[i]);
+					printf(" %.0f", rss[3 * i]);
 			}
 			printf("\n");
+			printf("  memory estimate                 %.0f MB = weights %.0f + activations %.0f (rank %d);"
+			       " peak / estimate %.2f\n",
+			       w_mb + act_mb, w_mb, act_mb, big, rss_max / (w_mb + act_mb));
+			printf("  allocations in timed steps      %llu  (buffers and primitives, the most on a rank)\n",
+			       (unsigned long long)allocs_late);
 			if (vae_s >= 0)
 				printf("  VAE decode seconds              %.2f\n", vae_s);
 		}
@@ -1354,6 +1384,7 @@ out:
 	free(all);
 	free(clk.t);
 	free(clk.bytes);
+	free(clk.allocs);
 	free(rss);
 	free(dt);
 	free(default_embeds);

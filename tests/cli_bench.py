@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""`pdit bench --json` on a tiny model of random sizes, one process and several meshes.
+
+1. Every key the benchmark promises is there, with the run's height, width, ranks and threads.
+2. step_gflop equals an independent count: 2 x rows x in x out for every 2-D weight in the
+   transformer's safetensors header (rows = image tokens for x_embedder, proj_out and the double
+   blocks' image stream, text tokens for context_embedder and the text stream, 1 for the modulations,
+   all tokens for the single blocks; the embedders of the time,
+   guidance and pooled vectors, a few thousand FLOPs, are left out by both) plus 4 S^2 D per block for
+   attention; times the images and CFG branches. Relative tolerance 1e-8.
+3. achieved = step_gflop / seconds_per_step and ratio = achieved / (matmul x ranks), to the printed
+   digits (six and four).
+4. Nothing is allocated (no buffer grown, no primitive made) in the timed steps, on any mesh.
+5. The memory estimate holds the weights as the backend prepares them: at least the linear weights at the
+   compute precision's bytes and their f32 biases, at most twice that (packing pads blocked layouts).
+6. --vae-time gives a positive decode time; without it, -1.
+
+    cli_bench.py PDIT MPIRUN...
+"""
+import json
+import os
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+
+PDIT, MPIRUN = sys.argv[1], sys.argv[2:]
+KEYS = ["seconds_per_step", "step_gflop", "achieved_gflops", "matmul_gflops", "ratio", "peak_rss_mb",
+        "vae_seconds", "height", "width", "threads", "ranks", "weights_mb", "activations_mb", "estimate_mb",
+        "peak_over_estimate", "allocations_after_warmup", "images", "branches", "tokens"]
+failures = []
+
+
+def report(ok, label):
+    print("  %-4s %s" % ("ok" if ok else "FAIL", label))
+    if not ok:
+        failures.append(label)
+
+
+def header(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return json.loads(f.read(n))
+
+
+def expected_gflop(model, T, L):
+    h = header(os.path.join(model, "transformer", "diffusion_pytorch_model.safetensors"))
+    cfg = json.load(open(os.path.join(model, "transformer", "config.json")))
+    S = T + L
+    D = cfg["num_attention_heads"] * cfg["attention_head_dim"]
+    flop = 0.0
+    for name, t in h.items():
+        if name == "__metadata__" or not name.endswith(".weight") or len(t["shape"]) != 2:
+            continue
+        out_f, in_f = t["shape"]
+        if name.startswith("time_text_embed."):
+            continue
+        if name.startswith(("x_embedder.", "proj_out.")):
+            rows = L
+        elif name.startswith("context_embedder."):
+            rows = T
+        elif ".norm" in name or name.startswith("norm_out."):
+            rows = 1
+        elif name.startswith("transformer_blocks."):
+            # the double block's two streams: the text's own projections, the image's
+            rows = T if ("add_" in name or "ff_context" in name) else L
+        else:
+            rows = S
+        flop += 2.0 * rows * in_f * out_f
+    blocks = cfg["num_layers"] + cfg["num_single_layers"]
+    flop += blocks * 4.0 * S * S * D
+    return flop / 1e9
+
+
+def bench(model, np_, *args):
+    cmd = ([] if np_ == 1 else MPIRUN + ["-np", str(np_)]) + [PDIT, "bench", "--model", model, "--json"]
+    r = subprocess.run(cmd + [str(a) for a in args], capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, r.stderr.strip().splitlines()[-1:] if r.stderr else r.stdout
+    lines = [x for x in r.stdout.splitlines() if x.startswith("{")]
+    return (json.loads(lines[-1]), None) if len(lines) == 1 else (None, r.stdout)
+
+
+def main():
+    rnd = random.Random(int.from_bytes(os.urandom(4), "little"))
+    heads = rnd.choice([2, 4, 6])
+    hd = rnd.choice([8, 16, 24])
+    layers, singles = rnd.randint(1, 3), rnd.randint(1, 3)
+    H, W = 16 * rnd.randint(2, 5), 16 * rnd.randint(2, 5)
+    print("model: %d heads x %d, %d double + %d single blocks; %dx%d" % (heads, hd, layers, singles, H, W))
+    with tempfile.TemporaryDirectory() as tmp:
+        model = os.path.join(tmp, "m")
+        r = subprocess.run([PDIT, "tiny", model, "--heads", str(heads), "--head-dim", str(hd), "--layers",
+                            str(layers), "--single-layers", str(singles)], capture_output=True, text=True)
+        if r.returncode != 0:
+            print(r.stderr)
+            sys.exit(1)
+        h = header(os.path.join(model, "transformer", "diffusion_pytorch_model.safetensors"))
+        # linear weights at the compute precision, their biases in f32
+        mats = sum(t["shape"][0] * t["shape"][1] for n, t in h.items() if n != "__metadata__" and
+                   len(t["shape"]) == 2)
+        biases = sum(t["shape"][0] for n, t in h.items() if n.endswith(".bias") and len(t["shape"]) == 1)
+        runs = [
+            (1, "one process f32", ["--dtype", "f32"]),
+            (1, "one process bf16, VAE timed", ["--dtype", "bf16", "--vae-time"]),
+            (1, "true CFG", ["--true-cfg-scale", "2"]),
+            (2, "ulysses 2", ["--ulysses-degree", "2"] if heads % 2 == 0 else ["--ring-degree", "2"]),
+            (2, "ring 2", ["--ring-degree", "2"]),
+            (2, "tensor parallel 2", ["--tensor-parallel-degree", "2"] if heads % 2 == 0 else ["--ring-degree", "2"]),
+            (2, "cfg parallel", ["--cfg-parallel", "--true-cfg-scale", "2"]),
+            # the first patched step makes the patches' primitives: it is the second warm-up step
+            (2, "pipefusion 2", ["--pipefusion-degree", "2", "--warmup-steps", "1", "--warmup", "2"]),
+            (2, "distrifusion 2", ["--distrifusion-degree", "2", "--warmup-steps", "1", "--warmup", "2"]),
+        ]
+        for np_, label, args in runs:
+            j, err = bench(model, np_, "-H", H, "-W", W, "--steps", 2, *args)
+            if j is None:
+                report(False, "%s: bench failed: %s" % (label, err))
+                continue
+            missing = [k for k in KEYS if k not in j]
+            report(not missing, "%s: keys present (missing %s)" % (label, missing))
+            if missing:
+                continue
+            report(j["height"] == H and j["width"] == W and j["ranks"] == np_ and j["threads"] >= 1,
+                   "%s: height %d width %d ranks %d threads %d" % (label, j["height"], j["width"], j["ranks"],
+                                                                  j["threads"]))
+            T = j["tokens"] - (H // 16) * (W // 16)
+            want = expected_gflop(model, T, (H // 16) * (W // 16)) * j["images"] * j["branches"]
+            report(abs(j["step_gflop"] - want) <= 1e-8 * want,
+                   "%s: step GFLOP %.8g, counted from the weights %.8g" % (label, j["step_gflop"], want))
+            ach = j["step_gflop"] / j["seconds_per_step"]
+            report(abs(j["achieved_gflops"] - ach) <= 1e-5 * ach,
+                   "%s: achieved %.1f = GFLOP / seconds %.1f" % (label, j["achieved_gflops"], ach))
+            ratio = j["achieved_gflops"] / (j["matmul_gflops"] * j["ranks"])
+            report(abs(j["ratio"] - ratio) <= 1e-3 * ratio,
+                   "%s: ratio %.3f = achieved / matmul %.3f" % (label, j["ratio"], ratio))
+            report(j["allocations_after_warmup"] == 0,
+                   "%s: %d allocations in the timed steps" % (label, j["allocations_after_warmup"]))
+            if np_ == 1:
+                lo = (mats * (2 if "bf16" in args else 4) + biases * 4) / 1048576.0
+                report(lo * 0.999 <= j["weights_mb"] <= 2 * lo + 1,
+                       "%s: weights %.2f MB for %.2f MB of parameters" % (label, j["weights_mb"], lo))
+                report(j["activations_mb"] > 0 and abs(j["estimate_mb"] - j["weights_mb"] - j["activations_mb"])
+                       < 0.2 and j["peak_rss_mb"] > 0, "%s: estimate %.1f = weights + activations %.1f, peak %.1f"
+                       % (label, j["estimate_mb"], j["activations_mb"], j["peak_rss_mb"]))
+            timed = "--vae-time" in args
+            report((j["vae_seconds"] > 0) if timed else (j["vae_seconds"] == -1),
+                   "%s: vae_seconds %.3f" % (label, j["vae_seconds"]))
+    if failures:
+        print("%d failed" % len(failures))
+        sys.exit(1)
+    print("all passed")
+
+
+main()

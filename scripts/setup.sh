@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages pdit builds and tests with. Nothing else is
 # downloaded: no vendored code, no pip, no model weights.
+#
+#   scripts/setup.sh [--fuzz]     --fuzz: also clang and libFuzzer (scripts/fuzz.sh)
 set -euo pipefail
 packages=(
 	build-essential cmake ninja-build pkg-config   # toolchain
@@ -12,6 +14,9 @@ packages=(
 	python3 python3-numpy python3-regex            # the independent NumPy references in the tests
 	python3-sentencepiece                          # the T5 tokenizer's reference in the tests
 )
+if [ "${1:-}" = "--fuzz" ]; then
+	packages+=(clang-14 libclang-rt-14-dev libomp-14-dev)  # libFuzzer targets, OpenMP for clang
+fi
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

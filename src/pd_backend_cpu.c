@@ -672,6 +672,25 @@ static void pd_cpu_l1_stats(struct pd_backend *be, const float *ref, const float
 	sums[1] = r;
 }
 
+/* A row's mean and 1 / sqrt(variance + eps), summed in double (two
+ * passes, as torch's layer_norm keeps the mean apart from the spread). */
+static void pd_row_stats(const float *xr, int64_t dim, float eps, float *mean, float *rstd)
+{
+	double sum = 0, sq = 0;
+	float m;
+
+	for (int64_t j = 0; j < dim; j++)
+		sum += xr[j];
+	m = (float)(sum / (double)dim);
+	for (int64_t j = 0; j < dim; j++) {
+		double d = (double)xr[j] - (double)m;
+
+		sq += d * d;
+	}
+	*mean = m;
+	*rstd = (float)(1.0 / sqrt(sq / (double)dim + (double)eps));
+}
+
 static void pd_cpu_layernorm(struct pd_backend *be, float *y, int64_t ldy, const float *x, int64_t ldx,
 			     int64_t rows, int64_t dim, const float *w, const float *b, float eps)
 {
@@ -681,18 +700,9 @@ static void pd_cpu_layernorm(struct pd_backend *be, float *y, int64_t ldy, const
 	for (int64_t r = 0; r < rows; r++) {
 		const float *xr = x + r * ldx;
 		float *yr = y + r * ldy;
-		double sum = 0, sq = 0;
 		float mean, rstd;
 
-		for (int64_t j = 0; j < dim; j++)
-			sum += xr[j];
-		mean = (float)(sum / (double)dim);
-		for (int64_t j = 0; j < dim; j++) {
-			double d = (double)xr[j] - (double)mean;
-
-			sq += d * d;
-		}
-		rstd = (float)(1.0 / sqrt(sq / (double)dim + (double)eps));
+		pd_row_stats(xr, dim, eps, &mean, &rstd);
 		for (int64_t j = 0; j < dim; j++) {
 			float t = (xr[j] - mean) * rstd;
 
@@ -712,18 +722,9 @@ static void pd_cpu_layernorm_mod(struct pd_backend *be, float *y, int64_t ldy, c
 	for (int64_t r = 0; r < rows; r++) {
 		const float *xr = x + r * ldx;
 		float *yr = y + r * ldy;
-		double sum = 0, sq = 0;
 		float mean, rstd;
 
-		for (int64_t j = 0; j < dim; j++)
-			sum += xr[j];
-		mean = (float)(sum / (double)dim);
-		for (int64_t j = 0; j < dim; j++) {
-			double d = (double)xr[j] - (double)mean;
-
-			sq += d * d;
-		}
-		rstd = (float)(1.0 / sqrt(sq / (double)dim + (double)eps));
+		pd_row_stats(xr, dim, eps, &mean, &rstd);
 		if (scale) {
 			for (int64_t j = 0; j < dim; j++) {
 				float t = (xr[j] - mean) * rstd;
@@ -1024,7 +1025,6 @@ static void pd_cpu_scale_rows(float *o, int64_t ldo, int64_t rows, int cols, con
 	for (int64_t r = 0; r < rows; r++) {
 		float *x = o + r * ldo, f = inv[r];
 
-#pragma omp simd
 		for (int c = 0; c < cols; c++)
 			x[c] *= f;
 	}

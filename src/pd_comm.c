@@ -3,6 +3,8 @@
  * implementation.
  */
 #include "pd_comm.h"
+
+#include <stdio.h>
 #include "pd_util.h"
 
 #include <stdlib.h>
@@ -28,9 +30,11 @@ int pd_comm_world_init(int *argc, char ***argv, struct pd_comm **world)
 {
 	/* A single process needs no MPI: it skips MPI_Init's startup cost
 	 * and works where MPI is not configured at all. */
-	if (!pd_launched())
-		return pd_comm_self_new(world);
-	return pd_comm_mpi_world_init(argc, argv, world);
+	int rc = pd_launched() ? pd_comm_mpi_world_init(argc, argv, world) : pd_comm_self_new(world);
+
+	if (rc == 0)
+		snprintf((*world)->name, sizeof((*world)->name), "world");
+	return rc;
 }
 
 void pd_comm_world_finalize(struct pd_comm *world)
@@ -42,6 +46,8 @@ void pd_comm_world_finalize(struct pd_comm *world)
 	if (mpi)
 		pd_comm_mpi_finalize();
 }
+
+double pd_comm_timeout_s;
 
 int pd_comm_local_size(struct pd_comm *world)
 {

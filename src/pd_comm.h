@@ -12,6 +12,11 @@
  * typed elements is asked for. Every operation returns 0 or -1 with a
  * message; MPI's own errors abort the job (MPI_ERRORS_ARE_FATAL), which is
  * what the caller would do anyway.
+ *
+ * A rank that waits in an operation longer than pd_comm_timeout_s seconds
+ * (0: forever) asks the other ranks of that communicator what they are
+ * doing, prints which are missing and what the others wait for, and ends
+ * the job: a hang becomes a report.
  */
 #ifndef PD_COMM_H
 #define PD_COMM_H
@@ -63,11 +68,17 @@ struct pd_comm_ops {
 
 struct pd_comm {
 	const struct pd_comm_ops *ops;  /* the implementation */
+	char name[24];                  /* what it is for ("world", "ulysses", ...), for reports */
 	int rank;                       /* this process in the communicator */
 	int size;                       /* processes in it */
 	uint64_t bytes_sent;            /* bytes this rank sent through it, for the benchmark */
 	void *impl;                     /* implementation state */
 };
+
+/* Seconds an operation may wait before the job is reported and ended;
+ * 0 (the default) waits forever. The command line sets it from
+ * --comm-timeout and lifts it where one rank works alone by design. */
+extern double pd_comm_timeout_s;
 
 /* The world: MPI when a launcher (mpirun, srun) started this process,
  * otherwise a single process without MPI. */

@@ -6,14 +6,24 @@
  * multiples of 4 move as MPI_FLOAT-sized units (4 bytes), which keeps
  * every count below INT_MAX up to 8 GB per peer; a count still too large is
  * refused with a message rather than truncated.
+ *
+ * Every collective is started non-blocking and waited for by
+ * pd_mpi_wait_req, which polls with a deadline (pd_comm_timeout_s). While
+ * it waits it answers other ranks' questions on a private duplicate of the
+ * world ("what are you waiting for?"); past the deadline it asks the
+ * communicator's other ranks, reports who is missing (no answer: busy
+ * outside communication, stuck, or gone) and what the rest wait for, and
+ * aborts the job.
  */
 #include "pd_comm.h"
 #include "pd_util.h"
 
 #include <limits.h>
 #include <mpi.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int pd_comm_mpi_world_init(int *argc, char ***argv, struct pd_comm **world);
 void pd_comm_mpi_finalize(void);
@@ -24,6 +34,9 @@ int pd_comm_mpi_local_size(struct pd_comm *world);
 struct pd_mpi_req {
 	MPI_Request r;
 	int *counts;                    /* counts then displacements, or NULL */
+	unsigned long long op;          /* a collective's number on its communicator, or 0 */
+	int peer;                       /* a transfer's peer (rank in the communicator) */
+	int send;                       /* a transfer's direction */
 };
 
 _Static_assert(sizeof(struct pd_mpi_req) <= sizeof(((struct pd_comm_req *)0)->opaque), "request handle too large");
@@ -31,6 +44,8 @@ _Static_assert(sizeof(struct pd_mpi_req) <= sizeof(((struct pd_comm_req *)0)->op
 struct pd_mpi {
 	MPI_Comm comm;                  /* the MPI communicator */
 	int is_world;                   /* MPI_COMM_WORLD: never freed */
+	int *world_rank;                /* world rank of each member, for reports */
+	unsigned long long ops;         /* collectives started on it, numbering them in reports */
 	int *counts, *displs;           /* scratch for the v-collectives, size entries each */
 	int *rcounts, *rdispls;
 };
@@ -80,6 +95,187 @@ static MPI_Datatype pd_mpi_unit_type(size_t unit)
 	return unit == 4 ? MPI_FLOAT : MPI_BYTE;
 }
 
+/* ----------------------------------------------------------------------- */
+/* Waiting with a deadline                                                 */
+/* ----------------------------------------------------------------------- */
+
+#define PD_TAG_QUERY 31001
+#define PD_TAG_REPLY 31002
+#define PD_STATE_LEN 160
+
+static MPI_Comm pd_watch = MPI_COMM_NULL;       /* duplicate of the world for the questions */
+/* Processes on this machine, counted once at start where every rank takes
+ * part: a later caller may be alone (one rank on an error path must not
+ * start a collective). */
+static int pd_local_size = 1;
+static char pd_state[PD_STATE_LEN];            /* what this rank waits for, as it answers */
+
+/* Answers every question that has arrived: this rank's state. */
+static void pd_mpi_answer(void)
+{
+	for (;;) {
+		MPI_Status st;
+		int flag = 0, dummy;
+
+		if (MPI_Iprobe(MPI_ANY_SOURCE, PD_TAG_QUERY, pd_watch, &flag, &st) != MPI_SUCCESS || !flag)
+			return;
+		MPI_Recv(&dummy, 1, MPI_INT, st.MPI_SOURCE, PD_TAG_QUERY, pd_watch, MPI_STATUS_IGNORE);
+		/* small enough to go out eagerly: the send does not wait for the asker */
+		MPI_Send(pd_state, PD_STATE_LEN, MPI_CHAR, st.MPI_SOURCE, PD_TAG_REPLY, pd_watch);
+	}
+}
+
+/* True when state THEIRS is a later collective on the same communicator
+ * as MINE: that rank has finished this one (a broadcast's root, a
+ * gather's senders) and is not what holds it up. */
+static int pd_mpi_ahead(const char *theirs, const char *mine)
+{
+	const char *a = strstr(theirs, " #"), *b = strstr(mine, " #");
+	unsigned long long na, nb;
+	char ca[64], cb[64];
+
+	if (!a || !b || sscanf(a, " #%llu on '%63[^']'", &na, ca) != 2 || sscanf(b, " #%llu on '%63[^']'", &nb, cb) != 2)
+		return 0;
+	return strcmp(ca, cb) == 0 && na > nb;
+}
+
+/* Past the deadline: asks every rank what it does, prints the members of C
+ * that are not in this operation and the ranks that do not answer at all
+ * (busy outside communication, stuck or gone: usually the cause), and
+ * ends the job. */
+static void pd_mpi_report_hang(struct pd_comm *c, double waited)
+{
+	struct pd_mpi *m = MPI_OF(c);
+	int me, n = 0, dummy = 0;
+	char (*reply)[PD_STATE_LEN] = NULL;
+	MPI_Request *sends = NULL;
+	double t0 = MPI_Wtime();
+
+	MPI_Comm_rank(MPI_COMM_WORLD, &me);
+	MPI_Comm_size(MPI_COMM_WORLD, &n);
+	reply = calloc((size_t)n, PD_STATE_LEN);
+	sends = calloc((size_t)n, sizeof(MPI_Request));
+	fprintf(stderr, "pdit: rank %d: %s has waited %.0f s (--comm-timeout %g); asking every rank\n", me, pd_state,
+		waited, pd_comm_timeout_s);
+	if (reply && sends) {
+		char missing[512] = "", silent[512] = "";
+		size_t lm = 0, ls = 0;
+
+		for (int j = 0; j < n; j++) {
+			sends[j] = MPI_REQUEST_NULL;
+			if (j != me)
+				MPI_Isend(&dummy, 1, MPI_INT, j, PD_TAG_QUERY, pd_watch, &sends[j]);
+		}
+		/* three seconds for the answers, answering the others meanwhile */
+		while (MPI_Wtime() - t0 < 3.0) {
+			MPI_Status st;
+			int flag = 0, got = 1;
+
+			pd_mpi_answer();
+			if (MPI_Iprobe(MPI_ANY_SOURCE, PD_TAG_REPLY, pd_watch, &flag, &st) == MPI_SUCCESS && flag) {
+				MPI_Recv(reply[st.MPI_SOURCE], PD_STATE_LEN, MPI_CHAR, st.MPI_SOURCE, PD_TAG_REPLY, pd_watch,
+					 MPI_STATUS_IGNORE);
+				reply[st.MPI_SOURCE][PD_STATE_LEN - 1] = 0;
+				continue;
+			}
+			for (int j = 0; j < n; j++)
+				got += j != me && reply[j][0];
+			if (got == n)
+				break;
+			usleep(1000);
+		}
+		/* a transfer waits for its peer alone, in the matching transfer */
+		int peer = -1;
+		char pair[64] = "";
+
+		if (strncmp(pd_state, "send to rank ", 13) == 0 || strncmp(pd_state, "receive from rank ", 18) == 0) {
+			peer = atoi(strstr(pd_state, "rank ") + 5);
+			snprintf(pair, sizeof(pair), "rank %d on '%s'", me, c->name);
+		}
+		for (int j = 0; j < n; j++) {
+			int member = 0;
+
+			for (int k = 0; k < c->size; k++)
+				member |= m->world_rank[k] == j && (peer < 0 || j == peer);
+			if (j == me || (reply[j][0] && strcmp(reply[j], pd_state) == 0) ||
+			    (member && peer >= 0 && strstr(reply[j], pair)))
+				continue;
+			if (!reply[j][0]) {
+				if (member)
+					fprintf(stderr, "pdit: rank %d: rank %d does not answer: busy outside communication, "
+						"stuck, or gone\n", me, j);
+				if (ls < sizeof(silent) - 16)
+					ls += (size_t)snprintf(silent + ls, sizeof(silent) - ls, "%s%d%s", ls ? " " : "", j,
+							       member ? "" : "*");
+			} else if (member && pd_mpi_ahead(reply[j], pd_state)) {
+				fprintf(stderr, "pdit: rank %d: rank %d is done with it and ahead: %s\n", me, j, reply[j]);
+				continue;
+			} else if (member) {
+				fprintf(stderr, "pdit: rank %d: rank %d is elsewhere: %s\n", me, j, reply[j]);
+			}
+			if (member && lm < sizeof(missing) - 16)
+				lm += (size_t)snprintf(missing + lm, sizeof(missing) - lm, "%s%d", lm ? " " : "", j);
+		}
+		char note[64] = "";
+
+		if (strchr(silent, '*'))
+			snprintf(note, sizeof(note), " (*: not in '%s')", c->name);
+		fprintf(stderr, "pdit: rank %d: %s: ranks missing: %s; not answering: %s%s; stopping every process\n", me,
+			pd_state, lm ? missing : "none (the transfer itself is stuck)", ls ? silent : "none", note);
+	}
+	fflush(stderr);
+	MPI_Abort(MPI_COMM_WORLD, 1);
+	free(reply);
+	free(sends);
+}
+
+/* Waits for R, collective number OP of WHAT on C (OP 0: a transfer with
+ * PEER), answering questions and watching the deadline; spins briefly, then sleeps between tests so that waiting
+ * ranks leave the cores to those still computing. */
+static int pd_mpi_wait_req(struct pd_comm *c, MPI_Request *r, const char *what, unsigned long long op, int peer)
+{
+	struct pd_mpi *m = MPI_OF(c);
+	double t0 = 0;
+	long spins = 0;
+	int done = 0;
+
+	if (pd_mpi_check(MPI_Test(r, &done, MPI_STATUS_IGNORE), what))
+		return -1;
+	if (done)
+		return 0;
+	t0 = MPI_Wtime();
+	/* collectives are numbered per communicator, the same on every member
+	 * (the reports compare these strings and parse "#N on 'NAME'") */
+	if (op == 0)
+		snprintf(pd_state, sizeof(pd_state), "%s rank %d on '%s'", what, m->world_rank[peer], c->name);
+	else
+		snprintf(pd_state, sizeof(pd_state), "%s #%llu on '%s' (%d rank%s)", what, op, c->name, c->size,
+			 c->size == 1 ? "" : "s");
+	while (!done) {
+		if (pd_mpi_check(MPI_Test(r, &done, MPI_STATUS_IGNORE), what))
+			return -1;
+		if (done)
+			break;
+		if (pd_watch != MPI_COMM_NULL)
+			pd_mpi_answer();
+		if (++spins > 2000) {
+			double waited = MPI_Wtime() - t0;
+
+			if (pd_comm_timeout_s > 0 && waited > pd_comm_timeout_s)
+				pd_mpi_report_hang(c, waited);
+			usleep(waited > 1.0 ? 1000 : 20);
+		}
+	}
+	snprintf(pd_state, sizeof(pd_state), "working (between transfers)");
+	return 0;
+}
+
+/* Counts a collective started on C, numbering it for the reports. */
+static void pd_mpi_begin(struct pd_comm *c)
+{
+	MPI_OF(c)->ops++;
+}
+
 static int pd_mpi_allreduce(struct pd_comm *c, void *buf, size_t count, enum pd_comm_type t, enum pd_comm_op op)
 {
 	static const MPI_Datatype types[] = { [PD_COMM_F32] = MPI_FLOAT, [PD_COMM_F64] = MPI_DOUBLE,
@@ -93,7 +289,11 @@ static int pd_mpi_allreduce(struct pd_comm *c, void *buf, size_t count, enum pd_
 	while (count > 0) {
 		int n = count > INT_MAX ? INT_MAX : (int)count;
 
-		if (pd_mpi_check(MPI_Allreduce(MPI_IN_PLACE, p, n, types[t], mop, MPI_OF(c)->comm), "all-reduce"))
+		MPI_Request r;
+
+		pd_mpi_begin(c);
+		if (pd_mpi_check(MPI_Iallreduce(MPI_IN_PLACE, p, n, types[t], mop, MPI_OF(c)->comm, &r), "all-reduce") ||
+		    pd_mpi_wait_req(c, &r, "all-reduce", MPI_OF(c)->ops, 0))
 			return -1;
 		p += (size_t)n * sizes[t];
 		count -= (size_t)n;
@@ -105,6 +305,7 @@ static int pd_mpi_allgatherv(struct pd_comm *c, const void *send, size_t send_by
 			     const size_t *recv_bytes)
 {
 	struct pd_mpi *m = MPI_OF(c);
+	MPI_Request r;
 	size_t unit = pd_mpi_unit(recv_bytes, c->size, send_bytes);
 
 	if (recv_bytes[c->rank] != send_bytes)
@@ -113,14 +314,18 @@ static int pd_mpi_allgatherv(struct pd_comm *c, const void *send, size_t send_by
 	if (pd_mpi_counts(recv_bytes, c->size, unit, m->counts, m->displs, "all-gather"))
 		return -1;
 	c->bytes_sent += (uint64_t)send_bytes * (uint64_t)(c->size - 1);
-	return pd_mpi_check(MPI_Allgatherv(send, (int)(send_bytes / unit), pd_mpi_unit_type(unit), recv, m->counts,
-					   m->displs, pd_mpi_unit_type(unit), m->comm), "all-gather");
+	pd_mpi_begin(c);
+	if (pd_mpi_check(MPI_Iallgatherv(send, (int)(send_bytes / unit), pd_mpi_unit_type(unit), recv, m->counts,
+					 m->displs, pd_mpi_unit_type(unit), m->comm, &r), "all-gather"))
+		return -1;
+	return pd_mpi_wait_req(c, &r, "all-gather", MPI_OF(c)->ops, 0);
 }
 
 static int pd_mpi_gatherv(struct pd_comm *c, const void *send, size_t send_bytes, void *recv, const size_t *recv_bytes,
 			  int root)
 {
 	struct pd_mpi *m = MPI_OF(c);
+	MPI_Request r;
 	size_t unit = pd_mpi_unit(recv_bytes, c->size, send_bytes);
 
 	if (recv_bytes[c->rank] != send_bytes)
@@ -130,8 +335,11 @@ static int pd_mpi_gatherv(struct pd_comm *c, const void *send, size_t send_bytes
 		return -1;
 	if (c->rank != root)
 		c->bytes_sent += send_bytes;
-	return pd_mpi_check(MPI_Gatherv(send, (int)(send_bytes / unit), pd_mpi_unit_type(unit), recv, m->counts,
-					m->displs, pd_mpi_unit_type(unit), root, m->comm), "gather");
+	pd_mpi_begin(c);
+	if (pd_mpi_check(MPI_Igatherv(send, (int)(send_bytes / unit), pd_mpi_unit_type(unit), recv, m->counts,
+				      m->displs, pd_mpi_unit_type(unit), root, m->comm, &r), "gather"))
+		return -1;
+	return pd_mpi_wait_req(c, &r, "gather", MPI_OF(c)->ops, 0);
 }
 
 static int pd_mpi_alltoallv(struct pd_comm *c, const void *send, const size_t *send_bytes, void *recv,
@@ -139,6 +347,7 @@ static int pd_mpi_alltoallv(struct pd_comm *c, const void *send, const size_t *s
 {
 	struct pd_mpi *m = MPI_OF(c);
 	size_t unit = pd_mpi_unit(send_bytes, c->size, 0) == 4 && pd_mpi_unit(recv_bytes, c->size, 0) == 4 ? 4 : 1;
+	MPI_Request r;
 
 	if (pd_mpi_counts(send_bytes, c->size, unit, m->counts, m->displs, "all-to-all") ||
 	    pd_mpi_counts(recv_bytes, c->size, unit, m->rcounts, m->rdispls, "all-to-all"))
@@ -146,8 +355,11 @@ static int pd_mpi_alltoallv(struct pd_comm *c, const void *send, const size_t *s
 	for (int j = 0; j < c->size; j++)
 		if (j != c->rank)
 			c->bytes_sent += send_bytes[j];
-	return pd_mpi_check(MPI_Alltoallv(send, m->counts, m->displs, pd_mpi_unit_type(unit), recv, m->rcounts,
-					  m->rdispls, pd_mpi_unit_type(unit), m->comm), "all-to-all");
+	pd_mpi_begin(c);
+	if (pd_mpi_check(MPI_Ialltoallv(send, m->counts, m->displs, pd_mpi_unit_type(unit), recv, m->rcounts,
+					m->rdispls, pd_mpi_unit_type(unit), m->comm, &r), "all-to-all"))
+		return -1;
+	return pd_mpi_wait_req(c, &r, "all-to-all", MPI_OF(c)->ops, 0);
 }
 
 static int pd_mpi_bcast(struct pd_comm *c, void *buf, size_t bytes, int root)
@@ -159,7 +371,11 @@ static int pd_mpi_bcast(struct pd_comm *c, void *buf, size_t bytes, int root)
 	while (bytes > 0) {
 		int n = bytes > INT_MAX ? INT_MAX : (int)bytes;
 
-		if (pd_mpi_check(MPI_Bcast(p, n, MPI_BYTE, root, MPI_OF(c)->comm), "broadcast"))
+		MPI_Request r;
+
+		pd_mpi_begin(c);
+		if (pd_mpi_check(MPI_Ibcast(p, n, MPI_BYTE, root, MPI_OF(c)->comm, &r), "broadcast") ||
+		    pd_mpi_wait_req(c, &r, "broadcast", MPI_OF(c)->ops, 0))
 			return -1;
 		p += n;
 		bytes -= (size_t)n;
@@ -187,7 +403,7 @@ static int pd_mpi_p2p(struct pd_comm *c, void *buf, size_t bytes, int peer, int 
 	if (pd_mpi_check(rc, send ? "send" : "receive"))
 		return -1;
 	{
-		struct pd_mpi_req q = { r, NULL };
+		struct pd_mpi_req q = { r, NULL, 0, peer, send };
 
 		memcpy(req->opaque, &q, sizeof(q));
 	}
@@ -210,12 +426,11 @@ static int pd_mpi_wait(struct pd_comm *c, struct pd_comm_req *req)
 	struct pd_mpi_req q;
 	int rc;
 
-	(void)c;
 	if (!req->active)
 		return 0;
 	memcpy(&q, req->opaque, sizeof(q));
 	req->active = 0;
-	rc = pd_mpi_check(MPI_Wait(&q.r, MPI_STATUS_IGNORE), "wait");
+	rc = pd_mpi_wait_req(c, &q.r, q.counts ? "all-gather" : q.send ? "send to" : "receive from", q.op, q.peer);
 	free(q.counts);
 	return rc;
 }
@@ -224,7 +439,7 @@ static int pd_mpi_iallgatherv(struct pd_comm *c, const void *send, size_t send_b
 			      const size_t *recv_bytes, struct pd_comm_req *req)
 {
 	size_t unit = pd_mpi_unit(recv_bytes, c->size, send_bytes);
-	struct pd_mpi_req q = { MPI_REQUEST_NULL, NULL };
+	struct pd_mpi_req q = { MPI_REQUEST_NULL, NULL, 0, 0, 0 };
 
 	if (req->active)
 		return pd_errorf("internal error: an all-gather request still in flight was reused");
@@ -237,6 +452,8 @@ static int pd_mpi_iallgatherv(struct pd_comm *c, const void *send, size_t send_b
 		return recv_bytes[c->rank] != send_bytes ? pd_errorf("all-gather: size mismatch") : -1;
 	}
 	c->bytes_sent += (uint64_t)send_bytes * (uint64_t)(c->size - 1);
+	pd_mpi_begin(c);
+	q.op = MPI_OF(c)->ops;
 	if (pd_mpi_check(MPI_Iallgatherv(send, (int)(send_bytes / unit), pd_mpi_unit_type(unit), recv, q.counts,
 					 q.counts + c->size, pd_mpi_unit_type(unit), MPI_OF(c)->comm, &q.r),
 			 "all-gather")) {
@@ -250,7 +467,12 @@ static int pd_mpi_iallgatherv(struct pd_comm *c, const void *send, size_t send_b
 
 static int pd_mpi_barrier(struct pd_comm *c)
 {
-	return pd_mpi_check(MPI_Barrier(MPI_OF(c)->comm), "barrier");
+	MPI_Request r;
+
+	pd_mpi_begin(c);
+	if (pd_mpi_check(MPI_Ibarrier(MPI_OF(c)->comm, &r), "barrier"))
+		return -1;
+	return pd_mpi_wait_req(c, &r, "barrier", MPI_OF(c)->ops, 0);
 }
 
 static int pd_mpi_wrap(MPI_Comm comm, int is_world, struct pd_comm **out);
@@ -281,6 +503,7 @@ static void pd_mpi_free(struct pd_comm *c)
 	free(m->displs);
 	free(m->rcounts);
 	free(m->rdispls);
+	free(m->world_rank);
 	free(m);
 	free(c);
 }
@@ -323,8 +546,21 @@ static int pd_mpi_wrap(MPI_Comm comm, int is_world, struct pd_comm **out)
 	m->displs = pd_calloc((size_t)c->size, sizeof(int), "counts");
 	m->rcounts = pd_calloc((size_t)c->size, sizeof(int), "counts");
 	m->rdispls = pd_calloc((size_t)c->size, sizeof(int), "counts");
-	if (!m->counts || !m->displs || !m->rcounts || !m->rdispls)
+	m->world_rank = pd_calloc((size_t)c->size, sizeof(int), "counts");
+	if (!m->counts || !m->displs || !m->rcounts || !m->rdispls || !m->world_rank)
 		goto fail;
+	{
+		MPI_Group g, wg;
+
+		/* its members' world ranks: m->counts serves as 0..size-1 for the moment */
+		for (int j = 0; j < c->size; j++)
+			m->counts[j] = j;
+		MPI_Comm_group(comm, &g);
+		MPI_Comm_group(MPI_COMM_WORLD, &wg);
+		MPI_Group_translate_ranks(g, c->size, m->counts, wg, m->world_rank);
+		MPI_Group_free(&g);
+		MPI_Group_free(&wg);
+	}
 	c->ops = &pd_mpi_ops;
 	c->impl = m;
 	*out = c;
@@ -335,6 +571,7 @@ fail:
 		free(m->displs);
 		free(m->rcounts);
 		free(m->rdispls);
+		free(m->world_rank);
 	}
 	free(m);
 	free(c);
@@ -349,6 +586,17 @@ int pd_comm_mpi_world_init(int *argc, char ***argv, struct pd_comm **world)
 	/* Only the main thread talks to MPI; OpenMP threads compute. */
 	if (!inited && pd_mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "init"))
 		return -1;
+	if (pd_watch == MPI_COMM_NULL && pd_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &pd_watch), "communicator duplicate"))
+		return -1;
+	snprintf(pd_state, sizeof(pd_state), "working (between transfers)");
+	{
+		MPI_Comm node;
+
+		if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+			MPI_Comm_size(node, &pd_local_size);
+			MPI_Comm_free(&node);
+		}
+	}
 	return pd_mpi_wrap(MPI_COMM_WORLD, 1, world);
 }
 
@@ -357,19 +605,15 @@ void pd_comm_mpi_finalize(void)
 	int fin = 0;
 
 	MPI_Finalized(&fin);
-	if (!fin)
+	if (!fin) {
+		if (pd_watch != MPI_COMM_NULL)
+			MPI_Comm_free(&pd_watch);
 		MPI_Finalize();
+	}
 }
 
 int pd_comm_mpi_local_size(struct pd_comm *world)
 {
-	MPI_Comm node;
-	int n = 1;
-
-	if (MPI_Comm_split_type(MPI_OF(world)->comm, MPI_COMM_TYPE_SHARED, world->rank, MPI_INFO_NULL, &node) !=
-	    MPI_SUCCESS)
-		return 1;
-	MPI_Comm_size(node, &n);
-	MPI_Comm_free(&node);
-	return n;
+	(void)world;
+	return pd_local_size;
 }

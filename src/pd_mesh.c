@@ -213,14 +213,19 @@ int pd_mesh_create(struct pd_mesh *m, struct pd_comm *world, const int degree[PD
 		m->coord[a] = r % degree[a];
 		r /= degree[a];
 	}
-	for (int a = 0; a < PD_AXIS_COUNT; a++)
+	for (int a = 0; a < PD_AXIS_COUNT; a++) {
 		if (world->ops->split(world, pd_mesh_color(m, 1u << a), m->coord[a], &m->axis[a]))
 			goto fail;
+		snprintf(m->axis[a]->name, sizeof(m->axis[a]->name), "%s", pd_axis_names[a]);
+	}
 	if (world->ops->split(world, pd_mesh_color(m, sp_mask),
 			      m->coord[PD_AXIS_RING] * degree[PD_AXIS_ULYSSES] + m->coord[PD_AXIS_ULYSSES], &m->sp) ||
 	    world->ops->split(world, pd_mesh_color(m, model_mask), world->rank, &m->model) ||
 	    world->ops->split(world, m->coord[PD_AXIS_DP], world->rank, &m->replica))
 		goto fail;
+	snprintf(m->sp->name, sizeof(m->sp->name), "sequence");
+	snprintf(m->model->name, sizeof(m->model->name), "model");
+	snprintf(m->replica->name, sizeof(m->replica->name), "replica");
 	return 0;
 fail:
 	pd_mesh_free(m);

@@ -328,6 +328,9 @@ int pd_denoise(const struct pd_runner *run, const struct pd_flux_config *cfg, st
 		int skipped_before = fbc && B > 0 ? fbc[first_branch].skipped : 0;
 		char name[64];
 
+		if (pd_fault("step", i))
+			goto out;
+
 		for (int64_t b = 0; b < B; b++) {
 			int64_t g = b0 + b;
 			float *neg = pair + b * 2 * n, *pos = neg + n;

@@ -157,11 +157,11 @@ static int pd_parse_tensor(struct pd_st_file *f, const cJSON *e, struct pd_st_te
 	if ((uint64_t)end > data_size)
 		return pd_errorf("%s: tensor '%s' bytes [%lld, %lld) lie outside the file's %zu data bytes "
 				 "(truncated file?)", f->path, name, (long long)begin, (long long)end, data_size);
-	if (pd_mul_size((size_t)numel, pd_dtype_size((enum pd_dtype)code), &nbytes) ||
-	    nbytes != (size_t)(end - begin))
-		return pd_errorf("%s: tensor '%s' has %lld bytes but shape x %s needs %lld", f->path, name,
-				 (long long)(end - begin), dt->valuestring,
-				 (long long)numel * (long long)pd_dtype_size((enum pd_dtype)code));
+	if (pd_mul_size((size_t)numel, pd_dtype_size((enum pd_dtype)code), &nbytes))
+		return pd_errorf("%s: tensor '%s': its shape x %s overflows", f->path, name, dt->valuestring);
+	if (nbytes != (size_t)(end - begin))
+		return pd_errorf("%s: tensor '%s' has %lld bytes but shape x %s needs %zu", f->path, name,
+				 (long long)(end - begin), dt->valuestring, nbytes);
 	t->name = pd_strdup(name);
 	if (!t->name)
 		return -1;

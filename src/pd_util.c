@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 int pd_log_level = 1;
+int pd_fault_rank;
 
 static _Thread_local char pd_error_buf[1024];
 
@@ -244,7 +245,11 @@ int pd_out_commit(struct pd_out_file *o)
 {
 	int rc = 0;
 
-	if (fclose(o->f))
+	/* on disk before it takes the name: after a crash the name holds the
+	 * old file or the whole new one */
+	if (fflush(o->f) || fsync(fileno(o->f)))
+		rc = pd_errorf("%s: write failed: %s", o->path, strerror(errno));
+	if (fclose(o->f) && !rc)
 		rc = pd_errorf("%s: write failed: %s", o->path, strerror(errno));
 	o->f = NULL;
 	if (!rc && rename(o->tmp, o->path))
@@ -281,6 +286,23 @@ static double pd_status_kb(const char *key)
 	}
 	fclose(f);
 	return kb;
+}
+
+double pd_mem_available_mb(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[256];
+	double kb = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, "MemAvailable:", 13) == 0) {
+			kb = atof(line + 13);
+			break;
+		}
+	fclose(f);
+	return kb / 1024.0;
 }
 
 double pd_peak_rss_mb(void)
@@ -362,4 +384,29 @@ uint16_t pd_f32_to_f16(float f)
 	if ((man & 0x1fff) > 0x1000 || ((man & 0x1fff) == 0x1000 && (half & 1)))
 		half++;	/* may carry into the exponent, which is still right */
 	return (uint16_t)(sign | half);
+}
+
+int pd_fault(const char *site, long long index)
+{
+	const char *env = getenv("PDIT_INJECT_FAULT");
+	size_t n = strlen(site);
+	long long at, rank;
+	char *end;
+
+	if (!env || strncmp(env, site, n) != 0 || env[n] != ':')
+		return 0;
+	at = strtoll(env + n + 1, &end, 10);
+	if (end == env + n + 1 || at != index)
+		return 0;
+	if (end[0] == ':' && end[1] >= '0' && end[1] <= '9') {
+		rank = strtoll(end + 1, &end, 10);
+		if (rank != pd_fault_rank)
+			return 0;
+	}
+	if (strcmp(end, ":hang") == 0) {
+		pd_log(0, "pdit: rank %d: hanging at %s %lld (PDIT_INJECT_FAULT=%s)\n", pd_fault_rank, site, index, env);
+		for (;;)
+			sleep(1);
+	}
+	return pd_errorf("injected fault at %s %lld (PDIT_INJECT_FAULT=%s)", site, index, env);
 }

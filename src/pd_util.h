@@ -33,6 +33,17 @@ const char *pd_last_error(void);
 extern int pd_log_level;
 void pd_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Fault injection for the failure tests: with PDIT_INJECT_FAULT set to
+ * "SITE:INDEX" or "SITE:INDEX:RANK", pd_fault(SITE, INDEX) records
+ * "injected fault ..." and returns -1 (on rank RANK only, pd_fault_rank
+ * being this process's rank, set by the command line); otherwise 0. With
+ * ":hang" appended the process stops there for good instead (a rank that
+ * never reaches its next transfer).
+ * Sites: "load" (index 0, before a rank reads its weights), "step" (index:
+ * the denoising step, before its transformer calls). */
+extern int pd_fault_rank;
+int pd_fault(const char *site, long long index);
+
 /* Allocation that records "out of memory (N bytes for WHAT)" on failure. */
 void *pd_malloc(size_t bytes, const char *what);
 void *pd_calloc(size_t count, size_t size, const char *what);
@@ -83,6 +94,8 @@ static inline int64_t pd_chunk_len(int64_t n, int p, int i)
 double pd_now(void);
 /* Peak resident set size of this process in MiB (from /proc/self/status). */
 double pd_peak_rss_mb(void);
+/* MemAvailable of /proc/meminfo in MB; 0 when unknown. */
+double pd_mem_available_mb(void);
 double pd_current_rss_mb(void);
 
 /* IEEE half and bfloat16 conversions. bf16 rounding is to nearest even,

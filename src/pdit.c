@@ -165,7 +165,7 @@ static int pd_cmd_forward(int argc, char **argv)
 	struct pd_dump dump = { pd_store_dump, &store, 0 };
 	const struct pd_flux_config *cfg;
 	float *out = NULL;
-	enum pd_dtype dt;
+	enum pd_dtype dt = PD_F32;
 
 	hr = pd_args_parse("forward", opts, argc, argv, 2, pos, 0, &n_pos);
 	if (hr == 1) {
@@ -371,7 +371,7 @@ static int pd_single_process(struct pd_comm *world, const char *cmd)
 	return 1;
 }
 
-static int pd_dispatch(struct pd_comm *world, int argc, char **argv)
+int pd_dispatch(struct pd_comm *world, int argc, char **argv)
 {
 	if (argc < 2) {
 		if (world->rank == 0)
@@ -403,21 +403,4 @@ static int pd_dispatch(struct pd_comm *world, int argc, char **argv)
 	if (world->rank == 0)
 		fprintf(stderr, "pdit: unknown command '%s' (try pdit --help)\n", argv[1]);
 	return 2;
-}
-
-int main(int argc, char **argv)
-{
-	struct pd_comm *world;
-	int rc;
-
-	if (pd_comm_world_init(&argc, &argv, &world)) {
-		fprintf(stderr, "pdit: %s\n", pd_last_error());
-		return 1;
-	}
-	/* progress and notes come from rank 0; errors from whoever has them */
-	if (world->rank != 0)
-		pd_log_level = 0;
-	rc = pd_dispatch(world, argc, argv);
-	pd_comm_world_finalize(world);
-	return rc;
 }

@@ -28,6 +28,14 @@ int pd_cli_dtype(const char *s, enum pd_dtype *out);
  * processes on this machine. */
 int pd_cli_threads(struct pd_comm *world, int requested);
 
+/* Runs the command argv[1]; its exit status. */
+int pd_dispatch(struct pd_comm *world, int argc, char **argv);
+
+/* The option parsing of generate, check or bench (argv[1]) alone, nothing
+ * read or run, help not printed: 0 parsed, 1 help asked, -1 refused with a
+ * message. For the argument fuzzer. */
+int pd_cli_parse_only(int argc, char **argv);
+
 int pd_cmd_generate(struct pd_comm *world, int argc, char **argv);
 int pd_cmd_check(struct pd_comm *world, int argc, char **argv);
 int pd_cmd_bench(struct pd_comm *world, int argc, char **argv);

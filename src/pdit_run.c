@@ -12,6 +12,7 @@
 #include "pd_args.h"
 #include "pd_model.h"
 #include "pd_par_data.h"
+#include "pd_par_pipe.h"
 #include "pd_par_seq.h"
 #include "pd_par_vae.h"
 #include "pd_prompt.h"
@@ -33,7 +34,7 @@ struct pd_gen_args {
 	int max_seq;
 	const char *embeds, *output, *out_latents, *init_latents, *dtype;
 	int height, width, steps, threads, verbose;
-	float guidance, true_cfg_scale, fbcache;
+	float guidance, true_cfg_scale, fbcache, comm_timeout;
 	uint64_t seed;
 	int steps_seen;
 	/* mesh degrees (0: not given) */
@@ -45,6 +46,10 @@ struct pd_gen_args {
 	/* pdit bench */
 	int warmup, json, vae_time, batch;
 };
+
+#define PD_MAX_SIDE 16384
+#define PD_MAX_STEPS 10000
+#define PD_MAX_BATCH 4096
 
 /* Everything one run holds, from validated arguments to loaded models. */
 struct pd_run {
@@ -227,6 +232,9 @@ static int pd_run_inputs(struct pd_run *r, const struct pd_gen_args *a)
 	} else if (pd_prompt_read_file(a->prompts_file, &r->prompts, &r->n_prompts)) {
 		return -1;
 	}
+	if (r->n_prompts > PD_MAX_BATCH)
+		return pd_errorf("%s has %d prompts; at most %d make one run", a->prompts_file, r->n_prompts,
+				 PD_MAX_BATCH);
 	if (pd_prompt_widths(&r->mp, &J, &P))
 		return -1;
 	if (J != r->fc.joint_attention_dim || P != r->fc.pooled_projection_dim)
@@ -252,6 +260,17 @@ static int pd_run_inputs(struct pd_run *r, const struct pd_gen_args *a)
 	return 0;
 }
 
+/* Where one rank works alone by design (encoding prompts, check's
+ * reference, a data-parallel group's extra image) the others wait without
+ * the --comm-timeout deadline: returns it, for restoring. */
+static double pd_deadline_off(void)
+{
+	double d = pd_comm_timeout_s;
+
+	pd_comm_timeout_s = 0;
+	return d;
+}
+
 /* Encodes this data-parallel group's prompts on its first rank, sends the
  * embeddings to the group's other ranks, and releases the encoders before
  * any transformer weight is read. */
@@ -259,6 +278,7 @@ static int pd_run_encode(struct pd_run *r)
 {
 	struct pd_comm *grp = r->mesh.replica;
 	int64_t first, count, J = r->e.joint_dim, P = r->e.pooled_dim, T = r->max_seq;
+	double deadline;
 	int rc = 0;
 
 	if (!r->prompts)
@@ -288,7 +308,11 @@ static int pd_run_encode(struct pd_run *r)
 			pd_log(2, "pdit: encoded in %.2f s\n", pd_now() - t0);
 		}
 	}
-	if (pd_cli_any_failed(r->world, rc))
+	/* the others wait here while one rank per group encodes */
+	deadline = pd_deadline_off();
+	rc = pd_cli_any_failed(r->world, rc);
+	pd_comm_timeout_s = deadline;
+	if (rc)
 		return -1;
 	if (grp->size > 1 &&
 	    (grp->ops->bcast(grp, r->e.prompt + first * T * J, (size_t)(count * T * J) * sizeof(float), 0) ||
@@ -301,6 +325,62 @@ static int pd_run_encode(struct pd_run *r)
 }
 
 /* Phase 1: everything that can be checked without reading a weight. */
+/* Refuses a run that cannot fit before anything big is read or allocated:
+ * a low estimate of a process's peak (its share of the transformer's
+ * weights and the activations it allocates, or the VAE decode's two
+ * largest feature maps, whichever is larger: the transformer is freed
+ * before decoding) times the processes on this machine, against the
+ * memory it has available. What is hard to know here (oneDNN's scratch,
+ * the libraries, the text encoders) is left out, so a refusal is certain,
+ * not cautious. */
+static int pd_run_check_memory(const struct pd_run *r, const struct pd_gen_args *a, int decodes)
+{
+	const struct pd_flux_config *c = &r->fc;
+	double D = c->dim, M = c->mlp_dim, MB = 1048576.0, avail = pd_mem_available_mb();
+	double tp = r->degree[PD_AXIS_TP], pp = r->degree[PD_AXIS_PP];
+	double sp = (double)r->degree[PD_AXIS_RING] * r->degree[PD_AXIS_ULYSSES];
+	double S = (double)(r->e.txt_len + r->ls.tokens), bands = 1, c0 = 128;
+	double weights, act, vae, need;
+	int local = pd_comm_local_size(r->world);
+
+	if (avail <= 0)
+		return 0;
+	/* a double block: q, k, v, out of both streams, both MLPs, both
+	 * modulations (6 D each); a single block: q, k, v, the MLP in, the
+	 * output over [D | M], the modulation (3 D) */
+	weights = -1;
+	for (int st = 0; st < (int)pp; st++) {
+		/* stages are balanced by compute, not by weights: the lightest */
+		int first, count;
+		double w = 0;
+
+		pd_pipe_stage_blocks(c, (int)pp, st, &first, &count);
+		for (int k = first; k < first + count; k++)
+			w += k < c->num_layers ? 20.0 * D * D + 4.0 * D * M : 7.0 * D * D + 2.0 * D * M;
+		if (weights < 0 || w < weights)
+			weights = w;
+	}
+	weights *= (r->dt == PD_BF16 ? 2.0 : 4.0) / tp / MB;
+	act = S / sp * (3.0 * D + 4.0 * D / tp + M / tp + 256.0) * 4.0 / MB;
+	if (r->mp.vae && pd_is_dir(r->mp.vae)) {
+		struct pd_vae_config vc;
+
+		if (pd_vae_config_load(&vc, r->mp.vae) == 0)
+			c0 = vc.block_out[0];
+	}
+	if (!a->no_vae_parallel && r->world->size > 1)
+		bands = (double)r->world->size / r->degree[PD_AXIS_DP];
+	vae = decodes && r->mp.vae ? 2.0 * c0 * a->height * a->width * 4.0 / bands / MB : 0;
+	need = (weights + act > vae ? weights + act : vae) * local;
+	if (need <= avail)
+		return 0;
+	return pd_errorf("%dx%d needs at least %.1f GB on this machine (%d process%s, each: transformer weights %.1f GB + "
+			 "activations %.1f GB, or the VAE decode %.1f GB) and %.1f GB are available: choose a smaller "
+			 "size, or more machines with tensor, sequence, pipeline parallel or the banded decode",
+			 a->width, a->height, need / 1024, local, local > 1 ? "es" : "", weights / 1024, act / 1024,
+			 vae / 1024, avail / 1024);
+}
+
 static int pd_run_prepare(struct pd_run *r, const struct pd_gen_args *a, int need_vae)
 {
 	struct pd_mesh_limits lim;
@@ -308,11 +388,21 @@ static int pd_run_prepare(struct pd_run *r, const struct pd_gen_args *a, int nee
 
 	if (pd_cli_dtype(a->dtype, &r->dt))
 		return -1;
+	if (!(a->comm_timeout >= 0))
+		return pd_errorf("--comm-timeout must be 0 (wait forever) or a number of seconds (got %g)", a->comm_timeout);
+	pd_comm_timeout_s = a->comm_timeout;
 	if (a->height < 16 || a->width < 16 || a->height % 16 || a->width % 16)
 		return pd_errorf("-H/--height and -W/--width must be positive multiples of 16 (got %dx%d)", a->height,
 				 a->width);
-	if (a->steps_seen && a->steps < 1)
-		return pd_errorf("--steps must be at least 1 (got %d)", a->steps);
+	/* bounds that keep every size product far from overflow: 1M image
+	 * tokens, 16384 px a side; more steps or images than anyone runs */
+	if (a->height > PD_MAX_SIDE || a->width > PD_MAX_SIDE)
+		return pd_errorf("-H/--height and -W/--width must be at most %d (got %dx%d)", PD_MAX_SIDE, a->height,
+				 a->width);
+	if (a->steps_seen && (a->steps < 1 || a->steps > PD_MAX_STEPS))
+		return pd_errorf("--steps must be between 1 and %d (got %d)", PD_MAX_STEPS, a->steps);
+	if (a->batch < 0 || a->batch > PD_MAX_BATCH)
+		return pd_errorf("--batch must be positive and at most %d (got %d)", PD_MAX_BATCH, a->batch);
 	if (a->true_cfg_scale < 0)
 		return pd_errorf("--true-cfg-scale must not be negative");
 	if (pd_run_resolve(r, a) || pd_flux_config_load(&r->fc, r->mp.transformer) || pd_run_inputs(r, a) ||
@@ -375,12 +465,16 @@ static int pd_run_prepare(struct pd_run *r, const struct pd_gen_args *a, int nee
 	r->degree[PD_AXIS_TP] = a->tp;
 	if (!given) {
 		r->mesh_auto = r->world->size > 1;
-		return pd_mesh_choose(r->degree, &lim);
+		if (pd_mesh_choose(r->degree, &lim))
+			return -1;
+	} else {
+		for (int x = 0; x < PD_AXIS_COUNT; x++)
+			if (r->degree[x] <= 0)
+				r->degree[x] = 1;
+		if (pd_mesh_check(r->degree, &lim))
+			return -1;
 	}
-	for (int x = 0; x < PD_AXIS_COUNT; x++)
-		if (r->degree[x] <= 0)
-			r->degree[x] = 1;
-	return pd_mesh_check(r->degree, &lim);
+	return pd_run_check_memory(r, a, need_vae);
 }
 
 /* Phase 2: the mesh's communicators, the backend, this rank's weights. */
@@ -393,7 +487,7 @@ static int pd_run_load(struct pd_run *r, const struct pd_gen_args *a, int want_v
 	r->mesh_ok = 1;
 	sh = pd_parallel_shard(&r->mesh, &r->fc);
 	if (pd_backend_cpu_new(&r->be, r->dt, pd_cli_threads(r->world, a->threads)) || pd_run_encode(r) ||
-	    pd_flux_load_shard(&r->m, r->mp.transformer, r->be, &sh))
+	    pd_fault("load", 0) || pd_flux_load_shard(&r->m, r->mp.transformer, r->be, &sh))
 		return -1;
 	/* a broken VAE must not surface after minutes of denoising; with the
 	 * parallel decode every rank of a data-parallel group decodes a band */
@@ -468,9 +562,15 @@ static void pd_run_denoise(struct pd_run *r, float *all, const struct pd_dump *m
 {
 	int64_t per = r->ls.tokens * r->ls.packed_channels;
 	float *mine = pd_malloc((size_t)((r->par.runner.n_images + 1) * per) * sizeof(float), "latents");
+	double deadline;
+	int rc;
 
-	if (!mine || pd_denoise(&r->par.runner, &r->fc, &r->sched, &r->e, &r->p, r->init, mine, NULL, model_dump) ||
-	    pd_dp_gather(r->mesh.axis[PD_AXIS_DP], mine, per, r->e.batch, all)) {
+	rc = !mine || pd_denoise(&r->par.runner, &r->fc, &r->sched, &r->e, &r->p, r->init, mine, NULL, model_dump);
+	/* a group with an image more keeps the others waiting here */
+	deadline = pd_deadline_off();
+	rc = rc || pd_dp_gather(r->mesh.axis[PD_AXIS_DP], mine, per, r->e.batch, all);
+	pd_comm_timeout_s = deadline;
+	if (rc) {
 		free(mine);
 		pd_cli_abort(r->world);
 	}
@@ -509,6 +609,7 @@ static void pd_gen_options(struct pd_gen_args *a, struct pd_arg *opts, enum pd_c
 		{ "--init-latents", 0, PD_ARG_STRING, &a->init_latents, "FILE", "start from latents.init [B,L,C] or latents.init_unpacked instead of the seed", NULL },
 		{ "--dtype", 0, PD_ARG_STRING, &a->dtype, "f32|bf16", "precision of matrix products (default f32)", NULL },
 		{ "--threads", 't', PD_ARG_INT, &a->threads, "N", "threads per process (default: the cores divided among the processes)", NULL },
+		{ "--comm-timeout", 0, PD_ARG_FLOAT, &a->comm_timeout, "S", "seconds a process may wait for the others before the job is reported and stopped (default 1800; 0: forever; lifted where one rank works alone: encoding prompts, check's reference)", NULL },
 		{ "--data-parallel-degree", 0, PD_ARG_INT, &a->dp, "N", "split the batch of images over N groups", NULL },
 		{ "--cfg-parallel", 0, PD_ARG_FLAG, &a->cfg_parallel, NULL, "run the positive and negative passes of true CFG on two processes", NULL },
 		{ "--tensor-parallel-degree", 0, PD_ARG_INT, &a->tp, "N", "split heads and MLP width over N processes (Megatron)", NULL },
@@ -556,6 +657,7 @@ static void pd_gen_defaults(struct pd_gen_args *a)
 	a->true_cfg_scale = 1.0f;
 	a->seed = 42;
 	a->warmup_steps = 1;
+	a->comm_timeout = 1800;
 }
 
 /* Parses the arguments: 0 go on, 1 help shown, -1 error (message set). */
@@ -576,6 +678,25 @@ static int pd_gen_parse(struct pd_comm *world, struct pd_gen_args *a, int argc, 
 	if (hr == 0 && a->verbose && world->rank == 0)
 		pd_log_level = 2;
 	return hr;
+}
+
+int pd_cli_parse_only(int argc, char **argv)
+{
+	static const char *names[] = { "generate", "check", "bench" };
+	struct pd_gen_args a;
+	struct pd_arg opts[56];
+	const char *pos[1];
+	int n_pos;
+
+	if (argc < 2)
+		return pd_errorf("no command");
+	for (int kind = PD_CMD_GENERATE; kind <= PD_CMD_BENCH; kind++)
+		if (strcmp(argv[1], names[kind]) == 0) {
+			pd_gen_defaults(&a);
+			pd_gen_options(&a, opts, (enum pd_cmd_kind)kind);
+			return pd_args_parse(names[kind], opts, argc, argv, 2, pos, 0, &n_pos);
+		}
+	return pd_errorf("unknown command '%s'", argv[1]);
 }
 
 /* ======================================================================= */
@@ -1046,7 +1167,7 @@ int pd_cmd_check(struct pd_comm *world, int argc, char **argv)
 	struct pd_dump dump = { pd_blocks_dump, &mine, 0 };
 	float *all = NULL, *ref_lat = NULL;
 	char mesh[128];
-	double tol;
+	double tol, deadline;
 	int hr, rc = 1, pass = 1;
 
 	memset(&r, 0, sizeof(r));
@@ -1075,7 +1196,10 @@ int pd_cmd_check(struct pd_comm *world, int argc, char **argv)
 		/* the reference first (rank 0), then the slices come to it */
 		ref_lat = pd_malloc((size_t)(r.e.batch * r.ls.tokens * r.ls.packed_channels) * sizeof(float), "latents");
 		hr = !ref_lat || mine.failed || (world->rank == 0 && pd_check_reference(&r, ref_lat, &ref));
-		if (pd_cli_any_failed(world, hr))
+		deadline = pd_deadline_off();	/* the others wait for rank 0's reference */
+		hr = pd_cli_any_failed(world, hr);
+		pd_comm_timeout_s = deadline;
+		if (hr)
 			goto out;
 		hr = pd_check_gather(&r, &mine, world->rank == 0 ? &ref : NULL, &full);
 		if (!hr && world->rank == 0) {

@@ -40,7 +40,7 @@ expect "negative width" "multiples of 16" "$pdit" generate "${run[@]}" -W -16
 expect "non-numeric height" "-H/--height expects an integer" "$pdit" generate "${run[@]}" -H abc
 expect "unknown option" "unknown option '--frobnicate'" "$pdit" generate "${run[@]}" --frobnicate
 expect "missing value" "--steps needs a value" "$pdit" generate "${run[@]}" --steps
-expect "zero steps" "--steps must be at least 1" "$pdit" generate "${run[@]}" --steps 0
+expect "zero steps" "--steps must be between 1 and" "$pdit" generate "${run[@]}" --steps 0
 expect "bad dtype" "--dtype must be f32 or bf16" "$pdit" generate "${run[@]}" --dtype f8
 expect "no embeddings" "--embeds" "$pdit" generate --model "$tmp/m" -H 32 -W 32
 expect "missing embeddings file" "nope.safetensors" "$pdit" generate "${run[@]}" --embeds "$tmp/nope.safetensors"
@@ -80,6 +80,15 @@ expect "embeddings of another width" "joint_attention_dim" "$pdit" generate "${r
 expect "true CFG without negative embeddings" "negative_prompt_embeds" "$pdit" generate \
 	--transformer "$g/transformer-dev" --vae "$g/vae-dev" --embeds "$g/pipeline-dev-h64w48.safetensors" \
 	-H 32 -W 32 --steps 1 --true-cfg-scale 4 -o "$tmp/o.png"
+
+expect "a huge picture" "at most 16384" "$pdit" generate "${run[@]}" -H 1048576 -W 64
+# FLUX's VAE width at the largest size: 275 GB for the decode, refused before anything is allocated
+"$pdit" tiny "$tmp/wide" --vae-channels 128,32,32,32 > /dev/null 2>&1 || { echo "FAIL: pdit tiny"; exit 1; }
+expect "a picture beyond the memory" "needs at least" "$pdit" generate --model "$tmp/wide" \
+	--embeds "$tmp/wide/embeds.safetensors" -H 16384 -W 16384 --steps 1 -o "$tmp/o.png"
+expect "too many steps" "--steps must be between 1 and 10000" "$pdit" generate "${run[@]}" --steps 2000000000
+expect "a negative batch" "--batch must be positive" "$pdit" bench "${run[@]}" --batch -3
+expect "a negative deadline" "--comm-timeout must be" "$pdit" generate "${run[@]}" --comm-timeout -1
 
 # forward: missing inputs
 expect "patches without PipeFusion" "--num-patches needs --pipefusion-degree" "$pdit" generate "${run[@]}" \

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Writes the seed corpus of the fuzz targets into fuzz/corpus/ (committed; rerun to remake it).
+
+    fuzz/make_seeds.py PDIT
+
+Valid inputs come from `pdit tiny --full` (made-up tokenizers in the real formats, small configs) and
+the golden configs; broken ones are those valid files cut, bent or stuffed in the ways the parsers
+must refuse. The golden prompts seed the prompt tokenizers.
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PDIT = sys.argv[1]
+
+
+def put(target, name, data):
+    d = os.path.join(HERE, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def st(tensors, meta=None, pad=0, header_len=None):
+    """A safetensors file from {name: (dtype, shape, bytes)}."""
+    h, off, blob = {}, 0, b""
+    for name, (dt, shape, raw) in tensors.items():
+        h[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(raw)]}
+        off += len(raw)
+        blob += raw
+    if meta:
+        h["__metadata__"] = meta
+    hj = json.dumps(h).encode() + b" " * pad
+    return struct.pack("<Q", len(hj) if header_len is None else header_len) + hj + blob
+
+
+def main():
+    shutil.rmtree(os.path.join(HERE, "corpus"), ignore_errors=True)
+    f4 = struct.pack("<4f", 1, 2, 3, 4)
+    good = st({"a": ("F32", [2, 2], f4), "b": ("BF16", [3], b"\x80\x3f" * 3), "c": ("F16", [1], b"\x00\x3c")},
+              {"config": "{}"})
+    # safetensors: valid, then the ways a file goes wrong
+    put("safetensors", "valid", good)
+    put("safetensors", "valid-empty", st({}))
+    put("safetensors", "valid-scalar", st({"s": ("F32", [], f4[:4])}))
+    put("safetensors", "truncated-data", good[:-3])
+    put("safetensors", "truncated-header", good[:20])
+    put("safetensors", "short", b"\x05\x00")
+    put("safetensors", "header-too-long", st({"a": ("F32", [1], f4[:4])}, header_len=1 << 40))
+    put("safetensors", "bad-json", struct.pack("<Q", 5) + b"{\"a\":")
+    put("safetensors", "bad-dtype", st({"a": ("Q4", [1], f4[:4])}))
+    put("safetensors", "shape-mismatch", st({"a": ("F32", [3], f4[:8])}))
+    put("safetensors", "negative-dim", st({"a": ("F32", [-1], f4[:4])}))
+    put("safetensors", "huge-shape", st({"a": ("F32", [1 << 31, 1 << 31, 1 << 31], f4)}))
+    hj = b'{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}'
+    put("safetensors", "overlap", struct.pack("<Q", len(hj)) + hj + f4[:12])
+    hj = b'{"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}}'
+    put("safetensors", "reversed-offsets", struct.pack("<Q", len(hj)) + hj + f4[:8])
+    hj = b'{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,18446744073709551615]}}'
+    put("safetensors", "offset-overflow", struct.pack("<Q", len(hj)) + hj + f4[:8])
+    hj = b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+    put("safetensors", "duplicate-name", struct.pack("<Q", len(hj)) + hj + f4[:4])
+    put("safetensors", "metadata-not-string", st({"a": ("F32", [1], f4[:4])}, {"x": 5}))
+    # sharded sets: index, separator, first shard
+    sep = b"\n--shard--\n"
+    shard1 = st({"a": ("F32", [2], f4[:8])})
+    index = {"metadata": {"total_size": 16},
+             "weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+    put("st_index", "valid", json.dumps(index).encode() + sep + shard1)
+    bad = dict(index, weight_map={"a": "../../etc/passwd", "b": "model-00002-of-00002.safetensors"})
+    put("st_index", "escaping-name", json.dumps(bad).encode() + sep + shard1)
+    bad = dict(index, weight_map={"a": "/etc/passwd"})
+    put("st_index", "absolute-name", json.dumps(bad).encode() + sep + shard1)
+    bad = dict(index, weight_map={"a": "model-00002-of-00002.safetensors"})
+    put("st_index", "tensor-not-in-shard", json.dumps(bad).encode() + sep + shard1)
+    put("st_index", "missing-shard", json.dumps(dict(index, weight_map={"a": "nope.safetensors"})).encode())
+    put("st_index", "not-an-object", b"[1,2]" + sep + shard1)
+    put("st_index", "map-not-strings", b'{"weight_map":{"a":5}}' + sep + shard1)
+    put("st_index", "duplicate-across-shards",
+        json.dumps(index).encode() + sep + st({"a": ("F32", [2], f4[:8]), "b": ("F32", [2], f4[:8])}))
+    # configurations
+    g = os.path.join(ROOT, "tests", "golden", "flux-tiny")
+    for comp in ("transformer-dev", "transformer-schnell", "vae-dev"):
+        put("config", comp, open(os.path.join(g, comp, "config.json"), "rb").read())
+    put("config", "scheduler-dev", open(os.path.join(g, "scheduler-dev", "scheduler_config.json"), "rb").read())
+    put("config", "empty-object", "{}")
+    put("config", "not-json", "{\"num_layers\": ")
+    put("config", "wrong-types", json.dumps({"num_layers": "19", "attention_head_dim": 1e300,
+                                             "axes_dims_rope": [16, -56, 56], "num_attention_heads": -24}))
+    put("config", "huge-values", json.dumps({"num_layers": 1 << 40, "num_single_layers": 1 << 31,
+                                             "attention_head_dim": 1 << 20, "num_attention_heads": 1 << 20,
+                                             "block_out_channels": [1 << 30] * 8, "num_train_timesteps": -5}))
+    put("config", "deep", "[" * 5000 + "]" * 5000)
+    # tokenizer files from pdit tiny --full
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([PDIT, "tiny", os.path.join(tmp, "m"), "--full"], check=True, capture_output=True)
+        vocab = open(os.path.join(tmp, "m", "tokenizer", "vocab.json"), "rb").read()
+        merges = open(os.path.join(tmp, "m", "tokenizer", "merges.txt"), "rb").read()
+        spm = open(os.path.join(tmp, "m", "tokenizer_2", "spiece.model"), "rb").read()
+    ms = b"\n--merges--\n"
+    put("clip_files", "valid", vocab + ms + merges)
+    put("clip_files", "no-merges", vocab + ms)
+    put("clip_files", "truncated-vocab", vocab[: len(vocab) // 2] + ms + merges)
+    put("clip_files", "vocab-not-ints", b'{"a</w>": "x", "<|endoftext|>": -3}' + ms + merges)
+    put("clip_files", "merges-odd-lines", vocab + ms + b"#version: 0.2\na\nb c d\n\n\xff\xfe x\n")
+    put("t5_model", "valid", spm)
+    put("t5_model", "truncated", spm[: len(spm) // 3])
+    put("t5_model", "empty", b"")
+    put("t5_model", "bit-flipped", bytes(b ^ (0x40 if i % 97 == 5 else 0) for i, b in enumerate(spm)))
+    put("t5_model", "varint-overflow", b"\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\x7f")
+    # prompts: the golden ones and a few awkward strings
+    te = os.path.join(ROOT, "tests", "golden", "text-encoders-tiny", "cases")
+    for i, name in enumerate(sorted(os.listdir(te))):
+        if not name.endswith(".safetensors"):
+            continue
+        raw = open(os.path.join(te, name), "rb").read()
+        n = struct.unpack("<Q", raw[:8])[0]
+        meta = json.loads(raw[8:8 + n]).get("__metadata__", {})
+        if "prompt" in meta:
+            put("prompt", "golden-%02d" % i, json.loads(meta["prompt"]).encode())
+    for i, s in enumerate([b"", b"\xff\xfe\xfd", b"a" * 5000, "🏳️‍🌈" * 100, b"\x00\x01\x02", "ǅ ß ﬃ İ ẞ".encode(),
+                           b"<|startoftext|><|endoftext|></s><pad><unk>", " \t\n\r\u3000\u200b".encode()]):
+        put("prompt", "odd-%02d" % i, s if isinstance(s, bytes) else s.encode())
+    # command lines: first byte picks generate (0), check (1), bench (2); arguments split at NUL
+    for i, (cmd, args) in enumerate([
+            (0, ["--model", "m", "-p", "a cat", "-H", "512", "-W", "768", "--steps", "4", "-s", "7", "-o", "x.png"]),
+            (0, ["--ulysses-degree=2", "--ring-degree", "2", "--dtype", "bf16", "-t2", "--true-cfg-scale", "4.5"]),
+            (1, ["--pipefusion-degree", "2", "--num-patches", "4", "--warmup-steps", "1", "--golden", "g"]),
+            (2, ["--json", "--vae-time", "--warmup", "2", "--steps", "3", "--tensor-parallel-degree", "2"]),
+            (0, ["-H", "99999999999999999999", "--steps", "-1", "--guidance", "nan", "-s", "-5"]),
+            (0, ["--height"]), (1, ["--", "-x", "--unknown", "-Hx", "--model"]), (2, ["--help"]),
+            (0, ["-p", "", "-n", "\xff", "--prompts", "--max-sequence-length", "0", "--batch", "1e9"])]):
+        put("args", "cmd-%02d" % i, bytes([cmd]) + b"\0".join(a.encode() for a in args))
+    for d in ("safetensors", "st_index", "config", "clip_files", "t5_model", "prompt", "args"):
+        os.makedirs(os.path.join(HERE, "regressions", d), exist_ok=True)
+        keep = os.path.join(HERE, "regressions", d, "README")
+        if not os.path.exists(keep):
+            open(keep, "w").write("Inputs that once crashed or hung fuzz_%s; each replays in CTest.\n" % d)
+
+
+main()

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every input of the fuzz corpus and its regressions, fed to the pdit command
 # where a user would give such a file: each valid-or-broken safetensors file
-# as a transformer's weights and as --embeds, each configuration as a
-# transformer's config.json, each pair of CLIP tokenizer files and each
+# as a transformer's weights and as --embeds, each sharded index with its
+# shard as a transformer's weights, each configuration as a transformer's
+# config.json, each pair of CLIP tokenizer files and each
 # sentencepiece model to pdit encode. Whatever the file, pdit ends normally
 # (no signal, no sanitizer report) and, when it refuses, with one line on
 # stderr that starts with "pdit:" and a nonzero exit.
@@ -47,6 +48,17 @@ for f in "$fz"/corpus/config/* "$fz"/regressions/config/*; do
 	run "config $(basename "$f")" "$pdit" generate "${gen[@]}" --embeds "$tmp/m/embeds.safetensors" -o "$tmp/o.png"
 done
 cp "$tmp/m/transformer/config.json" "$tmp/t/"
+# sharded sets: the index (shard names that leave the folder included), then its first shard
+rm "$tmp/t/diffusion_pytorch_model.safetensors"
+for f in "$fz"/corpus/st_index/* "$fz"/regressions/st_index/*; do
+	[ "$(basename "$f")" = README ] && continue
+	awk -v i="$tmp/t/diffusion_pytorch_model.safetensors.index.json" -v s="$tmp/t/model-00001-of-00002.safetensors" \
+		'BEGIN { out = i; printf "" > i; printf "" > s } $0 == "--shard--" && out == i { out = s; next }
+		{ print > out }' "$f"
+	run "index $(basename "$f")" "$pdit" generate "${gen[@]}" --embeds "$tmp/m/embeds.safetensors" -o "$tmp/o.png"
+done
+rm -f "$tmp/t/"*.index.json "$tmp/t/"model-*
+cp "$tmp/m/transformer/diffusion_pytorch_model.safetensors" "$tmp/t/"
 
 enc=(--text-encoder "$te/text_encoder" --text-encoder-2 "$te/text_encoder_2" -p "a cat" --max-sequence-length 16)
 mkdir -p "$tmp/tok" "$tmp/spm"

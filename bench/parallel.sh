@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Each parallel method and a few hybrids on a FLUX-width model: seconds per
-# step, bytes sent per rank per step (next to the arithmetic of
-# parallel-methods.md, for f32 activations as pdit sends them), and peak
-# resident memory per rank. Prints a Markdown table.
+# step, bytes sent per rank per step (next to what `pdit plan` predicts:
+# the arithmetic of parallel-methods.md for f32 activations, as pdit sends
+# them), and peak resident memory per rank. Prints a Markdown table.
 #
 #   bench/parallel.sh [MODEL_DIR] [SIZE] [STEPS]
 #
@@ -21,37 +21,18 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 field() { sed -n "s/.*\"$1\": \"\{0,1\}\([^,\"]*\)\"\{0,1\}[,}].*/\1/p" <<< "$2"; }
 
-# config.json sizes for the arithmetic
-cfg="$model/transformer/config.json"
-num() { grep -o "\"$1\":[[:space:]]*[0-9]*" "$cfg" | grep -o '[0-9]*$'; }
-heads=$(num num_attention_heads)
-hd=$(num attention_head_dim)
-nd=$(num num_layers)
-ns=$(num num_single_layers)
-D=$((heads * hd))
-[ "$D" -gt 0 ] || { echo "cannot read the sizes in $cfg" >&2; exit 1; }
-
-# expected bytes per rank per step: awk formula over A = S x D x 4 bytes
+# expected bytes per rank per step: what `pdit plan` predicts for the same
+# mesh and work (its model of each method's transfers)
 expect() {
-	local S=$1 L=$2 mesh=$3 branches=$4
-	awk -v S="$S" -v L="$L" -v D="$D" -v nd="$nd" -v ns="$ns" -v m="$mesh" -v br="$branches" 'BEGIN {
-		split(m, kv, " "); for (i in kv) { split(kv[i], p, "="); d[p[1]] = p[2] }
-		A = S * D * 4; layers = nd + ns; U = d["ulysses"]; T = d["tp"]; N = d["pp"]
-		R = ("ring" in d) ? d["ring"] : 1; F = ("distrifusion" in d) ? d["distrifusion"] : 1; P = U * R
-		b = 0
-		# DistriFusion: every layer'"'"'s own K and V rows to every other band (as ring, but overlapped)
-		if (F > 1) b += layers * 2 * A / F * (F - 1) + L * 64 * 4 / F * (F - 1)
-		# PipeFusion, stage 0: its hidden states to stage 1 once per step; with sequence parallel
-		# inside the stage, its K/V rows of each of its layers to the stage'"'"'s other ranks
-		if (N > 1) { b += A / P; if (P > 1) b += int((layers + N - 1) / N) * 2 * A / (P * T) * (P - 1); P = 1 }
-		# Ulysses and ring move only the heads a tensor-parallel shard holds
-		if (N > 1) U = R = 1
-		if (U > 1) b += layers * 4 * A / (U * R * T) * (U - 1) / U  # q, k, v, o all-to-alls
-		if (R > 1) b += layers * 2 * A / (U * R * T) * (R - 1)      # K/V hops of the ring
-		if (T > 1) b += (2 * nd + ns) * A / P * 2 * (T - 1) / T      # row-parallel all-reduces
-		if (P > 1) b += L * 64 * 4 / P * (P - 1)                     # prediction all-gather
-		if (d["cfg"] > 1) b += L * 64 * 4                            # CFG exchange
-		printf "%.1f", b * (d["cfg"] > 1 ? 1 : br) / 1e6 }'
+	local np=$1 mesh=$2 tokens=$3
+	shift 3
+	local cfg=() batch=()
+	[[ " $* " == *" --true-cfg-scale "* ]] && cfg=(--true-cfg-scale 2)
+	[[ " $* " == *" --batch 2 "* ]] && batch=(--batch 2)
+	"$pdit" plan --model "$model" --devices "$np" -H "$size" -W "$size" --txt-len $((tokens - (size / 16) * (size / 16))) \
+		--gflops 1 --json "${cfg[@]}" "${batch[@]}" 2> /dev/null |
+		awk -v m="$mesh" 'index($0, "\"mesh\": \"" m "\"") { sub(/.*"bytes_sent_per_rank_per_step": /, ""); sub(/,.*/, "");
+			printf "%.1f", $0 / 1e6; found = 1 } END { if (!found) printf "?" }'
 }
 
 run() {
@@ -72,16 +53,17 @@ while IFS='|' read -r np flags; do
 	# shellcheck disable=SC2086
 	j=$(run "$np" $flags < /dev/null) || { echo "| $np | $flags | failed | | | | | |"; continue; }
 	S=$(field tokens "$j")
-	L=$((S - 512))
 	mesh=$(field mesh "$j")
 	# the degrees above 1, and the work in words
-	short=$(tr ' ' '\n' <<< "$mesh" | grep -v '=1$' | tr '\n' ' ' | sed 's/ $//')
+	short=$(tr ' ' '\n' <<< "$mesh" | { grep -v '=1$' || true; } | tr '\n' ' ' | sed 's/ $//')
 	images=$(field images "$j")
-	work="$images image$([ "$images" -gt 1 ] && echo s)$([ "$(field branches "$j")" -gt 1 ] && echo " × 2 branches")"
+	work="$images image"
+	[ "$images" -gt 1 ] && work+="s"
+	[ "$(field branches "$j")" -gt 1 ] && work+=" × 2 branches"
 	printf "| %s | %s | %s | %.2f | %.0f | %.1f | %s | %.0f |\n" "$np" "${short:-one process}" "$work" \
 		"$(field seconds_per_step "$j")" "$(field achieved_gflops "$j")" \
 		"$(awk -v b="$(field bytes_sent_per_rank_per_step "$j")" 'BEGIN { print b / 1e6 }')" \
-		"$(expect "$S" "$L" "$mesh" "$(field branches "$j")")" "$(field peak_rss_mb "$j")"
+		"$(expect "$np" "$mesh" "$S" $flags)" "$(field peak_rss_mb "$j")"
 done << 'CONFIGS'
 1|
 1|--batch 2

@@ -352,6 +352,7 @@ static void pd_usage(FILE *f)
 		"  encode     prompts -> CLIP and T5 embeddings (a file generate --embeds reads)\n"
 		"  check      run a mesh and one process on the same inputs and compare, block by block\n"
 		"  bench      time steps: seconds, GFLOP/s against the matmul rate, bytes sent, memory\n"
+		"  plan       rank the meshes for N devices by predicted time; bytes and memory per process\n"
 		"  forward    one transformer call on golden-style inputs (tests, debugging)\n"
 		"  tiny       write a small random model folder to try pdit with\n"
 		"\n"
@@ -390,6 +391,8 @@ int pd_dispatch(struct pd_comm *world, int argc, char **argv)
 		return pd_single_process(world, "tiny") ? 1 : pd_cmd_tiny(argc, argv);
 	if (strcmp(argv[1], "encode") == 0)
 		return pd_single_process(world, "encode") ? 1 : pd_cmd_encode(argc, argv);
+	if (strcmp(argv[1], "plan") == 0)
+		return pd_single_process(world, "plan") ? 1 : pd_cmd_plan(argc, argv);
 	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
 		if (world->rank == 0)
 			pd_usage(stdout);

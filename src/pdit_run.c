@@ -1305,7 +1305,7 @@ static double pd_median(double *v, int n)
 
 /* The compute rate of one matrix product of shape M x K x N (rows, inner,
  * outputs) on this backend: the median of several timed runs, GFLOP/s. */
-static double pd_bench_matmul(struct pd_backend *be, int64_t M, int64_t K, int64_t N)
+double pd_bench_matmul(struct pd_backend *be, int64_t M, int64_t K, int64_t N)
 {
 	float *w = pd_malloc((size_t)(N * K) * sizeof(float), "matmul"), *x = NULL, *y = NULL;
 	struct pd_linear *l = NULL;

@@ -137,10 +137,24 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 		/* the node's cores are shared by its processes */
 		rate = mc->gflops / node;
 	out->compute_s = out->gflop / rate;
-	if (N > 1)
+	if (N > 1) {
 		/* the pipeline fills and drains every step: M patches through N
 		 * stages take M + N - 1 patch times of a stage */
-		out->compute_s *= (double)(M + N - 1) / M;
+		double bubble = (double)(M + N - 1) / M;
+
+		if (mc->shared && mc->cores > 0) {
+			/* a waiting stage leaves its cores to the others, but one
+			 * process uses no more cores than its threads: the node's
+			 * whole work at its rate, or the pipeline's critical path at
+			 * one process's rate, whichever is longer */
+			int threads = mc->cores / node > 0 ? mc->cores / node : 1;
+			double alone = mc->gflops * (threads < mc->cores ? threads : mc->cores) / mc->cores;
+
+			out->compute_s = fmax(out->compute_s, bubble * out->gflop / alone);
+		} else {
+			out->compute_s *= bubble;
+		}
+	}
 	/* transfers: the ones within a node when the method's group fits in one */
 	out->bytes = pd_plan_bytes(w, m);
 	out->messages = pd_plan_messages(w, m) * pd_plan_images(w, m) * pd_plan_branches(w, m);

@@ -33,6 +33,8 @@ struct pd_plan_machine {
 	double gflops;                  /* whole-step rate of one device alone, GFLOP/s */
 	int shared;                     /* the devices of a node share its compute (CPU cores): a node's
 					 * rate is gflops, whatever the number of processes on it */
+	int cores;                      /* with shared: the node's cores, which cap what one process
+					 * alone can use (its threads: the cores divided among them) */
 	double mem_gb;                  /* memory per device (per node when shared), GB; 0: unlimited */
 	double bw_intra, lat_intra;     /* bytes/s and seconds per message within a node */
 	double bw_inter, lat_inter;     /* between nodes */

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 double pd_bench_matmul(struct pd_backend *be, int64_t M, int64_t K, int64_t N);
 
@@ -132,6 +133,7 @@ int pd_cmd_plan(int argc, char **argv)
 			goto out;
 		}
 		mc.shared = 1;
+		mc.cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
 		mc.mem_gb = memory > 0 ? memory : pd_mem_available_mb() / 1024.0;
 	}
 	lim.world = devices;

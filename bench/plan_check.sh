@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# pdit plan's predictions against measured steps: for each world size, the
+# meshes `pdit plan` lists (at most MAX of them, a spread of methods) are run
+# with `pdit bench` and the predicted seconds per step set beside the measured
+# ones. Prints a Markdown table with the error of each and, per world size,
+# how far plan's first choice is from the fastest measured mesh.
+#
+#   bench/plan_check.sh [MODEL_DIR] [SIZE] [MAX_WORLD] [MAX]
+#
+# The model is written by `pdit tiny --flux-width` when missing. Processes
+# beyond the cores are oversubscribed, as plan assumes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+pdit=build/pdit
+model=${1:-bench/flux-width}
+size=${2:-512}
+max_world=${3:-8}
+max=${4:-6}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+[ -x "$pdit" ] || { echo "build first: cmake -S . -B build && cmake --build build" >&2; exit 1; }
+[ -d "$model" ] || "$pdit" tiny "$model" --flux-width >&2
+
+field() { sed -n "s/.*\"$1\": \"\{0,1\}\([^,\"]*\)\"\{0,1\}[,}].*/\1/p" <<< "$2"; }
+flags() {
+	# mesh string -> pdit flags
+	local out=()
+	for kv in $1; do
+		local k=${kv%%=*} v=${kv#*=}
+		[ "$v" = 1 ] && continue
+		case $k in
+		dp) out+=(--data-parallel-degree "$v") ;;
+		cfg) out+=(--cfg-parallel --true-cfg-scale 2) ;;
+		pp) out+=(--pipefusion-degree "$v" --warmup-steps 1) ;;
+		ring) out+=(--ring-degree "$v") ;;
+		distrifusion) out+=(--distrifusion-degree "$v" --warmup-steps 1) ;;
+		ulysses) out+=(--ulysses-degree "$v") ;;
+		tp) out+=(--tensor-parallel-degree "$v") ;;
+		esac
+	done
+	echo "${out[@]}"
+}
+
+echo "| processes | mesh | predicted s/step | measured s/step | error |"
+echo "|---:|---|---:|---:|---:|"
+for ((n = 1; n <= max_world; n++)); do
+	plan=$("$pdit" plan --model "$model" --devices "$n" -H "$size" -W "$size" --json 2> /dev/null) || continue
+	first=$(head -1 <<< "$plan")
+	best_mesh="" best=""
+	# a spread: every k-th of the ranked list, the first one included
+	total=$(grep -c '' <<< "$plan")
+	step=$(((total + max - 1) / max))
+	i=0
+	while IFS= read -r row; do
+		i=$((i + 1))
+		[ $(((i - 1) % step)) -eq 0 ] || continue
+		mesh=$(field mesh "$row")
+		pred=$(field seconds_per_step "$row")
+		# shellcheck disable=SC2046
+		# one process runs without mpirun: Open MPI would bind it to one core
+		launch=(mpirun --oversubscribe -np "$n")
+		[ "$n" = 1 ] && launch=()
+		j=$("${launch[@]}" "$pdit" bench --model "$model" -H "$size" -W "$size" --steps 2 \
+			--warmup 2 --dtype bf16 --json $(flags "$mesh") 2> /dev/null < /dev/null) || {
+			echo "| $n | $mesh | $pred | failed | |"
+			continue
+		}
+		meas=$(field seconds_per_step "$j")
+		printf "| %d | %s | %.2f | %.2f | %+.0f%% |\n" "$n" "$mesh" "$pred" "$meas" \
+			"$(awk -v p="$pred" -v m="$meas" 'BEGIN { print 100 * (p - m) / m }')"
+		if [ -z "$best" ] || awk -v a="$meas" -v b="$best" 'BEGIN { exit !(a < b) }'; then
+			best=$meas
+			best_mesh=$mesh
+		fi
+		[ "$mesh" = "$(field mesh "$first")" ] && first_meas=$meas
+	done <<< "$plan"
+	printf "| %d | plan's first choice %s: %.2f s, the fastest measured %s: %.2f s | | | %+.0f%% |\n" "$n" \
+		"$(field mesh "$first")" "${first_meas:-0}" "$best_mesh" "$best" \
+		"$(awk -v a="${first_meas:-0}" -v b="$best" 'BEGIN { print 100 * (a - b) / b }')"
+done

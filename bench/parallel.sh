@@ -11,15 +11,12 @@
 # contention, not speed-up; bytes and memory do not depend on it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pdit=build/pdit
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 model=${1:-bench/flux-width}
 size=${2:-512}
 steps=${3:-2}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-[ -x "$pdit" ] || { echo "build first: cmake -S . -B build && cmake --build build" >&2; exit 1; }
-[ -d "$model" ] || "$pdit" tiny "$model" --flux-width >&2
-
-field() { sed -n "s/.*\"$1\": \"\{0,1\}\([^,\"]*\)\"\{0,1\}[,}].*/\1/p" <<< "$2"; }
+bench_model "$model"
 
 # expected bytes per rank per step: what `pdit plan` predicts for the same
 # mesh and work (its model of each method's transfers)

@@ -11,16 +11,14 @@
 # beyond the cores are oversubscribed, as plan assumes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pdit=build/pdit
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 model=${1:-bench/flux-width}
 size=${2:-512}
 max_world=${3:-8}
 max=${4:-6}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-[ -x "$pdit" ] || { echo "build first: cmake -S . -B build && cmake --build build" >&2; exit 1; }
-[ -d "$model" ] || "$pdit" tiny "$model" --flux-width >&2
+bench_model "$model"
 
-field() { sed -n "s/.*\"$1\": \"\{0,1\}\([^,\"]*\)\"\{0,1\}[,}].*/\1/p" <<< "$2"; }
 flags() {
 	# mesh string -> pdit flags
 	local out=()

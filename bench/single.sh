@@ -10,17 +10,15 @@
 # The model is written by `pdit tiny --flux-width` when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pdit=build/pdit
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 model=${1:-bench/flux-width}
 rounds=${2:-3}
 shift $(($# < 2 ? $# : 2))
 sizes=("$@")
 [ ${#sizes[@]} -gt 0 ] || sizes=(512 1024)
-[ -x "$pdit" ] || { echo "build first: cmake -S . -B build && cmake --build build" >&2; exit 1; }
-[ -d "$model" ] || "$pdit" tiny "$model" --flux-width >&2
+bench_model "$model"
 
-field() { sed -n "s/.*\"$1\": \"\{0,1\}\([^,\"]*\)\"\{0,1\}[,}].*/\1/p" <<< "$2"; }
-median() { sort -g | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 keys="seconds_per_step step_gflop achieved_gflops matmul_gflops ratio peak_rss_mb weights_mb activations_mb estimate_mb peak_over_estimate vae_seconds"

@@ -10,16 +10,12 @@
 # The model is written by `pdit tiny --flux-width` when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pdit=build/pdit
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 model=${1:-bench/flux-width}
 size=${2:-512}
 rounds=${3:-3}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-[ -x "$pdit" ] || { echo "build first: cmake -S . -B build && cmake --build build" >&2; exit 1; }
-[ -d "$model" ] || "$pdit" tiny "$model" --flux-width >&2
-
-field() { sed -n "s/.*\"$1\": \"\{0,1\}\([^,\"]*\)\"\{0,1\}[,}].*/\1/p" <<< "$2"; }
-median() { sort -g | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+bench_model "$model"
 
 # name|processes|flags; each parallel run has the one-process run of the same work before it
 configs=(

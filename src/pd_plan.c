@@ -121,7 +121,7 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 	int P = m->degree[PD_AXIS_ULYSSES] * m->degree[PD_AXIS_RING], M = m->patches > 0 ? m->patches : N;
 	int node = mc->per_node > 0 && mc->per_node < mc->devices ? mc->per_node : mc->devices;
 	double S = (double)(w->txt_len + w->img_len), D = c->dim, GB = 1e9, work, rate, bw, lat;
-	double params = -1;
+	double params = -1, params_min = -1;
 
 	for (int a = 0; a < PD_AXIS_COUNT; a++)
 		world *= m->degree[a];
@@ -174,7 +174,7 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 		out->comm_s = fmax(0, out->comm_s - fl.attention * pd_plan_images(w, m) * pd_plan_branches(w, m) /
 						 ((double)T * P) / 1e9 / rate);
 	out->seconds = out->compute_s + out->comm_s;
-	/* memory: the lightest-to-heaviest stage's weights, the activations
+	/* memory: the heaviest stage's weights (and the lightest's), the activations
 	 * pdit allocates, the stale K/V the approximate methods keep */
 	for (int st = 0; st < N; st++) {
 		int first, count;
@@ -183,8 +183,10 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 		pd_pipe_stage_blocks(c, N, st, &first, &count);
 		p = pd_plan_params(c, first, count, T);
 		params = p > params ? p : params;
+		params_min = params_min < 0 || p < params_min ? p : params_min;
 	}
 	out->weights_gb = params * w->weight_bytes / GB;
+	out->weights_min_gb = params_min * w->weight_bytes / GB;
 	out->activations_gb = S / P * (3.0 * D + 4.0 * D / T + (double)c->mlp_dim / T + 256.0) * 4.0 / GB;
 	if (N > 1)
 		out->activations_gb += ceil((double)(c->num_layers + c->num_single_layers) / N) * 2.0 * S * D / T * 4.0 / GB;

@@ -21,8 +21,6 @@ struct pd_plan_work {
 	int64_t img_len;                /* image tokens (latent h x w / 4) */
 	int images;                     /* images in the batch */
 	int branches;                   /* 2 with true CFG, else 1 */
-	int steps;                      /* denoising steps */
-	int warmup_steps;               /* PipeFusion / DistriFusion exact steps */
 	int weight_bytes;               /* bytes per weight as computed (2 bf16, 4 f32) */
 };
 
@@ -54,7 +52,8 @@ struct pd_plan_cost {
 	int messages;                   /* transfers it waits for per step (latency terms) */
 	double seconds;                 /* predicted seconds per step (steady state, after warm-up) */
 	double compute_s, comm_s;       /* the parts: compute, transfers not hidden */
-	double weights_gb;              /* weights the rank holds */
+	double weights_gb;              /* weights the rank holds (the heaviest stage's) */
+	double weights_min_gb;          /* the lightest stage's: a low bound for any rank */
 	double activations_gb;          /* activations and method buffers (K/V of PipeFusion, DistriFusion) */
 	double memory_gb;               /* their sum: the rank's peak */
 	int fits;                       /* memory_gb within the machine's memory (1 when unlimited) */

@@ -12,7 +12,7 @@
 #include "pd_args.h"
 #include "pd_model.h"
 #include "pd_par_data.h"
-#include "pd_par_pipe.h"
+#include "pd_plan.h"
 #include "pd_par_seq.h"
 #include "pd_par_vae.h"
 #include "pd_prompt.h"
@@ -335,33 +335,23 @@ static int pd_run_encode(struct pd_run *r)
  * not cautious. */
 static int pd_run_check_memory(const struct pd_run *r, const struct pd_gen_args *a, int decodes)
 {
-	const struct pd_flux_config *c = &r->fc;
-	double D = c->dim, M = c->mlp_dim, MB = 1048576.0, avail = pd_mem_available_mb();
-	double tp = r->degree[PD_AXIS_TP], pp = r->degree[PD_AXIS_PP];
-	double sp = (double)r->degree[PD_AXIS_RING] * r->degree[PD_AXIS_ULYSSES];
-	double S = (double)(r->e.txt_len + r->ls.tokens), bands = 1, c0 = 128;
-	double weights, act, vae, need;
+	double MB = 1048576.0, avail = pd_mem_available_mb(), bands = 1, c0 = 128, weights, act, vae, need;
 	int local = pd_comm_local_size(r->world);
+	struct pd_plan_work w = { .cfg = &r->fc, .txt_len = r->e.txt_len, .img_len = r->ls.tokens,
+				  .images = (int)r->e.batch, .branches = 1,
+				  .weight_bytes = r->dt == PD_BF16 ? 2 : 4 };
+	struct pd_plan_machine mc = { .devices = r->world->size, .gflops = 1 };
+	struct pd_plan_mesh mesh = { .distrifusion = r->opt.distrifusion };
+	struct pd_plan_cost cost;
 
 	if (avail <= 0)
 		return 0;
-	/* a double block: q, k, v, out of both streams, both MLPs, both
-	 * modulations (6 D each); a single block: q, k, v, the MLP in, the
-	 * output over [D | M], the modulation (3 D) */
-	weights = -1;
-	for (int st = 0; st < (int)pp; st++) {
-		/* stages are balanced by compute, not by weights: the lightest */
-		int first, count;
-		double w = 0;
-
-		pd_pipe_stage_blocks(c, (int)pp, st, &first, &count);
-		for (int k = first; k < first + count; k++)
-			w += k < c->num_layers ? 20.0 * D * D + 4.0 * D * M : 7.0 * D * D + 2.0 * D * M;
-		if (weights < 0 || w < weights)
-			weights = w;
-	}
-	weights *= (r->dt == PD_BF16 ? 2.0 : 4.0) / tp / MB;
-	act = S / sp * (3.0 * D + 4.0 * D / tp + M / tp + 256.0) * 4.0 / MB;
+	memcpy(mesh.degree, r->degree, sizeof(mesh.degree));
+	if (pd_plan_cost(&w, &mc, &mesh, &cost))
+		return -1;
+	/* the lightest stage: low whichever stage a rank runs */
+	weights = cost.weights_min_gb * 1e9 / MB;
+	act = cost.activations_gb * 1e9 / MB;
 	if (r->mp.vae && pd_is_dir(r->mp.vae)) {
 		struct pd_vae_config vc;
 

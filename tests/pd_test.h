@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "pd_comm.h"
+
 static int pd_test_failed;
 static int pd_test_passed;
 
@@ -34,6 +36,29 @@ static inline int pd_test_report(void)
 {
 	printf("%d checks passed, %d failed\n", pd_test_passed, pd_test_failed);
 	return pd_test_failed ? 1 : 0;
+}
+
+/* The end of a multi-process test: every rank's failures count, rank 0
+ * removes the scratch folder TMP (when not NULL) and prints the summary;
+ * WORLD is finalized. The exit status. */
+static inline int pd_test_finish(struct pd_comm *world, const char *tmp)
+{
+	int failed = pd_test_failed;
+
+	if (world->size > 1)
+		world->ops->allreduce(world, &failed, 1, PD_COMM_I32, PD_COMM_MAX);
+	if (world->rank == 0) {
+		char cmd[600];
+
+		if (tmp && tmp[0]) {
+			snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
+			if (system(cmd) != 0)
+				fprintf(stderr, "could not remove %s\n", tmp);
+		}
+		pd_test_report();
+	}
+	pd_comm_world_finalize(world);
+	return failed ? 1 : 0;
 }
 
 /* max |a - b| / max |ref| (the golden README's measure); NaN anywhere gives

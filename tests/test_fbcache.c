@@ -71,7 +71,7 @@ int main(int argc, char **argv)
 	struct pd_fbcache_report one_rep = { 0, 0, STEPS, one_dec }, rep = { 0, 0, STEPS, dec };
 	float *one_mid, *one_all;
 	int64_t n = 0;
-	int32_t rc = 0, failed;
+	int32_t rc = 0;
 
 	if (pd_comm_world_init(&argc, &argv, &world)) {
 		fprintf(stderr, "%s\n", pd_last_error());
@@ -173,16 +173,5 @@ int main(int argc, char **argv)
 	free(one_mid);
 	free(one_all);
 out:
-	failed = pd_test_failed;
-	world->ops->allreduce(world, &failed, 1, PD_COMM_I32, PD_COMM_MAX);
-	if (world->rank == 0) {
-		char cmd[300];
-
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
-		if (system(cmd) != 0)
-			fprintf(stderr, "could not remove %s\n", tmp);
-		pd_test_report();
-	}
-	pd_comm_world_finalize(world);
-	return failed ? 1 : 0;
+	return pd_test_finish(world, tmp);
 }

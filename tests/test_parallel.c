@@ -163,7 +163,6 @@ int main(int argc, char **argv)
 	const char *dir = argc > 1 ? argv[1] : "tests/golden/flux-tiny";
 	char tmp[256] = "/tmp/pdit-par-XXXXXX";
 	struct pcase cases[6];
-	int32_t failed;
 
 	if (pd_comm_world_init(&argc, &argv, &world)) {
 		fprintf(stderr, "%s\n", pd_last_error());
@@ -183,18 +182,5 @@ int main(int argc, char **argv)
 	tiny_case(&cases[5], tmp, "tiny-12-heads", 12, 8);
 	for (int i = 0; i < 6; i++)
 		test_case(&cases[i]);
-	/* every rank's checks count */
-	failed = pd_test_failed;
-	if (world->size > 1)
-		world->ops->allreduce(world, &failed, 1, PD_COMM_I32, PD_COMM_MAX);
-	if (world->rank == 0) {
-		char cmd[300];
-
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
-		if (system(cmd) != 0)
-			fprintf(stderr, "could not remove %s\n", tmp);
-		pd_test_report();
-	}
-	pd_comm_world_finalize(world);
-	return failed ? 1 : 0;
+	return pd_test_finish(world, tmp);
 }

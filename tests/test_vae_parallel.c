@@ -109,7 +109,7 @@ int main(int argc, char **argv)
 	const char *dir = argc > 1 ? argv[1] : "tests/golden/flux-tiny";
 	char tmp[256] = "/tmp/pdit-vae-XXXXXX", vdir[300];
 	struct pd_tiny_opts o;
-	int32_t rc = 0, failed;
+	int32_t rc = 0;
 
 	if (pd_comm_world_init(&argc, &argv, &world)) {
 		fprintf(stderr, "%s\n", pd_last_error());
@@ -147,16 +147,5 @@ int main(int argc, char **argv)
 		check_decode(what, vdir, z, hh, ww, NULL);
 		free(z);
 	}
-	failed = pd_test_failed;
-	world->ops->allreduce(world, &failed, 1, PD_COMM_I32, PD_COMM_MAX);
-	if (world->rank == 0) {
-		char cmd[300];
-
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
-		if (system(cmd) != 0)
-			fprintf(stderr, "could not remove %s\n", tmp);
-		pd_test_report();
-	}
-	pd_comm_world_finalize(world);
-	return failed ? 1 : 0;
+	return pd_test_finish(world, tmp);
 }

@@ -1457,7 +1457,7 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 			       (unsigned long long)bytes_step, rss_max);
 			for (int i = 0; i < world->size; i++)
 				printf("%s%.1f", i ? ", " : "", rss[3 * i]);
-			printf("], \"weights_mb\": %.1f, \"activations_mb\": %.1f, \"estimate_mb\": %.1f, "
+			printf("], \"weights_mb\": %.4f, \"activations_mb\": %.4f, \"estimate_mb\": %.4f, "
 			       "\"peak_over_estimate\": %.3f, \"allocations_after_warmup\": %llu, "
 			       "\"vae_seconds\": %.3f}\n",
 			       w_mb, act_mb, w_mb + act_mb, rss_max / (w_mb + act_mb), (unsigned long long)allocs_late,

@@ -5,10 +5,13 @@
 # ones. Prints a Markdown table with the error of each and, per world size,
 # how far plan's first choice is from the fastest measured mesh.
 #
-#   bench/plan_check.sh [MODEL_DIR] [SIZE] [MAX_WORLD] [MAX]
+#   bench/plan_check.sh [MODEL_DIR] [SIZE] [MAX_WORLD] [MAX] [MIN_WORLD]
+#   BATCH=2 CFG=2 bench/plan_check.sh ...    images per step and true CFG, so
+#                                            that data and CFG parallel meshes are among them
 #
 # The model is written by `pdit tiny --flux-width` when missing. Processes
-# beyond the cores are oversubscribed, as plan assumes.
+# beyond the cores are oversubscribed, as plan assumes. Meshes plan marks as
+# not fitting in memory are skipped (they would swap or be killed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib.sh
@@ -17,7 +20,38 @@ model=${1:-bench/flux-width}
 size=${2:-512}
 max_world=${3:-8}
 max=${4:-6}
+min_world=${5:-1}
+batch=${BATCH:-1}
+cfg=${CFG:-1}
 bench_model "$model"
+work=(--batch "$batch" --true-cfg-scale "$cfg")
+run=(--true-cfg-scale "$cfg")
+if [ "$batch" -gt 1 ]; then
+	# the model's embeddings repeated BATCH times: bench runs a batch of them
+	embeds=$(mktemp /tmp/pdit-plan-embeds.XXXXXX)
+	trap 'rm -f "$embeds"' EXIT
+	python3 - "$model/embeds.safetensors" "$embeds" "$batch" <<- 'EOF'
+		import json, struct, sys
+		src, dst, b = sys.argv[1], sys.argv[2], int(sys.argv[3])
+		f = open(src, "rb")
+		n = struct.unpack("<Q", f.read(8))[0]
+		head = json.loads(f.read(n))
+		data = f.read()
+		out, blobs, off = {}, [], 0
+		for k, t in head.items():
+		    if k == "__metadata__":
+		        continue
+		    lo, hi = t["data_offsets"]
+		    blob = data[lo:hi] * b
+		    out[k] = {"dtype": t["dtype"], "shape": [b] + t["shape"][1:], "data_offsets": [off, off + len(blob)]}
+		    blobs.append(blob)
+		    off += len(blob)
+		h = json.dumps(out).encode()
+		h += b" " * (-len(h) % 8)
+		open(dst, "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+	EOF
+	run+=(--embeds "$embeds")
+fi
 
 flags() {
 	# mesh string -> pdit flags
@@ -27,7 +61,7 @@ flags() {
 		[ "$v" = 1 ] && continue
 		case $k in
 		dp) out+=(--data-parallel-degree "$v") ;;
-		cfg) out+=(--cfg-parallel --true-cfg-scale 2) ;;
+		cfg) out+=(--cfg-parallel) ;;
 		pp) out+=(--pipefusion-degree "$v" --warmup-steps 1) ;;
 		ring) out+=(--ring-degree "$v") ;;
 		distrifusion) out+=(--distrifusion-degree "$v" --warmup-steps 1) ;;
@@ -40,10 +74,11 @@ flags() {
 
 echo "| processes | mesh | predicted s/step | measured s/step | error |"
 echo "|---:|---|---:|---:|---:|"
-for ((n = 1; n <= max_world; n++)); do
-	plan=$("$pdit" plan --model "$model" --devices "$n" -H "$size" -W "$size" --json 2> /dev/null) || continue
+for ((n = min_world; n <= max_world; n++)); do
+	plan=$("$pdit" plan --model "$model" --devices "$n" -H "$size" -W "$size" "${work[@]}" --json 2> /dev/null |
+		grep '"fits": true') || continue
 	first=$(head -1 <<< "$plan")
-	best_mesh="" best=""
+	best_mesh="" best="" first_meas=""
 	# a spread: every k-th of the ranked list, the first one included
 	total=$(grep -c '' <<< "$plan")
 	step=$(((total + max - 1) / max))
@@ -58,7 +93,7 @@ for ((n = 1; n <= max_world; n++)); do
 		launch=(mpirun --oversubscribe -np "$n")
 		[ "$n" = 1 ] && launch=()
 		j=$("${launch[@]}" "$pdit" bench --model "$model" -H "$size" -W "$size" --steps 2 \
-			--warmup 2 --dtype bf16 --json $(flags "$mesh") 2> /dev/null < /dev/null) || {
+			--warmup 2 --dtype bf16 --json "${run[@]}" $(flags "$mesh") 2> /dev/null < /dev/null) || {
 			echo "| $n | $mesh | $pred | failed | |"
 			continue
 		}

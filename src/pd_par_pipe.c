@@ -272,6 +272,11 @@ static int64_t pd_pipe_boundary(int64_t T, int64_t hp, int64_t wp, int pieces, i
 	return r;
 }
 
+int64_t pd_pipe_piece_tokens(int64_t T, int64_t hp, int64_t wp, int pieces, int i)
+{
+	return (i == 0 ? T : 0) + (pd_pipe_boundary(T, hp, wp, pieces, i + 1) - pd_pipe_boundary(T, hp, wp, pieces, i)) * wp;
+}
+
 static void pd_pipe_piece(const struct pd_pipe *p, int64_t T, int64_t hp, int64_t wp, int pieces, int piece, int j,
 			  struct pd_pipe_piece *pc)
 {

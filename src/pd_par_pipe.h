@@ -79,6 +79,10 @@ struct pd_pipe {
 /* The blocks of stage STAGE of STAGES: contiguous, balanced by compute. */
 void pd_pipe_stage_blocks(const struct pd_flux_config *cfg, int stages, int stage, int *first, int *count);
 
+/* Tokens of piece I of PIECES (the text with piece 0) for T text tokens and
+ * an image of HP x WP tokens, as the bands are cut. */
+int64_t pd_pipe_piece_tokens(int64_t T, int64_t hp, int64_t wp, int pieces, int i);
+
 /* Sets up P and installs its attention into HOOKS. */
 int pd_pipe_init(struct pd_pipe *p, struct pd_flux *model, struct pd_comm *pp, struct pd_comm *sp, int patches,
 		 int warmup, struct pd_flux_hooks *hooks);

@@ -8,8 +8,10 @@
 #include "pd_model.h"
 #include "pd_plan.h"
 #include "pd_util.h"
+#include "pd_vae.h"
 #include "pdit_cli.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,31 +20,110 @@
 double pd_bench_matmul(struct pd_backend *be, int64_t M, int64_t K, int64_t N);
 
 static const char pd_plan_usage[] =
-	"usage: pdit plan --model DIR --devices N [-H 1024 -W 1024] [--batch B] [--true-cfg-scale C]\n"
-	"                 [--gflops R] [--per-node K] [--memory GB] [--bandwidth GB/s] [--latency US] [--json]\n"
+	"usage: pdit plan --model DIR --devices N [-H 1024 -W 1024] [--steps S] [--batch B] [--true-cfg-scale C]\n"
+	"                 [--device h100|h200|a100|l40 | --gflops R] [--memory GB] [--per-node K]\n"
+	"                 [--link nvlink|pcie|ib|ethernet|shm | --bandwidth GB/s --latency US]\n"
+	"                 [--inter-link KIND | --inter-bandwidth GB/s --inter-latency US] [--json]\n"
 	"\n"
 	"Lists every valid mesh of N processes for the model and size, ranked by the\n"
 	"predicted seconds per denoising step, with the work, the bytes sent and the\n"
 	"memory of the busiest process, and marks the meshes that do not fit. Without\n"
-	"--gflops the rate is this machine's: a bf16 matrix product is timed here and\n"
-	"the processes share the cores (as in `mpirun -np N` on this machine).";
+	"--device or --gflops the devices are this machine's: a bf16 matrix product is\n"
+	"timed here, and the processes share its cores and memory (as `mpirun -np N`\n"
+	"does here). The --device and --link presets carry published peak figures\n"
+	"(see --help's list); a device's whole-step rate is --efficiency times its\n"
+	"peak. Devices fill nodes of --per-node in rank order: a method whose groups\n"
+	"lie within a node uses --link, the others --inter-link. \"stale\" marks the\n"
+	"meshes whose picture differs a little from one process's (PipeFusion and\n"
+	"DistriFusion attend to some keys and values a step old); the others are exact.\n"
+	"\n"
+	"Presets (published peak figures, dense bf16 with f32 accumulation):\n"
+	"  h100  H100 SXM5, 989 TFLOP/s, 80 GB at 3.35 TB/s    nvlink    NVLink 4, 450 GB/s each way per GPU\n"
+	"  h200  H200 SXM, 989 TFLOP/s, 141 GB at 4.8 TB/s     pcie      PCIe 4.0 x16, 32 GB/s each way\n"
+	"  a100  A100 SXM4, 312 TFLOP/s, 80 GB at 2.04 TB/s    ib        InfiniBand NDR, 50 GB/s per GPU\n"
+	"  l40   L40, 181 TFLOP/s, 48 GB at 0.86 TB/s          ethernet  100 GbE, 12.5 GB/s\n"
+	"                                                      shm       processes on one machine\n"
+	"A step takes at least the time to read the rank's weights at the memory\n"
+	"bandwidth (--memory-bandwidth; not modelled for this machine's processes).\n"
+	"Latencies (assumed, not published peaks): nvlink 5 us, pcie 10 us, ib 5 us,\n"
+	"ethernet 30 us, shm 20 us.";
 
 static const char pd_plan_examples[] =
 	"  pdit plan --model bench/flux-width --devices 4 -H 512 -W 512\n"
-	"  pdit plan --model FLUX.1-dev --devices 8 --gflops 400000 --memory 80 --bandwidth 300 --latency 10\n";
+	"  pdit plan --model FLUX.1-dev --devices 16 --device h100 --per-node 8 --link nvlink --inter-link ib\n"
+	"  pdit plan --model FLUX.1-dev --devices 8 --device l40 --link pcie -H 2048 -W 2048\n"
+	"  pdit plan --model FLUX.1-dev --devices 4 --gflops 400000 --memory 80 --bandwidth 300 --latency 10\n";
 
-struct pd_plan_row {
-	struct pd_plan_mesh mesh;
-	struct pd_plan_cost cost;
+/* A device or link preset: published peak figures. */
+struct pd_plan_preset {
+	const char *name;               /* as given to --device or --link */
+	double a;                       /* device: peak TFLOP/s; link: GB/s each way */
+	double b;                       /* device: memory GB; link: latency, microseconds (assumed) */
+	double c;                       /* device: memory bandwidth, GB/s */
 };
 
-static int pd_plan_cmp(const void *a, const void *b)
-{
-	const struct pd_plan_row *x = a, *y = b;
+static const struct pd_plan_preset pd_plan_devices[] = {
+	{ "h100", 989, 80, 3350 }, { "h200", 989, 141, 4800 }, { "a100", 312, 80, 2039 }, { "l40", 181, 48, 864 },
+	{ NULL, 0, 0, 0 },
+};
 
-	if (x->cost.fits != y->cost.fits)
-		return y->cost.fits - x->cost.fits;
-	return (x->cost.seconds > y->cost.seconds) - (x->cost.seconds < y->cost.seconds);
+static const struct pd_plan_preset pd_plan_links[] = {
+	{ "nvlink", 450, 5, 0 }, { "pcie", 32, 10, 0 }, { "ib", 50, 5, 0 }, { "ethernet", 12.5, 30, 0 },
+	{ "shm", 5, 20, 0 }, { NULL, 0, 0, 0 },
+};
+
+static const struct pd_plan_preset *pd_plan_preset_find(const struct pd_plan_preset *p, const char *name,
+							const char *flag)
+{
+	char names[128] = "";
+
+	for (; p->name; p++) {
+		if (strcmp(p->name, name) == 0)
+			return p;
+		snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", names[0] ? ", " : "", p->name);
+	}
+	pd_errorf("%s: unknown '%s' (one of %s)", flag, name, names);
+	return NULL;
+}
+
+int pd_cli_machine_here(struct pd_plan_machine *mc, const struct pd_plan_work *w, int devices, int per_node,
+			int timings)
+{
+	/* a product at the model's widest shape, the whole-step rate taken as
+	 * 0.85 of it (pdit bench measures 0.84 - 0.90 here), the cores and
+	 * memory shared by the processes, links the shared-memory preset, and
+	 * with more processes than cores a wait for the peer at each exchange */
+	const struct pd_plan_preset *shm = &pd_plan_links[4];
+	struct pd_backend *be = NULL;
+
+	if (pd_backend_cpu_new(&be, w->weight_bytes == 2 ? PD_BF16 : PD_F32, 0))
+		return -1;
+	memset(mc, 0, sizeof(*mc));
+	/* the best of TIMINGS medians: on a shared machine others only slow a
+	 * product down, and a plan should not depend on a busy moment */
+	for (int i = 0; i < timings; i++)
+		mc->gflops = fmax(mc->gflops,
+				  0.85 * pd_bench_matmul(be, w->txt_len + w->img_len, w->cfg->dim, w->cfg->mlp_dim));
+	pd_backend_free(be);
+	/* the decode's convolutions run at about 0.3 of the product's rate
+	 * here (f32, plain layouts: bench --vae-time, 512², one process) */
+	mc->vae_gflops = mc->gflops * 0.3 / 0.85;
+	if (mc->gflops <= 0)
+		return pd_errorf("could not time a matrix product here; give --gflops");
+	mc->devices = devices;
+	mc->per_node = per_node;
+	mc->shared = 1;
+	mc->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+	/* a tenth kept back: the libraries, MPI's buffers and oneDNN's scratch
+	 * the estimate leaves out (bench measures peaks 1.02-1.1 of it), and
+	 * the page cache the mapped weights are read through */
+	mc->mem_gb = 0.9 * pd_mem_available_mb() / 1024.0;
+	mc->bw_intra = mc->bw_inter = shm->a * 1e9;
+	mc->lat_intra = mc->lat_inter = shm->b * 1e-6;
+	/* fitted on 5 to 8 processes on 2 cores (bench/plan_check.sh): about
+	 * a scheduler time slice per exchange for every 2 waiting processes */
+	mc->wake_s = 3e-3;
+	return 0;
 }
 
 int pd_cmd_plan(int argc, char **argv)
@@ -54,10 +135,11 @@ int pd_cmd_plan(int argc, char **argv)
 	struct pd_plan_machine mc = { 0 };
 	struct pd_mesh_limits lim = { 0 };
 	struct pd_plan_row *rows = NULL;
-	int (*meshes)[PD_AXIS_COUNT] = NULL;
-	int height = 1024, width = 1024, batch = 1, devices = 0, per_node = 0, txt = 0, json = 0, n, rc = 1;
-	float cfg_scale = 1, gflops = 0, memory = 0, bandwidth = 0, latency = 0;
-	const char *dtype = "bf16", *pos[1];
+	int height = 1024, width = 1024, batch = 1, devices = 0, per_node = 0, txt = 0, json = 0, steps = 0, n, rc = 1;
+	float cfg_scale = 1, gflops = 0, memory = 0, bandwidth = 0, latency = 0, inter_bw = 0, inter_lat = 0;
+	float efficiency = 0.5f, mem_bw = 0;
+	const char *dtype = "bf16", *device = NULL, *link = NULL, *inter_link = NULL, *pos[1];
+	const struct pd_plan_preset *dev = NULL, *ln = NULL, *iln = NULL;
 	int n_pos, hr;
 	const struct pd_arg opts[] = {
 		{ "--model", 'm', PD_ARG_STRING, &mf.model, "DIR", "diffusers FLUX folder (its transformer/config.json is read)", NULL },
@@ -65,15 +147,23 @@ int pd_cmd_plan(int argc, char **argv)
 		{ "--devices", 'n', PD_ARG_INT, &devices, "N", "processes (GPUs, or CPU processes on this machine)", NULL },
 		{ "--height", 'H', PD_ARG_INT, &height, "PX", "image height, a multiple of 16 (default 1024)", NULL },
 		{ "--width", 'W', PD_ARG_INT, &width, "PX", "image width, a multiple of 16 (default 1024)", NULL },
+		{ "--steps", 0, PD_ARG_INT, &steps, "S", "denoising steps, for the seconds of a run with its decode (default 28, or 4 without guidance embedding)", NULL },
 		{ "--batch", 0, PD_ARG_INT, &batch, "B", "images (default 1)", NULL },
 		{ "--true-cfg-scale", 0, PD_ARG_FLOAT, &cfg_scale, "C", "true CFG when above 1: two branches, CFG parallel possible", NULL },
 		{ "--txt-len", 0, PD_ARG_INT, &txt, "N", "text tokens (default 512, or 256 without guidance embedding)", NULL },
 		{ "--dtype", 0, PD_ARG_STRING, &dtype, "f32|bf16", "precision of the weights and products (default bf16)", NULL },
+		{ "--device", 0, PD_ARG_STRING, &device, "NAME", "h100, h200, a100 or l40: published peak rate and memory", NULL },
+		{ "--efficiency", 0, PD_ARG_FLOAT, &efficiency, "F", "with --device: the fraction of peak a whole step reaches (default 0.5: xDiT's one-H100 FLUX.1-dev figure)", NULL },
 		{ "--gflops", 0, PD_ARG_FLOAT, &gflops, "R", "whole-step GFLOP/s of one device (default: measured here, shared cores)", NULL },
+		{ "--memory", 0, PD_ARG_FLOAT, &memory, "GB", "memory per device (default: the preset's, or this machine's, shared)", NULL },
+		{ "--memory-bandwidth", 0, PD_ARG_FLOAT, &mem_bw, "GB/s", "a device's memory bandwidth (default: the preset's; none here)", NULL },
 		{ "--per-node", 0, PD_ARG_INT, &per_node, "K", "devices per node (default: all on one)", NULL },
-		{ "--memory", 0, PD_ARG_FLOAT, &memory, "GB", "memory per device (default: this machine's, shared)", NULL },
-		{ "--bandwidth", 0, PD_ARG_FLOAT, &bandwidth, "GB/s", "link bandwidth within a node (default 5, shared memory)", NULL },
-		{ "--latency", 0, PD_ARG_FLOAT, &latency, "US", "per-transfer latency within a node, microseconds (default 20)", NULL },
+		{ "--link", 0, PD_ARG_STRING, &link, "KIND", "link within a node: nvlink, pcie, ib, ethernet, shm (default nvlink with --device, else shm)", NULL },
+		{ "--bandwidth", 0, PD_ARG_FLOAT, &bandwidth, "GB/s", "link bandwidth within a node, each way (overrides --link's)", NULL },
+		{ "--latency", 0, PD_ARG_FLOAT, &latency, "US", "per-transfer latency within a node, microseconds (overrides --link's)", NULL },
+		{ "--inter-link", 0, PD_ARG_STRING, &inter_link, "KIND", "link between nodes (default ib)", NULL },
+		{ "--inter-bandwidth", 0, PD_ARG_FLOAT, &inter_bw, "GB/s", "bandwidth between nodes per device, each way (overrides --inter-link's)", NULL },
+		{ "--inter-latency", 0, PD_ARG_FLOAT, &inter_lat, "US", "latency between nodes, microseconds (overrides --inter-link's)", NULL },
 		{ "--json", 0, PD_ARG_FLAG, &json, NULL, "one JSON object per mesh, one a line", NULL },
 		{ 0 },
 	};
@@ -91,10 +181,18 @@ int pd_cmd_plan(int argc, char **argv)
 		return pd_cli_fail();
 	}
 	if (height < 16 || width < 16 || height % 16 || width % 16 || height > 16384 || width > 16384 || batch < 1 ||
-	    batch > 4096 || txt < 0 || txt > 4096 || per_node < 0 || !(gflops >= 0) || !(memory >= 0) ||
-	    !(bandwidth >= 0) || !(latency >= 0)) {
-		pd_errorf("plan: sizes must be multiples of 16 up to 16384, --batch 1..4096, and rates, memory, bandwidth "
-			  "and latency not negative");
+	    batch > 4096 || txt < 0 || txt > 4096 || per_node < 0 || steps < 0 || steps > 10000 || !(gflops >= 0) ||
+	    !(memory >= 0) || !(mem_bw >= 0) || !(bandwidth >= 0) || !(latency >= 0) || !(inter_bw >= 0) || !(inter_lat >= 0) ||
+	    !(efficiency > 0 && efficiency <= 1)) {
+		pd_errorf("plan: sizes must be multiples of 16 up to 16384, --batch 1..4096, --steps up to 10000, "
+			  "--efficiency in (0, 1], and rates, memory, bandwidths and latencies not negative");
+		return pd_cli_fail();
+	}
+	if ((device && gflops > 0) || (device && !(dev = pd_plan_preset_find(pd_plan_devices, device, "--device"))) ||
+	    (link && !(ln = pd_plan_preset_find(pd_plan_links, link, "--link"))) ||
+	    (inter_link && !(iln = pd_plan_preset_find(pd_plan_links, inter_link, "--inter-link")))) {
+		if (device && gflops > 0)
+			pd_errorf("give --device or --gflops, not both");
 		return pd_cli_fail();
 	}
 	if (strcmp(dtype, "bf16") && strcmp(dtype, "f32")) {
@@ -106,89 +204,98 @@ int pd_cmd_plan(int argc, char **argv)
 	w.cfg = &fc;
 	w.txt_len = txt ? txt : fc.guidance_embeds ? 512 : 256;
 	w.img_len = (int64_t)(height / 16) * (width / 16);
+	w.img_w = width / 16;
 	w.images = batch;
 	w.branches = cfg_scale > 1 ? 2 : 1;
 	w.weight_bytes = strcmp(dtype, "bf16") == 0 ? 2 : 4;
-	mc.devices = devices;
-	mc.per_node = per_node ? per_node : devices;
-	mc.bw_intra = (bandwidth > 0 ? bandwidth : 5) * 1e9;
-	mc.lat_intra = (latency > 0 ? latency : 20) * 1e-6;
-	mc.bw_inter = mc.bw_intra;
-	mc.lat_inter = mc.lat_intra;
-	if (gflops > 0) {
+	if (mp.vae && pd_is_dir(mp.vae)) {
+		struct pd_vae_config vc;
+
+		if (pd_vae_config_load(&vc, mp.vae))
+			goto out;
+		pd_plan_vae(&w, &vc, height, width);
+	}
+	if (mp.text_encoder_2 && pd_plan_encoder_gb(mp.text_encoder_2, w.weight_bytes, &w.encoders_gb))
+		goto out;
+	if (mp.text_encoder) {
+		double clip;
+
+		if (pd_plan_encoder_gb(mp.text_encoder, w.weight_bytes, &clip))
+			goto out;
+		w.encoders_gb += clip;
+	}
+	if (dev) {
+		mc.gflops = dev->a * 1000 * efficiency;
+		mc.mem_gb = memory > 0 ? memory : dev->b;
+		mc.mem_bw = dev->c * 1e9;
+	} else if (gflops > 0) {
 		mc.gflops = gflops;
 		mc.mem_gb = memory;
 	} else {
-		/* this machine: a bf16 product at the model's widest shape, the
-		 * whole-step rate taken as 0.85 of it (pdit bench measures 0.84 -
-		 * 0.90 here), the cores and memory shared by the processes */
-		struct pd_backend *be = NULL;
-
-		if (pd_backend_cpu_new(&be, strcmp(dtype, "bf16") == 0 ? PD_BF16 : PD_F32, 0))
+		if (pd_cli_machine_here(&mc, &w, devices, devices, 3))
 			goto out;
-		mc.gflops = 0.85 * pd_bench_matmul(be, w.txt_len + w.img_len, fc.dim, fc.mlp_dim);
-		pd_backend_free(be);
-		if (mc.gflops <= 0) {
-			pd_errorf("could not time a matrix product here; give --gflops");
-			goto out;
-		}
-		mc.shared = 1;
-		mc.cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-		mc.mem_gb = memory > 0 ? memory : pd_mem_available_mb() / 1024.0;
+		if (memory > 0)
+			mc.mem_gb = memory;
 	}
+	if (mem_bw > 0)
+		mc.mem_bw = mem_bw * 1e9;
+	mc.devices = devices;
+	mc.per_node = per_node ? per_node : devices;
+	if (!ln)
+		ln = pd_plan_preset_find(pd_plan_links, mc.shared ? "shm" : "nvlink", "--link");
+	if (!iln)
+		iln = pd_plan_preset_find(pd_plan_links, "ib", "--inter-link");
+	mc.bw_intra = (bandwidth > 0 ? bandwidth : ln->a) * 1e9;
+	mc.lat_intra = (latency > 0 ? latency : ln->b) * 1e-6;
+	mc.bw_inter = (inter_bw > 0 ? inter_bw : iln->a) * 1e9;
+	mc.lat_inter = (inter_lat > 0 ? inter_lat : iln->b) * 1e-6;
 	lim.world = devices;
 	lim.heads = fc.heads;
 	lim.cfg_possible = w.branches == 2;
 	lim.images = batch;
 	lim.max_pp = pd_flux_blocks(&fc);
-	n = pd_mesh_enumerate(&lim, NULL, 0);
-	meshes = pd_calloc((size_t)n + 1, sizeof(*meshes), "meshes");
-	rows = pd_calloc((size_t)(2 * n) + 1, sizeof(*rows), "meshes");
-	if (!meshes || !rows)
+	if (pd_plan_list(&w, &mc, &lim, &rows, &n))
 		goto out;
-	pd_mesh_enumerate(&lim, meshes, n);
-	{
-		int k = 0;
-
-		for (int i = 0; i < n; i++) {
-			for (int df = 0; df < 2; df++) {
-				struct pd_plan_row *r = &rows[k];
-
-				/* DistriFusion on the ring axis, with CFG and data parallel only */
-				if (df && (meshes[i][PD_AXIS_RING] < 2 || meshes[i][PD_AXIS_ULYSSES] > 1 ||
-					   meshes[i][PD_AXIS_TP] > 1 || meshes[i][PD_AXIS_PP] > 1))
-					continue;
-				memcpy(r->mesh.degree, meshes[i], sizeof(meshes[i]));
-				r->mesh.distrifusion = df;
-				if (pd_plan_cost(&w, &mc, &r->mesh, &r->cost))
-					goto out;
-				k++;
-			}
-		}
-		n = k;
-	}
 	if (n == 0) {
 		pd_errorf("no mesh of %d processes suits this model and work (heads %d, %d blocks, %d image%s%s)", devices,
 			  fc.heads, pd_flux_blocks(&fc), batch, batch > 1 ? "s" : "", w.branches == 2 ? ", true CFG" : "");
 		goto out;
 	}
-	qsort(rows, (size_t)n, sizeof(*rows), pd_plan_cmp);
 	if (!rows[0].cost.fits) {
 		/* none fits: name the smallest */
 		for (int i = 1; i < n; i++)
 			if (rows[i].cost.memory_gb < rows[0].cost.memory_gb)
 				rows[0] = rows[i];
-		pd_errorf("no mesh of %d processes fits in %.1f GB per device: the smallest needs %.1f GB (weights %.1f, "
-			  "activations %.1f); add devices or memory, or lower the size", devices, mc.mem_gb,
-			  rows[0].cost.memory_gb, rows[0].cost.weights_gb, rows[0].cost.activations_gb);
+		pd_errorf("no mesh of %d processes fits in %.1f GB %s: the smallest needs %.1f GB a process (weights %.1f, "
+			  "activations %.1f%s%.1f); add devices or memory, or lower the size", devices, mc.mem_gb,
+			  mc.shared ? "shared by the processes" : "per device", rows[0].cost.memory_gb,
+			  rows[0].cost.weights_gb, rows[0].cost.activations_gb,
+			  w.encoders_gb > 0 ? ", or the text encoders " : "", w.encoders_gb > 0 ? w.encoders_gb : 0.0);
 		goto out;
 	}
-	if (!json)
-		printf("pdit plan: %s, %dx%d (%lld text + %lld image tokens), %d image%s%s, %d device%s at %.0f GFLOP/s%s\n"
-		       "%-44s %9s %9s %9s %11s %9s\n", mp.transformer, width, height, (long long)w.txt_len,
-		       (long long)w.img_len, batch, batch > 1 ? "s" : "", w.branches == 2 ? " x 2 branches" : "", devices,
-		       devices > 1 ? "s" : "", mc.gflops, mc.shared ? " shared (this machine)" : " each",
-		       "mesh", "s/step", "compute", "comm", "MB/rank", "GB/rank");
+	if (!steps)
+		steps = fc.guidance_embeds ? 28 : 4;
+	if (!json) {
+		printf("pdit plan: %s, %dx%d (%lld text + %lld image tokens), %d image%s%s, %d steps\n", mp.transformer, width,
+		       height, (long long)w.txt_len, (long long)w.img_len, batch, batch > 1 ? "s" : "",
+		       w.branches == 2 ? " x 2 branches" : "", steps);
+		printf("  %d device%s at %.0f GFLOP/s%s, %.0f GB%s; within a node %.1f GB/s, %.0f us", devices,
+		       devices > 1 ? "s" : "", mc.gflops,
+		       mc.shared ? " shared (this machine)" : " each", mc.mem_gb,
+		       mc.shared ? " shared" : " each", mc.bw_intra / 1e9, mc.lat_intra * 1e6);
+		if (mc.per_node < devices)
+			printf("; %d a node, between nodes %.1f GB/s, %.0f us", mc.per_node, mc.bw_inter / 1e9,
+			       mc.lat_inter * 1e6);
+		if (dev)
+			printf("\n  %s: %.0f%% of its published %.0f TFLOP/s peak", dev->name, efficiency * 100, dev->a);
+		if (w.encoders_gb > 0)
+			printf("\n  text encoders %.1f GB on one process per data-parallel group, before the transformer",
+			       w.encoders_gb);
+		if (w.vae_gflop > 0)
+			printf("\n  VAE decode %.0f GFLOP a picture, in bands over each data-parallel group", w.vae_gflop);
+		printf("\n%-44s %6s %9s %9s %9s %9s %9s %11s %11s %9s\n", "mesh", "", "s/step", "compute", "comm",
+		       "VAE s", "s/run", "MB/rank", "MB between", "GB/rank");
+	}
 	for (int i = 0; i < n; i++) {
 		char name[160];
 		const struct pd_plan_cost *c = &rows[i].cost;
@@ -196,19 +303,24 @@ int pd_cmd_plan(int argc, char **argv)
 		pd_mesh_format(rows[i].mesh.degree, rows[i].mesh.distrifusion, name, sizeof(name));
 		if (json)
 			printf("{\"mesh\": \"%s\", \"seconds_per_step\": %.6g, \"compute_seconds\": %.6g, \"comm_seconds\": %.6g, "
-			       "\"gflop_per_rank\": %.6g, \"bytes_sent_per_rank_per_step\": %.0f, \"memory_gb\": %.4g, "
-			       "\"weights_gb\": %.4g, \"activations_gb\": %.4g, \"fits\": %s}\n", name, c->seconds, c->compute_s,
-			       c->comm_s, c->gflop, c->bytes, c->memory_gb, c->weights_gb, c->activations_gb,
+			       "\"vae_seconds\": %.6g, \"seconds_per_run\": %.6g, \"gflop_per_rank\": %.6g, "
+			       "\"bytes_sent_per_rank_per_step\": %.0f, "
+			       "\"bytes_between_nodes\": %.0f, \"memory_gb\": %.4g, \"weights_gb\": %.4g, "
+			       "\"activations_gb\": %.4g, \"encoders_gb\": %.4g, \"vae_gb\": %.4g, \"stale\": %s, "
+			       "\"fits\": %s}\n", name, c->seconds, c->compute_s, c->comm_s, c->vae_s,
+			       c->seconds * steps + c->vae_s, c->gflop, c->bytes, c->inter_bytes, c->memory_gb,
+			       c->weights_gb, c->activations_gb, w.encoders_gb, c->vae_gb, rows[i].stale ? "true" : "false",
 			       c->fits ? "true" : "false");
 		else
-			printf("%-44s %9.3f %9.3f %9.3f %11.1f %9.2f%s\n", name, c->seconds, c->compute_s, c->comm_s,
-			       c->bytes / 1e6, c->memory_gb, c->fits ? "" : "  does not fit");
+			printf("%-44s %6s %9.3f %9.3f %9.3f %9.3f %9.2f %11.1f %11.1f %9.2f%s\n", name,
+			       rows[i].stale ? "stale" : "exact", c->seconds, c->compute_s, c->comm_s, c->vae_s,
+			       c->seconds * steps + c->vae_s, c->bytes / 1e6, c->inter_bytes / 1e6, c->memory_gb,
+			       c->fits ? "" : "  does not fit");
 	}
 	rc = 0;
 out:
 	if (rc)
 		pd_cli_fail();
-	free(meshes);
 	free(rows);
 	pd_model_paths_free(&mp);
 	return rc;

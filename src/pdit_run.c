@@ -40,6 +40,7 @@ struct pd_gen_args {
 	/* mesh degrees (0: not given) */
 	int dp, tp, ulysses, ring, pp, cfg_parallel, distrifusion, warmup_steps, patches;
 	int no_vae_parallel, vae_parallel;
+	const char *parallel;           /* --parallel auto|auto-stale, or NULL */
 	/* pdit check */
 	const char *golden;
 	float tolerance;
@@ -66,7 +67,7 @@ struct pd_run {
 	struct pd_gen_params p;         /* generation parameters */
 	enum pd_dtype dt;               /* matrix-product precision */
 	int degree[PD_AXIS_COUNT];      /* the mesh */
-	int mesh_auto;                  /* chosen by pdit, not given */
+	int mesh_auto;                  /* chosen by pdit, not given: 1 by rule, 2 by the cost model */
 	struct pd_par_options opt;      /* DistriFusion, warm-up */
 	struct pd_mesh mesh;            /* its communicators (once created) */
 	int mesh_ok;
@@ -335,7 +336,7 @@ static int pd_run_encode(struct pd_run *r)
  * not cautious. */
 static int pd_run_check_memory(const struct pd_run *r, const struct pd_gen_args *a, int decodes)
 {
-	double MB = 1048576.0, avail = pd_mem_available_mb(), bands = 1, c0 = 128, weights, act, vae, need;
+	double MB = 1048576.0, avail = pd_mem_available_mb(), weights, act, vae = 0, need;
 	int local = pd_comm_local_size(r->world);
 	struct pd_plan_work w = { .cfg = &r->fc, .txt_len = r->e.txt_len, .img_len = r->ls.tokens,
 				  .images = (int)r->e.batch, .branches = 1,
@@ -343,24 +344,21 @@ static int pd_run_check_memory(const struct pd_run *r, const struct pd_gen_args 
 	struct pd_plan_machine mc = { .devices = r->world->size, .gflops = 1 };
 	struct pd_plan_mesh mesh = { .distrifusion = r->opt.distrifusion };
 	struct pd_plan_cost cost;
+	struct pd_vae_config vc;
 
 	if (avail <= 0)
 		return 0;
 	memcpy(mesh.degree, r->degree, sizeof(mesh.degree));
+	if (decodes && r->mp.vae && pd_is_dir(r->mp.vae) && pd_vae_config_load(&vc, r->mp.vae) == 0)
+		pd_plan_vae(&w, &vc, a->height, a->width);
 	if (pd_plan_cost(&w, &mc, &mesh, &cost))
 		return -1;
 	/* the lightest stage: low whichever stage a rank runs */
 	weights = cost.weights_min_gb * 1e9 / MB;
 	act = cost.activations_gb * 1e9 / MB;
-	if (r->mp.vae && pd_is_dir(r->mp.vae)) {
-		struct pd_vae_config vc;
-
-		if (pd_vae_config_load(&vc, r->mp.vae) == 0)
-			c0 = vc.block_out[0];
-	}
-	if (!a->no_vae_parallel && r->world->size > 1)
-		bands = (double)r->world->size / r->degree[PD_AXIS_DP];
-	vae = decodes && r->mp.vae ? 2.0 * c0 * a->height * a->width * 4.0 / bands / MB : 0;
+	/* the decode in bands over the data-parallel group, or whole */
+	if (w.vae_gflop > 0)
+		vae = (a->no_vae_parallel || r->world->size == 1 ? w.vae_map_gb : cost.vae_gb) * 1e9 / MB;
 	need = (weights + act > vae ? weights + act : vae) * local;
 	if (need <= avail)
 		return 0;
@@ -369,6 +367,52 @@ static int pd_run_check_memory(const struct pd_run *r, const struct pd_gen_args 
 			 "size, or more machines with tensor, sequence, pipeline parallel or the banded decode",
 			 a->width, a->height, need / 1024, local, local > 1 ? "es" : "", weights / 1024, act / 1024,
 			 vae / 1024, avail / 1024);
+}
+
+/* --parallel auto: rank 0 ranks the meshes as `pdit plan` does on this
+ * machine (a product timed here, the processes of a node sharing its cores
+ * and memory) and every rank takes its first choice; exact methods only
+ * unless STALE. */
+static int pd_run_plan_mesh(struct pd_run *r, const struct pd_mesh_limits *lim, int stale)
+{
+	/* ok, the degrees, DistriFusion */
+	int msg[PD_AXIS_COUNT + 2] = { 0 };
+
+	if (r->world->size == 1) {
+		for (int x = 0; x < PD_AXIS_COUNT; x++)
+			r->degree[x] = 1;
+		return 0;
+	}
+	if (r->world->rank == 0) {
+		struct pd_plan_work w = { .cfg = &r->fc, .txt_len = r->e.txt_len, .img_len = r->ls.tokens,
+					  .img_w = r->ls.w / 2,
+					  .images = (int)r->e.batch, .branches = lim->cfg_possible ? 2 : 1,
+					  .weight_bytes = r->dt == PD_BF16 ? 2 : 4 };
+		struct pd_plan_machine mc;
+		struct pd_plan_row *rows = NULL;
+		int n = 0;
+
+		if (pd_cli_machine_here(&mc, &w, r->world->size, pd_comm_local_size(r->world), 1) == 0 &&
+		    pd_plan_list(&w, &mc, lim, &rows, &n) == 0) {
+			for (int i = 0; i < n && !msg[0]; i++)
+				if (rows[i].cost.fits && (stale || !rows[i].stale)) {
+					msg[0] = 1;
+					memcpy(msg + 1, rows[i].mesh.degree, sizeof(rows[i].mesh.degree));
+					msg[PD_AXIS_COUNT + 1] = rows[i].mesh.distrifusion;
+				}
+			if (!msg[0])
+				pd_errorf("--parallel %s: no %smesh of %d processes fits this machine's memory (see pdit plan)",
+					  stale ? "auto-stale" : "auto", stale ? "" : "exact ", r->world->size);
+		}
+		free(rows);
+	}
+	if (r->world->ops->bcast(r->world, msg, sizeof(msg), 0))
+		return -1;
+	if (!msg[0])
+		return r->world->rank == 0 ? -1 : pd_errorf("--parallel: rank 0 could not choose a mesh");
+	memcpy(r->degree, msg + 1, sizeof(r->degree));
+	r->opt.distrifusion = msg[PD_AXIS_COUNT + 1];
+	return 0;
 }
 
 static int pd_run_prepare(struct pd_run *r, const struct pd_gen_args *a, int need_vae)
@@ -453,7 +497,18 @@ static int pd_run_prepare(struct pd_run *r, const struct pd_gen_args *a, int nee
 	r->degree[PD_AXIS_RING] = a->distrifusion ? a->distrifusion : a->ring;
 	r->degree[PD_AXIS_ULYSSES] = a->ulysses;
 	r->degree[PD_AXIS_TP] = a->tp;
-	if (!given) {
+	if (a->parallel) {
+		int stale = strcmp(a->parallel, "auto-stale") == 0;
+
+		if (!stale && strcmp(a->parallel, "auto"))
+			return pd_errorf("--parallel must be auto or auto-stale (got '%s')", a->parallel);
+		if (given)
+			return pd_errorf("--parallel %s chooses the mesh: give it or degree flags, not both", a->parallel);
+		r->mesh_auto = 2;
+		lim.distrifusion = 0;
+		if (pd_run_plan_mesh(r, &lim, stale))
+			return -1;
+	} else if (!given) {
 		r->mesh_auto = r->world->size > 1;
 		if (pd_mesh_choose(r->degree, &lim))
 			return -1;
@@ -539,6 +594,7 @@ static void pd_run_notes(const struct pd_run *r, const struct pd_gen_args *a)
 	if (r->world->size > 1) {
 		pd_mesh_format(r->degree, r->opt.distrifusion, mesh, sizeof(mesh));
 		pd_log(1, "pdit: %d processes, mesh %s%s, %d thread%s each\n", r->world->size, mesh,
+		       r->mesh_auto == 2 ? " (chosen by the cost model, as pdit plan ranks them)" :
 		       r->mesh_auto ? " (chosen automatically)" : "", r->be->threads, r->be->threads > 1 ? "s" : "");
 	}
 	pd_log(1, "pdit: %lld image%s %dx%d, %d steps, seed %llu%s\n", (long long)r->e.batch,
@@ -600,6 +656,7 @@ static void pd_gen_options(struct pd_gen_args *a, struct pd_arg *opts, enum pd_c
 		{ "--dtype", 0, PD_ARG_STRING, &a->dtype, "f32|bf16", "precision of matrix products (default f32)", NULL },
 		{ "--threads", 't', PD_ARG_INT, &a->threads, "N", "threads per process (default: the cores divided among the processes)", NULL },
 		{ "--comm-timeout", 0, PD_ARG_FLOAT, &a->comm_timeout, "S", "seconds a process may wait for the others before the job is reported and stopped (default 1800; 0: forever; lifted where one rank works alone: encoding prompts, check's reference)", NULL },
+		{ "--parallel", 0, PD_ARG_STRING, &a->parallel, "auto", "choose the mesh as pdit plan ranks them: auto among the exact methods, auto-stale also PipeFusion and DistriFusion", NULL },
 		{ "--data-parallel-degree", 0, PD_ARG_INT, &a->dp, "N", "split the batch of images over N groups", NULL },
 		{ "--cfg-parallel", 0, PD_ARG_FLAG, &a->cfg_parallel, NULL, "run the positive and negative passes of true CFG on two processes", NULL },
 		{ "--tensor-parallel-degree", 0, PD_ARG_INT, &a->tp, "N", "split heads and MLP width over N processes (Megatron)", NULL },

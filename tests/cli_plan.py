@@ -6,10 +6,24 @@
    (sizes that split evenly; the few small collectives the model leaves out stay below that).
 2. plan lists only valid meshes: the degrees multiply to the devices, tp x ulysses divide the heads,
    cfg only with true CFG; and ranks them by predicted seconds.
-3. Impossible requests are refused with the reason: no mesh that fits the memory, bad numbers.
+3. Impossible requests are refused with the reason: no mesh that fits the memory, bad numbers,
+   unknown presets, --parallel given with degrees.
+4. Nodes: with --per-node equal to the devices nothing crosses between nodes; with one device a node
+   everything a rank sends does; in between, a mesh whose only split axis (tensor parallel, the fastest)
+   fits in a node sends nothing between nodes. s/run = steps x s/step + the decode.
+5. The memory bandwidth bounds a step: compute seconds >= the rank's weights read once per forward pass.
+6. The text encoders' weights (a --full tiny model) equal the tensors of their safetensors headers
+   without the token tables, at 2 bytes for bf16; memory per rank is at least that.
+8. The VAE decode's work (its seconds at --gflops 1 on one device) equals a count from the decoder's weight
+   shapes: 2 x out x in x k x k x pixels for every convolution at its block's resolution, the mid
+   attention's four projections and 4 (h w)^2 c; on 4 devices of data parallel over 4 images it is
+   the same per picture, on 4 in one group the bands divide it (exchanges aside).
+7. `pdit generate --parallel auto` on 2 processes picks an exact mesh, says it was the cost model's,
+   and gives the single-process latents (1e-5).
 
     cli_plan.py PDIT MPIRUN...
 """
+import array
 import json
 import os
 import random
@@ -32,6 +46,31 @@ def report(ok, label):
 
 def run(*args):
     return subprocess.run([str(a) for a in args], capture_output=True, text=True)
+
+
+def header(path):
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        return json.loads(f.read(n)), 8 + n
+
+
+def latents(path):
+    h, off = header(path)
+    t = h["latents.final"]
+    assert t["dtype"] == "F32"
+    a = array.array("f")
+    with open(path, "rb") as f:
+        f.seek(off + t["data_offsets"][0])
+        a.frombytes(f.read(t["data_offsets"][1] - t["data_offsets"][0]))
+    return a
+
+
+def plan_rows(*args):
+    r = run(PDIT, "plan", *args, "--json")
+    if r.returncode:
+        report(False, "plan %s: %s" % (args, r.stderr.strip()))
+        return []
+    return [json.loads(x) for x in r.stdout.splitlines()]
 
 
 def degrees(mesh):
@@ -90,7 +129,114 @@ def main():
                 got, want = j["bytes_sent_per_rank_per_step"], x["bytes_sent_per_rank_per_step"]
                 report(j["mesh"] == x["mesh"] and abs(got - want) <= 0.02 * max(want, 1),
                        "%s: bench sent %d bytes per rank and step, plan predicted %d" % (x["mesh"], got, want))
+        # 4. nodes
+        for k, check in ((8, "nothing between nodes"), (1, "everything between nodes")):
+            rows = plan_rows("--model", m, "--devices", 8, "-H", H, "-W", W, "--txt-len", T, "--device", "h100",
+                             "--per-node", k, "--steps", 7)
+            ok = len(rows) > 0
+            for x in rows:
+                ok &= abs(x["seconds_per_run"] - 7 * x["seconds_per_step"] - x["vae_seconds"]) <= 1e-5 * x["seconds_per_run"]
+                ok &= x["bytes_between_nodes"] == (0 if k == 8 else x["bytes_sent_per_rank_per_step"])
+            report(ok, "per node %d: %s, s/run = 7 x s/step + VAE (%d meshes)" % (k, check, len(rows)))
+        rows = plan_rows("--model", m, "--devices", 4, "-H", H, "-W", W, "--txt-len", T, "--gflops", 1000,
+                         "--per-node", 2)
+        tp2 = [x for x in rows if x["mesh"] == "dp=1 cfg=1 pp=1 ring=2 ulysses=1 tp=2"]
+        ring4 = [x for x in rows if x["mesh"] == "dp=1 cfg=1 pp=1 ring=4 ulysses=1 tp=1"]
+        report(len(tp2) == 1 and len(ring4) == 1 and 0 < tp2[0]["bytes_between_nodes"] <
+               tp2[0]["bytes_sent_per_rank_per_step"] and ring4[0]["bytes_between_nodes"] ==
+               ring4[0]["bytes_sent_per_rank_per_step"],
+               "2 a node: ring 2 x tp 2 sends its ring hops between nodes and its all-reduces within, ring 4 all between")
+        # 5. memory bandwidth
+        rows = plan_rows("--model", m, "--devices", 2, "-H", H, "-W", W, "--txt-len", T, "--gflops", 1e9,
+                         "--memory-bandwidth", 0.001)
+        ok = len(rows) > 0
+        for x in rows:
+            if "pp=1" in x["mesh"]:
+                ok &= x["compute_seconds"] >= x["weights_gb"] * 1e9 / 1e6 * 0.999
+        report(ok, "a step is no shorter than reading the weights at --memory-bandwidth")
+        # 8. the VAE's work from its weight shapes
+        vh, _ = header(os.path.join(m, "vae", "diffusion_pytorch_model.safetensors"))
+        vcfg = json.load(open(os.path.join(m, "vae", "config.json")))
+        nb = len(vcfg["block_out_channels"])
+        lh, lw = H // 2 ** (nb - 1), W // 2 ** (nb - 1)
+        flop = 0.0
+        for name, t in vh.items():
+            if not name.startswith("decoder.") or not name.endswith(".weight"):
+                continue
+            sh = t["shape"]
+            scale = 1
+            if name.startswith("decoder.up_blocks."):
+                i = int(name.split(".")[2])
+                scale = 2 ** (i + 1) if ".upsamplers." in name else 2 ** i
+            elif name.startswith(("decoder.conv_out", "decoder.conv_norm_out")):
+                scale = 2 ** (nb - 1)
+            px = lh * scale * lw * scale
+            if len(sh) == 4:
+                flop += 2.0 * sh[0] * sh[1] * sh[2] * sh[3] * px
+            elif len(sh) == 2 and ".attentions." in name:
+                flop += 2.0 * sh[0] * sh[1] * px
+                if name.endswith("to_q.weight"):
+                    flop += 4.0 * px * px * sh[0]
+        rows = plan_rows("--model", m, "--devices", 1, "-H", H, "-W", W, "--txt-len", T, "--gflops", 1)
+        got = rows[0]["vae_seconds"] if rows else -1
+        report(abs(got - flop / 1e9) <= 1e-6 * flop / 1e9, "VAE decode %.6g GFLOP, from the weight shapes %.6g" %
+               (got, flop / 1e9))
+        dp4 = plan_rows("--model", m, "--devices", 4, "-H", H, "-W", W, "--txt-len", T, "--gflops", 1, "--batch", 4,
+                        "--latency", 1e-9)
+        ok = len(dp4) > 0
+        for x in dp4:
+            d = degrees(x["mesh"])
+            per_group = (4 + d["dp"] - 1) // d["dp"]
+            ok &= abs(x["vae_seconds"] - per_group * flop / 1e9 / (4 // d["dp"])) <= 1e-3 * x["vae_seconds"]
+        report(ok, "4 devices, 4 images: each group decodes its pictures in bands over its ranks")
+        # 6. text encoders
+        full = os.path.join(tmp, "full")
+        r = run(PDIT, "tiny", full, "--full")
+        n_enc = 0
+        for enc in ("text_encoder", "text_encoder_2"):
+            d = os.path.join(full, enc)
+            files = [f for f in os.listdir(d) if f.endswith(".safetensors")]
+            for f in files:
+                h, _ = header(os.path.join(d, f))
+                for name, t in h.items():
+                    if name == "__metadata__" or name.endswith(("shared.weight", "embed_tokens.weight",
+                                                                "token_embedding.weight")):
+                        continue
+                    c = 1
+                    for v in t["shape"]:
+                        c *= v
+                    n_enc += c
+        rows = plan_rows("--model", full, "--devices", 2, "-H", 64, "-W", 64, "--gflops", 100)
+        report(r.returncode == 0 and len(rows) > 0 and all(abs(x["encoders_gb"] - n_enc * 2 / 1e9) <= 1e-3 *
+                                                           n_enc * 2 / 1e9 and x["memory_gb"] >=
+                                                           x["encoders_gb"] * 0.999 for x in rows),
+               "text encoders %.6f GB, from the headers %.6f" % (rows[0]["encoders_gb"] if rows else -1,
+                                                                 n_enc * 2 / 1e9))
+        # 7. generate --parallel auto
+        out1, out2 = os.path.join(tmp, "one.safetensors"), os.path.join(tmp, "auto.safetensors")
+        gen = ["generate", "--model", m, "--embeds", embeds, "-H", 32, "-W", 48, "--steps", 2, "--out-latents"]
+        g1 = run(PDIT, *gen, out1, "-o", os.path.join(tmp, "one.png"))
+        g2 = run(*MPIRUN, "-np", 2, PDIT, *gen, out2, "--parallel", "auto", "-o", os.path.join(tmp, "auto.png"))
+        if g1.returncode or g2.returncode:
+            report(False, "generate --parallel auto: %s %s" % (g1.stderr.strip()[-200:], g2.stderr.strip()[-200:]))
+        else:
+            line = [x for x in g2.stderr.splitlines() if "mesh" in x]
+            a, b = latents(out1), latents(out2)
+            diff = max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) else float("inf")
+            report(len(line) == 1 and "chosen by the cost model" in line[0] and "pp=1" in line[0] and
+                   "distrifusion" not in line[0] and diff <= 1e-5,
+                   "--parallel auto: %s; latents differ by %.2g from one process's" %
+                   (line[0].strip() if line else "no mesh line", diff))
+        for args, want in ((["--parallel", "auto", "--ring-degree", 2], "not both"),
+                           (["--parallel", "fast"], "--parallel must be")):
+            r = run(*MPIRUN, "-np", 2, PDIT, *gen, out2, *args)
+            said = [x for x in r.stderr.splitlines() if x.startswith("pdit")]
+            report(r.returncode != 0 and want in r.stderr, "refused %s: %s" % (args, said[:1]))
         for args, want in (
+                (["--devices", 2, "--device", "tpu"], "--device: unknown 'tpu'"),
+                (["--devices", 2, "--link", "carrier-pigeon"], "--link: unknown"),
+                (["--devices", 2, "--device", "h100", "--gflops", 5], "not both"),
+                (["--devices", 2, "--device", "h100", "--efficiency", 2], "--efficiency"),
                 (["--devices", 2, "--dtype", "f16"], "--dtype must be"),
                 (["--devices", 2, "--gflops", 10, "--memory", 0.0000001], "fits in"),
                 (["--devices", 0], "--devices must be"),

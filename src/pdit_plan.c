@@ -31,11 +31,14 @@ static const char pd_plan_usage[] =
 	"--device or --gflops the devices are this machine's: a bf16 matrix product is\n"
 	"timed here, and the processes share its cores and memory (as `mpirun -np N`\n"
 	"does here). The --device and --link presets carry published peak figures\n"
-	"(see --help's list); a device's whole-step rate is --efficiency times its\n"
-	"peak. Devices fill nodes of --per-node in rank order: a method whose groups\n"
-	"lie within a node uses --link, the others --inter-link. \"stale\" marks the\n"
-	"meshes whose picture differs a little from one process's (PipeFusion and\n"
-	"DistriFusion attend to some keys and values a step old); the others are exact.\n"
+	"(listed below); a device's whole-step rate is --efficiency times its peak.\n"
+	"A run's seconds add --steps steps and the VAE decode, in bands over each\n"
+	"data-parallel group. Devices fill nodes of --per-node in rank order: a method\n"
+	"whose groups lie within a node uses --link, the others --inter-link. \"stale\"\n"
+	"marks the meshes whose picture differs a little from one process's (PipeFusion\n"
+	"and DistriFusion attend to some keys and values a step old); the others are\n"
+	"exact. `pdit generate --parallel auto` runs the first exact one. The model and\n"
+	"its error against measured steps: docs/plan.md.\n"
 	"\n"
 	"Presets (published peak figures, dense bf16 with f32 accumulation):\n"
 	"  h100  H100 SXM5, 989 TFLOP/s, 80 GB at 3.35 TB/s    nvlink    NVLink 4, 450 GB/s each way per GPU\n"
@@ -105,6 +108,8 @@ int pd_cli_machine_here(struct pd_plan_machine *mc, const struct pd_plan_work *w
 		mc->gflops = fmax(mc->gflops,
 				  0.85 * pd_bench_matmul(be, w->txt_len + w->img_len, w->cfg->dim, w->cfg->mlp_dim));
 	pd_backend_free(be);
+	if (timings == 0)
+		mc->gflops = 1;	/* the caller gives the rate */
 	/* the decode's convolutions run at about 0.3 of the product's rate
 	 * here (f32, plain layouts: bench --vae-time, 512², one process) */
 	mc->vae_gflops = mc->gflops * 0.3 / 0.85;
@@ -137,12 +142,12 @@ int pd_cmd_plan(int argc, char **argv)
 	struct pd_plan_row *rows = NULL;
 	int height = 1024, width = 1024, batch = 1, devices = 0, per_node = 0, txt = 0, json = 0, steps = 0, n, rc = 1;
 	float cfg_scale = 1, gflops = 0, memory = 0, bandwidth = 0, latency = 0, inter_bw = 0, inter_lat = 0;
-	float efficiency = 0.5f, mem_bw = 0;
+	float efficiency = 0.5f, mem_bw = 0, matmul = 0;
 	const char *dtype = "bf16", *device = NULL, *link = NULL, *inter_link = NULL, *pos[1];
 	const struct pd_plan_preset *dev = NULL, *ln = NULL, *iln = NULL;
 	int n_pos, hr;
 	const struct pd_arg opts[] = {
-		{ "--model", 'm', PD_ARG_STRING, &mf.model, "DIR", "diffusers FLUX folder (its transformer/config.json is read)", NULL },
+		{ "--model", 'm', PD_ARG_STRING, &mf.model, "DIR", "diffusers FLUX folder: its transformer and VAE configs and the text encoders' headers are read", NULL },
 		{ "--transformer", 0, PD_ARG_STRING, &mf.transformer, "DIR", "transformer folder (overrides --model's)", NULL },
 		{ "--devices", 'n', PD_ARG_INT, &devices, "N", "processes (GPUs, or CPU processes on this machine)", NULL },
 		{ "--height", 'H', PD_ARG_INT, &height, "PX", "image height, a multiple of 16 (default 1024)", NULL },
@@ -156,9 +161,10 @@ int pd_cmd_plan(int argc, char **argv)
 		{ "--efficiency", 0, PD_ARG_FLOAT, &efficiency, "F", "with --device: the fraction of peak a whole step reaches (default 0.5: xDiT's one-H100 FLUX.1-dev figure)", NULL },
 		{ "--gflops", 0, PD_ARG_FLOAT, &gflops, "R", "whole-step GFLOP/s of one device (default: measured here, shared cores)", NULL },
 		{ "--memory", 0, PD_ARG_FLOAT, &memory, "GB", "memory per device (default: the preset's, or this machine's, shared)", NULL },
+		{ "--matmul-gflops", 0, PD_ARG_FLOAT, &matmul, "R", "this machine's bf16 product rate, all cores (instead of timing one: to compare with a bench run's)", NULL },
 		{ "--memory-bandwidth", 0, PD_ARG_FLOAT, &mem_bw, "GB/s", "a device's memory bandwidth (default: the preset's; none here)", NULL },
 		{ "--per-node", 0, PD_ARG_INT, &per_node, "K", "devices per node (default: all on one)", NULL },
-		{ "--link", 0, PD_ARG_STRING, &link, "KIND", "link within a node: nvlink, pcie, ib, ethernet, shm (default nvlink with --device, else shm)", NULL },
+		{ "--link", 0, PD_ARG_STRING, &link, "KIND", "link within a node: nvlink, pcie, ib, ethernet, shm (default: shm for this machine's processes, else nvlink)", NULL },
 		{ "--bandwidth", 0, PD_ARG_FLOAT, &bandwidth, "GB/s", "link bandwidth within a node, each way (overrides --link's)", NULL },
 		{ "--latency", 0, PD_ARG_FLOAT, &latency, "US", "per-transfer latency within a node, microseconds (overrides --link's)", NULL },
 		{ "--inter-link", 0, PD_ARG_STRING, &inter_link, "KIND", "link between nodes (default ib)", NULL },
@@ -182,7 +188,7 @@ int pd_cmd_plan(int argc, char **argv)
 	}
 	if (height < 16 || width < 16 || height % 16 || width % 16 || height > 16384 || width > 16384 || batch < 1 ||
 	    batch > 4096 || txt < 0 || txt > 4096 || per_node < 0 || steps < 0 || steps > 10000 || !(gflops >= 0) ||
-	    !(memory >= 0) || !(mem_bw >= 0) || !(bandwidth >= 0) || !(latency >= 0) || !(inter_bw >= 0) || !(inter_lat >= 0) ||
+	    !(memory >= 0) || !(mem_bw >= 0) || !(matmul >= 0) || !(bandwidth >= 0) || !(latency >= 0) || !(inter_bw >= 0) || !(inter_lat >= 0) ||
 	    !(efficiency > 0 && efficiency <= 1)) {
 		pd_errorf("plan: sizes must be multiples of 16 up to 16384, --batch 1..4096, --steps up to 10000, "
 			  "--efficiency in (0, 1], and rates, memory, bandwidths and latencies not negative");
@@ -232,8 +238,12 @@ int pd_cmd_plan(int argc, char **argv)
 		mc.gflops = gflops;
 		mc.mem_gb = memory;
 	} else {
-		if (pd_cli_machine_here(&mc, &w, devices, devices, 3))
+		if (pd_cli_machine_here(&mc, &w, devices, devices, matmul > 0 ? 0 : 3))
 			goto out;
+		if (matmul > 0) {
+			mc.gflops = 0.85 * matmul;
+			mc.vae_gflops = mc.gflops * 0.3 / 0.85;
+		}
 		if (memory > 0)
 			mc.mem_gb = memory;
 	}

@@ -160,13 +160,16 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 	int P = m->degree[PD_AXIS_ULYSSES] * m->degree[PD_AXIS_RING], M = m->patches > 0 ? m->patches : N;
 	int node = mc->per_node > 0 && mc->per_node < mc->devices ? mc->per_node : mc->devices;
 	double S = (double)(w->txt_len + w->img_len), D = c->dim, GB = 1e9, work, rate;
-	double params = -1, params_min = -1;
+	double params = -1, params_min = -1, wake = 0;
 
 	for (int a = 0; a < PD_AXIS_COUNT; a++)
 		world *= m->degree[a];
 	if (world != mc->devices)
 		return pd_errorf("internal error: a mesh of %d processes for %d devices", world, mc->devices);
 	memset(out, 0, sizeof(*out));
+	/* processes beyond one a core wait for their peer at each exchange */
+	if (mc->shared && mc->cores > 0 && node > mc->cores)
+		wake = mc->wake_s * ((double)node / mc->cores - 1);
 	/* the heaviest stage's weights (and the lightest's) */
 	for (int st = 0; st < N; st++) {
 		int first, count;
@@ -233,10 +236,8 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 	 * chunk's attention; the rest (all-to-alls, all-reduces, gathers
 	 * inside a stage) is waited for. */
 	{
-		double bytes[PD_AXIS_COUNT], msgs[PD_AXIS_COUNT], hidden = 0, wake = 0;
+		double bytes[PD_AXIS_COUNT], msgs[PD_AXIS_COUNT], hidden = 0;
 
-		if (mc->shared && mc->cores > 0 && node > mc->cores)
-			wake = mc->wake_s * ((double)node / mc->cores - 1);
 		pd_plan_traffic(w, m, bytes, msgs);
 		for (int a = 0; a < PD_AXIS_COUNT; a++) {
 			int local = pd_plan_axis_local(m, a, node);
@@ -270,9 +271,7 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 		if (mc->shared)
 			vrate /= node;
 		out->vae_s = pd_plan_images(w, m) * (w->vae_gflop / bands / vrate +
-						     (bands > 1 ? w->vae_exchanges * (mc->lat_intra + (mc->shared &&
-						     mc->cores > 0 && node > mc->cores ? mc->wake_s *
-						     ((double)node / mc->cores - 1) : 0)) : 0));
+						     (bands > 1 ? w->vae_exchanges * (mc->lat_intra + wake) : 0));
 		out->vae_gb = w->vae_map_gb / bands;
 	}
 	/* memory: the activations pdit allocates, the stale K/V the

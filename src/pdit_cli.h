@@ -28,14 +28,14 @@ int pd_cli_dtype(const char *s, enum pd_dtype *out);
  * processes on this machine. */
 int pd_cli_threads(struct pd_comm *world, int requested);
 
-/* MC: this machine as pdit plan models it by default (a product timed
- * here, the best of TIMINGS; DEVICES processes sharing its cores and
- * memory, PER_NODE of them a node; shared-memory links). 0, or -1 with a
- * message. */
+/* MC: this machine as pdit plan models it by default (a product's rate
+ * MATMUL in GFLOP/s, or when 0 timed here, the best of TIMINGS; DEVICES
+ * processes sharing its cores and memory, PER_NODE of them a node;
+ * shared-memory links). 0, or -1 with a message. */
 struct pd_plan_machine;
 struct pd_plan_work;
 int pd_cli_machine_here(struct pd_plan_machine *mc, const struct pd_plan_work *w, int devices, int per_node,
-			int timings);
+			int timings, double matmul);
 
 /* Runs the command argv[1]; its exit status. */
 int pd_dispatch(struct pd_comm *world, int argc, char **argv);

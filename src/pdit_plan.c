@@ -90,7 +90,7 @@ static const struct pd_plan_preset *pd_plan_preset_find(const struct pd_plan_pre
 }
 
 int pd_cli_machine_here(struct pd_plan_machine *mc, const struct pd_plan_work *w, int devices, int per_node,
-			int timings)
+			int timings, double matmul)
 {
 	/* a product at the model's widest shape, the whole-step rate taken as
 	 * 0.85 of it (pdit bench measures 0.84 - 0.90 here), the cores and
@@ -99,17 +99,18 @@ int pd_cli_machine_here(struct pd_plan_machine *mc, const struct pd_plan_work *w
 	const struct pd_plan_preset *shm = &pd_plan_links[4];
 	struct pd_backend *be = NULL;
 
-	if (pd_backend_cpu_new(&be, w->weight_bytes == 2 ? PD_BF16 : PD_F32, 0))
-		return -1;
 	memset(mc, 0, sizeof(*mc));
-	/* the best of TIMINGS medians: on a shared machine others only slow a
-	 * product down, and a plan should not depend on a busy moment */
-	for (int i = 0; i < timings; i++)
-		mc->gflops = fmax(mc->gflops,
-				  0.85 * pd_bench_matmul(be, w->txt_len + w->img_len, w->cfg->dim, w->cfg->mlp_dim));
-	pd_backend_free(be);
-	if (timings == 0)
-		mc->gflops = 1;	/* the caller gives the rate */
+	if (matmul <= 0) {
+		if (pd_backend_cpu_new(&be, w->weight_bytes == 2 ? PD_BF16 : PD_F32, 0))
+			return -1;
+		/* the best of TIMINGS medians: on a shared machine others only
+		 * slow a product down, and a plan should not depend on a busy
+		 * moment */
+		for (int i = 0; i < timings; i++)
+			matmul = fmax(matmul, pd_bench_matmul(be, w->txt_len + w->img_len, w->cfg->dim, w->cfg->mlp_dim));
+		pd_backend_free(be);
+	}
+	mc->gflops = 0.85 * matmul;
 	/* the decode's convolutions run at about 0.3 of the product's rate
 	 * here (f32, plain layouts: bench --vae-time, 512², one process) */
 	mc->vae_gflops = mc->gflops * 0.3 / 0.85;
@@ -238,12 +239,8 @@ int pd_cmd_plan(int argc, char **argv)
 		mc.gflops = gflops;
 		mc.mem_gb = memory;
 	} else {
-		if (pd_cli_machine_here(&mc, &w, devices, devices, matmul > 0 ? 0 : 3))
+		if (pd_cli_machine_here(&mc, &w, devices, devices, 3, matmul))
 			goto out;
-		if (matmul > 0) {
-			mc.gflops = 0.85 * matmul;
-			mc.vae_gflops = mc.gflops * 0.3 / 0.85;
-		}
 		if (memory > 0)
 			mc.mem_gb = memory;
 	}

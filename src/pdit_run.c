@@ -392,7 +392,7 @@ static int pd_run_plan_mesh(struct pd_run *r, const struct pd_mesh_limits *lim, 
 		struct pd_plan_row *rows = NULL;
 		int n = 0;
 
-		if (pd_cli_machine_here(&mc, &w, r->world->size, pd_comm_local_size(r->world), 1) == 0 &&
+		if (pd_cli_machine_here(&mc, &w, r->world->size, pd_comm_local_size(r->world), 1, 0) == 0 &&
 		    pd_plan_list(&w, &mc, lim, &rows, &n) == 0) {
 			for (int i = 0; i < n && !msg[0]; i++)
 				if (rows[i].cost.fits && (stale || !rows[i].stale)) {

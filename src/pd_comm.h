@@ -72,6 +72,8 @@ struct pd_comm {
 	int rank;                       /* this process in the communicator */
 	int size;                       /* processes in it */
 	uint64_t bytes_sent;            /* bytes this rank sent through it, for the benchmark */
+	double wait_s;                  /* seconds this rank spent waiting in its operations (for the
+					 * benchmark: a step's time less its waits is its compute) */
 	void *impl;                     /* implementation state */
 };
 

@@ -263,10 +263,13 @@ static int pd_mpi_wait_req(struct pd_comm *c, MPI_Request *r, const char *what, 
 
 			if (pd_comm_timeout_s > 0 && waited > pd_comm_timeout_s)
 				pd_mpi_report_hang(c, waited);
-			usleep(waited > 1.0 ? 1000 : 20);
+			/* a long wait polls less often: with more processes than
+			 * cores every wake-up is taken from one still computing */
+			usleep(waited > 1.0 ? 1000 : waited > 0.01 ? 500 : 20);
 		}
 	}
 	snprintf(pd_state, sizeof(pd_state), "working (between transfers)");
+	c->wait_s += MPI_Wtime() - t0;
 	return 0;
 }
 

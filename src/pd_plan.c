@@ -31,9 +31,11 @@ static int pd_plan_branches(const struct pd_plan_work *w, const struct pd_plan_m
 
 /* Bytes the largest rank sends per step, by the mesh axis whose groups
  * carry them (a sequence-parallel gather goes to the outer of ring and
- * Ulysses), and the blocking transfers it waits for (latency terms). */
+ * Ulysses), the exchanges it waits for (latency terms), and their rounds:
+ * a collective over g ranks takes g - 1 (ring and pairwise algorithms,
+ * each round a peer to hear from), a transfer between two ranks one. */
 static void pd_plan_traffic(const struct pd_plan_work *w, const struct pd_plan_mesh *m, double bytes[PD_AXIS_COUNT],
-			    double msgs[PD_AXIS_COUNT])
+			    double msgs[PD_AXIS_COUNT], double rounds[PD_AXIS_COUNT])
 {
 	const struct pd_flux_config *c = w->cfg;
 	double S = (double)(w->txt_len + w->img_len), L = (double)w->img_len, D = c->dim;
@@ -46,6 +48,7 @@ static void pd_plan_traffic(const struct pd_plan_work *w, const struct pd_plan_m
 
 	memset(bytes, 0, sizeof(double) * PD_AXIS_COUNT);
 	memset(msgs, 0, sizeof(double) * PD_AXIS_COUNT);
+	memset(rounds, 0, sizeof(double) * PD_AXIS_COUNT);
 	/* DistriFusion: every layer's own K and V rows to every other band, and
 	 * the predictions gathered at the end of the step */
 	if (F > 1)
@@ -57,7 +60,7 @@ static void pd_plan_traffic(const struct pd_plan_work *w, const struct pd_plan_m
 		 * the stage each of its layers' K/V rows to the stage's other
 		 * ranks; with tensor parallel its all-reduces (two per double
 		 * block, one per single). The busiest stage counts. */
-		double most = -1, b[PD_AXIS_COUNT], n[PD_AXIS_COUNT];
+		double most = -1, b[PD_AXIS_COUNT], n[PD_AXIS_COUNT], r[PD_AXIS_COUNT];
 		int M = m->patches > 0 ? m->patches : N;
 
 		for (int st = 0; st < N; st++) {
@@ -65,7 +68,8 @@ static void pd_plan_traffic(const struct pd_plan_work *w, const struct pd_plan_m
 
 			memset(b, 0, sizeof(b));
 			memset(n, 0, sizeof(n));
-			n[PD_AXIS_PP] = M;	/* a stage waits for each patch it receives */
+			memset(r, 0, sizeof(r));
+			n[PD_AXIS_PP] = r[PD_AXIS_PP] = M;	/* a stage waits for each patch it receives */
 			if (st < N - 1) {
 				b[PD_AXIS_PP] = A / P;
 			} else {
@@ -79,15 +83,19 @@ static void pd_plan_traffic(const struct pd_plan_work *w, const struct pd_plan_m
 					 * last stage's prediction per patch) */
 				b[sp] += count * 2.0 * A / ((double)P * T) * (P - 1);
 				n[sp] = 2.0 * count * M + (st == N - 1 ? M : 0);
+				r[sp] = n[sp] * (P - 1);
 			}
-			if (T > 1) {	/* an all-reduce per row-parallel layer and patch */
+			if (T > 1) {	/* an all-reduce per row-parallel layer and patch,
+					 * and as many gathers of the modulation */
 				b[PD_AXIS_TP] += reduces * A / P * 2.0 * (T - 1) / T;
-				n[PD_AXIS_TP] = (double)reduces * M;
+				n[PD_AXIS_TP] = 2.0 * reduces * M;
+				r[PD_AXIS_TP] = n[PD_AXIS_TP] * (T - 1);
 			}
 			if (b[PD_AXIS_PP] + b[sp] + b[PD_AXIS_TP] > most) {
 				most = b[PD_AXIS_PP] + b[sp] + b[PD_AXIS_TP];
 				memcpy(bytes, b, sizeof(b));
 				memcpy(msgs, n, sizeof(n));
+				memcpy(rounds, r, sizeof(r));
 			}
 		}
 		P = U = R = T = 1;
@@ -95,32 +103,45 @@ static void pd_plan_traffic(const struct pd_plan_work *w, const struct pd_plan_m
 	if (U > 1) {	/* the q, k, v and output all-to-alls of the heads a shard holds */
 		bytes[PD_AXIS_ULYSSES] += layers * 4.0 * A / ((double)U * R * T) * (U - 1) / U;
 		msgs[PD_AXIS_ULYSSES] += 2 * layers;
+		rounds[PD_AXIS_ULYSSES] += 2 * layers * (U - 1);
 	}
 	if (R > 1) {	/* the K/V hops of the ring */
 		bytes[PD_AXIS_RING] += layers * 2.0 * A / ((double)U * R * T) * (R - 1);
 		msgs[PD_AXIS_RING] += layers * (R - 1);
+		rounds[PD_AXIS_RING] += layers * (R - 1);
 	}
-	if (T > 1) {	/* the row-parallel all-reduces: two per double block, one per single */
+	if (T > 1) {	/* the row-parallel all-reduces: two per double block, one per
+			 * single; as many small gathers of the modulation */
 		bytes[PD_AXIS_TP] += (2.0 * c->num_layers + c->num_single_layers) * A / P * 2.0 * (T - 1) / T;
-		msgs[PD_AXIS_TP] += 2 * c->num_layers + c->num_single_layers;
+		msgs[PD_AXIS_TP] += 2.0 * (2 * c->num_layers + c->num_single_layers);
+		rounds[PD_AXIS_TP] += 2.0 * (2 * c->num_layers + c->num_single_layers) * (T - 1);
 	}
-	if (P > 1)	/* the predictions gathered over the sequence shards */
+	if (P > 1) {	/* the predictions gathered over the sequence shards */
 		bytes[sp] += pred / P * (P - 1);
+		msgs[sp] += 1;
+		rounds[sp] += P - 1;
+	}
+	if (F > 1) {	/* DistriFusion's gather of the predictions */
+		msgs[PD_AXIS_RING] += 1;
+		rounds[PD_AXIS_RING] += F - 1;
+	}
 	if (m->degree[PD_AXIS_CFG] > 1) {	/* the CFG pair's exchange */
 		bytes[PD_AXIS_CFG] += pred;
 		msgs[PD_AXIS_CFG] += 1;
+		rounds[PD_AXIS_CFG] += 1;
 	}
 	for (int a = 0; a < PD_AXIS_COUNT; a++) {
 		bytes[a] *= scale;
 		msgs[a] *= scale;
+		rounds[a] *= scale;
 	}
 }
 
 double pd_plan_bytes(const struct pd_plan_work *w, const struct pd_plan_mesh *m)
 {
-	double bytes[PD_AXIS_COUNT], msgs[PD_AXIS_COUNT], sum = 0;
+	double bytes[PD_AXIS_COUNT], msgs[PD_AXIS_COUNT], rounds[PD_AXIS_COUNT], sum = 0;
 
-	pd_plan_traffic(w, m, bytes, msgs);
+	pd_plan_traffic(w, m, bytes, msgs, rounds);
 	for (int a = 0; a < PD_AXIS_COUNT; a++)
 		sum += bytes[a];
 	return sum;
@@ -151,6 +172,63 @@ static double pd_plan_params(const struct pd_flux_config *c, int first, int coun
 	return p;
 }
 
+/* Seconds (-1: out of memory) for M patches through N stages: stage j
+ * takes STAGE[j] x PATCH[i] seconds at full speed for patch i (STAGE: its
+ * step's work, PATCH: the patches' shares of it), and takes patch i once the stage
+ * before has finished it and it has finished patch i - 1. The stages that
+ * can run share CAPACITY full speeds (each at most one): on devices of their
+ * own, CAPACITY >= N and this is the longest path, sum w + (N - 1) max w
+ * for equal stages; on shared cores fewer, and the step is longer than
+ * both that path and the node's whole work at the node's rate: in the fill
+ * and the drain cores stand idle, in between the stages queue for them. */
+static double pd_plan_pipeline(int N, int M, const double *stage, const double *patch, double capacity)
+{
+	int *done = calloc((size_t)N * 2, sizeof(int)), *ready = done + N;
+	double *left = malloc(sizeof(double) * (size_t)N), t = 0, eps = 0;
+
+	if (!done || !left) {
+		free(done);
+		free(left);
+		return -1;
+	}
+	for (int j = 0; j < N; j++) {
+		if (!isfinite(stage[j]) || stage[j] < 0) {
+			t = INFINITY;
+			goto out;
+		}
+		eps += 1e-12 * stage[j];
+		left[j] = stage[j] * patch[0];
+	}
+	/* each pass ends at least one stage's patch */
+	for (long pass = 0; pass <= (long)N * M; pass++) {
+		int k = 0;
+		double speed, dt = -1;
+
+		for (int j = 0; j < N; j++) {
+			ready[j] = done[j] < M && (j == 0 || done[j - 1] > done[j]);
+			k += ready[j];
+		}
+		if (k == 0)
+			break;
+		speed = fmin(1.0, capacity / k);
+		for (int j = 0; j < N; j++)
+			if (ready[j] && (dt < 0 || left[j] / speed < dt))
+				dt = left[j] / speed;
+		t += dt;
+		for (int j = 0; j < N; j++) {
+			if (!ready[j])
+				continue;
+			left[j] -= dt * speed;
+			if (left[j] <= eps && ++done[j] < M)
+				left[j] = stage[j] * patch[done[j]];
+		}
+	}
+out:
+	free(done);
+	free(left);
+	return t;
+}
+
 int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc, const struct pd_plan_mesh *m,
 		 struct pd_plan_cost *out)
 {
@@ -160,69 +238,100 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 	int P = m->degree[PD_AXIS_ULYSSES] * m->degree[PD_AXIS_RING], M = m->patches > 0 ? m->patches : N;
 	int node = mc->per_node > 0 && mc->per_node < mc->devices ? mc->per_node : mc->devices;
 	double S = (double)(w->txt_len + w->img_len), D = c->dim, GB = 1e9, work, rate;
-	double params = -1, params_min = -1, wake = 0;
+	double params = -1, params_min = -1, wake = 0, passes = 0, pass_bytes = 0, most = 0, share = mc->shared ? node : 1;
+	/* on shared cores a transfer is a copy the cores make: when processes
+	 * outnumber the cores it gets their share of them, and none of it runs
+	 * behind the compute */
+	double crowd = mc->shared && mc->cores > 0 && node > mc->cores ? (double)node / mc->cores : 1;
+	double elem_bw = mc->elem_bw > 0 ? mc->elem_bw : mc->mem_bw;
 
 	for (int a = 0; a < PD_AXIS_COUNT; a++)
 		world *= m->degree[a];
 	if (world != mc->devices)
 		return pd_errorf("internal error: a mesh of %d processes for %d devices", world, mc->devices);
 	memset(out, 0, sizeof(*out));
-	/* processes beyond one a core wait for their peer at each exchange */
+	/* processes beyond one a core wait for their peer at each round */
 	if (mc->shared && mc->cores > 0 && node > mc->cores)
 		wake = mc->wake_s * ((double)node / mc->cores - 1);
-	/* the heaviest stage's weights (and the lightest's) */
+	/* the heaviest stage's weights (and the lightest's); its passes over
+	 * its rows in the elementwise kernels: per double block two modulated
+	 * LayerNorms (read, write) and two gated residual adds (read two,
+	 * write one) over each stream's rows, per single block one of each */
 	for (int st = 0; st < N; st++) {
 		int first, count;
-		double p;
+		double p, e = 0;
 
 		pd_pipe_stage_blocks(c, N, st, &first, &count);
 		p = pd_plan_params(c, first, count, T);
 		params = p > params ? p : params;
 		params_min = params_min < 0 || p < params_min ? p : params_min;
+		for (int k = first; k < first + count; k++)
+			e += k < c->num_layers ? 10 : 5;
+		passes = fmax(passes, e);
+		most = fmax(most, count);
 	}
 	out->weights_gb = params * w->weight_bytes / GB;
 	out->weights_min_gb = params_min * w->weight_bytes / GB;
 	/* work of the busiest rank: its images and branches, split over the
-	 * model-parallel degrees (stages are balanced by compute) */
-	work = (fl.linear + fl.attention) * pd_plan_images(w, m) * pd_plan_branches(w, m);
-	out->gflop = work / ((double)T * P * N) / 1e9;
-	rate = mc->gflops;
-	if (mc->shared)
-		/* the node's cores are shared by its processes */
-		rate = mc->gflops / node;
-	out->compute_s = out->gflop / rate;
+	 * tensor- and sequence-parallel degrees, and its stage's blocks (all
+	 * blocks cost the same per token: q, k, v, out and an MLP of 4 D^2 +
+	 * 2 D MLP a token in both kinds, and attention over the whole sequence) */
+	work = (fl.linear + fl.attention) * pd_plan_images(w, m) * pd_plan_branches(w, m) / ((double)T * P);
+	out->gflop = work * most / pd_flux_blocks(c) / 1e9;
+	/* the node's cores are shared by its processes */
+	rate = mc->gflops / share;
+	/* tensor parallel shards the products, not the elementwise work over
+	 * the rank's rows: each shard repeats it (the rest of it is in the
+	 * whole-step rate) */
+	if (T > 1 && elem_bw > 0)
+		pass_bytes = S / P * D * 4.0 * pd_plan_images(w, m) * pd_plan_branches(w, m) * (1.0 - 1.0 / T);
+	out->compute_s = out->gflop / rate + (pass_bytes > 0 ? passes * pass_bytes / (elem_bw / share) : 0);
 	if (N > 1) {
-		/* the pipeline fills and drains every step: patches of s_j tokens
-		 * through N stages take sum s_j + (N - 1) max s_j token times of
-		 * a stage ((M + N - 1) / M of its work when equal); the first
+		/* the pipeline fills and drains every step; the first patch
 		 * carries the text, so it is the largest when the text outweighs
-		 * a band */
-		double bubble = (double)(M + N - 1) / M;
+		 * an image band. A stage's process alone runs at its threads'
+		 * share of the node; on shared cores the stages that can run
+		 * share them, on devices each has its own. */
+		double sum = 0, *patch = malloc(sizeof(double) * (size_t)(M + N)), *stage = patch + M;
+		double alone = mc->gflops, elem_alone = elem_bw, capacity = N;
+		int bands = w->img_w > 0 && w->img_len % w->img_w == 0 && M <= w->img_len / w->img_w;
 
-		if (w->img_w > 0 && w->img_len % w->img_w == 0 && M <= w->img_len / w->img_w) {
-			double sum = 0, most = 0;
-
-			for (int j = 0; j < M; j++) {
-				double t = (double)pd_pipe_piece_tokens(w->txt_len, w->img_len / w->img_w, w->img_w, M, j);
-
-				sum += t;
-				most = fmax(most, t);
-			}
-			bubble = (sum + (N - 1) * most) / sum;
+		if (!patch)
+			return pd_errorf("out of memory");
+		for (int j = 0; j < M; j++) {
+			patch[j] = bands ? (double)pd_pipe_piece_tokens(w->txt_len, w->img_len / w->img_w, w->img_w, M, j)
+					 : 1.0;
+			sum += patch[j];
 		}
-
+		for (int j = 0; j < M; j++)
+			patch[j] /= sum;
 		if (mc->shared && mc->cores > 0) {
-			/* a waiting stage leaves its cores to the others, but one
-			 * process uses no more cores than its threads: the node's
-			 * whole work at its rate, or the pipeline's critical path at
-			 * one process's rate, whichever is longer */
 			int threads = mc->cores / node > 0 ? mc->cores / node : 1;
-			double alone = mc->gflops * (threads < mc->cores ? threads : mc->cores) / mc->cores;
+			double used = (double)(threads < mc->cores ? threads : mc->cores) / mc->cores;
 
-			out->compute_s = fmax(out->compute_s, bubble * out->gflop / alone);
-		} else {
-			out->compute_s *= bubble;
+			alone = mc->gflops * used;
+			elem_alone = elem_bw * used;
+			/* stages at full speed the cores hold at once: each
+			 * stage has node / N processes of THREADS threads here
+			 * (stages on nodes of their own do not queue) */
+			if (pd_plan_axis_local(m, PD_AXIS_PP, node))
+				capacity = (double)mc->cores * N /
+					   ((double)node * (threads < mc->cores ? threads : mc->cores));
 		}
+		for (int st = 0; st < N; st++) {
+			int first, count;
+			double e = 0;
+
+			pd_pipe_stage_blocks(c, N, st, &first, &count);
+			for (int k = first; k < first + count; k++)
+				e += k < c->num_layers ? 10 : 5;
+			stage[st] = work * count / pd_flux_blocks(c) / 1e9 / alone +
+				    (pass_bytes > 0 ? e * pass_bytes / elem_alone : 0);
+		}
+		out->compute_s = pd_plan_pipeline(N, M, stage, patch, capacity);
+		free(patch);
+		if (out->compute_s < 0)
+			return pd_errorf("out of memory");
 	}
 	if (mc->mem_bw > 0)
 		/* no shorter than reading the rank's weights once per forward
@@ -233,25 +342,30 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 	/* transfers: each axis's over the link its groups span. PipeFusion's
 	 * sends between stages and DistriFusion's gathers run behind the
 	 * compute (only what exceeds it shows), a ring hop behind the previous
-	 * chunk's attention; the rest (all-to-alls, all-reduces, gathers
+	 * chunk's attention, except on shared cores, where every transfer is a
+	 * copy those cores make; the rest (all-to-alls, all-reduces, gathers
 	 * inside a stage) is waited for. */
 	{
-		double bytes[PD_AXIS_COUNT], msgs[PD_AXIS_COUNT], hidden = 0;
+		double bytes[PD_AXIS_COUNT], msgs[PD_AXIS_COUNT], rounds[PD_AXIS_COUNT], hidden = 0;
 
-		pd_plan_traffic(w, m, bytes, msgs);
+		pd_plan_traffic(w, m, bytes, msgs, rounds);
 		for (int a = 0; a < PD_AXIS_COUNT; a++) {
 			int local = pd_plan_axis_local(m, a, node);
 			double bw = local ? mc->bw_intra : mc->bw_inter, lat = local ? mc->lat_intra : mc->lat_inter;
-			double t = (bw > 0 ? bytes[a] / bw : 0);
+			double t = (bw > 0 ? bytes[a] * crowd / bw : 0);
 
 			out->bytes += bytes[a];
 			out->messages += (int)msgs[a];
+			out->rounds += (int)rounds[a];
 			if (!local)
 				out->inter_bytes += bytes[a];
 			/* the latencies are waited for, even where the bytes travel
-			 * behind compute */
-			out->comm_s += msgs[a] * (lat + wake);
-			if (a == PD_AXIS_PP || (a == PD_AXIS_RING && m->distrifusion))
+			 * behind compute; an oversubscribed process waits for each
+			 * peer of a round to be scheduled */
+			out->comm_s += msgs[a] * lat + rounds[a] * wake;
+			if (mc->shared)
+				out->comm_s += t;
+			else if (a == PD_AXIS_PP || (a == PD_AXIS_RING && m->distrifusion))
 				hidden += t;
 			else if (a == PD_AXIS_RING && N == 1)
 				out->comm_s += fmax(0, t - fl.attention * pd_plan_images(w, m) * pd_plan_branches(w, m) /
@@ -263,7 +377,8 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 	}
 	out->seconds = out->compute_s + out->comm_s;
 	/* the decode: each data-parallel group's pictures, in bands over its
-	 * ranks, every 3x3 convolution and GroupNorm an exchange */
+	 * ranks, every 3x3 convolution and GroupNorm an exchange (taken as one
+	 * round each: a GroupNorm's all-reduce has bands - 1, a halo one) */
 	if (w->vae_gflop > 0) {
 		int bands = mc->devices / m->degree[PD_AXIS_DP];
 		double vrate = mc->vae_gflops > 0 ? mc->vae_gflops : mc->gflops;

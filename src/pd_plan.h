@@ -5,8 +5,9 @@
  *
  * The bytes follow what the methods send (f32 activations, as pdit moves
  * them): bench reports the measured figure beside this one and the tests
- * hold them equal. The time is a model: compute at a per-device rate plus
- * the transfers a method cannot hide, plus PipeFusion's pipeline bubble.
+ * hold them equal. The time is a model: compute at a per-device rate (with
+ * the elementwise work tensor parallel repeats on every shard), PipeFusion's
+ * pipeline followed patch by patch, plus the transfers a method cannot hide.
  */
 #ifndef PD_PLAN_H
 #define PD_PLAN_H
@@ -45,9 +46,12 @@ struct pd_plan_machine {
 					 * alone can use (its threads: the cores divided among them) */
 	double mem_gb;                  /* memory per device (per node when shared), GB; 0: unlimited */
 	double mem_bw;                  /* bytes/s a device reads its memory at (0: not a limit) */
+	double elem_bw;                 /* bytes/s a device streams through the elementwise kernels
+					 * (norms, gated residuals) that tensor parallel repeats on every
+					 * shard (a node's, when shared); 0: mem_bw */
 	double vae_gflops;              /* the VAE decode's rate, GFLOP/s (0: gflops) */
-	double wake_s;                  /* with shared: seconds a blocking exchange waits for its peer
-					 * to be scheduled, per process beyond one a core (what
+	double wake_s;                  /* with shared: seconds a round of an exchange waits for its
+					 * peer to be scheduled, per process beyond one a core (what
 					 * oversubscribed CPU processes pay; 0 elsewhere) */
 	double bw_intra, lat_intra;     /* bytes/s and seconds per message within a node */
 	double bw_inter, lat_inter;     /* between nodes */
@@ -65,11 +69,14 @@ struct pd_plan_cost {
 	double gflop;                   /* floating-point work of the rank, GFLOP */
 	double bytes;                   /* bytes it sends per step (largest rank) */
 	double inter_bytes;             /* the part that crosses between nodes */
-	int messages;                   /* transfers it waits for per step (latency terms) */
+	int messages;                   /* exchanges it waits for per step (latency terms) */
+	int rounds;                     /* their rounds: a collective over g ranks g - 1 (ring and
+					 * pairwise algorithms), a transfer between two ranks one */
 	double seconds;                 /* predicted seconds per step (steady state, after warm-up) */
 	double vae_s;                   /* predicted seconds of the decode of the group's pictures, in
 					 * bands over the data-parallel group when it has several ranks */
-	double compute_s, comm_s;       /* the parts: compute, transfers not hidden */
+	double compute_s, comm_s;       /* the parts: compute (with the work tensor parallel repeats),
+					 * transfers not hidden */
 	double weights_gb;              /* weights the rank holds (the heaviest stage's) */
 	double weights_min_gb;          /* the lightest stage's: a low bound for any rank */
 	double activations_gb;          /* activations and method buffers (K/V of PipeFusion, DistriFusion) */

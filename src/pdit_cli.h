@@ -29,13 +29,22 @@ int pd_cli_dtype(const char *s, enum pd_dtype *out);
 int pd_cli_threads(struct pd_comm *world, int requested);
 
 /* MC: this machine as pdit plan models it by default (a product's rate
- * MATMUL in GFLOP/s, or when 0 timed here, the best of TIMINGS; DEVICES
+ * MATMUL in GFLOP/s, or when 0 timed here, the best of TIMINGS; the
+ * elementwise kernels' rate timed here, the best of TIMINGS; DEVICES
  * processes sharing its cores and memory, PER_NODE of them a node;
  * shared-memory links). 0, or -1 with a message. */
 struct pd_plan_machine;
 struct pd_plan_work;
 int pd_cli_machine_here(struct pd_plan_machine *mc, const struct pd_plan_work *w, int devices, int per_node,
 			int timings, double matmul);
+
+/* Rates of this backend, timed now (medians of several runs): a matrix
+ * product of M x K x N in GFLOP/s, and the elementwise kernels a block
+ * repeats on every tensor-parallel shard over ROWS x DIM, in bytes/s.
+ * 0 when they could not run. */
+struct pd_backend;
+double pd_bench_matmul(struct pd_backend *be, int64_t M, int64_t K, int64_t N);
+double pd_bench_elementwise(struct pd_backend *be, int64_t rows, int64_t dim);
 
 /* Runs the command argv[1]; its exit status. */
 int pd_dispatch(struct pd_comm *world, int argc, char **argv);

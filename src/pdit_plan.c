@@ -17,8 +17,6 @@
 #include <string.h>
 #include <unistd.h>
 
-double pd_bench_matmul(struct pd_backend *be, int64_t M, int64_t K, int64_t N);
-
 static const char pd_plan_usage[] =
 	"usage: pdit plan --model DIR --devices N [-H 1024 -W 1024] [--steps S] [--batch B] [--true-cfg-scale C]\n"
 	"                 [--device h100|h200|a100|l40 | --gflops R] [--memory GB] [--per-node K]\n"
@@ -94,22 +92,23 @@ int pd_cli_machine_here(struct pd_plan_machine *mc, const struct pd_plan_work *w
 {
 	/* a product at the model's widest shape, the whole-step rate taken as
 	 * 0.85 of it (pdit bench measures 0.84 - 0.90 here), the cores and
-	 * memory shared by the processes, links the shared-memory preset, and
-	 * with more processes than cores a wait for the peer at each exchange */
+	 * memory shared by the processes, the elementwise kernels timed too,
+	 * links the shared-memory preset, and with more processes than cores a
+	 * wait for the peer at each round of an exchange */
 	const struct pd_plan_preset *shm = &pd_plan_links[4];
 	struct pd_backend *be = NULL;
 
 	memset(mc, 0, sizeof(*mc));
-	if (matmul <= 0) {
-		if (pd_backend_cpu_new(&be, w->weight_bytes == 2 ? PD_BF16 : PD_F32, 0))
-			return -1;
-		/* the best of TIMINGS medians: on a shared machine others only
-		 * slow a product down, and a plan should not depend on a busy
-		 * moment */
-		for (int i = 0; i < timings; i++)
+	if (pd_backend_cpu_new(&be, w->weight_bytes == 2 ? PD_BF16 : PD_F32, 0))
+		return -1;
+	/* the best of TIMINGS medians: on a shared machine others only slow a
+	 * product down, and a plan should not depend on a busy moment */
+	for (int i = 0, given = matmul > 0; i < (timings > 1 ? timings : 1); i++) {
+		if (!given)
 			matmul = fmax(matmul, pd_bench_matmul(be, w->txt_len + w->img_len, w->cfg->dim, w->cfg->mlp_dim));
-		pd_backend_free(be);
+		mc->elem_bw = fmax(mc->elem_bw, pd_bench_elementwise(be, w->txt_len + w->img_len, w->cfg->dim));
 	}
+	pd_backend_free(be);
 	mc->gflops = 0.85 * matmul;
 	/* the decode's convolutions run at about 0.3 of the product's rate
 	 * here (f32, plain layouts: bench --vae-time, 512², one process) */
@@ -126,9 +125,10 @@ int pd_cli_machine_here(struct pd_plan_machine *mc, const struct pd_plan_work *w
 	mc->mem_gb = 0.9 * pd_mem_available_mb() / 1024.0;
 	mc->bw_intra = mc->bw_inter = shm->a * 1e9;
 	mc->lat_intra = mc->lat_inter = shm->b * 1e-6;
-	/* fitted on 5 to 8 processes on 2 cores (bench/plan_check.sh): about
-	 * a scheduler time slice per exchange for every 2 waiting processes */
-	mc->wake_s = 3e-3;
+	/* fitted on meshes of 4 and 8 processes on 2 cores (pdit bench at 512²,
+	 * docs/plan.md): a few milliseconds per round of an exchange for each
+	 * process beyond one a core */
+	mc->wake_s = 2.5e-3;
 	return 0;
 }
 
@@ -162,7 +162,7 @@ int pd_cmd_plan(int argc, char **argv)
 		{ "--efficiency", 0, PD_ARG_FLOAT, &efficiency, "F", "with --device: the fraction of peak a whole step reaches (default 0.5: xDiT's one-H100 FLUX.1-dev figure)", NULL },
 		{ "--gflops", 0, PD_ARG_FLOAT, &gflops, "R", "whole-step GFLOP/s of one device (default: measured here, shared cores)", NULL },
 		{ "--memory", 0, PD_ARG_FLOAT, &memory, "GB", "memory per device (default: the preset's, or this machine's, shared)", NULL },
-		{ "--matmul-gflops", 0, PD_ARG_FLOAT, &matmul, "R", "this machine's bf16 product rate, all cores (instead of timing one: to compare with a bench run's)", NULL },
+		{ "--matmul-gflops", 0, PD_ARG_FLOAT, &matmul, "R", "this machine's bf16 product rate, all cores (instead of timing one: to compare with a bench run's; the elementwise kernels are still timed, a tenth of a second)", NULL },
 		{ "--memory-bandwidth", 0, PD_ARG_FLOAT, &mem_bw, "GB/s", "a device's memory bandwidth (default: the preset's; none here)", NULL },
 		{ "--per-node", 0, PD_ARG_INT, &per_node, "K", "devices per node (default: all on one)", NULL },
 		{ "--link", 0, PD_ARG_STRING, &link, "KIND", "link within a node: nvlink, pcie, ib, ethernet, shm (default: shm for this machine's processes, else nvlink)", NULL },
@@ -311,11 +311,11 @@ int pd_cmd_plan(int argc, char **argv)
 		if (json)
 			printf("{\"mesh\": \"%s\", \"seconds_per_step\": %.6g, \"compute_seconds\": %.6g, \"comm_seconds\": %.6g, "
 			       "\"vae_seconds\": %.6g, \"seconds_per_run\": %.6g, \"gflop_per_rank\": %.6g, "
-			       "\"bytes_sent_per_rank_per_step\": %.0f, "
+			       "\"bytes_sent_per_rank_per_step\": %.0f, \"rounds_per_step\": %d, "
 			       "\"bytes_between_nodes\": %.0f, \"memory_gb\": %.4g, \"weights_gb\": %.4g, "
 			       "\"activations_gb\": %.4g, \"encoders_gb\": %.4g, \"vae_gb\": %.4g, \"stale\": %s, "
 			       "\"fits\": %s}\n", name, c->seconds, c->compute_s, c->comm_s, c->vae_s,
-			       c->seconds * steps + c->vae_s, c->gflop, c->bytes, c->inter_bytes, c->memory_gb,
+			       c->seconds * steps + c->vae_s, c->gflop, c->bytes, c->rounds, c->inter_bytes, c->memory_gb,
 			       c->weights_gb, c->activations_gb, w.encoders_gb, c->vae_gb, rows[i].stale ? "true" : "false",
 			       c->fits ? "true" : "false");
 		else

@@ -1318,12 +1318,24 @@ static uint64_t pd_mesh_bytes(const struct pd_mesh *m)
 	return b;
 }
 
+/* Seconds this rank has waited in every communicator of the mesh. */
+static double pd_mesh_wait(const struct pd_mesh *m)
+{
+	double s = m->world->wait_s + m->sp->wait_s + m->model->wait_s;
+
+	for (int x = 0; x < PD_AXIS_COUNT; x++)
+		s += m->axis[x]->wait_s;
+	return s;
+}
+
 struct pd_bench_clock {
 	const struct pd_mesh *mesh;     /* whose traffic is counted */
 	double *t;                      /* time at the end of each step */
 	uint64_t *bytes;                /* bytes sent by then */
+	double *wait;                   /* seconds waited in transfers by then */
 	double t0;                      /* start of the first step */
 	uint64_t b0;
+	double w0;
 	struct pd_backend *be;          /* whose allocations are counted */
 	uint64_t *allocs;               /* its allocation count by the end of each step */
 };
@@ -1334,6 +1346,7 @@ static void pd_bench_on_step(void *ctx, int step)
 
 	c->t[step] = pd_now();
 	c->bytes[step] = pd_mesh_bytes(c->mesh);
+	c->wait[step] = pd_mesh_wait(c->mesh);
 	c->allocs[step] = c->be->allocations;
 }
 
@@ -1388,6 +1401,51 @@ double pd_bench_matmul(struct pd_backend *be, int64_t M, int64_t K, int64_t N)
 	return be->failed ? 0 : rate;
 }
 
+/* The rate at which this backend streams ROWS x DIM rows through the
+ * elementwise kernels every block repeats on each tensor-parallel shard (a
+ * modulated LayerNorm, a gated residual add): bytes read and written per
+ * second, the median of several timed runs. */
+double pd_bench_elementwise(struct pd_backend *be, int64_t rows, int64_t dim)
+{
+	size_t n = (size_t)(rows * dim);
+	/* the host copy also fills the two [dim] modulation vectors */
+	float *h = pd_malloc((n > (size_t)(2 * dim) ? n : (size_t)(2 * dim)) * sizeof(float), "elementwise");
+	float *x = NULL, *y = NULL, *mod = NULL;
+	double t[7], rate = 0;
+	struct pd_rng g;
+
+	if (!h)
+		return 0;
+	pd_rng_seed(&g, 2);
+	pd_rng_randn(&g, h, n > (size_t)(2 * dim) ? n : (size_t)(2 * dim));
+	x = pd_backend_alloc(be, n, "elementwise");
+	y = pd_backend_alloc(be, n, "elementwise");
+	mod = pd_backend_alloc(be, (size_t)(2 * dim), "elementwise");
+	if (x && y && mod) {
+		be->ops->upload(be, x, h, n);
+		be->ops->upload(be, y, h, n);
+		be->ops->upload(be, mod, h, (size_t)(2 * dim));
+		for (int i = -1; i < 7; i++) {	/* the first a warm-up */
+			double t0 = pd_now();
+
+			be->ops->layernorm_mod(be, y, dim, x, dim, rows, dim, mod, mod + dim, 1e-6f);
+			be->ops->gated_add(be, x, dim, y, dim, rows, dim, mod);
+			if (i >= 0)
+				t[i] = pd_now() - t0;
+		}
+		/* the norm reads x and writes y; the add reads both, writes x */
+		rate = 5.0 * (double)n * sizeof(float) / pd_median(t, 7);
+	}
+	if (x)
+		be->ops->free(be, x);
+	if (y)
+		be->ops->free(be, y);
+	if (mod)
+		be->ops->free(be, mod);
+	free(h);
+	return be->failed ? 0 : rate;
+}
+
 int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 {
 	struct pd_gen_args a;
@@ -1424,9 +1482,10 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 	clk.t = pd_calloc((size_t)total, sizeof(double), "bench");
 	clk.bytes = pd_calloc((size_t)total, sizeof(uint64_t), "bench");
 	clk.allocs = pd_calloc((size_t)total, sizeof(uint64_t), "bench");
-	rss = pd_calloc((size_t)world->size * 3, sizeof(double), "bench");
+	clk.wait = pd_calloc((size_t)total, sizeof(double), "bench");
+	rss = pd_calloc((size_t)world->size * 4, sizeof(double), "bench");
 	dt = pd_calloc((size_t)total, sizeof(double), "bench");
-	if (pd_cli_any_failed(world, !all || !clk.t || !clk.bytes || !clk.allocs || !rss || !dt || pd_run_load(&r, &a, 0)))
+	if (pd_cli_any_failed(world, !all || !clk.t || !clk.bytes || !clk.wait || !clk.allocs || !rss || !dt || pd_run_load(&r, &a, 0)))
 		goto out;
 	/* the reference rate first, on rank 0 alone, at the widest product:
 	 * one image's tokens through the first MLP layer */
@@ -1443,6 +1502,7 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 	r.par.runner.step_ctx = &clk;
 	clk.t0 = pd_now();
 	clk.b0 = pd_mesh_bytes(&r.mesh);
+	clk.w0 = pd_mesh_wait(&r.mesh);
 	pd_run_denoise(&r, all, NULL);
 	for (int i = a.warmup; i < total; i++)
 		dt[i - a.warmup] = clk.t[i] - (i ? clk.t[i - 1] : clk.t0);
@@ -1452,9 +1512,11 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 	allocs_late = clk.allocs[total - 1] - clk.allocs[a.warmup - 1];
 	{
 		/* per rank: peak resident MB, then the estimate's weights and
-		 * activations (what the backend holds, its high-water mark) */
-		double mine[3] = { pd_peak_rss_mb(), (double)r.be->weight_bytes / 1048576.0,
-				   (double)r.be->work_peak / 1048576.0 };
+		 * activations (what the backend holds, its high-water mark), then
+		 * its seconds of waiting per timed step */
+		double mine[4] = { pd_peak_rss_mb(), (double)r.be->weight_bytes / 1048576.0,
+				   (double)r.be->work_peak / 1048576.0,
+				   (clk.wait[total - 1] - (a.warmup ? clk.wait[a.warmup - 1] : clk.w0)) / timed };
 
 		if (world->size > 1) {
 			if (pd_comm_allgather(world, mine, sizeof(mine), rss) ||
@@ -1495,12 +1557,12 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 		int big = 0;
 
 		for (int i = 0; i < world->size; i++)
-			if (rss[3 * i] > rss_max) {
-				rss_max = rss[3 * i];
+			if (rss[4 * i] > rss_max) {
+				rss_max = rss[4 * i];
 				big = i;
 			}
-		w_mb = rss[3 * big + 1];
-		act_mb = rss[3 * big + 2];
+		w_mb = rss[4 * big + 1];
+		act_mb = rss[4 * big + 2];
 		if (a.json) {
 			printf("{\"model\": \"%s\", \"height\": %d, \"width\": %d, \"tokens\": %lld, \"dtype\": \"%s\", "
 			       "\"ranks\": %d, \"threads\": %d, \"mesh\": \"%s\", \"images\": %lld, \"branches\": %d, "
@@ -1513,7 +1575,10 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 			       mm > 0 ? achieved / (mm * world->size) : 0, (unsigned long long)bytes_max,
 			       (unsigned long long)bytes_step, rss_max);
 			for (int i = 0; i < world->size; i++)
-				printf("%s%.1f", i ? ", " : "", rss[3 * i]);
+				printf("%s%.1f", i ? ", " : "", rss[4 * i]);
+			printf("], \"wait_seconds_per_step_per_rank\": [");
+			for (int i = 0; i < world->size; i++)
+				printf("%s%.4f", i ? ", " : "", rss[4 * i + 3]);
 			printf("], \"weights_mb\": %.4f, \"activations_mb\": %.4f, \"estimate_mb\": %.4f, "
 			       "\"peak_over_estimate\": %.3f, \"allocations_after_warmup\": %llu, "
 			       "\"vae_seconds\": %.3f}\n",
@@ -1534,11 +1599,21 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 			       (long long)(r.e.txt_len + r.ls.tokens), r.fc.dim, r.fc.mlp_dim);
 			printf("  ratio                           %.2f\n", mm > 0 ? achieved / (mm * world->size) : 0);
 			printf("  bytes sent per rank per step    %.1f MB (largest rank)\n", (double)bytes_max / 1e6);
+			if (world->size > 1) {
+				double lo = rss[3], hi = rss[3];
+
+				for (int i = 1; i < world->size; i++) {
+					lo = fmin(lo, rss[4 * i + 3]);
+					hi = fmax(hi, rss[4 * i + 3]);
+				}
+				printf("  seconds waiting per step        %.3f to %.3f  (over the ranks, the mean of the timed"
+				       " steps: in transfers, for peers)\n", lo, hi);
+			}
 			printf("  peak resident memory            %.0f MB (largest rank)", rss_max);
 			if (world->size > 1) {
 				printf(":");
 				for (int i = 0; i < world->size; i++)
-					printf(" %.0f", rss[3 * i]);
+					printf(" %.0f", rss[4 * i]);
 			}
 			printf("\n");
 			printf("  memory estimate                 %.0f MB = weights %.0f + activations %.0f (rank %d);"
@@ -1555,6 +1630,7 @@ out:
 	free(all);
 	free(clk.t);
 	free(clk.bytes);
+	free(clk.wait);
 	free(clk.allocs);
 	free(rss);
 	free(dt);

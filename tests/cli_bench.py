@@ -28,7 +28,8 @@ import tempfile
 PDIT, MPIRUN = sys.argv[1], sys.argv[2:]
 KEYS = ["seconds_per_step", "step_gflop", "achieved_gflops", "matmul_gflops", "ratio", "peak_rss_mb",
         "vae_seconds", "height", "width", "threads", "ranks", "weights_mb", "activations_mb", "estimate_mb",
-        "peak_over_estimate", "allocations_after_warmup", "images", "branches", "tokens"]
+        "peak_over_estimate", "allocations_after_warmup", "images", "branches", "tokens",
+        "wait_seconds_per_step_per_rank"]
 failures = []
 
 
@@ -135,6 +136,12 @@ def main():
             ratio = j["achieved_gflops"] / (j["matmul_gflops"] * j["ranks"])
             report(abs(j["ratio"] - ratio) <= 1e-3 * ratio,
                    "%s: ratio %.3f = achieved / matmul %.3f" % (label, j["ratio"], ratio))
+            waits = j["wait_seconds_per_step_per_rank"]
+            # a rank waits part of a step, never longer (the waits of the timed steps alone);
+            # one process has no one to wait for
+            report(len(waits) == np_ and all(0 <= x <= j["seconds_per_step"] * 1.5 for x in waits) and
+                   (np_ > 1 or waits == [0]), "%s: seconds waiting per step %s of %.3f" %
+                   (label, waits, j["seconds_per_step"]))
             report(j["allocations_after_warmup"] == 0,
                    "%s: %d allocations in the timed steps" % (label, j["allocations_after_warmup"]))
             if np_ == 1:

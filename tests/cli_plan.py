@@ -154,6 +154,29 @@ def main():
             if "pp=1" in x["mesh"]:
                 ok &= x["compute_seconds"] >= x["weights_gb"] * 1e9 / 1e6 * 0.999
         report(ok, "a step is no shorter than reading the weights at --memory-bandwidth")
+        # tensor parallel repeats the elementwise passes over its rows on
+        # every shard (two LayerNorms, 2 passes each, and two gated adds, 3
+        # each, per double block; one of each per single block): the
+        # (1 - 1/T) beyond the whole-step rate, at the memory bandwidth
+        tcfg = json.load(open(os.path.join(m, "transformer", "config.json")))
+        D = tcfg["num_attention_heads"] * tcfg["attention_head_dim"]
+        passes = 10 * tcfg["num_layers"] + 5 * tcfg["num_single_layers"]
+        S = T + (H // 16) * (W // 16)
+        bw = 0.5
+        rows = plan_rows("--model", m, "--devices", 4, "-H", H, "-W", W, "--txt-len", T, "--gflops", 1e9,
+                         "--memory-bandwidth", bw)
+        ok, seen = len(rows) > 0, 0
+        for x in rows:
+            d = degrees(x["mesh"])
+            if d["pp"] > 1:
+                continue
+            P, tp = d.get("ring", d.get("distrifusion", 1)) * d["ulysses"], d["tp"]
+            elem = passes * S / P * D * 4 * (1 - 1 / tp) / (bw * 1e9)
+            want = max(x["weights_gb"] * 1e9 / (bw * 1e9), x["gflop_per_rank"] / 1e9 + elem)
+            seen += tp > 1 and elem > x["weights_gb"] / bw
+            ok &= abs(x["compute_seconds"] - want) <= 1e-3 * want
+        report(ok and seen > 0, "tensor parallel repeats the elementwise passes over its rows (%d meshes where "
+               "they exceed reading the weights)" % seen)
         # 8. the VAE's work from its weight shapes
         vh, _ = header(os.path.join(m, "vae", "diffusion_pytorch_model.safetensors"))
         vcfg = json.load(open(os.path.join(m, "vae", "config.json")))

@@ -1,7 +1,8 @@
 # Shared by the bench/ scripts (sourced): the pdit binary, Open MPI's consent
-# to run as root, the benchmark model, and two helpers.
+# to run as root, the benchmark model, and helpers.
 #   bench_model DIR     writes the FLUX-width model to DIR when missing
 #   field KEY JSON      a scalar of a one-line JSON object
+#   row MESH ROWS       the row of MESH among `pdit plan --json`'s rows
 #   median              the median of numbers on stdin, one a line
 pdit=build/pdit
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -9,4 +10,5 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 bench_model() { [ -d "$1" ] || "$pdit" tiny "$1" --flux-width >&2; }
 field() { sed -n "s/.*\"$1\": \"\{0,1\}\([^,\"]*\)\"\{0,1\}[,}].*/\1/p" <<< "$2"; }
+row() { grep -m1 -F "\"mesh\": \"$1\"" <<< "$2"; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }

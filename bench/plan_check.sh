@@ -24,34 +24,8 @@ min_world=${5:-1}
 batch=${BATCH:-1}
 cfg=${CFG:-1}
 bench_model "$model"
+# the same work for plan and bench (bench runs BATCH copies of the model's prompt embeddings)
 work=(--batch "$batch" --true-cfg-scale "$cfg")
-run=(--true-cfg-scale "$cfg")
-if [ "$batch" -gt 1 ]; then
-	# the model's embeddings repeated BATCH times: bench runs a batch of them
-	embeds=$(mktemp /tmp/pdit-plan-embeds.XXXXXX)
-	trap 'rm -f "$embeds"' EXIT
-	python3 - "$model/embeds.safetensors" "$embeds" "$batch" <<- 'EOF'
-		import json, struct, sys
-		src, dst, b = sys.argv[1], sys.argv[2], int(sys.argv[3])
-		f = open(src, "rb")
-		n = struct.unpack("<Q", f.read(8))[0]
-		head = json.loads(f.read(n))
-		data = f.read()
-		out, blobs, off = {}, [], 0
-		for k, t in head.items():
-		    if k == "__metadata__":
-		        continue
-		    lo, hi = t["data_offsets"]
-		    blob = data[lo:hi] * b
-		    out[k] = {"dtype": t["dtype"], "shape": [b] + t["shape"][1:], "data_offsets": [off, off + len(blob)]}
-		    blobs.append(blob)
-		    off += len(blob)
-		h = json.dumps(out).encode()
-		h += b" " * (-len(h) % 8)
-		open(dst, "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-	EOF
-	run+=(--embeds "$embeds")
-fi
 
 flags() {
 	# mesh string -> pdit flags
@@ -98,7 +72,7 @@ for ((n = min_world; n <= max_world; n++)); do
 		launch=(mpirun --oversubscribe -np "$n")
 		[ "$n" = 1 ] && launch=()
 		j=$("${launch[@]}" "$pdit" bench --model "$model" -H "$size" -W "$size" --steps 2 \
-			--warmup 2 --dtype bf16 --json "${run[@]}" $(flags "$mesh") 2> /dev/null < /dev/null) || {
+			--warmup 2 --dtype bf16 --json "${work[@]}" $(flags "$mesh") 2> /dev/null < /dev/null) || {
 			echo "| $n | $mesh | $pred | | failed | |"
 			continue
 		}
@@ -107,7 +81,7 @@ for ((n = min_world; n <= max_world; n++)); do
 			'BEGIN { print m * c / t }')
 		again=$("$pdit" plan --model "$model" --devices "$n" -H "$size" -W "$size" "${work[@]}" --json \
 			--matmul-gflops "$rate")
-		again=$(grep -m1 -F "\"mesh\": \"$mesh\"" <<< "$again")
+		again=$(row "$mesh" "$again")
 		at=$(field seconds_per_step "$again")
 		printf "| %d | %s | %.2f | %.2f | %.2f | %+.0f%% |\n" "$n" "$mesh" "$pred" "$at" "$meas" \
 			"$(awk -v p="$at" -v m="$meas" 'BEGIN { print 100 * (p - m) / m }')"

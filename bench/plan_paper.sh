@@ -16,8 +16,6 @@ schnell=bench/configs/flux1-schnell
 
 # plan ARGS... -> JSON rows
 plan() { "$pdit" plan --json "$@"; }
-# the row of MESH in JSON rows
-row() { grep -m1 -F "\"mesh\": \"$1\"" <<< "$2"; }
 short() {
 	local s
 	s=$(sed -e 's/dp=1 //; s/cfg=1 //; s/pp=1 //; s/ring=1 //; s/ulysses=1 //; s/ tp=1$//; s/^tp=1$//' <<< "$1")

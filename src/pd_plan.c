@@ -172,6 +172,19 @@ static double pd_plan_params(const struct pd_flux_config *c, int first, int coun
 	return p;
 }
 
+/* The passes over each row of its stream that blocks [first, first + count)
+ * make in the elementwise kernels: per double block two modulated
+ * LayerNorms (a read, a write) and two gated residual adds (two reads, a
+ * write), per single block one of each. */
+static double pd_plan_passes(const struct pd_flux_config *c, int first, int count)
+{
+	double e = 0;
+
+	for (int k = first; k < first + count; k++)
+		e += k < c->num_layers ? 10 : 5;
+	return e;
+}
+
 /* Seconds (-1: out of memory) for M patches through N stages: stage j
  * takes STAGE[j] x PATCH[i] seconds at full speed for patch i (STAGE: its
  * step's work, PATCH: the patches' shares of it), and takes patch i once the stage
@@ -238,36 +251,30 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 	int P = m->degree[PD_AXIS_ULYSSES] * m->degree[PD_AXIS_RING], M = m->patches > 0 ? m->patches : N;
 	int node = mc->per_node > 0 && mc->per_node < mc->devices ? mc->per_node : mc->devices;
 	double S = (double)(w->txt_len + w->img_len), D = c->dim, GB = 1e9, work, rate;
-	double params = -1, params_min = -1, wake = 0, passes = 0, pass_bytes = 0, most = 0, share = mc->shared ? node : 1;
-	/* on shared cores a transfer is a copy the cores make: when processes
-	 * outnumber the cores it gets their share of them, and none of it runs
-	 * behind the compute */
+	double params = -1, params_min = -1, passes = 0, pass_bytes = 0, most = 0, share = mc->shared ? node : 1;
+	/* processes per core beyond one: on shared cores a transfer is a copy
+	 * the cores make and gets their share of them (none of it runs behind
+	 * the compute), and each round of an exchange waits for the peer to be
+	 * scheduled */
 	double crowd = mc->shared && mc->cores > 0 && node > mc->cores ? (double)node / mc->cores : 1;
-	double elem_bw = mc->elem_bw > 0 ? mc->elem_bw : mc->mem_bw;
+	double wake = mc->wake_s * (crowd - 1), elem_bw = mc->elem_bw > 0 ? mc->elem_bw : mc->mem_bw;
 
 	for (int a = 0; a < PD_AXIS_COUNT; a++)
 		world *= m->degree[a];
 	if (world != mc->devices)
 		return pd_errorf("internal error: a mesh of %d processes for %d devices", world, mc->devices);
 	memset(out, 0, sizeof(*out));
-	/* processes beyond one a core wait for their peer at each round */
-	if (mc->shared && mc->cores > 0 && node > mc->cores)
-		wake = mc->wake_s * ((double)node / mc->cores - 1);
-	/* the heaviest stage's weights (and the lightest's); its passes over
-	 * its rows in the elementwise kernels: per double block two modulated
-	 * LayerNorms (read, write) and two gated residual adds (read two,
-	 * write one) over each stream's rows, per single block one of each */
+	/* the heaviest stage's weights (and the lightest's), blocks and
+	 * elementwise passes */
 	for (int st = 0; st < N; st++) {
 		int first, count;
-		double p, e = 0;
+		double p;
 
 		pd_pipe_stage_blocks(c, N, st, &first, &count);
 		p = pd_plan_params(c, first, count, T);
 		params = p > params ? p : params;
 		params_min = params_min < 0 || p < params_min ? p : params_min;
-		for (int k = first; k < first + count; k++)
-			e += k < c->num_layers ? 10 : 5;
-		passes = fmax(passes, e);
+		passes = fmax(passes, pd_plan_passes(c, first, count));
 		most = fmax(most, count);
 	}
 	out->weights_gb = params * w->weight_bytes / GB;
@@ -307,26 +314,21 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 			patch[j] /= sum;
 		if (mc->shared && mc->cores > 0) {
 			int threads = mc->cores / node > 0 ? mc->cores / node : 1;
-			double used = (double)(threads < mc->cores ? threads : mc->cores) / mc->cores;
 
-			alone = mc->gflops * used;
-			elem_alone = elem_bw * used;
+			alone = mc->gflops * threads / mc->cores;
+			elem_alone = elem_bw * threads / mc->cores;
 			/* stages at full speed the cores hold at once: each
 			 * stage has node / N processes of THREADS threads here
 			 * (stages on nodes of their own do not queue) */
 			if (pd_plan_axis_local(m, PD_AXIS_PP, node))
-				capacity = (double)mc->cores * N /
-					   ((double)node * (threads < mc->cores ? threads : mc->cores));
+				capacity = (double)mc->cores * N / ((double)node * threads);
 		}
 		for (int st = 0; st < N; st++) {
 			int first, count;
-			double e = 0;
 
 			pd_pipe_stage_blocks(c, N, st, &first, &count);
-			for (int k = first; k < first + count; k++)
-				e += k < c->num_layers ? 10 : 5;
 			stage[st] = work * count / pd_flux_blocks(c) / 1e9 / alone +
-				    (pass_bytes > 0 ? e * pass_bytes / elem_alone : 0);
+				    (pass_bytes > 0 ? pd_plan_passes(c, first, count) * pass_bytes / elem_alone : 0);
 		}
 		out->compute_s = pd_plan_pipeline(N, M, stage, patch, capacity);
 		free(patch);

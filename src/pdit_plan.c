@@ -95,7 +95,7 @@ int pd_cli_machine_here(struct pd_plan_machine *mc, const struct pd_plan_work *w
 	 * memory shared by the processes, the elementwise kernels timed too,
 	 * links the shared-memory preset, and with more processes than cores a
 	 * wait for the peer at each round of an exchange */
-	const struct pd_plan_preset *shm = &pd_plan_links[4];
+	const struct pd_plan_preset *shm = pd_plan_preset_find(pd_plan_links, "shm", "--link");
 	struct pd_backend *be = NULL;
 
 	memset(mc, 0, sizeof(*mc));

@@ -325,7 +325,26 @@ static int pd_run_encode(struct pd_run *r)
 	return 0;
 }
 
-/* Phase 1: everything that can be checked without reading a weight. */
+/* The work of this run as the cost model takes it: BRANCHES passes per
+ * image, and with VAE the decode (from the VAE folder's config, when it
+ * has one). */
+static void pd_run_plan_work(const struct pd_run *r, const struct pd_gen_args *a, int branches, int vae,
+			     struct pd_plan_work *w)
+{
+	struct pd_vae_config vc;
+
+	memset(w, 0, sizeof(*w));
+	w->cfg = &r->fc;
+	w->txt_len = r->e.txt_len;
+	w->img_len = r->ls.tokens;
+	w->img_w = r->ls.w / 2;
+	w->images = (int)r->e.batch;
+	w->branches = branches;
+	w->weight_bytes = r->dt == PD_BF16 ? 2 : 4;
+	if (vae && r->mp.vae && pd_is_dir(r->mp.vae) && pd_vae_config_load(&vc, r->mp.vae) == 0)
+		pd_plan_vae(w, &vc, a->height, a->width);
+}
+
 /* Refuses a run that cannot fit before anything big is read or allocated:
  * a low estimate of a process's peak (its share of the transformer's
  * weights and the activations it allocates, or the VAE decode's two
@@ -338,19 +357,15 @@ static int pd_run_check_memory(const struct pd_run *r, const struct pd_gen_args 
 {
 	double MB = 1048576.0, avail = pd_mem_available_mb(), weights, act, vae = 0, need;
 	int local = pd_comm_local_size(r->world);
-	struct pd_plan_work w = { .cfg = &r->fc, .txt_len = r->e.txt_len, .img_len = r->ls.tokens,
-				  .images = (int)r->e.batch, .branches = 1,
-				  .weight_bytes = r->dt == PD_BF16 ? 2 : 4 };
+	struct pd_plan_work w;
 	struct pd_plan_machine mc = { .devices = r->world->size, .gflops = 1 };
 	struct pd_plan_mesh mesh = { .distrifusion = r->opt.distrifusion };
 	struct pd_plan_cost cost;
-	struct pd_vae_config vc;
 
 	if (avail <= 0)
 		return 0;
 	memcpy(mesh.degree, r->degree, sizeof(mesh.degree));
-	if (decodes && r->mp.vae && pd_is_dir(r->mp.vae) && pd_vae_config_load(&vc, r->mp.vae) == 0)
-		pd_plan_vae(&w, &vc, a->height, a->width);
+	pd_run_plan_work(r, a, 1, decodes, &w);
 	if (pd_plan_cost(&w, &mc, &mesh, &cost))
 		return -1;
 	/* the lightest stage: low whichever stage a rank runs */
@@ -373,7 +388,8 @@ static int pd_run_check_memory(const struct pd_run *r, const struct pd_gen_args 
  * machine (a product timed here, the processes of a node sharing its cores
  * and memory) and every rank takes its first choice; exact methods only
  * unless STALE. */
-static int pd_run_plan_mesh(struct pd_run *r, const struct pd_mesh_limits *lim, int stale)
+static int pd_run_plan_mesh(struct pd_run *r, const struct pd_gen_args *a, const struct pd_mesh_limits *lim,
+			    int stale)
 {
 	/* ok, the degrees, DistriFusion */
 	int msg[PD_AXIS_COUNT + 2] = { 0 };
@@ -384,14 +400,12 @@ static int pd_run_plan_mesh(struct pd_run *r, const struct pd_mesh_limits *lim, 
 		return 0;
 	}
 	if (r->world->rank == 0) {
-		struct pd_plan_work w = { .cfg = &r->fc, .txt_len = r->e.txt_len, .img_len = r->ls.tokens,
-					  .img_w = r->ls.w / 2,
-					  .images = (int)r->e.batch, .branches = lim->cfg_possible ? 2 : 1,
-					  .weight_bytes = r->dt == PD_BF16 ? 2 : 4 };
+		struct pd_plan_work w;
 		struct pd_plan_machine mc;
 		struct pd_plan_row *rows = NULL;
 		int n = 0;
 
+		pd_run_plan_work(r, a, lim->cfg_possible ? 2 : 1, 1, &w);
 		if (pd_cli_machine_here(&mc, &w, r->world->size, pd_comm_local_size(r->world), 1, 0) == 0 &&
 		    pd_plan_list(&w, &mc, lim, &rows, &n) == 0) {
 			for (int i = 0; i < n && !msg[0]; i++)
@@ -415,6 +429,7 @@ static int pd_run_plan_mesh(struct pd_run *r, const struct pd_mesh_limits *lim, 
 	return 0;
 }
 
+/* Phase 1: everything that can be checked without reading a weight. */
 static int pd_run_prepare(struct pd_run *r, const struct pd_gen_args *a, int need_vae)
 {
 	struct pd_mesh_limits lim;
@@ -506,7 +521,7 @@ static int pd_run_prepare(struct pd_run *r, const struct pd_gen_args *a, int nee
 			return pd_errorf("--parallel %s chooses the mesh: give it or degree flags, not both", a->parallel);
 		r->mesh_auto = 2;
 		lim.distrifusion = 0;
-		if (pd_run_plan_mesh(r, &lim, stale))
+		if (pd_run_plan_mesh(r, a, &lim, stale))
 			return -1;
 	} else if (!given) {
 		r->mesh_auto = r->world->size > 1;
@@ -1308,25 +1323,29 @@ out:
 /* pdit bench                                                              */
 /* ======================================================================= */
 
-/* Bytes this rank has sent through every communicator of the mesh. */
-static uint64_t pd_mesh_bytes(const struct pd_mesh *m)
+/* Bytes this rank has sent through every communicator of the mesh, and
+ * the seconds it has waited in them. */
+static void pd_mesh_traffic(const struct pd_mesh *m, uint64_t *bytes, double *wait)
 {
-	uint64_t b = m->world->bytes_sent + m->sp->bytes_sent + m->model->bytes_sent;
+	const struct pd_comm *all[PD_AXIS_COUNT + 3] = { m->world, m->sp, m->model };
 
 	for (int x = 0; x < PD_AXIS_COUNT; x++)
-		b += m->axis[x]->bytes_sent;
-	return b;
+		all[3 + x] = m->axis[x];
+	*bytes = 0;
+	*wait = 0;
+	for (int i = 0; i < PD_AXIS_COUNT + 3; i++) {
+		*bytes += all[i]->bytes_sent;
+		*wait += all[i]->wait_s;
+	}
 }
 
-/* Seconds this rank has waited in every communicator of the mesh. */
-static double pd_mesh_wait(const struct pd_mesh *m)
-{
-	double s = m->world->wait_s + m->sp->wait_s + m->model->wait_s;
-
-	for (int x = 0; x < PD_AXIS_COUNT; x++)
-		s += m->axis[x]->wait_s;
-	return s;
-}
+/* What each rank reports at the end of bench (gathered to rank 0). */
+struct pd_bench_rank {
+	double rss_mb;                  /* peak resident memory, MB */
+	double weights_mb;              /* the estimate: weights the backend holds */
+	double work_mb;                 /* and its activations' and scratch's high-water mark */
+	double wait_s;                  /* seconds waiting in transfers per timed step (mean) */
+};
 
 struct pd_bench_clock {
 	const struct pd_mesh *mesh;     /* whose traffic is counted */
@@ -1345,8 +1364,7 @@ static void pd_bench_on_step(void *ctx, int step)
 	struct pd_bench_clock *c = ctx;
 
 	c->t[step] = pd_now();
-	c->bytes[step] = pd_mesh_bytes(c->mesh);
-	c->wait[step] = pd_mesh_wait(c->mesh);
+	pd_mesh_traffic(c->mesh, &c->bytes[step], &c->wait[step]);
 	c->allocs[step] = c->be->allocations;
 }
 
@@ -1407,17 +1425,16 @@ double pd_bench_matmul(struct pd_backend *be, int64_t M, int64_t K, int64_t N)
  * second, the median of several timed runs. */
 double pd_bench_elementwise(struct pd_backend *be, int64_t rows, int64_t dim)
 {
-	size_t n = (size_t)(rows * dim);
+	size_t n = (size_t)(rows * dim), hn = n > (size_t)(2 * dim) ? n : (size_t)(2 * dim);
 	/* the host copy also fills the two [dim] modulation vectors */
-	float *h = pd_malloc((n > (size_t)(2 * dim) ? n : (size_t)(2 * dim)) * sizeof(float), "elementwise");
-	float *x = NULL, *y = NULL, *mod = NULL;
+	float *h = pd_malloc(hn * sizeof(float), "elementwise"), *x = NULL, *y = NULL, *mod = NULL;
 	double t[7], rate = 0;
 	struct pd_rng g;
 
 	if (!h)
 		return 0;
 	pd_rng_seed(&g, 2);
-	pd_rng_randn(&g, h, n > (size_t)(2 * dim) ? n : (size_t)(2 * dim));
+	pd_rng_randn(&g, h, hn);
 	x = pd_backend_alloc(be, n, "elementwise");
 	y = pd_backend_alloc(be, n, "elementwise");
 	mod = pd_backend_alloc(be, (size_t)(2 * dim), "elementwise");
@@ -1453,7 +1470,8 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 	struct pd_bench_clock clk = { 0 };
 	struct pd_flux_flops fl;
 	float *all = NULL;
-	double *rss = NULL, *dt = NULL, sps = 0, mm = 0, vae_s = -1, step_flop, achieved;
+	struct pd_bench_rank *rk = NULL;
+	double *dt = NULL, sps = 0, mm = 0, vae_s = -1, step_flop, achieved;
 	uint64_t bytes_step = 0, bytes_max = 0, allocs_late = 0;
 	char mesh[128], *default_embeds = NULL;
 	int hr, rc = 1, timed, total, branches;
@@ -1483,9 +1501,9 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 	clk.bytes = pd_calloc((size_t)total, sizeof(uint64_t), "bench");
 	clk.allocs = pd_calloc((size_t)total, sizeof(uint64_t), "bench");
 	clk.wait = pd_calloc((size_t)total, sizeof(double), "bench");
-	rss = pd_calloc((size_t)world->size * 4, sizeof(double), "bench");
+	rk = pd_calloc((size_t)world->size, sizeof(*rk), "bench");
 	dt = pd_calloc((size_t)total, sizeof(double), "bench");
-	if (pd_cli_any_failed(world, !all || !clk.t || !clk.bytes || !clk.wait || !clk.allocs || !rss || !dt || pd_run_load(&r, &a, 0)))
+	if (pd_cli_any_failed(world, !all || !clk.t || !clk.bytes || !clk.wait || !clk.allocs || !rk || !dt || pd_run_load(&r, &a, 0)))
 		goto out;
 	/* the reference rate first, on rank 0 alone, at the widest product:
 	 * one image's tokens through the first MLP layer */
@@ -1501,8 +1519,7 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 	r.par.runner.on_step = pd_bench_on_step;
 	r.par.runner.step_ctx = &clk;
 	clk.t0 = pd_now();
-	clk.b0 = pd_mesh_bytes(&r.mesh);
-	clk.w0 = pd_mesh_wait(&r.mesh);
+	pd_mesh_traffic(&r.mesh, &clk.b0, &clk.w0);
 	pd_run_denoise(&r, all, NULL);
 	for (int i = a.warmup; i < total; i++)
 		dt[i - a.warmup] = clk.t[i] - (i ? clk.t[i - 1] : clk.t0);
@@ -1511,21 +1528,21 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 	bytes_max = bytes_step;
 	allocs_late = clk.allocs[total - 1] - clk.allocs[a.warmup - 1];
 	{
-		/* per rank: peak resident MB, then the estimate's weights and
-		 * activations (what the backend holds, its high-water mark), then
-		 * its seconds of waiting per timed step */
-		double mine[4] = { pd_peak_rss_mb(), (double)r.be->weight_bytes / 1048576.0,
-				   (double)r.be->work_peak / 1048576.0,
-				   (clk.wait[total - 1] - (a.warmup ? clk.wait[a.warmup - 1] : clk.w0)) / timed };
+		struct pd_bench_rank mine = {
+			.rss_mb = pd_peak_rss_mb(),
+			.weights_mb = (double)r.be->weight_bytes / 1048576.0,
+			.work_mb = (double)r.be->work_peak / 1048576.0,
+			.wait_s = (clk.wait[total - 1] - (a.warmup ? clk.wait[a.warmup - 1] : clk.w0)) / timed,
+		};
 
 		if (world->size > 1) {
-			if (pd_comm_allgather(world, mine, sizeof(mine), rss) ||
+			if (pd_comm_allgather(world, &mine, sizeof(mine), rk) ||
 			    world->ops->allreduce(world, &sps, 1, PD_COMM_F64, PD_COMM_MAX) ||
 			    world->ops->allreduce(world, &bytes_max, 1, PD_COMM_I64, PD_COMM_MAX) ||
 			    world->ops->allreduce(world, &allocs_late, 1, PD_COMM_I64, PD_COMM_MAX))
 				pd_cli_abort(world);
 		} else {
-			memcpy(rss, mine, sizeof(mine));
+			rk[0] = mine;
 		}
 	}
 	if (a.vae_time && r.mp.vae && world->rank == 0) {
@@ -1557,12 +1574,12 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 		int big = 0;
 
 		for (int i = 0; i < world->size; i++)
-			if (rss[4 * i] > rss_max) {
-				rss_max = rss[4 * i];
+			if (rk[i].rss_mb > rss_max) {
+				rss_max = rk[i].rss_mb;
 				big = i;
 			}
-		w_mb = rss[4 * big + 1];
-		act_mb = rss[4 * big + 2];
+		w_mb = rk[big].weights_mb;
+		act_mb = rk[big].work_mb;
 		if (a.json) {
 			printf("{\"model\": \"%s\", \"height\": %d, \"width\": %d, \"tokens\": %lld, \"dtype\": \"%s\", "
 			       "\"ranks\": %d, \"threads\": %d, \"mesh\": \"%s\", \"images\": %lld, \"branches\": %d, "
@@ -1575,10 +1592,10 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 			       mm > 0 ? achieved / (mm * world->size) : 0, (unsigned long long)bytes_max,
 			       (unsigned long long)bytes_step, rss_max);
 			for (int i = 0; i < world->size; i++)
-				printf("%s%.1f", i ? ", " : "", rss[4 * i]);
+				printf("%s%.1f", i ? ", " : "", rk[i].rss_mb);
 			printf("], \"wait_seconds_per_step_per_rank\": [");
 			for (int i = 0; i < world->size; i++)
-				printf("%s%.4f", i ? ", " : "", rss[4 * i + 3]);
+				printf("%s%.4f", i ? ", " : "", rk[i].wait_s);
 			printf("], \"weights_mb\": %.4f, \"activations_mb\": %.4f, \"estimate_mb\": %.4f, "
 			       "\"peak_over_estimate\": %.3f, \"allocations_after_warmup\": %llu, "
 			       "\"vae_seconds\": %.3f}\n",
@@ -1600,11 +1617,11 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 			printf("  ratio                           %.2f\n", mm > 0 ? achieved / (mm * world->size) : 0);
 			printf("  bytes sent per rank per step    %.1f MB (largest rank)\n", (double)bytes_max / 1e6);
 			if (world->size > 1) {
-				double lo = rss[3], hi = rss[3];
+				double lo = rk[0].wait_s, hi = rk[0].wait_s;
 
 				for (int i = 1; i < world->size; i++) {
-					lo = fmin(lo, rss[4 * i + 3]);
-					hi = fmax(hi, rss[4 * i + 3]);
+					lo = fmin(lo, rk[i].wait_s);
+					hi = fmax(hi, rk[i].wait_s);
 				}
 				printf("  seconds waiting per step        %.3f to %.3f  (over the ranks, the mean of the timed"
 				       " steps: in transfers, for peers)\n", lo, hi);
@@ -1613,7 +1630,7 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 			if (world->size > 1) {
 				printf(":");
 				for (int i = 0; i < world->size; i++)
-					printf(" %.0f", rss[4 * i]);
+					printf(" %.0f", rk[i].rss_mb);
 			}
 			printf("\n");
 			printf("  memory estimate                 %.0f MB = weights %.0f + activations %.0f (rank %d);"
@@ -1632,7 +1649,7 @@ out:
 	free(clk.bytes);
 	free(clk.wait);
 	free(clk.allocs);
-	free(rss);
+	free(rk);
 	free(dt);
 	free(default_embeds);
 	pd_run_free(&r);

@@ -11,14 +11,16 @@
 4. Nodes: with --per-node equal to the devices nothing crosses between nodes; with one device a node
    everything a rank sends does; in between, a mesh whose only split axis (tensor parallel, the fastest)
    fits in a node sends nothing between nodes. s/run = steps x s/step + the decode.
-5. The memory bandwidth bounds a step: compute seconds >= the rank's weights read once per forward pass.
+5. The memory bandwidth bounds a step: compute seconds >= the rank's weights read once per forward pass;
+   tensor parallel adds the elementwise passes each shard repeats over its rows (10 per double block,
+   5 per single, (1 - 1/T) of them at the memory bandwidth), counted here from the config.
 6. The text encoders' weights (a --full tiny model) equal the tensors of their safetensors headers
    without the token tables, at 2 bytes for bf16; memory per rank is at least that.
-8. The VAE decode's work (its seconds at --gflops 1 on one device) equals a count from the decoder's weight
+7. The VAE decode's work (its seconds at --gflops 1 on one device) equals a count from the decoder's weight
    shapes: 2 x out x in x k x k x pixels for every convolution at its block's resolution, the mid
    attention's four projections and 4 (h w)^2 c; on 4 devices of data parallel over 4 images it is
    the same per picture, on 4 in one group the bands divide it (exchanges aside).
-7. `pdit generate --parallel auto` on 2 processes picks an exact mesh, says it was the cost model's,
+8. `pdit generate --parallel auto` on 2 processes picks an exact mesh, says it was the cost model's,
    and gives the single-process latents (1e-5).
 
     cli_plan.py PDIT MPIRUN...
@@ -177,7 +179,7 @@ def main():
             ok &= abs(x["compute_seconds"] - want) <= 1e-3 * want
         report(ok and seen > 0, "tensor parallel repeats the elementwise passes over its rows (%d meshes where "
                "they exceed reading the weights)" % seen)
-        # 8. the VAE's work from its weight shapes
+        # 7. the VAE's work from its weight shapes
         vh, _ = header(os.path.join(m, "vae", "diffusion_pytorch_model.safetensors"))
         vcfg = json.load(open(os.path.join(m, "vae", "config.json")))
         nb = len(vcfg["block_out_channels"])
@@ -235,7 +237,7 @@ def main():
                                                            x["encoders_gb"] * 0.999 for x in rows),
                "text encoders %.6f GB, from the headers %.6f" % (rows[0]["encoders_gb"] if rows else -1,
                                                                  n_enc * 2 / 1e9))
-        # 7. generate --parallel auto
+        # 8. generate --parallel auto
         out1, out2 = os.path.join(tmp, "one.safetensors"), os.path.join(tmp, "auto.safetensors")
         gen = ["generate", "--model", m, "--embeds", embeds, "-H", 32, "-W", 48, "--steps", 2, "--out-latents"]
         g1 = run(PDIT, *gen, out1, "-o", os.path.join(tmp, "one.png"))

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# The whole test suite, twice: a normal optimised build (build/) and an
-# AddressSanitizer + UndefinedBehaviorSanitizer build (build-asan/).
+# The whole test suite: a normal optimised build (build/), an
+# AddressSanitizer + UndefinedBehaviorSanitizer build (build-asan/), and a
+# build without MPI (build-nompi/: the one-process tests). About 15 minutes
+# on 2 cores; `ctest --test-dir build -L unit` is the quick subset, and the
+# labels unit, golden, cli, mpi and fuzz select the others.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
 
-for variant in release asan; do
-	if [ $variant = release ]; then
-		dir=build; flags=(-DCMAKE_BUILD_TYPE=Release)
-	else
-		dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DPDIT_SANITIZE=ON)
-	fi
+for variant in release asan nompi; do
+	case $variant in
+	release) dir=build; flags=(-DCMAKE_BUILD_TYPE=Release) ;;
+	asan) dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DPDIT_SANITIZE=ON) ;;
+	nompi) dir=build-nompi; flags=(-DCMAKE_BUILD_TYPE=Release -DPDIT_MPI=OFF) ;;
+	esac
 	echo "=== $variant build ($dir)"
 	gen=()
 	# a fresh build directory gets Ninja when present; an existing one keeps its generator

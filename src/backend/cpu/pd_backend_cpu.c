@@ -1,0 +1,187 @@
+/*
+ * pd_backend_cpu.c - the CPU backend: matrix products and convolutions
+ * through oneDNN (v2 C API, Debian's libdnnl 2.6), everything else in own
+ * OpenMP kernels. This file holds its memory and its operation table; the
+ * kernels are in pd_cpu_matmul.c, pd_cpu_conv.c, pd_cpu_attention.c and
+ * pd_cpu_elementwise.c.
+ */
+#include "pd_backend_cpu.h"
+#include "pd_cpu.h"
+#include "pd_util.h"
+
+#include <math.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+void pd_cpu_count_work(struct pd_backend *be, size_t add, size_t sub)
+{
+	be->work_bytes += add;
+	be->work_bytes -= sub;
+	if (add)
+		be->allocations++;
+	if (be->work_bytes > be->work_peak)
+		be->work_peak = be->work_bytes;
+}
+
+/* Scratch grows to the largest request and stays: after the first step
+ * nothing is allocated. */
+int pd_cpu_grow(struct pd_backend *be, void **buf, size_t *cap, size_t need, size_t elem)
+{
+	void *p;
+
+	if (need <= *cap)
+		return 0;
+	p = aligned_alloc(64, ((need * elem) + 63) & ~(size_t)63);
+	if (!p) {
+		pd_backend_fail(be, "out of memory (%zu MB scratch)", (need * elem) >> 20);
+		return -1;
+	}
+	free(*buf);
+	pd_cpu_count_work(be, need * elem, *cap * elem);
+	*buf = p;
+	*cap = need;
+	return 0;
+}
+
+
+/* ----------------------------------------------------------------------- */
+/* Memory                                                                  */
+/* ----------------------------------------------------------------------- */
+
+/* Each block starts with a 64-byte header that holds its size, for the
+ * accounting of work_bytes; the floats after it stay 64-byte aligned. */
+float *pd_cpu_alloc(struct pd_backend *be, size_t n)
+{
+	size_t bytes = ((n * sizeof(float)) + 63) & ~(size_t)63;
+	char *p;
+
+	if (n > (SIZE_MAX - 128) / sizeof(float))
+		return NULL;
+	p = aligned_alloc(64, bytes + 64);
+	if (!p)
+		return NULL;
+	*(size_t *)p = bytes;
+	pd_cpu_count_work(be, bytes, 0);
+	return (float *)(p + 64);
+}
+
+void pd_cpu_free(struct pd_backend *be, float *p)
+{
+	char *b;
+
+	if (!p)
+		return;
+	b = (char *)p - 64;
+	pd_cpu_count_work(be, 0, *(size_t *)b);
+	free(b);
+}
+
+void pd_cpu_copy(struct pd_backend *be, float *dst, const float *src, size_t n)
+{
+	(void)be;
+	if (n)
+		memcpy(dst, src, n * sizeof(float));
+}
+
+void pd_cpu_copy2d(struct pd_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds,
+		   int64_t rows, int64_t cols)
+{
+	if (be->failed)
+		return;
+#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+	for (int64_t r = 0; r < rows; r++)
+		memcpy(dst + r * ldd, src + r * lds, (size_t)cols * sizeof(float));
+}
+
+
+/* ----------------------------------------------------------------------- */
+/* Creation                                                                */
+/* ----------------------------------------------------------------------- */
+
+void pd_cpu_destroy(struct pd_backend *be)
+{
+	struct pd_cpu *cpu = CPU(be);
+
+	if (cpu->stream)
+		dnnl_stream_destroy(cpu->stream);
+	if (cpu->eng)
+		dnnl_engine_destroy(cpu->eng);
+	for (int i = 0; i < cpu->n_gemm; i++) {
+		dnnl_primitive_destroy(cpu->gemm[i].prim);
+		dnnl_memory_destroy(cpu->gemm[i].a);
+		dnnl_memory_destroy(cpu->gemm[i].b);
+		dnnl_memory_destroy(cpu->gemm[i].c);
+	}
+	free(cpu->bf16);
+	free(cpu->scratch);
+	free(cpu->abf);
+	free(cpu);
+}
+
+static const struct pd_backend_ops pd_cpu_ops = {
+	.name = "cpu",
+	.destroy = pd_cpu_destroy,
+	.alloc = pd_cpu_alloc,
+	.free = pd_cpu_free,
+	.upload = pd_cpu_copy,
+	.download = pd_cpu_copy,
+	.copy2d = pd_cpu_copy2d,
+	.linear_new = pd_cpu_linear_new,
+	.linear_free = pd_cpu_linear_free,
+	.linear = pd_cpu_linear,
+	.conv_new = pd_cpu_conv_new,
+	.conv_free = pd_cpu_conv_free,
+	.conv = pd_cpu_conv,
+	.silu = pd_cpu_silu,
+	.quick_gelu = pd_cpu_quick_gelu,
+	.mul = pd_cpu_mul,
+	.add = pd_cpu_add,
+	.sub = pd_cpu_sub,
+	.l1_stats = pd_cpu_l1_stats,
+	.layernorm_mod = pd_cpu_layernorm_mod,
+	.layernorm = pd_cpu_layernorm,
+	.rmsnorm_heads = pd_cpu_rmsnorm_heads,
+	.rope = pd_cpu_rope,
+	.gated_add = pd_cpu_gated_add,
+	.attention = pd_cpu_attention,
+	.attention_masked = pd_cpu_attention_masked,
+	.lse_merge = pd_cpu_lse_merge,
+	.group_stats = pd_cpu_group_stats,
+	.group_apply = pd_cpu_group_apply,
+	.upsample2x = pd_cpu_upsample2x,
+	.transpose = pd_cpu_transpose,
+};
+
+int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threads)
+{
+	struct pd_cpu *cpu;
+
+	if (compute != PD_F32 && compute != PD_BF16)
+		return pd_errorf("the CPU backend computes in f32 or bf16, not %s", pd_dtype_name(compute));
+	cpu = calloc(1, sizeof(*cpu));
+	if (!cpu)
+		return pd_errorf("out of memory");
+	cpu->be.ops = &pd_cpu_ops;
+	cpu->be.compute = compute;
+	if (threads > 0)
+		omp_set_num_threads(threads);
+	cpu->be.threads = omp_get_max_threads();
+#if defined(__x86_64__) && defined(__GNUC__)
+	/* PDIT_NO_AVX512 lets the tests run the portable kernels here too */
+	cpu->avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+		      __builtin_cpu_supports("avx512vl") && !getenv("PDIT_NO_AVX512");
+#endif
+	if (dnnl_engine_create(&cpu->eng, dnnl_cpu, 0) != dnnl_success ||
+	    dnnl_stream_create(&cpu->stream, cpu->eng, dnnl_stream_default_flags) != dnnl_success) {
+		pd_cpu_destroy(&cpu->be);
+		return pd_errorf("cannot create the oneDNN CPU engine");
+	}
+	*out = &cpu->be;
+	return 0;
+}

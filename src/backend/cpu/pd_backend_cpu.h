@@ -1,0 +1,14 @@
+/*
+ * pd_backend_cpu.h - the CPU backend: oneDNN matrix products and
+ * convolutions, OpenMP kernels of pdit's own (AVX-512 where the machine has
+ * it, portable C elsewhere; PDIT_NO_AVX512=1 forces the portable ones).
+ */
+#ifndef PD_BACKEND_CPU_H
+#define PD_BACKEND_CPU_H
+
+#include "pd_backend.h"
+
+/* Creates the CPU backend. threads <= 0: all cores. */
+int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threads);
+
+#endif /* PD_BACKEND_CPU_H */

@@ -1,0 +1,158 @@
+/*
+ * pd_cpu.h - what the CPU backend's files share (not a public header):
+ * its state, the prepared weights and primitives, and the kernels each
+ * file implements for the operation table in pd_backend_cpu.c.
+ */
+#ifndef PD_CPU_H
+#define PD_CPU_H
+
+#include "pd_backend.h"
+
+#include <oneapi/dnnl/dnnl.h>
+#include <stdint.h>
+
+/* Primitives kept per linear layer: text rows, image rows, joint rows and a
+ * few parallel variants are all a layer ever sees. */
+#define PD_MM_CACHE 8
+#define PD_CONV_CACHE 4
+/* Rows assumed when asking oneDNN for its preferred weight layout. */
+#define PD_MM_REF_ROWS 256
+/* Queries per attention block: the block's scores [block, keys] stay in f32. */
+#define PD_ATTN_QBLOCK 256
+/* Plain matrix products (attention) with operands given per call. */
+#define PD_GEMM_CACHE 32
+
+struct pd_gemm {
+	int64_t m, n, k, lda, ldb, ldc;  /* shape and strides it was made for */
+	int trans_b;                    /* B given as [n, k] rows */
+	dnnl_data_type_t dt;            /* type of A and B (C is f32) */
+	uint64_t used;                  /* last use, for eviction */
+	dnnl_primitive_t prim;
+	dnnl_memory_t a, b, c;          /* handles set per call */
+};
+
+struct pd_cpu {
+	struct pd_backend be;           /* the interface; must stay first */
+	dnnl_engine_t eng;              /* oneDNN CPU engine */
+	dnnl_stream_t stream;           /* its (in-order) stream */
+	uint16_t *bf16;                 /* bf16 copy of a linear layer's input */
+	size_t bf16_cap;                /* its capacity in elements */
+	float *scratch;                 /* attention scores of one query block */
+	size_t scratch_cap;             /* its capacity in floats */
+	uint16_t *abf;                  /* bf16 copies of q, k, v and the probabilities */
+	size_t abf_cap;                 /* its capacity in elements */
+	int avx512;                     /* the CPU has AVX-512 F/BW/VL (softmax kernel) */
+	struct pd_gemm gemm[PD_GEMM_CACHE]; /* cached attention products */
+	int n_gemm;
+	uint64_t clock;                 /* use counter for the cache */
+};
+
+struct pd_mm {
+	int64_t rows, ldx, ldy;         /* shape and strides this primitive was made for */
+	int flags;                      /* PD_LIN_* flags it was made for */
+	dnnl_primitive_t prim;          /* the matmul */
+	dnnl_memory_t src, dst;         /* memories whose handles are set per call */
+};
+
+struct pd_linear {
+	int64_t n_out, n_in;            /* weight shape [n_out, n_in] */
+	dnnl_memory_desc_t w_md;        /* packed layout chosen by oneDNN */
+	dnnl_memory_t w;                /* packed weights */
+	dnnl_memory_t bias;             /* f32 [1, n_out], or NULL */
+	size_t bytes;                   /* packed weights and bias, as counted in weight_bytes */
+	int n_mm;                       /* cached primitives in use */
+	int next;                       /* next cache slot to evict */
+	struct pd_mm mm[PD_MM_CACHE];   /* cached primitives */
+};
+
+struct pd_conv_prim {
+	int h, w, halo;                 /* output size and input halo this primitive was made for */
+	dnnl_primitive_t prim;          /* the convolution */
+	dnnl_memory_t wts;              /* weights in the primitive's layout */
+	size_t wbytes;                  /* their size */
+	dnnl_memory_t src, dst;         /* handles set per call */
+};
+
+struct pd_conv {
+	int c_out, c_in, k;             /* kernel shape */
+	dnnl_memory_t w_user;           /* weights as given, oihw f32 */
+	dnnl_memory_t bias;             /* f32 [c_out] */
+	int n_prim, next;               /* cache use */
+	size_t bytes;                   /* weights in every layout and bias, as counted in weight_bytes */
+	struct pd_conv_prim p[PD_CONV_CACHE]; /* cached primitives */
+};
+
+#define CPU(be) ((struct pd_cpu *)(be))
+
+/* Evaluates a oneDNN call; on failure records it in the backend and jumps
+ * to the label. */
+#define DNNL_TRY(be, call, label) \
+	do { \
+		dnnl_status_t s_ = (call); \
+		if (s_ != dnnl_success) { \
+			pd_backend_fail((be), "oneDNN error %d in %s", (int)s_, #call); \
+			goto label; \
+		} \
+	} while (0)
+
+/* Counts ADD bytes of activations allocated and SUB freed. */
+void pd_cpu_count_work(struct pd_backend *be, size_t add, size_t sub);
+/* Scratch grows to the largest request and stays: after the first step
+ * nothing is allocated. */
+int pd_cpu_grow(struct pd_backend *be, void **buf, size_t *cap, size_t need, size_t elem);
+/* f32 -> bf16, round to nearest even (what torch's .to(bfloat16) does). */
+void pd_cpu_to_bf16(uint16_t *dst, const float *src, int64_t rows, int64_t cols, int64_t lds);
+/* C[m, n] = A[m, k] B, B given as [k, n] or (trans_b) as [n, k] rows; any
+ * row strides; A and B f32 or bf16, C f32. Primitives are cached by shape. */
+int pd_cpu_gemm(struct pd_backend *be, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+		const void *b, int64_t ldb, int trans_b, float *c, int64_t ldc, dnnl_data_type_t dt);
+
+/* The operations (pd_backend.h documents each). */
+float *pd_cpu_alloc(struct pd_backend *be, size_t n);
+void pd_cpu_free(struct pd_backend *be, float *p);
+void pd_cpu_copy(struct pd_backend *be, float *dst, const float *src, size_t n);
+void pd_cpu_copy2d(struct pd_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds,
+		   int64_t rows, int64_t cols);
+struct pd_linear *pd_cpu_linear_new(struct pd_backend *be, int64_t n_out, int64_t n_in, const float *w,
+				    int64_t ldw, const float *bias);
+void pd_cpu_linear_free(struct pd_backend *be, struct pd_linear *l);
+void pd_cpu_linear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
+		   float *y, int64_t ldy, int flags);
+struct pd_conv *pd_cpu_conv_new(struct pd_backend *be, int c_out, int c_in, int k, const float *w,
+				const float *bias);
+void pd_cpu_conv_free(struct pd_backend *be, struct pd_conv *c);
+void pd_cpu_conv(struct pd_backend *be, struct pd_conv *c, const float *x, int h, int w, int halo, float *y);
+void pd_cpu_silu(struct pd_backend *be, float *y, const float *x, size_t n);
+void pd_cpu_quick_gelu(struct pd_backend *be, float *y, const float *x, size_t n);
+void pd_cpu_mul(struct pd_backend *be, float *y, const float *a, const float *b, size_t n);
+void pd_cpu_add(struct pd_backend *be, float *y, const float *a, const float *b, size_t n);
+void pd_cpu_sub(struct pd_backend *be, float *y, const float *a, const float *b, size_t n);
+void pd_cpu_l1_stats(struct pd_backend *be, const float *ref, const float *x, size_t n, double *sums);
+void pd_cpu_layernorm_mod(struct pd_backend *be, float *y, int64_t ldy, const float *x, int64_t ldx,
+			  int64_t rows, int64_t dim, const float *scale, const float *shift, float eps);
+void pd_cpu_layernorm(struct pd_backend *be, float *y, int64_t ldy, const float *x, int64_t ldx,
+		      int64_t rows, int64_t dim, const float *w, const float *b, float eps);
+void pd_cpu_rmsnorm_heads(struct pd_backend *be, float *x, int64_t ldx, int64_t rows, int heads,
+			  int head_dim, const float *w, float eps);
+void pd_cpu_rope(struct pd_backend *be, float *x, int64_t ldx, int64_t rows, int heads, int head_dim,
+		 const float *cos, const float *sin);
+void pd_cpu_gated_add(struct pd_backend *be, float *x, int64_t ldx, const float *y, int64_t ldy,
+		      int64_t rows, int64_t dim, const float *gate);
+void pd_cpu_attention(struct pd_backend *be, float *out, int64_t ldo, float *lse, const float *q,
+		      int64_t ldq, const float *k, int64_t ldk, const float *v, int64_t ldv, int64_t sq,
+		      int64_t skv, int heads, int head_dim, float scale);
+void pd_cpu_attention_masked(struct pd_backend *be, float *out, int64_t ldo, const float *q, int64_t ldq,
+			     const float *k, int64_t ldk, const float *v, int64_t ldv, int64_t s, int heads,
+			     int head_dim, float scale, const float *bias, int causal);
+void pd_cpu_lse_merge(struct pd_backend *be, float *out, int64_t ldo, float *lse, const float *part,
+		      int64_t ldp, const float *plse, int64_t sq, int heads, int head_dim);
+void pd_cpu_group_stats(struct pd_backend *be, const float *x, int c, int64_t hw, int groups,
+			double *stats);
+void pd_cpu_group_apply(struct pd_backend *be, float *y, int64_t y_cstride, const float *x, int c,
+			int64_t hw, int groups, const double *stats, double count, const float *gamma,
+			const float *beta, float eps, int silu);
+void pd_cpu_upsample2x(struct pd_backend *be, float *y, int64_t y_cstride, const float *x, int c, int h,
+		       int w);
+void pd_cpu_transpose(struct pd_backend *be, float *y, const float *x, int64_t rows, int64_t cols);
+
+#endif /* PD_CPU_H */

@@ -1,0 +1,336 @@
+/*
+ * pd_cpu_matmul.c - linear layers and plain matrix products.
+ *
+ * Weights are reordered once, at load, into the layout oneDNN's matmul
+ * prefers (and converted to bf16 for bf16 compute); the layout it picks does
+ * not depend on the number of rows, so one packed copy serves every sequence
+ * length.  Primitives are cached per row count and strides.
+ */
+#include "pd_cpu.h"
+#include "pd_util.h"
+
+#include <math.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ----------------------------------------------------------------------- */
+/* Linear layers                                                           */
+/* ----------------------------------------------------------------------- */
+
+void pd_cpu_linear_free(struct pd_backend *be, struct pd_linear *l)
+{
+	if (!l)
+		return;
+	be->weight_bytes -= l->bytes;
+	for (int i = 0; i < l->n_mm; i++) {
+		dnnl_primitive_destroy(l->mm[i].prim);
+		dnnl_memory_destroy(l->mm[i].src);
+		dnnl_memory_destroy(l->mm[i].dst);
+	}
+	if (l->w)
+		dnnl_memory_destroy(l->w);
+	if (l->bias)
+		dnnl_memory_destroy(l->bias);
+	free(l);
+}
+
+dnnl_data_type_t pd_cpu_mm_type(struct pd_backend *be)
+{
+	return be->compute == PD_BF16 ? dnnl_bf16 : dnnl_f32;
+}
+
+/* The matmul primitive for ROWS rows with the given strides and flags. The
+ * src is the f32 input itself, or the contiguous bf16 scratch copy. */
+int pd_cpu_mm_create(struct pd_backend *be, const struct pd_linear *l, struct pd_mm *mm, int64_t rows,
+		     int64_t ldx, int64_t ldy, int flags)
+{
+	struct pd_cpu *cpu = CPU(be);
+	dnnl_memory_desc_t src_md, dst_md, bias_md;
+	dnnl_matmul_desc_t desc;
+	dnnl_primitive_desc_t pd = NULL;
+	dnnl_primitive_attr_t attr = NULL;
+	dnnl_post_ops_t po = NULL;
+	dnnl_dims_t sd = { rows, l->n_in }, dd = { rows, l->n_out }, bd = { 1, l->n_out };
+	dnnl_dims_t ss = { ldx, 1 }, ds = { ldy, 1 };
+	int rc = -1;
+
+	memset(mm, 0, sizeof(*mm));
+	if (be->compute == PD_BF16)
+		DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&src_md, 2, sd, dnnl_bf16, dnnl_ab), out);
+	else
+		DNNL_TRY(be, dnnl_memory_desc_init_by_strides(&src_md, 2, sd, dnnl_f32, ss), out);
+	DNNL_TRY(be, dnnl_memory_desc_init_by_strides(&dst_md, 2, dd, dnnl_f32, ds), out);
+	DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&bias_md, 2, bd, dnnl_f32, dnnl_ab), out);
+	DNNL_TRY(be, dnnl_matmul_desc_init(&desc, &src_md, &l->w_md,
+					   (flags & PD_LIN_NO_BIAS) || !l->bias ? NULL : &bias_md, &dst_md), out);
+	DNNL_TRY(be, dnnl_primitive_attr_create(&attr), out);
+	DNNL_TRY(be, dnnl_post_ops_create(&po), out);
+	if (flags & PD_LIN_ACCUMULATE)
+		DNNL_TRY(be, dnnl_post_ops_append_sum(po, 1.0f), out);
+	if (flags & PD_LIN_GELU_TANH)
+		DNNL_TRY(be, dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_gelu_tanh, 0.f, 0.f), out);
+	DNNL_TRY(be, dnnl_primitive_attr_set_post_ops(attr, po), out);
+	DNNL_TRY(be, dnnl_primitive_desc_create(&pd, &desc, attr, cpu->eng, NULL), out);
+	DNNL_TRY(be, dnnl_primitive_create(&mm->prim, pd), out);
+	DNNL_TRY(be, dnnl_memory_create(&mm->src, &src_md, cpu->eng, DNNL_MEMORY_NONE), out);
+	DNNL_TRY(be, dnnl_memory_create(&mm->dst, &dst_md, cpu->eng, DNNL_MEMORY_NONE), out);
+	mm->rows = rows;
+	mm->ldx = ldx;
+	mm->ldy = ldy;
+	mm->flags = flags;
+	rc = 0;
+out:
+	if (rc) {
+		if (mm->prim)
+			dnnl_primitive_destroy(mm->prim);
+		if (mm->src)
+			dnnl_memory_destroy(mm->src);
+		memset(mm, 0, sizeof(*mm));
+	}
+	if (po)
+		dnnl_post_ops_destroy(po);
+	if (attr)
+		dnnl_primitive_attr_destroy(attr);
+	if (pd)
+		dnnl_primitive_desc_destroy(pd);
+	return rc;
+}
+
+struct pd_linear *pd_cpu_linear_new(struct pd_backend *be, int64_t n_out, int64_t n_in, const float *w,
+				    int64_t ldw, const float *bias)
+{
+	struct pd_cpu *cpu = CPU(be);
+	struct pd_linear *l;
+	dnnl_memory_desc_t a_md, w_any, c_md, user_md;
+	dnnl_matmul_desc_t desc;
+	dnnl_primitive_desc_t pd = NULL, rpd = NULL;
+	dnnl_primitive_t reorder = NULL;
+	dnnl_memory_t user = NULL;
+	dnnl_dims_t ad = { PD_MM_REF_ROWS, n_in }, wd = { n_in, n_out }, cd = { PD_MM_REF_ROWS, n_out };
+	dnnl_dims_t ws = { 1, ldw };
+	dnnl_data_type_t dt = pd_cpu_mm_type(be);
+	int ok = 0;
+
+	if (be->failed)
+		return NULL;
+	l = calloc(1, sizeof(*l));
+	if (!l) {
+		pd_backend_fail(be, "out of memory");
+		return NULL;
+	}
+	l->n_out = n_out;
+	l->n_in = n_in;
+	DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&a_md, 2, ad, dt, dnnl_ab), out);
+	DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&w_any, 2, wd, dt, dnnl_format_tag_any), out);
+	DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&c_md, 2, cd, dnnl_f32, dnnl_ab), out);
+	DNNL_TRY(be, dnnl_matmul_desc_init(&desc, &a_md, &w_any, NULL, &c_md), out);
+	DNNL_TRY(be, dnnl_primitive_desc_create(&pd, &desc, NULL, cpu->eng, NULL), out);
+	l->w_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+	DNNL_TRY(be, dnnl_memory_create(&l->w, &l->w_md, cpu->eng, DNNL_MEMORY_ALLOCATE), out);
+	/* W is [n_out, n_in] row-major = the [n_in, n_out] matrix with strides {1, ldw}. */
+	DNNL_TRY(be, dnnl_memory_desc_init_by_strides(&user_md, 2, wd, dnnl_f32, ws), out);
+	DNNL_TRY(be, dnnl_memory_create(&user, &user_md, cpu->eng, (void *)w), out);
+	DNNL_TRY(be, dnnl_reorder_primitive_desc_create(&rpd, &user_md, cpu->eng, &l->w_md, cpu->eng, NULL), out);
+	DNNL_TRY(be, dnnl_primitive_create(&reorder, rpd), out);
+	{
+		dnnl_exec_arg_t args[2] = { { DNNL_ARG_FROM, user }, { DNNL_ARG_TO, l->w } };
+
+		DNNL_TRY(be, dnnl_primitive_execute(reorder, cpu->stream, 2, args), out);
+		DNNL_TRY(be, dnnl_stream_wait(cpu->stream), out);
+	}
+	if (bias) {
+		dnnl_memory_desc_t b_md;
+		dnnl_dims_t bd = { 1, n_out };
+		void *h;
+
+		DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&b_md, 2, bd, dnnl_f32, dnnl_ab), out);
+		DNNL_TRY(be, dnnl_memory_create(&l->bias, &b_md, cpu->eng, DNNL_MEMORY_ALLOCATE), out);
+		DNNL_TRY(be, dnnl_memory_get_data_handle(l->bias, &h), out);
+		memcpy(h, bias, (size_t)n_out * sizeof(float));
+	}
+	l->bytes = dnnl_memory_desc_get_size(&l->w_md) + (bias ? (size_t)n_out * sizeof(float) : 0);
+	be->weight_bytes += l->bytes;
+	ok = 1;
+out:
+	if (reorder)
+		dnnl_primitive_destroy(reorder);
+	if (rpd)
+		dnnl_primitive_desc_destroy(rpd);
+	if (user)
+		dnnl_memory_destroy(user);
+	if (pd)
+		dnnl_primitive_desc_destroy(pd);
+	if (!ok) {
+		pd_cpu_linear_free(be, l);
+		return NULL;
+	}
+	return l;
+}
+
+/* f32 -> bf16, round to nearest even (what torch's .to(bfloat16) does). */
+void pd_cpu_to_bf16(uint16_t *dst, const float *src, int64_t rows, int64_t cols, int64_t lds)
+{
+#pragma omp parallel for schedule(static)
+	for (int64_t r = 0; r < rows; r++) {
+		const uint32_t *s = (const uint32_t *)(src + r * lds);
+		uint16_t *d = dst + r * cols;
+
+		for (int64_t c = 0; c < cols; c++) {
+			uint32_t u = s[c];
+
+			d[c] = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+		}
+	}
+}
+
+void pd_cpu_linear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
+		   float *y, int64_t ldy, int flags)
+{
+	struct pd_cpu *cpu = CPU(be);
+	struct pd_mm *mm = NULL;
+	const void *src = x;
+	int64_t key_ldx = be->compute == PD_BF16 ? l->n_in : ldx;
+
+	if (be->failed || rows == 0)
+		return;
+	for (int i = 0; i < l->n_mm; i++) {
+		struct pd_mm *c = &l->mm[i];
+
+		if (c->rows == rows && c->ldx == key_ldx && c->ldy == ldy && c->flags == flags) {
+			mm = c;
+			break;
+		}
+	}
+	if (!mm) {
+		struct pd_mm fresh;
+
+		if (pd_cpu_mm_create(be, l, &fresh, rows, key_ldx, ldy, flags))
+			return;
+		be->allocations++;
+		if (l->n_mm < PD_MM_CACHE) {
+			mm = &l->mm[l->n_mm++];
+		} else {
+			mm = &l->mm[l->next];
+			l->next = (l->next + 1) % PD_MM_CACHE;
+			dnnl_primitive_destroy(mm->prim);
+			dnnl_memory_destroy(mm->src);
+			dnnl_memory_destroy(mm->dst);
+		}
+		*mm = fresh;
+	}
+	if (be->compute == PD_BF16) {
+		if (pd_cpu_grow(be, (void **)&cpu->bf16, &cpu->bf16_cap, (size_t)(rows * l->n_in), sizeof(uint16_t)))
+			return;
+		pd_cpu_to_bf16(cpu->bf16, x, rows, l->n_in, ldx);
+		src = cpu->bf16;
+	}
+	DNNL_TRY(be, dnnl_memory_set_data_handle(mm->src, (void *)src), fail);
+	DNNL_TRY(be, dnnl_memory_set_data_handle(mm->dst, y), fail);
+	{
+		dnnl_exec_arg_t args[4] = {
+			{ DNNL_ARG_SRC, mm->src },
+			{ DNNL_ARG_WEIGHTS, l->w },
+			{ DNNL_ARG_DST, mm->dst },
+			{ DNNL_ARG_BIAS, l->bias },
+		};
+		int nargs = (flags & PD_LIN_NO_BIAS) || !l->bias ? 3 : 4;
+
+		DNNL_TRY(be, dnnl_primitive_execute(mm->prim, cpu->stream, nargs, args), fail);
+		DNNL_TRY(be, dnnl_stream_wait(cpu->stream), fail);
+	}
+fail:
+	return;
+}
+
+
+
+/* C[m, n] = A[m, k] B, B given as [k, n] or (trans_b) as [n, k] rows; any
+ * row strides; A and B f32 or bf16, C f32. Primitives are cached by shape. */
+int pd_cpu_gemm(struct pd_backend *be, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+		const void *b, int64_t ldb, int trans_b, float *c, int64_t ldc, dnnl_data_type_t dt)
+{
+	struct pd_cpu *cpu = CPU(be);
+	struct pd_gemm *g = NULL;
+	int rc = -1;
+
+	for (int i = 0; i < cpu->n_gemm; i++) {
+		struct pd_gemm *x = &cpu->gemm[i];
+
+		if (x->m == m && x->n == n && x->k == k && x->lda == lda && x->ldb == ldb && x->ldc == ldc &&
+		    x->trans_b == trans_b && x->dt == dt) {
+			g = x;
+			break;
+		}
+	}
+	if (!g) {
+		dnnl_memory_desc_t a_md, b_md, c_md;
+		dnnl_dims_t ad = { m, k }, bd = { k, n }, cd = { m, n };
+		dnnl_dims_t as = { lda, 1 }, bs_t = { 1, ldb }, bs = { ldb, 1 }, cs = { ldc, 1 };
+		dnnl_matmul_desc_t desc;
+		dnnl_primitive_desc_t pd = NULL;
+
+		if (cpu->n_gemm < PD_GEMM_CACHE) {
+			g = &cpu->gemm[cpu->n_gemm++];
+		} else {
+			g = &cpu->gemm[0];
+			for (int i = 1; i < PD_GEMM_CACHE; i++)
+				if (cpu->gemm[i].used < g->used)
+					g = &cpu->gemm[i];
+			dnnl_primitive_destroy(g->prim);
+			dnnl_memory_destroy(g->a);
+			dnnl_memory_destroy(g->b);
+			dnnl_memory_destroy(g->c);
+		}
+		memset(g, 0, sizeof(*g));
+		be->allocations++;
+		DNNL_TRY(be, dnnl_memory_desc_init_by_strides(&a_md, 2, ad, dt, as), fail);
+		DNNL_TRY(be, dnnl_memory_desc_init_by_strides(&b_md, 2, bd, dt, trans_b ? bs_t : bs), fail);
+		DNNL_TRY(be, dnnl_memory_desc_init_by_strides(&c_md, 2, cd, dnnl_f32, cs), fail);
+		DNNL_TRY(be, dnnl_matmul_desc_init(&desc, &a_md, &b_md, NULL, &c_md), fail);
+		DNNL_TRY(be, dnnl_primitive_desc_create(&pd, &desc, NULL, cpu->eng, NULL), fail);
+		rc = dnnl_primitive_create(&g->prim, pd);
+		dnnl_primitive_desc_destroy(pd);
+		if (rc != dnnl_success) {
+			pd_backend_fail(be, "oneDNN error %d creating an attention product", rc);
+			goto fail;
+		}
+		DNNL_TRY(be, dnnl_memory_create(&g->a, &a_md, cpu->eng, DNNL_MEMORY_NONE), fail);
+		DNNL_TRY(be, dnnl_memory_create(&g->b, &b_md, cpu->eng, DNNL_MEMORY_NONE), fail);
+		DNNL_TRY(be, dnnl_memory_create(&g->c, &c_md, cpu->eng, DNNL_MEMORY_NONE), fail);
+		g->m = m;
+		g->n = n;
+		g->k = k;
+		g->lda = lda;
+		g->ldb = ldb;
+		g->ldc = ldc;
+		g->trans_b = trans_b;
+		g->dt = dt;
+	}
+	g->used = ++cpu->clock;
+	DNNL_TRY(be, dnnl_memory_set_data_handle(g->a, (void *)a), fail);
+	DNNL_TRY(be, dnnl_memory_set_data_handle(g->b, (void *)b), fail);
+	DNNL_TRY(be, dnnl_memory_set_data_handle(g->c, c), fail);
+	{
+		dnnl_exec_arg_t args[3] = { { DNNL_ARG_SRC, g->a }, { DNNL_ARG_WEIGHTS, g->b }, { DNNL_ARG_DST, g->c } };
+
+		DNNL_TRY(be, dnnl_primitive_execute(g->prim, cpu->stream, 3, args), fail);
+		DNNL_TRY(be, dnnl_stream_wait(cpu->stream), fail);
+	}
+	return 0;
+fail:
+	if (g && !g->prim) {
+		/* a half-made entry must not be found again */
+		if (g->a)
+			dnnl_memory_destroy(g->a);
+		if (g->b)
+			dnnl_memory_destroy(g->b);
+		*g = cpu->gemm[--cpu->n_gemm];
+	}
+	return -1;
+}

@@ -1,0 +1,47 @@
+/*
+ * pd_backend.c - backend-independent helpers: sticky errors, loading weights.
+ */
+#include "pd_backend.h"
+#include "pd_util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+void pd_backend_fail(struct pd_backend *be, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (be->failed)
+		return;
+	be->failed = 1;
+	va_start(ap, fmt);
+	vsnprintf(be->error, sizeof(be->error), fmt, ap);
+	va_end(ap);
+}
+
+int pd_backend_check(struct pd_backend *be)
+{
+	if (!be->failed)
+		return 0;
+	return pd_errorf("%s", be->error);
+}
+
+float *pd_backend_alloc(struct pd_backend *be, size_t n, const char *what)
+{
+	float *p;
+
+	if (be->failed)
+		return NULL;
+	p = be->ops->alloc(be, n);
+	if (!p)
+		pd_backend_fail(be, "out of memory (%zu MB for %s)", n * sizeof(float) >> 20, what);
+	return p;
+}
+
+struct pd_slice pd_slice_all(int64_t n_out, int64_t n_in)
+{
+	struct pd_slice s = { 0, n_out, 0, n_in, 1 };
+
+	return s;
+}

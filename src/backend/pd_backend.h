@@ -1,0 +1,188 @@
+/*
+ * pd_backend.h - the compute interface the model code calls.
+ *
+ * Model code (FLUX blocks, VAE) never touches activation memory directly: it
+ * allocates through the backend, moves host data in and out with
+ * upload/download, and computes through the operations below.  A backend is
+ * one implementation of struct pd_backend_ops in its own file
+ * (pd_backend_cpu.c: oneDNN matrix products and own OpenMP kernels); a CUDA
+ * one can sit beside it without the model code changing.
+ *
+ * Activations are float32 everywhere.  `compute` only selects the precision of
+ * matrix products: PD_F32, or PD_BF16 with bf16 weights and inputs and f32
+ * accumulation and output.
+ *
+ * Matrices are row-major with an explicit row stride ("ld", in elements), so a
+ * layer can read or write a column range of a wider buffer (the single block
+ * writes attention and MLP side by side into one [S, D+M] buffer).
+ *
+ * Errors are sticky, like a CUDA stream's: an operation that fails (a primitive
+ * that cannot be created, memory that cannot be found) records the first
+ * message and turns every later operation into a no-op; model code checks
+ * pd_backend_check() at block boundaries.
+ */
+#ifndef PD_BACKEND_H
+#define PD_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pd_dtype.h"
+
+struct pd_backend;
+struct pd_linear;       /* a prepared weight [n_out, n_in] and its bias */
+struct pd_conv;         /* a prepared 2-D convolution kernel and its bias */
+
+/* Flags of the linear operation. */
+#define PD_LIN_GELU_TANH 0x1    /* apply GELU (tanh approximation) to the output */
+#define PD_LIN_NO_BIAS   0x2    /* leave the bias out (row-parallel layers add it after the reduction) */
+#define PD_LIN_ACCUMULATE 0x4   /* y += x W^T (+ b) instead of y = ... */
+
+struct pd_backend_ops {
+	const char *name;
+	void (*destroy)(struct pd_backend *be);
+
+	/* Memory (counts are in floats). */
+	float *(*alloc)(struct pd_backend *be, size_t n);
+	void (*free)(struct pd_backend *be, float *p);
+	void (*upload)(struct pd_backend *be, float *dst, const float *src, size_t n);
+	void (*download)(struct pd_backend *be, float *dst, const float *src, size_t n);
+	/* dst[r, c] = src[r, c] for r < rows, c < cols. */
+	void (*copy2d)(struct pd_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds,
+		       int64_t rows, int64_t cols);
+
+	/* Linear layers: W is [n_out, n_in] on the host with row stride ldw,
+	 * bias [n_out] or NULL; the backend converts them into its own layout
+	 * and precision and keeps no reference to the host copies. */
+	struct pd_linear *(*linear_new)(struct pd_backend *be, int64_t n_out, int64_t n_in, const float *w,
+					int64_t ldw, const float *bias);
+	void (*linear_free)(struct pd_backend *be, struct pd_linear *l);
+	/* y[rows, n_out] = act(x[rows, n_in] W^T + b). */
+	void (*linear)(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx,
+		       int64_t rows, float *y, int64_t ldy, int flags);
+
+	/* Convolutions, stride 1, zero padding (k-1)/2; W is [c_out, c_in, k, k].
+	 * Tensors are one image, [c, h, w]. HALO rows above and below the
+	 * output's rows are already part of x (a band of a picture with its
+	 * neighbours' rows) and replace the zero padding in height: x has
+	 * h + 2 halo rows, y has h. */
+	struct pd_conv *(*conv_new)(struct pd_backend *be, int c_out, int c_in, int k, const float *w,
+				    const float *bias);
+	void (*conv_free)(struct pd_backend *be, struct pd_conv *c);
+	void (*conv)(struct pd_backend *be, struct pd_conv *c, const float *x, int h, int w, int halo, float *y);
+
+	/* y = x * sigmoid(x). */
+	void (*silu)(struct pd_backend *be, float *y, const float *x, size_t n);
+	/* y = x * sigmoid(1.702 x) (CLIP's quick GELU). */
+	void (*quick_gelu)(struct pd_backend *be, float *y, const float *x, size_t n);
+	/* y = a * b. */
+	void (*mul)(struct pd_backend *be, float *y, const float *a, const float *b, size_t n);
+	/* y = a + b. */
+	void (*add)(struct pd_backend *be, float *y, const float *a, const float *b, size_t n);
+	/* y = a - b. */
+	void (*sub)(struct pd_backend *be, float *y, const float *a, const float *b, size_t n);
+	/* sums[0] = sum |ref - x|, sums[1] = sum |ref|, in double (First Block
+	 * Cache's change measure). */
+	void (*l1_stats)(struct pd_backend *be, const float *ref, const float *x, size_t n, double *sums);
+	/* y = LN(x) * (1 + scale) + shift per row of length dim, LayerNorm
+	 * without affine, biased variance; scale and shift are [dim] (both NULL:
+	 * plain LayerNorm). */
+	void (*layernorm_mod)(struct pd_backend *be, float *y, int64_t ldy, const float *x, int64_t ldx,
+			      int64_t rows, int64_t dim, const float *scale, const float *shift, float eps);
+	/* y = (x - mean) / sqrt(var + eps) * w + b per row, biased variance;
+	 * w and b [dim] may be NULL (1 and 0). */
+	void (*layernorm)(struct pd_backend *be, float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows,
+			  int64_t dim, const float *w, const float *b, float eps);
+	/* In place, per head: x = x * rsqrt(mean(x^2) + eps) * w; x is
+	 * [rows, heads * head_dim], w is [head_dim]. */
+	void (*rmsnorm_heads)(struct pd_backend *be, float *x, int64_t ldx, int64_t rows, int heads,
+			      int head_dim, const float *w, float eps);
+	/* In place, interleaved pairs: x[2k] = x[2k] cos - x[2k+1] sin,
+	 * x[2k+1] = x[2k+1] cos + x[2k] sin; cos, sin are [rows, head_dim]. */
+	void (*rope)(struct pd_backend *be, float *x, int64_t ldx, int64_t rows, int heads, int head_dim,
+		     const float *cos, const float *sin);
+	/* x += gate * y, gate [dim] broadcast over rows. */
+	void (*gated_add)(struct pd_backend *be, float *x, int64_t ldx, const float *y, int64_t ldy,
+			  int64_t rows, int64_t dim, const float *gate);
+	/* Softmax attention per head without mask:
+	 * out[i, h] = softmax_j(scale * q[i, h] . k[j, h]) v[j, h];
+	 * q is [sq, heads * head_dim] (row stride ldq), k and v [skv, ...];
+	 * lse (may be NULL) receives log(sum_j exp(scale q.k)) in f32 as
+	 * [heads, sq], natural log: ring attention merges partial results with it. */
+	void (*attention)(struct pd_backend *be, float *out, int64_t ldo, float *lse, const float *q,
+			  int64_t ldq, const float *k, int64_t ldk, const float *v, int64_t ldv, int64_t sq,
+			  int64_t skv, int heads, int head_dim, float scale);
+	/* Attention of S tokens with an additive bias and an optional causal
+	 * mask (the text encoders): scores scale * q.k + bias[h, i, j] (bias
+	 * [heads, s, s], may be NULL); with causal set, query i sees keys
+	 * j <= i only. */
+	void (*attention_masked)(struct pd_backend *be, float *out, int64_t ldo, const float *q, int64_t ldq,
+				 const float *k, int64_t ldk, const float *v, int64_t ldv, int64_t s, int heads,
+				 int head_dim, float scale, const float *bias, int causal);
+	/* Ring attention's merge: (out, lse) and (part, plse) are attention
+	 * results over two disjoint key sets, and become the result over their
+	 * union, in f32: out -= sigmoid(plse - lse) (out - part),
+	 * lse = log(e^lse + e^plse). A log-sum-exp of -inf marks an empty key
+	 * set. lse and plse are [heads, sq]. */
+	void (*lse_merge)(struct pd_backend *be, float *out, int64_t ldo, float *lse, const float *part, int64_t ldp,
+			  const float *plse, int64_t sq, int heads, int head_dim);
+	/* GroupNorm in two halves, so that a picture cut into bands can add
+	 * its bands' statistics before normalising. group_stats: for x [c, hw]
+	 * and each group g, stats[2g] = sum and stats[2g+1] = sum of squares
+	 * of its (c / groups) x hw values, in double. group_apply: y = (x -
+	 * mean) / sqrt(var + eps) gamma + beta per group, var biased, from
+	 * stats over COUNT values per group; then SiLU when silu != 0. Channel
+	 * ch of y starts at y + ch * y_cstride (hw: packed), so a picture band
+	 * can be written with spare halo rows around each channel. */
+	void (*group_stats)(struct pd_backend *be, const float *x, int c, int64_t hw, int groups, double *stats);
+	void (*group_apply)(struct pd_backend *be, float *y, int64_t y_cstride, const float *x, int c, int64_t hw,
+			    int groups, const double *stats, double count, const float *gamma, const float *beta,
+			    float eps, int silu);
+	/* Nearest-neighbour 2x: y [c, 2h, 2w] from x [c, h, w]; channel ch of y
+	 * starts at y + ch * y_cstride (4 h w: packed). */
+	void (*upsample2x)(struct pd_backend *be, float *y, int64_t y_cstride, const float *x, int c, int h, int w);
+	/* y [cols, rows] = x [rows, cols] transposed. */
+	void (*transpose)(struct pd_backend *be, float *y, const float *x, int64_t rows, int64_t cols);
+};
+
+struct pd_backend {
+	const struct pd_backend_ops *ops;       /* the implementation */
+	enum pd_dtype compute;                  /* PD_F32 or PD_BF16 matrix products */
+	int threads;                            /* OpenMP threads used by this backend */
+	int failed;                             /* set by the first failing operation */
+	char error[512];                        /* its message */
+	size_t weight_bytes;                    /* held now by prepared weights (linear, conv) */
+	size_t work_bytes;                      /* held now by activations and scratch */
+	size_t work_peak;                       /* the most work_bytes has been */
+	uint64_t allocations;                   /* buffers allocated or grown and primitives made, ever;
+						 * a step after the first adds none */
+};
+
+static inline void pd_backend_free(struct pd_backend *be)
+{
+	if (be)
+		be->ops->destroy(be);
+}
+
+/* Records the first failure; later operations become no-ops. */
+void pd_backend_fail(struct pd_backend *be, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* 0, or -1 with the recorded message as pd_last_error(). */
+int pd_backend_check(struct pd_backend *be);
+
+/* Allocation helper that fails the backend when memory is short. */
+float *pd_backend_alloc(struct pd_backend *be, size_t n, const char *what);
+
+/* A part of a weight matrix [n_out, n_in]: rows [r0, r0+nr) and columns
+ * [c0, c0+nc). Tensor parallelism takes its share of a weight this way
+ * without reading the rest of it. */
+struct pd_slice {
+	int64_t r0, nr;                 /* output rows */
+	int64_t c0, nc;                 /* input columns */
+	int with_bias;                  /* load bias[r0, r0+nr) (0: no bias on this part) */
+};
+
+/* The whole matrix, with its bias. */
+struct pd_slice pd_slice_all(int64_t n_out, int64_t n_in);
+
+#endif /* PD_BACKEND_H */

@@ -1,0 +1,411 @@
+/*
+ * pdit.c - the command line: generate, forward, tiny.
+ *
+ * The only place that exits: library calls return -1 with a message, which
+ * is printed here as one line "pdit: <message>" before a nonzero exit.
+ */
+#include "pd_args.h"
+#include "pd_backend_cpu.h"
+#include "pd_forward.h"
+#include "pd_tiny.h"
+#include "pd_util.h"
+#include "pdit_cli.h"
+#include "pd_st_writer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int pd_cli_fail(void)
+{
+	fprintf(stderr, "pdit: %s\n", pd_last_error());
+	return 1;
+}
+
+int pd_cli_any_failed(struct pd_comm *world, int failed)
+{
+	int32_t lowest = failed ? world->rank : world->size;
+
+	if (world->size > 1 && world->ops->allreduce(world, &lowest, 1, PD_COMM_I32, PD_COMM_MIN))
+		pd_cli_abort(world);
+	if (lowest == world->size)
+		return 0;
+	if (world->rank == lowest) {
+		if (lowest == 0)
+			fprintf(stderr, "pdit: %s\n", pd_last_error());
+		else
+			fprintf(stderr, "pdit: rank %d: %s\n", lowest, pd_last_error());
+	}
+	return 1;
+}
+
+void pd_cli_abort(struct pd_comm *world)
+{
+	if (world->size > 1)
+		fprintf(stderr, "pdit: rank %d: %s; stopping every process\n", world->rank, pd_last_error());
+	else
+		fprintf(stderr, "pdit: %s\n", pd_last_error());
+	fflush(stderr);
+	world->ops->abort(world, 1);
+	exit(1);
+}
+
+int pd_cli_dtype(const char *s, enum pd_dtype *out)
+{
+	if (strcmp(s, "f32") == 0)
+		*out = PD_F32;
+	else if (strcmp(s, "bf16") == 0)
+		*out = PD_BF16;
+	else
+		return pd_errorf("--dtype must be f32 or bf16, not '%s'", s);
+	return 0;
+}
+
+int pd_cli_threads(struct pd_comm *world, int requested)
+{
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	int local = pd_comm_local_size(world);
+
+	if (requested > 0)
+		return requested;
+	if (cores < 1)
+		cores = 1;
+	return cores / local > 1 ? (int)(cores / local) : 1;
+}
+
+/* ======================================================================= */
+/* pdit forward                                                            */
+/* ======================================================================= */
+
+/* Collects dumped tensors; per-image ones are stacked over the batch. */
+struct pd_dump_store {
+	struct pd_st_writer *w;         /* the output file */
+	int64_t batch;                  /* images */
+	int n;                          /* stored entries */
+	struct pd_dump_entry {
+		char *name;
+		int ndim;
+		int64_t shape[8];
+		float *data;
+	} *e;
+	int failed;
+};
+
+static void pd_store_dump(void *ctx, const char *name, int64_t index, const float *data, int ndim,
+			  const int64_t *shape)
+{
+	struct pd_dump_store *s = ctx;
+	struct pd_dump_entry *x = NULL;
+	int64_t n = 1;
+
+	for (int i = 0; i < ndim; i++)
+		n *= shape[i];
+	for (int i = 0; i < s->n; i++)
+		if (strcmp(s->e[i].name, name) == 0)
+			x = &s->e[i];
+	if (!x) {
+		struct pd_dump_entry *ne = realloc(s->e, sizeof(*ne) * (size_t)(s->n + 1));
+
+		if (!ne) {
+			s->failed = 1;
+			return;
+		}
+		s->e = ne;
+		x = &s->e[s->n++];
+		x->name = strdup(name);
+		x->ndim = ndim;
+		memcpy(x->shape, shape, sizeof(int64_t) * (size_t)ndim);
+		if (index >= 0)
+			x->shape[0] = s->batch;
+		x->data = calloc((size_t)(index >= 0 ? n * s->batch : n), sizeof(float));
+		if (!x->name || !x->data) {
+			s->failed = 1;
+			return;
+		}
+	} else if (index < 0) {
+		return;	/* batch-independent: the first image's copy stands */
+	}
+	memcpy(x->data + (index >= 0 ? index * n : 0), data, (size_t)n * sizeof(float));
+}
+
+static const char pd_forward_usage[] =
+	"usage: pdit forward --transformer DIR --inputs FILE --out FILE [--dump] [options]\n"
+	"\n"
+	"One transformer call, for tests and debugging. The inputs file holds the golden\n"
+	"names in.hidden_states [B,L,C], in.encoder_hidden_states [B,T,J],\n"
+	"in.pooled_projections [B,P], in.timestep, in.guidance (models with guidance\n"
+	"embeddings), in.img_ids [L,3], in.txt_ids [T,3]. The output holds out.sample\n"
+	"[B,L,C]; --dump adds every intermediate under the golden names\n"
+	"(emb.temb, double.{i}.out.hidden_states, single.{j}.attn.sdpa_out, ...), so a\n"
+	"mismatch names the first wrong layer.";
+
+static const char pd_forward_examples[] =
+	"  pdit forward --transformer tests/golden/flux-tiny/transformer-dev \\\n"
+	"      --inputs tests/golden/flux-tiny/forward-dev-h64w48.safetensors --out out.safetensors --dump\n";
+
+static int pd_cmd_forward(int argc, char **argv)
+{
+	const char *tdir = NULL, *inputs = NULL, *outp = NULL, *dtype = "f32";
+	int dump_all = 0, threads = 0, verbose = 0, n_pos, hr, rc = 1;
+	const struct pd_arg opts[] = {
+		{ "--transformer", 0, PD_ARG_STRING, &tdir, "DIR", "transformer folder", NULL },
+		{ "--inputs", 0, PD_ARG_STRING, &inputs, "FILE", "safetensors with the in.* tensors", NULL },
+		{ "--out", 'o', PD_ARG_STRING, &outp, "FILE", "safetensors to write (out.sample, and the dump)", NULL },
+		{ "--dump", 0, PD_ARG_FLAG, &dump_all, NULL, "also write every intermediate", NULL },
+		{ "--dtype", 0, PD_ARG_STRING, &dtype, "f32|bf16", "precision of matrix products (default f32)", NULL },
+		{ "--threads", 't', PD_ARG_INT, &threads, "N", "threads (default: all cores)", NULL },
+		{ "--verbose", 'v', PD_ARG_FLAG, &verbose, NULL, "more detail", NULL },
+		{ 0 },
+	};
+	const char *pos[1];
+	struct pd_backend *be = NULL;
+	struct pd_flux *m = NULL;
+	struct pd_st *st = NULL;
+	struct pd_forward_inputs in = { 0 };
+	struct pd_dump_store store = { 0 };
+	struct pd_dump dump = { pd_store_dump, &store, 0 };
+	const struct pd_flux_config *cfg;
+	float *out = NULL;
+	enum pd_dtype dt = PD_F32;
+
+	hr = pd_args_parse("forward", opts, argc, argv, 2, pos, 0, &n_pos);
+	if (hr == 1) {
+		pd_args_help(pd_forward_usage, opts, pd_forward_examples);
+		return 0;
+	}
+	if (hr)
+		return pd_cli_fail();
+	if (verbose)
+		pd_log_level = 2;
+	if (!tdir || !inputs || !outp) {
+		pd_errorf("forward needs --transformer DIR, --inputs FILE and --out FILE");
+		return pd_cli_fail();
+	}
+	if (pd_cli_dtype(dtype, &dt) || pd_st_open(&st, inputs) || pd_backend_cpu_new(&be, dt, threads) ||
+	    pd_flux_load(&m, tdir, be))
+		goto fail;
+	cfg = pd_flux_get_config(m);
+	if (pd_forward_inputs_read(&in, st, cfg))
+		goto fail;
+	out = pd_malloc((size_t)(in.batch * in.img_len * cfg->out_channels) * sizeof(float), "output");
+	store.w = pd_st_writer_new();
+	store.batch = in.batch;
+	if (!out || !store.w)
+		goto fail;
+	for (int64_t b = 0; b < in.batch; b++) {
+		struct pd_flux_input x = pd_forward_inputs_image(&in, cfg, b);
+
+		dump.index = b;
+		if (pd_flux_forward(m, &x, out + b * in.img_len * cfg->out_channels, dump_all ? &dump : NULL))
+			goto fail;
+	}
+	if (store.failed) {
+		pd_errorf("out of memory storing the dump");
+		goto fail;
+	}
+	{
+		int64_t shape[3] = { in.batch, in.img_len, cfg->out_channels };
+
+		if (pd_st_writer_add(store.w, "out.sample", PD_F32, 3, shape, out))
+			goto fail;
+	}
+	for (int i = 0; i < store.n; i++)
+		if (pd_st_writer_add(store.w, store.e[i].name, PD_F32, store.e[i].ndim, store.e[i].shape,
+				     store.e[i].data))
+			goto fail;
+	if (pd_st_writer_meta(store.w, "pdit_version", PDIT_VERSION) || pd_st_writer_save(store.w, outp))
+		goto fail;
+	pd_log(1, "pdit: wrote %s (%d tensors)\n", outp, store.n + 1);
+	rc = 0;
+	goto out;
+fail:
+	rc = pd_cli_fail();
+out:
+	for (int i = 0; i < store.n; i++) {
+		free(store.e[i].name);
+		free(store.e[i].data);
+	}
+	free(store.e);
+	pd_st_writer_free(store.w);
+	free(out);
+	pd_forward_inputs_free(&in);
+	pd_flux_free(m);
+	pd_backend_free(be);
+	pd_st_close(st);
+	return rc;
+}
+
+/* ======================================================================= */
+/* pdit tiny                                                               */
+/* ======================================================================= */
+
+static const char pd_tiny_usage[] =
+	"usage: pdit tiny DIR [options]\n"
+	"\n"
+	"Writes a deterministic random FLUX model folder (model_index.json, transformer/,\n"
+	"vae/, scheduler/) and DIR/embeds.safetensors (random prompt embeddings, with\n"
+	"negatives), so pdit runs end to end with nothing to download. The pictures are\n"
+	"noise: the weights are random.";
+
+static const char pd_tiny_examples[] =
+	"  pdit tiny tiny-model --full          # FLUX.1-dev's layout: encoders, tokenizers, shards\n"
+	"  pdit tiny tiny-model\n"
+	"  pdit tiny tiny-6heads --heads 6 --head-dim 16 --layers 1 --single-layers 2\n"
+	"  pdit tiny flux-width --flux-width      # FLUX.1's widths, 2 + 4 blocks, bf16 (about 2.5 GB)\n";
+
+static int pd_cmd_tiny(int argc, char **argv)
+{
+	struct pd_tiny_opts o;
+	const char *dtype = NULL, *vae_ch = NULL, *pos[1];
+	int flux_width = 0, no_guidance = 0, n_pos, hr;
+	struct pd_tiny_opts d;
+	const struct pd_arg opts[] = {
+		{ "--flux-width", 0, PD_ARG_FLAG, &flux_width, NULL, "FLUX.1's real widths with 2 double and 4 single blocks, bf16", NULL },
+		{ "--full", 0, PD_ARG_FLAG, &d.full, NULL, "FLUX.1-dev's whole layout: CLIP and T5 encoders, tokenizers, sharded weights with index files", NULL },
+		{ "--seed", 's', PD_ARG_U64, &d.seed, "S", "seed of every tensor (default 1)", NULL },
+		{ "--heads", 0, PD_ARG_INT, &d.heads, "N", "attention heads (default 4)", NULL },
+		{ "--head-dim", 0, PD_ARG_INT, &d.head_dim, "N", "channels per head (default 16)", NULL },
+		{ "--layers", 0, PD_ARG_INT, &d.layers, "N", "double-stream blocks (default 2)", NULL },
+		{ "--single-layers", 0, PD_ARG_INT, &d.single_layers, "N", "single-stream blocks (default 2)", NULL },
+		{ "--in-channels", 0, PD_ARG_INT, &d.in_channels, "N", "packed latent channels, 4 x VAE latent channels (default 64)", NULL },
+		{ "--joint-dim", 0, PD_ARG_INT, &d.joint_dim, "N", "prompt embedding width (default 64)", NULL },
+		{ "--pooled-dim", 0, PD_ARG_INT, &d.pooled_dim, "N", "pooled embedding width (default 32)", NULL },
+		{ "--no-guidance", 0, PD_ARG_FLAG, &no_guidance, NULL, "schnell-style: no guidance embedder, unshifted scheduler", NULL },
+		{ "--dtype", 0, PD_ARG_STRING, &dtype, "f32|bf16|f16", "weights on disk (default f32; bf16 with --flux-width)", NULL },
+		{ "--vae-channels", 0, PD_ARG_STRING, &vae_ch, "A,B,C,D", "VAE block_out_channels (default 16,32,32,32)", NULL },
+		{ "--vae-layers", 0, PD_ARG_INT, &d.vae_layers, "N", "VAE layers_per_block (default 1)", NULL },
+		{ "--vae-groups", 0, PD_ARG_INT, &d.vae_groups, "N", "VAE norm_num_groups (default 8)", NULL },
+		{ "--batch", 0, PD_ARG_INT, &d.batch, "N", "prompts in embeds.safetensors (default 1)", NULL },
+		{ "--txt-len", 0, PD_ARG_INT, &d.txt_len, "N", "text tokens in embeds.safetensors (default 16)", NULL },
+		{ 0 },
+	};
+
+	/* Options apply on top of the preset, so parse twice: once to learn
+	 * the preset, once more onto it. */
+	pd_tiny_defaults(&d);
+	hr = pd_args_parse("tiny", opts, argc, argv, 2, pos, 1, &n_pos);
+	if (hr == 1) {
+		pd_args_help(pd_tiny_usage, opts, pd_tiny_examples);
+		return 0;
+	}
+	if (hr)
+		return pd_cli_fail();
+	if (flux_width)
+		pd_tiny_flux_width(&d);
+	else
+		pd_tiny_defaults(&d);
+	pd_args_parse("tiny", opts, argc, argv, 2, pos, 1, &n_pos);
+	o = d;
+	if (n_pos != 1) {
+		pd_errorf("tiny needs the folder to write: pdit tiny DIR");
+		return pd_cli_fail();
+	}
+	if (no_guidance)
+		o.guidance = 0;
+	if (vae_ch && sscanf(vae_ch, "%d,%d,%d,%d", &o.vae_blocks[0], &o.vae_blocks[1], &o.vae_blocks[2],
+			     &o.vae_blocks[3]) != 4) {
+		pd_errorf("--vae-channels needs four numbers, like 16,32,32,32");
+		return pd_cli_fail();
+	}
+	if (o.vae_layers < 0 || o.vae_layers > 8 || o.vae_groups < 1) {
+		pd_errorf("--vae-layers must be 0..8 and --vae-groups at least 1");
+		return pd_cli_fail();
+	}
+	if (dtype) {
+		if (strcmp(dtype, "f32") == 0)
+			o.dtype = PD_F32;
+		else if (strcmp(dtype, "bf16") == 0)
+			o.dtype = PD_BF16;
+		else if (strcmp(dtype, "f16") == 0)
+			o.dtype = PD_F16;
+		else {
+			pd_errorf("--dtype must be f32, bf16 or f16, not '%s'", dtype);
+			return pd_cli_fail();
+		}
+	}
+	if (o.heads < 1 || o.head_dim < 4 || o.head_dim % 2 || o.layers < 0 || o.single_layers < 0 ||
+	    o.in_channels < 4 || o.in_channels % 4 || o.joint_dim < 1 || o.pooled_dim < 1 || o.batch < 1 ||
+	    o.txt_len < 1) {
+		pd_errorf("tiny: sizes must be positive (--head-dim even and >= 4, --in-channels a multiple of 4)");
+		return pd_cli_fail();
+	}
+	if (pd_tiny_write(pos[0], &o))
+		return pd_cli_fail();
+	pd_log(1, "pdit: wrote %s (%d heads x %d, %d + %d blocks)\n", pos[0], o.heads, o.head_dim, o.layers,
+	       o.single_layers);
+	return 0;
+}
+
+/* ======================================================================= */
+/* main                                                                    */
+/* ======================================================================= */
+
+static void pd_usage(FILE *f)
+{
+	fprintf(f,
+		"pdit %s - FLUX.1 diffusion transformers in one C program\n"
+		"\n"
+		"usage: [mpirun -np N] pdit COMMAND [options]     (pdit COMMAND --help for each)\n"
+		"\n"
+		"commands:\n"
+		"  generate   prompt -> PNG, equal to diffusers' FluxPipeline, on one process or a\n"
+		"             mesh of them (data, CFG, tensor, Ulysses, ring, PipeFusion, DistriFusion)\n"
+		"  encode     prompts -> CLIP and T5 embeddings (a file generate --embeds reads)\n"
+		"  check      run a mesh and one process on the same inputs and compare, block by block\n"
+		"  bench      time steps: seconds, GFLOP/s against the matmul rate, bytes sent, memory\n"
+		"  plan       rank the meshes for N devices by predicted time; bytes and memory per process\n"
+		"  forward    one transformer call on golden-style inputs (tests, debugging)\n"
+		"  tiny       write a small random model folder to try pdit with\n"
+		"\n"
+		"example:\n"
+		"  pdit tiny tiny-model --full && pdit generate --model tiny-model \\\n"
+		"      -p \"a photo of a cat\" -H 256 -W 256 --steps 4 -o out.png\n",
+		PDIT_VERSION);
+}
+
+/* forward and tiny write one file: they run in one process. */
+static int pd_single_process(struct pd_comm *world, const char *cmd)
+{
+	if (world->size == 1)
+		return 0;
+	if (world->rank == 0)
+		fprintf(stderr, "pdit: %s runs in one process, not under mpirun\n", cmd);
+	return 1;
+}
+
+int pd_dispatch(struct pd_comm *world, int argc, char **argv)
+{
+	if (argc < 2) {
+		if (world->rank == 0)
+			pd_usage(stderr);
+		return 2;
+	}
+	if (strcmp(argv[1], "generate") == 0)
+		return pd_cmd_generate(world, argc, argv);
+	if (strcmp(argv[1], "check") == 0)
+		return pd_cmd_check(world, argc, argv);
+	if (strcmp(argv[1], "bench") == 0)
+		return pd_cmd_bench(world, argc, argv);
+	if (strcmp(argv[1], "forward") == 0)
+		return pd_single_process(world, "forward") ? 1 : pd_cmd_forward(argc, argv);
+	if (strcmp(argv[1], "tiny") == 0)
+		return pd_single_process(world, "tiny") ? 1 : pd_cmd_tiny(argc, argv);
+	if (strcmp(argv[1], "encode") == 0)
+		return pd_single_process(world, "encode") ? 1 : pd_cmd_encode(argc, argv);
+	if (strcmp(argv[1], "plan") == 0)
+		return pd_single_process(world, "plan") ? 1 : pd_cmd_plan(argc, argv);
+	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
+		if (world->rank == 0)
+			pd_usage(stdout);
+		return 0;
+	}
+	if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+		if (world->rank == 0)
+			printf("pdit %s\n", PDIT_VERSION);
+		return 0;
+	}
+	if (world->rank == 0)
+		fprintf(stderr, "pdit: unknown command '%s' (try pdit --help)\n", argv[1]);
+	return 2;
+}

@@ -1,0 +1,257 @@
+/*
+ * pdit_plan.c - `pdit plan`: every valid mesh for N devices, ranked by the
+ * predicted seconds per step (pd_plan.h), with the bytes and memory each
+ * rank needs. Reads only the transformer's config.json.
+ */
+#include "pd_args.h"
+#include "pd_backend.h"
+#include "pd_model_paths.h"
+#include "pd_plan.h"
+#include "pd_util.h"
+#include "pd_vae.h"
+#include "pdit_cli.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char pd_plan_usage[] =
+	"usage: pdit plan --model DIR --devices N [-H 1024 -W 1024] [--steps S] [--batch B] [--true-cfg-scale C]\n"
+	"                 [--device h100|h200|a100|l40 | --gflops R] [--memory GB] [--per-node K]\n"
+	"                 [--link nvlink|pcie|ib|ethernet|shm | --bandwidth GB/s --latency US]\n"
+	"                 [--inter-link KIND | --inter-bandwidth GB/s --inter-latency US] [--json]\n"
+	"\n"
+	"Lists every valid mesh of N processes for the model and size, ranked by the\n"
+	"predicted seconds per denoising step, with the work, the bytes sent and the\n"
+	"memory of the busiest process, and marks the meshes that do not fit. Without\n"
+	"--device or --gflops the devices are this machine's: a bf16 matrix product is\n"
+	"timed here, and the processes share its cores and memory (as `mpirun -np N`\n"
+	"does here). The --device and --link presets carry published peak figures\n"
+	"(listed below); a device's whole-step rate is --efficiency times its peak.\n"
+	"A run's seconds add --steps steps and the VAE decode, in bands over each\n"
+	"data-parallel group. Devices fill nodes of --per-node in rank order: a method\n"
+	"whose groups lie within a node uses --link, the others --inter-link. \"stale\"\n"
+	"marks the meshes whose picture differs a little from one process's (PipeFusion\n"
+	"and DistriFusion attend to some keys and values a step old); the others are\n"
+	"exact. `pdit generate --parallel auto` runs the first exact one. The model and\n"
+	"its error against measured steps: docs/plan.md.\n"
+	"\n"
+	"Presets (published peak figures, dense bf16 with f32 accumulation):\n"
+	"  h100  H100 SXM5, 989 TFLOP/s, 80 GB at 3.35 TB/s    nvlink    NVLink 4, 450 GB/s each way per GPU\n"
+	"  h200  H200 SXM, 989 TFLOP/s, 141 GB at 4.8 TB/s     pcie      PCIe 4.0 x16, 32 GB/s each way\n"
+	"  a100  A100 SXM4, 312 TFLOP/s, 80 GB at 2.04 TB/s    ib        InfiniBand NDR, 50 GB/s per GPU\n"
+	"  l40   L40, 181 TFLOP/s, 48 GB at 0.86 TB/s          ethernet  100 GbE, 12.5 GB/s\n"
+	"                                                      shm       processes on one machine\n"
+	"A step takes at least the time to read the rank's weights at the memory\n"
+	"bandwidth (--memory-bandwidth; not modelled for this machine's processes).\n"
+	"Latencies (assumed, not published peaks): nvlink 5 us, pcie 10 us, ib 5 us,\n"
+	"ethernet 30 us, shm 20 us.";
+
+static const char pd_plan_examples[] =
+	"  pdit plan --model bench/flux-width --devices 4 -H 512 -W 512\n"
+	"  pdit plan --model FLUX.1-dev --devices 16 --device h100 --per-node 8 --link nvlink --inter-link ib\n"
+	"  pdit plan --model FLUX.1-dev --devices 8 --device l40 --link pcie -H 2048 -W 2048\n"
+	"  pdit plan --model FLUX.1-dev --devices 4 --gflops 400000 --memory 80 --bandwidth 300 --latency 10\n";
+
+int pd_cmd_plan(int argc, char **argv)
+{
+	struct pd_model_flags mf = { 0 };
+	struct pd_model_paths mp;
+	struct pd_flux_config fc;
+	struct pd_plan_work w = { 0 };
+	struct pd_plan_machine mc = { 0 };
+	struct pd_mesh_limits lim = { 0 };
+	struct pd_plan_row *rows = NULL;
+	int height = 1024, width = 1024, batch = 1, devices = 0, per_node = 0, txt = 0, json = 0, steps = 0, n, rc = 1;
+	float cfg_scale = 1, gflops = 0, memory = 0, bandwidth = 0, latency = 0, inter_bw = 0, inter_lat = 0;
+	float efficiency = 0.5f, mem_bw = 0, matmul = 0;
+	const char *dtype = "bf16", *device = NULL, *link = NULL, *inter_link = NULL, *pos[1];
+	const struct pd_plan_preset *dev = NULL, *ln = NULL, *iln = NULL;
+	int n_pos, hr;
+	const struct pd_arg opts[] = {
+		{ "--model", 'm', PD_ARG_STRING, &mf.model, "DIR", "diffusers FLUX folder: its transformer and VAE configs and the text encoders' headers are read", NULL },
+		{ "--transformer", 0, PD_ARG_STRING, &mf.transformer, "DIR", "transformer folder (overrides --model's)", NULL },
+		{ "--devices", 'n', PD_ARG_INT, &devices, "N", "processes (GPUs, or CPU processes on this machine)", NULL },
+		{ "--height", 'H', PD_ARG_INT, &height, "PX", "image height, a multiple of 16 (default 1024)", NULL },
+		{ "--width", 'W', PD_ARG_INT, &width, "PX", "image width, a multiple of 16 (default 1024)", NULL },
+		{ "--steps", 0, PD_ARG_INT, &steps, "S", "denoising steps, for the seconds of a run with its decode (default 28, or 4 without guidance embedding)", NULL },
+		{ "--batch", 0, PD_ARG_INT, &batch, "B", "images (default 1)", NULL },
+		{ "--true-cfg-scale", 0, PD_ARG_FLOAT, &cfg_scale, "C", "true CFG when above 1: two branches, CFG parallel possible", NULL },
+		{ "--txt-len", 0, PD_ARG_INT, &txt, "N", "text tokens (default 512, or 256 without guidance embedding)", NULL },
+		{ "--dtype", 0, PD_ARG_STRING, &dtype, "f32|bf16", "precision of the weights and products (default bf16)", NULL },
+		{ "--device", 0, PD_ARG_STRING, &device, "NAME", "h100, h200, a100 or l40: published peak rate and memory", NULL },
+		{ "--efficiency", 0, PD_ARG_FLOAT, &efficiency, "F", "with --device: the fraction of peak a whole step reaches (default 0.5: xDiT's one-H100 FLUX.1-dev figure)", NULL },
+		{ "--gflops", 0, PD_ARG_FLOAT, &gflops, "R", "whole-step GFLOP/s of one device (default: measured here, shared cores)", NULL },
+		{ "--memory", 0, PD_ARG_FLOAT, &memory, "GB", "memory per device (default: the preset's, or this machine's, shared)", NULL },
+		{ "--matmul-gflops", 0, PD_ARG_FLOAT, &matmul, "R", "this machine's bf16 product rate, all cores (instead of timing one: to compare with a bench run's; the elementwise kernels are still timed, a tenth of a second)", NULL },
+		{ "--memory-bandwidth", 0, PD_ARG_FLOAT, &mem_bw, "GB/s", "a device's memory bandwidth (default: the preset's; none here)", NULL },
+		{ "--per-node", 0, PD_ARG_INT, &per_node, "K", "devices per node (default: all on one)", NULL },
+		{ "--link", 0, PD_ARG_STRING, &link, "KIND", "link within a node: nvlink, pcie, ib, ethernet, shm (default: shm for this machine's processes, else nvlink)", NULL },
+		{ "--bandwidth", 0, PD_ARG_FLOAT, &bandwidth, "GB/s", "link bandwidth within a node, each way (overrides --link's)", NULL },
+		{ "--latency", 0, PD_ARG_FLOAT, &latency, "US", "per-transfer latency within a node, microseconds (overrides --link's)", NULL },
+		{ "--inter-link", 0, PD_ARG_STRING, &inter_link, "KIND", "link between nodes (default ib)", NULL },
+		{ "--inter-bandwidth", 0, PD_ARG_FLOAT, &inter_bw, "GB/s", "bandwidth between nodes per device, each way (overrides --inter-link's)", NULL },
+		{ "--inter-latency", 0, PD_ARG_FLOAT, &inter_lat, "US", "latency between nodes, microseconds (overrides --inter-link's)", NULL },
+		{ "--json", 0, PD_ARG_FLAG, &json, NULL, "one JSON object per mesh, one a line", NULL },
+		{ 0 },
+	};
+
+	memset(&mp, 0, sizeof(mp));
+	hr = pd_args_parse("plan", opts, argc, argv, 2, pos, 0, &n_pos);
+	if (hr == 1) {
+		pd_args_help(pd_plan_usage, opts, pd_plan_examples);
+		return 0;
+	}
+	if (hr)
+		return pd_cli_fail();
+	if (devices < 1 || devices > 4096) {
+		pd_errorf("--devices must be between 1 and 4096 (got %d)", devices);
+		return pd_cli_fail();
+	}
+	if (height < 16 || width < 16 || height % 16 || width % 16 || height > 16384 || width > 16384 || batch < 1 ||
+	    batch > 4096 || txt < 0 || txt > 4096 || per_node < 0 || steps < 0 || steps > 10000 || !(gflops >= 0) ||
+	    !(memory >= 0) || !(mem_bw >= 0) || !(matmul >= 0) || !(bandwidth >= 0) || !(latency >= 0) || !(inter_bw >= 0) || !(inter_lat >= 0) ||
+	    !(efficiency > 0 && efficiency <= 1)) {
+		pd_errorf("plan: sizes must be multiples of 16 up to 16384, --batch 1..4096, --steps up to 10000, "
+			  "--efficiency in (0, 1], and rates, memory, bandwidths and latencies not negative");
+		return pd_cli_fail();
+	}
+	if ((device && gflops > 0) || (device && !(dev = pd_plan_preset_find(pd_plan_devices, device, "--device"))) ||
+	    (link && !(ln = pd_plan_preset_find(pd_plan_links, link, "--link"))) ||
+	    (inter_link && !(iln = pd_plan_preset_find(pd_plan_links, inter_link, "--inter-link")))) {
+		if (device && gflops > 0)
+			pd_errorf("give --device or --gflops, not both");
+		return pd_cli_fail();
+	}
+	if (strcmp(dtype, "bf16") && strcmp(dtype, "f32")) {
+		pd_errorf("--dtype must be f32 or bf16, not '%s'", dtype);
+		return pd_cli_fail();
+	}
+	if (pd_model_paths_resolve(&mp, &mf, 0) || pd_flux_config_load(&fc, mp.transformer))
+		goto out;
+	w.cfg = &fc;
+	w.txt_len = txt ? txt : fc.guidance_embeds ? 512 : 256;
+	w.img_len = (int64_t)(height / 16) * (width / 16);
+	w.img_w = width / 16;
+	w.images = batch;
+	w.branches = cfg_scale > 1 ? 2 : 1;
+	w.weight_bytes = strcmp(dtype, "bf16") == 0 ? 2 : 4;
+	if (mp.vae && pd_is_dir(mp.vae)) {
+		struct pd_vae_config vc;
+
+		if (pd_vae_config_load(&vc, mp.vae))
+			goto out;
+		pd_plan_vae(&w, &vc, height, width);
+	}
+	if (mp.text_encoder_2 && pd_plan_encoder_gb(mp.text_encoder_2, w.weight_bytes, &w.encoders_gb))
+		goto out;
+	if (mp.text_encoder) {
+		double clip;
+
+		if (pd_plan_encoder_gb(mp.text_encoder, w.weight_bytes, &clip))
+			goto out;
+		w.encoders_gb += clip;
+	}
+	if (dev) {
+		mc.gflops = dev->a * 1000 * efficiency;
+		mc.mem_gb = memory > 0 ? memory : dev->b;
+		mc.mem_bw = dev->c * 1e9;
+	} else if (gflops > 0) {
+		mc.gflops = gflops;
+		mc.mem_gb = memory;
+	} else {
+		if (pd_plan_machine_here(&mc, &w, devices, devices, 3, matmul))
+			goto out;
+		if (memory > 0)
+			mc.mem_gb = memory;
+	}
+	if (mem_bw > 0)
+		mc.mem_bw = mem_bw * 1e9;
+	mc.devices = devices;
+	mc.per_node = per_node ? per_node : devices;
+	if (!ln)
+		ln = pd_plan_preset_find(pd_plan_links, mc.shared ? "shm" : "nvlink", "--link");
+	if (!iln)
+		iln = pd_plan_preset_find(pd_plan_links, "ib", "--inter-link");
+	mc.bw_intra = (bandwidth > 0 ? bandwidth : ln->a) * 1e9;
+	mc.lat_intra = (latency > 0 ? latency : ln->b) * 1e-6;
+	mc.bw_inter = (inter_bw > 0 ? inter_bw : iln->a) * 1e9;
+	mc.lat_inter = (inter_lat > 0 ? inter_lat : iln->b) * 1e-6;
+	lim.world = devices;
+	lim.heads = fc.heads;
+	lim.cfg_possible = w.branches == 2;
+	lim.images = batch;
+	lim.max_pp = pd_flux_blocks(&fc);
+	if (pd_plan_list(&w, &mc, &lim, &rows, &n))
+		goto out;
+	if (n == 0) {
+		pd_errorf("no mesh of %d processes suits this model and work (heads %d, %d blocks, %d image%s%s)", devices,
+			  fc.heads, pd_flux_blocks(&fc), batch, batch > 1 ? "s" : "", w.branches == 2 ? ", true CFG" : "");
+		goto out;
+	}
+	if (!rows[0].cost.fits) {
+		/* none fits: name the smallest */
+		for (int i = 1; i < n; i++)
+			if (rows[i].cost.memory_gb < rows[0].cost.memory_gb)
+				rows[0] = rows[i];
+		pd_errorf("no mesh of %d processes fits in %.1f GB %s: the smallest needs %.1f GB a process (weights %.1f, "
+			  "activations %.1f%s%.1f); add devices or memory, or lower the size", devices, mc.mem_gb,
+			  mc.shared ? "shared by the processes" : "per device", rows[0].cost.memory_gb,
+			  rows[0].cost.weights_gb, rows[0].cost.activations_gb,
+			  w.encoders_gb > 0 ? ", or the text encoders " : "", w.encoders_gb > 0 ? w.encoders_gb : 0.0);
+		goto out;
+	}
+	if (!steps)
+		steps = fc.guidance_embeds ? 28 : 4;
+	if (!json) {
+		printf("pdit plan: %s, %dx%d (%lld text + %lld image tokens), %d image%s%s, %d steps\n", mp.transformer, width,
+		       height, (long long)w.txt_len, (long long)w.img_len, batch, batch > 1 ? "s" : "",
+		       w.branches == 2 ? " x 2 branches" : "", steps);
+		printf("  %d device%s at %.0f GFLOP/s%s, %.0f GB%s; within a node %.1f GB/s, %.0f us", devices,
+		       devices > 1 ? "s" : "", mc.gflops,
+		       mc.shared ? " shared (this machine)" : " each", mc.mem_gb,
+		       mc.shared ? " shared" : " each", mc.bw_intra / 1e9, mc.lat_intra * 1e6);
+		if (mc.per_node < devices)
+			printf("; %d a node, between nodes %.1f GB/s, %.0f us", mc.per_node, mc.bw_inter / 1e9,
+			       mc.lat_inter * 1e6);
+		if (dev)
+			printf("\n  %s: %.0f%% of its published %.0f TFLOP/s peak", dev->name, efficiency * 100, dev->a);
+		if (w.encoders_gb > 0)
+			printf("\n  text encoders %.1f GB on one process per data-parallel group, before the transformer",
+			       w.encoders_gb);
+		if (w.vae_gflop > 0)
+			printf("\n  VAE decode %.0f GFLOP a picture, in bands over each data-parallel group", w.vae_gflop);
+		printf("\n%-44s %6s %9s %9s %9s %9s %9s %11s %11s %9s\n", "mesh", "", "s/step", "compute", "comm",
+		       "VAE s", "s/run", "MB/rank", "MB between", "GB/rank");
+	}
+	for (int i = 0; i < n; i++) {
+		char name[160];
+		const struct pd_plan_cost *c = &rows[i].cost;
+
+		pd_mesh_format(rows[i].mesh.degree, rows[i].mesh.distrifusion, name, sizeof(name));
+		if (json)
+			printf("{\"mesh\": \"%s\", \"seconds_per_step\": %.6g, \"compute_seconds\": %.6g, \"comm_seconds\": %.6g, "
+			       "\"vae_seconds\": %.6g, \"seconds_per_run\": %.6g, \"gflop_per_rank\": %.6g, "
+			       "\"bytes_sent_per_rank_per_step\": %.0f, \"rounds_per_step\": %d, "
+			       "\"bytes_between_nodes\": %.0f, \"memory_gb\": %.4g, \"weights_gb\": %.4g, "
+			       "\"activations_gb\": %.4g, \"encoders_gb\": %.4g, \"vae_gb\": %.4g, \"stale\": %s, "
+			       "\"fits\": %s}\n", name, c->seconds, c->compute_s, c->comm_s, c->vae_s,
+			       c->seconds * steps + c->vae_s, c->gflop, c->bytes, c->rounds, c->inter_bytes, c->memory_gb,
+			       c->weights_gb, c->activations_gb, w.encoders_gb, c->vae_gb, rows[i].stale ? "true" : "false",
+			       c->fits ? "true" : "false");
+		else
+			printf("%-44s %6s %9.3f %9.3f %9.3f %9.3f %9.2f %11.1f %11.1f %9.2f%s\n", name,
+			       rows[i].stale ? "stale" : "exact", c->seconds, c->compute_s, c->comm_s, c->vae_s,
+			       c->seconds * steps + c->vae_s, c->bytes / 1e6, c->inter_bytes / 1e6, c->memory_gb,
+			       c->fits ? "" : "  does not fit");
+	}
+	rc = 0;
+out:
+	if (rc)
+		pd_cli_fail();
+	free(rows);
+	pd_model_paths_free(&mp);
+	return rc;
+}

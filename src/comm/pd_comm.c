@@ -1,0 +1,108 @@
+/*
+ * pd_comm.c - choosing the world communicator, and helpers over any
+ * implementation.
+ */
+#include "pd_comm.h"
+
+#include "pd_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+int pd_comm_self_new(struct pd_comm **out);
+#ifdef PDIT_MPI
+int pd_comm_mpi_world_init(int *argc, char ***argv, struct pd_comm **world);
+void pd_comm_mpi_finalize(void);
+int pd_comm_mpi_local_size(struct pd_comm *world);
+#else
+/* Built without MPI (-DPDIT_MPI=OFF): a launcher's job of one process still
+ * runs; more are refused, since each would compute the whole picture alone. */
+static int pd_comm_mpi_world_init(int *argc, char ***argv, struct pd_comm **world)
+{
+	const char *n = getenv("OMPI_COMM_WORLD_SIZE");
+
+	(void)argc;
+	(void)argv;
+	if (!n)
+		n = getenv("PMI_SIZE");
+	if (n && atoi(n) > 1)
+		return pd_errorf("this pdit was built without MPI (-DPDIT_MPI=OFF) and runs one process, "
+				 "not %s: rebuild with -DPDIT_MPI=ON", n);
+	return pd_comm_self_new(world);
+}
+
+static void pd_comm_mpi_finalize(void)
+{
+}
+
+static int pd_comm_mpi_local_size(struct pd_comm *world)
+{
+	(void)world;
+	return 1;
+}
+#endif
+
+/* Environment variables a launcher sets for the processes it starts. */
+static int pd_launched(void)
+{
+	static const char *vars[] = { "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE",
+				      "MPI_LOCALNRANKS", "SLURM_STEP_NUM_TASKS" };
+
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+		if (getenv(vars[i]))
+			return 1;
+	return 0;
+}
+
+int pd_comm_world_init(int *argc, char ***argv, struct pd_comm **world)
+{
+	/* A single process needs no MPI: it skips MPI_Init's startup cost
+	 * and works where MPI is not configured at all. */
+	int rc = pd_launched() ? pd_comm_mpi_world_init(argc, argv, world) : pd_comm_self_new(world);
+
+	if (rc == 0)
+		snprintf((*world)->name, sizeof((*world)->name), "world");
+	return rc;
+}
+
+void pd_comm_world_finalize(struct pd_comm *world)
+{
+	int mpi = world && world->impl != NULL;
+
+	if (world)
+		world->ops->free(world);
+	if (mpi)
+		pd_comm_mpi_finalize();
+}
+
+double pd_comm_timeout_s;
+
+int pd_comm_local_size(struct pd_comm *world)
+{
+	return world->impl ? pd_comm_mpi_local_size(world) : 1;
+}
+
+int pd_comm_any(struct pd_comm *c, int failed)
+{
+	int32_t v = failed ? 1 : 0;
+
+	if (c->size == 1)
+		return v;
+	if (c->ops->allreduce(c, &v, 1, PD_COMM_I32, PD_COMM_MAX))
+		return -1;
+	return v;
+}
+
+int pd_comm_allgather(struct pd_comm *c, const void *send, size_t bytes, void *recv)
+{
+	size_t *counts = pd_malloc(sizeof(size_t) * (size_t)c->size, "counts");
+	int rc;
+
+	if (!counts)
+		return -1;
+	for (int i = 0; i < c->size; i++)
+		counts[i] = bytes;
+	rc = c->ops->allgatherv(c, send, bytes, recv, counts);
+	free(counts);
+	return rc;
+}

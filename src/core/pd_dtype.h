@@ -1,0 +1,36 @@
+/*
+ * pd_dtype.h - element types of tensors on disk and of the backend's
+ * matrix products, named as safetensors names them.
+ */
+#ifndef PD_DTYPE_H
+#define PD_DTYPE_H
+
+#include <stddef.h>
+
+enum pd_dtype {
+	PD_F32,
+	PD_F16,
+	PD_BF16,
+	PD_F64,
+	PD_F8_E4M3,
+	PD_F8_E5M2,
+	PD_I8,
+	PD_U8,
+	PD_I16,
+	PD_U16,
+	PD_I32,
+	PD_U32,
+	PD_I64,
+	PD_U64,
+	PD_BOOL,
+	PD_DTYPE_COUNT
+};
+
+const char *pd_dtype_name(enum pd_dtype dt);
+size_t pd_dtype_size(enum pd_dtype dt);
+/* -1 when the string names no dtype pdit knows. */
+int pd_dtype_from_name(const char *name);
+/* True for the floating dtypes pd_st_read_* can convert. */
+int pd_dtype_is_float(enum pd_dtype dt);
+
+#endif /* PD_DTYPE_H */

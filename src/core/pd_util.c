@@ -1,0 +1,425 @@
+/*
+ * pd_util.c - errors, logging, checked allocation, number formats.
+ */
+
+#include "pd_util.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+int pd_log_level = 1;
+int pd_fault_rank;
+
+static _Thread_local char pd_error_buf[1024];
+
+void pd_abort_assert(const char *expr, const char *file, int line)
+{
+	fprintf(stderr, "pdit: internal error: assertion %s failed at %s:%d\n", expr, file, line);
+	abort();
+}
+
+int pd_errorf(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(pd_error_buf, sizeof(pd_error_buf), fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+const char *pd_last_error(void)
+{
+	return pd_error_buf;
+}
+
+void pd_log(int level, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (level > pd_log_level)
+		return;
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+}
+
+int pd_mul_size(size_t a, size_t b, size_t *out)
+{
+	if (a != 0 && b > SIZE_MAX / a)
+		return pd_errorf("size overflow (%zu x %zu)", a, b);
+	*out = a * b;
+	return 0;
+}
+
+void *pd_malloc(size_t bytes, const char *what)
+{
+	void *p = malloc(bytes ? bytes : 1);
+
+	if (!p)
+		pd_errorf("out of memory (%zu bytes for %s)", bytes, what);
+	return p;
+}
+
+void *pd_calloc(size_t count, size_t size, const char *what)
+{
+	size_t bytes = 0;
+	void *p;
+
+	if (pd_mul_size(count, size, &bytes))
+		return NULL;
+	p = calloc(bytes ? bytes : 1, 1);
+	if (!p)
+		pd_errorf("out of memory (%zu bytes for %s)", bytes, what);
+	return p;
+}
+
+int pd_grow_floats(float **buf, size_t *cap, size_t n, const char *what)
+{
+	float *nb;
+
+	if (n <= *cap)
+		return 0;
+	nb = realloc(*buf, (n ? n : 1) * sizeof(float));
+	if (!nb)
+		return pd_errorf("out of memory (%zu MB for %s)", (n * sizeof(float)) >> 20, what);
+	*buf = nb;
+	*cap = n;
+	return 0;
+}
+
+char *pd_strdup(const char *s)
+{
+	char *d = strdup(s);
+
+	if (!d)
+		pd_errorf("out of memory");
+	return d;
+}
+
+char *pd_strfmt(const char *fmt, ...)
+{
+	va_list ap;
+	char *s = NULL;
+	int n;
+
+	va_start(ap, fmt);
+	n = vasprintf(&s, fmt, ap);
+	va_end(ap);
+	if (n < 0) {
+		pd_errorf("out of memory");
+		return NULL;
+	}
+	return s;
+}
+
+int pd_read_file(const char *path, size_t max_bytes, char **out, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	size_t n = 0, cap = 0;
+
+	if (!f)
+		return pd_errorf("%s: %s", path, strerror(errno));
+	for (;;) {
+		size_t got;
+
+		if (n + 4096 + 1 > cap) {
+			size_t ncap = cap ? cap * 2 : 8192;
+			char *nb = realloc(buf, ncap);
+
+			if (!nb) {
+				free(buf);
+				fclose(f);
+				return pd_errorf("%s: out of memory", path);
+			}
+			buf = nb;
+			cap = ncap;
+		}
+		got = fread(buf + n, 1, cap - n - 1, f);
+		n += got;
+		if (n > max_bytes) {
+			free(buf);
+			fclose(f);
+			return pd_errorf("%s: file larger than %zu bytes", path, max_bytes);
+		}
+		if (got == 0)
+			break;
+	}
+	if (ferror(f)) {
+		free(buf);
+		fclose(f);
+		return pd_errorf("%s: read error", path);
+	}
+	fclose(f);
+	buf[n] = 0;
+	*out = buf;
+	if (len)
+		*len = n;
+	return 0;
+}
+
+int pd_file_exists(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int pd_is_dir(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int pd_mkdirs(const char *path)
+{
+	char *p = pd_strdup(path);
+	char *s;
+
+	if (!p)
+		return -1;
+	for (s = p + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = 0;
+		if (mkdir(p, 0777) && errno != EEXIST) {
+			int rc = pd_errorf("cannot create directory %s: %s", p, strerror(errno));
+
+			free(p);
+			return rc;
+		}
+		*s = '/';
+	}
+	if (mkdir(p, 0777) && errno != EEXIST) {
+		int rc = pd_errorf("cannot create directory %s: %s", p, strerror(errno));
+
+		free(p);
+		return rc;
+	}
+	free(p);
+	return 0;
+}
+
+int pd_out_open(struct pd_out_file *o, const char *path)
+{
+	o->path = path;
+	o->tmp = pd_strfmt("%s.tmp", path);
+	o->f = o->tmp ? fopen(o->tmp, "wb") : NULL;
+	if (o->tmp && !o->f) {
+		int rc = pd_errorf("%s: %s", o->tmp, strerror(errno));
+
+		free(o->tmp);
+		o->tmp = NULL;
+		return rc;
+	}
+	return o->f ? 0 : -1;
+}
+
+int pd_out_write(struct pd_out_file *o, const void *data, size_t n)
+{
+	if (n && fwrite(data, 1, n, o->f) != n)
+		return pd_errorf("%s: write failed: %s", o->path, strerror(errno));
+	return 0;
+}
+
+void pd_out_abort(struct pd_out_file *o)
+{
+	if (o->f)
+		fclose(o->f);
+	if (o->tmp)
+		unlink(o->tmp);
+	free(o->tmp);
+	o->f = NULL;
+	o->tmp = NULL;
+}
+
+int pd_out_commit(struct pd_out_file *o)
+{
+	int rc = 0;
+
+	/* on disk before it takes the name: after a crash the name holds the
+	 * old file or the whole new one */
+	if (fflush(o->f) || fsync(fileno(o->f)))
+		rc = pd_errorf("%s: write failed: %s", o->path, strerror(errno));
+	if (fclose(o->f) && !rc)
+		rc = pd_errorf("%s: write failed: %s", o->path, strerror(errno));
+	o->f = NULL;
+	if (!rc && rename(o->tmp, o->path))
+		rc = pd_errorf("cannot rename %s to %s: %s", o->tmp, o->path, strerror(errno));
+	if (rc)
+		unlink(o->tmp);
+	free(o->tmp);
+	o->tmp = NULL;
+	return rc;
+}
+
+double pd_now(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static double pd_status_kb(const char *key)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	double kb = 0;
+	size_t klen = strlen(key);
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, key, klen) == 0) {
+			kb = atof(line + klen);
+			break;
+		}
+	}
+	fclose(f);
+	return kb;
+}
+
+double pd_mem_available_mb(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[256];
+	double kb = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, "MemAvailable:", 13) == 0) {
+			kb = atof(line + 13);
+			break;
+		}
+	fclose(f);
+	return kb / 1024.0;
+}
+
+double pd_peak_rss_mb(void)
+{
+	return pd_status_kb("VmHWM:") / 1024.0;
+}
+
+double pd_current_rss_mb(void)
+{
+	return pd_status_kb("VmRSS:") / 1024.0;
+}
+
+float pd_bf16_to_f32(uint16_t h)
+{
+	union { uint32_t u; float f; } v = { .u = (uint32_t)h << 16 };
+
+	return v.f;
+}
+
+uint16_t pd_f32_to_bf16(float f)
+{
+	union { float f; uint32_t u; } v = { .f = f };
+
+	if ((v.u & 0x7fffffff) > 0x7f800000)	/* NaN stays a (quiet) NaN */
+		return (uint16_t)((v.u >> 16) | 0x40);
+	return (uint16_t)((v.u + 0x7fff + ((v.u >> 16) & 1)) >> 16);
+}
+
+float pd_f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+	uint32_t exp = (h >> 10) & 0x1f;
+	uint32_t man = h & 0x3ff;
+	union { uint32_t u; float f; } v;
+
+	if (exp == 0) {
+		/* zero or subnormal: value = man * 2^-24 */
+		float x = (float)man * (1.0f / 16777216.0f);
+
+		return sign ? -x : x;
+	}
+	if (exp == 31)
+		v.u = sign | 0x7f800000 | (man << 13);
+	else
+		v.u = sign | ((exp + 112) << 23) | (man << 13);
+	return v.f;
+}
+
+uint16_t pd_f32_to_f16(float f)
+{
+	union { float f; uint32_t u; } v = { .f = f };
+	uint32_t sign = (v.u >> 16) & 0x8000;
+	uint32_t a = v.u & 0x7fffffff;
+	int32_t exp;
+	uint32_t man, half;
+
+	if (a > 0x7f800000)
+		return (uint16_t)(sign | 0x7e00);
+	if (a >= 0x47800000)	/* >= 65536 after rounding: inf */
+		return (uint16_t)(sign | 0x7c00);
+	exp = (int32_t)(a >> 23) - 127 + 15;
+	man = a & 0x7fffff;
+	if (exp <= 0) {
+		/* subnormal half: shift in the implicit bit, round to nearest even */
+		uint32_t shift, full, rem, halfway;
+
+		if (exp < -10)
+			return (uint16_t)sign;
+		full = man | 0x800000;
+		shift = (uint32_t)(14 - exp);
+		half = full >> shift;
+		rem = full & ((1u << shift) - 1);
+		halfway = 1u << (shift - 1);
+		if (rem > halfway || (rem == halfway && (half & 1)))
+			half++;
+		return (uint16_t)(sign | half);
+	}
+	half = ((uint32_t)exp << 10) | (man >> 13);
+	if ((man & 0x1fff) > 0x1000 || ((man & 0x1fff) == 0x1000 && (half & 1)))
+		half++;	/* may carry into the exponent, which is still right */
+	return (uint16_t)(sign | half);
+}
+
+int pd_fault(const char *site, long long index)
+{
+	const char *env = getenv("PDIT_INJECT_FAULT");
+	size_t n = strlen(site);
+	long long at, rank;
+	char *end;
+
+	if (!env || strncmp(env, site, n) != 0 || env[n] != ':')
+		return 0;
+	at = strtoll(env + n + 1, &end, 10);
+	if (end == env + n + 1 || at != index)
+		return 0;
+	if (end[0] == ':' && end[1] >= '0' && end[1] <= '9') {
+		rank = strtoll(end + 1, &end, 10);
+		if (rank != pd_fault_rank)
+			return 0;
+	}
+	if (strcmp(end, ":hang") == 0) {
+		pd_log(0, "pdit: rank %d: hanging at %s %lld (PDIT_INJECT_FAULT=%s)\n", pd_fault_rank, site, index, env);
+		for (;;)
+			sleep(1);
+	}
+	return pd_errorf("injected fault at %s %lld (PDIT_INJECT_FAULT=%s)", site, index, env);
+}
+
+static int pd_cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+double pd_median_sort(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(double), pd_cmp_double);
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}

@@ -1,0 +1,207 @@
+/*
+ * pd_loader.c - named weights into backend objects.
+ */
+#include "pd_loader.h"
+#include "pd_util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Reads the slice S of W (and of BIAS, when S asks for it) into host
+ * memory and hands it to the backend, which converts it to its own layout. */
+static struct pd_linear *pd_linear_load(struct pd_backend *be, const struct pd_st_tensor *w,
+					const struct pd_slice *s, const struct pd_st_tensor *bias)
+{
+	struct pd_linear *l = NULL;
+	int64_t cols = s->nc;
+	float *hw = NULL, *hb = NULL;
+	size_t n;
+
+	if (pd_mul_size((size_t)s->nr, (size_t)cols, &n))
+		return NULL;
+	hw = pd_malloc(n * sizeof(float), w->name);
+	if (!hw)
+		return NULL;
+	if (pd_st_read_block_f32(w, s->r0, s->nr, s->c0, s->nc, hw, cols))
+		goto out;
+	if (bias && s->with_bias) {
+		hb = pd_malloc((size_t)s->nr * sizeof(float), bias->name);
+		if (!hb || pd_st_read_f32(bias, (size_t)s->r0, (size_t)s->nr, hb))
+			goto out;
+	}
+	l = be->ops->linear_new(be, s->nr, cols, hw, cols, hb);
+	if (!l)
+		pd_errorf("cannot prepare weight '%s': %s", w->name, be->error);
+	else
+		pd_st_release(w);
+out:
+	free(hw);
+	free(hb);
+	return l;
+}
+
+static struct pd_linear *pd_loader_linear_v(struct pd_loader *ld, int64_t n_out, int64_t n_in,
+					    const struct pd_slice *s, const char *fmt, va_list ap)
+{
+	char base[256], name[300];
+	const struct pd_st_tensor *w, *b = NULL;
+	int64_t ws[2] = { n_out, n_in }, bs[1] = { n_out };
+	struct pd_linear *l;
+
+	if (ld->failed)
+		return NULL;
+	vsnprintf(base, sizeof(base), fmt, ap);
+	snprintf(name, sizeof(name), "%s.weight", base);
+	if (pd_st_require(ld->st, name, 2, ws, &w))
+		goto fail;
+	snprintf(name, sizeof(name), "%s.bias", base);
+	if (s->with_bias && pd_st_require(ld->st, name, 1, bs, &b))
+		goto fail;
+	l = pd_linear_load(ld->be, w, s, b);
+	if (!l)
+		goto fail;
+	return l;
+fail:
+	ld->failed = 1;
+	return NULL;
+}
+
+struct pd_linear *pd_loader_linear(struct pd_loader *ld, int64_t n_out, int64_t n_in, const char *fmt, ...)
+{
+	struct pd_slice s = pd_slice_all(n_out, n_in);
+	struct pd_linear *l;
+	va_list ap;
+
+	va_start(ap, fmt);
+	l = pd_loader_linear_v(ld, n_out, n_in, &s, fmt, ap);
+	va_end(ap);
+	return l;
+}
+
+struct pd_linear *pd_loader_linear_nobias(struct pd_loader *ld, int64_t n_out, int64_t n_in, const char *fmt, ...)
+{
+	struct pd_slice s = pd_slice_all(n_out, n_in);
+	struct pd_linear *l;
+	va_list ap;
+
+	s.with_bias = 0;
+	va_start(ap, fmt);
+	l = pd_loader_linear_v(ld, n_out, n_in, &s, fmt, ap);
+	va_end(ap);
+	return l;
+}
+
+struct pd_linear *pd_loader_linear_slice(struct pd_loader *ld, int64_t n_out, int64_t n_in, const struct pd_slice *s,
+					 const char *fmt, ...)
+{
+	struct pd_linear *l;
+	va_list ap;
+
+	va_start(ap, fmt);
+	l = pd_loader_linear_v(ld, n_out, n_in, s, fmt, ap);
+	va_end(ap);
+	return l;
+}
+
+/* Reads a float tensor of exactly SHAPE into a new host buffer. */
+static float *pd_loader_host(struct pd_loader *ld, const char *name, int ndim, const int64_t *shape,
+			     const struct pd_st_tensor **out)
+{
+	const struct pd_st_tensor *t;
+	float *host;
+
+	if (pd_st_require(ld->st, name, ndim, shape, &t))
+		return NULL;
+	host = pd_malloc((size_t)t->numel * sizeof(float), name);
+	if (host && pd_st_read_f32(t, 0, (size_t)t->numel, host)) {
+		free(host);
+		return NULL;
+	}
+	if (out)
+		*out = t;
+	return host;
+}
+
+float *pd_loader_vector(struct pd_loader *ld, int64_t n, const char *fmt, ...)
+{
+	char name[300];
+	float *host, *dev = NULL;
+	va_list ap;
+
+	if (ld->failed)
+		return NULL;
+	va_start(ap, fmt);
+	vsnprintf(name, sizeof(name), fmt, ap);
+	va_end(ap);
+	host = pd_loader_host(ld, name, 1, &n, NULL);
+	if (host) {
+		dev = pd_backend_alloc(ld->be, (size_t)n, name);
+		if (dev)
+			ld->be->ops->upload(ld->be, dev, host, (size_t)n);
+		else
+			pd_backend_check(ld->be);
+		free(host);
+	}
+	if (!dev)
+		ld->failed = 1;
+	return dev;
+}
+
+int pd_loader_rows(struct pd_loader *ld, const char *name, int64_t rows, int64_t cols, const int64_t *ids, int n,
+		   float *dst)
+{
+	const struct pd_st_tensor *t;
+	int64_t shape[2] = { rows, cols };
+
+	if (ld->failed)
+		return -1;
+	if (pd_st_require(ld->st, name, 2, shape, &t))
+		goto fail;
+	for (int i = 0; i < n; i++) {
+		if (ids[i] < 0 || ids[i] >= rows) {
+			pd_errorf("%s: token id %lld is outside %s's %lld rows", ld->st->path, (long long)ids[i], name,
+				  (long long)rows);
+			goto fail;
+		}
+		if (pd_st_read_block_f32(t, ids[i], 1, 0, cols, dst + (int64_t)i * cols, cols))
+			goto fail;
+	}
+	return 0;
+fail:
+	ld->failed = 1;
+	return -1;
+}
+
+struct pd_conv *pd_loader_conv(struct pd_loader *ld, int c_out, int c_in, int k, const char *fmt, ...)
+{
+	char base[256], name[300];
+	int64_t ws[4] = { c_out, c_in, k, k }, bs[1] = { c_out };
+	const struct pd_st_tensor *wt = NULL;
+	float *w = NULL, *b = NULL;
+	struct pd_conv *c = NULL;
+	va_list ap;
+
+	if (ld->failed)
+		return NULL;
+	va_start(ap, fmt);
+	vsnprintf(base, sizeof(base), fmt, ap);
+	va_end(ap);
+	snprintf(name, sizeof(name), "%s.weight", base);
+	w = pd_loader_host(ld, name, 4, ws, &wt);
+	snprintf(name, sizeof(name), "%s.bias", base);
+	if (w)
+		b = pd_loader_host(ld, name, 1, bs, NULL);
+	if (b) {
+		c = ld->be->ops->conv_new(ld->be, c_out, c_in, k, w, b);
+		if (!c)
+			pd_errorf("cannot prepare convolution '%s': %s", base, ld->be->error);
+		else
+			pd_st_release(wt);
+	}
+	free(w);
+	free(b);
+	if (!c)
+		ld->failed = 1;
+	return c;
+}

@@ -1,0 +1,739 @@
+/*
+ * pd_safetensors.c - memory-mapped safetensors reader.
+ */
+
+#include "pd_safetensors.h"
+#include "pd_util.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* A dimension above this is refused before any product is formed. */
+#define PD_ST_MAX_DIM ((int64_t)1 << 40)
+/* Largest tensor count pdit accepts in one header. */
+#define PD_ST_MAX_TENSORS 1000000
+
+struct pd_st_file {
+	char *path;                     /* file path, for messages */
+	unsigned char *map;             /* whole-file read-only mapping */
+	size_t size;                    /* file size in bytes */
+	size_t data_start;              /* 8 + header length */
+	int n_tensors;                  /* tensors in this file */
+	struct pd_st_tensor *tensors;   /* their descriptions */
+};
+
+/* ----------------------------------------------------------------------- */
+/* Reading one file                                                        */
+/* ----------------------------------------------------------------------- */
+
+/* A JSON number that is an exact non-negative integer not above MAX. */
+static int pd_json_uint(const cJSON *j, int64_t max, int64_t *out)
+{
+	double v;
+
+	if (!cJSON_IsNumber(j))
+		return -1;
+	v = j->valuedouble;
+	if (!(v >= 0) || v > (double)max || v != floor(v))
+		return -1;
+	*out = (int64_t)v;
+	return 0;
+}
+
+static int pd_tensor_cmp_offset(const void *a, const void *b)
+{
+	const struct pd_st_tensor *x = *(struct pd_st_tensor *const *)a;
+	const struct pd_st_tensor *y = *(struct pd_st_tensor *const *)b;
+
+	if (x->data != y->data)
+		return x->data < y->data ? -1 : 1;
+	return 0;
+}
+
+static int pd_tensor_cmp_name(const void *a, const void *b)
+{
+	const struct pd_st_tensor *x = *(struct pd_st_tensor *const *)a;
+	const struct pd_st_tensor *y = *(struct pd_st_tensor *const *)b;
+
+	return strcmp(x->name, y->name);
+}
+
+static void pd_st_file_free(struct pd_st_file *f)
+{
+	if (!f)
+		return;
+	for (int i = 0; i < f->n_tensors; i++)
+		free(f->tensors[i].name);
+	free(f->tensors);
+	if (f->map && f->size)
+		munmap(f->map, f->size);
+	free(f->path);
+	free(f);
+}
+
+static int pd_parse_tensor(struct pd_st_file *f, const cJSON *e, struct pd_st_tensor *t)
+{
+	const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+	const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
+	const cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+	const char *name = e->string;
+	size_t data_size = f->size - f->data_start;
+	int64_t begin, end, numel = 1;
+	size_t nbytes;
+	int code, n;
+
+	if (!cJSON_IsObject(e))
+		return pd_errorf("%s: entry '%s' is not an object", f->path, name);
+	if (!cJSON_IsString(dt))
+		return pd_errorf("%s: tensor '%s' has no dtype", f->path, name);
+	code = pd_dtype_from_name(dt->valuestring);
+	if (code < 0)
+		return pd_errorf("%s: tensor '%s' has unknown dtype '%s'", f->path, name, dt->valuestring);
+	if (!cJSON_IsArray(shape))
+		return pd_errorf("%s: tensor '%s' has no shape", f->path, name);
+	n = cJSON_GetArraySize(shape);
+	if (n > PD_ST_MAX_DIMS)
+		return pd_errorf("%s: tensor '%s' has %d dimensions (at most %d)", f->path, name, n,
+				 PD_ST_MAX_DIMS);
+	t->ndim = n;
+	for (int i = 0; i < n; i++) {
+		int64_t d;
+
+		if (pd_json_uint(cJSON_GetArrayItem(shape, i), PD_ST_MAX_DIM, &d))
+			return pd_errorf("%s: tensor '%s' has an invalid dimension", f->path, name);
+		t->shape[i] = d;
+		if (d != 0 && numel > INT64_MAX / d)
+			return pd_errorf("%s: tensor '%s' shape overflows", f->path, name);
+		numel *= d;
+	}
+	if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
+	    pd_json_uint(cJSON_GetArrayItem(offs, 0), INT64_MAX / 2, &begin) ||
+	    pd_json_uint(cJSON_GetArrayItem(offs, 1), INT64_MAX / 2, &end))
+		return pd_errorf("%s: tensor '%s' has invalid data_offsets", f->path, name);
+	if (end < begin)
+		return pd_errorf("%s: tensor '%s' data_offsets end before they begin", f->path, name);
+	if ((uint64_t)end > data_size)
+		return pd_errorf("%s: tensor '%s' bytes [%lld, %lld) lie outside the file's %zu data bytes "
+				 "(truncated file?)", f->path, name, (long long)begin, (long long)end, data_size);
+	if (pd_mul_size((size_t)numel, pd_dtype_size((enum pd_dtype)code), &nbytes))
+		return pd_errorf("%s: tensor '%s': its shape x %s overflows", f->path, name, dt->valuestring);
+	if (nbytes != (size_t)(end - begin))
+		return pd_errorf("%s: tensor '%s' has %lld bytes but shape x %s needs %zu", f->path, name,
+				 (long long)(end - begin), dt->valuestring, nbytes);
+	t->name = pd_strdup(name);
+	if (!t->name)
+		return -1;
+	t->dtype = (enum pd_dtype)code;
+	t->numel = numel;
+	t->nbytes = nbytes;
+	t->data = f->map + f->data_start + begin;
+	t->file = f;
+	return 0;
+}
+
+static int pd_st_file_open(struct pd_st_file **out, const char *path)
+{
+	struct pd_st_file *f = pd_calloc(1, sizeof(*f), "safetensors file");
+	struct pd_st_tensor **by_off = NULL;
+	cJSON *root = NULL, *e;
+	struct stat sb;
+	uint64_t hlen = 0;
+	int fd = -1, rc = -1, n;
+
+	if (!f)
+		return -1;
+	f->path = pd_strdup(path);
+	if (!f->path)
+		goto out;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		pd_errorf("%s: %s", path, strerror(errno));
+		goto out;
+	}
+	if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
+		pd_errorf("%s: not a regular file", path);
+		goto out;
+	}
+	f->size = (size_t)sb.st_size;
+	if (f->size < 8) {
+		pd_errorf("%s: truncated safetensors file (%zu bytes, no header)", path, f->size);
+		goto out;
+	}
+	f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (f->map == MAP_FAILED) {
+		f->map = NULL;
+		pd_errorf("%s: cannot map: %s", path, strerror(errno));
+		goto out;
+	}
+	for (int i = 0; i < 8; i++)
+		hlen |= (uint64_t)f->map[i] << (8 * i);
+	if (hlen > f->size - 8) {
+		pd_errorf("%s: header length %llu exceeds the file size %zu (truncated or not safetensors)",
+			  path, (unsigned long long)hlen, f->size);
+		goto out;
+	}
+	if (hlen > PD_ST_MAX_HEADER) {
+		pd_errorf("%s: header of %llu bytes is larger than the %u allowed", path,
+			  (unsigned long long)hlen, PD_ST_MAX_HEADER);
+		goto out;
+	}
+	f->data_start = 8 + (size_t)hlen;
+	root = cJSON_ParseWithLength((const char *)f->map + 8, (size_t)hlen);
+	if (!root || !cJSON_IsObject(root)) {
+		pd_errorf("%s: header is not a JSON object", path);
+		goto out;
+	}
+	n = 0;
+	cJSON_ArrayForEach(e, root) {
+		if (!e->string) {
+			pd_errorf("%s: malformed header", path);
+			goto out;
+		}
+		if (strcmp(e->string, "__metadata__") != 0)
+			n++;
+	}
+	if (n > PD_ST_MAX_TENSORS) {
+		pd_errorf("%s: %d tensors (at most %d)", path, n, PD_ST_MAX_TENSORS);
+		goto out;
+	}
+	f->tensors = pd_calloc((size_t)n + 1, sizeof(*f->tensors), "tensor table");
+	by_off = pd_calloc((size_t)n + 1, sizeof(*by_off), "tensor table");
+	if (!f->tensors || !by_off)
+		goto out;
+	cJSON_ArrayForEach(e, root) {
+		if (strcmp(e->string, "__metadata__") == 0) {
+			const cJSON *m;
+
+			if (!cJSON_IsObject(e)) {
+				pd_errorf("%s: __metadata__ is not an object", path);
+				goto out;
+			}
+			cJSON_ArrayForEach(m, e) {
+				if (!cJSON_IsString(m)) {
+					pd_errorf("%s: __metadata__ value '%s' is not a string", path,
+						  m->string ? m->string : "?");
+					goto out;
+				}
+			}
+			continue;
+		}
+		if (pd_parse_tensor(f, e, &f->tensors[f->n_tensors]))
+			goto out;
+		by_off[f->n_tensors] = &f->tensors[f->n_tensors];
+		f->n_tensors++;
+	}
+	/* Overlapping byte ranges would let one tensor alias another. */
+	qsort(by_off, (size_t)f->n_tensors, sizeof(*by_off), pd_tensor_cmp_offset);
+	for (int i = 1; i < f->n_tensors; i++) {
+		const struct pd_st_tensor *a = by_off[i - 1], *b = by_off[i];
+
+		if (a->data + a->nbytes > b->data) {
+			pd_errorf("%s: tensors '%s' and '%s' overlap", path, a->name, b->name);
+			goto out;
+		}
+	}
+	rc = 0;
+	*out = f;
+out:
+	if (root)
+		cJSON_Delete(root);
+	free(by_off);
+	if (fd >= 0)
+		close(fd);
+	if (rc)
+		pd_st_file_free(f);
+	return rc;
+}
+
+/* Keeps the __metadata__ of the file at PATH's mapping (re-parsed, small). */
+static int pd_st_load_meta(struct pd_st *st, const struct pd_st_file *f)
+{
+	uint64_t hlen = f->data_start - 8;
+	cJSON *root = cJSON_ParseWithLength((const char *)f->map + 8, (size_t)hlen);
+	const cJSON *md, *m;
+	int n, rc = -1;
+
+	if (!root)
+		return pd_errorf("%s: header is not JSON", f->path);
+	md = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+	n = md ? cJSON_GetArraySize(md) : 0;
+	st->meta_keys = pd_calloc((size_t)n + 1, sizeof(char *), "metadata");
+	st->meta_vals = pd_calloc((size_t)n + 1, sizeof(char *), "metadata");
+	if (!st->meta_keys || !st->meta_vals)
+		goto out;
+	if (md) {
+		cJSON_ArrayForEach(m, md) {
+			st->meta_keys[st->n_meta] = pd_strdup(m->string);
+			st->meta_vals[st->n_meta] = pd_strdup(m->valuestring);
+			if (!st->meta_keys[st->n_meta] || !st->meta_vals[st->n_meta])
+				goto out;
+			st->n_meta++;
+		}
+	}
+	rc = 0;
+out:
+	cJSON_Delete(root);
+	return rc;
+}
+
+/* ----------------------------------------------------------------------- */
+/* Sets of files                                                           */
+/* ----------------------------------------------------------------------- */
+
+void pd_st_close(struct pd_st *st)
+{
+	if (!st)
+		return;
+	for (int i = 0; i < st->n_own; i++)
+		free(st->own[i].name);
+	free(st->own);
+	pd_st_close(st->base);
+	for (int i = 0; i < st->n_files; i++)
+		pd_st_file_free(st->files[i]);
+	for (int i = 0; i < st->n_meta; i++) {
+		free(st->meta_keys[i]);
+		free(st->meta_vals[i]);
+	}
+	free(st->meta_keys);
+	free(st->meta_vals);
+	free(st->files);
+	free(st->sorted);
+	free(st->path);
+	free(st);
+}
+
+static int pd_st_add_file(struct pd_st *st, const char *path)
+{
+	struct pd_st_file *f, **nf;
+
+	if (pd_st_file_open(&f, path))
+		return -1;
+	nf = realloc(st->files, sizeof(*nf) * (size_t)(st->n_files + 1));
+	if (!nf) {
+		pd_st_file_free(f);
+		return pd_errorf("out of memory");
+	}
+	st->files = nf;
+	st->files[st->n_files++] = f;
+	return 0;
+}
+
+static int pd_st_build_index(struct pd_st *st)
+{
+	int k = 0;
+
+	st->n_tensors = 0;
+	for (int i = 0; i < st->n_files; i++)
+		st->n_tensors += st->files[i]->n_tensors;
+	st->sorted = pd_calloc((size_t)st->n_tensors + 1, sizeof(*st->sorted), "tensor index");
+	if (!st->sorted)
+		return -1;
+	for (int i = 0; i < st->n_files; i++)
+		for (int j = 0; j < st->files[i]->n_tensors; j++)
+			st->sorted[k++] = &st->files[i]->tensors[j];
+	qsort(st->sorted, (size_t)st->n_tensors, sizeof(*st->sorted), pd_tensor_cmp_name);
+	for (int i = 1; i < st->n_tensors; i++)
+		if (strcmp(st->sorted[i - 1]->name, st->sorted[i]->name) == 0)
+			return pd_errorf("%s: tensor '%s' appears twice (in %s and %s)", st->path,
+					 st->sorted[i]->name, st->sorted[i - 1]->file->path,
+					 st->sorted[i]->file->path);
+	return 0;
+}
+
+static int pd_ends_with(const char *s, const char *suffix)
+{
+	size_t a = strlen(s), b = strlen(suffix);
+
+	return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* Shards named by an index must be plain file names next to the index: a
+ * downloaded index must not make pdit open arbitrary paths. */
+static int pd_shard_name_ok(const char *s)
+{
+	return s[0] && !strchr(s, '/') && strcmp(s, ".") && strcmp(s, "..");
+}
+
+static int pd_st_open_index(struct pd_st *st, const char *path)
+{
+	char *text = NULL, *dir = NULL, *slash;
+	cJSON *root = NULL;
+	const cJSON *map, *e;
+	int rc = -1;
+
+	if (pd_read_file(path, 64u << 20, &text, NULL))
+		return -1;
+	root = cJSON_Parse(text);
+	map = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
+	if (!cJSON_IsObject(map)) {
+		pd_errorf("%s: not a safetensors index (no weight_map object)", path);
+		goto out;
+	}
+	dir = pd_strdup(path);
+	if (!dir)
+		goto out;
+	slash = strrchr(dir, '/');
+	if (slash)
+		slash[1] = 0;
+	else
+		dir[0] = 0;
+	cJSON_ArrayForEach(e, map) {
+		int seen = 0;
+		char *shard;
+
+		if (!cJSON_IsString(e) || !pd_shard_name_ok(e->valuestring)) {
+			pd_errorf("%s: weight_map entry '%s' does not name a shard file in this directory", path,
+				  e->string);
+			goto out;
+		}
+		shard = pd_strfmt("%s%s", dir, e->valuestring);
+		if (!shard)
+			goto out;
+		for (int i = 0; i < st->n_files; i++)
+			seen |= strcmp(st->files[i]->path, shard) == 0;
+		if (!seen && pd_st_add_file(st, shard)) {
+			free(shard);
+			goto out;
+		}
+		free(shard);
+	}
+	if (st->n_files == 0) {
+		pd_errorf("%s: weight_map is empty", path);
+		goto out;
+	}
+	if (pd_st_build_index(st))
+		goto out;
+	/* Every name the index promises must be in the shard it names. */
+	cJSON_ArrayForEach(e, map) {
+		const struct pd_st_tensor *t = pd_st_get(st, e->string);
+
+		if (!t || !pd_ends_with(t->file->path, e->valuestring)) {
+			pd_errorf("%s: tensor '%s' is not in shard %s", path, e->string, e->valuestring);
+			goto out;
+		}
+	}
+	rc = 0;
+out:
+	cJSON_Delete(root);
+	free(text);
+	free(dir);
+	return rc;
+}
+
+int pd_st_open(struct pd_st **out, const char *path)
+{
+	struct pd_st *st = pd_calloc(1, sizeof(*st), "safetensors set");
+	int rc;
+
+	if (!st)
+		return -1;
+	st->path = pd_strdup(path);
+	if (!st->path) {
+		free(st);
+		return -1;
+	}
+	if (pd_ends_with(path, ".json"))
+		rc = pd_st_open_index(st, path);
+	else
+		rc = pd_st_add_file(st, path) || pd_st_build_index(st) ? -1 : 0;
+	if (!rc)
+		rc = pd_st_load_meta(st, st->files[0]);
+	if (rc) {
+		pd_st_close(st);
+		return -1;
+	}
+	*out = st;
+	return 0;
+}
+
+int pd_st_open_component(struct pd_st **out, const char *dir, const char *stem)
+{
+	char *single = pd_strfmt("%s/%s.safetensors", dir, stem);
+	char *index = pd_strfmt("%s/%s.safetensors.index.json", dir, stem);
+	int rc;
+
+	if (!single || !index) {
+		free(single);
+		free(index);
+		return -1;
+	}
+	if (pd_file_exists(single))
+		rc = pd_st_open(out, single);
+	else if (pd_file_exists(index))
+		rc = pd_st_open(out, index);
+	else
+		rc = pd_errorf("%s: no %s.safetensors (or its .index.json) in this directory", dir, stem);
+	free(single);
+	free(index);
+	return rc;
+}
+
+int pd_st_view_new(struct pd_st **out, struct pd_st *base)
+{
+	struct pd_st *v = pd_calloc(1, sizeof(*v), "a tensor view");
+
+	*out = NULL;
+	if (!v)
+		return -1;
+	v->base = base;
+	v->path = pd_strdup(base->path);
+	if (!v->path) {
+		pd_st_close(v);
+		return -1;
+	}
+	/* the metadata stays readable through the view */
+	v->meta_keys = pd_calloc((size_t)base->n_meta + 1, sizeof(char *), "metadata");
+	v->meta_vals = pd_calloc((size_t)base->n_meta + 1, sizeof(char *), "metadata");
+	if (!v->meta_keys || !v->meta_vals) {
+		pd_st_close(v);
+		return -1;
+	}
+	for (; v->n_meta < base->n_meta; v->n_meta++) {
+		v->meta_keys[v->n_meta] = pd_strdup(base->meta_keys[v->n_meta]);
+		v->meta_vals[v->n_meta] = pd_strdup(base->meta_vals[v->n_meta]);
+		if (!v->meta_keys[v->n_meta] || !v->meta_vals[v->n_meta]) {
+			v->n_meta++;
+			pd_st_close(v);
+			return -1;
+		}
+	}
+	*out = v;
+	return 0;
+}
+
+int pd_st_view_add(struct pd_st *v, const char *name, const struct pd_st_tensor *src, int64_t r0, int64_t nr,
+		   int64_t roll, int ndim, const int64_t *shape)
+{
+	struct pd_st_tensor *t;
+	int64_t rows = src->ndim ? src->shape[0] : 1, per_row = rows ? src->numel / rows : 0, numel = 1;
+	size_t es = pd_dtype_size(src->dtype);
+
+	if (r0 < 0 || nr < 1 || r0 + nr > rows || ndim < 1 || ndim > PD_ST_MAX_DIMS)
+		return pd_errorf("%s: rows %lld..%lld of '%s' (%lld rows) for '%s'", v->path, (long long)r0,
+				 (long long)(r0 + nr), src->name, (long long)rows, name);
+	if (v->n_own == v->cap_own) {
+		int cap = v->cap_own ? 2 * v->cap_own : 256;
+		struct pd_st_tensor *g = realloc(v->own, sizeof(*g) * (size_t)cap);
+
+		if (!g)
+			return pd_errorf("out of memory");
+		v->own = g;
+		v->cap_own = cap;
+	}
+	t = &v->own[v->n_own];
+	memset(t, 0, sizeof(*t));
+	t->dtype = src->dtype;
+	t->ndim = ndim;
+	for (int i = 0; i < ndim; i++) {
+		t->shape[i] = shape ? shape[i] : i == 0 ? nr : src->shape[i];
+		numel *= t->shape[i];
+	}
+	if (numel != nr * per_row || (roll && (roll < 0 || roll >= t->shape[0])))
+		return pd_errorf("%s: '%s' cannot be %s as '%s'", v->path, src->name, roll ? "rolled" : "reshaped", name);
+	t->numel = numel;
+	t->data = src->data + (size_t)(r0 * per_row) * es;
+	t->nbytes = (size_t)numel * es;
+	t->file = src->file;
+	t->roll = roll;
+	t->name = pd_strdup(name);
+	if (!t->name)
+		return -1;
+	v->n_own++;
+	return 0;
+}
+
+int pd_st_view_done(struct pd_st *v)
+{
+	free(v->sorted);
+	v->sorted = pd_calloc((size_t)v->n_own + 1, sizeof(*v->sorted), "a tensor view");
+	if (!v->sorted)
+		return -1;
+	for (int i = 0; i < v->n_own; i++)
+		v->sorted[i] = &v->own[i];
+	v->n_tensors = v->n_own;
+	qsort(v->sorted, (size_t)v->n_tensors, sizeof(*v->sorted), pd_tensor_cmp_name);
+	for (int i = 1; i < v->n_tensors; i++)
+		if (strcmp(v->sorted[i - 1]->name, v->sorted[i]->name) == 0)
+			return pd_errorf("%s: two tensors named '%s' in the view", v->path, v->sorted[i]->name);
+	return 0;
+}
+
+int pd_st_open_path(struct pd_st **out, const char *path, const char *stem)
+{
+	return pd_is_dir(path) ? pd_st_open_component(out, path, stem) : pd_st_open(out, path);
+}
+
+const struct pd_st_tensor *pd_st_find_suffix(const struct pd_st *st, const char *suffix)
+{
+	size_t ls = strlen(suffix);
+
+	for (int i = 0; i < st->n_tensors; i++) {
+		size_t ln = strlen(st->sorted[i]->name);
+
+		if (ln >= ls && strcmp(st->sorted[i]->name + ln - ls, suffix) == 0)
+			return st->sorted[i];
+	}
+	return NULL;
+}
+
+const struct pd_st_tensor *pd_st_get(const struct pd_st *st, const char *name)
+{
+	int lo = 0, hi = st->n_tensors - 1;
+
+	while (lo <= hi) {
+		int mid = (lo + hi) / 2;
+		int c = strcmp(st->sorted[mid]->name, name);
+
+		if (c == 0)
+			return st->sorted[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	return NULL;
+}
+
+static void pd_shape_str(char *buf, size_t len, int ndim, const int64_t *shape)
+{
+	size_t k = 0;
+
+	k += (size_t)snprintf(buf + k, len - k, "[");
+	for (int i = 0; i < ndim && k < len; i++)
+		k += shape[i] < 0 ? (size_t)snprintf(buf + k, len - k, i ? ", ?" : "?") :
+				    (size_t)snprintf(buf + k, len - k, i ? ", %lld" : "%lld", (long long)shape[i]);
+	if (k < len)
+		snprintf(buf + k, len - k, "]");
+}
+
+int pd_st_require(const struct pd_st *st, const char *name, int ndim, const int64_t *shape,
+		  const struct pd_st_tensor **out)
+{
+	const struct pd_st_tensor *t = pd_st_get(st, name);
+	int ok;
+
+	if (!t)
+		return pd_errorf("%s: tensor '%s' is missing", st->path, name);
+	ok = t->ndim == ndim;
+	for (int i = 0; ok && i < ndim; i++)
+		ok = shape[i] < 0 || shape[i] == t->shape[i];
+	if (!ok) {
+		char want[128], have[128];
+
+		pd_shape_str(want, sizeof(want), ndim, shape);
+		pd_shape_str(have, sizeof(have), t->ndim, t->shape);
+		return pd_errorf("%s: tensor '%s' has shape %s, expected %s", t->file->path, name, have, want);
+	}
+	if (out)
+		*out = t;
+	return 0;
+}
+
+const char *pd_st_meta(const struct pd_st *st, const char *key)
+{
+	for (int i = 0; i < st->n_meta; i++)
+		if (strcmp(st->meta_keys[i], key) == 0)
+			return st->meta_vals[i];
+	return NULL;
+}
+
+static void pd_convert_f32(enum pd_dtype dt, const unsigned char *src, size_t count, float *dst)
+{
+	switch (dt) {
+	case PD_F32:
+		memcpy(dst, src, count * 4);
+		break;
+	case PD_BF16:
+		for (size_t i = 0; i < count; i++) {
+			uint16_t h;
+
+			memcpy(&h, src + 2 * i, 2);
+			dst[i] = pd_bf16_to_f32(h);
+		}
+		break;
+	case PD_F16:
+		for (size_t i = 0; i < count; i++) {
+			uint16_t h;
+
+			memcpy(&h, src + 2 * i, 2);
+			dst[i] = pd_f16_to_f32(h);
+		}
+		break;
+	case PD_F64:
+		for (size_t i = 0; i < count; i++) {
+			double d;
+
+			memcpy(&d, src + 8 * i, 8);
+			dst[i] = (float)d;
+		}
+		break;
+	default:
+		PD_ASSERT(0);
+	}
+}
+
+int pd_st_read_f32(const struct pd_st_tensor *t, size_t start, size_t count, float *dst)
+{
+	if (!pd_dtype_is_float(t->dtype))
+		return pd_errorf("%s: tensor '%s' has dtype %s, expected a floating type", t->file->path, t->name,
+				 pd_dtype_name(t->dtype));
+	if (start > (size_t)t->numel || count > (size_t)t->numel - start)
+		return pd_errorf("%s: read past the end of tensor '%s'", t->file->path, t->name);
+	if (t->roll) {
+		/* a rolled view: stored row (r + roll) mod rows, piece by piece */
+		size_t rows = (size_t)t->shape[0], cols = (size_t)t->numel / rows, es = pd_dtype_size(t->dtype);
+
+		while (count > 0) {
+			size_t r = start / cols, c = start % cols, n = cols - c < count ? cols - c : count;
+			size_t sr = (r + (size_t)t->roll) % rows;
+
+			pd_convert_f32(t->dtype, t->data + (sr * cols + c) * es, n, dst);
+			dst += n;
+			start += n;
+			count -= n;
+		}
+		return 0;
+	}
+	pd_convert_f32(t->dtype, t->data + start * pd_dtype_size(t->dtype), count, dst);
+	return 0;
+}
+
+int pd_st_read_block_f32(const struct pd_st_tensor *t, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
+			 float *dst, int64_t ldd)
+{
+	int64_t rows = t->ndim ? t->shape[0] : 1;
+	int64_t cols = rows ? t->numel / rows : 0;
+	size_t es = pd_dtype_size(t->dtype);
+
+	if (!pd_dtype_is_float(t->dtype))
+		return pd_errorf("%s: tensor '%s' has dtype %s, expected a floating type", t->file->path, t->name,
+				 pd_dtype_name(t->dtype));
+	if (r0 < 0 || nr < 0 || c0 < 0 || nc < 0 || r0 + nr > rows || c0 + nc > cols)
+		return pd_errorf("%s: block [%lld:%lld, %lld:%lld] outside tensor '%s'", t->file->path,
+				 (long long)r0, (long long)(r0 + nr), (long long)c0, (long long)(c0 + nc), t->name);
+	for (int64_t r = 0; r < nr; r++) {
+		int64_t sr = (r0 + r + t->roll) % rows;
+
+		pd_convert_f32(t->dtype, t->data + ((size_t)sr * (size_t)cols + (size_t)c0) * es, (size_t)nc,
+			       dst + r * ldd);
+	}
+	return 0;
+}
+
+void pd_st_release(const struct pd_st_tensor *t)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t b = ((uintptr_t)t->data + page - 1) & ~(page - 1);
+	uintptr_t e = ((uintptr_t)t->data + t->nbytes) & ~(page - 1);
+
+	if (e > b)
+		madvise((void *)b, e - b, MADV_DONTNEED);
+}

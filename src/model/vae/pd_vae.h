@@ -1,0 +1,87 @@
+/*
+ * pd_vae.h - the AutoencoderKL decoder as FLUX configures it (diffusers'
+ * Decoder: conv_in, mid block with one-head attention, up blocks of
+ * ResnetBlock2D with nearest 2x upsampling, GroupNorm + SiLU, conv_out).
+ *
+ *   struct pd_vae *v;
+ *   pd_vae_load(&v, "model/vae", be);
+ *   pd_vae_decode(v, z, h, w, img, NULL);  // z [C, h, w] -> img [3, h*f, w*f]
+ *
+ * z is the decoder input: latents / scaling_factor + shift_factor.
+ */
+#ifndef PD_VAE_H
+#define PD_VAE_H
+
+#include "pd_backend.h"
+#include "pd_dump.h"
+
+#define PD_VAE_MAX_BLOCKS 8
+/* resnets per up block: layers_per_block + 1 */
+#define PD_VAE_MAX_RESNETS 16
+
+struct pd_vae_config {
+	int latent_channels;            /* decoder input channels (16 in FLUX.1) */
+	int out_channels;               /* image channels (3) */
+	int n_blocks;                   /* up blocks = len(block_out_channels) */
+	int block_out[PD_VAE_MAX_BLOCKS]; /* block_out_channels, from the encoder's view */
+	int layers_per_block;           /* resnets per up block minus one */
+	int groups;                     /* norm_num_groups */
+	int mid_attention;              /* mid_block_add_attention */
+	int post_quant_conv;            /* use_post_quant_conv (false for FLUX) */
+	double scaling_factor;          /* latents / scaling_factor ... */
+	double shift_factor;            /* ... + shift_factor = decoder input */
+};
+
+struct pd_config;
+struct pd_st;
+
+/* Reads DIR/config.json (or a single file's sizes, see pd_vae_open_file). */
+int pd_vae_config_load(struct pd_vae_config *cfg, const char *dir);
+int pd_vae_config_parse(struct pd_vae_config *cfg, const struct pd_config *c);
+/* An autoencoder in one .safetensors file in the original (LDM) layout, as
+ * Black Forest Labs publish ae.safetensors (decoder.mid.block_1,
+ * decoder.up.N.block.M, attention as 1x1 convolutions, under any prefix),
+ * or with diffusers' names: *ST gets a view with diffusers' names (up
+ * blocks in diffusers' order), CFG its sizes: from a "config" metadata
+ * entry when present, else from the shapes, with FLUX.1's 32 groups and
+ * latent scaling (0.3611, shift 0.1159) for 16 latent channels. */
+int pd_vae_open_file(struct pd_st **st, const char *path, struct pd_vae_config *cfg);
+
+struct pd_vae;
+
+int pd_vae_load(struct pd_vae **out, const char *dir, struct pd_backend *be);
+void pd_vae_free(struct pd_vae *v);
+const struct pd_vae_config *pd_vae_get_config(const struct pd_vae *v);
+/* Pixels per latent pixel: 2^(n_blocks - 1). */
+int pd_vae_scale(const struct pd_vae_config *cfg);
+
+/* Where parallel decoding attaches: the latent rows are cut into BANDS
+ * nearly equal bands (pd_chunk_start/len), this process decodes band BAND
+ * at every resolution, and three hooks give it what crosses band edges. */
+struct pd_vae_hooks {
+	int band, bands;                /* this band and how many (1: the whole picture) */
+	/* X is [c, halo + rows + halo, w]: fills the top halo rows with the
+	 * last rows of the band above and the bottom ones with the first rows
+	 * of the band below (zeros at the picture's edges). */
+	int (*halo)(void *ctx, struct pd_backend *be, float *x, int c, int rows, int w, int halo);
+	/* Adds N doubles over all bands, in place (GroupNorm statistics). */
+	int (*reduce)(void *ctx, double *buf, size_t n);
+	/* Each band contributes n_all[band] floats; ALL receives them in band
+	 * order: on every band (gather), or on band 0 only (collect). */
+	int (*gather)(void *ctx, const float *mine, size_t n, float *all, const size_t *n_all);
+	int (*collect)(void *ctx, const float *mine, size_t n, float *all, const size_t *n_all);
+	void *ctx;
+};
+
+void pd_vae_set_hooks(struct pd_vae *v, const struct pd_vae_hooks *hooks);
+/* True where pd_vae_decode delivers the picture (one band, or band 0). */
+int pd_vae_has_picture(const struct pd_vae *v);
+
+/* Decodes one latent Z [latent_channels, h, w] (host) into IMG (host)
+ * [out_channels, h * scale, w * scale]; with bands, every band's process
+ * passes the whole Z and band 0 receives the whole picture (IMG is left
+ * alone on the others). DUMP (may be NULL, one band only) receives vae.dec.*
+ * under the golden names. */
+int pd_vae_decode(struct pd_vae *v, const float *z, int h, int w, float *img, const struct pd_dump *dump);
+
+#endif /* PD_VAE_H */

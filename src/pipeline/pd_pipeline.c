@@ -1,0 +1,512 @@
+/*
+ * pd_pipeline.c - FluxPipeline's loop on embeddings (PF = diffusers v0.40
+ * pipelines/flux/pipeline_flux.py).
+ */
+#include "pd_pipeline.h"
+#include "pd_forward.h"
+#include "pd_rng.h"
+#include "pd_util.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ----------------------------------------------------------------------- */
+/* Embeddings                                                              */
+/* ----------------------------------------------------------------------- */
+
+static const struct pd_st_tensor *pd_embeds_find(const struct pd_st *st, const char *name)
+{
+	char golden[96];
+	const struct pd_st_tensor *t = pd_st_get(st, name);
+
+	if (t)
+		return t;
+	snprintf(golden, sizeof(golden), "in.%s", name);
+	return pd_st_get(st, golden);
+}
+
+static int pd_embeds_read(const struct pd_st_tensor *t, float **out)
+{
+	*out = pd_malloc((size_t)t->numel * sizeof(float), t->name);
+	if (!*out)
+		return -1;
+	return pd_st_read_f32(t, 0, (size_t)t->numel, *out);
+}
+
+int pd_embeds_load(struct pd_embeds *e, const char *path)
+{
+	struct pd_st *st;
+	const struct pd_st_tensor *p, *q, *np, *nq;
+	int rc = -1;
+
+	memset(e, 0, sizeof(*e));
+	if (pd_st_open(&st, path))
+		return -1;
+	p = pd_embeds_find(st, "prompt_embeds");
+	q = pd_embeds_find(st, "pooled_prompt_embeds");
+	np = pd_embeds_find(st, "negative_prompt_embeds");
+	nq = pd_embeds_find(st, "negative_pooled_prompt_embeds");
+	if (!p || !q) {
+		pd_errorf("%s: needs prompt_embeds [B, T, J] and pooled_prompt_embeds [B, P]", path);
+		goto out;
+	}
+	if (p->ndim != 3 || q->ndim != 2 || p->shape[0] != q->shape[0] || p->shape[0] < 1 || p->shape[1] < 1) {
+		pd_errorf("%s: prompt_embeds must be [B, T, J] and pooled_prompt_embeds [B, P] with the same B >= 1",
+			  path);
+		goto out;
+	}
+	if (!np != !nq) {
+		pd_errorf("%s: negative_prompt_embeds and negative_pooled_prompt_embeds must come together "
+			  "(diffusers raises on one alone)", path);
+		goto out;
+	}
+	e->batch = p->shape[0];
+	e->txt_len = p->shape[1];
+	e->joint_dim = p->shape[2];
+	e->pooled_dim = q->shape[1];
+	if (pd_embeds_read(p, &e->prompt) || pd_embeds_read(q, &e->pooled))
+		goto out;
+	if (np) {
+		int64_t nb = np->shape[0];
+
+		if (np->ndim != 3 || nq->ndim != 2 || np->shape[2] != e->joint_dim || nq->shape[1] != e->pooled_dim ||
+		    nq->shape[0] != nb || (nb != e->batch && nb != 1) || np->shape[1] < 1) {
+			pd_errorf("%s: negative embeddings must be [B or 1, T, %lld] and [B or 1, %lld]", path,
+				  (long long)e->joint_dim, (long long)e->pooled_dim);
+			goto out;
+		}
+		e->neg_txt_len = np->shape[1];
+		e->neg_prompt = pd_malloc((size_t)(e->batch * e->neg_txt_len * e->joint_dim) * sizeof(float), "embeds");
+		e->neg_pooled = pd_malloc((size_t)(e->batch * e->pooled_dim) * sizeof(float), "embeds");
+		if (!e->neg_prompt || !e->neg_pooled)
+			goto out;
+		/* One negative prompt serves every image of the batch. */
+		for (int64_t b = 0; b < e->batch; b++) {
+			int64_t src = nb == 1 ? 0 : b;
+
+			if (pd_st_read_f32(np, (size_t)(src * e->neg_txt_len * e->joint_dim),
+					   (size_t)(e->neg_txt_len * e->joint_dim),
+					   e->neg_prompt + b * e->neg_txt_len * e->joint_dim) ||
+			    pd_st_read_f32(nq, (size_t)(src * e->pooled_dim), (size_t)e->pooled_dim,
+					   e->neg_pooled + b * e->pooled_dim))
+				goto out;
+		}
+	}
+	rc = 0;
+out:
+	pd_st_close(st);
+	if (rc)
+		pd_embeds_free(e);
+	return rc;
+}
+
+int pd_embeds_check(const struct pd_embeds *e, const struct pd_flux_config *cfg, const char *path)
+{
+	if (e->joint_dim != cfg->joint_attention_dim)
+		return pd_errorf("%s: prompt_embeds width %lld does not match the transformer's joint_attention_dim %d",
+				 path, (long long)e->joint_dim, cfg->joint_attention_dim);
+	if (e->pooled_dim != cfg->pooled_projection_dim)
+		return pd_errorf("%s: pooled_prompt_embeds width %lld does not match the transformer's "
+				 "pooled_projection_dim %d", path, (long long)e->pooled_dim, cfg->pooled_projection_dim);
+	return 0;
+}
+
+void pd_embeds_free(struct pd_embeds *e)
+{
+	free(e->prompt);
+	free(e->pooled);
+	free(e->neg_prompt);
+	free(e->neg_pooled);
+	memset(e, 0, sizeof(*e));
+}
+
+/* A [B, per] buffer becomes [n, per] copies of its first row. */
+static int pd_repeat_rows(float **buf, int64_t per, int64_t n)
+{
+	float *nb;
+
+	if (!*buf)
+		return 0;
+	nb = pd_malloc((size_t)(n * per) * sizeof(float), "embeds");
+	if (!nb)
+		return -1;
+	for (int64_t b = 0; b < n; b++)
+		memcpy(nb + b * per, *buf, (size_t)per * sizeof(float));
+	free(*buf);
+	*buf = nb;
+	return 0;
+}
+
+int pd_embeds_repeat(struct pd_embeds *e, int64_t n)
+{
+	if (n < 1)
+		return pd_errorf("a batch needs at least one image");
+	if (pd_repeat_rows(&e->prompt, e->txt_len * e->joint_dim, n) ||
+	    pd_repeat_rows(&e->pooled, e->pooled_dim, n) ||
+	    pd_repeat_rows(&e->neg_prompt, e->neg_txt_len * e->joint_dim, n) ||
+	    pd_repeat_rows(&e->neg_pooled, e->pooled_dim, n))
+		return -1;
+	e->batch = n;
+	return 0;
+}
+
+/* ----------------------------------------------------------------------- */
+/* Latents                                                                 */
+/* ----------------------------------------------------------------------- */
+
+int pd_latent_shape(struct pd_latent_shape *ls, const struct pd_flux_config *cfg, int height, int width)
+{
+	if (height < 16 || width < 16 || height % 16 || width % 16)
+		return pd_errorf("-H/--height and -W/--width must be positive multiples of 16 (got %dx%d)", height,
+				 width);
+	if (cfg->in_channels % 4)
+		return pd_errorf("the transformer's in_channels (%d) is not 4 x latent channels", cfg->in_channels);
+	ls->channels = cfg->in_channels / 4;
+	ls->h = 2 * (height / 16);
+	ls->w = 2 * (width / 16);
+	ls->tokens = (int64_t)(ls->h / 2) * (ls->w / 2);
+	ls->packed_channels = cfg->in_channels;
+	return 0;
+}
+
+void pd_pack_latents(const struct pd_latent_shape *ls, const float *u, float *p)
+{
+	int hp = ls->h / 2, wp = ls->w / 2, C = ls->channels;
+
+	for (int i = 0; i < hp; i++)
+		for (int j = 0; j < wp; j++)
+			for (int ch = 0; ch < C; ch++)
+				for (int dy = 0; dy < 2; dy++)
+					for (int dx = 0; dx < 2; dx++)
+						p[((int64_t)i * wp + j) * 4 * C + ch * 4 + dy * 2 + dx] =
+							u[((int64_t)ch * ls->h + 2 * i + dy) * ls->w + 2 * j + dx];
+}
+
+void pd_unpack_latents(const struct pd_latent_shape *ls, const float *p, float *u)
+{
+	int hp = ls->h / 2, wp = ls->w / 2, C = ls->channels;
+
+	for (int i = 0; i < hp; i++)
+		for (int j = 0; j < wp; j++)
+			for (int ch = 0; ch < C; ch++)
+				for (int dy = 0; dy < 2; dy++)
+					for (int dx = 0; dx < 2; dx++)
+						u[((int64_t)ch * ls->h + 2 * i + dy) * ls->w + 2 * j + dx] =
+							p[((int64_t)i * wp + j) * 4 * C + ch * 4 + dy * 2 + dx];
+}
+
+void pd_image_ids(const struct pd_latent_shape *ls, int n_axes, float *ids)
+{
+	int wp = ls->w / 2;
+
+	for (int64_t n = 0; n < ls->tokens; n++) {
+		for (int a = 0; a < n_axes; a++)
+			ids[n * n_axes + a] = 0.0f;
+		if (n_axes > 1)
+			ids[n * n_axes + 1] = (float)(n / wp);
+		if (n_axes > 2)
+			ids[n * n_axes + 2] = (float)(n % wp);
+	}
+}
+
+void pd_draw_noise(const struct pd_latent_shape *ls, uint64_t seed, float *unpacked)
+{
+	struct pd_rng g;
+
+	pd_rng_seed(&g, seed);
+	pd_rng_randn(&g, unpacked, (size_t)ls->channels * ls->h * ls->w);
+}
+
+/* ----------------------------------------------------------------------- */
+/* Denoising                                                               */
+/* ----------------------------------------------------------------------- */
+
+int pd_gen_uses_cfg(const struct pd_gen_params *p, const struct pd_embeds *e)
+{
+	/* PF:766-769: true CFG needs both a scale above 1 and a negative prompt. */
+	return p->true_cfg_scale > 1.0f && e->neg_prompt != NULL;
+}
+
+static void pd_dump_host(const struct pd_dump *dump, const char *name, const float *data, int ndim, ...)
+{
+	int64_t shape[8];
+	va_list ap;
+
+	if (!dump)
+		return;
+	va_start(ap, ndim);
+	for (int i = 0; i < ndim; i++)
+		shape[i] = va_arg(ap, int64_t);
+	va_end(ap);
+	dump->fn(dump->ctx, name, -1, data, ndim, shape);
+}
+
+static int pd_local_predict(void *ctx, const struct pd_flux_input *in, float *out, const struct pd_dump *dump)
+{
+	return pd_flux_forward(ctx, in, out, dump);
+}
+
+struct pd_runner pd_runner_local(struct pd_flux *m)
+{
+	struct pd_runner r = { .predict = pd_local_predict, .predict_ctx = m, .n_images = -1, .cfg_branch = -1 };
+
+	return r;
+}
+
+int pd_denoise(const struct pd_runner *run, const struct pd_flux_config *cfg, struct pd_scheduler *s,
+	       const struct pd_embeds *e, const struct pd_gen_params *p, const float *init, float *latents,
+	       const struct pd_dump *dump, const struct pd_dump *model_dump)
+{
+	struct pd_latent_shape ls;
+	int64_t B, b0 = run->first_image, L, C, n;
+	int cfg_on = pd_gen_uses_cfg(p, e);
+	/* CFG split: this process runs one branch, 0 negative or 1 positive */
+	int branch = cfg_on ? run->cfg_branch : -1;
+	/* the cache slot of the first branch this process runs (1: positive) */
+	int first_branch = branch == 0 ? 0 : 1;
+	float *img_ids = NULL, *txt_ids = NULL, *neg_ids = NULL, *noise = NULL, *pred = NULL, *pair = NULL;
+	float *tvec = NULL;
+	/* First Block Cache: one state per image and branch (0 negative, 1 positive) */
+	struct pd_fbcache *fbc = NULL;
+	int rc = -1;
+
+	memset(&ls, 0, sizeof(ls));
+	if (pd_latent_shape(&ls, cfg, p->height, p->width))
+		return -1;
+	B = run->n_images < 0 ? e->batch : run->n_images;
+	if (p->fbcache_threshold > 0) {
+		fbc = pd_calloc((size_t)(2 * B + 1), sizeof(*fbc), "First Block Cache");
+		if (!fbc)
+			return -1;
+		for (int64_t k = 0; k < 2 * B; k++)
+			fbc[k].threshold = p->fbcache_threshold;
+	}
+	L = ls.tokens;
+	C = ls.packed_channels;
+	n = L * C;
+	if (pd_scheduler_set(s, p->steps, L))
+		return -1;
+	img_ids = pd_malloc((size_t)(L * cfg->n_axes) * sizeof(float), "ids");
+	txt_ids = pd_calloc((size_t)(e->txt_len * cfg->n_axes), sizeof(float), "ids");
+	neg_ids = pd_calloc((size_t)((e->neg_txt_len + 1) * cfg->n_axes), sizeof(float), "ids");
+	noise = pd_malloc((size_t)((B + 1) * ls.channels * ls.h * ls.w) * sizeof(float), "noise");
+	pred = pd_malloc((size_t)((B + 1) * n) * sizeof(float), "predictions");
+	/* per image: [negative | positive] predictions */
+	pair = pd_malloc((size_t)((B + 1) * 2 * n) * sizeof(float), "predictions");
+	tvec = pd_malloc((size_t)(B + 1) * sizeof(float), "timesteps");
+	if (!img_ids || !txt_ids || !neg_ids || !noise || !pred || !pair || !tvec)
+		goto out;
+	pd_image_ids(&ls, cfg->n_axes, img_ids);
+	pd_dump_host(dump, "sched.sigmas_in", s->sigmas_in, 1, (int64_t)s->steps);
+	pd_dump_host(dump, "sched.sigmas", s->sigmas, 1, (int64_t)s->steps + 1);
+	pd_dump_host(dump, "sched.timesteps", s->timesteps, 1, (int64_t)s->steps);
+	pd_dump_host(dump, "in.img_ids", img_ids, 2, L, (int64_t)cfg->n_axes);
+	for (int64_t b = 0; b < B; b++) {
+		float *u = noise + b * ls.channels * ls.h * ls.w;
+
+		if (init) {
+			memcpy(latents + b * n, init + (b0 + b) * n, (size_t)n * sizeof(float));
+			pd_unpack_latents(&ls, latents + b * n, u);
+		} else {
+			/* seed + global image index: an image does not depend on how
+			 * the batch is split over processes */
+			pd_draw_noise(&ls, p->seed + (uint64_t)(b0 + b), u);
+			pd_pack_latents(&ls, u, latents + b * n);
+		}
+	}
+	pd_dump_host(dump, "latents.init_unpacked", noise, 4, B, (int64_t)ls.channels, (int64_t)ls.h, (int64_t)ls.w);
+	pd_dump_host(dump, "latents.init", latents, 3, B, L, C);
+
+	for (int i = 0; i < s->steps; i++) {
+		double t0 = pd_now();
+		/* PF:896: the transformer sees t / 1000 in float32. */
+		float tstep = s->timesteps[i] / 1000.0f;
+		int skipped_before = fbc && B > 0 ? fbc[first_branch].skipped : 0;
+		char name[64];
+
+		if (pd_fault("step", i))
+			goto out;
+
+		for (int64_t b = 0; b < B; b++) {
+			int64_t g = b0 + b;
+			float *neg = pair + b * 2 * n, *pos = neg + n;
+			const struct pd_dump *md = i == 0 && b == 0 ? model_dump : NULL;
+			struct pd_flux_input pin = {
+				.txt_len = e->txt_len,
+				.img_len = L,
+				.img = latents + b * n,
+				.txt = e->prompt + g * e->txt_len * e->joint_dim,
+				.pooled = e->pooled + g * e->pooled_dim,
+				.img_ids = img_ids,
+				.txt_ids = txt_ids,
+				.timestep = tstep,
+				.guidance = p->guidance,
+				.cache = fbc ? &fbc[2 * b + 1] : NULL,
+				.step = i,
+				.image = g,
+				.branch = 1,
+			};
+			/* PF:915-926: the negative call sees the same latents,
+			 * timestep and embedded guidance */
+			struct pd_flux_input nin = pin;
+
+			nin.cache = fbc ? &fbc[2 * b] : NULL;
+			nin.branch = 0;
+			nin.txt_len = e->neg_txt_len;
+			nin.txt = cfg_on ? e->neg_prompt + g * e->neg_txt_len * e->joint_dim : NULL;
+			nin.pooled = cfg_on ? e->neg_pooled + g * e->pooled_dim : NULL;
+			nin.txt_ids = neg_ids;
+			if (branch < 0) {
+				if (run->predict(run->predict_ctx, &pin, pos, md) ||
+				    (cfg_on && run->predict(run->predict_ctx, &nin, neg, NULL)))
+					goto out;
+			} else {
+				float *mine = branch == 0 ? neg : pos;
+
+				if (run->predict(run->predict_ctx, branch == 0 ? &nin : &pin, mine, branch ? md : NULL))
+					goto out;
+				if (run->cfg_exchange(run->cfg_ctx, mine, (size_t)n, pair + b * 2 * n))
+					goto out;
+			}
+			if (cfg_on) {
+				/* PF:927: neg + s (pos - neg) as three float32 operations */
+				float scale = p->true_cfg_scale;
+
+				for (int64_t k = 0; k < n; k++) {
+					float d = pos[k] - neg[k];
+
+					d = scale * d;
+					pred[b * n + k] = neg[k] + d;
+				}
+			} else {
+				memcpy(pred + b * n, pos, (size_t)n * sizeof(float));
+			}
+			pd_scheduler_step(s, i, latents + b * n, pred + b * n, (size_t)n);
+		}
+		if (dump) {
+			/* PF:896: t.expand(B), one value per image */
+			for (int64_t b = 0; b < B; b++)
+				tvec[b] = tstep;
+			snprintf(name, sizeof(name), "step.%d.timestep", i);
+			pd_dump_host(dump, name, tvec, 1, B);
+			snprintf(name, sizeof(name), "step.%d.noise_pred", i);
+			pd_dump_host(dump, name, pred, 3, B, L, C);
+			if (cfg_on) {
+				for (int64_t b = 0; b < B; b++)
+					memcpy(pred + b * n, pair + b * 2 * n + n, (size_t)n * sizeof(float));
+				snprintf(name, sizeof(name), "step.%d.noise_pred_pos", i);
+				pd_dump_host(dump, name, pred, 3, B, L, C);
+				for (int64_t b = 0; b < B; b++)
+					memcpy(pred + b * n, pair + b * 2 * n, (size_t)n * sizeof(float));
+				snprintf(name, sizeof(name), "step.%d.noise_pred_neg", i);
+				pd_dump_host(dump, name, pred, 3, B, L, C);
+			}
+			snprintf(name, sizeof(name), "step.%d.latents", i);
+			pd_dump_host(dump, name, latents, 3, B, L, C);
+		}
+		if (fbc && run->fb_report && i < run->fb_report->steps && B > 0)
+			run->fb_report->decisions[i] = (unsigned char)(fbc[first_branch].skipped > skipped_before);
+		if (run->on_step)
+			run->on_step(run->step_ctx, i);
+		pd_log(1, "step %d/%d  %.2f s/step\n", i + 1, s->steps, pd_now() - t0);
+	}
+	pd_dump_host(dump, "latents.final", latents, 3, B, L, C);
+	if (fbc) {
+		int done = 0, skip = 0;
+
+		for (int64_t k = 0; k < 2 * B; k++) {
+			done += fbc[k].computed;
+			skip += fbc[k].skipped;
+		}
+		if (run->fb_report) {
+			run->fb_report->computed = done;
+			run->fb_report->skipped = skip;
+		}
+		pd_log(1, "pdit: First Block Cache (threshold %g) skipped %d of %d transformer calls\n",
+		       p->fbcache_threshold, skip, done + skip);
+	}
+	rc = 0;
+out:
+	for (int64_t k = 0; fbc && k < 2 * B; k++)
+		if (fbc[k].be)
+			pd_fbcache_free(&fbc[k]);
+	free(fbc);
+	free(img_ids);
+	free(txt_ids);
+	free(neg_ids);
+	free(noise);
+	free(pred);
+	free(pair);
+	free(tvec);
+	return rc;
+}
+
+/* ----------------------------------------------------------------------- */
+/* Decoding                                                                */
+/* ----------------------------------------------------------------------- */
+
+int pd_decode_image(struct pd_vae *v, const struct pd_latent_shape *ls, const float *packed, uint8_t *rgb,
+		    float *decoded, const struct pd_dump *dump)
+{
+	const struct pd_vae_config *vc = pd_vae_get_config(v);
+	int f = pd_vae_scale(vc), H = ls->h * f, W = ls->w * f;
+	size_t nz = (size_t)ls->channels * ls->h * ls->w, npx = (size_t)H * W;
+	float *u = NULL, *img = NULL;
+	float sf = (float)vc->scaling_factor, sh = (float)vc->shift_factor;
+	int rc = -1;
+
+	if (vc->latent_channels != ls->channels)
+		return pd_errorf("the VAE has %d latent channels but the transformer makes %d", vc->latent_channels,
+				 ls->channels);
+	if (vc->out_channels != 3)
+		return pd_errorf("the VAE makes %d channels; a PNG needs 3", vc->out_channels);
+	u = pd_malloc(nz * sizeof(float), "latents");
+	img = decoded ? decoded : pd_malloc(3 * npx * sizeof(float), "image");
+	if (!u || !img)
+		goto out;
+	pd_unpack_latents(ls, packed, u);
+	if (dump) {
+		int64_t shape[4] = { 1, ls->channels, ls->h, ls->w };
+
+		dump->fn(dump->ctx, "vae.latents_unpacked", dump->index, u, 4, shape);
+	}
+	/* PF:959-962: latents / scaling_factor + shift_factor, float32. */
+	for (size_t k = 0; k < nz; k++)
+		u[k] = u[k] / sf + sh;
+	if (dump) {
+		int64_t shape[4] = { 1, ls->channels, ls->h, ls->w };
+
+		dump->fn(dump->ctx, "vae.z", dump->index, u, 4, shape);
+	}
+	if (pd_vae_decode(v, u, ls->h, ls->w, img, dump))
+		goto out;
+	if (!pd_vae_has_picture(v)) {
+		/* a band of a picture decoded in parallel: band 0 has it */
+		rc = 0;
+		goto out;
+	}
+	if (dump) {
+		int64_t shape[4] = { 1, 3, H, W };
+
+		dump->fn(dump->ctx, "image.decoded", dump->index, img, 4, shape);
+	}
+	/* image_processor.py: clamp(x / 2 + 0.5, 0, 1), NHWC, (x * 255).round()
+	 * with NumPy's half-to-even rounding. */
+	for (size_t k = 0; k < npx; k++) {
+		for (int c = 0; c < 3; c++) {
+			float x = img[(size_t)c * npx + k] / 2.0f + 0.5f;
+
+			x = x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x;
+			rgb[k * 3 + c] = (uint8_t)rintf(x * 255.0f);
+		}
+	}
+	rc = 0;
+out:
+	free(u);
+	if (img != decoded)
+		free(img);
+	return rc;
+}

@@ -1,0 +1,121 @@
+/*
+ * pd_pipeline.h - FluxPipeline's generation loop on embeddings: latent
+ * noise, packing, position ids, the Euler loop with optional true CFG, and
+ * decoding to 8-bit pixels (diffusers pipelines/flux/pipeline_flux.py).
+ *
+ * Image b of a batch is drawn from seed + b, as diffusers does when given
+ * one generator per image seeded seed + b; every image is computed on its
+ * own, so a batch entry equals the batch-1 run of its prompt and seed.
+ */
+#ifndef PD_PIPELINE_H
+#define PD_PIPELINE_H
+
+#include <stdint.h>
+
+#include "pd_flux.h"
+#include "pd_scheduler.h"
+#include "pd_vae.h"
+
+/* Prompt embeddings: what the text encoders produce (or a file holds). */
+struct pd_embeds {
+	int64_t batch;                  /* prompts B */
+	int64_t txt_len;                /* T */
+	int64_t joint_dim;              /* J */
+	int64_t pooled_dim;             /* P */
+	float *prompt;                  /* [B, T, J] prompt_embeds */
+	float *pooled;                  /* [B, P] pooled_prompt_embeds */
+	int64_t neg_txt_len;            /* T of the negative prompt */
+	float *neg_prompt;              /* [B, Tn, J] negative_prompt_embeds, or NULL */
+	float *neg_pooled;              /* [B, P] negative_pooled_prompt_embeds, or NULL */
+};
+
+/* Reads prompt_embeds [B, T, J] and pooled_prompt_embeds [B, P] (the golden
+ * names in.prompt_embeds / in.pooled_prompt_embeds are accepted too), and
+ * the negative pair when present (a batch of 1 is repeated for every
+ * prompt). */
+int pd_embeds_load(struct pd_embeds *e, const char *path);
+/* Checks the widths against the transformer's config. */
+int pd_embeds_check(const struct pd_embeds *e, const struct pd_flux_config *cfg, const char *path);
+void pd_embeds_free(struct pd_embeds *e);
+/* Makes the batch N copies of its first prompt (benchmarks of data parallelism). */
+int pd_embeds_repeat(struct pd_embeds *e, int64_t n);
+
+/* Latent geometry for an image of height x width pixels (multiples of 16). */
+struct pd_latent_shape {
+	int channels;                   /* C = in_channels / 4 */
+	int h, w;                       /* unpacked latent size: 2 * (H / 16), 2 * (W / 16) */
+	int64_t tokens;                 /* L = (h / 2) * (w / 2) */
+	int packed_channels;            /* 4 C */
+};
+
+int pd_latent_shape(struct pd_latent_shape *ls, const struct pd_flux_config *cfg, int height, int width);
+/* packed[(i * w/2 + j), ch * 4 + dy * 2 + dx] = latent[ch, 2i + dy, 2j + dx] (PF:520-525). */
+void pd_pack_latents(const struct pd_latent_shape *ls, const float *unpacked, float *packed);
+void pd_unpack_latents(const struct pd_latent_shape *ls, const float *packed, float *unpacked);
+/* ids[n] = (0, i, j) for packed token n = i * w/2 + j (PF:506-517). */
+void pd_image_ids(const struct pd_latent_shape *ls, int n_axes, float *ids);
+/* torch.randn([1, C, h, w], generator=manual_seed(seed)), unpacked. */
+void pd_draw_noise(const struct pd_latent_shape *ls, uint64_t seed, float *unpacked);
+
+struct pd_gen_params {
+	int height, width;              /* image size in pixels */
+	int steps;                      /* denoising steps */
+	float guidance;                 /* distilled guidance scale (guidance-embedded models) */
+	float true_cfg_scale;           /* > 1 with negative embeddings: true CFG */
+	uint64_t seed;                  /* image b uses seed + b */
+	float fbcache_threshold;        /* First Block Cache: skip when the change is below this (0: off) */
+};
+
+/* True when the run combines positive and negative predictions. */
+int pd_gen_uses_cfg(const struct pd_gen_params *p, const struct pd_embeds *e);
+
+/* How the denoising loop gets its predictions, and which share of the work
+ * is this process's. pd_runner_local(): one process does everything. */
+struct pd_runner {
+	/* One transformer call on one image; OUT [L, out_channels] receives the
+	 * whole prediction. DUMP (may be NULL) receives the model's
+	 * intermediates (for this process's tokens). */
+	int (*predict)(void *ctx, const struct pd_flux_input *in, float *out, const struct pd_dump *dump);
+	void *predict_ctx;
+	int64_t first_image;            /* data parallel: first image of the batch denoised here */
+	int64_t n_images;               /* and how many (-1: all) */
+	/* CFG parallel: this process runs branch cfg_branch only (0 negative,
+	 * 1 positive; -1: both branches here) and cfg_exchange gives both
+	 * processes of the pair [negative | positive] of N floats each. */
+	int cfg_branch;
+	int (*cfg_exchange)(void *ctx, const float *mine, size_t n, float *both);
+	void *cfg_ctx;
+	/* Called after each step (may be NULL): the benchmark's clock. */
+	void (*on_step)(void *ctx, int step);
+	void *step_ctx;
+	/* First Block Cache's report (may be NULL). */
+	struct pd_fbcache_report *fb_report;
+};
+
+struct pd_fbcache_report {
+	int computed, skipped;          /* over all images and branches of this process */
+	int steps;                      /* entries of decisions */
+	/* per step, 1 where this process's first image skipped in the first
+	 * branch it runs: what every rank of a call must agree on */
+	unsigned char *decisions;
+};
+
+/* The runner of a single process: pd_flux_forward on the whole sequence. */
+struct pd_runner pd_runner_local(struct pd_flux *m);
+
+/* Denoises this process's images of the batch (all of them with the local
+ * runner). INIT: [B, L, 4C] packed initial latents of the whole batch, or
+ * NULL to draw them from the seed; LATENTS receives [n_images, L, 4C]. DUMP
+ * (may be NULL) receives the pipeline tensors under the golden names;
+ * MODEL_DUMP (may be NULL) the transformer's intermediates at the first step
+ * of this process's first image, positive branch. */
+int pd_denoise(const struct pd_runner *run, const struct pd_flux_config *cfg, struct pd_scheduler *s,
+	       const struct pd_embeds *e, const struct pd_gen_params *p, const float *init, float *latents,
+	       const struct pd_dump *dump, const struct pd_dump *model_dump);
+
+/* Packed latents [L, 4C] of one image -> RGB bytes [H, W, 3] (and, when
+ * DECODED is not NULL, the decoder's float output [3, H, W]). */
+int pd_decode_image(struct pd_vae *v, const struct pd_latent_shape *ls, const float *packed, uint8_t *rgb,
+		    float *decoded, const struct pd_dump *dump);
+
+#endif /* PD_PIPELINE_H */

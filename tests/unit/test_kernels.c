@@ -1,0 +1,573 @@
+/*
+ * test_kernels.c - every backend operation against a plain-C reference in
+ * double precision, on fresh random shapes and values each run (the seed is
+ * printed; pass it as argv[1] to repeat a run).  Outputs are poisoned with
+ * NaN first and written through strided views, so an element a kernel
+ * forgot, or one it wrote outside its view, shows up.
+ *
+ * Tolerances: f32 operations 1e-5 x max|ref|; bf16 matrix products 2e-5
+ * against a reference on bf16-rounded inputs (products of bf16 values are
+ * exact in f32, so only the f32 accumulation order differs).
+ */
+#include "pd_backend.h"
+#include "pd_backend_cpu.h"
+#include "pd_rng.h"
+#include "pd_test.h"
+#include "pd_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TOL 1e-5
+
+static struct pd_rng rng;
+
+static int rnd_int(int lo, int hi)
+{
+	return lo + (int)(pd_rng_u32(&rng) % (uint32_t)(hi - lo + 1));
+}
+
+static float *rnd_buf(size_t n, float scale)
+{
+	float *p = malloc(n * sizeof(float) + 1);
+
+	pd_rng_randn(&rng, p, n);
+	for (size_t i = 0; i < n; i++)
+		p[i] *= scale;
+	return p;
+}
+
+static float *nan_buf(size_t n)
+{
+	float *p = malloc(n * sizeof(float) + 1);
+
+	pd_poison(p, n);
+	return p;
+}
+
+static float bf16_round(float x)
+{
+	return pd_bf16_to_f32(pd_f32_to_bf16(x));
+}
+
+/* Compares the [rows, cols] view (stride ld) and checks that every element
+ * outside the view in the first rows*ld values is still NaN. */
+static void check_view(const char *what, const float *got, const double *ref, int64_t rows, int64_t cols, int64_t ld,
+		       double tol)
+{
+	double num = 0, den = 0;
+	int64_t stray = 0;
+
+	for (int64_t r = 0; r < rows; r++) {
+		for (int64_t c = 0; c < ld; c++) {
+			float g = got[r * ld + c];
+
+			if (c >= cols) {
+				stray += !isnan(g);
+				continue;
+			}
+			if (isnan(g)) {
+				num = INFINITY;
+				continue;
+			}
+			num = fmax(num, fabs(g - ref[r * cols + c]));
+			den = fmax(den, fabs(ref[r * cols + c]));
+		}
+	}
+	PD_CHECK(num <= tol * (den > 0 ? den : 1), "%s: relative error %.3g > %g", what, num / (den > 0 ? den : 1),
+		 tol);
+	PD_CHECK(stray == 0, "%s: %lld elements written outside the view", what, (long long)stray);
+}
+
+static double gelu_tanh(double x)
+{
+	return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+static void test_linear(struct pd_backend *be, int bf16)
+{
+	int M = rnd_int(1, 70), K = rnd_int(1, 200), N = rnd_int(1, 150);
+	int ldx = K + rnd_int(0, 5), ldy = N + rnd_int(0, 5), ldw = K + rnd_int(0, 3);
+	int flags_list[4] = { 0, PD_LIN_GELU_TANH, PD_LIN_NO_BIAS, PD_LIN_ACCUMULATE };
+	float *x = rnd_buf((size_t)M * ldx, 1.0f), *w = rnd_buf((size_t)N * ldw, 0.2f), *b = rnd_buf((size_t)N, 0.1f);
+	double *ref = malloc(sizeof(double) * (size_t)M * N);
+	struct pd_linear *l = be->ops->linear_new(be, N, K, w, ldw, b);
+	char what[128];
+
+	PD_CHECK(l != NULL, "linear_new %dx%d: %s", N, K, be->error);
+	if (!l)
+		return;
+	for (int fi = 0; fi < 4; fi++) {
+		int flags = flags_list[fi];
+		float *y = nan_buf((size_t)M * ldy);
+		float *start = rnd_buf((size_t)M * N, 1.0f);
+
+		if (flags & PD_LIN_ACCUMULATE)
+			for (int r = 0; r < M; r++)
+				memcpy(y + (size_t)r * ldy, start + (size_t)r * N, sizeof(float) * (size_t)N);
+		be->ops->linear(be, l, x, ldx, M, y, ldy, flags);
+		for (int r = 0; r < M; r++) {
+			for (int n = 0; n < N; n++) {
+				double s = 0;
+
+				for (int k = 0; k < K; k++) {
+					double xv = bf16 ? bf16_round(x[r * ldx + k]) : x[r * ldx + k];
+					double wv = bf16 ? bf16_round(w[n * ldw + k]) : w[n * ldw + k];
+
+					s += xv * wv;
+				}
+				if (!(flags & PD_LIN_NO_BIAS))
+					s += b[n];
+				if (flags & PD_LIN_GELU_TANH)
+					s = gelu_tanh(s);
+				if (flags & PD_LIN_ACCUMULATE)
+					s += start[r * N + n];
+				ref[r * N + n] = s;
+			}
+		}
+		snprintf(what, sizeof(what), "linear %s M=%d K=%d N=%d flags=%d", bf16 ? "bf16" : "f32", M, K, N, flags);
+		check_view(what, y, ref, M, N, ldy, bf16 ? 2e-5 : TOL);
+		free(y);
+		free(start);
+	}
+	be->ops->linear_free(be, l);
+	free(x);
+	free(w);
+	free(b);
+	free(ref);
+}
+
+/* bf16: the reference rounds q, k, v to bf16; the probabilities are rounded
+ * to bf16 before P V, which bounds the difference near 2^-8 relative. */
+static void test_attention(struct pd_backend *be, int bf16)
+{
+	/* up to 600 queries: more than one query block of the kernel */
+	int H = rnd_int(1, 5), Dh = 2 * rnd_int(1, 24), Sq = rnd_int(1, 600), Skv = rnd_int(1, 300);
+	int D = H * Dh, ld = D + rnd_int(0, 4), ldo = D + rnd_int(0, 4);
+	/* now and then large scores: rows close to one-hot, exponentials that underflow */
+	float *q = rnd_buf((size_t)Sq * ld, rnd_int(0, 2) ? 1.0f : 8.0f), *k = rnd_buf((size_t)Skv * ld, 1.0f);
+	float *v = rnd_buf((size_t)Skv * ld, 1.0f);
+	float *out = nan_buf((size_t)Sq * ldo), *lse = nan_buf((size_t)H * Sq);
+	double *ref = malloc(sizeof(double) * (size_t)Sq * D), *rlse = malloc(sizeof(double) * (size_t)H * Sq);
+	double *s = malloc(sizeof(double) * (size_t)Skv);
+	float scale = 1.0f / sqrtf((float)Dh);
+	char what[128];
+
+	be->ops->attention(be, out, ldo, lse, q, ld, k, ld, v, ld, Sq, Skv, H, Dh, scale);
+	for (int h = 0; h < H; h++) {
+		for (int i = 0; i < Sq; i++) {
+			double m = -INFINITY, l = 0;
+
+			for (int j = 0; j < Skv; j++) {
+				double d = 0;
+
+				for (int c = 0; c < Dh; c++) {
+					double qv = q[i * ld + h * Dh + c], kv = k[j * ld + h * Dh + c];
+
+					if (bf16) {
+						qv = bf16_round((float)qv);
+						kv = bf16_round((float)kv);
+					}
+					d += qv * kv;
+				}
+				s[j] = d * scale;
+				m = fmax(m, s[j]);
+			}
+			for (int j = 0; j < Skv; j++)
+				l += exp(s[j] - m);
+			for (int c = 0; c < Dh; c++) {
+				double o = 0;
+
+				for (int j = 0; j < Skv; j++)
+					o += exp(s[j] - m) / l * (bf16 ? bf16_round(v[j * ld + h * Dh + c])
+								       : v[j * ld + h * Dh + c]);
+				ref[(size_t)i * D + h * Dh + c] = o;
+			}
+			rlse[(size_t)h * Sq + i] = m + log(l);
+		}
+	}
+	snprintf(what, sizeof(what), "attention %s H=%d Dh=%d Sq=%d Skv=%d", bf16 ? "bf16" : "f32", H, Dh, Sq, Skv);
+	check_view(what, out, ref, Sq, D, ldo, bf16 ? 1e-2 : TOL);
+	snprintf(what, sizeof(what), "attention lse H=%d Sq=%d Skv=%d", H, Sq, Skv);
+	check_view(what, lse, rlse, H, Sq, Sq, TOL);
+	free(q);
+	free(k);
+	free(v);
+	free(out);
+	free(lse);
+	free(ref);
+	free(rlse);
+	free(s);
+}
+
+/* The encoders' attention: an additive bias per head and query, and a
+ * causal mask, against double precision. */
+static void test_attention_masked(struct pd_backend *be, int bf16)
+{
+	int H = rnd_int(1, 5), Dh = 2 * rnd_int(1, 20), S = rnd_int(1, 600), causal = rnd_int(0, 1);
+	int has_bias = rnd_int(0, 1) || !causal, D = H * Dh, ld = D + rnd_int(0, 4), ldo = D + rnd_int(0, 4);
+	float *q = rnd_buf((size_t)S * ld, 1.0f), *k = rnd_buf((size_t)S * ld, 1.0f), *v = rnd_buf((size_t)S * ld, 1.0f);
+	float *bias = has_bias ? rnd_buf((size_t)H * S * S, 3.0f) : NULL, *out = nan_buf((size_t)S * ldo);
+	double *ref = malloc(sizeof(double) * (size_t)S * D), *sc = malloc(sizeof(double) * (size_t)S);
+	float scale = rnd_int(0, 1) ? 1.0f : 1.0f / sqrtf((float)Dh);
+	char what[128];
+
+	be->ops->attention_masked(be, out, ldo, q, ld, k, ld, v, ld, S, H, Dh, scale, bias, causal);
+	for (int h = 0; h < H; h++) {
+		for (int i = 0; i < S; i++) {
+			int lim = causal ? i + 1 : S;
+			double m = -INFINITY, l = 0;
+
+			for (int j = 0; j < lim; j++) {
+				double d = 0;
+
+				for (int c = 0; c < Dh; c++) {
+					double qv = q[i * ld + h * Dh + c], kv = k[j * ld + h * Dh + c];
+
+					if (bf16) {
+						qv = bf16_round((float)qv);
+						kv = bf16_round((float)kv);
+					}
+					d += qv * kv;
+				}
+				sc[j] = d * scale + (bias ? bias[((size_t)h * S + i) * S + j] : 0);
+				m = fmax(m, sc[j]);
+			}
+			for (int j = 0; j < lim; j++)
+				l += exp(sc[j] - m);
+			for (int c = 0; c < Dh; c++) {
+				double o = 0;
+
+				for (int j = 0; j < lim; j++)
+					o += exp(sc[j] - m) / l * (bf16 ? bf16_round(v[j * ld + h * Dh + c]) : v[j * ld + h * Dh + c]);
+				ref[(size_t)i * D + h * Dh + c] = o;
+			}
+		}
+	}
+	snprintf(what, sizeof(what), "attention_masked %s H=%d Dh=%d S=%d bias=%d causal=%d", bf16 ? "bf16" : "f32", H,
+		 Dh, S, has_bias, causal);
+	check_view(what, out, ref, S, D, ldo, bf16 ? 1e-2 : TOL);
+	free(q);
+	free(k);
+	free(v);
+	free(bias);
+	free(out);
+	free(ref);
+	free(sc);
+}
+
+static void test_norms(struct pd_backend *be)
+{
+	int rows = rnd_int(1, 40), H = rnd_int(1, 4), Dh = 2 * rnd_int(1, 20), dim = H * Dh;
+	int ld = dim + rnd_int(0, 4), ldy = dim + rnd_int(0, 4);
+	float *x = rnd_buf((size_t)rows * ld, 2.0f), *sc = rnd_buf((size_t)dim, 0.3f), *sh = rnd_buf((size_t)dim, 0.3f);
+	float *w = rnd_buf((size_t)Dh, 0.2f), *y = nan_buf((size_t)rows * ldy);
+	float *cosv = rnd_buf((size_t)rows * Dh, 1.0f), *sinv = rnd_buf((size_t)rows * Dh, 1.0f);
+	float *gate = rnd_buf((size_t)dim, 1.0f), *o = rnd_buf((size_t)rows * ld, 1.0f);
+	double *ref = malloc(sizeof(double) * (size_t)rows * dim);
+	char what[96];
+
+	/* LayerNorm with weight and bias (either may be absent) */
+	{
+		float *lw = rnd_buf((size_t)dim, 2.0f), *lb = rnd_buf((size_t)dim, 1.0f);
+		int use_w = rnd_int(0, 1), use_b = rnd_int(0, 1);
+
+		be->ops->layernorm(be, y, ldy, x, ld, rows, dim, use_w ? lw : NULL, use_b ? lb : NULL, 1e-5f);
+		for (int r = 0; r < rows; r++) {
+			double mean = 0, var = 0;
+
+			for (int j = 0; j < dim; j++)
+				mean += x[r * ld + j];
+			mean /= dim;
+			for (int j = 0; j < dim; j++)
+				var += (x[r * ld + j] - mean) * (x[r * ld + j] - mean);
+			var /= dim;
+			for (int j = 0; j < dim; j++)
+				ref[(size_t)r * dim + j] = (x[r * ld + j] - mean) / sqrt(var + 1e-5) * (use_w ? lw[j] : 1) +
+							   (use_b ? lb[j] : 0);
+		}
+		snprintf(what, sizeof(what), "layernorm rows=%d dim=%d w=%d b=%d", rows, dim, use_w, use_b);
+		check_view(what, y, ref, rows, dim, ldy, TOL);
+		free(lw);
+		free(lb);
+	}
+	/* LayerNorm with modulation */
+	be->ops->layernorm_mod(be, y, ldy, x, ld, rows, dim, sc, sh, 1e-6f);
+	for (int r = 0; r < rows; r++) {
+		double mean = 0, var = 0;
+
+		for (int j = 0; j < dim; j++)
+			mean += x[r * ld + j];
+		mean /= dim;
+		for (int j = 0; j < dim; j++)
+			var += (x[r * ld + j] - mean) * (x[r * ld + j] - mean);
+		var /= dim;
+		for (int j = 0; j < dim; j++)
+			ref[r * dim + j] = (x[r * ld + j] - mean) / sqrt(var + 1e-6) * (1.0 + sc[j]) + sh[j];
+	}
+	snprintf(what, sizeof(what), "layernorm_mod rows=%d dim=%d", rows, dim);
+	check_view(what, y, ref, rows, dim, ldy, TOL);
+
+	/* RMSNorm per head, in place */
+	for (int r = 0; r < rows; r++)
+		for (int hh = 0; hh < H; hh++) {
+			double ms = 0;
+
+			for (int c = 0; c < Dh; c++)
+				ms += (double)x[r * ld + hh * Dh + c] * x[r * ld + hh * Dh + c];
+			ms /= Dh;
+			for (int c = 0; c < Dh; c++)
+				ref[r * dim + hh * Dh + c] = x[r * ld + hh * Dh + c] / sqrt(ms + 1e-6) * w[c];
+		}
+	for (int r = 0; r < rows; r++)
+		for (int j = dim; j < ld; j++)
+			x[r * ld + j] = NAN;	/* the padding must stay untouched */
+	be->ops->rmsnorm_heads(be, x, ld, rows, H, Dh, w, 1e-6f);
+	snprintf(what, sizeof(what), "rmsnorm_heads rows=%d H=%d Dh=%d", rows, H, Dh);
+	check_view(what, x, ref, rows, dim, ld, TOL);
+
+	/* RoPE in place on interleaved pairs */
+	for (int r = 0; r < rows; r++)
+		for (int hh = 0; hh < H; hh++)
+			for (int c = 0; c < Dh; c += 2) {
+				double a = x[r * ld + hh * Dh + c], bb = x[r * ld + hh * Dh + c + 1];
+
+				ref[r * dim + hh * Dh + c] = a * cosv[r * Dh + c] - bb * sinv[r * Dh + c];
+				ref[r * dim + hh * Dh + c + 1] = bb * cosv[r * Dh + c + 1] + a * sinv[r * Dh + c + 1];
+			}
+	be->ops->rope(be, x, ld, rows, H, Dh, cosv, sinv);
+	snprintf(what, sizeof(what), "rope rows=%d H=%d Dh=%d", rows, H, Dh);
+	check_view(what, x, ref, rows, dim, ld, TOL);
+
+	/* gated residual */
+	for (int r = 0; r < rows; r++)
+		for (int j = 0; j < dim; j++)
+			ref[r * dim + j] = x[r * ld + j] + (double)gate[j] * o[r * ld + j];
+	be->ops->gated_add(be, x, ld, o, ld, rows, dim, gate);
+	snprintf(what, sizeof(what), "gated_add rows=%d dim=%d", rows, dim);
+	check_view(what, x, ref, rows, dim, ld, TOL);
+	free(x);
+	free(sc);
+	free(sh);
+	free(w);
+	free(y);
+	free(cosv);
+	free(sinv);
+	free(gate);
+	free(o);
+	free(ref);
+}
+
+static void test_elementwise(struct pd_backend *be)
+{
+	int n = rnd_int(1, 100000), rows = rnd_int(1, 30), cols = rnd_int(1, 40);
+	float *a = rnd_buf((size_t)n, 3.0f), *b = rnd_buf((size_t)n, 1.0f), *y = nan_buf((size_t)n + 1);
+	double *ref = malloc(sizeof(double) * (size_t)(n > rows * cols ? n : rows * cols));
+
+	y[n] = NAN;
+	be->ops->silu(be, y, a, (size_t)n);
+	for (int i = 0; i < n; i++)
+		ref[i] = a[i] / (1.0 + exp(-(double)a[i]));
+	check_view("silu", y, ref, 1, n, n, TOL);
+	PD_CHECK(isnan(y[n]), "silu wrote past the end");
+	be->ops->add(be, y, a, b, (size_t)n);
+	for (int i = 0; i < n; i++)
+		ref[i] = (double)a[i] + b[i];
+	check_view("add", y, ref, 1, n, n, TOL);
+	be->ops->mul(be, y, a, b, (size_t)n);
+	for (int i = 0; i < n; i++)
+		ref[i] = (double)a[i] * b[i];
+	check_view("mul", y, ref, 1, n, n, TOL);
+	be->ops->quick_gelu(be, y, a, (size_t)n);
+	for (int i = 0; i < n; i++)
+		ref[i] = a[i] / (1.0 + exp(-1.702 * (double)a[i]));
+	check_view("quick_gelu", y, ref, 1, n, n, TOL);
+	PD_CHECK(isnan(y[n]), "quick_gelu wrote past the end");
+	free(y);
+	y = nan_buf((size_t)rows * cols);
+	be->ops->transpose(be, y, a, rows, cols < n / rows ? cols : 1);
+	{
+		int c2 = cols < n / rows ? cols : 1;
+
+		for (int r = 0; r < rows && r * c2 < n; r++)
+			for (int c = 0; c < c2; c++)
+				ref[c * rows + r] = a[r * c2 + c];
+		if (rows * c2 <= n)
+			check_view("transpose", y, ref, c2, rows, rows, 0);
+	}
+	free(y);
+	y = nan_buf((size_t)rows * (cols + 3));
+	if (rows * cols <= n) {
+		be->ops->copy2d(be, y, cols + 3, a, cols, rows, cols);
+		for (int i = 0; i < rows * cols; i++)
+			ref[i] = a[i];
+		check_view("copy2d", y, ref, rows, cols, cols + 3, 0);
+	}
+	free(a);
+	free(b);
+	free(y);
+	free(ref);
+}
+
+static void test_vae_ops(struct pd_backend *be)
+{
+	int G = rnd_int(1, 4), C = G * rnd_int(1, 2), h = rnd_int(1, 12), w = rnd_int(1, 12), Co = rnd_int(1, 9);
+	int64_t hw = (int64_t)h * w;
+	float *x = rnd_buf((size_t)(C * hw), 2.0f), *y = nan_buf((size_t)(C * hw * 4));
+	float *gam = rnd_buf((size_t)C, 1.0f), *bet = rnd_buf((size_t)C, 1.0f);
+	double *ref = malloc(sizeof(double) * (size_t)(C * hw * 4 + Co * hw));
+	char what[96];
+
+	for (int silu = 0; silu < 2; silu++) {
+		int cpg = C / G;
+
+		double stats[8], half[8];
+
+		/* the statistics of two halves of every channel add up to the
+		 * whole's: what a picture decoded in bands relies on */
+		be->ops->group_stats(be, x, C, hw, G, stats);
+		if (C % G == 0 && C / G == 1 && hw > 1) {
+			double a[8], b[8];
+			float *x1 = malloc(sizeof(float) * (size_t)(C * hw)), *x2 = malloc(sizeof(float) * (size_t)(C * hw));
+			int64_t h1 = hw / 2;
+
+			for (int ch = 0; ch < C; ch++) {
+				memcpy(x1 + ch * h1, x + ch * hw, sizeof(float) * (size_t)h1);
+				memcpy(x2 + ch * (hw - h1), x + ch * hw + h1, sizeof(float) * (size_t)(hw - h1));
+			}
+			be->ops->group_stats(be, x1, C, h1, G, a);
+			be->ops->group_stats(be, x2, C, hw - h1, G, b);
+			for (int g = 0; g < 2 * G; g++)
+				half[g] = a[g] + b[g];
+			for (int g = 0; g < 2 * G; g++)
+				PD_CHECK(fabs(half[g] - stats[g]) <= 1e-9 * (fabs(stats[g]) + 1), "group stats of halves");
+			free(x1);
+			free(x2);
+		}
+		be->ops->group_apply(be, y, hw, x, C, hw, G, stats, (double)(C / G) * (double)hw, gam, bet, 1e-6f, silu);
+		for (int g = 0; g < G; g++) {
+			double mean = 0, var = 0;
+			int64_t n = cpg * hw;
+
+			for (int64_t i = 0; i < n; i++)
+				mean += x[g * n + i];
+			mean /= (double)n;
+			for (int64_t i = 0; i < n; i++)
+				var += (x[g * n + i] - mean) * (x[g * n + i] - mean);
+			var /= (double)n;
+			for (int c = g * cpg; c < (g + 1) * cpg; c++)
+				for (int64_t i = 0; i < hw; i++) {
+					double t = (x[c * hw + i] - mean) / sqrt(var + 1e-6) * gam[c] + bet[c];
+
+					ref[c * hw + i] = silu ? t / (1 + exp(-t)) : t;
+				}
+		}
+		snprintf(what, sizeof(what), "group_norm C=%d G=%d hw=%lld silu=%d", C, G, (long long)hw, silu);
+		check_view(what, y, ref, 1, C * hw, C * hw, TOL);
+	}
+	pd_poison(y, (size_t)(C * hw * 4));
+	be->ops->upsample2x(be, y, 4 * hw, x, C, h, w);
+	for (int c = 0; c < C; c++)
+		for (int i = 0; i < 2 * h; i++)
+			for (int j = 0; j < 2 * w; j++)
+				ref[((int64_t)c * 2 * h + i) * 2 * w + j] = x[((int64_t)c * h + i / 2) * w + j / 2];
+	check_view("upsample2x", y, ref, 1, C * hw * 4, C * hw * 4, 0);
+
+	for (int k = 1; k <= 3; k += 2) {
+		float *wt = rnd_buf((size_t)(Co * C * k * k), 0.3f), *bias = rnd_buf((size_t)Co, 0.1f);
+		float *out = nan_buf((size_t)(Co * hw));
+		struct pd_conv *cv = be->ops->conv_new(be, Co, C, k, wt, bias);
+		int p = (k - 1) / 2;
+
+		PD_CHECK(cv != NULL, "conv_new: %s", be->error);
+		if (cv) {
+			be->ops->conv(be, cv, x, h, w, 0, out);
+			for (int o = 0; o < Co; o++)
+				for (int i = 0; i < h; i++)
+					for (int j = 0; j < w; j++) {
+						double s = bias[o];
+
+						for (int c = 0; c < C; c++)
+							for (int di = 0; di < k; di++)
+								for (int dj = 0; dj < k; dj++) {
+									int yi = i + di - p, xj = j + dj - p;
+
+									if (yi < 0 || yi >= h || xj < 0 || xj >= w)
+										continue;
+									s += (double)wt[((o * C + c) * k + di) * k + dj] *
+									     x[((int64_t)c * h + yi) * w + xj];
+								}
+						ref[((int64_t)o * h + i) * w + j] = s;
+					}
+			snprintf(what, sizeof(what), "conv%dx%d C=%d->%d %dx%d", k, k, C, Co, h, w);
+			check_view(what, out, ref, 1, Co * hw, Co * hw, TOL);
+			if (k == 3) {
+				/* a band of rows [r0, r0 + n) given with one row of each
+				 * neighbour (zeros past the edges) equals those rows of
+				 * the whole convolution */
+				int r0 = rnd_int(0, h - 1), n = rnd_int(1, h - r0);
+				float *xb = calloc((size_t)(C * (n + 2) * w), sizeof(float));
+				float *ob = nan_buf((size_t)(Co * n * w));
+				double *rb = malloc(sizeof(double) * (size_t)(Co * n * w));
+
+				for (int ch = 0; ch < C; ch++)
+					for (int i = -1; i <= n; i++)
+						if (r0 + i >= 0 && r0 + i < h)
+							memcpy(xb + ((int64_t)ch * (n + 2) + i + 1) * w,
+							       x + ((int64_t)ch * h + r0 + i) * w, sizeof(float) * (size_t)w);
+				be->ops->conv(be, cv, xb, n, w, 1, ob);
+				for (int o = 0; o < Co; o++)
+					for (int i = 0; i < n; i++)
+						for (int j = 0; j < w; j++)
+							rb[((int64_t)o * n + i) * w + j] = ref[((int64_t)o * h + r0 + i) * w + j];
+				snprintf(what, sizeof(what), "conv3x3 band rows %d..%d of %d", r0, r0 + n, h);
+				check_view(what, ob, rb, 1, Co * n * w, Co * n * w, TOL);
+				free(xb);
+				free(ob);
+				free(rb);
+			}
+			be->ops->conv_free(be, cv);
+		}
+		free(wt);
+		free(bias);
+		free(out);
+	}
+	free(x);
+	free(y);
+	free(gam);
+	free(bet);
+	free(ref);
+}
+
+int main(int argc, char **argv)
+{
+	unsigned long long seed = argc > 1 ? strtoull(argv[1], NULL, 10) :
+						    (unsigned long long)time(NULL) * 1000003ull + (unsigned long long)getpid();
+	struct pd_backend *f32 = NULL, *bf16 = NULL;
+
+	printf("seed %llu (rerun with: test_kernels %llu)\n", seed, seed);
+	pd_rng_seed(&rng, seed);
+	if (pd_backend_cpu_new(&f32, PD_F32, 0) || pd_backend_cpu_new(&bf16, PD_BF16, 0)) {
+		fprintf(stderr, "%s\n", pd_last_error());
+		return 1;
+	}
+	for (int round = 0; round < 6; round++) {
+		test_linear(f32, 0);
+		test_linear(bf16, 1);
+		test_attention(f32, 0);
+		test_attention(bf16, 1);
+		test_attention_masked(f32, 0);
+		test_attention_masked(bf16, 1);
+		test_norms(f32);
+		test_elementwise(f32);
+		test_vae_ops(f32);
+	}
+	PD_CHECK(!f32->failed && !bf16->failed, "backend error: %s %s", f32->error, bf16->error);
+	pd_backend_free(f32);
+	pd_backend_free(bf16);
+	return pd_test_report();
+}

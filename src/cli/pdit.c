@@ -194,7 +194,7 @@ static int pd_cmd_forward(int argc, char **argv)
 	if (!out || !store.w)
 		goto fail;
 	for (int64_t b = 0; b < in.batch; b++) {
-		struct pd_flux_input x = pd_forward_inputs_image(&in, cfg, b);
+		struct pd_dit_call x = pd_forward_inputs_image(&in, cfg, b);
 
 		dump.index = b;
 		if (pd_flux_forward(m, &x, out + b * in.img_len * cfg->out_channels, dump_all ? &dump : NULL))

@@ -6,6 +6,7 @@
 #include "pd_args.h"
 #include "pd_backend.h"
 #include "pd_model_paths.h"
+#include "pd_flux.h"
 #include "pd_plan.h"
 #include "pd_util.h"
 #include "pd_vae.h"
@@ -60,6 +61,7 @@ int pd_cmd_plan(int argc, char **argv)
 	struct pd_model_flags mf = { 0 };
 	struct pd_model_paths mp;
 	struct pd_flux_config fc;
+	struct pd_dit_info info;
 	struct pd_plan_work w = { 0 };
 	struct pd_plan_machine mc = { 0 };
 	struct pd_mesh_limits lim = { 0 };
@@ -129,9 +131,10 @@ int pd_cmd_plan(int argc, char **argv)
 		pd_errorf("--dtype must be f32 or bf16, not '%s'", dtype);
 		return pd_cli_fail();
 	}
-	if (pd_model_paths_resolve(&mp, &mf, 0) || pd_flux_config_load(&fc, mp.transformer))
+	if (pd_model_paths_resolve(&mp, &mf, 0) || pd_flux_config_load(&fc, mp.transformer) ||
+	    pd_flux_dit_info(&fc, &info))
 		goto out;
-	w.cfg = &fc;
+	w.info = &info;
 	w.txt_len = txt ? txt : fc.guidance_embeds ? 512 : 256;
 	w.img_len = (int64_t)(height / 16) * (width / 16);
 	w.img_w = width / 16;

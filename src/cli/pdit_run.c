@@ -60,6 +60,7 @@ struct pd_run {
 	struct pd_comm *world;          /* all processes (borrowed) */
 	struct pd_model_paths mp;       /* component folders */
 	struct pd_flux_config fc;       /* transformer sizes */
+	struct pd_dit_info info;        /* the same as the parallel methods and the planner see them */
 	struct pd_embeds e;             /* prompt embeddings */
 	char **prompts;                 /* -p / --prompts: the texts to encode (NULL with --embeds) */
 	int n_prompts;
@@ -75,7 +76,7 @@ struct pd_run {
 	struct pd_mesh mesh;            /* its communicators (once created) */
 	int mesh_ok;
 	struct pd_backend *be;          /* compute */
-	struct pd_flux *m;              /* this rank's share of the transformer */
+	struct pd_dit *m;               /* this rank's share of the transformer */
 	struct pd_vae *v;               /* the VAE (on ranks that write pictures) */
 	struct pd_parallel par;         /* the parallel methods */
 	int par_ok;
@@ -337,7 +338,7 @@ static void pd_run_plan_work(const struct pd_run *r, const struct pd_gen_args *a
 	struct pd_vae_config vc;
 
 	memset(w, 0, sizeof(*w));
-	w->cfg = &r->fc;
+	w->info = &r->info;
 	w->txt_len = r->e.txt_len;
 	w->img_len = r->ls.tokens;
 	w->img_w = r->ls.w / 2;
@@ -457,7 +458,8 @@ static int pd_run_prepare(struct pd_run *r, const struct pd_gen_args *a, int nee
 		return pd_errorf("--batch must be positive and at most %d (got %d)", PD_MAX_BATCH, a->batch);
 	if (a->true_cfg_scale < 0)
 		return pd_errorf("--true-cfg-scale must not be negative");
-	if (pd_run_resolve(r, a) || pd_flux_config_load(&r->fc, r->mp.transformer) || pd_run_inputs(r, a) ||
+	if (pd_run_resolve(r, a) || pd_flux_config_load(&r->fc, r->mp.transformer) ||
+	    pd_flux_dit_info(&r->fc, &r->info) || pd_run_inputs(r, a) ||
 	    pd_latent_shape(&r->ls, &r->fc, a->height, a->width) || (a->batch > 0 && pd_embeds_repeat(&r->e, a->batch)))
 		return -1;
 	if (need_vae && !r->mp.vae && !a->out_latents)
@@ -543,14 +545,14 @@ static int pd_run_prepare(struct pd_run *r, const struct pd_gen_args *a, int nee
 /* Phase 2: the mesh's communicators, the backend, this rank's weights. */
 static int pd_run_load(struct pd_run *r, const struct pd_gen_args *a, int want_vae)
 {
-	struct pd_flux_shard sh;
+	struct pd_dit_shard sh;
 
 	if (pd_mesh_create(&r->mesh, r->world, r->degree))
 		return -1;
 	r->mesh_ok = 1;
-	sh = pd_parallel_shard(&r->mesh, &r->fc);
+	sh = pd_parallel_shard(&r->mesh, &r->info);
 	if (pd_backend_cpu_new(&r->be, r->dt, pd_cli_threads(r->world, a->threads)) || pd_run_encode(r) ||
-	    pd_fault("load", 0) || pd_flux_load_shard(&r->m, r->mp.transformer, r->be, &sh))
+	    pd_fault("load", 0) || pd_flux_load_dit(&r->m, r->mp.transformer, r->be, &sh))
 		return -1;
 	/* a broken VAE must not surface after minutes of denoising; with the
 	 * parallel decode every rank of a data-parallel group decodes a band */
@@ -583,7 +585,7 @@ static void pd_run_free(struct pd_run *r)
 		pd_parallel_free(&r->par);
 	pd_vae_free(r->v);
 	pd_vae_par_free(&r->vae_par);
-	pd_flux_free(r->m);
+	pd_dit_free(r->m);
 	pd_backend_free(r->be);
 	if (r->mesh_ok)
 		pd_mesh_free(&r->mesh);
@@ -892,7 +894,7 @@ int pd_cmd_generate(struct pd_comm *world, int argc, char **argv)
 	pd_run_notes(&r, &a);
 	pd_run_denoise(&r, all, NULL);
 	/* the flux share goes before decoding: the VAE needs the memory */
-	pd_flux_free(r.m);
+	pd_dit_free(r.m);
 	r.m = NULL;
 	hr = 0;
 	if (a.out_latents && world->rank == 0) {
@@ -1045,7 +1047,7 @@ static int pd_check_gather(struct pd_run *r, const struct pd_blocks *mine, const
 		pd_check_coord(r->degree, q, coord);
 		if (!pd_check_contributes(r->degree, coord))
 			continue;
-		pd_pipe_stage_blocks(&r->fc, r->degree[PD_AXIS_PP], coord[PD_AXIS_PP], &first, &count);
+		pd_pipe_stage_blocks(&r->info, r->degree[PD_AXIS_PP], coord[PD_AXIS_PP], &first, &count);
 		j = coord[PD_AXIS_RING] * r->degree[PD_AXIS_ULYSSES] + coord[PD_AXIS_ULYSSES];
 		bytes[q] = (size_t)(count * (pd_chunk_len(T, P, j) + pd_chunk_len(L, P, j)) * D) * sizeof(float);
 		total += (int64_t)bytes[q];
@@ -1100,7 +1102,7 @@ static int pd_check_gather(struct pd_run *r, const struct pd_blocks *mine, const
 			if (!bytes[q])
 				continue;
 			pd_check_coord(r->degree, q, coord);
-			pd_pipe_stage_blocks(&r->fc, r->degree[PD_AXIS_PP], coord[PD_AXIS_PP], &first, &count);
+			pd_pipe_stage_blocks(&r->info, r->degree[PD_AXIS_PP], coord[PD_AXIS_PP], &first, &count);
 			j = coord[PD_AXIS_RING] * r->degree[PD_AXIS_ULYSSES] + coord[PD_AXIS_ULYSSES];
 			for (int k = first; k < first + count; k++) {
 				int64_t tn = pd_chunk_len(T, P, j), in = pd_chunk_len(L, P, j);
@@ -1142,12 +1144,12 @@ static double pd_rel_diff(const float *a, const float *b, size_t n)
 static int pd_check_reference(struct pd_run *r, float *latents, struct pd_blocks *blocks)
 {
 	struct pd_backend *be = NULL;
-	struct pd_flux *m = NULL;
+	struct pd_dit *m = NULL;
 	struct pd_runner run;
 	struct pd_dump dump = { pd_blocks_dump, blocks, 0 };
 	int rc = -1;
 
-	if (pd_backend_cpu_new(&be, r->dt, r->be->threads) || pd_flux_load(&m, r->mp.transformer, be))
+	if (pd_backend_cpu_new(&be, r->dt, r->be->threads) || pd_flux_load_dit(&m, r->mp.transformer, be, NULL))
 		goto out;
 	run = pd_runner_local(m);
 	pd_log(1, "pdit: running the single-process reference\n");
@@ -1155,7 +1157,7 @@ static int pd_check_reference(struct pd_run *r, float *latents, struct pd_blocks
 	if (!rc && blocks->failed)
 		rc = pd_errorf("out of memory recording the reference");
 out:
-	pd_flux_free(m);
+	pd_dit_free(m);
 	pd_backend_free(be);
 	return rc;
 }
@@ -1248,7 +1250,7 @@ int pd_cmd_check(struct pd_comm *world, int argc, char **argv)
 		goto out;
 	pd_run_notes(&r, &a);
 	pd_run_denoise(&r, all, a.golden ? NULL : &dump);
-	pd_flux_free(r.m);
+	pd_dit_free(r.m);
 	r.m = NULL;
 	pd_mesh_format(r.degree, r.opt.distrifusion, mesh, sizeof(mesh));
 	if (a.golden) {
@@ -1376,7 +1378,7 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 	struct pd_gen_args a;
 	struct pd_run r;
 	struct pd_bench_clock clk = { 0 };
-	struct pd_flux_flops fl;
+	struct pd_dit_flops fl;
 	float *all = NULL;
 	struct pd_bench_rank *rk = NULL;
 	double *dt = NULL, sps = 0, mm = 0, vae_s = -1, step_flop, achieved;
@@ -1457,7 +1459,7 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 		/* the transformer's memory goes first, as in generate */
 		uint8_t *rgb = NULL;
 
-		pd_flux_free(r.m);
+		pd_dit_free(r.m);
 		r.m = NULL;
 		if (pd_vae_load(&r.v, r.mp.vae, r.be) == 0) {
 			int f = pd_vae_scale(pd_vae_get_config(r.v));
@@ -1472,7 +1474,7 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 			free(rgb);
 		}
 	}
-	fl = pd_flux_count_flops(&r.fc, r.e.txt_len, r.ls.tokens);
+	fl = pd_dit_count_flops(&r.info, r.e.txt_len, r.ls.tokens);
 	branches = pd_gen_uses_cfg(&r.p, &r.e) ? 2 : 1;
 	step_flop = (fl.linear + fl.attention) * (double)r.e.batch * branches;
 	achieved = step_flop / sps / 1e9;

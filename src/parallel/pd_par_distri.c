@@ -42,9 +42,9 @@ static void pd_distri_call_free(struct pd_distri *d, struct pd_distri_call *c)
 }
 
 /* The state of the current call, made for its shapes. */
-static struct pd_distri_call *pd_distri_state(struct pd_distri *d, int64_t rows, int64_t own, int64_t width)
+static struct pd_distri_call *pd_distri_state(struct pd_distri *d, const struct pd_dit_call *in, int64_t rows,
+					      int64_t own, int64_t width)
 {
-	const struct pd_flux_input *in = d->seq->call;
 	struct pd_distri_call *c = NULL, *nc;
 
 	for (int i = 0; i < d->n_calls; i++)
@@ -91,8 +91,9 @@ static struct pd_distri_call *pd_distri_state(struct pd_distri *d, int64_t rows,
 	return c;
 }
 
-static int pd_distri_attention(void *ctx, struct pd_backend *be, int layer, float *out, int64_t ldo, const float *q,
-			       const float *k, const float *v, int64_t ld, int64_t rows, int heads, int head_dim)
+static int pd_distri_attention(void *ctx, struct pd_backend *be, const struct pd_dit_call *call, int layer, float *out,
+			       int64_t ldo, const float *q, const float *k, const float *v, int64_t ld, int64_t rows,
+			       int heads, int head_dim)
 {
 	struct pd_distri *d = ctx;
 	struct pd_seq_par *sp = d->seq;
@@ -106,14 +107,14 @@ static int pd_distri_attention(void *ctx, struct pd_backend *be, int layer, floa
 	if (layer < 0 || layer >= d->layers)
 		return pd_errorf("DistriFusion: layer %d of %d", layer, d->layers);
 	for (int j = 0; j < P; j++) {
-		int64_t n = pd_seq_rows(sp, j);
+		int64_t n = pd_seq_rows(sp, call, j);
 
 		d->bytes[j] = (size_t)(n * W) * sizeof(float);
 		if (j < me)
 			off += n;
 		S += n;
 	}
-	c = pd_distri_state(d, S, rows, W);
+	c = pd_distri_state(d, call, S, rows, W);
 	if (!c)
 		return -1;
 	x = &c->layer[layer];
@@ -130,7 +131,7 @@ static int pd_distri_attention(void *ctx, struct pd_backend *be, int layer, floa
 	be->ops->copy2d(be, x->send_v, W, v, ld, rows, W);
 	if (pd_backend_check(be))
 		return -1;
-	if (sp->call->step < d->warmup) {
+	if (call->step < d->warmup) {
 		/* synchronous: every band's fresh rows, then exact attention */
 		if (cm->ops->allgatherv(cm, x->send_k, d->bytes[me], x->k[x->cur], d->bytes) ||
 		    cm->ops->allgatherv(cm, x->send_v, d->bytes[me], x->v[x->cur], d->bytes))
@@ -143,7 +144,7 @@ static int pd_distri_attention(void *ctx, struct pd_backend *be, int layer, floa
 	be->ops->attention(be, out, ldo, NULL, q, ld, x->k[x->cur], W, x->v[x->cur], W, rows, S, heads, head_dim, scale);
 	if (pd_backend_check(be))
 		return -1;
-	if (sp->call->step >= d->warmup) {
+	if (call->step >= d->warmup) {
 		/* send this step's rows on their way for the next step */
 		if (cm->ops->iallgatherv(cm, x->send_k, d->bytes[me], x->k[1 - x->cur], d->bytes, &x->rk) ||
 		    cm->ops->iallgatherv(cm, x->send_v, d->bytes[me], x->v[1 - x->cur], d->bytes, &x->rv))
@@ -153,7 +154,7 @@ static int pd_distri_attention(void *ctx, struct pd_backend *be, int layer, floa
 	return 0;
 }
 
-int pd_distri_init(struct pd_distri *d, struct pd_seq_par *seq, int warmup, int layers, struct pd_flux_hooks *hooks)
+int pd_distri_init(struct pd_distri *d, struct pd_seq_par *seq, int warmup, int layers, struct pd_dit_hooks *hooks)
 {
 	memset(d, 0, sizeof(*d));
 	/* the first step has no earlier keys and values to use */

@@ -24,7 +24,7 @@
 struct pd_distri_call;
 
 struct pd_distri {
-	struct pd_seq_par *seq;         /* the token partition and the current call (borrowed) */
+	struct pd_seq_par *seq;         /* the token partition (borrowed) */
 	int warmup;                     /* synchronous steps */
 	int layers;                     /* attention layers of the model */
 	int n_calls;                    /* states in use */
@@ -33,7 +33,7 @@ struct pd_distri {
 };
 
 /* Installs DistriFusion's attention into HOOKS, over SEQ's partition. */
-int pd_distri_init(struct pd_distri *d, struct pd_seq_par *seq, int warmup, int layers, struct pd_flux_hooks *hooks);
+int pd_distri_init(struct pd_distri *d, struct pd_seq_par *seq, int warmup, int layers, struct pd_dit_hooks *hooks);
 /* Waits for the transfers still in flight and frees the buffers. */
 void pd_distri_free(struct pd_distri *d);
 

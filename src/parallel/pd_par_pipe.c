@@ -24,24 +24,13 @@ struct pd_pipe_call {
 	int owner_ref, owner_rest;      /* pieces of the split that wrote r_ref, rest (-1: every row) */
 };
 
-/* Compute of block K per token: the linear layers (attention grows with the
- * sequence alike for every block). */
-static double pd_pipe_block_cost(const struct pd_flux_config *c, int k)
+void pd_pipe_stage_blocks(const struct pd_dit_info *info, int stages, int stage, int *first, int *count)
 {
-	double D = c->dim, M = c->mlp_dim;
-
-	if (k < c->num_layers)
-		return 2.0 * (3 * D * D + D * D + 2 * D * M);	/* q k v, out, feed-forward */
-	return 2.0 * (3 * D * D + D * M + (D + M) * D);	/* q k v, proj_mlp, proj_out */
-}
-
-void pd_pipe_stage_blocks(const struct pd_flux_config *cfg, int stages, int stage, int *first, int *count)
-{
-	int n = pd_flux_blocks(cfg), prev = 0, k = 0;
+	int n = info->blocks, prev = 0, k = 0;
 	double total = 0, acc = 0;
 
 	for (int j = 0; j < n; j++)
-		total += pd_pipe_block_cost(cfg, j);
+		total += info->block_cost[j];
 	/* boundary i (where stage i starts) is where the running cost comes
 	 * nearest to i / N of the total, each stage keeping at least one block */
 	*first = 0;
@@ -50,8 +39,8 @@ void pd_pipe_stage_blocks(const struct pd_flux_config *cfg, int stages, int stag
 		double target = total * i / stages;
 		int b;
 
-		while (k < n && acc + pd_pipe_block_cost(cfg, k) / 2 < target)
-			acc += pd_pipe_block_cost(cfg, k++);
+		while (k < n && acc + info->block_cost[k] / 2 < target)
+			acc += info->block_cost[k++];
 		b = k;
 		if (b <= prev)
 			b = prev + 1;
@@ -88,14 +77,17 @@ static void pd_pipe_call_free(struct pd_pipe *p, struct pd_pipe_call *c)
 	c->r_ref = c->r = c->rest = c->h1 = c->h1img = NULL;
 }
 
-static struct pd_pipe_call *pd_pipe_state(struct pd_pipe *p, int64_t rows)
+/* The buffers of the whole call W (per image and branch), made for its
+ * shape. */
+static struct pd_pipe_call *pd_pipe_state(struct pd_pipe *p, const struct pd_dit_call *w)
 {
 	struct pd_pipe_call *c = NULL, *nc;
+	int64_t rows = w->txt_len + w->img_len;
 
 	for (int i = 0; i < p->n_calls; i++)
-		if (p->calls[i].image == p->call->image && p->calls[i].branch == p->call->branch)
+		if (p->calls[i].image == w->image && p->calls[i].branch == w->branch)
 			c = &p->calls[i];
-	if (c && (c->rows != rows || c->img != p->call->img_len)) {
+	if (c && (c->rows != rows || c->img != w->img_len)) {
 		pd_pipe_call_free(p, c);
 	} else if (!c) {
 		nc = realloc(p->calls, sizeof(*nc) * (size_t)(p->n_calls + 1));
@@ -106,13 +98,13 @@ static struct pd_pipe_call *pd_pipe_state(struct pd_pipe *p, int64_t rows)
 		p->calls = nc;
 		c = &p->calls[p->n_calls++];
 		memset(c, 0, sizeof(*c));
-		c->image = p->call->image;
-		c->branch = p->call->branch;
+		c->image = w->image;
+		c->branch = w->branch;
 	}
 	if (c->k)
 		return c;
 	c->rows = rows;
-	c->img = p->call->img_len;
+	c->img = w->img_len;
 	c->width = p->width;
 	c->k = pd_calloc((size_t)p->count + 1, sizeof(float *), "PipeFusion's buffers");
 	c->v = pd_calloc((size_t)p->count + 1, sizeof(float *), "PipeFusion's buffers");
@@ -138,29 +130,33 @@ static void pd_pipe_put(struct pd_backend *be, float *dst, int64_t W, int64_t po
 
 /* The attention seam: the piece's fresh keys and values go into this
  * layer's buffer (gathered from the stage's sequence-parallel ranks), then
- * the piece's queries attend to the whole buffer. */
-static int pd_pipe_attention(void *ctx, struct pd_backend *be, int layer, float *out, int64_t ldo, const float *q,
-			     const float *k, const float *v, int64_t ld, int64_t rows, int heads, int head_dim)
+ * the piece's queries attend to the whole buffer. CALL is this rank's share
+ * of a piece (pd_pipe_local), cut from the piece, cut from the whole call. */
+static int pd_pipe_attention(void *ctx, struct pd_backend *be, const struct pd_dit_call *call, int layer, float *out,
+			     int64_t ldo, const float *q, const float *k, const float *v, int64_t ld, int64_t rows,
+			     int heads, int head_dim)
 {
 	struct pd_pipe *p = ctx;
-	int64_t T = p->call->txt_len, S = T + p->call->img_len, W = (int64_t)heads * head_dim;
+	const struct pd_dit_call *w = pd_dit_call_root(call), *piece = call->whole;
+	int64_t T = w->txt_len, S = T + w->img_len, W = (int64_t)heads * head_dim;
+	int64_t piece_t0 = piece->txt0, piece_tn = piece->txt_len, piece_i0 = piece->img0, piece_in = piece->img_len;
 	int P = p->sp->size, l = layer - p->first;
 	struct pd_pipe_call *c;
 
 	if (l < 0 || l >= p->count || W != p->width)
 		return pd_errorf("PipeFusion: layer %d is not this stage's", layer);
-	c = pd_pipe_state(p, S);
+	c = pd_pipe_state(p, w);
 	if (!c)
 		return -1;
 	if (P == 1) {
-		pd_pipe_put(be, c->k[l], W, p->piece_t0, k, ld, p->piece_tn);
-		pd_pipe_put(be, c->k[l], W, T + p->piece_i0, k + p->piece_tn * ld, ld, p->piece_in);
-		pd_pipe_put(be, c->v[l], W, p->piece_t0, v, ld, p->piece_tn);
-		pd_pipe_put(be, c->v[l], W, T + p->piece_i0, v + p->piece_tn * ld, ld, p->piece_in);
+		pd_pipe_put(be, c->k[l], W, piece_t0, k, ld, piece_tn);
+		pd_pipe_put(be, c->k[l], W, T + piece_i0, k + piece_tn * ld, ld, piece_in);
+		pd_pipe_put(be, c->v[l], W, piece_t0, v, ld, piece_tn);
+		pd_pipe_put(be, c->v[l], W, T + piece_i0, v + piece_tn * ld, ld, piece_in);
 	} else {
 		/* every rank of the stage contributes its chunk of the piece's text
 		 * and image rows; all buffers of the stage get all of them */
-		int64_t total = p->piece_tn + p->piece_in, off = 0;
+		int64_t total = piece_tn + piece_in, off = 0;
 		float *kg, *vg;
 
 		if (pd_grow_floats(&p->kv, &p->cap_kv, (size_t)(2 * total * W + 2), "PipeFusion"))
@@ -168,7 +164,7 @@ static int pd_pipe_attention(void *ctx, struct pd_backend *be, int layer, float 
 		kg = p->kv;
 		vg = p->kv + total * W;
 		for (int j = 0; j < P; j++)
-			p->bytes[j] = (size_t)((pd_chunk_len(p->piece_tn, P, j) + pd_chunk_len(p->piece_in, P, j)) * W) *
+			p->bytes[j] = (size_t)((pd_chunk_len(piece_tn, P, j) + pd_chunk_len(piece_in, P, j)) * W) *
 				      sizeof(float);
 		/* the gather reads packed rows */
 		if (pd_grow_floats(&p->y, &p->cap_y, (size_t)(2 * rows * W + 2), "PipeFusion"))
@@ -180,9 +176,9 @@ static int pd_pipe_attention(void *ctx, struct pd_backend *be, int layer, float 
 		    p->sp->ops->allgatherv(p->sp, p->y + rows * W, p->bytes[p->sp->rank], vg, p->bytes))
 			return -1;
 		for (int j = 0; j < P; j++) {
-			int64_t tn = pd_chunk_len(p->piece_tn, P, j), in = pd_chunk_len(p->piece_in, P, j);
-			int64_t t0 = p->piece_t0 + pd_chunk_start(p->piece_tn, P, j);
-			int64_t i0 = T + p->piece_i0 + pd_chunk_start(p->piece_in, P, j);
+			int64_t tn = pd_chunk_len(piece_tn, P, j), in = pd_chunk_len(piece_in, P, j);
+			int64_t t0 = piece_t0 + pd_chunk_start(piece_tn, P, j);
+			int64_t i0 = T + piece_i0 + pd_chunk_start(piece_in, P, j);
 
 			pd_pipe_put(be, c->k[l], W, t0, kg + off * W, W, tn);
 			pd_pipe_put(be, c->k[l], W, i0, kg + (off + tn) * W, W, in);
@@ -200,10 +196,9 @@ static int pd_pipe_attention(void *ctx, struct pd_backend *be, int layer, float 
 /* The pipeline                                                            */
 /* ----------------------------------------------------------------------- */
 
-int pd_pipe_init(struct pd_pipe *p, struct pd_flux *model, struct pd_comm *pp, struct pd_comm *sp, int patches,
-		 int warmup, struct pd_flux_hooks *hooks)
+int pd_pipe_init(struct pd_pipe *p, struct pd_dit *model, struct pd_comm *pp, struct pd_comm *sp, int patches,
+		 int warmup, struct pd_dit_hooks *hooks)
 {
-	const struct pd_flux_config *c = pd_flux_get_config(model);
 
 	memset(p, 0, sizeof(*p));
 	p->model = model;
@@ -217,8 +212,8 @@ int pd_pipe_init(struct pd_pipe *p, struct pd_flux *model, struct pd_comm *pp, s
 	if (warmup < 1 && p->patches > 1)
 		return pd_errorf("PipeFusion with %d patches needs at least one warm-up step (--warmup-steps 1 or more)",
 				 p->patches);
-	pd_pipe_stage_blocks(c, pp->size, pp->rank, &p->first, &p->count);
-	p->width = pd_flux_local_width(model);
+	pd_pipe_stage_blocks(&model->info, pp->size, pp->rank, &p->first, &p->count);
+	p->width = model->local_width;
 	p->bytes = pd_calloc((size_t)sp->size, sizeof(size_t), "counts");
 	if (!p->bytes)
 		return -1;
@@ -292,28 +287,35 @@ static void pd_pipe_piece(const struct pd_pipe *p, int64_t T, int64_t hp, int64_
 	pc->in = pd_chunk_len(pc->rowsn, P, j);
 }
 
-/* The forward input of this rank's share of a piece; the attention seam
- * learns which rows of the sequence the piece holds. */
-static struct pd_flux_input pd_pipe_local(struct pd_pipe *p, const struct pd_flux_input *in,
-					  const struct pd_pipe_piece *pc)
+/* This rank's share of a piece: PIECE is the piece as a part of IN,
+ * LOCAL this rank's rows as a part of PIECE (the attention seam reads where
+ * they lie from both). */
+static void pd_pipe_local(struct pd_pipe *p, const struct pd_dit_call *in, const struct pd_pipe_piece *pc,
+			  struct pd_dit_call *piece, struct pd_dit_call *local)
 {
-	const struct pd_flux_config *cfg = pd_flux_get_config(p->model);
-	struct pd_flux_input local = *in;
-	int A = cfg->n_axes;
+	const struct pd_dit_info *info = &p->model->info;
+	int A = info->n_axes;
 
-	p->piece_t0 = 0;
-	p->piece_tn = pc->ptn;
-	p->piece_i0 = pc->rows0;
-	p->piece_in = pc->rowsn;
-	local.txt_len = pc->tn;
-	local.img_len = pc->in;
-	local.txt = in->txt + pc->t0 * cfg->joint_attention_dim;
-	local.txt_ids = in->txt_ids + pc->t0 * A;
-	local.img = in->img + pc->i0 * cfg->in_channels;
-	local.img_ids = in->img_ids + pc->i0 * A;
+	*piece = *in;
+	piece->txt_len = pc->ptn;
+	piece->img_len = pc->rowsn;
+	piece->img = in->img + pc->rows0 * info->in_channels;
+	piece->img_ids = in->img_ids + pc->rows0 * A;
+	piece->whole = in;
+	piece->txt0 = 0;
+	piece->img0 = pc->rows0;
 	/* First Block Cache is run here, across the stages */
-	local.cache = NULL;
-	return local;
+	piece->cache = NULL;
+	*local = *piece;
+	local->txt_len = pc->tn;
+	local->img_len = pc->in;
+	local->txt = in->txt + pc->t0 * info->txt_width;
+	local->txt_ids = in->txt_ids + pc->t0 * A;
+	local->img = in->img + pc->i0 * info->in_channels;
+	local->img_ids = in->img_ids + pc->i0 * A;
+	local->whole = piece;
+	local->txt0 = pc->t0;
+	local->img0 = pc->i0 - pc->rows0;
 }
 
 /* ----------------------------------------------------------------------- */
@@ -405,30 +407,28 @@ static int pd_pipe_complete(struct pd_pipe *p, float *arr, int *owner, int64_t T
 /* Stage 0: embedders and block 0 on every piece into c->h1 (this rank's
  * rows, piece after piece, text rows first in each), the change into c->r,
  * the decision. */
-static int pd_pipe_cache_first(struct pd_pipe *p, struct pd_pipe_call *c, const struct pd_flux_input *in,
+static int pd_pipe_cache_first(struct pd_pipe *p, struct pd_pipe_call *c, const struct pd_dit_call *in,
 			       struct pd_fbcache *cs, int64_t hp, int64_t wp, int pieces, const struct pd_dump *dump,
-			       double *change)
+			       double *sums)
 {
-	const struct pd_flux_config *cfg = pd_flux_get_config(p->model);
-	int64_t D = cfg->dim, T = in->txt_len, off = 0, ioff = 0;
+	int64_t D = p->model->info.dim, T = in->txt_len, off = 0, ioff = 0;
 	int j = p->sp->rank;
 
-	*change = INFINITY;
 	for (int k = 0; k < pieces; k++) {
 		struct pd_pipe_piece pc;
-		struct pd_flux_input local;
+		struct pd_dit_call piece, local;
 		int64_t n;
 		float *e, *h1;
 
 		pd_pipe_piece(p, T, hp, wp, pieces, k, j, &pc);
-		local = pd_pipe_local(p, in, &pc);
+		pd_pipe_local(p, in, &pc, &piece, &local);
 		n = pc.tn + pc.in;
 		if (pd_grow_floats(&p->x, &p->cap_x, (size_t)(n * D + 1), "PipeFusion"))
 			return -1;
 		e = p->x;
 		h1 = c->h1 + off * D;
-		if (pd_flux_forward_blocks(p->model, &local, 0, 0, NULL, e, NULL, dump) ||
-		    pd_flux_forward_blocks(p->model, &local, 0, 1, e, h1, NULL, dump))
+		if (pd_dit_forward_blocks(p->model, &local, 0, 0, NULL, e, NULL, dump) ||
+		    pd_dit_forward_blocks(p->model, &local, 0, 1, e, h1, NULL, dump))
 			return -1;
 		for (int64_t i = 0; i < pc.in; i++) {
 			const float *a = h1 + (pc.tn + i) * D, *b = e + (pc.tn + i) * D;
@@ -442,8 +442,6 @@ static int pd_pipe_cache_first(struct pd_pipe *p, struct pd_pipe_call *c, const 
 		ioff += pc.in;
 	}
 	if (cs->valid && cs->threshold > 0) {
-		double sums[2] = { 0, 0 };
-
 		if (c->owner_ref != pieces && pd_pipe_complete(p, c->r_ref, &c->owner_ref, T, hp, wp, D))
 			return -1;
 		for (int k = 0; k < pieces; k++) {
@@ -457,7 +455,6 @@ static int pd_pipe_cache_first(struct pd_pipe *p, struct pd_pipe_call *c, const 
 		}
 		if (p->sp->size > 1 && p->sp->ops->allreduce(p->sp, sums, 2, PD_COMM_F64, PD_COMM_SUM))
 			return -1;
-		*change = sums[1] > 0 ? sums[0] / sums[1] : INFINITY;
 	}
 	return 0;
 }
@@ -493,13 +490,13 @@ static int pd_pipe_cache_arrays(struct pd_pipe *p, struct pd_pipe_call *c, int64
 /* A step                                                                  */
 /* ----------------------------------------------------------------------- */
 
-int pd_pipe_predict(void *ctx, const struct pd_flux_input *in, float *out, const struct pd_dump *dump)
+int pd_pipe_predict(void *ctx, const struct pd_dit_call *in, float *out, const struct pd_dump *dump)
 {
 	struct pd_pipe *p = ctx;
-	const struct pd_flux_config *cfg = pd_flux_get_config(p->model);
-	int P = p->sp->size, j = p->sp->rank, A = cfg->n_axes, last = p->stage == p->stages - 1;
-	int nb = pd_flux_blocks(cfg);
-	int64_t T = in->txt_len, L = in->img_len, D = cfg->dim, C = cfg->out_channels;
+	const struct pd_dit_info *info = &p->model->info;
+	int P = p->sp->size, j = p->sp->rank, A = info->n_axes, last = p->stage == p->stages - 1;
+	int nb = info->blocks;
+	int64_t T = in->txt_len, L = in->img_len, D = info->dim, C = info->out_channels;
 	/* patches are bands of whole token rows: the packed grid's rows */
 	int64_t wp = L, hp, ioff = 0, own = 0;
 	int pieces, warm = in->step < p->warmup, rc = -1, skip = 0;
@@ -512,7 +509,6 @@ int pd_pipe_predict(void *ctx, const struct pd_flux_input *in, float *out, const
 	memset(sreq, 0, sizeof(sreq));
 	memset(&rreq, 0, sizeof(rreq));
 	memset(&h1req, 0, sizeof(h1req));
-	p->call = in;
 	/* the image is (L / wp) token rows of wp tokens: the ids' row index
 	 * (axis 1) changes every wp tokens */
 	for (int64_t n = 1; n < L; n++)
@@ -527,7 +523,7 @@ int pd_pipe_predict(void *ctx, const struct pd_flux_input *in, float *out, const
 	pieces = warm ? 1 : (int)(p->patches < hp ? p->patches : hp);
 	if (pieces < 1)
 		pieces = 1;
-	c = pd_pipe_state(p, T + L);
+	c = pd_pipe_state(p, in);
 	if (!c)
 		return -1;
 	for (int k = 0; k < pieces; k++) {
@@ -540,12 +536,11 @@ int pd_pipe_predict(void *ctx, const struct pd_flux_input *in, float *out, const
 	if (cs) {
 		/* stage 0 decides, every stage learns it; counters move alike on
 		 * every rank (the runner reports them) */
-		double msg[2] = { INFINITY, 0 };
+		double sums[2] = { 0, 0 };
 
 		if (pd_pipe_cache_arrays(p, c, T, L, D))
 			return -1;
-		if (p->stage == 0 &&
-		    pd_pipe_cache_first(p, c, in, cs, hp, wp, pieces, warm ? dump : NULL, &msg[0]))
+		if (p->stage == 0 && pd_pipe_cache_first(p, c, in, cs, hp, wp, pieces, warm ? dump : NULL, sums))
 			return -1;
 		if (p->stage == 0 && p->stages > 1 &&
 		    p->pp->ops->isend(p->pp, c->h1img, (size_t)(own * D) * sizeof(float), p->stages - 1,
@@ -555,28 +550,16 @@ int pd_pipe_predict(void *ctx, const struct pd_flux_input *in, float *out, const
 		    p->pp->ops->irecv(p->pp, c->h1img, (size_t)(own * D) * sizeof(float), 0, PD_PIPE_TAG - 1,
 				      &h1req) == -1)
 			return -1;
-		msg[1] = cs->valid && cs->threshold > 0 && msg[0] < cs->threshold;
-		if (p->stages > 1 && p->pp->ops->bcast(p->pp, msg, sizeof(msg), 0))
+		/* stage 0's measure decides on every stage alike */
+		if (p->stages > 1 && p->pp->ops->bcast(p->pp, sums, sizeof(sums), 0))
 			goto out;
-		skip = msg[1] != 0;
-		if (cs->valid && cs->threshold > 0) {
-			cs->last_change = msg[0];
-			if (p->stage == 0)
-				pd_log(2, "pdit: First Block Cache: change %.4f %s %g: %s\n", msg[0],
-				       skip ? "<" : ">=", cs->threshold, skip ? "skip" : "compute");
-		}
-		if (skip) {
-			cs->skipped++;
-		} else {
-			cs->computed++;
-			cs->valid = 1;
-			if (p->stage == 0) {
-				float *t = c->r_ref;
+		skip = pd_fbcache_decide(cs, sums);
+		if (!skip && p->stage == 0) {
+			float *t = c->r_ref;
 
-				c->r_ref = c->r;
-				c->r = t;
-				c->owner_ref = pieces;
-			}
+			c->r_ref = c->r;
+			c->r = t;
+			c->owner_ref = pieces;
 		}
 		if (last && p->stages > 1 && p->pp->ops->wait(p->pp, &h1req))
 			goto out;
@@ -586,7 +569,7 @@ int pd_pipe_predict(void *ctx, const struct pd_flux_input *in, float *out, const
 	}
 	for (int piece = 0; piece < pieces; piece++) {
 		struct pd_pipe_piece pc;
-		struct pd_flux_input local;
+		struct pd_dit_call pcall, local;
 		/* with the cache, stage 0 has run block 0 already */
 		int first = p->first, count = p->count;
 		int64_t n;
@@ -594,7 +577,7 @@ int pd_pipe_predict(void *ctx, const struct pd_flux_input *in, float *out, const
 		int s = piece % 2;
 
 		pd_pipe_piece(p, T, hp, wp, pieces, piece, j, &pc);
-		local = pd_pipe_local(p, in, &pc);
+		pd_pipe_local(p, in, &pc, &pcall, &local);
 		n = pc.tn + pc.in;
 		if (skip) {
 			/* the cached effect of the other blocks, then the final layers */
@@ -639,16 +622,16 @@ int pd_pipe_predict(void *ctx, const struct pd_flux_input *in, float *out, const
 				if (pd_grow_floats(&p->fin, &p->cap_fin, (size_t)(n * D + 1), "PipeFusion"))
 					goto out;
 				fin = p->fin;
-				if (pd_flux_forward_blocks(p->model, &local, first, count, x_in, fin, NULL,
+				if (pd_dit_forward_blocks(p->model, &local, first, count, x_in, fin, NULL,
 							   warm ? dump : NULL))
 					goto out;
 				for (int64_t i = 0; i < pc.in * D; i++)
 					c->rest[pc.i0 * D + i] = fin[pc.tn * D + i] - c->h1img[ioff * D + i];
 				local.txt_len = 0;
-				if (pd_flux_forward_blocks(p->model, &local, nb, 0, fin + pc.tn * D, NULL, p->pred,
+				if (pd_dit_forward_blocks(p->model, &local, nb, 0, fin + pc.tn * D, NULL, p->pred,
 							   NULL))
 					goto out;
-			} else if (pd_flux_forward_blocks(p->model, &local, first, count, x_in, NULL, p->pred,
+			} else if (pd_dit_forward_blocks(p->model, &local, first, count, x_in, NULL, p->pred,
 							  warm && !skip ? dump : NULL)) {
 				goto out;
 			}
@@ -672,7 +655,7 @@ int pd_pipe_predict(void *ctx, const struct pd_flux_input *in, float *out, const
 				}
 				cap = (size_t)(n * D);
 			}
-			if (pd_flux_forward_blocks(p->model, &local, first, count, x_in, send[s], NULL,
+			if (pd_dit_forward_blocks(p->model, &local, first, count, x_in, send[s], NULL,
 						   warm ? dump : NULL) ||
 			    p->pp->ops->isend(p->pp, send[s], (size_t)(n * D) * sizeof(float), p->stage + 1,
 					      PD_PIPE_TAG + piece, &sreq[s]))

@@ -44,12 +44,12 @@
 #define PD_PAR_PIPE_H
 
 #include "pd_comm.h"
-#include "pd_flux.h"
+#include "pd_dit.h"
 
 struct pd_pipe_call;
 
 struct pd_pipe {
-	struct pd_flux *model;          /* this stage's blocks (borrowed) */
+	struct pd_dit *model;           /* this stage's blocks (borrowed) */
 	struct pd_comm *pp;             /* the stages, rank = stage (borrowed) */
 	struct pd_comm *sp;             /* sequence-parallel ranks inside the stage (borrowed) */
 	int stage, stages;              /* this stage and how many */
@@ -57,10 +57,6 @@ struct pd_pipe {
 	int patches;                    /* M */
 	int warmup;                     /* W */
 	int64_t width;                  /* local attention width (heads here x head_dim) */
-	/* the piece being computed (for the attention seam) */
-	const struct pd_flux_input *call; /* the whole call: step, image, branch, lengths */
-	int64_t piece_t0, piece_tn;     /* the piece's text rows: first and count */
-	int64_t piece_i0, piece_in;     /* its image rows: first image token and count */
 	struct pd_pipe_call *calls;     /* per (image, branch) key/value buffers */
 	int n_calls;
 	float *x;                       /* host hidden states of a piece as received */
@@ -76,20 +72,21 @@ struct pd_pipe {
 	size_t cap_pred;
 };
 
-/* The blocks of stage STAGE of STAGES: contiguous, balanced by compute. */
-void pd_pipe_stage_blocks(const struct pd_flux_config *cfg, int stages, int stage, int *first, int *count);
+/* The blocks of stage STAGE of STAGES: contiguous, balanced by the blocks'
+ * costs, each stage at least one block. */
+void pd_pipe_stage_blocks(const struct pd_dit_info *info, int stages, int stage, int *first, int *count);
 
 /* Tokens of piece I of PIECES (the text with piece 0) for T text tokens and
  * an image of HP x WP tokens, as the bands are cut. */
 int64_t pd_pipe_piece_tokens(int64_t T, int64_t hp, int64_t wp, int pieces, int i);
 
 /* Sets up P and installs its attention into HOOKS. */
-int pd_pipe_init(struct pd_pipe *p, struct pd_flux *model, struct pd_comm *pp, struct pd_comm *sp, int patches,
-		 int warmup, struct pd_flux_hooks *hooks);
+int pd_pipe_init(struct pd_pipe *p, struct pd_dit *model, struct pd_comm *pp, struct pd_comm *sp, int patches,
+		 int warmup, struct pd_dit_hooks *hooks);
 void pd_pipe_free(struct pd_pipe *p);
 
 /* One transformer call through the stages; OUT receives the whole
  * prediction on every rank. */
-int pd_pipe_predict(void *ctx, const struct pd_flux_input *in, float *out, const struct pd_dump *dump);
+int pd_pipe_predict(void *ctx, const struct pd_dit_call *in, float *out, const struct pd_dump *dump);
 
 #endif /* PD_PAR_PIPE_H */

@@ -11,11 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-int64_t pd_seq_rows(const struct pd_seq_par *p, int j)
+int64_t pd_seq_rows(const struct pd_seq_par *p, const struct pd_dit_call *call, int j)
 {
+	const struct pd_dit_call *w = pd_dit_call_root(call);
 	int P = p->sp->size;
 
-	return pd_chunk_len(p->txt_len, P, j) + pd_chunk_len(p->img_len, P, j);
+	return pd_chunk_len(w->txt_len, P, j) + pd_chunk_len(w->img_len, P, j);
 }
 
 /* Several buffers sharing one capacity: each grown to N floats. */
@@ -33,8 +34,9 @@ static int pd_seq_grow_all(float **bufs[], int n_bufs, size_t *cap, size_t n)
 }
 
 /* The attention seam: this rank's q, k, v rows against the whole sequence. */
-static int pd_seq_attention(void *ctx, struct pd_backend *be, int layer, float *out, int64_t ldo, const float *q,
-			    const float *k, const float *v, int64_t ld, int64_t rows, int heads, int head_dim)
+static int pd_seq_attention(void *ctx, struct pd_backend *be, const struct pd_dit_call *call, int layer, float *out,
+			    int64_t ldo, const float *q, const float *k, const float *v, int64_t ld, int64_t rows,
+			    int heads, int head_dim)
 {
 	struct pd_seq_par *p = ctx;
 	int U = p->U, R = p->R, ring_me = p->ring->rank;
@@ -52,7 +54,7 @@ static int pd_seq_attention(void *ctx, struct pd_backend *be, int layer, float *
 	for (int j = 0; j < R; j++) {
 		kv_rows[j] = 0;
 		for (int u = 0; u < U; u++) {
-			int64_t n = pd_seq_rows(p, j * U + u);
+			int64_t n = pd_seq_rows(p, call, j * U + u);
 
 			kv_rows[j] += n;
 			if (j == ring_me)
@@ -102,8 +104,8 @@ static int pd_seq_attention(void *ctx, struct pd_backend *be, int layer, float *
 	return 0;
 }
 
-int pd_seq_init(struct pd_seq_par *p, struct pd_flux *model, struct pd_comm *sp, struct pd_comm *ulysses,
-		struct pd_comm *ring, struct pd_flux_hooks *hooks)
+int pd_seq_init(struct pd_seq_par *p, struct pd_dit *model, struct pd_comm *sp, struct pd_comm *ulysses,
+		struct pd_comm *ring, struct pd_dit_hooks *hooks)
 {
 	memset(p, 0, sizeof(*p));
 	p->model = model;
@@ -112,7 +114,7 @@ int pd_seq_init(struct pd_seq_par *p, struct pd_flux *model, struct pd_comm *sp,
 	p->ring = ring;
 	p->U = ulysses->size;
 	p->R = ring->size;
-	p->out_width = pd_flux_get_config(model)->out_channels;
+	p->out_width = model->info.out_channels;
 	p->bytes = pd_calloc(2 * (size_t)sp->size, sizeof(size_t), "counts");
 	if (!p->bytes)
 		return -1;
@@ -140,17 +142,14 @@ void pd_seq_free(struct pd_seq_par *p)
 	memset(p, 0, sizeof(*p));
 }
 
-int pd_seq_predict(void *ctx, const struct pd_flux_input *in, float *out, const struct pd_dump *dump)
+int pd_seq_predict(void *ctx, const struct pd_dit_call *in, float *out, const struct pd_dump *dump)
 {
 	struct pd_seq_par *p = ctx;
-	const struct pd_flux_config *cfg = pd_flux_get_config(p->model);
-	int P = p->sp->size, r = p->sp->rank, A = cfg->n_axes;
+	const struct pd_dit_info *info = &p->model->info;
+	int P = p->sp->size, r = p->sp->rank, A = info->n_axes;
 	int64_t t0, tn, i0, in_n, C = p->out_width;
-	struct pd_flux_input local = *in;
+	struct pd_dit_call local = *in;
 
-	p->txt_len = in->txt_len;
-	p->img_len = in->img_len;
-	p->call = in;
 	t0 = pd_chunk_start(in->txt_len, P, r);
 	tn = pd_chunk_len(in->txt_len, P, r);
 	i0 = pd_chunk_start(in->img_len, P, r);
@@ -158,12 +157,15 @@ int pd_seq_predict(void *ctx, const struct pd_flux_input *in, float *out, const 
 	/* the same partition for the hidden states and their position ids */
 	local.txt_len = tn;
 	local.img_len = in_n;
-	local.txt = in->txt + t0 * cfg->joint_attention_dim;
+	local.txt = in->txt + t0 * info->txt_width;
 	local.txt_ids = in->txt_ids + t0 * A;
-	local.img = in->img + i0 * cfg->in_channels;
+	local.img = in->img + i0 * info->in_channels;
 	local.img_ids = in->img_ids + i0 * A;
+	local.whole = in;
+	local.txt0 = t0;
+	local.img0 = i0;
 	if (pd_grow_floats(&p->local_out, &p->local_cap, (size_t)(in_n * C) + 1, "sequence-parallel buffers") ||
-	    pd_flux_forward(p->model, &local, p->local_out, dump))
+	    pd_dit_forward(p->model, &local, p->local_out, dump))
 		return -1;
 	for (int j = 0; j < P; j++)
 		p->bytes[j] = (size_t)(pd_chunk_len(in->img_len, P, j) * C) * sizeof(float);

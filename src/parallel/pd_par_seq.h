@@ -15,17 +15,15 @@
 #define PD_PAR_SEQ_H
 
 #include "pd_comm.h"
-#include "pd_flux.h"
+#include "pd_dit.h"
 #include "pd_util.h"
 
 struct pd_seq_par {
-	struct pd_flux *model;          /* runs the local tokens (borrowed) */
+	struct pd_dit *model;           /* runs the local tokens (borrowed) */
 	struct pd_comm *sp;             /* ring x ulysses ranks, rank = ring * U + uly (borrowed) */
 	struct pd_comm *ulysses;        /* the U neighbouring ranks (borrowed) */
 	struct pd_comm *ring;           /* the R ranks with the same Ulysses index (borrowed) */
 	int U, R;                       /* degrees */
-	int64_t txt_len, img_len;       /* whole-sequence lengths of the current call */
-	const struct pd_flux_input *call; /* the current call (step, image, branch) */
 	int64_t out_width;              /* prediction channels */
 	float *local_out;               /* [image chunk, out_width] */
 	size_t local_cap;               /* its capacity in floats */
@@ -40,16 +38,17 @@ struct pd_seq_par {
 
 /* Sets up P for the mesh's sequence-parallel groups and installs the
  * attention hook into HOOKS. */
-int pd_seq_init(struct pd_seq_par *p, struct pd_flux *model, struct pd_comm *sp, struct pd_comm *ulysses,
-		struct pd_comm *ring, struct pd_flux_hooks *hooks);
+int pd_seq_init(struct pd_seq_par *p, struct pd_dit *model, struct pd_comm *sp, struct pd_comm *ulysses,
+		struct pd_comm *ring, struct pd_dit_hooks *hooks);
 void pd_seq_free(struct pd_seq_par *p);
 
 /* One transformer call on the whole-sequence input IN: this rank computes
  * its chunks and the image rows of every rank are gathered, so OUT receives
  * the whole [img_len, out_channels] prediction on every SP rank. */
-int pd_seq_predict(void *ctx, const struct pd_flux_input *in, float *out, const struct pd_dump *dump);
+int pd_seq_predict(void *ctx, const struct pd_dit_call *in, float *out, const struct pd_dump *dump);
 
-/* Rows (text + image) of SP rank J for the current call. */
-int64_t pd_seq_rows(const struct pd_seq_par *p, int j);
+/* Rows (text + image) of SP rank J for a part of CALL (its root is the
+ * whole sequence). */
+int64_t pd_seq_rows(const struct pd_seq_par *p, const struct pd_dit_call *call, int j);
 
 #endif /* PD_PAR_SEQ_H */

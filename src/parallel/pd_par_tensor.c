@@ -17,7 +17,7 @@ static int pd_tp_gather(void *ctx, const float *part, size_t n, float *out)
 	return pd_comm_allgather(ctx, part, n * sizeof(float), out);
 }
 
-void pd_tp_hooks(struct pd_flux_hooks *hooks, struct pd_comm *tp)
+void pd_tp_hooks(struct pd_dit_hooks *hooks, struct pd_comm *tp)
 {
 	hooks->reduce = pd_tp_reduce;
 	hooks->gather = pd_tp_gather;

@@ -7,9 +7,9 @@
 #define PD_PAR_TENSOR_H
 
 #include "pd_comm.h"
-#include "pd_flux.h"
+#include "pd_dit.h"
 
 /* Sets HOOKS' reduce and gather to work over TP (borrowed). */
-void pd_tp_hooks(struct pd_flux_hooks *hooks, struct pd_comm *tp);
+void pd_tp_hooks(struct pd_dit_hooks *hooks, struct pd_comm *tp);
 
 #endif /* PD_PAR_TENSOR_H */

@@ -8,11 +8,11 @@
 
 #include <string.h>
 
-struct pd_flux_shard pd_parallel_shard(const struct pd_mesh *mesh, const struct pd_flux_config *cfg)
+struct pd_dit_shard pd_parallel_shard(const struct pd_mesh *mesh, const struct pd_dit_info *info)
 {
-	struct pd_flux_shard s = { mesh->coord[PD_AXIS_TP], mesh->degree[PD_AXIS_TP], 0, 0 };
+	struct pd_dit_shard s = { mesh->coord[PD_AXIS_TP], mesh->degree[PD_AXIS_TP], 0, 0 };
 
-	pd_pipe_stage_blocks(cfg, mesh->degree[PD_AXIS_PP], mesh->coord[PD_AXIS_PP], &s.block_first, &s.block_count);
+	pd_pipe_stage_blocks(info, mesh->degree[PD_AXIS_PP], mesh->coord[PD_AXIS_PP], &s.block_first, &s.block_count);
 	return s;
 }
 
@@ -23,7 +23,7 @@ static int pd_model_sum(void *ctx, double *buf, size_t n)
 	return c->ops->allreduce(c, buf, n, PD_COMM_F64, PD_COMM_SUM);
 }
 
-int pd_parallel_setup(struct pd_parallel *par, struct pd_mesh *mesh, struct pd_flux *m, int64_t batch,
+int pd_parallel_setup(struct pd_parallel *par, struct pd_mesh *mesh, struct pd_dit *m, int64_t batch,
 		      const struct pd_par_options *opt)
 {
 	memset(par, 0, sizeof(*par));
@@ -47,10 +47,7 @@ int pd_parallel_setup(struct pd_parallel *par, struct pd_mesh *mesh, struct pd_f
 		par->runner.predict = pd_seq_predict;
 		par->runner.predict_ctx = &par->seq;
 		if (opt && opt->distrifusion) {
-			const struct pd_flux_config *c = pd_flux_get_config(m);
-
-			if (pd_distri_init(&par->distri, &par->seq, opt->warmup_steps,
-					   c->num_layers + c->num_single_layers, &par->hooks))
+			if (pd_distri_init(&par->distri, &par->seq, opt->warmup_steps, m->info.blocks, &par->hooks))
 				return -1;
 			par->has_distri = 1;
 		}
@@ -60,7 +57,7 @@ int pd_parallel_setup(struct pd_parallel *par, struct pd_mesh *mesh, struct pd_f
 		par->hooks.sum = pd_model_sum;
 		par->hooks.sum_ctx = mesh->model;
 	}
-	pd_flux_set_hooks(m, &par->hooks);
+	pd_dit_set_hooks(m, &par->hooks);
 	pd_dp_slice(batch, mesh->degree[PD_AXIS_DP], mesh->coord[PD_AXIS_DP], &par->runner.first_image,
 		    &par->runner.n_images);
 	if (mesh->degree[PD_AXIS_CFG] > 1) {

@@ -5,9 +5,9 @@
  * share of the batch, the CFG pair).
  *
  *   pd_mesh_create(&mesh, world, degrees);
- *   struct pd_flux_shard sh = pd_parallel_shard(&mesh, &cfg);
- *   pd_flux_load_shard(&m, dir, be, &sh);
- *   pd_parallel_setup(&par, &mesh, m, batch, NULL);
+ *   struct pd_dit_shard sh = pd_parallel_shard(&mesh, &info);
+ *   pd_flux_load_dit(&d, dir, be, &sh);                 // any family
+ *   pd_parallel_setup(&par, &mesh, d, batch, NULL);
  *   pd_denoise(&par.runner, ...);
  */
 #ifndef PD_PARALLEL_H
@@ -29,7 +29,7 @@ struct pd_par_options {
 
 struct pd_parallel {
 	struct pd_mesh *mesh;           /* the mesh (borrowed) */
-	struct pd_flux_hooks hooks;     /* installed into the model */
+	struct pd_dit_hooks hooks;     /* installed into the model */
 	struct pd_seq_par seq;          /* sequence parallelism, when ring x ulysses > 1 */
 	int has_seq;
 	struct pd_distri distri;        /* DistriFusion over the sequence-parallel ranks */
@@ -40,10 +40,10 @@ struct pd_parallel {
 };
 
 /* The model share a rank of MESH loads: its heads, and its stage's blocks. */
-struct pd_flux_shard pd_parallel_shard(const struct pd_mesh *mesh, const struct pd_flux_config *cfg);
+struct pd_dit_shard pd_parallel_shard(const struct pd_mesh *mesh, const struct pd_dit_info *info);
 
 /* OPT may be NULL (defaults). */
-int pd_parallel_setup(struct pd_parallel *par, struct pd_mesh *mesh, struct pd_flux *m, int64_t batch,
+int pd_parallel_setup(struct pd_parallel *par, struct pd_mesh *mesh, struct pd_dit *m, int64_t batch,
 		      const struct pd_par_options *opt);
 void pd_parallel_free(struct pd_parallel *par);
 

@@ -244,12 +244,12 @@ static void pd_dump_host(const struct pd_dump *dump, const char *name, const flo
 	dump->fn(dump->ctx, name, -1, data, ndim, shape);
 }
 
-static int pd_local_predict(void *ctx, const struct pd_flux_input *in, float *out, const struct pd_dump *dump)
+static int pd_local_predict(void *ctx, const struct pd_dit_call *in, float *out, const struct pd_dump *dump)
 {
-	return pd_flux_forward(ctx, in, out, dump);
+	return pd_dit_forward(ctx, in, out, dump);
 }
 
-struct pd_runner pd_runner_local(struct pd_flux *m)
+struct pd_runner pd_runner_local(struct pd_dit *m)
 {
 	struct pd_runner r = { .predict = pd_local_predict, .predict_ctx = m, .n_images = -1, .cfg_branch = -1 };
 
@@ -334,7 +334,7 @@ int pd_denoise(const struct pd_runner *run, const struct pd_flux_config *cfg, st
 			int64_t g = b0 + b;
 			float *neg = pair + b * 2 * n, *pos = neg + n;
 			const struct pd_dump *md = i == 0 && b == 0 ? model_dump : NULL;
-			struct pd_flux_input pin = {
+			struct pd_dit_call pin = {
 				.txt_len = e->txt_len,
 				.img_len = L,
 				.img = latents + b * n,
@@ -351,7 +351,7 @@ int pd_denoise(const struct pd_runner *run, const struct pd_flux_config *cfg, st
 			};
 			/* PF:915-926: the negative call sees the same latents,
 			 * timestep and embedded guidance */
-			struct pd_flux_input nin = pin;
+			struct pd_dit_call nin = pin;
 
 			nin.cache = fbc ? &fbc[2 * b] : NULL;
 			nin.branch = 0;
@@ -431,8 +431,7 @@ int pd_denoise(const struct pd_runner *run, const struct pd_flux_config *cfg, st
 	rc = 0;
 out:
 	for (int64_t k = 0; fbc && k < 2 * B; k++)
-		if (fbc[k].be)
-			pd_fbcache_free(&fbc[k]);
+		pd_fbcache_free(&fbc[k]);
 	free(fbc);
 	free(img_ids);
 	free(txt_ids);

@@ -75,7 +75,7 @@ struct pd_runner {
 	/* One transformer call on one image; OUT [L, out_channels] receives the
 	 * whole prediction. DUMP (may be NULL) receives the model's
 	 * intermediates (for this process's tokens). */
-	int (*predict)(void *ctx, const struct pd_flux_input *in, float *out, const struct pd_dump *dump);
+	int (*predict)(void *ctx, const struct pd_dit_call *in, float *out, const struct pd_dump *dump);
 	void *predict_ctx;
 	int64_t first_image;            /* data parallel: first image of the batch denoised here */
 	int64_t n_images;               /* and how many (-1: all) */
@@ -100,8 +100,8 @@ struct pd_fbcache_report {
 	unsigned char *decisions;
 };
 
-/* The runner of a single process: pd_flux_forward on the whole sequence. */
-struct pd_runner pd_runner_local(struct pd_flux *m);
+/* The runner of a single process: pd_dit_forward on the whole sequence. */
+struct pd_runner pd_runner_local(struct pd_dit *m);
 
 /* Denoises this process's images of the batch (all of them with the local
  * runner). INIT: [B, L, 4C] packed initial latents of the whole batch, or

@@ -37,15 +37,17 @@ static int pd_plan_branches(const struct pd_plan_work *w, const struct pd_plan_m
 static void pd_plan_traffic(const struct pd_plan_work *w, const struct pd_plan_mesh *m, double bytes[PD_AXIS_COUNT],
 			    double msgs[PD_AXIS_COUNT], double rounds[PD_AXIS_COUNT])
 {
-	const struct pd_flux_config *c = w->cfg;
+	const struct pd_dit_info *c = w->info;
 	double S = (double)(w->txt_len + w->img_len), L = (double)w->img_len, D = c->dim;
 	double A = S * D * 4.0, pred = L * c->in_channels * 4.0, scale = pd_plan_images(w, m) * pd_plan_branches(w, m);
-	int layers = c->num_layers + c->num_single_layers;
+	int layers = c->blocks, reduces_all = 0;
 	int U = m->degree[PD_AXIS_ULYSSES], T = m->degree[PD_AXIS_TP], N = m->degree[PD_AXIS_PP];
 	int R = m->distrifusion ? 1 : m->degree[PD_AXIS_RING], F = m->distrifusion ? m->degree[PD_AXIS_RING] : 1;
 	int P = U * R;
 	enum pd_axis sp = m->degree[PD_AXIS_RING] > 1 ? PD_AXIS_RING : PD_AXIS_ULYSSES;
 
+	for (int k = 0; k < c->blocks; k++)
+		reduces_all += c->block_reduces[k];
 	memset(bytes, 0, sizeof(double) * PD_AXIS_COUNT);
 	memset(msgs, 0, sizeof(double) * PD_AXIS_COUNT);
 	memset(rounds, 0, sizeof(double) * PD_AXIS_COUNT);
@@ -78,7 +80,7 @@ static void pd_plan_traffic(const struct pd_plan_work *w, const struct pd_plan_m
 			}
 			pd_pipe_stage_blocks(c, N, st, &first, &count);
 			for (int k = first; k < first + count; k++)
-				reduces += k < c->num_layers ? 2 : 1;
+				reduces += c->block_reduces[k];
 			if (P > 1) {	/* K and V gathered per layer and patch (and the
 					 * last stage's prediction per patch) */
 				b[sp] += count * 2.0 * A / ((double)P * T) * (P - 1);
@@ -110,11 +112,11 @@ static void pd_plan_traffic(const struct pd_plan_work *w, const struct pd_plan_m
 		msgs[PD_AXIS_RING] += layers * (R - 1);
 		rounds[PD_AXIS_RING] += layers * (R - 1);
 	}
-	if (T > 1) {	/* the row-parallel all-reduces: two per double block, one per
-			 * single; as many small gathers of the modulation */
-		bytes[PD_AXIS_TP] += (2.0 * c->num_layers + c->num_single_layers) * A / P * 2.0 * (T - 1) / T;
-		msgs[PD_AXIS_TP] += 2.0 * (2 * c->num_layers + c->num_single_layers);
-		rounds[PD_AXIS_TP] += 2.0 * (2 * c->num_layers + c->num_single_layers) * (T - 1);
+	if (T > 1) {	/* the row-parallel all-reduces of every block; as many small
+			 * gathers of the modulation */
+		bytes[PD_AXIS_TP] += (double)reduces_all * A / P * 2.0 * (T - 1) / T;
+		msgs[PD_AXIS_TP] += 2.0 * reduces_all;
+		rounds[PD_AXIS_TP] += 2.0 * reduces_all * (T - 1);
 	}
 	if (P > 1) {	/* the predictions gathered over the sequence shards */
 		bytes[sp] += pred / P * (P - 1);
@@ -156,32 +158,25 @@ int pd_plan_axis_local(const struct pd_plan_mesh *m, int a, int per_node)
 	return m->degree[a] == 1 || (span <= per_node && per_node % span == 0);
 }
 
-/* Parameters of the blocks [first, first + count) of the block list
- * (double blocks first) at the given tensor-parallel degree, plus the
- * replicated embedders on every rank. */
-static double pd_plan_params(const struct pd_flux_config *c, int first, int count, int tp)
+/* Parameters of the blocks [first, first + count) at the given
+ * tensor-parallel degree, plus the replicated ones on every rank. */
+static double pd_plan_params(const struct pd_dit_info *c, int first, int count, int tp)
 {
-	double D = c->dim, M = c->mlp_dim, p = 0;
+	double p = 0;
 
 	for (int k = first; k < first + count; k++)
-		p += k < c->num_layers ? 20.0 * D * D + 4.0 * D * M : 7.0 * D * D + 2.0 * D * M;
-	p /= tp;
-	/* x_embedder, context_embedder, time/guidance/text embedders, norm_out, proj_out */
-	p += D * c->in_channels + D * c->joint_attention_dim + 2.0 * 256 * D + 2.0 * D * D +
-	     c->pooled_projection_dim * D + D * D + 2.0 * D * D + D * c->in_channels;
-	return p;
+		p += c->block_params[k];
+	return p / tp + c->fixed_params;
 }
 
 /* The passes over each row of its stream that blocks [first, first + count)
- * make in the elementwise kernels: per double block two modulated
- * LayerNorms (a read, a write) and two gated residual adds (two reads, a
- * write), per single block one of each. */
-static double pd_plan_passes(const struct pd_flux_config *c, int first, int count)
+ * make in the elementwise kernels. */
+static double pd_plan_passes(const struct pd_dit_info *c, int first, int count)
 {
 	double e = 0;
 
 	for (int k = first; k < first + count; k++)
-		e += k < c->num_layers ? 10 : 5;
+		e += c->block_passes[k];
 	return e;
 }
 
@@ -245,8 +240,8 @@ out:
 int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc, const struct pd_plan_mesh *m,
 		 struct pd_plan_cost *out)
 {
-	const struct pd_flux_config *c = w->cfg;
-	struct pd_flux_flops fl = pd_flux_count_flops(c, w->txt_len, w->img_len);
+	const struct pd_dit_info *c = w->info;
+	struct pd_dit_flops fl = pd_dit_count_flops(c, w->txt_len, w->img_len);
 	int world = 1, T = m->degree[PD_AXIS_TP], N = m->degree[PD_AXIS_PP];
 	int P = m->degree[PD_AXIS_ULYSSES] * m->degree[PD_AXIS_RING], M = m->patches > 0 ? m->patches : N;
 	int node = mc->per_node > 0 && mc->per_node < mc->devices ? mc->per_node : mc->devices;
@@ -284,7 +279,7 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 	 * blocks cost the same per token: q, k, v, out and an MLP of 4 D^2 +
 	 * 2 D MLP a token in both kinds, and attention over the whole sequence) */
 	work = (fl.linear + fl.attention) * pd_plan_images(w, m) * pd_plan_branches(w, m) / ((double)T * P);
-	out->gflop = work * most / pd_flux_blocks(c) / 1e9;
+	out->gflop = work * most / c->blocks / 1e9;
 	/* the node's cores are shared by its processes */
 	rate = mc->gflops / share;
 	/* tensor parallel shards the products, not the elementwise work over
@@ -327,7 +322,7 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 			int first, count;
 
 			pd_pipe_stage_blocks(c, N, st, &first, &count);
-			stage[st] = work * count / pd_flux_blocks(c) / 1e9 / alone +
+			stage[st] = work * count / c->blocks / 1e9 / alone +
 				    (pass_bytes > 0 ? pd_plan_passes(c, first, count) * pass_bytes / elem_alone : 0);
 		}
 		out->compute_s = pd_plan_pipeline(N, M, stage, patch, capacity);
@@ -393,13 +388,13 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 	}
 	/* memory: the activations pdit allocates, the stale K/V the
 	 * approximate methods keep */
-	out->activations_gb = S / P * (3.0 * D + 4.0 * D / T + (double)c->mlp_dim / T + 256.0) * 4.0 / GB;
+	out->activations_gb = S / P * (3.0 * D + 4.0 * D / T + (double)c->mlp_width / T + 256.0) * 4.0 / GB;
 	/* the K/V buffers are kept per image and branch the rank runs */
 	if (N > 1)
-		out->activations_gb += ceil((double)(c->num_layers + c->num_single_layers) / N) * 2.0 * S * D / T * 4.0 /
+		out->activations_gb += ceil((double)c->blocks / N) * 2.0 * S * D / T * 4.0 /
 				       GB * pd_plan_images(w, m) * pd_plan_branches(w, m);
 	if (m->distrifusion)
-		out->activations_gb += 2.0 * (c->num_layers + c->num_single_layers) * 2.0 * S * D * 4.0 / GB *
+		out->activations_gb += 2.0 * c->blocks * 2.0 * S * D * 4.0 / GB *
 				       pd_plan_images(w, m) * pd_plan_branches(w, m);
 	out->memory_gb = fmax(fmax(out->weights_gb + out->activations_gb, w->encoders_gb), out->vae_gb);
 	if (mc->shared) {

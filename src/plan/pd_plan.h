@@ -12,12 +12,12 @@
 #ifndef PD_PLAN_H
 #define PD_PLAN_H
 
-#include "pd_flux.h"
+#include "pd_dit.h"
 #include "pd_mesh.h"
 
 /* The work of one generation. */
 struct pd_plan_work {
-	const struct pd_flux_config *cfg; /* the transformer's sizes */
+	const struct pd_dit_info *info; /* the transformer's sizes */
 	int64_t txt_len;                /* text tokens */
 	int64_t img_len;                /* image tokens (latent h x w / 4) */
 	int64_t img_w;                  /* of them, a row's (0: PipeFusion's bands taken as equal) */

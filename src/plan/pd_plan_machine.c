@@ -54,8 +54,8 @@ int pd_plan_machine_here(struct pd_plan_machine *mc, const struct pd_plan_work *
 	 * product down, and a plan should not depend on a busy moment */
 	for (int i = 0, given = matmul > 0; i < (timings > 1 ? timings : 1); i++) {
 		if (!given)
-			matmul = fmax(matmul, pd_backend_rate_matmul(be, w->txt_len + w->img_len, w->cfg->dim, w->cfg->mlp_dim));
-		mc->elem_bw = fmax(mc->elem_bw, pd_backend_rate_elementwise(be, w->txt_len + w->img_len, w->cfg->dim));
+			matmul = fmax(matmul, pd_backend_rate_matmul(be, w->txt_len + w->img_len, w->info->dim, w->info->mlp_width));
+		mc->elem_bw = fmax(mc->elem_bw, pd_backend_rate_elementwise(be, w->txt_len + w->img_len, w->info->dim));
 	}
 	pd_backend_free(be);
 	mc->gflops = 0.85 * matmul;

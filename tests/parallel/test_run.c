@@ -40,7 +40,8 @@ float *test_run_case(struct pd_comm *world, const struct pcase *c, const int *de
 	struct pd_latent_shape ls;
 	struct pd_gen_params p = { c->height, c->width, c->steps, c->guidance, c->cfg_scale, c->seed, c->fbcache };
 	struct pd_backend *be = NULL;
-	struct pd_flux *m = NULL;
+	struct pd_dit *m = NULL;
+	struct pd_dit_info info;
 	struct pd_mesh mesh;
 	struct pd_parallel par;
 	struct pd_runner run;
@@ -50,26 +51,27 @@ float *test_run_case(struct pd_comm *world, const struct pcase *c, const int *de
 	memset(&mesh, 0, sizeof(mesh));
 	memset(&par, 0, sizeof(par));
 	if (pd_flux_config_load(&fc, c->tdir) || pd_embeds_load(&e, c->embeds) || pd_scheduler_load(&s, c->sdir) ||
-	    pd_latent_shape(&ls, &fc, c->height, c->width) || pd_backend_cpu_new(&be, PD_F32, 1))
+	    pd_flux_dit_info(&fc, &info) || pd_latent_shape(&ls, &fc, c->height, c->width) ||
+	    pd_backend_cpu_new(&be, PD_F32, 1))
 		goto out;
 	per = ls.tokens * ls.packed_channels;
 	all = malloc((size_t)(e.batch * per) * sizeof(float));
 	pd_poison(all, (size_t)(e.batch * per));
 	if (!degree) {
-		if (pd_flux_load(&m, c->tdir, be))
+		if (pd_flux_load_dit(&m, c->tdir, be, NULL))
 			goto out;
 		run = pd_runner_local(m);
 		run.fb_report = report;
 		ok = pd_denoise(&run, &fc, &s, &e, &p, NULL, all, NULL, NULL) == 0;
 	} else {
-		struct pd_flux_shard sh;
+		struct pd_dit_shard sh;
 
 		if (pd_mesh_create(&mesh, world, degree))
 			goto out;
 		struct pd_par_options opt = { c->distrifusion, c->warmup, c->patches, c->pipe_one_stage };
 
-		sh = pd_parallel_shard(&mesh, &fc);
-		if (pd_flux_load_shard(&m, c->tdir, be, &sh) || pd_parallel_setup(&par, &mesh, m, e.batch, &opt))
+		sh = pd_parallel_shard(&mesh, &info);
+		if (pd_flux_load_dit(&m, c->tdir, be, &sh) || pd_parallel_setup(&par, &mesh, m, e.batch, &opt))
 			goto out;
 		mine = malloc((size_t)((par.runner.n_images + 1) * per) * sizeof(float));
 		par.runner.fb_report = report;
@@ -86,7 +88,7 @@ out:
 	free(mine);
 	if (par.mesh)
 		pd_parallel_free(&par);
-	pd_flux_free(m);
+	pd_dit_free(m);
 	if (mesh.world)
 		pd_mesh_free(&mesh);
 	pd_backend_free(be);

@@ -97,7 +97,7 @@ static int run_case(const char *golden_dir, const struct pd_st *st, enum pd_dtyp
 	pd_poison(*out, (size_t)*n_out);
 	rc = 0;
 	for (int64_t b = 0; b < in.batch && !rc; b++) {
-		struct pd_flux_input x = pd_forward_inputs_image(&in, cfg, b);
+		struct pd_dit_call x = pd_forward_inputs_image(&in, cfg, b);
 
 		rc = pd_flux_forward(m, &x, *out + b * in.img_len * cfg->out_channels, dump);
 	}

@@ -175,7 +175,7 @@ static void test_case(const char *dir, const char *file, enum pd_dtype dt, float
 	lat = malloc((size_t)(e.batch * ls.tokens * ls.packed_channels) * sizeof(float));
 	pd_poison(lat, (size_t)(e.batch * ls.tokens * ls.packed_channels));
 	{
-		struct pd_runner run = pd_runner_local(m);
+		struct pd_runner run = pd_runner_local(pd_flux_dit(m));
 
 		PD_CHECK(pd_denoise(&run, pd_flux_get_config(m), &sched, &e, &p, NULL, lat, dp, NULL) == 0, "%s: denoise: %s", file, pd_last_error());
 	}

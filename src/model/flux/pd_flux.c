@@ -45,10 +45,10 @@ struct pd_flux_single {
 };
 
 struct pd_flux {
+	struct pd_dit dit;              /* the interface; must stay first (shard, hooks) */
 	struct pd_flux_config cfg;      /* sizes of the whole model */
 	struct pd_backend *be;          /* compute backend (borrowed) */
-	struct pd_flux_shard shard;     /* this process's share: heads and blocks */
-	struct pd_flux_hooks hooks;     /* parallel seams (zeroed: one process) */
+	const struct pd_dit_call *call; /* the call being run, for the attention seam */
 	int heads;                      /* heads held here: cfg.heads / shard.count */
 	int64_t dim;                    /* their width: heads x head_dim */
 	int64_t mlp;                    /* MLP columns held here: cfg.mlp_dim / shard.count */
@@ -174,7 +174,7 @@ static struct pd_slice pd_col_slice(int64_t n_in, int64_t r0, int64_t n)
 
 static struct pd_slice pd_row_slice(const struct pd_flux *m, int64_t n_out, int64_t c0, int64_t n)
 {
-	struct pd_slice s = { 0, n_out, c0, n, m->shard.rank == 0 };
+	struct pd_slice s = { 0, n_out, c0, n, m->dit.shard.rank == 0 };
 
 	return s;
 }
@@ -182,9 +182,9 @@ static struct pd_slice pd_row_slice(const struct pd_flux *m, int64_t n_out, int6
 static void pd_flux_load_double(struct pd_loader *ld, const struct pd_flux *m, int i, struct pd_flux_double *b)
 {
 	const struct pd_flux_config *c = &m->cfg;
-	int64_t D = c->dim, M = c->mlp_dim, Dh = c->head_dim, r = m->shard.rank;
-	struct pd_slice qkv = pd_col_slice(D, r * m->dim, m->dim), mod = pd_col_slice(D, r * 6 * D / m->shard.count,
-										       6 * D / m->shard.count);
+	int64_t D = c->dim, M = c->mlp_dim, Dh = c->head_dim, r = m->dit.shard.rank;
+	struct pd_slice qkv = pd_col_slice(D, r * m->dim, m->dim), mod = pd_col_slice(D, r * 6 * D / m->dit.shard.count,
+										       6 * D / m->dit.shard.count);
 	struct pd_slice out = pd_row_slice(m, D, r * m->dim, m->dim), ff1 = pd_col_slice(D, r * m->mlp, m->mlp);
 	struct pd_slice ff2 = pd_row_slice(m, D, r * m->mlp, m->mlp);
 	const char *p = "transformer_blocks";
@@ -212,9 +212,9 @@ static void pd_flux_load_double(struct pd_loader *ld, const struct pd_flux *m, i
 static void pd_flux_load_single(struct pd_loader *ld, const struct pd_flux *m, int i, struct pd_flux_single *b)
 {
 	const struct pd_flux_config *c = &m->cfg;
-	int64_t D = c->dim, M = c->mlp_dim, Dh = c->head_dim, r = m->shard.rank;
+	int64_t D = c->dim, M = c->mlp_dim, Dh = c->head_dim, r = m->dit.shard.rank;
 	struct pd_slice qkv = pd_col_slice(D, r * m->dim, m->dim), mlp = pd_col_slice(D, r * m->mlp, m->mlp);
-	struct pd_slice mod = pd_col_slice(D, r * 3 * D / m->shard.count, 3 * D / m->shard.count);
+	struct pd_slice mod = pd_col_slice(D, r * 3 * D / m->dit.shard.count, 3 * D / m->dit.shard.count);
 	/* proj_out's input is [attention D | MLP M]: this shard's heads in the
 	 * first block and its MLP columns in the second, never one contiguous
 	 * range of D + M (a contiguous split has the right shapes and the wrong
@@ -251,7 +251,9 @@ int pd_flux_load(struct pd_flux **out, const char *dir, struct pd_backend *be)
 	return pd_flux_load_shard(out, dir, be, NULL);
 }
 
-int pd_flux_load_shard(struct pd_flux **out, const char *dir, struct pd_backend *be, const struct pd_flux_shard *shard)
+static const struct pd_dit_ops pd_flux_dit_ops;
+
+int pd_flux_load_shard(struct pd_flux **out, const char *dir, struct pd_backend *be, const struct pd_dit_shard *shard)
 {
 	struct pd_flux *m = pd_calloc(1, sizeof(*m), "model");
 	struct pd_st *st = NULL;
@@ -263,38 +265,44 @@ int pd_flux_load_shard(struct pd_flux **out, const char *dir, struct pd_backend 
 	if (!m)
 		return -1;
 	m->be = be;
-	m->shard.rank = shard ? shard->rank : 0;
-	m->shard.count = shard ? shard->count : 1;
-	m->shard.block_first = shard ? shard->block_first : 0;
-	m->shard.block_count = shard ? shard->block_count : 0;
+	m->dit.shard.rank = shard ? shard->rank : 0;
+	m->dit.shard.count = shard ? shard->count : 1;
+	m->dit.shard.block_first = shard ? shard->block_first : 0;
+	m->dit.shard.block_count = shard ? shard->block_count : 0;
 	c = &m->cfg;
 	if (pd_is_dir(dir) ? pd_flux_config_load(c, dir) || pd_st_open_component(&st, dir, "diffusion_pytorch_model")
 			  : pd_flux_open_file(&st, dir, c))
 		goto fail;
 	pd_flux_mlp_dim(st, c);
-	if (m->shard.block_count == 0)
-		m->shard.block_count = pd_flux_blocks(c) - m->shard.block_first;
-	if (m->shard.block_first < 0 || m->shard.block_count < 0 ||
-	    m->shard.block_first + m->shard.block_count > pd_flux_blocks(c)) {
-		pd_errorf("%s: blocks %d..%d of %d", dir, m->shard.block_first,
-			  m->shard.block_first + m->shard.block_count, pd_flux_blocks(c));
+	if (m->dit.shard.block_count == 0)
+		m->dit.shard.block_count = pd_flux_blocks(c) - m->dit.shard.block_first;
+	if (m->dit.shard.block_first < 0 || m->dit.shard.block_count < 0 ||
+	    m->dit.shard.block_first + m->dit.shard.block_count > pd_flux_blocks(c)) {
+		pd_errorf("%s: blocks %d..%d of %d", dir, m->dit.shard.block_first,
+			  m->dit.shard.block_first + m->dit.shard.block_count, pd_flux_blocks(c));
 		goto fail;
 	}
-	if (m->shard.count < 1 || m->shard.rank < 0 || m->shard.rank >= m->shard.count ||
-	    c->heads % m->shard.count || c->mlp_dim % m->shard.count) {
+	if (m->dit.shard.count < 1 || m->dit.shard.rank < 0 || m->dit.shard.rank >= m->dit.shard.count ||
+	    c->heads % m->dit.shard.count || c->mlp_dim % m->dit.shard.count) {
 		pd_errorf("%s: %d heads and an MLP of %d cannot be split %d ways", dir, c->heads, c->mlp_dim,
-			  m->shard.count);
+			  m->dit.shard.count);
 		goto fail;
 	}
-	m->heads = c->heads / m->shard.count;
+	m->heads = c->heads / m->dit.shard.count;
 	m->dim = (int64_t)m->heads * c->head_dim;
-	m->mlp = c->mlp_dim / m->shard.count;
+	m->mlp = c->mlp_dim / m->dit.shard.count;
+	m->dit.ops = &pd_flux_dit_ops;
+	m->dit.local_width = m->dim;
+	if (pd_flux_dit_info(c, &m->dit.info)) {
+		pd_errorf("%s: %s", dir, pd_last_error());
+		goto fail;
+	}
 	D = c->dim;
 	ld.st = st;
 	ld.be = be;
 	/* embedders are replicated: small, and needed by every shard whole;
 	 * every stage needs the time embedding for its modulations */
-	if (m->shard.block_first == 0) {
+	if (m->dit.shard.block_first == 0) {
 		m->x_embedder = pd_loader_linear(&ld, D, c->in_channels, "x_embedder");
 		m->context_embedder = pd_loader_linear(&ld, D, c->joint_attention_dim, "context_embedder");
 	}
@@ -306,8 +314,8 @@ int pd_flux_load_shard(struct pd_flux **out, const char *dir, struct pd_backend 
 	}
 	m->text1 = pd_loader_linear(&ld, D, c->pooled_projection_dim, "time_text_embed.text_embedder.linear_1");
 	m->text2 = pd_loader_linear(&ld, D, D, "time_text_embed.text_embedder.linear_2");
-	if (m->shard.block_first + m->shard.block_count == pd_flux_blocks(c)) {
-		nout = pd_col_slice(D, m->shard.rank * 2 * D / m->shard.count, 2 * D / m->shard.count);
+	if (m->dit.shard.block_first + m->dit.shard.block_count == pd_flux_blocks(c)) {
+		nout = pd_col_slice(D, m->dit.shard.rank * 2 * D / m->dit.shard.count, 2 * D / m->dit.shard.count);
 		m->norm_out = pd_loader_linear_slice(&ld, 2 * D, D, &nout, "norm_out.linear");
 		m->proj_out = pd_loader_linear(&ld, c->out_channels, D, "proj_out");
 	}
@@ -315,7 +323,7 @@ int pd_flux_load_shard(struct pd_flux **out, const char *dir, struct pd_backend 
 	m->sgl = pd_calloc((size_t)c->num_single_layers + 1, sizeof(*m->sgl), "blocks");
 	if (!m->dbl || !m->sgl)
 		goto fail;
-	for (int k = m->shard.block_first; k < m->shard.block_first + m->shard.block_count && !ld.failed; k++) {
+	for (int k = m->dit.shard.block_first; k < m->dit.shard.block_first + m->dit.shard.block_count && !ld.failed; k++) {
 		if (k < c->num_layers)
 			pd_flux_load_double(&ld, m, k, &m->dbl[k]);
 		else
@@ -332,12 +340,36 @@ fail:
 	return -1;
 }
 
-void pd_flux_set_hooks(struct pd_flux *m, const struct pd_flux_hooks *hooks)
+static int pd_flux_dit_forward_blocks(struct pd_dit *d, const struct pd_dit_call *in, int first, int count,
+				      const float *x_in, float *x_out, float *out, const struct pd_dump *dump)
 {
-	if (hooks)
-		m->hooks = *hooks;
-	else
-		memset(&m->hooks, 0, sizeof(m->hooks));
+	return pd_flux_forward_blocks((struct pd_flux *)d, in, first, count, x_in, x_out, out, dump);
+}
+
+static void pd_flux_dit_free(struct pd_dit *d)
+{
+	pd_flux_free((struct pd_flux *)d);
+}
+
+static const struct pd_dit_ops pd_flux_dit_ops = {
+	.family = "flux",
+	.forward_blocks = pd_flux_dit_forward_blocks,
+	.free = pd_flux_dit_free,
+};
+
+int pd_flux_load_dit(struct pd_dit **out, const char *dir, struct pd_backend *be, const struct pd_dit_shard *shard)
+{
+	struct pd_flux *m;
+
+	if (pd_flux_load_shard(&m, dir, be, shard))
+		return -1;
+	*out = &m->dit;
+	return 0;
+}
+
+struct pd_dit *pd_flux_dit(struct pd_flux *m)
+{
+	return &m->dit;
 }
 
 static void pd_flux_free_buffers(struct pd_flux *m)
@@ -411,23 +443,49 @@ int64_t pd_flux_local_width(const struct pd_flux *m)
 	return m->dim;
 }
 
-struct pd_flux_flops pd_flux_count_flops(const struct pd_flux_config *c, int64_t T, int64_t L)
+int pd_flux_dit_info(const struct pd_flux_config *c, struct pd_dit_info *info)
 {
-	double D = c->dim, M = c->mlp_dim, S = (double)(T + L), mod = 0;
-	struct pd_flux_flops f;
+	double D = c->dim, M = c->mlp_dim;
 
-	f.linear = 2.0 * (double)L * c->in_channels * D + 2.0 * (double)T * c->joint_attention_dim * D;
-	/* per double block: q, k, v and the output projections of both streams,
-	 * and both feed-forwards, over all S rows */
-	f.linear += c->num_layers * (2.0 * S * D * 3 * D + 2.0 * S * D * D + 2.0 * 2.0 * S * D * M);
-	/* per single block: q, k, v, proj_mlp, proj_out over [D | M] */
-	f.linear += c->num_single_layers * (2.0 * S * D * 3 * D + 2.0 * S * D * M + 2.0 * S * (D + M) * D);
-	f.linear += 2.0 * (double)L * D * c->out_channels;
+	memset(info, 0, sizeof(*info));
+	info->in_channels = c->in_channels;
+	info->out_channels = c->out_channels;
+	info->txt_width = c->joint_attention_dim;
+	info->pooled_width = c->pooled_projection_dim;
+	info->n_axes = c->n_axes;
+	info->dim = c->dim;
+	info->heads = c->heads;
+	info->head_dim = c->head_dim;
+	info->guidance = c->guidance_embeds;
+	info->mlp_width = c->mlp_dim;
+	info->blocks = pd_flux_blocks(c);
+	if (info->blocks > PD_DIT_MAX_BLOCKS)
+		return pd_errorf("%d blocks, more than the %d pdit takes", info->blocks, PD_DIT_MAX_BLOCKS);
+	for (int k = 0; k < info->blocks; k++) {
+		int dbl = k < c->num_layers;
+
+		/* per token: q, k, v, the output projections and both
+		 * feed-forwards of a double block (both streams over all rows);
+		 * q, k, v, proj_mlp and proj_out over [D | M] of a single one */
+		info->block_cost[k] = dbl ? 2.0 * (3 * D * D + D * D + 2 * D * M) : 2.0 * (3 * D * D + D * M + (D + M) * D);
+		info->block_params[k] = dbl ? 20.0 * D * D + 4.0 * D * M : 7.0 * D * D + 2.0 * D * M;
+		/* a double block sums attention and feed-forward outputs, a
+		 * single block its one projection */
+		info->block_reduces[k] = dbl ? 2 : 1;
+		/* two modulated LayerNorms (a read, a write) and two gated
+		 * residual adds (two reads, a write) per double block, one of
+		 * each per single block */
+		info->block_passes[k] = dbl ? 10 : 5;
+	}
+	/* x_embedder, context_embedder, time/guidance/text embedders, norm_out,
+	 * proj_out */
+	info->fixed_params = D * c->in_channels + D * c->joint_attention_dim + 2.0 * 256 * D + 2.0 * D * D +
+			     c->pooled_projection_dim * D + D * D + 2.0 * D * D + D * c->in_channels;
+	info->img_flops = 2.0 * c->in_channels * D + 2.0 * D * c->out_channels;
+	info->txt_flops = 2.0 * c->joint_attention_dim * D;
 	/* the modulations are matrix-vector products: counted, if small */
-	mod = 2.0 * D * (c->num_layers * 12 * D + c->num_single_layers * 3 * D + 2 * D);
-	f.linear += mod;
-	f.attention = (c->num_layers + c->num_single_layers) * 4.0 * S * S * D;
-	return f;
+	info->call_flops = 2.0 * D * (c->num_layers * 12 * D + c->num_single_layers * 3 * D + 2 * D);
+	return 0;
 }
 
 /* ----------------------------------------------------------------------- */
@@ -568,8 +626,8 @@ static void pd_flux_hook_result(struct pd_flux *m, int rc)
 /* Sums the partial results of a row-parallel layer over the shards. */
 static void pd_flux_reduce(struct pd_flux *m, float *buf, size_t n)
 {
-	if (m->shard.count > 1 && !m->be->failed)
-		pd_flux_hook_result(m, m->hooks.reduce(m->hooks.shard_ctx, buf, n));
+	if (m->dit.shard.count > 1 && !m->be->failed)
+		pd_flux_hook_result(m, m->dit.hooks.reduce(m->dit.hooks.shard_ctx, buf, n));
 }
 
 /* OUT [n_full] = modulation linear(silu(temb)); each shard computes its part
@@ -578,15 +636,15 @@ static void pd_flux_modulation(struct pd_flux *m, struct pd_linear *l, const flo
 			       float *out)
 {
 	struct pd_backend *be = m->be;
-	int64_t D = m->cfg.dim, part = n_full / m->shard.count;
+	int64_t D = m->cfg.dim, part = n_full / m->dit.shard.count;
 
-	if (m->shard.count == 1) {
+	if (m->dit.shard.count == 1) {
 		be->ops->linear(be, l, silu_temb, D, 1, out, n_full, 0);
 		return;
 	}
 	be->ops->linear(be, l, silu_temb, D, 1, m->modpart, part, 0);
 	if (!be->failed)
-		pd_flux_hook_result(m, m->hooks.gather(m->hooks.shard_ctx, m->modpart, (size_t)part, out));
+		pd_flux_hook_result(m, m->dit.hooks.gather(m->dit.hooks.shard_ctx, m->modpart, (size_t)part, out));
 }
 
 /* Downloads a [rows, cols] block with row stride ld and hands it to the dump
@@ -672,10 +730,10 @@ static void pd_flux_attend(struct pd_flux *m, int layer, int64_t S, float *out, 
 	PD_FLUX_DUMP(prefix, "attn.q_rope", m->q, W, S, W, S, H, Dh);
 	PD_FLUX_DUMP(prefix, "attn.k_rope", m->k, W, S, W, S, H, Dh);
 	PD_FLUX_DUMP(prefix, "attn.v", m->v, W, S, W, S, H, Dh);
-	if (m->hooks.attention) {
+	if (m->dit.hooks.attention) {
 		if (!be->failed)
-			pd_flux_hook_result(m, m->hooks.attention(m->hooks.attention_ctx, be, layer, out, ldo, m->q, m->k,
-								  m->v, W, S, (int)H, (int)Dh));
+			pd_flux_hook_result(m, m->dit.hooks.attention(m->dit.hooks.attention_ctx, be, m->call, layer, out, ldo,
+								      m->q, m->k, m->v, W, S, (int)H, (int)Dh));
 	} else {
 		be->ops->attention(be, out, ldo, NULL, m->q, W, m->k, W, m->v, W, S, S, (int)H, (int)Dh,
 				   1.0f / sqrtf((float)Dh));
@@ -815,89 +873,9 @@ static void pd_flux_single_block(struct pd_flux *m, int i, int64_t T, int64_t L,
 	PD_FLUX_DUMP(p, "out.encoder_hidden_states", m->x, D, T, D, T, D);
 	PD_FLUX_DUMP(p, "out.hidden_states", m->x + T * D, D, L, D, L, D);
 }
-/* ----------------------------------------------------------------------- */
-/* First Block Cache                                                       */
-/* ----------------------------------------------------------------------- */
-
-void pd_fbcache_free(struct pd_fbcache *c)
-{
-	float *bufs[3] = { c->r_ref, c->r, c->rest };
-
-	for (int i = 0; i < 3; i++)
-		if (bufs[i])
-			c->be->ops->free(c->be, bufs[i]);
-	c->r_ref = c->r = c->rest = NULL;
-	c->rows = 0;
-	c->valid = 0;
-}
-
-static int pd_fbcache_reserve(struct pd_fbcache *c, struct pd_backend *be, int64_t rows, int64_t D)
-{
-	if (c->r && c->rows == rows)
-		return 0;
-	if (c->be)
-		pd_fbcache_free(c);
-	c->be = be;
-	c->r_ref = pd_backend_alloc(be, (size_t)((rows + 1) * D), "First Block Cache");
-	c->r = pd_backend_alloc(be, (size_t)((rows + 1) * D), "First Block Cache");
-	c->rest = pd_backend_alloc(be, (size_t)((rows + 1) * D), "First Block Cache");
-	c->rows = rows;
-	return pd_backend_check(be);
-}
-
-/* After the first block: IMG is the image rows' state after it, c->r holds
- * it before. Returns 1 when the other blocks are to be skipped (IMG then
- * holds the result of all blocks). */
-static int pd_fbcache_first_block(struct pd_flux *m, struct pd_fbcache *c, float *img, int64_t L)
-{
-	struct pd_backend *be = m->be;
-	size_t n = (size_t)(L * m->cfg.dim);
-	double sums[2] = { 0, 0 };
-	int skip = 0;
-
-	be->ops->sub(be, c->r, img, c->r, n);
-	if (c->valid && c->threshold > 0) {
-		be->ops->l1_stats(be, c->r_ref, c->r, n, sums);
-		if (m->hooks.sum && !be->failed)
-			pd_flux_hook_result(m, m->hooks.sum(m->hooks.sum_ctx, sums, 2));
-		/* the same measure on every process: sums over all of them */
-		c->last_change = sums[1] > 0 ? sums[0] / sums[1] : INFINITY;
-		skip = c->last_change < c->threshold;
-		pd_log(2, "pdit: First Block Cache: change %.4f %s %g: %s\n", c->last_change, skip ? "<" : ">=",
-		       c->threshold, skip ? "skip" : "compute");
-	}
-	if (skip) {
-		be->ops->add(be, img, img, c->rest, n);
-		c->skipped++;
-		return 1;
-	}
-	/* a computed step: its change becomes the reference, and the state
-	 * after the first block is kept to measure the other blocks' effect */
-	{
-		float *t = c->r_ref;
-
-		c->r_ref = c->r;
-		c->r = t;
-	}
-	be->ops->copy2d(be, c->rest, m->cfg.dim, img, m->cfg.dim, L, m->cfg.dim);
-	return 0;
-}
-
-/* After the last block of a computed step: IMG is the result of all
- * blocks, c->rest still the state after the first; keeps their difference. */
-static int pd_fbcache_computed(struct pd_flux *m, struct pd_fbcache *c, const float *img, int64_t L)
-{
-	struct pd_backend *be = m->be;
-
-	be->ops->sub(be, c->rest, img, c->rest, (size_t)(L * m->cfg.dim));
-	c->valid = 1;
-	c->computed++;
-	return pd_backend_check(be);
-}
-
 /* timestep/guidance/text embeddings -> temb (EMB:1585-1626); writes temb
  * and silu(temb) into the vec area. */
-static void pd_flux_temb(struct pd_flux *m, const struct pd_flux_input *in, float *temb, float *silu_temb,
+static void pd_flux_temb(struct pd_flux *m, const struct pd_dit_call *in, float *temb, float *silu_temb,
 			 float *tmp, const struct pd_dump *dump)
 {
 	struct pd_backend *be = m->be;
@@ -955,28 +933,28 @@ int pd_flux_blocks(const struct pd_flux_config *cfg)
 	return cfg->num_layers + cfg->num_single_layers;
 }
 
-int pd_flux_forward(struct pd_flux *m, const struct pd_flux_input *in, float *out, const struct pd_dump *dump)
+int pd_flux_forward(struct pd_flux *m, const struct pd_dit_call *in, float *out, const struct pd_dump *dump)
 {
-	return pd_flux_forward_blocks(m, in, 0, pd_flux_blocks(&m->cfg), NULL, NULL, out, dump);
+	return pd_dit_forward(&m->dit, in, out, dump);
 }
 
-int pd_flux_forward_blocks(struct pd_flux *m, const struct pd_flux_input *in, int first, int count,
+int pd_flux_forward_blocks(struct pd_flux *m, const struct pd_dit_call *in, int first, int count,
 			   const float *x_in, float *x_out, float *out, const struct pd_dump *dump)
 {
 	struct pd_backend *be = m->be;
 	const struct pd_flux_config *c = &m->cfg;
 	int64_t T = in->txt_len, L = in->img_len, S = T + L, D = c->dim, Dh = c->head_dim;
 	float *temb, *silu_temb, *mod, *tmp, *hcos = NULL, *hsin = NULL, *ids = NULL;
-	int rc = -1, skipped = 0, whole = first == 0 && count == pd_flux_blocks(c);
-	struct pd_fbcache *cache = whole ? in->cache : NULL;
+	int rc = -1;
 
 	if (T < 0 || L < 0)
 		return pd_errorf("forward: negative token count");
-	if (first < m->shard.block_first || count < 0 || first + count > m->shard.block_first + m->shard.block_count ||
+	if (first < m->dit.shard.block_first || count < 0 || first + count > m->dit.shard.block_first + m->dit.shard.block_count ||
 	    (!x_in && (first != 0 || !m->x_embedder)) || (out && !m->proj_out))
 		return pd_errorf("forward: blocks %d..%d are not all held here", first, first + count);
 	if (pd_flux_reserve(m, S))
 		return -1;
+	m->call = in;
 	temb = m->vec;
 	silu_temb = temb + D;
 	mod = silu_temb + D;            /* 12 D: both streams' six chunks */
@@ -1018,26 +996,15 @@ int pd_flux_forward_blocks(struct pd_flux *m, const struct pd_flux_input *in, in
 		dump->fn(dump->ctx, "rope.sin", -1, hsin, 2, sh);
 	}
 
-	/* The blocks in order, double then single; with First Block Cache the
-	 * first one decides whether the others run. */
-	if (cache && pd_fbcache_reserve(cache, be, L, D))
-		goto out;
+	/* The blocks in order, double then single. */
 	for (int k = first; k < first + count; k++) {
-		if (cache && k == 0)
-			be->ops->copy2d(be, cache->r, D, m->x + T * D, D, L, D);
 		if (k < c->num_layers)
 			pd_flux_double_block(m, k, T, L, silu_temb, mod, dump);
 		else
 			pd_flux_single_block(m, k - c->num_layers, T, L, silu_temb, mod, dump);
 		if (pd_backend_check(be))
 			goto out;
-		if (cache && k == 0 && pd_fbcache_first_block(m, cache, m->x + T * D, L)) {
-			skipped = 1;
-			break;
-		}
 	}
-	if (cache && !skipped && pd_fbcache_computed(m, cache, m->x + T * D, L))
-		goto out;
 
 	if (!out) {
 		be->ops->download(be, x_out, m->x, (size_t)(S * D));

@@ -112,10 +112,10 @@ void pd_forward_inputs_free(struct pd_forward_inputs *in)
 	memset(in, 0, sizeof(*in));
 }
 
-struct pd_flux_input pd_forward_inputs_image(const struct pd_forward_inputs *in, const struct pd_flux_config *cfg,
+struct pd_dit_call pd_forward_inputs_image(const struct pd_forward_inputs *in, const struct pd_flux_config *cfg,
 					     int64_t b)
 {
-	struct pd_flux_input x = {
+	struct pd_dit_call x = {
 		.txt_len = in->txt_len,
 		.img_len = in->img_len,
 		.img = in->img + b * in->img_len * cfg->in_channels,

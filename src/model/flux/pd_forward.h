@@ -29,7 +29,7 @@ struct pd_forward_inputs {
 int pd_forward_inputs_read(struct pd_forward_inputs *in, const struct pd_st *st, const struct pd_flux_config *cfg);
 void pd_forward_inputs_free(struct pd_forward_inputs *in);
 /* The single-image view of batch entry B. */
-struct pd_flux_input pd_forward_inputs_image(const struct pd_forward_inputs *in, const struct pd_flux_config *cfg,
+struct pd_dit_call pd_forward_inputs_image(const struct pd_forward_inputs *in, const struct pd_flux_config *cfg,
 					     int64_t b);
 
 /* Reads a whole float tensor NAME of exactly the given shape into a new

@@ -1,0 +1,207 @@
+/*
+ * pd_dit.h - a diffusion transformer as everything outside the model sees
+ * it: the parallel methods, First Block Cache, the denoising loop and the
+ * planner know a model only through this header.
+ *
+ *   struct pd_dit_info info;
+ *   pd_flux_dit_info(&fc, &info);                  // a family's sizes
+ *   struct pd_dit_shard sh = { .rank = 0, .count = 1 };
+ *   struct pd_dit *d;
+ *   pd_flux_load_dit(&d, "model/transformer", be, &sh);
+ *   struct pd_dit_call call = { .txt_len = T, .img_len = L, ... };
+ *   pd_dit_forward(d, &call, out, NULL);            // out: [L, out_channels]
+ *   pd_dit_free(d);
+ *
+ * A model is a sequence of blocks over a hidden state of `dim` channels
+ * per token; the tokens are text rows first, then image rows. A call runs
+ * one image (batch 1): a batch is a loop, which keeps every image
+ * bit-identical to its batch-1 run and maps directly onto data and CFG
+ * parallelism. Position ids are given per token, n_axes of them.
+ */
+#ifndef PD_DIT_H
+#define PD_DIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pd_backend.h"
+#include "pd_dump.h"
+
+/* Blocks a model may have (FLUX.1: 57); more are refused with a message. */
+#define PD_DIT_MAX_BLOCKS 256
+
+/* Sizes of a model as the outside needs them. */
+struct pd_dit_info {
+	int in_channels;                /* channels of an image token in (packed latents) */
+	int out_channels;               /* prediction channels of an image token */
+	int txt_width;                  /* channels of a text token in (prompt embeddings) */
+	int pooled_width;               /* channels of the pooled embedding (0: none) */
+	int n_axes;                     /* position ids per token */
+	int dim;                        /* hidden channels per token */
+	int heads, head_dim;            /* attention heads and channels per head */
+	int mlp_width;                  /* the widest activation a token has inside a block (the MLP's) */
+	int blocks;                     /* blocks, in forward order */
+	int guidance;                   /* takes a distilled guidance scale */
+	/* Per block, what PipeFusion cuts stages by and what the planner
+	 * counts (every block attends once over the whole sequence): */
+	double block_cost[PD_DIT_MAX_BLOCKS];   /* FLOPs per token of its linear layers */
+	double block_params[PD_DIT_MAX_BLOCKS]; /* its weights, all of them split by tensor parallel */
+	int block_reduces[PD_DIT_MAX_BLOCKS];   /* row-parallel sums per call (and as many gathers) */
+	int block_passes[PD_DIT_MAX_BLOCKS];    /* elementwise passes over a row of its stream */
+	double fixed_params;            /* weights outside the blocks, held whole (embedders, final layers) */
+	double img_flops, txt_flops;    /* FLOPs per image and per text token outside the blocks */
+	double call_flops;              /* FLOPs per call that do not grow with the tokens (modulations) */
+};
+
+/* Floating-point operations of one call on T text and L image tokens: the
+ * matrix products of every linear layer (2 m n k each) and of attention
+ * (4 S^2 dim per block); elementwise work is not counted. */
+struct pd_dit_flops {
+	double linear;                  /* linear layers */
+	double attention;               /* Q K^T and P V */
+};
+struct pd_dit_flops pd_dit_count_flops(const struct pd_dit_info *info, int64_t T, int64_t L);
+
+/* The share of the model one process holds. Tensor parallel: shard RANK of
+ * COUNT owns heads [RANK H/COUNT, (RANK+1) H/COUNT) and the same part of
+ * every other split width (the family decides which rows and columns of
+ * which weights that is, and adds a row-parallel bias on shard 0 only).
+ * Pipeline stages: blocks [block_first, block_first + block_count); 0
+ * blocks means all. */
+struct pd_dit_shard {
+	int rank;                       /* this process's shard */
+	int count;                      /* shards (the tensor-parallel degree) */
+	int block_first, block_count;   /* the stage's blocks */
+};
+
+/* First Block Cache (ParaAttention's): after the first block, r = its
+ * change of the image tokens; when mean|r_ref - r| / mean|r_ref| is below
+ * the threshold, r_ref being r at the last fully computed step, the other
+ * blocks are skipped and their stored effect (output minus input at that
+ * step) is added instead. The two sums are added over every process of the
+ * call first (pd_dit_hooks.sum), so all of them decide alike. One state per
+ * image and branch (the positive and negative passes differ). Host memory. */
+struct pd_fbcache {
+	float threshold;                /* 0: never skip (the cache only records) */
+	int64_t rows;                   /* image rows the buffers hold */
+	float *r_ref;                   /* [rows, D] first block's change at the last computed step */
+	float *r;                       /* [rows, D] this step's */
+	float *rest;                    /* [rows, D] the other blocks' effect at the last computed step */
+	int valid;                      /* r_ref and rest hold a computed step */
+	int computed, skipped;          /* steps run and steps skipped */
+	double last_change;             /* the last measure, for the log */
+	float *work;                    /* room for two hidden states of a call */
+	size_t work_cap;                /* its capacity in floats */
+};
+
+void pd_fbcache_free(struct pd_fbcache *c);
+
+/* The cache's decision from the two sums over the call's rows (SUMS[0] =
+ * sum |r_ref - r|, SUMS[1] = sum |r_ref|, already added over every process
+ * of the call): 1 to skip the other blocks, 0 to compute them. Counts the
+ * step as skipped or computed; a computed step makes the cache valid. The
+ * caller swaps r into r_ref on a computed step. */
+int pd_fbcache_decide(struct pd_fbcache *c, const double *sums);
+
+/* One call of the model: one image, one branch, one step. */
+struct pd_dit_call {
+	int64_t txt_len;                /* text tokens */
+	int64_t img_len;                /* image tokens */
+	const float *img;               /* [img_len, in_channels] packed latents */
+	const float *txt;               /* [txt_len, txt_width] prompt embeddings */
+	const float *pooled;            /* [pooled_width] pooled embedding */
+	const float *img_ids;           /* [img_len, n_axes] position ids */
+	const float *txt_ids;           /* [txt_len, n_axes] position ids */
+	float timestep;                 /* what the pipeline passes: t / 1000 */
+	float guidance;                 /* distilled guidance scale; ignored without info.guidance */
+	struct pd_fbcache *cache;       /* First Block Cache state, or NULL */
+	/* Which call this is, for methods that keep state from one step to
+	 * the next (DistriFusion, PipeFusion): */
+	int step;                       /* denoising step */
+	int64_t image;                  /* image of the batch */
+	int branch;                     /* 1 positive, 0 negative (true CFG) */
+	/* A part of a larger call (a sequence-parallel chunk, a PipeFusion
+	 * piece): the call it was cut from, and where this call's rows lie in
+	 * it. NULL: the call is whole. */
+	const struct pd_dit_call *whole;
+	int64_t txt0, img0;             /* first text and image row in WHOLE */
+};
+
+/* The outermost call this one was cut from. */
+static inline const struct pd_dit_call *pd_dit_call_root(const struct pd_dit_call *c)
+{
+	while (c->whole)
+		c = c->whole;
+	return c;
+}
+
+/* The seams where parallel methods attach; any may be NULL. Each returns 0
+ * or -1 with a message. */
+struct pd_dit_hooks {
+	/* Attention for this process's ROWS tokens of CALL: q, k, v [rows,
+	 * heads x head_dim] (row stride ld, positions applied) against the
+	 * whole sequence; OUT gets [rows, heads x head_dim] with row stride
+	 * ldo. LAYER counts the blocks from 0. NULL: the local sequence is the
+	 * whole sequence. */
+	int (*attention)(void *ctx, struct pd_backend *be, const struct pd_dit_call *call, int layer, float *out,
+			 int64_t ldo, const float *q, const float *k, const float *v, int64_t ld, int64_t rows,
+			 int heads, int head_dim);
+	void *attention_ctx;
+	/* Sums row-parallel partial results over the shards, in place. */
+	int (*reduce)(void *ctx, float *buf, size_t n);
+	/* Gathers column-parallel parts of N floats, in shard order, into OUT. */
+	int (*gather)(void *ctx, const float *part, size_t n, float *out);
+	void *shard_ctx;
+	/* Adds N doubles over every process taking part in this call (First
+	 * Block Cache's statistics), in place; NULL: this process alone. */
+	int (*sum)(void *ctx, double *buf, size_t n);
+	void *sum_ctx;
+};
+
+struct pd_dit;
+
+/* What a family implements. */
+struct pd_dit_ops {
+	const char *family;             /* "flux" */
+	/* A part of a call: blocks [first, first+count) on the rows of IN.
+	 * X_IN (host, [txt_len + img_len, dim], text rows first) holds the
+	 * hidden states after block first - 1, or is NULL to run the
+	 * embedders (first must be 0). With OUT not NULL the final layers
+	 * follow and OUT (host) gets the prediction of the image rows;
+	 * otherwise X_OUT (host) gets the hidden states. Ignores in->cache. */
+	int (*forward_blocks)(struct pd_dit *d, const struct pd_dit_call *in, int first, int count,
+			      const float *x_in, float *x_out, float *out, const struct pd_dump *dump);
+	void (*free)(struct pd_dit *d);
+};
+
+/* A loaded model (a family's struct begins with it). */
+struct pd_dit {
+	const struct pd_dit_ops *ops;   /* the family's implementation */
+	struct pd_dit_info info;        /* sizes of the whole model */
+	struct pd_dit_shard shard;      /* what this process holds */
+	struct pd_dit_hooks hooks;      /* the parallel seams; zeroed: one process */
+	int64_t local_width;            /* attention width held here: heads / shard.count x head_dim */
+};
+
+static inline int pd_dit_forward_blocks(struct pd_dit *d, const struct pd_dit_call *in, int first, int count,
+					const float *x_in, float *x_out, float *out, const struct pd_dump *dump)
+{
+	return d->ops->forward_blocks(d, in, first, count, x_in, x_out, out, dump);
+}
+
+/* One whole call: every block, with First Block Cache when in->cache is
+ * set. OUT (host) gets [img_len, out_channels]. */
+int pd_dit_forward(struct pd_dit *d, const struct pd_dit_call *in, float *out, const struct pd_dump *dump);
+
+static inline void pd_dit_set_hooks(struct pd_dit *d, const struct pd_dit_hooks *hooks)
+{
+	d->hooks = *hooks;
+}
+
+static inline void pd_dit_free(struct pd_dit *d)
+{
+	if (d)
+		d->ops->free(d);
+}
+
+#endif /* PD_DIT_H */

@@ -12,6 +12,7 @@
 #include "pd_args.h"
 #include "pd_backend_cpu.h"
 #include "pd_backend_rate.h"
+#include "pd_flux.h"
 #include "pd_model_paths.h"
 #include "pd_par_data.h"
 #include "pd_plan.h"
@@ -61,6 +62,7 @@ struct pd_run {
 	struct pd_model_paths mp;       /* component folders */
 	struct pd_flux_config fc;       /* transformer sizes */
 	struct pd_dit_info info;        /* the same as the parallel methods and the planner see them */
+	const struct pd_dit_family *fam; /* the model family's pipeline side */
 	struct pd_embeds e;             /* prompt embeddings */
 	char **prompts;                 /* -p / --prompts: the texts to encode (NULL with --embeds) */
 	int n_prompts;
@@ -154,8 +156,8 @@ static const char pd_bench_examples[] =
 
 /* --init-latents FILE: latents.init [B, L, 4C] (packed), or
  * latents.init_unpacked [B, C, h, w] as the golden files hold them. */
-static int pd_read_init_latents(const char *path, const struct pd_embeds *e, const struct pd_latent_shape *ls,
-				float **out)
+static int pd_read_init_latents(const char *path, const struct pd_embeds *e, const struct pd_dit_family *fam,
+				const struct pd_latent_shape *ls, float **out)
 {
 	int64_t n = e->batch * ls->tokens * ls->packed_channels, per = n / e->batch;
 	const struct pd_st_tensor *t;
@@ -174,7 +176,7 @@ static int pd_read_init_latents(const char *path, const struct pd_embeds *e, con
 		u = pd_malloc((size_t)n * sizeof(float), "initial latents");
 		rc = !u || pd_st_read_f32(t, 0, (size_t)n, u) ? -1 : 0;
 		for (int64_t b = 0; !rc && b < e->batch; b++)
-			pd_pack_latents(ls, u + b * per, init + b * per);
+			fam->pack(ls, u + b * per, init + b * per);
 	} else {
 		pd_errorf("%s: needs latents.init [%lld, %lld, %d] or latents.init_unpacked [%lld, %d, %d, %d]", path,
 			  (long long)e->batch, (long long)ls->tokens, ls->packed_channels, (long long)e->batch,
@@ -224,7 +226,7 @@ static int pd_run_inputs(struct pd_run *r, const struct pd_gen_args *a)
 		return pd_errorf("-n/--negative-prompt goes with -p or --prompts; --embeds files hold their own "
 				 "negative_prompt_embeds");
 	if (a->embeds)
-		return pd_embeds_load(&r->e, a->embeds) || pd_embeds_check(&r->e, &r->fc, a->embeds);
+		return pd_embeds_load(&r->e, a->embeds) || pd_embeds_check(&r->e, &r->info, a->embeds);
 	if (a->max_seq < 0 || a->max_seq > 512)
 		return pd_errorf("--max-sequence-length must be between 1 and 512 (got %d)", a->max_seq);
 	r->max_seq = a->max_seq ? a->max_seq : pd_prompt_default_length(r->fc.guidance_embeds);
@@ -458,9 +460,11 @@ static int pd_run_prepare(struct pd_run *r, const struct pd_gen_args *a, int nee
 		return pd_errorf("--batch must be positive and at most %d (got %d)", PD_MAX_BATCH, a->batch);
 	if (a->true_cfg_scale < 0)
 		return pd_errorf("--true-cfg-scale must not be negative");
+	r->fam = &pd_flux_family;
 	if (pd_run_resolve(r, a) || pd_flux_config_load(&r->fc, r->mp.transformer) ||
 	    pd_flux_dit_info(&r->fc, &r->info) || pd_run_inputs(r, a) ||
-	    pd_latent_shape(&r->ls, &r->fc, a->height, a->width) || (a->batch > 0 && pd_embeds_repeat(&r->e, a->batch)))
+	    r->fam->latent_shape(&r->ls, &r->info, a->height, a->width) ||
+	    (a->batch > 0 && pd_embeds_repeat(&r->e, a->batch)))
 		return -1;
 	if (need_vae && !r->mp.vae && !a->out_latents)
 		return pd_errorf("no VAE to decode with: give --vae DIR (or --out-latents FILE to keep only latents)");
@@ -487,7 +491,7 @@ static int pd_run_prepare(struct pd_run *r, const struct pd_gen_args *a, int nee
 		/* FLUX.1-dev's scheduler shifts by resolution, schnell's does not. */
 		pd_scheduler_default(&r->sched, r->fc.guidance_embeds);
 	}
-	if (a->init_latents && pd_read_init_latents(a->init_latents, &r->e, &r->ls, &r->init))
+	if (a->init_latents && pd_read_init_latents(a->init_latents, &r->e, r->fam, &r->ls, &r->init))
 		return -1;
 	/* the mesh, refused here when impossible: no weight has been read */
 	lim.world = r->world->size;
@@ -631,7 +635,7 @@ static void pd_run_denoise(struct pd_run *r, float *all, const struct pd_dump *m
 	double deadline;
 	int rc;
 
-	rc = !mine || pd_denoise(&r->par.runner, &r->fc, &r->sched, &r->e, &r->p, r->init, mine, NULL, model_dump);
+	rc = !mine || pd_denoise(&r->par.runner, r->fam, &r->info, &r->sched, &r->e, &r->p, r->init, mine, NULL, model_dump);
 	/* a group with an image more keeps the others waiting here */
 	deadline = pd_deadline_off();
 	rc = rc || pd_dp_gather(r->mesh.axis[PD_AXIS_DP], mine, per, r->e.batch, all);
@@ -819,7 +823,7 @@ static int pd_write_latents(struct pd_run *r, const char *path, const float *fin
 			goto out;
 		for (int64_t b = 0; b < B; b++) {
 			pd_draw_noise(&r->ls, r->p.seed + (uint64_t)b, u);
-			pd_pack_latents(&r->ls, u, first + b * per);
+			r->fam->pack(&r->ls, u, first + b * per);
 		}
 	}
 	rc = pd_st_writer_add(w, "latents.init", PD_F32, 3, shape, first) ||
@@ -859,7 +863,7 @@ static int pd_write_pictures(struct pd_run *r, const struct pd_gen_args *a, cons
 				    : NULL;
 		double t0 = pd_now();
 
-		rc = !name || !text || pd_decode_image(r->v, &r->ls, all + b * per, rgb, NULL, NULL) ? -1 : 0;
+		rc = !name || !text || pd_decode_image(r->v, r->fam, &r->ls, all + b * per, rgb, NULL, NULL) ? -1 : 0;
 		if (!rc && pd_parallel_is_writer(&r->mesh)) {
 			rc = pd_png_write(name, rgb, r->ls.w * f, r->ls.h * f, "parameters", text);
 			if (!rc)
@@ -1153,7 +1157,7 @@ static int pd_check_reference(struct pd_run *r, float *latents, struct pd_blocks
 		goto out;
 	run = pd_runner_local(m);
 	pd_log(1, "pdit: running the single-process reference\n");
-	rc = pd_denoise(&run, &r->fc, &r->sched, &r->e, &r->p, r->init, latents, NULL, &dump);
+	rc = pd_denoise(&run, r->fam, &r->info, &r->sched, &r->e, &r->p, r->init, latents, NULL, &dump);
 	if (!rc && blocks->failed)
 		rc = pd_errorf("out of memory recording the reference");
 out:
@@ -1208,7 +1212,7 @@ static int pd_check_golden(struct pd_run *r, const char *path, const float *all,
 					continue;
 				}
 				pd_draw_noise(&r->ls, r->p.seed + (uint64_t)b, u);
-				pd_pack_latents(&r->ls, u, init + b * per);
+				r->fam->pack(&r->ls, u, init + b * per);
 			}
 			free(u);
 			got = init;
@@ -1468,7 +1472,7 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 			if (rgb) {
 				double t0 = pd_now();
 
-				if (pd_decode_image(r.v, &r.ls, all, rgb, NULL, NULL) == 0)
+				if (pd_decode_image(r.v, r.fam, &r.ls, all, rgb, NULL, NULL) == 0)
 					vae_s = pd_now() - t0;
 			}
 			free(rgb);

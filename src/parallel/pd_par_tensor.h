@@ -1,6 +1,6 @@
 /*
  * pd_par_tensor.h - tensor parallelism (Megatron): the model loads its shard
- * (pd_flux_load_shard); these hooks sum row-parallel partial results and
+ * (struct pd_dit_shard); these hooks sum row-parallel partial results and
  * gather column-parallel modulation vectors over the tensor-parallel group.
  */
 #ifndef PD_PAR_TENSOR_H

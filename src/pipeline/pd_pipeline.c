@@ -3,8 +3,8 @@
  * pipelines/flux/pipeline_flux.py).
  */
 #include "pd_pipeline.h"
-#include "pd_forward.h"
 #include "pd_rng.h"
+#include "pd_safetensors.h"
 #include "pd_util.h"
 
 #include <math.h>
@@ -103,14 +103,15 @@ out:
 	return rc;
 }
 
-int pd_embeds_check(const struct pd_embeds *e, const struct pd_flux_config *cfg, const char *path)
+int pd_embeds_check(const struct pd_embeds *e, const struct pd_dit_info *info, const char *path)
 {
-	if (e->joint_dim != cfg->joint_attention_dim)
+	/* named as the diffusers configs name the widths */
+	if (e->joint_dim != info->txt_width)
 		return pd_errorf("%s: prompt_embeds width %lld does not match the transformer's joint_attention_dim %d",
-				 path, (long long)e->joint_dim, cfg->joint_attention_dim);
-	if (e->pooled_dim != cfg->pooled_projection_dim)
+				 path, (long long)e->joint_dim, info->txt_width);
+	if (e->pooled_dim != info->pooled_width)
 		return pd_errorf("%s: pooled_prompt_embeds width %lld does not match the transformer's "
-				 "pooled_projection_dim %d", path, (long long)e->pooled_dim, cfg->pooled_projection_dim);
+				 "pooled_projection_dim %d", path, (long long)e->pooled_dim, info->pooled_width);
 	return 0;
 }
 
@@ -157,61 +158,6 @@ int pd_embeds_repeat(struct pd_embeds *e, int64_t n)
 /* Latents                                                                 */
 /* ----------------------------------------------------------------------- */
 
-int pd_latent_shape(struct pd_latent_shape *ls, const struct pd_flux_config *cfg, int height, int width)
-{
-	if (height < 16 || width < 16 || height % 16 || width % 16)
-		return pd_errorf("-H/--height and -W/--width must be positive multiples of 16 (got %dx%d)", height,
-				 width);
-	if (cfg->in_channels % 4)
-		return pd_errorf("the transformer's in_channels (%d) is not 4 x latent channels", cfg->in_channels);
-	ls->channels = cfg->in_channels / 4;
-	ls->h = 2 * (height / 16);
-	ls->w = 2 * (width / 16);
-	ls->tokens = (int64_t)(ls->h / 2) * (ls->w / 2);
-	ls->packed_channels = cfg->in_channels;
-	return 0;
-}
-
-void pd_pack_latents(const struct pd_latent_shape *ls, const float *u, float *p)
-{
-	int hp = ls->h / 2, wp = ls->w / 2, C = ls->channels;
-
-	for (int i = 0; i < hp; i++)
-		for (int j = 0; j < wp; j++)
-			for (int ch = 0; ch < C; ch++)
-				for (int dy = 0; dy < 2; dy++)
-					for (int dx = 0; dx < 2; dx++)
-						p[((int64_t)i * wp + j) * 4 * C + ch * 4 + dy * 2 + dx] =
-							u[((int64_t)ch * ls->h + 2 * i + dy) * ls->w + 2 * j + dx];
-}
-
-void pd_unpack_latents(const struct pd_latent_shape *ls, const float *p, float *u)
-{
-	int hp = ls->h / 2, wp = ls->w / 2, C = ls->channels;
-
-	for (int i = 0; i < hp; i++)
-		for (int j = 0; j < wp; j++)
-			for (int ch = 0; ch < C; ch++)
-				for (int dy = 0; dy < 2; dy++)
-					for (int dx = 0; dx < 2; dx++)
-						u[((int64_t)ch * ls->h + 2 * i + dy) * ls->w + 2 * j + dx] =
-							p[((int64_t)i * wp + j) * 4 * C + ch * 4 + dy * 2 + dx];
-}
-
-void pd_image_ids(const struct pd_latent_shape *ls, int n_axes, float *ids)
-{
-	int wp = ls->w / 2;
-
-	for (int64_t n = 0; n < ls->tokens; n++) {
-		for (int a = 0; a < n_axes; a++)
-			ids[n * n_axes + a] = 0.0f;
-		if (n_axes > 1)
-			ids[n * n_axes + 1] = (float)(n / wp);
-		if (n_axes > 2)
-			ids[n * n_axes + 2] = (float)(n % wp);
-	}
-}
-
 void pd_draw_noise(const struct pd_latent_shape *ls, uint64_t seed, float *unpacked)
 {
 	struct pd_rng g;
@@ -256,9 +202,9 @@ struct pd_runner pd_runner_local(struct pd_dit *m)
 	return r;
 }
 
-int pd_denoise(const struct pd_runner *run, const struct pd_flux_config *cfg, struct pd_scheduler *s,
-	       const struct pd_embeds *e, const struct pd_gen_params *p, const float *init, float *latents,
-	       const struct pd_dump *dump, const struct pd_dump *model_dump)
+int pd_denoise(const struct pd_runner *run, const struct pd_dit_family *fam, const struct pd_dit_info *info,
+	       struct pd_scheduler *s, const struct pd_embeds *e, const struct pd_gen_params *p, const float *init,
+	       float *latents, const struct pd_dump *dump, const struct pd_dump *model_dump)
 {
 	struct pd_latent_shape ls;
 	int64_t B, b0 = run->first_image, L, C, n;
@@ -274,7 +220,7 @@ int pd_denoise(const struct pd_runner *run, const struct pd_flux_config *cfg, st
 	int rc = -1;
 
 	memset(&ls, 0, sizeof(ls));
-	if (pd_latent_shape(&ls, cfg, p->height, p->width))
+	if (fam->latent_shape(&ls, info, p->height, p->width))
 		return -1;
 	B = run->n_images < 0 ? e->batch : run->n_images;
 	if (p->fbcache_threshold > 0) {
@@ -289,9 +235,9 @@ int pd_denoise(const struct pd_runner *run, const struct pd_flux_config *cfg, st
 	n = L * C;
 	if (pd_scheduler_set(s, p->steps, L))
 		return -1;
-	img_ids = pd_malloc((size_t)(L * cfg->n_axes) * sizeof(float), "ids");
-	txt_ids = pd_calloc((size_t)(e->txt_len * cfg->n_axes), sizeof(float), "ids");
-	neg_ids = pd_calloc((size_t)((e->neg_txt_len + 1) * cfg->n_axes), sizeof(float), "ids");
+	img_ids = pd_malloc((size_t)(L * info->n_axes) * sizeof(float), "ids");
+	txt_ids = pd_calloc((size_t)(e->txt_len * info->n_axes), sizeof(float), "ids");
+	neg_ids = pd_calloc((size_t)((e->neg_txt_len + 1) * info->n_axes), sizeof(float), "ids");
 	noise = pd_malloc((size_t)((B + 1) * ls.channels * ls.h * ls.w) * sizeof(float), "noise");
 	pred = pd_malloc((size_t)((B + 1) * n) * sizeof(float), "predictions");
 	/* per image: [negative | positive] predictions */
@@ -299,22 +245,22 @@ int pd_denoise(const struct pd_runner *run, const struct pd_flux_config *cfg, st
 	tvec = pd_malloc((size_t)(B + 1) * sizeof(float), "timesteps");
 	if (!img_ids || !txt_ids || !neg_ids || !noise || !pred || !pair || !tvec)
 		goto out;
-	pd_image_ids(&ls, cfg->n_axes, img_ids);
+	fam->image_ids(&ls, info->n_axes, img_ids);
 	pd_dump_host(dump, "sched.sigmas_in", s->sigmas_in, 1, (int64_t)s->steps);
 	pd_dump_host(dump, "sched.sigmas", s->sigmas, 1, (int64_t)s->steps + 1);
 	pd_dump_host(dump, "sched.timesteps", s->timesteps, 1, (int64_t)s->steps);
-	pd_dump_host(dump, "in.img_ids", img_ids, 2, L, (int64_t)cfg->n_axes);
+	pd_dump_host(dump, "in.img_ids", img_ids, 2, L, (int64_t)info->n_axes);
 	for (int64_t b = 0; b < B; b++) {
 		float *u = noise + b * ls.channels * ls.h * ls.w;
 
 		if (init) {
 			memcpy(latents + b * n, init + (b0 + b) * n, (size_t)n * sizeof(float));
-			pd_unpack_latents(&ls, latents + b * n, u);
+			fam->unpack(&ls, latents + b * n, u);
 		} else {
 			/* seed + global image index: an image does not depend on how
 			 * the batch is split over processes */
 			pd_draw_noise(&ls, p->seed + (uint64_t)(b0 + b), u);
-			pd_pack_latents(&ls, u, latents + b * n);
+			fam->pack(&ls, u, latents + b * n);
 		}
 	}
 	pd_dump_host(dump, "latents.init_unpacked", noise, 4, B, (int64_t)ls.channels, (int64_t)ls.h, (int64_t)ls.w);
@@ -447,8 +393,8 @@ out:
 /* Decoding                                                                */
 /* ----------------------------------------------------------------------- */
 
-int pd_decode_image(struct pd_vae *v, const struct pd_latent_shape *ls, const float *packed, uint8_t *rgb,
-		    float *decoded, const struct pd_dump *dump)
+int pd_decode_image(struct pd_vae *v, const struct pd_dit_family *fam, const struct pd_latent_shape *ls,
+		    const float *packed, uint8_t *rgb, float *decoded, const struct pd_dump *dump)
 {
 	const struct pd_vae_config *vc = pd_vae_get_config(v);
 	int f = pd_vae_scale(vc), H = ls->h * f, W = ls->w * f;
@@ -466,7 +412,7 @@ int pd_decode_image(struct pd_vae *v, const struct pd_latent_shape *ls, const fl
 	img = decoded ? decoded : pd_malloc(3 * npx * sizeof(float), "image");
 	if (!u || !img)
 		goto out;
-	pd_unpack_latents(ls, packed, u);
+	fam->unpack(ls, packed, u);
 	if (dump) {
 		int64_t shape[4] = { 1, ls->channels, ls->h, ls->w };
 

@@ -1,7 +1,9 @@
 /*
- * pd_pipeline.h - FluxPipeline's generation loop on embeddings: latent
- * noise, packing, position ids, the Euler loop with optional true CFG, and
- * decoding to 8-bit pixels (diffusers pipelines/flux/pipeline_flux.py).
+ * pd_pipeline.h - the generation loop on embeddings, as diffusers'
+ * flow-matching pipelines run it (FluxPipeline first: diffusers
+ * pipelines/flux/pipeline_flux.py): latent noise, the family's packing and
+ * position ids (struct pd_dit_family), the Euler loop with optional true
+ * CFG, and decoding to 8-bit pixels.
  *
  * Image b of a batch is drawn from seed + b, as diffusers does when given
  * one generator per image seeded seed + b; every image is computed on its
@@ -12,7 +14,7 @@
 
 #include <stdint.h>
 
-#include "pd_flux.h"
+#include "pd_dit.h"
 #include "pd_scheduler.h"
 #include "pd_vae.h"
 
@@ -35,25 +37,11 @@ struct pd_embeds {
  * prompt). */
 int pd_embeds_load(struct pd_embeds *e, const char *path);
 /* Checks the widths against the transformer's config. */
-int pd_embeds_check(const struct pd_embeds *e, const struct pd_flux_config *cfg, const char *path);
+int pd_embeds_check(const struct pd_embeds *e, const struct pd_dit_info *info, const char *path);
 void pd_embeds_free(struct pd_embeds *e);
 /* Makes the batch N copies of its first prompt (benchmarks of data parallelism). */
 int pd_embeds_repeat(struct pd_embeds *e, int64_t n);
 
-/* Latent geometry for an image of height x width pixels (multiples of 16). */
-struct pd_latent_shape {
-	int channels;                   /* C = in_channels / 4 */
-	int h, w;                       /* unpacked latent size: 2 * (H / 16), 2 * (W / 16) */
-	int64_t tokens;                 /* L = (h / 2) * (w / 2) */
-	int packed_channels;            /* 4 C */
-};
-
-int pd_latent_shape(struct pd_latent_shape *ls, const struct pd_flux_config *cfg, int height, int width);
-/* packed[(i * w/2 + j), ch * 4 + dy * 2 + dx] = latent[ch, 2i + dy, 2j + dx] (PF:520-525). */
-void pd_pack_latents(const struct pd_latent_shape *ls, const float *unpacked, float *packed);
-void pd_unpack_latents(const struct pd_latent_shape *ls, const float *packed, float *unpacked);
-/* ids[n] = (0, i, j) for packed token n = i * w/2 + j (PF:506-517). */
-void pd_image_ids(const struct pd_latent_shape *ls, int n_axes, float *ids);
 /* torch.randn([1, C, h, w], generator=manual_seed(seed)), unpacked. */
 void pd_draw_noise(const struct pd_latent_shape *ls, uint64_t seed, float *unpacked);
 
@@ -109,13 +97,13 @@ struct pd_runner pd_runner_local(struct pd_dit *m);
  * (may be NULL) receives the pipeline tensors under the golden names;
  * MODEL_DUMP (may be NULL) the transformer's intermediates at the first step
  * of this process's first image, positive branch. */
-int pd_denoise(const struct pd_runner *run, const struct pd_flux_config *cfg, struct pd_scheduler *s,
-	       const struct pd_embeds *e, const struct pd_gen_params *p, const float *init, float *latents,
-	       const struct pd_dump *dump, const struct pd_dump *model_dump);
+int pd_denoise(const struct pd_runner *run, const struct pd_dit_family *fam, const struct pd_dit_info *info,
+	       struct pd_scheduler *s, const struct pd_embeds *e, const struct pd_gen_params *p, const float *init,
+	       float *latents, const struct pd_dump *dump, const struct pd_dump *model_dump);
 
 /* Packed latents [L, 4C] of one image -> RGB bytes [H, W, 3] (and, when
  * DECODED is not NULL, the decoder's float output [3, H, W]). */
-int pd_decode_image(struct pd_vae *v, const struct pd_latent_shape *ls, const float *packed, uint8_t *rgb,
-		    float *decoded, const struct pd_dump *dump);
+int pd_decode_image(struct pd_vae *v, const struct pd_dit_family *fam, const struct pd_latent_shape *ls,
+		    const float *packed, uint8_t *rgb, float *decoded, const struct pd_dump *dump);
 
 #endif /* PD_PIPELINE_H */

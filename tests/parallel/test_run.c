@@ -3,6 +3,7 @@
  */
 #include "pd_backend_cpu.h"
 #include "test_run.h"
+#include "pd_flux.h"
 #include "pd_par_data.h"
 #include "pd_parallel.h"
 #include "pd_test.h"
@@ -51,7 +52,7 @@ float *test_run_case(struct pd_comm *world, const struct pcase *c, const int *de
 	memset(&mesh, 0, sizeof(mesh));
 	memset(&par, 0, sizeof(par));
 	if (pd_flux_config_load(&fc, c->tdir) || pd_embeds_load(&e, c->embeds) || pd_scheduler_load(&s, c->sdir) ||
-	    pd_flux_dit_info(&fc, &info) || pd_latent_shape(&ls, &fc, c->height, c->width) ||
+	    pd_flux_dit_info(&fc, &info) || pd_flux_family.latent_shape(&ls, &info, c->height, c->width) ||
 	    pd_backend_cpu_new(&be, PD_F32, 1))
 		goto out;
 	per = ls.tokens * ls.packed_channels;
@@ -62,7 +63,7 @@ float *test_run_case(struct pd_comm *world, const struct pcase *c, const int *de
 			goto out;
 		run = pd_runner_local(m);
 		run.fb_report = report;
-		ok = pd_denoise(&run, &fc, &s, &e, &p, NULL, all, NULL, NULL) == 0;
+		ok = pd_denoise(&run, &pd_flux_family, &info, &s, &e, &p, NULL, all, NULL, NULL) == 0;
 	} else {
 		struct pd_dit_shard sh;
 
@@ -75,7 +76,7 @@ float *test_run_case(struct pd_comm *world, const struct pcase *c, const int *de
 			goto out;
 		mine = malloc((size_t)((par.runner.n_images + 1) * per) * sizeof(float));
 		par.runner.fb_report = report;
-		ok = pd_denoise(&par.runner, &fc, &s, &e, &p, NULL, mine, NULL, NULL) == 0 &&
+		ok = pd_denoise(&par.runner, &pd_flux_family, &info, &s, &e, &p, NULL, mine, NULL, NULL) == 0 &&
 		     pd_dp_gather(mesh.axis[PD_AXIS_DP], mine, per, e.batch, all) == 0;
 	}
 	*n_out = e.batch * per;

@@ -15,6 +15,7 @@
  * 2e-2 x max|f32 result|.
  */
 #include "pd_backend_cpu.h"
+#include "pd_flux.h"
 #include "pd_pipeline.h"
 #include "pd_safetensors.h"
 #include "pd_test.h"
@@ -156,7 +157,7 @@ static void test_case(const char *dir, const char *file, enum pd_dtype dt, float
 	p.seed = strtoull(seeds + (seeds[0] == '['), NULL, 10);
 	if (pd_backend_cpu_new(&be, dt, 0) || pd_flux_load(&m, tdir, be) || pd_vae_load(&v, vdir, be) ||
 	    pd_scheduler_load(&sched, sdir) || pd_embeds_load(&e, path) ||
-	    pd_latent_shape(&ls, pd_flux_get_config(m), p.height, p.width)) {
+	    pd_flux_family.latent_shape(&ls, &pd_flux_dit(m)->info, p.height, p.width)) {
 		PD_CHECK(0, "%s: setup: %s", file, pd_last_error());
 		goto out;
 	}
@@ -177,7 +178,7 @@ static void test_case(const char *dir, const char *file, enum pd_dtype dt, float
 	{
 		struct pd_runner run = pd_runner_local(pd_flux_dit(m));
 
-		PD_CHECK(pd_denoise(&run, pd_flux_get_config(m), &sched, &e, &p, NULL, lat, dp, NULL) == 0, "%s: denoise: %s", file, pd_last_error());
+		PD_CHECK(pd_denoise(&run, &pd_flux_family, &pd_flux_dit(m)->info, &sched, &e, &p, NULL, lat, dp, NULL) == 0, "%s: denoise: %s", file, pd_last_error());
 	}
 	if (lat_out) {
 		*lat_out = lat;
@@ -199,7 +200,7 @@ static void test_case(const char *dir, const char *file, enum pd_dtype dt, float
 
 		dump.index = b;
 		memset(rgb, 0, npx * 3);
-		PD_CHECK(pd_decode_image(v, &ls, lat + b * ls.tokens * ls.packed_channels, rgb, NULL, &dump) == 0,
+		PD_CHECK(pd_decode_image(v, &pd_flux_family, &ls, lat + b * ls.tokens * ls.packed_channels, rgb, NULL, &dump) == 0,
 			 "%s: decode: %s", file, pd_last_error());
 		PD_CHECK(t && t->dtype == PD_U8 && (size_t)t->numel == npx * 3 * (size_t)e.batch,
 			 "%s: image.uint8 shape", file);

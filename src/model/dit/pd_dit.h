@@ -158,6 +158,30 @@ struct pd_dit_hooks {
 	void *sum_ctx;
 };
 
+/* Latent geometry of one picture: the VAE's latent [channels, h, w] and the
+ * transformer's tokens of it. */
+struct pd_latent_shape {
+	int channels;                   /* latent channels C */
+	int h, w;                       /* latent rows and columns */
+	int64_t tokens;                 /* image tokens L */
+	int packed_channels;            /* channels of a token (the model's in_channels) */
+};
+
+/* What a family's pipeline does around its transformer: how a latent
+ * becomes tokens and where each token sits. Every function is given sizes
+ * that latent_shape accepted. */
+struct pd_dit_family {
+	const char *name;               /* "flux" */
+	/* the geometry of a HEIGHT x WIDTH picture, or -1 with a message naming
+	 * -H/--height and -W/--width */
+	int (*latent_shape)(struct pd_latent_shape *ls, const struct pd_dit_info *info, int height, int width);
+	/* latent [C, h, w] -> tokens [L, packed_channels], and back */
+	void (*pack)(const struct pd_latent_shape *ls, const float *unpacked, float *packed);
+	void (*unpack)(const struct pd_latent_shape *ls, const float *packed, float *unpacked);
+	/* position ids [L, n_axes] of the image tokens (text tokens: zeros) */
+	void (*image_ids)(const struct pd_latent_shape *ls, int n_axes, float *ids);
+};
+
 struct pd_dit;
 
 /* What a family implements. */
@@ -177,6 +201,7 @@ struct pd_dit_ops {
 /* A loaded model (a family's struct begins with it). */
 struct pd_dit {
 	const struct pd_dit_ops *ops;   /* the family's implementation */
+	const struct pd_dit_family *family; /* its pipeline's side */
 	struct pd_dit_info info;        /* sizes of the whole model */
 	struct pd_dit_shard shard;      /* what this process holds */
 	struct pd_dit_hooks hooks;      /* the parallel seams; zeroed: one process */

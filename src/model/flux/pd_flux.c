@@ -292,6 +292,7 @@ int pd_flux_load_shard(struct pd_flux **out, const char *dir, struct pd_backend 
 	m->dim = (int64_t)m->heads * c->head_dim;
 	m->mlp = c->mlp_dim / m->dit.shard.count;
 	m->dit.ops = &pd_flux_dit_ops;
+	m->dit.family = &pd_flux_family;
 	m->dit.local_width = m->dim;
 	if (pd_flux_dit_info(c, &m->dit.info)) {
 		pd_errorf("%s: %s", dir, pd_last_error());

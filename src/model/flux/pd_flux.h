@@ -63,6 +63,9 @@ int pd_flux_open_file(struct pd_st **st, const char *path, struct pd_flux_config
 
 struct pd_flux;
 
+/* FLUX.1's pipeline side: 2x2 latent patches, (0, row, column) positions. */
+extern const struct pd_dit_family pd_flux_family;
+
 /* The sizes the outside sees (pd_dit.h) of a model of config CFG. */
 int pd_flux_dit_info(const struct pd_flux_config *cfg, struct pd_dit_info *info);
 

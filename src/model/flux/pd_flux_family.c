@@ -1,0 +1,75 @@
+/*
+ * pd_flux_family.c - FLUX.1's side of the pipeline (PF = diffusers v0.40
+ * pipelines/flux/pipeline_flux.py): the latent in 2x2 patches, a token's
+ * position as (0, row, column).
+ */
+#include "pd_flux.h"
+#include "pd_util.h"
+
+/* The VAE's latent is 1/8 of the picture and the tokens are its 2x2
+ * patches: a picture is a multiple of 16 pixels each way. */
+static int pd_flux_latent_shape(struct pd_latent_shape *ls, const struct pd_dit_info *info, int height, int width)
+{
+	if (height < 16 || width < 16 || height % 16 || width % 16)
+		return pd_errorf("-H/--height and -W/--width must be positive multiples of 16 (got %dx%d)", height,
+				 width);
+	if (info->in_channels % 4)
+		return pd_errorf("the transformer's in_channels (%d) is not 4 x latent channels", info->in_channels);
+	ls->channels = info->in_channels / 4;
+	ls->h = 2 * (height / 16);
+	ls->w = 2 * (width / 16);
+	ls->tokens = (int64_t)(ls->h / 2) * (ls->w / 2);
+	ls->packed_channels = info->in_channels;
+	return 0;
+}
+
+/* packed[(i * w/2 + j), ch * 4 + dy * 2 + dx] = latent[ch, 2i + dy, 2j + dx]
+ * (PF:520-525). */
+static void pd_flux_pack(const struct pd_latent_shape *ls, const float *u, float *p)
+{
+	int hp = ls->h / 2, wp = ls->w / 2, C = ls->channels;
+
+	for (int i = 0; i < hp; i++)
+		for (int j = 0; j < wp; j++)
+			for (int ch = 0; ch < C; ch++)
+				for (int dy = 0; dy < 2; dy++)
+					for (int dx = 0; dx < 2; dx++)
+						p[((int64_t)i * wp + j) * 4 * C + ch * 4 + dy * 2 + dx] =
+							u[((int64_t)ch * ls->h + 2 * i + dy) * ls->w + 2 * j + dx];
+}
+
+static void pd_flux_unpack(const struct pd_latent_shape *ls, const float *p, float *u)
+{
+	int hp = ls->h / 2, wp = ls->w / 2, C = ls->channels;
+
+	for (int i = 0; i < hp; i++)
+		for (int j = 0; j < wp; j++)
+			for (int ch = 0; ch < C; ch++)
+				for (int dy = 0; dy < 2; dy++)
+					for (int dx = 0; dx < 2; dx++)
+						u[((int64_t)ch * ls->h + 2 * i + dy) * ls->w + 2 * j + dx] =
+							p[((int64_t)i * wp + j) * 4 * C + ch * 4 + dy * 2 + dx];
+}
+
+/* ids[n] = (0, i, j) for packed token n = i * w/2 + j (PF:506-517). */
+static void pd_flux_image_ids(const struct pd_latent_shape *ls, int n_axes, float *ids)
+{
+	int wp = ls->w / 2;
+
+	for (int64_t n = 0; n < ls->tokens; n++) {
+		for (int a = 0; a < n_axes; a++)
+			ids[n * n_axes + a] = 0.0f;
+		if (n_axes > 1)
+			ids[n * n_axes + 1] = (float)(n / wp);
+		if (n_axes > 2)
+			ids[n * n_axes + 2] = (float)(n % wp);
+	}
+}
+
+const struct pd_dit_family pd_flux_family = {
+	.name = "flux",
+	.latent_shape = pd_flux_latent_shape,
+	.pack = pd_flux_pack,
+	.unpack = pd_flux_unpack,
+	.image_ids = pd_flux_image_ids,
+};

@@ -1,30 +1,22 @@
 /*
  * pdit_run.c - `pdit generate`, `pdit check` and `pdit bench`, on one process or a
- * mesh of them (mpirun -np N pdit ...).
- *
- * Both go through the same phases. Every rank checks what a user can get
- * wrong before any weight is read, then loads its share of the model; each
- * phase ends with an agreement among the ranks, so a failure on one rank
- * (a file only it cannot read) stops every rank cleanly with the failing
- * rank's message. A failure in the middle of collective work aborts the
- * whole job instead of leaving the others waiting.
+ * mesh of them (mpirun -np N pdit ...): the options become an engine's
+ * options and one request (engine/pdit.h). generate opens the engine, runs
+ * the request and writes what it made; check and bench look inside the run
+ * (engine/pd_engine.h). A failure the engine reports is printed by the
+ * lowest failing rank; one in the middle of collective work ends the whole
+ * job instead of leaving the others waiting.
  */
 #include "pd_args.h"
 #include "pd_backend_cpu.h"
 #include "pd_backend_rate.h"
-#include "pd_flux.h"
-#include "pd_model_paths.h"
-#include "pd_par_data.h"
-#include "pd_plan.h"
-#include "pd_par_seq.h"
-#include "pd_par_vae.h"
-#include "pd_prompt.h"
-#include "pd_parallel.h"
+#include "pd_engine.h"
 #include "pd_png.h"
-#include "pd_rng.h"
+#include "pd_prompt.h"
+#include "pd_safetensors.h"
+#include "pd_st_writer.h"
 #include "pd_util.h"
 #include "pdit_cli.h"
-#include "pd_st_writer.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -50,41 +42,6 @@ struct pd_gen_args {
 	float tolerance;
 	/* pdit bench */
 	int warmup, json, vae_time, batch;
-};
-
-#define PD_MAX_SIDE 16384
-#define PD_MAX_STEPS 10000
-#define PD_MAX_BATCH 4096
-
-/* Everything one run holds, from validated arguments to loaded models. */
-struct pd_run {
-	struct pd_comm *world;          /* all processes (borrowed) */
-	struct pd_model_paths mp;       /* component folders */
-	struct pd_flux_config fc;       /* transformer sizes */
-	struct pd_dit_info info;        /* the same as the parallel methods and the planner see them */
-	const struct pd_dit_family *fam; /* the model family's pipeline side */
-	struct pd_embeds e;             /* prompt embeddings */
-	char **prompts;                 /* -p / --prompts: the texts to encode (NULL with --embeds) */
-	int n_prompts;
-	const char *negative;           /* -n (borrowed) */
-	int max_seq;                    /* T5 tokens per prompt */
-	struct pd_scheduler sched;      /* the schedule */
-	struct pd_latent_shape ls;      /* latent geometry */
-	struct pd_gen_params p;         /* generation parameters */
-	enum pd_dtype dt;               /* matrix-product precision */
-	int degree[PD_AXIS_COUNT];      /* the mesh */
-	int mesh_auto;                  /* chosen by pdit, not given: 1 by rule, 2 by the cost model */
-	struct pd_par_options opt;      /* DistriFusion, warm-up */
-	struct pd_mesh mesh;            /* its communicators (once created) */
-	int mesh_ok;
-	struct pd_backend *be;          /* compute */
-	struct pd_dit *m;               /* this rank's share of the transformer */
-	struct pd_vae *v;               /* the VAE (on ranks that write pictures) */
-	struct pd_parallel par;         /* the parallel methods */
-	int par_ok;
-	struct pd_vae_par vae_par;      /* decoding in bands over the data-parallel group */
-	int vae_bands;                  /* bands this rank takes part in (0: it does not decode) */
-	float *init;                    /* --init-latents [B, L, C], or NULL */
 };
 
 static const char pd_gen_usage[] =
@@ -153,499 +110,6 @@ static const char pd_bench_examples[] =
 /* ----------------------------------------------------------------------- */
 /* Phases                                                                  */
 /* ----------------------------------------------------------------------- */
-
-/* --init-latents FILE: latents.init [B, L, 4C] (packed), or
- * latents.init_unpacked [B, C, h, w] as the golden files hold them. */
-static int pd_read_init_latents(const char *path, const struct pd_embeds *e, const struct pd_dit_family *fam,
-				const struct pd_latent_shape *ls, float **out)
-{
-	int64_t n = e->batch * ls->tokens * ls->packed_channels, per = n / e->batch;
-	const struct pd_st_tensor *t;
-	struct pd_st *st;
-	float *init, *u = NULL;
-	int rc = -1;
-
-	if (pd_st_open(&st, path))
-		return -1;
-	init = pd_malloc((size_t)n * sizeof(float), "initial latents");
-	if (!init)
-		goto out;
-	if ((t = pd_st_get(st, "latents.init")) && t->numel == n) {
-		rc = pd_st_read_f32(t, 0, (size_t)n, init);
-	} else if ((t = pd_st_get(st, "latents.init_unpacked")) && t->numel == n) {
-		u = pd_malloc((size_t)n * sizeof(float), "initial latents");
-		rc = !u || pd_st_read_f32(t, 0, (size_t)n, u) ? -1 : 0;
-		for (int64_t b = 0; !rc && b < e->batch; b++)
-			fam->pack(ls, u + b * per, init + b * per);
-	} else {
-		pd_errorf("%s: needs latents.init [%lld, %lld, %d] or latents.init_unpacked [%lld, %d, %d, %d]", path,
-			  (long long)e->batch, (long long)ls->tokens, ls->packed_channels, (long long)e->batch,
-			  ls->channels, ls->h, ls->w);
-	}
-out:
-	free(u);
-	pd_st_close(st);
-	if (rc)
-		free(init);
-	else
-		*out = init;
-	return rc;
-}
-
-/* The component paths from the flags (--diffusion-model, --clip_l and
- * --t5xxl are stable-diffusion.cpp's names for the same components). */
-static int pd_run_resolve(struct pd_run *r, const struct pd_gen_args *a)
-{
-	struct pd_model_flags f = { a->model, a->transformer, a->vae, a->scheduler, a->text_encoder,
-				    a->text_encoder_2, a->tokenizer, a->tokenizer_2 };
-
-	if ((a->transformer && a->diffusion_model) || (a->text_encoder && a->clip_l) ||
-	    (a->text_encoder_2 && a->t5xxl))
-		return pd_errorf("give each component once: --transformer or --diffusion-model, --text-encoder or "
-				 "--clip_l, --text-encoder-2 or --t5xxl");
-	if (a->diffusion_model)
-		f.transformer = a->diffusion_model;
-	if (a->clip_l)
-		f.text_encoder = a->clip_l;
-	if (a->t5xxl)
-		f.text_encoder_2 = a->t5xxl;
-	return pd_model_paths_resolve(&r->mp, &f, 0);
-}
-
-/* The prompt embeddings: read from --embeds, or shaped here for -p /
- * --prompts and filled by pd_run_encode once the mesh exists. */
-static int pd_run_inputs(struct pd_run *r, const struct pd_gen_args *a)
-{
-	int64_t J, P;
-	int sources = (a->embeds != NULL) + (a->prompt != NULL) + (a->prompts_file != NULL);
-
-	if (sources != 1)
-		return pd_errorf(sources ? "give one of -p/--prompt, --prompts FILE and --embeds FILE" :
-					   "no prompt: give -p \"a prompt\" (or --prompts FILE, or --embeds FILE)");
-	if (a->negative && a->embeds)
-		return pd_errorf("-n/--negative-prompt goes with -p or --prompts; --embeds files hold their own "
-				 "negative_prompt_embeds");
-	if (a->embeds)
-		return pd_embeds_load(&r->e, a->embeds) || pd_embeds_check(&r->e, &r->info, a->embeds);
-	if (a->max_seq < 0 || a->max_seq > 512)
-		return pd_errorf("--max-sequence-length must be between 1 and 512 (got %d)", a->max_seq);
-	r->max_seq = a->max_seq ? a->max_seq : pd_prompt_default_length(r->fc.guidance_embeds);
-	r->negative = a->negative;
-	if (a->prompt) {
-		r->prompts = pd_calloc(1, sizeof(char *), "prompts");
-		if (!r->prompts || !(r->prompts[0] = pd_strdup(a->prompt)))
-			return -1;
-		r->n_prompts = 1;
-	} else if (pd_prompt_read_file(a->prompts_file, &r->prompts, &r->n_prompts)) {
-		return -1;
-	}
-	if (r->n_prompts > PD_MAX_BATCH)
-		return pd_errorf("%s has %d prompts; at most %d make one run", a->prompts_file, r->n_prompts,
-				 PD_MAX_BATCH);
-	if (pd_prompt_widths(&r->mp, &J, &P))
-		return -1;
-	if (J != r->fc.joint_attention_dim || P != r->fc.pooled_projection_dim)
-		return pd_errorf("the text encoders make prompt embeddings of width %lld and pooled ones of %lld, but %s "
-				 "expects %d and %d", (long long)J, (long long)P, r->mp.transformer,
-				 r->fc.joint_attention_dim, r->fc.pooled_projection_dim);
-	/* zeros until encoded; shaped now so the mesh can be checked */
-	r->e.batch = r->n_prompts;
-	r->e.txt_len = r->max_seq;
-	r->e.joint_dim = J;
-	r->e.pooled_dim = P;
-	r->e.prompt = pd_calloc((size_t)(r->e.batch * r->max_seq * J) + 1, sizeof(float), "prompt embeddings");
-	r->e.pooled = pd_calloc((size_t)(r->e.batch * P) + 1, sizeof(float), "prompt embeddings");
-	if (!r->e.prompt || !r->e.pooled)
-		return -1;
-	if (r->negative) {
-		r->e.neg_txt_len = r->max_seq;
-		r->e.neg_prompt = pd_calloc((size_t)(r->e.batch * r->max_seq * J) + 1, sizeof(float), "prompt embeddings");
-		r->e.neg_pooled = pd_calloc((size_t)(r->e.batch * P) + 1, sizeof(float), "prompt embeddings");
-		if (!r->e.neg_prompt || !r->e.neg_pooled)
-			return -1;
-	}
-	return 0;
-}
-
-/* Where one rank works alone by design (encoding prompts, check's
- * reference, a data-parallel group's extra image) the others wait without
- * the --comm-timeout deadline: returns it, for restoring. */
-static double pd_deadline_off(void)
-{
-	double d = pd_comm_timeout_s;
-
-	pd_comm_timeout_s = 0;
-	return d;
-}
-
-/* Encodes this data-parallel group's prompts on its first rank, sends the
- * embeddings to the group's other ranks, and releases the encoders before
- * any transformer weight is read. */
-static int pd_run_encode(struct pd_run *r)
-{
-	struct pd_comm *grp = r->mesh.replica;
-	int64_t first, count, J = r->e.joint_dim, P = r->e.pooled_dim, T = r->max_seq;
-	double deadline;
-	int rc = 0;
-
-	if (!r->prompts)
-		return 0;
-	pd_dp_slice(r->e.batch, r->degree[PD_AXIS_DP], r->mesh.coord[PD_AXIS_DP], &first, &count);
-	if (grp->rank == 0) {
-		struct pd_prompt_encoder pe;
-		struct pd_embeds enc;
-		double t0 = pd_now();
-
-		pd_log(1, "pdit: encoding %lld prompt%s (CLIP + T5, %lld tokens)\n", (long long)count, count > 1 ? "s" : "",
-		       (long long)T);
-		rc = pd_prompt_encoder_load(&pe, &r->mp, r->be);
-		if (!rc) {
-			rc = pd_prompt_embeds(&enc, &pe, r->prompts, r->n_prompts, r->negative, (int)T, first, count);
-			pd_prompt_encoder_free(&pe);
-		}
-		if (!rc) {
-			memcpy(r->e.prompt + first * T * J, enc.prompt + first * T * J, (size_t)(count * T * J) * sizeof(float));
-			memcpy(r->e.pooled + first * P, enc.pooled + first * P, (size_t)(count * P) * sizeof(float));
-			if (r->negative) {
-				memcpy(r->e.neg_prompt + first * T * J, enc.neg_prompt + first * T * J,
-				       (size_t)(count * T * J) * sizeof(float));
-				memcpy(r->e.neg_pooled + first * P, enc.neg_pooled + first * P, (size_t)(count * P) * sizeof(float));
-			}
-			pd_embeds_free(&enc);
-			pd_log(2, "pdit: encoded in %.2f s\n", pd_now() - t0);
-		}
-	}
-	/* the others wait here while one rank per group encodes */
-	deadline = pd_deadline_off();
-	rc = pd_cli_any_failed(r->world, rc);
-	pd_comm_timeout_s = deadline;
-	if (rc)
-		return -1;
-	if (grp->size > 1 &&
-	    (grp->ops->bcast(grp, r->e.prompt + first * T * J, (size_t)(count * T * J) * sizeof(float), 0) ||
-	     grp->ops->bcast(grp, r->e.pooled + first * P, (size_t)(count * P) * sizeof(float), 0) ||
-	     (r->negative &&
-	      (grp->ops->bcast(grp, r->e.neg_prompt + first * T * J, (size_t)(count * T * J) * sizeof(float), 0) ||
-	       grp->ops->bcast(grp, r->e.neg_pooled + first * P, (size_t)(count * P) * sizeof(float), 0)))))
-		return -1;
-	return 0;
-}
-
-/* The work of this run as the cost model takes it: BRANCHES passes per
- * image, and with VAE the decode (from the VAE folder's config, when it
- * has one). */
-static void pd_run_plan_work(const struct pd_run *r, const struct pd_gen_args *a, int branches, int vae,
-			     struct pd_plan_work *w)
-{
-	struct pd_vae_config vc;
-
-	memset(w, 0, sizeof(*w));
-	w->info = &r->info;
-	w->txt_len = r->e.txt_len;
-	w->img_len = r->ls.tokens;
-	w->img_w = r->ls.w / 2;
-	w->images = (int)r->e.batch;
-	w->branches = branches;
-	w->weight_bytes = r->dt == PD_BF16 ? 2 : 4;
-	if (vae && r->mp.vae && pd_is_dir(r->mp.vae) && pd_vae_config_load(&vc, r->mp.vae) == 0)
-		pd_plan_vae(w, &vc, a->height, a->width);
-}
-
-/* Refuses a run that cannot fit before anything big is read or allocated:
- * a low estimate of a process's peak (its share of the transformer's
- * weights and the activations it allocates, or the VAE decode's two
- * largest feature maps, whichever is larger: the transformer is freed
- * before decoding) times the processes on this machine, against the
- * memory it has available. What is hard to know here (oneDNN's scratch,
- * the libraries, the text encoders) is left out, so a refusal is certain,
- * not cautious. */
-static int pd_run_check_memory(const struct pd_run *r, const struct pd_gen_args *a, int decodes)
-{
-	double MB = 1048576.0, avail = pd_mem_available_mb(), weights, act, vae = 0, need;
-	int local = pd_comm_local_size(r->world);
-	struct pd_plan_work w;
-	struct pd_plan_machine mc = { .devices = r->world->size, .gflops = 1 };
-	struct pd_plan_mesh mesh = { .distrifusion = r->opt.distrifusion };
-	struct pd_plan_cost cost;
-
-	if (avail <= 0)
-		return 0;
-	memcpy(mesh.degree, r->degree, sizeof(mesh.degree));
-	pd_run_plan_work(r, a, 1, decodes, &w);
-	if (pd_plan_cost(&w, &mc, &mesh, &cost))
-		return -1;
-	/* the lightest stage: low whichever stage a rank runs */
-	weights = cost.weights_min_gb * 1e9 / MB;
-	act = cost.activations_gb * 1e9 / MB;
-	/* the decode in bands over the data-parallel group, or whole */
-	if (w.vae_gflop > 0)
-		vae = (a->no_vae_parallel || r->world->size == 1 ? w.vae_map_gb : cost.vae_gb) * 1e9 / MB;
-	need = (weights + act > vae ? weights + act : vae) * local;
-	if (need <= avail)
-		return 0;
-	return pd_errorf("%dx%d needs at least %.1f GB on this machine (%d process%s, each: transformer weights %.1f GB + "
-			 "activations %.1f GB, or the VAE decode %.1f GB) and %.1f GB are available: choose a smaller "
-			 "size, or more machines with tensor, sequence, pipeline parallel or the banded decode",
-			 a->width, a->height, need / 1024, local, local > 1 ? "es" : "", weights / 1024, act / 1024,
-			 vae / 1024, avail / 1024);
-}
-
-/* --parallel auto: rank 0 ranks the meshes as `pdit plan` does on this
- * machine (a product timed here, the processes of a node sharing its cores
- * and memory) and every rank takes its first choice; exact methods only
- * unless STALE. */
-static int pd_run_plan_mesh(struct pd_run *r, const struct pd_gen_args *a, const struct pd_mesh_limits *lim,
-			    int stale)
-{
-	/* ok, the degrees, DistriFusion */
-	int msg[PD_AXIS_COUNT + 2] = { 0 };
-
-	if (r->world->size == 1) {
-		for (int x = 0; x < PD_AXIS_COUNT; x++)
-			r->degree[x] = 1;
-		return 0;
-	}
-	if (r->world->rank == 0) {
-		struct pd_plan_work w;
-		struct pd_plan_machine mc;
-		struct pd_plan_row *rows = NULL;
-		int n = 0;
-
-		pd_run_plan_work(r, a, lim->cfg_possible ? 2 : 1, 1, &w);
-		if (pd_plan_machine_here(&mc, &w, r->world->size, pd_comm_local_size(r->world), 1, 0) == 0 &&
-		    pd_plan_list(&w, &mc, lim, &rows, &n) == 0) {
-			for (int i = 0; i < n && !msg[0]; i++)
-				if (rows[i].cost.fits && (stale || !rows[i].stale)) {
-					msg[0] = 1;
-					memcpy(msg + 1, rows[i].mesh.degree, sizeof(rows[i].mesh.degree));
-					msg[PD_AXIS_COUNT + 1] = rows[i].mesh.distrifusion;
-				}
-			if (!msg[0])
-				pd_errorf("--parallel %s: no %smesh of %d processes fits this machine's memory (see pdit plan)",
-					  stale ? "auto-stale" : "auto", stale ? "" : "exact ", r->world->size);
-		}
-		free(rows);
-	}
-	if (r->world->ops->bcast(r->world, msg, sizeof(msg), 0))
-		return -1;
-	if (!msg[0])
-		return r->world->rank == 0 ? -1 : pd_errorf("--parallel: rank 0 could not choose a mesh");
-	memcpy(r->degree, msg + 1, sizeof(r->degree));
-	r->opt.distrifusion = msg[PD_AXIS_COUNT + 1];
-	return 0;
-}
-
-/* Phase 1: everything that can be checked without reading a weight. */
-static int pd_run_prepare(struct pd_run *r, const struct pd_gen_args *a, int need_vae)
-{
-	struct pd_mesh_limits lim;
-	int given = a->dp || a->tp || a->ulysses || a->ring || a->pp || a->cfg_parallel || a->distrifusion;
-
-	if (pd_cli_dtype(a->dtype, &r->dt))
-		return -1;
-	if (!(a->comm_timeout >= 0))
-		return pd_errorf("--comm-timeout must be 0 (wait forever) or a number of seconds (got %g)", a->comm_timeout);
-	pd_comm_timeout_s = a->comm_timeout;
-	if (a->height < 16 || a->width < 16 || a->height % 16 || a->width % 16)
-		return pd_errorf("-H/--height and -W/--width must be positive multiples of 16 (got %dx%d)", a->height,
-				 a->width);
-	/* bounds that keep every size product far from overflow: 1M image
-	 * tokens, 16384 px a side; more steps or images than anyone runs */
-	if (a->height > PD_MAX_SIDE || a->width > PD_MAX_SIDE)
-		return pd_errorf("-H/--height and -W/--width must be at most %d (got %dx%d)", PD_MAX_SIDE, a->height,
-				 a->width);
-	if (a->steps_seen && (a->steps < 1 || a->steps > PD_MAX_STEPS))
-		return pd_errorf("--steps must be between 1 and %d (got %d)", PD_MAX_STEPS, a->steps);
-	if (a->batch < 0 || a->batch > PD_MAX_BATCH)
-		return pd_errorf("--batch must be positive and at most %d (got %d)", PD_MAX_BATCH, a->batch);
-	if (a->true_cfg_scale < 0)
-		return pd_errorf("--true-cfg-scale must not be negative");
-	r->fam = &pd_flux_family;
-	if (pd_run_resolve(r, a) || pd_flux_config_load(&r->fc, r->mp.transformer) ||
-	    pd_flux_dit_info(&r->fc, &r->info) || pd_run_inputs(r, a) ||
-	    r->fam->latent_shape(&r->ls, &r->info, a->height, a->width) ||
-	    (a->batch > 0 && pd_embeds_repeat(&r->e, a->batch)))
-		return -1;
-	if (need_vae && !r->mp.vae && !a->out_latents)
-		return pd_errorf("no VAE to decode with: give --vae DIR (or --out-latents FILE to keep only latents)");
-	r->p.height = a->height;
-	r->p.width = a->width;
-	r->p.steps = a->steps_seen ? a->steps : r->fc.guidance_embeds ? 28 : 4;
-	r->p.guidance = a->guidance;
-	r->p.true_cfg_scale = a->true_cfg_scale;
-	r->p.seed = a->seed;
-	if (a->fbcache < 0)
-		return pd_errorf("--fbcache-threshold must not be negative");
-	r->p.fbcache_threshold = a->fbcache;
-	if (a->true_cfg_scale > 1 && !r->e.neg_prompt)
-		/* diffusers silently ignores the scale here; say so instead. */
-		return a->embeds ? pd_errorf("--true-cfg-scale %g needs negative_prompt_embeds and "
-					     "negative_pooled_prompt_embeds in %s (diffusers would silently run without "
-					     "true CFG)", a->true_cfg_scale, a->embeds) :
-				   pd_errorf("--true-cfg-scale %g needs a negative prompt: give -n \"...\" (diffusers "
-					     "would silently run without true CFG)", a->true_cfg_scale);
-	if (r->mp.scheduler) {
-		if (pd_scheduler_load(&r->sched, r->mp.scheduler))
-			return -1;
-	} else {
-		/* FLUX.1-dev's scheduler shifts by resolution, schnell's does not. */
-		pd_scheduler_default(&r->sched, r->fc.guidance_embeds);
-	}
-	if (a->init_latents && pd_read_init_latents(a->init_latents, &r->e, r->fam, &r->ls, &r->init))
-		return -1;
-	/* the mesh, refused here when impossible: no weight has been read */
-	lim.world = r->world->size;
-	lim.heads = r->fc.heads;
-	lim.cfg_possible = pd_gen_uses_cfg(&r->p, &r->e);
-	lim.images = (int)r->e.batch;
-	lim.max_pp = pd_flux_blocks(&r->fc);
-	lim.distrifusion = a->distrifusion > 0;
-	if (a->distrifusion && a->ring)
-		return pd_errorf("--distrifusion-degree and --ring-degree cannot both be given");
-	if (a->warmup_steps < 0)
-		return pd_errorf("--warmup-steps must not be negative");
-	if (a->vae_parallel && a->no_vae_parallel)
-		return pd_errorf("--vae-parallel and --no-vae-parallel contradict each other");
-	if (a->patches < 0 || (a->patches > 0 && a->pp <= 1))
-		return pd_errorf("--num-patches needs --pipefusion-degree 2 or more, and must be positive");
-	if (a->warmup_steps < 1 && (a->distrifusion > 1 || (a->pp > 1 && a->patches != 1)))
-		/* the first step has no earlier keys and values to attend to */
-		return pd_errorf("--warmup-steps must be at least 1 with %s", a->distrifusion > 1 ?
-				 "--distrifusion-degree" : "--pipefusion-degree (unless --num-patches 1)");
-	r->opt.distrifusion = a->distrifusion > 0;
-	r->opt.warmup_steps = a->warmup_steps;
-	r->opt.patches = a->patches;
-	r->degree[PD_AXIS_DP] = a->dp;
-	r->degree[PD_AXIS_CFG] = a->cfg_parallel ? 2 : 0;
-	r->degree[PD_AXIS_PP] = a->pp;
-	r->degree[PD_AXIS_RING] = a->distrifusion ? a->distrifusion : a->ring;
-	r->degree[PD_AXIS_ULYSSES] = a->ulysses;
-	r->degree[PD_AXIS_TP] = a->tp;
-	if (a->parallel) {
-		int stale = strcmp(a->parallel, "auto-stale") == 0;
-
-		if (!stale && strcmp(a->parallel, "auto"))
-			return pd_errorf("--parallel must be auto or auto-stale (got '%s')", a->parallel);
-		if (given)
-			return pd_errorf("--parallel %s chooses the mesh: give it or degree flags, not both", a->parallel);
-		r->mesh_auto = 2;
-		lim.distrifusion = 0;
-		if (pd_run_plan_mesh(r, a, &lim, stale))
-			return -1;
-	} else if (!given) {
-		r->mesh_auto = r->world->size > 1;
-		if (pd_mesh_choose(r->degree, &lim))
-			return -1;
-	} else {
-		for (int x = 0; x < PD_AXIS_COUNT; x++)
-			if (r->degree[x] <= 0)
-				r->degree[x] = 1;
-		if (pd_mesh_check(r->degree, &lim))
-			return -1;
-	}
-	return pd_run_check_memory(r, a, need_vae);
-}
-
-/* Phase 2: the mesh's communicators, the backend, this rank's weights. */
-static int pd_run_load(struct pd_run *r, const struct pd_gen_args *a, int want_vae)
-{
-	struct pd_dit_shard sh;
-
-	if (pd_mesh_create(&r->mesh, r->world, r->degree))
-		return -1;
-	r->mesh_ok = 1;
-	sh = pd_parallel_shard(&r->mesh, &r->info);
-	if (pd_backend_cpu_new(&r->be, r->dt, pd_cli_threads(r->world, a->threads)) || pd_run_encode(r) ||
-	    pd_fault("load", 0) || pd_flux_load_dit(&r->m, r->mp.transformer, r->be, &sh))
-		return -1;
-	/* a broken VAE must not surface after minutes of denoising; with the
-	 * parallel decode every rank of a data-parallel group decodes a band */
-	if (want_vae && r->mp.vae) {
-		struct pd_vae_hooks hooks = { 0, 1, NULL, NULL, NULL, NULL, NULL };
-
-		if (!a->no_vae_parallel && r->mesh.replica->size > 1)
-			pd_vae_par_hooks(&r->vae_par, r->mesh.replica, r->ls.h, &hooks);
-		else if (!pd_parallel_is_writer(&r->mesh))
-			hooks.bands = 0;
-		r->vae_bands = hooks.bands;
-		if (r->vae_bands > 0) {
-			if (pd_vae_load(&r->v, r->mp.vae, r->be))
-				return -1;
-			pd_vae_set_hooks(r->v, &hooks);
-			if (pd_vae_get_config(r->v)->latent_channels != r->ls.channels)
-				return pd_errorf("%s: the VAE has %d latent channels but the transformer makes %d",
-						 r->mp.vae, pd_vae_get_config(r->v)->latent_channels, r->ls.channels);
-		}
-	}
-	if (pd_parallel_setup(&r->par, &r->mesh, r->m, r->e.batch, &r->opt))
-		return -1;
-	r->par_ok = 1;
-	return 0;
-}
-
-static void pd_run_free(struct pd_run *r)
-{
-	if (r->par_ok)
-		pd_parallel_free(&r->par);
-	pd_vae_free(r->v);
-	pd_vae_par_free(&r->vae_par);
-	pd_dit_free(r->m);
-	pd_backend_free(r->be);
-	if (r->mesh_ok)
-		pd_mesh_free(&r->mesh);
-	pd_scheduler_free(&r->sched);
-	pd_embeds_free(&r->e);
-	pd_model_paths_free(&r->mp);
-	for (int i = 0; i < r->n_prompts; i++)
-		free(r->prompts[i]);
-	free(r->prompts);
-	free(r->init);
-}
-
-static void pd_run_notes(const struct pd_run *r, const struct pd_gen_args *a)
-{
-	char mesh[128];
-
-	if (!r->mp.scheduler)
-		pd_log(1, "pdit: note: no scheduler folder; using FLUX.1-%s's settings\n",
-		       r->fc.guidance_embeds ? "dev" : "schnell");
-	if (r->e.neg_prompt && a->true_cfg_scale <= 1)
-		pd_log(1, "pdit: note: %s, unused because --true-cfg-scale is %g (<= 1)\n",
-		       a->embeds ? "the embeddings file has negative embeddings" : "a negative prompt was given",
-		       a->true_cfg_scale);
-	if (!r->fc.guidance_embeds && a->guidance != 3.5f)
-		pd_log(1, "pdit: note: this transformer has no guidance embedding; --guidance is ignored\n");
-	if (r->world->size > 1) {
-		pd_mesh_format(r->degree, r->opt.distrifusion, mesh, sizeof(mesh));
-		pd_log(1, "pdit: %d processes, mesh %s%s, %d thread%s each\n", r->world->size, mesh,
-		       r->mesh_auto == 2 ? " (chosen by the cost model, as pdit plan ranks them)" :
-		       r->mesh_auto ? " (chosen automatically)" : "", r->be->threads, r->be->threads > 1 ? "s" : "");
-	}
-	pd_log(1, "pdit: %lld image%s %dx%d, %d steps, seed %llu%s\n", (long long)r->e.batch,
-	       r->e.batch > 1 ? "s" : "", a->width, a->height, r->p.steps, (unsigned long long)a->seed,
-	       pd_gen_uses_cfg(&r->p, &r->e) ? ", true CFG" : "");
-}
-
-/* Denoises this rank's images and gathers every image's latents into ALL
- * [B, L, C] on every rank. Failures abort the job. */
-static void pd_run_denoise(struct pd_run *r, float *all, const struct pd_dump *model_dump)
-{
-	int64_t per = r->ls.tokens * r->ls.packed_channels;
-	float *mine = pd_malloc((size_t)((r->par.runner.n_images + 1) * per) * sizeof(float), "latents");
-	double deadline;
-	int rc;
-
-	rc = !mine || pd_denoise(&r->par.runner, r->fam, &r->info, &r->sched, &r->e, &r->p, r->init, mine, NULL, model_dump);
-	/* a group with an image more keeps the others waiting here */
-	deadline = pd_deadline_off();
-	rc = rc || pd_dp_gather(r->mesh.axis[PD_AXIS_DP], mine, per, r->e.batch, all);
-	pd_comm_timeout_s = deadline;
-	if (rc) {
-		free(mine);
-		pd_cli_abort(r->world);
-	}
-	free(mine);
-}
 
 enum pd_cmd_kind { PD_CMD_GENERATE, PD_CMD_CHECK, PD_CMD_BENCH };
 
@@ -805,116 +269,191 @@ static char *pd_output_name(const char *pattern, int64_t b, int64_t batch)
 }
 
 /* latents.init and latents.final of the whole batch to PATH. */
-static int pd_write_latents(struct pd_run *r, const char *path, const float *final)
+static int pd_write_latents(const struct pd_result *res, const char *path)
 {
-	int64_t per = r->ls.tokens * r->ls.packed_channels, B = r->e.batch;
-	int64_t shape[3] = { B, r->ls.tokens, r->ls.packed_channels };
+	int64_t shape[3] = { res->images, res->tokens, res->channels };
 	struct pd_st_writer *w = pd_st_writer_new();
-	float *first = r->init, *u = NULL;
-	int rc = -1;
+	int rc;
 
 	if (!w)
 		return -1;
-	if (!first) {
-		/* the noise is cheap to draw again, cheaper than keeping it */
-		first = pd_malloc((size_t)(B * per) * sizeof(float), "latents");
-		u = pd_malloc((size_t)r->ls.channels * r->ls.h * r->ls.w * sizeof(float), "noise");
-		if (!first || !u)
-			goto out;
-		for (int64_t b = 0; b < B; b++) {
-			pd_draw_noise(&r->ls, r->p.seed + (uint64_t)b, u);
-			r->fam->pack(&r->ls, u, first + b * per);
-		}
-	}
-	rc = pd_st_writer_add(w, "latents.init", PD_F32, 3, shape, first) ||
-	     pd_st_writer_add(w, "latents.final", PD_F32, 3, shape, final) ||
+	rc = pd_st_writer_add(w, "latents.init", PD_F32, 3, shape, res->init) ||
+	     pd_st_writer_add(w, "latents.final", PD_F32, 3, shape, res->latents) ||
 	     pd_st_writer_meta(w, "pdit_version", PDIT_VERSION) || pd_st_writer_save(w, path) ? -1 : 0;
-out:
-	if (first != r->init)
-		free(first);
-	free(u);
 	pd_st_writer_free(w);
 	return rc;
 }
 
-/* Decodes and writes this data-parallel group's images. */
-static int pd_write_pictures(struct pd_run *r, const struct pd_gen_args *a, const float *all)
+/* The pictures this rank holds, as PNGs carrying their parameters. */
+static int pd_write_pictures(const struct pd_gen_args *a, const struct pd_request *rq, const struct pd_result *res)
 {
-	int64_t per = r->ls.tokens * r->ls.packed_channels;
-	int f = pd_vae_scale(pd_vae_get_config(r->v));
-	size_t npx = (size_t)r->ls.h * f * r->ls.w * f;
-	uint8_t *rgb = pd_malloc(npx * 3, "image");
+	size_t npx = (size_t)res->width * res->height;
+	const char *model = a->model ? a->model : a->diffusion_model ? a->diffusion_model : a->transformer;
 	int rc = 0;
 
-	if (!rgb)
-		return -1;
-	for (int64_t i = 0; i < r->par.runner.n_images && !rc; i++) {
-		int64_t b = r->par.runner.first_image + i;
-		char *name = pd_output_name(a->output, b, r->e.batch);
+	for (int64_t i = 0; i < res->n_pictures && !rc; i++) {
+		int64_t b = res->first_picture + i;
+		char *name = pd_output_name(a->output, b, res->images);
 		/* the prompt first, as other tools write this chunk */
-		char *source = r->prompts ? pd_strfmt("%s%s%s\n", r->prompts[b], r->negative ? "\nNegative prompt: " : "",
-						      r->negative ? r->negative : "")
-					  : pd_strfmt("embeds: %s (prompt %lld)\n", a->embeds, (long long)b);
+		char *source = rq->n_prompts ? pd_strfmt("%s%s%s\n", rq->prompts[rq->batch ? 0 : b],
+							 a->negative ? "\nNegative prompt: " : "",
+							 a->negative ? a->negative : "")
+					     : pd_strfmt("embeds: %s (prompt %lld)\n", a->embeds, (long long)b);
 		char *text = source ? pd_strfmt("%spdit %s; seed: %llu; steps: %d; guidance: %g; true_cfg_scale: %g; "
 						"size: %dx%d; model: %s; dtype: %s",
-						source, PDIT_VERSION, (unsigned long long)(a->seed + b), r->p.steps,
-						a->guidance, a->true_cfg_scale, a->width, a->height,
-						r->mp.root ? r->mp.root : r->mp.transformer, a->dtype)
+						source, PDIT_VERSION, (unsigned long long)(a->seed + b), res->steps,
+						a->guidance, a->true_cfg_scale, a->width, a->height, model, a->dtype)
 				    : NULL;
-		double t0 = pd_now();
 
-		rc = !name || !text || pd_decode_image(r->v, r->fam, &r->ls, all + b * per, rgb, NULL, NULL) ? -1 : 0;
-		if (!rc && pd_parallel_is_writer(&r->mesh)) {
-			rc = pd_png_write(name, rgb, r->ls.w * f, r->ls.h * f, "parameters", text);
-			if (!rc)
-				pd_log(1, "pdit: wrote %s (decoded in %.2f s%s)\n", name, pd_now() - t0,
-				       r->vae_bands > 1 ? " in bands" : "");
-		}
+		rc = !name || !text ? -1 : pd_png_write(name, res->rgb + (size_t)i * npx * 3, res->width, res->height,
+							"parameters", text);
+		if (!rc)
+			pd_log(1, "pdit: wrote %s (decoded in %.2f s%s)\n", name, res->decode_s,
+			       res->bands > 1 ? " in bands" : "");
 		free(name);
 		free(text);
 		free(source);
 	}
-	free(rgb);
 	return rc;
+}
+
+/* The engine's options from the arguments: DECODE loads a VAE. */
+static int pd_gen_engine_options(const struct pd_gen_args *a, struct pd_engine_options *o, int decode)
+{
+	if ((a->transformer && a->diffusion_model) || (a->text_encoder && a->clip_l) ||
+	    (a->text_encoder_2 && a->t5xxl))
+		return pd_errorf("give each component once: --transformer or --diffusion-model, --text-encoder or "
+				 "--clip_l, --text-encoder-2 or --t5xxl");
+	if (a->vae_parallel && a->no_vae_parallel)
+		return pd_errorf("--vae-parallel and --no-vae-parallel contradict each other");
+	pd_engine_options_init(o);
+	o->model = a->model;
+	o->transformer = a->diffusion_model ? a->diffusion_model : a->transformer;
+	o->vae = a->vae;
+	o->scheduler = a->scheduler;
+	o->text_encoder = a->clip_l ? a->clip_l : a->text_encoder;
+	o->text_encoder_2 = a->t5xxl ? a->t5xxl : a->text_encoder_2;
+	o->tokenizer = a->tokenizer;
+	o->tokenizer_2 = a->tokenizer_2;
+	o->dtype = a->dtype;
+	o->threads = a->threads;
+	o->comm_timeout = a->comm_timeout;
+	o->verbose = a->verbose ? 2 : 1;
+	o->dp = a->dp;
+	o->cfg_parallel = a->cfg_parallel;
+	o->pp = a->pp;
+	o->ring = a->ring;
+	o->ulysses = a->ulysses;
+	o->tp = a->tp;
+	o->distrifusion = a->distrifusion;
+	o->parallel = a->parallel;
+	o->warmup_steps = a->warmup_steps;
+	o->patches = a->patches;
+	o->vae_parallel = a->no_vae_parallel ? -1 : a->vae_parallel ? 1 : 0;
+	o->decode = decode;
+	o->one_request = 1;
+	return 0;
+}
+
+/* The request from the arguments; *PROMPTS holds --prompts FILE's lines. */
+static int pd_gen_request(const struct pd_gen_args *a, struct pd_request *rq, char ***prompts, int *n)
+{
+	int sources = (a->embeds != NULL) + (a->prompt != NULL) + (a->prompts_file != NULL);
+
+	pd_request_init(rq);
+	if (sources != 1)
+		return pd_errorf(sources ? "give one of -p/--prompt, --prompts FILE and --embeds FILE" :
+					   "no prompt: give -p \"a prompt\" (or --prompts FILE, or --embeds FILE)");
+	if (a->steps_seen && (a->steps < 1 || a->steps > PD_MAX_STEPS))
+		return pd_errorf("--steps must be between 1 and %d (got %d)", PD_MAX_STEPS, a->steps);
+	if (a->prompts_file) {
+		if (pd_prompt_read_file(a->prompts_file, prompts, n))
+			return -1;
+		if (*n > PD_MAX_BATCH)
+			return pd_errorf("%s has %d prompts; at most %d make one run", a->prompts_file, *n, PD_MAX_BATCH);
+		rq->prompts = (const char *const *)*prompts;
+		rq->n_prompts = *n;
+	} else if (a->prompt) {
+		rq->prompts = &a->prompt;
+		rq->n_prompts = 1;
+	}
+	rq->negative = a->negative;
+	rq->max_seq = a->max_seq;
+	rq->embeds = a->embeds;
+	rq->init_latents = a->init_latents;
+	rq->height = a->height;
+	rq->width = a->width;
+	rq->steps = a->steps_seen ? a->steps : 0;
+	rq->guidance = a->guidance;
+	rq->true_cfg_scale = a->true_cfg_scale;
+	rq->seed = a->seed;
+	rq->batch = a->batch;
+	rq->fbcache_threshold = a->fbcache;
+	rq->want_latents = a->out_latents != NULL;
+	return 0;
+}
+
+/* An engine call failed: the lowest failing rank says why; a collective
+ * failure ends the whole job. */
+static void pd_gen_failed(struct pd_comm *world, struct pd_engine *e)
+{
+	if (e && pd_engine_dead(e))
+		pd_cli_abort(world);
+	if (world->failed_rank == world->rank || world->failed_rank < 0) {
+		if (world->rank == 0)
+			fprintf(stderr, "pdit: %s\n", pd_last_error());
+		else
+			fprintf(stderr, "pdit: rank %d: %s\n", world->rank, pd_last_error());
+	}
+}
+
+static void pd_free_prompts(char **prompts, int n)
+{
+	for (int i = 0; i < n; i++)
+		free(prompts[i]);
+	free(prompts);
 }
 
 int pd_cmd_generate(struct pd_comm *world, int argc, char **argv)
 {
 	struct pd_gen_args a;
-	struct pd_run r;
-	float *all = NULL;
-	int hr, rc = 1;
+	struct pd_engine_options o;
+	struct pd_request rq;
+	struct pd_result res = { 0 };
+	struct pd_engine *e = NULL;
+	char **prompts = NULL;
+	int n_prompts = 0, hr, rc = 1;
 
-	memset(&r, 0, sizeof(r));
-	r.world = world;
 	hr = pd_gen_parse(world, &a, argc, argv, PD_CMD_GENERATE);
 	if (hr == 1)
 		return 0;
-	if (pd_cli_any_failed(world, hr || pd_run_prepare(&r, &a, 1)))
+	hr = hr || pd_gen_engine_options(&a, &o, 1) || pd_gen_request(&a, &rq, &prompts, &n_prompts);
+	if (pd_cli_any_failed(world, hr))
 		goto out;
-	all = pd_malloc((size_t)(r.e.batch * r.ls.tokens * r.ls.packed_channels) * sizeof(float), "latents");
-	if (pd_cli_any_failed(world, !all || pd_run_load(&r, &a, 1)))
+	if (pd_engine_open(&e, world, &o, &rq)) {
+		pd_gen_failed(world, NULL);
 		goto out;
-	pd_run_notes(&r, &a);
-	pd_run_denoise(&r, all, NULL);
-	/* the flux share goes before decoding: the VAE needs the memory */
-	pd_dit_free(r.m);
-	r.m = NULL;
+	}
+	if (pd_engine_run(e, &rq, &res)) {
+		pd_gen_failed(world, e);
+		goto out;
+	}
 	hr = 0;
 	if (a.out_latents && world->rank == 0) {
-		hr = pd_write_latents(&r, a.out_latents, all);
+		hr = pd_write_latents(&res, a.out_latents);
 		if (!hr)
 			pd_log(1, "pdit: wrote %s\n", a.out_latents);
 	}
-	if (!hr && r.v)
-		hr = pd_write_pictures(&r, &a, all);
+	if (!hr && res.rgb)
+		hr = pd_write_pictures(&a, &rq, &res);
 	rc = pd_cli_any_failed(world, hr);
 	/* a collective: on the flag every rank shares, not on the log level */
 	if (!rc && a.verbose)
 		pd_report_memory(world);
 out:
-	free(all);
-	pd_run_free(&r);
+	pd_result_free(&res);
+	pd_engine_close(e);
+	pd_free_prompts(prompts, n_prompts);
 	return rc;
 }
 
@@ -1029,7 +568,7 @@ static void pd_check_coord(const int degree[PD_AXIS_COUNT], int q, int coord[PD_
 
 /* Gathers the contributing ranks' token slices of their stage's blocks onto
  * rank 0 into FULL (which has the reference's layout: all rows per block). */
-static int pd_check_gather(struct pd_run *r, const struct pd_blocks *mine, const struct pd_blocks *ref,
+static int pd_check_gather(struct pd_engine *r, const struct pd_blocks *mine, const struct pd_blocks *ref,
 			   struct pd_blocks *full)
 {
 	struct pd_comm *w = r->world;
@@ -1145,7 +684,7 @@ static double pd_rel_diff(const float *a, const float *b, size_t n)
 }
 
 /* The single-process reference on rank 0: the whole model, every image. */
-static int pd_check_reference(struct pd_run *r, float *latents, struct pd_blocks *blocks)
+static int pd_check_reference(struct pd_engine *r, float *latents, struct pd_blocks *blocks)
 {
 	struct pd_backend *be = NULL;
 	struct pd_dit *m = NULL;
@@ -1167,7 +706,7 @@ out:
 }
 
 /* --golden: the final latents (and the noise) against a file. */
-static int pd_check_golden(struct pd_run *r, const char *path, const float *all, double tol, int *pass)
+static int pd_check_golden(struct pd_engine *r, const char *path, const float *all, double tol, int *pass)
 {
 	int64_t n = r->e.batch * r->ls.tokens * r->ls.packed_channels;
 	const char *names[2] = { "latents.init", "latents.final" };
@@ -1233,54 +772,63 @@ out:
 int pd_cmd_check(struct pd_comm *world, int argc, char **argv)
 {
 	struct pd_gen_args a;
-	struct pd_run r;
+	struct pd_engine_options o;
+	struct pd_request rq;
+	struct pd_engine *e = NULL;
+	char **prompts = NULL;
+	int n_prompts = 0;
 	struct pd_blocks mine = { 0 }, ref = { 0 }, full = { 0 };
 	struct pd_dump dump = { pd_blocks_dump, &mine, 0 };
 	float *all = NULL, *ref_lat = NULL;
 	char mesh[128];
-	double tol, deadline;
+	double tol;
 	int hr, rc = 1, pass = 1;
 
-	memset(&r, 0, sizeof(r));
-	r.world = world;
 	hr = pd_gen_parse(world, &a, argc, argv, PD_CMD_CHECK);
 	if (hr == 1)
 		return 0;
-	if (pd_cli_any_failed(world, hr || pd_run_prepare(&r, &a, 0)))
+	hr = hr || pd_gen_engine_options(&a, &o, 0) || pd_gen_request(&a, &rq, &prompts, &n_prompts);
+	rq.want_pictures = 0;
+	if (pd_cli_any_failed(world, hr))
 		goto out;
-	tol = a.tolerance > 0 ? a.tolerance : r.dt == PD_BF16 ? 2e-2 : 1e-5;
-	all = pd_malloc((size_t)(r.e.batch * r.ls.tokens * r.ls.packed_channels) * sizeof(float), "latents");
-	if (pd_cli_any_failed(world, !all || pd_run_load(&r, &a, 0)))
+	if (pd_engine_open(&e, world, &o, &rq)) {
+		pd_gen_failed(world, NULL);
 		goto out;
-	pd_run_notes(&r, &a);
-	pd_run_denoise(&r, all, a.golden ? NULL : &dump);
-	pd_dit_free(r.m);
-	r.m = NULL;
-	pd_mesh_format(r.degree, r.opt.distrifusion, mesh, sizeof(mesh));
+	}
+	tol = a.tolerance > 0 ? a.tolerance : e->dt == PD_BF16 ? 2e-2 : 1e-5;
+	all = pd_malloc((size_t)(e->e.batch * e->ls.tokens * e->ls.packed_channels) * sizeof(float), "latents");
+	if (pd_cli_any_failed(world, !all))
+		goto out;
+	pd_engine_notes(e, &rq);
+	if (pd_engine_denoise(e, all, a.golden ? NULL : &dump))
+		pd_cli_abort(world);
+	pd_dit_free(e->m);
+	e->m = NULL;
+	pd_mesh_format(e->degree, e->opt.distrifusion, mesh, sizeof(mesh));
 	if (a.golden) {
 		hr = 0;
 		if (world->rank == 0) {
 			printf("pdit check: mesh %s against %s, tolerance %g\n", mesh, a.golden, tol);
-			hr = pd_check_golden(&r, a.golden, all, tol, &pass);
+			hr = pd_check_golden(e, a.golden, all, tol, &pass);
 		}
 	} else {
 		/* the reference first (rank 0), then the slices come to it */
-		ref_lat = pd_malloc((size_t)(r.e.batch * r.ls.tokens * r.ls.packed_channels) * sizeof(float), "latents");
-		hr = !ref_lat || mine.failed || (world->rank == 0 && pd_check_reference(&r, ref_lat, &ref));
-		deadline = pd_deadline_off();	/* the others wait for rank 0's reference */
-		hr = pd_cli_any_failed(world, hr);
-		pd_comm_timeout_s = deadline;
-		if (hr)
+		ref_lat = pd_malloc((size_t)(e->e.batch * e->ls.tokens * e->ls.packed_channels) * sizeof(float), "latents");
+		hr = !ref_lat || mine.failed || (world->rank == 0 && pd_check_reference(e, ref_lat, &ref));
+		/* the others wait for rank 0's reference */
+		if (pd_engine_agree_waiting(e, hr)) {
+			pd_gen_failed(world, e);
 			goto out;
-		hr = pd_check_gather(&r, &mine, world->rank == 0 ? &ref : NULL, &full);
+		}
+		hr = pd_check_gather(e, &mine, world->rank == 0 ? &ref : NULL, &full);
 		if (!hr && world->rank == 0) {
 			printf("pdit check: mesh %s against one process, %s, tolerance %g\n", mesh, a.dtype, tol);
 			printf("  %-24s %9s\n", "first step", "max rel. difference");
 			if (full.n == 0)
 				printf("  (the first step ran patched: blocks not compared)\n");
 			for (int k = 0; k < full.n; k++) {
-				double dt = pd_rel_diff(full.txt[k], ref.txt[k], (size_t)(ref.txt_rows[k] * r.fc.dim));
-				double di = pd_rel_diff(full.img[k], ref.img[k], (size_t)(ref.img_rows[k] * r.fc.dim));
+				double dt = pd_rel_diff(full.txt[k], ref.txt[k], (size_t)(ref.txt_rows[k] * e->fc.dim));
+				double di = pd_rel_diff(full.img[k], ref.img[k], (size_t)(ref.img_rows[k] * e->fc.dim));
 				double d = dt > di ? dt : di;
 
 				if (ref.txt_rows[k] == 0)
@@ -1291,7 +839,7 @@ int pd_cmd_check(struct pd_comm *world, int argc, char **argv)
 			}
 			{
 				double d = pd_rel_diff(all, ref_lat,
-						       (size_t)(r.e.batch * r.ls.tokens * r.ls.packed_channels));
+						       (size_t)(e->e.batch * e->ls.tokens * e->ls.packed_channels));
 
 				printf("  %-24s %9.2e\n", "final latents", d);
 				if (!(d <= tol))
@@ -1299,12 +847,12 @@ int pd_cmd_check(struct pd_comm *world, int argc, char **argv)
 			}
 			if (ref.n == 0)
 				pass = 0;	/* nothing was compared: not a pass */
-			if ((r.opt.distrifusion || (r.degree[PD_AXIS_PP] > 1 && r.opt.patches != 1)) && r.opt.warmup_steps < r.p.steps)
+			if ((e->opt.distrifusion || (e->degree[PD_AXIS_PP] > 1 && e->opt.patches != 1)) && e->opt.warmup_steps < e->p.steps)
 				printf("  note: %s is exact only in its %d warm-up step%s; later steps attend to keys and\n"
 				       "  values one step old, so they differ from one process by design. With\n"
 				       "  --warmup-steps %d every step is exact and the check must pass.\n",
-				       r.opt.distrifusion ? "DistriFusion" : "PipeFusion", r.opt.warmup_steps,
-				       r.opt.warmup_steps == 1 ? "" : "s", r.p.steps);
+				       e->opt.distrifusion ? "DistriFusion" : "PipeFusion", e->opt.warmup_steps,
+				       e->opt.warmup_steps == 1 ? "" : "s", e->p.steps);
 		}
 	}
 	if (!hr && world->rank == 0)
@@ -1324,7 +872,8 @@ out:
 	pd_blocks_free(&full);
 	free(all);
 	free(ref_lat);
-	pd_run_free(&r);
+	pd_engine_close(e);
+	pd_free_prompts(prompts, n_prompts);
 	return rc;
 }
 
@@ -1380,7 +929,11 @@ static void pd_bench_on_step(void *ctx, int step)
 int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 {
 	struct pd_gen_args a;
-	struct pd_run r;
+	struct pd_engine_options o;
+	struct pd_request rq;
+	struct pd_engine *e = NULL;
+	char **prompts = NULL;
+	int n_prompts = 0;
 	struct pd_bench_clock clk = { 0 };
 	struct pd_dit_flops fl;
 	float *all = NULL;
@@ -1390,8 +943,6 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 	char mesh[128], *default_embeds = NULL;
 	int hr, rc = 1, timed, total, branches;
 
-	memset(&r, 0, sizeof(r));
-	r.world = world;
 	hr = pd_gen_parse(world, &a, argc, argv, PD_CMD_BENCH);
 	if (hr == 1)
 		return 0;
@@ -1406,35 +957,43 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 	}
 	if (!hr && a.warmup <= 0)
 		a.warmup = 1;
-	if (pd_cli_any_failed(world, hr || pd_run_prepare(&r, &a, 0)))
+	hr = hr || pd_gen_engine_options(&a, &o, 0) || pd_gen_request(&a, &rq, &prompts, &n_prompts);
+	timed = a.steps;
+	total = a.warmup + timed;
+	rq.steps = total;
+	rq.want_pictures = 0;
+	if (pd_cli_any_failed(world, hr))
 		goto out;
-	timed = r.p.steps;
-	total = r.p.steps = a.warmup + timed;
-	all = pd_malloc((size_t)(r.e.batch * r.ls.tokens * r.ls.packed_channels) * sizeof(float), "latents");
+	if (pd_engine_open(&e, world, &o, &rq)) {
+		pd_gen_failed(world, NULL);
+		goto out;
+	}
+	all = pd_malloc((size_t)(e->e.batch * e->ls.tokens * e->ls.packed_channels) * sizeof(float), "latents");
 	clk.t = pd_calloc((size_t)total, sizeof(double), "bench");
 	clk.bytes = pd_calloc((size_t)total, sizeof(uint64_t), "bench");
 	clk.allocs = pd_calloc((size_t)total, sizeof(uint64_t), "bench");
 	clk.wait = pd_calloc((size_t)total, sizeof(double), "bench");
 	rk = pd_calloc((size_t)world->size, sizeof(*rk), "bench");
 	dt = pd_calloc((size_t)total, sizeof(double), "bench");
-	if (pd_cli_any_failed(world, !all || !clk.t || !clk.bytes || !clk.wait || !clk.allocs || !rk || !dt || pd_run_load(&r, &a, 0)))
+	if (pd_cli_any_failed(world, !all || !clk.t || !clk.bytes || !clk.wait || !clk.allocs || !rk || !dt))
 		goto out;
 	/* the reference rate first, on rank 0 alone, at the widest product:
 	 * one image's tokens through the first MLP layer */
 	if (world->rank == 0)
-		mm = pd_backend_rate_matmul(r.be, r.e.txt_len + r.ls.tokens, r.fc.dim, r.fc.mlp_dim);
+		mm = pd_backend_rate_matmul(e->be, e->e.txt_len + e->ls.tokens, e->fc.dim, e->fc.mlp_dim);
 	if (world->size > 1)
 		world->ops->barrier(world);
-	pd_run_notes(&r, &a);
+	pd_engine_notes(e, &rq);
 	/* the reference product's buffers are gone: the estimate counts the steps' */
-	r.be->work_peak = r.be->work_bytes;
-	clk.mesh = &r.mesh;
-	clk.be = r.be;
-	r.par.runner.on_step = pd_bench_on_step;
-	r.par.runner.step_ctx = &clk;
+	e->be->work_peak = e->be->work_bytes;
+	clk.mesh = &e->mesh;
+	clk.be = e->be;
+	e->par.runner.on_step = pd_bench_on_step;
+	e->par.runner.step_ctx = &clk;
 	clk.t0 = pd_now();
-	pd_mesh_traffic(&r.mesh, &clk.b0, &clk.w0);
-	pd_run_denoise(&r, all, NULL);
+	pd_mesh_traffic(&e->mesh, &clk.b0, &clk.w0);
+	if (pd_engine_denoise(e, all, NULL))
+		pd_cli_abort(world);
 	for (int i = a.warmup; i < total; i++)
 		dt[i - a.warmup] = clk.t[i] - (i ? clk.t[i - 1] : clk.t0);
 	sps = pd_median_sort(dt, timed);
@@ -1444,8 +1003,8 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 	{
 		struct pd_bench_rank mine = {
 			.rss_mb = pd_peak_rss_mb(),
-			.weights_mb = (double)r.be->weight_bytes / 1048576.0,
-			.work_mb = (double)r.be->work_peak / 1048576.0,
+			.weights_mb = (double)e->be->weight_bytes / 1048576.0,
+			.work_mb = (double)e->be->work_peak / 1048576.0,
 			.wait_s = (clk.wait[total - 1] - (a.warmup ? clk.wait[a.warmup - 1] : clk.w0)) / timed,
 		};
 
@@ -1459,30 +1018,30 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 			rk[0] = mine;
 		}
 	}
-	if (a.vae_time && r.mp.vae && world->rank == 0) {
+	if (a.vae_time && e->mp.vae && world->rank == 0) {
 		/* the transformer's memory goes first, as in generate */
 		uint8_t *rgb = NULL;
 
-		pd_dit_free(r.m);
-		r.m = NULL;
-		if (pd_vae_load(&r.v, r.mp.vae, r.be) == 0) {
-			int f = pd_vae_scale(pd_vae_get_config(r.v));
+		pd_dit_free(e->m);
+		e->m = NULL;
+		if (pd_vae_load(&e->v, e->mp.vae, e->be) == 0) {
+			int f = pd_vae_scale(pd_vae_get_config(e->v));
 
-			rgb = pd_malloc((size_t)r.ls.h * f * r.ls.w * f * 3, "image");
+			rgb = pd_malloc((size_t)e->ls.h * f * e->ls.w * f * 3, "image");
 			if (rgb) {
 				double t0 = pd_now();
 
-				if (pd_decode_image(r.v, r.fam, &r.ls, all, rgb, NULL, NULL) == 0)
+				if (pd_decode_image(e->v, e->fam, &e->ls, all, rgb, NULL, NULL) == 0)
 					vae_s = pd_now() - t0;
 			}
 			free(rgb);
 		}
 	}
-	fl = pd_dit_count_flops(&r.info, r.e.txt_len, r.ls.tokens);
-	branches = pd_gen_uses_cfg(&r.p, &r.e) ? 2 : 1;
-	step_flop = (fl.linear + fl.attention) * (double)r.e.batch * branches;
+	fl = pd_dit_count_flops(&e->info, e->e.txt_len, e->ls.tokens);
+	branches = pd_gen_uses_cfg(&e->p, &e->e) ? 2 : 1;
+	step_flop = (fl.linear + fl.attention) * (double)e->e.batch * branches;
 	achieved = step_flop / sps / 1e9;
-	pd_mesh_format(r.degree, r.opt.distrifusion, mesh, sizeof(mesh));
+	pd_mesh_format(e->degree, e->opt.distrifusion, mesh, sizeof(mesh));
 	if (world->rank == 0) {
 		double rss_max = 0, w_mb, act_mb;
 		int big = 0;
@@ -1500,9 +1059,9 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 			       "\"seconds_per_step\": %.6g, \"step_gflop\": %.10g, \"achieved_gflops\": %.6g, "
 			       "\"matmul_gflops\": %.6g, \"ratio\": %.4g, \"bytes_sent_per_rank_per_step\": %llu, "
 			       "\"bytes_sent_per_step_rank0\": %llu, \"peak_rss_mb\": %.1f, \"peak_rss_mb_per_rank\": [",
-			       r.mp.root ? r.mp.root : r.mp.transformer, a.height, a.width,
-			       (long long)(r.e.txt_len + r.ls.tokens), a.dtype, world->size, r.be->threads, mesh,
-			       (long long)r.e.batch, branches, sps, step_flop / 1e9, achieved, mm,
+			       e->mp.root ? e->mp.root : e->mp.transformer, a.height, a.width,
+			       (long long)(e->e.txt_len + e->ls.tokens), a.dtype, world->size, e->be->threads, mesh,
+			       (long long)e->e.batch, branches, sps, step_flop / 1e9, achieved, mm,
 			       mm > 0 ? achieved / (mm * world->size) : 0, (unsigned long long)bytes_max,
 			       (unsigned long long)bytes_step, rss_max);
 			for (int i = 0; i < world->size; i++)
@@ -1517,17 +1076,17 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 			       vae_s);
 		} else {
 			printf("pdit bench: %s, %dx%d (%lld text + %lld image tokens), %s, %d process%s x %d thread%s\n",
-			       r.mp.root ? r.mp.root : r.mp.transformer, a.width, a.height, (long long)r.e.txt_len,
-			       (long long)r.ls.tokens, a.dtype, world->size, world->size > 1 ? "es" : "", r.be->threads,
-			       r.be->threads > 1 ? "s" : "");
+			       e->mp.root ? e->mp.root : e->mp.transformer, a.width, a.height, (long long)e->e.txt_len,
+			       (long long)e->ls.tokens, a.dtype, world->size, world->size > 1 ? "es" : "", e->be->threads,
+			       e->be->threads > 1 ? "s" : "");
 			printf("  mesh                            %s\n", mesh);
 			printf("  seconds per step                %.3f  (median of %d after %d warm-up)\n", sps, timed,
 			       a.warmup);
 			printf("  step GFLOP                      %.1f  (%lld image%s x %d branch%s)\n", step_flop / 1e9,
-			       (long long)r.e.batch, r.e.batch > 1 ? "s" : "", branches, branches > 1 ? "es" : "");
+			       (long long)e->e.batch, e->e.batch > 1 ? "s" : "", branches, branches > 1 ? "es" : "");
 			printf("  achieved GFLOP/s                %.1f\n", achieved);
 			printf("  matmul GFLOP/s per process      %.1f  (%s, %lldx%dx%d)\n", mm, a.dtype,
-			       (long long)(r.e.txt_len + r.ls.tokens), r.fc.dim, r.fc.mlp_dim);
+			       (long long)(e->e.txt_len + e->ls.tokens), e->fc.dim, e->fc.mlp_dim);
 			printf("  ratio                           %.2f\n", mm > 0 ? achieved / (mm * world->size) : 0);
 			printf("  bytes sent per rank per step    %.1f MB (largest rank)\n", (double)bytes_max / 1e6);
 			if (world->size > 1) {
@@ -1566,6 +1125,7 @@ out:
 	free(rk);
 	free(dt);
 	free(default_embeds);
-	pd_run_free(&r);
+	pd_engine_close(e);
+	pd_free_prompts(prompts, n_prompts);
 	return rc;
 }

@@ -75,8 +75,6 @@ void pd_comm_world_finalize(struct pd_comm *world)
 		pd_comm_mpi_finalize();
 }
 
-double pd_comm_timeout_s;
-
 int pd_comm_local_size(struct pd_comm *world)
 {
 	return world->impl ? pd_comm_mpi_local_size(world) : 1;
@@ -91,6 +89,25 @@ int pd_comm_any(struct pd_comm *c, int failed)
 	if (c->ops->allreduce(c, &v, 1, PD_COMM_I32, PD_COMM_MAX))
 		return -1;
 	return v;
+}
+
+int pd_comm_agree(struct pd_comm *c, int failed, int *dead)
+{
+	int32_t lowest = failed ? c->rank : c->size;
+
+	c->failed_rank = -1;
+	if (c->size > 1 && c->ops->allreduce(c, &lowest, 1, PD_COMM_I32, PD_COMM_MIN)) {
+		if (dead)
+			*dead = 1;
+		c->failed_rank = c->rank;
+		return -1;
+	}
+	if (lowest == c->size)
+		return 0;
+	c->failed_rank = lowest;
+	if (c->rank != lowest)
+		pd_errorf("rank %d failed", lowest);
+	return -1;
 }
 
 int pd_comm_allgather(struct pd_comm *c, const void *send, size_t bytes, void *recv)

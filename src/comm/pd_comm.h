@@ -8,13 +8,15 @@
  *   world->ops->allreduce(world, buf, n, PD_COMM_F32, PD_COMM_SUM);
  *   pd_comm_world_finalize(world);
  *
- * Buffers are host memory. Sizes are in bytes except where a count of
+ * Buffers are host memory: a device backend stages its buffers through
+ * host memory (or a device communicator, NCCL's, takes its own buffers and
+ * says so in its ops; none exists yet). Sizes are in bytes except where a count of
  * typed elements is asked for. Every operation returns 0 or -1 with a
  * message; MPI's own errors abort the job (MPI_ERRORS_ARE_FATAL), which is
  * what the caller would do anyway.
  *
- * A rank that waits in an operation longer than pd_comm_timeout_s seconds
- * (0: forever) asks the other ranks of that communicator what they are
+ * A rank that waits in an operation longer than the communicator's
+ * timeout_s seconds (0: forever) asks the other ranks of that communicator what they are
  * doing, prints which are missing and what the others wait for, and ends
  * the job: a hang becomes a report.
  */
@@ -74,13 +76,14 @@ struct pd_comm {
 	uint64_t bytes_sent;            /* bytes this rank sent through it, for the benchmark */
 	double wait_s;                  /* seconds this rank spent waiting in its operations (for the
 					 * benchmark: a step's time less its waits is its compute) */
+	double timeout_s;               /* seconds an operation may wait before the job is reported and
+					 * ended; 0 (the default) waits forever. Its owner sets it (the
+					 * engine from --comm-timeout, lifting it where one rank works alone
+					 * by design); communicators split from it start with its value */
+	int failed_rank;                /* the lowest rank that failed in the last agreement over this
+					 * communicator (pd_comm_agree), -1 when none did */
 	void *impl;                     /* implementation state */
 };
-
-/* Seconds an operation may wait before the job is reported and ended;
- * 0 (the default) waits forever. The command line sets it from
- * --comm-timeout and lifts it where one rank works alone by design. */
-extern double pd_comm_timeout_s;
 
 /* The world: MPI when a launcher (mpirun, srun) started this process,
  * otherwise a single process without MPI. */
@@ -100,6 +103,12 @@ static inline int pd_comm_allreduce_f32(struct pd_comm *c, float *buf, size_t n)
  * together (only where every rank reaches the same point). -1 on a
  * communication failure. */
 int pd_comm_any(struct pd_comm *c, int failed);
+
+/* After a phase every rank goes through: 0 when no rank failed, else -1 on
+ * every rank, c->failed_rank set to the lowest failing rank, whose own
+ * message stays; the others' message names that rank. *DEAD (may be NULL)
+ * is set when the agreement itself could not be made. */
+int pd_comm_agree(struct pd_comm *c, int failed, int *dead);
 
 /* Equal contributions of BYTES bytes from each rank. */
 int pd_comm_allgather(struct pd_comm *c, const void *send, size_t bytes, void *recv);

@@ -8,7 +8,7 @@
  * refused with a message rather than truncated.
  *
  * Every collective is started non-blocking and waited for by
- * pd_mpi_wait_req, which polls with a deadline (pd_comm_timeout_s). While
+ * pd_mpi_wait_req, which polls with a deadline (the communicator's timeout_s). While
  * it waits it answers other ranks' questions on a private duplicate of the
  * world ("what are you waiting for?"); past the deadline it asks the
  * communicator's other ranks, reports who is missing (no answer: busy
@@ -156,7 +156,7 @@ static void pd_mpi_report_hang(struct pd_comm *c, double waited)
 	reply = calloc((size_t)n, PD_STATE_LEN);
 	sends = calloc((size_t)n, sizeof(MPI_Request));
 	fprintf(stderr, "pdit: rank %d: %s has waited %.0f s (--comm-timeout %g); asking every rank\n", me, pd_state,
-		waited, pd_comm_timeout_s);
+		waited, c->timeout_s);
 	if (reply && sends) {
 		char missing[512] = "", silent[512] = "";
 		size_t lm = 0, ls = 0;
@@ -261,7 +261,7 @@ static int pd_mpi_wait_req(struct pd_comm *c, MPI_Request *r, const char *what, 
 		if (++spins > 2000) {
 			double waited = MPI_Wtime() - t0;
 
-			if (pd_comm_timeout_s > 0 && waited > pd_comm_timeout_s)
+			if (c->timeout_s > 0 && waited > c->timeout_s)
 				pd_mpi_report_hang(c, waited);
 			/* a long wait polls less often: with more processes than
 			 * cores every wake-up is taken from one still computing */
@@ -490,6 +490,7 @@ static int pd_mpi_split(struct pd_comm *c, int color, int key, struct pd_comm **
 		MPI_Comm_free(&nc);
 		return -1;
 	}
+	(*out)->timeout_s = c->timeout_s;
 	return 0;
 }
 
@@ -545,6 +546,7 @@ static int pd_mpi_wrap(MPI_Comm comm, int is_world, struct pd_comm **out)
 	m->is_world = is_world;
 	MPI_Comm_rank(comm, &c->rank);
 	MPI_Comm_size(comm, &c->size);
+	c->failed_rank = -1;
 	m->counts = pd_calloc((size_t)c->size, sizeof(int), "counts");
 	m->displs = pd_calloc((size_t)c->size, sizeof(int), "counts");
 	m->rcounts = pd_calloc((size_t)c->size, sizeof(int), "counts");

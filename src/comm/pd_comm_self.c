@@ -115,8 +115,11 @@ static int pd_self_barrier(struct pd_comm *c)
 
 static int pd_self_split(struct pd_comm *c, int color, int key, struct pd_comm **out)
 {
-	(void)c; (void)color; (void)key;
-	return pd_comm_self_new(out);
+	(void)color; (void)key;
+	if (pd_comm_self_new(out))
+		return -1;
+	(*out)->timeout_s = c->timeout_s;
+	return 0;
 }
 
 static void pd_self_free(struct pd_comm *c)
@@ -160,6 +163,7 @@ int pd_comm_self_new(struct pd_comm **out)
 	c->ops = &pd_self_ops;
 	c->rank = 0;
 	c->size = 1;
+	c->failed_rank = -1;
 	*out = c;
 	return 0;
 }

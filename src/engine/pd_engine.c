@@ -1,0 +1,818 @@
+/*
+ * pd_engine.c - the engine: opened once (the mesh chosen and checked, every
+ * rank's share of the model loaded), then any number of requests.
+ *
+ * Every phase ends with an agreement among the ranks (pd_comm_agree), so a
+ * failure on one rank (a file only it cannot read) stops every rank cleanly
+ * with the failing rank's message. Everything a user can get wrong is
+ * checked before any weight is read; a failure in the middle of collective
+ * work leaves the engine dead, and the caller ends the job.
+ */
+#include "pd_engine.h"
+#include "pd_backend_cpu.h"
+#include "pd_par_data.h"
+#include "pd_plan.h"
+#include "pd_prompt.h"
+#include "pd_safetensors.h"
+#include "pd_util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void pd_engine_options_init(struct pd_engine_options *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->dtype = "f32";
+	o->comm_timeout = 1800;
+	o->verbose = 1;
+	o->warmup_steps = 1;
+	o->decode = 1;
+}
+
+void pd_request_init(struct pd_request *rq)
+{
+	memset(rq, 0, sizeof(*rq));
+	rq->height = 1024;
+	rq->width = 1024;
+	rq->guidance = 3.5f;
+	rq->true_cfg_scale = 1.0f;
+	rq->seed = 42;
+	rq->want_pictures = 1;
+}
+
+int pd_engine_dead(const struct pd_engine *e)
+{
+	return e->dead;
+}
+
+/* Agreement over the world after a phase. */
+static int pd_engine_agree(struct pd_engine *e, int failed)
+{
+	return pd_comm_agree(e->world, failed, &e->dead);
+}
+
+int pd_engine_agree_waiting(struct pd_engine *e, int failed)
+{
+	double d = e->world->timeout_s;
+	int rc;
+
+	e->world->timeout_s = 0;
+	rc = pd_engine_agree(e, failed);
+	e->world->timeout_s = d;
+	return rc;
+}
+
+/* Threads per process: as asked, else the cores divided among the
+ * processes on this machine. */
+static int pd_engine_threads(struct pd_comm *world, int requested)
+{
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	int local = pd_comm_local_size(world);
+
+	if (requested > 0)
+		return requested;
+	if (cores < 1)
+		cores = 1;
+	return cores / local > 1 ? (int)(cores / local) : 1;
+}
+
+/* ----------------------------------------------------------------------- */
+/* A request's inputs                                                      */
+/* ----------------------------------------------------------------------- */
+
+/* init_latents: latents.init [B, L, 4C] (packed), or latents.init_unpacked
+ * [B, C, h, w] as the golden files hold them. */
+static int pd_engine_read_init(struct pd_engine *e, const char *path)
+{
+	const struct pd_latent_shape *ls = &e->ls;
+	int64_t n = e->e.batch * ls->tokens * ls->packed_channels, per = n / e->e.batch;
+	const struct pd_st_tensor *t;
+	struct pd_st *st;
+	float *init, *u = NULL;
+	int rc = -1;
+
+	if (pd_st_open(&st, path))
+		return -1;
+	init = pd_malloc((size_t)n * sizeof(float), "initial latents");
+	if (!init)
+		goto out;
+	if ((t = pd_st_get(st, "latents.init")) && t->numel == n) {
+		rc = pd_st_read_f32(t, 0, (size_t)n, init);
+	} else if ((t = pd_st_get(st, "latents.init_unpacked")) && t->numel == n) {
+		u = pd_malloc((size_t)n * sizeof(float), "initial latents");
+		rc = !u || pd_st_read_f32(t, 0, (size_t)n, u) ? -1 : 0;
+		for (int64_t b = 0; !rc && b < e->e.batch; b++)
+			e->fam->pack(ls, u + b * per, init + b * per);
+	} else {
+		pd_errorf("%s: needs latents.init [%lld, %lld, %d] or latents.init_unpacked [%lld, %d, %d, %d]", path,
+			  (long long)e->e.batch, (long long)ls->tokens, ls->packed_channels, (long long)e->e.batch,
+			  ls->channels, ls->h, ls->w);
+	}
+out:
+	free(u);
+	pd_st_close(st);
+	if (rc)
+		free(init);
+	else
+		e->init = init;
+	return rc;
+}
+
+/* The prompt embeddings: read from a file, or shaped here for prompts and
+ * filled by pd_engine_encode. */
+static int pd_engine_inputs(struct pd_engine *e, const struct pd_request *rq)
+{
+	int64_t J, P;
+	int sources = (rq->embeds != NULL) + (rq->n_prompts > 0);
+
+	if (sources != 1)
+		return pd_errorf(sources ? "give one of -p/--prompt, --prompts FILE and --embeds FILE" :
+					   "no prompt: give -p \"a prompt\" (or --prompts FILE, or --embeds FILE)");
+	if (rq->negative && rq->embeds)
+		return pd_errorf("-n/--negative-prompt goes with -p or --prompts; --embeds files hold their own "
+				 "negative_prompt_embeds");
+	if (rq->embeds)
+		return pd_embeds_load(&e->e, rq->embeds) || pd_embeds_check(&e->e, &e->info, rq->embeds);
+	if (rq->max_seq < 0 || rq->max_seq > 512)
+		return pd_errorf("--max-sequence-length must be between 1 and 512 (got %d)", rq->max_seq);
+	if (rq->n_prompts > PD_MAX_BATCH)
+		return pd_errorf("%d prompts; at most %d make one run", rq->n_prompts, PD_MAX_BATCH);
+	e->max_seq = rq->max_seq ? rq->max_seq : pd_prompt_default_length(e->info.guidance);
+	e->prompts = pd_calloc((size_t)rq->n_prompts, sizeof(char *), "prompts");
+	if (!e->prompts)
+		return -1;
+	for (e->n_prompts = 0; e->n_prompts < rq->n_prompts; e->n_prompts++)
+		if (!rq->prompts[e->n_prompts] || !(e->prompts[e->n_prompts] = pd_strdup(rq->prompts[e->n_prompts])))
+			return rq->prompts[e->n_prompts] ? -1 : pd_errorf("prompt %d is missing", e->n_prompts);
+	if (rq->negative && !(e->negative = pd_strdup(rq->negative)))
+		return -1;
+	if (pd_prompt_widths(&e->mp, &J, &P))
+		return -1;
+	if (J != e->info.txt_width || P != e->info.pooled_width)
+		return pd_errorf("the text encoders make prompt embeddings of width %lld and pooled ones of %lld, but %s "
+				 "expects %d and %d", (long long)J, (long long)P, e->mp.transformer, e->info.txt_width,
+				 e->info.pooled_width);
+	/* zeros until encoded; shaped now so the mesh can be checked */
+	e->e.batch = e->n_prompts;
+	e->e.txt_len = e->max_seq;
+	e->e.joint_dim = J;
+	e->e.pooled_dim = P;
+	e->e.prompt = pd_calloc((size_t)(e->e.batch * e->max_seq * J) + 1, sizeof(float), "prompt embeddings");
+	e->e.pooled = pd_calloc((size_t)(e->e.batch * P) + 1, sizeof(float), "prompt embeddings");
+	if (!e->e.prompt || !e->e.pooled)
+		return -1;
+	if (e->negative) {
+		e->e.neg_txt_len = e->max_seq;
+		e->e.neg_prompt = pd_calloc((size_t)(e->e.batch * e->max_seq * J) + 1, sizeof(float), "prompt embeddings");
+		e->e.neg_pooled = pd_calloc((size_t)(e->e.batch * P) + 1, sizeof(float), "prompt embeddings");
+		if (!e->e.neg_prompt || !e->e.neg_pooled)
+			return -1;
+	}
+	return 0;
+}
+
+/* The request's state, released before the next one. */
+static void pd_engine_request_free(struct pd_engine *e)
+{
+	pd_embeds_free(&e->e);
+	for (int i = 0; i < e->n_prompts; i++)
+		free(e->prompts[i]);
+	free(e->prompts);
+	free(e->negative);
+	free(e->init);
+	e->prompts = NULL;
+	e->n_prompts = 0;
+	e->negative = NULL;
+	e->init = NULL;
+	e->ready = NULL;
+}
+
+/* Encodes this data-parallel group's prompts on its first rank, sends the
+ * embeddings to the group's other ranks, and releases the encoders (at
+ * open: before any transformer weight is read). */
+static int pd_engine_encode(struct pd_engine *e)
+{
+	struct pd_comm *grp = e->mesh.replica;
+	int64_t first, count, J = e->e.joint_dim, P = e->e.pooled_dim, T = e->max_seq;
+	int rc = 0;
+
+	if (!e->prompts)
+		return 0;
+	pd_dp_slice(e->e.batch, e->degree[PD_AXIS_DP], e->mesh.coord[PD_AXIS_DP], &first, &count);
+	if (grp->rank == 0) {
+		struct pd_prompt_encoder pe;
+		struct pd_embeds enc;
+		double t0 = pd_now();
+
+		pd_log(1, "pdit: encoding %lld prompt%s (CLIP + T5, %lld tokens)\n", (long long)count, count > 1 ? "s" : "",
+		       (long long)T);
+		rc = pd_prompt_encoder_load(&pe, &e->mp, e->be);
+		if (!rc) {
+			rc = pd_prompt_embeds(&enc, &pe, e->prompts, e->n_prompts, e->negative, (int)T, first, count);
+			pd_prompt_encoder_free(&pe);
+		}
+		if (!rc) {
+			memcpy(e->e.prompt + first * T * J, enc.prompt + first * T * J, (size_t)(count * T * J) * sizeof(float));
+			memcpy(e->e.pooled + first * P, enc.pooled + first * P, (size_t)(count * P) * sizeof(float));
+			if (e->negative) {
+				memcpy(e->e.neg_prompt + first * T * J, enc.neg_prompt + first * T * J,
+				       (size_t)(count * T * J) * sizeof(float));
+				memcpy(e->e.neg_pooled + first * P, enc.neg_pooled + first * P, (size_t)(count * P) * sizeof(float));
+			}
+			pd_embeds_free(&enc);
+			pd_log(2, "pdit: encoded in %.2f s\n", pd_now() - t0);
+		}
+	}
+	/* the others wait here while one rank per group encodes */
+	if (pd_engine_agree_waiting(e, rc))
+		return -1;
+	if (grp->size > 1 &&
+	    (grp->ops->bcast(grp, e->e.prompt + first * T * J, (size_t)(count * T * J) * sizeof(float), 0) ||
+	     grp->ops->bcast(grp, e->e.pooled + first * P, (size_t)(count * P) * sizeof(float), 0) ||
+	     (e->negative &&
+	      (grp->ops->bcast(grp, e->e.neg_prompt + first * T * J, (size_t)(count * T * J) * sizeof(float), 0) ||
+	       grp->ops->bcast(grp, e->e.neg_pooled + first * P, (size_t)(count * P) * sizeof(float), 0))))) {
+		e->dead = 1;
+		return -1;
+	}
+	return 0;
+}
+
+/* ----------------------------------------------------------------------- */
+/* The mesh and memory                                                     */
+/* ----------------------------------------------------------------------- */
+
+/* The work of the prepared request as the cost model takes it: BRANCHES
+ * passes per picture, and with VAE the decode (from the VAE folder's
+ * config, when it has one). */
+static void pd_engine_plan_work(const struct pd_engine *e, int branches, int vae, struct pd_plan_work *w)
+{
+	struct pd_vae_config vc;
+
+	memset(w, 0, sizeof(*w));
+	w->info = &e->info;
+	w->txt_len = e->e.txt_len;
+	w->img_len = e->ls.tokens;
+	w->img_w = e->ls.w / 2;
+	w->images = (int)e->e.batch;
+	w->branches = branches;
+	w->weight_bytes = e->dt == PD_BF16 ? 2 : 4;
+	if (vae && e->mp.vae && pd_is_dir(e->mp.vae) && pd_vae_config_load(&vc, e->mp.vae) == 0)
+		pd_plan_vae(w, &vc, e->p.height, e->p.width);
+}
+
+/* Refuses a request that cannot fit before anything big is read or
+ * allocated: a low estimate of a process's peak (its share of the
+ * transformer's weights and the activations it allocates, or the VAE
+ * decode's two largest feature maps, whichever is larger: the transformer
+ * is freed before decoding) times the processes on this machine, against
+ * the memory it has available. What is hard to know here (oneDNN's
+ * scratch, the libraries, the text encoders) is left out, so a refusal is
+ * certain, not cautious. */
+static int pd_engine_check_memory(const struct pd_engine *e, int decodes)
+{
+	double MB = 1048576.0, avail = pd_mem_available_mb(), weights, act, vae = 0, need;
+	int local = pd_comm_local_size(e->world);
+	struct pd_plan_work w;
+	struct pd_plan_machine mc = { .devices = e->world->size, .gflops = 1 };
+	struct pd_plan_mesh mesh = { .distrifusion = e->opt.distrifusion };
+	struct pd_plan_cost cost;
+
+	if (avail <= 0)
+		return 0;
+	memcpy(mesh.degree, e->degree, sizeof(mesh.degree));
+	pd_engine_plan_work(e, 1, decodes, &w);
+	if (pd_plan_cost(&w, &mc, &mesh, &cost))
+		return -1;
+	/* the lightest stage: low whichever stage a rank runs */
+	weights = cost.weights_min_gb * 1e9 / MB;
+	act = cost.activations_gb * 1e9 / MB;
+	/* the decode in bands over the data-parallel group, or whole */
+	if (w.vae_gflop > 0)
+		vae = (e->o.vae_parallel < 0 || e->world->size == 1 ? w.vae_map_gb : cost.vae_gb) * 1e9 / MB;
+	need = (weights + act > vae ? weights + act : vae) * local;
+	if (need <= avail)
+		return 0;
+	return pd_errorf("%dx%d needs at least %.1f GB on this machine (%d process%s, each: transformer weights %.1f GB + "
+			 "activations %.1f GB, or the VAE decode %.1f GB) and %.1f GB are available: choose a smaller "
+			 "size, or more machines with tensor, sequence, pipeline parallel or the banded decode",
+			 e->p.width, e->p.height, need / 1024, local, local > 1 ? "es" : "", weights / 1024, act / 1024,
+			 vae / 1024, avail / 1024);
+}
+
+/* parallel = auto: rank 0 ranks the meshes as `pdit plan` does on this
+ * machine (a product timed here, the processes of a node sharing its cores
+ * and memory) and every rank takes its first choice; exact methods only
+ * unless STALE. */
+static int pd_engine_plan_mesh(struct pd_engine *e, const struct pd_mesh_limits *lim, int stale)
+{
+	/* ok, the degrees, DistriFusion */
+	int msg[PD_AXIS_COUNT + 2] = { 0 };
+
+	if (e->world->size == 1) {
+		for (int x = 0; x < PD_AXIS_COUNT; x++)
+			e->degree[x] = 1;
+		return 0;
+	}
+	if (e->world->rank == 0) {
+		struct pd_plan_work w;
+		struct pd_plan_machine mc;
+		struct pd_plan_row *rows = NULL;
+		int n = 0;
+
+		pd_engine_plan_work(e, lim->cfg_possible ? 2 : 1, 1, &w);
+		if (pd_plan_machine_here(&mc, &w, e->world->size, pd_comm_local_size(e->world), 1, 0) == 0 &&
+		    pd_plan_list(&w, &mc, lim, &rows, &n) == 0) {
+			for (int i = 0; i < n && !msg[0]; i++)
+				if (rows[i].cost.fits && (stale || !rows[i].stale)) {
+					msg[0] = 1;
+					memcpy(msg + 1, rows[i].mesh.degree, sizeof(rows[i].mesh.degree));
+					msg[PD_AXIS_COUNT + 1] = rows[i].mesh.distrifusion;
+				}
+			if (!msg[0])
+				pd_errorf("--parallel %s: no %smesh of %d processes fits this machine's memory (see pdit plan)",
+					  stale ? "auto-stale" : "auto", stale ? "" : "exact ", e->world->size);
+		}
+		free(rows);
+	}
+	if (e->world->ops->bcast(e->world, msg, sizeof(msg), 0))
+		return -1;
+	if (!msg[0])
+		return e->world->rank == 0 ? -1 : pd_errorf("--parallel: rank 0 could not choose a mesh");
+	memcpy(e->degree, msg + 1, sizeof(e->degree));
+	e->opt.distrifusion = msg[PD_AXIS_COUNT + 1];
+	return 0;
+}
+
+/* What the mesh must allow for the prepared request. */
+static void pd_engine_limits(const struct pd_engine *e, struct pd_mesh_limits *lim)
+{
+	memset(lim, 0, sizeof(*lim));
+	lim->world = e->world->size;
+	lim->heads = e->info.heads;
+	lim->cfg_possible = pd_gen_uses_cfg(&e->p, &e->e);
+	lim->images = (int)e->e.batch;
+	lim->max_pp = e->info.blocks;
+	lim->distrifusion = e->opt.distrifusion;
+}
+
+/* The options alone, before any request: the model's parts and sizes, the
+ * schedule, the mesh flags. */
+static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_options *o)
+{
+	struct pd_model_flags f = { o->model, o->transformer, o->vae, o->scheduler, o->text_encoder,
+				    o->text_encoder_2, o->tokenizer, o->tokenizer_2 };
+	const char *dtype = o->dtype ? o->dtype : "f32";
+
+	if (strcmp(dtype, "f32") == 0)
+		e->dt = PD_F32;
+	else if (strcmp(dtype, "bf16") == 0)
+		e->dt = PD_BF16;
+	else
+		return pd_errorf("--dtype must be f32 or bf16, not '%s'", dtype);
+	if (!(o->comm_timeout >= 0))
+		return pd_errorf("--comm-timeout must be 0 (wait forever) or a number of seconds (got %g)", o->comm_timeout);
+	e->world->timeout_s = o->comm_timeout;
+	e->fam = &pd_flux_family;
+	if (pd_model_paths_resolve(&e->mp, &f, 0) || pd_flux_config_load(&e->fc, e->mp.transformer) ||
+	    pd_flux_dit_info(&e->fc, &e->info))
+		return -1;
+	if (e->mp.scheduler) {
+		if (pd_scheduler_load(&e->sched, e->mp.scheduler))
+			return -1;
+	} else {
+		/* FLUX.1-dev's scheduler shifts by resolution, schnell's does not. */
+		pd_scheduler_default(&e->sched, e->info.guidance);
+	}
+	if (o->distrifusion && o->ring)
+		return pd_errorf("--distrifusion-degree and --ring-degree cannot both be given");
+	if (o->warmup_steps < 0)
+		return pd_errorf("--warmup-steps must not be negative");
+	if (o->patches < 0 || (o->patches > 0 && o->pp <= 1))
+		return pd_errorf("--num-patches needs --pipefusion-degree 2 or more, and must be positive");
+	if (o->warmup_steps < 1 && (o->distrifusion > 1 || (o->pp > 1 && o->patches != 1)))
+		/* the first step has no earlier keys and values to attend to */
+		return pd_errorf("--warmup-steps must be at least 1 with %s", o->distrifusion > 1 ?
+				 "--distrifusion-degree" : "--pipefusion-degree (unless --num-patches 1)");
+	e->opt.distrifusion = o->distrifusion > 0;
+	e->opt.warmup_steps = o->warmup_steps;
+	e->opt.patches = o->patches;
+	e->degree[PD_AXIS_DP] = o->dp;
+	e->degree[PD_AXIS_CFG] = o->cfg_parallel ? 2 : 0;
+	e->degree[PD_AXIS_PP] = o->pp;
+	e->degree[PD_AXIS_RING] = o->distrifusion ? o->distrifusion : o->ring;
+	e->degree[PD_AXIS_ULYSSES] = o->ulysses;
+	e->degree[PD_AXIS_TP] = o->tp;
+	return 0;
+}
+
+/* The mesh for the prepared request (or a picture of the defaults). */
+static int pd_engine_choose_mesh(struct pd_engine *e)
+{
+	const struct pd_engine_options *o = &e->o;
+	struct pd_mesh_limits lim;
+	int given = o->dp || o->tp || o->ulysses || o->ring || o->pp || o->cfg_parallel || o->distrifusion;
+
+	pd_engine_limits(e, &lim);
+	if (o->parallel) {
+		int stale = strcmp(o->parallel, "auto-stale") == 0;
+
+		if (!stale && strcmp(o->parallel, "auto"))
+			return pd_errorf("--parallel must be auto or auto-stale (got '%s')", o->parallel);
+		if (given)
+			return pd_errorf("--parallel %s chooses the mesh: give it or degree flags, not both", o->parallel);
+		e->mesh_auto = 2;
+		lim.distrifusion = 0;
+		return pd_engine_plan_mesh(e, &lim, stale);
+	}
+	if (!given) {
+		e->mesh_auto = e->world->size > 1;
+		return pd_mesh_choose(e->degree, &lim);
+	}
+	for (int x = 0; x < PD_AXIS_COUNT; x++)
+		if (e->degree[x] <= 0)
+			e->degree[x] = 1;
+	return pd_mesh_check(e->degree, &lim);
+}
+
+/* ----------------------------------------------------------------------- */
+/* Preparing a request                                                     */
+/* ----------------------------------------------------------------------- */
+
+/* Everything about RQ that can be checked without the mesh's communicators
+ * (this rank alone). */
+static int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request *rq)
+{
+	pd_engine_request_free(e);
+	if (rq->height < 16 || rq->width < 16 || rq->height % 16 || rq->width % 16)
+		return pd_errorf("-H/--height and -W/--width must be positive multiples of 16 (got %dx%d)", rq->height,
+				 rq->width);
+	if (rq->height > PD_MAX_SIDE || rq->width > PD_MAX_SIDE)
+		return pd_errorf("-H/--height and -W/--width must be at most %d (got %dx%d)", PD_MAX_SIDE, rq->height,
+				 rq->width);
+	if (rq->steps < 0 || rq->steps > PD_MAX_STEPS)
+		return pd_errorf("--steps must be between 1 and %d (got %d)", PD_MAX_STEPS, rq->steps);
+	if (rq->batch < 0 || rq->batch > PD_MAX_BATCH)
+		return pd_errorf("--batch must be positive and at most %d (got %d)", PD_MAX_BATCH, rq->batch);
+	if (rq->true_cfg_scale < 0)
+		return pd_errorf("--true-cfg-scale must not be negative");
+	if (pd_engine_inputs(e, rq) || e->fam->latent_shape(&e->ls, &e->info, rq->height, rq->width) ||
+	    (rq->batch > 0 && pd_embeds_repeat(&e->e, rq->batch)))
+		return -1;
+	if (rq->want_pictures && !e->mp.vae && !rq->want_latents)
+		return pd_errorf("no VAE to decode with: give --vae DIR (or --out-latents FILE to keep only latents)");
+	if (rq->want_pictures && !e->o.decode)
+		return pd_errorf("this engine was opened without a VAE: it makes latents, not pictures");
+	e->p.height = rq->height;
+	e->p.width = rq->width;
+	e->p.steps = rq->steps ? rq->steps : e->info.guidance ? 28 : 4;
+	e->p.guidance = rq->guidance;
+	e->p.true_cfg_scale = rq->true_cfg_scale;
+	e->p.seed = rq->seed;
+	if (rq->fbcache_threshold < 0)
+		return pd_errorf("--fbcache-threshold must not be negative");
+	e->p.fbcache_threshold = rq->fbcache_threshold;
+	if (rq->true_cfg_scale > 1 && !e->e.neg_prompt)
+		/* diffusers silently ignores the scale here; say so instead. */
+		return rq->embeds ? pd_errorf("--true-cfg-scale %g needs negative_prompt_embeds and "
+					      "negative_pooled_prompt_embeds in %s (diffusers would silently run without "
+					      "true CFG)", rq->true_cfg_scale, rq->embeds) :
+				    pd_errorf("--true-cfg-scale %g needs a negative prompt: give -n \"...\" (diffusers "
+					      "would silently run without true CFG)", rq->true_cfg_scale);
+	if (rq->init_latents && pd_engine_read_init(e, rq->init_latents))
+		return -1;
+	return 0;
+}
+
+int pd_engine_prepare(struct pd_engine *e, const struct pd_request *rq)
+{
+	struct pd_mesh_limits lim;
+	int rc = pd_engine_prepare_local(e, rq);
+
+	/* a request for a mesh already made: it must fit that mesh */
+	if (!rc && e->mesh_ok) {
+		pd_engine_limits(e, &lim);
+		rc = pd_mesh_check(e->degree, &lim) || pd_engine_check_memory(e, rq->want_pictures);
+	}
+	if (pd_engine_agree(e, rc))
+		return -1;
+	e->ready = rq;
+	return 0;
+}
+
+/* ----------------------------------------------------------------------- */
+/* Open and close                                                          */
+/* ----------------------------------------------------------------------- */
+
+/* Who decodes the prepared request's pictures, loading the VAE where it is
+ * needed first: every rank of a data-parallel group takes a band, or the
+ * group's writer decodes alone. */
+static int pd_engine_vae_setup(struct pd_engine *e)
+{
+	struct pd_vae_hooks hooks = { 0, 1, NULL, NULL, NULL, NULL, NULL };
+
+	if (!e->o.decode || !e->mp.vae || e->vae_rows == e->ls.h)
+		return 0;
+	pd_vae_par_free(&e->vae_par);
+	if (e->o.vae_parallel >= 0 && e->mesh.replica->size > 1)
+		pd_vae_par_hooks(&e->vae_par, e->mesh.replica, e->ls.h, &hooks);
+	else if (!pd_parallel_is_writer(&e->mesh))
+		hooks.bands = 0;
+	e->vae_bands = hooks.bands;
+	e->vae_rows = e->ls.h;
+	if (e->vae_bands == 0)
+		return 0;
+	if (!e->v) {
+		if (pd_vae_load(&e->v, e->mp.vae, e->be))
+			return -1;
+		if (pd_vae_get_config(e->v)->latent_channels != e->ls.channels)
+			return pd_errorf("%s: the VAE has %d latent channels but the transformer makes %d", e->mp.vae,
+					 pd_vae_get_config(e->v)->latent_channels, e->ls.channels);
+	}
+	pd_vae_set_hooks(e->v, &hooks);
+	return 0;
+}
+
+/* The mesh's communicators, the backend, the planned request's prompts,
+ * this rank's weights. */
+static int pd_engine_load(struct pd_engine *e)
+{
+	struct pd_dit_shard sh;
+
+	if (pd_mesh_create(&e->mesh, e->world, e->degree))
+		return -1;
+	e->mesh_ok = 1;
+	sh = pd_parallel_shard(&e->mesh, &e->info);
+	if (pd_backend_cpu_new(&e->be, e->dt, pd_engine_threads(e->world, e->o.threads)) || pd_engine_encode(e) ||
+	    pd_fault("load", 0) || pd_flux_load_dit(&e->m, e->mp.transformer, e->be, &sh))
+		return -1;
+	/* a broken VAE must not surface after minutes of denoising */
+	if (pd_engine_vae_setup(e))
+		return -1;
+	if (pd_parallel_setup(&e->par, &e->mesh, e->m, e->e.batch, &e->opt))
+		return -1;
+	e->par_ok = 1;
+	return 0;
+}
+
+int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct pd_engine_options *o,
+		   const struct pd_request *plan)
+{
+	struct pd_engine *e = pd_calloc(1, sizeof(*e), "engine");
+	struct pd_request dflt;
+	int rc;
+
+	*out = NULL;
+	if (!e)
+		return pd_comm_agree(world, 1, NULL);
+	e->world = world;
+	e->o = *o;
+	/* the strings are the caller's: only the resolved paths are kept */
+	e->o.model = e->o.transformer = e->o.vae = e->o.scheduler = NULL;
+	e->o.text_encoder = e->o.text_encoder_2 = e->o.tokenizer = e->o.tokenizer_2 = e->o.dtype = NULL;
+	if (!plan) {
+		/* the mesh and the memory for one picture of the defaults */
+		pd_request_init(&dflt);
+		dflt.embeds = NULL;
+		dflt.want_pictures = o->decode;
+		plan = &dflt;
+	}
+	rc = pd_engine_configure(e, o);
+	if (!rc && plan != &dflt)
+		rc = pd_engine_prepare_local(e, plan);
+	if (!rc && plan == &dflt) {
+		/* no request yet: the mesh for a batch of one, without CFG */
+		e->e.batch = 1;
+		e->p.height = dflt.height;
+		e->p.width = dflt.width;
+		rc = e->fam->latent_shape(&e->ls, &e->info, dflt.height, dflt.width);
+	}
+	if (!rc && o->parallel)
+		rc = strcmp(o->parallel, "auto") && strcmp(o->parallel, "auto-stale") ?
+			     pd_errorf("--parallel must be auto or auto-stale (got '%s')", o->parallel) : 0;
+	/* parallel auto is collective: every rank gets there, or none */
+	if (pd_comm_agree(world, rc, &e->dead))
+		goto fail;
+	rc = pd_engine_choose_mesh(e) || (plan != &dflt && pd_engine_check_memory(e, plan->want_pictures));
+	if (pd_comm_agree(world, rc, &e->dead))
+		goto fail;
+	e->o.parallel = NULL;
+	rc = pd_engine_load(e);
+	if (pd_comm_agree(world, rc, &e->dead))
+		goto fail;
+	e->ready = plan != &dflt ? plan : NULL;
+	*out = e;
+	return 0;
+fail:
+	pd_engine_close(e);
+	return -1;
+}
+
+void pd_engine_close(struct pd_engine *e)
+{
+	if (!e)
+		return;
+	if (e->par_ok)
+		pd_parallel_free(&e->par);
+	pd_vae_free(e->v);
+	pd_vae_par_free(&e->vae_par);
+	pd_dit_free(e->m);
+	pd_backend_free(e->be);
+	if (e->mesh_ok)
+		pd_mesh_free(&e->mesh);
+	pd_scheduler_free(&e->sched);
+	pd_engine_request_free(e);
+	pd_model_paths_free(&e->mp);
+	free(e);
+}
+
+/* ----------------------------------------------------------------------- */
+/* Running a request                                                       */
+/* ----------------------------------------------------------------------- */
+
+void pd_engine_notes(const struct pd_engine *e, const struct pd_request *rq)
+{
+	char mesh[128];
+
+	if (!e->mp.scheduler)
+		pd_log(1, "pdit: note: no scheduler folder; using FLUX.1-%s's settings\n",
+		       e->info.guidance ? "dev" : "schnell");
+	if (e->e.neg_prompt && rq->true_cfg_scale <= 1)
+		pd_log(1, "pdit: note: %s, unused because --true-cfg-scale is %g (<= 1)\n",
+		       rq->embeds ? "the embeddings file has negative embeddings" : "a negative prompt was given",
+		       rq->true_cfg_scale);
+	if (!e->info.guidance && rq->guidance != 3.5f)
+		pd_log(1, "pdit: note: this transformer has no guidance embedding; --guidance is ignored\n");
+	if (e->world->size > 1 && e->requests == 0) {
+		pd_mesh_format(e->degree, e->opt.distrifusion, mesh, sizeof(mesh));
+		pd_log(1, "pdit: %d processes, mesh %s%s, %d thread%s each\n", e->world->size, mesh,
+		       e->mesh_auto == 2 ? " (chosen by the cost model, as pdit plan ranks them)" :
+		       e->mesh_auto ? " (chosen automatically)" : "", e->be->threads, e->be->threads > 1 ? "s" : "");
+	}
+	pd_log(1, "pdit: %lld image%s %dx%d, %d steps, seed %llu%s\n", (long long)e->e.batch,
+	       e->e.batch > 1 ? "s" : "", rq->width, rq->height, e->p.steps, (unsigned long long)rq->seed,
+	       pd_gen_uses_cfg(&e->p, &e->e) ? ", true CFG" : "");
+}
+
+int pd_engine_denoise(struct pd_engine *e, float *all, const struct pd_dump *model_dump)
+{
+	int64_t per = e->ls.tokens * e->ls.packed_channels;
+	struct pd_comm *dp = e->mesh.axis[PD_AXIS_DP];
+	float *mine;
+	double deadline;
+	int rc;
+
+	pd_dp_slice(e->e.batch, e->degree[PD_AXIS_DP], e->mesh.coord[PD_AXIS_DP], &e->par.runner.first_image,
+		    &e->par.runner.n_images);
+	mine = pd_malloc((size_t)((e->par.runner.n_images + 1) * per) * sizeof(float), "latents");
+	rc = !mine || pd_denoise(&e->par.runner, e->fam, &e->info, &e->sched, &e->e, &e->p, e->init, mine, NULL,
+				 model_dump);
+	/* a group with a picture more keeps the others waiting here */
+	deadline = dp->timeout_s;
+	dp->timeout_s = 0;
+	rc = rc || pd_dp_gather(dp, mine, per, e->e.batch, all);
+	dp->timeout_s = deadline;
+	free(mine);
+	if (rc)
+		e->dead = 1;
+	return rc ? -1 : 0;
+}
+
+/* The initial latents of every picture: as given, or the seeds' noise
+ * drawn again (cheaper than keeping it). */
+static float *pd_engine_initial(const struct pd_engine *e)
+{
+	int64_t per = e->ls.tokens * e->ls.packed_channels, B = e->e.batch;
+	float *first = pd_malloc((size_t)(B * per) * sizeof(float), "latents"), *u;
+
+	if (!first)
+		return NULL;
+	if (e->init) {
+		memcpy(first, e->init, (size_t)(B * per) * sizeof(float));
+		return first;
+	}
+	u = pd_malloc((size_t)e->ls.channels * e->ls.h * e->ls.w * sizeof(float), "noise");
+	if (!u) {
+		free(first);
+		return NULL;
+	}
+	for (int64_t b = 0; b < B; b++) {
+		pd_draw_noise(&e->ls, e->p.seed + (uint64_t)b, u);
+		e->fam->pack(&e->ls, u, first + b * per);
+	}
+	free(u);
+	return first;
+}
+
+/* Decodes this data-parallel group's pictures (collective over its bands);
+ * the writer keeps them. */
+static int pd_engine_decode(struct pd_engine *e, const float *all, struct pd_result *res)
+{
+	int64_t per = e->ls.tokens * e->ls.packed_channels, n = e->par.runner.n_images;
+	int f = pd_vae_scale(pd_vae_get_config(e->v));
+	size_t npx = (size_t)e->ls.h * f * e->ls.w * f;
+	int writer = pd_parallel_is_writer(&e->mesh);
+	uint8_t *rgb = pd_malloc(npx * 3 * (size_t)(n + 1), "pictures");
+	double t0 = pd_now();
+
+	if (!rgb)
+		return -1;
+	for (int64_t i = 0; i < n; i++) {
+		int64_t b = e->par.runner.first_image + i;
+
+		if (pd_decode_image(e->v, e->fam, &e->ls, all + b * per, rgb + (size_t)i * npx * 3, NULL, NULL)) {
+			free(rgb);
+			return -1;
+		}
+	}
+	res->decode_s = n > 0 ? (pd_now() - t0) / (double)n : 0;
+	res->bands = e->vae_bands;
+	if (!writer) {
+		free(rgb);
+		return 0;
+	}
+	res->rgb = rgb;
+	res->first_picture = e->par.runner.first_image;
+	res->n_pictures = n;
+	return 0;
+}
+
+static void pd_engine_on_step(void *ctx, int step)
+{
+	const struct pd_request *rq = ctx;
+
+	rq->on_step(rq->step_ctx, step, 0);
+}
+
+int pd_engine_run(struct pd_engine *e, const struct pd_request *rq, struct pd_result *res)
+{
+	int64_t per;
+	float *all = NULL;
+	int rc;
+
+	memset(res, 0, sizeof(*res));
+	if (e->dead)
+		return pd_errorf("the engine stopped after a failure of rank %d; close it", e->world->failed_rank);
+	if (e->o.one_request && e->requests > 0)
+		return pd_errorf("this engine was opened for one request");
+	if (e->ready != rq && (pd_engine_prepare(e, rq) || pd_engine_encode(e)))
+		return -1;
+	e->ready = NULL;
+	rc = pd_engine_vae_setup(e);
+	if (pd_engine_agree(e, rc))
+		return -1;
+	pd_engine_notes(e, rq);
+	per = e->ls.tokens * e->ls.packed_channels;
+	all = pd_malloc((size_t)(e->e.batch * per) * sizeof(float), "latents");
+	if (pd_engine_agree(e, !all))
+		return -1;
+	e->par.runner.on_step = rq->on_step ? pd_engine_on_step : NULL;
+	e->par.runner.step_ctx = (void *)rq;
+	rc = pd_engine_denoise(e, all, NULL);
+	e->par.runner.on_step = NULL;
+	e->requests++;
+	if (rc) {
+		free(all);
+		return -1;
+	}
+	res->images = e->e.batch;
+	res->height = e->p.height;
+	res->width = e->p.width;
+	res->steps = e->p.steps;
+	res->seed = e->p.seed;
+	res->tokens = e->ls.tokens;
+	res->channels = e->ls.packed_channels;
+	rc = 0;
+	if (rq->want_latents) {
+		res->init = pd_engine_initial(e);
+		rc = !res->init;
+	}
+	if (!rc && rq->want_pictures && e->mp.vae) {
+		if (e->o.one_request) {
+			/* the transformer's share goes before decoding: the VAE needs the memory */
+			pd_dit_free(e->m);
+			e->m = NULL;
+		}
+		if (e->vae_bands > 0)
+			rc = pd_engine_decode(e, all, res);
+	}
+	if (rq->want_latents)
+		res->latents = all;
+	else
+		free(all);
+	if (pd_engine_agree(e, rc)) {
+		pd_result_free(res);
+		return -1;
+	}
+	return 0;
+}
+
+void pd_result_free(struct pd_result *res)
+{
+	free(res->latents);
+	free(res->init);
+	free(res->rgb);
+	memset(res, 0, sizeof(*res));
+}

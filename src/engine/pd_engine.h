@@ -1,0 +1,76 @@
+/*
+ * pd_engine.h - the engine's state, for the commands that look inside a run
+ * (pdit check compares the mesh's blocks with one process's, pdit bench
+ * times steps and counts bytes). Programs use pdit.h.
+ */
+#ifndef PD_ENGINE_H
+#define PD_ENGINE_H
+
+#include "pd_flux.h"
+#include "pd_mesh.h"
+#include "pd_model_paths.h"
+#include "pd_par_vae.h"
+#include "pd_parallel.h"
+#include "pd_pipeline.h"
+#include "pdit.h"
+
+/* Bounds that keep every size product far from overflow: 1M image tokens,
+ * 16384 px a side; more steps or pictures than anyone runs. */
+#define PD_MAX_SIDE 16384
+#define PD_MAX_STEPS 10000
+#define PD_MAX_BATCH 4096
+
+struct pd_engine {
+	struct pd_comm *world;          /* all processes (borrowed) */
+	struct pd_engine_options o;     /* as opened (its strings are not kept: see mp) */
+	struct pd_model_paths mp;       /* component folders and files */
+	struct pd_flux_config fc;       /* transformer sizes */
+	struct pd_dit_info info;        /* the same as the parallel methods and the planner see them */
+	const struct pd_dit_family *fam; /* the model family's pipeline side */
+	enum pd_dtype dt;               /* matrix-product precision */
+	int degree[PD_AXIS_COUNT];      /* the mesh */
+	int mesh_auto;                  /* chosen by pdit, not given: 1 by rule, 2 by the cost model */
+	struct pd_par_options opt;      /* DistriFusion, warm-up, patches */
+	struct pd_mesh mesh;            /* its communicators (once created) */
+	int mesh_ok;
+	struct pd_scheduler sched;      /* the schedule (set per request) */
+	struct pd_backend *be;          /* compute */
+	struct pd_dit *m;               /* this rank's share of the transformer */
+	struct pd_vae *v;               /* the VAE (on ranks that decode) */
+	struct pd_parallel par;         /* the parallel methods */
+	int par_ok;
+	struct pd_vae_par vae_par;      /* decoding in bands over the data-parallel group */
+	int vae_bands;                  /* bands this rank takes part in (0: it does not decode) */
+	int vae_rows;                   /* latent rows vae_par was set up for */
+	int dead;                       /* a collective failure: no more requests */
+	int requests;                   /* requests run */
+	/* The request being run (or prepared at open for PLAN). */
+	const struct pd_request *ready; /* the request prepared and encoded, NULL: none */
+	struct pd_embeds e;             /* its prompt embeddings */
+	char **prompts;                 /* its prompts (copies), NULL with embeddings from a file */
+	int n_prompts;
+	char *negative;                 /* its negative prompt (a copy), or NULL */
+	int max_seq;                    /* T5 tokens per prompt */
+	struct pd_latent_shape ls;      /* latent geometry */
+	struct pd_gen_params p;         /* generation parameters */
+	float *init;                    /* initial latents from a file [B, L, C], or NULL */
+};
+
+/* The request RQ checked against the engine and shaped (embeddings read or
+ * encoded, latents' geometry, parameters); collective. */
+int pd_engine_prepare(struct pd_engine *e, const struct pd_request *rq);
+
+/* Denoises the prepared request: ALL [B, L, C] gets every picture's final
+ * latents on every rank. MODEL_DUMP as pd_denoise takes it. Collective; a
+ * failure leaves the engine dead. */
+int pd_engine_denoise(struct pd_engine *e, float *all, const struct pd_dump *model_dump);
+
+/* The notes and the run's summary line, before denoising RQ. */
+void pd_engine_notes(const struct pd_engine *e, const struct pd_request *rq);
+
+/* Where one rank works alone by design (encoding prompts, check's
+ * reference, a data-parallel group's extra picture) the others wait without
+ * the deadline: the agreement over the world with the deadline lifted. */
+int pd_engine_agree_waiting(struct pd_engine *e, int failed);
+
+#endif /* PD_ENGINE_H */

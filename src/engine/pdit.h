@@ -1,0 +1,139 @@
+/*
+ * pdit.h - the pdit engine: a diffusion transformer (FLUX.1 today) from
+ * prompts to pictures, on one process or on a mesh of them, opened once and
+ * asked for any number of pictures.
+ *
+ *   struct pd_comm *world;
+ *   struct pd_engine *e;
+ *   struct pd_engine_options o;
+ *   struct pd_request rq;
+ *   struct pd_result res;
+ *   const char *prompts[] = { "a red fox in the snow" };
+ *
+ *   pd_comm_world_init(&argc, &argv, &world);    // under mpirun: the job
+ *   pd_engine_options_init(&o);
+ *   o.model = "FLUX.1-dev";
+ *   o.ulysses = world->size;                     // or nothing: pdit chooses
+ *   if (pd_engine_open(&e, world, &o, NULL))
+ *           fprintf(stderr, "%s\n", pd_last_error());
+ *   pd_request_init(&rq);
+ *   rq.prompts = prompts;
+ *   rq.n_prompts = 1;
+ *   rq.height = rq.width = 512;
+ *   if (pd_engine_run(e, &rq, &res) == 0 && res.rgb)
+ *           ... res.rgb: [res.n_pictures, height, width, 3] ...
+ *   pd_result_free(&res);
+ *   pd_engine_close(e);
+ *   pd_comm_world_finalize(world);
+ *
+ * Every process of the world calls every function with the same arguments:
+ * the calls are collective. A request that cannot run (a size that does not
+ * fit the mesh, a missing negative prompt, an unreadable file) returns -1
+ * with a message (pd_last_error()) on every process and leaves the engine
+ * ready for the next one. A failure in the middle of collective work (a
+ * process lost or past the transfer deadline) leaves the engine dead: its
+ * calls return -1 until it is closed. After a failed call, world->failed_rank
+ * is the lowest process that failed: its message is the cause, the others
+ * say which process failed.
+ *
+ * The library never exits the process and changes no process-wide state
+ * per request: the transfer deadline, the threads and the log level are
+ * the engine's.
+ */
+#ifndef PDIT_H
+#define PDIT_H
+
+#include <stdint.h>
+
+#include "pd_comm.h"
+#include "pd_util.h"
+
+/* What an engine loads and how it runs, fixed for its life. */
+struct pd_engine_options {
+	/* The model, as the command's flags name its parts; NULL parts come
+	 * from MODEL's folder (model_index.json). */
+	const char *model;              /* a diffusers folder */
+	const char *transformer;        /* folder, or one .safetensors file */
+	const char *vae;                /* folder, or one .safetensors file */
+	const char *scheduler;          /* folder */
+	const char *text_encoder;       /* CLIP: folder or file */
+	const char *text_encoder_2;     /* T5: folder or file */
+	const char *tokenizer;          /* CLIP's folder */
+	const char *tokenizer_2;        /* T5's folder */
+	const char *dtype;              /* "f32" or "bf16": the matrix products */
+	int threads;                    /* per process; 0: the cores divided among this machine's processes */
+	double comm_timeout;            /* seconds a process waits for the others before the job is reported
+					 * and stopped; 0: forever */
+	int verbose;                    /* 0 quiet, 1 notes and progress, 2 more */
+	/* The mesh: degrees (0: not given; none given: pdit chooses), or
+	 * parallel = "auto" / "auto-stale" (the cost model's first choice). */
+	int dp, cfg_parallel, pp, ring, ulysses, tp, distrifusion;
+	const char *parallel;
+	int warmup_steps;               /* DistriFusion, PipeFusion: exact steps first */
+	int patches;                    /* PipeFusion: patches per step (0: one per stage) */
+	int vae_parallel;               /* 1 decode in bands over each data-parallel group, -1 on one
+					 * process, 0 banded with more than one process */
+	int decode;                     /* load the VAE: requests can ask for pictures */
+	int one_request;                /* the command's mode: the transformer is freed before the one
+					 * request's decode (the VAE gets its memory); later requests fail */
+};
+
+/* One batch of pictures. */
+struct pd_request {
+	const char *const *prompts;     /* the prompts, one picture each */
+	int n_prompts;
+	const char *negative;           /* the negative prompt of every picture (true CFG), or NULL */
+	int max_seq;                    /* T5 tokens; 0: 512, or 256 without guidance embedding */
+	const char *embeds;             /* instead of prompts: a safetensors file of embeddings
+					 * (prompt_embeds, pooled_prompt_embeds, optional negative_*) */
+	const char *init_latents;       /* start from latents.init of this file instead of the noise */
+	int height, width;              /* pixels, multiples of 16 */
+	int steps;                      /* denoising steps; 0: 28, or 4 without guidance embedding */
+	float guidance;                 /* distilled guidance scale (models with guidance embedding) */
+	float true_cfg_scale;           /* above 1 with a negative prompt: true CFG */
+	uint64_t seed;                  /* picture b is drawn from seed + b */
+	int batch;                      /* 0: a picture per prompt; N: N copies of the first prompt */
+	float fbcache_threshold;        /* First Block Cache: 0 off, 0.05 to 0.12 usual */
+	int want_latents;               /* fill the result's latents (every process) */
+	int want_pictures;              /* decode: fill the result's pictures (writing processes) */
+	/* Called on every process after each denoising step (may be NULL). */
+	void (*on_step)(void *ctx, int step, int steps);
+	void *step_ctx;
+};
+
+/* What a request made. Free with pd_result_free. */
+struct pd_result {
+	int64_t images;                 /* pictures in the batch */
+	int height, width;              /* pixels */
+	int steps;                      /* steps run */
+	uint64_t seed;                  /* of picture 0 */
+	int64_t tokens, channels;       /* latent tokens and channels per picture (packed) */
+	float *latents;                 /* [images, tokens, channels] final latents, or NULL */
+	float *init;                    /* [images, tokens, channels] initial latents, or NULL */
+	/* Pictures: a process that writes holds those of its data-parallel
+	 * group, pictures [first_picture, first_picture + n_pictures). */
+	int64_t first_picture, n_pictures;
+	uint8_t *rgb;                   /* [n_pictures, height, width, 3], or NULL */
+	double decode_s;                /* seconds a picture's decode took (the mean) */
+	int bands;                      /* bands a picture was decoded in */
+};
+
+struct pd_engine;
+
+void pd_engine_options_init(struct pd_engine_options *o);
+void pd_request_init(struct pd_request *rq);
+
+/* Loads the model on every process of WORLD (each its share of it). PLAN
+ * (may be NULL) is the request the mesh is chosen and the memory checked
+ * for; its prompts are encoded before the transformer is read, so the text
+ * encoders and the transformer are never in memory together for it. */
+int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct pd_engine_options *o,
+		   const struct pd_request *plan);
+int pd_engine_run(struct pd_engine *e, const struct pd_request *rq, struct pd_result *res);
+void pd_result_free(struct pd_result *res);
+void pd_engine_close(struct pd_engine *e);
+
+/* True once a collective failure has left the engine unusable. */
+int pd_engine_dead(const struct pd_engine *e);
+
+#endif /* PDIT_H */

@@ -338,7 +338,6 @@ static int pd_gen_engine_options(const struct pd_gen_args *a, struct pd_engine_o
 	o->dtype = a->dtype;
 	o->threads = a->threads;
 	o->comm_timeout = a->comm_timeout;
-	o->verbose = a->verbose ? 2 : 1;
 	o->dp = a->dp;
 	o->cfg_parallel = a->cfg_parallel;
 	o->pp = a->pp;

@@ -26,7 +26,6 @@ void pd_engine_options_init(struct pd_engine_options *o)
 	memset(o, 0, sizeof(*o));
 	o->dtype = "f32";
 	o->comm_timeout = 1800;
-	o->verbose = 1;
 	o->warmup_steps = 1;
 	o->decode = 1;
 }

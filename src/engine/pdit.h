@@ -36,9 +36,10 @@
  * is the lowest process that failed: its message is the cause, the others
  * say which process failed.
  *
- * The library never exits the process and changes no process-wide state
- * per request: the transfer deadline, the threads and the log level are
- * the engine's.
+ * The library never exits the process; the transfer deadline is the
+ * engine's communicators'. Still process-wide: the log level (pd_log_level,
+ * which the command line sets per rank) and the OpenMP threads the backend
+ * sets when the engine opens.
  */
 #ifndef PDIT_H
 #define PDIT_H
@@ -64,7 +65,6 @@ struct pd_engine_options {
 	int threads;                    /* per process; 0: the cores divided among this machine's processes */
 	double comm_timeout;            /* seconds a process waits for the others before the job is reported
 					 * and stopped; 0: forever */
-	int verbose;                    /* 0 quiet, 1 notes and progress, 2 more */
 	/* The mesh: degrees (0: not given; none given: pdit chooses), or
 	 * parallel = "auto" / "auto-stale" (the cost model's first choice). */
 	int dp, cfg_parallel, pp, ring, ulysses, tp, distrifusion;

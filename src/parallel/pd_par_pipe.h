@@ -29,9 +29,9 @@
  * usual; CFG and data parallelism compose above.
  *
  * First Block Cache: stage 0 runs block 0 on every piece first (in piece
- * order, so each meets the same buffers as without the cache), measures the
- * change over all image rows, decides and broadcasts the decision over the
- * stages. It sends its state after block 0 to the last stage, which keeps
+ * order, so each meets the same buffers as without the cache) and measures
+ * the change over all image rows; the two sums go to every stage, and each
+ * decides through pd_fbcache_decide, alike. It sends its state after block 0 to the last stage, which keeps
  * the other blocks' effect on computed steps and adds it on skipped ones;
  * the stages in between then idle, and the skipped layers' buffers keep
  * their last computed step.

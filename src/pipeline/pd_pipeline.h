@@ -92,8 +92,9 @@ struct pd_fbcache_report {
 struct pd_runner pd_runner_local(struct pd_dit *m);
 
 /* Denoises this process's images of the batch (all of them with the local
- * runner). INIT: [B, L, 4C] packed initial latents of the whole batch, or
- * NULL to draw them from the seed; LATENTS receives [n_images, L, 4C]. DUMP
+ * runner). INIT: [B, L, C] packed initial latents of the whole batch (C:
+ * the packed channels), or NULL to draw them from the seed; LATENTS
+ * receives [n_images, L, C]. DUMP
  * (may be NULL) receives the pipeline tensors under the golden names;
  * MODEL_DUMP (may be NULL) the transformer's intermediates at the first step
  * of this process's first image, positive branch. */
@@ -101,7 +102,7 @@ int pd_denoise(const struct pd_runner *run, const struct pd_dit_family *fam, con
 	       struct pd_scheduler *s, const struct pd_embeds *e, const struct pd_gen_params *p, const float *init,
 	       float *latents, const struct pd_dump *dump, const struct pd_dump *model_dump);
 
-/* Packed latents [L, 4C] of one image -> RGB bytes [H, W, 3] (and, when
+/* Packed latents [L, C] of one image -> RGB bytes [H, W, 3] (and, when
  * DECODED is not NULL, the decoder's float output [3, H, W]). */
 int pd_decode_image(struct pd_vae *v, const struct pd_dit_family *fam, const struct pd_latent_shape *ls,
 		    const float *packed, uint8_t *rgb, float *decoded, const struct pd_dump *dump);

@@ -39,7 +39,7 @@ static void pd_plan_traffic(const struct pd_plan_work *w, const struct pd_plan_m
 {
 	const struct pd_dit_info *c = w->info;
 	double S = (double)(w->txt_len + w->img_len), L = (double)w->img_len, D = c->dim;
-	double A = S * D * 4.0, pred = L * c->in_channels * 4.0, scale = pd_plan_images(w, m) * pd_plan_branches(w, m);
+	double A = S * D * 4.0, pred = L * c->out_channels * 4.0, scale = pd_plan_images(w, m) * pd_plan_branches(w, m);
 	int layers = c->blocks, reduces_all = 0;
 	int U = m->degree[PD_AXIS_ULYSSES], T = m->degree[PD_AXIS_TP], N = m->degree[PD_AXIS_PP];
 	int R = m->distrifusion ? 1 : m->degree[PD_AXIS_RING], F = m->distrifusion ? m->degree[PD_AXIS_RING] : 1;
@@ -60,8 +60,8 @@ static void pd_plan_traffic(const struct pd_plan_work *w, const struct pd_plan_m
 		 * (the last stage: its predictions, gathered over its sequence
 		 * shards, to every other stage); with sequence parallel inside
 		 * the stage each of its layers' K/V rows to the stage's other
-		 * ranks; with tensor parallel its all-reduces (two per double
-		 * block, one per single). The busiest stage counts. */
+		 * ranks; with tensor parallel its blocks' all-reduces. The
+		 * busiest stage counts. */
 		double most = -1, b[PD_AXIS_COUNT], n[PD_AXIS_COUNT], r[PD_AXIS_COUNT];
 		int M = m->patches > 0 ? m->patches : N;
 
@@ -169,6 +169,20 @@ static double pd_plan_params(const struct pd_dit_info *c, int first, int count, 
 	return p / tp + c->fixed_params;
 }
 
+/* The share of a forward pass's block work that blocks [first, first + count)
+ * do (their linear layers per token; attention is alike in every block). */
+static double pd_plan_share(const struct pd_dit_info *c, int first, int count)
+{
+	double part = 0, all = 0;
+
+	for (int k = 0; k < c->blocks; k++) {
+		all += c->block_cost[k];
+		if (k >= first && k < first + count)
+			part += c->block_cost[k];
+	}
+	return all > 0 ? part / all : (double)count / c->blocks;
+}
+
 /* The passes over each row of its stream that blocks [first, first + count)
  * make in the elementwise kernels. */
 static double pd_plan_passes(const struct pd_dit_info *c, int first, int count)
@@ -270,16 +284,15 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 		params = p > params ? p : params;
 		params_min = params_min < 0 || p < params_min ? p : params_min;
 		passes = fmax(passes, pd_plan_passes(c, first, count));
-		most = fmax(most, count);
+		most = fmax(most, pd_plan_share(c, first, count));
 	}
 	out->weights_gb = params * w->weight_bytes / GB;
 	out->weights_min_gb = params_min * w->weight_bytes / GB;
 	/* work of the busiest rank: its images and branches, split over the
-	 * tensor- and sequence-parallel degrees, and its stage's blocks (all
-	 * blocks cost the same per token: q, k, v, out and an MLP of 4 D^2 +
-	 * 2 D MLP a token in both kinds, and attention over the whole sequence) */
+	 * tensor- and sequence-parallel degrees, and its stage's share of the
+	 * blocks (the layers outside the blocks counted with them) */
 	work = (fl.linear + fl.attention) * pd_plan_images(w, m) * pd_plan_branches(w, m) / ((double)T * P);
-	out->gflop = work * most / c->blocks / 1e9;
+	out->gflop = work * most / 1e9;
 	/* the node's cores are shared by its processes */
 	rate = mc->gflops / share;
 	/* tensor parallel shards the products, not the elementwise work over
@@ -322,7 +335,7 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 			int first, count;
 
 			pd_pipe_stage_blocks(c, N, st, &first, &count);
-			stage[st] = work * count / c->blocks / 1e9 / alone +
+			stage[st] = work * pd_plan_share(c, first, count) / 1e9 / alone +
 				    (pass_bytes > 0 ? pd_plan_passes(c, first, count) * pass_bytes / elem_alone : 0);
 		}
 		out->compute_s = pd_plan_pipeline(N, M, stage, patch, capacity);

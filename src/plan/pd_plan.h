@@ -19,7 +19,7 @@
 struct pd_plan_work {
 	const struct pd_dit_info *info; /* the transformer's sizes */
 	int64_t txt_len;                /* text tokens */
-	int64_t img_len;                /* image tokens (latent h x w / 4) */
+	int64_t img_len;                /* image tokens (the family's latent_shape) */
 	int64_t img_w;                  /* of them, a row's (0: PipeFusion's bands taken as equal) */
 	int images;                     /* images in the batch */
 	int branches;                   /* 2 with true CFG, else 1 */

@@ -30,7 +30,7 @@ static void options(struct pd_engine_options *o, const char *dir, const char *me
 	pd_engine_options_init(o);
 	o->model = dir;
 	o->threads = 1;
-	o->verbose = 0;
+	pd_log_level = 0;
 	if (mesh && strcmp(mesh, "ulysses") == 0)
 		o->ulysses = world;
 	if (mesh && strcmp(mesh, "pipefusion") == 0)

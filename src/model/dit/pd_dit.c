@@ -30,11 +30,16 @@ void pd_fbcache_free(struct pd_fbcache *c)
 	free(c->r_ref);
 	free(c->r);
 	free(c->rest);
-	free(c->work);
-	c->r_ref = c->r = c->rest = c->work = NULL;
+	c->r_ref = c->r = c->rest = NULL;
 	c->rows = 0;
-	c->work_cap = 0;
 	c->valid = 0;
+}
+
+void pd_dit_release(struct pd_dit *d)
+{
+	free(d->scratch);
+	d->scratch = NULL;
+	d->scratch_cap = 0;
 }
 
 int pd_fbcache_decide(struct pd_fbcache *c, const double *sums)
@@ -56,30 +61,30 @@ int pd_fbcache_decide(struct pd_fbcache *c, const double *sums)
 	return skip;
 }
 
-/* The arrays for L image rows of D channels, and work room for two states of
- * S rows; a new shape starts the cache afresh. */
-static int pd_fbcache_reserve(struct pd_fbcache *c, int64_t L, int64_t S, int64_t D)
+/* The cache's arrays for L image rows of D channels (a new shape starts it
+ * afresh), and the model's room for two states of S rows (shared by the
+ * caches: a model runs one call at a time). */
+static int pd_fbcache_reserve(struct pd_dit *d, struct pd_fbcache *c, int64_t L, int64_t S, int64_t D)
 {
 	size_t n = (size_t)((L + 1) * D), w = (size_t)(2 * (S + 1) * D);
 
 	if (!c->r || c->rows != L) {
-		free(c->r_ref);
-		free(c->r);
-		free(c->rest);
+		pd_fbcache_free(c);
 		c->r_ref = pd_calloc(n, sizeof(float), "First Block Cache");
 		c->r = pd_calloc(n, sizeof(float), "First Block Cache");
 		c->rest = pd_calloc(n, sizeof(float), "First Block Cache");
+		if (!c->r_ref || !c->r || !c->rest) {
+			pd_fbcache_free(c);
+			return -1;
+		}
 		c->rows = L;
-		c->valid = 0;
-		if (!c->r_ref || !c->r || !c->rest)
-			return -1;
 	}
-	if (w > c->work_cap) {
-		free(c->work);
-		c->work = pd_malloc(w * sizeof(float), "First Block Cache");
-		c->work_cap = c->work ? w : 0;
-		if (!c->work)
+	if (w > d->scratch_cap) {
+		pd_dit_release(d);
+		d->scratch = pd_malloc(w * sizeof(float), "First Block Cache");
+		if (!d->scratch)
 			return -1;
+		d->scratch_cap = w;
 	}
 	return 0;
 }
@@ -99,10 +104,10 @@ static int pd_dit_forward_cached(struct pd_dit *d, const struct pd_dit_call *in,
 	float *e, *h, *img;
 	int skip;
 
-	if (pd_fbcache_reserve(c, L, S, D))
+	if (pd_fbcache_reserve(d, c, L, S, D))
 		return -1;
-	e = c->work;
-	h = c->work + (S + 1) * D;
+	e = d->scratch;
+	h = d->scratch + (S + 1) * D;
 	if (pd_dit_forward_blocks(d, in, 0, 0, NULL, e, NULL, dump) ||
 	    pd_dit_forward_blocks(d, in, 0, 1, e, h, NULL, dump))
 		return -1;

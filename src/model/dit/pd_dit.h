@@ -23,6 +23,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "pd_backend.h"
 #include "pd_dump.h"
@@ -49,7 +50,7 @@ struct pd_dit_info {
 	int block_reduces[PD_DIT_MAX_BLOCKS];   /* row-parallel sums per call (and as many gathers) */
 	int block_passes[PD_DIT_MAX_BLOCKS];    /* elementwise passes over a row of its stream */
 	double fixed_params;            /* weights outside the blocks, held whole (embedders, final layers) */
-	double img_flops, txt_flops;    /* FLOPs per image and per text token outside the blocks */
+	double img_flops, txt_flops;    /* FLOPs per image token and per text token outside the blocks */
 	double call_flops;              /* FLOPs per call that do not grow with the tokens (modulations) */
 };
 
@@ -71,7 +72,7 @@ struct pd_dit_flops pd_dit_count_flops(const struct pd_dit_info *info, int64_t T
 struct pd_dit_shard {
 	int rank;                       /* this process's shard */
 	int count;                      /* shards (the tensor-parallel degree) */
-	int block_first, block_count;   /* the stage's blocks */
+	int block_first, block_count;   /* the stage's blocks; block_count 0: block_first to the last */
 };
 
 /* First Block Cache (ParaAttention's): after the first block, r = its
@@ -80,20 +81,22 @@ struct pd_dit_shard {
  * blocks are skipped and their stored effect (output minus input at that
  * step) is added instead. The two sums are added over every process of the
  * call first (pd_dit_hooks.sum), so all of them decide alike. One state per
- * image and branch (the positive and negative passes differ). Host memory. */
+ * image and branch (the positive and negative passes differ). Host memory.
+ * PipeFusion keeps the arrays across its stages itself and decides through
+ * pd_fbcache_decide. */
 struct pd_fbcache {
 	float threshold;                /* 0: never skip (the cache only records) */
 	int64_t rows;                   /* image rows the buffers hold */
 	float *r_ref;                   /* [rows, D] first block's change at the last computed step */
 	float *r;                       /* [rows, D] this step's */
 	float *rest;                    /* [rows, D] the other blocks' effect at the last computed step */
-	int valid;                      /* r_ref and rest hold a computed step */
+	int valid;                      /* a step has been decided to be computed: r_ref holds its
+					 * change (rest its blocks' effect once they have run) */
 	int computed, skipped;          /* steps run and steps skipped */
 	double last_change;             /* the last measure, for the log */
-	float *work;                    /* room for two hidden states of a call */
-	size_t work_cap;                /* its capacity in floats */
 };
 
+/* Frees the buffers (not C itself); the threshold and counters stay. */
 void pd_fbcache_free(struct pd_fbcache *c);
 
 /* The cache's decision from the two sums over the call's rows (SUMS[0] =
@@ -124,8 +127,10 @@ struct pd_dit_call {
 	 * piece): the call it was cut from, and where this call's rows lie in
 	 * it. NULL: the call is whole. */
 	const struct pd_dit_call *whole;
-	int64_t txt0, img0;             /* first text and image row in WHOLE */
+	int64_t txt0, img0;             /* first text and image row in WHOLE (not the root) */
 };
+/* A part points txt, img and the ids at its own rows and keeps the step,
+ * image and branch of the call it was cut from. */
 
 /* The outermost call this one was cut from. */
 static inline const struct pd_dit_call *pd_dit_call_root(const struct pd_dit_call *c)
@@ -141,8 +146,8 @@ struct pd_dit_hooks {
 	/* Attention for this process's ROWS tokens of CALL: q, k, v [rows,
 	 * heads x head_dim] (row stride ld, positions applied) against the
 	 * whole sequence; OUT gets [rows, heads x head_dim] with row stride
-	 * ldo. LAYER counts the blocks from 0. NULL: the local sequence is the
-	 * whole sequence. */
+	 * ldo. HEADS are the heads this shard holds. LAYER counts the blocks
+	 * from 0. NULL: the local sequence is the whole sequence. */
 	int (*attention)(void *ctx, struct pd_backend *be, const struct pd_dit_call *call, int layer, float *out,
 			 int64_t ldo, const float *q, const float *k, const float *v, int64_t ld, int64_t rows,
 			 int heads, int head_dim);
@@ -186,15 +191,18 @@ struct pd_dit;
 
 /* What a family implements. */
 struct pd_dit_ops {
-	const char *family;             /* "flux" */
 	/* A part of a call: blocks [first, first+count) on the rows of IN.
 	 * X_IN (host, [txt_len + img_len, dim], text rows first) holds the
 	 * hidden states after block first - 1, or is NULL to run the
-	 * embedders (first must be 0). With OUT not NULL the final layers
-	 * follow and OUT (host) gets the prediction of the image rows;
-	 * otherwise X_OUT (host) gets the hidden states. Ignores in->cache. */
+	 * embedders (first must be 0; count 0: the embedders alone). With OUT
+	 * not NULL the final layers follow and OUT (host) gets the prediction
+	 * of the image rows; otherwise X_OUT (host) gets the hidden states.
+	 * The final layers read the image rows alone: first == blocks with
+	 * txt_len 0 runs them on X_IN's image rows (First Block Cache does).
+	 * Ignores in->cache. */
 	int (*forward_blocks)(struct pd_dit *d, const struct pd_dit_call *in, int first, int count,
 			      const float *x_in, float *x_out, float *out, const struct pd_dump *dump);
+	/* Frees the model (its pd_dit_release included). */
 	void (*free)(struct pd_dit *d);
 };
 
@@ -206,8 +214,14 @@ struct pd_dit {
 	struct pd_dit_shard shard;      /* what this process holds */
 	struct pd_dit_hooks hooks;      /* the parallel seams; zeroed: one process */
 	int64_t local_width;            /* attention width held here: heads / shard.count x head_dim */
+	float *scratch;                 /* First Block Cache's two hidden states of a call (host) */
+	size_t scratch_cap;             /* its capacity in floats */
 };
 
+/* Frees what pd_dit_forward keeps in D (a family's free calls it). */
+void pd_dit_release(struct pd_dit *d);
+
+/* The family's forward_blocks. */
 static inline int pd_dit_forward_blocks(struct pd_dit *d, const struct pd_dit_call *in, int first, int count,
 					const float *x_in, float *x_out, float *out, const struct pd_dump *dump)
 {
@@ -218,11 +232,16 @@ static inline int pd_dit_forward_blocks(struct pd_dit *d, const struct pd_dit_ca
  * set. OUT (host) gets [img_len, out_channels]. */
 int pd_dit_forward(struct pd_dit *d, const struct pd_dit_call *in, float *out, const struct pd_dump *dump);
 
+/* Installs HOOKS (a copy); NULL removes every hook (one process). */
 static inline void pd_dit_set_hooks(struct pd_dit *d, const struct pd_dit_hooks *hooks)
 {
-	d->hooks = *hooks;
+	if (hooks)
+		d->hooks = *hooks;
+	else
+		memset(&d->hooks, 0, sizeof(d->hooks));
 }
 
+/* Frees the model; NULL is allowed. */
 static inline void pd_dit_free(struct pd_dit *d)
 {
 	if (d)

@@ -353,7 +353,6 @@ static void pd_flux_dit_free(struct pd_dit *d)
 }
 
 static const struct pd_dit_ops pd_flux_dit_ops = {
-	.family = "flux",
 	.forward_blocks = pd_flux_dit_forward_blocks,
 	.free = pd_flux_dit_free,
 };
@@ -429,6 +428,7 @@ void pd_flux_free(struct pd_flux *m)
 #undef LF
 #undef VF
 	pd_flux_free_buffers(m);
+	pd_dit_release(&m->dit);
 	free(m->dbl);
 	free(m->sgl);
 	free(m);
@@ -1020,6 +1020,7 @@ int pd_flux_forward_blocks(struct pd_flux *m, const struct pd_dit_call *in, int 
 	be->ops->download(be, out, m->io, (size_t)(L * c->out_channels));
 	rc = pd_backend_check(be);
 out:
+	m->call = NULL;
 	free(hcos);
 	free(hsin);
 	free(ids);

@@ -62,18 +62,6 @@ int pd_cli_dtype(const char *s, enum pd_dtype *out)
 	return 0;
 }
 
-int pd_cli_threads(struct pd_comm *world, int requested)
-{
-	long cores = sysconf(_SC_NPROCESSORS_ONLN);
-	int local = pd_comm_local_size(world);
-
-	if (requested > 0)
-		return requested;
-	if (cores < 1)
-		cores = 1;
-	return cores / local > 1 ? (int)(cores / local) : 1;
-}
-
 /* ======================================================================= */
 /* pdit forward                                                            */
 /* ======================================================================= */

@@ -24,10 +24,6 @@ void pd_cli_abort(struct pd_comm *world);
 
 int pd_cli_dtype(const char *s, enum pd_dtype *out);
 
-/* Threads per process: -t when given, else the cores divided among the
- * processes on this machine. */
-int pd_cli_threads(struct pd_comm *world, int requested);
-
 /* Runs the command argv[1]; its exit status. */
 int pd_dispatch(struct pd_comm *world, int argc, char **argv);
 

@@ -6,7 +6,7 @@
 #include "pd_args.h"
 #include "pd_backend.h"
 #include "pd_model_paths.h"
-#include "pd_flux.h"
+#include "pd_families.h"
 #include "pd_plan.h"
 #include "pd_util.h"
 #include "pd_vae.h"
@@ -60,7 +60,8 @@ int pd_cmd_plan(int argc, char **argv)
 {
 	struct pd_model_flags mf = { 0 };
 	struct pd_model_paths mp;
-	struct pd_flux_config fc;
+	const struct pd_dit_family *fam;
+	struct pd_latent_shape ls;
 	struct pd_dit_info info;
 	struct pd_plan_work w = { 0 };
 	struct pd_plan_machine mc = { 0 };
@@ -131,13 +132,13 @@ int pd_cmd_plan(int argc, char **argv)
 		pd_errorf("--dtype must be f32 or bf16, not '%s'", dtype);
 		return pd_cli_fail();
 	}
-	if (pd_model_paths_resolve(&mp, &mf, 0) || pd_flux_config_load(&fc, mp.transformer) ||
-	    pd_flux_dit_info(&fc, &info))
+	if (pd_model_paths_resolve(&mp, &mf, 0) || pd_family_find(mp.transformer, &fam, &info) ||
+	    fam->latent_shape(&ls, &info, height, width))
 		goto out;
 	w.info = &info;
-	w.txt_len = txt ? txt : fc.guidance_embeds ? 512 : 256;
-	w.img_len = (int64_t)(height / 16) * (width / 16);
-	w.img_w = width / 16;
+	w.txt_len = txt ? txt : info.guidance ? 512 : 256;
+	w.img_len = ls.tokens;
+	w.img_w = ls.w / 2;
 	w.images = batch;
 	w.branches = cfg_scale > 1 ? 2 : 1;
 	w.weight_bytes = strcmp(dtype, "bf16") == 0 ? 2 : 4;
@@ -183,15 +184,15 @@ int pd_cmd_plan(int argc, char **argv)
 	mc.bw_inter = (inter_bw > 0 ? inter_bw : iln->a) * 1e9;
 	mc.lat_inter = (inter_lat > 0 ? inter_lat : iln->b) * 1e-6;
 	lim.world = devices;
-	lim.heads = fc.heads;
+	lim.heads = info.heads;
 	lim.cfg_possible = w.branches == 2;
 	lim.images = batch;
-	lim.max_pp = pd_flux_blocks(&fc);
+	lim.max_pp = info.blocks;
 	if (pd_plan_list(&w, &mc, &lim, &rows, &n))
 		goto out;
 	if (n == 0) {
 		pd_errorf("no mesh of %d processes suits this model and work (heads %d, %d blocks, %d image%s%s)", devices,
-			  fc.heads, pd_flux_blocks(&fc), batch, batch > 1 ? "s" : "", w.branches == 2 ? ", true CFG" : "");
+			  info.heads, info.blocks, batch, batch > 1 ? "s" : "", w.branches == 2 ? ", true CFG" : "");
 		goto out;
 	}
 	if (!rows[0].cost.fits) {
@@ -207,7 +208,7 @@ int pd_cmd_plan(int argc, char **argv)
 		goto out;
 	}
 	if (!steps)
-		steps = fc.guidance_embeds ? 28 : 4;
+		steps = info.guidance ? 28 : 4;
 	if (!json) {
 		printf("pdit plan: %s, %dx%d (%lld text + %lld image tokens), %d image%s%s, %d steps\n", mp.transformer, width,
 		       height, (long long)w.txt_len, (long long)w.img_len, batch, batch > 1 ? "s" : "",

@@ -571,7 +571,7 @@ static int pd_check_gather(struct pd_engine *r, const struct pd_blocks *mine, co
 			   struct pd_blocks *full)
 {
 	struct pd_comm *w = r->world;
-	int P = r->mesh.sp->size, D = r->fc.dim, nb = ref ? ref->n : 0, first, count;
+	int P = r->mesh.sp->size, D = r->info.dim, nb = ref ? ref->n : 0, first, count;
 	int64_t T = r->e.txt_len, L = r->ls.tokens, total = 0;
 	size_t *bytes = pd_calloc((size_t)w->size, sizeof(size_t), "counts"), send_bytes = 0;
 	float *send = NULL, *recv = NULL;
@@ -691,7 +691,7 @@ static int pd_check_reference(struct pd_engine *r, float *latents, struct pd_blo
 	struct pd_dump dump = { pd_blocks_dump, blocks, 0 };
 	int rc = -1;
 
-	if (pd_backend_cpu_new(&be, r->dt, r->be->threads) || pd_flux_load_dit(&m, r->mp.transformer, be, NULL))
+	if (pd_backend_cpu_new(&be, r->dt, r->be->threads) || r->fam->load(&m, r->mp.transformer, be, NULL))
 		goto out;
 	run = pd_runner_local(m);
 	pd_log(1, "pdit: running the single-process reference\n");
@@ -826,8 +826,8 @@ int pd_cmd_check(struct pd_comm *world, int argc, char **argv)
 			if (full.n == 0)
 				printf("  (the first step ran patched: blocks not compared)\n");
 			for (int k = 0; k < full.n; k++) {
-				double dt = pd_rel_diff(full.txt[k], ref.txt[k], (size_t)(ref.txt_rows[k] * e->fc.dim));
-				double di = pd_rel_diff(full.img[k], ref.img[k], (size_t)(ref.img_rows[k] * e->fc.dim));
+				double dt = pd_rel_diff(full.txt[k], ref.txt[k], (size_t)(ref.txt_rows[k] * e->info.dim));
+				double di = pd_rel_diff(full.img[k], ref.img[k], (size_t)(ref.img_rows[k] * e->info.dim));
 				double d = dt > di ? dt : di;
 
 				if (ref.txt_rows[k] == 0)
@@ -979,7 +979,7 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 	/* the reference rate first, on rank 0 alone, at the widest product:
 	 * one image's tokens through the first MLP layer */
 	if (world->rank == 0)
-		mm = pd_backend_rate_matmul(e->be, e->e.txt_len + e->ls.tokens, e->fc.dim, e->fc.mlp_dim);
+		mm = pd_backend_rate_matmul(e->be, e->e.txt_len + e->ls.tokens, e->info.dim, e->info.mlp_width);
 	if (world->size > 1)
 		world->ops->barrier(world);
 	pd_engine_notes(e, &rq);
@@ -1085,7 +1085,7 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 			       (long long)e->e.batch, e->e.batch > 1 ? "s" : "", branches, branches > 1 ? "es" : "");
 			printf("  achieved GFLOP/s                %.1f\n", achieved);
 			printf("  matmul GFLOP/s per process      %.1f  (%s, %lldx%dx%d)\n", mm, a.dtype,
-			       (long long)(e->e.txt_len + e->ls.tokens), e->fc.dim, e->fc.mlp_dim);
+			       (long long)(e->e.txt_len + e->ls.tokens), e->info.dim, e->info.mlp_width);
 			printf("  ratio                           %.2f\n", mm > 0 ? achieved / (mm * world->size) : 0);
 			printf("  bytes sent per rank per step    %.1f MB (largest rank)\n", (double)bytes_max / 1e6);
 			if (world->size > 1) {

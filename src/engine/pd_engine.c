@@ -374,9 +374,7 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
 	if (!(o->comm_timeout >= 0))
 		return pd_errorf("--comm-timeout must be 0 (wait forever) or a number of seconds (got %g)", o->comm_timeout);
 	e->world->timeout_s = o->comm_timeout;
-	e->fam = &pd_flux_family;
-	if (pd_model_paths_resolve(&e->mp, &f, 0) || pd_flux_config_load(&e->fc, e->mp.transformer) ||
-	    pd_flux_dit_info(&e->fc, &e->info))
+	if (pd_model_paths_resolve(&e->mp, &f, 0) || pd_family_find(e->mp.transformer, &e->fam, &e->info))
 		return -1;
 	if (e->mp.scheduler) {
 		if (pd_scheduler_load(&e->sched, e->mp.scheduler))
@@ -545,7 +543,7 @@ static int pd_engine_load(struct pd_engine *e)
 	e->mesh_ok = 1;
 	sh = pd_parallel_shard(&e->mesh, &e->info);
 	if (pd_backend_cpu_new(&e->be, e->dt, pd_engine_threads(e->world, e->o.threads)) || pd_engine_encode(e) ||
-	    pd_fault("load", 0) || pd_flux_load_dit(&e->m, e->mp.transformer, e->be, &sh))
+	    pd_fault("load", 0) || e->fam->load(&e->m, e->mp.transformer, e->be, &sh))
 		return -1;
 	/* a broken VAE must not surface after minutes of denoising */
 	if (pd_engine_vae_setup(e))

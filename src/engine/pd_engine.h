@@ -6,7 +6,7 @@
 #ifndef PD_ENGINE_H
 #define PD_ENGINE_H
 
-#include "pd_flux.h"
+#include "pd_families.h"
 #include "pd_mesh.h"
 #include "pd_model_paths.h"
 #include "pd_par_vae.h"
@@ -24,8 +24,7 @@ struct pd_engine {
 	struct pd_comm *world;          /* all processes (borrowed) */
 	struct pd_engine_options o;     /* as opened (its strings are not kept: see mp) */
 	struct pd_model_paths mp;       /* component folders and files */
-	struct pd_flux_config fc;       /* transformer sizes */
-	struct pd_dit_info info;        /* the same as the parallel methods and the planner see them */
+	struct pd_dit_info info;        /* transformer sizes, as the parallel methods and the planner see them */
 	const struct pd_dit_family *fam; /* the model family's pipeline side */
 	enum pd_dtype dt;               /* matrix-product precision */
 	int degree[PD_AXIS_COUNT];      /* the mesh */

@@ -6,7 +6,7 @@
  *
  *   pd_mesh_create(&mesh, world, degrees);
  *   struct pd_dit_shard sh = pd_parallel_shard(&mesh, &info);
- *   pd_flux_load_dit(&d, dir, be, &sh);                 // a family's loader
+ *   fam->load(&d, dir, be, &sh);                       // the family's loader
  *   pd_parallel_setup(&par, &mesh, d, batch, NULL);
  *   pd_denoise(&par.runner, ...);
  */

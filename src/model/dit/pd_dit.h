@@ -175,8 +175,15 @@ struct pd_latent_shape {
 /* What a family's pipeline does around its transformer: how a latent
  * becomes tokens and where each token sits. Every function is given sizes
  * that latent_shape accepted. */
+struct pd_dit;
+
 struct pd_dit_family {
 	const char *name;               /* "flux" */
+	/* the sizes of the transformer at PATH (a folder or one file) from its
+	 * config or its tensors' shapes, without loading weights */
+	int (*probe)(const char *path, struct pd_dit_info *info);
+	/* this process's SHARD of it (NULL: all of it) */
+	int (*load)(struct pd_dit **out, const char *path, struct pd_backend *be, const struct pd_dit_shard *shard);
 	/* the geometry of a HEIGHT x WIDTH picture, or -1 with a message naming
 	 * -H/--height and -W/--width */
 	int (*latent_shape)(struct pd_latent_shape *ls, const struct pd_dit_info *info, int height, int width);
@@ -186,8 +193,6 @@ struct pd_dit_family {
 	/* position ids [L, n_axes] of the image tokens (text tokens: zeros) */
 	void (*image_ids)(const struct pd_latent_shape *ls, int n_axes, float *ids);
 };
-
-struct pd_dit;
 
 /* What a family implements. */
 struct pd_dit_ops {

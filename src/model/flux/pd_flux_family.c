@@ -66,8 +66,17 @@ static void pd_flux_image_ids(const struct pd_latent_shape *ls, int n_axes, floa
 	}
 }
 
+static int pd_flux_probe(const char *path, struct pd_dit_info *info)
+{
+	struct pd_flux_config c;
+
+	return pd_flux_config_load(&c, path) || pd_flux_dit_info(&c, info) ? -1 : 0;
+}
+
 const struct pd_dit_family pd_flux_family = {
 	.name = "flux",
+	.probe = pd_flux_probe,
+	.load = pd_flux_load_dit,
 	.latent_shape = pd_flux_latent_shape,
 	.pack = pd_flux_pack,
 	.unpack = pd_flux_unpack,

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The rooms that see a model only through the DiT interface name no FLUX
+# type or function (the families do, in model/), and every source file sits
+# in a room's folder, none loose in src/.
+#
+#   rooms.sh SRC_DIR
+set -u
+src=$1
+fail=0
+hits=$(grep -rnE '\bpd_flux_|\bPD_FLUX_|struct pd_flux\b|"pd_flux' "$src/parallel" "$src/pipeline" "$src/plan" \
+	"$src/engine" 2> /dev/null)
+if [ -n "$hits" ]; then
+	echo "FAIL: FLUX identifiers outside model/:"
+	echo "$hits"
+	fail=1
+fi
+loose=$(find "$src" -maxdepth 1 -type f \( -name '*.c' -o -name '*.h' \))
+if [ -n "$loose" ]; then
+	echo "FAIL: source files outside the rooms: $loose"
+	fail=1
+fi
+# the check itself can fail: it must see a FLUX identifier where there is one
+grep -qE '\bpd_flux_' "$src/model/flux/pd_flux.h" || { echo "FAIL: the pattern finds nothing in model/flux"; fail=1; }
+[ $fail = 0 ] && echo "ok: no FLUX identifier in parallel, pipeline, plan, engine; no loose source file"
+exit $fail

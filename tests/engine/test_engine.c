@@ -10,7 +10,8 @@
  *     unreadable file) return their error on every rank and the next
  *     request succeeds;
  *   - ten more runs of a request leave the peak memory within 2% of its
- *     peak after one (leaks are AddressSanitizer's, in the sanitizer build).
+ *     peak after one (in the sanitizer build, whose quarantine holds freed
+ *     memory, LeakSanitizer's check at exit stands in for it).
  *
  *   test_engine [ulysses|pipefusion]
  */
@@ -150,7 +151,14 @@ int main(int argc, char **argv)
 	}
 	peak10 = pd_peak_rss_mb();
 	PD_CHECK(ok, "repeated requests: %s", pd_last_error());
+#ifdef __SANITIZE_ADDRESS__
+	/* AddressSanitizer keeps freed memory in quarantine, so the resident
+	 * size grows without a leak; there its leak check is the test */
+	(void)peak1;
+	(void)peak10;
+#else
 	PD_CHECK(peak10 <= peak1 * 1.02, "peak memory %.1f MB after ten requests, %.1f MB after one", peak10, peak1);
+#endif
 	pd_engine_close(e);
 	return pd_test_finish(world, world->rank == 0 ? dir : NULL);
 }

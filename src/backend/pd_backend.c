@@ -39,6 +39,41 @@ float *pd_backend_alloc(struct pd_backend *be, size_t n, const char *what)
 	return p;
 }
 
+int pd_backend_grow(struct pd_backend *be, float **buf, size_t *cap, size_t n, const char *what)
+{
+	float *p;
+
+	if (n <= *cap && *buf)
+		return 0;
+	p = pd_backend_alloc(be, n, what);
+	if (!p)
+		return pd_errorf("%s", be->error);
+	pd_backend_release(be, *buf);
+	*buf = p;
+	*cap = n;
+	return 0;
+}
+
+float *pd_backend_zeros(struct pd_backend *be, size_t n, const char *what)
+{
+	float *p = pd_backend_alloc(be, n, what);
+
+	if (!p) {
+		pd_errorf("%s", be->error);
+		return NULL;
+	}
+	be->ops->fill(be, p, 0.0f, n);
+	return p;
+}
+
+int pd_backend_host_check(const struct pd_backend *be, const char *who)
+{
+	if (be->host_memory)
+		return 0;
+	return pd_errorf("%s sends the %s backend's buffers as they are, and they are not host memory: it needs "
+			 "staging buffers or a device communicator", who, be->ops->name);
+}
+
 struct pd_slice pd_slice_all(int64_t n_out, int64_t n_in)
 {
 	struct pd_slice s = { 0, n_out, 0, n_in, 1 };

@@ -1,9 +1,14 @@
 /*
  * pd_backend.h - the compute interface the model code calls.
  *
- * Model code (FLUX blocks, VAE) never touches activation memory directly: it
- * allocates through the backend, moves host data in and out with
- * upload/download, and computes through the operations below.  A backend is
+ * Model code (FLUX blocks, VAE) and the parallel methods never touch
+ * activation memory directly: every buffer an operation reads or writes
+ * comes from the backend (alloc, pd_backend_grow, pd_backend_zeros), host
+ * data moves in and out with upload/download, and the work is done through
+ * the operations below. A communicator reads and writes host memory: the
+ * parallel methods hand it backend buffers only when the backend says its
+ * memory is host memory (host_memory, pd_backend_host_check); a device
+ * backend needs staging buffers there, or a device communicator.  A backend is
  * one implementation of struct pd_backend_ops in its own file
  * (pd_backend_cpu.c: oneDNN matrix products and own OpenMP kernels); a CUDA
  * one can sit beside it without the model code changing.
@@ -71,6 +76,8 @@ struct pd_backend_ops {
 	void (*conv_free)(struct pd_backend *be, struct pd_conv *c);
 	void (*conv)(struct pd_backend *be, struct pd_conv *c, const float *x, int h, int w, int halo, float *y);
 
+	/* y[i] = v. */
+	void (*fill)(struct pd_backend *be, float *y, float v, size_t n);
 	/* y = x * sigmoid(x). */
 	void (*silu)(struct pd_backend *be, float *y, const float *x, size_t n);
 	/* y = x * sigmoid(1.702 x) (CLIP's quick GELU). */
@@ -148,6 +155,7 @@ struct pd_backend_ops {
 struct pd_backend {
 	const struct pd_backend_ops *ops;       /* the implementation */
 	enum pd_dtype compute;                  /* PD_F32 or PD_BF16 matrix products */
+	int host_memory;                        /* its buffers are host memory (a communicator may use them) */
 	int threads;                            /* OpenMP threads used by this backend */
 	int failed;                             /* set by the first failing operation */
 	char error[512];                        /* its message */
@@ -172,6 +180,24 @@ int pd_backend_check(struct pd_backend *be);
 
 /* Allocation helper that fails the backend when memory is short. */
 float *pd_backend_alloc(struct pd_backend *be, size_t n, const char *what);
+
+/* Grows the backend buffer *BUF of *CAP floats to at least N (contents are
+ * not kept); 0, or -1 with a message naming WHAT. */
+int pd_backend_grow(struct pd_backend *be, float **buf, size_t *cap, size_t n, const char *what);
+
+/* A new backend buffer of N zeros, or NULL with a message. */
+float *pd_backend_zeros(struct pd_backend *be, size_t n, const char *what);
+
+/* Frees a backend buffer (NULL is allowed). */
+static inline void pd_backend_release(struct pd_backend *be, float *p)
+{
+	if (p)
+		be->ops->free(be, p);
+}
+
+/* 0 when a communicator may read and write BE's buffers directly (host
+ * memory); else -1 with a message naming WHO. */
+int pd_backend_host_check(const struct pd_backend *be, const char *who);
 
 /* A part of a weight matrix [n_out, n_in]: rows [r0, r0+nr) and columns
  * [c0, c0+nc). Tensor parallelism takes its share of a weight this way

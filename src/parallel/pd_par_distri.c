@@ -31,11 +31,11 @@ static void pd_distri_call_free(struct pd_distri *d, struct pd_distri_call *c)
 		d->seq->sp->ops->wait(d->seq->sp, &x->rk);
 		d->seq->sp->ops->wait(d->seq->sp, &x->rv);
 		for (int g = 0; g < 2; g++) {
-			free(x->k[g]);
-			free(x->v[g]);
+			pd_backend_release(d->be, x->k[g]);
+			pd_backend_release(d->be, x->v[g]);
 		}
-		free(x->send_k);
-		free(x->send_v);
+		pd_backend_release(d->be, x->send_k);
+		pd_backend_release(d->be, x->send_v);
 	}
 	free(c->layer);
 	c->layer = NULL;
@@ -74,17 +74,17 @@ static struct pd_distri_call *pd_distri_state(struct pd_distri *d, const struct 
 		return NULL;
 	for (int l = 0; l < d->layers; l++) {
 		struct pd_distri_layer *x = &c->layer[l];
-		size_t all = (size_t)(rows * width + 1) * sizeof(float), mine = (size_t)(own * width + 1) * sizeof(float);
+		size_t all = (size_t)(rows * width + 1), mine = (size_t)(own * width + 1);
 
 		for (int g = 0; g < 2; g++) {
 			/* zeros until a synchronous step fills them */
-			x->k[g] = pd_calloc(1, all, "DistriFusion's keys");
-			x->v[g] = pd_calloc(1, all, "DistriFusion's values");
+			x->k[g] = pd_backend_zeros(d->be, all, "DistriFusion's keys");
+			x->v[g] = pd_backend_zeros(d->be, all, "DistriFusion's values");
 			if (!x->k[g] || !x->v[g])
 				return NULL;
 		}
-		x->send_k = pd_malloc(mine, "DistriFusion's keys");
-		x->send_v = pd_malloc(mine, "DistriFusion's values");
+		x->send_k = pd_backend_zeros(d->be, mine, "DistriFusion's keys");
+		x->send_v = pd_backend_zeros(d->be, mine, "DistriFusion's values");
 		if (!x->send_k || !x->send_v)
 			return NULL;
 	}
@@ -161,6 +161,9 @@ int pd_distri_init(struct pd_distri *d, struct pd_seq_par *seq, int warmup, int 
 	if (warmup < 1)
 		return pd_errorf("DistriFusion needs at least one synchronous step (--warmup-steps 1 or more)");
 	d->seq = seq;
+	d->be = seq->be;
+	if (pd_backend_host_check(d->be, "DistriFusion"))
+		return -1;
 	d->warmup = warmup;
 	d->layers = layers;
 	d->bytes = pd_calloc((size_t)seq->sp->size, sizeof(size_t), "counts");

@@ -25,6 +25,7 @@ struct pd_distri_call;
 
 struct pd_distri {
 	struct pd_seq_par *seq;         /* the token partition (borrowed) */
+	struct pd_backend *be;          /* holds the key/value buffers (borrowed) */
 	int warmup;                     /* synchronous steps */
 	int layers;                     /* attention layers of the model */
 	int n_calls;                    /* states in use */

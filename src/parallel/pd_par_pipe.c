@@ -63,8 +63,8 @@ void pd_pipe_stage_blocks(const struct pd_dit_info *info, int stages, int stage,
 static void pd_pipe_call_free(struct pd_pipe *p, struct pd_pipe_call *c)
 {
 	for (int l = 0; c->k && l < p->count; l++) {
-		free(c->k[l]);
-		free(c->v[l]);
+		pd_backend_release(p->be, c->k[l]);
+		pd_backend_release(p->be, c->v[l]);
 	}
 	free(c->k);
 	free(c->v);
@@ -112,8 +112,8 @@ static struct pd_pipe_call *pd_pipe_state(struct pd_pipe *p, const struct pd_dit
 		return NULL;
 	for (int l = 0; l < p->count; l++) {
 		/* zeros until the warm-up's first pass fills every row */
-		c->k[l] = pd_calloc((size_t)(rows * p->width + 1), sizeof(float), "PipeFusion's keys");
-		c->v[l] = pd_calloc((size_t)(rows * p->width + 1), sizeof(float), "PipeFusion's values");
+		c->k[l] = pd_backend_zeros(p->be, (size_t)(rows * p->width + 1), "PipeFusion's keys");
+		c->v[l] = pd_backend_zeros(p->be, (size_t)(rows * p->width + 1), "PipeFusion's values");
 		if (!c->k[l] || !c->v[l])
 			return NULL;
 	}
@@ -159,7 +159,7 @@ static int pd_pipe_attention(void *ctx, struct pd_backend *be, const struct pd_d
 		int64_t total = piece_tn + piece_in, off = 0;
 		float *kg, *vg;
 
-		if (pd_grow_floats(&p->kv, &p->cap_kv, (size_t)(2 * total * W + 2), "PipeFusion"))
+		if (pd_backend_grow(be, &p->kv, &p->cap_kv, (size_t)(2 * total * W + 2), "PipeFusion"))
 			return -1;
 		kg = p->kv;
 		vg = p->kv + total * W;
@@ -167,7 +167,7 @@ static int pd_pipe_attention(void *ctx, struct pd_backend *be, const struct pd_d
 			p->bytes[j] = (size_t)((pd_chunk_len(piece_tn, P, j) + pd_chunk_len(piece_in, P, j)) * W) *
 				      sizeof(float);
 		/* the gather reads packed rows */
-		if (pd_grow_floats(&p->y, &p->cap_y, (size_t)(2 * rows * W + 2), "PipeFusion"))
+		if (pd_backend_grow(be, &p->y, &p->cap_y, (size_t)(2 * rows * W + 2), "PipeFusion"))
 			return -1;
 		be->ops->copy2d(be, p->y, W, k, ld, rows, W);
 		be->ops->copy2d(be, p->y + rows * W, W, v, ld, rows, W);
@@ -202,6 +202,7 @@ int pd_pipe_init(struct pd_pipe *p, struct pd_dit *model, struct pd_comm *pp, st
 
 	memset(p, 0, sizeof(*p));
 	p->model = model;
+	p->be = model->be;
 	p->pp = pp;
 	p->sp = sp;
 	p->stage = pp->rank;
@@ -214,6 +215,8 @@ int pd_pipe_init(struct pd_pipe *p, struct pd_dit *model, struct pd_comm *pp, st
 				 p->patches);
 	pd_pipe_stage_blocks(&model->info, pp->size, pp->rank, &p->first, &p->count);
 	p->width = model->local_width;
+	if (sp->size > 1 && pd_backend_host_check(p->be, "PipeFusion with sequence parallelism"))
+		return -1;
 	p->bytes = pd_calloc((size_t)sp->size, sizeof(size_t), "counts");
 	if (!p->bytes)
 		return -1;
@@ -228,8 +231,9 @@ void pd_pipe_free(struct pd_pipe *p)
 		pd_pipe_call_free(p, &p->calls[i]);
 	free(p->calls);
 	free(p->x);
-	free(p->y);
-	free(p->kv);
+	pd_backend_release(p->be, p->y);
+	pd_backend_release(p->be, p->kv);
+	free(p->fbx);
 	free(p->bytes);
 	free(p->pred);
 	free(p->fin);
@@ -375,7 +379,7 @@ static int pd_pipe_complete(struct pd_pipe *p, float *arr, int *owner, int64_t T
 		*owner = -1;
 		return 0;
 	}
-	if (pd_grow_floats(&p->kv, &p->cap_kv, (size_t)(2 * total * D + 2), "PipeFusion"))
+	if (pd_grow_floats(&p->fbx, &p->cap_fbx, (size_t)(2 * total * D + 2), "PipeFusion"))
 		return -1;
 	for (int j = 0; j < P; j++) {
 		int64_t rows = 0;
@@ -391,11 +395,11 @@ static int pd_pipe_complete(struct pd_pipe *p, float *arr, int *owner, int64_t T
 			mine = rows;
 	}
 	/* pack this rank's rows after the gathered area */
-	k.buf = p->kv + total * D;
+	k.buf = p->fbx + total * D;
 	pd_pipe_owned(p, T, hp, wp, *owner, p->sp->rank, pd_pipe_pack_rows, &k);
-	if (p->sp->ops->allgatherv(p->sp, p->kv + total * D, (size_t)(mine * D) * sizeof(float), p->kv, p->bytes))
+	if (p->sp->ops->allgatherv(p->sp, p->fbx + total * D, (size_t)(mine * D) * sizeof(float), p->fbx, p->bytes))
 		return -1;
-	k.buf = p->kv;
+	k.buf = p->fbx;
 	k.off = 0;
 	k.unpack = 1;
 	for (int j = 0; j < P; j++)

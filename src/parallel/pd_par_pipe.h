@@ -50,6 +50,8 @@ struct pd_pipe_call;
 
 struct pd_pipe {
 	struct pd_dit *model;           /* this stage's blocks (borrowed) */
+	struct pd_backend *be;          /* the model's backend: the key/value buffers, kv and y are its
+					 * memory (borrowed; outlives the model) */
 	struct pd_comm *pp;             /* the stages, rank = stage (borrowed) */
 	struct pd_comm *sp;             /* sequence-parallel ranks inside the stage (borrowed) */
 	int stage, stages;              /* this stage and how many */
@@ -67,6 +69,8 @@ struct pd_pipe {
 	size_t cap_fin;
 	float *kv;                      /* gathered fresh keys and values of a piece (sequence parallel) */
 	size_t cap_kv;
+	float *fbx;                     /* host: First Block Cache's rows gathered over the stage */
+	size_t cap_fbx;
 	size_t *bytes;                  /* per-rank counts */
 	float *pred;                    /* this rank's prediction rows of a piece */
 	size_t cap_pred;

@@ -19,14 +19,14 @@ int64_t pd_seq_rows(const struct pd_seq_par *p, const struct pd_dit_call *call, 
 	return pd_chunk_len(w->txt_len, P, j) + pd_chunk_len(w->img_len, P, j);
 }
 
-/* Several buffers sharing one capacity: each grown to N floats. */
-static int pd_seq_grow_all(float **bufs[], int n_bufs, size_t *cap, size_t n)
+/* Several backend buffers sharing one capacity: each grown to N floats. */
+static int pd_seq_grow_all(struct pd_backend *be, float **bufs[], int n_bufs, size_t *cap, size_t n)
 {
 	size_t c = *cap;
 
 	for (int i = 0; i < n_bufs; i++) {
 		c = *cap;
-		if (pd_grow_floats(bufs[i], &c, n, "sequence-parallel buffers"))
+		if (pd_backend_grow(be, bufs[i], &c, n, "sequence-parallel buffers"))
 			return -1;
 	}
 	*cap = c > *cap ? c : *cap;
@@ -50,6 +50,8 @@ static int pd_seq_attention(void *ctx, struct pd_backend *be, const struct pd_di
 	(void)layer;
 	if (U > 64 || R > 64)
 		return pd_errorf("sequence parallel degrees above 64 are not supported");
+	if (pd_backend_host_check(be, "sequence parallelism"))
+		return -1;
 	/* rows of each Ulysses peer, and of each ring rank's gathered chunk */
 	for (int j = 0; j < R; j++) {
 		kv_rows[j] = 0;
@@ -69,7 +71,8 @@ static int pd_seq_attention(void *ctx, struct pd_backend *be, const struct pd_di
 		float **xb[] = { &p->xsend, &p->xrecv };
 		size_t need_x = (size_t)(3 * (su > rows ? su : rows) * W);
 
-		if (pd_seq_grow_all(ub, 4, &p->cap_u, (size_t)(su * hu)) || pd_seq_grow_all(xb, 2, &p->cap_x, need_x))
+		if (pd_seq_grow_all(be, ub, 4, &p->cap_u, (size_t)(su * hu)) ||
+		    pd_seq_grow_all(be, xb, 2, &p->cap_x, need_x))
 			return -1;
 		if (pd_ulysses_to_heads(p->ulysses, be, ur, q, k, v, ld, heads, head_dim, p->uq, p->uk, p->uv, p->xsend,
 					p->xrecv, bs, br))
@@ -87,8 +90,8 @@ static int pd_seq_attention(void *ctx, struct pd_backend *be, const struct pd_di
 		/* part is [su, hu]; the log-sum-exps [heads/U, su] are no larger */
 		size_t need_q = (size_t)(su * hu);
 
-		if (pd_seq_grow_all(kb, 2, &p->cap_kv, (size_t)(2 * max_kv * hu)) ||
-		    pd_seq_grow_all(qb, 3, &p->cap_q, need_q + 1))
+		if (pd_seq_grow_all(be, kb, 2, &p->cap_kv, (size_t)(2 * max_kv * hu)) ||
+		    pd_seq_grow_all(be, qb, 3, &p->cap_q, need_q + 1))
 			return -1;
 		if (pd_ring_attention(p->ring, be, ao, ldo_a, aq, lda, su, ak, av, lda, kv_rows, heads / U, head_dim,
 				      p->kv, p->part, p->lse, p->plse))
@@ -109,6 +112,7 @@ int pd_seq_init(struct pd_seq_par *p, struct pd_dit *model, struct pd_comm *sp, 
 {
 	memset(p, 0, sizeof(*p));
 	p->model = model;
+	p->be = model->be;
 	p->sp = sp;
 	p->ulysses = ulysses;
 	p->ring = ring;
@@ -126,19 +130,12 @@ int pd_seq_init(struct pd_seq_par *p, struct pd_dit *model, struct pd_comm *sp, 
 
 void pd_seq_free(struct pd_seq_par *p)
 {
+	float *bufs[] = { p->uq, p->uk, p->uv, p->uo, p->xsend, p->xrecv, p->kv[0], p->kv[1], p->part, p->lse, p->plse };
+
+	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+		pd_backend_release(p->be, bufs[i]);
 	free(p->local_out);
 	free(p->bytes);
-	free(p->uq);
-	free(p->uk);
-	free(p->uv);
-	free(p->uo);
-	free(p->xsend);
-	free(p->xrecv);
-	free(p->kv[0]);
-	free(p->kv[1]);
-	free(p->part);
-	free(p->lse);
-	free(p->plse);
 	memset(p, 0, sizeof(*p));
 }
 

@@ -20,6 +20,8 @@
 
 struct pd_seq_par {
 	struct pd_dit *model;           /* runs the local tokens (borrowed) */
+	struct pd_backend *be;          /* the model's backend, which holds the scratch (borrowed; outlives
+					 * the model) */
 	struct pd_comm *sp;             /* ring x ulysses ranks, rank = ring * U + uly (borrowed) */
 	struct pd_comm *ulysses;        /* the U neighbouring ranks (borrowed) */
 	struct pd_comm *ring;           /* the R ranks with the same Ulysses index (borrowed) */
@@ -28,7 +30,8 @@ struct pd_seq_par {
 	float *local_out;               /* [image chunk, out_width] */
 	size_t local_cap;               /* its capacity in floats */
 	size_t *bytes;                  /* per-rank byte counts, sp->size entries */
-	/* Ulysses and ring scratch, grown as needed (floats). */
+	/* Ulysses and ring scratch, grown as needed (floats), the model's
+	 * backend's memory. */
 	float *uq, *uk, *uv, *uo;       /* gathered q, k, v and attention output [S_u, H/U x Dh] */
 	float *xsend, *xrecv;           /* all-to-all buffers */
 	float *kv[2];                   /* ring: the chunk being used and the one arriving */

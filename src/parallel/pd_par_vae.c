@@ -22,14 +22,10 @@ static int pd_vae_par_halo(void *ctx, struct pd_backend *be, float *x, int c, in
 	int rc = 0;
 
 	memset(req, 0, sizeof(req));
-	if (need > p->cap) {
-		float *nb = realloc(p->buf, need * sizeof(float));
-
-		if (!nb)
-			return pd_errorf("out of memory for the VAE's halo rows");
-		p->buf = nb;
-		p->cap = need;
-	}
+	if (pd_backend_host_check(be, "the banded VAE decode") ||
+	    pd_backend_grow(be, &p->buf, &p->cap, need, "the VAE's halo rows"))
+		return -1;
+	p->be = be;
 	send_top = p->buf;
 	send_bot = send_top + c * blk;
 	recv_top = send_bot + c * blk;
@@ -51,9 +47,9 @@ static int pd_vae_par_halo(void *ctx, struct pd_backend *be, float *x, int c, in
 		return -1;
 	/* the picture's edges are zero padding, as in one piece */
 	if (r == 0)
-		memset(recv_top, 0, bytes);
+		be->ops->fill(be, recv_top, 0.0f, (size_t)(c * blk));
 	if (r == n - 1)
-		memset(recv_bot, 0, bytes);
+		be->ops->fill(be, recv_bot, 0.0f, (size_t)(c * blk));
 	be->ops->copy2d(be, x, stride, recv_top, blk, c, blk);
 	be->ops->copy2d(be, x + (int64_t)(halo + rows) * w, stride, recv_bot, blk, c, blk);
 	return pd_backend_check(be);
@@ -117,6 +113,7 @@ void pd_vae_par_hooks(struct pd_vae_par *p, struct pd_comm *comm, int latent_h, 
 
 void pd_vae_par_free(struct pd_vae_par *p)
 {
-	free(p->buf);
+	if (p->be)
+		pd_backend_release(p->be, p->buf);
 	memset(p, 0, sizeof(*p));
 }

@@ -16,8 +16,9 @@
 
 struct pd_vae_par {
 	struct pd_comm *comm;           /* one band per rank (borrowed) */
-	float *buf;                     /* halo rows in flight: 4 x c x w */
-	size_t cap;
+	float *buf;                     /* halo rows in flight: 4 x c x w, the backend's memory */
+	size_t cap;                     /* its capacity in floats */
+	struct pd_backend *be;          /* whose memory buf is (borrowed) */
 };
 
 /* Fills HOOKS for LATENT_H latent rows; when there are more ranks than rows,

@@ -29,8 +29,12 @@ int pd_parallel_setup(struct pd_parallel *par, struct pd_mesh *mesh, struct pd_d
 	memset(par, 0, sizeof(*par));
 	par->mesh = mesh;
 	par->runner = pd_runner_local(m);
-	if (mesh->degree[PD_AXIS_TP] > 1)
+	if (mesh->degree[PD_AXIS_TP] > 1) {
+		/* its sums and gathers take the model's activations as they are */
+		if (pd_backend_host_check(m->be, "tensor parallelism"))
+			return -1;
 		pd_tp_hooks(&par->hooks, mesh->axis[PD_AXIS_TP]);
+	}
 	if (mesh->degree[PD_AXIS_PP] > 1 || (opt && opt->pipefusion)) {
 		/* the stage's sequence-parallel ranks share its key/value buffers */
 		if (pd_pipe_init(&par->pipe, m, mesh->axis[PD_AXIS_PP], mesh->sp, opt ? opt->patches : 0,

@@ -369,6 +369,11 @@ static void test_elementwise(struct pd_backend *be)
 	double *ref = malloc(sizeof(double) * (size_t)(n > rows * cols ? n : rows * cols));
 
 	y[n] = NAN;
+	be->ops->fill(be, y, -2.5f, (size_t)n);
+	for (int i = 0; i < n; i++)
+		ref[i] = -2.5;
+	check_view("fill", y, ref, 1, n, n, 0);
+	PD_CHECK(isnan(y[n]), "fill wrote past the end");
 	be->ops->silu(be, y, a, (size_t)n);
 	for (int i = 0; i < n; i++)
 		ref[i] = a[i] / (1.0 + exp(-(double)a[i]));

@@ -138,6 +138,7 @@ static const struct pd_backend_ops pd_cpu_ops = {
 	.conv_new = pd_cpu_conv_new,
 	.conv_free = pd_cpu_conv_free,
 	.conv = pd_cpu_conv,
+	.fill = pd_cpu_fill,
 	.silu = pd_cpu_silu,
 	.quick_gelu = pd_cpu_quick_gelu,
 	.mul = pd_cpu_mul,
@@ -169,6 +170,7 @@ int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threa
 		return pd_errorf("out of memory");
 	cpu->be.ops = &pd_cpu_ops;
 	cpu->be.compute = compute;
+	cpu->be.host_memory = 1;
 	if (threads > 0)
 		omp_set_num_threads(threads);
 	cpu->be.threads = omp_get_max_threads();

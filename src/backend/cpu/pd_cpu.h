@@ -122,6 +122,7 @@ struct pd_conv *pd_cpu_conv_new(struct pd_backend *be, int c_out, int c_in, int 
 				const float *bias);
 void pd_cpu_conv_free(struct pd_backend *be, struct pd_conv *c);
 void pd_cpu_conv(struct pd_backend *be, struct pd_conv *c, const float *x, int h, int w, int halo, float *y);
+void pd_cpu_fill(struct pd_backend *be, float *y, float v, size_t n);
 void pd_cpu_silu(struct pd_backend *be, float *y, const float *x, size_t n);
 void pd_cpu_quick_gelu(struct pd_backend *be, float *y, const float *x, size_t n);
 void pd_cpu_mul(struct pd_backend *be, float *y, const float *a, const float *b, size_t n);

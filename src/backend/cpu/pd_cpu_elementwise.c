@@ -18,6 +18,15 @@
 /* Elementwise and normalisation kernels                                   */
 /* ----------------------------------------------------------------------- */
 
+void pd_cpu_fill(struct pd_backend *be, float *y, float v, size_t n)
+{
+	if (be->failed)
+		return;
+#pragma omp parallel for schedule(static) if (n > 65536)
+	for (size_t i = 0; i < n; i++)
+		y[i] = v;
+}
+
 void pd_cpu_silu(struct pd_backend *be, float *y, const float *x, size_t n)
 {
 	if (be->failed)

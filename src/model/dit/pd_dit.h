@@ -152,7 +152,8 @@ struct pd_dit_hooks {
 			 int64_t ldo, const float *q, const float *k, const float *v, int64_t ld, int64_t rows,
 			 int heads, int head_dim);
 	void *attention_ctx;
-	/* Sums row-parallel partial results over the shards, in place. */
+	/* Sums row-parallel partial results over the shards, in place. BUF
+	 * (and PART, OUT below) are the model's backend's memory. */
 	int (*reduce)(void *ctx, float *buf, size_t n);
 	/* Gathers column-parallel parts of N floats, in shard order, into OUT. */
 	int (*gather)(void *ctx, const float *part, size_t n, float *out);
@@ -219,6 +220,8 @@ struct pd_dit {
 	struct pd_dit_shard shard;      /* what this process holds */
 	struct pd_dit_hooks hooks;      /* the parallel seams; zeroed: one process */
 	int64_t local_width;            /* attention width held here: heads / shard.count x head_dim */
+	struct pd_backend *be;          /* the backend it computes on (borrowed): the parallel methods'
+					 * buffers come from it */
 	float *scratch;                 /* First Block Cache's two hidden states of a call (host) */
 	size_t scratch_cap;             /* its capacity in floats */
 };

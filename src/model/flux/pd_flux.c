@@ -294,6 +294,7 @@ int pd_flux_load_shard(struct pd_flux **out, const char *dir, struct pd_backend 
 	m->dit.ops = &pd_flux_dit_ops;
 	m->dit.family = &pd_flux_family;
 	m->dit.local_width = m->dim;
+	m->dit.be = be;
 	if (pd_flux_dit_info(c, &m->dit.info)) {
 		pd_errorf("%s: %s", dir, pd_last_error());
 		goto fail;

@@ -556,15 +556,6 @@ static int pd_check_contributes(const int degree[PD_AXIS_COUNT], const int coord
 	return coord[PD_AXIS_DP] == 0 && coord[PD_AXIS_CFG] == cfg_branch && coord[PD_AXIS_TP] == 0;
 }
 
-/* Rank Q's mesh coordinates. */
-static void pd_check_coord(const int degree[PD_AXIS_COUNT], int q, int coord[PD_AXIS_COUNT])
-{
-	for (int x = 0; x < PD_AXIS_COUNT; x++) {
-		coord[x] = q % degree[x];
-		q /= degree[x];
-	}
-}
-
 /* Gathers the contributing ranks' token slices of their stage's blocks onto
  * rank 0 into FULL (which has the reference's layout: all rows per block). */
 static int pd_check_gather(struct pd_engine *r, const struct pd_blocks *mine, const struct pd_blocks *ref,
@@ -586,11 +577,11 @@ static int pd_check_gather(struct pd_engine *r, const struct pd_blocks *mine, co
 	for (int q = 0; q < w->size && recorded; q++) {
 		int coord[PD_AXIS_COUNT], j;
 
-		pd_check_coord(r->degree, q, coord);
+		pd_mesh_coords(r->degree, q, coord);
 		if (!pd_check_contributes(r->degree, coord))
 			continue;
-		pd_pipe_stage_blocks(&r->info, r->degree[PD_AXIS_PP], coord[PD_AXIS_PP], &first, &count);
-		j = coord[PD_AXIS_RING] * r->degree[PD_AXIS_ULYSSES] + coord[PD_AXIS_ULYSSES];
+		pd_mesh_stage_blocks(&r->info, r->degree[PD_AXIS_PP], coord[PD_AXIS_PP], &first, &count);
+		j = pd_mesh_seq_index(r->degree, coord);
 		bytes[q] = (size_t)(count * (pd_chunk_len(T, P, j) + pd_chunk_len(L, P, j)) * D) * sizeof(float);
 		total += (int64_t)bytes[q];
 	}
@@ -643,9 +634,9 @@ static int pd_check_gather(struct pd_engine *r, const struct pd_blocks *mine, co
 
 			if (!bytes[q])
 				continue;
-			pd_check_coord(r->degree, q, coord);
-			pd_pipe_stage_blocks(&r->info, r->degree[PD_AXIS_PP], coord[PD_AXIS_PP], &first, &count);
-			j = coord[PD_AXIS_RING] * r->degree[PD_AXIS_ULYSSES] + coord[PD_AXIS_ULYSSES];
+			pd_mesh_coords(r->degree, q, coord);
+			pd_mesh_stage_blocks(&r->info, r->degree[PD_AXIS_PP], coord[PD_AXIS_PP], &first, &count);
+			j = pd_mesh_seq_index(r->degree, coord);
 			for (int k = first; k < first + count; k++) {
 				int64_t tn = pd_chunk_len(T, P, j), in = pd_chunk_len(L, P, j);
 

@@ -2,6 +2,7 @@
  * pd_mesh.c - degrees, coordinates and sub-communicators of the process mesh.
  */
 #include "pd_mesh.h"
+#include "pd_par_method.h"
 #include "pd_util.h"
 
 #include <stdio.h>
@@ -44,34 +45,12 @@ static const char *pd_mesh_problem(const int degree[PD_AXIS_COUNT], const struct
 		snprintf(buf, len, "the degrees multiply to %ld, but there are %d processes", prod, lim->world);
 		return buf;
 	}
-	if (lim->heads % (degree[PD_AXIS_TP] * degree[PD_AXIS_ULYSSES])) {
-		snprintf(buf, len, "tensor parallel x Ulysses = %d does not divide the model's %d attention heads",
-			 degree[PD_AXIS_TP] * degree[PD_AXIS_ULYSSES], lim->heads);
-		return buf;
-	}
-	if (degree[PD_AXIS_CFG] > 2) {
-		snprintf(buf, len, "CFG parallelism has degree 2 (the positive and the negative pass)");
-		return buf;
-	}
-	if (degree[PD_AXIS_CFG] == 2 && !lim->cfg_possible) {
-		snprintf(buf, len, "--cfg-parallel needs true CFG: --true-cfg-scale above 1 and negative embeddings");
-		return buf;
-	}
-	if (degree[PD_AXIS_DP] > lim->images) {
-		snprintf(buf, len, "--data-parallel-degree %d exceeds the %d image%s of the batch", degree[PD_AXIS_DP],
-			 lim->images, lim->images == 1 ? "" : "s");
-		return buf;
-	}
-	if (lim->distrifusion &&
-	    (degree[PD_AXIS_TP] > 1 || degree[PD_AXIS_ULYSSES] > 1 || degree[PD_AXIS_PP] > 1)) {
-		snprintf(buf, len, "DistriFusion composes with CFG and data parallelism only (no tensor, Ulysses or "
-			 "pipeline degree)");
-		return buf;
-	}
-	if (degree[PD_AXIS_PP] > lim->max_pp) {
-		snprintf(buf, len, "--pipefusion-degree %d exceeds the model's %d blocks (each stage needs one)",
-			 degree[PD_AXIS_PP], lim->max_pp);
-		return buf;
+	/* what each method allows */
+	for (int i = 0; pd_par_methods[i]; i++) {
+		const char *why = pd_par_methods[i]->problem ? pd_par_methods[i]->problem(degree, lim, buf, len) : NULL;
+
+		if (why)
+			return why;
 	}
 	return NULL;
 }
@@ -209,17 +188,14 @@ int pd_mesh_create(struct pd_mesh *m, struct pd_comm *world, const int degree[PD
 	memset(m, 0, sizeof(*m));
 	m->world = world;
 	memcpy(m->degree, degree, sizeof(m->degree));
-	for (int a = 0; a < PD_AXIS_COUNT; a++) {
-		m->coord[a] = r % degree[a];
-		r /= degree[a];
-	}
+	pd_mesh_coords(degree, r, m->coord);
 	for (int a = 0; a < PD_AXIS_COUNT; a++) {
 		if (world->ops->split(world, pd_mesh_color(m, 1u << a), m->coord[a], &m->axis[a]))
 			goto fail;
 		snprintf(m->axis[a]->name, sizeof(m->axis[a]->name), "%s", pd_axis_names[a]);
 	}
 	if (world->ops->split(world, pd_mesh_color(m, sp_mask),
-			      m->coord[PD_AXIS_RING] * degree[PD_AXIS_ULYSSES] + m->coord[PD_AXIS_ULYSSES], &m->sp) ||
+			      pd_mesh_seq_index(degree, m->coord), &m->sp) ||
 	    world->ops->split(world, pd_mesh_color(m, model_mask), world->rank, &m->model) ||
 	    world->ops->split(world, m->coord[PD_AXIS_DP], world->rank, &m->replica))
 		goto fail;
@@ -244,4 +220,76 @@ void pd_mesh_free(struct pd_mesh *m)
 	if (m->replica)
 		m->replica->ops->free(m->replica);
 	memset(m, 0, sizeof(*m));
+}
+
+/* ----------------------------------------------------------------------- */
+/* Rank arithmetic                                                         */
+/* ----------------------------------------------------------------------- */
+
+void pd_mesh_coords(const int degree[PD_AXIS_COUNT], int rank, int coord[PD_AXIS_COUNT])
+{
+	for (int a = 0; a < PD_AXIS_COUNT; a++) {
+		coord[a] = rank % degree[a];
+		rank /= degree[a];
+	}
+}
+
+int pd_mesh_seq_index(const int degree[PD_AXIS_COUNT], const int coord[PD_AXIS_COUNT])
+{
+	return coord[PD_AXIS_RING] * degree[PD_AXIS_ULYSSES] + coord[PD_AXIS_ULYSSES];
+}
+
+void pd_mesh_stage_blocks(const struct pd_dit_info *info, int stages, int stage, int *first, int *count)
+{
+	int n = info->blocks, prev = 0, k = 0;
+	double total = 0, acc = 0;
+
+	for (int j = 0; j < n; j++)
+		total += info->block_cost[j];
+	/* boundary i (where stage i starts) is where the running cost comes
+	 * nearest to i / N of the total, each stage keeping at least one block */
+	*first = 0;
+	*count = n;
+	for (int i = 1; i <= stages; i++) {
+		double target = total * i / stages;
+		int b;
+
+		while (k < n && acc + info->block_cost[k] / 2 < target)
+			acc += info->block_cost[k++];
+		b = k;
+		if (b <= prev)
+			b = prev + 1;
+		if (b > n - (stages - i))
+			b = n - (stages - i);
+		if (i == stages)
+			b = n;
+		if (i == stage)
+			*first = b;
+		if (i == stage + 1)
+			*count = b - *first;
+		prev = b;
+	}
+}
+
+int64_t pd_mesh_band_row(int64_t T, int64_t hp, int64_t wp, int pieces, int i)
+{
+	int64_t num = (T + hp * wp) * i - T * pieces, den = (int64_t)pieces * wp;
+	int64_t a = 2 * num + den, d = 2 * den, r = a / d;
+
+	if (i <= 0)
+		return 0;
+	if (i >= pieces)
+		return hp;
+	if (a % d != 0 && a < 0)
+		r--;	/* floor, not truncation */
+	if (r < i)
+		r = i;
+	if (r > hp - pieces + i)
+		r = hp - pieces + i;
+	return r;
+}
+
+int64_t pd_mesh_band_tokens(int64_t T, int64_t hp, int64_t wp, int pieces, int i)
+{
+	return (i == 0 ? T : 0) + (pd_mesh_band_row(T, hp, wp, pieces, i + 1) - pd_mesh_band_row(T, hp, wp, pieces, i)) * wp;
 }

@@ -15,6 +15,7 @@
 #include <stddef.h>
 
 #include "pd_comm.h"
+#include "pd_dit.h"
 
 enum pd_axis {
 	PD_AXIS_TP,
@@ -63,6 +64,25 @@ int pd_mesh_enumerate(const struct pd_mesh_limits *lim, int (*out)[PD_AXIS_COUNT
 /* "dp=1 cfg=2 pp=1 ring=1 ulysses=2 tp=1" ("distrifusion=" in place of
  * "ring=" when the ring axis runs DistriFusion) */
 void pd_mesh_format(const int degree[PD_AXIS_COUNT], int distrifusion, char *buf, size_t len);
+
+/* The rank arithmetic every method uses, here alone. */
+
+/* Rank RANK's coordinates (the order above). */
+void pd_mesh_coords(const int degree[PD_AXIS_COUNT], int rank, int coord[PD_AXIS_COUNT]);
+/* The sequence-parallel index of COORD: ring * U + ulysses (its token chunk). */
+int pd_mesh_seq_index(const int degree[PD_AXIS_COUNT], const int coord[PD_AXIS_COUNT]);
+/* PipeFusion's stages: the blocks of stage STAGE of STAGES, contiguous,
+ * balanced by the blocks' costs, at least one block each. */
+void pd_mesh_stage_blocks(const struct pd_dit_info *info, int stages, int stage, int *first, int *count);
+/* PipeFusion's patches: bands of whole token rows of an image of HP x WP
+ * tokens after T text tokens, balancing tokens with the text counted in band
+ * 0 (which carries it), each at least one row: band I of BANDS starts at row
+ * round(((T + L) i / bands - T) / wp), clamped to [i, hp - bands + i]
+ * (consecutive targets differ by at least hp / bands >= 1 row, so no band
+ * is empty). */
+int64_t pd_mesh_band_row(int64_t T, int64_t hp, int64_t wp, int bands, int i);
+/* Tokens of band I (the text with band 0). */
+int64_t pd_mesh_band_tokens(int64_t T, int64_t hp, int64_t wp, int bands, int i);
 
 /* Splits WORLD into the mesh's communicators (collective over WORLD). */
 int pd_mesh_create(struct pd_mesh *m, struct pd_comm *world, const int degree[PD_AXIS_COUNT]);

@@ -2,9 +2,11 @@
  * pd_par_data.c - data parallelism over the images of a batch.
  */
 #include "pd_par_data.h"
+#include "pd_parallel.h"
 #include "pd_par_seq.h"
 #include "pd_util.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 void pd_dp_slice(int64_t B, int dp, int r, int64_t *first, int64_t *count)
@@ -26,3 +28,31 @@ int pd_dp_gather(struct pd_comm *dp, const float *mine, int64_t per_image, int64
 	free(bytes);
 	return rc;
 }
+
+static const char *pd_dp_problem(const int degree[PD_AXIS_COUNT], const struct pd_mesh_limits *lim, char *buf,
+				 size_t len)
+{
+	if (degree[PD_AXIS_DP] > lim->images) {
+		snprintf(buf, len, "--data-parallel-degree %d exceeds the %d image%s of the batch", degree[PD_AXIS_DP],
+			 lim->images, lim->images == 1 ? "" : "s");
+		return buf;
+	}
+	return NULL;
+}
+
+/* Every group takes its share of the batch (one group: all of it). */
+static int pd_dp_setup(struct pd_parallel *par, struct pd_dit *m, const struct pd_par_options *opt)
+{
+	(void)m;
+	(void)opt;
+	pd_dp_slice(par->batch, par->mesh->degree[PD_AXIS_DP], par->mesh->coord[PD_AXIS_DP], &par->runner.first_image,
+		    &par->runner.n_images);
+	return 0;
+}
+
+const struct pd_par_method pd_par_method_data = {
+	.name = "data",
+	.axes = 1u << PD_AXIS_DP,
+	.problem = pd_dp_problem,
+	.setup = pd_dp_setup,
+};

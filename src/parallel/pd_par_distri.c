@@ -2,6 +2,9 @@
  * pd_par_distri.c - DistriFusion's attention with stale keys and values.
  */
 #include "pd_par_distri.h"
+#include "pd_parallel.h"
+
+#include <stdio.h>
 #include "pd_util.h"
 
 #include <math.h>
@@ -182,3 +185,40 @@ void pd_distri_free(struct pd_distri *d)
 	free(d->bytes);
 	memset(d, 0, sizeof(*d));
 }
+
+static const char *pd_distri_problem(const int degree[PD_AXIS_COUNT], const struct pd_mesh_limits *lim, char *buf,
+				     size_t len)
+{
+	if (lim->distrifusion &&
+	    (degree[PD_AXIS_TP] > 1 || degree[PD_AXIS_ULYSSES] > 1 || degree[PD_AXIS_PP] > 1)) {
+		snprintf(buf, len, "DistriFusion composes with CFG and data parallelism only (no tensor, Ulysses or "
+			 "pipeline degree)");
+		return buf;
+	}
+	return NULL;
+}
+
+/* On the sequence method's partition: its ring axis runs DistriFusion. */
+static int pd_distri_setup(struct pd_parallel *par, struct pd_dit *m, const struct pd_par_options *opt)
+{
+	if (!opt || !opt->distrifusion || !par->has_seq)
+		return 1;
+	if (pd_distri_init(&par->distri, &par->seq, opt->warmup_steps, m->info.blocks, &par->hooks))
+		return -1;
+	par->has_distri = 1;
+	return 0;
+}
+
+static void pd_distri_leave(struct pd_parallel *par)
+{
+	pd_distri_free(&par->distri);
+	par->has_distri = 0;
+}
+
+const struct pd_par_method pd_par_method_distrifusion = {
+	.name = "distrifusion",
+	.axes = 1u << PD_AXIS_RING,
+	.problem = pd_distri_problem,
+	.setup = pd_distri_setup,
+	.free = pd_distri_leave,
+};

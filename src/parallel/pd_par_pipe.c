@@ -2,6 +2,7 @@
  * pd_par_pipe.c - PipeFusion: stages, patches, per-layer key/value buffers.
  */
 #include "pd_par_pipe.h"
+#include "pd_parallel.h"
 #include "pd_util.h"
 
 #include <math.h>
@@ -23,38 +24,6 @@ struct pd_pipe_call {
 	float *h1img;                   /* their image rows (stage 0 sends them to the last stage) */
 	int owner_ref, owner_rest;      /* pieces of the split that wrote r_ref, rest (-1: every row) */
 };
-
-void pd_pipe_stage_blocks(const struct pd_dit_info *info, int stages, int stage, int *first, int *count)
-{
-	int n = info->blocks, prev = 0, k = 0;
-	double total = 0, acc = 0;
-
-	for (int j = 0; j < n; j++)
-		total += info->block_cost[j];
-	/* boundary i (where stage i starts) is where the running cost comes
-	 * nearest to i / N of the total, each stage keeping at least one block */
-	*first = 0;
-	*count = n;
-	for (int i = 1; i <= stages; i++) {
-		double target = total * i / stages;
-		int b;
-
-		while (k < n && acc + info->block_cost[k] / 2 < target)
-			acc += info->block_cost[k++];
-		b = k;
-		if (b <= prev)
-			b = prev + 1;
-		if (b > n - (stages - i))
-			b = n - (stages - i);
-		if (i == stages)
-			b = n;
-		if (i == stage)
-			*first = b;
-		if (i == stage + 1)
-			*count = b - *first;
-		prev = b;
-	}
-}
 
 /* ----------------------------------------------------------------------- */
 /* Key/value buffers                                                       */
@@ -213,7 +182,7 @@ int pd_pipe_init(struct pd_pipe *p, struct pd_dit *model, struct pd_comm *pp, st
 	if (warmup < 1 && p->patches > 1)
 		return pd_errorf("PipeFusion with %d patches needs at least one warm-up step (--warmup-steps 1 or more)",
 				 p->patches);
-	pd_pipe_stage_blocks(&model->info, pp->size, pp->rank, &p->first, &p->count);
+	pd_mesh_stage_blocks(&model->info, pp->size, pp->rank, &p->first, &p->count);
 	p->width = model->local_width;
 	if (sp->size > 1 && pd_backend_host_check(p->be, "PipeFusion with sequence parallelism"))
 		return -1;
@@ -248,39 +217,11 @@ struct pd_pipe_piece {
 	int64_t i0, in;                 /* this rank's image rows (token indices) */
 };
 
-/* The latent row where piece I of PIECES starts. Pieces balance tokens,
- * the text counting in piece 0 (which carries it), and each keeps at least
- * one row: boundary i is round(((T + L) i / pieces - T) / wp), clamped to
- * [i, hp - pieces + i]. Consecutive targets differ by at least hp / pieces
- * >= 1 row, so no piece is empty. */
-static int64_t pd_pipe_boundary(int64_t T, int64_t hp, int64_t wp, int pieces, int i)
-{
-	int64_t num = (T + hp * wp) * i - T * pieces, den = (int64_t)pieces * wp;
-	int64_t a = 2 * num + den, d = 2 * den, r = a / d;
-
-	if (i <= 0)
-		return 0;
-	if (i >= pieces)
-		return hp;
-	if (a % d != 0 && a < 0)
-		r--;	/* floor, not truncation */
-	if (r < i)
-		r = i;
-	if (r > hp - pieces + i)
-		r = hp - pieces + i;
-	return r;
-}
-
-int64_t pd_pipe_piece_tokens(int64_t T, int64_t hp, int64_t wp, int pieces, int i)
-{
-	return (i == 0 ? T : 0) + (pd_pipe_boundary(T, hp, wp, pieces, i + 1) - pd_pipe_boundary(T, hp, wp, pieces, i)) * wp;
-}
-
 static void pd_pipe_piece(const struct pd_pipe *p, int64_t T, int64_t hp, int64_t wp, int pieces, int piece, int j,
 			  struct pd_pipe_piece *pc)
 {
 	int P = p->sp->size;
-	int64_t b0 = pd_pipe_boundary(T, hp, wp, pieces, piece), b1 = pd_pipe_boundary(T, hp, wp, pieces, piece + 1);
+	int64_t b0 = pd_mesh_band_row(T, hp, wp, pieces, piece), b1 = pd_mesh_band_row(T, hp, wp, pieces, piece + 1);
 
 	pc->rows0 = b0 * wp;
 	pc->rowsn = (b1 - b0) * wp;
@@ -686,3 +627,44 @@ out:
 	}
 	return rc;
 }
+
+static const char *pd_pipe_problem(const int degree[PD_AXIS_COUNT], const struct pd_mesh_limits *lim, char *buf,
+				   size_t len)
+{
+	if (degree[PD_AXIS_PP] > lim->max_pp) {
+		snprintf(buf, len, "--pipefusion-degree %d exceeds the model's %d blocks (each stage needs one)",
+			 degree[PD_AXIS_PP], lim->max_pp);
+		return buf;
+	}
+	return NULL;
+}
+
+static int pd_pipe_setup(struct pd_parallel *par, struct pd_dit *m, const struct pd_par_options *opt)
+{
+	struct pd_mesh *mesh = par->mesh;
+
+	if (mesh->degree[PD_AXIS_PP] <= 1 && !(opt && opt->pipefusion))
+		return 1;
+	/* the stage's sequence-parallel ranks share its key/value buffers */
+	if (pd_pipe_init(&par->pipe, m, mesh->axis[PD_AXIS_PP], mesh->sp, opt ? opt->patches : 0,
+			 opt ? opt->warmup_steps : 1, &par->hooks))
+		return -1;
+	par->has_pipe = 1;
+	par->runner.predict = pd_pipe_predict;
+	par->runner.predict_ctx = &par->pipe;
+	return 0;
+}
+
+static void pd_pipe_leave(struct pd_parallel *par)
+{
+	pd_pipe_free(&par->pipe);
+	par->has_pipe = 0;
+}
+
+const struct pd_par_method pd_par_method_pipefusion = {
+	.name = "pipefusion",
+	.axes = 1u << PD_AXIS_PP,
+	.problem = pd_pipe_problem,
+	.setup = pd_pipe_setup,
+	.free = pd_pipe_leave,
+};

@@ -45,6 +45,7 @@
 
 #include "pd_comm.h"
 #include "pd_dit.h"
+#include "pd_mesh.h"
 
 struct pd_pipe_call;
 
@@ -75,14 +76,6 @@ struct pd_pipe {
 	float *pred;                    /* this rank's prediction rows of a piece */
 	size_t cap_pred;
 };
-
-/* The blocks of stage STAGE of STAGES: contiguous, balanced by the blocks'
- * costs, each stage at least one block. */
-void pd_pipe_stage_blocks(const struct pd_dit_info *info, int stages, int stage, int *first, int *count);
-
-/* Tokens of piece I of PIECES (the text with piece 0) for T text tokens and
- * an image of HP x WP tokens, as the bands are cut. */
-int64_t pd_pipe_piece_tokens(int64_t T, int64_t hp, int64_t wp, int pieces, int i);
 
 /* Sets up P and installs its attention into HOOKS. */
 int pd_pipe_init(struct pd_pipe *p, struct pd_dit *model, struct pd_comm *pp, struct pd_comm *sp, int patches,

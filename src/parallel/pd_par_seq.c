@@ -3,6 +3,7 @@
  * call on this rank's tokens, and the attention seam (Ulysses, ring, both).
  */
 #include "pd_par_seq.h"
+#include "pd_parallel.h"
 #include "pd_par_ring.h"
 #include "pd_par_ulysses.h"
 #include "pd_util.h"
@@ -169,3 +170,33 @@ int pd_seq_predict(void *ctx, const struct pd_dit_call *in, float *out, const st
 	/* image chunks are consecutive rows, so rank order is token order */
 	return p->sp->ops->allgatherv(p->sp, p->local_out, p->bytes[r], out, p->bytes);
 }
+
+static int pd_seq_setup(struct pd_parallel *par, struct pd_dit *m, const struct pd_par_options *opt)
+{
+	struct pd_mesh *mesh = par->mesh;
+
+	(void)opt;
+	/* PipeFusion splits its pieces over the same ranks itself */
+	if (mesh->sp->size <= 1 || par->has_pipe)
+		return 1;
+	if (pd_seq_init(&par->seq, m, mesh->sp, mesh->axis[PD_AXIS_ULYSSES], mesh->axis[PD_AXIS_RING], &par->hooks))
+		return -1;
+	par->has_seq = 1;
+	par->runner.predict = pd_seq_predict;
+	par->runner.predict_ctx = &par->seq;
+	return 0;
+}
+
+static void pd_seq_leave(struct pd_parallel *par)
+{
+	pd_seq_free(&par->seq);
+	par->has_seq = 0;
+}
+
+/* Ulysses and ring attention, and both (USP): one method over two axes. */
+const struct pd_par_method pd_par_method_sequence = {
+	.name = "sequence",
+	.axes = (1u << PD_AXIS_ULYSSES) | (1u << PD_AXIS_RING),
+	.setup = pd_seq_setup,
+	.free = pd_seq_leave,
+};

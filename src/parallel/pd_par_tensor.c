@@ -6,6 +6,9 @@
  * on every shard and the shards never drift apart.
  */
 #include "pd_par_tensor.h"
+#include "pd_parallel.h"
+
+#include <stdio.h>
 
 static int pd_tp_reduce(void *ctx, float *buf, size_t n)
 {
@@ -23,3 +26,34 @@ void pd_tp_hooks(struct pd_dit_hooks *hooks, struct pd_comm *tp)
 	hooks->gather = pd_tp_gather;
 	hooks->shard_ctx = tp;
 }
+
+static const char *pd_tp_problem(const int degree[PD_AXIS_COUNT], const struct pd_mesh_limits *lim, char *buf,
+				 size_t len)
+{
+	/* heads split over tensor parallel, and again over Ulysses */
+	if (lim->heads % (degree[PD_AXIS_TP] * degree[PD_AXIS_ULYSSES])) {
+		snprintf(buf, len, "tensor parallel x Ulysses = %d does not divide the model's %d attention heads",
+			 degree[PD_AXIS_TP] * degree[PD_AXIS_ULYSSES], lim->heads);
+		return buf;
+	}
+	return NULL;
+}
+
+static int pd_tp_setup(struct pd_parallel *par, struct pd_dit *m, const struct pd_par_options *opt)
+{
+	(void)opt;
+	if (par->mesh->degree[PD_AXIS_TP] <= 1)
+		return 1;
+	/* its sums and gathers take the model's activations as they are */
+	if (pd_backend_host_check(m->be, "tensor parallelism"))
+		return -1;
+	pd_tp_hooks(&par->hooks, par->mesh->axis[PD_AXIS_TP]);
+	return 0;
+}
+
+const struct pd_par_method pd_par_method_tensor = {
+	.name = "tensor",
+	.axes = 1u << PD_AXIS_TP,
+	.problem = pd_tp_problem,
+	.setup = pd_tp_setup,
+};

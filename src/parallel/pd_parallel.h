@@ -14,6 +14,7 @@
 #define PD_PARALLEL_H
 
 #include "pd_mesh.h"
+#include "pd_par_method.h"
 #include "pd_par_distri.h"
 #include "pd_par_pipe.h"
 #include "pd_par_seq.h"
@@ -30,12 +31,16 @@ struct pd_par_options {
 struct pd_parallel {
 	struct pd_mesh *mesh;           /* the mesh (borrowed) */
 	struct pd_dit_hooks hooks;     /* installed into the model */
+	const struct pd_par_options *opt; /* the choices beyond the degrees (NULL: defaults; borrowed
+					 * during setup) */
 	struct pd_seq_par seq;          /* sequence parallelism, when ring x ulysses > 1 */
 	int has_seq;
 	struct pd_distri distri;        /* DistriFusion over the sequence-parallel ranks */
 	int has_distri;
 	struct pd_pipe pipe;            /* PipeFusion over the pp axis */
 	int has_pipe;
+	unsigned installed;             /* bit i: pd_par_methods[i] is installed */
+	int64_t batch;                  /* images of the batch, for the data-parallel share */
 	struct pd_runner runner;        /* what pd_denoise uses */
 };
 

@@ -78,7 +78,7 @@ static void pd_plan_traffic(const struct pd_plan_work *w, const struct pd_plan_m
 				b[sp] = pred / P * (P - 1);
 				b[PD_AXIS_PP] = pred * (N - 1);
 			}
-			pd_pipe_stage_blocks(c, N, st, &first, &count);
+			pd_mesh_stage_blocks(c, N, st, &first, &count);
 			for (int k = first; k < first + count; k++)
 				reduces += c->block_reduces[k];
 			if (P > 1) {	/* K and V gathered per layer and patch (and the
@@ -279,7 +279,7 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 		int first, count;
 		double p;
 
-		pd_pipe_stage_blocks(c, N, st, &first, &count);
+		pd_mesh_stage_blocks(c, N, st, &first, &count);
 		p = pd_plan_params(c, first, count, T);
 		params = p > params ? p : params;
 		params_min = params_min < 0 || p < params_min ? p : params_min;
@@ -314,7 +314,7 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 		if (!patch)
 			return pd_errorf("out of memory");
 		for (int j = 0; j < M; j++) {
-			patch[j] = bands ? (double)pd_pipe_piece_tokens(w->txt_len, w->img_len / w->img_w, w->img_w, M, j)
+			patch[j] = bands ? (double)pd_mesh_band_tokens(w->txt_len, w->img_len / w->img_w, w->img_w, M, j)
 					 : 1.0;
 			sum += patch[j];
 		}
@@ -334,7 +334,7 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 		for (int st = 0; st < N; st++) {
 			int first, count;
 
-			pd_pipe_stage_blocks(c, N, st, &first, &count);
+			pd_mesh_stage_blocks(c, N, st, &first, &count);
 			stage[st] = work * pd_plan_share(c, first, count) / 1e9 / alone +
 				    (pass_bytes > 0 ? pd_plan_passes(c, first, count) * pass_bytes / elem_alone : 0);
 		}

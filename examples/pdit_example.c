@@ -48,7 +48,7 @@ int main(int argc, char **argv)
 	pd_engine_options_init(&o);
 	o.model = argv[1];
 	if (pd_engine_open(&e, world, &o, NULL)) {
-		if (world->failed_rank == world->rank)
+		if (world->failed_rank == world->rank || world->failed_rank < 0)
 			fprintf(stderr, "%s\n", pd_last_error());
 		pd_comm_world_finalize(world);
 		return 1;
@@ -66,10 +66,15 @@ int main(int argc, char **argv)
 		rq.steps = 4;
 		rq.seed = (uint64_t)k;
 		rc = pd_engine_run(e, &rq, &res);
+		if (!rc) {
+			for (int64_t i = 0; !rc && i < res.n_pictures; i++)
+				rc = write_ppm(argv[2], k - 3, &res, i) ? pd_errorf("cannot write %s-%d.ppm", argv[2], k - 3)
+									 : 0;
+			/* the next request is collective: every process stops, or none */
+			rc = pd_comm_agree(world, rc, NULL);
+		}
 		if (rc && world->failed_rank == world->rank)
 			fprintf(stderr, "%s\n", pd_last_error());
-		for (int64_t i = 0; !rc && i < res.n_pictures; i++)
-			rc = write_ppm(argv[2], k - 3, &res, i);
 		pd_result_free(&res);
 	}
 	pd_engine_close(e);

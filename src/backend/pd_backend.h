@@ -178,6 +178,14 @@ void pd_backend_fail(struct pd_backend *be, const char *fmt, ...) __attribute__(
 /* 0, or -1 with the recorded message as pd_last_error(). */
 int pd_backend_check(struct pd_backend *be);
 
+/* Forgets a recorded failure (the engine's next request starts afresh:
+ * what failed was an allocation or a primitive of the last one). */
+static inline void pd_backend_recover(struct pd_backend *be)
+{
+	be->failed = 0;
+	be->error[0] = 0;
+}
+
 /* Allocation helper that fails the backend when memory is short. */
 float *pd_backend_alloc(struct pd_backend *be, size_t n, const char *what);
 

@@ -190,17 +190,18 @@ static void pd_engine_request_free(struct pd_engine *e)
 
 /* Encodes this data-parallel group's prompts on its first rank, sends the
  * embeddings to the group's other ranks, and releases the encoders (at
- * open: before any transformer weight is read). */
-static int pd_engine_encode(struct pd_engine *e)
+ * open: before any transformer weight is read). FAILED: this rank failed
+ * before; every rank goes through the agreement here all the same. */
+static int pd_engine_encode(struct pd_engine *e, int failed)
 {
 	struct pd_comm *grp = e->mesh.replica;
 	int64_t first, count, J = e->e.joint_dim, P = e->e.pooled_dim, T = e->max_seq;
-	int rc = 0;
+	int rc = failed;
 
 	if (!e->prompts)
-		return 0;
+		return pd_engine_agree(e, rc);
 	pd_dp_slice(e->e.batch, e->degree[PD_AXIS_DP], e->mesh.coord[PD_AXIS_DP], &first, &count);
-	if (grp->rank == 0) {
+	if (!rc && grp->rank == 0) {
 		struct pd_prompt_encoder pe;
 		struct pd_embeds enc;
 		double t0 = pd_now();
@@ -270,7 +271,7 @@ static void pd_engine_plan_work(const struct pd_engine *e, int branches, int vae
  * the memory it has available. What is hard to know here (oneDNN's
  * scratch, the libraries, the text encoders) is left out, so a refusal is
  * certain, not cautious. */
-static int pd_engine_check_memory(const struct pd_engine *e, int decodes)
+static int pd_engine_check_memory(const struct pd_engine *e, int decodes, int loaded)
 {
 	double MB = 1048576.0, avail = pd_mem_available_mb(), weights, act, vae = 0, need;
 	int local = pd_comm_local_size(e->world);
@@ -291,9 +292,16 @@ static int pd_engine_check_memory(const struct pd_engine *e, int decodes)
 	/* the decode in bands over the data-parallel group, or whole */
 	if (w.vae_gflop > 0)
 		vae = (e->o.vae_parallel < 0 || e->world->size == 1 ? w.vae_map_gb : cost.vae_gb) * 1e9 / MB;
-	need = (weights + act > vae ? weights + act : vae) * local;
+	/* loaded: the weights are resident (and counted as used), and the
+	 * transformer stays while the VAE decodes */
+	need = loaded ? (act + vae) * local : (weights + act > vae ? weights + act : vae) * local;
 	if (need <= avail)
 		return 0;
+	if (loaded)
+		return pd_errorf("%dx%d needs at least %.1f GB more on this machine (%d process%s, each: activations "
+				 "%.1f GB and the VAE decode %.1f GB beside the loaded weights) and %.1f GB are "
+				 "available: choose a smaller size", e->p.width, e->p.height, need / 1024, local,
+				 local > 1 ? "es" : "", act / 1024, vae / 1024, avail / 1024);
 	return pd_errorf("%dx%d needs at least %.1f GB on this machine (%d process%s, each: transformer weights %.1f GB + "
 			 "activations %.1f GB, or the VAE decode %.1f GB) and %.1f GB are available: choose a smaller "
 			 "size, or more machines with tensor, sequence, pipeline parallel or the banded decode",
@@ -491,12 +499,9 @@ int pd_engine_prepare(struct pd_engine *e, const struct pd_request *rq)
 	/* a request for a mesh already made: it must fit that mesh */
 	if (!rc && e->mesh_ok) {
 		pd_engine_limits(e, &lim);
-		rc = pd_mesh_check(e->degree, &lim) || pd_engine_check_memory(e, rq->want_pictures);
+		rc = pd_mesh_check(e->degree, &lim) || pd_engine_check_memory(e, rq->want_pictures, 1);
 	}
-	if (pd_engine_agree(e, rc))
-		return -1;
-	e->ready = rq;
-	return 0;
+	return pd_engine_agree(e, rc);
 }
 
 /* ----------------------------------------------------------------------- */
@@ -513,22 +518,23 @@ static int pd_engine_vae_setup(struct pd_engine *e)
 	if (!e->o.decode || !e->mp.vae || e->vae_rows == e->ls.h)
 		return 0;
 	pd_vae_par_free(&e->vae_par);
+	e->vae_rows = 0;
+	e->vae_bands = 0;
 	if (e->o.vae_parallel >= 0 && e->mesh.replica->size > 1)
 		pd_vae_par_hooks(&e->vae_par, e->mesh.replica, e->ls.h, &hooks);
 	else if (!pd_parallel_is_writer(&e->mesh))
 		hooks.bands = 0;
-	e->vae_bands = hooks.bands;
-	e->vae_rows = e->ls.h;
-	if (e->vae_bands == 0)
-		return 0;
-	if (!e->v) {
-		if (pd_vae_load(&e->v, e->mp.vae, e->be))
+	if (hooks.bands > 0) {
+		if (!e->v && pd_vae_load(&e->v, e->mp.vae, e->be))
 			return -1;
 		if (pd_vae_get_config(e->v)->latent_channels != e->ls.channels)
 			return pd_errorf("%s: the VAE has %d latent channels but the transformer makes %d", e->mp.vae,
 					 pd_vae_get_config(e->v)->latent_channels, e->ls.channels);
+		pd_vae_set_hooks(e->v, &hooks);
 	}
-	pd_vae_set_hooks(e->v, &hooks);
+	/* set up for this height: only now */
+	e->vae_bands = hooks.bands;
+	e->vae_rows = e->ls.h;
 	return 0;
 }
 
@@ -538,12 +544,17 @@ static int pd_engine_load(struct pd_engine *e)
 {
 	struct pd_dit_shard sh;
 
+	int rc;
+
+	/* a split is collective: MPI's own failure ends the job */
 	if (pd_mesh_create(&e->mesh, e->world, e->degree))
 		return -1;
 	e->mesh_ok = 1;
 	sh = pd_parallel_shard(&e->mesh, &e->info);
-	if (pd_backend_cpu_new(&e->be, e->dt, pd_engine_threads(e->world, e->o.threads)) || pd_engine_encode(e) ||
-	    pd_fault("load", 0) || e->fam->load(&e->m, e->mp.transformer, e->be, &sh))
+	rc = pd_backend_cpu_new(&e->be, e->dt, pd_engine_threads(e->world, e->o.threads));
+	if (pd_engine_encode(e, rc))
+		return -1;
+	if (pd_fault("load", 0) || e->fam->load(&e->m, e->mp.transformer, e->be, &sh))
 		return -1;
 	/* a broken VAE must not surface after minutes of denoising */
 	if (pd_engine_vae_setup(e))
@@ -592,13 +603,14 @@ int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct p
 	/* parallel auto is collective: every rank gets there, or none */
 	if (pd_comm_agree(world, rc, &e->dead))
 		goto fail;
-	rc = pd_engine_choose_mesh(e) || (plan != &dflt && pd_engine_check_memory(e, plan->want_pictures));
+	rc = pd_engine_choose_mesh(e) || (plan != &dflt && pd_engine_check_memory(e, plan->want_pictures, 0));
 	if (pd_comm_agree(world, rc, &e->dead))
 		goto fail;
 	e->o.parallel = NULL;
 	rc = pd_engine_load(e);
 	if (pd_comm_agree(world, rc, &e->dead))
 		goto fail;
+	/* the plan's prompts are encoded: its first run goes straight on */
 	e->ready = plan != &dflt ? plan : NULL;
 	*out = e;
 	return 0;
@@ -754,8 +766,13 @@ int pd_engine_run(struct pd_engine *e, const struct pd_request *rq, struct pd_re
 		return pd_errorf("the engine stopped after a failure of rank %d; close it", e->world->failed_rank);
 	if (e->o.one_request && e->requests > 0)
 		return pd_errorf("this engine was opened for one request");
-	if (e->ready != rq && (pd_engine_prepare(e, rq) || pd_engine_encode(e)))
-		return -1;
+	/* a failure of the last request (an allocation) is not this one's */
+	pd_backend_recover(e->be);
+	if (e->ready != rq) {
+		e->ready = NULL;
+		if (pd_engine_prepare(e, rq) || pd_engine_encode(e, 0))
+			return -1;
+	}
 	e->ready = NULL;
 	rc = pd_engine_vae_setup(e);
 	if (pd_engine_agree(e, rc))
@@ -763,8 +780,10 @@ int pd_engine_run(struct pd_engine *e, const struct pd_request *rq, struct pd_re
 	pd_engine_notes(e, rq);
 	per = e->ls.tokens * e->ls.packed_channels;
 	all = pd_malloc((size_t)(e->e.batch * per) * sizeof(float), "latents");
-	if (pd_engine_agree(e, !all))
+	if (pd_engine_agree(e, !all)) {
+		free(all);
 		return -1;
+	}
 	e->par.runner.on_step = rq->on_step ? pd_engine_on_step : NULL;
 	e->par.runner.step_ctx = (void *)rq;
 	rc = pd_engine_denoise(e, all, NULL);
@@ -786,7 +805,13 @@ int pd_engine_run(struct pd_engine *e, const struct pd_request *rq, struct pd_re
 		res->init = pd_engine_initial(e);
 		rc = !res->init;
 	}
-	if (!rc && rq->want_pictures && e->mp.vae) {
+	/* the decode is collective over each group's bands: all go, or none */
+	if (pd_engine_agree(e, rc)) {
+		free(all);
+		pd_result_free(res);
+		return -1;
+	}
+	if (rq->want_pictures && e->mp.vae) {
 		if (e->o.one_request) {
 			/* the transformer's share goes before decoding: the VAE needs the memory */
 			pd_dit_free(e->m);

@@ -6,7 +6,8 @@
 #include "pd_args.h"
 #include "pd_backend_cpu.h"
 #include "pd_config.h"
-#include "pd_prompt.h"
+#include "pd_flux_prompt.h"
+#include "pd_prompts.h"
 #include "pd_util.h"
 #include "pdit_cli.h"
 #include "pd_st_writer.h"
@@ -53,7 +54,7 @@ static int pd_encode_default_length(const struct pd_model_paths *mp)
 			g = 1;
 		pd_config_free(&c);
 	}
-	return pd_prompt_default_length(g);
+	return pd_flux_prompt_default_length(g);
 }
 
 int pd_cmd_encode(int argc, char **argv)
@@ -61,7 +62,7 @@ int pd_cmd_encode(int argc, char **argv)
 	struct pd_encode_args a;
 	struct pd_model_paths mp = { 0 };
 	struct pd_model_flags f;
-	struct pd_prompt_encoder pe;
+	struct pd_flux_prompt_encoder pe;
 	struct pd_backend *be = NULL;
 	struct pd_st_writer *w = NULL;
 	enum pd_dtype dt;
@@ -130,7 +131,7 @@ int pd_cmd_encode(int argc, char **argv)
 	} else if (pd_prompt_read_file(a.prompts_file, &prompts, &n)) {
 		goto out;
 	}
-	if (pd_backend_cpu_new(&be, dt, a.threads) || pd_prompt_encoder_load(&pe, &mp, be))
+	if (pd_backend_cpu_new(&be, dt, a.threads) || pd_flux_prompt_encoder_load(&pe, &mp, be))
 		goto out;
 	loaded = 1;
 	J = pd_t5_get_config(pe.t5)->d_model;
@@ -149,10 +150,10 @@ int pd_cmd_encode(int argc, char **argv)
 	}
 	for (int b = 0; b < n; b++) {
 		pd_log(1, "pdit: encoding prompt %d of %d\n", b + 1, n);
-		if (pd_prompt_encode(&pe, prompts[b], a.max_seq, emb + (int64_t)b * a.max_seq * J, pool + b * P,
+		if (pd_flux_prompt_encode(&pe, prompts[b], a.max_seq, emb + (int64_t)b * a.max_seq * J, pool + b * P,
 				     cids + (int64_t)b * 77, tids + (int64_t)b * a.max_seq))
 			goto out;
-		if (a.negative && pd_prompt_encode(&pe, a.negative, a.max_seq, nemb + (int64_t)b * a.max_seq * J,
+		if (a.negative && pd_flux_prompt_encode(&pe, a.negative, a.max_seq, nemb + (int64_t)b * a.max_seq * J,
 						   npool + b * P, NULL, NULL))
 			goto out;
 	}
@@ -190,7 +191,7 @@ out:
 		pd_cli_fail();
 	pd_st_writer_free(w);
 	if (loaded)
-		pd_prompt_encoder_free(&pe);
+		pd_flux_prompt_encoder_free(&pe);
 	pd_backend_free(be);
 	for (int i = 0; i < n; i++)
 		free(prompts[i]);

@@ -12,7 +12,7 @@
 #include "pd_backend_rate.h"
 #include "pd_engine.h"
 #include "pd_png.h"
-#include "pd_prompt.h"
+#include "pd_prompts.h"
 #include "pd_safetensors.h"
 #include "pd_st_writer.h"
 #include "pd_util.h"

@@ -12,7 +12,6 @@
 #include "pd_backend_cpu.h"
 #include "pd_par_data.h"
 #include "pd_plan.h"
-#include "pd_prompt.h"
 #include "pd_safetensors.h"
 #include "pd_util.h"
 
@@ -138,7 +137,9 @@ static int pd_engine_inputs(struct pd_engine *e, const struct pd_request *rq)
 		return pd_errorf("--max-sequence-length must be between 1 and 512 (got %d)", rq->max_seq);
 	if (rq->n_prompts > PD_MAX_BATCH)
 		return pd_errorf("%d prompts; at most %d make one run", rq->n_prompts, PD_MAX_BATCH);
-	e->max_seq = rq->max_seq ? rq->max_seq : pd_prompt_default_length(e->info.guidance);
+	if (!e->fam->encode)
+		return pd_errorf("the %s family takes embeddings, not prompts: give --embeds FILE", e->fam->name);
+	e->max_seq = rq->max_seq ? rq->max_seq : e->fam->default_max_seq(&e->info);
 	e->prompts = pd_calloc((size_t)rq->n_prompts, sizeof(char *), "prompts");
 	if (!e->prompts)
 		return -1;
@@ -147,7 +148,7 @@ static int pd_engine_inputs(struct pd_engine *e, const struct pd_request *rq)
 			return rq->prompts[e->n_prompts] ? -1 : pd_errorf("prompt %d is missing", e->n_prompts);
 	if (rq->negative && !(e->negative = pd_strdup(rq->negative)))
 		return -1;
-	if (pd_prompt_widths(&e->mp, &J, &P))
+	if (e->fam->prompt_widths(&e->mp, &J, &P))
 		return -1;
 	if (J != e->info.txt_width || P != e->info.pooled_width)
 		return pd_errorf("the text encoders make prompt embeddings of width %lld and pooled ones of %lld, but %s "
@@ -202,17 +203,12 @@ static int pd_engine_encode(struct pd_engine *e, int failed)
 		return pd_engine_agree(e, rc);
 	pd_dp_slice(e->e.batch, e->degree[PD_AXIS_DP], e->mesh.coord[PD_AXIS_DP], &first, &count);
 	if (!rc && grp->rank == 0) {
-		struct pd_prompt_encoder pe;
 		struct pd_embeds enc;
 		double t0 = pd_now();
 
 		pd_log(1, "pdit: encoding %lld prompt%s (CLIP + T5, %lld tokens)\n", (long long)count, count > 1 ? "s" : "",
 		       (long long)T);
-		rc = pd_prompt_encoder_load(&pe, &e->mp, e->be);
-		if (!rc) {
-			rc = pd_prompt_embeds(&enc, &pe, e->prompts, e->n_prompts, e->negative, (int)T, first, count);
-			pd_prompt_encoder_free(&pe);
-		}
+		rc = e->fam->encode(&enc, &e->mp, e->be, e->prompts, e->n_prompts, e->negative, (int)T, first, count);
 		if (!rc) {
 			memcpy(e->e.prompt + first * T * J, enc.prompt + first * T * J, (size_t)(count * T * J) * sizeof(float));
 			memcpy(e->e.pooled + first * P, enc.pooled + first * P, (size_t)(count * P) * sizeof(float));

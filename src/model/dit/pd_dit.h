@@ -177,6 +177,8 @@ struct pd_latent_shape {
  * becomes tokens and where each token sits. Every function is given sizes
  * that latent_shape accepted. */
 struct pd_dit;
+struct pd_embeds;
+struct pd_model_paths;
 
 struct pd_dit_family {
 	const char *name;               /* "flux" */
@@ -193,6 +195,15 @@ struct pd_dit_family {
 	void (*unpack)(const struct pd_latent_shape *ls, const float *packed, float *unpacked);
 	/* position ids [L, n_axes] of the image tokens (text tokens: zeros) */
 	void (*image_ids)(const struct pd_latent_shape *ls, int n_axes, float *ids);
+	/* Prompts (all NULL: the family takes embeddings only): the widths
+	 * its text encoders make (from their configs, nothing loaded), the
+	 * default text length, and the embeddings of PROMPTS[first, first +
+	 * count) of N (with NEGATIVE's, when not NULL) in E, the other rows
+	 * zero; the encoders are loaded for the call and freed after it. */
+	int (*prompt_widths)(const struct pd_model_paths *mp, int64_t *txt_width, int64_t *pooled_width);
+	int (*default_max_seq)(const struct pd_dit_info *info);
+	int (*encode)(struct pd_embeds *e, const struct pd_model_paths *mp, struct pd_backend *be,
+		      char *const *prompts, int n, const char *negative, int max_seq, int64_t first, int64_t count);
 };
 
 /* What a family implements. */

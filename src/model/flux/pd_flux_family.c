@@ -4,6 +4,7 @@
  * position as (0, row, column).
  */
 #include "pd_flux.h"
+#include "pd_flux_prompt.h"
 #include "pd_util.h"
 
 /* The VAE's latent is 1/8 of the picture and the tokens are its 2x2
@@ -73,6 +74,27 @@ static int pd_flux_probe(const char *path, struct pd_dit_info *info)
 	return pd_flux_config_load(&c, path) || pd_flux_dit_info(&c, info) ? -1 : 0;
 }
 
+/* FluxPipeline.encode_prompt: CLIP's pooled output and T5's last state. */
+static int pd_flux_encode(struct pd_embeds *e, const struct pd_model_paths *mp, struct pd_backend *be,
+			  char *const *prompts, int n, const char *negative, int max_seq, int64_t first, int64_t count)
+{
+	struct pd_flux_prompt_encoder pe;
+	int rc;
+
+	if (pd_flux_prompt_encoder_load(&pe, mp, be))
+		return -1;
+	rc = pd_flux_prompt_embeds(e, &pe, prompts, n, negative, max_seq, first, count);
+	pd_flux_prompt_encoder_free(&pe);
+	return rc;
+}
+
+/* 512 tokens for guidance-distilled (dev-style) models, 256 for the others
+ * (schnell), as Black Forest Labs run them. */
+static int pd_flux_default_max_seq(const struct pd_dit_info *info)
+{
+	return pd_flux_prompt_default_length(info->guidance);
+}
+
 const struct pd_dit_family pd_flux_family = {
 	.name = "flux",
 	.probe = pd_flux_probe,
@@ -81,4 +103,7 @@ const struct pd_dit_family pd_flux_family = {
 	.pack = pd_flux_pack,
 	.unpack = pd_flux_unpack,
 	.image_ids = pd_flux_image_ids,
+	.prompt_widths = pd_flux_prompt_widths,
+	.default_max_seq = pd_flux_default_max_seq,
+	.encode = pd_flux_encode,
 };

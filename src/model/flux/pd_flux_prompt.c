@@ -1,7 +1,7 @@
 /*
- * pd_prompt.c - prompts to embeddings.
+ * pd_flux_prompt.c - prompts to FLUX.1's embeddings.
  */
-#include "pd_prompt.h"
+#include "pd_flux_prompt.h"
 #include "pd_config.h"
 #include "pd_safetensors.h"
 #include "pd_util.h"
@@ -9,14 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-int pd_prompt_default_length(int guidance_embeds)
+int pd_flux_prompt_default_length(int guidance_embeds)
 {
 	return guidance_embeds ? 512 : 256;
 }
 
 /* A width from DIR/config.json KEY, or from a single file's tensor SUFFIX
  * (column COL of its shape). */
-static int pd_prompt_width(const char *path, const char *what, const char *key, const char *suffix, int col,
+static int pd_flux_prompt_width(const char *path, const char *what, const char *key, const char *suffix, int col,
 			   int64_t *out)
 {
 	if (!path)
@@ -47,15 +47,15 @@ static int pd_prompt_width(const char *path, const char *what, const char *key, 
 	}
 }
 
-int pd_prompt_widths(const struct pd_model_paths *mp, int64_t *joint_dim, int64_t *pooled_dim)
+int pd_flux_prompt_widths(const struct pd_model_paths *mp, int64_t *joint_dim, int64_t *pooled_dim)
 {
-	return pd_prompt_width(mp->text_encoder_2, "T5 text encoder (text_encoder_2)", "d_model",
+	return pd_flux_prompt_width(mp->text_encoder_2, "T5 text encoder (text_encoder_2)", "d_model",
 			       "encoder.final_layer_norm.weight", 0, joint_dim) ||
-	       pd_prompt_width(mp->text_encoder, "CLIP text encoder (text_encoder)", "hidden_size",
+	       pd_flux_prompt_width(mp->text_encoder, "CLIP text encoder (text_encoder)", "hidden_size",
 			       "embeddings.token_embedding.weight", 1, pooled_dim);
 }
 
-int pd_prompt_encoder_load(struct pd_prompt_encoder *pe, const struct pd_model_paths *mp, struct pd_backend *be)
+int pd_flux_prompt_encoder_load(struct pd_flux_prompt_encoder *pe, const struct pd_model_paths *mp, struct pd_backend *be)
 {
 	memset(pe, 0, sizeof(*pe));
 	if (!mp->tokenizer || !mp->tokenizer_2)
@@ -84,11 +84,11 @@ int pd_prompt_encoder_load(struct pd_prompt_encoder *pe, const struct pd_model_p
 	}
 	return 0;
 fail:
-	pd_prompt_encoder_free(pe);
+	pd_flux_prompt_encoder_free(pe);
 	return -1;
 }
 
-void pd_prompt_encoder_free(struct pd_prompt_encoder *pe)
+void pd_flux_prompt_encoder_free(struct pd_flux_prompt_encoder *pe)
 {
 	if (pe->loaded >= 1)
 		pd_clip_tok_free(&pe->clip_tok);
@@ -99,7 +99,7 @@ void pd_prompt_encoder_free(struct pd_prompt_encoder *pe)
 	memset(pe, 0, sizeof(*pe));
 }
 
-int pd_prompt_encode(struct pd_prompt_encoder *pe, const char *prompt, int max_seq, float *embeds, float *pooled,
+int pd_flux_prompt_encode(struct pd_flux_prompt_encoder *pe, const char *prompt, int max_seq, float *embeds, float *pooled,
 		     int64_t *clip_ids, int64_t *t5_ids)
 {
 	int n77 = pe->clip_tok.max_len;
@@ -152,7 +152,7 @@ out:
 	return rc;
 }
 
-int pd_prompt_embeds(struct pd_embeds *e, struct pd_prompt_encoder *pe, char *const *prompts, int n,
+int pd_flux_prompt_embeds(struct pd_embeds *e, struct pd_flux_prompt_encoder *pe, char *const *prompts, int n,
 		     const char *negative, int max_seq, int64_t first, int64_t count)
 {
 	int64_t J = pd_t5_get_config(pe->t5)->d_model, P = pd_clip_get_config(pe->clip)->hidden;
@@ -175,12 +175,12 @@ int pd_prompt_embeds(struct pd_embeds *e, struct pd_prompt_encoder *pe, char *co
 	}
 	for (int64_t b = first; b < first + count && b < n; b++) {
 		pd_log(2, "pdit: encoding prompt %lld of %d\n", (long long)b + 1, n);
-		if (pd_prompt_encode(pe, prompts[b], max_seq, e->prompt + b * max_seq * J, e->pooled + b * P, NULL, NULL))
+		if (pd_flux_prompt_encode(pe, prompts[b], max_seq, e->prompt + b * max_seq * J, e->pooled + b * P, NULL, NULL))
 			goto fail;
 		if (negative) {
 			/* one negative prompt for all: encoded once, copied */
 			if (b == first) {
-				if (pd_prompt_encode(pe, negative, max_seq, e->neg_prompt + b * max_seq * J,
+				if (pd_flux_prompt_encode(pe, negative, max_seq, e->neg_prompt + b * max_seq * J,
 						     e->neg_pooled + b * P, NULL, NULL))
 					goto fail;
 			} else {
@@ -196,41 +196,3 @@ fail:
 	return -1;
 }
 
-/* --prompts FILE: one prompt a line; blank lines are skipped. */
-int pd_prompt_read_file(const char *path, char ***out, int *n)
-{
-	char *text = NULL, *line, *save = NULL;
-	size_t len;
-	int cap = 0;
-
-	*out = NULL;
-	*n = 0;
-	if (pd_read_file(path, 64u << 20, &text, &len))
-		return -1;
-	for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-		size_t l = strlen(line);
-		char **g;
-
-		if (l && line[l - 1] == '\r')
-			line[--l] = 0;
-		if (strspn(line, " \t") == l)
-			continue;
-		if (*n == cap) {
-			cap = cap ? 2 * cap : 16;
-			g = realloc(*out, (size_t)cap * sizeof(char *));
-			if (!g)
-				goto oom;
-			*out = g;
-		}
-		(*out)[*n] = pd_strdup(line);
-		if (!(*out)[(*n)++])
-			goto oom;
-	}
-	free(text);
-	if (*n == 0)
-		return pd_errorf("%s: no prompt in it (one prompt a line)", path);
-	return 0;
-oom:
-	free(text);
-	return pd_errorf("out of memory reading %s", path);
-}

@@ -1,0 +1,147 @@
+/*
+ * pd_embeds.c - prompt embeddings read, checked, repeated.
+ */
+#include "pd_embeds.h"
+#include "pd_safetensors.h"
+#include "pd_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct pd_st_tensor *pd_embeds_find(const struct pd_st *st, const char *name)
+{
+	char golden[96];
+	const struct pd_st_tensor *t = pd_st_get(st, name);
+
+	if (t)
+		return t;
+	snprintf(golden, sizeof(golden), "in.%s", name);
+	return pd_st_get(st, golden);
+}
+
+static int pd_embeds_read(const struct pd_st_tensor *t, float **out)
+{
+	*out = pd_malloc((size_t)t->numel * sizeof(float), t->name);
+	if (!*out)
+		return -1;
+	return pd_st_read_f32(t, 0, (size_t)t->numel, *out);
+}
+
+int pd_embeds_load(struct pd_embeds *e, const char *path)
+{
+	struct pd_st *st;
+	const struct pd_st_tensor *p, *q, *np, *nq;
+	int rc = -1;
+
+	memset(e, 0, sizeof(*e));
+	if (pd_st_open(&st, path))
+		return -1;
+	p = pd_embeds_find(st, "prompt_embeds");
+	q = pd_embeds_find(st, "pooled_prompt_embeds");
+	np = pd_embeds_find(st, "negative_prompt_embeds");
+	nq = pd_embeds_find(st, "negative_pooled_prompt_embeds");
+	if (!p || !q) {
+		pd_errorf("%s: needs prompt_embeds [B, T, J] and pooled_prompt_embeds [B, P]", path);
+		goto out;
+	}
+	if (p->ndim != 3 || q->ndim != 2 || p->shape[0] != q->shape[0] || p->shape[0] < 1 || p->shape[1] < 1) {
+		pd_errorf("%s: prompt_embeds must be [B, T, J] and pooled_prompt_embeds [B, P] with the same B >= 1",
+			  path);
+		goto out;
+	}
+	if (!np != !nq) {
+		pd_errorf("%s: negative_prompt_embeds and negative_pooled_prompt_embeds must come together "
+			  "(diffusers raises on one alone)", path);
+		goto out;
+	}
+	e->batch = p->shape[0];
+	e->txt_len = p->shape[1];
+	e->joint_dim = p->shape[2];
+	e->pooled_dim = q->shape[1];
+	if (pd_embeds_read(p, &e->prompt) || pd_embeds_read(q, &e->pooled))
+		goto out;
+	if (np) {
+		int64_t nb = np->shape[0];
+
+		if (np->ndim != 3 || nq->ndim != 2 || np->shape[2] != e->joint_dim || nq->shape[1] != e->pooled_dim ||
+		    nq->shape[0] != nb || (nb != e->batch && nb != 1) || np->shape[1] < 1) {
+			pd_errorf("%s: negative embeddings must be [B or 1, T, %lld] and [B or 1, %lld]", path,
+				  (long long)e->joint_dim, (long long)e->pooled_dim);
+			goto out;
+		}
+		e->neg_txt_len = np->shape[1];
+		e->neg_prompt = pd_malloc((size_t)(e->batch * e->neg_txt_len * e->joint_dim) * sizeof(float), "embeds");
+		e->neg_pooled = pd_malloc((size_t)(e->batch * e->pooled_dim) * sizeof(float), "embeds");
+		if (!e->neg_prompt || !e->neg_pooled)
+			goto out;
+		/* One negative prompt serves every image of the batch. */
+		for (int64_t b = 0; b < e->batch; b++) {
+			int64_t src = nb == 1 ? 0 : b;
+
+			if (pd_st_read_f32(np, (size_t)(src * e->neg_txt_len * e->joint_dim),
+					   (size_t)(e->neg_txt_len * e->joint_dim),
+					   e->neg_prompt + b * e->neg_txt_len * e->joint_dim) ||
+			    pd_st_read_f32(nq, (size_t)(src * e->pooled_dim), (size_t)e->pooled_dim,
+					   e->neg_pooled + b * e->pooled_dim))
+				goto out;
+		}
+	}
+	rc = 0;
+out:
+	pd_st_close(st);
+	if (rc)
+		pd_embeds_free(e);
+	return rc;
+}
+
+int pd_embeds_check(const struct pd_embeds *e, const struct pd_dit_info *info, const char *path)
+{
+	/* named as the diffusers configs name the widths */
+	if (e->joint_dim != info->txt_width)
+		return pd_errorf("%s: prompt_embeds width %lld does not match the transformer's joint_attention_dim %d",
+				 path, (long long)e->joint_dim, info->txt_width);
+	if (e->pooled_dim != info->pooled_width)
+		return pd_errorf("%s: pooled_prompt_embeds width %lld does not match the transformer's "
+				 "pooled_projection_dim %d", path, (long long)e->pooled_dim, info->pooled_width);
+	return 0;
+}
+
+void pd_embeds_free(struct pd_embeds *e)
+{
+	free(e->prompt);
+	free(e->pooled);
+	free(e->neg_prompt);
+	free(e->neg_pooled);
+	memset(e, 0, sizeof(*e));
+}
+
+/* A [B, per] buffer becomes [n, per] copies of its first row. */
+static int pd_repeat_rows(float **buf, int64_t per, int64_t n)
+{
+	float *nb;
+
+	if (!*buf)
+		return 0;
+	nb = pd_malloc((size_t)(n * per) * sizeof(float), "embeds");
+	if (!nb)
+		return -1;
+	for (int64_t b = 0; b < n; b++)
+		memcpy(nb + b * per, *buf, (size_t)per * sizeof(float));
+	free(*buf);
+	*buf = nb;
+	return 0;
+}
+
+int pd_embeds_repeat(struct pd_embeds *e, int64_t n)
+{
+	if (n < 1)
+		return pd_errorf("a batch needs at least one image");
+	if (pd_repeat_rows(&e->prompt, e->txt_len * e->joint_dim, n) ||
+	    pd_repeat_rows(&e->pooled, e->pooled_dim, n) ||
+	    pd_repeat_rows(&e->neg_prompt, e->neg_txt_len * e->joint_dim, n) ||
+	    pd_repeat_rows(&e->neg_pooled, e->pooled_dim, n))
+		return -1;
+	e->batch = n;
+	return 0;
+}

@@ -206,8 +206,8 @@ static int pd_engine_encode(struct pd_engine *e, int failed)
 		struct pd_embeds enc;
 		double t0 = pd_now();
 
-		pd_log(1, "pdit: encoding %lld prompt%s (CLIP + T5, %lld tokens)\n", (long long)count, count > 1 ? "s" : "",
-		       (long long)T);
+		pd_log(1, "pdit: encoding %lld prompt%s (%s, %lld tokens)\n", (long long)count, count > 1 ? "s" : "",
+		       e->fam->encoders, (long long)T);
 		rc = e->fam->encode(&enc, &e->mp, e->be, e->prompts, e->n_prompts, e->negative, (int)T, first, count);
 		if (!rc) {
 			memcpy(e->e.prompt + first * T * J, enc.prompt + first * T * J, (size_t)(count * T * J) * sizeof(float));
@@ -746,9 +746,9 @@ static int pd_engine_decode(struct pd_engine *e, const float *all, struct pd_res
 
 static void pd_engine_on_step(void *ctx, int step)
 {
-	const struct pd_request *rq = ctx;
+	const struct pd_engine *e = ctx;
 
-	rq->on_step(rq->step_ctx, step, 0);
+	e->running->on_step(e->running->step_ctx, step, e->p.steps);
 }
 
 int pd_engine_run(struct pd_engine *e, const struct pd_request *rq, struct pd_result *res)
@@ -780,10 +780,12 @@ int pd_engine_run(struct pd_engine *e, const struct pd_request *rq, struct pd_re
 		free(all);
 		return -1;
 	}
+	e->running = rq;
 	e->par.runner.on_step = rq->on_step ? pd_engine_on_step : NULL;
-	e->par.runner.step_ctx = (void *)rq;
+	e->par.runner.step_ctx = e;
 	rc = pd_engine_denoise(e, all, NULL);
 	e->par.runner.on_step = NULL;
+	e->running = NULL;
 	e->requests++;
 	if (rc) {
 		free(all);

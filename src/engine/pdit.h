@@ -96,7 +96,8 @@ struct pd_request {
 	float fbcache_threshold;        /* First Block Cache: 0 off, 0.05 to 0.12 usual */
 	int want_latents;               /* fill the result's latents (every process) */
 	int want_pictures;              /* decode: fill the result's pictures (writing processes) */
-	/* Called on every process after each denoising step (may be NULL). */
+	/* Called on every process after denoising step STEP (from 0) of STEPS
+	 * (may be NULL). */
 	void (*on_step)(void *ctx, int step, int steps);
 	void *step_ctx;
 };

@@ -24,6 +24,20 @@
 #include <string.h>
 
 static const char *fox[] = { "a red fox in the snow" };
+
+/* The step callback: how often, and the steps it was told. */
+struct steps_seen {
+	int calls, last, total;
+};
+
+static void on_step(void *ctx, int step, int steps)
+{
+	struct steps_seen *s = ctx;
+
+	s->calls++;
+	s->last = step;
+	s->total = steps;
+}
 static const char *two[] = { "a lighthouse at dusk", "three green apples" };
 
 static void options(struct pd_engine_options *o, const char *dir, const char *mesh, int world)
@@ -114,8 +128,16 @@ int main(int argc, char **argv)
 	if (!e)
 		return pd_test_finish(world, world->rank == 0 ? dir : NULL);
 	for (int k = 0; k < 4; k++) {
+		struct steps_seen seen = { 0, -1, 0 };
+
 		request(&rq, k);
+		rq.on_step = on_step;
+		rq.step_ctx = &seen;
 		PD_CHECK(pd_engine_run(e, &rq, &mine[k]) == 0, "request %d: %s", k, pd_last_error());
+		PD_CHECK(seen.calls == rq.steps && seen.last == rq.steps - 1 && seen.total == rq.steps,
+			 "request %d: %d step calls, last %d of %d, for %d steps", k, seen.calls, seen.last, seen.total,
+			 rq.steps);
+		rq.on_step = NULL;
 		/* a bad request between two good ones */
 		bad = rq;
 		if (k == 0)

@@ -200,6 +200,7 @@ struct pd_dit_family {
 	 * default text length, and the embeddings of PROMPTS[first, first +
 	 * count) of N (with NEGATIVE's, when not NULL) in E, the other rows
 	 * zero; the encoders are loaded for the call and freed after it. */
+	const char *encoders;           /* its text encoders, for the log ("CLIP + T5") */
 	int (*prompt_widths)(const struct pd_model_paths *mp, int64_t *txt_width, int64_t *pooled_width);
 	int (*default_max_seq)(const struct pd_dit_info *info);
 	int (*encode)(struct pd_embeds *e, const struct pd_model_paths *mp, struct pd_backend *be,

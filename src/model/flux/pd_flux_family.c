@@ -103,6 +103,7 @@ const struct pd_dit_family pd_flux_family = {
 	.pack = pd_flux_pack,
 	.unpack = pd_flux_unpack,
 	.image_ids = pd_flux_image_ids,
+	.encoders = "CLIP + T5",
 	.prompt_widths = pd_flux_prompt_widths,
 	.default_max_seq = pd_flux_default_max_seq,
 	.encode = pd_flux_encode,

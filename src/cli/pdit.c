@@ -23,20 +23,25 @@ int pd_cli_fail(void)
 	return 1;
 }
 
+void pd_cli_report(struct pd_comm *world)
+{
+	if (world->failed_rank != world->rank && world->failed_rank >= 0)
+		return;
+	if (world->rank == 0)
+		fprintf(stderr, "pdit: %s\n", pd_last_error());
+	else
+		fprintf(stderr, "pdit: rank %d: %s\n", world->rank, pd_last_error());
+}
+
 int pd_cli_any_failed(struct pd_comm *world, int failed)
 {
-	int32_t lowest = failed ? world->rank : world->size;
+	int dead = 0;
 
-	if (world->size > 1 && world->ops->allreduce(world, &lowest, 1, PD_COMM_I32, PD_COMM_MIN))
-		pd_cli_abort(world);
-	if (lowest == world->size)
+	if (!pd_comm_agree(world, failed, &dead))
 		return 0;
-	if (world->rank == lowest) {
-		if (lowest == 0)
-			fprintf(stderr, "pdit: %s\n", pd_last_error());
-		else
-			fprintf(stderr, "pdit: rank %d: %s\n", lowest, pd_last_error());
-	}
+	if (dead)
+		pd_cli_abort(world);
+	pd_cli_report(world);
 	return 1;
 }
 
@@ -49,17 +54,6 @@ void pd_cli_abort(struct pd_comm *world)
 	fflush(stderr);
 	world->ops->abort(world, 1);
 	exit(1);
-}
-
-int pd_cli_dtype(const char *s, enum pd_dtype *out)
-{
-	if (strcmp(s, "f32") == 0)
-		*out = PD_F32;
-	else if (strcmp(s, "bf16") == 0)
-		*out = PD_BF16;
-	else
-		return pd_errorf("--dtype must be f32 or bf16, not '%s'", s);
-	return 0;
 }
 
 /* ======================================================================= */
@@ -170,7 +164,7 @@ static int pd_cmd_forward(int argc, char **argv)
 		pd_errorf("forward needs --transformer DIR, --inputs FILE and --out FILE");
 		return pd_cli_fail();
 	}
-	if (pd_cli_dtype(dtype, &dt) || pd_st_open(&st, inputs) || pd_backend_cpu_new(&be, dt, threads) ||
+	if (pd_dtype_compute(dtype, &dt) || pd_st_open(&st, inputs) || pd_backend_cpu_new(&be, dt, threads) ||
 	    pd_flux_load(&m, tdir, be))
 		goto fail;
 	cfg = pd_flux_get_config(m);

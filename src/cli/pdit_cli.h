@@ -19,10 +19,14 @@ int pd_cli_fail(void);
  * rank when it is not rank 0). */
 int pd_cli_any_failed(struct pd_comm *world, int failed);
 
+/* After a failed agreement: the lowest failing rank prints its message
+ * (prefixed with its rank when it is not rank 0); a rank that failed alone,
+ * without an agreement (failed_rank -1), prints its own. */
+void pd_cli_report(struct pd_comm *world);
+
 /* A failure in the middle of collective work: print and end the whole job. */
 void pd_cli_abort(struct pd_comm *world);
 
-int pd_cli_dtype(const char *s, enum pd_dtype *out);
 
 /* Runs the command argv[1]; its exit status. */
 int pd_dispatch(struct pd_comm *world, int argc, char **argv);

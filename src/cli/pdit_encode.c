@@ -115,7 +115,7 @@ int pd_cmd_encode(int argc, char **argv)
 		pd_errorf("give one of -p/--prompt and --prompts FILE");
 		goto out;
 	}
-	if (pd_cli_dtype(a.dtype, &dt) || pd_model_paths_resolve(&mp, &f, 1))
+	if (pd_dtype_compute(a.dtype, &dt) || pd_model_paths_resolve(&mp, &f, 1))
 		goto out;
 	if (a.max_seq == 0)
 		a.max_seq = pd_encode_default_length(&mp);

@@ -61,6 +61,7 @@ int pd_cmd_plan(int argc, char **argv)
 	struct pd_model_flags mf = { 0 };
 	struct pd_model_paths mp;
 	const struct pd_dit_family *fam;
+	enum pd_dtype dt;
 	struct pd_latent_shape ls;
 	struct pd_dit_info info;
 	struct pd_plan_work w = { 0 };
@@ -128,10 +129,8 @@ int pd_cmd_plan(int argc, char **argv)
 			pd_errorf("give --device or --gflops, not both");
 		return pd_cli_fail();
 	}
-	if (strcmp(dtype, "bf16") && strcmp(dtype, "f32")) {
-		pd_errorf("--dtype must be f32 or bf16, not '%s'", dtype);
+	if (pd_dtype_compute(dtype, &dt))
 		return pd_cli_fail();
-	}
 	if (pd_model_paths_resolve(&mp, &mf, 0) || pd_family_find(mp.transformer, &fam, &info) ||
 	    fam->latent_shape(&ls, &info, height, width))
 		goto out;
@@ -141,7 +140,7 @@ int pd_cmd_plan(int argc, char **argv)
 	w.img_w = ls.w / 2;
 	w.images = batch;
 	w.branches = cfg_scale > 1 ? 2 : 1;
-	w.weight_bytes = strcmp(dtype, "bf16") == 0 ? 2 : 4;
+	w.weight_bytes = dt == PD_BF16 ? 2 : 4;
 	if (mp.vae && pd_is_dir(mp.vae)) {
 		struct pd_vae_config vc;
 

@@ -398,12 +398,7 @@ static void pd_gen_failed(struct pd_comm *world, struct pd_engine *e)
 {
 	if (e && pd_engine_dead(e))
 		pd_cli_abort(world);
-	if (world->failed_rank == world->rank || world->failed_rank < 0) {
-		if (world->rank == 0)
-			fprintf(stderr, "pdit: %s\n", pd_last_error());
-		else
-			fprintf(stderr, "pdit: rank %d: %s\n", world->rank, pd_last_error());
-	}
+	pd_cli_report(world);
 }
 
 static void pd_free_prompts(char **prompts, int n)
@@ -727,23 +722,9 @@ static int pd_check_golden(struct pd_engine *r, const char *path, const float *a
 		if (pd_st_read_f32(t, 0, (size_t)n, ref))
 			goto out;
 		if (k == 0) {
-			int64_t per = r->ls.tokens * r->ls.packed_channels;
-			float *u = pd_malloc((size_t)r->ls.channels * r->ls.h * r->ls.w * sizeof(float), "noise");
-
-			init = pd_malloc((size_t)n * sizeof(float), "noise");
-			if (!u || !init) {
-				free(u);
+			init = pd_engine_initial(r);
+			if (!init)
 				goto out;
-			}
-			for (int64_t b = 0; b < r->e.batch; b++) {
-				if (r->init) {
-					memcpy(init + b * per, r->init + b * per, (size_t)per * sizeof(float));
-					continue;
-				}
-				pd_draw_noise(&r->ls, r->p.seed + (uint64_t)b, u);
-				r->fam->pack(&r->ls, u, init + b * per);
-			}
-			free(u);
 			got = init;
 		}
 		d = pd_rel_diff(got, ref, (size_t)n);

@@ -3,6 +3,7 @@
  */
 
 #include "pd_dtype.h"
+#include "pd_util.h"
 
 #include <string.h>
 
@@ -38,4 +39,15 @@ int pd_dtype_from_name(const char *name)
 int pd_dtype_is_float(enum pd_dtype dt)
 {
 	return dt == PD_F32 || dt == PD_F16 || dt == PD_BF16 || dt == PD_F64;
+}
+
+int pd_dtype_compute(const char *s, enum pd_dtype *out)
+{
+	if (strcmp(s, "f32") == 0)
+		*out = PD_F32;
+	else if (strcmp(s, "bf16") == 0)
+		*out = PD_BF16;
+	else
+		return pd_errorf("--dtype must be f32 or bf16, not '%s'", s);
+	return 0;
 }

@@ -369,12 +369,8 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
 				    o->text_encoder_2, o->tokenizer, o->tokenizer_2 };
 	const char *dtype = o->dtype ? o->dtype : "f32";
 
-	if (strcmp(dtype, "f32") == 0)
-		e->dt = PD_F32;
-	else if (strcmp(dtype, "bf16") == 0)
-		e->dt = PD_BF16;
-	else
-		return pd_errorf("--dtype must be f32 or bf16, not '%s'", dtype);
+	if (pd_dtype_compute(dtype, &e->dt))
+		return -1;
 	if (!(o->comm_timeout >= 0))
 		return pd_errorf("--comm-timeout must be 0 (wait forever) or a number of seconds (got %g)", o->comm_timeout);
 	e->world->timeout_s = o->comm_timeout;
@@ -593,10 +589,6 @@ int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct p
 		e->p.width = dflt.width;
 		rc = e->fam->latent_shape(&e->ls, &e->info, dflt.height, dflt.width);
 	}
-	if (!rc && o->parallel)
-		rc = strcmp(o->parallel, "auto") && strcmp(o->parallel, "auto-stale") ?
-			     pd_errorf("--parallel must be auto or auto-stale (got '%s')", o->parallel) : 0;
-	/* parallel auto is collective: every rank gets there, or none */
 	if (pd_comm_agree(world, rc, &e->dead))
 		goto fail;
 	rc = pd_engine_choose_mesh(e) || (plan != &dflt && pd_engine_check_memory(e, plan->want_pictures, 0));
@@ -687,7 +679,7 @@ int pd_engine_denoise(struct pd_engine *e, float *all, const struct pd_dump *mod
 
 /* The initial latents of every picture: as given, or the seeds' noise
  * drawn again (cheaper than keeping it). */
-static float *pd_engine_initial(const struct pd_engine *e)
+float *pd_engine_initial(const struct pd_engine *e)
 {
 	int64_t per = e->ls.tokens * e->ls.packed_channels, B = e->e.batch;
 	float *first = pd_malloc((size_t)(B * per) * sizeof(float), "latents"), *u;

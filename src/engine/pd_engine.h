@@ -65,6 +65,10 @@ int pd_engine_prepare(struct pd_engine *e, const struct pd_request *rq);
  * failure leaves the engine dead. */
 int pd_engine_denoise(struct pd_engine *e, float *all, const struct pd_dump *model_dump);
 
+/* The prepared request's initial latents [B, L, C] (malloc'd): as given,
+ * or the seeds' noise drawn again; NULL with a message. */
+float *pd_engine_initial(const struct pd_engine *e);
+
 /* The notes and the run's summary line, before denoising RQ. */
 void pd_engine_notes(const struct pd_engine *e, const struct pd_request *rq);
 

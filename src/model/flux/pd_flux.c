@@ -440,11 +440,6 @@ const struct pd_flux_config *pd_flux_get_config(const struct pd_flux *m)
 	return &m->cfg;
 }
 
-int64_t pd_flux_local_width(const struct pd_flux *m)
-{
-	return m->dim;
-}
-
 int pd_flux_dit_info(const struct pd_flux_config *c, struct pd_dit_info *info)
 {
 	double D = c->dim, M = c->mlp_dim;

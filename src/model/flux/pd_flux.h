@@ -84,8 +84,6 @@ int pd_flux_load_dit(struct pd_dit **out, const char *dir, struct pd_backend *be
 struct pd_dit *pd_flux_dit(struct pd_flux *m);
 void pd_flux_free(struct pd_flux *m);
 const struct pd_flux_config *pd_flux_get_config(const struct pd_flux *m);
-/* Attention width held here: the local heads x head_dim. */
-int64_t pd_flux_local_width(const struct pd_flux *m);
 
 
 

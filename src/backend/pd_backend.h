@@ -46,6 +46,11 @@ struct pd_conv;         /* a prepared 2-D convolution kernel and its bias */
 struct pd_backend_ops {
 	const char *name;
 	void (*destroy)(struct pd_backend *be);
+	/* Makes the calling thread compute with the backend's settings (the
+	 * CPU's: its thread count) and returns what leave puts back: the
+	 * backend changes nothing of the process for longer than a scope. */
+	int (*enter)(struct pd_backend *be);
+	void (*leave)(struct pd_backend *be, int saved);
 
 	/* Memory (counts are in floats). */
 	float *(*alloc)(struct pd_backend *be, size_t n);
@@ -156,7 +161,7 @@ struct pd_backend {
 	const struct pd_backend_ops *ops;       /* the implementation */
 	enum pd_dtype compute;                  /* PD_F32 or PD_BF16 matrix products */
 	int host_memory;                        /* its buffers are host memory (a communicator may use them) */
-	int threads;                            /* OpenMP threads used by this backend */
+	int threads;                            /* OpenMP threads it computes with between enter and leave */
 	int failed;                             /* set by the first failing operation */
 	char error[512];                        /* its message */
 	size_t weight_bytes;                    /* held now by prepared weights (linear, conv) */
@@ -170,6 +175,20 @@ static inline void pd_backend_free(struct pd_backend *be)
 {
 	if (be)
 		be->ops->destroy(be);
+}
+
+/* A scope of work on BE: the calling thread computes with BE's settings
+ * until pd_backend_leave puts back what pd_backend_enter returned. Scopes
+ * nest. */
+static inline int pd_backend_enter(struct pd_backend *be)
+{
+	return be->ops->enter ? be->ops->enter(be) : 0;
+}
+
+static inline void pd_backend_leave(struct pd_backend *be, int saved)
+{
+	if (be->ops->leave)
+		be->ops->leave(be, saved);
 }
 
 /* Records the first failure; later operations become no-ops. */

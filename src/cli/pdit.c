@@ -129,7 +129,7 @@ static const char pd_forward_examples[] =
 static int pd_cmd_forward(int argc, char **argv)
 {
 	const char *tdir = NULL, *inputs = NULL, *outp = NULL, *dtype = "f32";
-	int dump_all = 0, threads = 0, verbose = 0, n_pos, hr, rc = 1;
+	int dump_all = 0, threads = 0, verbose = 0, n_pos, hr, rc = 1, saved = -1;
 	const struct pd_arg opts[] = {
 		{ "--transformer", 0, PD_ARG_STRING, &tdir, "DIR", "transformer folder", NULL },
 		{ "--inputs", 0, PD_ARG_STRING, &inputs, "FILE", "safetensors with the in.* tensors", NULL },
@@ -165,7 +165,7 @@ static int pd_cmd_forward(int argc, char **argv)
 		return pd_cli_fail();
 	}
 	if (pd_dtype_compute(dtype, &dt) || pd_st_open(&st, inputs) || pd_backend_cpu_new(&be, dt, threads) ||
-	    pd_flux_load(&m, tdir, be))
+	    (saved = pd_backend_enter(be), pd_flux_load(&m, tdir, be)))
 		goto fail;
 	cfg = pd_flux_get_config(m);
 	if (pd_forward_inputs_read(&in, st, cfg))
@@ -213,6 +213,8 @@ out:
 	free(out);
 	pd_forward_inputs_free(&in);
 	pd_flux_free(m);
+	if (saved >= 0)
+		pd_backend_leave(be, saved);
 	pd_backend_free(be);
 	pd_st_close(st);
 	return rc;
@@ -374,7 +376,7 @@ int pd_dispatch(struct pd_comm *world, int argc, char **argv)
 	if (strcmp(argv[1], "tiny") == 0)
 		return pd_single_process(world, "tiny") ? 1 : pd_cmd_tiny(argc, argv);
 	if (strcmp(argv[1], "encode") == 0)
-		return pd_single_process(world, "encode") ? 1 : pd_cmd_encode(argc, argv);
+		return pd_single_process(world, "encode") ? 1 : pd_cmd_encode(world, argc, argv);
 	if (strcmp(argv[1], "plan") == 0)
 		return pd_single_process(world, "plan") ? 1 : pd_cmd_plan(argc, argv);
 	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {

@@ -4,15 +4,11 @@
  * the tests compare with transformers' outputs).
  */
 #include "pd_args.h"
-#include "pd_backend_cpu.h"
-#include "pd_config.h"
-#include "pd_flux_prompt.h"
+#include "pd_embeds.h"
 #include "pd_prompts.h"
 #include "pd_util.h"
+#include "pdit.h"
 #include "pdit_cli.h"
-#include "pd_st_writer.h"
-
-#include <cjson/cJSON.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -41,36 +37,16 @@ struct pd_encode_args {
 	int max_seq, threads, verbose;
 };
 
-/* The default length from the model folder's transformer (512 for dev-style
- * guidance-embedded models, 256 otherwise), or 512 without one. */
-static int pd_encode_default_length(const struct pd_model_paths *mp)
-{
-	struct pd_config c;
-	int g = 1;
-
-	if (mp->transformer && pd_is_dir(mp->transformer) &&
-	    pd_config_load_in(&c, mp->transformer, "config.json", "FLUX transformer") == 0) {
-		if (pd_config_bool(&c, "guidance_embeds", 0, 0, &g))
-			g = 1;
-		pd_config_free(&c);
-	}
-	return pd_flux_prompt_default_length(g);
-}
-
-int pd_cmd_encode(int argc, char **argv)
+int pd_cmd_encode(struct pd_comm *world, int argc, char **argv)
 {
 	struct pd_encode_args a;
-	struct pd_model_paths mp = { 0 };
-	struct pd_model_flags f;
-	struct pd_flux_prompt_encoder pe;
-	struct pd_backend *be = NULL;
-	struct pd_st_writer *w = NULL;
-	enum pd_dtype dt;
+	struct pd_engine_options o;
+	struct pd_request rq;
+	struct pd_result res = { 0 };
+	struct pd_engine *e = NULL;
 	char **prompts = NULL;
-	int n = 0, hr, rc = 1, loaded = 0, n_pos = 0;
+	int n = 0, hr, rc = 1, n_pos = 0;
 	const char *pos[1];
-	int64_t *cids = NULL, *tids = NULL, J, P;
-	float *emb = NULL, *pool = NULL, *nemb = NULL, *npool = NULL;
 	const struct pd_arg opts[] = {
 		{ "--model", 'm', PD_ARG_STRING, &a.model, "DIR", "diffusers FLUX folder (text_encoder/, text_encoder_2/, tokenizer/, tokenizer_2/)", NULL },
 		{ "--text-encoder", 0, PD_ARG_STRING, &a.text_encoder, "DIR", "CLIP text encoder folder (overrides --model's)", NULL },
@@ -101,8 +77,6 @@ int pd_cmd_encode(int argc, char **argv)
 		return pd_cli_fail();
 	if (a.verbose)
 		pd_log_level = 2;
-	f = (struct pd_model_flags){ a.model, NULL, NULL, NULL, a.clip_l ? a.clip_l : a.text_encoder,
-				     a.t5xxl ? a.t5xxl : a.text_encoder_2, a.tokenizer, a.tokenizer_2 };
 	if ((a.clip_l && a.text_encoder) || (a.t5xxl && a.text_encoder_2)) {
 		pd_errorf("give each encoder once: --text-encoder or --clip_l, --text-encoder-2 or --t5xxl");
 		goto out;
@@ -115,11 +89,7 @@ int pd_cmd_encode(int argc, char **argv)
 		pd_errorf("give one of -p/--prompt and --prompts FILE");
 		goto out;
 	}
-	if (pd_dtype_compute(a.dtype, &dt) || pd_model_paths_resolve(&mp, &f, 1))
-		goto out;
-	if (a.max_seq == 0)
-		a.max_seq = pd_encode_default_length(&mp);
-	if (a.max_seq < 1 || a.max_seq > 512) {
+	if (a.max_seq < 0 || a.max_seq > 512) {
 		pd_errorf("--max-sequence-length must be between 1 and 512 (got %d)", a.max_seq);
 		goto out;
 	}
@@ -131,77 +101,36 @@ int pd_cmd_encode(int argc, char **argv)
 	} else if (pd_prompt_read_file(a.prompts_file, &prompts, &n)) {
 		goto out;
 	}
-	if (pd_backend_cpu_new(&be, dt, a.threads) || pd_flux_prompt_encoder_load(&pe, &mp, be))
+	pd_engine_options_init(&o);
+	o.model = a.model;
+	o.text_encoder = a.clip_l ? a.clip_l : a.text_encoder;
+	o.text_encoder_2 = a.t5xxl ? a.t5xxl : a.text_encoder_2;
+	o.tokenizer = a.tokenizer;
+	o.tokenizer_2 = a.tokenizer_2;
+	o.dtype = a.dtype;
+	o.threads = a.threads;
+	o.log_level = pd_log_level;
+	o.encode_only = 1;
+	pd_request_init(&rq);
+	rq.prompts = (const char *const *)prompts;
+	rq.n_prompts = n;
+	rq.negative = a.negative;
+	rq.max_seq = a.max_seq;
+	rq.want_pictures = 0;
+	rq.want_embeds = 1;
+	if (pd_engine_open(&e, world, &o, NULL) || pd_engine_run(e, &rq, &res) ||
+	    pd_embeds_save(res.embeds, a.out, prompts, n, a.negative))
 		goto out;
-	loaded = 1;
-	J = pd_t5_get_config(pe.t5)->d_model;
-	P = pd_clip_get_config(pe.clip)->hidden;
-	cids = pd_malloc((size_t)n * 77 * sizeof(int64_t), "ids");
-	tids = pd_malloc((size_t)n * (size_t)a.max_seq * sizeof(int64_t), "ids");
-	emb = pd_malloc((size_t)(n * a.max_seq * J) * sizeof(float), "embeddings");
-	pool = pd_malloc((size_t)(n * P) * sizeof(float), "embeddings");
-	nemb = a.negative ? pd_malloc((size_t)(n * a.max_seq * J) * sizeof(float), "embeddings") : NULL;
-	npool = a.negative ? pd_malloc((size_t)(n * P) * sizeof(float), "embeddings") : NULL;
-	if (!cids || !tids || !emb || !pool || (a.negative && (!nemb || !npool)))
-		goto out;
-	if (pe.clip_tok.max_len != 77) {
-		pd_errorf("%s: model_max_length %d; FLUX's CLIP takes 77", mp.tokenizer, pe.clip_tok.max_len);
-		goto out;
-	}
-	for (int b = 0; b < n; b++) {
-		pd_log(1, "pdit: encoding prompt %d of %d\n", b + 1, n);
-		if (pd_flux_prompt_encode(&pe, prompts[b], a.max_seq, emb + (int64_t)b * a.max_seq * J, pool + b * P,
-				     cids + (int64_t)b * 77, tids + (int64_t)b * a.max_seq))
-			goto out;
-		if (a.negative && pd_flux_prompt_encode(&pe, a.negative, a.max_seq, nemb + (int64_t)b * a.max_seq * J,
-						   npool + b * P, NULL, NULL))
-			goto out;
-	}
-	w = pd_st_writer_new();
-	{
-		int64_t s_ci[2] = { n, 77 }, s_ti[2] = { n, a.max_seq }, s_e[3] = { n, a.max_seq, J }, s_p[2] = { n, P };
-		cJSON *list = cJSON_CreateArray();
-		char *meta;
-
-		for (int b = 0; list && b < n; b++)
-			cJSON_AddItemToArray(list, cJSON_CreateString(prompts[b]));
-		meta = list ? cJSON_PrintUnformatted(list) : NULL;
-		cJSON_Delete(list);
-		if (!w || !meta || pd_st_writer_add(w, "clip.input_ids", PD_I64, 2, s_ci, cids) ||
-		    pd_st_writer_add(w, "clip.pooler_output", PD_F32, 2, s_p, pool) ||
-		    pd_st_writer_add(w, "t5.input_ids", PD_I64, 2, s_ti, tids) ||
-		    pd_st_writer_add(w, "t5.last_hidden_state", PD_F32, 3, s_e, emb) ||
-		    pd_st_writer_add(w, "prompt_embeds", PD_F32, 3, s_e, emb) ||
-		    pd_st_writer_add(w, "pooled_prompt_embeds", PD_F32, 2, s_p, pool) ||
-		    (a.negative && (pd_st_writer_add(w, "negative_prompt_embeds", PD_F32, 3, s_e, nemb) ||
-				    pd_st_writer_add(w, "negative_pooled_prompt_embeds", PD_F32, 2, s_p, npool))) ||
-		    pd_st_writer_meta(w, "prompts", meta) ||
-		    (a.negative && pd_st_writer_meta(w, "negative_prompt", a.negative)) ||
-		    pd_st_writer_save(w, a.out)) {
-			free(meta);
-			goto out;
-		}
-		free(meta);
-	}
-	pd_log(1, "pdit: wrote %s (%d prompt%s, %d T5 tokens of %lld, pooled %lld)\n", a.out, n, n > 1 ? "s" : "",
-	       a.max_seq, (long long)J, (long long)P);
+	pd_log(1, "pdit: wrote %s (%d prompt%s, %lld T5 tokens of %lld, pooled %lld)\n", a.out, n, n > 1 ? "s" : "",
+	       (long long)res.embeds->txt_len, (long long)res.embeds->joint_dim, (long long)res.embeds->pooled_dim);
 	rc = 0;
 out:
 	if (rc)
 		pd_cli_fail();
-	pd_st_writer_free(w);
-	if (loaded)
-		pd_flux_prompt_encoder_free(&pe);
-	pd_backend_free(be);
+	pd_result_free(&res);
+	pd_engine_close(e);
 	for (int i = 0; i < n; i++)
 		free(prompts[i]);
 	free(prompts);
-	free(cids);
-	free(tids);
-	free(emb);
-	free(pool);
-	free(nemb);
-	free(npool);
-	pd_model_paths_free(&mp);
 	return rc;
 }

@@ -135,7 +135,7 @@ int pd_cmd_plan(int argc, char **argv)
 	    fam->latent_shape(&ls, &info, height, width))
 		goto out;
 	w.info = &info;
-	w.txt_len = txt ? txt : info.guidance ? 512 : 256;
+	w.txt_len = txt ? txt : fam->default_max_seq ? fam->default_max_seq(&info) : 0;
 	w.img_len = ls.tokens;
 	w.img_w = ls.w / 2;
 	w.images = batch;
@@ -206,8 +206,12 @@ int pd_cmd_plan(int argc, char **argv)
 			  w.encoders_gb > 0 ? ", or the text encoders " : "", w.encoders_gb > 0 ? w.encoders_gb : 0.0);
 		goto out;
 	}
-	if (!steps)
-		steps = info.guidance ? 28 : 4;
+	if (!steps) {
+		struct pd_dit_defaults d;
+
+		fam->defaults(&info, &d);
+		steps = d.steps;
+	}
 	if (!json) {
 		printf("pdit plan: %s, %dx%d (%lld text + %lld image tokens), %d image%s%s, %d steps\n", mp.transformer, width,
 		       height, (long long)w.txt_len, (long long)w.img_len, batch, batch > 1 ? "s" : "",

@@ -337,6 +337,7 @@ static int pd_gen_engine_options(const struct pd_gen_args *a, struct pd_engine_o
 	o->tokenizer_2 = a->tokenizer_2;
 	o->dtype = a->dtype;
 	o->threads = a->threads;
+	o->log_level = pd_log_level; /* as the command set it for this rank */
 	o->comm_timeout = a->comm_timeout;
 	o->dp = a->dp;
 	o->cfg_parallel = a->cfg_parallel;
@@ -746,6 +747,7 @@ int pd_cmd_check(struct pd_comm *world, int argc, char **argv)
 	struct pd_engine_options o;
 	struct pd_request rq;
 	struct pd_engine *e = NULL;
+	struct pd_engine_scope scope;
 	char **prompts = NULL;
 	int n_prompts = 0;
 	struct pd_blocks mine = { 0 }, ref = { 0 }, full = { 0 };
@@ -766,6 +768,8 @@ int pd_cmd_check(struct pd_comm *world, int argc, char **argv)
 		pd_gen_failed(world, NULL);
 		goto out;
 	}
+	/* the reference runs below compute as the engine does */
+	pd_engine_enter(e, &scope);
 	tol = a.tolerance > 0 ? a.tolerance : e->dt == PD_BF16 ? 2e-2 : 1e-5;
 	all = pd_malloc((size_t)(e->e.batch * e->ls.tokens * e->ls.packed_channels) * sizeof(float), "latents");
 	if (pd_cli_any_failed(world, !all))
@@ -843,6 +847,8 @@ out:
 	pd_blocks_free(&full);
 	free(all);
 	free(ref_lat);
+	if (e)
+		pd_engine_leave(&scope);
 	pd_engine_close(e);
 	pd_free_prompts(prompts, n_prompts);
 	return rc;
@@ -903,6 +909,7 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 	struct pd_engine_options o;
 	struct pd_request rq;
 	struct pd_engine *e = NULL;
+	struct pd_engine_scope scope;
 	char **prompts = NULL;
 	int n_prompts = 0;
 	struct pd_bench_clock clk = { 0 };
@@ -939,6 +946,7 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 		pd_gen_failed(world, NULL);
 		goto out;
 	}
+	pd_engine_enter(e, &scope);
 	all = pd_malloc((size_t)(e->e.batch * e->ls.tokens * e->ls.packed_channels) * sizeof(float), "latents");
 	clk.t = pd_calloc((size_t)total, sizeof(double), "bench");
 	clk.bytes = pd_calloc((size_t)total, sizeof(uint64_t), "bench");
@@ -1096,6 +1104,8 @@ out:
 	free(rk);
 	free(dt);
 	free(default_embeds);
+	if (e)
+		pd_engine_leave(&scope);
 	pd_engine_close(e);
 	pd_free_prompts(prompts, n_prompts);
 	return rc;

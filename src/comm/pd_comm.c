@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-int pd_comm_self_new(struct pd_comm **out);
 #ifdef PDIT_MPI
 int pd_comm_mpi_world_init(int *argc, char ***argv, struct pd_comm **world);
 void pd_comm_mpi_finalize(void);

@@ -90,6 +90,10 @@ struct pd_comm {
 int pd_comm_world_init(int *argc, char ***argv, struct pd_comm **world);
 void pd_comm_world_finalize(struct pd_comm *world);
 
+/* A communicator of this process alone (work one rank does by itself, such
+ * as encoding prompts); free it with its ops->free. */
+int pd_comm_self_new(struct pd_comm **out);
+
 /* Processes of this job on this machine (for dividing the cores). */
 int pd_comm_local_size(struct pd_comm *world);
 

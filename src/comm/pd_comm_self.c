@@ -9,8 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int pd_comm_self_new(struct pd_comm **out);
-
 /* A send to oneself is held until the receive that matches it. */
 struct pd_self_msg {
 	const void *buf;                /* the sender's buffer (borrowed until wait) */

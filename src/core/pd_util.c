@@ -13,7 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
-int pd_log_level = 1;
+_Thread_local int pd_log_level = 1;
+static _Thread_local void (*pd_log_write)(void *ctx, int level, const char *line);
+static _Thread_local void *pd_log_ctx;
 int pd_fault_rank;
 
 static _Thread_local char pd_error_buf[1024];
@@ -41,13 +43,29 @@ const char *pd_last_error(void)
 
 void pd_log(int level, const char *fmt, ...)
 {
+	char line[2048];
 	va_list ap;
 
 	if (level > pd_log_level)
 		return;
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	if (pd_log_write) {
+		vsnprintf(line, sizeof(line), fmt, ap);
+		pd_log_write(pd_log_ctx, level, line);
+	} else {
+		vfprintf(stderr, fmt, ap);
+	}
 	va_end(ap);
+}
+
+struct pd_log_sink pd_log_use(const struct pd_log_sink *s)
+{
+	struct pd_log_sink old = { pd_log_level, pd_log_write, pd_log_ctx };
+
+	pd_log_level = s->level;
+	pd_log_write = s->write;
+	pd_log_ctx = s->ctx;
+	return old;
 }
 
 int pd_mul_size(size_t a, size_t b, size_t *out)

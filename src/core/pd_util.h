@@ -29,9 +29,20 @@ int pd_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The last recorded message ("" when none). Thread-local. */
 const char *pd_last_error(void);
 
-/* Log levels: 0 quiet (errors only), 1 normal progress, 2 verbose (-v). */
-extern int pd_log_level;
+/* Log levels: 0 quiet (errors only), 1 normal progress, 2 verbose (-v).
+ * The level and where lines go belong to the calling thread, so that an
+ * engine (or one request of a server) sets its own around its work and
+ * puts the caller's back after it; a thread starts at level 1, on stderr. */
+struct pd_log_sink {
+	int level;                      /* lines of this level and below are kept */
+	/* receives each kept line (NULL: stderr) */
+	void (*write)(void *ctx, int level, const char *line);
+	void *ctx;                      /* write's first argument */
+};
+extern _Thread_local int pd_log_level; /* this thread's sink's level */
 void pd_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Makes S this thread's sink and returns the one it replaces. */
+struct pd_log_sink pd_log_use(const struct pd_log_sink *s);
 
 /* Fault injection for the failure tests: with PDIT_INJECT_FAULT set to
  * "SITE:INDEX" or "SITE:INDEX:RANK", pd_fault(SITE, INDEX) records

@@ -27,6 +27,7 @@ void pd_engine_options_init(struct pd_engine_options *o)
 	o->comm_timeout = 1800;
 	o->warmup_steps = 1;
 	o->decode = 1;
+	o->log_level = 1;
 }
 
 void pd_request_init(struct pd_request *rq)
@@ -43,6 +44,20 @@ void pd_request_init(struct pd_request *rq)
 int pd_engine_dead(const struct pd_engine *e)
 {
 	return e->dead;
+}
+
+void pd_engine_enter(struct pd_engine *e, struct pd_engine_scope *s)
+{
+	s->log = pd_log_use(&e->log);
+	s->be = e->be;
+	s->threads = s->be ? pd_backend_enter(s->be) : 0;
+}
+
+void pd_engine_leave(const struct pd_engine_scope *s)
+{
+	if (s->be)
+		pd_backend_leave(s->be, s->threads);
+	pd_log_use(&s->log);
 }
 
 /* Agreement over the world after a phase. */
@@ -208,7 +223,8 @@ static int pd_engine_encode(struct pd_engine *e, int failed)
 
 		pd_log(1, "pdit: encoding %lld prompt%s (%s, %lld tokens)\n", (long long)count, count > 1 ? "s" : "",
 		       e->fam->encoders, (long long)T);
-		rc = e->fam->encode(&enc, &e->mp, e->be, e->prompts, e->n_prompts, e->negative, (int)T, first, count);
+		rc = e->fam->encode(&enc, &e->mp, e->be, e->prompts, e->n_prompts, e->negative, (int)T, first, count,
+				    0);
 		if (!rc) {
 			memcpy(e->e.prompt + first * T * J, enc.prompt + first * T * J, (size_t)(count * T * J) * sizeof(float));
 			memcpy(e->e.pooled + first * P, enc.pooled + first * P, (size_t)(count * P) * sizeof(float));
@@ -374,14 +390,31 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
 	if (!(o->comm_timeout >= 0))
 		return pd_errorf("--comm-timeout must be 0 (wait forever) or a number of seconds (got %g)", o->comm_timeout);
 	e->world->timeout_s = o->comm_timeout;
+	if (o->encode_only) {
+		if (e->world->size > 1)
+			return pd_errorf("encoding runs on one process (this job has %d)", e->world->size);
+		if (pd_model_paths_resolve(&e->mp, &f, 1))
+			return -1;
+		/* a transformer, when the folder has one that reads, says the
+		 * family and its text length; the encoders need nothing of it */
+		if (e->mp.transformer && pd_family_find(e->mp.transformer, &e->fam, &e->info) == 0) {
+			e->info_ok = 1;
+			return 0;
+		}
+		e->fam = pd_family_named(o->family ? o->family : "flux");
+		if (e->fam && !e->fam->encode)
+			return pd_errorf("the %s family takes embeddings: it has no text encoders to run", e->fam->name);
+		return e->fam ? 0 : -1;
+	}
 	if (pd_model_paths_resolve(&e->mp, &f, 0) || pd_family_find(e->mp.transformer, &e->fam, &e->info))
 		return -1;
+	e->info_ok = 1;
+	e->fam->defaults(&e->info, &e->dflt);
 	if (e->mp.scheduler) {
 		if (pd_scheduler_load(&e->sched, e->mp.scheduler))
 			return -1;
 	} else {
-		/* FLUX.1-dev's scheduler shifts by resolution, schnell's does not. */
-		pd_scheduler_default(&e->sched, e->info.guidance);
+		pd_scheduler_default(&e->sched, &e->dflt);
 	}
 	if (o->distrifusion && o->ring)
 		return pd_errorf("--distrifusion-degree and --ring-degree cannot both be given");
@@ -464,7 +497,7 @@ static int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request 
 		return pd_errorf("this engine was opened without a VAE: it makes latents, not pictures");
 	e->p.height = rq->height;
 	e->p.width = rq->width;
-	e->p.steps = rq->steps ? rq->steps : e->info.guidance ? 28 : 4;
+	e->p.steps = rq->steps ? rq->steps : e->dflt.steps;
 	e->p.guidance = rq->guidance;
 	e->p.true_cfg_scale = rq->true_cfg_scale;
 	e->p.seed = rq->seed;
@@ -483,6 +516,77 @@ static int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request 
 	return 0;
 }
 
+/* FNV-1a over N bytes, continuing H. */
+static uint64_t pd_engine_hash(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 1099511628211ull;
+	return h;
+}
+
+/* The prepared request as every rank read it (files a rank reads alone:
+ * embeddings, initial latents): sizes that differ would make the
+ * transfers disagree, contents that differ another picture on each rank.
+ * Collective; -1 with the same message on every rank when they differ. */
+static int pd_engine_same_everywhere(struct pd_engine *e, const struct pd_request *rq)
+{
+	enum { N = 8 };
+	int64_t per = e->ls.tokens * e->ls.packed_channels, mine[N], *all;
+	const struct pd_embeds *x = &e->e;
+	uint64_t h = 14695981039346656037ull;
+	int rc = 0;
+
+	if (e->world->size == 1)
+		return 0;
+	/* prompts are encoded later, from the same strings: zeros here */
+	h = pd_engine_hash(h, x->prompt, (size_t)(x->batch * x->txt_len * x->joint_dim) * sizeof(float));
+	h = pd_engine_hash(h, x->pooled, (size_t)(x->batch * x->pooled_dim) * sizeof(float));
+	if (x->neg_prompt) {
+		h = pd_engine_hash(h, x->neg_prompt, (size_t)(x->batch * x->neg_txt_len * x->joint_dim) * sizeof(float));
+		h = pd_engine_hash(h, x->neg_pooled, (size_t)(x->batch * x->pooled_dim) * sizeof(float));
+	}
+	if (e->init)
+		h = pd_engine_hash(h, e->init, (size_t)(x->batch * per) * sizeof(float));
+	mine[0] = x->batch;
+	mine[1] = x->txt_len;
+	mine[2] = x->neg_prompt ? x->neg_txt_len : -1;
+	mine[3] = x->joint_dim;
+	mine[4] = x->pooled_dim;
+	mine[5] = e->ls.tokens;
+	mine[6] = e->init != NULL;
+	memcpy(&mine[7], &h, sizeof(h));
+	all = pd_malloc(sizeof(mine) * (size_t)e->world->size, "request check");
+	if (pd_engine_agree(e, !all)) {
+		rc = -1;
+		goto out;
+	}
+	if (pd_comm_allgather(e->world, mine, sizeof(mine), all)) {
+		e->dead = 1;
+		rc = -1;
+		goto out;
+	}
+	for (int r = 1; r < e->world->size && !rc; r++) {
+		const int64_t *o = all + (size_t)r * N;
+
+		if (memcmp(o, all, sizeof(mine)) == 0)
+			continue;
+		if (o[0] != all[0] || o[1] != all[1] || o[2] != all[2] || o[3] != all[3] || o[4] != all[4])
+			rc = pd_errorf("rank %d read %s as %lld prompts of %lld tokens (width %lld), rank 0 as %lld of "
+				       "%lld (width %lld): every process must read the same file", r,
+				       rq->embeds ? rq->embeds : "the prompts", (long long)o[0], (long long)o[1],
+				       (long long)o[3], (long long)all[0], (long long)all[1], (long long)all[3]);
+		else
+			rc = pd_errorf("rank %d read other values than rank 0 from %s%s%s: every process must read the "
+				       "same file", r, rq->embeds ? rq->embeds : "",
+				       rq->embeds && rq->init_latents ? " or " : "", rq->init_latents ? rq->init_latents : "");
+	}
+out:
+	free(all);
+	return rc;
+}
+
 int pd_engine_prepare(struct pd_engine *e, const struct pd_request *rq)
 {
 	struct pd_mesh_limits lim;
@@ -493,7 +597,7 @@ int pd_engine_prepare(struct pd_engine *e, const struct pd_request *rq)
 		pd_engine_limits(e, &lim);
 		rc = pd_mesh_check(e->degree, &lim) || pd_engine_check_memory(e, rq->want_pictures, 1);
 	}
-	return pd_engine_agree(e, rc);
+	return pd_engine_agree(e, rc) || pd_engine_same_everywhere(e, rq);
 }
 
 /* ----------------------------------------------------------------------- */
@@ -532,10 +636,9 @@ static int pd_engine_vae_setup(struct pd_engine *e)
 
 /* The mesh's communicators, the backend, the planned request's prompts,
  * this rank's weights. */
-static int pd_engine_load(struct pd_engine *e)
+static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 {
 	struct pd_dit_shard sh;
-
 	int rc;
 
 	/* a split is collective: MPI's own failure ends the job */
@@ -544,6 +647,11 @@ static int pd_engine_load(struct pd_engine *e)
 	e->mesh_ok = 1;
 	sh = pd_parallel_shard(&e->mesh, &e->info);
 	rc = pd_backend_cpu_new(&e->be, e->dt, pd_engine_threads(e->world, e->o.threads));
+	if (!rc) {
+		/* the weights are laid out for the threads that will run them */
+		scope->be = e->be;
+		scope->threads = pd_backend_enter(e->be);
+	}
 	if (pd_engine_encode(e, rc))
 		return -1;
 	if (pd_fault("load", 0) || e->fam->load(&e->m, e->mp.transformer, e->be, &sh))
@@ -561,6 +669,7 @@ int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct p
 		   const struct pd_request *plan)
 {
 	struct pd_engine *e = pd_calloc(1, sizeof(*e), "engine");
+	struct pd_engine_scope scope;
 	struct pd_request dflt;
 	int rc;
 
@@ -569,9 +678,12 @@ int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct p
 		return pd_comm_agree(world, 1, NULL);
 	e->world = world;
 	e->o = *o;
+	e->log = (struct pd_log_sink){ o->log_level, o->log, o->log_ctx };
+	pd_engine_enter(e, &scope);
 	/* the strings are the caller's: only the resolved paths are kept */
 	e->o.model = e->o.transformer = e->o.vae = e->o.scheduler = NULL;
 	e->o.text_encoder = e->o.text_encoder_2 = e->o.tokenizer = e->o.tokenizer_2 = e->o.dtype = NULL;
+	e->o.family = NULL;
 	if (!plan) {
 		/* the mesh and the memory for one picture of the defaults */
 		pd_request_init(&dflt);
@@ -580,6 +692,18 @@ int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct p
 		plan = &dflt;
 	}
 	rc = pd_engine_configure(e, o);
+	if (o->encode_only) {
+		/* the encoders are loaded per request: a backend is all there is to open */
+		if (!rc && !(rc = pd_backend_cpu_new(&e->be, e->dt, pd_engine_threads(world, o->threads)))) {
+			scope.be = e->be;
+			scope.threads = pd_backend_enter(e->be);
+		}
+		if (rc)
+			goto fail;
+		*out = e;
+		pd_engine_leave(&scope);
+		return 0;
+	}
 	if (!rc && plan != &dflt)
 		rc = pd_engine_prepare_local(e, plan);
 	if (!rc && plan == &dflt) {
@@ -589,28 +713,34 @@ int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct p
 		e->p.width = dflt.width;
 		rc = e->fam->latent_shape(&e->ls, &e->info, dflt.height, dflt.width);
 	}
-	if (pd_comm_agree(world, rc, &e->dead))
+	if (pd_comm_agree(world, rc, &e->dead) || (plan != &dflt && pd_engine_same_everywhere(e, plan)))
 		goto fail;
 	rc = pd_engine_choose_mesh(e) || (plan != &dflt && pd_engine_check_memory(e, plan->want_pictures, 0));
 	if (pd_comm_agree(world, rc, &e->dead))
 		goto fail;
 	e->o.parallel = NULL;
-	rc = pd_engine_load(e);
+	rc = pd_engine_load(e, &scope);
 	if (pd_comm_agree(world, rc, &e->dead))
 		goto fail;
 	/* the plan's prompts are encoded: its first run goes straight on */
 	e->ready = plan != &dflt ? plan : NULL;
 	*out = e;
+	pd_engine_leave(&scope);
 	return 0;
 fail:
+	pd_engine_leave(&scope);
 	pd_engine_close(e);
 	return -1;
 }
 
 void pd_engine_close(struct pd_engine *e)
 {
+	struct pd_log_sink caller;
+
 	if (!e)
 		return;
+	/* the log alone: freeing computes nothing */
+	caller = pd_log_use(&e->log);
 	if (e->par_ok)
 		pd_parallel_free(&e->par);
 	pd_vae_free(e->v);
@@ -623,6 +753,7 @@ void pd_engine_close(struct pd_engine *e)
 	pd_engine_request_free(e);
 	pd_model_paths_free(&e->mp);
 	free(e);
+	pd_log_use(&caller);
 }
 
 /* ----------------------------------------------------------------------- */
@@ -634,8 +765,7 @@ void pd_engine_notes(const struct pd_engine *e, const struct pd_request *rq)
 	char mesh[128];
 
 	if (!e->mp.scheduler)
-		pd_log(1, "pdit: note: no scheduler folder; using FLUX.1-%s's settings\n",
-		       e->info.guidance ? "dev" : "schnell");
+		pd_log(1, "pdit: note: no scheduler folder; using %s settings\n", e->dflt.whose);
 	if (e->e.neg_prompt && rq->true_cfg_scale <= 1)
 		pd_log(1, "pdit: note: %s, unused because --true-cfg-scale is %g (<= 1)\n",
 		       rq->embeds ? "the embeddings file has negative embeddings" : "a negative prompt was given",
@@ -743,7 +873,44 @@ static void pd_engine_on_step(void *ctx, int step)
 	e->running->on_step(e->running->step_ctx, step, e->p.steps);
 }
 
-int pd_engine_run(struct pd_engine *e, const struct pd_request *rq, struct pd_result *res)
+/* An engine opened to encode: the request's prompts to embeddings, with
+ * the token ids. */
+static int pd_engine_run_encode(struct pd_engine *e, const struct pd_request *rq, struct pd_result *res)
+{
+	struct pd_embeds *emb;
+	int max_seq;
+	double t0 = pd_now();
+
+	if (!rq->want_embeds || rq->want_latents || rq->want_pictures)
+		return pd_errorf("this engine was opened to encode prompts: it makes embeddings (want_embeds), not "
+				 "latents or pictures");
+	if (rq->embeds || rq->n_prompts < 1)
+		return pd_errorf("no prompt: give -p \"a prompt\" (or --prompts FILE)");
+	if (rq->max_seq < 0 || rq->max_seq > 512)
+		return pd_errorf("--max-sequence-length must be between 1 and 512 (got %d)", rq->max_seq);
+	for (int b = 0; b < rq->n_prompts; b++)
+		if (!rq->prompts[b])
+			return pd_errorf("prompt %d is missing", b);
+	max_seq = rq->max_seq ? rq->max_seq : e->fam->default_max_seq(e->info_ok ? &e->info : NULL);
+	emb = pd_calloc(1, sizeof(*emb), "prompt embeddings");
+	if (!emb)
+		return -1;
+	pd_backend_recover(e->be);
+	if (e->fam->encode(emb, &e->mp, e->be, (char *const *)rq->prompts, rq->n_prompts, rq->negative, max_seq, 0,
+			   rq->n_prompts, 1)) {
+		free(emb);
+		return -1;
+	}
+	/* after, not before: a file that fails to load gets its one line */
+	pd_log(1, "pdit: encoded %d prompt%s (%s, %d tokens) in %.2f s\n", rq->n_prompts, rq->n_prompts > 1 ? "s" : "",
+	       e->fam->encoders, max_seq, pd_now() - t0);
+	res->embeds = emb;
+	res->images = rq->n_prompts;
+	e->requests++;
+	return 0;
+}
+
+static int pd_engine_run_scoped(struct pd_engine *e, const struct pd_request *rq, struct pd_result *res)
 {
 	int64_t per;
 	float *all = NULL;
@@ -754,6 +921,10 @@ int pd_engine_run(struct pd_engine *e, const struct pd_request *rq, struct pd_re
 		return pd_errorf("the engine stopped after a failure of rank %d; close it", e->world->failed_rank);
 	if (e->o.one_request && e->requests > 0)
 		return pd_errorf("this engine was opened for one request");
+	if (e->o.encode_only)
+		return pd_engine_run_encode(e, rq, res);
+	if (rq->want_embeds)
+		return pd_errorf("embeddings come from an engine opened with encode_only");
 	/* a failure of the last request (an allocation) is not this one's */
 	pd_backend_recover(e->be);
 	if (e->ready != rq) {
@@ -821,8 +992,22 @@ int pd_engine_run(struct pd_engine *e, const struct pd_request *rq, struct pd_re
 	return 0;
 }
 
+int pd_engine_run(struct pd_engine *e, const struct pd_request *rq, struct pd_result *res)
+{
+	struct pd_engine_scope scope;
+	int rc;
+
+	pd_engine_enter(e, &scope);
+	rc = pd_engine_run_scoped(e, rq, res);
+	pd_engine_leave(&scope);
+	return rc;
+}
+
 void pd_result_free(struct pd_result *res)
 {
+	if (res->embeds)
+		pd_embeds_free(res->embeds);
+	free(res->embeds);
 	free(res->latents);
 	free(res->init);
 	free(res->rgb);

@@ -25,7 +25,10 @@ struct pd_engine {
 	struct pd_engine_options o;     /* as opened (its strings are not kept: see mp) */
 	struct pd_model_paths mp;       /* component folders and files */
 	struct pd_dit_info info;        /* transformer sizes, as the parallel methods and the planner see them */
+	int info_ok;                    /* info was read (an encode_only engine may have no transformer) */
+	struct pd_dit_defaults dflt;    /* the family's steps and schedule for this model */
 	const struct pd_dit_family *fam; /* the model family's pipeline side */
+	struct pd_log_sink log;         /* the log while the engine's calls run */
 	enum pd_dtype dt;               /* matrix-product precision */
 	int degree[PD_AXIS_COUNT];      /* the mesh */
 	int mesh_auto;                  /* chosen by pdit, not given: 1 by rule, 2 by the cost model */
@@ -55,6 +58,19 @@ struct pd_engine {
 	struct pd_gen_params p;         /* generation parameters */
 	float *init;                    /* initial latents from a file [B, L, C], or NULL */
 };
+
+/* The caller's log and thread count, put back when a call returns. */
+struct pd_engine_scope {
+	struct pd_log_sink log;         /* the caller's log */
+	struct pd_backend *be;          /* the backend entered, or NULL */
+	int threads;                    /* what pd_backend_enter returned */
+};
+
+/* The engine's log and (once it has a backend) thread count on the calling
+ * thread until pd_engine_leave; the commands that look inside a run hold
+ * one scope around it. */
+void pd_engine_enter(struct pd_engine *e, struct pd_engine_scope *s);
+void pd_engine_leave(const struct pd_engine_scope *s);
 
 /* The request RQ checked against the engine and shaped (embeddings read or
  * encoded, latents' geometry, parameters); collective. */

@@ -36,10 +36,10 @@
  * is the lowest process that failed: its message is the cause, the others
  * say which process failed.
  *
- * The library never exits the process; the transfer deadline is the
- * engine's communicators'. Still process-wide: the log level (pd_log_level,
- * which the command line sets per rank) and the OpenMP threads the backend
- * sets when the engine opens.
+ * The library never exits the process and leaves no process-wide setting
+ * changed: the transfer deadline is the engine's communicators', and its
+ * log level and thread count hold on the calling thread only while one of
+ * its calls runs (the caller's own come back when it returns).
  */
 #ifndef PDIT_H
 #define PDIT_H
@@ -48,6 +48,8 @@
 
 #include "pd_comm.h"
 #include "pd_util.h"
+
+struct pd_embeds;
 
 /* What an engine loads and how it runs, fixed for its life. */
 struct pd_engine_options {
@@ -63,6 +65,10 @@ struct pd_engine_options {
 	const char *tokenizer_2;        /* T5's folder */
 	const char *dtype;              /* "f32" or "bf16": the matrix products */
 	int threads;                    /* per process; 0: the cores divided among this machine's processes */
+	int log_level;                  /* 0 errors only, 1 progress (the default), 2 detail */
+	/* receives each line of the log (NULL: stderr) */
+	void (*log)(void *ctx, int level, const char *line);
+	void *log_ctx;                  /* log's first argument */
 	double comm_timeout;            /* seconds a process waits for the others before the job is reported
 					 * and stopped; 0: forever */
 	/* The mesh: degrees (0: not given; none given: pdit chooses), or
@@ -76,6 +82,10 @@ struct pd_engine_options {
 	int decode;                     /* load the VAE: requests can ask for pictures */
 	int one_request;                /* the command's mode: the transformer is freed before the one
 					 * request's decode (the VAE gets its memory); later requests fail */
+	int encode_only;                /* load no transformer: requests make prompt embeddings
+					 * (want_embeds), on one process */
+	const char *family;             /* with encode_only and no transformer: its family ("flux",
+					 * the default) */
 };
 
 /* One batch of pictures. */
@@ -96,6 +106,7 @@ struct pd_request {
 	float fbcache_threshold;        /* First Block Cache: 0 off, 0.05 to 0.12 usual */
 	int want_latents;               /* fill the result's latents (every process) */
 	int want_pictures;              /* decode: fill the result's pictures (writing processes) */
+	int want_embeds;                /* encode_only engines: fill the result's embeddings */
 	/* Called on every process after denoising step STEP (from 0) of STEPS
 	 * (may be NULL). */
 	void (*on_step)(void *ctx, int step, int steps);
@@ -117,6 +128,8 @@ struct pd_result {
 	uint8_t *rgb;                   /* [n_pictures, height, width, 3], or NULL */
 	double decode_s;                /* seconds a picture's decode took (the mean) */
 	int bands;                      /* bands a picture was decoded in */
+	struct pd_embeds *embeds;       /* want_embeds: the prompts' embeddings, the token ids among
+					 * their extras (pd_embeds.h; pd_embeds_save writes them) */
 };
 
 struct pd_engine;

@@ -10,16 +10,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-void pd_scheduler_default(struct pd_scheduler *s, int dynamic)
+void pd_scheduler_default(struct pd_scheduler *s, const struct pd_dit_defaults *d)
 {
 	memset(s, 0, sizeof(*s));
 	s->num_train_timesteps = 1000;
-	s->shift = dynamic ? 3.0 : 1.0;
-	s->dynamic = dynamic;
-	s->base_shift = 0.5;
-	s->max_shift = 1.15;
-	s->base_seq = 256;
-	s->max_seq = 4096;
+	s->shift = d->shift;
+	s->dynamic = d->dynamic_shift;
+	s->base_shift = d->base_shift;
+	s->max_shift = d->max_shift;
+	s->base_seq = d->base_seq;
+	s->max_seq = d->max_seq;
 }
 
 int pd_scheduler_load(struct pd_scheduler *s, const char *dir)
@@ -31,7 +31,10 @@ int pd_scheduler_load(struct pd_scheduler *s, const char *dir)
 	int64_t v;
 	int rc = -1, flag;
 
-	pd_scheduler_default(s, 0);
+	/* the class's own defaults (its __init__), under the folder's keys */
+	static const struct pd_dit_defaults class_defaults = { 0, 1.0, 0, 0.5, 1.15, 256, 4096, NULL };
+
+	pd_scheduler_default(s, &class_defaults);
 	if (pd_config_load_in(&c, dir, "scheduler_config.json", "scheduler"))
 		return -1;
 	if (pd_config_string(&c, "_class_name", 0, "FlowMatchEulerDiscreteScheduler", &cls))

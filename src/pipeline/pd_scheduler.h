@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pd_dit.h"
+
 struct pd_scheduler {
 	int num_train_timesteps;        /* 1000 */
 	double shift;                   /* static shift (used without dynamic shifting) */
@@ -32,8 +34,8 @@ struct pd_scheduler {
 /* Reads DIR/scheduler_config.json; refuses options pdit does not implement
  * (Karras/exponential/beta sigmas, shift_terminal, stochastic sampling). */
 int pd_scheduler_load(struct pd_scheduler *s, const char *dir);
-/* Default settings of FLUX.1-dev's scheduler (used when no folder is given). */
-void pd_scheduler_default(struct pd_scheduler *s, int dynamic);
+/* A family's schedule, for a model given without a scheduler folder. */
+void pd_scheduler_default(struct pd_scheduler *s, const struct pd_dit_defaults *d);
 int pd_scheduler_set(struct pd_scheduler *s, int steps, int64_t image_seq_len);
 void pd_scheduler_free(struct pd_scheduler *s);
 

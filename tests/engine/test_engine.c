@@ -11,7 +11,15 @@
  *     request succeeds;
  *   - ten more runs of a request leave the peak memory within 2% of its
  *     peak after one (in the sanitizer build, whose quarantine holds freed
- *     memory, LeakSanitizer's check at exit stands in for it).
+ *     memory, LeakSanitizer's check at exit stands in for it);
+ *   - the engine's log level, log sink and thread count hold only while
+ *     its calls run: the caller's come back after each;
+ *   - an engine opened to encode (on one process) makes the embeddings of
+ *     the prompts, which written to a file and generated from give the
+ *     pictures of the prompts themselves; it refuses other requests and
+ *     stays usable, and refuses to open on more than one process;
+ *   - a request whose file reads differently on one rank is refused on
+ *     every rank with one message (not a transfer of the wrong size).
  *
  *   test_engine [ulysses|pipefusion]
  */
@@ -19,15 +27,18 @@
 #include "pd_test.h"
 #include "pd_tiny.h"
 
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char *fox[] = { "a red fox in the snow" };
 
-/* The step callback: how often, and the steps it was told. */
+/* The step callback: how often, the steps it was told, and the thread
+ * count and log level in force inside the engine. */
 struct steps_seen {
 	int calls, last, total;
+	int threads, log_level;
 };
 
 static void on_step(void *ctx, int step, int steps)
@@ -37,6 +48,23 @@ static void on_step(void *ctx, int step, int steps)
 	s->calls++;
 	s->last = step;
 	s->total = steps;
+	s->threads = omp_get_max_threads();
+	s->log_level = pd_log_level;
+}
+
+/* The engine's log sink: lines counted, the last kept. */
+struct lines_seen {
+	int n;
+	char last[256];
+};
+
+static void on_line(void *ctx, int level, const char *line)
+{
+	struct lines_seen *l = ctx;
+
+	(void)level;
+	l->n++;
+	snprintf(l->last, sizeof(l->last), "%s", line);
 }
 static const char *two[] = { "a lighthouse at dusk", "three green apples" };
 
@@ -45,6 +73,7 @@ static void options(struct pd_engine_options *o, const char *dir, const char *me
 	pd_engine_options_init(o);
 	o->model = dir;
 	o->threads = 1;
+	o->log_level = 0;
 	pd_log_level = 0;
 	if (mesh && strcmp(mesh, "ulysses") == 0)
 		o->ulysses = world;
@@ -99,15 +128,55 @@ static int same(const struct pd_result *a, const struct pd_result *b)
 	return !a->rgb || !memcmp(a->rgb, b->rgb, (size_t)(a->n_pictures * a->height * a->width * 3));
 }
 
+/* An engine opened to encode writes the first request's prompts to FILE;
+ * a request it cannot serve in between leaves it usable. */
+static void encode_file(const char *dir, const char *file)
+{
+	struct pd_comm *self = NULL;
+	struct pd_engine_options o;
+	struct pd_engine *e = NULL;
+	struct pd_request rq;
+	struct pd_result res = { 0 };
+	const char *names[4] = { "clip.input_ids", "clip.pooler_output", "t5.input_ids", "t5.last_hidden_state" };
+
+	options(&o, dir, NULL, 1);
+	o.encode_only = 1;
+	PD_CHECK(pd_comm_self_new(&self) == 0 && pd_engine_open(&e, self, &o, NULL) == 0, "encoding engine: %s",
+		 pd_last_error());
+	if (!e)
+		goto out;
+	request(&rq, 0);
+	PD_CHECK(pd_engine_run(e, &rq, &res) == -1 && strstr(pd_last_error(), "embeddings"),
+		 "an encoding engine accepted a request for pictures");
+	rq.want_latents = rq.want_pictures = 0;
+	rq.want_embeds = 1;
+	PD_CHECK(pd_engine_run(e, &rq, &res) == 0 && res.embeds, "encoding: %s", pd_last_error());
+	if (!res.embeds)
+		goto out;
+	PD_CHECK(res.embeds->batch == 1 && res.embeds->n_extra == 4, "encoded %lld prompts with %d extras",
+		 (long long)res.embeds->batch, res.embeds->n_extra);
+	for (int i = 0; i < 4 && i < res.embeds->n_extra; i++)
+		PD_CHECK(strcmp(res.embeds->extra[i].name, names[i]) == 0 && res.embeds->extra[i].shape[0] == 1,
+			 "extra %d is %s", i, res.embeds->extra[i].name);
+	PD_CHECK(pd_embeds_save(res.embeds, file, (char *const *)rq.prompts, 1, NULL) == 0, "%s: %s", file,
+		 pd_last_error());
+out:
+	pd_result_free(&res);
+	pd_engine_close(e);
+	if (self)
+		self->ops->free(self);
+}
+
 int main(int argc, char **argv)
 {
 	const char *mesh = argc > 1 ? argv[1] : NULL;
 	struct pd_comm *world;
 	struct pd_engine_options o;
 	struct pd_engine *e = NULL;
-	struct pd_result mine[4];
+	struct pd_result mine[4], res;
 	struct pd_request rq, bad;
-	char dir[64] = "/tmp/pdit-engine-XXXXXX";
+	char dir[64] = "/tmp/pdit-engine-XXXXXX", file[96];
+	struct lines_seen lines = { 0 };
 	double peak1, peak10;
 	int ok;
 
@@ -124,11 +193,21 @@ int main(int argc, char **argv)
 	world->ops->bcast(world, dir, sizeof(dir), 0);
 	options(&o, dir, mesh, world->size);
 
+	/* the caller's settings, which the engine's must not outlive its calls */
+	omp_set_num_threads(3);
+	o.log_level = 1;
+	o.log = on_line;
+	o.log_ctx = &lines;
 	PD_CHECK(pd_engine_open(&e, world, &o, NULL) == 0, "open: %s", pd_last_error());
+	o.log_level = 0;
+	o.log = NULL;
+	o.log_ctx = NULL;
+	PD_CHECK(omp_get_max_threads() == 3 && pd_log_level == 0, "after open: %d threads, log level %d",
+		 omp_get_max_threads(), pd_log_level);
 	if (!e)
 		return pd_test_finish(world, world->rank == 0 ? dir : NULL);
 	for (int k = 0; k < 4; k++) {
-		struct steps_seen seen = { 0, -1, 0 };
+		struct steps_seen seen = { 0, -1, 0, 0, 0 };
 
 		request(&rq, k);
 		rq.on_step = on_step;
@@ -137,6 +216,10 @@ int main(int argc, char **argv)
 		PD_CHECK(seen.calls == rq.steps && seen.last == rq.steps - 1 && seen.total == rq.steps,
 			 "request %d: %d step calls, last %d of %d, for %d steps", k, seen.calls, seen.last, seen.total,
 			 rq.steps);
+		PD_CHECK(seen.threads == 1 && seen.log_level == 1, "request %d: %d threads and log level %d inside "
+			 "the engine (it has 1 and 1)", k, seen.threads, seen.log_level);
+		PD_CHECK(omp_get_max_threads() == 3 && pd_log_level == 0, "after request %d: %d threads, log level %d "
+			 "(the caller's are 3 and 0)", k, omp_get_max_threads(), pd_log_level);
 		rq.on_step = NULL;
 		/* a bad request between two good ones */
 		bad = rq;
@@ -148,6 +231,47 @@ int main(int argc, char **argv)
 			bad.init_latents = "/nonexistent/latents.safetensors";
 		PD_CHECK(pd_engine_run(e, &bad, &(struct pd_result){ 0 }) == -1, "bad request %d accepted", k);
 		PD_CHECK(strlen(pd_last_error()) > 0 && !pd_engine_dead(e), "bad request %d: no message or dead", k);
+	}
+	PD_CHECK(lines.n > 0 && strncmp(lines.last, "pdit: ", 6) == 0, "the log sink got %d lines (last '%s')",
+		 lines.n, lines.last);
+	/* prompts encoded by an encoding engine, then generated from */
+	snprintf(file, sizeof(file), "%s/encoded.safetensors", dir);
+	if (world->rank == 0)
+		encode_file(dir, file);
+	/* written on rank 0, read on every rank */
+	world->ops->barrier(world);
+	request(&rq, 0);
+	rq.prompts = NULL;
+	rq.n_prompts = 0;
+	rq.embeds = file;
+	{
+		struct pd_result theirs;
+
+		PD_CHECK(pd_engine_run(e, &rq, &theirs) == 0, "from encoded embeddings: %s", pd_last_error());
+		PD_CHECK(same(&mine[0], &theirs), "the encoded embeddings make other pictures than their prompts");
+		pd_result_free(&theirs);
+	}
+	if (world->size > 1) {
+		struct pd_engine *f = NULL;
+		char other[96];
+
+		/* the same request, another file's contents on rank 1 (hosts
+		 * whose copies differ): refused on every rank, engine usable */
+		snprintf(other, sizeof(other), "%s/embeds.safetensors", dir);
+		if (world->rank == 1)
+			rq.embeds = other;
+		PD_CHECK(pd_engine_run(e, &rq, &(struct pd_result){ 0 }) == -1 &&
+				 strstr(pd_last_error(), "every process must read the same file") && !pd_engine_dead(e),
+			 "ranks that read different embeddings: %s", pd_last_error());
+		rq.embeds = file;
+		PD_CHECK(pd_engine_run(e, &rq, &res) == 0, "after the refusal: %s", pd_last_error());
+		pd_result_free(&res);
+
+		o.encode_only = 1;
+		PD_CHECK(pd_engine_open(&f, world, &o, NULL) == -1 && strstr(pd_last_error(), "one process"),
+			 "an encoding engine opened on %d processes (%s)", world->size, pd_last_error());
+		pd_engine_close(f);
+		o.encode_only = 0;
 	}
 	/* each as a fresh engine makes it */
 	for (int k = 0; k < 4; k++) {

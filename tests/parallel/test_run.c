@@ -55,6 +55,8 @@ float *test_run_case(struct pd_comm *world, const struct pcase *c, const int *de
 	    pd_flux_dit_info(&fc, &info) || pd_flux_family.latent_shape(&ls, &info, c->height, c->width) ||
 	    pd_backend_cpu_new(&be, PD_F32, 1))
 		goto out;
+	/* one thread a rank: the ranks share the machine's cores */
+	pd_backend_enter(be);
 	per = ls.tokens * ls.packed_channels;
 	all = malloc((size_t)(e.batch * per) * sizeof(float));
 	pd_poison(all, (size_t)(e.batch * per));

@@ -36,7 +36,8 @@ static void check_decode(const char *what, const char *vdir, const float *z, int
 	size_t n;
 	int f;
 
-	if (pd_backend_cpu_new(&be, PD_F32, 1) || pd_vae_load(&v, vdir, be)) {
+	/* one thread a rank: the ranks share the machine's cores */
+	if (pd_backend_cpu_new(&be, PD_F32, 1) || (pd_backend_enter(be), pd_vae_load(&v, vdir, be))) {
 		PD_CHECK(0, "%s: %s", what, pd_last_error());
 		goto out;
 	}

@@ -124,9 +124,30 @@ void pd_cpu_destroy(struct pd_backend *be)
 	free(cpu);
 }
 
+/* OpenMP's thread count is the calling thread's setting (an ICV of its
+ * task), which oneDNN reads when it makes and runs a primitive: set for the
+ * scope, put back after it. */
+static int pd_cpu_enter(struct pd_backend *be)
+{
+	int saved = omp_get_max_threads();
+
+	if (be->threads != saved)
+		omp_set_num_threads(be->threads);
+	return saved;
+}
+
+static void pd_cpu_leave(struct pd_backend *be, int saved)
+{
+	(void)be;
+	if (omp_get_max_threads() != saved)
+		omp_set_num_threads(saved);
+}
+
 static const struct pd_backend_ops pd_cpu_ops = {
 	.name = "cpu",
 	.destroy = pd_cpu_destroy,
+	.enter = pd_cpu_enter,
+	.leave = pd_cpu_leave,
 	.alloc = pd_cpu_alloc,
 	.free = pd_cpu_free,
 	.upload = pd_cpu_copy,
@@ -171,9 +192,7 @@ int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threa
 	cpu->be.ops = &pd_cpu_ops;
 	cpu->be.compute = compute;
 	cpu->be.host_memory = 1;
-	if (threads > 0)
-		omp_set_num_threads(threads);
-	cpu->be.threads = omp_get_max_threads();
+	cpu->be.threads = threads > 0 ? threads : omp_get_max_threads();
 #if defined(__x86_64__) && defined(__GNUC__)
 	/* PDIT_NO_AVX512 lets the tests run the portable kernels here too */
 	cpu->avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

@@ -8,7 +8,9 @@
 
 #include "pd_backend.h"
 
-/* Creates the CPU backend. threads <= 0: all cores. */
+/* Creates the CPU backend. THREADS: how many it computes with inside
+ * pd_backend_enter / pd_backend_leave (<= 0: the creating thread's OpenMP
+ * setting); outside such a scope, the calling thread's setting. */
 int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threads);
 
 #endif /* PD_BACKEND_CPU_H */

@@ -180,6 +180,18 @@ struct pd_dit;
 struct pd_embeds;
 struct pd_model_paths;
 
+/* How a family's pipeline runs a model when the request does not say:
+ * its steps and its flow-matching schedule (as the published scheduler
+ * folder sets it, for a model given without one). */
+struct pd_dit_defaults {
+	int steps;                      /* denoising steps */
+	double shift;                   /* static sigma shift */
+	int dynamic_shift;              /* shift by the image token count instead (mu) */
+	double base_shift, max_shift;   /* mu at base_seq and at max_seq image tokens */
+	double base_seq, max_seq;       /* the token counts of base_shift and max_shift */
+	const char *whose;              /* whose settings, for the log ("FLUX.1-dev's") */
+};
+
 struct pd_dit_family {
 	const char *name;               /* "flux" */
 	/* the sizes of the transformer at PATH (a folder or one file) from its
@@ -195,16 +207,20 @@ struct pd_dit_family {
 	void (*unpack)(const struct pd_latent_shape *ls, const float *packed, float *unpacked);
 	/* position ids [L, n_axes] of the image tokens (text tokens: zeros) */
 	void (*image_ids)(const struct pd_latent_shape *ls, int n_axes, float *ids);
+	/* the defaults for the model INFO describes */
+	void (*defaults)(const struct pd_dit_info *info, struct pd_dit_defaults *d);
 	/* Prompts (all NULL: the family takes embeddings only): the widths
 	 * its text encoders make (from their configs, nothing loaded), the
 	 * default text length, and the embeddings of PROMPTS[first, first +
 	 * count) of N (with NEGATIVE's, when not NULL) in E, the other rows
-	 * zero; the encoders are loaded for the call and freed after it. */
+	 * zero, and with KEEP_EXTRA what else the encoders saw and made (E's
+	 * extras); the encoders are loaded for the call and freed after it. */
 	const char *encoders;           /* its text encoders, for the log ("CLIP + T5") */
 	int (*prompt_widths)(const struct pd_model_paths *mp, int64_t *txt_width, int64_t *pooled_width);
-	int (*default_max_seq)(const struct pd_dit_info *info);
+	int (*default_max_seq)(const struct pd_dit_info *info); /* info NULL: no transformer known */
 	int (*encode)(struct pd_embeds *e, const struct pd_model_paths *mp, struct pd_backend *be,
-		      char *const *prompts, int n, const char *negative, int max_seq, int64_t first, int64_t count);
+		      char *const *prompts, int n, const char *negative, int max_seq, int64_t first, int64_t count,
+		      int keep_extra);
 };
 
 /* What a family implements. */

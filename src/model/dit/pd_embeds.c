@@ -3,7 +3,10 @@
  */
 #include "pd_embeds.h"
 #include "pd_safetensors.h"
+#include "pd_st_writer.h"
 #include "pd_util.h"
+
+#include <cjson/cJSON.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,7 +116,72 @@ void pd_embeds_free(struct pd_embeds *e)
 	free(e->pooled);
 	free(e->neg_prompt);
 	free(e->neg_pooled);
+	for (int i = 0; i < e->n_extra; i++)
+		free(e->extra[i].data);
 	memset(e, 0, sizeof(*e));
+}
+
+void *pd_embeds_add_extra(struct pd_embeds *e, const char *name, enum pd_dtype dtype, int ndim, const int64_t *shape)
+{
+	struct pd_embeds_extra *x;
+	size_t n = 1;
+
+	if (e->n_extra == PD_EMBEDS_MAX_EXTRA || ndim < 1 || ndim > 3 || strlen(name) >= sizeof(x->name)) {
+		pd_errorf("prompt embeddings: no room for %s", name);
+		return NULL;
+	}
+	x = &e->extra[e->n_extra];
+	for (int d = 0; d < ndim; d++) {
+		x->shape[d] = shape[d];
+		n *= (size_t)shape[d];
+	}
+	x->data = pd_calloc(n + 1, pd_dtype_size(dtype), name);
+	if (!x->data)
+		return NULL;
+	snprintf(x->name, sizeof(x->name), "%s", name);
+	x->dtype = dtype;
+	x->ndim = ndim;
+	e->n_extra++;
+	return x->data;
+}
+
+int pd_embeds_save(const struct pd_embeds *e, const char *path, char *const *prompts, int n, const char *negative)
+{
+	int64_t s_e[3] = { e->batch, e->txt_len, e->joint_dim }, s_p[2] = { e->batch, e->pooled_dim };
+	int64_t s_n[3] = { e->batch, e->neg_txt_len, e->joint_dim };
+	struct pd_st_writer *w = pd_st_writer_new();
+	cJSON *list = cJSON_CreateArray();
+	char *meta = NULL;
+	int rc = -1;
+
+	if (!w || !list) {
+		pd_errorf("out of memory writing %s", path);
+		goto out;
+	}
+	for (int b = 0; prompts && b < n; b++)
+		cJSON_AddItemToArray(list, cJSON_CreateString(prompts[b]));
+	meta = cJSON_PrintUnformatted(list);
+	if (!meta) {
+		pd_errorf("out of memory writing %s", path);
+		goto out;
+	}
+	for (int i = 0; i < e->n_extra; i++)
+		if (pd_st_writer_add(w, e->extra[i].name, e->extra[i].dtype, e->extra[i].ndim, e->extra[i].shape,
+				     e->extra[i].data))
+			goto out;
+	if (pd_st_writer_add(w, "prompt_embeds", PD_F32, 3, s_e, e->prompt) ||
+	    pd_st_writer_add(w, "pooled_prompt_embeds", PD_F32, 2, s_p, e->pooled) ||
+	    (e->neg_prompt && (pd_st_writer_add(w, "negative_prompt_embeds", PD_F32, 3, s_n, e->neg_prompt) ||
+			       pd_st_writer_add(w, "negative_pooled_prompt_embeds", PD_F32, 2, s_p, e->neg_pooled))) ||
+	    (prompts && pd_st_writer_meta(w, "prompts", meta)) ||
+	    (negative && pd_st_writer_meta(w, "negative_prompt", negative)) || pd_st_writer_save(w, path))
+		goto out;
+	rc = 0;
+out:
+	free(meta);
+	cJSON_Delete(list);
+	pd_st_writer_free(w);
+	return rc;
 }
 
 /* A [B, per] buffer becomes [n, per] copies of its first row. */

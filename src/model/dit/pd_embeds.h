@@ -8,6 +8,19 @@
 #include <stdint.h>
 
 #include "pd_dit.h"
+#include "pd_dtype.h"
+
+#define PD_EMBEDS_MAX_EXTRA 8
+
+/* A tensor the text encoders made besides the embeddings (token ids, an
+ * encoder's raw output), kept for comparison with the reference encoders. */
+struct pd_embeds_extra {
+	char name[48];                  /* its safetensors name ("clip.input_ids") */
+	enum pd_dtype dtype;            /* PD_I64 or PD_F32 */
+	int ndim;                       /* 2 or 3 */
+	int64_t shape[3];               /* [batch, ...] */
+	void *data;                     /* malloc'd, freed with the embeddings */
+};
 
 /* Prompt embeddings: what the text encoders produce (or a file holds). */
 struct pd_embeds {
@@ -20,6 +33,8 @@ struct pd_embeds {
 	int64_t neg_txt_len;            /* T of the negative prompt */
 	float *neg_prompt;              /* [B, Tn, J] negative_prompt_embeds, or NULL */
 	float *neg_pooled;              /* [B, P] negative_pooled_prompt_embeds, or NULL */
+	int n_extra;                    /* extras the encoders kept (when asked) */
+	struct pd_embeds_extra extra[PD_EMBEDS_MAX_EXTRA];
 };
 
 /* Reads prompt_embeds [B, T, J] and pooled_prompt_embeds [B, P] (the golden
@@ -30,6 +45,12 @@ int pd_embeds_load(struct pd_embeds *e, const char *path);
 /* Checks the widths against the transformer's config. */
 int pd_embeds_check(const struct pd_embeds *e, const struct pd_dit_info *info, const char *path);
 void pd_embeds_free(struct pd_embeds *e);
+/* A new extra of SHAPE (zeros), or NULL with a message. */
+void *pd_embeds_add_extra(struct pd_embeds *e, const char *name, enum pd_dtype dtype, int ndim, const int64_t *shape);
+/* Writes E to PATH under the names pd_embeds_load reads (and the extras
+ * under theirs), with the prompts as metadata: a file generate --embeds
+ * takes. PROMPTS[0..n) may be NULL. */
+int pd_embeds_save(const struct pd_embeds *e, const char *path, char *const *prompts, int n, const char *negative);
 /* Makes the batch N copies of its first prompt (benchmarks of data parallelism). */
 int pd_embeds_repeat(struct pd_embeds *e, int64_t n);
 

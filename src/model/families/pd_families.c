@@ -6,6 +6,9 @@
 #include "pd_flux.h"
 #include "pd_util.h"
 
+#include <stdio.h>
+#include <string.h>
+
 static const struct pd_dit_family *const pd_families[] = {
 	&pd_flux_family,
 };
@@ -21,4 +24,19 @@ int pd_family_find(const char *path, const struct pd_dit_family **fam, struct pd
 		}
 	}
 	return -1;
+}
+
+const struct pd_dit_family *pd_family_named(const char *name)
+{
+	char known[256] = "";
+	size_t n = sizeof(pd_families) / sizeof(pd_families[0]);
+
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(pd_families[i]->name, name) == 0)
+			return pd_families[i];
+		snprintf(known + strlen(known), sizeof(known) - strlen(known), "%s%s", i ? ", " : "",
+			 pd_families[i]->name);
+	}
+	pd_errorf("no model family '%s' (pdit knows %s)", name, known);
+	return NULL;
 }

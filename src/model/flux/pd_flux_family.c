@@ -67,6 +67,22 @@ static void pd_flux_image_ids(const struct pd_latent_shape *ls, int n_axes, floa
 	}
 }
 
+/* The scheduler folders Black Forest Labs publish: FLUX.1-dev shifts by
+ * the resolution (scheduler_config.json: shift 3, use_dynamic_shifting,
+ * base_shift 0.5 at 256 tokens, max_shift 1.15 at 4096), schnell does
+ * not; dev runs 28 steps, schnell 4. */
+static void pd_flux_defaults(const struct pd_dit_info *info, struct pd_dit_defaults *d)
+{
+	d->steps = info->guidance ? 28 : 4;
+	d->shift = info->guidance ? 3.0 : 1.0;
+	d->dynamic_shift = info->guidance;
+	d->base_shift = 0.5;
+	d->max_shift = 1.15;
+	d->base_seq = 256;
+	d->max_seq = 4096;
+	d->whose = info->guidance ? "FLUX.1-dev's" : "FLUX.1-schnell's";
+}
+
 static int pd_flux_probe(const char *path, struct pd_dit_info *info)
 {
 	struct pd_flux_config c;
@@ -76,23 +92,24 @@ static int pd_flux_probe(const char *path, struct pd_dit_info *info)
 
 /* FluxPipeline.encode_prompt: CLIP's pooled output and T5's last state. */
 static int pd_flux_encode(struct pd_embeds *e, const struct pd_model_paths *mp, struct pd_backend *be,
-			  char *const *prompts, int n, const char *negative, int max_seq, int64_t first, int64_t count)
+			  char *const *prompts, int n, const char *negative, int max_seq, int64_t first, int64_t count,
+			  int keep_extra)
 {
 	struct pd_flux_prompt_encoder pe;
 	int rc;
 
 	if (pd_flux_prompt_encoder_load(&pe, mp, be))
 		return -1;
-	rc = pd_flux_prompt_embeds(e, &pe, prompts, n, negative, max_seq, first, count);
+	rc = pd_flux_prompt_embeds(e, &pe, prompts, n, negative, max_seq, first, count, keep_extra);
 	pd_flux_prompt_encoder_free(&pe);
 	return rc;
 }
 
 /* 512 tokens for guidance-distilled (dev-style) models, 256 for the others
- * (schnell), as Black Forest Labs run them. */
+ * (schnell), as Black Forest Labs run them; 512 for encoders alone. */
 static int pd_flux_default_max_seq(const struct pd_dit_info *info)
 {
-	return pd_flux_prompt_default_length(info->guidance);
+	return pd_flux_prompt_default_length(info ? info->guidance : 1);
 }
 
 const struct pd_dit_family pd_flux_family = {
@@ -103,6 +120,7 @@ const struct pd_dit_family pd_flux_family = {
 	.pack = pd_flux_pack,
 	.unpack = pd_flux_unpack,
 	.image_ids = pd_flux_image_ids,
+	.defaults = pd_flux_defaults,
 	.encoders = "CLIP + T5",
 	.prompt_widths = pd_flux_prompt_widths,
 	.default_max_seq = pd_flux_default_max_seq,

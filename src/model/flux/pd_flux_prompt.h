@@ -40,9 +40,12 @@ int pd_flux_prompt_encode(struct pd_flux_prompt_encoder *pe, const char *prompt,
 
 /* E for PROMPTS[0..n) (and, when NEGATIVE is not NULL, the same negative
  * prompt for each), encoding only prompts [first, first + count) and
- * leaving the other rows zero (data parallelism encodes per group). */
+ * leaving the other rows zero (data parallelism encodes per group). With
+ * KEEP_EXTRA, E's extras get the token ids and the encoders' outputs under
+ * transformers' names (clip.input_ids, t5.input_ids, clip.pooler_output,
+ * t5.last_hidden_state). */
 int pd_flux_prompt_embeds(struct pd_embeds *e, struct pd_flux_prompt_encoder *pe, char *const *prompts, int n,
-		     const char *negative, int max_seq, int64_t first, int64_t count);
+		     const char *negative, int max_seq, int64_t first, int64_t count, int keep_extra);
 
 /* The default max_sequence_length: 512 for guidance-distilled (dev-style)
  * models, 256 for the others (schnell), as Black Forest Labs run them. */

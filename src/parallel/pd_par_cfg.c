@@ -42,9 +42,23 @@ static int pd_cfg_setup(struct pd_parallel *par, struct pd_dit *m, const struct 
 	return 0;
 }
 
+/* The CFG pair's exchange of predictions. */
+static void pd_cfg_sends(const struct pd_par_step *s, struct pd_par_sends *out)
+{
+	double A, pred;
+
+	if (s->degree[PD_AXIS_CFG] <= 1)
+		return;
+	pd_par_step_sizes(s, &A, &pred);
+	out->bytes[PD_AXIS_CFG] += pred;
+	out->msgs[PD_AXIS_CFG] += 1;
+	out->rounds[PD_AXIS_CFG] += 1;
+}
+
 const struct pd_par_method pd_par_method_cfg = {
 	.name = "cfg",
 	.axes = 1u << PD_AXIS_CFG,
 	.problem = pd_cfg_problem,
 	.setup = pd_cfg_setup,
+	.sends = pd_cfg_sends,
 };

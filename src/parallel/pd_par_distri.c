@@ -215,10 +215,26 @@ static void pd_distri_leave(struct pd_parallel *par)
 	par->has_distri = 0;
 }
 
+/* Every layer's own K and V rows to every other band, and the predictions
+ * gathered at the end of the step. */
+static void pd_distri_sends(const struct pd_par_step *s, struct pd_par_sends *out)
+{
+	int F = s->distrifusion ? s->degree[PD_AXIS_RING] : 1;
+	double A, pred;
+
+	if (F <= 1)
+		return;
+	pd_par_step_sizes(s, &A, &pred);
+	out->bytes[PD_AXIS_RING] += s->info->blocks * 2.0 * A / F * (F - 1) + pred / F * (F - 1);
+	out->msgs[PD_AXIS_RING] += 1;
+	out->rounds[PD_AXIS_RING] += F - 1;
+}
+
 const struct pd_par_method pd_par_method_distrifusion = {
 	.name = "distrifusion",
 	.axes = 1u << PD_AXIS_RING,
 	.problem = pd_distri_problem,
 	.setup = pd_distri_setup,
 	.free = pd_distri_leave,
+	.sends = pd_distri_sends,
 };

@@ -6,9 +6,10 @@
  * the denoising loop's runner) and leaves. pd_mesh_check asks every record;
  * pd_parallel_setup installs them in table order (tensor parallel's hooks
  * first, the methods that take the transformer call, then those above it),
- * pd_parallel_free removes them in reverse. Adding a method is its file,
- * its record in pd_par_methods (pd_parallel.c) and its tests; what it sends
- * per step is pdit plan's (plan/pd_plan.c).
+ * pd_parallel_free removes them in reverse. A record also says what its
+ * method sends in a step, which the planner adds up over the table.
+ * Adding a method is its file, its record in pd_par_methods (pd_parallel.c)
+ * and its tests.
  */
 #ifndef PD_PAR_METHOD_H
 #define PD_PAR_METHOD_H
@@ -19,6 +20,35 @@
 
 struct pd_parallel;
 struct pd_par_options;
+
+/* One transformer pass of one picture on a mesh, as a method counts what
+ * it sends. Symbols in the methods' counts: S tokens (text + image), L
+ * image tokens, D inner width, A = S D 4 bytes (one f32 activation of the
+ * whole sequence), pred = L out_channels 4 bytes (a prediction); U, R, T,
+ * N, F the Ulysses, ring, tensor, pipeline and DistriFusion degrees, P = U
+ * R the sequence-parallel degree (parallel-methods.md's counts, for f32
+ * activations as pdit sends them). */
+struct pd_par_step {
+	const struct pd_dit_info *info; /* the transformer */
+	int64_t txt_len, img_len;       /* its tokens */
+	int degree[PD_AXIS_COUNT];      /* the mesh */
+	int distrifusion;               /* the ring axis runs DistriFusion */
+	int patches;                    /* PipeFusion's patches (0: as many as stages) */
+};
+
+/* What the busiest rank sends, by the mesh axis whose groups carry it (a
+ * sequence-parallel gather goes to the outer of ring and Ulysses): bytes,
+ * the exchanges it waits for (latency terms) and their rounds (a
+ * collective over g ranks takes g - 1, a transfer between two ranks one).
+ * Methods add to it. */
+struct pd_par_sends {
+	double bytes[PD_AXIS_COUNT];
+	double msgs[PD_AXIS_COUNT];
+	double rounds[PD_AXIS_COUNT];
+};
+
+/* A and pred of S above. */
+void pd_par_step_sizes(const struct pd_par_step *s, double *A, double *pred);
 
 struct pd_par_method {
 	const char *name;               /* as meshes and messages name it */
@@ -32,6 +62,9 @@ struct pd_par_method {
 	int (*setup)(struct pd_parallel *par, struct pd_dit *m, const struct pd_par_options *opt);
 	/* Removes what setup installed (only called when it did; may be NULL). */
 	void (*free)(struct pd_parallel *par);
+	/* Adds what it sends in step S to OUT, when the mesh uses it (may be
+	 * NULL: it sends nothing in a step). */
+	void (*sends)(const struct pd_par_step *s, struct pd_par_sends *out);
 };
 
 /* The table, in installation order, ended by a record with a NULL name. */

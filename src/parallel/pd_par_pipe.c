@@ -661,10 +661,70 @@ static void pd_pipe_leave(struct pd_parallel *par)
 	par->has_pipe = 0;
 }
 
+/* Per stage: its hidden states to the next stage once per step (the last
+ * stage: its predictions, gathered over its sequence shards, to every
+ * other stage); with sequence parallel inside the stage each of its
+ * layers' K/V rows to the stage's other ranks, per patch; with tensor
+ * parallel its blocks' all-reduces, per patch. The busiest stage counts. */
+static void pd_pipe_sends(const struct pd_par_step *s, struct pd_par_sends *out)
+{
+	const struct pd_dit_info *c = s->info;
+	int N = s->degree[PD_AXIS_PP], U = s->degree[PD_AXIS_ULYSSES], T = s->degree[PD_AXIS_TP];
+	int P = U * (s->distrifusion ? 1 : s->degree[PD_AXIS_RING]), M = s->patches > 0 ? s->patches : N;
+	enum pd_axis sp = s->degree[PD_AXIS_RING] > 1 ? PD_AXIS_RING : PD_AXIS_ULYSSES;
+	double A, pred, most = -1, b[PD_AXIS_COUNT], n[PD_AXIS_COUNT], r[PD_AXIS_COUNT];
+	struct pd_par_sends busiest = { { 0 }, { 0 }, { 0 } };
+
+	if (N <= 1)
+		return;
+	pd_par_step_sizes(s, &A, &pred);
+	for (int st = 0; st < N; st++) {
+		int first, count, reduces = 0;
+
+		memset(b, 0, sizeof(b));
+		memset(n, 0, sizeof(n));
+		memset(r, 0, sizeof(r));
+		n[PD_AXIS_PP] = r[PD_AXIS_PP] = M;	/* a stage waits for each patch it receives */
+		if (st < N - 1) {
+			b[PD_AXIS_PP] = A / P;
+		} else {
+			b[sp] = pred / P * (P - 1);
+			b[PD_AXIS_PP] = pred * (N - 1);
+		}
+		pd_mesh_stage_blocks(c, N, st, &first, &count);
+		for (int k = first; k < first + count; k++)
+			reduces += c->block_reduces[k];
+		if (P > 1) {	/* K and V gathered per layer and patch (and the
+				 * last stage's prediction per patch) */
+			b[sp] += count * 2.0 * A / ((double)P * T) * (P - 1);
+			n[sp] = 2.0 * count * M + (st == N - 1 ? M : 0);
+			r[sp] = n[sp] * (P - 1);
+		}
+		if (T > 1) {	/* an all-reduce per row-parallel layer and patch,
+				 * and as many gathers of the modulation */
+			b[PD_AXIS_TP] += reduces * A / P * 2.0 * (T - 1) / T;
+			n[PD_AXIS_TP] = 2.0 * reduces * M;
+			r[PD_AXIS_TP] = n[PD_AXIS_TP] * (T - 1);
+		}
+		if (b[PD_AXIS_PP] + b[sp] + b[PD_AXIS_TP] > most) {
+			most = b[PD_AXIS_PP] + b[sp] + b[PD_AXIS_TP];
+			memcpy(busiest.bytes, b, sizeof(b));
+			memcpy(busiest.msgs, n, sizeof(n));
+			memcpy(busiest.rounds, r, sizeof(r));
+		}
+	}
+	for (int a = 0; a < PD_AXIS_COUNT; a++) {
+		out->bytes[a] += busiest.bytes[a];
+		out->msgs[a] += busiest.msgs[a];
+		out->rounds[a] += busiest.rounds[a];
+	}
+}
+
 const struct pd_par_method pd_par_method_pipefusion = {
 	.name = "pipefusion",
 	.axes = 1u << PD_AXIS_PP,
 	.problem = pd_pipe_problem,
 	.setup = pd_pipe_setup,
 	.free = pd_pipe_leave,
+	.sends = pd_pipe_sends,
 };

@@ -194,9 +194,38 @@ static void pd_seq_leave(struct pd_parallel *par)
 }
 
 /* Ulysses and ring attention, and both (USP): one method over two axes. */
+/* Ulysses' q, k, v and output all-to-alls of the heads a shard holds, the
+ * ring's K/V hops, and the predictions gathered over the sequence shards.
+ * Inside PipeFusion's stages they are PipeFusion's count. */
+static void pd_seq_sends(const struct pd_par_step *s, struct pd_par_sends *out)
+{
+	int U = s->degree[PD_AXIS_ULYSSES], T = s->degree[PD_AXIS_TP], layers = s->info->blocks;
+	int R = s->distrifusion ? 1 : s->degree[PD_AXIS_RING], P = U * R;
+	enum pd_axis sp = s->degree[PD_AXIS_RING] > 1 ? PD_AXIS_RING : PD_AXIS_ULYSSES;
+	double A, pred;
+
+	if (P <= 1 || s->degree[PD_AXIS_PP] > 1)
+		return;
+	pd_par_step_sizes(s, &A, &pred);
+	if (U > 1) {
+		out->bytes[PD_AXIS_ULYSSES] += layers * 4.0 * A / ((double)U * R * T) * (U - 1) / U;
+		out->msgs[PD_AXIS_ULYSSES] += 2 * layers;
+		out->rounds[PD_AXIS_ULYSSES] += 2 * layers * (U - 1);
+	}
+	if (R > 1) {
+		out->bytes[PD_AXIS_RING] += layers * 2.0 * A / ((double)U * R * T) * (R - 1);
+		out->msgs[PD_AXIS_RING] += layers * (R - 1);
+		out->rounds[PD_AXIS_RING] += layers * (R - 1);
+	}
+	out->bytes[sp] += pred / P * (P - 1);
+	out->msgs[sp] += 1;
+	out->rounds[sp] += P - 1;
+}
+
 const struct pd_par_method pd_par_method_sequence = {
 	.name = "sequence",
 	.axes = (1u << PD_AXIS_ULYSSES) | (1u << PD_AXIS_RING),
 	.setup = pd_seq_setup,
 	.free = pd_seq_leave,
+	.sends = pd_seq_sends,
 };

@@ -51,9 +51,29 @@ static int pd_tp_setup(struct pd_parallel *par, struct pd_dit *m, const struct p
 	return 0;
 }
 
+/* The row-parallel all-reduces of every block (of the activation's
+ * sequence share), and as many small gathers of the modulation. Inside
+ * PipeFusion's stages they are PipeFusion's count. */
+static void pd_tp_sends(const struct pd_par_step *s, struct pd_par_sends *out)
+{
+	int T = s->degree[PD_AXIS_TP], reduces = 0;
+	int P = s->degree[PD_AXIS_ULYSSES] * (s->distrifusion ? 1 : s->degree[PD_AXIS_RING]);
+	double A, pred;
+
+	if (T <= 1 || s->degree[PD_AXIS_PP] > 1)
+		return;
+	pd_par_step_sizes(s, &A, &pred);
+	for (int k = 0; k < s->info->blocks; k++)
+		reduces += s->info->block_reduces[k];
+	out->bytes[PD_AXIS_TP] += (double)reduces * A / P * 2.0 * (T - 1) / T;
+	out->msgs[PD_AXIS_TP] += 2.0 * reduces;
+	out->rounds[PD_AXIS_TP] += 2.0 * reduces * (T - 1);
+}
+
 const struct pd_par_method pd_par_method_tensor = {
 	.name = "tensor",
 	.axes = 1u << PD_AXIS_TP,
 	.problem = pd_tp_problem,
 	.setup = pd_tp_setup,
+	.sends = pd_tp_sends,
 };

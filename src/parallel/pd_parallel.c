@@ -30,6 +30,12 @@ const struct pd_par_method *const pd_par_methods[] = {
 	NULL,
 };
 
+void pd_par_step_sizes(const struct pd_par_step *s, double *A, double *pred)
+{
+	*A = (double)(s->txt_len + s->img_len) * s->info->dim * 4.0;
+	*pred = (double)s->img_len * s->info->out_channels * 4.0;
+}
+
 int pd_parallel_setup(struct pd_parallel *par, struct pd_mesh *mesh, struct pd_dit *m, int64_t batch,
 		      const struct pd_par_options *opt)
 {

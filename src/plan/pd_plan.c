@@ -4,10 +4,11 @@
  * Symbols below: S tokens (text + image), L image tokens, D inner width,
  * A = S D 4 bytes (one f32 activation of the whole sequence), U, R, T, N, F
  * the Ulysses, ring, tensor, pipeline and DistriFusion degrees, P = U R the
- * sequence-parallel degree. The byte counts are those of
- * parallel-methods.md for f32 activations, as pdit sends them.
+ * sequence-parallel degree. What each method sends is its record's count
+ * (parallel/pd_par_method.h).
  */
 #include "pd_plan.h"
+#include "pd_par_method.h"
 #include "pd_par_pipe.h"
 #include "pd_safetensors.h"
 #include "pd_vae.h"
@@ -29,113 +30,23 @@ static int pd_plan_branches(const struct pd_plan_work *w, const struct pd_plan_m
 	return m->degree[PD_AXIS_CFG] > 1 ? 1 : w->branches;
 }
 
-/* Bytes the largest rank sends per step, by the mesh axis whose groups
- * carry them (a sequence-parallel gather goes to the outer of ring and
- * Ulysses), the exchanges it waits for (latency terms), and their rounds:
- * a collective over g ranks takes g - 1 (ring and pairwise algorithms,
- * each round a peer to hear from), a transfer between two ranks one. */
+/* What the busiest rank sends per step: every method's count of one
+ * transformer pass (pd_par_method.h), times the passes a rank runs. */
 static void pd_plan_traffic(const struct pd_plan_work *w, const struct pd_plan_mesh *m, double bytes[PD_AXIS_COUNT],
 			    double msgs[PD_AXIS_COUNT], double rounds[PD_AXIS_COUNT])
 {
-	const struct pd_dit_info *c = w->info;
-	double S = (double)(w->txt_len + w->img_len), L = (double)w->img_len, D = c->dim;
-	double A = S * D * 4.0, pred = L * c->out_channels * 4.0, scale = pd_plan_images(w, m) * pd_plan_branches(w, m);
-	int layers = c->blocks, reduces_all = 0;
-	int U = m->degree[PD_AXIS_ULYSSES], T = m->degree[PD_AXIS_TP], N = m->degree[PD_AXIS_PP];
-	int R = m->distrifusion ? 1 : m->degree[PD_AXIS_RING], F = m->distrifusion ? m->degree[PD_AXIS_RING] : 1;
-	int P = U * R;
-	enum pd_axis sp = m->degree[PD_AXIS_RING] > 1 ? PD_AXIS_RING : PD_AXIS_ULYSSES;
+	struct pd_par_step st = { w->info, w->txt_len, w->img_len, { 0 }, m->distrifusion, m->patches };
+	struct pd_par_sends out = { { 0 }, { 0 }, { 0 } };
+	double scale = pd_plan_images(w, m) * pd_plan_branches(w, m);
 
-	for (int k = 0; k < c->blocks; k++)
-		reduces_all += c->block_reduces[k];
-	memset(bytes, 0, sizeof(double) * PD_AXIS_COUNT);
-	memset(msgs, 0, sizeof(double) * PD_AXIS_COUNT);
-	memset(rounds, 0, sizeof(double) * PD_AXIS_COUNT);
-	/* DistriFusion: every layer's own K and V rows to every other band, and
-	 * the predictions gathered at the end of the step */
-	if (F > 1)
-		bytes[PD_AXIS_RING] += layers * 2.0 * A / F * (F - 1) + pred / F * (F - 1);
-	if (N > 1) {
-		/* per stage: its hidden states to the next stage once per step
-		 * (the last stage: its predictions, gathered over its sequence
-		 * shards, to every other stage); with sequence parallel inside
-		 * the stage each of its layers' K/V rows to the stage's other
-		 * ranks; with tensor parallel its blocks' all-reduces. The
-		 * busiest stage counts. */
-		double most = -1, b[PD_AXIS_COUNT], n[PD_AXIS_COUNT], r[PD_AXIS_COUNT];
-		int M = m->patches > 0 ? m->patches : N;
-
-		for (int st = 0; st < N; st++) {
-			int first, count, reduces = 0;
-
-			memset(b, 0, sizeof(b));
-			memset(n, 0, sizeof(n));
-			memset(r, 0, sizeof(r));
-			n[PD_AXIS_PP] = r[PD_AXIS_PP] = M;	/* a stage waits for each patch it receives */
-			if (st < N - 1) {
-				b[PD_AXIS_PP] = A / P;
-			} else {
-				b[sp] = pred / P * (P - 1);
-				b[PD_AXIS_PP] = pred * (N - 1);
-			}
-			pd_mesh_stage_blocks(c, N, st, &first, &count);
-			for (int k = first; k < first + count; k++)
-				reduces += c->block_reduces[k];
-			if (P > 1) {	/* K and V gathered per layer and patch (and the
-					 * last stage's prediction per patch) */
-				b[sp] += count * 2.0 * A / ((double)P * T) * (P - 1);
-				n[sp] = 2.0 * count * M + (st == N - 1 ? M : 0);
-				r[sp] = n[sp] * (P - 1);
-			}
-			if (T > 1) {	/* an all-reduce per row-parallel layer and patch,
-					 * and as many gathers of the modulation */
-				b[PD_AXIS_TP] += reduces * A / P * 2.0 * (T - 1) / T;
-				n[PD_AXIS_TP] = 2.0 * reduces * M;
-				r[PD_AXIS_TP] = n[PD_AXIS_TP] * (T - 1);
-			}
-			if (b[PD_AXIS_PP] + b[sp] + b[PD_AXIS_TP] > most) {
-				most = b[PD_AXIS_PP] + b[sp] + b[PD_AXIS_TP];
-				memcpy(bytes, b, sizeof(b));
-				memcpy(msgs, n, sizeof(n));
-				memcpy(rounds, r, sizeof(r));
-			}
-		}
-		P = U = R = T = 1;
-	}
-	if (U > 1) {	/* the q, k, v and output all-to-alls of the heads a shard holds */
-		bytes[PD_AXIS_ULYSSES] += layers * 4.0 * A / ((double)U * R * T) * (U - 1) / U;
-		msgs[PD_AXIS_ULYSSES] += 2 * layers;
-		rounds[PD_AXIS_ULYSSES] += 2 * layers * (U - 1);
-	}
-	if (R > 1) {	/* the K/V hops of the ring */
-		bytes[PD_AXIS_RING] += layers * 2.0 * A / ((double)U * R * T) * (R - 1);
-		msgs[PD_AXIS_RING] += layers * (R - 1);
-		rounds[PD_AXIS_RING] += layers * (R - 1);
-	}
-	if (T > 1) {	/* the row-parallel all-reduces of every block; as many small
-			 * gathers of the modulation */
-		bytes[PD_AXIS_TP] += (double)reduces_all * A / P * 2.0 * (T - 1) / T;
-		msgs[PD_AXIS_TP] += 2.0 * reduces_all;
-		rounds[PD_AXIS_TP] += 2.0 * reduces_all * (T - 1);
-	}
-	if (P > 1) {	/* the predictions gathered over the sequence shards */
-		bytes[sp] += pred / P * (P - 1);
-		msgs[sp] += 1;
-		rounds[sp] += P - 1;
-	}
-	if (F > 1) {	/* DistriFusion's gather of the predictions */
-		msgs[PD_AXIS_RING] += 1;
-		rounds[PD_AXIS_RING] += F - 1;
-	}
-	if (m->degree[PD_AXIS_CFG] > 1) {	/* the CFG pair's exchange */
-		bytes[PD_AXIS_CFG] += pred;
-		msgs[PD_AXIS_CFG] += 1;
-		rounds[PD_AXIS_CFG] += 1;
-	}
+	memcpy(st.degree, m->degree, sizeof(st.degree));
+	for (int i = 0; pd_par_methods[i]; i++)
+		if (pd_par_methods[i]->sends)
+			pd_par_methods[i]->sends(&st, &out);
 	for (int a = 0; a < PD_AXIS_COUNT; a++) {
-		bytes[a] *= scale;
-		msgs[a] *= scale;
-		rounds[a] *= scale;
+		bytes[a] = out.bytes[a] * scale;
+		msgs[a] = out.msgs[a] * scale;
+		rounds[a] = out.rounds[a] * scale;
 	}
 }
 

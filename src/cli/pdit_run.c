@@ -747,7 +747,7 @@ int pd_cmd_check(struct pd_comm *world, int argc, char **argv)
 	struct pd_engine_options o;
 	struct pd_request rq;
 	struct pd_engine *e = NULL;
-	struct pd_engine_scope scope;
+	struct pd_engine_scope scope = { 0 };
 	char **prompts = NULL;
 	int n_prompts = 0;
 	struct pd_blocks mine = { 0 }, ref = { 0 }, full = { 0 };
@@ -909,7 +909,7 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 	struct pd_engine_options o;
 	struct pd_request rq;
 	struct pd_engine *e = NULL;
-	struct pd_engine_scope scope;
+	struct pd_engine_scope scope = { 0 };
 	char **prompts = NULL;
 	int n_prompts = 0;
 	struct pd_bench_clock clk = { 0 };

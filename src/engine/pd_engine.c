@@ -397,14 +397,13 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
 			return -1;
 		/* a transformer, when the folder has one that reads, says the
 		 * family and its text length; the encoders need nothing of it */
-		if (e->mp.transformer && pd_family_find(e->mp.transformer, &e->fam, &e->info) == 0) {
+		if (e->mp.transformer && pd_family_find(e->mp.transformer, &e->fam, &e->info) == 0)
 			e->info_ok = 1;
-			return 0;
-		}
-		e->fam = pd_family_named(o->family ? o->family : "flux");
-		if (e->fam && !e->fam->encode)
+		else if (!(e->fam = pd_family_named(o->family ? o->family : "flux")))
+			return -1;
+		if (!e->fam->encode)
 			return pd_errorf("the %s family takes embeddings: it has no text encoders to run", e->fam->name);
-		return e->fam ? 0 : -1;
+		return 0;
 	}
 	if (pd_model_paths_resolve(&e->mp, &f, 0) || pd_family_find(e->mp.transformer, &e->fam, &e->info))
 		return -1;
@@ -540,10 +539,12 @@ static int pd_engine_same_everywhere(struct pd_engine *e, const struct pd_reques
 
 	if (e->world->size == 1)
 		return 0;
-	/* prompts are encoded later, from the same strings: zeros here */
-	h = pd_engine_hash(h, x->prompt, (size_t)(x->batch * x->txt_len * x->joint_dim) * sizeof(float));
-	h = pd_engine_hash(h, x->pooled, (size_t)(x->batch * x->pooled_dim) * sizeof(float));
-	if (x->neg_prompt) {
+	/* prompts are encoded later, from the same strings: what was read from files counts */
+	if (rq->embeds) {
+		h = pd_engine_hash(h, x->prompt, (size_t)(x->batch * x->txt_len * x->joint_dim) * sizeof(float));
+		h = pd_engine_hash(h, x->pooled, (size_t)(x->batch * x->pooled_dim) * sizeof(float));
+	}
+	if (rq->embeds && x->neg_prompt) {
 		h = pd_engine_hash(h, x->neg_prompt, (size_t)(x->batch * x->neg_txt_len * x->joint_dim) * sizeof(float));
 		h = pd_engine_hash(h, x->neg_pooled, (size_t)(x->batch * x->pooled_dim) * sizeof(float));
 	}
@@ -572,15 +573,18 @@ static int pd_engine_same_everywhere(struct pd_engine *e, const struct pd_reques
 
 		if (memcmp(o, all, sizeof(mine)) == 0)
 			continue;
-		if (o[0] != all[0] || o[1] != all[1] || o[2] != all[2] || o[3] != all[3] || o[4] != all[4])
-			rc = pd_errorf("rank %d read %s as %lld prompts of %lld tokens (width %lld), rank 0 as %lld of "
-				       "%lld (width %lld): every process must read the same file", r,
-				       rq->embeds ? rq->embeds : "the prompts", (long long)o[0], (long long)o[1],
-				       (long long)o[3], (long long)all[0], (long long)all[1], (long long)all[3]);
+		if (memcmp(o, all, 5 * sizeof(*o)))
+			rc = pd_errorf("rank %d read %s as %lld prompts of %lld tokens (negative: %lld) and widths %lld, "
+				       "%lld; rank 0 as %lld of %lld (%lld) and %lld, %lld: every process must read the "
+				       "same file", r, rq->embeds ? rq->embeds : "the prompts", (long long)o[0],
+				       (long long)o[1], (long long)o[2], (long long)o[3], (long long)o[4],
+				       (long long)all[0], (long long)all[1], (long long)all[2], (long long)all[3],
+				       (long long)all[4]);
 		else
 			rc = pd_errorf("rank %d read other values than rank 0 from %s%s%s: every process must read the "
 				       "same file", r, rq->embeds ? rq->embeds : "",
-				       rq->embeds && rq->init_latents ? " or " : "", rq->init_latents ? rq->init_latents : "");
+				       rq->embeds && rq->init_latents ? " or " : "",
+				       rq->init_latents ? rq->init_latents : rq->embeds ? "" : "the request's files");
 	}
 out:
 	free(all);
@@ -694,7 +698,8 @@ int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct p
 	rc = pd_engine_configure(e, o);
 	if (o->encode_only) {
 		/* the encoders are loaded per request: a backend is all there is to open */
-		if (!rc && !(rc = pd_backend_cpu_new(&e->be, e->dt, pd_engine_threads(world, o->threads)))) {
+		/* one process alone: the caller's threads (OMP_NUM_THREADS, its cpuset) unless told */
+		if (!rc && !(rc = pd_backend_cpu_new(&e->be, e->dt, o->threads))) {
 			scope.be = e->be;
 			scope.threads = pd_backend_enter(e->be);
 		}

@@ -117,11 +117,13 @@ void pd_embeds_free(struct pd_embeds *e)
 	free(e->neg_prompt);
 	free(e->neg_pooled);
 	for (int i = 0; i < e->n_extra; i++)
-		free(e->extra[i].data);
+		if (!e->extra[i].borrowed)
+			free(e->extra[i].data);
 	memset(e, 0, sizeof(*e));
 }
 
-void *pd_embeds_add_extra(struct pd_embeds *e, const char *name, enum pd_dtype dtype, int ndim, const int64_t *shape)
+void *pd_embeds_add_extra(struct pd_embeds *e, const char *name, enum pd_dtype dtype, int ndim, const int64_t *shape,
+			  void *data)
 {
 	struct pd_embeds_extra *x;
 	size_t n = 1;
@@ -135,7 +137,8 @@ void *pd_embeds_add_extra(struct pd_embeds *e, const char *name, enum pd_dtype d
 		x->shape[d] = shape[d];
 		n *= (size_t)shape[d];
 	}
-	x->data = pd_calloc(n + 1, pd_dtype_size(dtype), name);
+	x->borrowed = data != NULL;
+	x->data = data ? data : pd_calloc(n + 1, pd_dtype_size(dtype), name);
 	if (!x->data)
 		return NULL;
 	snprintf(x->name, sizeof(x->name), "%s", name);

@@ -19,7 +19,8 @@ struct pd_embeds_extra {
 	enum pd_dtype dtype;            /* PD_I64 or PD_F32 */
 	int ndim;                       /* 2 or 3 */
 	int64_t shape[3];               /* [batch, ...] */
-	void *data;                     /* malloc'd, freed with the embeddings */
+	void *data;                     /* malloc'd, freed with the embeddings, unless borrowed */
+	int borrowed;                   /* data is the embeddings' own (another name for them) */
 };
 
 /* Prompt embeddings: what the text encoders produce (or a file holds). */
@@ -45,8 +46,10 @@ int pd_embeds_load(struct pd_embeds *e, const char *path);
 /* Checks the widths against the transformer's config. */
 int pd_embeds_check(const struct pd_embeds *e, const struct pd_dit_info *info, const char *path);
 void pd_embeds_free(struct pd_embeds *e);
-/* A new extra of SHAPE (zeros), or NULL with a message. */
-void *pd_embeds_add_extra(struct pd_embeds *e, const char *name, enum pd_dtype dtype, int ndim, const int64_t *shape);
+/* A new extra of SHAPE (zeros), or NULL with a message. With DATA not
+ * NULL the extra is another name for DATA (E's own, freed with it). */
+void *pd_embeds_add_extra(struct pd_embeds *e, const char *name, enum pd_dtype dtype, int ndim, const int64_t *shape,
+			  void *data);
 /* Writes E to PATH under the names pd_embeds_load reads (and the extras
  * under theirs), with the prompts as metadata: a file generate --embeds
  * takes. PROMPTS[0..n) may be NULL. */

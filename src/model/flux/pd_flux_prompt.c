@@ -67,10 +67,6 @@ int pd_flux_prompt_encoder_load(struct pd_flux_prompt_encoder *pe, const struct 
 	if (pd_clip_tok_load(&pe->clip_tok, mp->tokenizer))
 		return -1;
 	pe->loaded = 1;
-	if (pe->clip_tok.max_len != 77) {
-		pd_errorf("%s: model_max_length %d; FLUX's CLIP takes 77", mp->tokenizer, pe->clip_tok.max_len);
-		goto fail;
-	}
 	if (pd_t5_tok_load(&pe->t5_tok, mp->tokenizer_2))
 		goto fail;
 	pe->loaded = 2;
@@ -162,7 +158,6 @@ int pd_flux_prompt_embeds(struct pd_embeds *e, struct pd_flux_prompt_encoder *pe
 	int64_t J = pd_t5_get_config(pe->t5)->d_model, P = pd_clip_get_config(pe->clip)->hidden;
 	int64_t s_c[2] = { n, 77 }, s_t[2] = { n, max_seq }, s_e[3] = { n, max_seq, J }, s_p[2] = { n, P };
 	int64_t *cids = NULL, *tids = NULL;
-	float *pool = NULL, *last = NULL;
 
 	memset(e, 0, sizeof(*e));
 	e->batch = n;
@@ -180,12 +175,16 @@ int pd_flux_prompt_embeds(struct pd_embeds *e, struct pd_flux_prompt_encoder *pe
 		if (!e->neg_prompt || !e->neg_pooled)
 			goto fail;
 	}
-	/* the ids the tokenizers made and the encoders' outputs, under
-	 * transformers' names */
-	if (keep_extra && (!(cids = pd_embeds_add_extra(e, "clip.input_ids", PD_I64, 2, s_c)) ||
-			   !(pool = pd_embeds_add_extra(e, "clip.pooler_output", PD_F32, 2, s_p)) ||
-			   !(tids = pd_embeds_add_extra(e, "t5.input_ids", PD_I64, 2, s_t)) ||
-			   !(last = pd_embeds_add_extra(e, "t5.last_hidden_state", PD_F32, 3, s_e))))
+	/* the ids the tokenizers made and the encoders' outputs (the
+	 * embeddings themselves), under transformers' names */
+	if (keep_extra && pe->clip_tok.max_len != 77) {
+		pd_errorf("the CLIP tokenizer's model_max_length is %d; FLUX's CLIP takes 77", pe->clip_tok.max_len);
+		goto fail;
+	}
+	if (keep_extra && (!(cids = pd_embeds_add_extra(e, "clip.input_ids", PD_I64, 2, s_c, NULL)) ||
+			   !pd_embeds_add_extra(e, "clip.pooler_output", PD_F32, 2, s_p, e->pooled) ||
+			   !(tids = pd_embeds_add_extra(e, "t5.input_ids", PD_I64, 2, s_t, NULL)) ||
+			   !pd_embeds_add_extra(e, "t5.last_hidden_state", PD_F32, 3, s_e, e->prompt)))
 		goto fail;
 	for (int64_t b = first; b < first + count && b < n; b++) {
 		pd_log(2, "pdit: encoding prompt %lld of %d\n", (long long)b + 1, n);
@@ -204,10 +203,6 @@ int pd_flux_prompt_embeds(struct pd_embeds *e, struct pd_flux_prompt_encoder *pe
 				memcpy(e->neg_pooled + b * P, e->neg_pooled + first * P, (size_t)P * sizeof(float));
 			}
 		}
-	}
-	if (keep_extra) {
-		memcpy(pool, e->pooled, (size_t)(n * P) * sizeof(float));
-		memcpy(last, e->prompt, (size_t)(n * max_seq * J) * sizeof(float));
 	}
 	return 0;
 fail:

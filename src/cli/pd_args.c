@@ -64,9 +64,43 @@ static int pd_arg_set(const struct pd_arg *a, const char *v)
 	return 0;
 }
 
+/* Spellings that name one option wherever either is defined. */
+static const char *const pd_arg_aliases[][2] = {
+	{ "--out", "--output" },
+};
+
+static const struct pd_arg *pd_arg_find(const struct pd_arg *args, const char *key)
+{
+	for (const struct pd_arg *p = args; p->long_name; p++)
+		if (strcmp(p->long_name, key) == 0)
+			return p;
+	for (size_t i = 0; i < sizeof(pd_arg_aliases) / sizeof(pd_arg_aliases[0]); i++)
+		for (int k = 0; k < 2; k++)
+			if (strcmp(key, pd_arg_aliases[i][k]) == 0)
+				for (const struct pd_arg *p = args; p->long_name; p++)
+					if (strcmp(p->long_name, pd_arg_aliases[i][1 - k]) == 0)
+						return p;
+	return NULL;
+}
+
+/* Options whose repetition is a mistake, not a change of mind: two -p
+ * look like two pictures (--prompts FILE makes those). Any other option
+ * given twice takes its last value. */
+static const char *const pd_arg_once[] = { "--prompt", "--negative-prompt" };
+
+static int pd_arg_only_once(const struct pd_arg *a)
+{
+	for (size_t i = 0; i < sizeof(pd_arg_once) / sizeof(pd_arg_once[0]); i++)
+		if (strcmp(a->long_name, pd_arg_once[i]) == 0)
+			return 1;
+	return 0;
+}
+
 int pd_args_parse(const char *cmd, const struct pd_arg *args, int argc, char **argv, int first, const char **pos,
 		  int max_pos, int *n_pos)
 {
+	unsigned char given[128] = { 0 };
+
 	*n_pos = 0;
 	for (int i = first; i < argc; i++) {
 		const char *s = argv[i], *val = NULL;
@@ -91,9 +125,7 @@ int pd_args_parse(const char *cmd, const struct pd_arg *args, int argc, char **a
 			key[n] = 0;
 			if (eq)
 				val = eq + 1;
-			for (const struct pd_arg *p = args; p->long_name; p++)
-				if (strcmp(p->long_name, key) == 0)
-					a = p;
+			a = pd_arg_find(args, key);
 		} else if (s[2] == 0) {
 			for (const struct pd_arg *p = args; p->long_name; p++)
 				if (p->short_name == s[1])
@@ -108,6 +140,16 @@ int pd_args_parse(const char *cmd, const struct pd_arg *args, int argc, char **a
 			if (i + 1 >= argc)
 				return pd_errorf("%s: %s needs a value (%s)", cmd, a->long_name, a->metavar);
 			val = argv[++i];
+		}
+		if (pd_arg_only_once(a) && a - args < (long)sizeof(given)) {
+			if (given[a - args]) {
+				char name[64];
+
+				pd_arg_name(a, name, sizeof(name));
+				return pd_errorf("%s: %s given twice: give it once (several prompts: --prompts FILE, "
+						 "one a line)", cmd, name);
+			}
+			given[a - args] = 1;
 		}
 		if (pd_arg_set(a, val ? val : ""))
 			return -1;
@@ -130,6 +172,7 @@ void pd_args_help(const char *usage, const struct pd_arg *args, const char *exam
 		printf("  %-30s %s\n", left, a->help);
 	}
 	printf("  %-30s %s\n", "-h, --help", "show this help");
+	printf("\nAn option given twice takes its last value (but -p and -n: once).\n");
 	if (examples)
 		printf("\nExamples:\n%s", examples);
 }

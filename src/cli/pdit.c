@@ -12,6 +12,9 @@
 #include "pdit_cli.h"
 #include "pd_st_writer.h"
 
+#include <dirent.h>
+#include <sys/stat.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +22,7 @@
 
 int pd_cli_fail(void)
 {
+	pd_cli_progress_clear();
 	fprintf(stderr, "pdit: %s\n", pd_last_error());
 	return 1;
 }
@@ -27,6 +31,7 @@ void pd_cli_report(struct pd_comm *world)
 {
 	if (world->failed_rank != world->rank && world->failed_rank >= 0)
 		return;
+	pd_cli_progress_clear();
 	if (world->rank == 0)
 		fprintf(stderr, "pdit: %s\n", pd_last_error());
 	else
@@ -47,6 +52,7 @@ int pd_cli_any_failed(struct pd_comm *world, int failed)
 
 void pd_cli_abort(struct pd_comm *world)
 {
+	pd_cli_progress_clear();
 	if (world->size > 1)
 		fprintf(stderr, "pdit: rank %d: %s; stopping every process\n", world->rank, pd_last_error());
 	else
@@ -238,11 +244,79 @@ static const char pd_tiny_examples[] =
 	"  pdit tiny tiny-6heads --heads 6 --head-dim 16 --layers 1 --single-layers 2\n"
 	"  pdit tiny flux-width --flux-width      # FLUX.1's widths, 2 + 4 blocks, bf16 (about 2.5 GB)\n";
 
+/* A folder with anything in it (or a file in its place). */
+static int pd_tiny_occupied(const char *dir)
+{
+	DIR *d;
+	struct dirent *ent;
+	struct stat sb;
+	int n = 0;
+
+	if (lstat(dir, &sb))
+		return 0;
+	if (!pd_is_dir(dir) || !(d = opendir(dir)))
+		return 1;
+	while (!n && (ent = readdir(d)))
+		n = strcmp(ent->d_name, ".") && strcmp(ent->d_name, "..");
+	closedir(d);
+	return n;
+}
+
+/* Writes the model into a new folder beside DIR and puts it in DIR's place
+ * whole: DIR holds the old model or the new one, never a mixture, and
+ * nothing of a failed or interrupted write is left. An occupied DIR only
+ * with FORCE. */
+static int pd_tiny_replace(const char *dir, const struct pd_tiny_opts *o, int force)
+{
+	char *tmp = pd_strfmt("%s.new-XXXXXX", dir), *old = pd_strfmt("%s.old-XXXXXX", dir);
+	int rc = -1, occupied = pd_tiny_occupied(dir);
+
+	if (!tmp || !old)
+		goto out;
+	if (occupied && !force) {
+		pd_errorf("%s is not empty: give --force to replace it (the whole folder), or name a new folder", dir);
+		goto out;
+	}
+	if (occupied && !pd_is_dir(dir)) {
+		pd_errorf("%s is a file, not a folder", dir);
+		goto out;
+	}
+	if (!mkdtemp(tmp)) {
+		pd_errorf("cannot create a folder beside %s: %s", dir, strerror(errno));
+		goto out;
+	}
+	pd_cli_pending_tree(tmp);
+	if (pd_tiny_write(tmp, o) || pd_cli_interrupted())
+		goto out;
+	if (occupied) {
+		/* the old folder steps aside first: rename cannot replace a full one */
+		if (!mkdtemp(old) || rename(dir, old)) {
+			pd_errorf("cannot move %s aside: %s", dir, strerror(errno));
+			goto out;
+		}
+	}
+	if (rename(tmp, dir)) {
+		pd_errorf("cannot rename %s to %s: %s", tmp, dir, strerror(errno));
+		if (occupied)
+			rename(old, dir);
+		goto out;
+	}
+	pd_cli_pending_tree(NULL);
+	rc = occupied ? pd_remove_tree(old) : 0;
+out:
+	if (rc && tmp && pd_is_dir(tmp))
+		pd_remove_tree(tmp);
+	pd_cli_pending_tree(NULL);
+	free(tmp);
+	free(old);
+	return rc;
+}
+
 static int pd_cmd_tiny(int argc, char **argv)
 {
 	struct pd_tiny_opts o;
 	const char *dtype = NULL, *vae_ch = NULL, *pos[1];
-	int flux_width = 0, no_guidance = 0, n_pos, hr;
+	int flux_width = 0, no_guidance = 0, force = 0, n_pos, hr;
 	struct pd_tiny_opts d;
 	const struct pd_arg opts[] = {
 		{ "--flux-width", 0, PD_ARG_FLAG, &flux_width, NULL, "FLUX.1's real widths with 2 double and 4 single blocks, bf16", NULL },
@@ -262,6 +336,7 @@ static int pd_cmd_tiny(int argc, char **argv)
 		{ "--vae-groups", 0, PD_ARG_INT, &d.vae_groups, "N", "VAE norm_num_groups (default 8)", NULL },
 		{ "--batch", 0, PD_ARG_INT, &d.batch, "N", "prompts in embeds.safetensors (default 1)", NULL },
 		{ "--txt-len", 0, PD_ARG_INT, &d.txt_len, "N", "text tokens in embeds.safetensors (default 16)", NULL },
+		{ "--force", 'f', PD_ARG_FLAG, &force, NULL, "replace DIR when it is not empty (the whole folder)", NULL },
 		{ 0 },
 	};
 
@@ -314,8 +389,8 @@ static int pd_cmd_tiny(int argc, char **argv)
 		pd_errorf("tiny: sizes must be positive (--head-dim even and >= 4, --in-channels a multiple of 4)");
 		return pd_cli_fail();
 	}
-	if (pd_tiny_write(pos[0], &o))
-		return pd_cli_fail();
+	if (pd_tiny_replace(pos[0], &o, force))
+		return pd_cli_interrupted() ? pd_cli_stop_interrupted() : pd_cli_fail();
 	pd_log(1, "pdit: wrote %s (%d heads x %d, %d + %d blocks)\n", pos[0], o.heads, o.head_dim, o.layers,
 	       o.single_layers);
 	return 0;

@@ -5,6 +5,7 @@
 #define PDIT_CLI_H
 
 #include "pd_comm.h"
+#include "pdit.h"
 #include "pd_safetensors.h"
 
 #ifndef PDIT_VERSION
@@ -35,6 +36,37 @@ int pd_dispatch(struct pd_comm *world, int argc, char **argv);
  * read or run, help not printed: 0 parsed, 1 help asked, -1 refused with a
  * message. For the argument fuzzer. */
 int pd_cli_parse_only(int argc, char **argv);
+
+/* Ctrl-C, SIGTERM, SIGHUP (pd_interrupt.c): the temporaries being written
+ * are removed, rank 0 says "interrupted", the process exits with 130. */
+void pd_cli_catch_signals(int rank);
+/* A signal came while a folder was being written (pd_cli_pending_tree). */
+int pd_cli_interrupted(void);
+/* While DIR (not NULL) is being written, a signal only sets the flag: the
+ * command removes DIR and stops with pd_cli_stop_interrupted. */
+void pd_cli_pending_tree(const char *dir);
+int pd_cli_stop_interrupted(void);
+
+/* Progress of a run on rank 0's stderr (pd_progress.c). */
+struct pd_cli_progress {
+	int enabled;                    /* shows anything (rank 0, not --quiet) */
+	int tty;                        /* stderr is a terminal: one line rewritten in place */
+	int open_line;                  /* that line has no newline yet */
+	double t_start;                 /* when the command began */
+	double phase_s[4];              /* seconds per phase (enum pd_phase), summed */
+	int steps;                      /* denoising steps run */
+	double write_s;                 /* seconds writing the outputs */
+};
+void pd_cli_progress_init(struct pd_cli_progress *p, int enabled);
+/* The engine's on_progress and log callbacks (CTX: the progress). */
+void pd_cli_progress_cb(void *ctx, const struct pd_progress *e);
+void pd_cli_progress_log(void *ctx, int level, const char *line);
+/* "done in T s (load, encode, steps, decode, write), peak memory". */
+void pd_cli_progress_summary(struct pd_cli_progress *p, double peak_mb);
+/* An error is about to be printed: the line being rewritten goes. */
+void pd_cli_progress_clear(void);
+/* P is going away (the end of the command). */
+void pd_cli_progress_end(struct pd_cli_progress *p);
 
 int pd_cmd_generate(struct pd_comm *world, int argc, char **argv);
 int pd_cmd_check(struct pd_comm *world, int argc, char **argv);

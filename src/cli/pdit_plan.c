@@ -68,7 +68,7 @@ int pd_cmd_plan(int argc, char **argv)
 	struct pd_plan_machine mc = { 0 };
 	struct pd_mesh_limits lim = { 0 };
 	struct pd_plan_row *rows = NULL;
-	int height = 1024, width = 1024, batch = 1, devices = 0, per_node = 0, txt = 0, json = 0, steps = 0, n, rc = 1;
+	int height = 1024, width = 1024, batch = 1, devices = 0, devices_seen = 0, per_node = 0, txt = 0, json = 0, steps = 0, n, rc = 1;
 	float cfg_scale = 1, gflops = 0, memory = 0, bandwidth = 0, latency = 0, inter_bw = 0, inter_lat = 0;
 	float efficiency = 0.5f, mem_bw = 0, matmul = 0;
 	const char *dtype = "bf16", *device = NULL, *link = NULL, *inter_link = NULL, *pos[1];
@@ -77,7 +77,7 @@ int pd_cmd_plan(int argc, char **argv)
 	const struct pd_arg opts[] = {
 		{ "--model", 'm', PD_ARG_STRING, &mf.model, "DIR", "diffusers FLUX folder: its transformer and VAE configs and the text encoders' headers are read", NULL },
 		{ "--transformer", 0, PD_ARG_STRING, &mf.transformer, "DIR", "transformer folder (overrides --model's)", NULL },
-		{ "--devices", 'n', PD_ARG_INT, &devices, "N", "processes (GPUs, or CPU processes on this machine)", NULL },
+		{ "--devices", 'N', PD_ARG_INT, &devices, "N", "processes (GPUs, or CPU processes on this machine); required", &devices_seen },
 		{ "--height", 'H', PD_ARG_INT, &height, "PX", "image height, a multiple of 16 (default 1024)", NULL },
 		{ "--width", 'W', PD_ARG_INT, &width, "PX", "image width, a multiple of 16 (default 1024)", NULL },
 		{ "--steps", 0, PD_ARG_INT, &steps, "S", "denoising steps, for the seconds of a run with its decode (default 28, or 4 without guidance embedding)", NULL },
@@ -110,6 +110,10 @@ int pd_cmd_plan(int argc, char **argv)
 	}
 	if (hr)
 		return pd_cli_fail();
+	if (!devices_seen) {
+		pd_errorf("plan needs --devices N (the processes to plan for)");
+		return pd_cli_fail();
+	}
 	if (devices < 1 || devices > 4096) {
 		pd_errorf("--devices must be between 1 and 4096 (got %d)", devices);
 		return pd_cli_fail();
@@ -165,8 +169,14 @@ int pd_cmd_plan(int argc, char **argv)
 		mc.gflops = gflops;
 		mc.mem_gb = memory;
 	} else {
+		double t0 = pd_now();
+
+		/* the one long phase of a plan: say so before, and how long after */
+		pd_log(1, "pdit: timing a %s matrix product on this machine (--device or --gflops skip it)...\n",
+		       dt == PD_BF16 ? "bf16" : "f32");
 		if (pd_plan_machine_here(&mc, &w, devices, devices, 3, matmul))
 			goto out;
+		pd_log(1, "pdit: timed in %.1f s\n", pd_now() - t0);
 		if (memory > 0)
 			mc.mem_gb = memory;
 	}

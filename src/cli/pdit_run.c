@@ -18,6 +18,8 @@
 #include "pd_util.h"
 #include "pdit_cli.h"
 
+#include <cjson/cJSON.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +31,7 @@ struct pd_gen_args {
 	const char *prompt, *negative, *prompts_file;
 	int max_seq;
 	const char *embeds, *output, *out_latents, *init_latents, *dtype;
-	int height, width, steps, threads, verbose;
+	int height, width, steps, threads, verbose, quiet;
 	float guidance, true_cfg_scale, fbcache, comm_timeout;
 	uint64_t seed;
 	int steps_seen;
@@ -89,7 +91,7 @@ static const char pd_check_examples[] =
 	"      --steps 4 -s 5301 --golden golden/pipeline-dev-h64w48.safetensors\n";
 
 static const char pd_bench_usage[] =
-	"usage: [mpirun -np N] pdit bench --model DIR [-H 512 -W 512] [--steps 3] [--warmup 1] [--dtype bf16]\n"
+	"usage: [mpirun -np N] pdit bench --model DIR [-H 1024 -W 1024] [--steps 3] [--warmup 1] [--dtype bf16]\n"
 	"                                 [mesh degrees] [--json] [--vae-time]\n"
 	"\n"
 	"Times denoising steps (the median of --steps after --warmup untimed ones; the\n"
@@ -142,7 +144,7 @@ static void pd_gen_options(struct pd_gen_args *a, struct pd_arg *opts, enum pd_c
 		{ "--out-latents", 0, PD_ARG_STRING, &a->out_latents, "FILE", "also write latents.init and latents.final [B,L,C] (packed)", NULL },
 		{ "--init-latents", 0, PD_ARG_STRING, &a->init_latents, "FILE", "start from latents.init [B,L,C] or latents.init_unpacked instead of the seed", NULL },
 		{ "--dtype", 0, PD_ARG_STRING, &a->dtype, "f32|bf16", "precision of matrix products (default f32)", NULL },
-		{ "--threads", 't', PD_ARG_INT, &a->threads, "N", "threads per process (default: the cores divided among the processes)", NULL },
+		{ "--threads", 't', PD_ARG_INT, &a->threads, "N", "threads per process (default, or 0: the cores divided among the processes)", NULL },
 		{ "--comm-timeout", 0, PD_ARG_FLOAT, &a->comm_timeout, "S", "seconds a process may wait for the others before the job is reported and stopped (default 1800; 0: forever; lifted where one rank works alone: encoding prompts, check's reference)", NULL },
 		{ "--parallel", 0, PD_ARG_STRING, &a->parallel, "auto", "choose the mesh as pdit plan ranks them: auto among the exact methods, auto-stale also PipeFusion and DistriFusion", NULL },
 		{ "--data-parallel-degree", 0, PD_ARG_INT, &a->dp, "N", "split the batch of images over N groups", NULL },
@@ -158,10 +160,20 @@ static void pd_gen_options(struct pd_gen_args *a, struct pd_arg *opts, enum pd_c
 		{ "--vae-parallel", 0, PD_ARG_FLAG, &a->vae_parallel, NULL, "decode each picture in row bands over its data-parallel group (the default with more than one process)", NULL },
 		{ "--no-vae-parallel", 0, PD_ARG_FLAG, &a->no_vae_parallel, NULL, "decode each picture on one process instead", NULL },
 		{ "--verbose", 'v', PD_ARG_FLAG, &a->verbose, NULL, "more detail", NULL },
+		{ "--quiet", 'q', PD_ARG_FLAG, &a->quiet, NULL, "nothing but errors: no progress, no summary", NULL },
 	};
-	size_t n = sizeof(common) / sizeof(common[0]);
+	size_t n = 0;
 
-	memcpy(opts, common, sizeof(common));
+	for (size_t i = 0; i < sizeof(common) / sizeof(common[0]); i++) {
+		/* check and bench write nothing and start from the seed */
+		if (kind != PD_CMD_GENERATE && (common[i].dest == &a->output || common[i].dest == &a->out_latents ||
+						common[i].dest == &a->init_latents))
+			continue;
+		opts[n] = common[i];
+		if (kind == PD_CMD_BENCH && common[i].dest == &a->steps)
+			opts[n].help = "timed steps (default 3), after --warmup untimed ones";
+		n++;
+	}
 	if (kind == PD_CMD_BENCH) {
 		opts[n++] = (struct pd_arg){ "--warmup", 0, PD_ARG_INT, &a->warmup, "N",
 					     "untimed steps first (default 1)", NULL };
@@ -193,6 +205,8 @@ static void pd_gen_defaults(struct pd_gen_args *a)
 	a->seed = 42;
 	a->warmup_steps = 1;
 	a->comm_timeout = 1800;
+	/* not given (a given 0 is refused) */
+	a->dp = a->tp = a->ulysses = a->ring = a->pp = a->distrifusion = -1;
 }
 
 /* Parses the arguments: 0 go on, 1 help shown, -1 error (message set). */
@@ -210,8 +224,12 @@ static int pd_gen_parse(struct pd_comm *world, struct pd_gen_args *a, int argc, 
 	hr = pd_args_parse(names[kind], opts, argc, argv, 2, pos, 0, &n_pos);
 	if (hr == 1 && world->rank == 0)
 		pd_args_help(usage[kind], opts, examples[kind]);
+	if (hr == 0 && a->verbose && a->quiet)
+		hr = pd_errorf("-v/--verbose and -q/--quiet contradict each other");
 	if (hr == 0 && a->verbose && world->rank == 0)
 		pd_log_level = 2;
+	if (hr == 0 && a->quiet)
+		pd_log_level = 0;
 	return hr;
 }
 
@@ -268,6 +286,38 @@ static char *pd_output_name(const char *pattern, int64_t b, int64_t batch)
 	return pd_strfmt("%.*s-%lld%s", (int)(dot - pattern), pattern, (long long)b, dot);
 }
 
+/* Every output can be written, before any weight is read: -o's pattern
+ * and folder, --out-latents. The batch is not known yet with --embeds:
+ * both names of one picture and of several are tried. */
+static int pd_gen_check_outputs(const struct pd_gen_args *a, int pictures)
+{
+	const char *pct = strchr(a->output, '%');
+	int rc = 0;
+
+	if (pct && (strncmp(pct, "%d", 2) || strchr(pct + 1, '%')))
+		return pd_errorf("-o/--output %s: the one pattern it takes is a single %%d (the picture's number)",
+				 a->output);
+	for (int k = 0; k < 2 && !rc; k++) {
+		int64_t batch = k ? 2 : pictures;
+		char *name = pd_output_name(a->output, 0, batch);
+
+		rc = !name || pd_out_check(name) ? -1 : 0;
+		free(name);
+		if (pictures > 0)
+			break;
+	}
+	if (!rc && a->out_latents && pd_out_check(a->out_latents))
+		rc = -1;
+	if (!rc && a->out_latents) {
+		char *name = pd_output_name(a->output, 0, pictures > 0 ? pictures : 1);
+
+		if (name && strcmp(name, a->out_latents) == 0)
+			rc = pd_errorf("--out-latents %s is also -o's picture: give them different names", a->out_latents);
+		free(name);
+	}
+	return rc;
+}
+
 /* latents.init and latents.final of the whole batch to PATH. */
 static int pd_write_latents(const struct pd_result *res, const char *path)
 {
@@ -284,6 +334,28 @@ static int pd_write_latents(const struct pd_result *res, const char *path)
 	return rc;
 }
 
+/* Prompt B of an embeddings file, from the "prompts" list pdit encode
+ * writes into its metadata (malloc'd), or NULL. */
+static char *pd_embeds_prompt(const char *path, int64_t b)
+{
+	struct pd_st *st = NULL;
+	const char *meta;
+	cJSON *list = NULL, *item;
+	char *out = NULL;
+
+	if (pd_st_open(&st, path))
+		return NULL;
+	meta = pd_st_meta(st, "prompts");
+	list = meta ? cJSON_Parse(meta) : NULL;
+	/* a batch of one prompt repeated (--batch) names its first */
+	item = cJSON_IsArray(list) ? cJSON_GetArrayItem(list, b < cJSON_GetArraySize(list) ? (int)b : 0) : NULL;
+	if (cJSON_IsString(item))
+		out = pd_strdup(item->valuestring);
+	cJSON_Delete(list);
+	pd_st_close(st);
+	return out;
+}
+
 /* The pictures this rank holds, as PNGs carrying their parameters. */
 static int pd_write_pictures(const struct pd_gen_args *a, const struct pd_request *rq, const struct pd_result *res)
 {
@@ -294,11 +366,13 @@ static int pd_write_pictures(const struct pd_gen_args *a, const struct pd_reques
 	for (int64_t i = 0; i < res->n_pictures && !rc; i++) {
 		int64_t b = res->first_picture + i;
 		char *name = pd_output_name(a->output, b, res->images);
+		char *carried = rq->n_prompts ? NULL : pd_embeds_prompt(a->embeds, b);
 		/* the prompt first, as other tools write this chunk */
 		char *source = rq->n_prompts ? pd_strfmt("%s%s%s\n", rq->prompts[rq->batch ? 0 : b],
 							 a->negative ? "\nNegative prompt: " : "",
 							 a->negative ? a->negative : "")
-					     : pd_strfmt("embeds: %s (prompt %lld)\n", a->embeds, (long long)b);
+			       : carried ? pd_strfmt("%s\n", carried)
+					 : pd_strfmt("embeds: %s (prompt %lld)\n", a->embeds, (long long)b);
 		char *text = source ? pd_strfmt("%spdit %s; seed: %llu; steps: %d; guidance: %g; true_cfg_scale: %g; "
 						"size: %dx%d; model: %s; dtype: %s",
 						source, PDIT_VERSION, (unsigned long long)(a->seed + b), res->steps,
@@ -307,12 +381,10 @@ static int pd_write_pictures(const struct pd_gen_args *a, const struct pd_reques
 
 		rc = !name || !text ? -1 : pd_png_write(name, res->rgb + (size_t)i * npx * 3, res->width, res->height,
 							"parameters", text);
-		if (!rc)
-			pd_log(1, "pdit: wrote %s (decoded in %.2f s%s)\n", name, res->decode_s,
-			       res->bands > 1 ? " in bands" : "");
 		free(name);
 		free(text);
 		free(source);
+		free(carried);
 	}
 	return rc;
 }
@@ -324,8 +396,22 @@ static int pd_gen_engine_options(const struct pd_gen_args *a, struct pd_engine_o
 	    (a->text_encoder_2 && a->t5xxl))
 		return pd_errorf("give each component once: --transformer or --diffusion-model, --text-encoder or "
 				 "--clip_l, --text-encoder-2 or --t5xxl");
+	const struct {
+		int v;
+		const char *flag;
+	} degrees[] = { { a->dp, "--data-parallel-degree" }, { a->tp, "--tensor-parallel-degree" },
+			{ a->ulysses, "--ulysses-degree" }, { a->ring, "--ring-degree" },
+			{ a->pp, "--pipefusion-degree" }, { a->distrifusion, "--distrifusion-degree" } };
+
 	if (a->vae_parallel && a->no_vae_parallel)
 		return pd_errorf("--vae-parallel and --no-vae-parallel contradict each other");
+	for (size_t i = 0; i < sizeof(degrees) / sizeof(degrees[0]); i++)
+		if (degrees[i].v != -1 && degrees[i].v < 1)
+			return pd_errorf("%s must be at least 1 (got %d); leave it out to let pdit choose", degrees[i].flag,
+					 degrees[i].v);
+	if (a->threads < 0)
+		return pd_errorf("-t/--threads must be at least 1, or 0 for the cores divided among the processes (got %d)",
+				 a->threads);
 	pd_engine_options_init(o);
 	o->model = a->model;
 	o->transformer = a->diffusion_model ? a->diffusion_model : a->transformer;
@@ -339,13 +425,13 @@ static int pd_gen_engine_options(const struct pd_gen_args *a, struct pd_engine_o
 	o->threads = a->threads;
 	o->log_level = pd_log_level; /* as the command set it for this rank */
 	o->comm_timeout = a->comm_timeout;
-	o->dp = a->dp;
+	o->dp = a->dp > 0 ? a->dp : 0;
 	o->cfg_parallel = a->cfg_parallel;
-	o->pp = a->pp;
-	o->ring = a->ring;
-	o->ulysses = a->ulysses;
-	o->tp = a->tp;
-	o->distrifusion = a->distrifusion;
+	o->pp = a->pp > 0 ? a->pp : 0;
+	o->ring = a->ring > 0 ? a->ring : 0;
+	o->ulysses = a->ulysses > 0 ? a->ulysses : 0;
+	o->tp = a->tp > 0 ? a->tp : 0;
+	o->distrifusion = a->distrifusion > 0 ? a->distrifusion : 0;
 	o->parallel = a->parallel;
 	o->warmup_steps = a->warmup_steps;
 	o->patches = a->patches;
@@ -416,15 +502,25 @@ int pd_cmd_generate(struct pd_comm *world, int argc, char **argv)
 	struct pd_request rq;
 	struct pd_result res = { 0 };
 	struct pd_engine *e = NULL;
+	struct pd_cli_progress prog;
 	char **prompts = NULL;
 	int n_prompts = 0, hr, rc = 1;
+	double t_write, peak;
 
 	hr = pd_gen_parse(world, &a, argc, argv, PD_CMD_GENERATE);
 	if (hr == 1)
 		return 0;
-	hr = hr || pd_gen_engine_options(&a, &o, 1) || pd_gen_request(&a, &rq, &prompts, &n_prompts);
+	pd_cli_progress_init(&prog, 0);
+	hr = hr || pd_gen_engine_options(&a, &o, 1) || pd_gen_request(&a, &rq, &prompts, &n_prompts) ||
+	     pd_gen_check_outputs(&a, rq.batch > 0 ? rq.batch : a.embeds ? 0 : rq.n_prompts);
 	if (pd_cli_any_failed(world, hr))
 		goto out;
+	/* rank 0 shows the run; the others only say what went wrong */
+	pd_cli_progress_init(&prog, world->rank == 0 && !a.quiet);
+	o.on_progress = pd_cli_progress_cb;
+	o.progress_ctx = &prog;
+	o.log = pd_cli_progress_log;
+	o.log_ctx = &prog;
 	if (pd_engine_open(&e, world, &o, &rq)) {
 		pd_gen_failed(world, NULL);
 		goto out;
@@ -434,6 +530,7 @@ int pd_cmd_generate(struct pd_comm *world, int argc, char **argv)
 		goto out;
 	}
 	hr = 0;
+	t_write = pd_now();
 	if (a.out_latents && world->rank == 0) {
 		hr = pd_write_latents(&res, a.out_latents);
 		if (!hr)
@@ -442,13 +539,28 @@ int pd_cmd_generate(struct pd_comm *world, int argc, char **argv)
 	if (!hr && res.rgb)
 		hr = pd_write_pictures(&a, &rq, &res);
 	rc = pd_cli_any_failed(world, hr);
-	/* a collective: on the flag every rank shares, not on the log level */
+	prog.write_s = pd_now() - t_write;
+	/* every rank's pictures are written: rank 0 names them all */
+	for (int64_t b = 0; !rc && world->rank == 0 && b < res.images && res.bands > 0; b++) {
+		char *name = pd_output_name(a.output, b, res.images);
+
+		if (name)
+			pd_log(1, "pdit: wrote %s\n", name);
+		free(name);
+	}
+	/* collectives: on what every rank shares, not on the log level */
 	if (!rc && a.verbose)
 		pd_report_memory(world);
+	peak = pd_peak_rss_mb();
+	if (!rc && world->size > 1)
+		world->ops->allreduce(world, &peak, 1, PD_COMM_F64, PD_COMM_MAX);
+	if (!rc)
+		pd_cli_progress_summary(&prog, peak);
 out:
 	pd_result_free(&res);
 	pd_engine_close(e);
 	pd_free_prompts(prompts, n_prompts);
+	pd_cli_progress_end(&prog);
 	return rc;
 }
 

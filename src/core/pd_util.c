@@ -5,6 +5,7 @@
 #include "pd_util.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -226,19 +227,92 @@ int pd_mkdirs(const char *path)
 	return 0;
 }
 
+/* The temporaries open now, for pd_out_remove_temporaries: a slot holds
+ * its name from before the file is created until after it is renamed or
+ * removed. Process-wide because a signal handler is. */
+#define PD_OUT_SLOTS 16
+static char *volatile pd_out_live[PD_OUT_SLOTS];
+
+static void pd_out_track(char *tmp, int on)
+{
+	for (int i = 0; i < PD_OUT_SLOTS; i++)
+		if (on ? !pd_out_live[i] : pd_out_live[i] == tmp) {
+			pd_out_live[i] = on ? tmp : NULL;
+			return;
+		}
+}
+
+void pd_out_remove_temporaries(void)
+{
+	for (int i = 0; i < PD_OUT_SLOTS; i++) {
+		char *t = pd_out_live[i];
+
+		if (t)
+			unlink(t);
+	}
+}
+
+/* The user's path in messages: PATH's folder, when that is what fails. */
+static int pd_out_fail(const char *path)
+{
+	int e = errno;
+	char *dir = pd_strdup(path), *slash = dir ? strrchr(dir, '/') : NULL;
+
+	if (slash)
+		*(slash == dir ? slash + 1 : slash) = 0;
+	if (e == ENOENT || (e == EACCES && dir && access(slash ? dir : ".", W_OK)))
+		pd_errorf("cannot write %s: the folder %s %s", path, slash ? dir : ".",
+			  e == ENOENT ? "does not exist" : "is not writable");
+	else
+		pd_errorf("cannot write %s: %s", path, strerror(e));
+	free(dir);
+	return -1;
+}
+
+int pd_out_check(const char *path)
+{
+	char *dir = pd_strdup(path), *slash = dir ? strrchr(dir, '/') : NULL;
+	int rc = 0;
+
+	if (!dir)
+		return -1;
+	if (slash)
+		*(slash == dir ? slash + 1 : slash) = 0;
+	if (!*path || (slash && !slash[1] && slash != dir))
+		rc = pd_errorf("cannot write '%s': not a file name", path);
+	else if (pd_is_dir(path))
+		rc = pd_errorf("cannot write %s: it is a folder", path);
+	else if (!pd_is_dir(slash ? dir : "."))
+		rc = pd_errorf("cannot write %s: the folder %s does not exist", path, dir);
+	else if (access(slash ? dir : ".", W_OK | X_OK))
+		rc = pd_errorf("cannot write %s: the folder %s is not writable", path, slash ? dir : ".");
+	free(dir);
+	return rc;
+}
+
 int pd_out_open(struct pd_out_file *o, const char *path)
 {
 	o->path = path;
+	o->f = NULL;
 	o->tmp = pd_strfmt("%s.tmp", path);
-	o->f = o->tmp ? fopen(o->tmp, "wb") : NULL;
-	if (o->tmp && !o->f) {
-		int rc = pd_errorf("%s: %s", o->tmp, strerror(errno));
+	if (!o->tmp)
+		return -1;
+	if (pd_is_dir(path)) {
+		free(o->tmp);
+		o->tmp = NULL;
+		return pd_errorf("cannot write %s: it is a folder", path);
+	}
+	pd_out_track(o->tmp, 1);
+	o->f = fopen(o->tmp, "wb");
+	if (!o->f) {
+		int rc = pd_out_fail(path);
 
+		pd_out_track(o->tmp, 0);
 		free(o->tmp);
 		o->tmp = NULL;
 		return rc;
 	}
-	return o->f ? 0 : -1;
+	return 0;
 }
 
 int pd_out_write(struct pd_out_file *o, const void *data, size_t n)
@@ -254,6 +328,7 @@ void pd_out_abort(struct pd_out_file *o)
 		fclose(o->f);
 	if (o->tmp)
 		unlink(o->tmp);
+	pd_out_track(o->tmp, 0);
 	free(o->tmp);
 	o->f = NULL;
 	o->tmp = NULL;
@@ -265,18 +340,36 @@ int pd_out_commit(struct pd_out_file *o)
 
 	/* on disk before it takes the name: after a crash the name holds the
 	 * old file or the whole new one */
-	if (fflush(o->f) || fsync(fileno(o->f)))
+	if (pd_fault("write", 0))
+		rc = -1;
+	else if (fflush(o->f) || fsync(fileno(o->f)))
 		rc = pd_errorf("%s: write failed: %s", o->path, strerror(errno));
 	if (fclose(o->f) && !rc)
 		rc = pd_errorf("%s: write failed: %s", o->path, strerror(errno));
 	o->f = NULL;
 	if (!rc && rename(o->tmp, o->path))
-		rc = pd_errorf("cannot rename %s to %s: %s", o->tmp, o->path, strerror(errno));
+		rc = pd_errorf("cannot write %s: %s", o->path, strerror(errno));
 	if (rc)
 		unlink(o->tmp);
+	pd_out_track(o->tmp, 0);
 	free(o->tmp);
 	o->tmp = NULL;
 	return rc;
+}
+
+static int pd_remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+int pd_remove_tree(const char *path)
+{
+	if (nftw(path, pd_remove_one, 16, FTW_DEPTH | FTW_PHYS) && errno != ENOENT)
+		return pd_errorf("cannot remove %s: %s", path, strerror(errno));
+	return 0;
 }
 
 double pd_now(void)

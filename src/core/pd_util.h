@@ -51,7 +51,8 @@ struct pd_log_sink pd_log_use(const struct pd_log_sink *s);
  * ":hang" appended the process stops there for good instead (a rank that
  * never reaches its next transfer).
  * Sites: "load" (index 0, before a rank reads its weights), "step" (index:
- * the denoising step, before its transformer calls). */
+ * the denoising step, before its transformer calls), "write" (index 0, an
+ * output file written but not yet renamed into place). */
 extern int pd_fault_rank;
 int pd_fault(const char *site, long long index);
 
@@ -83,11 +84,20 @@ struct pd_out_file {
 	const char *path;               /* the final name (borrowed) */
 };
 int pd_out_open(struct pd_out_file *o, const char *path);
+/* Whether PATH can be written as an output (not a folder, its folder there
+ * and writable), before any work: 0, or -1 with a message naming PATH. */
+int pd_out_check(const char *path);
 int pd_out_write(struct pd_out_file *o, const void *data, size_t n);
 /* Closes and renames; on any failure the temporary file is removed. */
 int pd_out_commit(struct pd_out_file *o);
 /* Closes and removes the temporary file (after a failure). */
 void pd_out_abort(struct pd_out_file *o);
+/* Removes every temporary file being written now: only unlink(2), so a
+ * signal handler may call it (the command line's does, on Ctrl-C). */
+void pd_out_remove_temporaries(void);
+
+/* rm -r PATH (a file or a folder); 0, or -1 with a message. */
+int pd_remove_tree(const char *path);
 
 /* N items cut into P nearly equal chunks: chunk I starts here and holds
  * N/P items, one more for the first N%P chunks (token bands, image bands,

@@ -60,6 +60,16 @@ void pd_engine_leave(const struct pd_engine_scope *s)
 	pd_log_use(&s->log);
 }
 
+/* Tells the caller where a phase stands: begun at T0, DONE of TOTAL. */
+static void pd_engine_progress(const struct pd_engine *e, enum pd_phase phase, double t0, int done, int total,
+			       int finished)
+{
+	struct pd_progress p = { phase, done, total, pd_now() - t0, finished };
+
+	if (e->o.on_progress)
+		e->o.on_progress(e->o.progress_ctx, &p);
+}
+
 /* Agreement over the world after a phase. */
 static int pd_engine_agree(struct pd_engine *e, int failed)
 {
@@ -214,15 +224,19 @@ static int pd_engine_encode(struct pd_engine *e, int failed)
 	int64_t first, count, J = e->e.joint_dim, P = e->e.pooled_dim, T = e->max_seq;
 	int rc = failed;
 
+	double t_enc = pd_now();
+
 	if (!e->prompts)
 		return pd_engine_agree(e, rc);
+	pd_engine_progress(e, PD_PHASE_ENCODE, t_enc, 0, (int)e->e.batch, 0);
 	pd_dp_slice(e->e.batch, e->degree[PD_AXIS_DP], e->mesh.coord[PD_AXIS_DP], &first, &count);
 	if (!rc && grp->rank == 0) {
 		struct pd_embeds enc;
 		double t0 = pd_now();
 
-		pd_log(1, "pdit: encoding %lld prompt%s (%s, %lld tokens)\n", (long long)count, count > 1 ? "s" : "",
-		       e->fam->encoders, (long long)T);
+		/* the progress says how many; this is the detail */
+		pd_log(2, "pdit: encoding %lld of %lld prompts here (%s, %lld tokens)\n", (long long)count,
+		       (long long)e->e.batch, e->fam->encoders, (long long)T);
 		rc = e->fam->encode(&enc, &e->mp, e->be, e->prompts, e->n_prompts, e->negative, (int)T, first, count,
 				    0);
 		if (!rc) {
@@ -249,6 +263,7 @@ static int pd_engine_encode(struct pd_engine *e, int failed)
 		e->dead = 1;
 		return -1;
 	}
+	pd_engine_progress(e, PD_PHASE_ENCODE, t_enc, (int)e->e.batch, (int)e->e.batch, 1);
 	return 0;
 }
 
@@ -608,6 +623,31 @@ int pd_engine_prepare(struct pd_engine *e, const struct pd_request *rq)
 /* Open and close                                                          */
 /* ----------------------------------------------------------------------- */
 
+/* Every weights file the run will read, opened and its header checked
+ * (sizes, offsets within the file) before the first computation: a
+ * truncated transformer must not surface after the prompts were encoded.
+ * PROMPTS: the text encoders will run. */
+static int pd_engine_check_files(const struct pd_engine *e, int prompts)
+{
+	const struct {
+		const char *path, *stem;
+	} parts[] = { { e->o.encode_only ? NULL : e->mp.transformer, "diffusion_pytorch_model" },
+		      { e->o.decode && !e->o.encode_only ? e->mp.vae : NULL, "diffusion_pytorch_model" },
+		      { prompts ? e->mp.text_encoder : NULL, "model" },
+		      { prompts ? e->mp.text_encoder_2 : NULL, "model" } };
+
+	for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+		struct pd_st *st;
+
+		if (!parts[i].path)
+			continue;
+		if (pd_st_open_path(&st, parts[i].path, parts[i].stem))
+			return -1;
+		pd_st_close(st);
+	}
+	return 0;
+}
+
 /* Who decodes the prepared request's pictures, loading the VAE where it is
  * needed first: every rank of a data-parallel group takes a band, or the
  * group's writer decodes alone. */
@@ -643,6 +683,7 @@ static int pd_engine_vae_setup(struct pd_engine *e)
 static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 {
 	struct pd_dit_shard sh;
+	double t0;
 	int rc;
 
 	/* a split is collective: MPI's own failure ends the job */
@@ -658,11 +699,14 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 	}
 	if (pd_engine_encode(e, rc))
 		return -1;
+	t0 = pd_now();
+	pd_engine_progress(e, PD_PHASE_LOAD, t0, 0, 0, 0);
 	if (pd_fault("load", 0) || e->fam->load(&e->m, e->mp.transformer, e->be, &sh))
 		return -1;
 	/* a broken VAE must not surface after minutes of denoising */
 	if (pd_engine_vae_setup(e))
 		return -1;
+	pd_engine_progress(e, PD_PHASE_LOAD, t0, 0, 0, 1);
 	if (pd_parallel_setup(&e->par, &e->mesh, e->m, e->e.batch, &e->opt))
 		return -1;
 	e->par_ok = 1;
@@ -696,6 +740,8 @@ int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct p
 		plan = &dflt;
 	}
 	rc = pd_engine_configure(e, o);
+	if (!rc)
+		rc = pd_engine_check_files(e, o->encode_only || (plan != &dflt && plan->n_prompts > 0));
 	if (o->encode_only) {
 		/* the encoders are loaded per request: a backend is all there is to open */
 		/* one process alone: the caller's threads (OMP_NUM_THREADS, its cpuset) unless told */
@@ -771,10 +817,14 @@ void pd_engine_notes(const struct pd_engine *e, const struct pd_request *rq)
 
 	if (!e->mp.scheduler)
 		pd_log(1, "pdit: note: no scheduler folder; using %s settings\n", e->dflt.whose);
-	if (e->e.neg_prompt && rq->true_cfg_scale <= 1)
-		pd_log(1, "pdit: note: %s, unused because --true-cfg-scale is %g (<= 1)\n",
-		       rq->embeds ? "the embeddings file has negative embeddings" : "a negative prompt was given",
-		       rq->true_cfg_scale);
+	/* a file's negatives are there for whoever wants them: worth a word
+	 * only when asked for detail */
+	if (e->e.neg_prompt && rq->true_cfg_scale <= 1 && rq->embeds)
+		pd_log(2, "pdit: note: true CFG is off: %s's negative embeddings are not used (--true-cfg-scale above 1 "
+		       "uses them)\n", rq->embeds);
+	else if (e->e.neg_prompt && rq->true_cfg_scale <= 1)
+		pd_log(1, "pdit: note: true CFG is off, so the negative prompt is not used: add --true-cfg-scale 4 (or "
+		       "another scale above 1) to use it\n");
 	if (!e->info.guidance && rq->guidance != 3.5f)
 		pd_log(1, "pdit: note: this transformer has no guidance embedding; --guidance is ignored\n");
 	if (e->world->size > 1 && e->requests == 0) {
@@ -851,6 +901,7 @@ static int pd_engine_decode(struct pd_engine *e, const float *all, struct pd_res
 
 	if (!rgb)
 		return -1;
+	pd_engine_progress(e, PD_PHASE_DECODE, t0, 0, (int)n, 0);
 	for (int64_t i = 0; i < n; i++) {
 		int64_t b = e->par.runner.first_image + i;
 
@@ -858,6 +909,7 @@ static int pd_engine_decode(struct pd_engine *e, const float *all, struct pd_res
 			free(rgb);
 			return -1;
 		}
+		pd_engine_progress(e, PD_PHASE_DECODE, t0, (int)i + 1, (int)n, i + 1 == n);
 	}
 	res->decode_s = n > 0 ? (pd_now() - t0) / (double)n : 0;
 	res->bands = e->vae_bands;
@@ -875,7 +927,9 @@ static void pd_engine_on_step(void *ctx, int step)
 {
 	const struct pd_engine *e = ctx;
 
-	e->running->on_step(e->running->step_ctx, step, e->p.steps);
+	if (e->running->on_step)
+		e->running->on_step(e->running->step_ctx, step, e->p.steps);
+	pd_engine_progress(e, PD_PHASE_DENOISE, e->t_denoise, step + 1, e->p.steps, step + 1 == e->p.steps);
 }
 
 /* An engine opened to encode: the request's prompts to embeddings, with
@@ -949,8 +1003,10 @@ static int pd_engine_run_scoped(struct pd_engine *e, const struct pd_request *rq
 		return -1;
 	}
 	e->running = rq;
-	e->par.runner.on_step = rq->on_step ? pd_engine_on_step : NULL;
+	e->par.runner.on_step = rq->on_step || e->o.on_progress ? pd_engine_on_step : NULL;
 	e->par.runner.step_ctx = e;
+	e->t_denoise = pd_now();
+	pd_engine_progress(e, PD_PHASE_DENOISE, e->t_denoise, 0, e->p.steps, 0);
 	rc = pd_engine_denoise(e, all, NULL);
 	e->par.runner.on_step = NULL;
 	e->running = NULL;

@@ -49,6 +49,7 @@ struct pd_engine {
 	/* The request being run (or prepared at open for PLAN). */
 	const struct pd_request *ready; /* the request prepared and encoded, NULL: none */
 	const struct pd_request *running; /* the request being denoised (its step callback) */
+	double t_denoise;               /* when its denoising began (progress) */
 	struct pd_embeds e;             /* its prompt embeddings */
 	char **prompts;                 /* its prompts (copies), NULL with embeddings from a file */
 	int n_prompts;

@@ -51,6 +51,22 @@
 
 struct pd_embeds;
 
+/* What the engine is doing, for a progress display: each phase reports
+ * its start (done 0), its progress and its end (finished). */
+enum pd_phase {
+	PD_PHASE_ENCODE,                /* the text encoders, on the prompts */
+	PD_PHASE_LOAD,                  /* reading this process's weights */
+	PD_PHASE_DENOISE,               /* denoising steps: done of total */
+	PD_PHASE_DECODE,                /* the VAE: pictures done of total (this process's) */
+};
+
+struct pd_progress {
+	enum pd_phase phase;
+	int done, total;                /* steps or pictures done; total 0: not counted */
+	double elapsed;                 /* seconds since the phase began */
+	int finished;                   /* the phase is over (elapsed: its whole time) */
+};
+
 /* What an engine loads and how it runs, fixed for its life. */
 struct pd_engine_options {
 	/* The model, as the command's flags name its parts; NULL parts come
@@ -69,6 +85,9 @@ struct pd_engine_options {
 	/* receives each line of the log (NULL: stderr) */
 	void (*log)(void *ctx, int level, const char *line);
 	void *log_ctx;                  /* log's first argument */
+	/* called on every process as the engine's phases go (may be NULL) */
+	void (*on_progress)(void *ctx, const struct pd_progress *p);
+	void *progress_ctx;             /* on_progress's first argument */
 	double comm_timeout;            /* seconds a process waits for the others before the job is reported
 					 * and stopped; 0: forever */
 	/* The mesh: degrees (0: not given; none given: pdit chooses), or

@@ -42,7 +42,11 @@ static const char *pd_mesh_problem(const int degree[PD_AXIS_COUNT], const struct
 		prod *= degree[a];
 	}
 	if (prod != lim->world) {
-		snprintf(buf, len, "the degrees multiply to %ld, but there are %d processes", prod, lim->world);
+		if (lim->world == 1)
+			snprintf(buf, len, "the degrees multiply to %ld, but this is one process: start %ld with "
+				 "mpirun -np %ld pdit ...", prod, prod, prod);
+		else
+			snprintf(buf, len, "the degrees multiply to %ld, but there are %d processes", prod, lim->world);
 		return buf;
 	}
 	/* what each method allows */
@@ -101,25 +105,40 @@ int pd_mesh_enumerate(const struct pd_mesh_limits *lim, int (*out)[PD_AXIS_COUNT
 
 int pd_mesh_check(const int degree[PD_AXIS_COUNT], const struct pd_mesh_limits *lim)
 {
-	char why[256], list[1024], one[80];
-	int valid[12][PD_AXIS_COUNT], n;
+	char why[256], list[1200], one[80];
+	int valid[12][PD_AXIS_COUNT], n, shown = 0, more = 0;
 	size_t k = 0;
+	const char *s = lim->world > 1 ? "es" : "";
 
 	if (!pd_mesh_problem(degree, lim, why, sizeof(why)))
 		return 0;
-	n = pd_mesh_enumerate(lim, valid, 12);
 	list[0] = 0;
-	for (int i = 0; i < n && i < 12; i++) {
-		pd_mesh_format(valid[i], lim->distrifusion, one, sizeof(one));
-		k += (size_t)snprintf(list + k, sizeof(list) - k, "%s%s", i ? "; " : "", one);
-		if (k >= sizeof(list))
-			break;
+	/* the exact meshes, then those whose ring axis runs DistriFusion */
+	for (int df = 0; df < 2; df++) {
+		struct pd_mesh_limits l = *lim;
+
+		l.distrifusion = df;
+		n = pd_mesh_enumerate(&l, valid, 12);
+		for (int i = 0; i < n && i < 12; i++) {
+			if (df && valid[i][PD_AXIS_RING] < 2)
+				continue;
+			if (shown == 12) {
+				more = 1;
+				break;
+			}
+			pd_mesh_format(valid[i], df, one, sizeof(one));
+			k += (size_t)snprintf(list + k, sizeof(list) - k, "%s%s", shown ? "; " : "", one);
+			shown++;
+			if (k >= sizeof(list))
+				break;
+		}
+		more |= n > 12;
 	}
-	if (n == 0)
-		return pd_errorf("impossible mesh: %s; no mesh fits %d processes with %d heads", why, lim->world,
+	if (shown == 0)
+		return pd_errorf("impossible mesh: %s; no mesh fits %d process%s with %d heads", why, lim->world, s,
 				 lim->heads);
-	return pd_errorf("impossible mesh: %s. Valid for %d processes: %s%s", why, lim->world, list,
-			 n > 12 ? "; ..." : "");
+	return pd_errorf("impossible mesh: %s. Valid for %d process%s: %s%s", why, lim->world, s, list,
+			 more ? "; ..." : "");
 }
 
 static int pd_largest_divisor(int n, int limit, int also_divides)

@@ -216,7 +216,8 @@ int pd_denoise(const struct pd_runner *run, const struct pd_dit_family *fam, con
 			run->fb_report->decisions[i] = (unsigned char)(fbc[first_branch].skipped > skipped_before);
 		if (run->on_step)
 			run->on_step(run->step_ctx, i);
-		pd_log(1, "step %d/%d  %.2f s/step\n", i + 1, s->steps, pd_now() - t0);
+		/* the engine's progress shows steps; this is the detail */
+		pd_log(2, "step %d/%d  %.2f s/step\n", i + 1, s->steps, pd_now() - t0);
 	}
 	pd_dump_host(dump, "latents.final", latents, 3, B, L, C);
 	if (fbc) {

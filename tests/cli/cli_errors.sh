@@ -87,7 +87,7 @@ expect "a huge picture" "at most 16384" "$pdit" generate "${run[@]}" -H 1048576 
 expect "a picture beyond the memory" "needs at least" "$pdit" generate --model "$tmp/wide" \
 	--embeds "$tmp/wide/embeds.safetensors" -H 16384 -W 16384 --steps 1 -o "$tmp/o.png"
 expect "too many steps" "--steps must be between 1 and 10000" "$pdit" generate "${run[@]}" --steps 2000000000
-expect "a negative batch" "--batch must be positive" "$pdit" bench "${run[@]}" --batch -3
+expect "a negative batch" "--batch must be positive" "$pdit" bench "${run[@]:0:8}" --batch -3
 expect "a negative deadline" "--comm-timeout must be" "$pdit" generate "${run[@]}" --comm-timeout -1
 
 # forward: missing inputs

@@ -87,7 +87,7 @@ rm -f "$tmp/out.png"
 "${mpirun[@]}" -np 2 "$pdit" generate "${run[@]}" --ulysses-degree 2 -o "$tmp/out.png" > /dev/null 2> "$tmp/err" &
 job=$!
 for _ in $(seq 300); do
-	grep -q "^step 5/" "$tmp/err" && break
+	grep -q "^pdit: step 5/" "$tmp/err" && break
 	sleep 0.1
 done
 victim=$(pgrep -P "$job" -f "generate" | tail -1)

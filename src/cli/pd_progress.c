@@ -1,0 +1,178 @@
+/*
+ * pd_progress.c - what a long run shows while it works: the phase, steps
+ * with s/step and the time left, and a summary line at the end. On a
+ * terminal one line is rewritten in place; otherwise (a log file, a pipe)
+ * each event is a plain line. Fed by the engine's progress callback, so
+ * `pdit serve` can send the same events elsewhere.
+ */
+#include "pdit_cli.h"
+#include "pd_util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* What a phase is doing, and what it did: "encoding 2 prompts", "encoded
+ * 2 prompts in 1.2 s". */
+static const char *const pd_phase_doing[] = {
+	[PD_PHASE_ENCODE] = "encoding",
+	[PD_PHASE_LOAD] = "loading",
+	[PD_PHASE_DENOISE] = "denoising",
+	[PD_PHASE_DECODE] = "decoding",
+};
+static const char *const pd_phase_did[] = {
+	[PD_PHASE_ENCODE] = "encoded",
+	[PD_PHASE_LOAD] = "loaded",
+	[PD_PHASE_DENOISE] = "denoised",
+	[PD_PHASE_DECODE] = "decoded",
+};
+
+/* "2 prompts", "the weights", "1 picture" */
+static void pd_phase_what(const struct pd_progress *e, char *buf, size_t len)
+{
+	if (e->phase == PD_PHASE_LOAD)
+		snprintf(buf, len, "the weights");
+	else
+		snprintf(buf, len, "%d %s%s", e->total, e->phase == PD_PHASE_ENCODE ? "prompt" : "picture",
+			 e->total == 1 ? "" : "s");
+}
+
+/* The display in use, for pd_cli_progress_clear (the error printers). */
+static struct pd_cli_progress *pd_progress_now;
+
+void pd_cli_progress_init(struct pd_cli_progress *p, int enabled)
+{
+	memset(p, 0, sizeof(*p));
+	p->enabled = enabled;
+	p->tty = isatty(2);
+	p->t_start = pd_now();
+	pd_progress_now = p;
+}
+
+void pd_cli_progress_clear(void)
+{
+	struct pd_cli_progress *p = pd_progress_now;
+
+	if (p && p->open_line && p->tty) {
+		fputs("\r\033[K", stderr);
+		p->open_line = 0;
+	}
+}
+
+void pd_cli_progress_end(struct pd_cli_progress *p)
+{
+	if (pd_progress_now == p)
+		pd_progress_now = NULL;
+}
+
+/* The line being rewritten ends, so the next output starts on its own. */
+static void pd_progress_break(struct pd_cli_progress *p)
+{
+	if (p->open_line) {
+		fputc('\n', stderr);
+		p->open_line = 0;
+	}
+}
+
+/* One progress line: in place on a terminal (final ones end it). */
+static void pd_progress_line(struct pd_cli_progress *p, int final, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (p->tty)
+		fputs("\r\033[K", stderr);
+	else
+		pd_progress_break(p);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	if (final || !p->tty) {
+		fputc('\n', stderr);
+		p->open_line = 0;
+	} else {
+		p->open_line = 1;
+	}
+	fflush(stderr);
+}
+
+void pd_cli_progress_cb(void *ctx, const struct pd_progress *e)
+{
+	struct pd_cli_progress *p = ctx;
+	char what[64];
+
+	if (e->finished) {
+		p->phase_s[e->phase] += e->elapsed;
+		if (e->phase == PD_PHASE_DENOISE)
+			p->steps += e->done;
+	}
+	if (!p->enabled)
+		return;
+	if (e->phase == PD_PHASE_DENOISE && e->done > 0) {
+		double per = e->elapsed / e->done, left = per * (e->total - e->done);
+		char bar[21];
+		int fill = e->total > 0 ? 20 * e->done / e->total : 0;
+
+		if (e->finished) {
+			pd_progress_line(p, 1, "pdit: %d steps in %.1f s (%.2f s/step)", e->done, e->elapsed, per);
+			return;
+		}
+		/* a plain log gets a line a step: only the bar is left out */
+		memset(bar, '#', (size_t)fill);
+		memset(bar + fill, '.', (size_t)(20 - fill));
+		bar[20] = 0;
+		if (p->tty)
+			pd_progress_line(p, 0, "pdit: step %d/%d [%s] %.2f s/step, %.0f s, about %.0f s left", e->done,
+					 e->total, bar, per, e->elapsed, left);
+		else
+			pd_progress_line(p, 0, "pdit: step %d/%d  %.2f s/step, about %.0f s left", e->done, e->total,
+					 per, left);
+		return;
+	}
+	if (e->phase == PD_PHASE_DENOISE)
+		return;	/* its steps say it */
+	pd_phase_what(e, what, sizeof(what));
+	if (e->finished)
+		pd_progress_line(p, 1, "pdit: %s %s in %.1f s", pd_phase_did[e->phase], what, e->elapsed);
+	else if (e->done == 0 && p->tty)	/* a log gets the end, with its time */
+		pd_progress_line(p, 0, "pdit: %s %s", pd_phase_doing[e->phase], what);
+	else if (e->done > 0 && p->tty)
+		pd_progress_line(p, 0, "pdit: %s %s: %d done, %.0f s", pd_phase_doing[e->phase], what, e->done,
+				 e->elapsed);
+}
+
+void pd_cli_progress_log(void *ctx, int level, const char *line)
+{
+	struct pd_cli_progress *p = ctx;
+
+	if (level == 0 && p->tty && p->open_line) {
+		fputs("\r\033[K", stderr);
+		p->open_line = 0;
+	}
+	pd_progress_break(p);
+	fputs(line, stderr);
+}
+
+void pd_cli_progress_summary(struct pd_cli_progress *p, double peak_mb)
+{
+	char part[256];
+	size_t k = 0;
+
+	if (!p->enabled)
+		return;
+	pd_progress_break(p);
+	part[0] = 0;
+	if (p->phase_s[PD_PHASE_LOAD] > 0)
+		k += (size_t)snprintf(part + k, sizeof(part) - k, "load %.1f s, ", p->phase_s[PD_PHASE_LOAD]);
+	if (p->phase_s[PD_PHASE_ENCODE] > 0 && k < sizeof(part))
+		k += (size_t)snprintf(part + k, sizeof(part) - k, "encode %.1f s, ", p->phase_s[PD_PHASE_ENCODE]);
+	if (p->steps > 0 && k < sizeof(part))
+		k += (size_t)snprintf(part + k, sizeof(part) - k, "%d steps %.1f s, ", p->steps,
+				      p->phase_s[PD_PHASE_DENOISE]);
+	if (p->phase_s[PD_PHASE_DECODE] > 0 && k < sizeof(part))
+		k += (size_t)snprintf(part + k, sizeof(part) - k, "decode %.1f s, ", p->phase_s[PD_PHASE_DECODE]);
+	if (k < sizeof(part))
+		snprintf(part + k, sizeof(part) - k, "write %.1f s", p->write_s);
+	fprintf(stderr, "pdit: done in %.1f s (%s), peak memory %.0f MB a process\n", pd_now() - p->t_start, part,
+		peak_mb);
+}

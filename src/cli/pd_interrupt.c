@@ -10,34 +10,61 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t pd_int_signal;
 static volatile sig_atomic_t pd_int_deferred;
-static int pd_int_rank;
+static volatile sig_atomic_t pd_int_quiet;
+static int pd_int_rank, pd_int_size;
 static int pd_int_tty;                  /* stderr is a terminal: clear a progress line first */
+
+static void pd_int_say(const char *msg)
+{
+	if (pd_int_tty && write(2, "\r\033[K", 4) < 0)
+		return;
+	if (write(2, msg, strlen(msg)) < 0)
+		return;
+}
 
 static void pd_int_handler(int sig)
 {
-	static const char tty_msg[] = "\r\033[Kpdit: interrupted\n";
-	const char *msg = pd_int_tty ? tty_msg : tty_msg + 4;
+	pid_t pid = getpid();
 
+	/* OpenMP's and MPI's threads may get it: the main thread (whose id is
+	 * the process's) is the one that stops */
+	if ((pid_t)syscall(SYS_gettid) != pid) {
+		syscall(SYS_tgkill, pid, pid, sig);
+		return;
+	}
 	pd_int_signal = sig;
-	/* a folder being written is the command's to remove (not safe here):
-	 * it looks at pd_cli_interrupted between its files */
+	/* a folder being written is the command's to remove (not safe here) */
 	if (pd_int_deferred)
 		return;
 	pd_out_remove_temporaries();
-	if (pd_int_rank == 0 && write(2, msg, strlen(msg)) < 0)
-		_exit(130);
+	/* this process is already stopping the job and said why */
+	if (pd_int_quiet)
+		_exit(1);
+	if (pd_int_rank == 0) {
+		/* mpirun turns a Ctrl-C into SIGTERM to every rank, and ends the
+		 * job the same way when a process dies: say both */
+		if (sig == SIGINT)
+			pd_int_say("pdit: interrupted\n");
+		else if (pd_int_size > 1)
+			pd_int_say("pdit: interrupted: the job was ended (Ctrl-C to mpirun, or another process "
+				   "stopped: see above)\n");
+		else
+			pd_int_say(sig == SIGTERM ? "pdit: interrupted (SIGTERM)\n" : "pdit: interrupted (SIGHUP)\n");
+	}
 	_exit(130);
 }
 
-void pd_cli_catch_signals(int rank)
+void pd_cli_catch_signals(int rank, int size)
 {
 	struct sigaction sa;
 
 	pd_int_rank = rank;
+	pd_int_size = size;
 	pd_int_tty = isatty(2);
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = pd_int_handler;
@@ -45,6 +72,11 @@ void pd_cli_catch_signals(int rank)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
+}
+
+void pd_cli_stopping(void)
+{
+	pd_int_quiet = 1;
 }
 
 int pd_cli_interrupted(void)

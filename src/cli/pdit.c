@@ -52,6 +52,7 @@ int pd_cli_any_failed(struct pd_comm *world, int failed)
 
 void pd_cli_abort(struct pd_comm *world)
 {
+	pd_cli_stopping();
 	pd_cli_progress_clear();
 	if (world->size > 1)
 		fprintf(stderr, "pdit: rank %d: %s; stopping every process\n", world->rank, pd_last_error());
@@ -170,6 +171,8 @@ static int pd_cmd_forward(int argc, char **argv)
 		pd_errorf("forward needs --transformer DIR, --inputs FILE and --out FILE");
 		return pd_cli_fail();
 	}
+	if (pd_out_check(outp))
+		return pd_cli_fail();
 	if (pd_dtype_compute(dtype, &dt) || pd_st_open(&st, inputs) || pd_backend_cpu_new(&be, dt, threads) ||
 	    (saved = pd_backend_enter(be), pd_flux_load(&m, tdir, be)))
 		goto fail;
@@ -266,47 +269,72 @@ static int pd_tiny_occupied(const char *dir)
  * whole: DIR holds the old model or the new one, never a mixture, and
  * nothing of a failed or interrupted write is left. An occupied DIR only
  * with FORCE. */
-static int pd_tiny_replace(const char *dir, const struct pd_tiny_opts *o, int force)
+static int pd_tiny_replace(const char *path, const struct pd_tiny_opts *o, int force)
 {
-	char *tmp = pd_strfmt("%s.new-XXXXXX", dir), *old = pd_strfmt("%s.old-XXXXXX", dir);
-	int rc = -1, occupied = pd_tiny_occupied(dir);
+	char *dir = pd_strdup(path), *tmp = NULL, *old = NULL, *slash;
+	int rc = -1, occupied, moved = 0;
+	mode_t mask;
 
+	if (!dir)
+		return -1;
+	/* "build/tiny-model/" names the folder, not something inside it */
+	for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/'; n--)
+		dir[n - 1] = 0;
+	occupied = pd_tiny_occupied(dir);
+	tmp = pd_strfmt("%s.new-XXXXXX", dir);
+	old = pd_strfmt("%s.old-XXXXXX", dir);
 	if (!tmp || !old)
 		goto out;
-	if (occupied && !force) {
-		pd_errorf("%s is not empty: give --force to replace it (the whole folder), or name a new folder", dir);
-		goto out;
-	}
 	if (occupied && !pd_is_dir(dir)) {
 		pd_errorf("%s is a file, not a folder", dir);
 		goto out;
 	}
+	if (occupied && !force) {
+		pd_errorf("%s is not empty: give --force to replace it (the whole folder), or name a new folder", dir);
+		goto out;
+	}
+	/* the folders above it, as before */
+	slash = strrchr(dir, '/');
+	if (slash && slash != dir) {
+		*slash = 0;
+		rc = pd_mkdirs(dir);
+		*slash = '/';
+		if (rc)
+			goto out;
+		rc = -1;
+	}
+	pd_cli_pending_tree(tmp);
 	if (!mkdtemp(tmp)) {
 		pd_errorf("cannot create a folder beside %s: %s", dir, strerror(errno));
 		goto out;
 	}
-	pd_cli_pending_tree(tmp);
+	/* mkdtemp's 0700 would stay the model's */
+	mask = umask(0);
+	umask(mask);
+	chmod(tmp, 0777 & ~mask);
 	if (pd_tiny_write(tmp, o) || pd_cli_interrupted())
 		goto out;
 	if (occupied) {
 		/* the old folder steps aside first: rename cannot replace a full one */
 		if (!mkdtemp(old) || rename(dir, old)) {
 			pd_errorf("cannot move %s aside: %s", dir, strerror(errno));
+			rmdir(old);
 			goto out;
 		}
+		moved = 1;
 	}
 	if (rename(tmp, dir)) {
 		pd_errorf("cannot rename %s to %s: %s", tmp, dir, strerror(errno));
-		if (occupied)
+		if (moved)
 			rename(old, dir);
 		goto out;
 	}
-	pd_cli_pending_tree(NULL);
-	rc = occupied ? pd_remove_tree(old) : 0;
+	rc = moved ? pd_remove_tree(old) : 0;
 out:
 	if (rc && tmp && pd_is_dir(tmp))
 		pd_remove_tree(tmp);
 	pd_cli_pending_tree(NULL);
+	free(dir);
 	free(tmp);
 	free(old);
 	return rc;

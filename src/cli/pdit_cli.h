@@ -39,11 +39,15 @@ int pd_cli_parse_only(int argc, char **argv);
 
 /* Ctrl-C, SIGTERM, SIGHUP (pd_interrupt.c): the temporaries being written
  * are removed, rank 0 says "interrupted", the process exits with 130. */
-void pd_cli_catch_signals(int rank);
+void pd_cli_catch_signals(int rank, int size);
+/* This process is ending the job with its own message: a signal now only
+ * removes the temporaries. */
+void pd_cli_stopping(void);
 /* A signal came while a folder was being written (pd_cli_pending_tree). */
 int pd_cli_interrupted(void);
 /* While DIR (not NULL) is being written, a signal only sets the flag: the
- * command removes DIR and stops with pd_cli_stop_interrupted. */
+ * command removes DIR when its write returns and stops with
+ * pd_cli_stop_interrupted. */
 void pd_cli_pending_tree(const char *dir);
 int pd_cli_stop_interrupted(void);
 

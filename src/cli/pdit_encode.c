@@ -93,6 +93,8 @@ int pd_cmd_encode(struct pd_comm *world, int argc, char **argv)
 		pd_errorf("--max-sequence-length must be between 1 and 512 (got %d)", a.max_seq);
 		goto out;
 	}
+	if (pd_out_check(a.out))
+		goto out;
 	if (a.prompt) {
 		prompts = pd_calloc(1, sizeof(char *), "prompts");
 		if (!prompts || !(prompts[0] = pd_strdup(a.prompt)))

@@ -19,7 +19,7 @@ int main(int argc, char **argv)
 	if (world->rank != 0)
 		pd_log_level = 0;
 	pd_fault_rank = world->rank;
-	pd_cli_catch_signals(world->rank);
+	pd_cli_catch_signals(world->rank, world->size);
 	rc = pd_dispatch(world, argc, argv);
 	pd_comm_world_finalize(world);
 	return rc;

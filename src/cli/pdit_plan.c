@@ -200,7 +200,7 @@ int pd_cmd_plan(int argc, char **argv)
 	if (pd_plan_list(&w, &mc, &lim, &rows, &n))
 		goto out;
 	if (n == 0) {
-		pd_errorf("no mesh of %d processes suits this model and work (heads %d, %d blocks, %d image%s%s)", devices,
+		pd_errorf("no mesh of %d process(es) suits this model and work (heads %d, %d blocks, %d image%s%s)", devices,
 			  info.heads, info.blocks, batch, batch > 1 ? "s" : "", w.branches == 2 ? ", true CFG" : "");
 		goto out;
 	}
@@ -209,7 +209,7 @@ int pd_cmd_plan(int argc, char **argv)
 		for (int i = 1; i < n; i++)
 			if (rows[i].cost.memory_gb < rows[0].cost.memory_gb)
 				rows[0] = rows[i];
-		pd_errorf("no mesh of %d processes fits in %.1f GB %s: the smallest needs %.1f GB a process (weights %.1f, "
+		pd_errorf("no mesh of %d process(es) fits in %.1f GB %s: the smallest needs %.1f GB a process (weights %.1f, "
 			  "activations %.1f%s%.1f); add devices or memory, or lower the size", devices, mc.mem_gb,
 			  mc.shared ? "shared by the processes" : "per device", rows[0].cost.memory_gb,
 			  rows[0].cost.weights_gb, rows[0].cost.activations_gb,

@@ -298,7 +298,7 @@ static int pd_gen_check_outputs(const struct pd_gen_args *a, int pictures)
 		return pd_errorf("-o/--output %s: the one pattern it takes is a single %%d (the picture's number)",
 				 a->output);
 	for (int k = 0; k < 2 && !rc; k++) {
-		int64_t batch = k ? 2 : pictures;
+		int64_t batch = k ? 2 : pictures > 0 ? pictures : 1;
 		char *name = pd_output_name(a->output, 0, batch);
 
 		rc = !name || pd_out_check(name) ? -1 : 0;

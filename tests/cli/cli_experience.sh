@@ -38,9 +38,13 @@ mkdir "$tmp/empty"
 "$pdit" tiny "$tmp/empty" > /dev/null 2>&1 && [ -f "$tmp/empty/model_index.json" ] &&
 	ok "an empty folder is written without --force" || bad "tiny into an empty folder"
 touch "$tmp/afile"
-"$pdit" tiny "$tmp/afile" --force > /dev/null 2> "$tmp/err"
+"$pdit" tiny "$tmp/afile" > /dev/null 2> "$tmp/err"
 [ $? -ne 0 ] && grep -q "is a file" "$tmp/err" && ok "a file in the folder's place is refused" ||
 	{ cat "$tmp/err"; bad "tiny over a file"; }
+"$pdit" tiny "$tmp/deep/er/m/" > /dev/null 2> "$tmp/err" && [ -f "$tmp/deep/er/m/model_index.json" ] &&
+	[ "$(stat -c %a "$tmp/deep/er/m")" != 700 ] && [ -z "$(ls -d "$tmp"/deep/er/m.* 2> /dev/null)" ] &&
+	ok "a new folder with a trailing slash and missing parents, the usual mode" ||
+	{ cat "$tmp/err"; ls -la "$tmp/deep/er"; bad "tiny into a/new/folder/"; }
 
 # 2. outputs checked before anything is read, named as the user gave them
 check_out() {	# WHAT EXPECTED-TEXT ARGS...
@@ -59,6 +63,13 @@ check_out "-o into a missing folder" "/nonexistent/dir/x.png: the folder /nonexi
 check_out "-o naming a folder" "cannot write $tmp: it is a folder" -o "$tmp"
 check_out "--out-latents into a missing folder" "/nonexistent/l.safetensors" -o "$tmp/x.png" --out-latents /nonexistent/l.safetensors
 check_out "-o with a pattern other than %d" "single %d" -o "$tmp/x-%s.png"
+"$pdit" generate --model "$tmp/full" --embeds "$tmp/full/embeds.safetensors" -H 64 -W 64 --steps 2 -o "$tmp" \
+	> /dev/null 2> "$tmp/err"
+[ $? -ne 0 ] && grep -q "it is a folder" "$tmp/err" && ! grep -q "step" "$tmp/err" &&
+	ok "-o naming a folder with --embeds: refused before any work" || { cat "$tmp/err"; bad "-o folder with --embeds"; }
+"$pdit" encode --model "$tmp/full" -p "a" --out /nonexistent/e.safetensors > /dev/null 2> "$tmp/err"
+[ $? -ne 0 ] && grep -q "/nonexistent/e.safetensors: the folder /nonexistent does not exist" "$tmp/err" &&
+	ok "encode's --out checked first" || { cat "$tmp/err"; bad "encode --out"; }
 chmod 500 "$tmp/empty"
 if [ "$(id -u)" != 0 ]; then
 	check_out "-o into a read-only folder" "not writable" -o "$tmp/empty/x.png"
@@ -66,8 +77,9 @@ fi
 chmod 700 "$tmp/empty"
 
 # 3. progress: a terminal, a file, -q
-script -qfec "$pdit generate --model $tmp/full -p 'a fox' -H 64 -W 64 --steps 3 -o $tmp/t.png" /dev/null \
-	> "$tmp/tty" 2>&1 < /dev/null
+# a pseudo-terminal from Python's pty (util-linux's script is not everywhere)
+"$py" -c 'import pty, sys; sys.exit(pty.spawn(sys.argv[1:]) >> 8)' "$pdit" generate --model "$tmp/full" \
+	-p "a fox" -H 64 -W 64 --steps 3 -o "$tmp/t.png" > "$tmp/tty" 2>&1 < /dev/null
 if grep -q $'\r\e\[K' "$tmp/tty" && grep -q "step 2/3 \[" "$tmp/tty" && grep -q "s left" "$tmp/tty" &&
 	grep -q "pdit: done in .*load .*encode .*3 steps .*decode .*write .*peak memory" "$tmp/tty"; then
 	ok "a terminal gets one line rewritten per phase (bar, s/step, time left) and the summary"
@@ -91,7 +103,7 @@ grep -q "timing a .* matrix product" "$tmp/err" && grep -q "timed in" "$tmp/err"
 PDIT_INJECT_FAULT=write:0:hang "$pdit" generate --model "$tmp/full" "${gen[@]}" -o "$tmp/int.png" \
 	--out-latents "$tmp/int.safetensors" > /dev/null 2> "$tmp/err" &
 pid=$!
-for _ in $(seq 100); do [ -e "$tmp/int.safetensors.tmp" ] && break; sleep 0.1; done
+for _ in $(seq 600); do [ -e "$tmp/int.safetensors.tmp" ] && break; sleep 0.1; done
 [ -e "$tmp/int.safetensors.tmp" ] || bad "the write never started"
 kill -INT $pid
 wait $pid
@@ -103,7 +115,8 @@ else
 fi
 "$pdit" generate --model "$tmp/full" -p "a fox" -H 256 -W 256 --steps 200 -o "$tmp/int.png" > /dev/null 2> "$tmp/err" &
 pid=$!
-for _ in $(seq 200); do grep -q "step 1/" "$tmp/err" && break; sleep 0.1; done
+for _ in $(seq 600); do grep -q "step 1/" "$tmp/err" && break; sleep 0.1; done
+grep -q "step 1/" "$tmp/err" || bad 'denoising never started'
 kill -TERM $pid
 wait $pid
 rc=$?

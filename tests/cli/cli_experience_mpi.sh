@@ -19,11 +19,13 @@ bad() { echo "FAIL $*"; fail=1; }
 
 "$pdit" tiny "$tmp/full" --full > /dev/null 2>&1 || { echo "FAIL: pdit tiny"; exit 1; }
 
-# 4. Ctrl-C to mpirun: every rank stops, one message, no temporary
-"${mpirun[@]}" -np 2 "$pdit" generate --model "$tmp/full" -p "a fox" -H 256 -W 256 --steps 300 --ulysses-degree 2 \
-	-o "$tmp/int.png" > /dev/null 2> "$tmp/err" &
+# 4. Ctrl-C to mpirun while rank 0 writes: every rank stops, one message, no temporary
+PDIT_INJECT_FAULT=write:0:hang "${mpirun[@]}" -x PDIT_INJECT_FAULT -np 2 "$pdit" generate --model "$tmp/full" \
+	-p "a fox" -H 64 -W 64 --steps 2 --ulysses-degree 2 -o "$tmp/int.png" --out-latents "$tmp/int.safetensors" \
+	> /dev/null 2> "$tmp/err" &
 pid=$!
-for _ in $(seq 300); do grep -q "step 1/" "$tmp/err" && break; sleep 0.1; done
+for _ in $(seq 600); do [ -e "$tmp/int.safetensors.tmp" ] && break; sleep 0.1; done
+[ -e "$tmp/int.safetensors.tmp" ] || bad "the write never started"
 kill -INT $pid
 for _ in $(seq 100); do kill -0 $pid 2> /dev/null || break; sleep 0.1; done
 if kill -0 $pid 2> /dev/null; then

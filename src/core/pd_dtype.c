@@ -38,7 +38,7 @@ int pd_dtype_from_name(const char *name)
 
 int pd_dtype_is_float(enum pd_dtype dt)
 {
-	return dt == PD_F32 || dt == PD_F16 || dt == PD_BF16 || dt == PD_F64;
+	return dt == PD_F32 || dt == PD_F16 || dt == PD_BF16 || dt == PD_F64 || dt == PD_F8_E4M3 || dt == PD_F8_E5M2;
 }
 
 int pd_dtype_compute(const char *s, enum pd_dtype *out)

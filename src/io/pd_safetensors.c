@@ -3,6 +3,7 @@
  */
 
 #include "pd_safetensors.h"
+#include "pd_quant.h"
 #include "pd_util.h"
 
 #include <cjson/cJSON.h>
@@ -28,6 +29,8 @@ struct pd_st_file {
 	size_t data_start;              /* 8 + header length */
 	int n_tensors;                  /* tensors in this file */
 	struct pd_st_tensor *tensors;   /* their descriptions */
+	int scaled_fp8;                 /* ComfyUI's scaled fp8 (a "scaled_fp8" marker): its fp8 weights
+					 * need their scale_weight, which plain reads do not apply */
 };
 
 /* ----------------------------------------------------------------------- */
@@ -136,6 +139,12 @@ static int pd_parse_tensor(struct pd_st_file *f, const cJSON *e, struct pd_st_te
 	t->nbytes = nbytes;
 	t->data = f->map + f->data_start + begin;
 	t->file = f;
+	{
+		size_t n = strlen(name);
+
+		if (n >= 10 && strcmp(name + n - 10, "scaled_fp8") == 0 && (n == 10 || name[n - 11] == '.'))
+			f->scaled_fp8 = 1;
+	}
 	return 0;
 }
 
@@ -675,9 +684,24 @@ static void pd_convert_f32(enum pd_dtype dt, const unsigned char *src, size_t co
 			dst[i] = (float)d;
 		}
 		break;
+	case PD_F8_E4M3:
+	case PD_F8_E5M2:
+		/* plain fp8 (a scaled file's scale is its loader's) */
+		pd_fp8_decode(dt == PD_F8_E5M2, src, dst, (int64_t)count, 1.0f);
+		break;
 	default:
 		PD_ASSERT(0);
 	}
+}
+
+/* A scaled fp8 weight read without its scale would be wrong by a factor:
+ * refused until the loaders apply scale_weight. */
+static int pd_st_fp8_plain(const struct pd_st_tensor *t)
+{
+	if ((t->dtype == PD_F8_E4M3 || t->dtype == PD_F8_E5M2) && t->file->scaled_fp8)
+		return pd_errorf("%s: a scaled fp8 file (ComfyUI's scaled_fp8): pdit reads plain fp8 files, not yet "
+				 "scaled ones", t->file->path);
+	return 0;
 }
 
 int pd_st_read_f32(const struct pd_st_tensor *t, size_t start, size_t count, float *dst)
@@ -685,6 +709,8 @@ int pd_st_read_f32(const struct pd_st_tensor *t, size_t start, size_t count, flo
 	if (!pd_dtype_is_float(t->dtype))
 		return pd_errorf("%s: tensor '%s' has dtype %s, expected a floating type", t->file->path, t->name,
 				 pd_dtype_name(t->dtype));
+	if (pd_st_fp8_plain(t))
+		return -1;
 	if (start > (size_t)t->numel || count > (size_t)t->numel - start)
 		return pd_errorf("%s: read past the end of tensor '%s'", t->file->path, t->name);
 	if (t->roll) {
@@ -716,6 +742,8 @@ int pd_st_read_block_f32(const struct pd_st_tensor *t, int64_t r0, int64_t nr, i
 	if (!pd_dtype_is_float(t->dtype))
 		return pd_errorf("%s: tensor '%s' has dtype %s, expected a floating type", t->file->path, t->name,
 				 pd_dtype_name(t->dtype));
+	if (pd_st_fp8_plain(t))
+		return -1;
 	if (r0 < 0 || nr < 0 || c0 < 0 || nc < 0 || r0 + nr > rows || c0 + nc > cols)
 		return pd_errorf("%s: block [%lld:%lld, %lld:%lld] outside tensor '%s'", t->file->path,
 				 (long long)r0, (long long)(r0 + nr), (long long)c0, (long long)(c0 + nc), t->name);

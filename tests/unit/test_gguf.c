@@ -1,0 +1,251 @@
+/*
+ * test_gguf.c - the GGUF reader and the block decoders against ggml's own
+ * files and values (tests/golden/quant-tiny, made by ggml d99724f):
+ *
+ *   - every tensor of types/ggml-types.gguf and of its 64-byte-aligned twin
+ *     decodes to the float32 values ggml's to_float gives, bit for bit, and
+ *     sits where manifest.json says (type, ne, offset);
+ *   - the pairs of every value type read back (u8 ... f64, bool, strings,
+ *     arrays), general.alignment taken;
+ *   - every fp8 code (e4m3fn, e5m2) and the rounded random tensors decode
+ *     to the reference values (NaN where the reference is NaN);
+ *   - every GGUF file in broken/ is refused with one message that names the
+ *     file, and every GGUF file in edge/ is read; every broken fp8 file is
+ *     refused when opened or when its weight is read.
+ *
+ *   test_gguf GOLDEN_QUANT_DIR
+ */
+#include "pd_gguf.h"
+#include "pd_quant.h"
+#include "pd_safetensors.h"
+#include "pd_test.h"
+#include "pd_util.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A float32 tensor of the reference file, or NULL. */
+static float *ref_values(const struct pd_st *st, const char *name, int64_t n)
+{
+	const struct pd_st_tensor *t = pd_st_get(st, name);
+	float *v;
+
+	if (!t || t->numel != n)
+		return NULL;
+	v = malloc((size_t)n * sizeof(float));
+	if (v && pd_st_read_f32(t, 0, (size_t)n, v)) {
+		free(v);
+		return NULL;
+	}
+	return v;
+}
+
+static void check_types_file(const char *dir, const char *file, const cJSON *layout)
+{
+	char path[512], vpath[512];
+	struct pd_gguf *g = NULL;
+	struct pd_st *vals = NULL;
+	int decoded = 0;
+
+	snprintf(path, sizeof(path), "%s/types/%s", dir, file);
+	snprintf(vpath, sizeof(vpath), "%s/types/ggml-types-values.safetensors", dir);
+	PD_CHECK(pd_gguf_open(&g, path) == 0 && pd_st_open(&vals, vpath) == 0, "%s: %s", path, pd_last_error());
+	if (!g || !vals)
+		goto out;
+	PD_CHECK(g->n_tensors == cJSON_GetArraySize(layout), "%s: %lld tensors, the manifest lists %d", file,
+		 (long long)g->n_tensors, cJSON_GetArraySize(layout));
+	for (int64_t i = 0; i < g->n_tensors; i++) {
+		const struct pd_gguf_tensor *t = &g->tensors[i];
+		const struct pd_qtype_info *q = pd_qtype_get(t->type);
+		const cJSON *m = cJSON_GetObjectItemCaseSensitive(layout, t->name);
+		const cJSON *ne = cJSON_GetObjectItemCaseSensitive(m, "ne");
+		float *want = ref_values(vals, t->name, t->numel), *got = malloc((size_t)t->numel * sizeof(float) + 4);
+		int same_ne = cJSON_GetArraySize(ne) == t->ndim;
+
+		for (int d = 0; same_ne && d < t->ndim; d++)
+			same_ne = cJSON_GetArrayItem(ne, d)->valuedouble == (double)t->ne[d];
+		PD_CHECK(m && q && strcmp(cJSON_GetObjectItemCaseSensitive(m, "type")->valuestring, q->name) == 0 && same_ne &&
+				 cJSON_GetObjectItemCaseSensitive(m, "offset")->valuedouble == (double)t->offset,
+			 "%s: %s: type, ne or offset not the manifest's", file, t->name);
+		PD_CHECK(want && got && q && q->decodes, "%s: %s: no reference values or not decodable", file, t->name);
+		if (want && got && q && q->decodes) {
+			pd_poison(got, (size_t)t->numel);
+			pd_quant_decode((enum pd_qtype)t->type, t->data, got, t->numel);
+			PD_CHECK(memcmp(got, want, (size_t)t->numel * sizeof(float)) == 0,
+				 "%s: %s (%s) decodes to other values than ggml's", file, t->name, q->name);
+			decoded++;
+		}
+		free(want);
+		free(got);
+	}
+	PD_CHECK(decoded == g->n_tensors && decoded >= 19, "%s: %d tensors decoded of %lld", file, decoded, (long long)g->n_tensors);
+out:
+	pd_gguf_close(g);
+	pd_st_close(vals);
+}
+
+static void check_pairs(const char *dir)
+{
+	char path[512];
+	struct pd_gguf *g = NULL;
+	const struct pd_gguf_kv *kv;
+
+	snprintf(path, sizeof(path), "%s/types/ggml-types-align64.gguf", dir);
+	PD_CHECK(pd_gguf_open(&g, path) == 0, "%s: %s", path, pd_last_error());
+	if (!g)
+		return;
+	PD_CHECK(g->alignment == 64 && g->data_start % 64 == 0, "%s: alignment %llu, data at %zu", path,
+		 (unsigned long long)g->alignment, g->data_start);
+	for (const char *const *k = (const char *const[]){ "test.u8", "test.i8", "test.u16", "test.i16", "test.u32",
+							    "test.i32", "test.f32", "test.bool", "test.string",
+							    "test.u64", "test.i64", "test.f64", NULL };
+	     *k; k++) {
+		kv = pd_gguf_kv_find(g, *k);
+		PD_CHECK(kv != NULL, "%s: no pair %s", path, *k);
+		if (kv)
+			PD_CHECK(strcmp(pd_gguf_vtype_name(kv->type), *k + 5) == 0, "%s: %s is a %s", path, *k,
+				 pd_gguf_vtype_name(kv->type));
+	}
+	kv = pd_gguf_kv_find(g, "test.empty_string");
+	PD_CHECK(kv && kv->type == PD_GGUF_STRING && kv->str && kv->str[0] == 0, "%s: test.empty_string", path);
+	pd_gguf_close(g);
+}
+
+static void check_fp8(const char *dir)
+{
+	char cpath[512], vpath[512];
+	struct pd_st *codes = NULL, *vals = NULL;
+	const char *names[] = { "e4m3fn.all_codes", "e5m2.all_codes", "e4m3fn.random", "e5m2.random" };
+
+	snprintf(cpath, sizeof(cpath), "%s/types/fp8-codes.safetensors", dir);
+	snprintf(vpath, sizeof(vpath), "%s/types/fp8-values.safetensors", dir);
+	PD_CHECK(pd_st_open(&codes, cpath) == 0 && pd_st_open(&vals, vpath) == 0, "fp8 files: %s", pd_last_error());
+	for (int k = 0; codes && vals && k < 4; k++) {
+		const struct pd_st_tensor *c = pd_st_get(codes, names[k]);
+		float *want = c ? ref_values(vals, names[k], c->numel) : NULL, *got;
+		int bad = 0;
+
+		PD_CHECK(c && want && c->dtype == (k % 2 ? PD_F8_E5M2 : PD_F8_E4M3), "fp8 %s missing", names[k]);
+		if (!c || !want) {
+			free(want);
+			continue;
+		}
+		got = malloc((size_t)c->numel * sizeof(float));
+		pd_fp8_decode(k % 2, c->data, got, c->numel, 1.0f);
+		for (int64_t i = 0; i < c->numel; i++)
+			bad += isnan(want[i]) ? !isnan(got[i]) : memcmp(&got[i], &want[i], sizeof(float)) != 0;
+		PD_CHECK(bad == 0, "fp8 %s: %d of %lld values differ", names[k], bad, (long long)c->numel);
+		free(got);
+		free(want);
+	}
+	pd_st_close(codes);
+	pd_st_close(vals);
+}
+
+static void check_folder(const char *dir, const char *sub, int want_ok)
+{
+	char path[1024];
+	DIR *d;
+	struct dirent *e;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, sub);
+	d = opendir(path);
+	PD_CHECK(d != NULL, "%s: cannot open", path);
+	while (d && (e = readdir(d))) {
+		struct pd_gguf *g = NULL;
+		size_t len = strlen(e->d_name);
+		int rc;
+
+		if (len < 5 || strcmp(e->d_name + len - 5, ".gguf"))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s/%s", dir, sub, e->d_name);
+		pd_errorf("(none)");
+		rc = pd_gguf_open(&g, path);
+		if (want_ok)
+			PD_CHECK(rc == 0 && g, "%s: refused: %s", path, pd_last_error());
+		else
+			PD_CHECK(rc == -1 && !g && strncmp(pd_last_error(), path, strlen(path)) == 0 &&
+					 !strchr(pd_last_error(), '\n'),
+				 "%s: accepted, or a message without the file (%s)", path, pd_last_error());
+		if (!want_ok && getenv("PD_TEST_VERBOSE"))
+			printf("%s\n", pd_last_error());
+		pd_gguf_close(g);
+		n++;
+	}
+	if (d)
+		closedir(d);
+	PD_CHECK(n >= (want_ok ? 4 : 28), "%s: only %d GGUF files", sub, n);
+}
+
+/* The broken fp8 safetensors: refused when opened, or when a weight is read. */
+static void check_fp8_broken(const char *dir)
+{
+	const char *names[] = { "fp8-header-length-past-end", "fp8-offsets-past-end", "fp8-scale-not-scalar",
+				"fp8-size-mismatch", "fp8-truncated", "fp8-unknown-dtype" };
+
+	for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
+		char path[512];
+		struct pd_st *st = NULL;
+		int refused = 0;
+		float v[64];
+
+		snprintf(path, sizeof(path), "%s/broken/%s.safetensors", dir, names[k]);
+		if (pd_st_open(&st, path)) {
+			refused = strstr(pd_last_error(), path) != NULL;
+		} else {
+			for (int i = 0; i < st->n_tensors && !refused; i++)
+				if (pd_dtype_is_float(st->sorted[i]->dtype) && st->sorted[i]->numel > 0)
+					refused = pd_st_read_f32(st->sorted[i], 0, 1, v) != 0;
+			pd_st_close(st);
+		}
+		PD_CHECK(refused, "%s: read without a complaint naming it (%s)", path, pd_last_error());
+	}
+}
+
+int main(int argc, char **argv)
+{
+	const char *dir = argc > 1 ? argv[1] : "tests/golden/quant-tiny";
+	char mpath[512], *text = NULL;
+	size_t len;
+	cJSON *man = NULL;
+	const cJSON *layout;
+
+	snprintf(mpath, sizeof(mpath), "%s/manifest.json", dir);
+	PD_CHECK(pd_read_file(mpath, 1 << 24, &text, &len) == 0 && (man = cJSON_Parse(text)), "%s", mpath);
+	layout = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(man, "types"), "gguf");
+	PD_CHECK(cJSON_IsObject(layout), "manifest: no types.gguf");
+	if (layout) {
+		check_types_file(dir, "ggml-types.gguf", layout);
+		/* the same tensors at other offsets: only the layout check differs */
+	}
+	{
+		char path[512], vpath[512];
+		struct pd_gguf *a = NULL, *b = NULL;
+
+		snprintf(path, sizeof(path), "%s/types/ggml-types.gguf", dir);
+		snprintf(vpath, sizeof(vpath), "%s/types/ggml-types-align64.gguf", dir);
+		PD_CHECK(pd_gguf_open(&a, path) == 0 && pd_gguf_open(&b, vpath) == 0, "%s", pd_last_error());
+		for (int64_t i = 0; a && b && i < a->n_tensors; i++) {
+			const struct pd_gguf_tensor *t = pd_gguf_get(b, a->tensors[i].name);
+
+			PD_CHECK(t && t->nbytes == a->tensors[i].nbytes && t->offset % 64 == 0 &&
+					 memcmp(t->data, a->tensors[i].data, t->nbytes) == 0,
+				 "align64: %s differs", a->tensors[i].name);
+		}
+		pd_gguf_close(a);
+		pd_gguf_close(b);
+	}
+	check_pairs(dir);
+	check_fp8(dir);
+	check_fp8_broken(dir);
+	check_folder(dir, "broken", 0);
+	check_folder(dir, "edge", 1);
+	cJSON_Delete(man);
+	free(text);
+	return pd_test_report();
+}

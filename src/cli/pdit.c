@@ -131,14 +131,18 @@ static const char pd_forward_usage[] =
 
 static const char pd_forward_examples[] =
 	"  pdit forward --transformer tests/golden/flux-tiny/transformer-dev \\\n"
-	"      --inputs tests/golden/flux-tiny/forward-dev-h64w48.safetensors --out out.safetensors --dump\n";
+	"      --inputs tests/golden/flux-tiny/forward-dev-h64w48.safetensors --out out.safetensors --dump\n"
+	"  pdit forward --transformer tests/golden/quant-tiny/flux/flux-tiny-dev-Q8_0.gguf \\\n"
+	"      --config tests/golden/quant-tiny/flux/dequant-Q8_0/config.json \\\n"
+	"      --inputs tests/golden/quant-tiny/flux/forward-Q8_0-h64w48.safetensors --out out.safetensors\n";
 
 static int pd_cmd_forward(int argc, char **argv)
 {
-	const char *tdir = NULL, *inputs = NULL, *outp = NULL, *dtype = "f32";
+	const char *tdir = NULL, *inputs = NULL, *outp = NULL, *dtype = "f32", *config = NULL;
 	int dump_all = 0, threads = 0, verbose = 0, n_pos, hr, rc = 1, saved = -1;
 	const struct pd_arg opts[] = {
-		{ "--transformer", 0, PD_ARG_STRING, &tdir, "DIR", "transformer folder", NULL },
+		{ "--transformer", 0, PD_ARG_STRING, &tdir, "DIR|FILE", "transformer folder, or one file (safetensors, fp8, GGUF)", NULL },
+		{ "--config", 0, PD_ARG_STRING, &config, "FILE", "the transformer's config.json, for a single file without one", NULL },
 		{ "--inputs", 0, PD_ARG_STRING, &inputs, "FILE", "safetensors with the in.* tensors", NULL },
 		{ "--out", 'o', PD_ARG_STRING, &outp, "FILE", "safetensors to write (out.sample, and the dump)", NULL },
 		{ "--dump", 0, PD_ARG_FLAG, &dump_all, NULL, "also write every intermediate", NULL },
@@ -174,7 +178,7 @@ static int pd_cmd_forward(int argc, char **argv)
 	if (pd_out_check(outp))
 		return pd_cli_fail();
 	if (pd_dtype_compute(dtype, &dt) || pd_st_open(&st, inputs) || pd_backend_cpu_new(&be, dt, threads) ||
-	    (saved = pd_backend_enter(be), pd_flux_load(&m, tdir, be)))
+	    (saved = pd_backend_enter(be), pd_flux_load_config(&m, tdir, config, be)))
 		goto fail;
 	cfg = pd_flux_get_config(m);
 	if (pd_forward_inputs_read(&in, st, cfg))

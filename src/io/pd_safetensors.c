@@ -3,6 +3,7 @@
  */
 
 #include "pd_safetensors.h"
+#include "pd_gguf.h"
 #include "pd_quant.h"
 #include "pd_util.h"
 
@@ -29,8 +30,8 @@ struct pd_st_file {
 	size_t data_start;              /* 8 + header length */
 	int n_tensors;                  /* tensors in this file */
 	struct pd_st_tensor *tensors;   /* their descriptions */
-	int scaled_fp8;                 /* ComfyUI's scaled fp8 (a "scaled_fp8" marker): its fp8 weights
-					 * need their scale_weight, which plain reads do not apply */
+	int scaled_fp8;                 /* ComfyUI's scaled fp8 (a "scaled_fp8" marker) */
+	struct pd_gguf *gguf;           /* a GGUF file: it owns the mapping */
 };
 
 /* ----------------------------------------------------------------------- */
@@ -69,6 +70,9 @@ static int pd_tensor_cmp_name(const void *a, const void *b)
 	return strcmp(x->name, y->name);
 }
 
+static void pd_convert_f32(enum pd_dtype dt, const unsigned char *src, size_t count, float *dst);
+static size_t pd_st_row_bytes(const struct pd_st_tensor *t);
+
 static void pd_st_file_free(struct pd_st_file *f)
 {
 	if (!f)
@@ -76,10 +80,40 @@ static void pd_st_file_free(struct pd_st_file *f)
 	for (int i = 0; i < f->n_tensors; i++)
 		free(f->tensors[i].name);
 	free(f->tensors);
-	if (f->map && f->size)
+	if (f->gguf)
+		pd_gguf_close(f->gguf);
+	else if (f->map && f->size)
 		munmap(f->map, f->size);
 	free(f->path);
 	free(f);
+}
+
+/* ComfyUI's scaled fp8: each fp8 X.weight is decode(X.weight) times the
+ * float32 scalar X.scale_weight (none: 1). */
+static int pd_st_fp8_scales(struct pd_st_file *f)
+{
+	for (int i = 0; i < f->n_tensors; i++) {
+		struct pd_st_tensor *t = &f->tensors[i];
+		size_t n = strlen(t->name);
+		char name[600];
+
+		if ((t->dtype != PD_F8_E4M3 && t->dtype != PD_F8_E5M2) || n < 7 || strcmp(t->name + n - 7, ".weight") ||
+		    n + 6 >= sizeof(name))
+			continue;
+		snprintf(name, sizeof(name), "%.*s.scale_weight", (int)(n - 7), t->name);
+		for (int j = 0; j < f->n_tensors; j++) {
+			const struct pd_st_tensor *s = &f->tensors[j];
+
+			if (strcmp(s->name, name))
+				continue;
+			if (s->numel != 1 || !pd_dtype_is_float(s->dtype) || s->dtype == PD_F8_E4M3 ||
+			    s->dtype == PD_F8_E5M2)
+				return pd_errorf("%s: '%s' must be one float (it has %lld %s values)", f->path, name,
+						 (long long)s->numel, pd_dtype_name(s->dtype));
+			pd_convert_f32(s->dtype, s->data, 1, &t->fp8_scale);
+		}
+	}
+	return 0;
 }
 
 static int pd_parse_tensor(struct pd_st_file *f, const cJSON *e, struct pd_st_tensor *t)
@@ -146,6 +180,67 @@ static int pd_parse_tensor(struct pd_st_file *f, const cJSON *e, struct pd_st_te
 			f->scaled_fp8 = 1;
 	}
 	return 0;
+}
+
+/* A GGUF file as one file of the set: its tensors in torch order. */
+static int pd_st_file_gguf(struct pd_st_file **out, const char *path)
+{
+	struct pd_st_file *f = pd_calloc(1, sizeof(*f), "GGUF file");
+
+	*out = NULL;
+	if (!f || !(f->path = pd_strdup(path)) || pd_gguf_open(&f->gguf, path))
+		goto fail;
+	f->map = f->gguf->map;
+	f->size = f->gguf->size;
+	f->data_start = f->gguf->data_start;
+	if (f->gguf->n_tensors > PD_ST_MAX_TENSORS) {
+		pd_errorf("%s: %lld tensors (at most %d)", path, (long long)f->gguf->n_tensors, PD_ST_MAX_TENSORS);
+		goto fail;
+	}
+	f->tensors = pd_calloc((size_t)f->gguf->n_tensors + 1, sizeof(*f->tensors), "GGUF tensors");
+	if (!f->tensors)
+		goto fail;
+	for (; f->n_tensors < f->gguf->n_tensors; f->n_tensors++) {
+		const struct pd_gguf_tensor *g = &f->gguf->tensors[f->n_tensors];
+		struct pd_st_tensor *t = &f->tensors[f->n_tensors];
+		const struct pd_qtype_info *q = pd_qtype_get(g->type);
+
+		if (!(t->name = pd_strdup(g->name)))
+			goto fail;
+		switch (g->type) {
+		case PD_Q_F32:
+			t->dtype = PD_F32;
+			break;
+		case PD_Q_F16:
+			t->dtype = PD_F16;
+			break;
+		case PD_Q_BF16:
+			t->dtype = PD_BF16;
+			break;
+		case PD_Q_F64:
+			t->dtype = PD_F64;
+			break;
+		default:
+			if (!q->decodes) {
+				pd_errorf("%s: tensor '%s' is %s, which pdit cannot decode", path, g->name, q->name);
+				goto fail;
+			}
+			t->dtype = PD_F32;
+			t->qtype = g->type;
+			t->q = q;
+		}
+		t->ndim = g->ndim;
+		memcpy(t->shape, g->shape, sizeof(g->shape));
+		t->numel = g->numel;
+		t->data = g->data;
+		t->nbytes = g->nbytes;
+		t->file = f;
+	}
+	*out = f;
+	return 0;
+fail:
+	pd_st_file_free(f);
+	return -1;
 }
 
 static int pd_st_file_open(struct pd_st_file **out, const char *path)
@@ -249,6 +344,8 @@ static int pd_st_file_open(struct pd_st_file **out, const char *path)
 			goto out;
 		}
 	}
+	if (f->scaled_fp8 && pd_st_fp8_scales(f))
+		goto out;
 	rc = 0;
 	*out = f;
 out:
@@ -263,12 +360,48 @@ out:
 }
 
 /* Keeps the __metadata__ of the file at PATH's mapping (re-parsed, small). */
+/* A GGUF file's strings and numbers as metadata (arrays left out). */
+static int pd_st_load_meta_gguf(struct pd_st *st, const struct pd_gguf *g)
+{
+	st->meta_keys = pd_calloc((size_t)g->n_kv + 1, sizeof(char *), "metadata");
+	st->meta_vals = pd_calloc((size_t)g->n_kv + 1, sizeof(char *), "metadata");
+	if (!st->meta_keys || !st->meta_vals)
+		return -1;
+	for (int64_t i = 0; i < g->n_kv; i++) {
+		const struct pd_gguf_kv *kv = &g->kv[i];
+		char *v;
+
+		if (kv->type == PD_GGUF_ARRAY)
+			continue;
+		if (kv->type == PD_GGUF_STRING)
+			v = pd_strdup(kv->str);
+		else if (kv->type == PD_GGUF_F32 || kv->type == PD_GGUF_F64)
+			v = pd_strfmt("%.17g", kv->f);
+		else if (kv->type == PD_GGUF_U64)
+			v = pd_strfmt("%llu", (unsigned long long)kv->u);
+		else
+			v = pd_strfmt("%lld", (long long)kv->i);
+		st->meta_keys[st->n_meta] = pd_strdup(kv->key);
+		st->meta_vals[st->n_meta] = v;
+		if (!st->meta_keys[st->n_meta] || !v) {
+			st->n_meta++;
+			return -1;
+		}
+		st->n_meta++;
+	}
+	return 0;
+}
+
 static int pd_st_load_meta(struct pd_st *st, const struct pd_st_file *f)
 {
 	uint64_t hlen = f->data_start - 8;
-	cJSON *root = cJSON_ParseWithLength((const char *)f->map + 8, (size_t)hlen);
+	cJSON *root;
 	const cJSON *md, *m;
 	int n, rc = -1;
+
+	if (f->gguf)
+		return pd_st_load_meta_gguf(st, f->gguf);
+	root = cJSON_ParseWithLength((const char *)f->map + 8, (size_t)hlen);
 
 	if (!root)
 		return pd_errorf("%s: header is not JSON", f->path);
@@ -323,7 +456,7 @@ static int pd_st_add_file(struct pd_st *st, const char *path)
 {
 	struct pd_st_file *f, **nf;
 
-	if (pd_st_file_open(&f, path))
+	if (pd_gguf_is(path) ? pd_st_file_gguf(&f, path) : pd_st_file_open(&f, path))
 		return -1;
 	nf = realloc(st->files, sizeof(*nf) * (size_t)(st->n_files + 1));
 	if (!nf) {
@@ -548,8 +681,18 @@ int pd_st_view_add(struct pd_st *v, const char *name, const struct pd_st_tensor 
 	if (numel != nr * per_row || (roll && (roll < 0 || roll >= t->shape[0])))
 		return pd_errorf("%s: '%s' cannot be %s as '%s'", v->path, src->name, roll ? "rolled" : "reshaped", name);
 	t->numel = numel;
-	t->data = src->data + (size_t)(r0 * per_row) * es;
+	t->data = src->data + (size_t)r0 * pd_st_row_bytes(src);
+	t->qtype = src->qtype;
+	t->q = src->q;
+	t->fp8_scale = src->fp8_scale;
 	t->nbytes = (size_t)numel * es;
+	if (t->q) {
+		/* a block format's view keeps whole blocks a row */
+		if ((numel / t->shape[0]) % t->q->block_size)
+			return pd_errorf("%s: '%s' (%s) cannot be reshaped as '%s': rows would split blocks", v->path,
+					 src->name, t->q->name, name);
+		t->nbytes = (size_t)nr * pd_st_row_bytes(src);
+	}
 	t->file = src->file;
 	t->roll = roll;
 	t->name = pd_strdup(name);
@@ -694,41 +837,72 @@ static void pd_convert_f32(enum pd_dtype dt, const unsigned char *src, size_t co
 	}
 }
 
-/* A scaled fp8 weight read without its scale would be wrong by a factor:
- * refused until the loaders apply scale_weight. */
-static int pd_st_fp8_plain(const struct pd_st_tensor *t)
+/* Bytes of one stored row (shape[0] rows; a block format's rows are
+ * whole blocks). */
+static size_t pd_st_row_bytes(const struct pd_st_tensor *t)
 {
-	if ((t->dtype == PD_F8_E4M3 || t->dtype == PD_F8_E5M2) && t->file->scaled_fp8)
-		return pd_errorf("%s: a scaled fp8 file (ComfyUI's scaled_fp8): pdit reads plain fp8 files, not yet "
-				 "scaled ones", t->file->path);
-	return 0;
+	int64_t rows = t->ndim ? t->shape[0] : 1;
+	size_t cols = rows ? (size_t)(t->numel / rows) : 0;
+
+	return t->q ? cols / (size_t)t->q->block_size * (size_t)t->q->block_bytes : cols * pd_dtype_size(t->dtype);
+}
+
+/* Elements [e0, e0 + n) of the row-major run at BASE (a row's first byte)
+ * as float32: block formats decode the blocks that cover them, scaled fp8
+ * is multiplied by its scale. -1 only when memory is short. */
+static int pd_st_elems(const struct pd_st_tensor *t, const unsigned char *base, size_t e0, size_t n, float *dst)
+{
+	if (!t->q) {
+		pd_convert_f32(t->dtype, base + e0 * pd_dtype_size(t->dtype), n, dst);
+		if (t->fp8_scale != 0)
+			for (size_t i = 0; i < n; i++)
+				dst[i] = dst[i] * t->fp8_scale;
+		return 0;
+	}
+	{
+		size_t bs = (size_t)t->q->block_size, b0 = e0 / bs, b1 = (e0 + n + bs - 1) / bs;
+		const unsigned char *src = base + b0 * (size_t)t->q->block_bytes;
+		float *tmp;
+
+		if (e0 % bs == 0 && n % bs == 0) {
+			pd_quant_decode((enum pd_qtype)t->qtype, src, dst, (int64_t)n);
+			return 0;
+		}
+		tmp = pd_malloc((b1 - b0) * bs * sizeof(float), "decoded blocks");
+		if (!tmp)
+			return -1;
+		pd_quant_decode((enum pd_qtype)t->qtype, src, tmp, (int64_t)((b1 - b0) * bs));
+		memcpy(dst, tmp + (e0 - b0 * bs), n * sizeof(float));
+		free(tmp);
+		return 0;
+	}
 }
 
 int pd_st_read_f32(const struct pd_st_tensor *t, size_t start, size_t count, float *dst)
 {
+	size_t rows, cols, rb;
+
 	if (!pd_dtype_is_float(t->dtype))
 		return pd_errorf("%s: tensor '%s' has dtype %s, expected a floating type", t->file->path, t->name,
 				 pd_dtype_name(t->dtype));
-	if (pd_st_fp8_plain(t))
-		return -1;
 	if (start > (size_t)t->numel || count > (size_t)t->numel - start)
 		return pd_errorf("%s: read past the end of tensor '%s'", t->file->path, t->name);
-	if (t->roll) {
-		/* a rolled view: stored row (r + roll) mod rows, piece by piece */
-		size_t rows = (size_t)t->shape[0], cols = (size_t)t->numel / rows, es = pd_dtype_size(t->dtype);
+	if (!t->roll && !t->q)
+		return pd_st_elems(t, t->data, start, count, dst);
+	/* row by row: a rolled view reads stored row (r + roll) mod rows */
+	rows = t->ndim ? (size_t)t->shape[0] : 1;
+	cols = rows ? (size_t)t->numel / rows : 0;
+	rb = pd_st_row_bytes(t);
+	while (count > 0) {
+		size_t r = start / cols, c = start % cols, n = cols - c < count ? cols - c : count;
+		size_t sr = (r + (size_t)t->roll) % rows;
 
-		while (count > 0) {
-			size_t r = start / cols, c = start % cols, n = cols - c < count ? cols - c : count;
-			size_t sr = (r + (size_t)t->roll) % rows;
-
-			pd_convert_f32(t->dtype, t->data + (sr * cols + c) * es, n, dst);
-			dst += n;
-			start += n;
-			count -= n;
-		}
-		return 0;
+		if (pd_st_elems(t, t->data + sr * rb, c, n, dst))
+			return -1;
+		dst += n;
+		start += n;
+		count -= n;
 	}
-	pd_convert_f32(t->dtype, t->data + start * pd_dtype_size(t->dtype), count, dst);
 	return 0;
 }
 
@@ -737,21 +911,18 @@ int pd_st_read_block_f32(const struct pd_st_tensor *t, int64_t r0, int64_t nr, i
 {
 	int64_t rows = t->ndim ? t->shape[0] : 1;
 	int64_t cols = rows ? t->numel / rows : 0;
-	size_t es = pd_dtype_size(t->dtype);
 
 	if (!pd_dtype_is_float(t->dtype))
 		return pd_errorf("%s: tensor '%s' has dtype %s, expected a floating type", t->file->path, t->name,
 				 pd_dtype_name(t->dtype));
-	if (pd_st_fp8_plain(t))
-		return -1;
 	if (r0 < 0 || nr < 0 || c0 < 0 || nc < 0 || r0 + nr > rows || c0 + nc > cols)
 		return pd_errorf("%s: block [%lld:%lld, %lld:%lld] outside tensor '%s'", t->file->path,
 				 (long long)r0, (long long)(r0 + nr), (long long)c0, (long long)(c0 + nc), t->name);
 	for (int64_t r = 0; r < nr; r++) {
 		int64_t sr = (r0 + r + t->roll) % rows;
 
-		pd_convert_f32(t->dtype, t->data + ((size_t)sr * (size_t)cols + (size_t)c0) * es, (size_t)nc,
-			       dst + r * ldd);
+		if (pd_st_elems(t, t->data + (size_t)sr * pd_st_row_bytes(t), (size_t)c0, (size_t)nc, dst + r * ldd))
+			return -1;
 	}
 	return 0;
 }

@@ -43,6 +43,12 @@ struct pd_st_tensor {
 	/* In a view (pd_st_view_*): the first ROLL stored rows come last, so
 	 * logical row r is stored row (r + roll) mod shape[0]; 0 elsewhere. */
 	int64_t roll;
+	/* A GGUF tensor in one of ggml's block formats (pd_quant.h) holding
+	 * several elements a block: its type id and the format, else NULL;
+	 * dtype then says F32 (what a read gives). */
+	int qtype;
+	const struct pd_qtype_info *q;
+	float fp8_scale;                /* scaled fp8: the weight's scale_weight (0: none) */
 };
 
 /* One opened safetensors file or a set of shards seen as one. */
@@ -61,8 +67,10 @@ struct pd_st {
 	int n_own, cap_own;
 };
 
-/* Opens PATH: a .safetensors file, or a .safetensors.index.json whose
- * weight_map names shard files in the same directory. */
+/* Opens PATH: a .safetensors file, a .safetensors.index.json whose
+ * weight_map names shard files in the same directory, or a GGUF file (its
+ * tensors under their names in torch order, its string and number pairs
+ * as metadata; block-quantized tensors decode when read). */
 int pd_st_open(struct pd_st **out, const char *path);
 
 /* Opens DIR/STEM.safetensors or, failing that, DIR/STEM.safetensors.index.json

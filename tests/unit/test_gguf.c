@@ -9,12 +9,16 @@
  *     arrays), general.alignment taken;
  *   - every fp8 code (e4m3fn, e5m2) and the rounded random tensors decode
  *     to the reference values (NaN where the reference is NaN);
+ *   - each quantized FLUX file (ComfyUI-GGUF Q8_0 and Q4_K_S,
+ *     stable-diffusion.cpp's Q8_0, plain and scaled fp8) read under
+ *     diffusers' names equals its dequant- folder, bit for bit;
  *   - every GGUF file in broken/ is refused with one message that names the
  *     file, and every GGUF file in edge/ is read; every broken fp8 file is
  *     refused when opened or when its weight is read.
  *
  *   test_gguf GOLDEN_QUANT_DIR
  */
+#include "pd_flux.h"
 #include "pd_gguf.h"
 #include "pd_quant.h"
 #include "pd_safetensors.h"
@@ -207,6 +211,48 @@ static void check_fp8_broken(const char *dir)
 	}
 }
 
+/* Each quantized FLUX file read under diffusers' names (the BFL mapping's
+ * views) equals its dequant- folder, tensor by tensor, bit for bit. */
+static void check_flux_files(const char *dir)
+{
+	const char *files[][2] = { { "flux-tiny-dev-Q8_0.gguf", "dequant-Q8_0" },
+				   { "flux-tiny-dev-Q8_0-sdcpp.gguf", "dequant-Q8_0" },
+				   { "flux-tiny-dev-Q4_K_S.gguf", "dequant-Q4_K_S" },
+				   { "flux-tiny-dev-fp8_e4m3fn.safetensors", "dequant-fp8_e4m3fn" },
+				   { "flux-tiny-dev-fp8_e4m3fn_scaled.safetensors", "dequant-fp8_e4m3fn_scaled" } };
+
+	for (size_t k = 0; k < sizeof(files) / sizeof(files[0]); k++) {
+		char path[512], cfg_path[512], ref_path[512];
+		struct pd_st *view = NULL, *ref = NULL;
+		struct pd_flux_config cfg;
+		int same = 0;
+
+		snprintf(path, sizeof(path), "%s/flux/%s", dir, files[k][0]);
+		snprintf(cfg_path, sizeof(cfg_path), "%s/flux/%s/config.json", dir, files[k][1]);
+		snprintf(ref_path, sizeof(ref_path), "%s/flux/%s/diffusion_pytorch_model.safetensors", dir, files[k][1]);
+		PD_CHECK(pd_flux_open_file(&view, path, &cfg, cfg_path) == 0 && pd_st_open(&ref, ref_path) == 0, "%s: %s",
+			 path, pd_last_error());
+		for (int i = 0; view && ref && i < ref->n_tensors; i++) {
+			const struct pd_st_tensor *r = ref->sorted[i], *t = pd_st_get(view, r->name);
+			float *a = malloc((size_t)r->numel * sizeof(float)), *b = malloc((size_t)r->numel * sizeof(float));
+
+			if (t && t->numel == r->numel && a && b && pd_st_read_f32(t, 0, (size_t)t->numel, a) == 0 &&
+			    pd_st_read_f32(r, 0, (size_t)r->numel, b) == 0 &&
+			    memcmp(a, b, (size_t)r->numel * sizeof(float)) == 0)
+				same++;
+			else
+				PD_CHECK(0, "%s: %s differs from %s's (%s)", files[k][0], r->name, files[k][1],
+					 t ? pd_last_error() : "missing");
+			free(a);
+			free(b);
+		}
+		PD_CHECK(ref && same == ref->n_tensors, "%s: %d of %d tensors equal", files[k][0], same,
+			 ref ? ref->n_tensors : 0);
+		pd_st_close(view);
+		pd_st_close(ref);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	const char *dir = argc > 1 ? argv[1] : "tests/golden/quant-tiny";
@@ -243,6 +289,7 @@ int main(int argc, char **argv)
 	check_pairs(dir);
 	check_fp8(dir);
 	check_fp8_broken(dir);
+	check_flux_files(dir);
 	check_folder(dir, "broken", 0);
 	check_folder(dir, "edge", 1);
 	cJSON_Delete(man);

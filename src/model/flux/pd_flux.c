@@ -90,7 +90,7 @@ int pd_flux_config_load(struct pd_flux_config *cfg, const char *dir)
 	if (!pd_is_dir(dir)) {
 		struct pd_st *st;
 
-		if (pd_flux_open_file(&st, dir, cfg))
+		if (pd_flux_open_file(&st, dir, cfg, NULL))
 			return -1;
 		pd_st_close(st);
 		return 0;
@@ -246,14 +246,28 @@ static int pd_flux_mlp_dim(const struct pd_st *st, struct pd_flux_config *c)
 	return 0;
 }
 
+static int pd_flux_load_cfg(struct pd_flux **out, const char *dir, const char *config_json, struct pd_backend *be,
+			    const struct pd_dit_shard *shard);
+
 int pd_flux_load(struct pd_flux **out, const char *dir, struct pd_backend *be)
 {
-	return pd_flux_load_shard(out, dir, be, NULL);
+	return pd_flux_load_cfg(out, dir, NULL, be, NULL);
+}
+
+int pd_flux_load_config(struct pd_flux **out, const char *path, const char *config_json, struct pd_backend *be)
+{
+	return pd_flux_load_cfg(out, path, config_json, be, NULL);
+}
+
+int pd_flux_load_shard(struct pd_flux **out, const char *dir, struct pd_backend *be, const struct pd_dit_shard *shard)
+{
+	return pd_flux_load_cfg(out, dir, NULL, be, shard);
 }
 
 static const struct pd_dit_ops pd_flux_dit_ops;
 
-int pd_flux_load_shard(struct pd_flux **out, const char *dir, struct pd_backend *be, const struct pd_dit_shard *shard)
+static int pd_flux_load_cfg(struct pd_flux **out, const char *dir, const char *config_json, struct pd_backend *be,
+			    const struct pd_dit_shard *shard)
 {
 	struct pd_flux *m = pd_calloc(1, sizeof(*m), "model");
 	struct pd_st *st = NULL;
@@ -271,7 +285,7 @@ int pd_flux_load_shard(struct pd_flux **out, const char *dir, struct pd_backend 
 	m->dit.shard.block_count = shard ? shard->block_count : 0;
 	c = &m->cfg;
 	if (pd_is_dir(dir) ? pd_flux_config_load(c, dir) || pd_st_open_component(&st, dir, "diffusion_pytorch_model")
-			  : pd_flux_open_file(&st, dir, c))
+			  : pd_flux_open_file(&st, dir, c, config_json))
 		goto fail;
 	pd_flux_mlp_dim(st, c);
 	if (m->dit.shard.block_count == 0)

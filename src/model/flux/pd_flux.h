@@ -58,8 +58,10 @@ int pd_flux_config_parse(struct pd_flux_config *cfg, const struct pd_config *c);
  * (fused projections split by rows, the final modulation's halves
  * swapped), CFG its sizes: from a "config" metadata entry (a diffusers
  * config.json) when present, else from the tensors' shapes, with FLUX.1's
- * RoPE axes (16, 56, 56) for heads of 128. */
-int pd_flux_open_file(struct pd_st **st, const char *path, struct pd_flux_config *cfg);
+ * RoPE axes (16, 56, 56) for heads of 128; CONFIG_JSON (a diffusers
+ * config.json, may be NULL) before either. The file may be a GGUF one
+ * (ComfyUI-GGUF's or stable-diffusion.cpp's) or fp8 safetensors. */
+int pd_flux_open_file(struct pd_st **st, const char *path, struct pd_flux_config *cfg, const char *config_json);
 
 struct pd_flux;
 
@@ -78,6 +80,10 @@ int pd_flux_load(struct pd_flux **out, const char *dir, struct pd_backend *be);
  * must divide by shard->count. Only the stage holding block 0 loads the
  * embedders, only the one holding the last block the final layers. */
 int pd_flux_load_shard(struct pd_flux **out, const char *dir, struct pd_backend *be, const struct pd_dit_shard *shard);
+/* A single file (GGUF, fp8 or BF16 safetensors) with its config from
+ * CONFIG_JSON (a diffusers config.json): the files carry none, and a small
+ * model's RoPE axes cannot be told from its shapes. */
+int pd_flux_load_config(struct pd_flux **out, const char *path, const char *config_json, struct pd_backend *be);
 /* The same model seen through the DiT interface (freed with pd_dit_free). */
 int pd_flux_load_dit(struct pd_dit **out, const char *dir, struct pd_backend *be, const struct pd_dit_shard *shard);
 /* M as a struct pd_dit (the same object). */

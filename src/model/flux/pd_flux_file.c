@@ -10,6 +10,7 @@
 #include "pd_util.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Looks up PREFIX + NAME in the base file. */
@@ -127,6 +128,25 @@ static int pd_ff_infer(struct pd_flux_config *c, const struct pd_st *st, const c
 	return 0;
 }
 
+/* The config of a config.json file PATH. */
+static int pd_flux_config_load_file(struct pd_flux_config *c, const char *path)
+{
+	struct pd_config j;
+	char *text = NULL;
+	size_t len;
+	int rc;
+
+	if (pd_read_file(path, 1 << 20, &text, &len))
+		return -1;
+	rc = pd_config_parse(&j, text, path);
+	free(text);
+	if (rc)
+		return -1;
+	rc = pd_flux_config_parse(c, &j);
+	pd_config_free(&j);
+	return rc;
+}
+
 /* The config: a "config" metadata entry when there is one, else inferred. */
 static int pd_ff_config(struct pd_flux_config *c, const struct pd_st *st, const char *pre)
 {
@@ -147,7 +167,7 @@ static int pd_ff_config(struct pd_flux_config *c, const struct pd_st *st, const 
 	return pd_ff_infer(c, st, pre);
 }
 
-int pd_flux_open_file(struct pd_st **out, const char *path, struct pd_flux_config *cfg)
+int pd_flux_open_file(struct pd_st **out, const char *path, struct pd_flux_config *cfg, const char *config_json)
 {
 	struct pd_st *base = NULL;
 	const struct pd_st_tensor *t;
@@ -193,7 +213,8 @@ int pd_flux_open_file(struct pd_st **out, const char *path, struct pd_flux_confi
 		return 0;
 	}
 	snprintf(pre, sizeof(pre), "%.*s", (int)(strlen(t->name) - strlen("img_in.weight")), t->name);
-	if (pd_ff_config(cfg, base, pre) || pd_st_view_new(&f.view, base)) {
+	if ((config_json ? pd_flux_config_load_file(cfg, config_json) : pd_ff_config(cfg, base, pre)) ||
+	    pd_st_view_new(&f.view, base)) {
 		pd_st_close(base);
 		return -1;
 	}

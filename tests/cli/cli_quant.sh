@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Quantized FLUX files through pdit forward, against diffusers run on their
+# exactly dequantized weights (tests/golden/quant-tiny/flux): ComfyUI-GGUF's
+# Q8_0 and Q4_K_S, plain and scaled fp8, every intermediate within 1e-4 x
+# max|ref| (the golden README's tolerance; f32), out.sample within 2e-2
+# with bf16 products; stable-diffusion.cpp's Q8_0 gives exactly ComfyUI's
+# output.
+# usage: cli_quant.sh PDIT ST_COMPARE QUANT_GOLDEN_DIR
+set -u
+pdit=$1 cmp=$2 q=$3/flux
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fail=1; }
+
+run() {	# VARIANT FILE DTYPE OUT
+	"$pdit" forward --transformer "$q/$2" --config "$q/dequant-$1/config.json" --dtype "$3" \
+		--inputs "$q/forward-$1-h64w48.safetensors" --out "$4" --dump > /dev/null 2> "$tmp/err" ||
+		{ cat "$tmp/err"; bad "pdit forward on $2 ($3)"; }
+}
+for v in Q8_0:flux-tiny-dev-Q8_0.gguf Q4_K_S:flux-tiny-dev-Q4_K_S.gguf fp8_e4m3fn:flux-tiny-dev-fp8_e4m3fn.safetensors \
+	fp8_e4m3fn_scaled:flux-tiny-dev-fp8_e4m3fn_scaled.safetensors; do
+	name=${v%%:*} file=${v#*:}
+	run "$name" "$file" f32 "$tmp/$name.safetensors"
+	"$cmp" tensors "$tmp/$name.safetensors" "$q/forward-$name-h64w48.safetensors" 1e-4 --all > "$tmp/log" &&
+		ok "$file, f32: every tensor within 1e-4 ($(tail -1 "$tmp/log"))" || { cat "$tmp/log"; bad "$file f32"; }
+	run "$name" "$file" bf16 "$tmp/$name-bf16.safetensors"
+	"$cmp" tensors "$tmp/$name-bf16.safetensors" "$q/forward-$name-h64w48.safetensors" 2e-2 out.sample > "$tmp/log" &&
+		ok "$file, bf16: out.sample within 2e-2" || { cat "$tmp/log"; bad "$file bf16"; }
+done
+run Q8_0 flux-tiny-dev-Q8_0-sdcpp.gguf f32 "$tmp/sdcpp.safetensors"
+"$cmp" tensors "$tmp/sdcpp.safetensors" "$tmp/Q8_0.safetensors" 0 --all > "$tmp/log" &&
+	ok "stable-diffusion.cpp's Q8_0 gives exactly ComfyUI-GGUF's output" || { cat "$tmp/log"; bad "sdcpp Q8_0"; }
+exit $fail

@@ -135,7 +135,7 @@ int pd_cmd_plan(int argc, char **argv)
 	}
 	if (pd_dtype_compute(dtype, &dt))
 		return pd_cli_fail();
-	if (pd_model_paths_resolve(&mp, &mf, 0) || pd_family_find(mp.transformer, &fam, &info) ||
+	if (pd_model_paths_resolve(&mp, &mf, 0) || pd_family_find(mp.transformer, NULL, &fam, &info) ||
 	    fam->latent_shape(&ls, &info, height, width))
 		goto out;
 	w.info = &info;

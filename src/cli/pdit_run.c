@@ -28,6 +28,7 @@
 struct pd_gen_args {
 	const char *model, *transformer, *vae, *scheduler;
 	const char *diffusion_model, *text_encoder, *text_encoder_2, *clip_l, *t5xxl, *tokenizer, *tokenizer_2;
+	const char *config;             /* --config: a single-file transformer's config.json */
 	const char *prompt, *negative, *prompts_file;
 	int max_seq;
 	const char *embeds, *output, *out_latents, *init_latents, *dtype;
@@ -122,7 +123,8 @@ static void pd_gen_options(struct pd_gen_args *a, struct pd_arg *opts, enum pd_c
 		{ "--transformer", 0, PD_ARG_STRING, &a->transformer, "DIR", "transformer folder (overrides --model's)", NULL },
 		{ "--vae", 0, PD_ARG_STRING, &a->vae, "DIR|FILE", "VAE folder, or one .safetensors file (overrides --model's)", NULL },
 		{ "--scheduler", 0, PD_ARG_STRING, &a->scheduler, "DIR", "scheduler folder (overrides --model's)", NULL },
-		{ "--diffusion-model", 0, PD_ARG_STRING, &a->diffusion_model, "FILE", "transformer in one .safetensors file (Black Forest Labs' layout or diffusers')", NULL },
+		{ "--diffusion-model", 0, PD_ARG_STRING, &a->diffusion_model, "FILE", "transformer in one file: safetensors (Black Forest Labs' layout or diffusers'; BF16, F16, fp8, scaled fp8) or GGUF (ComfyUI-GGUF, stable-diffusion.cpp)", NULL },
+		{ "--config", 0, PD_ARG_STRING, &a->config, "FILE", "the transformer's config.json, for a single file that carries none (FLUX.1's sizes are inferred)", NULL },
 		{ "--text-encoder", 0, PD_ARG_STRING, &a->text_encoder, "DIR", "CLIP text encoder folder (overrides --model's)", NULL },
 		{ "--clip_l", 0, PD_ARG_STRING, &a->clip_l, "FILE", "CLIP text encoder in one .safetensors file", NULL },
 		{ "--text-encoder-2", 0, PD_ARG_STRING, &a->text_encoder_2, "DIR", "T5 encoder folder (overrides --model's)", NULL },
@@ -415,6 +417,7 @@ static int pd_gen_engine_options(const struct pd_gen_args *a, struct pd_engine_o
 	pd_engine_options_init(o);
 	o->model = a->model;
 	o->transformer = a->diffusion_model ? a->diffusion_model : a->transformer;
+	o->transformer_config = a->config;
 	o->vae = a->vae;
 	o->scheduler = a->scheduler;
 	o->text_encoder = a->clip_l ? a->clip_l : a->text_encoder;
@@ -790,7 +793,7 @@ static int pd_check_reference(struct pd_engine *r, float *latents, struct pd_blo
 	struct pd_dump dump = { pd_blocks_dump, blocks, 0 };
 	int rc = -1;
 
-	if (pd_backend_cpu_new(&be, r->dt, r->be->threads) || r->fam->load(&m, r->mp.transformer, be, NULL))
+	if (pd_backend_cpu_new(&be, r->dt, r->be->threads) || r->fam->load(&m, r->mp.transformer, r->tconfig, be, NULL))
 		goto out;
 	run = pd_runner_local(m);
 	pd_log(1, "pdit: running the single-process reference\n");

@@ -412,7 +412,7 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
 			return -1;
 		/* a transformer, when the folder has one that reads, says the
 		 * family and its text length; the encoders need nothing of it */
-		if (e->mp.transformer && pd_family_find(e->mp.transformer, &e->fam, &e->info) == 0)
+		if (e->mp.transformer && pd_family_find(e->mp.transformer, e->tconfig, &e->fam, &e->info) == 0)
 			e->info_ok = 1;
 		else if (!(e->fam = pd_family_named(o->family ? o->family : "flux")))
 			return -1;
@@ -420,7 +420,7 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
 			return pd_errorf("the %s family takes embeddings: it has no text encoders to run", e->fam->name);
 		return 0;
 	}
-	if (pd_model_paths_resolve(&e->mp, &f, 0) || pd_family_find(e->mp.transformer, &e->fam, &e->info))
+	if (pd_model_paths_resolve(&e->mp, &f, 0) || pd_family_find(e->mp.transformer, e->tconfig, &e->fam, &e->info))
 		return -1;
 	e->info_ok = 1;
 	e->fam->defaults(&e->info, &e->dflt);
@@ -701,7 +701,7 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 		return -1;
 	t0 = pd_now();
 	pd_engine_progress(e, PD_PHASE_LOAD, t0, 0, 0, 0);
-	if (pd_fault("load", 0) || e->fam->load(&e->m, e->mp.transformer, e->be, &sh))
+	if (pd_fault("load", 0) || e->fam->load(&e->m, e->mp.transformer, e->tconfig, e->be, &sh))
 		return -1;
 	/* a broken VAE must not surface after minutes of denoising */
 	if (pd_engine_vae_setup(e))
@@ -731,7 +731,11 @@ int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct p
 	/* the strings are the caller's: only the resolved paths are kept */
 	e->o.model = e->o.transformer = e->o.vae = e->o.scheduler = NULL;
 	e->o.text_encoder = e->o.text_encoder_2 = e->o.tokenizer = e->o.tokenizer_2 = e->o.dtype = NULL;
-	e->o.family = NULL;
+	e->o.family = e->o.transformer_config = NULL;
+	if (o->transformer_config && !(e->tconfig = pd_strdup(o->transformer_config))) {
+		free(e);
+		return pd_comm_agree(world, 1, NULL);
+	}
 	if (!plan) {
 		/* the mesh and the memory for one picture of the defaults */
 		pd_request_init(&dflt);
@@ -803,6 +807,7 @@ void pd_engine_close(struct pd_engine *e)
 	pd_scheduler_free(&e->sched);
 	pd_engine_request_free(e);
 	pd_model_paths_free(&e->mp);
+	free(e->tconfig);
 	free(e);
 	pd_log_use(&caller);
 }

@@ -72,7 +72,8 @@ struct pd_engine_options {
 	/* The model, as the command's flags name its parts; NULL parts come
 	 * from MODEL's folder (model_index.json). */
 	const char *model;              /* a diffusers folder */
-	const char *transformer;        /* folder, or one .safetensors file */
+	const char *transformer;        /* folder, or one file (safetensors, fp8, GGUF) */
+	const char *transformer_config; /* a config.json for a single file that carries none, or NULL */
 	const char *vae;                /* folder, or one .safetensors file */
 	const char *scheduler;          /* folder */
 	const char *text_encoder;       /* CLIP: folder or file */

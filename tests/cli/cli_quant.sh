@@ -32,4 +32,16 @@ done
 run Q8_0 flux-tiny-dev-Q8_0-sdcpp.gguf f32 "$tmp/sdcpp.safetensors"
 "$cmp" tensors "$tmp/sdcpp.safetensors" "$tmp/Q8_0.safetensors" 0 --all > "$tmp/log" &&
 	ok "stable-diffusion.cpp's Q8_0 gives exactly ComfyUI-GGUF's output" || { cat "$tmp/log"; bad "sdcpp Q8_0"; }
+# generate end to end: a GGUF file's latents are its dequantized folder's, byte for byte
+fg=$(dirname "$q")/../flux-tiny
+common=(--vae "$fg/vae-dev" --scheduler "$fg/scheduler-dev" --embeds "$fg/pipeline-dev-truecfg-h64w48.safetensors"
+	--true-cfg-scale 4 -H 64 -W 48 --steps 4 -s 3 -q)
+"$pdit" generate --diffusion-model "$q/flux-tiny-dev-Q4_K_S.gguf" --config "$q/dequant-Q4_K_S/config.json" \
+	"${common[@]}" -o "$tmp/a.png" --out-latents "$tmp/a.safetensors" &&
+	"$pdit" generate --transformer "$q/dequant-Q4_K_S" "${common[@]}" -o "$tmp/b.png" --out-latents "$tmp/b.safetensors" &&
+	cmp -s "$tmp/a.safetensors" "$tmp/b.safetensors" &&
+	ok "generate on the Q4_K_S GGUF: the latents of its dequantized folder, byte for byte" || bad "generate on a GGUF"
+"$pdit" generate --diffusion-model "$q/flux-tiny-dev-Q4_K_S.gguf" "${common[@]}" -o "$tmp/c.png" 2> "$tmp/err"
+[ $? -ne 0 ] && grep -q "give the transformer folder, or" "$tmp/err" && ok "a tiny GGUF without --config: told what is missing" ||
+	{ cat "$tmp/err"; bad "GGUF without --config"; }
 exit $fail

@@ -61,7 +61,7 @@ float *test_run_case(struct pd_comm *world, const struct pcase *c, const int *de
 	all = malloc((size_t)(e.batch * per) * sizeof(float));
 	pd_poison(all, (size_t)(e.batch * per));
 	if (!degree) {
-		if (pd_flux_load_dit(&m, c->tdir, be, NULL))
+		if (pd_flux_load_dit(&m, c->tdir, NULL, be, NULL))
 			goto out;
 		run = pd_runner_local(m);
 		run.fb_report = report;
@@ -74,7 +74,7 @@ float *test_run_case(struct pd_comm *world, const struct pcase *c, const int *de
 		struct pd_par_options opt = { c->distrifusion, c->warmup, c->patches, c->pipe_one_stage };
 
 		sh = pd_parallel_shard(&mesh, &info);
-		if (pd_flux_load_dit(&m, c->tdir, be, &sh) || pd_parallel_setup(&par, &mesh, m, e.batch, &opt))
+		if (pd_flux_load_dit(&m, c->tdir, NULL, be, &sh) || pd_parallel_setup(&par, &mesh, m, e.batch, &opt))
 			goto out;
 		mine = malloc((size_t)((par.runner.n_images + 1) * per) * sizeof(float));
 		par.runner.fb_report = report;

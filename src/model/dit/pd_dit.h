@@ -7,7 +7,7 @@
  *   pd_flux_dit_info(&fc, &info);                  // a family's sizes
  *   struct pd_dit_shard sh = { .rank = 0, .count = 1 };
  *   struct pd_dit *d;
- *   pd_flux_load_dit(&d, "model/transformer", be, &sh);
+ *   pd_flux_load_dit(&d, "model/transformer", NULL, be, &sh);
  *   struct pd_dit_call call = { .txt_len = T, .img_len = L, ... };
  *   pd_dit_forward(d, &call, out, NULL);            // out: [L, out_channels]
  *   pd_dit_free(d);
@@ -195,10 +195,12 @@ struct pd_dit_defaults {
 struct pd_dit_family {
 	const char *name;               /* "flux" */
 	/* the sizes of the transformer at PATH (a folder or one file) from its
-	 * config or its tensors' shapes, without loading weights */
-	int (*probe)(const char *path, struct pd_dit_info *info);
+	 * config or its tensors' shapes, without loading weights; CONFIG (may
+	 * be NULL) a config.json for a single file that carries none */
+	int (*probe)(const char *path, const char *config, struct pd_dit_info *info);
 	/* this process's SHARD of it (NULL: all of it) */
-	int (*load)(struct pd_dit **out, const char *path, struct pd_backend *be, const struct pd_dit_shard *shard);
+	int (*load)(struct pd_dit **out, const char *path, const char *config, struct pd_backend *be,
+		    const struct pd_dit_shard *shard);
 	/* the geometry of a HEIGHT x WIDTH picture, or -1 with a message naming
 	 * -H/--height and -W/--width */
 	int (*latent_shape)(struct pd_latent_shape *ls, const struct pd_dit_info *info, int height, int width);

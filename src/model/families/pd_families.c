@@ -13,12 +13,12 @@ static const struct pd_dit_family *const pd_families[] = {
 	&pd_flux_family,
 };
 
-int pd_family_find(const char *path, const struct pd_dit_family **fam, struct pd_dit_info *info)
+int pd_family_find(const char *path, const char *config, const struct pd_dit_family **fam, struct pd_dit_info *info)
 {
 	/* FLUX is the only family yet: its message is the one to give. With a
 	 * second one this reads config.json's _class_name first. */
 	for (size_t i = 0; i < sizeof(pd_families) / sizeof(pd_families[0]); i++) {
-		if (pd_families[i]->probe(path, info) == 0) {
+		if (pd_families[i]->probe(path, config, info) == 0) {
 			*fam = pd_families[i];
 			return 0;
 		}

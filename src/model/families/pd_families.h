@@ -11,7 +11,7 @@
 
 /* The family of the transformer at PATH (a folder or one file) and its
  * sizes; -1 with the message of the family that came nearest. */
-int pd_family_find(const char *path, const struct pd_dit_family **fam, struct pd_dit_info *info);
+int pd_family_find(const char *path, const char *config, const struct pd_dit_family **fam, struct pd_dit_info *info);
 
 /* The family called NAME ("flux"), or NULL with a message listing them. */
 const struct pd_dit_family *pd_family_named(const char *name);

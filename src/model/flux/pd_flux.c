@@ -372,11 +372,12 @@ static const struct pd_dit_ops pd_flux_dit_ops = {
 	.free = pd_flux_dit_free,
 };
 
-int pd_flux_load_dit(struct pd_dit **out, const char *dir, struct pd_backend *be, const struct pd_dit_shard *shard)
+int pd_flux_load_dit(struct pd_dit **out, const char *dir, const char *config, struct pd_backend *be,
+		     const struct pd_dit_shard *shard)
 {
 	struct pd_flux *m;
 
-	if (pd_flux_load_shard(&m, dir, be, shard))
+	if (pd_flux_load_cfg(&m, dir, config, be, shard))
 		return -1;
 	*out = &m->dit;
 	return 0;

@@ -85,7 +85,8 @@ int pd_flux_load_shard(struct pd_flux **out, const char *dir, struct pd_backend 
  * model's RoPE axes cannot be told from its shapes. */
 int pd_flux_load_config(struct pd_flux **out, const char *path, const char *config_json, struct pd_backend *be);
 /* The same model seen through the DiT interface (freed with pd_dit_free). */
-int pd_flux_load_dit(struct pd_dit **out, const char *dir, struct pd_backend *be, const struct pd_dit_shard *shard);
+int pd_flux_load_dit(struct pd_dit **out, const char *dir, const char *config, struct pd_backend *be,
+		     const struct pd_dit_shard *shard);
 /* M as a struct pd_dit (the same object). */
 struct pd_dit *pd_flux_dit(struct pd_flux *m);
 void pd_flux_free(struct pd_flux *m);

@@ -5,6 +5,7 @@
  */
 #include "pd_flux.h"
 #include "pd_flux_prompt.h"
+#include "pd_safetensors.h"
 #include "pd_util.h"
 
 /* The VAE's latent is 1/8 of the picture and the tokens are its 2x2
@@ -83,11 +84,19 @@ static void pd_flux_defaults(const struct pd_dit_info *info, struct pd_dit_defau
 	d->whose = info->guidance ? "FLUX.1-dev's" : "FLUX.1-schnell's";
 }
 
-static int pd_flux_probe(const char *path, struct pd_dit_info *info)
+static int pd_flux_probe(const char *path, const char *config, struct pd_dit_info *info)
 {
 	struct pd_flux_config c;
+	struct pd_st *st;
 
-	return pd_flux_config_load(&c, path) || pd_flux_dit_info(&c, info) ? -1 : 0;
+	if (config && !pd_is_dir(path)) {
+		if (pd_flux_open_file(&st, path, &c, config))
+			return -1;
+		pd_st_close(st);
+	} else if (pd_flux_config_load(&c, path)) {
+		return -1;
+	}
+	return pd_flux_dit_info(&c, info);
 }
 
 /* FluxPipeline.encode_prompt: CLIP's pooled output and T5's last state. */

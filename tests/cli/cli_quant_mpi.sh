@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Meshes on a quantized file (the Q4_K_S GGUF: Q4_K, F16, BF16 and F32
+# tensors; column slices of tensor parallel cut through blocks) give the
+# latents of one process on the same file: tensor parallel 2 and 4, Ulysses
+# 2, ring 2, PipeFusion 2 (every step warm), CFG parallel, data parallel;
+# within 1e-5 (f32).
+# usage: cli_quant_mpi.sh PDIT ST_COMPARE GOLDEN_DIR MPIRUN...
+set -u
+pdit=$1 cmp=$2 g=$3
+shift 3
+mpirun=("$@")
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fail=1; }
+q=$g/../quant-tiny/flux
+run=(--diffusion-model "$q/flux-tiny-dev-Q4_K_S.gguf" --config "$q/dequant-Q4_K_S/config.json" --vae "$g/vae-dev"
+	--scheduler "$g/scheduler-dev" --embeds "$g/pipeline-dev-truecfg-h64w48.safetensors" --true-cfg-scale 4
+	-H 64 -W 48 --steps 3 -s 5 -q)
+"$pdit" generate "${run[@]}" -o "$tmp/one.png" --out-latents "$tmp/one.safetensors" || bad "one process"
+for m in "2:--tensor-parallel-degree 2" "4:--tensor-parallel-degree 4" "2:--ulysses-degree 2" "2:--ring-degree 2" \
+	"2:--pipefusion-degree 2 --warmup-steps 3" "2:--cfg-parallel" "4:--cfg-parallel --tensor-parallel-degree 2"; do
+	np=${m%%:*} flags=${m#*:}
+	# shellcheck disable=SC2086
+	"${mpirun[@]}" -np "$np" "$pdit" generate "${run[@]}" $flags -o "$tmp/m.png" --out-latents "$tmp/m.safetensors" \
+		2> "$tmp/err" || { cat "$tmp/err"; bad "np $np $flags"; continue; }
+	"$cmp" tensors "$tmp/m.safetensors" "$tmp/one.safetensors" 1e-5 --all > "$tmp/log" &&
+		ok "Q4_K_S GGUF, np $np $flags: one process's latents within 1e-5" || { cat "$tmp/log"; bad "np $np $flags"; }
+done
+exit $fail

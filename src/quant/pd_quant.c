@@ -91,6 +91,21 @@ static inline void pd_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t 
 	}
 }
 
+/* Q4_K's and Q5_K's scales and mins of sub-blocks IS and IS + 1 (a group
+ * of 64), times the super-block's d and dmin. */
+static inline void pd_k_pair(const uint8_t *scales, int is, float d, float min, float *d1, float *m1, float *d2,
+			     float *m2)
+{
+	uint8_t sc, m;
+
+	pd_scale_min_k4(is + 0, scales, &sc, &m);
+	*d1 = d * (float)sc;
+	*m1 = min * (float)m;
+	pd_scale_min_k4(is + 1, scales, &sc, &m);
+	*d2 = d * (float)sc;
+	*m2 = min * (float)m;
+}
+
 static void pd_dec_q4_0(const uint8_t *b, float *y, int64_t nb)
 {
 	for (int64_t i = 0; i < nb; i++, b += 18, y += 32) {
@@ -233,17 +248,11 @@ static void pd_dec_q4_k(const uint8_t *b, float *y, int64_t nb)
 		const float d = pd_half(b), min = pd_half(b + 2);
 		const uint8_t *scales = b + 4, *q = b + 16;
 		int is = 0;
-		uint8_t sc, m;
 
 		for (int j = 0; j < QK_K; j += 64) {
 			float d1, m1, d2, m2;
 
-			pd_scale_min_k4(is + 0, scales, &sc, &m);
-			d1 = d * (float)sc;
-			m1 = min * (float)m;
-			pd_scale_min_k4(is + 1, scales, &sc, &m);
-			d2 = d * (float)sc;
-			m2 = min * (float)m;
+			pd_k_pair(scales, is, d, min, &d1, &m1, &d2, &m2);
 			for (int l = 0; l < 32; l++)
 				*y++ = d1 * (float)(q[l] & 0xF) - m1;
 			for (int l = 0; l < 32; l++)
@@ -261,17 +270,12 @@ static void pd_dec_q5_k(const uint8_t *b, float *y, int64_t nb)
 		const float d = pd_half(b), min = pd_half(b + 2);
 		const uint8_t *scales = b + 4, *qh = b + 16, *ql = b + 48;
 		int is = 0;
-		uint8_t sc, m, u1 = 1, u2 = 2;
+		uint8_t u1 = 1, u2 = 2;
 
 		for (int j = 0; j < QK_K; j += 64) {
 			float d1, m1, d2, m2;
 
-			pd_scale_min_k4(is + 0, scales, &sc, &m);
-			d1 = d * (float)sc;
-			m1 = min * (float)m;
-			pd_scale_min_k4(is + 1, scales, &sc, &m);
-			d2 = d * (float)sc;
-			m2 = min * (float)m;
+			pd_k_pair(scales, is, d, min, &d1, &m1, &d2, &m2);
 			for (int l = 0; l < 32; l++)
 				*y++ = d1 * (float)((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
 			for (int l = 0; l < 32; l++)

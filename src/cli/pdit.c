@@ -449,6 +449,7 @@ static void pd_usage(FILE *f)
 		"  forward    one transformer call on golden-style inputs (tests, debugging)\n"
 		"  tiny       write a small random model folder to try pdit with\n"
 		"  inspect    what a weights file holds: GGUF or safetensors, metadata, every tensor\n"
+		"  quantize   a weights file (GGUF, fp8, ...) to plain f32/f16/bf16 safetensors\n"
 		"\n"
 		"example:\n"
 		"  pdit tiny tiny-model --full && pdit generate --model tiny-model \\\n"
@@ -489,6 +490,8 @@ int pd_dispatch(struct pd_comm *world, int argc, char **argv)
 		return pd_single_process(world, "plan") ? 1 : pd_cmd_plan(argc, argv);
 	if (strcmp(argv[1], "inspect") == 0)
 		return pd_single_process(world, "inspect") ? 1 : pd_cmd_inspect(argc, argv);
+	if (strcmp(argv[1], "quantize") == 0)
+		return pd_single_process(world, "quantize") ? 1 : pd_cmd_quantize(argc, argv);
 	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
 		if (world->rank == 0)
 			pd_usage(stdout);

@@ -77,6 +77,7 @@ int pd_cmd_check(struct pd_comm *world, int argc, char **argv);
 int pd_cmd_bench(struct pd_comm *world, int argc, char **argv);
 int pd_cmd_encode(struct pd_comm *world, int argc, char **argv);
 int pd_cmd_inspect(int argc, char **argv);
+int pd_cmd_quantize(int argc, char **argv);
 int pd_cmd_plan(int argc, char **argv);
 
 #endif /* PDIT_CLI_H */

@@ -32,6 +32,25 @@ done
 run Q8_0 flux-tiny-dev-Q8_0-sdcpp.gguf f32 "$tmp/sdcpp.safetensors"
 "$cmp" tensors "$tmp/sdcpp.safetensors" "$tmp/Q8_0.safetensors" 0 --all > "$tmp/log" &&
 	ok "stable-diffusion.cpp's Q8_0 gives exactly ComfyUI-GGUF's output" || { cat "$tmp/log"; bad "sdcpp Q8_0"; }
+# pdit quantize to plain safetensors: the forward of the written file is still diffusers'
+for v in Q4_K_S:flux-tiny-dev-Q4_K_S.gguf fp8_e4m3fn_scaled:flux-tiny-dev-fp8_e4m3fn_scaled.safetensors; do
+	name=${v%%:*} file=${v#*:}
+	"$pdit" quantize "$q/$file" "$tmp/plain.safetensors" --type f32 > /dev/null 2> "$tmp/err" &&
+		"$pdit" forward --transformer "$tmp/plain.safetensors" --config "$q/dequant-$name/config.json" \
+			--inputs "$q/forward-$name-h64w48.safetensors" --out "$tmp/pf.safetensors" --dump > /dev/null 2>&1 &&
+		"$cmp" tensors "$tmp/pf.safetensors" "$q/forward-$name-h64w48.safetensors" 1e-4 --all > "$tmp/log" &&
+		! "$pdit" inspect "$tmp/plain.safetensors" | grep -q "scale_weight\|scaled_fp8\|F8_\|BF16" &&
+		ok "quantize $file --type f32: plain F32 names, forward within 1e-4" || { cat "$tmp/err" "$tmp/log"; bad "quantize $file"; }
+done
+"$pdit" quantize "$q/flux-tiny-dev-Q8_0.gguf" "$tmp/b.safetensors" --type bf16 > /dev/null 2>&1 &&
+	"$pdit" forward --transformer "$tmp/b.safetensors" --config "$q/dequant-Q8_0/config.json" \
+		--inputs "$q/forward-Q8_0-h64w48.safetensors" --out "$tmp/bf.safetensors" > /dev/null 2>&1 &&
+	"$cmp" tensors "$tmp/bf.safetensors" "$q/forward-Q8_0-h64w48.safetensors" 2e-2 out.sample > /dev/null &&
+	"$pdit" inspect "$tmp/b.safetensors" | grep -q "img_in.weight *BF16" && ok "quantize --type bf16" || bad "quantize bf16"
+"$pdit" quantize "$q/flux-tiny-dev-Q8_0.gguf" "$tmp/x.gguf" --type q4_0 > /dev/null 2> "$tmp/err"
+[ $? -ne 0 ] && grep -q -- "--type q4_0" "$tmp/err" && [ ! -e "$tmp/x.gguf" ] && ok "an unsupported --type refused" ||
+	{ cat "$tmp/err"; bad "quantize --type q4_0"; }
+
 # generate end to end: a GGUF file's latents are its dequantized folder's, byte for byte
 fg=$(dirname "$q")/../flux-tiny
 common=(--vae "$fg/vae-dev" --scheduler "$fg/scheduler-dev" --embeds "$fg/pipeline-dev-truecfg-h64w48.safetensors"

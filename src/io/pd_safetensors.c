@@ -223,6 +223,8 @@ static int pd_st_file_gguf(struct pd_st_file **out, const char *path)
 		default:
 			if (!q->decodes) {
 				pd_errorf("%s: tensor '%s' is %s, which pdit cannot decode", path, g->name, q->name);
+				free(t->name);
+				t->name = NULL;
 				goto fail;
 			}
 			t->dtype = PD_F32;
@@ -887,7 +889,9 @@ int pd_st_read_f32(const struct pd_st_tensor *t, size_t start, size_t count, flo
 				 pd_dtype_name(t->dtype));
 	if (start > (size_t)t->numel || count > (size_t)t->numel - start)
 		return pd_errorf("%s: read past the end of tensor '%s'", t->file->path, t->name);
-	if (!t->roll && !t->q)
+	/* blocks run on across rows (a 1-D tensor is one long row): elements
+	 * are addressed from the first */
+	if (!t->roll)
 		return pd_st_elems(t, t->data, start, count, dst);
 	/* row by row: a rolled view reads stored row (r + roll) mod rows */
 	rows = t->ndim ? (size_t)t->shape[0] : 1;
@@ -921,7 +925,7 @@ int pd_st_read_block_f32(const struct pd_st_tensor *t, int64_t r0, int64_t nr, i
 	for (int64_t r = 0; r < nr; r++) {
 		int64_t sr = (r0 + r + t->roll) % rows;
 
-		if (pd_st_elems(t, t->data + (size_t)sr * pd_st_row_bytes(t), (size_t)c0, (size_t)nc, dst + r * ldd))
+		if (pd_st_elems(t, t->data, (size_t)sr * (size_t)cols + (size_t)c0, (size_t)nc, dst + r * ldd))
 			return -1;
 	}
 	return 0;

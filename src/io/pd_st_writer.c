@@ -226,6 +226,12 @@ int pd_st_write_shards(const char *src, const char *dir, const char *stem, int s
 		goto out;
 	meta = cJSON_AddObjectToObject(idx, "metadata");
 	map = cJSON_AddObjectToObject(idx, "weight_map");
+	/* raw bytes only: a GGUF block tensor or scaled fp8 is not what its dtype says */
+	for (int i = 0; i < st->n_tensors; i++)
+		if (st->sorted[i]->q || st->sorted[i]->fp8_scale != 0) {
+			pd_errorf("%s: '%s' is quantized: write it with pdit quantize first", src, st->sorted[i]->name);
+			goto out;
+		}
 	for (int i = 0; i < st->n_tensors; i++)
 		total += st->sorted[i]->nbytes;
 	cJSON_AddNumberToObject(meta, "total_size", (double)total);

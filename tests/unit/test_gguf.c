@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* A float32 tensor of the reference file, or NULL. */
 static float *ref_values(const struct pd_st *st, const char *name, int64_t n)
@@ -253,6 +254,61 @@ static void check_flux_files(const char *dir)
 	}
 }
 
+/* A 1-D block-quantized tensor (stable-diffusion.cpp quantizes those too):
+ * read through the safetensors interface, every element its own, from a
+ * GGUF file written here with two Q8_0 blocks of the types file. */
+static void check_1d_blocks(const char *dir)
+{
+	char path[512], out[] = "/tmp/pdit-gguf-1d-XXXXXX";
+	struct pd_gguf *g = NULL;
+	struct pd_st *st = NULL;
+	const struct pd_gguf_tensor *q8;
+	unsigned char file[256] = { 0 };
+	size_t k = 0;
+	float want[64], got[64];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/types/ggml-types.gguf", dir);
+	if (pd_gguf_open(&g, path) || !(q8 = pd_gguf_get(g, "q8_0"))) {
+		PD_CHECK(0, "%s: %s", path, pd_last_error());
+		pd_gguf_close(g);
+		return;
+	}
+#define PUT(v, n) do { uint64_t x_ = (v); for (int b_ = 0; b_ < (n); b_++) file[k++] = (unsigned char)(x_ >> (8 * b_)); } while (0)
+	memcpy(file, "GGUF", 4);
+	k = 4;
+	PUT(3, 4);                      /* version */
+	PUT(1, 8);                      /* tensors */
+	PUT(0, 8);                      /* pairs */
+	PUT(1, 8);                      /* name length */
+	file[k++] = 'v';
+	PUT(1, 4);                      /* n_dims */
+	PUT(64, 8);                     /* ne[0] */
+	PUT(PD_Q_Q8_0, 4);
+	PUT(0, 8);                      /* offset */
+#undef PUT
+	k = (k + 31) / 32 * 32;
+	memcpy(file + k, q8->data, 68);
+	k += 68;
+	pd_quant_decode(PD_Q_Q8_0, q8->data, want, 64);
+	fd = mkstemp(out);
+	PD_CHECK(fd >= 0 && write(fd, file, k) == (ssize_t)k && close(fd) == 0, "writing %s", out);
+	PD_CHECK(pd_st_open(&st, out) == 0, "%s: %s", out, pd_last_error());
+	if (st) {
+		const struct pd_st_tensor *t = pd_st_get(st, "v");
+
+		pd_poison(got, 64);
+		PD_CHECK(t && t->ndim == 1 && pd_st_read_f32(t, 0, 64, got) == 0 && !memcmp(got, want, sizeof(got)),
+			 "a 1-D Q8_0 tensor reads other values than its blocks decode to");
+		pd_poison(got, 64);
+		PD_CHECK(t && pd_st_read_f32(t, 37, 20, got) == 0 && !memcmp(got, want + 37, 20 * sizeof(float)),
+			 "a 1-D Q8_0 tensor's elements 37..56 are not its own");
+	}
+	pd_st_close(st);
+	pd_gguf_close(g);
+	unlink(out);
+}
+
 int main(int argc, char **argv)
 {
 	const char *dir = argc > 1 ? argv[1] : "tests/golden/quant-tiny";
@@ -290,6 +346,7 @@ int main(int argc, char **argv)
 	check_fp8(dir);
 	check_fp8_broken(dir);
 	check_flux_files(dir);
+	check_1d_blocks(dir);
 	check_folder(dir, "broken", 0);
 	check_folder(dir, "edge", 1);
 	cJSON_Delete(man);

@@ -198,12 +198,16 @@ int pd_flux_open_file(struct pd_st **out, const char *path, struct pd_flux_confi
 			struct pd_config j;
 			int rc;
 
-			if (!meta) {
+			if (config_json) {
+				rc = pd_flux_config_load_file(cfg, config_json);
+			} else if (!meta) {
 				pd_st_close(base);
-				return pd_errorf("%s: diffusers names but no config: give the transformer folder", path);
+				return pd_errorf("%s: diffusers names but no config: give --config FILE or the transformer "
+						 "folder", path);
+			} else {
+				rc = pd_config_parse(&j, meta, path) || pd_flux_config_parse(cfg, &j);
+				pd_config_free(&j);
 			}
-			rc = pd_config_parse(&j, meta, path) || pd_flux_config_parse(cfg, &j);
-			pd_config_free(&j);
 			if (rc) {
 				pd_st_close(base);
 				return -1;

@@ -252,23 +252,6 @@ void pd_out_remove_temporaries(void)
 	}
 }
 
-/* The user's path in messages: PATH's folder, when that is what fails. */
-static int pd_out_fail(const char *path)
-{
-	int e = errno;
-	char *dir = pd_strdup(path), *slash = dir ? strrchr(dir, '/') : NULL;
-
-	if (slash)
-		*(slash == dir ? slash + 1 : slash) = 0;
-	if (e == ENOENT || (e == EACCES && dir && access(slash ? dir : ".", W_OK)))
-		pd_errorf("cannot write %s: the folder %s %s", path, slash ? dir : ".",
-			  e == ENOENT ? "does not exist" : "is not writable");
-	else
-		pd_errorf("cannot write %s: %s", path, strerror(e));
-	free(dir);
-	return -1;
-}
-
 int pd_out_check(const char *path)
 {
 	char *dir = pd_strdup(path), *slash = dir ? strrchr(dir, '/') : NULL;
@@ -305,7 +288,8 @@ int pd_out_open(struct pd_out_file *o, const char *path)
 	pd_out_track(o->tmp, 1);
 	o->f = fopen(o->tmp, "wb");
 	if (!o->f) {
-		int rc = pd_out_fail(path);
+		/* the user's path, and its folder when that is what fails */
+		int e = errno, rc = pd_out_check(path) ? -1 : pd_errorf("cannot write %s: %s", path, strerror(e));
 
 		pd_out_track(o->tmp, 0);
 		free(o->tmp);

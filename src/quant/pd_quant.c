@@ -9,6 +9,7 @@
 #include "pd_util.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #define QK_K 256
@@ -64,12 +65,24 @@ float pd_fp8_e5m2_to_f32(uint8_t c)
 	return pd_f16_to_f32((uint16_t)(c << 8));
 }
 
+/* Both formats' 256 values, made once (reads call this a row at a time). */
+static float pd_fp8_tables[2][256];
+static pthread_once_t pd_fp8_once = PTHREAD_ONCE_INIT;
+
+static void pd_fp8_make_tables(void)
+{
+	for (int c = 0; c < 256; c++) {
+		pd_fp8_tables[0][c] = pd_fp8_e4m3_to_f32((uint8_t)c);
+		pd_fp8_tables[1][c] = pd_fp8_e5m2_to_f32((uint8_t)c);
+	}
+}
+
 void pd_fp8_decode(int e5m2, const uint8_t *src, float *dst, int64_t n, float scale)
 {
-	float table[256];
+	const float *table;
 
-	for (int c = 0; c < 256; c++)
-		table[c] = e5m2 ? pd_fp8_e5m2_to_f32((uint8_t)c) : pd_fp8_e4m3_to_f32((uint8_t)c);
+	pthread_once(&pd_fp8_once, pd_fp8_make_tables);
+	table = pd_fp8_tables[e5m2 != 0];
 	if (scale == 1.0f) {
 		for (int64_t i = 0; i < n; i++)
 			dst[i] = table[src[i]];

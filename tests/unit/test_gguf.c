@@ -259,9 +259,10 @@ static void check_flux_files(const char *dir)
  * GGUF file written here with two Q8_0 blocks of the types file. */
 static void check_1d_blocks(const char *dir)
 {
-	char path[512], out[] = "/tmp/pdit-gguf-1d-XXXXXX";
+	char path[512], vpath[512], out[] = "/tmp/pdit-gguf-1d-XXXXXX";
 	struct pd_gguf *g = NULL;
-	struct pd_st *st = NULL;
+	struct pd_st *st = NULL, *vals = NULL;
+	float *ref = NULL;
 	const struct pd_gguf_tensor *q8;
 	unsigned char file[256] = { 0 };
 	size_t k = 0;
@@ -269,9 +270,12 @@ static void check_1d_blocks(const char *dir)
 	int fd;
 
 	snprintf(path, sizeof(path), "%s/types/ggml-types.gguf", dir);
-	if (pd_gguf_open(&g, path) || !(q8 = pd_gguf_get(g, "q8_0"))) {
+	snprintf(vpath, sizeof(vpath), "%s/types/ggml-types-values.safetensors", dir);
+	if (pd_gguf_open(&g, path) || !(q8 = pd_gguf_get(g, "q8_0")) || pd_st_open(&vals, vpath) ||
+	    !(ref = ref_values(vals, "q8_0", q8->numel))) {
 		PD_CHECK(0, "%s: %s", path, pd_last_error());
 		pd_gguf_close(g);
+		pd_st_close(vals);
 		return;
 	}
 #define PUT(v, n) do { uint64_t x_ = (v); for (int b_ = 0; b_ < (n); b_++) file[k++] = (unsigned char)(x_ >> (8 * b_)); } while (0)
@@ -290,7 +294,8 @@ static void check_1d_blocks(const char *dir)
 	k = (k + 31) / 32 * 32;
 	memcpy(file + k, q8->data, 68);
 	k += 68;
-	pd_quant_decode(PD_Q_Q8_0, q8->data, want, 64);
+	/* ggml's values of the first two blocks of the q8_0 tensor's first row */
+	memcpy(want, ref, sizeof(want));
 	fd = mkstemp(out);
 	PD_CHECK(fd >= 0 && write(fd, file, k) == (ssize_t)k && close(fd) == 0, "writing %s", out);
 	PD_CHECK(pd_st_open(&st, out) == 0, "%s: %s", out, pd_last_error());
@@ -305,6 +310,8 @@ static void check_1d_blocks(const char *dir)
 			 "a 1-D Q8_0 tensor's elements 37..56 are not its own");
 	}
 	pd_st_close(st);
+	pd_st_close(vals);
+	free(ref);
 	pd_gguf_close(g);
 	unlink(out);
 }

@@ -132,15 +132,9 @@ static int pd_ff_infer(struct pd_flux_config *c, const struct pd_st *st, const c
 static int pd_flux_config_load_file(struct pd_flux_config *c, const char *path)
 {
 	struct pd_config j;
-	char *text = NULL;
-	size_t len;
 	int rc;
 
-	if (pd_read_file(path, 1 << 20, &text, &len))
-		return -1;
-	rc = pd_config_parse(&j, text, path);
-	free(text);
-	if (rc)
+	if (pd_config_load(&j, path))
 		return -1;
 	rc = pd_flux_config_parse(c, &j);
 	pd_config_free(&j);

@@ -144,7 +144,7 @@ int pd_cmd_plan(int argc, char **argv)
 	w.img_w = ls.w / 2;
 	w.images = batch;
 	w.branches = cfg_scale > 1 ? 2 : 1;
-	w.weight_bytes = dt == PD_BF16 ? 2 : 4;
+	w.weight_bytes = (int)pd_dtype_size(dt);
 	if (mp.vae && pd_is_dir(mp.vae)) {
 		struct pd_vae_config vc;
 

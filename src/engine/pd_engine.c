@@ -285,7 +285,7 @@ static void pd_engine_plan_work(const struct pd_engine *e, int branches, int vae
 	w->img_w = e->ls.w / 2;
 	w->images = (int)e->e.batch;
 	w->branches = branches;
-	w->weight_bytes = e->dt == PD_BF16 ? 2 : 4;
+	w->weight_bytes = (int)pd_dtype_size(e->dt);
 	if (vae && e->mp.vae && pd_is_dir(e->mp.vae) && pd_vae_config_load(&vc, e->mp.vae) == 0)
 		pd_plan_vae(w, &vc, e->p.height, e->p.width);
 }

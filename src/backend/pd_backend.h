@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "pd_dtype.h"
+#include "pd_quant.h"
 
 struct pd_backend;
 struct pd_linear;       /* a prepared weight [n_out, n_in] and its bias */
@@ -66,6 +67,15 @@ struct pd_backend_ops {
 	 * and precision and keeps no reference to the host copies. */
 	struct pd_linear *(*linear_new)(struct pd_backend *be, int64_t n_out, int64_t n_in, const float *w,
 					int64_t ldw, const float *bias);
+	/* A linear layer whose weight stays in a block format (pd_quant.h:
+	 * ggml's types, fp8): BLOCKS holds n_out rows of
+	 * pd_quant_row_bytes(n_in) bytes, every decoded value times SCALE
+	 * (scaled fp8; 1 otherwise). The backend keeps its own copy of the
+	 * blocks and decodes them as it computes, into the precision of its
+	 * products: memory stays that of the file. NULL in a backend without
+	 * it (the loader then decodes at load). */
+	struct pd_linear *(*linear_new_q)(struct pd_backend *be, int64_t n_out, int64_t n_in, enum pd_qtype t,
+					  float scale, const void *blocks, const float *bias);
 	void (*linear_free)(struct pd_backend *be, struct pd_linear *l);
 	/* y[rows, n_out] = act(x[rows, n_in] W^T + b). */
 	void (*linear)(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx,

@@ -1,10 +1,18 @@
 /*
  * pdit_quantize.c - pdit quantize IN OUT --type T: a weights file pdit reads
- * (GGUF, fp8 or scaled fp8, BF16/F16/F32 safetensors, an index set) written
- * as plain safetensors of type T with the same names and torch-order shapes,
- * dequantized. Writing GGUF block types and fp8 is the next step.
+ * (GGUF, fp8 or scaled fp8, BF16/F16/F32 safetensors, an index set)
+ * written
+ *  - as plain safetensors of f32, f16 or bf16 with the same names and
+ *    torch-order shapes, dequantized;
+ *  - as a GGUF of ggml's block types with ComfyUI-GGUF's choices
+ *    (convert.py, then its patched llama-quantize): which tensors are
+ *    quantized, what the others become, the pairs, name order;
+ *  - as fp8 safetensors (ComfyUI's plain fp8: 2-D weights F8_E4M3, the
+ *    rest BF16).
  */
 #include "pd_args.h"
+#include "pd_gguf.h"
+#include "pd_quant.h"
 #include "pd_safetensors.h"
 #include "pd_st_writer.h"
 #include "pd_util.h"
@@ -14,22 +22,35 @@
 #include <string.h>
 
 static const char pd_quantize_usage[] =
-	"usage: pdit quantize IN OUT --type f32|f16|bf16\n"
+	"usage: pdit quantize IN OUT --type T\n"
 	"\n"
 	"Writes the weights of IN (a GGUF file from ComfyUI-GGUF or stable-diffusion.cpp,\n"
 	"fp8 or ComfyUI's scaled fp8 safetensors, BF16/F16/F32 safetensors or an\n"
-	"*.safetensors.index.json set) into OUT as plain safetensors of --type, with the\n"
-	"same tensor names and torch-order shapes: quantized blocks decoded as ggml\n"
-	"decodes them, scaled fp8 times its scales (its scale tensors and marker are\n"
-	"left out). Metadata is kept. Quantizing to GGUF block types and fp8 comes next.";
+	"*.safetensors.index.json set) into OUT as --type:\n"
+	"  f32, f16, bf16      plain safetensors, same names and torch-order shapes, every\n"
+	"                      tensor decoded (scaled fp8 times its scales; its scale\n"
+	"                      tensors and marker left out); metadata kept\n"
+	"  q8_0, q4_0, q4_1,   a GGUF as ComfyUI-GGUF makes flux1-dev-Q8_0.gguf: 2-D weights\n"
+	"  q5_0, q5_1, q4_k    of the blocks in T, quantized as ggml does (q4_k: Q4_K_S;\n"
+	"                      rows not a multiple of 256 stay F16), except the input and\n"
+	"                      output layers (img_in, txt_in, time_in, vector_in,\n"
+	"                      guidance_in, final_layer); other tensors F16, BF16 from a\n"
+	"                      BF16 file, 1-D and small ones F32; a model.diffusion_model.\n"
+	"                      prefix is dropped\n"
+	"  fp8, f8_e5m2        safetensors with 2-D weights in F8_E4M3 (fp8) or F8_E5M2,\n"
+	"                      rounded to nearest, saturated; the rest BF16";
 
 static const char pd_quantize_examples[] =
+	"  pdit quantize flux1-dev.safetensors flux1-dev-Q8_0.gguf --type q8_0\n"
+	"  pdit quantize flux1-dev.safetensors flux1-dev-fp8.safetensors --type fp8\n"
 	"  pdit quantize flux1-dev-Q8_0.gguf flux1-dev-dequant.safetensors --type bf16\n"
-	"  pdit inspect flux1-dev-dequant.safetensors\n";
+	"  pdit inspect flux1-dev-Q8_0.gguf\n";
 
 struct pd_qz_fill {
 	const struct pd_st_tensor *t;   /* the tensor read */
-	enum pd_dtype out;              /* the type written */
+	enum pd_dtype out;              /* the type written (plain safetensors) */
+	enum pd_qtype via;              /* GGUF and fp8: rounded to this type first (F32: as read) */
+	enum pd_qtype q;                /* GGUF and fp8: the type written */
 };
 
 static int pd_qz_fill(void *ctx, void *dst, size_t nbytes)
@@ -50,6 +71,31 @@ static int pd_qz_fill(void *ctx, void *dst, size_t nbytes)
 	return rc;
 }
 
+/* GGUF and fp8 output: T's values, rounded to F->via (what the converter
+ * wrote before the quantizer read it), encoded as F->q, rows in parallel. */
+static int pd_qz_fill_q(void *ctx, void *dst, size_t nbytes)
+{
+	const struct pd_qz_fill *f = ctx;
+	const struct pd_qtype_info *q = pd_quant_info(f->q);
+	int64_t n = f->t->numel, rows = f->t->ndim > 1 ? f->t->shape[0] : 1, cols = rows ? n / rows : 0;
+	size_t rb = pd_quant_row_bytes(q, cols);
+	float *v = pd_malloc((size_t)n * sizeof(float) + 4, f->t->name);
+
+	(void)nbytes;
+	if (!v || pd_st_read_f32(f->t, 0, (size_t)n, v)) {
+		free(v);
+		return -1;
+	}
+	if (f->via == PD_Q_F16 || f->via == PD_Q_BF16)
+		for (int64_t i = 0; i < n; i++)
+			v[i] = f->via == PD_Q_F16 ? pd_f16_to_f32(pd_f32_to_f16(v[i])) : pd_bf16_to_f32(pd_f32_to_bf16(v[i]));
+#pragma omp parallel for schedule(dynamic, 16)
+	for (int64_t r = 0; r < rows; r++)
+		pd_quant_encode(f->q, v + r * cols, (unsigned char *)dst + (size_t)r * rb, cols);
+	free(v);
+	return 0;
+}
+
 /* Scaled fp8's bookkeeping: folded into the weights written. */
 static int pd_qz_skip(const char *name)
 {
@@ -60,18 +106,90 @@ static int pd_qz_skip(const char *name)
 	       (n >= 12 && strcmp(name + n - 12, ".scale_input") == 0);
 }
 
+/* What --type writes. */
+enum pd_qz_mode { PD_QZ_PLAIN, PD_QZ_GGUF, PD_QZ_FP8 };
+
+static const struct pd_qz_type {
+	const char *name;               /* --type's value */
+	enum pd_qz_mode mode;           /* the file written */
+	enum pd_qtype q;                /* GGUF and fp8: the type of the weights */
+	enum pd_dtype out;              /* plain: the dtype of every tensor; fp8: of the weights */
+	uint32_t file_type;             /* GGUF: general.file_type as llama-quantize writes it */
+} pd_qz_types[] = {
+	{ "f32", PD_QZ_PLAIN, PD_Q_F32, PD_F32, 0 },
+	{ "f16", PD_QZ_PLAIN, PD_Q_F16, PD_F16, 0 },
+	{ "bf16", PD_QZ_PLAIN, PD_Q_BF16, PD_BF16, 0 },
+	{ "q8_0", PD_QZ_GGUF, PD_Q_Q8_0, PD_F32, 7 },
+	{ "q4_0", PD_QZ_GGUF, PD_Q_Q4_0, PD_F32, 2 },
+	{ "q4_1", PD_QZ_GGUF, PD_Q_Q4_1, PD_F32, 3 },
+	{ "q5_0", PD_QZ_GGUF, PD_Q_Q5_0, PD_F32, 8 },
+	{ "q5_1", PD_QZ_GGUF, PD_Q_Q5_1, PD_F32, 9 },
+	{ "q4_k", PD_QZ_GGUF, PD_Q_Q4_K, PD_F32, 14 },
+	{ "fp8", PD_QZ_FP8, PD_Q_F8_E4M3, PD_F8_E4M3, 0 },
+	{ "f8_e4m3fn", PD_QZ_FP8, PD_Q_F8_E4M3, PD_F8_E4M3, 0 },
+	{ "f8_e5m2", PD_QZ_FP8, PD_Q_F8_E5M2, PD_F8_E5M2, 0 },
+};
+
+/* The input and output layers ComfyUI-GGUF's llama-quantize never
+ * quantizes (lcpp.patch), under BFL's names and diffusers'. */
+static const char *const pd_qz_keep[] = { "txt_in.", "img_in.", "time_in.", "vector_in.", "guidance_in.",
+					  "final_layer.", "x_embedder.", "context_embedder.", "time_text_embed.",
+					  "norm_out.", "proj_out.", NULL };
+
+static int pd_ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), k = strlen(suffix);
+
+	return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* A 2-D weight: what fp8 and the block types replace. */
+static int pd_qz_is_weight(const struct pd_st_tensor *t, const char *name)
+{
+	return t->ndim == 2 && pd_ends_with(name, "weight");
+}
+
+/* ComfyUI-GGUF's type of tensor T (NAME without the prefix) for TARGET:
+ * convert.py's (BF16 from BF16, else F16; 1-D and up to 1024 elements
+ * F32) in *VIA, then llama-quantize's in *OUT: TARGET for 2-D weights
+ * outside the kept layers whose rows are whole blocks, F16 for K-types
+ * whose rows are not (lcpp.patch), else *VIA. */
+static void pd_qz_gguf_type(const struct pd_st_tensor *t, const char *name, enum pd_qtype target,
+			    enum pd_qtype *via, enum pd_qtype *out)
+{
+	const struct pd_qtype_info *q = pd_quant_info(target);
+
+	if (t->ndim <= 1 || t->numel <= 1024)
+		*via = PD_Q_F32;
+	else
+		*via = t->dtype == PD_BF16 && !t->q ? PD_Q_BF16 : PD_Q_F16;
+	*out = *via;
+	if (!pd_qz_is_weight(t, name))
+		return;
+	for (const char *const *k = pd_qz_keep; *k; k++)
+		if (strncmp(name, *k, strlen(*k)) == 0)
+			return;
+	if (t->shape[1] % q->block_size == 0)
+		*out = target;
+	else if (q->block_size == 256)
+		*out = PD_Q_F16;
+}
+
 int pd_cmd_quantize(int argc, char **argv)
 {
+	static const char prefix[] = "model.diffusion_model.";
 	const char *type = NULL, *pos[2];
 	const struct pd_arg opts[] = {
-		{ "--type", 0, PD_ARG_STRING, &type, "T", "f32, f16 or bf16 (required)", NULL },
+		{ "--type", 0, PD_ARG_STRING, &type, "T",
+		  "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, fp8 or f8_e5m2 (required)", NULL },
 		{ 0 },
 	};
+	const struct pd_qz_type *ty = NULL;
 	struct pd_st *st = NULL;
 	struct pd_st_writer *w = NULL;
+	struct pd_gguf_writer *gw = NULL;
 	struct pd_qz_fill *fills = NULL;
-	enum pd_dtype out;
-	int n_pos, hr, rc = 1, written = 0;
+	int n_pos, hr, rc = 1, written = 0, flux = 0, quantized = 0;
 
 	hr = pd_args_parse("quantize", opts, argc, argv, 2, pos, 2, &n_pos);
 	if (hr == 1) {
@@ -85,17 +203,15 @@ int pd_cmd_quantize(int argc, char **argv)
 		return pd_cli_fail();
 	}
 	if (!type) {
-		pd_errorf("quantize needs --type (f32, f16 or bf16)");
+		pd_errorf("quantize needs --type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, fp8 or f8_e5m2)");
 		return pd_cli_fail();
 	}
-	if (strcmp(type, "f32") == 0)
-		out = PD_F32;
-	else if (strcmp(type, "f16") == 0)
-		out = PD_F16;
-	else if (strcmp(type, "bf16") == 0)
-		out = PD_BF16;
-	else {
-		pd_errorf("--type %s: pdit writes f32, f16 or bf16 today (GGUF block types and fp8 come next)", type);
+	for (size_t i = 0; i < sizeof(pd_qz_types) / sizeof(pd_qz_types[0]); i++)
+		if (strcmp(type, pd_qz_types[i].name) == 0)
+			ty = &pd_qz_types[i];
+	if (!ty) {
+		pd_errorf("--type %s: pdit writes f32, f16, bf16 (safetensors), q8_0, q4_0, q4_1, q5_0, q5_1, q4_k "
+			  "(GGUF) or fp8, f8_e5m2 (safetensors)", type);
 		return pd_cli_fail();
 	}
 	if (strcmp(pos[0], pos[1]) == 0) {
@@ -104,37 +220,80 @@ int pd_cmd_quantize(int argc, char **argv)
 	}
 	if (pd_out_check(pos[1]) || pd_st_open(&st, pos[0]))
 		return pd_cli_fail();
-	w = pd_st_writer_new();
+	if (ty->mode == PD_QZ_GGUF)
+		gw = pd_gguf_writer_new();
+	else
+		w = pd_st_writer_new();
 	fills = pd_calloc((size_t)st->n_tensors + 1, sizeof(*fills), "tensors");
-	if (!w || !fills)
+	if ((!w && !gw) || !fills)
+		goto out;
+	for (int i = 0; i < st->n_tensors; i++) {
+		const char *n = st->sorted[i]->name;
+
+		n += strncmp(n, prefix, sizeof(prefix) - 1) == 0 ? sizeof(prefix) - 1 : 0;
+		flux |= strncmp(n, "double_blocks.", 14) == 0 || strncmp(n, "transformer_blocks.", 19) == 0;
+	}
+	if (gw && ((flux && pd_gguf_writer_str(gw, "general.architecture", "flux")) ||
+		   pd_gguf_writer_u32(gw, "general.quantization_version", 2) ||
+		   pd_gguf_writer_u32(gw, "general.file_type", ty->file_type)))
 		goto out;
 	for (int i = 0; i < st->n_tensors; i++) {
 		const struct pd_st_tensor *t = st->sorted[i];
+		const char *name = t->name;
+		struct pd_qz_fill *f = &fills[i];
 
 		if (pd_qz_skip(t->name))
 			continue;
-		if (!pd_dtype_is_float(t->dtype)) {
+		if (ty->mode != PD_QZ_PLAIN && !pd_dtype_is_float(t->dtype)) {
+			pd_errorf("%s: tensor '%s' holds integers (%s): --type %s writes float weights only", pos[0],
+				  t->name, pd_dtype_name(t->dtype), type);
+			goto out;
+		}
+		f->t = t;
+		if (ty->mode == PD_QZ_GGUF) {
+			int64_t one = 1;
+
+			name += strncmp(name, prefix, sizeof(prefix) - 1) == 0 ? sizeof(prefix) - 1 : 0;
+			pd_qz_gguf_type(t, name, ty->q, &f->via, &f->q);
+			quantized += f->q == ty->q;
+			if (pd_gguf_writer_add(gw, name, (int)f->q, t->ndim ? t->ndim : 1, t->ndim ? t->shape : &one,
+					       pd_qz_fill_q, f))
+				goto out;
+		} else if (!pd_dtype_is_float(t->dtype)) {
 			/* integers pass through unchanged */
 			if (pd_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data))
 				goto out;
+		} else if (ty->mode == PD_QZ_FP8) {
+			int fp8 = pd_qz_is_weight(t, name);
+
+			f->via = PD_Q_F32;
+			f->q = fp8 ? ty->q : PD_Q_BF16;
+			quantized += fp8;
+			if (pd_st_writer_add_fill(w, t->name, fp8 ? ty->out : PD_BF16, t->ndim, t->shape, pd_qz_fill_q, f))
+				goto out;
 		} else {
-			fills[i] = (struct pd_qz_fill){ t, out };
-			if (pd_st_writer_add_fill(w, t->name, out, t->ndim, t->shape, pd_qz_fill, &fills[i]))
+			f->out = ty->out;
+			if (pd_st_writer_add_fill(w, t->name, ty->out, t->ndim, t->shape, pd_qz_fill, f))
 				goto out;
 		}
 		written++;
 	}
-	for (int i = 0; i < st->n_meta; i++)
-		if (pd_st_writer_meta(w, st->meta_keys[i], st->meta_vals[i]))
-			goto out;
-	if (pd_st_writer_save(w, pos[1]))
+	if (w && ty->mode == PD_QZ_PLAIN)
+		for (int i = 0; i < st->n_meta; i++)
+			if (pd_st_writer_meta(w, st->meta_keys[i], st->meta_vals[i]))
+				goto out;
+	if (gw ? pd_gguf_writer_save(gw, pos[1]) : pd_st_writer_save(w, pos[1]))
 		goto out;
-	pd_log(1, "pdit: wrote %s (%d tensors, %s)\n", pos[1], written, type);
+	if (ty->mode == PD_QZ_PLAIN)
+		pd_log(1, "pdit: wrote %s (%d tensors, %s)\n", pos[1], written, type);
+	else
+		pd_log(1, "pdit: wrote %s (%d tensors, %d of them %s)\n", pos[1], written, quantized, type);
 	rc = 0;
 out:
 	if (rc)
 		pd_cli_fail();
 	pd_st_writer_free(w);
+	pd_gguf_writer_free(gw);
 	free(fills);
 	pd_st_close(st);
 	return rc;

@@ -84,4 +84,23 @@ int pd_gguf_is(const char *path);
 /* The value type's name ("u32", "string"). */
 const char *pd_gguf_vtype_name(enum pd_gguf_vtype t);
 
+/* Writer: GGUF version 3 as ggml writes it (pairs, tensor infos in the
+ * order added, data aligned to 32 and padded with zeros), to PATH.tmp and
+ * renamed, so an interrupted run leaves nothing half-written. Tensor bytes
+ * come from a fill callback at save time, one tensor in memory at a time. */
+struct pd_gguf_writer;
+
+/* Produces NBYTES bytes of a tensor into DST; 0, or -1 with a message. */
+typedef int (*pd_gguf_fill_fn)(void *ctx, void *dst, size_t nbytes);
+
+struct pd_gguf_writer *pd_gguf_writer_new(void);
+void pd_gguf_writer_free(struct pd_gguf_writer *w);
+int pd_gguf_writer_str(struct pd_gguf_writer *w, const char *key, const char *value);
+int pd_gguf_writer_u32(struct pd_gguf_writer *w, const char *key, uint32_t value);
+/* A tensor of ggml type TYPE and torch-order SHAPE (NDIM 1..4; the row,
+ * SHAPE[NDIM-1], a multiple of the type's block); CTX is borrowed. */
+int pd_gguf_writer_add(struct pd_gguf_writer *w, const char *name, int type, int ndim, const int64_t *shape,
+		       pd_gguf_fill_fn fill, void *ctx);
+int pd_gguf_writer_save(struct pd_gguf_writer *w, const char *path);
+
 #endif /* PD_GGUF_H */

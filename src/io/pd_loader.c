@@ -8,34 +8,62 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* Whether the slice S of W can stay in W's block format: the backend
+ * keeps such weights and S cuts no block (a column slice not on block
+ * boundaries is decoded for its shard instead). */
+static int pd_linear_keeps_blocks(const struct pd_backend *be, const struct pd_st_tensor *w,
+				  const struct pd_slice *s, enum pd_qtype *type, float *scale)
+{
+	const struct pd_qtype_info *q;
+
+	if (!be->ops->linear_new_q || !pd_st_block_format(w, type, scale) || !(q = pd_quant_info(*type)))
+		return 0;
+	return s->c0 % q->block_size == 0 && s->nc % q->block_size == 0;
+}
+
 /* Reads the slice S of W (and of BIAS, when S asks for it) into host
- * memory and hands it to the backend, which converts it to its own layout. */
+ * memory and hands it to the backend, which converts it to its own layout,
+ * or keeps its blocks. */
 static struct pd_linear *pd_linear_load(struct pd_backend *be, const struct pd_st_tensor *w,
 					const struct pd_slice *s, const struct pd_st_tensor *bias)
 {
 	struct pd_linear *l = NULL;
 	int64_t cols = s->nc;
-	float *hw = NULL, *hb = NULL;
+	float *hw = NULL, *hb = NULL, scale;
+	void *blocks = NULL;
+	enum pd_qtype type;
+	int keep = pd_linear_keeps_blocks(be, w, s, &type, &scale);
 	size_t n;
 
-	if (pd_mul_size((size_t)s->nr, (size_t)cols, &n))
-		return NULL;
-	hw = pd_malloc(n * sizeof(float), w->name);
-	if (!hw)
-		return NULL;
-	if (pd_st_read_block_f32(w, s->r0, s->nr, s->c0, s->nc, hw, cols))
-		goto out;
 	if (bias && s->with_bias) {
 		hb = pd_malloc((size_t)s->nr * sizeof(float), bias->name);
 		if (!hb || pd_st_read_f32(bias, (size_t)s->r0, (size_t)s->nr, hb))
 			goto out;
 	}
+	if (keep) {
+		if (pd_mul_size((size_t)s->nr, pd_quant_row_bytes(pd_quant_info(type), cols), &n))
+			goto out;
+		blocks = pd_malloc(n ? n : 1, w->name);
+		if (!blocks || pd_st_read_blocks(w, s->r0, s->nr, s->c0, s->nc, blocks))
+			goto out;
+		l = be->ops->linear_new_q(be, s->nr, cols, type, scale, blocks, hb);
+		goto made;
+	}
+	if (pd_mul_size((size_t)s->nr, (size_t)cols, &n))
+		goto out;
+	hw = pd_malloc(n * sizeof(float), w->name);
+	if (!hw)
+		goto out;
+	if (pd_st_read_block_f32(w, s->r0, s->nr, s->c0, s->nc, hw, cols))
+		goto out;
 	l = be->ops->linear_new(be, s->nr, cols, hw, cols, hb);
+made:
 	if (!l)
 		pd_errorf("cannot prepare weight '%s': %s", w->name, be->error);
 	else
 		pd_st_release(w);
 out:
+	free(blocks);
 	free(hw);
 	free(hb);
 	return l;

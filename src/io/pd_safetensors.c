@@ -931,6 +931,44 @@ int pd_st_read_block_f32(const struct pd_st_tensor *t, int64_t r0, int64_t nr, i
 	return 0;
 }
 
+int pd_st_block_format(const struct pd_st_tensor *t, enum pd_qtype *type, float *scale)
+{
+	if (t->q)
+		*type = (enum pd_qtype)t->qtype;
+	else if (t->dtype == PD_F8_E4M3 || t->dtype == PD_F8_E5M2)
+		*type = t->dtype == PD_F8_E4M3 ? PD_Q_F8_E4M3 : PD_Q_F8_E5M2;
+	else
+		return 0;
+	*scale = t->fp8_scale != 0 ? t->fp8_scale : 1.0f;
+	return 1;
+}
+
+int pd_st_read_blocks(const struct pd_st_tensor *t, int64_t r0, int64_t nr, int64_t c0, int64_t nc, void *dst)
+{
+	int64_t rows = t->ndim ? t->shape[0] : 1;
+	int64_t cols = rows ? t->numel / rows : 0;
+	enum pd_qtype type;
+	const struct pd_qtype_info *q;
+	float scale;
+	size_t rb = pd_st_row_bytes(t), out, skip;
+
+	if (!pd_st_block_format(t, &type, &scale) || !(q = pd_quant_info(type)))
+		return pd_errorf("%s: tensor '%s' is not in a block format", t->file->path, t->name);
+	if (r0 < 0 || nr < 0 || c0 < 0 || nc < 0 || r0 + nr > rows || c0 + nc > cols || c0 % q->block_size ||
+	    nc % q->block_size)
+		return pd_errorf("%s: block [%lld:%lld, %lld:%lld] outside tensor '%s' or across its %s blocks",
+				 t->file->path, (long long)r0, (long long)(r0 + nr), (long long)c0,
+				 (long long)(c0 + nc), t->name, q->name);
+	out = pd_quant_row_bytes(q, nc);
+	skip = pd_quant_row_bytes(q, c0);
+	for (int64_t r = 0; r < nr; r++) {
+		int64_t sr = (r0 + r + t->roll) % rows;
+
+		memcpy((unsigned char *)dst + (size_t)r * out, t->data + (size_t)sr * rb + skip, out);
+	}
+	return 0;
+}
+
 void pd_st_release(const struct pd_st_tensor *t)
 {
 	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "pd_dtype.h"
+#include "pd_quant.h"
 
 #define PD_ST_MAX_DIMS 8
 /* The Rust reference implementation refuses headers above 100 MB as well. */
@@ -120,6 +121,18 @@ int pd_st_read_f32(const struct pd_st_tensor *t, size_t start, size_t count, flo
  * slice of a weight never pages in the rest. */
 int pd_st_read_block_f32(const struct pd_st_tensor *t, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
 			 float *dst, int64_t ldd);
+
+/* Whether T is stored in a block format a backend can keep as it is (a
+ * GGUF block type, or fp8): 1 with its format in *TYPE and the factor of
+ * its decoded values in *SCALE (scaled fp8's scale_weight, else 1); 0 for
+ * plain float types. */
+int pd_st_block_format(const struct pd_st_tensor *t, enum pd_qtype *type, float *scale);
+
+/* Copies the stored bytes of the block [r0, r0+nr) x [c0, c0+nc) of a
+ * block-format tensor T (pd_st_block_format) into DST, row after row
+ * (pd_quant_row_bytes(nc) each); c0 and nc must be multiples of the block
+ * size. Only the bytes of the block are touched. */
+int pd_st_read_blocks(const struct pd_st_tensor *t, int64_t r0, int64_t nr, int64_t c0, int64_t nc, void *dst);
 
 /* Gives the pages that lie wholly inside T's bytes back to the kernel; used
  * after a weight has been converted into the backend's own layout, so the

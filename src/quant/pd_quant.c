@@ -44,6 +44,20 @@ const struct pd_qtype_info *pd_qtype_get(int id)
 	return &pd_qtypes[id];
 }
 
+static const struct pd_qtype_info pd_fp8_info[2] = { { "f8_e4m3", 1, 1, 1 }, { "f8_e5m2", 1, 1, 1 } };
+
+const struct pd_qtype_info *pd_quant_info(enum pd_qtype t)
+{
+	if (t == PD_Q_F8_E4M3 || t == PD_Q_F8_E5M2)
+		return &pd_fp8_info[t == PD_Q_F8_E5M2];
+	return pd_qtype_get((int)t);
+}
+
+size_t pd_quant_row_bytes(const struct pd_qtype_info *q, int64_t n)
+{
+	return (size_t)(n / q->block_size) * (size_t)q->block_bytes;
+}
+
 static inline float pd_half(const uint8_t *p)
 {
 	return pd_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
@@ -75,6 +89,12 @@ static void pd_fp8_make_tables(void)
 		pd_fp8_tables[0][c] = pd_fp8_e4m3_to_f32((uint8_t)c);
 		pd_fp8_tables[1][c] = pd_fp8_e5m2_to_f32((uint8_t)c);
 	}
+}
+
+const float *pd_fp8_table(int e5m2)
+{
+	pthread_once(&pd_fp8_once, pd_fp8_make_tables);
+	return pd_fp8_tables[e5m2 != 0];
 }
 
 void pd_fp8_decode(int e5m2, const uint8_t *src, float *dst, int64_t n, float scale)
@@ -333,7 +353,7 @@ static void pd_dec_q6_k(const uint8_t *b, float *y, int64_t nb)
 void pd_quant_decode(enum pd_qtype t, const void *src, float *dst, int64_t n)
 {
 	const uint8_t *b = src;
-	const struct pd_qtype_info *q = pd_qtype_get(t);
+	const struct pd_qtype_info *q = pd_quant_info(t);
 	int64_t nb = q ? n / q->block_size : 0;
 
 	switch (t) {
@@ -388,6 +408,10 @@ void pd_quant_decode(enum pd_qtype t, const void *src, float *dst, int64_t n)
 		break;
 	case PD_Q_Q6_K:
 		pd_dec_q6_k(b, dst, nb);
+		break;
+	case PD_Q_F8_E4M3:
+	case PD_Q_F8_E5M2:
+		pd_fp8_decode(t == PD_Q_F8_E5M2, b, dst, n, 1.0f);
 		break;
 	default:
 		/* callers check decodes first; NaN marks a slip */

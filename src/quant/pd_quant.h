@@ -36,7 +36,12 @@ enum pd_qtype {
 	PD_Q_I64 = 27,
 	PD_Q_F64 = 28,
 	PD_Q_BF16 = 30,
-	PD_Q_COUNT = 40                 /* ids are below this */
+	PD_Q_COUNT = 40,                /* ggml's ids are below this */
+	/* pdit's own, never in a GGUF file: safetensors' fp8 codes as a
+	 * format of one-byte blocks, so a linear layer keeps them as it
+	 * keeps ggml's blocks */
+	PD_Q_F8_E4M3 = 64,
+	PD_Q_F8_E5M2 = 65
 };
 
 /* What a type is; name NULL: an id pdit does not know (or a retired one). */
@@ -50,16 +55,39 @@ struct pd_qtype_info {
 /* The type with ggml id ID, or NULL when ID is unknown or retired. */
 const struct pd_qtype_info *pd_qtype_get(int id);
 
+/* The format T (ggml's or pdit's fp8), or NULL when unknown. */
+const struct pd_qtype_info *pd_quant_info(enum pd_qtype t);
+
+/* Bytes of a row of N elements of T (N a multiple of its block size). */
+size_t pd_quant_row_bytes(const struct pd_qtype_info *q, int64_t n);
+
 /* Decodes N elements (a multiple of the type's block size) of type T from
  * SRC into float32 DST. */
 void pd_quant_decode(enum pd_qtype t, const void *src, float *dst, int64_t n);
+
+/* The same values by AVX-512 kernels (pd_quant_avx512.c): 0, or -1 when
+ * this CPU or build has none for T (pd_quant_avx512_has says which). */
+int pd_quant_avx512_has(enum pd_qtype t);
+int pd_quant_decode_avx512(enum pd_qtype t, const void *src, float *dst, int64_t n);
+/* The fastest of the two this CPU runs. */
+void pd_quant_decode_fast(enum pd_qtype t, const void *src, float *dst, int64_t n);
 
 /* fp8 code to float32: e4m3fn (bias 7, no infinities, S.1111.111 NaN) and
  * e5m2 (bias 15, the upper byte of an IEEE half). */
 float pd_fp8_e4m3_to_f32(uint8_t c);
 float pd_fp8_e5m2_to_f32(uint8_t c);
+/* The 256 values of e4m3fn (E5M2 0) or e5m2 codes. */
+const float *pd_fp8_table(int e5m2);
 /* N codes into float32, times SCALE (ComfyUI's scaled fp8: one rounding of
  * the product; 1.0f for plain fp8). */
 void pd_fp8_decode(int e5m2, const uint8_t *src, float *dst, int64_t n, float scale);
+
+/* Whether pd_quant_encode writes T: F32, F16, BF16, Q8_0, Q4_0, Q4_1,
+ * Q5_0, Q5_1, Q4_K and both fp8 codes. */
+int pd_quant_encodes(enum pd_qtype t);
+/* Encodes N float32 values (a multiple of T's block size) into T as
+ * ggml's quantize_row_*_ref does (byte for byte); fp8 rounds to nearest
+ * even and saturates at the largest finite value. */
+void pd_quant_encode(enum pd_qtype t, const float *src, void *dst, int64_t n);
 
 #endif /* PD_QUANT_H */

@@ -5,9 +5,11 @@
 # max|ref| (the golden README's tolerance; f32), out.sample within 2e-2
 # with bf16 products; stable-diffusion.cpp's Q8_0 gives exactly ComfyUI's
 # output.
-# usage: cli_quant.sh PDIT ST_COMPARE QUANT_GOLDEN_DIR
+# pdit quantize writes ComfyUI-GGUF's files byte for byte (ggml's blocks,
+# its type choices and layout) and the fp8 file's codes.
+# usage: cli_quant.sh PDIT ST_COMPARE QUANT_GOLDEN_DIR PYTHON3
 set -u
-pdit=$1 cmp=$2 q=$3/flux
+pdit=$1 cmp=$2 q=$3/flux py=$4
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 fail=0
@@ -47,19 +49,59 @@ done
 		--inputs "$q/forward-Q8_0-h64w48.safetensors" --out "$tmp/bf.safetensors" > /dev/null 2>&1 &&
 	"$cmp" tensors "$tmp/bf.safetensors" "$q/forward-Q8_0-h64w48.safetensors" 2e-2 out.sample > /dev/null &&
 	"$pdit" inspect "$tmp/b.safetensors" | grep -q "img_in.weight *BF16" && ok "quantize --type bf16" || bad "quantize bf16"
-"$pdit" quantize "$q/flux-tiny-dev-Q8_0.gguf" "$tmp/x.gguf" --type q4_0 > /dev/null 2> "$tmp/err"
-[ $? -ne 0 ] && grep -q -- "--type q4_0" "$tmp/err" && [ ! -e "$tmp/x.gguf" ] && ok "an unsupported --type refused" ||
-	{ cat "$tmp/err"; bad "quantize --type q4_0"; }
+"$pdit" quantize "$q/flux-tiny-dev-Q8_0.gguf" "$tmp/x.gguf" --type q3_k > /dev/null 2> "$tmp/err"
+[ $? -ne 0 ] && grep -q -- "--type q3_k" "$tmp/err" && [ ! -e "$tmp/x.gguf" ] && ok "an unsupported --type refused" ||
+	{ cat "$tmp/err"; bad "quantize --type q3_k"; }
 
-# generate end to end: a GGUF file's latents are its dequantized folder's, byte for byte
+# pdit quantize to GGUF and fp8 from the BF16 BFL checkpoint the golden
+# files were made from (the tiny FLUX renamed and rounded by a plain
+# script): ComfyUI-GGUF's Q8_0 and Q4_K_S files, every byte; the fp8
+# file's codes
 fg=$(dirname "$q")/../flux-tiny
+"$py" "$(dirname "$0")/flux_to_bfl.py" "$fg/transformer-dev/diffusion_pytorch_model.safetensors" "$tmp/bfl.safetensors" \
+	> /dev/null || bad "flux_to_bfl.py"
+for v in q8_0:flux-tiny-dev-Q8_0.gguf q4_k:flux-tiny-dev-Q4_K_S.gguf; do
+	"$pdit" quantize "$tmp/bfl.safetensors" "$tmp/${v%%:*}.gguf" --type "${v%%:*}" 2> "$tmp/err" &&
+		cmp "$tmp/${v%%:*}.gguf" "$q/${v#*:}" && ok "quantize --type ${v%%:*}: ${v#*:} byte for byte" ||
+		{ cat "$tmp/err"; bad "quantize --type ${v%%:*}"; }
+done
+"$pdit" quantize "$tmp/bfl.safetensors" "$tmp/fp8.safetensors" --type fp8 2> "$tmp/err" &&
+	"$cmp" tensors "$tmp/fp8.safetensors" "$q/flux-tiny-dev-fp8_e4m3fn.safetensors" 0 --all > "$tmp/log" &&
+	[ "$("$pdit" inspect "$tmp/fp8.safetensors" | grep -c F8_E4M3)" = "$("$pdit" inspect "$q/flux-tiny-dev-fp8_e4m3fn.safetensors" | grep -c F8_E4M3)" ] &&
+	ok "quantize --type fp8: the fp8 file's types and values" || { cat "$tmp/err" "$tmp/log"; bad "quantize --type fp8"; }
+# another type, through the forward: Q5_1 of every block weight, against
+# the same run on its own dequantization (pdit quantize --type f32)
+"$pdit" quantize "$tmp/bfl.safetensors" "$tmp/q51.gguf" --type q5_1 > /dev/null 2>&1 &&
+	"$pdit" quantize "$tmp/q51.gguf" "$tmp/q51.safetensors" --type f32 > /dev/null 2>&1 &&
+	"$pdit" forward --transformer "$tmp/q51.gguf" --config "$q/dequant-Q8_0/config.json" \
+		--inputs "$q/forward-Q8_0-h64w48.safetensors" --out "$tmp/f1.safetensors" > /dev/null 2>&1 &&
+	"$pdit" forward --transformer "$tmp/q51.safetensors" --config "$q/dequant-Q8_0/config.json" \
+		--inputs "$q/forward-Q8_0-h64w48.safetensors" --out "$tmp/f2.safetensors" > /dev/null 2>&1 &&
+	"$cmp" tensors "$tmp/f1.safetensors" "$tmp/f2.safetensors" 1e-5 --all > "$tmp/log" &&
+	[ "$("$pdit" inspect "$tmp/q51.gguf" | grep -c ' q5_1 ')" = 29 ] &&
+	ok "quantize --type q5_1: 29 weights, forward on it = forward on its dequantization (1e-5)" ||
+	{ cat "$tmp/log"; bad "quantize --type q5_1"; }
+
+# generate end to end: a GGUF file's latents are its dequantized folder's.
+# The GGUF's weights stay in their blocks and are decoded as the products
+# run: in bf16 the products see the same rounded weights (byte for byte);
+# in f32 only the order of the sums differs (a panel product, a dot product
+# for the modulation's rows), within 1e-5.
 common=(--vae "$fg/vae-dev" --scheduler "$fg/scheduler-dev" --embeds "$fg/pipeline-dev-truecfg-h64w48.safetensors"
 	--true-cfg-scale 4 -H 64 -W 48 --steps 4 -s 3 -q)
-"$pdit" generate --diffusion-model "$q/flux-tiny-dev-Q4_K_S.gguf" --config "$q/dequant-Q4_K_S/config.json" \
-	"${common[@]}" -o "$tmp/a.png" --out-latents "$tmp/a.safetensors" &&
-	"$pdit" generate --transformer "$q/dequant-Q4_K_S" "${common[@]}" -o "$tmp/b.png" --out-latents "$tmp/b.safetensors" &&
-	cmp -s "$tmp/a.safetensors" "$tmp/b.safetensors" &&
-	ok "generate on the Q4_K_S GGUF: the latents of its dequantized folder, byte for byte" || bad "generate on a GGUF"
+for dt in bf16 f32; do
+	"$pdit" generate --dtype $dt --diffusion-model "$q/flux-tiny-dev-Q4_K_S.gguf" --config "$q/dequant-Q4_K_S/config.json" \
+		"${common[@]}" -o "$tmp/a.png" --out-latents "$tmp/a-$dt.safetensors" &&
+		"$pdit" generate --dtype $dt --transformer "$q/dequant-Q4_K_S" "${common[@]}" -o "$tmp/b.png" \
+			--out-latents "$tmp/b-$dt.safetensors" || bad "generate --dtype $dt on a GGUF or its folder"
+done
+cmp -s "$tmp/a-bf16.safetensors" "$tmp/b-bf16.safetensors" &&
+	ok "generate --dtype bf16 on the Q4_K_S GGUF: the latents of its dequantized folder, byte for byte" ||
+	bad "generate --dtype bf16 on a GGUF"
+"$cmp" tensors "$tmp/a-f32.safetensors" "$tmp/b-f32.safetensors" 1e-5 --all > "$tmp/log" &&
+	! cmp -s "$tmp/a-f32.safetensors" "$tmp/b-f32.safetensors" &&
+	ok "generate --dtype f32 on the Q4_K_S GGUF: its dequantized folder's latents within 1e-5 (and computed otherwise)" ||
+	{ cat "$tmp/log"; bad "generate --dtype f32 on a GGUF"; }
 "$pdit" generate --diffusion-model "$q/flux-tiny-dev-Q4_K_S.gguf" "${common[@]}" -o "$tmp/c.png" 2> "$tmp/err"
 [ $? -ne 0 ] && grep -q "give the transformer folder, or" "$tmp/err" && ok "a tiny GGUF without --config: told what is missing" ||
 	{ cat "$tmp/err"; bad "GGUF without --config"; }

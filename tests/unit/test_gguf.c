@@ -54,7 +54,7 @@ static void check_types_file(const char *dir, const char *file, const cJSON *lay
 	char path[512], vpath[512];
 	struct pd_gguf *g = NULL;
 	struct pd_st *vals = NULL;
-	int decoded = 0;
+	int decoded = 0, simd = 0, encoded = 0;
 
 	snprintf(path, sizeof(path), "%s/types/%s", dir, file);
 	snprintf(vpath, sizeof(vpath), "%s/types/ggml-types-values.safetensors", dir);
@@ -83,11 +83,50 @@ static void check_types_file(const char *dir, const char *file, const cJSON *lay
 			PD_CHECK(memcmp(got, want, (size_t)t->numel * sizeof(float)) == 0,
 				 "%s: %s (%s) decodes to other values than ggml's", file, t->name, q->name);
 			decoded++;
+			/* the vectorised decoder, where this CPU has one */
+			if (pd_quant_avx512_has((enum pd_qtype)t->type)) {
+				pd_poison(got, (size_t)t->numel);
+				PD_CHECK(pd_quant_decode_avx512((enum pd_qtype)t->type, t->data, got, t->numel) == 0 &&
+						 memcmp(got, want, (size_t)t->numel * sizeof(float)) == 0,
+					 "%s: %s (%s): AVX-512 decodes to other values than ggml's", file, t->name,
+					 q->name);
+				simd++;
+			}
+		}
+		/* the encoder: ggml's source values give ggml's bytes (the
+		 * importance-matrix tensors took another quantizer) */
+		if (q && pd_quant_encodes((enum pd_qtype)t->type) && !strstr(t->name, "imatrix")) {
+			char sname[200];
+			float *src;
+			size_t bytes = (size_t)t->numel / (size_t)q->block_size * (size_t)q->block_bytes;
+			unsigned char *enc = malloc(bytes + 1);
+
+			snprintf(sname, sizeof(sname), "source.%s", t->name);
+			src = ref_values(vals, sname, t->numel);
+			PD_CHECK(src != NULL, "%s: no %s", file, sname);
+			/* as llama-quantize saw it: an F16 file */
+			for (int64_t e = 0; src && strstr(t->name, "via_f16") && e < t->numel; e++)
+				src[e] = pd_f16_to_f32(pd_f32_to_f16(src[e]));
+			if (src && enc) {
+				memset(enc, 0xA5, bytes);
+				pd_quant_encode((enum pd_qtype)t->type, src, enc, t->numel);
+				PD_CHECK(memcmp(enc, t->data, bytes) == 0, "%s: %s (%s): encoded bytes differ from ggml's",
+					 file, t->name, q->name);
+				encoded++;
+			}
+			free(src);
+			free(enc);
 		}
 		free(want);
 		free(got);
 	}
+	PD_CHECK(encoded >= 9, "%s: only %d tensors encoded (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K expected)",
+		 file, encoded);
 	PD_CHECK(decoded == g->n_tensors && decoded >= 19, "%s: %d tensors decoded of %lld", file, decoded, (long long)g->n_tensors);
+	if (pd_quant_avx512_has(PD_Q_Q8_0))
+		PD_CHECK(simd >= 4, "%s: only %d tensors had an AVX-512 decoder (q8_0, q4_0, q4_K, q6_K expected)", file,
+			 simd);
+	fprintf(stderr, "%s: %d tensors, %d of them also by AVX-512, %d encoded\n", file, decoded, simd, encoded);
 out:
 	pd_gguf_close(g);
 	pd_st_close(vals);
@@ -144,6 +183,33 @@ static void check_fp8(const char *dir)
 		for (int64_t i = 0; i < c->numel; i++)
 			bad += isnan(want[i]) ? !isnan(got[i]) : memcmp(&got[i], &want[i], sizeof(float)) != 0;
 		PD_CHECK(bad == 0, "fp8 %s: %d of %lld values differ", names[k], bad, (long long)c->numel);
+		/* the encoder: the random sources round to these codes */
+		if (k >= 2) {
+			char sname[64];
+			float *src;
+			unsigned char *enc = malloc((size_t)c->numel);
+
+			snprintf(sname, sizeof(sname), "source.%s", names[k]);
+			src = ref_values(vals, sname, c->numel);
+			PD_CHECK(src && enc, "fp8 %s: no %s", names[k], sname);
+			if (src && enc) {
+				pd_quant_encode(k % 2 ? PD_Q_F8_E5M2 : PD_Q_F8_E4M3, src, enc, c->numel);
+				PD_CHECK(memcmp(enc, c->data, (size_t)c->numel) == 0, "fp8 %s: encoded codes differ", names[k]);
+			}
+			free(src);
+			free(enc);
+		}
+		/* the vectorised decoder (its scalar tail included: the counts
+		 * are not all multiples of 16) */
+		if (pd_quant_avx512_has(PD_Q_F8_E4M3)) {
+			bad = 0;
+			pd_poison(got, (size_t)c->numel);
+			PD_CHECK(pd_quant_decode_avx512(k % 2 ? PD_Q_F8_E5M2 : PD_Q_F8_E4M3, c->data, got, c->numel) == 0,
+				 "fp8 %s: no AVX-512 decoder", names[k]);
+			for (int64_t i = 0; i < c->numel; i++)
+				bad += isnan(want[i]) ? !isnan(got[i]) : memcmp(&got[i], &want[i], sizeof(float)) != 0;
+			PD_CHECK(bad == 0, "fp8 %s: AVX-512: %d of %lld values differ", names[k], bad, (long long)c->numel);
+		}
 		free(got);
 		free(want);
 	}

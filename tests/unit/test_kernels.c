@@ -23,6 +23,8 @@
 #include <unistd.h>
 
 #define TOL 1e-5
+/* the backend's rows limit of its dot-product kernel (pd_cpu.h's PD_QDOT_ROWS) */
+#define PD_QDOT_ROWS_TEST 8
 
 static struct pd_rng rng;
 
@@ -135,6 +137,113 @@ static void test_linear(struct pd_backend *be, int bf16)
 		free(start);
 	}
 	be->ops->linear_free(be, l);
+	free(x);
+	free(w);
+	free(b);
+	free(ref);
+}
+
+/* Random blocks of type T: random bytes with the scales (fp16 fields) set
+ * to small finite values, and no fp8 NaN or infinity codes. */
+static void rnd_blocks(enum pd_qtype t, unsigned char *p, size_t bytes)
+{
+	const struct pd_qtype_info *q = pd_quant_info(t);
+	/* where each format keeps its fp16 scale (and min) */
+	int at[2] = { -1, -1 };
+
+	for (size_t i = 0; i < bytes; i++)
+		p[i] = (unsigned char)pd_rng_u32(&rng);
+	switch (t) {
+	case PD_Q_Q8_0: case PD_Q_Q4_0: case PD_Q_Q5_0: at[0] = 0; break;
+	case PD_Q_Q4_1: case PD_Q_Q5_1: case PD_Q_Q4_K: case PD_Q_Q5_K: at[0] = 0; at[1] = 2; break;
+	case PD_Q_Q2_K: at[0] = 80; at[1] = 82; break;
+	case PD_Q_Q3_K: at[0] = 108; break;
+	case PD_Q_Q6_K: at[0] = 208; break;
+	case PD_Q_F8_E4M3:
+	case PD_Q_F8_E5M2:
+		/* finite codes: e4m3's NaN is S.1111.111, e5m2's specials S.11111.xx */
+		for (size_t i = 0; i < bytes; i++)
+			if (t == PD_Q_F8_E4M3 ? (p[i] & 0x7f) == 0x7f : (p[i] & 0x7c) == 0x7c)
+				p[i] = 0x12;
+		return;
+	default: return;
+	}
+	for (size_t b = 0; b < bytes; b += (size_t)q->block_bytes)
+		for (int k = 0; k < 2; k++)
+			if (at[k] >= 0) {
+				uint16_t h = pd_f32_to_f16((float)(pd_rng_u32(&rng) % 1000 + 1) * 1e-5f);
+
+				p[b + (size_t)at[k]] = (unsigned char)h;
+				p[b + (size_t)at[k] + 1] = (unsigned char)(h >> 8);
+			}
+}
+
+/* A linear layer kept in a block format against the reference product on
+ * its weights decoded by pd_quant_decode (itself checked against ggml in
+ * test_gguf): few rows (the dot-product kernel) and more (decoded panels),
+ * and with BIG a weight of several panels. */
+static void test_qlinear(struct pd_backend *be, int bf16, int big)
+{
+	static const enum pd_qtype types[] = { PD_Q_Q8_0, PD_Q_Q4_0, PD_Q_Q4_1, PD_Q_Q5_0, PD_Q_Q5_1, PD_Q_Q2_K,
+					       PD_Q_Q3_K, PD_Q_Q4_K, PD_Q_Q5_K, PD_Q_Q6_K, PD_Q_F8_E4M3, PD_Q_F8_E5M2 };
+	enum pd_qtype t = types[rnd_int(0, (int)(sizeof(types) / sizeof(types[0])) - 1)];
+	const struct pd_qtype_info *q = pd_quant_info(t);
+	int K = q->block_size * (big ? rnd_int(4096, 4600) / q->block_size : rnd_int(1, q->block_size == 1 ? 200 : 4));
+	int N = big ? rnd_int(3100, 3300) : rnd_int(1, 150);
+	int M = rnd_int(0, 1) ? rnd_int(1, PD_QDOT_ROWS_TEST) : rnd_int(PD_QDOT_ROWS_TEST + 1, big ? 12 : 70);
+	int ldx = K + rnd_int(0, 5), ldy = N + rnd_int(0, 5);
+	int flags_list[4] = { 0, PD_LIN_GELU_TANH, PD_LIN_NO_BIAS, PD_LIN_ACCUMULATE };
+	float scale = t == PD_Q_F8_E4M3 ? 0.37f : 1.0f;
+	size_t bytes = pd_quant_row_bytes(q, K) * (size_t)N;
+	unsigned char *blocks = malloc(bytes);
+	float *x = rnd_buf((size_t)M * ldx, 1.0f), *w = malloc(sizeof(float) * (size_t)N * K), *b = rnd_buf((size_t)N, 0.1f);
+	double *ref = malloc(sizeof(double) * (size_t)M * N);
+	struct pd_linear *l;
+	char what[160];
+
+	rnd_blocks(t, blocks, bytes);
+	pd_quant_decode(t, blocks, w, (int64_t)N * K);
+	for (size_t i = 0; i < (size_t)N * K; i++)
+		w[i] = w[i] * scale;
+	l = be->ops->linear_new_q(be, N, K, t, scale, blocks, b);
+	/* the backend keeps its own copy */
+	memset(blocks, 0xff, bytes);
+	PD_CHECK(l != NULL, "linear_new_q %s %dx%d: %s", q->name, N, K, be->error);
+	for (int fi = 0; l && fi < 4; fi++) {
+		int flags = flags_list[fi];
+		float *y = nan_buf((size_t)M * ldy), *start = rnd_buf((size_t)M * N, 1.0f);
+		if (flags & PD_LIN_ACCUMULATE)
+			for (int r = 0; r < M; r++)
+				memcpy(y + (size_t)r * ldy, start + (size_t)r * N, sizeof(float) * (size_t)N);
+		be->ops->linear(be, l, x, ldx, M, y, ldy, flags);
+		for (int r = 0; r < M; r++) {
+			for (int n = 0; n < N; n++) {
+				double s = 0;
+
+				for (int k = 0; k < K; k++) {
+					double xv = bf16 ? bf16_round(x[r * ldx + k]) : x[r * ldx + k];
+					double wv = bf16 ? bf16_round(w[(size_t)n * K + k]) : w[(size_t)n * K + k];
+
+					s += xv * wv;
+				}
+				if (!(flags & PD_LIN_NO_BIAS))
+					s += b[n];
+				if (flags & PD_LIN_ACCUMULATE)
+					s += start[r * N + n];
+				if (flags & PD_LIN_GELU_TANH)
+					s = gelu_tanh(s);
+				ref[r * N + n] = s;
+			}
+		}
+		snprintf(what, sizeof(what), "quantized linear %s %s M=%d K=%d N=%d flags=%d", q->name,
+			 bf16 ? "bf16" : "f32", M, K, N, flags);
+		check_view(what, y, ref, M, N, ldy, bf16 ? 2e-5 : TOL);
+		free(y);
+		free(start);
+	}
+	if (l)
+		be->ops->linear_free(be, l);
+	free(blocks);
 	free(x);
 	free(w);
 	free(b);
@@ -552,7 +661,7 @@ int main(int argc, char **argv)
 {
 	unsigned long long seed = argc > 1 ? strtoull(argv[1], NULL, 10) :
 						    (unsigned long long)time(NULL) * 1000003ull + (unsigned long long)getpid();
-	struct pd_backend *f32 = NULL, *bf16 = NULL;
+	struct pd_backend *f32 = NULL, *bf16 = NULL, *f32p = NULL, *bf16p = NULL;
 
 	printf("seed %llu (rerun with: test_kernels %llu)\n", seed, seed);
 	pd_rng_seed(&rng, seed);
@@ -560,9 +669,20 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s\n", pd_last_error());
 		return 1;
 	}
+	/* the same backends with the portable kernels (decoders included) */
+	setenv("PDIT_NO_AVX512", "1", 1);
+	if (pd_backend_cpu_new(&f32p, PD_F32, 0) || pd_backend_cpu_new(&bf16p, PD_BF16, 0)) {
+		fprintf(stderr, "%s\n", pd_last_error());
+		return 1;
+	}
+	unsetenv("PDIT_NO_AVX512");
 	for (int round = 0; round < 6; round++) {
 		test_linear(f32, 0);
 		test_linear(bf16, 1);
+		for (int k = 0; k < 4; k++) {
+			test_qlinear(k % 2 ? f32p : f32, 0, round == 0 && k == 0);
+			test_qlinear(k % 2 ? bf16p : bf16, 1, round == 1 && k == 0);
+		}
 		test_attention(f32, 0);
 		test_attention(bf16, 1);
 		test_attention_masked(f32, 0);
@@ -571,8 +691,11 @@ int main(int argc, char **argv)
 		test_elementwise(f32);
 		test_vae_ops(f32);
 	}
-	PD_CHECK(!f32->failed && !bf16->failed, "backend error: %s %s", f32->error, bf16->error);
+	PD_CHECK(!f32->failed && !bf16->failed && !f32p->failed && !bf16p->failed, "backend error: %s %s %s %s",
+		 f32->error, bf16->error, f32p->error, bf16p->error);
 	pd_backend_free(f32);
 	pd_backend_free(bf16);
+	pd_backend_free(f32p);
+	pd_backend_free(bf16p);
 	return pd_test_report();
 }

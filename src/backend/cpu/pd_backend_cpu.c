@@ -121,6 +121,8 @@ void pd_cpu_destroy(struct pd_backend *be)
 	free(cpu->bf16);
 	free(cpu->scratch);
 	free(cpu->abf);
+	free(cpu->qpanel);
+	free(cpu->qrow);
 	free(cpu);
 }
 
@@ -154,6 +156,7 @@ static const struct pd_backend_ops pd_cpu_ops = {
 	.download = pd_cpu_copy,
 	.copy2d = pd_cpu_copy2d,
 	.linear_new = pd_cpu_linear_new,
+	.linear_new_q = pd_cpu_linear_new_q,
 	.linear_free = pd_cpu_linear_free,
 	.linear = pd_cpu_linear,
 	.conv_new = pd_cpu_conv_new,

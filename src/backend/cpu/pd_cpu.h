@@ -12,13 +12,20 @@
 #include <stdint.h>
 
 /* Primitives kept per linear layer: text rows, image rows, joint rows and a
- * few parallel variants are all a layer ever sees. */
-#define PD_MM_CACHE 8
+ * few parallel variants are all a layer ever sees (a quantized one makes
+ * two per shape: its full panels and the last). */
+#define PD_MM_CACHE 12
 #define PD_CONV_CACHE 4
 /* Rows assumed when asking oneDNN for its preferred weight layout. */
 #define PD_MM_REF_ROWS 256
 /* Queries per attention block: the block's scores [block, keys] stay in f32. */
 #define PD_ATTN_QBLOCK 256
+/* Quantized linear layers: up to this many rows take the decode-and-dot
+ * kernel (the modulation's one row per picture); more decode a panel of
+ * output rows at a time for a oneDNN product, whose scratch is about
+ * PD_QPANEL_BYTES. */
+#define PD_QDOT_ROWS 8
+#define PD_QPANEL_BYTES (12u << 20)
 /* Plain matrix products (attention) with operands given per call. */
 #define PD_GEMM_CACHE 32
 
@@ -41,7 +48,11 @@ struct pd_cpu {
 	size_t scratch_cap;             /* its capacity in floats */
 	uint16_t *abf;                  /* bf16 copies of q, k, v and the probabilities */
 	size_t abf_cap;                 /* its capacity in elements */
-	int avx512;                     /* the CPU has AVX-512 F/BW/VL (softmax kernel) */
+	void *qpanel;                   /* decoded output rows of a quantized weight (bf16 or f32) */
+	size_t qpanel_cap;              /* its capacity in elements */
+	float *qrow;                    /* one decoded row per thread */
+	size_t qrow_cap;                /* its capacity in floats */
+	int avx512;                     /* the CPU has AVX-512 F/BW/VL (softmax kernel, decoders) */
 	struct pd_gemm gemm[PD_GEMM_CACHE]; /* cached attention products */
 	int n_gemm;
 	uint64_t clock;                 /* use counter for the cache */
@@ -49,9 +60,11 @@ struct pd_cpu {
 
 struct pd_mm {
 	int64_t rows, ldx, ldy;         /* shape and strides this primitive was made for */
+	int64_t cols;                   /* output columns (a quantized layer's panel; n_out otherwise) */
 	int flags;                      /* PD_LIN_* flags it was made for */
 	dnnl_primitive_t prim;          /* the matmul */
 	dnnl_memory_t src, dst;         /* memories whose handles are set per call */
+	dnnl_memory_t w, b;             /* a quantized layer's panel and its bias part, set per call */
 };
 
 struct pd_linear {
@@ -63,6 +76,15 @@ struct pd_linear {
 	int n_mm;                       /* cached primitives in use */
 	int next;                       /* next cache slot to evict */
 	struct pd_mm mm[PD_MM_CACHE];   /* cached primitives */
+	/* A weight kept in a block format (linear_new_q); w and w_md are
+	 * then unused and bias is read from bias_host. */
+	const struct pd_qtype_info *q;  /* its format, or NULL: packed weights */
+	enum pd_qtype qtype;            /* its id */
+	float scale;                    /* every decoded value times this (scaled fp8) */
+	unsigned char *blocks;          /* n_out rows of row_bytes */
+	size_t row_bytes;               /* bytes of one row of blocks */
+	float *bias_host;               /* f32 [n_out], or NULL */
+	int64_t panel;                  /* output rows decoded per product */
 };
 
 struct pd_conv_prim {
@@ -102,6 +124,16 @@ void pd_cpu_count_work(struct pd_backend *be, size_t add, size_t sub);
 int pd_cpu_grow(struct pd_backend *be, void **buf, size_t *cap, size_t need, size_t elem);
 /* f32 -> bf16, round to nearest even (what torch's .to(bfloat16) does). */
 void pd_cpu_to_bf16(uint16_t *dst, const float *src, int64_t rows, int64_t cols, int64_t lds);
+/* The matmul of L for ROWS rows and COLS output columns (a quantized
+ * layer's panel), with these strides and PD_LIN_* flags. */
+int pd_cpu_mm_create(struct pd_backend *be, const struct pd_linear *l, struct pd_mm *mm, int64_t rows,
+		     int64_t cols, int64_t ldx, int64_t ldy, int flags);
+/* L's cached matmul for these, made when missing; NULL on failure. */
+struct pd_mm *pd_cpu_mm_get(struct pd_backend *be, struct pd_linear *l, int64_t rows, int64_t cols, int64_t ldx,
+			    int64_t ldy, int flags);
+/* The product of a quantized layer (pd_cpu_qmatmul.c). */
+void pd_cpu_qlinear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
+		    float *y, int64_t ldy, int flags);
 /* C[m, n] = A[m, k] B, B given as [k, n] or (trans_b) as [n, k] rows; any
  * row strides; A and B f32 or bf16, C f32. Primitives are cached by shape. */
 int pd_cpu_gemm(struct pd_backend *be, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
@@ -116,6 +148,8 @@ void pd_cpu_copy2d(struct pd_backend *be, float *dst, int64_t ldd, const float *
 struct pd_linear *pd_cpu_linear_new(struct pd_backend *be, int64_t n_out, int64_t n_in, const float *w,
 				    int64_t ldw, const float *bias);
 void pd_cpu_linear_free(struct pd_backend *be, struct pd_linear *l);
+struct pd_linear *pd_cpu_linear_new_q(struct pd_backend *be, int64_t n_out, int64_t n_in, enum pd_qtype t,
+				      float scale, const void *blocks, const float *bias);
 void pd_cpu_linear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
 		   float *y, int64_t ldy, int flags);
 struct pd_conv *pd_cpu_conv_new(struct pd_backend *be, int c_out, int c_in, int k, const float *w,

@@ -23,20 +23,34 @@
 /* Linear layers                                                           */
 /* ----------------------------------------------------------------------- */
 
+static void pd_cpu_mm_destroy(struct pd_mm *mm)
+{
+	if (mm->prim)
+		dnnl_primitive_destroy(mm->prim);
+	if (mm->src)
+		dnnl_memory_destroy(mm->src);
+	if (mm->dst)
+		dnnl_memory_destroy(mm->dst);
+	if (mm->w)
+		dnnl_memory_destroy(mm->w);
+	if (mm->b)
+		dnnl_memory_destroy(mm->b);
+	memset(mm, 0, sizeof(*mm));
+}
+
 void pd_cpu_linear_free(struct pd_backend *be, struct pd_linear *l)
 {
 	if (!l)
 		return;
 	be->weight_bytes -= l->bytes;
-	for (int i = 0; i < l->n_mm; i++) {
-		dnnl_primitive_destroy(l->mm[i].prim);
-		dnnl_memory_destroy(l->mm[i].src);
-		dnnl_memory_destroy(l->mm[i].dst);
-	}
+	for (int i = 0; i < l->n_mm; i++)
+		pd_cpu_mm_destroy(&l->mm[i]);
 	if (l->w)
 		dnnl_memory_destroy(l->w);
 	if (l->bias)
 		dnnl_memory_destroy(l->bias);
+	free(l->blocks);
+	free(l->bias_host);
 	free(l);
 }
 
@@ -46,18 +60,22 @@ dnnl_data_type_t pd_cpu_mm_type(struct pd_backend *be)
 }
 
 /* The matmul primitive for ROWS rows with the given strides and flags. The
- * src is the f32 input itself, or the contiguous bf16 scratch copy. */
+ * src is the f32 input itself, or the contiguous bf16 scratch copy. A
+ * quantized layer's weights are a decoded panel of COLS output rows, plain
+ * [cols, n_in] rows (oneDNN reads them as the [n_in, cols] matrix with
+ * strides {1, n_in}, about as fast as its own layout). */
 int pd_cpu_mm_create(struct pd_backend *be, const struct pd_linear *l, struct pd_mm *mm, int64_t rows,
-		     int64_t ldx, int64_t ldy, int flags)
+		     int64_t cols, int64_t ldx, int64_t ldy, int flags)
 {
 	struct pd_cpu *cpu = CPU(be);
-	dnnl_memory_desc_t src_md, dst_md, bias_md;
+	dnnl_memory_desc_t src_md, dst_md, bias_md, w_md = l->w_md;
 	dnnl_matmul_desc_t desc;
 	dnnl_primitive_desc_t pd = NULL;
 	dnnl_primitive_attr_t attr = NULL;
 	dnnl_post_ops_t po = NULL;
-	dnnl_dims_t sd = { rows, l->n_in }, dd = { rows, l->n_out }, bd = { 1, l->n_out };
-	dnnl_dims_t ss = { ldx, 1 }, ds = { ldy, 1 };
+	dnnl_dims_t sd = { rows, l->n_in }, dd = { rows, cols }, bd = { 1, cols }, wd = { l->n_in, cols };
+	dnnl_dims_t ss = { ldx, 1 }, ds = { ldy, 1 }, ws = { 1, l->n_in };
+	int bias = !(flags & PD_LIN_NO_BIAS) && (l->bias || l->bias_host);
 	int rc = -1;
 
 	memset(mm, 0, sizeof(*mm));
@@ -67,8 +85,9 @@ int pd_cpu_mm_create(struct pd_backend *be, const struct pd_linear *l, struct pd
 		DNNL_TRY(be, dnnl_memory_desc_init_by_strides(&src_md, 2, sd, dnnl_f32, ss), out);
 	DNNL_TRY(be, dnnl_memory_desc_init_by_strides(&dst_md, 2, dd, dnnl_f32, ds), out);
 	DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&bias_md, 2, bd, dnnl_f32, dnnl_ab), out);
-	DNNL_TRY(be, dnnl_matmul_desc_init(&desc, &src_md, &l->w_md,
-					   (flags & PD_LIN_NO_BIAS) || !l->bias ? NULL : &bias_md, &dst_md), out);
+	if (l->q)
+		DNNL_TRY(be, dnnl_memory_desc_init_by_strides(&w_md, 2, wd, pd_cpu_mm_type(be), ws), out);
+	DNNL_TRY(be, dnnl_matmul_desc_init(&desc, &src_md, &w_md, bias ? &bias_md : NULL, &dst_md), out);
 	DNNL_TRY(be, dnnl_primitive_attr_create(&attr), out);
 	DNNL_TRY(be, dnnl_post_ops_create(&po), out);
 	if (flags & PD_LIN_ACCUMULATE)
@@ -80,19 +99,19 @@ int pd_cpu_mm_create(struct pd_backend *be, const struct pd_linear *l, struct pd
 	DNNL_TRY(be, dnnl_primitive_create(&mm->prim, pd), out);
 	DNNL_TRY(be, dnnl_memory_create(&mm->src, &src_md, cpu->eng, DNNL_MEMORY_NONE), out);
 	DNNL_TRY(be, dnnl_memory_create(&mm->dst, &dst_md, cpu->eng, DNNL_MEMORY_NONE), out);
+	if (l->q) {
+		DNNL_TRY(be, dnnl_memory_create(&mm->w, &w_md, cpu->eng, DNNL_MEMORY_NONE), out);
+		DNNL_TRY(be, dnnl_memory_create(&mm->b, &bias_md, cpu->eng, DNNL_MEMORY_NONE), out);
+	}
 	mm->rows = rows;
+	mm->cols = cols;
 	mm->ldx = ldx;
 	mm->ldy = ldy;
 	mm->flags = flags;
 	rc = 0;
 out:
-	if (rc) {
-		if (mm->prim)
-			dnnl_primitive_destroy(mm->prim);
-		if (mm->src)
-			dnnl_memory_destroy(mm->src);
-		memset(mm, 0, sizeof(*mm));
-	}
+	if (rc)
+		pd_cpu_mm_destroy(mm);
 	if (po)
 		dnnl_post_ops_destroy(po);
 	if (attr)
@@ -173,6 +192,33 @@ out:
 	return l;
 }
 
+struct pd_mm *pd_cpu_mm_get(struct pd_backend *be, struct pd_linear *l, int64_t rows, int64_t cols, int64_t ldx,
+			    int64_t ldy, int flags)
+{
+	struct pd_mm fresh, *mm;
+	/* bf16 inputs are copied to a contiguous scratch: the stride is n_in */
+	int64_t key_ldx = be->compute == PD_BF16 ? l->n_in : ldx;
+
+	for (int i = 0; i < l->n_mm; i++) {
+		struct pd_mm *c = &l->mm[i];
+
+		if (c->rows == rows && c->cols == cols && c->ldx == key_ldx && c->ldy == ldy && c->flags == flags)
+			return c;
+	}
+	if (pd_cpu_mm_create(be, l, &fresh, rows, cols, key_ldx, ldy, flags))
+		return NULL;
+	be->allocations++;
+	if (l->n_mm < PD_MM_CACHE) {
+		mm = &l->mm[l->n_mm++];
+	} else {
+		mm = &l->mm[l->next];
+		l->next = (l->next + 1) % PD_MM_CACHE;
+		pd_cpu_mm_destroy(mm);
+	}
+	*mm = fresh;
+	return mm;
+}
+
 /* f32 -> bf16, round to nearest even (what torch's .to(bfloat16) does). */
 void pd_cpu_to_bf16(uint16_t *dst, const float *src, int64_t rows, int64_t cols, int64_t lds)
 {
@@ -193,37 +239,18 @@ void pd_cpu_linear(struct pd_backend *be, struct pd_linear *l, const float *x, i
 		   float *y, int64_t ldy, int flags)
 {
 	struct pd_cpu *cpu = CPU(be);
-	struct pd_mm *mm = NULL;
+	struct pd_mm *mm;
 	const void *src = x;
-	int64_t key_ldx = be->compute == PD_BF16 ? l->n_in : ldx;
 
 	if (be->failed || rows == 0)
 		return;
-	for (int i = 0; i < l->n_mm; i++) {
-		struct pd_mm *c = &l->mm[i];
-
-		if (c->rows == rows && c->ldx == key_ldx && c->ldy == ldy && c->flags == flags) {
-			mm = c;
-			break;
-		}
+	if (l->q) {
+		pd_cpu_qlinear(be, l, x, ldx, rows, y, ldy, flags);
+		return;
 	}
-	if (!mm) {
-		struct pd_mm fresh;
-
-		if (pd_cpu_mm_create(be, l, &fresh, rows, key_ldx, ldy, flags))
-			return;
-		be->allocations++;
-		if (l->n_mm < PD_MM_CACHE) {
-			mm = &l->mm[l->n_mm++];
-		} else {
-			mm = &l->mm[l->next];
-			l->next = (l->next + 1) % PD_MM_CACHE;
-			dnnl_primitive_destroy(mm->prim);
-			dnnl_memory_destroy(mm->src);
-			dnnl_memory_destroy(mm->dst);
-		}
-		*mm = fresh;
-	}
+	mm = pd_cpu_mm_get(be, l, rows, l->n_out, ldx, ldy, flags);
+	if (!mm)
+		return;
 	if (be->compute == PD_BF16) {
 		if (pd_cpu_grow(be, (void **)&cpu->bf16, &cpu->bf16_cap, (size_t)(rows * l->n_in), sizeof(uint16_t)))
 			return;

@@ -1,0 +1,276 @@
+/*
+ * pd_cpu_qmatmul.c - linear layers whose weights stay in a block format
+ * (ggml's types from GGUF files, fp8 from safetensors).
+ *
+ * Memory is what the file holds; the products run on decoded weights:
+ *  - a few rows (the modulation's one row per picture): each thread decodes
+ *    an output row into f32 and takes its dot products with the inputs, so
+ *    a weight is read once, in its small format;
+ *  - more rows: a panel of output rows is decoded at a time into a scratch
+ *    in the product's precision and oneDNN multiplies it, so decoding costs
+ *    a weight element once per call while the product costs it once per
+ *    input row.
+ * Decoded values are those of pd_quant_decode, rounded to bf16 the way the
+ * packed layers round theirs: a quantized layer computes with the weights a
+ * decoded-at-load layer would hold.
+ */
+#include "pd_cpu.h"
+#include "pd_util.h"
+
+#include <math.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct pd_linear *pd_cpu_linear_new_q(struct pd_backend *be, int64_t n_out, int64_t n_in, enum pd_qtype t,
+				      float scale, const void *blocks, const float *bias)
+{
+	const struct pd_qtype_info *q = pd_quant_info(t);
+	size_t elem = be->compute == PD_BF16 ? 2 : 4, bytes;
+	struct pd_linear *l;
+	int64_t panel, parts;
+
+	if (be->failed)
+		return NULL;
+	if (!q || !q->decodes || n_out <= 0 || n_in <= 0 || n_in % q->block_size) {
+		pd_backend_fail(be, "a [%lld, %lld] weight cannot be kept as %s", (long long)n_out, (long long)n_in,
+				q ? q->name : "an unknown format");
+		return NULL;
+	}
+	l = calloc(1, sizeof(*l));
+	if (!l) {
+		pd_backend_fail(be, "out of memory");
+		return NULL;
+	}
+	l->n_out = n_out;
+	l->n_in = n_in;
+	l->q = q;
+	l->qtype = t;
+	l->scale = scale;
+	l->row_bytes = pd_quant_row_bytes(q, n_in);
+	bytes = l->row_bytes * (size_t)n_out;
+	l->blocks = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+	if (bias)
+		l->bias_host = malloc((size_t)n_out * sizeof(float));
+	if (!l->blocks || (bias && !l->bias_host)) {
+		pd_backend_fail(be, "out of memory (%zu MB of quantized weights)", bytes >> 20);
+		pd_cpu_linear_free(be, l);
+		return NULL;
+	}
+	memcpy(l->blocks, blocks, bytes);
+	if (bias)
+		memcpy(l->bias_host, bias, (size_t)n_out * sizeof(float));
+	/* panels of about PD_QPANEL_BYTES, as equal as multiples of 16 allow */
+	panel = (int64_t)(PD_QPANEL_BYTES / ((size_t)n_in * elem));
+	panel = panel < 16 ? 16 : panel;
+	parts = (n_out + panel - 1) / panel;
+	panel = ((n_out + parts - 1) / parts + 15) / 16 * 16;
+	l->panel = panel < n_out ? panel : n_out;
+	l->bytes = bytes + (bias ? (size_t)n_out * sizeof(float) : 0);
+	be->weight_bytes += l->bytes;
+	return l;
+}
+
+/* Output row J of L decoded into f32 DST [n_in]. */
+static void pd_q_row(const struct pd_cpu *cpu, const struct pd_linear *l, int64_t j, float *dst)
+{
+	const unsigned char *src = l->blocks + (size_t)j * l->row_bytes;
+
+	if (!cpu->avx512 || pd_quant_decode_avx512(l->qtype, src, dst, l->n_in))
+		pd_quant_decode(l->qtype, src, dst, l->n_in);
+	if (l->scale != 1.0f)
+		for (int64_t k = 0; k < l->n_in; k++)
+			dst[k] = dst[k] * l->scale;
+}
+
+/* f32 -> bf16, round to nearest even, as pd_cpu_to_bf16. */
+static void pd_q_row_bf16(uint16_t *dst, const float *src, int64_t n)
+{
+	const uint32_t *s = (const uint32_t *)src;
+
+	for (int64_t k = 0; k < n; k++) {
+		uint32_t u = s[k];
+
+		dst[k] = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+	}
+}
+
+static float pd_dot_portable(const float *a, const float *b, int64_t n)
+{
+	float acc[8] = { 0 }, s = 0;
+	int64_t k = 0;
+
+	for (; k + 8 <= n; k += 8)
+		for (int u = 0; u < 8; u++)
+			acc[u] += a[k + u] * b[k + u];
+	for (; k < n; k++)
+		s += a[k] * b[k];
+	for (int u = 0; u < 8; u++)
+		s += acc[u];
+	return s;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f"))) static float pd_dot_avx512(const float *a, const float *b, int64_t n)
+{
+	__m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+	float s;
+	int64_t k = 0;
+
+	for (; k + 32 <= n; k += 32) {
+		acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), _mm512_loadu_ps(b + k), acc0);
+		acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k + 16), _mm512_loadu_ps(b + k + 16), acc1);
+	}
+	for (; k + 16 <= n; k += 16)
+		acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), _mm512_loadu_ps(b + k), acc0);
+	s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+	for (; k < n; k++)
+		s += a[k] * b[k];
+	return s;
+}
+#endif
+
+static float pd_dot(const struct pd_cpu *cpu, const float *a, const float *b, int64_t n)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (cpu->avx512)
+		return pd_dot_avx512(a, b, n);
+#endif
+	(void)cpu;
+	return pd_dot_portable(a, b, n);
+}
+
+/* oneDNN's gelu_tanh. */
+static float pd_gelu_tanh(float x)
+{
+	return 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * x * (1.0f + 0.044715f * x * x)));
+}
+
+/* f32 values rounded to bf16 and kept as f32 (products of two are exact
+ * in f32: a dot product of such values is what a bf16 matmul with f32
+ * accumulation computes). */
+static void pd_q_round_bf16(float *dst, const float *src, int64_t n)
+{
+	const uint32_t *s = (const uint32_t *)src;
+	uint32_t *d = (uint32_t *)dst;
+
+	for (int64_t k = 0; k < n; k++)
+		d[k] = ((s[k] + 0x7fff + ((s[k] >> 16) & 1)) >> 16) << 16;
+}
+
+/* Few rows: decode each output row once and dot it with every input row,
+ * with f32 accumulation; in bf16 compute weights and inputs are rounded to
+ * bf16 first, as the products of the other layers round them. The
+ * post-operations in oneDNN's order: bias, sum, GELU. */
+static void pd_q_dot(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
+		     float *y, int64_t ldy, int flags)
+{
+	struct pd_cpu *cpu = CPU(be);
+	int nt = omp_get_max_threads(), bf16 = be->compute == PD_BF16;
+	const float *bias = (flags & PD_LIN_NO_BIAS) ? NULL : l->bias_host, *in = x;
+	int64_t ld = ldx;
+
+	/* per thread a decoded row, then (bf16) the rounded inputs */
+	if (pd_cpu_grow(be, (void **)&cpu->qrow, &cpu->qrow_cap, ((size_t)nt + (bf16 ? (size_t)rows : 0)) * (size_t)l->n_in,
+			sizeof(float)))
+		return;
+	if (bf16) {
+		float *xr = cpu->qrow + (size_t)nt * (size_t)l->n_in;
+
+		for (int64_t r = 0; r < rows; r++)
+			pd_q_round_bf16(xr + r * l->n_in, x + r * ldx, l->n_in);
+		in = xr;
+		ld = l->n_in;
+	}
+#pragma omp parallel num_threads(nt)
+	{
+		float *w = cpu->qrow + (size_t)omp_get_thread_num() * (size_t)l->n_in;
+
+#pragma omp for schedule(static)
+		for (int64_t j = 0; j < l->n_out; j++) {
+			pd_q_row(cpu, l, j, w);
+			if (bf16)
+				pd_q_round_bf16(w, w, l->n_in);
+			for (int64_t r = 0; r < rows; r++) {
+				float s = pd_dot(cpu, w, in + r * ld, l->n_in), *o = y + r * ldy + j;
+
+				if (bias)
+					s += bias[j];
+				if (flags & PD_LIN_ACCUMULATE)
+					s += *o;
+				if (flags & PD_LIN_GELU_TANH)
+					s = pd_gelu_tanh(s);
+				*o = s;
+			}
+		}
+	}
+}
+
+/* Output rows [j0, j0 + n) of L decoded into the panel, in the product's
+ * precision. */
+static void pd_q_panel(struct pd_backend *be, struct pd_linear *l, int64_t j0, int64_t n, int nt)
+{
+	struct pd_cpu *cpu = CPU(be);
+	int bf16 = be->compute == PD_BF16;
+
+#pragma omp parallel for schedule(static) num_threads(nt)
+	for (int64_t r = 0; r < n; r++) {
+		if (bf16) {
+			float *w = cpu->qrow + (size_t)omp_get_thread_num() * (size_t)l->n_in;
+
+			pd_q_row(cpu, l, j0 + r, w);
+			pd_q_row_bf16((uint16_t *)cpu->qpanel + r * l->n_in, w, l->n_in);
+		} else {
+			pd_q_row(cpu, l, j0 + r, (float *)cpu->qpanel + r * l->n_in);
+		}
+	}
+}
+
+void pd_cpu_qlinear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
+		    float *y, int64_t ldy, int flags)
+{
+	struct pd_cpu *cpu = CPU(be);
+	int bf16 = be->compute == PD_BF16, nt = omp_get_max_threads();
+	int bias = !(flags & PD_LIN_NO_BIAS) && l->bias_host;
+	const void *src = x;
+
+	if (rows <= PD_QDOT_ROWS) {
+		pd_q_dot(be, l, x, ldx, rows, y, ldy, flags);
+		return;
+	}
+	if (pd_cpu_grow(be, &cpu->qpanel, &cpu->qpanel_cap, (size_t)(l->panel * l->n_in), bf16 ? 2 : 4))
+		return;
+	if (bf16) {
+		if (pd_cpu_grow(be, (void **)&cpu->qrow, &cpu->qrow_cap, (size_t)nt * (size_t)l->n_in, sizeof(float)) ||
+		    pd_cpu_grow(be, (void **)&cpu->bf16, &cpu->bf16_cap, (size_t)(rows * l->n_in), sizeof(uint16_t)))
+			return;
+		pd_cpu_to_bf16(cpu->bf16, x, rows, l->n_in, ldx);
+		src = cpu->bf16;
+	}
+	for (int64_t j0 = 0; j0 < l->n_out; j0 += l->panel) {
+		int64_t n = l->n_out - j0 < l->panel ? l->n_out - j0 : l->panel;
+		struct pd_mm *mm = pd_cpu_mm_get(be, l, rows, n, ldx, ldy, flags);
+		dnnl_exec_arg_t args[4];
+
+		if (!mm)
+			return;
+		pd_q_panel(be, l, j0, n, nt);
+		DNNL_TRY(be, dnnl_memory_set_data_handle(mm->src, (void *)src), fail);
+		DNNL_TRY(be, dnnl_memory_set_data_handle(mm->dst, y + j0), fail);
+		DNNL_TRY(be, dnnl_memory_set_data_handle(mm->w, cpu->qpanel), fail);
+		args[0] = (dnnl_exec_arg_t){ DNNL_ARG_SRC, mm->src };
+		args[1] = (dnnl_exec_arg_t){ DNNL_ARG_WEIGHTS, mm->w };
+		args[2] = (dnnl_exec_arg_t){ DNNL_ARG_DST, mm->dst };
+		if (bias) {
+			DNNL_TRY(be, dnnl_memory_set_data_handle(mm->b, l->bias_host + j0), fail);
+			args[3] = (dnnl_exec_arg_t){ DNNL_ARG_BIAS, mm->b };
+		}
+		DNNL_TRY(be, dnnl_primitive_execute(mm->prim, cpu->stream, bias ? 4 : 3, args), fail);
+		DNNL_TRY(be, dnnl_stream_wait(cpu->stream), fail);
+	}
+fail:
+	return;
+}

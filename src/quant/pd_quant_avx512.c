@@ -1,0 +1,238 @@
+/*
+ * pd_quant_avx512.c - AVX-512 decoders of the block formats a linear layer
+ * decodes on every pass (Q8_0, Q4_0, Q4_K, Q6_K, fp8). Each lane computes
+ * what pd_quant.c's portable loop computes for its element: the same
+ * float32 operations in the same order, no fused multiply-add, so the
+ * values are the same bit for bit (the unit test compares both with ggml's).
+ *
+ * Built for every x86-64 machine with per-function targets; whether the
+ * CPU runs them is asked once at run time.
+ */
+#include "pd_quant.h"
+#include "pd_util.h"
+
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define PD_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,f16c")))
+
+static inline float pd_half(const uint8_t *p)
+{
+	return pd_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+}
+
+/* 16 bytes from P as 16 int32 lanes, unsigned. */
+PD_AVX512 static inline __m512i pd_u8x16(const uint8_t *p)
+{
+	return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+}
+
+PD_AVX512 static void pd_avx_q8_0(const uint8_t *b, float *y, int64_t nb)
+{
+	for (int64_t i = 0; i < nb; i++, b += 34, y += 32) {
+		const __m512 d = _mm512_set1_ps(pd_half(b));
+		__m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2))));
+		__m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 18))));
+
+		_mm512_storeu_ps(y, _mm512_mul_ps(lo, d));
+		_mm512_storeu_ps(y + 16, _mm512_mul_ps(hi, d));
+	}
+}
+
+PD_AVX512 static void pd_avx_q4_0(const uint8_t *b, float *y, int64_t nb)
+{
+	const __m512i mask = _mm512_set1_epi32(0x0F), eight = _mm512_set1_epi32(8);
+
+	for (int64_t i = 0; i < nb; i++, b += 18, y += 32) {
+		const __m512 d = _mm512_set1_ps(pd_half(b));
+		__m512i q = pd_u8x16(b + 2);
+		__m512i lo = _mm512_sub_epi32(_mm512_and_si512(q, mask), eight);
+		__m512i hi = _mm512_sub_epi32(_mm512_srli_epi32(q, 4), eight);
+
+		_mm512_storeu_ps(y, _mm512_mul_ps(_mm512_cvtepi32_ps(lo), d));
+		_mm512_storeu_ps(y + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(hi), d));
+	}
+}
+
+/* ggml's get_scale_min_k4, as in pd_quant.c. */
+static inline void pd_scale_min(int j, const uint8_t *q, int *d, int *m)
+{
+	if (j < 4) {
+		*d = q[j] & 63;
+		*m = q[j + 4] & 63;
+	} else {
+		*d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+		*m = (q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4);
+	}
+}
+
+PD_AVX512 static void pd_avx_q4_k(const uint8_t *b, float *y, int64_t nb)
+{
+	const __m512i mask = _mm512_set1_epi32(0x0F);
+
+	for (int64_t i = 0; i < nb; i++, b += 144) {
+		const float d = pd_half(b), min = pd_half(b + 2);
+		const uint8_t *scales = b + 4, *q = b + 16;
+
+		for (int is = 0; is < 8; is += 2, q += 32, y += 64) {
+			int sc, m;
+			__m512 d1, m1, d2, m2;
+
+			pd_scale_min(is, scales, &sc, &m);
+			d1 = _mm512_set1_ps(d * (float)sc);
+			m1 = _mm512_set1_ps(min * (float)m);
+			pd_scale_min(is + 1, scales, &sc, &m);
+			d2 = _mm512_set1_ps(d * (float)sc);
+			m2 = _mm512_set1_ps(min * (float)m);
+			for (int l = 0; l < 32; l += 16) {
+				__m512i v = pd_u8x16(q + l);
+				__m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, mask));
+				__m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+
+				_mm512_storeu_ps(y + l, _mm512_sub_ps(_mm512_mul_ps(d1, lo), m1));
+				_mm512_storeu_ps(y + 32 + l, _mm512_sub_ps(_mm512_mul_ps(d2, hi), m2));
+			}
+		}
+	}
+}
+
+PD_AVX512 static void pd_avx_q6_k(const uint8_t *b, float *y, int64_t nb)
+{
+	const __m512i m4 = _mm512_set1_epi32(0x0F), m2 = _mm512_set1_epi32(3), k32 = _mm512_set1_epi32(32);
+
+	for (int64_t i = 0; i < nb; i++, b += 210) {
+		const float d = pd_half(b + 208);
+		const uint8_t *ql = b, *qh = b + 128;
+		const int8_t *sc = (const int8_t *)(b + 192);
+
+		for (int n = 0; n < 256; n += 128, y += 128, ql += 64, qh += 32, sc += 8) {
+			for (int l = 0; l < 32; l += 16) {
+				int is = l / 16;
+				__m512i a = pd_u8x16(ql + l), c = pd_u8x16(ql + l + 32), h = pd_u8x16(qh + l);
+				__m512i q1 = _mm512_or_si512(_mm512_and_si512(a, m4),
+							     _mm512_slli_epi32(_mm512_and_si512(h, m2), 4));
+				__m512i q2 = _mm512_or_si512(_mm512_and_si512(c, m4),
+							     _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 2), m2), 4));
+				__m512i q3 = _mm512_or_si512(_mm512_srli_epi32(a, 4),
+							     _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 4), m2), 4));
+				__m512i q4 = _mm512_or_si512(_mm512_srli_epi32(c, 4),
+							     _mm512_slli_epi32(_mm512_srli_epi32(h, 6), 4));
+
+				/* d * sc first, then times q: ggml's left-to-right order */
+				_mm512_storeu_ps(y + l, _mm512_mul_ps(_mm512_set1_ps(d * (float)sc[is + 0]),
+								      _mm512_cvtepi32_ps(_mm512_sub_epi32(q1, k32))));
+				_mm512_storeu_ps(y + l + 32, _mm512_mul_ps(_mm512_set1_ps(d * (float)sc[is + 2]),
+									   _mm512_cvtepi32_ps(_mm512_sub_epi32(q2, k32))));
+				_mm512_storeu_ps(y + l + 64, _mm512_mul_ps(_mm512_set1_ps(d * (float)sc[is + 4]),
+									   _mm512_cvtepi32_ps(_mm512_sub_epi32(q3, k32))));
+				_mm512_storeu_ps(y + l + 96, _mm512_mul_ps(_mm512_set1_ps(d * (float)sc[is + 6]),
+									   _mm512_cvtepi32_ps(_mm512_sub_epi32(q4, k32))));
+			}
+		}
+	}
+}
+
+/* fp8 through half precision: e5m2 is the upper byte of a half; e4m3's
+ * seven low bits shifted into a half's exponent and mantissa are the value
+ * times 2^-8 (subnormals included), so times 256 exactly; S.1111.111 is NaN. */
+PD_AVX512 static void pd_avx_fp8(int e5m2, const uint8_t *src, float *dst, int64_t n)
+{
+	const __m512i low7 = _mm512_set1_epi32(0x7F), sign = _mm512_set1_epi32(0x80);
+	const __m512 k256 = _mm512_set1_ps(256.0f), nan = _mm512_set1_ps(__builtin_nanf(""));
+	int64_t i = 0;
+
+	for (; i + 16 <= n; i += 16) {
+		__m512i c = pd_u8x16(src + i), h;
+		__m512 f;
+
+		if (e5m2) {
+			h = _mm512_slli_epi32(c, 8);
+			f = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
+		} else {
+			__m512i mag = _mm512_and_si512(c, low7);
+			__mmask16 isnan = _mm512_cmpeq_epi32_mask(mag, low7);
+
+			h = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(c, sign), 8), _mm512_slli_epi32(mag, 7));
+			f = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)), k256);
+			f = _mm512_mask_mov_ps(f, isnan, nan);
+		}
+		_mm512_storeu_ps(dst + i, f);
+	}
+	for (; i < n; i++)
+		dst[i] = e5m2 ? pd_fp8_e5m2_to_f32(src[i]) : pd_fp8_e4m3_to_f32(src[i]);
+}
+
+static int pd_quant_cpu_ok(void)
+{
+	static int has = -1;
+
+	/* a benign race: every thread computes the same answer */
+	if (has < 0)
+		has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+		      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
+	return has;
+}
+
+int pd_quant_avx512_has(enum pd_qtype t)
+{
+	if (!pd_quant_cpu_ok())
+		return 0;
+	return t == PD_Q_Q8_0 || t == PD_Q_Q4_0 || t == PD_Q_Q4_K || t == PD_Q_Q6_K || t == PD_Q_F8_E4M3 ||
+	       t == PD_Q_F8_E5M2;
+}
+
+int pd_quant_decode_avx512(enum pd_qtype t, const void *src, float *dst, int64_t n)
+{
+	const struct pd_qtype_info *q = pd_quant_info(t);
+
+	if (!q || !pd_quant_avx512_has(t))
+		return -1;
+	switch (t) {
+	case PD_Q_Q8_0:
+		pd_avx_q8_0(src, dst, n / q->block_size);
+		break;
+	case PD_Q_Q4_0:
+		pd_avx_q4_0(src, dst, n / q->block_size);
+		break;
+	case PD_Q_Q4_K:
+		pd_avx_q4_k(src, dst, n / q->block_size);
+		break;
+	case PD_Q_Q6_K:
+		pd_avx_q6_k(src, dst, n / q->block_size);
+		break;
+	case PD_Q_F8_E4M3:
+	case PD_Q_F8_E5M2:
+		pd_avx_fp8(t == PD_Q_F8_E5M2, src, dst, n);
+		break;
+	default:
+		return -1;
+	}
+	return 0;
+}
+
+#else /* not x86-64 with GCC or Clang: the portable decoders only */
+
+int pd_quant_avx512_has(enum pd_qtype t)
+{
+	(void)t;
+	return 0;
+}
+
+int pd_quant_decode_avx512(enum pd_qtype t, const void *src, float *dst, int64_t n)
+{
+	(void)t;
+	(void)src;
+	(void)dst;
+	(void)n;
+	return -1;
+}
+
+#endif
+
+void pd_quant_decode_fast(enum pd_qtype t, const void *src, float *dst, int64_t n)
+{
+	if (pd_quant_decode_avx512(t, src, dst, n))
+		pd_quant_decode(t, src, dst, n);
+}

@@ -41,12 +41,19 @@ static struct pd_linear *pd_linear_load(struct pd_backend *be, const struct pd_s
 			goto out;
 	}
 	if (keep) {
-		if (pd_mul_size((size_t)s->nr, pd_quant_row_bytes(pd_quant_info(type), cols), &n))
-			goto out;
-		blocks = pd_malloc(n ? n : 1, w->name);
-		if (!blocks || pd_st_read_blocks(w, s->r0, s->nr, s->c0, s->nc, blocks))
-			goto out;
-		l = be->ops->linear_new_q(be, s->nr, cols, type, scale, blocks, hb);
+		/* whole rows in file order are handed over from the mapping
+		 * itself: no copy besides the backend's own */
+		const void *direct = pd_st_blocks_at(w, s->r0, s->nr, s->c0, s->nc);
+
+		if (!direct) {
+			if (pd_mul_size((size_t)s->nr, pd_quant_row_bytes(pd_quant_info(type), cols), &n))
+				goto out;
+			blocks = pd_malloc(n ? n : 1, w->name);
+			if (!blocks || pd_st_read_blocks(w, s->r0, s->nr, s->c0, s->nc, blocks))
+				goto out;
+			direct = blocks;
+		}
+		l = be->ops->linear_new_q(be, s->nr, cols, type, scale, direct, hb);
 		goto made;
 	}
 	if (pd_mul_size((size_t)s->nr, (size_t)cols, &n))

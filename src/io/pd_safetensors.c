@@ -969,6 +969,19 @@ int pd_st_read_blocks(const struct pd_st_tensor *t, int64_t r0, int64_t nr, int6
 	return 0;
 }
 
+const void *pd_st_blocks_at(const struct pd_st_tensor *t, int64_t r0, int64_t nr, int64_t c0, int64_t nc)
+{
+	int64_t rows = t->ndim ? t->shape[0] : 1;
+	int64_t cols = rows ? t->numel / rows : 0;
+	enum pd_qtype type;
+	float scale;
+
+	if (!pd_st_block_format(t, &type, &scale) || t->roll || c0 != 0 || nc != cols || r0 < 0 || nr < 0 ||
+	    r0 + nr > rows)
+		return NULL;
+	return t->data + (size_t)r0 * pd_st_row_bytes(t);
+}
+
 void pd_st_release(const struct pd_st_tensor *t)
 {
 	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);

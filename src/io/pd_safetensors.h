@@ -134,6 +134,11 @@ int pd_st_block_format(const struct pd_st_tensor *t, enum pd_qtype *type, float 
  * size. Only the bytes of the block are touched. */
 int pd_st_read_blocks(const struct pd_st_tensor *t, int64_t r0, int64_t nr, int64_t c0, int64_t nc, void *dst);
 
+/* Where the block [r0, r0+nr) x [c0, c0+nc) of a block-format tensor lies
+ * in the mapping when its rows are whole and in file order (as
+ * pd_st_read_blocks would copy them); NULL otherwise. */
+const void *pd_st_blocks_at(const struct pd_st_tensor *t, int64_t r0, int64_t nr, int64_t c0, int64_t nc);
+
 /* Gives the pages that lie wholly inside T's bytes back to the kernel; used
  * after a weight has been converted into the backend's own layout, so the
  * weights stay resident once. */

@@ -18,9 +18,9 @@
 
 #define PD_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,f16c")))
 
-static inline float pd_half(const uint8_t *p)
+PD_AVX512 static inline float pd_half(const uint8_t *p)
 {
-	return pd_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+	return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8));
 }
 
 /* 16 bytes from P as 16 int32 lanes, unsigned. */

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Quantized weights against BF16: `pdit bench` on the FLUX-width model and on
+# its transformer quantized by `pdit quantize` (Q8_0 and Q4_K GGUF, fp8
+# safetensors), one process, bf16 products, ROUNDS interleaved rounds (the
+# machine is shared and its speed drifts); medians of seconds per step, of
+# peak resident memory and of the weights the backend holds, each as a ratio
+# to BF16's in the same rounds. Memory check of issue 16: peak <= 1.05 x the
+# weights held + the activations, where the activations (and the process
+# itself: libraries, oneDNN's code, scratch) are what the BF16 run holds
+# beyond its weights.
+#
+#   bench/quant.sh [SIZE] [ROUNDS] [MODEL_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+size=${1:-512} rounds=${2:-3} model=${3:-bench/flux-width} qdir=bench/quant
+bench_model "$model"
+mkdir -p "$qdir"
+src=$model/transformer/diffusion_pytorch_model.safetensors
+for v in q8_0:gguf q4_k:gguf fp8:safetensors; do
+	f=$qdir/flux-width-${v%%:*}.${v#*:}
+	[ -e "$f" ] || "$pdit" quantize "$src" "$f" --type "${v%%:*}" >&2
+done
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+kinds=(bf16 q8_0 q4_k fp8)
+for ((round = 1; round <= rounds; round++)); do
+	for k in "${kinds[@]}"; do
+		args=(--model "$model")
+		case $k in
+		bf16) ;;
+		fp8) args+=(--diffusion-model "$qdir/flux-width-fp8.safetensors" --config "$model/transformer/config.json") ;;
+		*) args+=(--diffusion-model "$qdir/flux-width-$k.gguf" --config "$model/transformer/config.json") ;;
+		esac
+		echo "round $round/$rounds: $k" >&2
+		j=$("$pdit" bench "${args[@]}" -H "$size" -W "$size" --steps 3 --dtype bf16 --json 2> /dev/null < /dev/null) ||
+			{ echo "$k failed" >&2; exit 1; }
+		for key in seconds_per_step peak_rss_mb weights_mb; do
+			field "$key" "$j" >> "$tmp/$k.$key"
+		done
+	done
+done
+med() { median < "$tmp/$1.$2"; }
+echo "| weights | s/step (median) | × BF16 | peak MB | × BF16 | weights MB | × BF16 | peak ≤ 1.05 × weights + activations |"
+echo "|---|---|---|---|---|---|---|---|"
+for k in "${kinds[@]}"; do
+	sps=$(med "$k" seconds_per_step) peak=$(med "$k" peak_rss_mb) wts=$(med "$k" weights_mb)
+	awk -v k="$k" -v s="$sps" -v p="$peak" -v w="$wts" -v S="$(med bf16 seconds_per_step)" \
+		-v P="$(med bf16 peak_rss_mb)" -v W="$(med bf16 weights_mb)" 'BEGIN {
+		bound = 1.05 * w + (P - W)
+		printf "| %s | %.3f | %.3f | %.0f | %.3f | %.0f | %.3f | %s (%.0f ≤ %.0f) |\n", k, s, s / S, p, p / P, w, w / W,
+			p <= bound ? "yes" : "no", p, bound }'
+done
+echo "(${size}², $rounds rounds interleaved, 1 process, bf16 products, 3 timed steps after 1 warm-up; $model)"

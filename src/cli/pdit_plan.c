@@ -72,11 +72,17 @@ int pd_cmd_plan(int argc, char **argv)
 	float cfg_scale = 1, gflops = 0, memory = 0, bandwidth = 0, latency = 0, inter_bw = 0, inter_lat = 0;
 	float efficiency = 0.5f, mem_bw = 0, matmul = 0;
 	const char *dtype = "bf16", *device = NULL, *link = NULL, *inter_link = NULL, *pos[1];
+	const char *diffusion_model = NULL, *config = NULL;
 	const struct pd_plan_preset *dev = NULL, *ln = NULL, *iln = NULL;
 	int n_pos, hr;
 	const struct pd_arg opts[] = {
 		{ "--model", 'm', PD_ARG_STRING, &mf.model, "DIR", "diffusers FLUX folder: its transformer and VAE configs and the text encoders' headers are read", NULL },
 		{ "--transformer", 0, PD_ARG_STRING, &mf.transformer, "DIR", "transformer folder (overrides --model's)", NULL },
+		{ "--diffusion-model", 0, PD_ARG_STRING, &diffusion_model, "FILE", "transformer in one file (safetensors, fp8, GGUF): its header is read, quantized weights counted as stored", NULL },
+		{ "--config", 0, PD_ARG_STRING, &config, "FILE", "the transformer's config.json, for a single file that carries none (FLUX.1's sizes are inferred)", NULL },
+		{ "--vae", 0, PD_ARG_STRING, &mf.vae, "DIR", "VAE folder (overrides --model's)", NULL },
+		{ "--clip_l", 0, PD_ARG_STRING, &mf.text_encoder, "FILE", "CLIP text encoder in one .safetensors file (overrides --model's)", NULL },
+		{ "--t5xxl", 0, PD_ARG_STRING, &mf.text_encoder_2, "FILE", "T5 encoder in one .safetensors file, fp8 included (overrides --model's)", NULL },
 		{ "--devices", 'N', PD_ARG_INT, &devices, "N", "processes (GPUs, or CPU processes on this machine); required", &devices_seen },
 		{ "--height", 'H', PD_ARG_INT, &height, "PX", "image height, a multiple of 16 (default 1024)", NULL },
 		{ "--width", 'W', PD_ARG_INT, &width, "PX", "image width, a multiple of 16 (default 1024)", NULL },
@@ -135,7 +141,13 @@ int pd_cmd_plan(int argc, char **argv)
 	}
 	if (pd_dtype_compute(dtype, &dt))
 		return pd_cli_fail();
-	if (pd_model_paths_resolve(&mp, &mf, 0) || pd_family_find(mp.transformer, NULL, &fam, &info) ||
+	if (diffusion_model && mf.transformer) {
+		pd_errorf("give --transformer or --diffusion-model, not both");
+		return pd_cli_fail();
+	}
+	if (diffusion_model)
+		mf.transformer = diffusion_model;
+	if (pd_model_paths_resolve(&mp, &mf, 0) || pd_family_find(mp.transformer, config, &fam, &info) ||
 	    fam->latent_shape(&ls, &info, height, width))
 		goto out;
 	w.info = &info;
@@ -144,7 +156,8 @@ int pd_cmd_plan(int argc, char **argv)
 	w.img_w = ls.w / 2;
 	w.images = batch;
 	w.branches = cfg_scale > 1 ? 2 : 1;
-	w.weight_bytes = (int)pd_dtype_size(dt);
+	w.weight_bytes = pd_dit_weight_bytes(&info, (double)pd_dtype_size(dt));
+	w.compute_bytes = (int)pd_dtype_size(dt);
 	if (mp.vae && pd_is_dir(mp.vae)) {
 		struct pd_vae_config vc;
 
@@ -152,12 +165,12 @@ int pd_cmd_plan(int argc, char **argv)
 			goto out;
 		pd_plan_vae(&w, &vc, height, width);
 	}
-	if (mp.text_encoder_2 && pd_plan_encoder_gb(mp.text_encoder_2, w.weight_bytes, &w.encoders_gb))
+	if (mp.text_encoder_2 && pd_plan_encoder_gb(mp.text_encoder_2, (double)pd_dtype_size(dt), &w.encoders_gb))
 		goto out;
 	if (mp.text_encoder) {
 		double clip;
 
-		if (pd_plan_encoder_gb(mp.text_encoder, w.weight_bytes, &clip))
+		if (pd_plan_encoder_gb(mp.text_encoder, (double)pd_dtype_size(dt), &clip))
 			goto out;
 		w.encoders_gb += clip;
 	}

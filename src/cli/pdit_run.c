@@ -29,6 +29,7 @@ struct pd_gen_args {
 	const char *model, *transformer, *vae, *scheduler;
 	const char *diffusion_model, *text_encoder, *text_encoder_2, *clip_l, *t5xxl, *tokenizer, *tokenizer_2;
 	const char *config;             /* --config: a single-file transformer's config.json */
+	const char *quantize;           /* --quantize: the blocks' plain weights encoded at load */
 	const char *prompt, *negative, *prompts_file;
 	int max_seq;
 	const char *embeds, *output, *out_latents, *init_latents, *dtype;
@@ -125,6 +126,7 @@ static void pd_gen_options(struct pd_gen_args *a, struct pd_arg *opts, enum pd_c
 		{ "--scheduler", 0, PD_ARG_STRING, &a->scheduler, "DIR", "scheduler folder (overrides --model's)", NULL },
 		{ "--diffusion-model", 0, PD_ARG_STRING, &a->diffusion_model, "FILE", "transformer in one file: safetensors (Black Forest Labs' layout or diffusers'; BF16, F16, fp8, scaled fp8) or GGUF (ComfyUI-GGUF, stable-diffusion.cpp)", NULL },
 		{ "--config", 0, PD_ARG_STRING, &a->config, "FILE", "the transformer's config.json, for a single file that carries none (FLUX.1's sizes are inferred)", NULL },
+		{ "--quantize", 0, PD_ARG_STRING, &a->quantize, "TYPE", "encode the transformer blocks' BF16/F16/F32 weights at load into q8_0, q4_0, q4_1, q5_0, q5_1, q4_k or fp8 and keep them so (as pdit quantize writes them; quantized files need none)", NULL },
 		{ "--text-encoder", 0, PD_ARG_STRING, &a->text_encoder, "DIR", "CLIP text encoder folder (overrides --model's)", NULL },
 		{ "--clip_l", 0, PD_ARG_STRING, &a->clip_l, "FILE", "CLIP text encoder in one .safetensors file", NULL },
 		{ "--text-encoder-2", 0, PD_ARG_STRING, &a->text_encoder_2, "DIR", "T5 encoder folder (overrides --model's)", NULL },
@@ -425,6 +427,7 @@ static int pd_gen_engine_options(const struct pd_gen_args *a, struct pd_engine_o
 	o->tokenizer = a->tokenizer;
 	o->tokenizer_2 = a->tokenizer_2;
 	o->dtype = a->dtype;
+	o->quantize = a->quantize;
 	o->threads = a->threads;
 	o->log_level = pd_log_level; /* as the command set it for this rank */
 	o->comm_timeout = a->comm_timeout;

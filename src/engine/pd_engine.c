@@ -285,7 +285,8 @@ static void pd_engine_plan_work(const struct pd_engine *e, int branches, int vae
 	w->img_w = e->ls.w / 2;
 	w->images = (int)e->e.batch;
 	w->branches = branches;
-	w->weight_bytes = (int)pd_dtype_size(e->dt);
+	w->weight_bytes = pd_dit_weight_bytes(&e->info, (double)pd_dtype_size(e->dt));
+	w->compute_bytes = (int)pd_dtype_size(e->dt);
 	if (vae && e->mp.vae && pd_is_dir(e->mp.vae) && pd_vae_config_load(&vc, e->mp.vae) == 0)
 		pd_plan_vae(w, &vc, e->p.height, e->p.width);
 }
@@ -402,6 +403,18 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
 
 	if (pd_dtype_compute(dtype, &e->dt))
 		return -1;
+	e->quantize = PD_Q_F32;
+	if (o->quantize) {
+		const struct pd_qtype_info *q = NULL;
+		enum pd_qtype t;
+
+		/* block types and fp8: f16 and bf16 are no quantization */
+		if (pd_quant_parse(o->quantize, &t) || !pd_quant_encodes(t) || !(q = pd_quant_info(t)) ||
+		    (q->block_size == 1 && t != PD_Q_F8_E4M3 && t != PD_Q_F8_E5M2))
+			return pd_errorf("--quantize %s: pdit encodes q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, fp8 or "
+					 "f8_e5m2", o->quantize);
+		e->quantize = t;
+	}
 	if (!(o->comm_timeout >= 0))
 		return pd_errorf("--comm-timeout must be 0 (wait forever) or a number of seconds (got %g)", o->comm_timeout);
 	e->world->timeout_s = o->comm_timeout;
@@ -423,6 +436,16 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
 	if (pd_model_paths_resolve(&e->mp, &f, 0) || pd_family_find(e->mp.transformer, e->tconfig, &e->fam, &e->info))
 		return -1;
 	e->info_ok = 1;
+	if (e->quantize != PD_Q_F32 && e->info.kept_fraction == 0) {
+		/* the estimates: the blocks' weights held as encoded */
+		const struct pd_qtype_info *q = pd_quant_info(e->quantize);
+		double blocks = 0;
+
+		for (int b = 0; b < e->info.blocks; b++)
+			blocks += e->info.block_params[b];
+		e->info.kept_fraction = blocks + e->info.fixed_params > 0 ? blocks / (blocks + e->info.fixed_params) : 0;
+		e->info.kept_bytes = (double)q->block_bytes / q->block_size;
+	}
 	e->fam->defaults(&e->info, &e->dflt);
 	if (e->mp.scheduler) {
 		if (pd_scheduler_load(&e->sched, e->mp.scheduler))
@@ -691,6 +714,7 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 		return -1;
 	e->mesh_ok = 1;
 	sh = pd_parallel_shard(&e->mesh, &e->info);
+	sh.quantize = e->quantize;
 	rc = pd_backend_cpu_new(&e->be, e->dt, pd_engine_threads(e->world, e->o.threads));
 	if (!rc) {
 		/* the weights are laid out for the threads that will run them */

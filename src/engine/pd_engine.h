@@ -31,6 +31,7 @@ struct pd_engine {
 	const struct pd_dit_family *fam; /* the model family's pipeline side */
 	struct pd_log_sink log;         /* the log while the engine's calls run */
 	enum pd_dtype dt;               /* matrix-product precision */
+	enum pd_qtype quantize;         /* the blocks' plain weights encoded at load into this (PD_Q_F32: none) */
 	int degree[PD_AXIS_COUNT];      /* the mesh */
 	int mesh_auto;                  /* chosen by pdit, not given: 1 by rule, 2 by the cost model */
 	struct pd_par_options opt;      /* DistriFusion, warm-up, patches */

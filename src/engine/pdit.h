@@ -81,6 +81,9 @@ struct pd_engine_options {
 	const char *tokenizer;          /* CLIP's folder */
 	const char *tokenizer_2;        /* T5's folder */
 	const char *dtype;              /* "f32" or "bf16": the matrix products */
+	const char *quantize;           /* "q8_0", "q4_k", "fp8", ...: the transformer blocks' weights a file
+					 * stores as plain floats, encoded into that type at load and kept
+					 * so; NULL: as stored */
 	int threads;                    /* per process; 0: the cores divided among this machine's processes */
 	int log_level;                  /* 0 errors only, 1 progress (the default), 2 detail */
 	/* receives each line of the log (NULL: stderr) */

@@ -23,9 +23,9 @@ static int pd_linear_keeps_blocks(const struct pd_backend *be, const struct pd_s
 
 /* Reads the slice S of W (and of BIAS, when S asks for it) into host
  * memory and hands it to the backend, which converts it to its own layout,
- * or keeps its blocks. */
+ * or keeps its blocks (those of the file, or QUANTIZE's encoded here). */
 static struct pd_linear *pd_linear_load(struct pd_backend *be, const struct pd_st_tensor *w,
-					const struct pd_slice *s, const struct pd_st_tensor *bias)
+					const struct pd_slice *s, const struct pd_st_tensor *bias, enum pd_qtype quantize)
 {
 	struct pd_linear *l = NULL;
 	int64_t cols = s->nc;
@@ -63,6 +63,22 @@ static struct pd_linear *pd_linear_load(struct pd_backend *be, const struct pd_s
 		goto out;
 	if (pd_st_read_block_f32(w, s->r0, s->nr, s->c0, s->nc, hw, cols))
 		goto out;
+	if (quantize != PD_Q_F32 && be->ops->linear_new_q && pd_quant_encodes(quantize) &&
+	    cols % pd_quant_info(quantize)->block_size == 0) {
+		/* pdit --quantize: encoded as pdit quantize would, then kept */
+		const struct pd_qtype_info *q = pd_quant_info(quantize);
+
+		if (pd_mul_size((size_t)s->nr, pd_quant_row_bytes(q, cols), &n))
+			goto out;
+		blocks = pd_malloc(n ? n : 1, w->name);
+		if (!blocks)
+			goto out;
+		for (int64_t r = 0; r < s->nr; r++)
+			pd_quant_encode(quantize, hw + r * cols, (unsigned char *)blocks + (size_t)r * pd_quant_row_bytes(q, cols),
+					cols);
+		l = be->ops->linear_new_q(be, s->nr, cols, quantize, 1.0f, blocks, hb);
+		goto made;
+	}
 	l = be->ops->linear_new(be, s->nr, cols, hw, cols, hb);
 made:
 	if (!l)
@@ -93,7 +109,7 @@ static struct pd_linear *pd_loader_linear_v(struct pd_loader *ld, int64_t n_out,
 	snprintf(name, sizeof(name), "%s.bias", base);
 	if (s->with_bias && pd_st_require(ld->st, name, 1, bs, &b))
 		goto fail;
-	l = pd_linear_load(ld->be, w, s, b);
+	l = pd_linear_load(ld->be, w, s, b, ld->quantize);
 	if (!l)
 		goto fail;
 	return l;

@@ -16,6 +16,9 @@ struct pd_loader {
 	const struct pd_st *st;         /* the weights */
 	struct pd_backend *be;          /* where they go */
 	int failed;                     /* an error has been recorded */
+	/* plain float weights of linear layers encoded into this block type
+	 * and kept so, where their rows are whole blocks (PD_Q_F32: as stored) */
+	enum pd_qtype quantize;
 };
 
 /* NAME.weight [n_out, n_in] and NAME.bias [n_out]; NAME is a printf format. */

@@ -969,6 +969,24 @@ int pd_st_read_blocks(const struct pd_st_tensor *t, int64_t r0, int64_t nr, int6
 	return 0;
 }
 
+void pd_st_weight_stats(const struct pd_st *st, double *params, double *kept, double *kept_bytes)
+{
+	*params = *kept = *kept_bytes = 0;
+	for (int i = 0; i < st->n_tensors; i++) {
+		const struct pd_st_tensor *t = st->sorted[i];
+		enum pd_qtype type;
+		float scale;
+
+		if (t->ndim != 2 || !pd_dtype_is_float(t->dtype))
+			continue;
+		*params += (double)t->numel;
+		if (pd_st_block_format(t, &type, &scale)) {
+			*kept += (double)t->numel;
+			*kept_bytes += (double)pd_st_row_bytes(t) * (double)t->shape[0];
+		}
+	}
+}
+
 const void *pd_st_blocks_at(const struct pd_st_tensor *t, int64_t r0, int64_t nr, int64_t c0, int64_t nc)
 {
 	int64_t rows = t->ndim ? t->shape[0] : 1;

@@ -134,6 +134,11 @@ int pd_st_block_format(const struct pd_st_tensor *t, enum pd_qtype *type, float 
  * size. Only the bytes of the block are touched. */
 int pd_st_read_blocks(const struct pd_st_tensor *t, int64_t r0, int64_t nr, int64_t c0, int64_t nc, void *dst);
 
+/* The 2-D float tensors of ST (the weights of linear layers): their
+ * elements in *PARAMS, of them those in a block format (pd_st_block_format)
+ * in *KEPT, and the bytes those are stored in, in *KEPT_BYTES. */
+void pd_st_weight_stats(const struct pd_st *st, double *params, double *kept, double *kept_bytes);
+
 /* Where the block [r0, r0+nr) x [c0, c0+nc) of a block-format tensor lies
  * in the mapping when its rows are whole and in file order (as
  * pd_st_read_blocks would copy them); NULL otherwise. */

@@ -7,7 +7,7 @@
 
 struct pd_dit_shard pd_parallel_shard(const struct pd_mesh *mesh, const struct pd_dit_info *info)
 {
-	struct pd_dit_shard s = { mesh->coord[PD_AXIS_TP], mesh->degree[PD_AXIS_TP], 0, 0 };
+	struct pd_dit_shard s = { .rank = mesh->coord[PD_AXIS_TP], .count = mesh->degree[PD_AXIS_TP] };
 
 	pd_mesh_stage_blocks(info, mesh->degree[PD_AXIS_PP], mesh->coord[PD_AXIS_PP], &s.block_first, &s.block_count);
 	return s;

@@ -335,26 +335,33 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 	return 0;
 }
 
-int pd_plan_encoder_gb(const char *path, int weight_bytes, double *gb)
+int pd_plan_encoder_gb(const char *path, double weight_bytes, double *gb)
 {
 	static const char *const tables[] = { "shared.weight", "embed_tokens.weight", "token_embedding.weight" };
 	struct pd_st *st;
-	double n = 0;
+	double bytes = 0;
 
 	if (pd_st_open_path(&st, path, "model"))
 		return -1;
 	for (int i = 0; i < st->n_tensors; i++) {
-		const char *name = st->sorted[i]->name;
-		size_t len = strlen(name);
+		const struct pd_st_tensor *t = st->sorted[i];
+		size_t len = strlen(t->name);
+		enum pd_qtype type;
+		float scale;
 		int table = 0;
 
 		for (size_t k = 0; k < sizeof(tables) / sizeof(tables[0]); k++)
-			table |= len >= strlen(tables[k]) && strcmp(name + len - strlen(tables[k]), tables[k]) == 0;
-		if (!table)
-			n += (double)st->sorted[i]->numel;
+			table |= len >= strlen(tables[k]) && strcmp(t->name + len - strlen(tables[k]), tables[k]) == 0;
+		if (table)
+			continue;
+		/* a 2-D weight in a block format is held as stored */
+		if (t->ndim == 2 && pd_st_block_format(t, &type, &scale))
+			bytes += (double)t->nbytes;
+		else
+			bytes += (double)t->numel * weight_bytes;
 	}
 	pd_st_close(st);
-	*gb = n * weight_bytes / 1e9;
+	*gb = bytes / 1e9;
 	return 0;
 }
 

@@ -23,7 +23,9 @@ struct pd_plan_work {
 	int64_t img_w;                  /* of them, a row's (0: PipeFusion's bands taken as equal) */
 	int images;                     /* images in the batch */
 	int branches;                   /* 2 with true CFG, else 1 */
-	int weight_bytes;               /* bytes per weight as computed (2 bf16, 4 f32) */
+	double weight_bytes;            /* bytes per weight as held: 2 bf16, 4 f32, a quantized file's
+					 * averaged (pd_dit_weight_bytes) */
+	int compute_bytes;              /* the products' precision: 2 bf16, 4 f32 */
 	double vae_gflop;               /* the VAE decoder's work for one picture (0: no VAE known) */
 	double vae_map_gb;              /* its two largest feature maps for the whole picture, GB */
 	int vae_exchanges;              /* its 3x3 convolutions and GroupNorms: each an exchange
@@ -119,9 +121,10 @@ struct pd_vae_config;
 void pd_plan_vae(struct pd_plan_work *work, const struct pd_vae_config *vae, int height, int width);
 
 /* The weights of the text encoder at PATH (a folder with model.safetensors
- * or its sharded index, or one file) as held at WEIGHT_BYTES per element,
- * in GB; the token table is left out (only the prompt's rows are read). */
-int pd_plan_encoder_gb(const char *path, int weight_bytes, double *gb);
+ * or its sharded index, or one file) as held, in GB: WEIGHT_BYTES per
+ * element, those in a block format (fp8) as stored; the token table is
+ * left out (only the prompt's rows are read). */
+int pd_plan_encoder_gb(const char *path, double weight_bytes, double *gb);
 
 /* A device or link preset: published peak figures. */
 struct pd_plan_preset {

@@ -48,7 +48,7 @@ int pd_plan_machine_here(struct pd_plan_machine *mc, const struct pd_plan_work *
 	struct pd_backend *be = NULL;
 
 	memset(mc, 0, sizeof(*mc));
-	if (pd_backend_cpu_new(&be, w->weight_bytes == 2 ? PD_BF16 : PD_F32, 0))
+	if (pd_backend_cpu_new(&be, w->compute_bytes == 4 ? PD_F32 : PD_BF16, 0))
 		return -1;
 	/* the best of TIMINGS medians: on a shared machine others only slow a
 	 * product down, and a plan should not depend on a busy moment */

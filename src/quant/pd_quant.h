@@ -82,6 +82,10 @@ const float *pd_fp8_table(int e5m2);
  * the product; 1.0f for plain fp8). */
 void pd_fp8_decode(int e5m2, const uint8_t *src, float *dst, int64_t n, float scale);
 
+/* The type named NAME: ggml's names in any case ("q8_0", "Q4_K"), "fp8"
+ * or "f8_e4m3fn", "f8_e5m2"; 0, or -1 when unknown. */
+int pd_quant_parse(const char *name, enum pd_qtype *t);
+
 /* Whether pd_quant_encode writes T: F32, F16, BF16, Q8_0, Q4_0, Q4_1,
  * Q5_0, Q5_1, Q4_K and both fp8 codes. */
 int pd_quant_encodes(enum pd_qtype t);

@@ -12,6 +12,7 @@
 #include <float.h>
 #include <math.h>
 #include <string.h>
+#include <strings.h>
 
 #define QK_K 256
 #define PD_MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -355,6 +356,27 @@ static uint8_t pd_f32_to_fp8(float v, const float *table, int e5m2)
 	if (dlo < dhi || (dlo == dhi && lo % 2 == 0))
 		return (uint8_t)(sign | lo);
 	return (uint8_t)(sign | hi);
+}
+
+int pd_quant_parse(const char *name, enum pd_qtype *t)
+{
+	if (strcasecmp(name, "fp8") == 0 || strcasecmp(name, "f8_e4m3fn") == 0 || strcasecmp(name, "f8_e4m3") == 0) {
+		*t = PD_Q_F8_E4M3;
+		return 0;
+	}
+	if (strcasecmp(name, "f8_e5m2") == 0) {
+		*t = PD_Q_F8_E5M2;
+		return 0;
+	}
+	for (int id = 0; id < PD_Q_COUNT; id++) {
+		const struct pd_qtype_info *q = pd_qtype_get(id);
+
+		if (q && strcasecmp(q->name, name) == 0) {
+			*t = (enum pd_qtype)id;
+			return 0;
+		}
+	}
+	return -1;
 }
 
 int pd_quant_encodes(enum pd_qtype t)

@@ -102,6 +102,43 @@ cmp -s "$tmp/a-bf16.safetensors" "$tmp/b-bf16.safetensors" &&
 	! cmp -s "$tmp/a-f32.safetensors" "$tmp/b-f32.safetensors" &&
 	ok "generate --dtype f32 on the Q4_K_S GGUF: its dequantized folder's latents within 1e-5 (and computed otherwise)" ||
 	{ cat "$tmp/log"; bad "generate --dtype f32 on a GGUF"; }
+# --quantize at load: the BF16 file encoded as it is read gives the
+# picture of the GGUF pdit quantize writes from it, byte for byte; a type
+# that is no quantization is refused naming the flag
+qrun=(--config "$q/dequant-Q8_0/config.json" --vae "$fg/vae-dev" --scheduler "$fg/scheduler-dev"
+	--embeds "$fg/pipeline-dev-truecfg-h64w48.safetensors" --true-cfg-scale 4 -H 64 -W 48 --steps 3 -s 3 -q)
+# (types of 32-element blocks: K-types' rows of 64 here stay as stored at
+# load, where ComfyUI-GGUF's files round them to F16)
+for v in q8_0:q8_0.gguf q5_1:q51.gguf; do
+	"$pdit" generate --diffusion-model "$tmp/bfl.safetensors" --quantize ${v%%:*} --dtype bf16 "${qrun[@]}" -o "$tmp/qa.png" \
+		--out-latents "$tmp/qa.safetensors" &&
+		"$pdit" generate --diffusion-model "$tmp/${v#*:}" --dtype bf16 "${qrun[@]}" -o "$tmp/qb.png" \
+			--out-latents "$tmp/qb.safetensors" && cmp -s "$tmp/qa.safetensors" "$tmp/qb.safetensors" &&
+		ok "--quantize ${v%%:*} at load: the latents of pdit quantize's GGUF, byte for byte" || bad "--quantize ${v%%:*}"
+done
+"$pdit" generate --diffusion-model "$tmp/bfl.safetensors" --quantize bf16 "${qrun[@]}" -o "$tmp/qc.png" 2> "$tmp/err"
+[ $? -ne 0 ] && grep -q -- "--quantize bf16" "$tmp/err" && [ ! -e "$tmp/qc.png" ] && ok "--quantize bf16 refused" ||
+	{ cat "$tmp/err"; bad "--quantize bf16"; }
+
+# memory: the planner counts quantized weights as stored, as the backend
+# holds them (pdit bench's weights_mb, measured from the prepared layers):
+# within 8% on this tiny model (its f32 biases are a tenth of it), and the
+# Q8_0 file's below 0.7 of its BF16 folder's
+wgb() { "$pdit" plan "$@" --devices 1 --gflops 100 -H 64 -W 48 --json | head -1 | sed 's/.*"weights_gb": \([^,]*\),.*/\1/'; }
+for v in Q8_0:flux-tiny-dev-Q8_0.gguf:bf16 Q8_0:flux-tiny-dev-Q8_0.gguf:f32 fp8_e4m3fn:flux-tiny-dev-fp8_e4m3fn.safetensors:bf16; do
+	IFS=: read -r name file dt <<< "$v"
+	plan=$(wgb --diffusion-model "$q/$file" --config "$q/dequant-$name/config.json" --dtype "$dt")
+	held=$("$pdit" bench --diffusion-model "$q/$file" --config "$q/dequant-$name/config.json" --vae "$fg/vae-dev" \
+		--scheduler "$fg/scheduler-dev" --embeds "$fg/pipeline-dev-h64w48.safetensors" -H 64 -W 48 --steps 1 \
+		--dtype "$dt" --json 2> /dev/null | sed 's/.*"weights_mb": \([^,]*\),.*/\1/')
+	awk -v p="$plan" -v h="$held" 'BEGIN { d = p * 1e9 / (h * 1048576); exit !(d > 0.92 && d < 1.08) }' &&
+		ok "$file --dtype $dt: the planner's weights ${plan} GB, the backend holds ${held} MiB" ||
+		bad "$file --dtype $dt: planner $plan GB, held $held MiB"
+done
+bf=$(wgb --transformer "$q/dequant-Q8_0" --dtype bf16)
+q8=$(wgb --diffusion-model "$q/flux-tiny-dev-Q8_0.gguf" --config "$q/dequant-Q8_0/config.json" --dtype bf16)
+awk -v a="$q8" -v b="$bf" 'BEGIN { exit !(a < 0.7 * b) }' && ok "planned weights: Q8_0 $q8 GB, its BF16 folder $bf GB" ||
+	bad "planned weights Q8_0 $q8 GB against BF16 $bf GB"
 "$pdit" generate --diffusion-model "$q/flux-tiny-dev-Q4_K_S.gguf" "${common[@]}" -o "$tmp/c.png" 2> "$tmp/err"
 [ $? -ne 0 ] && grep -q "give the transformer folder, or" "$tmp/err" && ok "a tiny GGUF without --config: told what is missing" ||
 	{ cat "$tmp/err"; bad "GGUF without --config"; }

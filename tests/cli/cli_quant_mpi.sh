@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Meshes on a quantized file (the Q4_K_S GGUF: Q4_K, F16, BF16 and F32
-# tensors; column slices of tensor parallel cut through blocks) give the
-# latents of one process on the same file: tensor parallel 2 and 4, Ulysses
-# 2, ring 2, PipeFusion 2 (every step warm), CFG parallel, data parallel;
-# within 1e-5 (f32).
+# Meshes on a quantized file give the latents of one process on the same
+# file, within 1e-5 (f32): on the Q4_K_S GGUF (Q4_K, F16, BF16 and F32
+# tensors; tensor parallel's column slices cut through Q4_K blocks and are
+# decoded for their shard) tensor parallel 2 and 4, Ulysses 2, ring 2,
+# PipeFusion 2 (every step warm), CFG parallel, CFG x tensor; on the Q8_0
+# GGUF (blocks kept in every shard at tensor parallel 2, whose column
+# slices are whole blocks) tensor parallel 2 and data parallel over a batch
+# of 2.
 # usage: cli_quant_mpi.sh PDIT ST_COMPARE GOLDEN_DIR MPIRUN...
 set -u
 pdit=$1 cmp=$2 g=$3
@@ -18,14 +21,23 @@ q=$g/../quant-tiny/flux
 run=(--diffusion-model "$q/flux-tiny-dev-Q4_K_S.gguf" --config "$q/dequant-Q4_K_S/config.json" --vae "$g/vae-dev"
 	--scheduler "$g/scheduler-dev" --embeds "$g/pipeline-dev-truecfg-h64w48.safetensors" --true-cfg-scale 4
 	-H 64 -W 48 --steps 3 -s 5 -q)
+check() {	# WHAT NP FLAGS... (run as "${run[@]}", against $tmp/one.safetensors)
+	local what=$1 np=$2
+	shift 2
+	"${mpirun[@]}" -np "$np" "$pdit" generate "${run[@]}" "$@" -o "$tmp/m.png" --out-latents "$tmp/m.safetensors" \
+		2> "$tmp/err" || { cat "$tmp/err"; bad "$what, np $np $*"; return; }
+	"$cmp" tensors "$tmp/m.safetensors" "$tmp/one.safetensors" 1e-5 --all > "$tmp/log" &&
+		ok "$what, np $np $*: one process's latents within 1e-5" || { cat "$tmp/log"; bad "$what, np $np $*"; }
+}
 "$pdit" generate "${run[@]}" -o "$tmp/one.png" --out-latents "$tmp/one.safetensors" || bad "one process"
 for m in "2:--tensor-parallel-degree 2" "4:--tensor-parallel-degree 4" "2:--ulysses-degree 2" "2:--ring-degree 2" \
 	"2:--pipefusion-degree 2 --warmup-steps 3" "2:--cfg-parallel" "4:--cfg-parallel --tensor-parallel-degree 2"; do
-	np=${m%%:*} flags=${m#*:}
 	# shellcheck disable=SC2086
-	"${mpirun[@]}" -np "$np" "$pdit" generate "${run[@]}" $flags -o "$tmp/m.png" --out-latents "$tmp/m.safetensors" \
-		2> "$tmp/err" || { cat "$tmp/err"; bad "np $np $flags"; continue; }
-	"$cmp" tensors "$tmp/m.safetensors" "$tmp/one.safetensors" 1e-5 --all > "$tmp/log" &&
-		ok "Q4_K_S GGUF, np $np $flags: one process's latents within 1e-5" || { cat "$tmp/log"; bad "np $np $flags"; }
+	check "Q4_K_S GGUF" "${m%%:*}" ${m#*:}
 done
+run=(--diffusion-model "$q/flux-tiny-dev-Q8_0.gguf" --config "$q/dequant-Q8_0/config.json" --vae "$g/vae-dev"
+	--scheduler "$g/scheduler-dev" --embeds "$g/pipeline-dev-batch2-h48w64.safetensors" -H 48 -W 64 --steps 3 -s 5 -q)
+"$pdit" generate "${run[@]}" -o "$tmp/one.png" --out-latents "$tmp/one.safetensors" || bad "one process, Q8_0"
+check "Q8_0 GGUF, a batch of 2" 2 --tensor-parallel-degree 2
+check "Q8_0 GGUF, a batch of 2" 2 --data-parallel-degree 2
 exit $fail

@@ -52,7 +52,18 @@ struct pd_dit_info {
 	double fixed_params;            /* weights outside the blocks, held whole (embedders, final layers) */
 	double img_flops, txt_flops;    /* FLOPs per image token and per text token outside the blocks */
 	double call_flops;              /* FLOPs per call that do not grow with the tokens (modulations) */
+	/* Weights a single file keeps in a block format (GGUF, fp8): held as
+	 * stored, the others in the compute precision (pd_dit_weight_bytes). */
+	double kept_fraction;           /* of the linear layers' weights, by count (0: none) */
+	double kept_bytes;              /* bytes per kept weight, averaged */
 };
+
+/* Bytes a weight takes as the backend holds it, averaged: the kept ones as
+ * stored, the others at PLAIN (the compute precision's size). */
+static inline double pd_dit_weight_bytes(const struct pd_dit_info *info, double plain)
+{
+	return info->kept_fraction * info->kept_bytes + (1 - info->kept_fraction) * plain;
+}
 
 /* Floating-point operations of one call on T text and L image tokens: the
  * matrix products of every linear layer (2 m n k each) and of attention
@@ -73,6 +84,10 @@ struct pd_dit_shard {
 	int rank;                       /* this process's shard */
 	int count;                      /* shards (the tensor-parallel degree) */
 	int block_first, block_count;   /* the stage's blocks; block_count 0: block_first to the last */
+	/* The blocks' weights a file stores as plain floats, encoded at load
+	 * into this block type and kept so (pdit --quantize); PD_Q_F32 (0):
+	 * as stored. */
+	enum pd_qtype quantize;
 };
 
 /* First Block Cache (ParaAttention's): after the first block, r = its

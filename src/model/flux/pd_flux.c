@@ -339,6 +339,9 @@ static int pd_flux_load_cfg(struct pd_flux **out, const char *dir, const char *c
 	m->sgl = pd_calloc((size_t)c->num_single_layers + 1, sizeof(*m->sgl), "blocks");
 	if (!m->dbl || !m->sgl)
 		goto fail;
+	/* the blocks' weights only, as ComfyUI-GGUF quantizes FLUX files: the
+	 * embedders and final layers stay as stored */
+	ld.quantize = shard ? shard->quantize : PD_Q_F32;
 	for (int k = m->dit.shard.block_first; k < m->dit.shard.block_first + m->dit.shard.block_count && !ld.failed; k++) {
 		if (k < c->num_layers)
 			pd_flux_load_double(&ld, m, k, &m->dbl[k]);

@@ -156,7 +156,7 @@ int pd_clip_load(struct pd_clip **out, const char *path, struct pd_backend *be)
 	D = m->cfg.hidden;
 	I = m->cfg.intermediate;
 	n = m->cfg.max_pos;
-	ld = (struct pd_loader){ m->st, be, 0 };
+	ld = (struct pd_loader){ .st = m->st, .be = be };
 	m->layer = pd_calloc((size_t)m->cfg.layers + 1, sizeof(*m->layer), "the CLIP text model");
 	m->pos = pd_malloc((size_t)(n * D) * sizeof(float), "CLIP position embeddings");
 	if (!m->layer || !m->pos)
@@ -257,7 +257,7 @@ int pd_clip_forward(struct pd_clip *m, const int64_t *ids, int n, float *last, f
 		    const struct pd_dump *dump)
 {
 	struct pd_backend *be = m->be;
-	struct pd_loader ld = { m->st, be, 0 };
+	struct pd_loader ld = { .st = m->st, .be = be };
 	int64_t D = m->cfg.hidden, I = m->cfg.intermediate, hd = D / m->cfg.heads;
 	float *host = NULL;
 	int eos = 0, rc = -1;

@@ -174,7 +174,7 @@ int pd_t5_load(struct pd_t5 **out, const char *path, struct pd_backend *be)
 	D = m->cfg.d_model;
 	A = (int64_t)m->cfg.heads * m->cfg.d_kv;
 	F = m->cfg.d_ff;
-	ld = (struct pd_loader){ m->st, be, 0 };
+	ld = (struct pd_loader){ .st = m->st, .be = be };
 	m->block = pd_calloc((size_t)m->cfg.layers + 1, sizeof(*m->block), "the T5 encoder");
 	m->rel = pd_malloc((size_t)m->cfg.buckets * (size_t)m->cfg.heads * sizeof(float), "T5 position bias");
 	if (!m->block || !m->rel)
@@ -288,7 +288,7 @@ static void pd_t5_dump(struct pd_t5 *m, const struct pd_dump *dump, const char *
 int pd_t5_forward(struct pd_t5 *m, const int64_t *ids, int n, float *out, const struct pd_dump *dump)
 {
 	struct pd_backend *be = m->be;
-	struct pd_loader ld = { m->st, be, 0 };
+	struct pd_loader ld = { .st = m->st, .be = be };
 	int64_t D = m->cfg.d_model, A = (int64_t)m->cfg.heads * m->cfg.d_kv, F = m->cfg.d_ff, H = m->cfg.heads;
 	int64_t act_shape[3] = { 1, n, D };
 	float *host = NULL;

@@ -222,11 +222,15 @@ int pd_cmd_plan(int argc, char **argv)
 		for (int i = 1; i < n; i++)
 			if (rows[i].cost.memory_gb < rows[0].cost.memory_gb)
 				rows[0] = rows[i];
+		char enc[64] = "";
+
+		/* (the text encoders' part only when there are any) */
+		if (w.encoders_gb > 0)
+			snprintf(enc, sizeof(enc), ", or the text encoders %.1f", w.encoders_gb);
 		pd_errorf("no mesh of %d process(es) fits in %.1f GB %s: the smallest needs %.1f GB a process (weights %.1f, "
-			  "activations %.1f%s%.1f); add devices or memory, or lower the size", devices, mc.mem_gb,
+			  "activations %.1f%s); add devices or memory, or lower the size", devices, mc.mem_gb,
 			  mc.shared ? "shared by the processes" : "per device", rows[0].cost.memory_gb,
-			  rows[0].cost.weights_gb, rows[0].cost.activations_gb,
-			  w.encoders_gb > 0 ? ", or the text encoders " : "", w.encoders_gb > 0 ? w.encoders_gb : 0.0);
+			  rows[0].cost.weights_gb, rows[0].cost.activations_gb, enc);
 		goto out;
 	}
 	if (!steps) {

@@ -244,9 +244,9 @@ int pd_cmd_quantize(int argc, char **argv)
 
 		if (pd_qz_skip(t->name))
 			continue;
-		if (ty->mode != PD_QZ_PLAIN && !pd_dtype_is_float(t->dtype)) {
-			pd_errorf("%s: tensor '%s' holds integers (%s): --type %s writes float weights only", pos[0],
-				  t->name, pd_dtype_name(t->dtype), type);
+		if (ty->mode == PD_QZ_GGUF && !pd_dtype_is_float(t->dtype)) {
+			pd_errorf("%s: tensor '%s' holds integers (%s): a GGUF of --type %s takes float tensors only",
+				  pos[0], t->name, pd_dtype_name(t->dtype), type);
 			goto out;
 		}
 		f->t = t;
@@ -278,7 +278,7 @@ int pd_cmd_quantize(int argc, char **argv)
 		}
 		written++;
 	}
-	if (w && ty->mode == PD_QZ_PLAIN)
+	if (w)
 		for (int i = 0; i < st->n_meta; i++)
 			if (pd_st_writer_meta(w, st->meta_keys[i], st->meta_vals[i]))
 				goto out;

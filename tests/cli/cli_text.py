@@ -91,6 +91,33 @@ def main():
         e2 = rel(got["prompt_embeds"], ref["t5.last_hidden_state.32"]) if got else 1
         report(got is not None and max(e1, e2) <= 1e-4, "p01 through single files: %.2e %.2e %s" % (e1, e2, r.stderr.strip()[-200:]))
 
+        print("single-file encoders in fp8 (as t5xxl_fp8_e4m3fn.safetensors): kept in fp8, equal to their dequantization")
+        outs = []
+        for kind in ("fp8", "plain"):
+            files = []
+            for f in (cfile, tfile):
+                q = f.replace(".safetensors", "-fp8.safetensors")
+                if kind == "fp8":
+                    r = run("quantize", f, q, "--type", "fp8")
+                    report(r.returncode == 0, "pdit quantize %s --type fp8 %s" % (os.path.basename(f), r.stderr.strip()[-200:]))
+                    files.append(q)
+                else:
+                    d = f.replace(".safetensors", "-dq.safetensors")
+                    r = run("quantize", q, d, "--type", "f32")
+                    files.append(d)
+            o = os.path.join(tmp, "fp8-%s.safetensors" % kind)
+            r = run("encode", "--clip_l", files[0], "--t5xxl", files[1], "--tokenizer", os.path.join(TE, "tokenizer"),
+                    "--tokenizer-2", os.path.join(TE, "tokenizer_2"), "-p", json.loads(meta["prompt"]),
+                    "--max-sequence-length", 32, "--out", o)
+            report(r.returncode == 0, "encode with the %s encoders %s" % (kind, r.stderr.strip()[-200:]))
+            outs.append(te.load_st(o)[0] if r.returncode == 0 else None)
+        if outs[0] is not None and outs[1] is not None:
+            e1 = rel(outs[0]["pooled_prompt_embeds"], outs[1]["pooled_prompt_embeds"])
+            e2 = rel(outs[0]["prompt_embeds"], outs[1]["prompt_embeds"])
+            e3 = rel(outs[0]["prompt_embeds"], ref["t5.last_hidden_state.32"])
+            report(max(e1, e2) <= 1e-5 and 0 < e3 < 0.2,
+                   "fp8 encoders = their dequantized copies (%.2e %.2e), %.1e from the unquantized ones" % (e1, e2, e3))
+
         print("a FLUX.1-dev-shaped tiny folder, prompt to picture")
         m = os.path.join(tmp, "m")
         r = run("tiny", m, "--full")

@@ -63,8 +63,8 @@ struct pd_linear *pd_cpu_linear_new_q(struct pd_backend *be, int64_t n_out, int6
 	memcpy(l->blocks, blocks, bytes);
 	if (bias)
 		memcpy(l->bias_host, bias, (size_t)n_out * sizeof(float));
-	/* panels of about PD_QPANEL_BYTES, as equal as multiples of 16 allow */
-	panel = (int64_t)(PD_QPANEL_BYTES / ((size_t)n_in * elem));
+	/* panels of about qpanel_bytes, as equal as multiples of 16 allow */
+	panel = (int64_t)(CPU(be)->qpanel_bytes / ((size_t)n_in * elem));
 	panel = panel < 16 ? 16 : panel;
 	parts = (n_out + panel - 1) / panel;
 	panel = ((n_out + parts - 1) / parts + 15) / 16 * 16;

@@ -76,9 +76,7 @@ static int pd_qz_fill(void *ctx, void *dst, size_t nbytes)
 static int pd_qz_fill_q(void *ctx, void *dst, size_t nbytes)
 {
 	const struct pd_qz_fill *f = ctx;
-	const struct pd_qtype_info *q = pd_quant_info(f->q);
 	int64_t n = f->t->numel, rows = f->t->ndim > 1 ? f->t->shape[0] : 1, cols = rows ? n / rows : 0;
-	size_t rb = pd_quant_row_bytes(q, cols);
 	float *v = pd_malloc((size_t)n * sizeof(float) + 4, f->t->name);
 
 	(void)nbytes;
@@ -86,12 +84,7 @@ static int pd_qz_fill_q(void *ctx, void *dst, size_t nbytes)
 		free(v);
 		return -1;
 	}
-	if (f->via == PD_Q_F16 || f->via == PD_Q_BF16)
-		for (int64_t i = 0; i < n; i++)
-			v[i] = f->via == PD_Q_F16 ? pd_f16_to_f32(pd_f32_to_f16(v[i])) : pd_bf16_to_f32(pd_f32_to_bf16(v[i]));
-#pragma omp parallel for schedule(dynamic, 16)
-	for (int64_t r = 0; r < rows; r++)
-		pd_quant_encode(f->q, v + r * cols, (unsigned char *)dst + (size_t)r * rb, cols);
+	pd_quant_encode_rows(f->q, f->via == PD_Q_F16 || f->via == PD_Q_BF16 ? f->via : PD_Q_F32, v, rows, cols, dst);
 	free(v);
 	return 0;
 }

@@ -64,8 +64,12 @@ static struct pd_linear *pd_linear_load(struct pd_backend *be, const struct pd_s
 	if (pd_st_read_block_f32(w, s->r0, s->nr, s->c0, s->nc, hw, cols))
 		goto out;
 	if (quantize != PD_Q_F32 && be->ops->linear_new_q && pd_quant_encodes(quantize) &&
+	    !pd_st_block_format(w, &type, &scale) && s->c0 % pd_quant_info(quantize)->block_size == 0 &&
 	    cols % pd_quant_info(quantize)->block_size == 0) {
-		/* pdit --quantize: encoded as pdit quantize would, then kept */
+		/* pdit --quantize: a plain weight encoded as pdit quantize
+		 * encodes it (BF16 as it is, other floats through F16, as
+		 * ComfyUI-GGUF's convert.py), then kept; weights a file
+		 * already holds in blocks are never quantized twice */
 		const struct pd_qtype_info *q = pd_quant_info(quantize);
 
 		if (pd_mul_size((size_t)s->nr, pd_quant_row_bytes(q, cols), &n))
@@ -73,9 +77,7 @@ static struct pd_linear *pd_linear_load(struct pd_backend *be, const struct pd_s
 		blocks = pd_malloc(n ? n : 1, w->name);
 		if (!blocks)
 			goto out;
-		for (int64_t r = 0; r < s->nr; r++)
-			pd_quant_encode(quantize, hw + r * cols, (unsigned char *)blocks + (size_t)r * pd_quant_row_bytes(q, cols),
-					cols);
+		pd_quant_encode_rows(quantize, w->dtype == PD_BF16 ? PD_Q_BF16 : PD_Q_F16, hw, s->nr, cols, blocks);
 		l = be->ops->linear_new_q(be, s->nr, cols, quantize, 1.0f, blocks, hb);
 		goto made;
 	}

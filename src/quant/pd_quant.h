@@ -93,5 +93,10 @@ int pd_quant_encodes(enum pd_qtype t);
  * ggml's quantize_row_*_ref does (byte for byte); fp8 rounds to nearest
  * even and saturates at the largest finite value. */
 void pd_quant_encode(enum pd_qtype t, const float *src, void *dst, int64_t n);
+/* ROWS rows of COLS values (COLS a multiple of T's block size) encoded
+ * row after row, the rows spread over the calling thread's OpenMP
+ * threads; VIA (PD_Q_F16 or PD_Q_BF16) rounds every value to that type
+ * first, PD_Q_F32 takes them as they are. SRC is rounded in place. */
+void pd_quant_encode_rows(enum pd_qtype t, enum pd_qtype via, float *src, int64_t rows, int64_t cols, void *dst);
 
 #endif /* PD_QUANT_H */

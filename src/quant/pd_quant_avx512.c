@@ -1,6 +1,7 @@
 /*
  * pd_quant_avx512.c - AVX-512 decoders of the block formats a linear layer
- * decodes on every pass (Q8_0, Q4_0, Q4_K, Q6_K, fp8). Each lane computes
+ * decodes on every pass: every type ggml quantizes FLUX files to (Q8_0,
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q2_K ... Q6_K) and fp8. Each lane computes
  * what pd_quant.c's portable loop computes for its element: the same
  * float32 operations in the same order, no fused multiply-add, so the
  * values are the same bit for bit (the unit test compares both with ggml's).
@@ -56,6 +57,123 @@ PD_AVX512 static void pd_avx_q4_0(const uint8_t *b, float *y, int64_t nb)
 	}
 }
 
+PD_AVX512 static void pd_avx_q4_1(const uint8_t *b, float *y, int64_t nb)
+{
+	const __m512i mask = _mm512_set1_epi32(0x0F);
+
+	for (int64_t i = 0; i < nb; i++, b += 20, y += 32) {
+		const __m512 d = _mm512_set1_ps(pd_half(b)), m = _mm512_set1_ps(pd_half(b + 2));
+		__m512i q = pd_u8x16(b + 4);
+
+		_mm512_storeu_ps(y, _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(q, mask)), d), m));
+		_mm512_storeu_ps(y + 16, _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(q, 4)), d), m));
+	}
+}
+
+/* Q5's values of one block before scaling: lane j of *LO is element j,
+ * of *HI element j + 16 (the fifth bits from the u32 at QH). */
+PD_AVX512 static inline void pd_q5_lanes(const uint8_t *qh_at, const uint8_t *qs, __m512i *lo, __m512i *hi)
+{
+	const __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+	const __m512i mask = _mm512_set1_epi32(0x0F), bit = _mm512_set1_epi32(0x10);
+	uint32_t qh = (uint32_t)qh_at[0] | (uint32_t)qh_at[1] << 8 | (uint32_t)qh_at[2] << 16 | (uint32_t)qh_at[3] << 24;
+	__m512i h = _mm512_set1_epi32((int)qh), q = pd_u8x16(qs);
+	__m512i h0 = _mm512_and_si512(_mm512_slli_epi32(_mm512_srlv_epi32(h, idx), 4), bit);
+	__m512i h1 = _mm512_and_si512(_mm512_srlv_epi32(h, _mm512_add_epi32(idx, _mm512_set1_epi32(12))), bit);
+
+	*lo = _mm512_or_si512(_mm512_and_si512(q, mask), h0);
+	*hi = _mm512_or_si512(_mm512_srli_epi32(q, 4), h1);
+}
+
+PD_AVX512 static void pd_avx_q5_0(const uint8_t *b, float *y, int64_t nb)
+{
+	const __m512i k16 = _mm512_set1_epi32(16);
+
+	for (int64_t i = 0; i < nb; i++, b += 22, y += 32) {
+		const __m512 d = _mm512_set1_ps(pd_half(b));
+		__m512i lo, hi;
+
+		pd_q5_lanes(b + 2, b + 6, &lo, &hi);
+		_mm512_storeu_ps(y, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(lo, k16)), d));
+		_mm512_storeu_ps(y + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(hi, k16)), d));
+	}
+}
+
+PD_AVX512 static void pd_avx_q5_1(const uint8_t *b, float *y, int64_t nb)
+{
+	for (int64_t i = 0; i < nb; i++, b += 24, y += 32) {
+		const __m512 d = _mm512_set1_ps(pd_half(b)), m = _mm512_set1_ps(pd_half(b + 2));
+		__m512i lo, hi;
+
+		pd_q5_lanes(b + 4, b + 8, &lo, &hi);
+		_mm512_storeu_ps(y, _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(lo), d), m));
+		_mm512_storeu_ps(y + 16, _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(hi), d), m));
+	}
+}
+
+/* block_q2_K: scales[16], qs[64], d, dmin */
+PD_AVX512 static void pd_avx_q2_k(const uint8_t *b, float *y, int64_t nb)
+{
+	const __m512i three = _mm512_set1_epi32(3);
+
+	for (int64_t i = 0; i < nb; i++, b += 84) {
+		const uint8_t *sc = b, *q = b + 16;
+		const float d = pd_half(b + 80), min = pd_half(b + 82);
+		int is = 0;
+
+		for (int n = 0; n < 256; n += 128, q += 32) {
+			__m512i q0 = pd_u8x16(q), q1 = pd_u8x16(q + 16);
+
+			for (int shift = 0; shift < 8; shift += 2) {
+				for (int half = 0; half < 2; half++, y += 16) {
+					uint8_t s = sc[is++];
+					__m512 dl = _mm512_set1_ps(d * (float)(s & 0xF)), ml = _mm512_set1_ps(min * (float)(s >> 4));
+					__m512i v = _mm512_and_si512(_mm512_srli_epi32(half ? q1 : q0, (unsigned)shift), three);
+
+					_mm512_storeu_ps(y, _mm512_sub_ps(_mm512_mul_ps(dl, _mm512_cvtepi32_ps(v)), ml));
+				}
+			}
+		}
+	}
+}
+
+/* block_q3_K: hmask[32], qs[64], scales[12], d */
+PD_AVX512 static void pd_avx_q3_k(const uint8_t *b, float *y, int64_t nb)
+{
+	const __m512i three = _mm512_set1_epi32(3), four = _mm512_set1_epi32(4), zero = _mm512_setzero_si512();
+
+	for (int64_t i = 0; i < nb; i++, b += 110) {
+		const uint8_t *hm = b, *q = b + 32, *s = b + 96;
+		const float d_all = pd_half(b + 108);
+		__m512i h0 = pd_u8x16(hm), h1 = pd_u8x16(hm + 16);
+		int8_t scales[16];
+		int m = 1, is = 0;
+
+		for (int k = 0; k < 4; k++) {
+			scales[k] = (int8_t)((s[k] & 15) | (s[8 + k] & 3) << 4);
+			scales[4 + k] = (int8_t)((s[4 + k] & 15) | ((s[8 + k] >> 2) & 3) << 4);
+			scales[8 + k] = (int8_t)((s[k] >> 4) | ((s[8 + k] >> 4) & 3) << 4);
+			scales[12 + k] = (int8_t)((s[4 + k] >> 4) | ((s[8 + k] >> 6) & 3) << 4);
+		}
+		for (int n = 0; n < 256; n += 128, q += 32) {
+			__m512i q0 = pd_u8x16(q), q1 = pd_u8x16(q + 16);
+
+			for (int shift = 0; shift < 8; shift += 2, m <<= 1) {
+				for (int half = 0; half < 2; half++, y += 16) {
+					__m512 dl = _mm512_set1_ps(d_all * (float)(scales[is++] - 32));
+					__m512i v = _mm512_and_si512(_mm512_srli_epi32(half ? q1 : q0, (unsigned)shift), three);
+					/* minus 4 where the high bit is clear */
+					__mmask16 clear = _mm512_cmpeq_epi32_mask(_mm512_and_si512(half ? h1 : h0,
+												   _mm512_set1_epi32(m)), zero);
+
+					v = _mm512_mask_sub_epi32(v, clear, v, four);
+					_mm512_storeu_ps(y, _mm512_mul_ps(dl, _mm512_cvtepi32_ps(v)));
+				}
+			}
+		}
+	}
+}
+
 /* ggml's get_scale_min_k4, as in pd_quant.c. */
 static inline void pd_scale_min(int j, const uint8_t *q, int *d, int *m)
 {
@@ -93,6 +211,40 @@ PD_AVX512 static void pd_avx_q4_k(const uint8_t *b, float *y, int64_t nb)
 
 				_mm512_storeu_ps(y + l, _mm512_sub_ps(_mm512_mul_ps(d1, lo), m1));
 				_mm512_storeu_ps(y + 32 + l, _mm512_sub_ps(_mm512_mul_ps(d2, hi), m2));
+			}
+		}
+	}
+}
+
+/* block_q5_K: d, dmin, scales[12], qh[32], qs[128] */
+PD_AVX512 static void pd_avx_q5_k(const uint8_t *b, float *y, int64_t nb)
+{
+	const __m512i mask = _mm512_set1_epi32(0x0F), k16 = _mm512_set1_epi32(16), zero = _mm512_setzero_si512();
+
+	for (int64_t i = 0; i < nb; i++, b += 176) {
+		const float d = pd_half(b), min = pd_half(b + 2);
+		const uint8_t *scales = b + 4, *qh = b + 16, *ql = b + 48;
+		int u1 = 1, u2 = 2;
+
+		for (int is = 0; is < 8; is += 2, ql += 32, y += 64, u1 <<= 2, u2 <<= 2) {
+			int sc, m;
+			__m512 d1, m1, d2, m2;
+
+			pd_scale_min(is, scales, &sc, &m);
+			d1 = _mm512_set1_ps(d * (float)sc);
+			m1 = _mm512_set1_ps(min * (float)m);
+			pd_scale_min(is + 1, scales, &sc, &m);
+			d2 = _mm512_set1_ps(d * (float)sc);
+			m2 = _mm512_set1_ps(min * (float)m);
+			for (int l = 0; l < 32; l += 16) {
+				__m512i v = pd_u8x16(ql + l), h = pd_u8x16(qh + l);
+				__mmask16 b1 = _mm512_cmpneq_epi32_mask(_mm512_and_si512(h, _mm512_set1_epi32(u1)), zero);
+				__mmask16 b2 = _mm512_cmpneq_epi32_mask(_mm512_and_si512(h, _mm512_set1_epi32(u2)), zero);
+				__m512i lo = _mm512_mask_add_epi32(_mm512_and_si512(v, mask), b1, _mm512_and_si512(v, mask), k16);
+				__m512i hi = _mm512_mask_add_epi32(_mm512_srli_epi32(v, 4), b2, _mm512_srli_epi32(v, 4), k16);
+
+				_mm512_storeu_ps(y + l, _mm512_sub_ps(_mm512_mul_ps(d1, _mm512_cvtepi32_ps(lo)), m1));
+				_mm512_storeu_ps(y + 32 + l, _mm512_sub_ps(_mm512_mul_ps(d2, _mm512_cvtepi32_ps(hi)), m2));
 			}
 		}
 	}
@@ -170,8 +322,9 @@ static int pd_quant_cpu_ok(void)
 
 	/* a benign race: every thread computes the same answer */
 	if (has < 0)
+		/* every AVX-512F CPU has F16C (and older compilers cannot ask) */
 		has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-		      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
+		      __builtin_cpu_supports("avx512vl");
 	return has;
 }
 
@@ -179,8 +332,13 @@ int pd_quant_avx512_has(enum pd_qtype t)
 {
 	if (!pd_quant_cpu_ok())
 		return 0;
-	return t == PD_Q_Q8_0 || t == PD_Q_Q4_0 || t == PD_Q_Q4_K || t == PD_Q_Q6_K || t == PD_Q_F8_E4M3 ||
-	       t == PD_Q_F8_E5M2;
+	switch (t) {
+	case PD_Q_Q8_0: case PD_Q_Q4_0: case PD_Q_Q4_1: case PD_Q_Q5_0: case PD_Q_Q5_1: case PD_Q_Q2_K:
+	case PD_Q_Q3_K: case PD_Q_Q4_K: case PD_Q_Q5_K: case PD_Q_Q6_K: case PD_Q_F8_E4M3: case PD_Q_F8_E5M2:
+		return 1;
+	default:
+		return 0;
+	}
 }
 
 int pd_quant_decode_avx512(enum pd_qtype t, const void *src, float *dst, int64_t n)
@@ -196,8 +354,26 @@ int pd_quant_decode_avx512(enum pd_qtype t, const void *src, float *dst, int64_t
 	case PD_Q_Q4_0:
 		pd_avx_q4_0(src, dst, n / q->block_size);
 		break;
+	case PD_Q_Q4_1:
+		pd_avx_q4_1(src, dst, n / q->block_size);
+		break;
+	case PD_Q_Q5_0:
+		pd_avx_q5_0(src, dst, n / q->block_size);
+		break;
+	case PD_Q_Q5_1:
+		pd_avx_q5_1(src, dst, n / q->block_size);
+		break;
+	case PD_Q_Q2_K:
+		pd_avx_q2_k(src, dst, n / q->block_size);
+		break;
+	case PD_Q_Q3_K:
+		pd_avx_q3_k(src, dst, n / q->block_size);
+		break;
 	case PD_Q_Q4_K:
 		pd_avx_q4_k(src, dst, n / q->block_size);
+		break;
+	case PD_Q_Q5_K:
+		pd_avx_q5_k(src, dst, n / q->block_size);
 		break;
 	case PD_Q_Q6_K:
 		pd_avx_q6_k(src, dst, n / q->block_size);

@@ -358,6 +358,21 @@ static uint8_t pd_f32_to_fp8(float v, const float *table, int e5m2)
 	return (uint8_t)(sign | hi);
 }
 
+void pd_quant_encode_rows(enum pd_qtype t, enum pd_qtype via, float *src, int64_t rows, int64_t cols, void *dst)
+{
+	size_t rb = pd_quant_row_bytes(pd_quant_info(t), cols);
+
+	/* encoding K-types is the slow part of writing a GGUF: rows in parallel */
+#pragma omp parallel for schedule(dynamic, 16)
+	for (int64_t r = 0; r < rows; r++) {
+		float *v = src + r * cols;
+
+		for (int64_t i = 0; via != PD_Q_F32 && i < cols; i++)
+			v[i] = via == PD_Q_F16 ? pd_f16_to_f32(pd_f32_to_f16(v[i])) : pd_bf16_to_f32(pd_f32_to_bf16(v[i]));
+		pd_quant_encode(t, v, (unsigned char *)dst + (size_t)r * rb, cols);
+	}
+}
+
 int pd_quant_parse(const char *name, enum pd_qtype *t)
 {
 	if (strcasecmp(name, "fp8") == 0 || strcasecmp(name, "f8_e4m3fn") == 0 || strcasecmp(name, "f8_e4m3") == 0) {

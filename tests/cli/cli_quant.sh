@@ -54,12 +54,13 @@ done
 	{ cat "$tmp/err"; bad "quantize --type q3_k"; }
 
 # pdit quantize to GGUF and fp8 from the BF16 BFL checkpoint the golden
-# files were made from (the tiny FLUX renamed and rounded by a plain
-# script): ComfyUI-GGUF's Q8_0 and Q4_K_S files, every byte; the fp8
-# file's codes
+# files were made from (the tiny FLUX renamed by tests/lib/bfl_convert.py,
+# rounded to BF16): ComfyUI-GGUF's Q8_0 and Q4_K_S files, every byte; the
+# fp8 file's codes
 fg=$(dirname "$q")/../flux-tiny
-"$py" "$(dirname "$0")/flux_to_bfl.py" "$fg/transformer-dev/diffusion_pytorch_model.safetensors" "$tmp/bfl.safetensors" \
-	> /dev/null || bad "flux_to_bfl.py"
+"$py" "$(dirname "$0")/../lib/bfl_convert.py" transformer "$fg/transformer-dev" "$tmp/bfl32.safetensors" > /dev/null &&
+	"$pdit" quantize "$tmp/bfl32.safetensors" "$tmp/bfl.safetensors" --type bf16 > /dev/null 2>&1 ||
+	bad "the BF16 BFL checkpoint"
 for v in q8_0:flux-tiny-dev-Q8_0.gguf q4_k:flux-tiny-dev-Q4_K_S.gguf; do
 	"$pdit" quantize "$tmp/bfl.safetensors" "$tmp/${v%%:*}.gguf" --type "${v%%:*}" 2> "$tmp/err" &&
 		cmp "$tmp/${v%%:*}.gguf" "$q/${v#*:}" && ok "quantize --type ${v%%:*}: ${v#*:} byte for byte" ||

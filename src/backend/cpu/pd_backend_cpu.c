@@ -202,9 +202,9 @@ int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threa
 		      __builtin_cpu_supports("avx512vl") && !getenv("PDIT_NO_AVX512");
 #endif
 	/* PDIT_QPANEL_MB lets the tests cut small weights into many panels */
-	cpu->qpanel_bytes = getenv("PDIT_QPANEL_MB") ? (size_t)atoi(getenv("PDIT_QPANEL_MB")) << 20 : PD_QPANEL_BYTES;
-	if (cpu->qpanel_bytes == 0)
-		cpu->qpanel_bytes = PD_QPANEL_BYTES;
+	cpu->qpanel_bytes = PD_QPANEL_BYTES;
+	if (getenv("PDIT_QPANEL_MB") && atoi(getenv("PDIT_QPANEL_MB")) > 0 && atoi(getenv("PDIT_QPANEL_MB")) < 4096)
+		cpu->qpanel_bytes = (size_t)atoi(getenv("PDIT_QPANEL_MB")) << 20;
 	if (dnnl_engine_create(&cpu->eng, dnnl_cpu, 0) != dnnl_success ||
 	    dnnl_stream_create(&cpu->stream, cpu->eng, dnnl_stream_default_flags) != dnnl_success) {
 		pd_cpu_destroy(&cpu->be);

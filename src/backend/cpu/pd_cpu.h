@@ -23,10 +23,10 @@
 /* Quantized linear layers: up to this many rows take the decode-and-dot
  * kernel (the modulation's one row per picture); more decode a panel of
  * output rows at a time for a oneDNN product, whose scratch is about
- * PD_QPANEL_BYTES (large panels keep oneDNN's per-call costs small: 32 MB
- * measured 1-3% faster than 12 MB at FLUX's widths). */
+ * PD_QPANEL_BYTES (32 MB measured 1-3% faster at FLUX's widths, and cost
+ * 20 MB more than the memory bound of the issue allows at 1024²). */
 #define PD_QDOT_ROWS 8
-#define PD_QPANEL_BYTES (32u << 20)
+#define PD_QPANEL_BYTES (12u << 20)
 /* Plain matrix products (attention) with operands given per call. */
 #define PD_GEMM_CACHE 32
 

@@ -32,7 +32,7 @@ static const char pd_quantize_usage[] =
 	"                      tensors and marker left out); metadata kept\n"
 	"  q8_0, q4_0, q4_1,   a GGUF as ComfyUI-GGUF makes flux1-dev-Q8_0.gguf: 2-D weights\n"
 	"  q5_0, q5_1, q4_k    of the blocks in T, quantized as ggml does (q4_k: Q4_K_S;\n"
-	"                      rows not a multiple of 256 stay F16), except the input and\n"
+	"                      rows not a multiple of 256 become F16), except the input and\n"
 	"                      output layers (img_in, txt_in, time_in, vector_in,\n"
 	"                      guidance_in, final_layer); other tensors F16, BF16 from a\n"
 	"                      BF16 file, 1-D and small ones F32; a model.diffusion_model.\n"
@@ -46,7 +46,15 @@ static const char pd_quantize_examples[] =
 	"  pdit quantize flux1-dev-Q8_0.gguf flux1-dev-dequant.safetensors --type bf16\n"
 	"  pdit inspect flux1-dev-Q8_0.gguf\n";
 
+/* Progress of a long conversion (FLUX.1-dev to Q4_K takes minutes). */
+struct pd_qz_progress {
+	double total, done;             /* elements of all tensors, and written */
+	int shown;                      /* tenths reported */
+	double t0;                      /* when writing began */
+};
+
 struct pd_qz_fill {
+	struct pd_qz_progress *p;       /* shared progress */
 	const struct pd_st_tensor *t;   /* the tensor read */
 	enum pd_dtype out;              /* the type written (plain safetensors) */
 	enum pd_qtype via;              /* GGUF and fp8: rounded to this type first (F32: as read) */
@@ -86,6 +94,11 @@ static int pd_qz_fill_q(void *ctx, void *dst, size_t nbytes)
 	}
 	pd_quant_encode_rows(f->q, f->via == PD_Q_F16 || f->via == PD_Q_BF16 ? f->via : PD_Q_F32, v, rows, cols, dst);
 	free(v);
+	f->p->done += (double)n;
+	while (f->p->total > 0 && f->p->shown < 9 && f->p->done >= (f->p->shown + 1) * f->p->total / 10) {
+		f->p->shown++;
+		pd_log(1, "pdit: quantize: %d%% (%.0f s)\n", 10 * f->p->shown, pd_now() - f->p->t0);
+	}
 	return 0;
 }
 
@@ -178,6 +191,7 @@ int pd_cmd_quantize(int argc, char **argv)
 		{ 0 },
 	};
 	const struct pd_qz_type *ty = NULL;
+	struct pd_qz_progress progress = { .t0 = pd_now() };
 	struct pd_st *st = NULL;
 	struct pd_st_writer *w = NULL;
 	struct pd_gguf_writer *gw = NULL;
@@ -243,6 +257,9 @@ int pd_cmd_quantize(int argc, char **argv)
 			goto out;
 		}
 		f->t = t;
+		f->p = &progress;
+		if (ty->mode != PD_QZ_PLAIN && pd_dtype_is_float(t->dtype))
+			progress.total += (double)t->numel;
 		if (ty->mode == PD_QZ_GGUF) {
 			int64_t one = 1;
 

@@ -150,6 +150,8 @@ void pd_cpu_copy2d(struct pd_backend *be, float *dst, int64_t ldd, const float *
 struct pd_linear *pd_cpu_linear_new(struct pd_backend *be, int64_t n_out, int64_t n_in, const float *w,
 				    int64_t ldw, const float *bias);
 void pd_cpu_linear_free(struct pd_backend *be, struct pd_linear *l);
+/* A zeroed linear layer of that shape (NULL with the backend failed). */
+struct pd_linear *pd_cpu_linear_alloc(struct pd_backend *be, int64_t n_out, int64_t n_in);
 struct pd_linear *pd_cpu_linear_new_q(struct pd_backend *be, int64_t n_out, int64_t n_in, enum pd_qtype t,
 				      float scale, const void *blocks, const float *bias);
 void pd_cpu_linear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,

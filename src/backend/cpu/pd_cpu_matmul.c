@@ -125,6 +125,22 @@ out:
 	return rc;
 }
 
+struct pd_linear *pd_cpu_linear_alloc(struct pd_backend *be, int64_t n_out, int64_t n_in)
+{
+	struct pd_linear *l;
+
+	if (be->failed)
+		return NULL;
+	l = calloc(1, sizeof(*l));
+	if (!l) {
+		pd_backend_fail(be, "out of memory");
+		return NULL;
+	}
+	l->n_out = n_out;
+	l->n_in = n_in;
+	return l;
+}
+
 struct pd_linear *pd_cpu_linear_new(struct pd_backend *be, int64_t n_out, int64_t n_in, const float *w,
 				    int64_t ldw, const float *bias)
 {
@@ -140,15 +156,9 @@ struct pd_linear *pd_cpu_linear_new(struct pd_backend *be, int64_t n_out, int64_
 	dnnl_data_type_t dt = pd_cpu_mm_type(be);
 	int ok = 0;
 
-	if (be->failed)
+	l = pd_cpu_linear_alloc(be, n_out, n_in);
+	if (!l)
 		return NULL;
-	l = calloc(1, sizeof(*l));
-	if (!l) {
-		pd_backend_fail(be, "out of memory");
-		return NULL;
-	}
-	l->n_out = n_out;
-	l->n_in = n_in;
 	DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&a_md, 2, ad, dt, dnnl_ab), out);
 	DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&w_any, 2, wd, dt, dnnl_format_tag_any), out);
 	DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&c_md, 2, cd, dnnl_f32, dnnl_ab), out);

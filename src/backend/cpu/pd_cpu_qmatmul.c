@@ -40,13 +40,9 @@ struct pd_linear *pd_cpu_linear_new_q(struct pd_backend *be, int64_t n_out, int6
 				q ? q->name : "an unknown format");
 		return NULL;
 	}
-	l = calloc(1, sizeof(*l));
-	if (!l) {
-		pd_backend_fail(be, "out of memory");
+	l = pd_cpu_linear_alloc(be, n_out, n_in);
+	if (!l)
 		return NULL;
-	}
-	l->n_out = n_out;
-	l->n_in = n_in;
 	l->q = q;
 	l->qtype = t;
 	l->scale = scale;

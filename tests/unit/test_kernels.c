@@ -188,7 +188,10 @@ static void test_qlinear(struct pd_backend *be, int bf16, int big)
 					       PD_Q_Q3_K, PD_Q_Q4_K, PD_Q_Q5_K, PD_Q_Q6_K, PD_Q_F8_E4M3, PD_Q_F8_E5M2 };
 	enum pd_qtype t = types[rnd_int(0, (int)(sizeof(types) / sizeof(types[0])) - 1)];
 	const struct pd_qtype_info *q = pd_quant_info(t);
-	int K = q->block_size * (big ? rnd_int(4096, 4600) / q->block_size : rnd_int(1, q->block_size == 1 ? 200 : 4));
+	/* big in f32: 4096+ inputs (panels written in place); in bf16: 8192+
+	 * (panels through the dense scratch, PD_QDENSE_IN) */
+	int K = q->block_size * (big ? (bf16 ? rnd_int(8192, 8704) : rnd_int(4096, 4600)) / q->block_size
+				     : rnd_int(1, q->block_size == 1 ? 200 : 4));
 	int N = big ? rnd_int(300, 700) : rnd_int(1, 150);
 	int M = rnd_int(0, 1) ? rnd_int(1, PD_QDOT_ROWS_TEST) : rnd_int(PD_QDOT_ROWS_TEST + 1, big ? 12 : 70);
 	int ldx = K + rnd_int(0, 5), ldy = N + rnd_int(0, 5);

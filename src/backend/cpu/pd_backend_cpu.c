@@ -122,6 +122,7 @@ void pd_cpu_destroy(struct pd_backend *be)
 	free(cpu->scratch);
 	free(cpu->abf);
 	free(cpu->qpanel);
+	free(cpu->qout);
 	free(cpu->qrow);
 	free(cpu);
 }

@@ -26,6 +26,13 @@
  * PD_QPANEL_BYTES (32 MB measured 1-3% faster at FLUX's widths, and cost
  * 20 MB more than the memory bound of the issue allows at 1024²). */
 #define PD_QDOT_ROWS 8
+/* Up to this many rows, and with inputs this wide, a panel's product goes
+ * to a dense scratch and is copied out: oneDNN's product into a strided
+ * output was measured 12% slower at 512 rows and 12288 inputs (the text
+ * stream's MLP), no slower above 1536 rows; with 3072 inputs the copy
+ * costs more than it saves. */
+#define PD_QDENSE_ROWS 1024
+#define PD_QDENSE_IN 8192
 #define PD_QPANEL_BYTES (12u << 20)
 /* Plain matrix products (attention) with operands given per call. */
 #define PD_GEMM_CACHE 32
@@ -51,6 +58,8 @@ struct pd_cpu {
 	size_t abf_cap;                 /* its capacity in elements */
 	void *qpanel;                   /* decoded output rows of a quantized weight (bf16 or f32) */
 	size_t qpanel_cap;              /* its capacity in elements */
+	float *qout;                    /* a panel's product, dense [rows, panel], for few rows */
+	size_t qout_cap;                /* its capacity in floats */
 	float *qrow;                    /* one decoded row per thread */
 	size_t qrow_cap;                /* its capacity in floats */
 	int avx512;                     /* the CPU has AVX-512 F/BW/VL (softmax kernel, decoders) */

@@ -288,6 +288,7 @@ void pd_cpu_qlinear(struct pd_backend *be, struct pd_linear *l, const float *x, 
 	struct pd_cpu *cpu = CPU(be);
 	int bf16 = be->compute == PD_BF16, nt = omp_get_max_threads();
 	int bias = !(flags & PD_LIN_NO_BIAS) && l->bias_host;
+	int dense = rows <= PD_QDENSE_ROWS && l->n_in >= PD_QDENSE_IN && l->panel < l->n_out;
 	const void *src = x;
 
 	if (rows <= PD_QDOT_ROWS) {
@@ -303,16 +304,20 @@ void pd_cpu_qlinear(struct pd_backend *be, struct pd_linear *l, const float *x, 
 		pd_cpu_to_bf16(cpu->bf16, x, rows, l->n_in, ldx);
 		src = cpu->bf16;
 	}
+	if (dense && pd_cpu_grow(be, (void **)&cpu->qout, &cpu->qout_cap, (size_t)(rows * l->panel), sizeof(float)))
+		return;
 	for (int64_t j0 = 0; j0 < l->n_out; j0 += l->panel) {
 		int64_t n = l->n_out - j0 < l->panel ? l->n_out - j0 : l->panel;
-		struct pd_mm *mm = pd_cpu_mm_get(be, l, rows, n, ldx, ldy, flags);
+		struct pd_mm *mm = pd_cpu_mm_get(be, l, rows, n, ldx, dense ? n : ldy, flags);
 		dnnl_exec_arg_t args[4];
 
 		if (!mm)
 			return;
 		pd_q_panel(be, l, j0, n, nt);
+		if (dense && (flags & PD_LIN_ACCUMULATE))
+			pd_cpu_copy2d(be, cpu->qout, n, y + j0, ldy, rows, n);
 		DNNL_TRY(be, dnnl_memory_set_data_handle(mm->src, (void *)src), fail);
-		DNNL_TRY(be, dnnl_memory_set_data_handle(mm->dst, y + j0), fail);
+		DNNL_TRY(be, dnnl_memory_set_data_handle(mm->dst, dense ? cpu->qout : y + j0), fail);
 		DNNL_TRY(be, dnnl_memory_set_data_handle(mm->w, cpu->qpanel), fail);
 		args[0] = (dnnl_exec_arg_t){ DNNL_ARG_SRC, mm->src };
 		args[1] = (dnnl_exec_arg_t){ DNNL_ARG_WEIGHTS, mm->w };
@@ -323,6 +328,8 @@ void pd_cpu_qlinear(struct pd_backend *be, struct pd_linear *l, const float *x, 
 		}
 		DNNL_TRY(be, dnnl_primitive_execute(mm->prim, cpu->stream, bias ? 4 : 3, args), fail);
 		DNNL_TRY(be, dnnl_stream_wait(cpu->stream), fail);
+		if (dense)
+			pd_cpu_copy2d(be, y + j0, ldy, cpu->qout, n, rows, n);
 	}
 fail:
 	return;

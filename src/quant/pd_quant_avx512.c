@@ -328,17 +328,19 @@ static int pd_quant_cpu_ok(void)
 	return has;
 }
 
+/* The block types' kernels, by ggml id. */
+static void (*const pd_avx_blocks[PD_Q_COUNT])(const uint8_t *, float *, int64_t) = {
+	[PD_Q_Q8_0] = pd_avx_q8_0, [PD_Q_Q4_0] = pd_avx_q4_0, [PD_Q_Q4_1] = pd_avx_q4_1,
+	[PD_Q_Q5_0] = pd_avx_q5_0, [PD_Q_Q5_1] = pd_avx_q5_1, [PD_Q_Q2_K] = pd_avx_q2_k,
+	[PD_Q_Q3_K] = pd_avx_q3_k, [PD_Q_Q4_K] = pd_avx_q4_k, [PD_Q_Q5_K] = pd_avx_q5_k,
+	[PD_Q_Q6_K] = pd_avx_q6_k,
+};
+
 int pd_quant_avx512_has(enum pd_qtype t)
 {
 	if (!pd_quant_cpu_ok())
 		return 0;
-	switch (t) {
-	case PD_Q_Q8_0: case PD_Q_Q4_0: case PD_Q_Q4_1: case PD_Q_Q5_0: case PD_Q_Q5_1: case PD_Q_Q2_K:
-	case PD_Q_Q3_K: case PD_Q_Q4_K: case PD_Q_Q5_K: case PD_Q_Q6_K: case PD_Q_F8_E4M3: case PD_Q_F8_E5M2:
-		return 1;
-	default:
-		return 0;
-	}
+	return t == PD_Q_F8_E4M3 || t == PD_Q_F8_E5M2 || ((int)t >= 0 && t < PD_Q_COUNT && pd_avx_blocks[t]);
 }
 
 int pd_quant_decode_avx512(enum pd_qtype t, const void *src, float *dst, int64_t n)
@@ -347,44 +349,10 @@ int pd_quant_decode_avx512(enum pd_qtype t, const void *src, float *dst, int64_t
 
 	if (!q || !pd_quant_avx512_has(t))
 		return -1;
-	switch (t) {
-	case PD_Q_Q8_0:
-		pd_avx_q8_0(src, dst, n / q->block_size);
-		break;
-	case PD_Q_Q4_0:
-		pd_avx_q4_0(src, dst, n / q->block_size);
-		break;
-	case PD_Q_Q4_1:
-		pd_avx_q4_1(src, dst, n / q->block_size);
-		break;
-	case PD_Q_Q5_0:
-		pd_avx_q5_0(src, dst, n / q->block_size);
-		break;
-	case PD_Q_Q5_1:
-		pd_avx_q5_1(src, dst, n / q->block_size);
-		break;
-	case PD_Q_Q2_K:
-		pd_avx_q2_k(src, dst, n / q->block_size);
-		break;
-	case PD_Q_Q3_K:
-		pd_avx_q3_k(src, dst, n / q->block_size);
-		break;
-	case PD_Q_Q4_K:
-		pd_avx_q4_k(src, dst, n / q->block_size);
-		break;
-	case PD_Q_Q5_K:
-		pd_avx_q5_k(src, dst, n / q->block_size);
-		break;
-	case PD_Q_Q6_K:
-		pd_avx_q6_k(src, dst, n / q->block_size);
-		break;
-	case PD_Q_F8_E4M3:
-	case PD_Q_F8_E5M2:
+	if (t == PD_Q_F8_E4M3 || t == PD_Q_F8_E5M2)
 		pd_avx_fp8(t == PD_Q_F8_E5M2, src, dst, n);
-		break;
-	default:
-		return -1;
-	}
+	else
+		pd_avx_blocks[t](src, dst, n / q->block_size);
 	return 0;
 }
 

@@ -90,6 +90,33 @@ static double gelu_tanh(double x)
 	return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
 }
 
+/* The reference of a linear layer in double: y = x W^T (+ b), inputs and
+ * weights rounded to bf16 first with BF16; then as oneDNN's post-ops: the
+ * START values added (PD_LIN_ACCUMULATE), GELU. */
+static void ref_linear(double *ref, const float *x, int ldx, const float *w, int ldw, const float *b,
+		       const float *start, int M, int K, int N, int bf16, int flags)
+{
+	for (int r = 0; r < M; r++) {
+		for (int n = 0; n < N; n++) {
+			double s = 0;
+
+			for (int k = 0; k < K; k++) {
+				double xv = bf16 ? bf16_round(x[(size_t)r * ldx + k]) : x[(size_t)r * ldx + k];
+				double wv = bf16 ? bf16_round(w[(size_t)n * ldw + k]) : w[(size_t)n * ldw + k];
+
+				s += xv * wv;
+			}
+			if (!(flags & PD_LIN_NO_BIAS))
+				s += b[n];
+			if (flags & PD_LIN_ACCUMULATE)
+				s += start[(size_t)r * N + n];
+			if (flags & PD_LIN_GELU_TANH)
+				s = gelu_tanh(s);
+			ref[(size_t)r * N + n] = s;
+		}
+	}
+}
+
 static void test_linear(struct pd_backend *be, int bf16)
 {
 	int M = rnd_int(1, 70), K = rnd_int(1, 200), N = rnd_int(1, 150);
@@ -112,25 +139,7 @@ static void test_linear(struct pd_backend *be, int bf16)
 			for (int r = 0; r < M; r++)
 				memcpy(y + (size_t)r * ldy, start + (size_t)r * N, sizeof(float) * (size_t)N);
 		be->ops->linear(be, l, x, ldx, M, y, ldy, flags);
-		for (int r = 0; r < M; r++) {
-			for (int n = 0; n < N; n++) {
-				double s = 0;
-
-				for (int k = 0; k < K; k++) {
-					double xv = bf16 ? bf16_round(x[r * ldx + k]) : x[r * ldx + k];
-					double wv = bf16 ? bf16_round(w[n * ldw + k]) : w[n * ldw + k];
-
-					s += xv * wv;
-				}
-				if (!(flags & PD_LIN_NO_BIAS))
-					s += b[n];
-				if (flags & PD_LIN_GELU_TANH)
-					s = gelu_tanh(s);
-				if (flags & PD_LIN_ACCUMULATE)
-					s += start[r * N + n];
-				ref[r * N + n] = s;
-			}
-		}
+		ref_linear(ref, x, ldx, w, ldw, b, start, M, K, N, bf16, flags);
 		snprintf(what, sizeof(what), "linear %s M=%d K=%d N=%d flags=%d", bf16 ? "bf16" : "f32", M, K, N, flags);
 		check_view(what, y, ref, M, N, ldy, bf16 ? 2e-5 : TOL);
 		free(y);
@@ -219,25 +228,7 @@ static void test_qlinear(struct pd_backend *be, int bf16, int big)
 			for (int r = 0; r < M; r++)
 				memcpy(y + (size_t)r * ldy, start + (size_t)r * N, sizeof(float) * (size_t)N);
 		be->ops->linear(be, l, x, ldx, M, y, ldy, flags);
-		for (int r = 0; r < M; r++) {
-			for (int n = 0; n < N; n++) {
-				double s = 0;
-
-				for (int k = 0; k < K; k++) {
-					double xv = bf16 ? bf16_round(x[r * ldx + k]) : x[r * ldx + k];
-					double wv = bf16 ? bf16_round(w[(size_t)n * K + k]) : w[(size_t)n * K + k];
-
-					s += xv * wv;
-				}
-				if (!(flags & PD_LIN_NO_BIAS))
-					s += b[n];
-				if (flags & PD_LIN_ACCUMULATE)
-					s += start[r * N + n];
-				if (flags & PD_LIN_GELU_TANH)
-					s = gelu_tanh(s);
-				ref[r * N + n] = s;
-			}
-		}
+		ref_linear(ref, x, ldx, w, K, b, start, M, K, N, bf16, flags);
 		snprintf(what, sizeof(what), "quantized linear %s %s M=%d K=%d N=%d flags=%d", q->name,
 			 bf16 ? "bf16" : "f32", M, K, N, flags);
 		check_view(what, y, ref, M, N, ldy, bf16 ? 2e-5 : TOL);

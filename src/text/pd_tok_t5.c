@@ -123,6 +123,15 @@ static int pd_t5_piece(struct pd_t5_tok *t, const uint8_t *d, size_t n, int id, 
 	}
 	if (t->type[id] == 2)
 		t->unk = id;
+	/* byte pieces "<0xNN>" (type 6): what an unknown character becomes
+	 * with byte fallback */
+	if (t->type[id] == 6 && plen == 6 && memcmp(piece, "<0x", 3) == 0 && piece[5] == '>') {
+		unsigned v;
+		char hex[3] = { (char)piece[3], (char)piece[4], 0 };
+
+		if (sscanf(hex, "%2x", &v) == 1)
+			t->byte_id[v & 255] = id;
+	}
 	if (plen == 4 && memcmp(piece, "</s>", 4) == 0)
 		t->eos = id;
 	if (plen == 5 && memcmp(piece, "<pad>", 5) == 0)
@@ -185,6 +194,8 @@ int pd_t5_tok_load(struct pd_t5_tok *t, const char *path_in)
 	t->eos = 1;
 	t->pad = 0;
 	t->add_dummy_prefix = t->remove_extra_whitespaces = t->escape_whitespaces = 1;
+	for (int b = 0; b < 256; b++)
+		t->byte_id[b] = -1;
 	if (!path || pd_read_file(path, 256u << 20, &blob, &n))
 		goto out;
 	/* ModelProto { pieces = 1; trainer_spec = 2; normalizer_spec = 3 }:
@@ -219,6 +230,8 @@ int pd_t5_tok_load(struct pd_t5_tok *t, const char *path_in)
 					pd_errorf("%s: model type %d, not unigram", path, (int)v2);
 					goto out;
 				}
+				if (f2 == 35 && w2 == 0)
+					t->byte_fallback = v2 != 0;
 				if (w2 == 0 && (f2 == 40 || f2 == 42 || f2 == 43) && (int64_t)(int32_t)v2 >= 0 &&
 				    (int32_t)v2 < t->n_pieces)
 					*(f2 == 40 ? &t->unk : f2 == 42 ? &t->eos : &t->pad) = (int32_t)v2;
@@ -232,6 +245,11 @@ int pd_t5_tok_load(struct pd_t5_tok *t, const char *path_in)
 		pd_errorf("%s: no normal pieces", path);
 		goto out;
 	}
+	for (int b = 0; t->byte_fallback && b < 256; b++)
+		if (t->byte_id[b] < 0) {
+			pd_errorf("%s: byte fallback without the piece <0x%02X>", path, b);
+			goto out;
+		}
 	rc = 0;
 out:
 	free(blob);
@@ -445,9 +463,10 @@ int pd_t5_tok_encode(const struct pd_t5_tok *t, const char *text, int32_t **ids_
 		}
 		i += (size_t)mb;
 	}
-	/* back from the end, then reverse; runs of <unk> become one */
+	/* back from the end, then reverse (the ends of the pieces, in place
+	 * of their ids: an unknown piece needs its bytes) */
 	for (size_t e = n; e > 0; e = (size_t)best[e].start)
-		ids[count++] = best[e].id;
+		ids[count++] = (int32_t)e;
 	for (size_t i = 0; i < count / 2; i++) {
 		int32_t x = ids[i];
 
@@ -455,11 +474,32 @@ int pd_t5_tok_encode(const struct pd_t5_tok *t, const char *text, int32_t **ids_
 		ids[count - 1 - i] = x;
 	}
 	{
-		size_t w = 0;
+		/* with byte fallback an unknown piece becomes the pieces of its
+		 * UTF-8 bytes (sentencepiece_processor.cc), else runs of
+		 * <unk> become one */
+		size_t w = 0, bytes = 0;
+		int32_t *out;
 
-		for (size_t i = 0; i < count; i++)
-			if (!(ids[i] == t->unk && w > 0 && ids[w - 1] == t->unk))
-				ids[w++] = ids[i];
+		for (size_t i = 0; i < count; i++) {
+			size_t e = (size_t)ids[i];
+
+			bytes += best[e].id == t->unk && t->byte_fallback ? e - (size_t)best[e].start : 1;
+		}
+		out = pd_malloc((bytes + 1) * sizeof(int32_t), "tokenizing");
+		if (!out)
+			goto out;
+		for (size_t i = 0; i < count; i++) {
+			size_t e = (size_t)ids[i];
+			int32_t id = best[e].id;
+
+			if (id == t->unk && t->byte_fallback)
+				for (size_t k = (size_t)best[e].start; k < e; k++)
+					out[w++] = t->byte_id[(unsigned char)s[k]];
+			else if (!(id == t->unk && w > 0 && out[w - 1] == t->unk))
+				out[w++] = id;
+		}
+		free(ids);
+		ids = out;
 		count = w;
 	}
 	*ids_out = ids;

@@ -49,6 +49,8 @@ struct pd_t5_tok {
 	int max_piece;                  /* longest normal piece in bytes */
 	float min_score;                /* lowest normal score: <unk> costs min_score - 10 */
 	int32_t unk, eos, pad;          /* ids of <unk>, </s>, <pad> */
+	int byte_fallback;              /* unknown characters become their UTF-8 bytes' pieces (umT5's) */
+	int32_t byte_id[256];           /* the piece "<0xNN>" of each byte, or -1 */
 	int add_dummy_prefix;           /* normalizer flags (all true for T5) */
 	int remove_extra_whitespaces;
 	int escape_whitespaces;
@@ -67,6 +69,26 @@ void pd_t5_tok_free(struct pd_t5_tok *t);
 int pd_t5_tok_normalize(const struct pd_t5_tok *t, const char *text, char **out, size_t *len);
 /* sentencepiece's ids of TEXT: no "</s>", not truncated; malloc'd. */
 int pd_t5_tok_encode(const struct pd_t5_tok *t, const char *text, int32_t **ids, size_t *n);
+
+/* The added tokens of a transformers tokenizer folder (its
+ * tokenizer_config.json's added_tokens_decoder; none without one). */
+struct pd_added_token {
+	char *text;                     /* what the text must contain */
+	size_t len;                     /* its bytes */
+	int32_t id;                     /* the id it becomes */
+	int lstrip, rstrip;             /* the text before / after it loses its whitespace there */
+};
+struct pd_added_tokens {
+	int n;                          /* tokens */
+	struct pd_added_token *tok;     /* [n] */
+};
+int pd_added_tokens_load(struct pd_added_tokens *a, const char *dir);
+void pd_added_tokens_free(struct pd_added_tokens *a);
+/* IDS of TEXT as a slow transformers tokenizer (legacy T5Tokenizer) gives
+ * them: split on A's tokens, each other piece through pd_t5_tok_encode;
+ * no "</s>" appended. */
+int pd_t5_tok_encode_added(const struct pd_t5_tok *t, const struct pd_added_tokens *a, const char *text,
+			   int32_t **ids, size_t *n);
 
 /* Fits IDS (N of them, BOS/EOS already in place for CLIP) to LEN as the
  * pipelines do: cut to LEN - 1 and end with LAST (CLIP's EOS, T5's "</s>"

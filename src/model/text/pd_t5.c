@@ -23,7 +23,8 @@ struct pd_t5 {
 	struct pd_backend *be;          /* compute (borrowed) */
 	struct pd_st *st;               /* the weights, open for token rows */
 	char emb_name[256];             /* shared.weight or encoder.embed_tokens.weight */
-	float *rel;                     /* host [buckets, heads] relative_attention_bias of block 0 */
+	float *rel;                     /* host [n_rel][buckets, heads] relative_attention_bias tables */
+	int n_rel;                      /* 1: block 0's, shared (T5); layers: one per block (UMT5) */
 	struct pd_t5_block *block;      /* [layers] */
 	float *fln;                     /* final_layer_norm */
 	int cap;                        /* tokens the activations hold */
@@ -176,16 +177,25 @@ int pd_t5_load(struct pd_t5 **out, const char *path, struct pd_backend *be)
 	F = m->cfg.d_ff;
 	ld = (struct pd_loader){ .st = m->st, .be = be };
 	m->block = pd_calloc((size_t)m->cfg.layers + 1, sizeof(*m->block), "the T5 encoder");
-	m->rel = pd_malloc((size_t)m->cfg.buckets * (size_t)m->cfg.heads * sizeof(float), "T5 position bias");
+	/* UMT5 gives every block its own table (modeling_umt5.py:322), T5
+	 * block 0 only */
+	{
+		char name[300];
+
+		snprintf(name, sizeof(name), "%sencoder.block.1.layer.0.SelfAttention.relative_attention_bias.weight", pre);
+		m->n_rel = m->cfg.layers > 1 && pd_st_get(m->st, name) ? m->cfg.layers : 1;
+	}
+	m->rel = pd_malloc((size_t)m->n_rel * (size_t)m->cfg.buckets * (size_t)m->cfg.heads * sizeof(float),
+			   "T5 position bias");
 	if (!m->block || !m->rel)
 		goto fail;
-	{
+	for (int i = 0; i < m->n_rel && i < m->cfg.layers; i++) {
 		int64_t shape[2] = { m->cfg.buckets, m->cfg.heads };
 		char name[300];
 
-		snprintf(name, sizeof(name), "%sencoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", pre);
-		if (m->cfg.layers > 0 &&
-		    (pd_st_require(m->st, name, 2, shape, &t) || pd_st_read_f32(t, 0, (size_t)(shape[0] * shape[1]), m->rel)))
+		snprintf(name, sizeof(name), "%sencoder.block.%d.layer.0.SelfAttention.relative_attention_bias.weight", pre, i);
+		if (pd_st_require(m->st, name, 2, shape, &t) ||
+		    pd_st_read_f32(t, 0, (size_t)(shape[0] * shape[1]), m->rel + (size_t)i * (size_t)(shape[0] * shape[1])))
 			goto fail;
 	}
 	for (int i = 0; i < m->cfg.layers; i++) {
@@ -308,23 +318,29 @@ int pd_t5_forward(struct pd_t5 *m, const int64_t *ids, int n, float *out, const 
 	be->ops->upload(be, m->x, host, (size_t)(n * D));
 	if (dump)
 		pd_t5_dump(m, dump, "t5.embeddings", m->x, 3, act_shape, n * D);
-	/* block 0's relative position bias, shared by every block (1130):
-	 * bias[h, i, j] = table[bucket(j - i), h] */
-	for (int i = 0; i < n; i++)
-		for (int j = 0; j < n; j++) {
-			int b = pd_t5_bucket(j - i, m->cfg.buckets, m->cfg.max_distance);
-
-			for (int64_t h = 0; h < H; h++)
-				host[(h * n + i) * n + j] = m->rel[(int64_t)b * H + h];
-		}
-	be->ops->upload(be, m->bias, host, (size_t)(H * n * n));
-	if (dump) {
-		int64_t shape[4] = { 1, H, n, n };
-
-		pd_t5_dump(m, dump, "t5.position_bias", m->bias, 4, shape, H * n * n);
-	}
 	for (int l = 0; l < m->cfg.layers; l++) {
 		struct pd_t5_block *B = &m->block[l];
+
+		/* the relative position bias bias[h, i, j] = table[bucket(j -
+		 * i), h]: block 0's for every block (T5, 1130), or each
+		 * block's own (UMT5) */
+		if (l == 0 || m->n_rel > 1) {
+			const float *rel = m->rel + (size_t)l * (size_t)m->cfg.buckets * (size_t)H;
+
+			for (int i = 0; i < n; i++)
+				for (int j = 0; j < n; j++) {
+					int b = pd_t5_bucket(j - i, m->cfg.buckets, m->cfg.max_distance);
+
+					for (int64_t h = 0; h < H; h++)
+						host[(h * n + i) * n + j] = rel[(int64_t)b * H + h];
+				}
+			be->ops->upload(be, m->bias, host, (size_t)(H * n * n));
+			if (dump && l == 0) {
+				int64_t shape[4] = { 1, H, n, n };
+
+				pd_t5_dump(m, dump, "t5.position_bias", m->bias, 4, shape, H * n * n);
+			}
+		}
 
 		/* x += o(Attn(RMS x)) with no 1/sqrt(d) (523) and the bias (552) */
 		be->ops->copy2d(be, m->h, D, m->x, D, n, D);

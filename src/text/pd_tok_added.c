@@ -1,0 +1,221 @@
+/*
+ * pd_tok_added.c - the added tokens of a transformers tokenizer folder
+ * (tokenizer_config.json's added_tokens_decoder) and text split on them
+ * as the slow tokenizers split it (tokenization_utils.py, v4.43:
+ * PreTrainedTokenizer.tokenize): each occurrence, leftmost first and the
+ * longest token there, becomes its id; next to a token with lstrip or
+ * rstrip the neighbouring text loses its whitespace on that side; every
+ * other piece of text is encoded on its own.
+ */
+#include "pd_tokenizer.h"
+#include "pd_unicode.h"
+#include "pd_util.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+void pd_added_tokens_free(struct pd_added_tokens *a)
+{
+	for (int i = 0; i < a->n; i++)
+		free(a->tok[i].text);
+	free(a->tok);
+	memset(a, 0, sizeof(*a));
+}
+
+int pd_added_tokens_load(struct pd_added_tokens *a, const char *dir)
+{
+	char *path = pd_strfmt("%s/tokenizer_config.json", dir), *blob = NULL;
+	cJSON *root = NULL, *dec, *e;
+	size_t len;
+	int rc = -1;
+
+	memset(a, 0, sizeof(*a));
+	if (!path)
+		return -1;
+	if (!pd_file_exists(path)) {
+		rc = 0; /* no added tokens: the text is encoded whole */
+		goto out;
+	}
+	if (pd_read_file(path, 64u << 20, &blob, &len))
+		goto out;
+	root = cJSON_ParseWithLength(blob, len);
+	if (!root) {
+		pd_errorf("%s: not JSON", path);
+		goto out;
+	}
+	dec = cJSON_GetObjectItemCaseSensitive(root, "added_tokens_decoder");
+	if (!dec) {
+		rc = 0;
+		goto out;
+	}
+	if (!cJSON_IsObject(dec)) {
+		pd_errorf("%s: added_tokens_decoder is not an object", path);
+		goto out;
+	}
+	a->tok = pd_calloc((size_t)cJSON_GetArraySize(dec) + 1, sizeof(*a->tok), "the added tokens");
+	if (!a->tok)
+		goto out;
+	cJSON_ArrayForEach(e, dec) {
+		cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content");
+		char *end = NULL;
+		long id = strtol(e->string ? e->string : "", &end, 10);
+		struct pd_added_token *t = &a->tok[a->n];
+
+		if (!cJSON_IsString(c) || !c->valuestring[0] || !end || *end || end == e->string || id < 0 ||
+		    id > INT32_MAX) {
+			pd_errorf("%s: added_tokens_decoder entry \"%s\" is not an id with a content", path,
+				  e->string ? e->string : "");
+			goto out;
+		}
+		t->text = pd_strdup(c->valuestring);
+		if (!t->text)
+			goto out;
+		t->len = strlen(t->text);
+		t->id = (int32_t)id;
+		t->lstrip = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "lstrip"));
+		t->rstrip = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "rstrip"));
+		a->n++;
+	}
+	rc = 0;
+out:
+	if (rc)
+		pd_added_tokens_free(a);
+	cJSON_Delete(root);
+	free(blob);
+	free(path);
+	return rc;
+}
+
+/* The longest added token at S (N bytes), or NULL. */
+static const struct pd_added_token *pd_added_at(const struct pd_added_tokens *a, const char *s, size_t n)
+{
+	const struct pd_added_token *best = NULL;
+
+	for (int i = 0; i < a->n; i++)
+		if (a->tok[i].len <= n && memcmp(s, a->tok[i].text, a->tok[i].len) == 0 &&
+		    (!best || a->tok[i].len > best->len))
+			best = &a->tok[i];
+	return best;
+}
+
+/* Python's str.isspace() for the code point ending at S[END - 1] (or
+ * starting at S[START]). */
+static size_t pd_space_back(const char *s, size_t start, size_t end)
+{
+	while (end > start) {
+		size_t b = end - 1;
+		int32_t cp;
+
+		while (b > start && ((unsigned char)s[b] & 0xC0) == 0x80)
+			b--;
+		if (pd_utf8_decode(s + b, end - b, &cp) < 1 || !pd_unicode_is_space(cp))
+			break;
+		end = b;
+	}
+	return end;
+}
+
+static size_t pd_space_fwd(const char *s, size_t start, size_t end)
+{
+	while (start < end) {
+		int32_t cp;
+		int l = pd_utf8_decode(s + start, end - start, &cp);
+
+		if (l < 1 || !pd_unicode_is_space(cp))
+			break;
+		start += (size_t)l;
+	}
+	return start;
+}
+
+/* Appends sentencepiece's ids of S[0..n) to *IDS. */
+static int pd_added_append_text(const struct pd_t5_tok *t, const char *s, size_t n, int32_t **ids, size_t *count,
+				size_t *cap)
+{
+	char *piece;
+	int32_t *got = NULL;
+	size_t m = 0;
+	int rc;
+
+	if (n == 0)
+		return 0;
+	piece = pd_malloc(n + 1, "tokenizing");
+	if (!piece)
+		return -1;
+	memcpy(piece, s, n);
+	piece[n] = 0;
+	rc = pd_t5_tok_encode(t, piece, &got, &m);
+	free(piece);
+	if (rc)
+		return -1;
+	if (*count + m > *cap) {
+		size_t nc = (*count + m) * 2 + 16;
+		int32_t *g = realloc(*ids, nc * sizeof(int32_t));
+
+		if (!g) {
+			free(got);
+			return pd_errorf("out of memory tokenizing");
+		}
+		*ids = g;
+		*cap = nc;
+	}
+	memcpy(*ids + *count, got, m * sizeof(int32_t));
+	*count += m;
+	free(got);
+	return 0;
+}
+
+int pd_t5_tok_encode_added(const struct pd_t5_tok *t, const struct pd_added_tokens *a, const char *text,
+			   int32_t **ids_out, size_t *n_out)
+{
+	size_t n = strlen(text), count = 0, cap = 0, i = 0, seg = 0;
+	int32_t *ids = NULL;
+	const struct pd_added_token *prev = NULL;
+
+	*ids_out = NULL;
+	*n_out = 0;
+	while (i <= n) {
+		const struct pd_added_token *tok = i < n ? pd_added_at(a, text + i, n - i) : NULL;
+		size_t s0 = seg, s1 = i;
+
+		if (i < n && !tok) {
+			i++;
+			continue;
+		}
+		/* the text between the previous token (or the start) and this
+		 * one (or the end), stripped where a neighbour says so */
+		if (prev && prev->rstrip)
+			s0 = pd_space_fwd(text, s0, s1);
+		if (tok && tok->lstrip)
+			s1 = pd_space_back(text, s0, s1);
+		if (pd_added_append_text(t, text + s0, s1 - s0, &ids, &count, &cap))
+			goto fail;
+		if (!tok)
+			break;
+		if (count + 1 > cap) {
+			int32_t *g = realloc(ids, (cap * 2 + 16) * sizeof(int32_t));
+
+			if (!g) {
+				pd_errorf("out of memory tokenizing");
+				goto fail;
+			}
+			ids = g;
+			cap = cap * 2 + 16;
+		}
+		ids[count++] = tok->id;
+		i += tok->len;
+		seg = i;
+		prev = tok;
+	}
+	if (!ids)
+		ids = pd_malloc(sizeof(int32_t), "tokenizing");
+	if (!ids)
+		return -1;
+	*ids_out = ids;
+	*n_out = count;
+	return 0;
+fail:
+	free(ids);
+	return -1;
+}

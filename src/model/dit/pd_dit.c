@@ -152,3 +152,80 @@ int pd_dit_forward(struct pd_dit *d, const struct pd_dit_call *in, float *out, c
 		return pd_dit_forward_cached(d, in, out, dump);
 	return pd_dit_forward_blocks(d, in, 0, d->info.blocks, NULL, NULL, out, dump);
 }
+
+/* expf as PyTorch evaluates it on x86 CPUs: SLEEF's expf_u10 (vectorised,
+ * FMA on AVX2), here as scalar code. A correctly rounded expf differs by one
+ * ulp in 15 of the 128 sinusoid frequencies, and t = 1000 or g = 3500
+ * amplifies that to 1e-4 of the embedding (the golden READMEs' "Sinusoid caveat"). */
+static float pd_expf_sleef(float d)
+{
+	const float r_ln2 = 1.442695040888963407359924681001892137426645954152985934135449406931f;
+	const float l2u = 0.693145751953125f, l2l = 1.428606765330187045e-06f;
+	float qf = rintf(d * r_ln2), s, u;
+	int q = (int)qf;
+
+	s = fmaf(qf, -l2u, d);
+	s = fmaf(qf, -l2l, s);
+	u = 0.000198527617612853646278381f;
+	u = fmaf(u, s, 0.00139304355252534151077271f);
+	u = fmaf(u, s, 0.00833336077630519866943359f);
+	u = fmaf(u, s, 0.0416664853692054748535156f);
+	u = fmaf(u, s, 0.166666671633720397949219f);
+	u = fmaf(u, s, 0.5f);
+	u = 1.0f + fmaf(s * s, u, s);
+	/* vldexp2: two power-of-two scalings, so no intermediate overflows. */
+	u = u * ldexpf(1.0f, q >> 1);
+	u = u * ldexpf(1.0f, q - (q >> 1));
+	if (d < -104.0f)
+		u = 0.0f;
+	if (d > 100.0f)
+		u = INFINITY;
+	return u;
+}
+
+void pd_timestep_embedding(float t, int half, float *emb, float *freqs)
+{
+	/* diffusers' get_timestep_embedding (embeddings.py:57-73) in float32: exponent = fl32(-ln(10000)) * k / half; the
+	 * product t * freq is rounded to float32 before sin and cos. */
+	const float c = (float)-log(10000.0);
+
+	for (int k = 0; k < half; k++) {
+		float e = (c * (float)k) / (float)half;
+		float f = pd_expf_sleef(e);
+		float a = t * f;
+
+		if (freqs)
+			freqs[k] = f;
+		emb[k] = cosf(a);
+		emb[half + k] = sinf(a);
+	}
+}
+
+void pd_dit_rope_tables(int n_axes, const int *axes_dims, int head_dim, const float *ids, int64_t n, float *cos_out,
+			float *sin_out)
+{
+	int Dh = head_dim;
+
+	for (int64_t s = 0; s < n; s++) {
+		int col = 0;
+
+		for (int a = 0; a < n_axes; a++) {
+			int d = axes_dims[a];
+			double pos = ids[s * n_axes + a];
+
+			for (int k = 0; k < d / 2; k++) {
+				/* diffusers' get_1d_rotary_pos_embed (embeddings.py): float64 frequencies and
+				 * angles, each value repeated for the pair. */
+				double freq = 1.0 / pow(10000.0, (double)(2 * k) / (double)d);
+				double ang = pos * freq;
+				float cv = (float)cos(ang), sv = (float)sin(ang);
+
+				cos_out[s * Dh + col + 2 * k] = cv;
+				cos_out[s * Dh + col + 2 * k + 1] = cv;
+				sin_out[s * Dh + col + 2 * k] = sv;
+				sin_out[s * Dh + col + 2 * k + 1] = sv;
+			}
+			col += d;
+		}
+	}
+}

@@ -301,4 +301,14 @@ static inline void pd_dit_free(struct pd_dit *d)
 		d->ops->free(d);
 }
 
+/* Sinusoidal timestep embedding as diffusers computes it in float32
+ * ([cos | sin], 2 x half values); freqs receives the half frequencies. */
+void pd_timestep_embedding(float t, int half, float *emb, float *freqs);
+
+/* Rotary tables [n, head_dim] for position ids [n, n_axes]: axis a takes
+ * AXES_DIMS[a] channels, frequencies 10000^(-2k/d) in float64, each cos
+ * and sin repeated for its interleaved pair. */
+void pd_dit_rope_tables(int n_axes, const int *axes_dims, int head_dim, const float *ids, int64_t n, float *cos_out,
+			float *sin_out);
+
 #endif /* PD_DIT_H */

@@ -111,10 +111,6 @@ int pd_flux_forward_blocks(struct pd_flux *m, const struct pd_dit_call *in, int 
 /* Blocks of the model: num_layers + num_single_layers. */
 int pd_flux_blocks(const struct pd_flux_config *cfg);
 
-/* Sinusoidal timestep embedding as diffusers computes it in float32
- * ([cos | sin], 2 x half values); freqs receives the half frequencies. */
-void pd_timestep_embedding(float t, int half, float *emb, float *freqs);
-
 /* RoPE tables [n, head_dim] for position ids [n, n_axes] (float64 inside,
  * as diffusers does on CPU). */
 void pd_rope_tables(const struct pd_flux_config *cfg, const float *ids, int64_t n, float *cos_out,

@@ -1,0 +1,57 @@
+/*
+ * pd_wan.h - Wan2.1's transformer (diffusers v0.40 WanTransformer3DModel,
+ * text-to-video; tests/golden/wan-tiny/README.md §5 has the formulas with
+ * their line numbers, cited below as TW:n).
+ *
+ * Seen from outside through pd_dit.h: a token is a (1, 2, 2) patch of the
+ * latent video, in_channels = 16 x 1 x 2 x 2 values in the order (channel,
+ * dt, dy, dx); the prediction of a token is out_channels x 4 values in the
+ * order (dt, dy, dx, channel) (the unpatchify's). The text rows of the
+ * hidden state are the text embedder's output, which every block reads
+ * (cross-attention) and none changes. Position ids are (frame, row,
+ * column) of the patch.
+ */
+#ifndef PD_WAN_H
+#define PD_WAN_H
+
+#include "pd_backend.h"
+#include "pd_dit.h"
+#include "pd_dump.h"
+
+struct pd_wan_config {
+	int in_channels, out_channels;  /* latent channels (16) */
+	int patch[3];                   /* patch_size (t, h, w): (1, 2, 2) */
+	int heads, head_dim, dim;       /* num_attention_heads, attention_head_dim, their product */
+	int ffn_dim;                    /* feed-forward width */
+	int layers;                     /* num_layers */
+	int text_dim;                   /* UMT5 width */
+	int freq_dim;                   /* sinusoid width (256) */
+	float eps;                      /* norms' epsilon */
+	int rope_max;                   /* rope_max_seq_len: positions per axis */
+	int axes[3];                    /* RoPE channels of t, h, w: head_dim - 2 (head_dim / 6) x 2, and 2 (head_dim / 6) twice */
+};
+
+struct pd_config;
+/* Checks a diffusers WanTransformer3DModel config. */
+int pd_wan_config_parse(struct pd_wan_config *c, const struct pd_config *cfg);
+/* The sizes the outside sees (pd_dit.h). */
+int pd_wan_dit_info(const struct pd_wan_config *c, struct pd_dit_info *info);
+
+/* The transformer in folder or file PATH (CONFIG: its config.json when
+ * PATH is a file without one). */
+int pd_wan_load_dit(struct pd_dit **out, const char *path, const char *config, struct pd_backend *be,
+		    const struct pd_dit_shard *shard);
+/* The config of a Wan transformer at PATH without loading weights. */
+int pd_wan_probe(const char *path, const char *config, struct pd_wan_config *c);
+
+
+/* A latent video [C, F, h, w] as tokens [L, C pt ph pw], the vector of a
+ * patch in the order (channel, dt, dy, dx), tokens ordered by (frame,
+ * row, column) of the patch; IDS (may be NULL) [L, 3] get those three.
+ * F, h, w are multiples of the patch. */
+void pd_wan_patchify(const int *patch, int C, int F, int h, int w, const float *lat, float *tokens, float *ids);
+/* Predictions [L, C pt ph pw] in the order (dt, dy, dx, channel) back to
+ * a latent video [C, F, h, w] (TW:722-730). */
+void pd_wan_unpatchify(const int *patch, int C, int F, int h, int w, const float *tokens, float *lat);
+
+#endif /* PD_WAN_H */

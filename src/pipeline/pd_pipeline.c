@@ -74,6 +74,7 @@ int pd_denoise(const struct pd_runner *run, const struct pd_dit_family *fam, con
 	int first_branch = branch == 0 ? 0 : 1;
 	float *img_ids = NULL, *txt_ids = NULL, *neg_ids = NULL, *noise = NULL, *pred = NULL, *pair = NULL;
 	float *tvec = NULL;
+	struct pd_sched_state **st = NULL;
 	/* First Block Cache: one state per image and branch (0 negative, 1 positive) */
 	struct pd_fbcache *fbc = NULL;
 	int rc = -1;
@@ -102,8 +103,12 @@ int pd_denoise(const struct pd_runner *run, const struct pd_dit_family *fam, con
 	/* per image: [negative | positive] predictions */
 	pair = pd_malloc((size_t)((B + 1) * 2 * n) * sizeof(float), "predictions");
 	tvec = pd_malloc((size_t)(B + 1) * sizeof(float), "timesteps");
-	if (!img_ids || !txt_ids || !neg_ids || !noise || !pred || !pair || !tvec)
+	st = pd_calloc((size_t)(B + 1), sizeof(*st), "the sampler's state");
+	if (!img_ids || !txt_ids || !neg_ids || !noise || !pred || !pair || !tvec || !st)
 		goto out;
+	for (int64_t b = 0; b < B; b++)
+		if (!(st[b] = pd_sched_state_new(s, (size_t)n)))
+			goto out;
 	fam->image_ids(&ls, info->n_axes, img_ids);
 	pd_dump_host(dump, "sched.sigmas_in", s->sigmas_in, 1, (int64_t)s->steps);
 	pd_dump_host(dump, "sched.sigmas", s->sigmas, 1, (int64_t)s->steps + 1);
@@ -127,8 +132,8 @@ int pd_denoise(const struct pd_runner *run, const struct pd_dit_family *fam, con
 
 	for (int i = 0; i < s->steps; i++) {
 		double t0 = pd_now();
-		/* PF:896: the transformer sees t / 1000 in float32. */
-		float tstep = s->timesteps[i] / 1000.0f;
+		/* PF:896: FLUX's transformer sees t / 1000 in float32, Wan's t */
+		float tstep = s->timesteps[i] / fam->timestep_div;
 		int skipped_before = fbc && B > 0 ? fbc[first_branch].skipped : 0;
 		char name[64];
 
@@ -189,7 +194,7 @@ int pd_denoise(const struct pd_runner *run, const struct pd_dit_family *fam, con
 			} else {
 				memcpy(pred + b * n, pos, (size_t)n * sizeof(float));
 			}
-			pd_scheduler_step(s, i, latents + b * n, pred + b * n, (size_t)n);
+			pd_scheduler_step(s, st[b], i, latents + b * n, pred + b * n, (size_t)n);
 		}
 		if (dump) {
 			/* PF:896: t.expand(B), one value per image */
@@ -246,6 +251,9 @@ out:
 	free(pred);
 	free(pair);
 	free(tvec);
+	for (int64_t b = 0; st && b < B; b++)
+		pd_sched_state_free(st[b]);
+	free(st);
 	return rc;
 }
 

@@ -39,8 +39,13 @@ int pd_scheduler_load(struct pd_scheduler *s, const char *dir)
 		return -1;
 	if (pd_config_string(&c, "_class_name", 0, "FlowMatchEulerDiscreteScheduler", &cls))
 		goto out;
+	if (strcmp(cls, "UniPCMultistepScheduler") == 0) {
+		rc = pd_unipc_config(s, &c);
+		goto out;
+	}
 	if (strcmp(cls, "FlowMatchEulerDiscreteScheduler") != 0) {
-		pd_errorf("%s: scheduler %s is not supported (pdit implements FlowMatchEulerDiscreteScheduler)",
+		pd_errorf("%s: scheduler %s is not supported (pdit implements FlowMatchEulerDiscreteScheduler and "
+			  "UniPCMultistepScheduler)",
 			  c.path, cls);
 		goto out;
 	}
@@ -98,6 +103,8 @@ int pd_scheduler_set(struct pd_scheduler *s, int steps, int64_t image_seq_len)
 
 	if (steps < 1)
 		return pd_errorf("--steps must be at least 1");
+	if (s->kind == PD_SCHED_UNIPC)
+		return pd_unipc_set(s, steps);
 	pd_scheduler_free(s);
 	s->sigmas_in = pd_malloc(sizeof(float) * (size_t)steps, "sigmas");
 	s->sigmas = pd_malloc(sizeof(float) * (size_t)(steps + 1), "sigmas");
@@ -139,10 +146,46 @@ int pd_scheduler_set(struct pd_scheduler *s, int steps, int64_t image_seq_len)
 	return 0;
 }
 
-void pd_scheduler_step(const struct pd_scheduler *s, int i, float *x, const float *v, size_t n)
+struct pd_sched_state *pd_sched_state_new(const struct pd_scheduler *s, size_t n)
 {
-	float dt = s->sigmas[i + 1] - s->sigmas[i];
+	struct pd_sched_state *st = pd_calloc(1, sizeof(*st), "the sampler's state");
 
+	if (!st)
+		return NULL;
+	st->n = n;
+	if (s->kind == PD_SCHED_UNIPC) {
+		st->last = pd_malloc((n + 1) * sizeof(float), "the sampler's state");
+		for (int k = 0; st->last && k <= s->solver_order; k++)
+			if (!(st->m[k] = pd_malloc((n + 1) * sizeof(float), "the sampler's state")))
+				break;
+		if (!st->last || !st->m[s->solver_order]) {
+			pd_sched_state_free(st);
+			return NULL;
+		}
+	}
+	return st;
+}
+
+void pd_sched_state_free(struct pd_sched_state *st)
+{
+	if (!st)
+		return;
+	free(st->last);
+	for (int k = 0; k <= PD_UNIPC_MAX_ORDER; k++)
+		free(st->m[k]);
+	free(st);
+}
+
+void pd_scheduler_step(const struct pd_scheduler *s, struct pd_sched_state *st, int i, float *x, const float *v,
+		       size_t n)
+{
+	float dt;
+
+	if (s->kind == PD_SCHED_UNIPC) {
+		pd_unipc_step(s, st, i, x, v, n);
+		return;
+	}
+	dt = s->sigmas[i + 1] - s->sigmas[i];
 	for (size_t k = 0; k < n; k++) {
 		float t = dt * v[k];
 

@@ -209,6 +209,8 @@ struct pd_dit_defaults {
 
 struct pd_dit_family {
 	const char *name;               /* "flux" */
+	float timestep_div;             /* the transformer sees the scheduler's timestep / this, in float32
+					 * (FLUX: 1000, as FluxPipeline divides it; Wan: 1) */
 	/* the sizes of the transformer at PATH (a folder or one file) from its
 	 * config or its tensors' shapes, without loading weights; CONFIG (may
 	 * be NULL) a config.json for a single file that carries none */

@@ -130,6 +130,7 @@ static int pd_flux_default_max_seq(const struct pd_dit_info *info)
 
 const struct pd_dit_family pd_flux_family = {
 	.name = "flux",
+	.timestep_div = 1000.0f,
 	.probe = pd_flux_probe,
 	.load = pd_flux_load_dit,
 	.latent_shape = pd_flux_latent_shape,

@@ -148,7 +148,7 @@ int pd_cmd_plan(int argc, char **argv)
 	if (diffusion_model)
 		mf.transformer = diffusion_model;
 	if (pd_model_paths_resolve(&mp, &mf, 0) || pd_family_find(mp.transformer, config, &fam, &info) ||
-	    fam->latent_shape(&ls, &info, height, width))
+	    fam->latent_shape(&ls, &info, 1, height, width))
 		goto out;
 	w.info = &info;
 	w.txt_len = txt ? txt : fam->default_max_seq ? fam->default_max_seq(&info) : 0;

@@ -525,7 +525,10 @@ static int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request 
 		return pd_errorf("--batch must be positive and at most %d (got %d)", PD_MAX_BATCH, rq->batch);
 	if (rq->true_cfg_scale < 0)
 		return pd_errorf("--true-cfg-scale must not be negative");
-	if (pd_engine_inputs(e, rq) || e->fam->latent_shape(&e->ls, &e->info, rq->height, rq->width) ||
+	if (rq->frames < 0)
+		return pd_errorf("--frames must be positive (got %d)", rq->frames);
+	e->p.frames = rq->frames ? rq->frames : 1;
+	if (pd_engine_inputs(e, rq) || e->fam->latent_shape(&e->ls, &e->info, e->p.frames, rq->height, rq->width) ||
 	    (rq->batch > 0 && pd_embeds_repeat(&e->e, rq->batch)))
 		return -1;
 	if (rq->want_pictures && !e->mp.vae && !rq->want_latents)
@@ -788,9 +791,10 @@ int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct p
 	if (!rc && plan == &dflt) {
 		/* no request yet: the mesh for a batch of one, without CFG */
 		e->e.batch = 1;
+		e->p.frames = 1;
 		e->p.height = dflt.height;
 		e->p.width = dflt.width;
-		rc = e->fam->latent_shape(&e->ls, &e->info, dflt.height, dflt.width);
+		rc = e->fam->latent_shape(&e->ls, &e->info, 1, dflt.height, dflt.width);
 	}
 	if (pd_comm_agree(world, rc, &e->dead) || (plan != &dflt && pd_engine_same_everywhere(e, plan)))
 		goto fail;
@@ -904,7 +908,7 @@ float *pd_engine_initial(const struct pd_engine *e)
 		memcpy(first, e->init, (size_t)(B * per) * sizeof(float));
 		return first;
 	}
-	u = pd_malloc((size_t)e->ls.channels * e->ls.h * e->ls.w * sizeof(float), "noise");
+	u = pd_malloc((size_t)pd_latent_numel(&e->ls) * sizeof(float), "noise");
 	if (!u) {
 		free(first);
 		return NULL;

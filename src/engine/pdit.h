@@ -121,6 +121,7 @@ struct pd_request {
 					 * (prompt_embeds, pooled_prompt_embeds, optional negative_*) */
 	const char *init_latents;       /* start from latents.init of this file instead of the noise */
 	int height, width;              /* pixels, multiples of 16 */
+	int frames;                     /* video frames (video families); 0: one, a picture */
 	int steps;                      /* denoising steps; 0: 28, or 4 without guidance embedding */
 	float guidance;                 /* distilled guidance scale (models with guidance embedding) */
 	float true_cfg_scale;           /* above 1 with a negative prompt: true CFG */

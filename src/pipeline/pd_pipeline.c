@@ -22,7 +22,7 @@ void pd_draw_noise(const struct pd_latent_shape *ls, uint64_t seed, float *unpac
 	struct pd_rng g;
 
 	pd_rng_seed(&g, seed);
-	pd_rng_randn(&g, unpacked, (size_t)ls->channels * ls->h * ls->w);
+	pd_rng_randn(&g, unpacked, (size_t)pd_latent_numel(ls));
 }
 
 /* ----------------------------------------------------------------------- */
@@ -80,7 +80,7 @@ int pd_denoise(const struct pd_runner *run, const struct pd_dit_family *fam, con
 	int rc = -1;
 
 	memset(&ls, 0, sizeof(ls));
-	if (fam->latent_shape(&ls, info, p->height, p->width))
+	if (fam->latent_shape(&ls, info, p->frames, p->height, p->width))
 		return -1;
 	B = run->n_images < 0 ? e->batch : run->n_images;
 	if (p->fbcache_threshold > 0) {
@@ -98,7 +98,7 @@ int pd_denoise(const struct pd_runner *run, const struct pd_dit_family *fam, con
 	img_ids = pd_malloc((size_t)(L * info->n_axes) * sizeof(float), "ids");
 	txt_ids = pd_calloc((size_t)(e->txt_len * info->n_axes), sizeof(float), "ids");
 	neg_ids = pd_calloc((size_t)((e->neg_txt_len + 1) * info->n_axes), sizeof(float), "ids");
-	noise = pd_malloc((size_t)((B + 1) * ls.channels * ls.h * ls.w) * sizeof(float), "noise");
+	noise = pd_malloc((size_t)((B + 1) * pd_latent_numel(&ls)) * sizeof(float), "noise");
 	pred = pd_malloc((size_t)((B + 1) * n) * sizeof(float), "predictions");
 	/* per image: [negative | positive] predictions */
 	pair = pd_malloc((size_t)((B + 1) * 2 * n) * sizeof(float), "predictions");
@@ -115,7 +115,7 @@ int pd_denoise(const struct pd_runner *run, const struct pd_dit_family *fam, con
 	pd_dump_host(dump, "sched.timesteps", s->timesteps, 1, (int64_t)s->steps);
 	pd_dump_host(dump, "in.img_ids", img_ids, 2, L, (int64_t)info->n_axes);
 	for (int64_t b = 0; b < B; b++) {
-		float *u = noise + b * ls.channels * ls.h * ls.w;
+		float *u = noise + b * pd_latent_numel(&ls);
 
 		if (init) {
 			memcpy(latents + b * n, init + (b0 + b) * n, (size_t)n * sizeof(float));
@@ -127,7 +127,11 @@ int pd_denoise(const struct pd_runner *run, const struct pd_dit_family *fam, con
 			fam->pack(&ls, u, latents + b * n);
 		}
 	}
-	pd_dump_host(dump, "latents.init_unpacked", noise, 4, B, (int64_t)ls.channels, (int64_t)ls.h, (int64_t)ls.w);
+	if (ls.frames == 1)
+		pd_dump_host(dump, "latents.init_unpacked", noise, 4, B, (int64_t)ls.channels, (int64_t)ls.h, (int64_t)ls.w);
+	else
+		pd_dump_host(dump, "latents.init_unpacked", noise, 5, B, (int64_t)ls.channels, (int64_t)ls.frames,
+			     (int64_t)ls.h, (int64_t)ls.w);
 	pd_dump_host(dump, "latents.init", latents, 3, B, L, C);
 
 	for (int i = 0; i < s->steps; i++) {

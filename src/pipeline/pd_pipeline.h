@@ -23,6 +23,7 @@
 void pd_draw_noise(const struct pd_latent_shape *ls, uint64_t seed, float *unpacked);
 
 struct pd_gen_params {
+	int frames;                     /* video frames (1: a picture) */
 	int height, width;              /* image size in pixels */
 	int steps;                      /* denoising steps */
 	float guidance;                 /* distilled guidance scale (guidance-embedded models) */

@@ -39,7 +39,7 @@ float *test_run_case(struct pd_comm *world, const struct pcase *c, const int *de
 	struct pd_embeds e = { 0 };
 	struct pd_scheduler s = { 0 };
 	struct pd_latent_shape ls;
-	struct pd_gen_params p = { c->height, c->width, c->steps, c->guidance, c->cfg_scale, c->seed, c->fbcache };
+	struct pd_gen_params p = { 1, c->height, c->width, c->steps, c->guidance, c->cfg_scale, c->seed, c->fbcache };
 	struct pd_backend *be = NULL;
 	struct pd_dit *m = NULL;
 	struct pd_dit_info info;
@@ -52,7 +52,7 @@ float *test_run_case(struct pd_comm *world, const struct pcase *c, const int *de
 	memset(&mesh, 0, sizeof(mesh));
 	memset(&par, 0, sizeof(par));
 	if (pd_flux_config_load(&fc, c->tdir) || pd_embeds_load(&e, c->embeds) || pd_scheduler_load(&s, c->sdir) ||
-	    pd_flux_dit_info(&fc, &info) || pd_flux_family.latent_shape(&ls, &info, c->height, c->width) ||
+	    pd_flux_dit_info(&fc, &info) || pd_flux_family.latent_shape(&ls, &info, 1, c->height, c->width) ||
 	    pd_backend_cpu_new(&be, PD_F32, 1))
 		goto out;
 	/* one thread a rank: the ranks share the machine's cores */

@@ -147,6 +147,7 @@ static void test_case(const char *dir, const char *file, enum pd_dtype dt, float
 	snprintf(tdir, sizeof(tdir), "%s/transformer-%s", dir, cfgname);
 	snprintf(vdir, sizeof(vdir), "%s/vae-%s", dir, cfgname);
 	snprintf(sdir, sizeof(sdir), "%s/scheduler-%s", dir, cfgname);
+	p.frames = 1;
 	p.height = atoi(meta(st, "height", "0"));
 	p.width = atoi(meta(st, "width", "0"));
 	p.steps = atoi(meta(st, "num_inference_steps", "0"));
@@ -157,7 +158,7 @@ static void test_case(const char *dir, const char *file, enum pd_dtype dt, float
 	p.seed = strtoull(seeds + (seeds[0] == '['), NULL, 10);
 	if (pd_backend_cpu_new(&be, dt, 0) || pd_flux_load(&m, tdir, be) || pd_vae_load(&v, vdir, be) ||
 	    pd_scheduler_load(&sched, sdir) || pd_embeds_load(&e, path) ||
-	    pd_flux_family.latent_shape(&ls, &pd_flux_dit(m)->info, p.height, p.width)) {
+	    pd_flux_family.latent_shape(&ls, &pd_flux_dit(m)->info, 1, p.height, p.width)) {
 		PD_CHECK(0, "%s: setup: %s", file, pd_last_error());
 		goto out;
 	}

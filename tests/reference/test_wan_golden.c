@@ -8,7 +8,7 @@
  * tokens, text of 512 and 77 rows, a batch of two prompts): each batch
  * item's latents are patchified, run through the DiT interface and
  * unpatchified; out.sample, and on the way emb.temb, emb.timestep_proj,
- * emb.text_embedder, every block's output and final.proj_out, are within
+ * emb.text_embedder and every block's output, are within
  * 1e-5 of the reference, max|a - b| / max|ref| (2e-2 with bf16 products).
  * The output buffer is poisoned first.
  */

@@ -179,10 +179,11 @@ struct pd_dit_hooks {
 	void *sum_ctx;
 };
 
-/* Latent geometry of one picture: the VAE's latent [channels, h, w] and the
- * transformer's tokens of it. */
+/* Latent geometry of one picture or video: the VAE's latent [channels,
+ * frames, h, w] and the transformer's tokens of it. */
 struct pd_latent_shape {
 	int channels;                   /* latent channels C */
+	int frames;                     /* latent frames (1: a picture) */
 	int h, w;                       /* latent rows and columns */
 	int64_t tokens;                 /* image tokens L */
 	int packed_channels;            /* channels of a token (the model's in_channels) */
@@ -205,6 +206,8 @@ struct pd_dit_defaults {
 	double base_shift, max_shift;   /* mu at base_seq and at max_seq image tokens */
 	double base_seq, max_seq;       /* the token counts of base_shift and max_shift */
 	const char *whose;              /* whose settings, for the log ("FLUX.1-dev's") */
+	int unipc;                      /* UniPC (order 2, bh2, flow sigmas; shift is its flow_shift)
+					 * instead of flow-matching Euler */
 };
 
 struct pd_dit_family {
@@ -218,10 +221,11 @@ struct pd_dit_family {
 	/* this process's SHARD of it (NULL: all of it) */
 	int (*load)(struct pd_dit **out, const char *path, const char *config, struct pd_backend *be,
 		    const struct pd_dit_shard *shard);
-	/* the geometry of a HEIGHT x WIDTH picture, or -1 with a message naming
-	 * -H/--height and -W/--width */
-	int (*latent_shape)(struct pd_latent_shape *ls, const struct pd_dit_info *info, int height, int width);
-	/* latent [C, h, w] -> tokens [L, packed_channels], and back */
+	/* the geometry of FRAMES frames (1: a picture) of HEIGHT x WIDTH, or -1
+	 * with a message naming -H/--height, -W/--width or --frames */
+	int (*latent_shape)(struct pd_latent_shape *ls, const struct pd_dit_info *info, int frames, int height,
+			    int width);
+	/* latent [C, frames, h, w] -> tokens [L, packed_channels], and back */
 	void (*pack)(const struct pd_latent_shape *ls, const float *unpacked, float *packed);
 	void (*unpack)(const struct pd_latent_shape *ls, const float *packed, float *unpacked);
 	/* position ids [L, n_axes] of the image tokens (text tokens: zeros) */
@@ -241,6 +245,12 @@ struct pd_dit_family {
 		      char *const *prompts, int n, const char *negative, int max_seq, int64_t first, int64_t count,
 		      int keep_extra);
 };
+
+/* Values of one latent: C x frames x h x w. */
+static inline int64_t pd_latent_numel(const struct pd_latent_shape *ls)
+{
+	return (int64_t)ls->channels * ls->frames * ls->h * ls->w;
+}
 
 /* What a family implements. */
 struct pd_dit_ops {

@@ -3,7 +3,9 @@
  * record here (and its folder under model/).
  */
 #include "pd_families.h"
+#include "pd_config.h"
 #include "pd_flux.h"
+#include "pd_wan.h"
 #include "pd_util.h"
 
 #include <stdio.h>
@@ -11,19 +13,38 @@
 
 static const struct pd_dit_family *const pd_families[] = {
 	&pd_flux_family,
+	&pd_wan_family,
 };
+
+/* The class a transformer's config names (diffusers' _class_name), "" when
+ * it names none or cannot be read: the family's probe says why. */
+static void pd_family_class(const char *path, const char *config, char *cls, size_t n)
+{
+	struct pd_config c;
+	const char *v = NULL;
+
+	cls[0] = 0;
+	if (config ? pd_config_load(&c, config)
+		   : !pd_is_dir(path) ? -1 : pd_config_load_in(&c, path, "config.json", "transformer"))
+		return;
+	if (!pd_config_string(&c, "_class_name", 0, "", &v))
+		snprintf(cls, n, "%s", v);
+	pd_config_free(&c);
+}
 
 int pd_family_find(const char *path, const char *config, const struct pd_dit_family **fam, struct pd_dit_info *info)
 {
-	/* FLUX is the only family yet: its message is the one to give. With a
-	 * second one this reads config.json's _class_name first. */
-	for (size_t i = 0; i < sizeof(pd_families) / sizeof(pd_families[0]); i++) {
-		if (pd_families[i]->probe(path, config, info) == 0) {
-			*fam = pd_families[i];
-			return 0;
-		}
+	char cls[128];
+
+	/* the config's class decides; without one (single files) FLUX is
+	 * tried first, and its message is the one given */
+	pd_family_class(path, config, cls, sizeof(cls));
+	if (strcmp(cls, "WanTransformer3DModel") == 0) {
+		*fam = &pd_wan_family;
+		return pd_wan_family.probe(path, config, info);
 	}
-	return -1;
+	*fam = &pd_flux_family;
+	return pd_flux_family.probe(path, config, info);
 }
 
 const struct pd_dit_family *pd_family_named(const char *name)

@@ -10,14 +10,18 @@
 
 /* The VAE's latent is 1/8 of the picture and the tokens are its 2x2
  * patches: a picture is a multiple of 16 pixels each way. */
-static int pd_flux_latent_shape(struct pd_latent_shape *ls, const struct pd_dit_info *info, int height, int width)
+static int pd_flux_latent_shape(struct pd_latent_shape *ls, const struct pd_dit_info *info, int frames, int height,
+				int width)
 {
+	if (frames != 1)
+		return pd_errorf("--frames %d: FLUX makes pictures (one frame)", frames);
 	if (height < 16 || width < 16 || height % 16 || width % 16)
 		return pd_errorf("-H/--height and -W/--width must be positive multiples of 16 (got %dx%d)", height,
 				 width);
 	if (info->in_channels % 4)
 		return pd_errorf("the transformer's in_channels (%d) is not 4 x latent channels", info->in_channels);
 	ls->channels = info->in_channels / 4;
+	ls->frames = 1;
 	ls->h = 2 * (height / 16);
 	ls->w = 2 * (width / 16);
 	ls->tokens = (int64_t)(ls->h / 2) * (ls->w / 2);

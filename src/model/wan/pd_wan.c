@@ -216,6 +216,14 @@ static int pd_wan_config_at(const char *path, const char *config, struct pd_wan_
 				     : pd_errorf("%s: a single file needs --config FILE.json", path))
 		return -1;
 	rc = pd_wan_config_parse(c, &j);
+	if (!rc) {
+		/* every other transformer config parses too (all keys have
+		 * defaults): the class must say Wan */
+		const char *cls = NULL;
+
+		if (pd_config_string(&j, "_class_name", 0, "", &cls) || strcmp(cls, "WanTransformer3DModel") != 0)
+			rc = pd_errorf("%s: _class_name \"%s\" is not WanTransformer3DModel", j.path, cls ? cls : "?");
+	}
 	pd_config_free(&j);
 	return rc;
 }
@@ -280,7 +288,35 @@ int pd_wan_load_dit(struct pd_dit **out, const char *path, const char *config, s
 
 		m->out_table = pd_wan_host(&ld, "scale_shift_table", 3, s);
 	}
-	m->proj_out = pd_loader_linear(&ld, PO, D, "proj_out");
+	{
+		/* proj_out's rows come in the unpatchify's order (dt, dy, dx,
+		 * channel, TW:722-730); taken in the patch embedding's order
+		 * (channel, dt, dy, dx) instead, a prediction is packed as the
+		 * latents are and the pipeline steps them value by value */
+		int64_t ws[2] = { PO, D }, pv = PO / m->cfg.out_channels;
+		float *w = pd_wan_host(&ld, "proj_out.weight", 2, ws), *b = pd_wan_host(&ld, "proj_out.bias", 1, &PO);
+		float *wp = pd_malloc((size_t)(PO * D + 1) * sizeof(float), "proj_out"), *bp = pd_malloc((size_t)PO * sizeof(float), "proj_out");
+
+		if (w && b && wp && bp) {
+			for (int64_t c = 0; c < m->cfg.out_channels; c++)
+				for (int64_t q = 0; q < pv; q++) {
+					int64_t from = q * m->cfg.out_channels + c, to = c * pv + q;
+
+					memcpy(wp + to * D, w + from * D, (size_t)D * sizeof(float));
+					bp[to] = b[from];
+				}
+			if (!(m->proj_out = be->ops->linear_new(be, PO, D, wp, D, bp))) {
+				pd_errorf("proj_out: %s", be->error);
+				ld.failed = 1;
+			}
+		} else {
+			ld.failed = 1;
+		}
+		free(w);
+		free(b);
+		free(wp);
+		free(bp);
+	}
 	m->blk = pd_calloc((size_t)m->cfg.layers + 1, sizeof(*m->blk), "the Wan transformer");
 	if (!m->blk)
 		goto fail;
@@ -520,7 +556,6 @@ static int pd_wan_forward_blocks(struct pd_dit *d, const struct pd_dit_call *in,
 		be->ops->upload(be, mod, hm, (size_t)(2 * D));
 		be->ops->layernorm_mod(be, m->nx, D, m->x, D, L, D, mod + D, mod, c->eps);
 		be->ops->linear(be, m->proj_out, m->nx, D, L, m->io, PO, 0);
-		pd_wan_dump(m, dump, "final.proj_out", m->io, PO, L, PO);
 		be->ops->download(be, out, m->io, (size_t)(L * PO));
 	}
 	return pd_backend_check(be);
@@ -570,10 +605,10 @@ void pd_wan_unpatchify(const int *patch, int C, int F, int h, int w, const float
 			for (int j = 0; j < nw; j++, n++) {
 				const float *t = tokens + n * P;
 
-				for (int dt = 0; dt < pt; dt++)
-					for (int dy = 0; dy < ph; dy++)
-						for (int dx = 0; dx < pw; dx++)
-							for (int c = 0; c < C; c++)
+				for (int c = 0; c < C; c++)
+					for (int dt = 0; dt < pt; dt++)
+						for (int dy = 0; dy < ph; dy++)
+							for (int dx = 0; dx < pw; dx++)
 								lat[(((int64_t)c * F + f * pt + dt) * h + i * ph + dy) * w + j * pw +
 								    dx] = *t++;
 			}

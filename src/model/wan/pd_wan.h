@@ -5,8 +5,9 @@
  *
  * Seen from outside through pd_dit.h: a token is a (1, 2, 2) patch of the
  * latent video, in_channels = 16 x 1 x 2 x 2 values in the order (channel,
- * dt, dy, dx); the prediction of a token is out_channels x 4 values in the
- * order (dt, dy, dx, channel) (the unpatchify's). The text rows of the
+ * dt, dy, dx), and its prediction (out_channels x 4 values) in the same
+ * order: proj_out's rows, which diffusers orders (dt, dy, dx, channel)
+ * for its unpatchify, are reordered at load. The text rows of the
  * hidden state are the text embedder's output, which every block reads
  * (cross-attention) and none changes. Position ids are (frame, row,
  * column) of the patch.
@@ -45,13 +46,16 @@ int pd_wan_load_dit(struct pd_dit **out, const char *path, const char *config, s
 int pd_wan_probe(const char *path, const char *config, struct pd_wan_config *c);
 
 
+/* Wan2.1's pipeline side (pd_wan_family.c). */
+extern const struct pd_dit_family pd_wan_family;
+
 /* A latent video [C, F, h, w] as tokens [L, C pt ph pw], the vector of a
  * patch in the order (channel, dt, dy, dx), tokens ordered by (frame,
  * row, column) of the patch; IDS (may be NULL) [L, 3] get those three.
  * F, h, w are multiples of the patch. */
 void pd_wan_patchify(const int *patch, int C, int F, int h, int w, const float *lat, float *tokens, float *ids);
-/* Predictions [L, C pt ph pw] in the order (dt, dy, dx, channel) back to
- * a latent video [C, F, h, w] (TW:722-730). */
+/* Tokens (or predictions) [L, C pt ph pw] back to a latent video [C, F,
+ * h, w]: the inverse of pd_wan_patchify. */
 void pd_wan_unpatchify(const int *patch, int C, int F, int h, int w, const float *tokens, float *lat);
 
 #endif /* PD_WAN_H */

@@ -1,0 +1,126 @@
+/*
+ * pd_wan_family.c - Wan2.1's pipeline side (WanPipeline, diffusers v0.40
+ * pipeline_wan.py, PW:n): a video of 4k + 1 frames is latent frames k + 1
+ * of 1/8 its size (the VAE's compression), tokens are its (1, 2, 2)
+ * patches at (frame, row, column), UniPC with flow shift 3 and 50 steps
+ * unless the scheduler folder says otherwise, UMT5 prompts of 512 tokens.
+ */
+#include "pd_config.h"
+#include "pd_safetensors.h"
+#include "pd_util.h"
+#include "pd_wan.h"
+#include "pd_wan_prompt.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const int pd_wan_patch[3] = { 1, 2, 2 };
+
+/* PW:291, 493-496: sides multiples of 16; frames 4k + 1 (the pipeline
+ * rounds others down with a warning, pdit refuses them). */
+static int pd_wan_latent_shape(struct pd_latent_shape *ls, const struct pd_dit_info *info, int frames, int height,
+			       int width)
+{
+	if (frames < 1 || (frames - 1) % 4)
+		return frames < 1 ? pd_errorf("--frames must be 4k + 1 (1, 5, 9, ... 81), got %d", frames)
+				  : pd_errorf("--frames must be 4k + 1: %d is not; %d or %d are", frames,
+					      frames / 4 * 4 + 1, frames / 4 * 4 + 5);
+	if (height < 16 || width < 16 || height % 16 || width % 16)
+		return pd_errorf("-H/--height and -W/--width must be positive multiples of 16 (got %dx%d)", height,
+				 width);
+	if (info->in_channels % 4)
+		return pd_errorf("the transformer's patch (%d values) is not 4 x latent channels", info->in_channels);
+	ls->channels = info->in_channels / 4;
+	ls->frames = (frames - 1) / 4 + 1;
+	ls->h = height / 8;
+	ls->w = width / 8;
+	ls->tokens = (int64_t)ls->frames * (ls->h / 2) * (ls->w / 2);
+	ls->packed_channels = info->in_channels;
+	return 0;
+}
+
+static void pd_wan_pack(const struct pd_latent_shape *ls, const float *u, float *p)
+{
+	pd_wan_patchify(pd_wan_patch, ls->channels, ls->frames, ls->h, ls->w, u, p, NULL);
+}
+
+static void pd_wan_unpack(const struct pd_latent_shape *ls, const float *p, float *u)
+{
+	pd_wan_unpatchify(pd_wan_patch, ls->channels, ls->frames, ls->h, ls->w, p, u);
+}
+
+static void pd_wan_image_ids(const struct pd_latent_shape *ls, int n_axes, float *ids)
+{
+	int64_t nh = ls->h / 2, nw = ls->w / 2;
+
+	for (int64_t n = 0; n < ls->tokens; n++) {
+		float v[3] = { (float)(n / (nh * nw)), (float)(n / nw % nh), (float)(n % nw) };
+
+		for (int a = 0; a < n_axes; a++)
+			ids[n * n_axes + a] = a < 3 ? v[a] : 0.0f;
+	}
+}
+
+/* Wan-AI's scheduler folder: UniPC, flow_shift 3 (5 is advised for 720p),
+ * 50 steps as WanPipeline's default. */
+static void pd_wan_defaults(const struct pd_dit_info *info, struct pd_dit_defaults *d)
+{
+	(void)info;
+	memset(d, 0, sizeof(*d));
+	d->steps = 50;
+	d->shift = 3.0;
+	d->unipc = 1;
+	d->whose = "Wan2.1's";
+}
+
+/* The transformer is Wan's when its config names WanTransformer3DModel. */
+static int pd_wan_family_probe(const char *path, const char *config, struct pd_dit_info *info)
+{
+	struct pd_wan_config c;
+
+	if (pd_wan_probe(path, config, &c))
+		return -1;
+	return pd_wan_dit_info(&c, info);
+}
+
+static int pd_wan_prompt_widths(const struct pd_model_paths *mp, int64_t *txt_width, int64_t *pooled_width)
+{
+	*pooled_width = 0;
+	return pd_wan_prompt_width(mp, txt_width);
+}
+
+static int pd_wan_default_max_seq(const struct pd_dit_info *info)
+{
+	(void)info;
+	return 512;
+}
+
+static int pd_wan_encode(struct pd_embeds *e, const struct pd_model_paths *mp, struct pd_backend *be,
+			 char *const *prompts, int n, const char *negative, int max_seq, int64_t first, int64_t count,
+			 int keep_extra)
+{
+	struct pd_wan_prompt_encoder pe;
+	int rc;
+
+	if (pd_wan_prompt_encoder_load(&pe, mp, be))
+		return -1;
+	rc = pd_wan_prompt_embeds(e, &pe, prompts, n, negative, max_seq, first, count, keep_extra);
+	pd_wan_prompt_encoder_free(&pe);
+	return rc;
+}
+
+const struct pd_dit_family pd_wan_family = {
+	.name = "wan",
+	.timestep_div = 1.0f,
+	.probe = pd_wan_family_probe,
+	.load = pd_wan_load_dit,
+	.latent_shape = pd_wan_latent_shape,
+	.pack = pd_wan_pack,
+	.unpack = pd_wan_unpack,
+	.image_ids = pd_wan_image_ids,
+	.defaults = pd_wan_defaults,
+	.encoders = "UMT5",
+	.prompt_widths = pd_wan_prompt_widths,
+	.default_max_seq = pd_wan_default_max_seq,
+	.encode = pd_wan_encode,
+};

@@ -123,7 +123,7 @@ int pd_cmd_encode(struct pd_comm *world, int argc, char **argv)
 	if (pd_engine_open(&e, world, &o, NULL) || pd_engine_run(e, &rq, &res) ||
 	    pd_embeds_save(res.embeds, a.out, prompts, n, a.negative))
 		goto out;
-	pd_log(1, "pdit: wrote %s (%d prompt%s, %lld T5 tokens of %lld, pooled %lld)\n", a.out, n, n > 1 ? "s" : "",
+	pd_log(1, "pdit: wrote %s (%d prompt%s, %lld text tokens of %lld, pooled %lld)\n", a.out, n, n > 1 ? "s" : "",
 	       (long long)res.embeds->txt_len, (long long)res.embeds->joint_dim, (long long)res.embeds->pooled_dim);
 	rc = 0;
 out:

@@ -33,7 +33,8 @@ struct pd_gen_args {
 	const char *prompt, *negative, *prompts_file;
 	int max_seq;
 	const char *embeds, *output, *out_latents, *init_latents, *dtype;
-	int height, width, steps, threads, verbose, quiet;
+	int height, width, frames, frames_seen, steps, threads, verbose, quiet;
+	float flow_shift;
 	float guidance, true_cfg_scale, fbcache, comm_timeout;
 	uint64_t seed;
 	int steps_seen;
@@ -138,10 +139,12 @@ static void pd_gen_options(struct pd_gen_args *a, struct pd_arg *opts, enum pd_c
 		{ "--prompts", 0, PD_ARG_STRING, &a->prompts_file, "FILE", "one prompt a line: a batch (written as NAME-0.png, ...)", NULL },
 		{ "--max-sequence-length", 0, PD_ARG_INT, &a->max_seq, "N", "T5 tokens (default 512, or 256 for models without guidance embedding)", NULL },
 		{ "--embeds", 0, PD_ARG_STRING, &a->embeds, "FILE", "instead of prompts: safetensors with prompt_embeds [B,T,J], pooled_prompt_embeds [B,P], optional negative_* (pdit encode writes them)", NULL },
-		{ "--height", 'H', PD_ARG_INT, &a->height, "PX", "image height, a multiple of 16 (default 1024)", NULL },
-		{ "--width", 'W', PD_ARG_INT, &a->width, "PX", "image width, a multiple of 16 (default 1024)", NULL },
+		{ "--height", 'H', PD_ARG_INT, &a->height, "PX", "image height, a multiple of 16 (default 1024; Wan 480)", NULL },
+		{ "--width", 'W', PD_ARG_INT, &a->width, "PX", "image width, a multiple of 16 (default 1024; Wan 832)", NULL },
+		{ "--frames", 0, PD_ARG_INT, &a->frames, "N", "video frames, 4k + 1 (Wan; default 81)", &a->frames_seen },
+		{ "--flow-shift", 0, PD_ARG_FLOAT, &a->flow_shift, "S", "the sampler's shift instead of the scheduler folder's (Wan: 3 for 480p, 5 for 720p; FLUX: a static shift)", NULL },
 		{ "--steps", 0, PD_ARG_INT, &a->steps, "N", "denoising steps (default 28, or 4 for models without guidance embedding)", &a->steps_seen },
-		{ "--guidance", 0, PD_ARG_FLOAT, &a->guidance, "G", "distilled guidance scale (default 3.5; dev-style models)", NULL },
+		{ "--guidance", 0, PD_ARG_FLOAT, &a->guidance, "G", "FLUX: distilled guidance scale (default 3.5; dev-style models); Wan: classifier-free guidance with the negative prompt, \"\" unless -n (default 5)", NULL },
 		{ "--true-cfg-scale", 0, PD_ARG_FLOAT, &a->true_cfg_scale, "C", "true classifier-free guidance with the negative embeddings when > 1", NULL },
 		{ "--seed", 's', PD_ARG_U64, &a->seed, "S", "seed of image 0 (default 42), as torch.Generator('cpu').manual_seed", NULL },
 		{ "--output", 'o', PD_ARG_STRING, &a->output, "FILE", "PNG to write (default output.png)", NULL },
@@ -202,9 +205,7 @@ static void pd_gen_defaults(struct pd_gen_args *a)
 	memset(a, 0, sizeof(*a));
 	a->output = "output.png";
 	a->dtype = "f32";
-	a->height = 1024;
-	a->width = 1024;
-	a->guidance = 3.5f;
+	a->guidance = -1; /* the family's */
 	a->true_cfg_scale = 1.0f;
 	a->seed = 42;
 	a->warmup_steps = 1;
@@ -322,19 +323,39 @@ static int pd_gen_check_outputs(const struct pd_gen_args *a, int pictures)
 	return rc;
 }
 
-/* latents.init and latents.final of the whole batch to PATH. */
-static int pd_write_latents(const struct pd_result *res, const char *path)
+/* latents.init and latents.final of the whole batch to PATH: packed [B,
+ * L, C] as FluxPipeline's, or [B, C, F, h, w] as a video pipeline's. */
+static int pd_write_latents(const struct pd_engine *e, const struct pd_result *res, const char *path)
 {
-	int64_t shape[3] = { res->images, res->tokens, res->channels };
+	const struct pd_latent_shape *ls = &e->ls;
+	int64_t shape[5] = { res->images, res->tokens, res->channels }, per = res->tokens * res->channels;
 	struct pd_st_writer *w = pd_st_writer_new();
-	int rc;
+	float *init = NULL, *fin = NULL;
+	int nd = 3, rc = -1;
 
 	if (!w)
 		return -1;
-	rc = pd_st_writer_add(w, "latents.init", PD_F32, 3, shape, res->init) ||
-	     pd_st_writer_add(w, "latents.final", PD_F32, 3, shape, res->latents) ||
+	if (e->fam->latents_unpacked) {
+		int64_t s5[5] = { res->images, ls->channels, ls->frames, ls->h, ls->w };
+
+		memcpy(shape, s5, sizeof(s5));
+		nd = 5;
+		init = pd_malloc((size_t)(res->images * per) * sizeof(float), "latents");
+		fin = pd_malloc((size_t)(res->images * per) * sizeof(float), "latents");
+		if (!init || !fin)
+			goto out;
+		for (int64_t b = 0; b < res->images; b++) {
+			e->fam->unpack(ls, res->init + b * per, init + b * per);
+			e->fam->unpack(ls, res->latents + b * per, fin + b * per);
+		}
+	}
+	rc = pd_st_writer_add(w, "latents.init", PD_F32, nd, shape, init ? init : res->init) ||
+	     pd_st_writer_add(w, "latents.final", PD_F32, nd, shape, fin ? fin : res->latents) ||
 	     pd_st_writer_meta(w, "pdit_version", PDIT_VERSION) || pd_st_writer_save(w, path) ? -1 : 0;
+out:
 	pd_st_writer_free(w);
+	free(init);
+	free(fin);
 	return rc;
 }
 
@@ -380,7 +401,7 @@ static int pd_write_pictures(const struct pd_gen_args *a, const struct pd_reques
 		char *text = source ? pd_strfmt("%spdit %s; seed: %llu; steps: %d; guidance: %g; true_cfg_scale: %g; "
 						"size: %dx%d; model: %s; dtype: %s",
 						source, PDIT_VERSION, (unsigned long long)(a->seed + b), res->steps,
-						a->guidance, a->true_cfg_scale, a->width, a->height, model, a->dtype)
+						res->guidance, res->true_cfg_scale, res->width, res->height, model, a->dtype)
 				    : NULL;
 
 		rc = !name || !text ? -1 : pd_png_write(name, res->rgb + (size_t)i * npx * 3, res->width, res->height,
@@ -475,6 +496,10 @@ static int pd_gen_request(const struct pd_gen_args *a, struct pd_request *rq, ch
 	rq->init_latents = a->init_latents;
 	rq->height = a->height;
 	rq->width = a->width;
+	if (a->frames_seen && a->frames < 1)
+		return pd_errorf("--frames must be positive (got %d)", a->frames);
+	rq->frames = a->frames;
+	rq->flow_shift = a->flow_shift;
 	rq->steps = a->steps_seen ? a->steps : 0;
 	rq->guidance = a->guidance;
 	rq->true_cfg_scale = a->true_cfg_scale;
@@ -538,7 +563,7 @@ int pd_cmd_generate(struct pd_comm *world, int argc, char **argv)
 	hr = 0;
 	t_write = pd_now();
 	if (a.out_latents && world->rank == 0) {
-		hr = pd_write_latents(&res, a.out_latents);
+		hr = pd_write_latents(e, &res, a.out_latents);
 		if (!hr)
 			pd_log(1, "pdit: wrote %s\n", a.out_latents);
 	}
@@ -840,6 +865,18 @@ static int pd_check_golden(struct pd_engine *r, const char *path, const float *a
 		}
 		if (pd_st_read_f32(t, 0, (size_t)n, ref))
 			goto out;
+		if (t->ndim >= 4) {
+			/* a video pipeline's latents, unpacked: packed as pdit holds them */
+			int64_t per = r->ls.tokens * r->ls.packed_channels;
+			float *u = pd_malloc((size_t)n * sizeof(float), "reference");
+
+			if (!u)
+				goto out;
+			memcpy(u, ref, (size_t)n * sizeof(float));
+			for (int64_t b = 0; b < r->e.batch; b++)
+				r->fam->pack(&r->ls, u + b * per, ref + b * per);
+			free(u);
+		}
 		if (k == 0) {
 			init = pd_engine_initial(r);
 			if (!init)

@@ -33,9 +33,7 @@ void pd_engine_options_init(struct pd_engine_options *o)
 void pd_request_init(struct pd_request *rq)
 {
 	memset(rq, 0, sizeof(*rq));
-	rq->height = 1024;
-	rq->width = 1024;
-	rq->guidance = 3.5f;
+	rq->guidance = -1;
 	rq->true_cfg_scale = 1.0f;
 	rq->seed = 42;
 	rq->want_pictures = 1;
@@ -121,9 +119,12 @@ static int pd_engine_read_init(struct pd_engine *e, const char *path)
 	init = pd_malloc((size_t)n * sizeof(float), "initial latents");
 	if (!init)
 		goto out;
-	if ((t = pd_st_get(st, "latents.init")) && t->numel == n) {
+	/* packed [B, L, C]; unpacked [B, C, (F,) h, w] under either name (a
+	 * video pipeline's latents are unpacked, as Wan's) */
+	if ((t = pd_st_get(st, "latents.init")) && t->numel == n && t->ndim == 3) {
 		rc = pd_st_read_f32(t, 0, (size_t)n, init);
-	} else if ((t = pd_st_get(st, "latents.init_unpacked")) && t->numel == n) {
+	} else if (((t = pd_st_get(st, "latents.init_unpacked")) || (t = pd_st_get(st, "latents.init"))) &&
+		   t->numel == n && t->ndim >= 4) {
 		u = pd_malloc((size_t)n * sizeof(float), "initial latents");
 		rc = !u || pd_st_read_f32(t, 0, (size_t)n, u) ? -1 : 0;
 		for (int64_t b = 0; !rc && b < e->e.batch; b++)
@@ -453,6 +454,8 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
 	} else {
 		pd_scheduler_default(&e->sched, &e->dflt);
 	}
+	e->shift0 = e->sched.shift;
+	e->dynamic0 = e->sched.dynamic;
 	if (o->distrifusion && o->ring)
 		return pd_errorf("--distrifusion-degree and --ring-degree cannot both be given");
 	if (o->warmup_steps < 0)
@@ -510,9 +513,27 @@ static int pd_engine_choose_mesh(struct pd_engine *e)
 
 /* Everything about RQ that can be checked without the mesh's communicators
  * (this rank alone). */
-static int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request *rq)
+static int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request *rq_in)
 {
+	/* the family's defaults for what the request leaves out; a family
+	 * whose guidance is CFG (Wan) runs it with the negative prompt, ""
+	 * when none is given, as its pipeline does */
+	struct pd_request r = *rq_in, *rq = &r;
+
 	pd_engine_request_free(e);
+	r.height = r.height ? r.height : e->dflt.height;
+	r.width = r.width ? r.width : e->dflt.width;
+	r.frames = r.frames ? r.frames : e->dflt.frames;
+	r.guidance = r.guidance >= 0 ? r.guidance : e->dflt.guidance;
+	if (e->dflt.guidance_cfg) {
+		if (r.true_cfg_scale > 1)
+			return pd_errorf("the %s family's --guidance is its classifier-free guidance: give --guidance %g, "
+					 "not --true-cfg-scale", e->fam->name, r.true_cfg_scale);
+		r.true_cfg_scale = r.guidance;
+		r.guidance = 0;
+		if (r.true_cfg_scale > 1 && !r.negative && r.n_prompts > 0)
+			r.negative = "";
+	}
 	if (rq->height < 16 || rq->width < 16 || rq->height % 16 || rq->width % 16)
 		return pd_errorf("-H/--height and -W/--width must be positive multiples of 16 (got %dx%d)", rq->height,
 				 rq->width);
@@ -527,10 +548,16 @@ static int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request 
 		return pd_errorf("--true-cfg-scale must not be negative");
 	if (rq->frames < 0)
 		return pd_errorf("--frames must be positive (got %d)", rq->frames);
-	e->p.frames = rq->frames ? rq->frames : 1;
+	e->p.frames = rq->frames;
 	if (pd_engine_inputs(e, rq) || e->fam->latent_shape(&e->ls, &e->info, e->p.frames, rq->height, rq->width) ||
 	    (rq->batch > 0 && pd_embeds_repeat(&e->e, rq->batch)))
 		return -1;
+	if (rq->want_pictures && e->fam->no_decoder) {
+		if (!rq->want_latents)
+			return pd_errorf("pdit cannot decode %s latents into frames yet: give --out-latents FILE to keep the "
+					 "latents", e->fam->name);
+		r.want_pictures = 0;
+	}
 	if (rq->want_pictures && !e->mp.vae && !rq->want_latents)
 		return pd_errorf("no VAE to decode with: give --vae DIR (or --out-latents FILE to keep only latents)");
 	if (rq->want_pictures && !e->o.decode)
@@ -538,6 +565,11 @@ static int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request 
 	e->p.height = rq->height;
 	e->p.width = rq->width;
 	e->p.steps = rq->steps ? rq->steps : e->dflt.steps;
+	/* --flow-shift: the sampler's static shift, for this request */
+	if (rq->flow_shift < 0)
+		return pd_errorf("--flow-shift must be positive (got %g)", rq->flow_shift);
+	e->sched.shift = rq->flow_shift > 0 ? rq->flow_shift : e->shift0;
+	e->sched.dynamic = rq->flow_shift > 0 ? 0 : e->dynamic0;
 	e->p.guidance = rq->guidance;
 	e->p.true_cfg_scale = rq->true_cfg_scale;
 	e->p.seed = rq->seed;
@@ -553,6 +585,9 @@ static int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request 
 					      "would silently run without true CFG)", rq->true_cfg_scale);
 	if (rq->init_latents && pd_engine_read_init(e, rq->init_latents))
 		return -1;
+	if (rq_in->want_pictures && e->fam->no_decoder)
+		pd_log(1, "pdit: note: pdit cannot decode %s latents into frames yet; writing the latents only\n",
+		       e->fam->name);
 	return 0;
 }
 
@@ -640,7 +675,7 @@ int pd_engine_prepare(struct pd_engine *e, const struct pd_request *rq)
 	/* a request for a mesh already made: it must fit that mesh */
 	if (!rc && e->mesh_ok) {
 		pd_engine_limits(e, &lim);
-		rc = pd_mesh_check(e->degree, &lim) || pd_engine_check_memory(e, rq->want_pictures, 1);
+		rc = pd_mesh_check(e->degree, &lim) || pd_engine_check_memory(e, rq->want_pictures && !e->fam->no_decoder, 1);
 	}
 	return pd_engine_agree(e, rc) || pd_engine_same_everywhere(e, rq);
 }
@@ -681,7 +716,7 @@ static int pd_engine_vae_setup(struct pd_engine *e)
 {
 	struct pd_vae_hooks hooks = { 0, 1, NULL, NULL, NULL, NULL, NULL };
 
-	if (!e->o.decode || !e->mp.vae || e->vae_rows == e->ls.h)
+	if (!e->o.decode || !e->mp.vae || e->vae_rows == e->ls.h || e->fam->no_decoder)
 		return 0;
 	pd_vae_par_free(&e->vae_par);
 	e->vae_rows = 0;
@@ -791,14 +826,15 @@ int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct p
 	if (!rc && plan == &dflt) {
 		/* no request yet: the mesh for a batch of one, without CFG */
 		e->e.batch = 1;
-		e->p.frames = 1;
-		e->p.height = dflt.height;
-		e->p.width = dflt.width;
-		rc = e->fam->latent_shape(&e->ls, &e->info, 1, dflt.height, dflt.width);
+		e->p.frames = e->dflt.frames;
+		e->p.height = e->dflt.height;
+		e->p.width = e->dflt.width;
+		rc = e->fam->latent_shape(&e->ls, &e->info, e->p.frames, e->p.height, e->p.width);
 	}
 	if (pd_comm_agree(world, rc, &e->dead) || (plan != &dflt && pd_engine_same_everywhere(e, plan)))
 		goto fail;
-	rc = pd_engine_choose_mesh(e) || (plan != &dflt && pd_engine_check_memory(e, plan->want_pictures, 0));
+	rc = pd_engine_choose_mesh(e) ||
+	     (plan != &dflt && pd_engine_check_memory(e, plan->want_pictures && !e->fam->no_decoder, 0));
 	if (pd_comm_agree(world, rc, &e->dead))
 		goto fail;
 	e->o.parallel = NULL;
@@ -852,13 +888,13 @@ void pd_engine_notes(const struct pd_engine *e, const struct pd_request *rq)
 		pd_log(1, "pdit: note: no scheduler folder; using %s settings\n", e->dflt.whose);
 	/* a file's negatives are there for whoever wants them: worth a word
 	 * only when asked for detail */
-	if (e->e.neg_prompt && rq->true_cfg_scale <= 1 && rq->embeds)
+	if (e->e.neg_prompt && e->p.true_cfg_scale <= 1 && rq->embeds)
 		pd_log(2, "pdit: note: true CFG is off: %s's negative embeddings are not used (--true-cfg-scale above 1 "
 		       "uses them)\n", rq->embeds);
-	else if (e->e.neg_prompt && rq->true_cfg_scale <= 1)
+	else if (e->e.neg_prompt && e->p.true_cfg_scale <= 1)
 		pd_log(1, "pdit: note: true CFG is off, so the negative prompt is not used: add --true-cfg-scale 4 (or "
 		       "another scale above 1) to use it\n");
-	if (!e->info.guidance && rq->guidance != 3.5f)
+	if (!e->info.guidance && !e->dflt.guidance_cfg && rq->guidance >= 0)
 		pd_log(1, "pdit: note: this transformer has no guidance embedding; --guidance is ignored\n");
 	if (e->world->size > 1 && e->requests == 0) {
 		pd_mesh_format(e->degree, e->opt.distrifusion, mesh, sizeof(mesh));
@@ -866,9 +902,14 @@ void pd_engine_notes(const struct pd_engine *e, const struct pd_request *rq)
 		       e->mesh_auto == 2 ? " (chosen by the cost model, as pdit plan ranks them)" :
 		       e->mesh_auto ? " (chosen automatically)" : "", e->be->threads, e->be->threads > 1 ? "s" : "");
 	}
-	pd_log(1, "pdit: %lld image%s %dx%d, %d steps, seed %llu%s\n", (long long)e->e.batch,
-	       e->e.batch > 1 ? "s" : "", rq->width, rq->height, e->p.steps, (unsigned long long)rq->seed,
-	       pd_gen_uses_cfg(&e->p, &e->e) ? ", true CFG" : "");
+	if (e->p.frames > 1)
+		pd_log(1, "pdit: %lld video%s of %d frames %dx%d, %d steps, seed %llu%s\n", (long long)e->e.batch,
+		       e->e.batch > 1 ? "s" : "", e->p.frames, e->p.width, e->p.height, e->p.steps,
+		       (unsigned long long)rq->seed, pd_gen_uses_cfg(&e->p, &e->e) ? ", CFG" : "");
+	else
+		pd_log(1, "pdit: %lld image%s %dx%d, %d steps, seed %llu%s\n", (long long)e->e.batch,
+		       e->e.batch > 1 ? "s" : "", e->p.width, e->p.height, e->p.steps, (unsigned long long)rq->seed,
+		       pd_gen_uses_cfg(&e->p, &e->e) ? ", true CFG" : "");
 }
 
 int pd_engine_denoise(struct pd_engine *e, float *all, const struct pd_dump *model_dump)
@@ -1052,6 +1093,9 @@ static int pd_engine_run_scoped(struct pd_engine *e, const struct pd_request *rq
 	res->height = e->p.height;
 	res->width = e->p.width;
 	res->steps = e->p.steps;
+	res->frames = e->p.frames;
+	res->guidance = e->p.guidance;
+	res->true_cfg_scale = e->p.true_cfg_scale;
 	res->seed = e->p.seed;
 	res->tokens = e->ls.tokens;
 	res->channels = e->ls.packed_channels;
@@ -1066,7 +1110,7 @@ static int pd_engine_run_scoped(struct pd_engine *e, const struct pd_request *rq
 		pd_result_free(res);
 		return -1;
 	}
-	if (rq->want_pictures && e->mp.vae) {
+	if (rq->want_pictures && e->mp.vae && !e->fam->no_decoder) {
 		if (e->o.one_request) {
 			/* the transformer's share goes before decoding: the VAE needs the memory */
 			pd_dit_free(e->m);

@@ -38,6 +38,8 @@ struct pd_engine {
 	struct pd_mesh mesh;            /* its communicators (once created) */
 	int mesh_ok;
 	struct pd_scheduler sched;      /* the schedule (set per request) */
+	double shift0;                  /* the scheduler's own shift (a request's --flow-shift overrides it) */
+	int dynamic0;                   /* and its dynamic shifting */
 	struct pd_backend *be;          /* compute */
 	struct pd_dit *m;               /* this rank's share of the transformer */
 	struct pd_vae *v;               /* the VAE (on ranks that decode) */

@@ -120,10 +120,13 @@ struct pd_request {
 	const char *embeds;             /* instead of prompts: a safetensors file of embeddings
 					 * (prompt_embeds, pooled_prompt_embeds, optional negative_*) */
 	const char *init_latents;       /* start from latents.init of this file instead of the noise */
-	int height, width;              /* pixels, multiples of 16 */
-	int frames;                     /* video frames (video families); 0: one, a picture */
+	int height, width;              /* pixels, multiples of 16; 0: the family's (FLUX 1024, Wan 480 x 832) */
+	int frames;                     /* video frames (video families); 0: the family's (a picture; Wan 81) */
 	int steps;                      /* denoising steps; 0: 28, or 4 without guidance embedding */
-	float guidance;                 /* distilled guidance scale (models with guidance embedding) */
+	double flow_shift;              /* the sampler's static shift (Wan's flow_shift; FLUX without its
+					 * dynamic shifting); 0: the scheduler folder's */
+	float guidance;                 /* guidance scale, negative: the family's. FLUX: distilled (models
+					 * with guidance embedding, 3.5); Wan: classifier-free (5) */
 	float true_cfg_scale;           /* above 1 with a negative prompt: true CFG */
 	uint64_t seed;                  /* picture b is drawn from seed + b */
 	int batch;                      /* 0: a picture per prompt; N: N copies of the first prompt */
@@ -142,6 +145,8 @@ struct pd_result {
 	int64_t images;                 /* pictures in the batch */
 	int height, width;              /* pixels */
 	int steps;                      /* steps run */
+	int frames;                     /* video frames (1: pictures) */
+	float guidance, true_cfg_scale; /* the scales used */
 	uint64_t seed;                  /* of picture 0 */
 	int64_t tokens, channels;       /* latent tokens and channels per picture (packed) */
 	float *latents;                 /* [images, tokens, channels] final latents, or NULL */

@@ -37,7 +37,7 @@ int pd_scheduler_load(struct pd_scheduler *s, const char *dir)
 	int rc = -1, flag;
 
 	/* the class's own defaults (its __init__), under the folder's keys */
-	static const struct pd_dit_defaults class_defaults = { 0, 1.0, 0, 0.5, 1.15, 256, 4096, NULL, 0 };
+	static const struct pd_dit_defaults class_defaults = { 0, 1.0, 0, 0.5, 1.15, 256, 4096, NULL, 0, 1, 0, 0, 0, 0 };
 
 	pd_scheduler_default(s, &class_defaults);
 	if (pd_config_load_in(&c, dir, "scheduler_config.json", "scheduler"))

@@ -208,10 +208,20 @@ struct pd_dit_defaults {
 	const char *whose;              /* whose settings, for the log ("FLUX.1-dev's") */
 	int unipc;                      /* UniPC (order 2, bh2, flow sigmas; shift is its flow_shift)
 					 * instead of flow-matching Euler */
+	int frames, height, width;      /* the picture or video made when the request does not say */
+	float guidance;                 /* the guidance scale when the request does not say */
+	int guidance_cfg;               /* the guidance scale is classifier-free guidance over the
+					 * prompt and the negative prompt ("" when none is given), as
+					 * WanPipeline's guidance_scale; 0: a distilled scale the model
+					 * embeds (FLUX.1-dev) */
 };
 
 struct pd_dit_family {
 	const char *name;               /* "flux" */
+	int latents_unpacked;           /* its pipeline's latents are [B, C, F, h, w] (Wan), not the
+					 * packed tokens [B, L, C] (FLUX): --out-latents writes them so */
+	int no_decoder;                 /* pdit cannot decode its latents yet (Wan2.1's AutoencoderKLWan):
+					 * requests make latents only */
 	float timestep_div;             /* the transformer sees the scheduler's timestep / this, in float32
 					 * (FLUX: 1000, as FluxPipeline divides it; Wan: 1) */
 	/* the sizes of the transformer at PATH (a folder or one file) from its

@@ -86,6 +86,9 @@ static void pd_flux_defaults(const struct pd_dit_info *info, struct pd_dit_defau
 	d->base_seq = 256;
 	d->max_seq = 4096;
 	d->whose = info->guidance ? "FLUX.1-dev's" : "FLUX.1-schnell's";
+	d->frames = 1;
+	d->height = d->width = 1024;
+	d->guidance = 3.5f;
 }
 
 static int pd_flux_probe(const char *path, const char *config, struct pd_dit_info *info)

@@ -247,7 +247,8 @@ int pd_wan_load_dit(struct pd_dit **out, const char *path, const char *config, s
 	m->be = be;
 	if (pd_wan_config_at(path, config, &m->cfg))
 		goto fail;
-	if (shard && (shard->count > 1 || shard->block_first > 0 || shard->block_count > 0)) {
+	if (shard && (shard->count > 1 || shard->block_first > 0 ||
+		      (shard->block_count > 0 && shard->block_count < m->cfg.layers))) {
 		pd_errorf("Wan: tensor parallel and pipeline stages are not supported yet");
 		goto fail;
 	}

@@ -61,8 +61,9 @@ static void pd_wan_image_ids(const struct pd_latent_shape *ls, int n_axes, float
 	}
 }
 
-/* Wan-AI's scheduler folder: UniPC, flow_shift 3 (5 is advised for 720p),
- * 50 steps as WanPipeline's default. */
+/* Wan-AI's scheduler folder: UniPC, flow_shift 3 (5 is advised for 720p);
+ * WanPipeline's defaults: 50 steps, 81 frames of 480 x 832, CFG 5 with
+ * the empty negative prompt. */
 static void pd_wan_defaults(const struct pd_dit_info *info, struct pd_dit_defaults *d)
 {
 	(void)info;
@@ -71,6 +72,11 @@ static void pd_wan_defaults(const struct pd_dit_info *info, struct pd_dit_defaul
 	d->shift = 3.0;
 	d->unipc = 1;
 	d->whose = "Wan2.1's";
+	d->frames = 81;
+	d->height = 480;
+	d->width = 832;
+	d->guidance = 5.0f;
+	d->guidance_cfg = 1;
 }
 
 /* The transformer is Wan's when its config names WanTransformer3DModel. */
@@ -112,6 +118,8 @@ static int pd_wan_encode(struct pd_embeds *e, const struct pd_model_paths *mp, s
 const struct pd_dit_family pd_wan_family = {
 	.name = "wan",
 	.timestep_div = 1.0f,
+	.no_decoder = 1,
+	.latents_unpacked = 1,
 	.probe = pd_wan_family_probe,
 	.load = pd_wan_load_dit,
 	.latent_shape = pd_wan_latent_shape,

@@ -160,6 +160,11 @@ struct pd_backend_ops {
 	void (*group_apply)(struct pd_backend *be, float *y, int64_t y_cstride, const float *x, int c, int64_t hw,
 			    int groups, const double *stats, double count, const float *gamma, const float *beta,
 			    float eps, int silu);
+	/* RMS over the channels of each position (Wan's VAE: F.normalize):
+	 * y[ch, i] = x[ch, i] / max(|x[:, i]|, 1e-12) * sqrt(c) * gamma[ch],
+	 * then SiLU when silu != 0; x and y [c, hw], in place allowed. */
+	void (*rms_channels)(struct pd_backend *be, float *y, const float *x, int c, int64_t hw, const float *gamma,
+			     int silu);
 	/* Nearest-neighbour 2x: y [c, 2h, 2w] from x [c, h, w]; channel ch of y
 	 * starts at y + ch * y_cstride (4 h w: packed). */
 	void (*upsample2x)(struct pd_backend *be, float *y, int64_t y_cstride, const float *x, int c, int h, int w);

@@ -168,3 +168,21 @@ int pd_config_int_array(const struct pd_config *c, const char *key, int max, int
 	*n = k;
 	return 0;
 }
+
+int pd_config_double_array(const struct pd_config *c, const char *key, int max, double *out, int *n)
+{
+	const cJSON *j = pd_config_item(c, key), *e;
+	int k = 0;
+
+	if (!j)
+		return pd_errorf("%s: missing \"%s\"", c->path, key);
+	if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) > max || cJSON_GetArraySize(j) == 0)
+		return pd_errorf("%s: \"%s\" must be an array of 1 to %d numbers", c->path, key, max);
+	cJSON_ArrayForEach(e, j) {
+		if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble))
+			return pd_errorf("%s: \"%s\" entries must be finite numbers", c->path, key);
+		out[k++] = e->valuedouble;
+	}
+	*n = k;
+	return 0;
+}

@@ -35,6 +35,8 @@ int pd_config_bool(const struct pd_config *c, const char *key, int required, int
 int pd_config_string(const struct pd_config *c, const char *key, int required, const char *def,
 		     const char **out);
 /* Array of integers, each in [lo, hi]; *n receives the count (at most max). */
+/* Array of finite numbers; *n receives the count (at most max). */
+int pd_config_double_array(const struct pd_config *c, const char *key, int max, double *out, int *n);
 int pd_config_int_array(const struct pd_config *c, const char *key, int max, int64_t lo, int64_t hi,
 			int64_t *out, int *n);
 

@@ -180,6 +180,7 @@ static const struct pd_backend_ops pd_cpu_ops = {
 	.lse_merge = pd_cpu_lse_merge,
 	.group_stats = pd_cpu_group_stats,
 	.group_apply = pd_cpu_group_apply,
+	.rms_channels = pd_cpu_rms_channels,
 	.upsample2x = pd_cpu_upsample2x,
 	.transpose = pd_cpu_transpose,
 };

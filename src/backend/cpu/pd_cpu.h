@@ -196,6 +196,8 @@ void pd_cpu_lse_merge(struct pd_backend *be, float *out, int64_t ldo, float *lse
 		      int64_t ldp, const float *plse, int64_t sq, int heads, int head_dim);
 void pd_cpu_group_stats(struct pd_backend *be, const float *x, int c, int64_t hw, int groups,
 			double *stats);
+void pd_cpu_rms_channels(struct pd_backend *be, float *y, const float *x, int c, int64_t hw, const float *gamma,
+			  int silu);
 void pd_cpu_group_apply(struct pd_backend *be, float *y, int64_t y_cstride, const float *x, int c,
 			int64_t hw, int groups, const double *stats, double count, const float *gamma,
 			const float *beta, float eps, int silu);

@@ -264,6 +264,30 @@ void pd_cpu_group_apply(struct pd_backend *be, float *y, int64_t y_cstride, cons
 	}
 }
 
+void pd_cpu_rms_channels(struct pd_backend *be, float *y, const float *x, int c, int64_t hw, const float *gamma,
+			  int silu)
+{
+	float scale = sqrtf((float)c);
+
+	if (be->failed)
+		return;
+#pragma omp parallel for schedule(static)
+	for (int64_t i = 0; i < hw; i++) {
+		float s = 0, d;
+
+		for (int ch = 0; ch < c; ch++)
+			s += x[(int64_t)ch * hw + i] * x[(int64_t)ch * hw + i];
+		/* F.normalize's x / max(|x|, eps), then * sqrt(c) * gamma */
+		d = sqrtf(s);
+		d = d > 1e-12f ? d : 1e-12f;
+		for (int ch = 0; ch < c; ch++) {
+			float t = (x[(int64_t)ch * hw + i] / d) * scale * gamma[ch];
+
+			y[(int64_t)ch * hw + i] = silu ? t / (1.0f + expf(-t)) : t;
+		}
+	}
+}
+
 void pd_cpu_upsample2x(struct pd_backend *be, float *y, int64_t y_cstride, const float *x, int c, int h,
 		       int w)
 {

@@ -3,6 +3,7 @@
  */
 #include "pd_util.h"
 #include "pdit_cli.h"
+#include "pd_video.h"
 
 #include <malloc.h>
 #include <stdio.h>
@@ -21,6 +22,8 @@ int main(int argc, char **argv)
 	 * quantized. A fixed 4 MB keeps large buffers mapped on their own. */
 	mallopt(M_MMAP_THRESHOLD, 4 << 20);
 #endif
+	/* FFmpeg reports errors only (x264 would print its statistics) */
+	pd_video_quiet();
 	if (pd_comm_world_init(&argc, &argv, &world)) {
 		fprintf(stderr, "pdit: %s\n", pd_last_error());
 		return 1;

@@ -16,6 +16,7 @@
 #include "pd_safetensors.h"
 #include "pd_st_writer.h"
 #include "pd_util.h"
+#include "pd_video.h"
 #include "pdit_cli.h"
 
 #include <cjson/cJSON.h>
@@ -33,7 +34,7 @@ struct pd_gen_args {
 	const char *prompt, *negative, *prompts_file;
 	int max_seq;
 	const char *embeds, *output, *out_latents, *init_latents, *dtype;
-	int height, width, frames, frames_seen, steps, threads, verbose, quiet;
+	int height, width, frames, frames_seen, steps, threads, verbose, quiet, output_seen, fps;
 	float flow_shift;
 	float guidance, true_cfg_scale, fbcache, comm_timeout;
 	uint64_t seed;
@@ -147,7 +148,8 @@ static void pd_gen_options(struct pd_gen_args *a, struct pd_arg *opts, enum pd_c
 		{ "--guidance", 0, PD_ARG_FLOAT, &a->guidance, "G", "FLUX: distilled guidance scale (default 3.5; dev-style models); Wan: classifier-free guidance with the negative prompt, \"\" unless -n (default 5)", NULL },
 		{ "--true-cfg-scale", 0, PD_ARG_FLOAT, &a->true_cfg_scale, "C", "true classifier-free guidance with the negative embeddings when > 1", NULL },
 		{ "--seed", 's', PD_ARG_U64, &a->seed, "S", "seed of image 0 (default 42), as torch.Generator('cpu').manual_seed", NULL },
-		{ "--output", 'o', PD_ARG_STRING, &a->output, "FILE", "PNG to write (default output.png)", NULL },
+		{ "--output", 'o', PD_ARG_STRING, &a->output, "FILE", "PNG to write (default output.png); a video: clip.mp4 (default output.mp4) or frame-%03d.png", &a->output_seen },
+		{ "--fps", 0, PD_ARG_INT, &a->fps, "N", "a video's frames a second (default 16)", NULL },
 		{ "--out-latents", 0, PD_ARG_STRING, &a->out_latents, "FILE", "also write latents.init and latents.final [B,L,C] (packed)", NULL },
 		{ "--init-latents", 0, PD_ARG_STRING, &a->init_latents, "FILE", "start from latents.init [B,L,C] or latents.init_unpacked instead of the seed", NULL },
 		{ "--dtype", 0, PD_ARG_STRING, &a->dtype, "f32|bf16", "precision of matrix products (default f32)", NULL },
@@ -206,6 +208,7 @@ static void pd_gen_defaults(struct pd_gen_args *a)
 	a->output = "output.png";
 	a->dtype = "f32";
 	a->guidance = -1; /* the family's */
+	a->fps = 16;
 	a->true_cfg_scale = 1.0f;
 	a->seed = 42;
 	a->warmup_steps = 1;
@@ -277,11 +280,25 @@ static void pd_report_memory(struct pd_comm *world)
 	free(all);
 }
 
+/* Whether PATTERN holds exactly one number conversion, %d or %0Nd (N a
+ * digit), and no other '%': the only patterns -o takes, so a name is never
+ * a format string of the user's. */
+static int pd_pattern_ok(const char *pattern)
+{
+	const char *p = strchr(pattern, '%');
+
+	if (!p)
+		return 0;
+	if (p[1] == '0' && p[2] >= '1' && p[2] <= '9' && p[3] == 'd')
+		return !strchr(p + 4, '%');
+	return p[1] == 'd' && !strchr(p + 2, '%');
+}
+
 static char *pd_output_name(const char *pattern, int64_t b, int64_t batch)
 {
-	const char *dot, *pct = strstr(pattern, "%d");
+	const char *dot;
 
-	if (pct && !strchr(pct + 2, '%') && !memchr(pattern, '%', (size_t)(pct - pattern)))
+	if (pd_pattern_ok(pattern))
 		return pd_strfmt(pattern, (int)b);
 	if (batch == 1)
 		return pd_strdup(pattern);
@@ -296,11 +313,11 @@ static char *pd_output_name(const char *pattern, int64_t b, int64_t batch)
  * both names of one picture and of several are tried. */
 static int pd_gen_check_outputs(const struct pd_gen_args *a, int pictures)
 {
-	const char *pct = strchr(a->output, '%');
 	int rc = 0;
 
-	if (pct && (strncmp(pct, "%d", 2) || strchr(pct + 1, '%')))
-		return pd_errorf("-o/--output %s: the one pattern it takes is a single %%d (the picture's number)",
+	if (strchr(a->output, '%') && !pd_pattern_ok(a->output))
+		return pd_errorf("-o/--output %s: the one pattern it takes is a single %%d or %%03d (the picture's number, "
+				 "or a video's frame)",
 				 a->output);
 	for (int k = 0; k < 2 && !rc; k++) {
 		int64_t batch = k ? 2 : pictures > 0 ? pictures : 1;
@@ -381,10 +398,49 @@ static char *pd_embeds_prompt(const char *path, int64_t b)
 	return out;
 }
 
+/* Video B of the result as -o asks: an MP4 (or .mkv, .mov) carrying the
+ * parameters TEXT, or with a pattern one PNG per frame (its number in the
+ * pattern; "-B" before the extension for a batch). */
+static int pd_write_video(const struct pd_gen_args *a, const struct pd_result *res, int64_t b, const uint8_t *rgb,
+			  const char *prompt, const char *text)
+{
+	size_t frame = (size_t)res->width * res->height * 3;
+	const char *out = a->output_seen ? a->output : "output.mp4";
+	int rc = 0;
+
+	if (pd_pattern_ok(out)) {
+		const char *dot = strrchr(out, '.');
+		char *pattern = res->images == 1 ? pd_strdup(out)
+			      : dot && !strchr(dot, '/') ? pd_strfmt("%.*s-%lld%s", (int)(dot - out), out, (long long)b, dot)
+							 : pd_strfmt("%s-%lld", out, (long long)b);
+
+		for (int f = 0; pattern && f < res->frames && !rc; f++) {
+			char *name = pd_strfmt(pattern, f);
+
+			rc = !name ? -1 : pd_png_write(name, rgb + (size_t)f * frame, res->width, res->height, "parameters", text);
+			free(name);
+		}
+		free(pattern);
+		return pattern ? rc : -1;
+	}
+	{
+		char *name = pd_output_name(out, b, res->images);
+		const char *meta[] = { "title", prompt, "comment", text, NULL };
+
+		if (name && !pd_video_is_video_name(name))
+			rc = pd_errorf("-o/--output %s: a video is written as .mp4, .mkv or .mov, or as frames with a "
+				       "pattern such as frame-%%03d.png", name);
+		else
+			rc = !name ? -1 : pd_video_write(name, rgb, res->frames, res->width, res->height, a->fps, meta);
+		free(name);
+	}
+	return rc;
+}
+
 /* The pictures this rank holds, as PNGs carrying their parameters. */
 static int pd_write_pictures(const struct pd_gen_args *a, const struct pd_request *rq, const struct pd_result *res)
 {
-	size_t npx = (size_t)res->width * res->height;
+	size_t npx = (size_t)res->width * res->height * (size_t)(res->frames > 1 ? res->frames : 1);
 	const char *model = a->model ? a->model : a->diffusion_model ? a->diffusion_model : a->transformer;
 	int rc = 0;
 
@@ -399,13 +455,18 @@ static int pd_write_pictures(const struct pd_gen_args *a, const struct pd_reques
 			       : carried ? pd_strfmt("%s\n", carried)
 					 : pd_strfmt("embeds: %s (prompt %lld)\n", a->embeds, (long long)b);
 		char *text = source ? pd_strfmt("%spdit %s; seed: %llu; steps: %d; guidance: %g; true_cfg_scale: %g; "
-						"size: %dx%d; model: %s; dtype: %s",
+						"size: %dx%d; frames: %d; model: %s; dtype: %s",
 						source, PDIT_VERSION, (unsigned long long)(a->seed + b), res->steps,
-						res->guidance, res->true_cfg_scale, res->width, res->height, model, a->dtype)
+						res->guidance, res->true_cfg_scale, res->width, res->height, res->frames, model,
+						a->dtype)
 				    : NULL;
 
-		rc = !name || !text ? -1 : pd_png_write(name, res->rgb + (size_t)i * npx * 3, res->width, res->height,
-							"parameters", text);
+		if (res->frames > 1)
+			rc = !text ? -1 : pd_write_video(a, res, b, res->rgb + (size_t)i * npx * 3,
+							 rq->n_prompts ? rq->prompts[rq->batch ? 0 : b] : "", text);
+		else
+			rc = !name || !text ? -1 : pd_png_write(name, res->rgb + (size_t)i * npx * 3, res->width, res->height,
+								"parameters", text);
 		free(name);
 		free(text);
 		free(source);
@@ -496,6 +557,12 @@ static int pd_gen_request(const struct pd_gen_args *a, struct pd_request *rq, ch
 	rq->init_latents = a->init_latents;
 	rq->height = a->height;
 	rq->width = a->width;
+	if (a->frames_seen && a->frames > 1 && a->output_seen && !strchr(a->output, '%') &&
+	    !pd_video_is_video_name(a->output))
+		return pd_errorf("-o/--output %s: a video is written as .mp4, .mkv or .mov, or as frames with a pattern "
+				 "such as frame-%%03d.png", a->output);
+	if (a->fps < 1 || a->fps > 240)
+		return pd_errorf("--fps must be between 1 and 240 (got %d)", a->fps);
 	if (a->frames_seen && a->frames < 1)
 		return pd_errorf("--frames must be positive (got %d)", a->frames);
 	rq->frames = a->frames;
@@ -554,6 +621,14 @@ int pd_cmd_generate(struct pd_comm *world, int argc, char **argv)
 	o.log_ctx = &prog;
 	if (pd_engine_open(&e, world, &o, &rq)) {
 		pd_gen_failed(world, NULL);
+		goto out;
+	}
+	if (e->p.frames > 1 && !pd_pattern_ok(a.output_seen ? a.output : "output.mp4") &&
+	    !pd_video_is_video_name(a.output_seen ? a.output : "output.mp4")) {
+		/* known once the model's family is: before any step */
+		pd_errorf("-o/--output %s: a video is written as .mp4, .mkv or .mov, or as frames with a pattern such as "
+			  "frame-%%03d.png", a.output);
+		pd_gen_failed(world, e);
 		goto out;
 	}
 	if (pd_engine_run(e, &rq, &res)) {

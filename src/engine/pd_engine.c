@@ -552,12 +552,6 @@ static int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request 
 	if (pd_engine_inputs(e, rq) || e->fam->latent_shape(&e->ls, &e->info, e->p.frames, rq->height, rq->width) ||
 	    (rq->batch > 0 && pd_embeds_repeat(&e->e, rq->batch)))
 		return -1;
-	if (rq->want_pictures && e->fam->no_decoder) {
-		if (!rq->want_latents)
-			return pd_errorf("pdit cannot decode %s latents into frames yet: give --out-latents FILE to keep the "
-					 "latents", e->fam->name);
-		r.want_pictures = 0;
-	}
 	if (rq->want_pictures && !e->mp.vae && !rq->want_latents)
 		return pd_errorf("no VAE to decode with: give --vae DIR (or --out-latents FILE to keep only latents)");
 	if (rq->want_pictures && !e->o.decode)
@@ -585,9 +579,6 @@ static int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request 
 					      "would silently run without true CFG)", rq->true_cfg_scale);
 	if (rq->init_latents && pd_engine_read_init(e, rq->init_latents))
 		return -1;
-	if (rq_in->want_pictures && e->fam->no_decoder)
-		pd_log(1, "pdit: note: pdit cannot decode %s latents into frames yet; writing the latents only\n",
-		       e->fam->name);
 	return 0;
 }
 
@@ -675,7 +666,7 @@ int pd_engine_prepare(struct pd_engine *e, const struct pd_request *rq)
 	/* a request for a mesh already made: it must fit that mesh */
 	if (!rc && e->mesh_ok) {
 		pd_engine_limits(e, &lim);
-		rc = pd_mesh_check(e->degree, &lim) || pd_engine_check_memory(e, rq->want_pictures && !e->fam->no_decoder, 1);
+		rc = pd_mesh_check(e->degree, &lim) || pd_engine_check_memory(e, rq->want_pictures, 1);
 	}
 	return pd_engine_agree(e, rc) || pd_engine_same_everywhere(e, rq);
 }
@@ -716,8 +707,18 @@ static int pd_engine_vae_setup(struct pd_engine *e)
 {
 	struct pd_vae_hooks hooks = { 0, 1, NULL, NULL, NULL, NULL, NULL };
 
-	if (!e->o.decode || !e->mp.vae || e->vae_rows == e->ls.h || e->fam->no_decoder)
+	if (!e->o.decode || !e->mp.vae || e->vae_rows == e->ls.h)
 		return 0;
+	if (e->fam->vae_load) {
+		/* a family's own decoder: the group's writer decodes alone */
+		int writer = pd_parallel_is_writer(&e->mesh);
+
+		if (writer && !e->fv && e->fam->vae_load(&e->fv, e->mp.vae, e->be))
+			return -1;
+		e->vae_bands = writer;
+		e->vae_rows = e->ls.h;
+		return 0;
+	}
 	pd_vae_par_free(&e->vae_par);
 	e->vae_rows = 0;
 	e->vae_bands = 0;
@@ -834,7 +835,7 @@ int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct p
 	if (pd_comm_agree(world, rc, &e->dead) || (plan != &dflt && pd_engine_same_everywhere(e, plan)))
 		goto fail;
 	rc = pd_engine_choose_mesh(e) ||
-	     (plan != &dflt && pd_engine_check_memory(e, plan->want_pictures && !e->fam->no_decoder, 0));
+	     (plan != &dflt && pd_engine_check_memory(e, plan->want_pictures, 0));
 	if (pd_comm_agree(world, rc, &e->dead))
 		goto fail;
 	e->o.parallel = NULL;
@@ -863,6 +864,8 @@ void pd_engine_close(struct pd_engine *e)
 	if (e->par_ok)
 		pd_parallel_free(&e->par);
 	pd_vae_free(e->v);
+	if (e->fv)
+		e->fam->vae_free(e->fv);
 	pd_vae_par_free(&e->vae_par);
 	pd_dit_free(e->m);
 	pd_backend_free(e->be);
@@ -967,8 +970,9 @@ float *pd_engine_initial(const struct pd_engine *e)
 static int pd_engine_decode(struct pd_engine *e, const float *all, struct pd_result *res)
 {
 	int64_t per = e->ls.tokens * e->ls.packed_channels, n = e->par.runner.n_images;
-	int f = pd_vae_scale(pd_vae_get_config(e->v));
-	size_t npx = (size_t)e->ls.h * f * e->ls.w * f;
+	int f = e->fam->vae_decode ? e->fam->vae_scale : pd_vae_scale(pd_vae_get_config(e->v));
+	/* a video's frames, one after the other */
+	size_t npx = (size_t)e->ls.h * f * e->ls.w * f * (size_t)e->p.frames;
 	int writer = pd_parallel_is_writer(&e->mesh);
 	uint8_t *rgb = pd_malloc(npx * 3 * (size_t)(n + 1), "pictures");
 	double t0 = pd_now();
@@ -979,7 +983,9 @@ static int pd_engine_decode(struct pd_engine *e, const float *all, struct pd_res
 	for (int64_t i = 0; i < n; i++) {
 		int64_t b = e->par.runner.first_image + i;
 
-		if (pd_decode_image(e->v, e->fam, &e->ls, all + b * per, rgb + (size_t)i * npx * 3, NULL, NULL)) {
+		if (e->fam->vae_decode ? e->fam->vae_decode(e->fv, &e->ls, all + b * per, rgb + (size_t)i * npx * 3)
+				       : pd_decode_image(e->v, e->fam, &e->ls, all + b * per, rgb + (size_t)i * npx * 3, NULL,
+							 NULL)) {
 			free(rgb);
 			return -1;
 		}
@@ -1110,7 +1116,7 @@ static int pd_engine_run_scoped(struct pd_engine *e, const struct pd_request *rq
 		pd_result_free(res);
 		return -1;
 	}
-	if (rq->want_pictures && e->mp.vae && !e->fam->no_decoder) {
+	if (rq->want_pictures && e->mp.vae) {
 		if (e->o.one_request) {
 			/* the transformer's share goes before decoding: the VAE needs the memory */
 			pd_dit_free(e->m);

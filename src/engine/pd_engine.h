@@ -43,6 +43,7 @@ struct pd_engine {
 	struct pd_backend *be;          /* compute */
 	struct pd_dit *m;               /* this rank's share of the transformer */
 	struct pd_vae *v;               /* the VAE (on ranks that decode) */
+	void *fv;                       /* or the family's own (fam->vae_load) */
 	struct pd_parallel par;         /* the parallel methods */
 	int par_ok;
 	struct pd_vae_par vae_par;      /* decoding in bands over the data-parallel group */

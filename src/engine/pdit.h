@@ -154,7 +154,7 @@ struct pd_result {
 	/* Pictures: a process that writes holds those of its data-parallel
 	 * group, pictures [first_picture, first_picture + n_pictures). */
 	int64_t first_picture, n_pictures;
-	uint8_t *rgb;                   /* [n_pictures, height, width, 3], or NULL */
+	uint8_t *rgb;                   /* [n_pictures, frames, height, width, 3], or NULL */
 	double decode_s;                /* seconds a picture's decode took (the mean) */
 	int bands;                      /* bands a picture was decoded in */
 	struct pd_embeds *embeds;       /* want_embeds: the prompts' embeddings, the token ids among

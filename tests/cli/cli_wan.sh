@@ -4,6 +4,12 @@
 # latents.final within 1e-4, max|a - b| / max|ref|, written as the
 # pipeline's [B, 16, F, h, w]); --init-latents takes the pipeline's own
 # noise; bad video requests get one line each and write nothing.
+# The frames of a run (-o frame-%03d.png) equal the pipeline's video.uint8
+# (export_to_video's truncation) within 1; the MP4 of the same run has its
+# 9 frames at 48x32, 16 fps, H.264 and the parameters in its tags, and
+# decodes (FFmpeg's command) as close to those frames as FFmpeg's own
+# encoding of them does (PSNR within 0.5 dB: H.264 4:2:0 is lossy, and the
+# tiny model's frames are noise to it).
 # usage: cli_wan.sh PDIT ST_COMPARE WAN_TINY_DIR
 set -u
 pdit=$1 cmp=$2 g=$3
@@ -35,15 +41,50 @@ run defaultneg "$g/pipeline-cfg-defaultneg-n5-h32w32.safetensors" \
 run init "$g/pipeline-cfg-defaultneg-n5-h32w32.safetensors" --init-latents "$g/pipeline-cfg-defaultneg-n5-h32w32.safetensors" \
 	-p "A paper boat sails down a small stream after the rain." --guidance 3 --frames 5 -H 32 -W 32 --steps 5 -s 99
 
+# frames and video of the first run
+cfg=(-p "A cat walks on the grass, realistic style." -n "$neg" --frames 9 -H 32 -W 48 --steps 4 -s 42)
+mkdir -p "$tmp/fr"
+if "$pdit" generate --model "$m" "${cfg[@]}" -o "$tmp/fr/frame-%03d.png" -q 2> "$tmp/err" &&
+	"$pdit" generate --model "$m" "${cfg[@]}" -o "$tmp/clip.mp4" -q 2>> "$tmp/err"; then
+	n=$(ls "$tmp/fr" | wc -l)
+	[ "$n" -eq 9 ] || { echo "FAIL frames: $n PNGs, want 9"; fail=1; }
+	for f in 0 1 4 8; do
+		"$cmp" png "$tmp/fr/frame-00$f.png" "$g/pipeline-cfg-n9-h32w48.safetensors" video.uint8 $f 1 || fail=1
+	done
+	probe=$(ffprobe -v error -show_entries stream=codec_name,width,height,nb_frames,r_frame_rate:format_tags=comment \
+		-of default=nw=1 "$tmp/clip.mp4")
+	for want in codec_name=h264 width=48 height=32 nb_frames=9 r_frame_rate=16/1 "seed: 42" "frames: 9"; do
+		grep -qF -- "$want" <<< "$probe" || { echo "FAIL mp4: no '$want' in:"; echo "$probe"; fail=1; }
+	done
+	ffmpeg -v error -i "$tmp/clip.mp4" -f rawvideo -pix_fmt rgb24 -y "$tmp/mine.rgb" &&
+		ffmpeg -v error -i "$tmp/fr/frame-%03d.png" -f rawvideo -pix_fmt rgb24 -y "$tmp/png.rgb" &&
+		ffmpeg -v error -framerate 16 -i "$tmp/fr/frame-%03d.png" -c:v libx264 -crf 16 -pix_fmt yuv420p -y "$tmp/ref.mp4" &&
+		ffmpeg -v error -i "$tmp/ref.mp4" -f rawvideo -pix_fmt rgb24 -y "$tmp/ref.rgb" ||
+		{ echo "FAIL mp4: ffmpeg could not decode"; fail=1; }
+	python3 - "$tmp/mine.rgb" "$tmp/ref.rgb" "$tmp/png.rgb" <<'PY' || fail=1
+import math, sys
+mine, ref, png = (open(p, "rb").read() for p in sys.argv[1:])
+def psnr(a, b):
+    assert len(a) == len(b), (len(a), len(b))
+    mse = sum((x - y) ** 2 for x, y in zip(a, b)) / len(a)
+    return 10 * math.log10(255 * 255 / mse) if mse else 99.0
+p, r = psnr(mine, png), psnr(ref, png)
+print("%s   mp4: PSNR %.2f dB against the frames (FFmpeg's own encoding: %.2f dB)" % ("ok" if p >= r - 0.5 else "FAIL", p, r))
+sys.exit(0 if p >= r - 0.5 else 1)
+PY
+else
+	echo "FAIL frames/mp4: $(cat "$tmp/err")"; fail=1
+fi
+
 # expect NAME SUBSTRING ARGS...: nonzero exit, one line naming the problem, no file
 expect() {
 	local name=$1 want=$2 rc
 	shift 2
-	rm -f "$tmp/bad.safetensors" "$tmp/bad.png"
+	rm -f "$tmp/bad.safetensors" "$tmp/bad.png" "$tmp/bad.mp4"
 	"$pdit" generate --model "$m" -p "a cat" -H 32 -W 32 --steps 1 "$@" > "$tmp/out" 2> "$tmp/err"
 	rc=$?
 	if [ $rc -eq 0 ] || [ $rc -ge 128 ] || [ "$(grep -c '' "$tmp/err")" -ne 1 ] || ! grep -qF -- "$want" "$tmp/err" ||
-		[ -e "$tmp/bad.safetensors" ] || [ -e "$tmp/bad.png" ]; then
+		[ -e "$tmp/bad.safetensors" ] || [ -e "$tmp/bad.png" ] || [ -e "$tmp/bad.mp4" ]; then
 		echo "FAIL $name (exit $rc):"; cat "$tmp/err"; fail=1
 	else
 		echo "ok   $name: $(cat "$tmp/err")"
@@ -52,6 +93,8 @@ expect() {
 expect "frames not 4k + 1" "9 or 13 are" --frames 10 --out-latents "$tmp/bad.safetensors"
 expect "zero frames" "--frames must be positive" --frames 0 --out-latents "$tmp/bad.safetensors"
 expect "true CFG scale on Wan" "give --guidance 4" --true-cfg-scale 4 --frames 5 --out-latents "$tmp/bad.safetensors"
-expect "no latents to write" "--out-latents FILE" --frames 5 -o "$tmp/bad.png"
+expect "a video as one PNG" "a video is written as .mp4" --frames 5 -o "$tmp/bad.png"
+expect "bad frame pattern" "a single %d or %03d" --frames 5 -o "$tmp/frame-%s.png"
+expect "bad fps" "--fps must be between" --frames 5 --fps 0 -o "$tmp/bad.mp4"
 expect "bad flow shift" "--flow-shift must be positive" --flow-shift -1 --frames 5 --out-latents "$tmp/bad.safetensors"
 exit $fail

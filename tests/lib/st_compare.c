@@ -4,7 +4,7 @@
  *   st_compare tensors GOT REF TOL [--all | NAME...]
  *       max|got - ref| / max|ref| <= TOL for each NAME (--all: every tensor
  *       of REF except the in.* inputs, each of which GOT must hold)
- *   st_compare png GOT.png REF TENSOR INDEX MAXDIFF
+ *   st_compare png GOT.png REF TENSOR INDEX MAXDIFF   (TENSOR [N, H, W, 3] or [1, F, H, W, 3])
  *       PNG pixels against the uint8 tensor's batch entry INDEX [B,H,W,3]
  *   st_compare pngs A.png B.png MAXDIFF
  *       two pictures of the same size within MAXDIFF per channel
@@ -95,6 +95,15 @@ static int cmd_png(char **argv)
 		return 1;
 	}
 	t = pd_st_get(ref, argv[4]);
+	/* [N, H, W, 3] pictures, or a video's [1, F, H, W, 3] frames */
+	if (t && t->ndim == 5 && t->shape[0] == 1) {
+		static struct pd_st_tensor v;
+
+		v = *t;
+		v.ndim = 4;
+		memmove(v.shape, v.shape + 1, 4 * sizeof(v.shape[0]));
+		t = &v;
+	}
 	if (!t || t->dtype != PD_U8 || t->ndim != 4 || t->shape[1] != h || t->shape[2] != w || t->shape[3] != 3 ||
 	    idx >= t->shape[0]) {
 		fprintf(stderr, "FAIL %s: %s does not match a %dx%d image\n", argv[2], argv[4], w, h);

@@ -220,8 +220,6 @@ struct pd_dit_family {
 	const char *name;               /* "flux" */
 	int latents_unpacked;           /* its pipeline's latents are [B, C, F, h, w] (Wan), not the
 					 * packed tokens [B, L, C] (FLUX): --out-latents writes them so */
-	int no_decoder;                 /* pdit cannot decode its latents yet (Wan2.1's AutoencoderKLWan):
-					 * requests make latents only */
 	float timestep_div;             /* the transformer sees the scheduler's timestep / this, in float32
 					 * (FLUX: 1000, as FluxPipeline divides it; Wan: 1) */
 	/* the sizes of the transformer at PATH (a folder or one file) from its
@@ -248,6 +246,14 @@ struct pd_dit_family {
 	 * count) of N (with NEGATIVE's, when not NULL) in E, the other rows
 	 * zero, and with KEEP_EXTRA what else the encoders saw and made (E's
 	 * extras); the encoders are loaded for the call and freed after it. */
+	/* A family with its own decoder (Wan's video VAE); all NULL: the
+	 * picture VAE of pd_vae.h. vae_decode makes one picture or video of
+	 * the packed latents: RGB [frames, H, W, 3], 8 bits as its pipeline
+	 * converts them; vae_scale is H / h. */
+	int (*vae_load)(void **vae, const char *path, struct pd_backend *be);
+	int (*vae_decode)(void *vae, const struct pd_latent_shape *ls, const float *packed, uint8_t *rgb);
+	void (*vae_free)(void *vae);
+	int vae_scale;
 	const char *encoders;           /* its text encoders, for the log ("CLIP + T5") */
 	int (*prompt_widths)(const struct pd_model_paths *mp, int64_t *txt_width, int64_t *pooled_width);
 	int (*default_max_seq)(const struct pd_dit_info *info); /* info NULL: no transformer known */

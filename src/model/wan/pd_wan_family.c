@@ -10,8 +10,10 @@
 #include "pd_util.h"
 #include "pd_wan.h"
 #include "pd_wan_prompt.h"
+#include "pd_wan_vae.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const int pd_wan_patch[3] = { 1, 2, 2 };
@@ -115,10 +117,60 @@ static int pd_wan_encode(struct pd_embeds *e, const struct pd_model_paths *mp, s
 	return rc;
 }
 
+static int pd_wan_family_vae_load(void **vae, const char *path, struct pd_backend *be)
+{
+	return pd_wan_vae_load((struct pd_wan_vae **)vae, path, be);
+}
+
+static void pd_wan_family_vae_free(void *vae)
+{
+	pd_wan_vae_free(vae);
+}
+
+/* WanPipeline's decode and export_to_video's frames (PW:656-668, VP:93-118,
+ * export_utils.py:207): un-normalised, decoded, clamped to [-1, 1], x 0.5
+ * + 0.5 clamped to [0, 1], x 255 truncated, all in float32. */
+static int pd_wan_family_vae_decode(void *vae, const struct pd_latent_shape *ls, const float *packed, uint8_t *rgb)
+{
+	struct pd_wan_vae *v = vae;
+	int64_t n = pd_latent_numel(ls), per = (int64_t)ls->frames * ls->h * ls->w;
+	int frames = 1 + 4 * (ls->frames - 1), s = pd_wan_vae_get_config(v)->spatial;
+	int64_t H = (int64_t)ls->h * s, W = (int64_t)ls->w * s;
+	float *u = pd_malloc((size_t)n * sizeof(float), "latents"), *z = pd_malloc((size_t)n * sizeof(float), "latents");
+	float *out = pd_malloc((size_t)(3 * frames * H * W) * sizeof(float), "video");
+	int rc = -1;
+
+	if (!u || !z || !out)
+		goto out;
+	if (pd_wan_vae_get_config(v)->z_dim != ls->channels) {
+		pd_errorf("the VAE has %d latent channels but the transformer makes %d", pd_wan_vae_get_config(v)->z_dim,
+			  ls->channels);
+		goto out;
+	}
+	pd_wan_unpack(ls, packed, u);
+	pd_wan_unnormalize(v, u, per, z);
+	if (pd_wan_vae_decode(v, z, ls->frames, ls->h, ls->w, out, NULL))
+		goto out;
+	for (int64_t f = 0; f < frames; f++)
+		for (int64_t p = 0; p < H * W; p++)
+			for (int c = 0; c < 3; c++) {
+				float d = out[((int64_t)c * frames + f) * H * W + p];
+				float t = d < -1.0f ? -1.0f : d > 1.0f ? 1.0f : d, f01 = t * 0.5f + 0.5f;
+
+				f01 = f01 < 0.0f ? 0.0f : f01 > 1.0f ? 1.0f : f01;
+				rgb[(f * H * W + p) * 3 + c] = (uint8_t)(f01 * 255.0f);
+			}
+	rc = 0;
+out:
+	free(u);
+	free(z);
+	free(out);
+	return rc;
+}
+
 const struct pd_dit_family pd_wan_family = {
 	.name = "wan",
 	.timestep_div = 1.0f,
-	.no_decoder = 1,
 	.latents_unpacked = 1,
 	.probe = pd_wan_family_probe,
 	.load = pd_wan_load_dit,
@@ -127,6 +179,10 @@ const struct pd_dit_family pd_wan_family = {
 	.unpack = pd_wan_unpack,
 	.image_ids = pd_wan_image_ids,
 	.defaults = pd_wan_defaults,
+	.vae_load = pd_wan_family_vae_load,
+	.vae_decode = pd_wan_family_vae_decode,
+	.vae_free = pd_wan_family_vae_free,
+	.vae_scale = 8,
 	.encoders = "UMT5",
 	.prompt_widths = pd_wan_prompt_widths,
 	.default_max_seq = pd_wan_default_max_seq,

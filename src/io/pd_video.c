@@ -1,0 +1,185 @@
+/*
+ * pd_video.c - H.264 videos through libavformat / libavcodec / libswscale
+ * (pd_video.h).
+ */
+#include "pd_util.h"
+#include "pd_video.h"
+
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/opt.h>
+#include <libswscale/swscale.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+int pd_video_is_video_name(const char *path)
+{
+	const char *dot = strrchr(path, '.');
+
+	return dot && (strcasecmp(dot, ".mp4") == 0 || strcasecmp(dot, ".mkv") == 0 || strcasecmp(dot, ".mov") == 0);
+}
+
+void pd_video_quiet(void)
+{
+	av_log_set_level(AV_LOG_ERROR);
+}
+
+/* The muxer writes through the temporary file of pd_out (and seeks back to
+ * finish the MP4 header). */
+static int pd_video_write_cb(void *opaque, uint8_t *buf, int n)
+{
+	struct pd_out_file *o = opaque;
+
+	return pd_out_write(o, buf, (size_t)n) ? AVERROR(EIO) : n;
+}
+
+static int64_t pd_video_seek_cb(void *opaque, int64_t offset, int whence)
+{
+	struct pd_out_file *o = opaque;
+
+	if (whence & AVSEEK_SIZE) {
+		off_t here = ftello(o->f), end;
+
+		if (fseeko(o->f, 0, SEEK_END))
+			return AVERROR(EIO);
+		end = ftello(o->f);
+		return fseeko(o->f, here, SEEK_SET) ? AVERROR(EIO) : end;
+	}
+	whence &= ~AVSEEK_FORCE;
+	return fseeko(o->f, offset, whence) ? AVERROR(EIO) : ftello(o->f);
+}
+
+/* Sends FRAME (NULL: the end) and writes every packet the encoder has. */
+static int pd_video_encode(AVFormatContext *fc, AVCodecContext *cc, AVStream *st, AVFrame *frame, AVPacket *pkt)
+{
+	int rc = avcodec_send_frame(cc, frame);
+
+	while (rc >= 0) {
+		rc = avcodec_receive_packet(cc, pkt);
+		if (rc == AVERROR(EAGAIN) || rc == AVERROR_EOF)
+			return 0;
+		if (rc < 0)
+			break;
+		av_packet_rescale_ts(pkt, cc->time_base, st->time_base);
+		pkt->stream_index = st->index;
+		rc = av_interleaved_write_frame(fc, pkt);
+	}
+	return rc;
+}
+
+int pd_video_write(const char *path, const uint8_t *rgb, int frames, int width, int height, int fps,
+		   const char *const *meta)
+{
+	struct pd_out_file o = { 0 };
+	const AVOutputFormat *of = av_guess_format(NULL, path, NULL);
+	const AVCodec *codec = avcodec_find_encoder_by_name("libx264");
+	AVFormatContext *fc = NULL;
+	AVCodecContext *cc = NULL;
+	AVStream *st;
+	AVFrame *fr = NULL;
+	AVPacket *pkt = NULL;
+	struct SwsContext *sws = NULL;
+	unsigned char *iobuf = NULL;
+	char err[128] = "";
+	int rc = -1, av = 0, opened = 0;
+
+	if (!pd_video_is_video_name(path) || !of)
+		return pd_errorf("%s: not a video name pdit writes (.mp4, .mkv, .mov)", path);
+	if (!codec)
+		codec = avcodec_find_encoder(AV_CODEC_ID_H264);
+	if (!codec)
+		return pd_errorf("%s: this FFmpeg has no H.264 encoder (Debian's libavcodec uses libx264)", path);
+	if (frames < 1 || width < 2 || height < 2 || width % 2 || height % 2 || fps < 1)
+		return pd_errorf("%s: %d frames of %dx%d at %d fps cannot be H.264 4:2:0 (even sizes)", path, frames,
+				 width, height, fps);
+	if (pd_out_open(&o, path))
+		return -1;
+	opened = 1;
+	if ((av = avformat_alloc_output_context2(&fc, of, NULL, NULL)) < 0 || !(st = avformat_new_stream(fc, NULL)) ||
+	    !(cc = avcodec_alloc_context3(codec)))
+		goto fail;
+	cc->width = width;
+	cc->height = height;
+	cc->time_base = (AVRational){ 1, fps };
+	cc->framerate = (AVRational){ fps, 1 };
+	cc->pix_fmt = AV_PIX_FMT_YUV420P;
+	cc->gop_size = 2 * fps;
+	/* no B-frames: every frame decodes where it stands, in every player */
+	cc->max_b_frames = 0;
+	/* one thread: the same frames give the same file */
+	cc->thread_count = 1;
+	if (fc->oformat->flags & AVFMT_GLOBALHEADER)
+		cc->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
+	av_opt_set(cc->priv_data, "crf", "16", 0);
+	av_opt_set(cc->priv_data, "preset", "medium", 0);
+	if ((av = avcodec_open2(cc, codec, NULL)) < 0 || (av = avcodec_parameters_from_context(st->codecpar, cc)) < 0)
+		goto fail;
+	st->time_base = cc->time_base;
+	for (int i = 0; meta && meta[i] && meta[i + 1]; i += 2)
+		av_dict_set(&fc->metadata, meta[i], meta[i + 1], 0);
+	iobuf = av_malloc(1 << 16);
+	if (!iobuf || !(fc->pb = avio_alloc_context(iobuf, 1 << 16, 1, &o, NULL, pd_video_write_cb, pd_video_seek_cb)))
+		goto fail;
+	iobuf = NULL; /* the context owns it */
+	fc->flags |= AVFMT_FLAG_CUSTOM_IO;
+	{
+		/* MP4's edit list would end at the last frame's start and drop it
+		 * from players: without one every frame plays its 1/fps */
+		AVDictionary *opts = NULL;
+
+		if (strcmp(fc->oformat->name, "mp4") == 0 || strcmp(fc->oformat->name, "mov") == 0)
+			av_dict_set(&opts, "use_editlist", "0", 0);
+		av = avformat_write_header(fc, &opts);
+		av_dict_free(&opts);
+		if (av < 0)
+			goto fail;
+	}
+	sws = sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height, AV_PIX_FMT_YUV420P,
+			     SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, NULL, NULL, NULL);
+	fr = av_frame_alloc();
+	pkt = av_packet_alloc();
+	if (!sws || !fr || !pkt)
+		goto fail;
+	fr->format = cc->pix_fmt;
+	fr->width = width;
+	fr->height = height;
+	if ((av = av_frame_get_buffer(fr, 0)) < 0)
+		goto fail;
+	for (int i = 0; i < frames; i++) {
+		const uint8_t *src[1] = { rgb + (size_t)i * height * width * 3 };
+		int stride[1] = { 3 * width };
+
+		if ((av = av_frame_make_writable(fr)) < 0)
+			goto fail;
+		sws_scale(sws, src, stride, 0, height, fr->data, fr->linesize);
+		fr->pts = i;
+		if ((av = pd_video_encode(fc, cc, st, fr, pkt)) < 0)
+			goto fail;
+	}
+	if ((av = pd_video_encode(fc, cc, st, NULL, pkt)) < 0 || (av = av_write_trailer(fc)) < 0)
+		goto fail;
+	avio_flush(fc->pb);
+	rc = 0;
+fail:
+	if (rc) {
+		if (av < 0)
+			av_strerror(av, err, sizeof(err));
+		pd_errorf("%s: writing the video failed%s%s", path, err[0] ? ": " : "", err);
+	}
+	if (fc && fc->pb)
+		avio_context_free(&fc->pb);
+	av_free(iobuf);
+	sws_freeContext(sws);
+	av_frame_free(&fr);
+	av_packet_free(&pkt);
+	avcodec_free_context(&cc);
+	avformat_free_context(fc);
+	if (opened) {
+		if (rc)
+			pd_out_abort(&o);
+		else if (pd_out_commit(&o))
+			rc = -1;
+	}
+	return rc;
+}

@@ -1,0 +1,30 @@
+/*
+ * pd_video.h - videos out: H.264 in an MP4 (or Matroska, by the name's
+ * extension) through FFmpeg's libraries as Debian packages them, with the
+ * prompt and parameters in the container's metadata.
+ *
+ *   const char *meta[] = { "comment", "pdit ...; seed: 42", NULL };
+ *   pd_video_write("clip.mp4", rgb, frames, 832, 480, 16, meta);
+ *
+ * Written as PATH.tmp and renamed when complete (pd_out_*), so a failed or
+ * interrupted run leaves nothing under PATH.
+ */
+#ifndef PD_VIDEO_H
+#define PD_VIDEO_H
+
+#include <stdint.h>
+
+/* Whether PATH names a container pd_video_write can write (.mp4, .mkv,
+ * .mov). */
+int pd_video_is_video_name(const char *path);
+
+/* RGB [frames, height, width, 3] (8 bits) at FPS frames a second into
+ * PATH; META: key, value, ..., NULL (the container's tags). Even sizes
+ * only (H.264 4:2:0). 0, or -1 with a message naming PATH. */
+int pd_video_write(const char *path, const uint8_t *rgb, int frames, int width, int height, int fps,
+		   const char *const *meta);
+
+/* FFmpeg's own log at errors only (process-wide: for the command line). */
+void pd_video_quiet(void);
+
+#endif /* PD_VIDEO_H */

@@ -264,6 +264,39 @@ static int pd_engine_encode(struct pd_engine *e, int failed)
 		e->dead = 1;
 		return -1;
 	}
+	/* every rank gets every group's embeddings (a few MB): pdit check's
+	 * single-process reference runs the whole batch on rank 0 */
+	if (e->degree[PD_AXIS_DP] > 1) {
+		struct pd_comm *dp = e->mesh.axis[PD_AXIS_DP];
+		size_t *bytes = pd_calloc((size_t)dp->size, sizeof(size_t), "counts");
+		float *bufs[4] = { e->e.prompt, e->e.pooled, e->negative ? e->e.neg_prompt : NULL,
+				   e->negative ? e->e.neg_pooled : NULL };
+		int64_t width[4] = { T * J, P, T * J, P };
+		int rc2 = !bytes;
+
+		for (int k = 0; k < 4 && !rc2; k++) {
+			float *tmp;
+
+			if (!bufs[k] || width[k] == 0)
+				continue;
+			for (int g = 0; g < dp->size; g++) {
+				int64_t f, c;
+
+				pd_dp_slice(e->e.batch, dp->size, g, &f, &c);
+				bytes[g] = (size_t)(c * width[k]) * sizeof(float);
+			}
+			tmp = pd_malloc((size_t)(e->e.batch * width[k]) * sizeof(float) + 1, "prompt embeddings");
+			rc2 = !tmp || dp->ops->allgatherv(dp, bufs[k] + first * width[k], bytes[dp->rank], tmp, bytes);
+			if (!rc2)
+				memcpy(bufs[k], tmp, (size_t)(e->e.batch * width[k]) * sizeof(float));
+			free(tmp);
+		}
+		free(bytes);
+		if (rc2) {
+			e->dead = 1;
+			return -1;
+		}
+	}
 	pd_engine_progress(e, PD_PHASE_ENCODE, t_enc, (int)e->e.batch, (int)e->e.batch, 1);
 	return 0;
 }

@@ -17,7 +17,8 @@ int64_t pd_seq_rows(const struct pd_seq_par *p, const struct pd_dit_call *call, 
 	const struct pd_dit_call *w = pd_dit_call_root(call);
 	int P = p->sp->size;
 
-	return pd_chunk_len(w->txt_len, P, j) + pd_chunk_len(w->img_len, P, j);
+	/* a text context (Wan's) is whole on every rank and no attention row */
+	return (p->model->info.txt_context ? 0 : pd_chunk_len(w->txt_len, P, j)) + pd_chunk_len(w->img_len, P, j);
 }
 
 /* Several backend buffers sharing one capacity: each grown to N floats. */
@@ -148,8 +149,8 @@ int pd_seq_predict(void *ctx, const struct pd_dit_call *in, float *out, const st
 	int64_t t0, tn, i0, in_n, C = p->out_width;
 	struct pd_dit_call local = *in;
 
-	t0 = pd_chunk_start(in->txt_len, P, r);
-	tn = pd_chunk_len(in->txt_len, P, r);
+	t0 = info->txt_context ? 0 : pd_chunk_start(in->txt_len, P, r);
+	tn = info->txt_context ? in->txt_len : pd_chunk_len(in->txt_len, P, r);
 	i0 = pd_chunk_start(in->img_len, P, r);
 	in_n = pd_chunk_len(in->img_len, P, r);
 	/* the same partition for the hidden states and their position ids */

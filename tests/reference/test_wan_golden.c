@@ -121,16 +121,20 @@ static void one_file(const char *path, struct pd_dit *d, const struct pd_wan_con
 		pd_wan_unpatchify(c->patch, (int)C, (int)F, (int)h, (int)w, out, pred);
 		compare(path, "out.sample", pred, C * F * h * w, st, "out.sample", b);
 		for (int i = 0; i < s.n; i++) {
-			const char *ref = s.name[i];
+			char ref[96];
+			const char *tail = strstr(s.name[i], ".out.hidden_states");
 
-			if (strcmp(ref, "emb.patch_tokens") == 0)
+			if (strcmp(s.name[i], "emb.patch_tokens") == 0)
 				continue;
+			/* pdit's block.i.out.hidden_states is diffusers' block.i.out */
+			snprintf(ref, sizeof(ref), "%.*s%s", tail ? (int)(tail - s.name[i]) : (int)strlen(s.name[i]), s.name[i],
+				 tail ? ".out" : "");
 			compare(path, ref, s.data[i], s.count[i], st, ref, b);
 		}
 		for (int l = 0; l < d->info.blocks; l++) {
 			int seen = 0;
 
-			snprintf(name, sizeof(name), "block.%d.out", l);
+			snprintf(name, sizeof(name), "block.%d.out.hidden_states", l);
 			for (int i = 0; i < s.n; i++)
 				seen |= strcmp(s.name[i], name) == 0;
 			PD_CHECK(seen, "%s: %s was not dumped", path, name);

@@ -43,6 +43,9 @@ struct pd_dit_info {
 	int mlp_width;                  /* the widest activation a token has inside a block (the MLP's) */
 	int blocks;                     /* blocks, in forward order */
 	int guidance;                   /* takes a distilled guidance scale */
+	int txt_context;                /* the text is a context every image token reads whole (Wan's
+					 * cross-attention), not rows of the attention sequence (FLUX's
+					 * joint attention): sequence parallelism gives it to every rank */
 	/* Per block, what PipeFusion cuts stages by and what the planner
 	 * counts (every block attends once over the whole sequence): */
 	double block_cost[PD_DIT_MAX_BLOCKS];   /* FLOPs per token of its linear layers */

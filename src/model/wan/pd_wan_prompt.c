@@ -170,13 +170,17 @@ int pd_wan_prompt_embeds(struct pd_embeds *e, struct pd_wan_prompt_encoder *pe, 
 	e->batch = n;
 	e->txt_len = len;
 	e->joint_dim = J;
+	/* no pooled embedding: width 0, but buffers all the same (copies of
+	 * zero bytes need somewhere to point) */
 	e->prompt = pd_calloc((size_t)(n * len * J) + 1, sizeof(float), "prompt embeddings");
-	if (!e->prompt)
+	e->pooled = pd_calloc(1, sizeof(float), "prompt embeddings");
+	if (!e->prompt || !e->pooled)
 		goto fail;
 	if (negative) {
 		e->neg_txt_len = len;
 		e->neg_prompt = pd_calloc((size_t)(n * len * J) + 1, sizeof(float), "prompt embeddings");
-		if (!e->neg_prompt)
+		e->neg_pooled = pd_calloc(1, sizeof(float), "prompt embeddings");
+		if (!e->neg_prompt || !e->neg_pooled)
 			goto fail;
 	}
 	if (keep_extra && (!(ids = pd_embeds_add_extra(e, "input_ids", PD_I64, 2, s_i, NULL)) ||

@@ -243,13 +243,18 @@ static const char pd_tiny_usage[] =
 	"Writes a deterministic random FLUX model folder (model_index.json, transformer/,\n"
 	"vae/, scheduler/) and DIR/embeds.safetensors (random prompt embeddings, with\n"
 	"negatives), so pdit runs end to end with nothing to download. The pictures are\n"
-	"noise: the weights are random.";
+	"noise: the weights are random. With --family wan: a whole Wan2.1 text-to-video\n"
+	"folder as diffusers publishes it (transformer, AutoencoderKLWan decoder, UMT5,\n"
+	"its tokenizer with byte fallback, UniPC).";
 
 static const char pd_tiny_examples[] =
 	"  pdit tiny tiny-model --full          # FLUX.1-dev's layout: encoders, tokenizers, shards\n"
 	"  pdit tiny tiny-model\n"
 	"  pdit tiny tiny-6heads --heads 6 --head-dim 16 --layers 1 --single-layers 2\n"
-	"  pdit tiny flux-width --flux-width      # FLUX.1's widths, 2 + 4 blocks, bf16 (about 2.5 GB)\n";
+	"  pdit tiny flux-width --flux-width      # FLUX.1's widths, 2 + 4 blocks, bf16 (about 2.5 GB)\n"
+	"  pdit tiny wan-tiny --family wan && pdit generate --model wan-tiny -p \"a cat\" --frames 9 -H 64 -W 64 \\\n"
+	"      --steps 4 -o clip.mp4\n"
+	"  pdit tiny wan-width --family wan --wan-width   # Wan2.1-T2V-1.3B's widths, 2 blocks, bf16\n";
 
 /* A folder with anything in it (or a file in its place). */
 static int pd_tiny_occupied(const char *dir)
@@ -347,11 +352,16 @@ out:
 static int pd_cmd_tiny(int argc, char **argv)
 {
 	struct pd_tiny_opts o;
-	const char *dtype = NULL, *vae_ch = NULL, *pos[1];
-	int flux_width = 0, no_guidance = 0, force = 0, n_pos, hr;
+	const char *dtype = NULL, *vae_ch = NULL, *family = "flux", *pos[1];
+	int flux_width = 0, wan_width = 0, no_guidance = 0, force = 0, n_pos, hr;
 	struct pd_tiny_opts d;
 	const struct pd_arg opts[] = {
+		{ "--family", 0, PD_ARG_STRING, &family, "flux|wan", "the model family: FLUX.1 (default) or Wan2.1 text-to-video (a whole folder: UMT5, tokenizer, VAE, UniPC)", NULL },
 		{ "--flux-width", 0, PD_ARG_FLAG, &flux_width, NULL, "FLUX.1's real widths with 2 double and 4 single blocks, bf16", NULL },
+		{ "--wan-width", 0, PD_ARG_FLAG, &wan_width, NULL, "with --family wan: Wan2.1-T2V-1.3B's widths (12 x 128, FFN 8960, UMT5 4096, VAE 96) with 2 blocks, bf16", NULL },
+		{ "--ffn-dim", 0, PD_ARG_INT, &d.ffn_dim, "N", "Wan: feed-forward width (default 128)", NULL },
+		{ "--wan-vae-base", 0, PD_ARG_INT, &d.wan_vae_base, "N", "Wan: the VAE's base_dim, even (default 8)", NULL },
+		{ "--umt5-layers", 0, PD_ARG_INT, &d.umt5_layers, "N", "Wan: UMT5 layers (default 2)", NULL },
 		{ "--full", 0, PD_ARG_FLAG, &d.full, NULL, "FLUX.1-dev's whole layout: CLIP and T5 encoders, tokenizers, sharded weights with index files", NULL },
 		{ "--seed", 's', PD_ARG_U64, &d.seed, "S", "seed of every tensor (default 1)", NULL },
 		{ "--heads", 0, PD_ARG_INT, &d.heads, "N", "attention heads (default 4)", NULL },
@@ -382,7 +392,19 @@ static int pd_cmd_tiny(int argc, char **argv)
 	}
 	if (hr)
 		return pd_cli_fail();
-	if (flux_width)
+	if (strcmp(family, "flux") != 0 && strcmp(family, "wan") != 0) {
+		pd_errorf("--family must be flux or wan, not '%s'", family);
+		return pd_cli_fail();
+	}
+	if ((wan_width && strcmp(family, "wan") != 0) || (flux_width && strcmp(family, "wan") == 0)) {
+		pd_errorf(wan_width ? "--wan-width goes with --family wan" : "--flux-width goes with the flux family");
+		return pd_cli_fail();
+	}
+	if (strcmp(family, "wan") == 0 && wan_width)
+		pd_tiny_wan_width(&d);
+	else if (strcmp(family, "wan") == 0)
+		pd_tiny_wan_defaults(&d);
+	else if (flux_width)
 		pd_tiny_flux_width(&d);
 	else
 		pd_tiny_defaults(&d);
@@ -423,8 +445,12 @@ static int pd_cmd_tiny(int argc, char **argv)
 	}
 	if (pd_tiny_replace(pos[0], &o, force))
 		return pd_cli_interrupted() ? pd_cli_stop_interrupted() : pd_cli_fail();
-	pd_log(1, "pdit: wrote %s (%d heads x %d, %d + %d blocks)\n", pos[0], o.heads, o.head_dim, o.layers,
-	       o.single_layers);
+	if (o.wan)
+		pd_log(1, "pdit: wrote %s (Wan2.1: %d heads x %d, %d blocks, FFN %d, UMT5 %d wide)\n", pos[0], o.heads,
+		       o.head_dim, o.layers, o.ffn_dim, o.text_dim);
+	else
+		pd_log(1, "pdit: wrote %s (%d heads x %d, %d + %d blocks)\n", pos[0], o.heads, o.head_dim, o.layers,
+		       o.single_layers);
 	return 0;
 }
 

@@ -37,6 +37,12 @@ struct pd_tiny_opts {
 	int full;                       /* the whole FLUX.1-dev layout: encoders, tokenizers, shards */
 	int clip_layers, clip_heads;    /* CLIP text model (width pooled_dim) */
 	int t5_layers, t5_heads, t5_ff; /* T5 encoder (width joint_dim) */
+	/* Wan2.1 (family wan): heads, head_dim, layers as above */
+	int wan;                        /* write a Wan2.1 text-to-video folder instead of FLUX's */
+	int ffn_dim;                    /* its feed-forward width */
+	int text_dim;                   /* its UMT5 width */
+	int umt5_layers, umt5_heads, umt5_ff; /* its UMT5 encoder */
+	int wan_vae_base;               /* its VAE's base_dim (96 in Wan2.1) */
 	/* embeddings file */
 	int batch;                      /* prompts */
 	int txt_len;                    /* text tokens */
@@ -47,6 +53,12 @@ void pd_tiny_defaults(struct pd_tiny_opts *o);
 /* FLUX.1's real widths (3072 = 24 x 128, MLP 12288, T5 4096, CLIP 768,
  * 16 latent channels, FLUX VAE) with 2 double and 4 single blocks, bf16. */
 void pd_tiny_flux_width(struct pd_tiny_opts *o);
+
+/* Wan2.1 presets: a small one (2 x 32 heads, 2 blocks, VAE base 8, UMT5
+ * 32 wide), and Wan2.1-T2V-1.3B's widths (12 x 128, FFN 8960, UMT5 4096,
+ * VAE base 96) with 2 blocks and 2 UMT5 layers, bf16. */
+void pd_tiny_wan_defaults(struct pd_tiny_opts *o);
+void pd_tiny_wan_width(struct pd_tiny_opts *o);
 
 int pd_tiny_write(const char *dir, const struct pd_tiny_opts *o);
 

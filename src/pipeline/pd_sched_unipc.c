@@ -74,15 +74,8 @@ int pd_unipc_set(struct pd_scheduler *s, int steps)
 {
 	double step;
 
-	pd_scheduler_free(s);
-	s->sigmas_in = pd_malloc(sizeof(float) * (size_t)steps, "sigmas");
-	s->sigmas = pd_malloc(sizeof(float) * (size_t)(steps + 1), "sigmas");
-	s->timesteps = pd_malloc(sizeof(float) * (size_t)steps, "timesteps");
-	if (!s->sigmas_in || !s->sigmas || !s->timesteps) {
-		pd_scheduler_free(s);
+	if (pd_scheduler_alloc(s, steps))
 		return -1;
-	}
-	s->steps = steps;
 	/* SCH:428-466 in float64: linspace(1, 1/T, N + 1)[:-1], shifted; the
 	 * first moved below 1; timesteps truncated; sigmas to float32, then 0 */
 	step = (1.0 / s->num_train_timesteps - 1.0) / steps;

@@ -102,14 +102,8 @@ void pd_scheduler_free(struct pd_scheduler *s)
 	s->steps = 0;
 }
 
-int pd_scheduler_set(struct pd_scheduler *s, int steps, int64_t image_seq_len)
+int pd_scheduler_alloc(struct pd_scheduler *s, int steps)
 {
-	double m, b, step;
-
-	if (steps < 1)
-		return pd_errorf("--steps must be at least 1");
-	if (s->kind == PD_SCHED_UNIPC)
-		return pd_unipc_set(s, steps);
 	pd_scheduler_free(s);
 	s->sigmas_in = pd_malloc(sizeof(float) * (size_t)steps, "sigmas");
 	s->sigmas = pd_malloc(sizeof(float) * (size_t)(steps + 1), "sigmas");
@@ -119,6 +113,19 @@ int pd_scheduler_set(struct pd_scheduler *s, int steps, int64_t image_seq_len)
 		return -1;
 	}
 	s->steps = steps;
+	return 0;
+}
+
+int pd_scheduler_set(struct pd_scheduler *s, int steps, int64_t image_seq_len)
+{
+	double m, b, step;
+
+	if (steps < 1)
+		return pd_errorf("--steps must be at least 1");
+	if (s->kind == PD_SCHED_UNIPC)
+		return pd_unipc_set(s, steps);
+	if (pd_scheduler_alloc(s, steps))
+		return -1;
 	/* PF:73-84, in Python doubles. */
 	m = (s->max_shift - s->base_shift) / (s->max_seq - s->base_seq);
 	b = s->base_shift - m * s->base_seq;

@@ -94,6 +94,8 @@ void pd_unipc_coeffs(const struct pd_scheduler *s, int i, int order, char kind, 
 struct pd_config;
 int pd_unipc_config(struct pd_scheduler *s, const struct pd_config *c);
 int pd_unipc_set(struct pd_scheduler *s, int steps);
+/* The N-step arrays (freed first), steps = N; -1 when out of memory. */
+int pd_scheduler_alloc(struct pd_scheduler *s, int steps);
 void pd_unipc_step(const struct pd_scheduler *s, struct pd_sched_state *st, int i, float *x, const float *v,
 		   size_t n);
 

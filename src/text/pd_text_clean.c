@@ -167,26 +167,8 @@ int pd_whitespace_clean(const char *in, char **out)
 		o[w++] = ' ';
 	o[w] = 0;
 	/* str.strip(): isspace() at both ends (a few more than White_Space) */
-	start = 0;
-	end = w;
-	while (start < end) {
-		int32_t cp;
-		int l = pd_utf8_decode(o + start, end - start, &cp);
-
-		if (l < 1 || !pd_unicode_is_space(cp))
-			break;
-		start += (size_t)l;
-	}
-	while (end > start) {
-		size_t b = end - 1;
-		int32_t cp;
-
-		while (b > start && ((unsigned char)o[b] & 0xC0) == 0x80)
-			b--;
-		if (pd_utf8_decode(o + b, end - b, &cp) < 1 || !pd_unicode_is_space(cp))
-			break;
-		end = b;
-	}
+	start = pd_unicode_lstrip(o, 0, w);
+	end = pd_unicode_rstrip(o, start, w);
 	memmove(o, o + start, end - start);
 	o[end - start] = 0;
 	*out = o;

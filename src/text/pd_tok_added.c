@@ -99,36 +99,6 @@ static const struct pd_added_token *pd_added_at(const struct pd_added_tokens *a,
 	return best;
 }
 
-/* Python's str.isspace() for the code point ending at S[END - 1] (or
- * starting at S[START]). */
-static size_t pd_space_back(const char *s, size_t start, size_t end)
-{
-	while (end > start) {
-		size_t b = end - 1;
-		int32_t cp;
-
-		while (b > start && ((unsigned char)s[b] & 0xC0) == 0x80)
-			b--;
-		if (pd_utf8_decode(s + b, end - b, &cp) < 1 || !pd_unicode_is_space(cp))
-			break;
-		end = b;
-	}
-	return end;
-}
-
-static size_t pd_space_fwd(const char *s, size_t start, size_t end)
-{
-	while (start < end) {
-		int32_t cp;
-		int l = pd_utf8_decode(s + start, end - start, &cp);
-
-		if (l < 1 || !pd_unicode_is_space(cp))
-			break;
-		start += (size_t)l;
-	}
-	return start;
-}
-
 /* Appends sentencepiece's ids of S[0..n) to *IDS. */
 static int pd_added_append_text(const struct pd_t5_tok *t, const char *s, size_t n, int32_t **ids, size_t *count,
 				size_t *cap)
@@ -186,9 +156,9 @@ int pd_t5_tok_encode_added(const struct pd_t5_tok *t, const struct pd_added_toke
 		/* the text between the previous token (or the start) and this
 		 * one (or the end), stripped where a neighbour says so */
 		if (prev && prev->rstrip)
-			s0 = pd_space_fwd(text, s0, s1);
+			s0 = pd_unicode_lstrip(text, s0, s1);
 		if (tok && tok->lstrip)
-			s1 = pd_space_back(text, s0, s1);
+			s1 = pd_unicode_rstrip(text, s0, s1);
 		if (pd_added_append_text(t, text + s0, s1 - s0, &ids, &count, &cap))
 			goto fail;
 		if (!tok)

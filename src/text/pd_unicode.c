@@ -144,3 +144,32 @@ int pd_unicode_is_space(int32_t c)
 	       (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
 	       c == 0x3000;
 }
+
+size_t pd_unicode_lstrip(const char *s, size_t start, size_t end)
+{
+	while (start < end) {
+		int32_t cp;
+		int l = pd_utf8_decode(s + start, end - start, &cp);
+
+		if (l < 1 || !pd_unicode_is_space(cp))
+			break;
+		start += (size_t)l;
+	}
+	return start;
+}
+
+size_t pd_unicode_rstrip(const char *s, size_t start, size_t end)
+{
+	while (end > start) {
+		size_t b = end - 1;
+		int32_t cp;
+
+		/* back to the lead byte of the last character */
+		while (b > start && ((unsigned char)s[b] & 0xC0) == 0x80)
+			b--;
+		if (pd_utf8_decode(s + b, end - b, &cp) < 1 || !pd_unicode_is_space(cp))
+			break;
+		end = b;
+	}
+	return end;
+}

@@ -40,5 +40,9 @@ size_t pd_unicode_lower(const int32_t *in, size_t n, int32_t *out);
 
 /* Python's str.isspace(). */
 int pd_unicode_is_space(int32_t cp);
+/* Python's str.lstrip() / rstrip() on S[start, end) (UTF-8): the first
+ * position after the leading whitespace, the end before the trailing. */
+size_t pd_unicode_lstrip(const char *s, size_t start, size_t end);
+size_t pd_unicode_rstrip(const char *s, size_t start, size_t end);
 
 #endif /* PD_UNICODE_H */

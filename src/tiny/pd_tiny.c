@@ -231,6 +231,21 @@ static int pd_write_json(const char *path, cJSON *root)
 	return rc;
 }
 
+static int pd_tiny_save_json(const char *dir, const char *name, cJSON *root)
+{
+	char *path = pd_strfmt("%s/%s", dir, name);
+	int rc;
+
+	if (!path || pd_mkdirs(dir)) {
+		free(path);
+		cJSON_Delete(root);
+		return -1;
+	}
+	rc = pd_write_json(path, root);
+	free(path);
+	return rc;
+}
+
 static void pd_tiny_axes(const struct pd_tiny_opts *o, int axes[3])
 {
 	int a0, a1;
@@ -812,21 +827,25 @@ static void pd_tiny_weight(struct pd_tiny_writer *tw, int64_t n_out, int64_t n_i
 	pd_tiny_add(tw, 0.0f, 1.0f / sqrtf((float)n_in), 2, ws, "%s.weight", base);
 }
 
-static int pd_tiny_t5(const char *dir, const struct pd_tiny_opts *o, int pieces)
+/* A T5-style encoder (T5 v1.1's, or UMT5's with a relative position table
+ * per block) of width D, H heads, feed-forward F, LAYERS blocks and V
+ * embedding rows; SHARDS > 1 splits the weights as published folders do. */
+static int pd_tiny_t5_encoder(const char *dir, const struct pd_tiny_opts *o, int64_t D, int64_t H, int64_t F,
+			      int layers, int64_t V, int umt5, uint64_t seed, int shards)
 {
-	int64_t D = o->joint_dim, H = o->t5_heads, K = D / H, F = o->t5_ff ? o->t5_ff : 2 * D;
-	/* the embedding table is larger than the vocabulary, as T5's 32128 rows
-	 * for 32100 ids */
-	int64_t V = (pieces + 7) / 8 * 8 + 8, es[2] = { V, D }, rs[2] = { 32, H };
+	int64_t K = D / H, es[2] = { V, D }, rs[2] = { 32, H };
 	struct pd_tiny_writer tw;
 	cJSON *cfg = cJSON_CreateObject(), *arch;
 	char *path;
 	int rc;
 
-	if (!cfg || D % H)
-		return pd_errorf("tiny: the T5 width %lld does not divide into %lld heads", (long long)D, (long long)H);
+	if (!cfg || D % H) {
+		cJSON_Delete(cfg);
+		return pd_errorf("tiny: the %s width %lld does not divide into %lld heads", umt5 ? "UMT5" : "T5",
+				 (long long)D, (long long)H);
+	}
 	arch = cJSON_AddArrayToObject(cfg, "architectures");
-	cJSON_AddItemToArray(arch, cJSON_CreateString("T5EncoderModel"));
+	cJSON_AddItemToArray(arch, cJSON_CreateString(umt5 ? "UMT5EncoderModel" : "T5EncoderModel"));
 	cJSON_AddNumberToObject(cfg, "d_ff", (double)F);
 	cJSON_AddNumberToObject(cfg, "d_kv", (double)K);
 	cJSON_AddNumberToObject(cfg, "d_model", (double)D);
@@ -835,27 +854,23 @@ static int pd_tiny_t5(const char *dir, const struct pd_tiny_opts *o, int pieces)
 	cJSON_AddStringToObject(cfg, "feed_forward_proj", "gated-gelu");
 	cJSON_AddBoolToObject(cfg, "is_gated_act", 1);
 	cJSON_AddNumberToObject(cfg, "layer_norm_epsilon", 1e-6);
-	cJSON_AddStringToObject(cfg, "model_type", "t5");
+	cJSON_AddStringToObject(cfg, "model_type", umt5 ? "umt5" : "t5");
 	cJSON_AddNumberToObject(cfg, "num_heads", (double)H);
-	cJSON_AddNumberToObject(cfg, "num_layers", o->t5_layers);
+	cJSON_AddNumberToObject(cfg, "num_layers", layers);
 	cJSON_AddNumberToObject(cfg, "pad_token_id", 0);
 	cJSON_AddNumberToObject(cfg, "relative_attention_max_distance", 128);
 	cJSON_AddNumberToObject(cfg, "relative_attention_num_buckets", 32);
 	cJSON_AddNumberToObject(cfg, "vocab_size", (double)V);
-	path = pd_strfmt("%s/config.json", dir);
-	if (!path || pd_mkdirs(dir) || pd_write_json(path, cfg)) {
-		free(path);
-		return -1;
-	}
-	free(path);
-	if (pd_tiny_writer_init(&tw, o->seed + 12, o->dtype, 8 + 12 * o->t5_layers))
+	if (pd_tiny_save_json(dir, "config.json", cfg) || pd_tiny_writer_init(&tw, seed, o->dtype, 8 + 14 * layers))
 		return -1;
 	pd_tiny_add(&tw, 0.0f, 1.0f, 2, es, "shared.weight");
-	pd_tiny_add(&tw, 0.0f, 1.0f, 2, rs, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight");
-	for (int i = 0; i < o->t5_layers; i++) {
+	for (int i = 0; i < layers; i++) {
 		char b[96];
 		const char *p = "encoder.block";
 
+		/* T5 has block 0's table only; UMT5 every block's */
+		if (i == 0 || umt5)
+			pd_tiny_add(&tw, 0.0f, 1.0f, 2, rs, "%s.%d.layer.0.SelfAttention.relative_attention_bias.weight", p, i);
 		pd_tiny_weight(&tw, H * K, D, "%s.%d.layer.0.SelfAttention.q", p, i);
 		pd_tiny_weight(&tw, H * K, D, "%s.%d.layer.0.SelfAttention.k", p, i);
 		pd_tiny_weight(&tw, H * K, D, "%s.%d.layer.0.SelfAttention.v", p, i);
@@ -870,9 +885,19 @@ static int pd_tiny_t5(const char *dir, const struct pd_tiny_opts *o, int pieces)
 	}
 	pd_tiny_norm(&tw, D, 0, "encoder.final_layer_norm");
 	path = pd_strfmt("%s/model.safetensors", dir);
-	rc = !path || pd_tiny_writer_save(&tw, path) || pd_st_write_shards(path, dir, "model", 2);
+	rc = !path || pd_tiny_writer_save(&tw, path) || (shards > 1 && pd_st_write_shards(path, dir, "model", shards));
 	free(path);
 	return rc ? -1 : 0;
+}
+
+static int pd_tiny_t5(const char *dir, const struct pd_tiny_opts *o, int pieces)
+{
+	/* the embedding table is larger than the vocabulary, as T5's 32128 rows
+	 * for 32100 ids */
+	int64_t V = (pieces + 7) / 8 * 8 + 8;
+
+	return pd_tiny_t5_encoder(dir, o, o->joint_dim, o->t5_heads, o->t5_ff ? o->t5_ff : 2 * o->joint_dim, o->t5_layers,
+				  V, 0, o->seed + 12, 2);
 }
 
 static int pd_tiny_text(const char *dir, const struct pd_tiny_opts *o)
@@ -941,21 +966,6 @@ static void pd_tiny_conv3(struct pd_tiny_writer *tw, int64_t c_out, int64_t c_in
 	va_end(ap);
 	pd_tiny_add(tw, 0.0f, 1.0f / sqrtf((float)(c_in * kt * k * k)), 5, ws, "%s.weight", base);
 	pd_tiny_add(tw, 0.0f, 0.05f, 1, bs, "%s.bias", base);
-}
-
-static int pd_tiny_save_json(const char *dir, const char *name, cJSON *root)
-{
-	char *path = pd_strfmt("%s/%s", dir, name);
-	int rc;
-
-	if (!path || pd_mkdirs(dir)) {
-		free(path);
-		cJSON_Delete(root);
-		return -1;
-	}
-	rc = pd_write_json(path, root);
-	free(path);
-	return rc;
 }
 
 static int pd_tiny_wan_transformer(const char *dir, const struct pd_tiny_opts *o)
@@ -1208,58 +1218,7 @@ static int pd_tiny_umt5_tokenizer(const char *dir, int *vocab)
 
 static int pd_tiny_umt5(const char *dir, const struct pd_tiny_opts *o, int vocab)
 {
-	int64_t D = o->text_dim, H = o->umt5_heads, K = D / H, F = o->umt5_ff, es[2] = { vocab, D }, rs[2] = { 32, H };
-	struct pd_tiny_writer tw;
-	cJSON *cfg = cJSON_CreateObject(), *arch;
-	char *path;
-	int rc;
-
-	if (!cfg || D % H)
-		return pd_errorf("tiny: the UMT5 width %lld does not divide into %lld heads", (long long)D, (long long)H);
-	arch = cJSON_AddArrayToObject(cfg, "architectures");
-	cJSON_AddItemToArray(arch, cJSON_CreateString("UMT5EncoderModel"));
-	cJSON_AddNumberToObject(cfg, "d_ff", (double)F);
-	cJSON_AddNumberToObject(cfg, "d_kv", (double)K);
-	cJSON_AddNumberToObject(cfg, "d_model", (double)D);
-	cJSON_AddStringToObject(cfg, "dense_act_fn", "gelu_new");
-	cJSON_AddNumberToObject(cfg, "eos_token_id", 1);
-	cJSON_AddStringToObject(cfg, "feed_forward_proj", "gated-gelu");
-	cJSON_AddBoolToObject(cfg, "is_gated_act", 1);
-	cJSON_AddNumberToObject(cfg, "layer_norm_epsilon", 1e-6);
-	cJSON_AddStringToObject(cfg, "model_type", "umt5");
-	cJSON_AddNumberToObject(cfg, "num_heads", (double)H);
-	cJSON_AddNumberToObject(cfg, "num_layers", o->umt5_layers);
-	cJSON_AddNumberToObject(cfg, "pad_token_id", 0);
-	cJSON_AddNumberToObject(cfg, "relative_attention_max_distance", 128);
-	cJSON_AddNumberToObject(cfg, "relative_attention_num_buckets", 32);
-	cJSON_AddNumberToObject(cfg, "vocab_size", (double)vocab);
-	if (pd_tiny_save_json(dir, "config.json", cfg) ||
-	    pd_tiny_writer_init(&tw, o->seed + 40, o->dtype, 8 + 14 * o->umt5_layers))
-		return -1;
-	pd_tiny_add(&tw, 0.0f, 1.0f, 2, es, "shared.weight");
-	for (int i = 0; i < o->umt5_layers; i++) {
-		char b[96];
-		const char *p = "encoder.block";
-
-		/* UMT5: every block its own relative position table */
-		pd_tiny_add(&tw, 0.0f, 1.0f, 2, rs, "%s.%d.layer.0.SelfAttention.relative_attention_bias.weight", p, i);
-		pd_tiny_weight(&tw, H * K, D, "%s.%d.layer.0.SelfAttention.q", p, i);
-		pd_tiny_weight(&tw, H * K, D, "%s.%d.layer.0.SelfAttention.k", p, i);
-		pd_tiny_weight(&tw, H * K, D, "%s.%d.layer.0.SelfAttention.v", p, i);
-		pd_tiny_weight(&tw, D, H * K, "%s.%d.layer.0.SelfAttention.o", p, i);
-		pd_tiny_weight(&tw, F, D, "%s.%d.layer.1.DenseReluDense.wi_0", p, i);
-		pd_tiny_weight(&tw, F, D, "%s.%d.layer.1.DenseReluDense.wi_1", p, i);
-		pd_tiny_weight(&tw, D, F, "%s.%d.layer.1.DenseReluDense.wo", p, i);
-		snprintf(b, sizeof(b), "%s.%d.layer.0.layer_norm", p, i);
-		pd_tiny_norm(&tw, D, 0, b);
-		snprintf(b, sizeof(b), "%s.%d.layer.1.layer_norm", p, i);
-		pd_tiny_norm(&tw, D, 0, b);
-	}
-	pd_tiny_norm(&tw, D, 0, "encoder.final_layer_norm");
-	path = pd_strfmt("%s/model.safetensors", dir);
-	rc = !path || pd_tiny_writer_save(&tw, path);
-	free(path);
-	return rc ? -1 : 0;
+	return pd_tiny_t5_encoder(dir, o, o->text_dim, o->umt5_heads, o->umt5_ff, o->umt5_layers, vocab, 1, o->seed + 40, 1);
 }
 
 static int pd_tiny_wan_rest(const char *dir)

@@ -14,6 +14,7 @@
  */
 #include "pd_backend_cpu.h"
 #include "pd_test.h"
+#include "pd_test_st.h"
 #include "pd_clip.h"
 #include "pd_t5.h"
 #include "pd_tokenizer.h"
@@ -26,40 +27,7 @@
 
 static double tol = 1e-5, worst;
 
-/* The dump keeps every tensor by name; the test then compares. */
-struct store {
-	int n;
-	char *name[64];
-	float *data[64];
-	int64_t count[64];
-};
-
-static void store_fn(void *ctx, const char *name, int64_t index, const float *data, int ndim, const int64_t *shape)
-{
-	struct store *s = ctx;
-	int64_t c = 1;
-
-	(void)index;
-	for (int i = 0; i < ndim; i++)
-		c *= shape[i];
-	if (s->n == 64)
-		return;
-	s->name[s->n] = strdup(name);
-	s->data[s->n] = malloc((size_t)c * sizeof(float));
-	memcpy(s->data[s->n], data, (size_t)c * sizeof(float));
-	s->count[s->n++] = c;
-}
-
-static void store_clear(struct store *s)
-{
-	for (int i = 0; i < s->n; i++) {
-		free(s->name[i]);
-		free(s->data[i]);
-	}
-	s->n = 0;
-}
-
-static void compare(const char *file, struct store *s, const char *mine, const struct pd_st *st, const char *ref)
+static void compare(const char *file, struct pd_test_store *s, const char *mine, const struct pd_st *st, const char *ref)
 {
 	const struct pd_st_tensor *t = pd_st_get(st, ref);
 	float *r;
@@ -100,8 +68,8 @@ static void one_case(const char *path, struct pd_clip *clip, struct pd_t5 *t5, c
 		     const struct pd_t5_tok *ttok)
 {
 	struct pd_st *st;
-	struct store s = { 0 };
-	struct pd_dump dump = { store_fn, &s, 0 };
+	struct pd_test_store s = { 0 };
+	struct pd_dump dump = { pd_test_store_fn, &s, 0 };
 	const char *file = strrchr(path, '/') + 1;
 	cJSON *prompt;
 	int n;
@@ -143,7 +111,7 @@ static void one_case(const char *path, struct pd_clip *clip, struct pd_t5 *t5, c
 						 file, s.data[i][0], eos ? (long long)eos[0] : -1LL);
 			free(eos);
 		}
-		store_clear(&s);
+		pd_test_store_clear(&s);
 		free(ids);
 	}
 	/* T5 at each recorded length */
@@ -188,7 +156,7 @@ static void one_case(const char *path, struct pd_clip *clip, struct pd_t5 *t5, c
 		compare(file, &s, "t5.last_hidden_state", st, ref);
 		if (pd_st_get(st, "t5.detail.position_bias") && L == 32)
 			compare(file, &s, "t5.position_bias", st, "t5.detail.position_bias");
-		store_clear(&s);
+		pd_test_store_clear(&s);
 		free(ids);
 	}
 	/* every relative offset's bucket */

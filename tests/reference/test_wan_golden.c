@@ -15,6 +15,7 @@
 #include "pd_backend_cpu.h"
 #include "pd_safetensors.h"
 #include "pd_test.h"
+#include "pd_test_st.h"
 #include "pd_util.h"
 #include "pd_wan.h"
 
@@ -23,63 +24,19 @@
 
 static double tol = 1e-5, worst;
 
-struct store {
-	int n;
-	char *name[64];
-	float *data[64];
-	int64_t count[64];
-};
-
-static void store_fn(void *ctx, const char *name, int64_t index, const float *data, int ndim, const int64_t *shape)
-{
-	struct store *s = ctx;
-	int64_t c = 1;
-
-	(void)index;
-	for (int i = 0; i < ndim; i++)
-		c *= shape[i];
-	if (s->n == 64)
-		return;
-	s->name[s->n] = strdup(name);
-	s->data[s->n] = malloc((size_t)c * sizeof(float));
-	memcpy(s->data[s->n], data, (size_t)c * sizeof(float));
-	s->count[s->n++] = c;
-}
-
-static void store_clear(struct store *s)
-{
-	for (int i = 0; i < s->n; i++) {
-		free(s->name[i]);
-		free(s->data[i]);
-	}
-	s->n = 0;
-}
-
 /* MINE (batch item B's values) against item B of the reference REF. */
 static void compare(const char *file, const char *what, const float *mine, int64_t n, const struct pd_st *st,
 		    const char *ref, int64_t b)
 {
-	const struct pd_st_tensor *t = pd_st_get(st, ref);
-	float *r;
-	double e;
-
-	PD_CHECK(t && t->numel >= (b + 1) * n, "%s: no reference %s of %lld values per item", file, ref, (long long)n);
-	if (!t || t->numel < (b + 1) * n)
-		return;
-	r = malloc((size_t)t->numel * sizeof(float));
-	pd_st_read_f32(t, 0, (size_t)t->numel, r);
-	e = pd_rel_err(mine, r + b * n, (size_t)n);
-	worst = e > worst ? e : worst;
-	PD_CHECK(e <= tol, "%s: %s (item %lld) differs by %.3g (limit %g)", file, what, (long long)b, e, tol);
-	free(r);
+	worst = pd_test_compare(file, what, mine, (size_t)n, st, ref, (size_t)(b * n), tol, worst);
 }
 
 static void one_file(const char *path, struct pd_dit *d, const struct pd_wan_config *c)
 {
 	struct pd_st *st = NULL;
 	const struct pd_st_tensor *hs, *ts, *es;
-	struct store s = { 0 };
-	struct pd_dump dump = { .fn = store_fn, .ctx = &s, .index = -1 };
+	struct pd_test_store s = { 0 };
+	struct pd_dump dump = { .fn = pd_test_store_fn, .ctx = &s, .index = -1 };
 	int64_t B, C, F, h, w, L, T, E, P;
 	float *lat, *tok, *ids, *txt, *out, *pred;
 	int64_t *t64;
@@ -139,7 +96,7 @@ static void one_file(const char *path, struct pd_dit *d, const struct pd_wan_con
 				seen |= strcmp(s.name[i], name) == 0;
 			PD_CHECK(seen, "%s: %s was not dumped", path, name);
 		}
-		store_clear(&s);
+		pd_test_store_clear(&s);
 	}
 	free(lat);
 	free(txt);

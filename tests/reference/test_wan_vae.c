@@ -16,6 +16,7 @@
 #include "pd_backend_cpu.h"
 #include "pd_safetensors.h"
 #include "pd_test.h"
+#include "pd_test_st.h"
 #include "pd_util.h"
 #include "pd_wan_vae.h"
 
@@ -33,19 +34,7 @@ struct seen {
 static void compare(const char *file, const char *what, const float *a, size_t n, const struct pd_st *st,
 		    const char *name)
 {
-	const struct pd_st_tensor *t = pd_st_get(st, name);
-	float *r;
-	double e;
-
-	PD_CHECK(t && (size_t)t->numel == n, "%s: no %s of %zu values", file, name, n);
-	if (!t || (size_t)t->numel != n)
-		return;
-	r = malloc(n * sizeof(float));
-	pd_st_read_f32(t, 0, n, r);
-	e = pd_rel_err(a, r, n);
-	worst = e > worst ? e : worst;
-	PD_CHECK(e <= tol, "%s: %s differs by %.3g (limit %g)", file, what, e, tol);
-	free(r);
+	worst = pd_test_compare(file, what, a, n, st, name, 0, tol, worst);
 }
 
 static void on_dump(void *ctx, const char *name, int64_t index, const float *data, int ndim, const int64_t *shape)

@@ -167,8 +167,12 @@ fail:
 			av_strerror(av, err, sizeof(err));
 		pd_errorf("%s: writing the video failed%s%s", path, err[0] ? ": " : "", err);
 	}
-	if (fc && fc->pb)
+	if (fc && fc->pb) {
+		/* the context does not free its buffer (which may have been
+		 * replaced by a larger one) */
+		av_freep(&fc->pb->buffer);
 		avio_context_free(&fc->pb);
+	}
 	av_free(iobuf);
 	sws_freeContext(sws);
 	av_frame_free(&fr);

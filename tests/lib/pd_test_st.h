@@ -53,6 +53,16 @@ static inline void pd_test_store_clear(struct pd_test_store *s)
 	s->n = 0;
 }
 
+/* Value I of an int64 tensor, read without assuming the file aligned it
+ * (safetensors data offsets need not be multiples of 8). */
+static inline int64_t pd_test_i64(const struct pd_st_tensor *t, int64_t i)
+{
+	int64_t v;
+
+	memcpy(&v, (const char *)t->data + i * 8, 8);
+	return v;
+}
+
 /* MINE (N values) against values [OFFSET, OFFSET + N) of tensor NAME of
  * ST: max|a - b| / max|ref| within TOL (a check, naming FILE and WHAT);
  * returns the larger of WORST and the error. */

@@ -15,6 +15,7 @@
 #include "pd_safetensors.h"
 #include "pd_scheduler.h"
 #include "pd_test.h"
+#include "pd_test_st.h"
 #include "pd_util.h"
 
 #include <string.h>
@@ -144,14 +145,14 @@ static void one_run(const char *file, const struct pd_st *st, struct pd_schedule
 		}
 		pd_scheduler_step(s, state, i, x, vv, n);
 		close_to(file, "x0_pred", i, state->m[0], get(st, f, i, "x0_pred"), n, 1e-6);
-		PD_CHECK(po && po->dtype == PD_I64 && ((const int64_t *)po->data)[0] == state->this_order,
+		PD_CHECK(po && po->dtype == PD_I64 && pd_test_i64(po, 0) == state->this_order,
 			 "%s: step %d: predictor order %d", file, i, state->this_order);
 		pd_unipc_coeffs(s, i, state->this_order, 'p', &co);
 		check_coeffs(file, st, prefix, i, 'p', &co);
 		if (i > 0) {
 			PD_CHECK(cor && cor->dtype == PD_I64, "%s: step %d: no corrector order", file, i);
 			if (cor && cor->dtype == PD_I64) {
-				pd_unipc_coeffs(s, i, (int)((const int64_t *)cor->data)[0], 'c', &co);
+				pd_unipc_coeffs(s, i, (int)pd_test_i64(cor, 0), 'c', &co);
 				check_coeffs(file, st, prefix, i, 'c', &co);
 			}
 			close_to(file, "corrected", i, state->last, get(st, f, i, "corrected"), n, 1e-6);
@@ -195,7 +196,7 @@ int main(int argc, char **argv)
 			if (!t || !g)
 				continue;
 			for (int i = 0; i < steps[b]; i++)
-				PD_CHECK(s.timesteps[i] == (float)((const int64_t *)t->data)[i], "%s: timestep %d is %g", name,
+				PD_CHECK(s.timesteps[i] == (float)pd_test_i64(t, i), "%s: timestep %d is %g", name,
 					 i, s.timesteps[i]);
 			{
 				float *r = read_all(g);

@@ -39,7 +39,6 @@ static void one_file(const char *path, struct pd_dit *d, const struct pd_wan_con
 	struct pd_dump dump = { .fn = pd_test_store_fn, .ctx = &s, .index = -1 };
 	int64_t B, C, F, h, w, L, T, E, P;
 	float *lat, *tok, *ids, *txt, *out, *pred;
-	int64_t *t64;
 
 	if (pd_st_open(&st, path)) {
 		PD_CHECK(0, "%s", pd_last_error());
@@ -63,12 +62,11 @@ static void one_file(const char *path, struct pd_dit *d, const struct pd_wan_con
 	ids = malloc((size_t)(L * 3) * sizeof(float));
 	out = malloc((size_t)(L * d->info.out_channels) * sizeof(float));
 	pred = malloc((size_t)(C * F * h * w) * sizeof(float));
-	t64 = (int64_t *)ts->data;
 	pd_st_read_f32(hs, 0, (size_t)hs->numel, lat);
 	pd_st_read_f32(es, 0, (size_t)es->numel, txt);
 	for (int64_t b = 0; b < B; b++) {
 		struct pd_dit_call call = { .txt_len = T, .img_len = L, .img = tok, .txt = txt + b * T * E, .img_ids = ids,
-					    .timestep = (float)t64[b] };
+					    .timestep = (float)pd_test_i64(ts, b) };
 		char name[64];
 
 		for (int64_t i = 0; i < L * d->info.out_channels; i++)

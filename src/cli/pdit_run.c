@@ -34,7 +34,7 @@ struct pd_gen_args {
 	const char *prompt, *negative, *prompts_file;
 	int max_seq;
 	const char *embeds, *output, *out_latents, *init_latents, *dtype;
-	int height, width, frames, frames_seen, steps, threads, verbose, quiet, output_seen, fps;
+	int height, width, frames, frames_seen, steps, threads, verbose, quiet, output_seen, fps, guidance_seen;
 	float flow_shift;
 	float guidance, true_cfg_scale, fbcache, comm_timeout;
 	uint64_t seed;
@@ -145,7 +145,7 @@ static void pd_gen_options(struct pd_gen_args *a, struct pd_arg *opts, enum pd_c
 		{ "--frames", 0, PD_ARG_INT, &a->frames, "N", "video frames, 4k + 1 (Wan; default 81)", &a->frames_seen },
 		{ "--flow-shift", 0, PD_ARG_FLOAT, &a->flow_shift, "S", "the sampler's shift instead of the scheduler folder's (Wan: 3 for 480p, 5 for 720p; FLUX: a static shift)", NULL },
 		{ "--steps", 0, PD_ARG_INT, &a->steps, "N", "denoising steps (default 28, or 4 for models without guidance embedding)", &a->steps_seen },
-		{ "--guidance", 0, PD_ARG_FLOAT, &a->guidance, "G", "FLUX: distilled guidance scale (default 3.5; dev-style models); Wan: classifier-free guidance with the negative prompt, \"\" unless -n (default 5)", NULL },
+		{ "--guidance", 0, PD_ARG_FLOAT, &a->guidance, "G", "FLUX: distilled guidance scale (default 3.5; dev-style models); Wan: classifier-free guidance with the negative prompt, \"\" unless -n (default 5)", &a->guidance_seen },
 		{ "--true-cfg-scale", 0, PD_ARG_FLOAT, &a->true_cfg_scale, "C", "true classifier-free guidance with the negative embeddings when > 1", NULL },
 		{ "--seed", 's', PD_ARG_U64, &a->seed, "S", "seed of image 0 (default 42), as torch.Generator('cpu').manual_seed", NULL },
 		{ "--output", 'o', PD_ARG_STRING, &a->output, "FILE", "PNG to write (default output.png); a video: clip.mp4 (default output.mp4) or frame-%03d.png", &a->output_seen },
@@ -414,14 +414,16 @@ static int pd_write_video(const struct pd_gen_args *a, const struct pd_result *r
 			      : dot && !strchr(dot, '/') ? pd_strfmt("%.*s-%lld%s", (int)(dot - out), out, (long long)b, dot)
 							 : pd_strfmt("%s-%lld", out, (long long)b);
 
-		for (int f = 0; pattern && f < res->frames && !rc; f++) {
+		if (!pattern)
+			return -1; /* pd_strfmt said why */
+		for (int f = 0; f < res->frames && !rc; f++) {
 			char *name = pd_strfmt(pattern, f);
 
 			rc = !name ? -1 : pd_png_write(name, rgb + (size_t)f * frame, res->width, res->height, "parameters", text);
 			free(name);
 		}
 		free(pattern);
-		return pattern ? rc : -1;
+		return rc;
 	}
 	{
 		char *name = pd_output_name(out, b, res->images);
@@ -461,7 +463,8 @@ static int pd_write_pictures(const struct pd_gen_args *a, const struct pd_reques
 						a->dtype)
 				    : NULL;
 
-		if (res->frames > 1)
+		/* a video, or one frame asked for as a video */
+		if (res->frames > 1 || pd_video_is_video_name(a->output))
 			rc = !text ? -1 : pd_write_video(a, res, b, res->rgb + (size_t)i * npx * 3,
 							 rq->n_prompts ? rq->prompts[rq->batch ? 0 : b] : "", text);
 		else
@@ -561,6 +564,8 @@ static int pd_gen_request(const struct pd_gen_args *a, struct pd_request *rq, ch
 	    !pd_video_is_video_name(a->output))
 		return pd_errorf("-o/--output %s: a video is written as .mp4, .mkv or .mov, or as frames with a pattern "
 				 "such as frame-%%03d.png", a->output);
+	if (a->guidance_seen && !(a->guidance >= 0))
+		return pd_errorf("--guidance must not be negative (got %g)", a->guidance);
 	if (a->fps < 1 || a->fps > 240)
 		return pd_errorf("--fps must be between 1 and 240 (got %d)", a->fps);
 	if (a->frames_seen && a->frames < 1)

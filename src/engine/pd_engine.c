@@ -238,16 +238,23 @@ static int pd_engine_encode(struct pd_engine *e, int failed)
 		/* the progress says how many; this is the detail */
 		pd_log(2, "pdit: encoding %lld of %lld prompts here (%s, %lld tokens)\n", (long long)count,
 		       (long long)e->e.batch, e->fam->encoders, (long long)T);
-		rc = e->fam->encode(&enc, &e->mp, e->be, e->prompts, e->n_prompts, e->negative, (int)T, first, count,
-				    0);
-		if (!rc) {
-			memcpy(e->e.prompt + first * T * J, enc.prompt + first * T * J, (size_t)(count * T * J) * sizeof(float));
-			memcpy(e->e.pooled + first * P, enc.pooled + first * P, (size_t)(count * P) * sizeof(float));
+		/* --batch N repeats the one prompt: encode it once, copy it to
+		 * every image of this group */
+		int repeat = e->n_prompts < e->e.batch;
+
+		rc = e->fam->encode(&enc, &e->mp, e->be, e->prompts, e->n_prompts, e->negative, (int)T, repeat ? 0 : first,
+				    repeat ? 1 : count, 0);
+		for (int64_t b = first; !rc && b < first + count; b++) {
+			int64_t src = repeat ? 0 : b;
+
+			memcpy(e->e.prompt + b * T * J, enc.prompt + src * T * J, (size_t)(T * J) * sizeof(float));
+			memcpy(e->e.pooled + b * P, enc.pooled + src * P, (size_t)P * sizeof(float));
 			if (e->negative) {
-				memcpy(e->e.neg_prompt + first * T * J, enc.neg_prompt + first * T * J,
-				       (size_t)(count * T * J) * sizeof(float));
-				memcpy(e->e.neg_pooled + first * P, enc.neg_pooled + first * P, (size_t)(count * P) * sizeof(float));
+				memcpy(e->e.neg_prompt + b * T * J, enc.neg_prompt + src * T * J, (size_t)(T * J) * sizeof(float));
+				memcpy(e->e.neg_pooled + b * P, enc.neg_pooled + src * P, (size_t)P * sizeof(float));
 			}
+		}
+		if (!rc) {
 			pd_embeds_free(&enc);
 			pd_log(2, "pdit: encoded in %.2f s\n", pd_now() - t0);
 		}
@@ -272,11 +279,17 @@ static int pd_engine_encode(struct pd_engine *e, int failed)
 		float *bufs[4] = { e->e.prompt, e->e.pooled, e->negative ? e->e.neg_prompt : NULL,
 				   e->negative ? e->e.neg_pooled : NULL };
 		int64_t width[4] = { T * J, P, T * J, P };
-		int rc2 = !bytes;
+		float *tmp = pd_malloc((size_t)(e->e.batch * (T * J > P ? T * J : P)) * sizeof(float) + 1,
+				       "prompt embeddings");
+		int rc2 = 0;
 
+		/* every rank has its buffers before any enters the collectives */
+		if (pd_engine_agree(e, !bytes || !tmp)) {
+			free(bytes);
+			free(tmp);
+			return -1;
+		}
 		for (int k = 0; k < 4 && !rc2; k++) {
-			float *tmp;
-
 			if (!bufs[k] || width[k] == 0)
 				continue;
 			for (int g = 0; g < dp->size; g++) {
@@ -285,13 +298,12 @@ static int pd_engine_encode(struct pd_engine *e, int failed)
 				pd_dp_slice(e->e.batch, dp->size, g, &f, &c);
 				bytes[g] = (size_t)(c * width[k]) * sizeof(float);
 			}
-			tmp = pd_malloc((size_t)(e->e.batch * width[k]) * sizeof(float) + 1, "prompt embeddings");
-			rc2 = !tmp || dp->ops->allgatherv(dp, bufs[k] + first * width[k], bytes[dp->rank], tmp, bytes);
+			rc2 = dp->ops->allgatherv(dp, bufs[k] + first * width[k], bytes[dp->rank], tmp, bytes);
 			if (!rc2)
 				memcpy(bufs[k], tmp, (size_t)(e->e.batch * width[k]) * sizeof(float));
-			free(tmp);
 		}
 		free(bytes);
+		free(tmp);
 		if (rc2) {
 			e->dead = 1;
 			return -1;
@@ -603,6 +615,10 @@ static int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request 
 	if (rq->fbcache_threshold < 0)
 		return pd_errorf("--fbcache-threshold must not be negative");
 	e->p.fbcache_threshold = rq->fbcache_threshold;
+	if (rq->true_cfg_scale > 1 && !e->e.neg_prompt && e->dflt.guidance_cfg)
+		return pd_errorf("--guidance %g is %s's classifier-free guidance and needs negative_prompt_embeds in %s "
+				 "(--guidance 1 runs without it)", rq->true_cfg_scale, e->fam->name,
+				 rq->embeds ? rq->embeds : "the embeddings");
 	if (rq->true_cfg_scale > 1 && !e->e.neg_prompt)
 		/* diffusers silently ignores the scale here; say so instead. */
 		return rq->embeds ? pd_errorf("--true-cfg-scale %g needs negative_prompt_embeds and "
@@ -748,6 +764,9 @@ static int pd_engine_vae_setup(struct pd_engine *e)
 
 		if (writer && !e->fv && e->fam->vae_load(&e->fv, e->mp.vae, e->be))
 			return -1;
+		if (e->fv && e->fam->vae_channels(e->fv) != e->ls.channels)
+			return pd_errorf("%s: the VAE has %d latent channels but the transformer makes %d", e->mp.vae,
+					 e->fam->vae_channels(e->fv), e->ls.channels);
 		e->vae_bands = writer;
 		e->vae_rows = e->ls.h;
 		return 0;

@@ -256,6 +256,7 @@ struct pd_dit_family {
 	int (*vae_load)(void **vae, const char *path, struct pd_backend *be);
 	int (*vae_decode)(void *vae, const struct pd_latent_shape *ls, const float *packed, uint8_t *rgb);
 	void (*vae_free)(void *vae);
+	int (*vae_channels)(const void *vae); /* its latent channels */
 	int vae_scale;
 	const char *encoders;           /* its text encoders, for the log ("CLIP + T5") */
 	int (*prompt_widths)(const struct pd_model_paths *mp, int64_t *txt_width, int64_t *pooled_width);

@@ -86,6 +86,14 @@ int pd_wan_config_parse(struct pd_wan_config *c, const struct pd_config *cfg)
 	c->eps = (float)d;
 	if (pd_wan_int3(cfg, "patch_size", c->patch))
 		return -1;
+	/* the pipeline side packs (1, 2, 2) patches and steps predictions in
+	 * the latents' shape */
+	if (c->patch[0] != 1 || c->patch[1] != 2 || c->patch[2] != 2)
+		return pd_errorf("%s: patch_size [%d, %d, %d] is not Wan2.1's [1, 2, 2]", cfg->path, c->patch[0], c->patch[1],
+				 c->patch[2]);
+	if (c->out_channels != c->in_channels)
+		return pd_errorf("%s: out_channels %d differs from in_channels %d (a prediction has the latents' shape)",
+				 cfg->path, c->out_channels, c->in_channels);
 	if (c->freq_dim % 2)
 		return pd_errorf("%s: freq_dim %d is odd", cfg->path, c->freq_dim);
 	/* image-to-video and Wan2.2's variants are not this model */

@@ -122,6 +122,11 @@ static int pd_wan_family_vae_load(void **vae, const char *path, struct pd_backen
 	return pd_wan_vae_load((struct pd_wan_vae **)vae, path, be);
 }
 
+static int pd_wan_family_vae_channels(const void *vae)
+{
+	return pd_wan_vae_get_config(vae)->z_dim;
+}
+
 static void pd_wan_family_vae_free(void *vae)
 {
 	pd_wan_vae_free(vae);
@@ -182,6 +187,7 @@ const struct pd_dit_family pd_wan_family = {
 	.vae_load = pd_wan_family_vae_load,
 	.vae_decode = pd_wan_family_vae_decode,
 	.vae_free = pd_wan_family_vae_free,
+	.vae_channels = pd_wan_family_vae_channels,
 	.vae_scale = 8,
 	.encoders = "UMT5",
 	.prompt_widths = pd_wan_prompt_widths,

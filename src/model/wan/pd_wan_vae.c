@@ -70,7 +70,8 @@ const struct pd_wan_vae_config *pd_wan_vae_get_config(const struct pd_wan_vae *v
 struct pd_wload {
 	struct pd_st *st;               /* the weights */
 	struct pd_backend *be;          /* where they go */
-	float *zeros;                   /* a zero bias as long as any layer's */
+	float *zeros;                   /* a zero bias for the taps without one */
+	int64_t zeros_n;                /* its length (grown to the widest layer) */
 	int failed;                     /* the first error is recorded */
 };
 
@@ -156,6 +157,17 @@ static int pd_wl_conv(struct pd_wload *l, struct pd_cconv *c, struct pd_conv **p
 	ci = (int)w->shape[1];
 	kt = plain ? 1 : (int)w->shape[2];
 	k = (int)w->shape[w->ndim - 1];
+	if (co > l->zeros_n) {
+		float *z = realloc(l->zeros, (size_t)co * sizeof(float));
+
+		if (!z) {
+			l->failed = 1;
+			return pd_errorf("out of memory loading the Wan VAE");
+		}
+		memset(z, 0, (size_t)co * sizeof(float));
+		l->zeros = z;
+		l->zeros_n = co;
+	}
 	hw = pd_wl_host(l, w);
 	hb = pd_wl_host(l, b);
 	tap = pd_malloc((size_t)co * ci * k * k * sizeof(float), base);
@@ -330,6 +342,69 @@ out:
 	return rc;
 }
 
+/* Whether tensor NAME is a 2-D convolution [co, ci, k, k]. */
+static int pd_wan_conv2_is(const struct pd_st *st, const char *name, int64_t co, int64_t ci, int64_t k)
+{
+	const struct pd_st_tensor *t = pd_st_get(st, name);
+
+	return t && t->ndim == 4 && t->shape[0] == co && t->shape[1] == ci && t->shape[2] == k && t->shape[3] == k;
+}
+
+/* The decoder's layers chain as AutoencoderKLWan's (WanDecoder3d) do, so
+ * every buffer the decode sizes from them holds what it gets: 1x1x1
+ * post_quant_conv and shortcuts, channels from z through the mid block
+ * and each up block to RGB, two temporal and three spatial upsamplers
+ * (the 4 and 8 of the config), none in the last block. */
+static int pd_wan_vae_check(const struct pd_wan_vae *v, const struct pd_st *st, const char *path)
+{
+	int z = v->cfg.z_dim, c = v->mid_c, temporal = 0, spatial = 0;
+	char name[200];
+
+	if (v->post_quant.kt != 1 || v->post_quant.k != 1 || v->post_quant.c_in != z || v->post_quant.c_out != z)
+		return pd_errorf("%s: post_quant_conv is not 1x1x1 from %d to %d channels", path, z, z);
+	if (v->conv_in.c_in != z || v->conv_in.c_out != v->mid[0].c_in || v->mid[0].c_in != c || v->mid[1].c_in != c ||
+	    v->mid[1].c_out != c)
+		return pd_errorf("%s: conv_in and the mid block do not chain (%d latent channels)", path, z);
+	if (!pd_wan_conv2_is(st, "decoder.mid_block.attentions.0.to_qkv.weight", 3 * c, c, 1) ||
+	    !pd_wan_conv2_is(st, "decoder.mid_block.attentions.0.proj.weight", c, c, 1))
+		return pd_errorf("%s: the mid attention is not 1x1 convolutions of %d channels", path, c);
+	for (int j = 0; j < v->cfg.up_blocks; j++) {
+		const struct pd_wup *u = &v->up[j];
+
+		snprintf(name, sizeof(name), "decoder.up_blocks.%d.resnets.%d.conv1.weight", j, u->n_res);
+		if (u->n_res == 0 || pd_st_get(st, name))
+			return pd_errorf("%s: up block %d has %s residual blocks", path, j, u->n_res ? "too many" : "no");
+		for (int r = 0; r < u->n_res; r++) {
+			const struct pd_wres *rb = &u->res[r];
+
+			if (rb->c_in != c || (rb->shortcut.tap[0] && (rb->shortcut.kt != 1 || rb->shortcut.k != 1)))
+				return pd_errorf("%s: up block %d's residual block %d takes %d channels, not %d (or its "
+						 "shortcut is not 1x1x1)", path, j, r, rb->c_in, c);
+			c = rb->c_out;
+		}
+		if (u->mode) {
+			snprintf(name, sizeof(name), "decoder.up_blocks.%d.upsamplers.0.resample.1.weight", j);
+			if (c % 2 || !pd_wan_conv2_is(st, name, c / 2, c, 3))
+				return pd_errorf("%s: up block %d's resample is not a 3x3 convolution from %d to %d channels",
+						 path, j, c, c / 2);
+			if (j == v->cfg.up_blocks - 1)
+				return pd_errorf("%s: the last up block has an upsampler", path);
+			temporal += u->mode == 3;
+			spatial++;
+			c /= 2;
+		}
+	}
+	snprintf(name, sizeof(name), "decoder.up_blocks.%d.resnets.0.conv1.weight", v->cfg.up_blocks);
+	if (pd_st_get(st, name))
+		return pd_errorf("%s: more than %d up blocks", path, PD_WAN_MAX_UP);
+	if (temporal != 2 || spatial != 3)
+		return pd_errorf("%s: %d temporal and %d spatial upsamplers; Wan2.1's VAE has 2 and 3 (4x frames, 8x "
+				 "pixels)", path, temporal, spatial);
+	if (v->out_c_in != c || v->conv_out.c_in != c || v->conv_out.c_out != 3)
+		return pd_errorf("%s: norm_out and conv_out do not take the last block's %d channels to RGB", path, c);
+	return 0;
+}
+
 int pd_wan_vae_load(struct pd_wan_vae **out, const char *path, struct pd_backend *be)
 {
 	struct pd_wan_vae *v = pd_calloc(1, sizeof(*v), "the Wan VAE");
@@ -347,9 +422,6 @@ int pd_wan_vae_load(struct pd_wan_vae **out, const char *path, struct pd_backend
 	if (pd_wan_vae_config(&v->cfg, path) || pd_st_open_path(&l.st, path, "diffusion_pytorch_model"))
 		goto fail;
 	l.be = be;
-	l.zeros = v->zero_bias = pd_calloc(4096, sizeof(float), "the Wan VAE");
-	if (!l.zeros)
-		goto fail;
 	pd_wl_conv(&l, &v->post_quant, NULL, "post_quant_conv");
 	pd_wl_conv(&l, &v->conv_in, NULL, "decoder.conv_in");
 	pd_wl_res(&l, &v->mid[0], "decoder.mid_block.resnets.0");
@@ -390,14 +462,18 @@ int pd_wan_vae_load(struct pd_wan_vae **out, const char *path, struct pd_backend
 			}
 		}
 	}
-	v->out_c_in = v->cfg.up_blocks ? v->up[v->cfg.up_blocks - 1].res[0].c_out : 0;
+	{
+		/* the last block's last residual block's channels (0: none; the
+		 * check below says why) */
+		const struct pd_wup *last = v->cfg.up_blocks ? &v->up[v->cfg.up_blocks - 1] : NULL;
+
+		v->out_c_in = last && last->n_res ? last->res[last->n_res - 1].c_out : 0;
+	}
 	v->norm_out_g = pd_wl_vector(&l, "decoder.norm_out.gamma", v->out_c_in);
 	pd_wl_conv(&l, &v->conv_out, NULL, "decoder.conv_out");
-	if (!l.failed && (v->post_quant.c_in != v->cfg.z_dim || v->conv_in.c_in != v->cfg.z_dim ||
-			  v->conv_out.c_out != 3 || v->cfg.up_blocks == 0)) {
-		pd_errorf("%s: the decoder's channels do not fit z_dim %d and RGB", path, v->cfg.z_dim);
+	v->zero_bias = l.zeros;
+	if (!l.failed && pd_wan_vae_check(v, l.st, path))
 		l.failed = 1;
-	}
 	if (l.failed)
 		goto fail;
 	pd_st_close(l.st);
@@ -405,6 +481,8 @@ int pd_wan_vae_load(struct pd_wan_vae **out, const char *path, struct pd_backend
 	return 0;
 fail:
 	pd_st_close(l.st);
+	if (v->zero_bias != l.zeros)
+		free(l.zeros);
 	pd_wan_vae_free(v);
 	return -1;
 }
@@ -443,6 +521,7 @@ static int pd_cconv_reset(struct pd_backend *be, struct pd_cconv *c, int64_t hw)
 		if (c->cache)
 			be->ops->free(be, c->cache);
 		c->cache = pd_backend_alloc(be, (size_t)(2 * c->c_in * hw), "the VAE's frame cache");
+		c->cache_hw = 0;
 		if (!c->cache)
 			return -1;
 		c->cache_hw = hw;

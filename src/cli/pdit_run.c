@@ -814,9 +814,12 @@ static int pd_check_gather(struct pd_engine *r, const struct pd_blocks *mine, co
 			goto out;
 		memset(send, 0, send_bytes);
 		for (int k = 0; k < mine->n && (size_t)off * sizeof(float) < send_bytes; k++) {
-			memcpy(send + off, mine->txt[k], (size_t)(mine->txt_rows[k] * D) * sizeof(float));
+			/* a text context (Wan's) records no text rows: no buffer */
+			if (mine->txt_rows[k])
+				memcpy(send + off, mine->txt[k], (size_t)(mine->txt_rows[k] * D) * sizeof(float));
 			off += mine->txt_rows[k] * D;
-			memcpy(send + off, mine->img[k], (size_t)(mine->img_rows[k] * D) * sizeof(float));
+			if (mine->img_rows[k])
+				memcpy(send + off, mine->img[k], (size_t)(mine->img_rows[k] * D) * sizeof(float));
 			off += mine->img_rows[k] * D;
 		}
 	}

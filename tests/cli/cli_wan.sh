@@ -23,7 +23,7 @@ neg="Bright tones, overexposed, static, blurred details, subtitles, style, works
 run() {
 	local name=$1 ref=$2
 	shift 2
-	if ! "$pdit" generate --model "$m" "$@" --out-latents "$tmp/$name.safetensors" -q 2> "$tmp/err"; then
+	if ! "$pdit" generate --model "$m" "$@" -o "$tmp/$name.mp4" --out-latents "$tmp/$name.safetensors" -q 2> "$tmp/err"; then
 		echo "FAIL $name: $(cat "$tmp/err")"; fail=1; return
 	fi
 	"$cmp" tensors "$tmp/$name.safetensors" "$ref" 1e-6 latents.init > /dev/null &&

@@ -34,8 +34,8 @@ static void pd_phase_what(const struct pd_progress *e, char *buf, size_t len)
 	if (e->phase == PD_PHASE_LOAD)
 		snprintf(buf, len, "the weights");
 	else
-		snprintf(buf, len, "%d %s%s", e->total, e->phase == PD_PHASE_ENCODE ? "prompt" : "picture",
-			 e->total == 1 ? "" : "s");
+		snprintf(buf, len, "%d %s%s", e->total,
+			 e->phase == PD_PHASE_ENCODE ? "prompt" : e->videos ? "video" : "picture", e->total == 1 ? "" : "s");
 }
 
 /* The display in use, for pd_cli_progress_clear (the error printers). */

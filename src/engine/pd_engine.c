@@ -62,7 +62,7 @@ void pd_engine_leave(const struct pd_engine_scope *s)
 static void pd_engine_progress(const struct pd_engine *e, enum pd_phase phase, double t0, int done, int total,
 			       int finished)
 {
-	struct pd_progress p = { phase, done, total, pd_now() - t0, finished };
+	struct pd_progress p = { phase, done, total, pd_now() - t0, finished, e->p.frames > 1 };
 
 	if (e->o.on_progress)
 		e->o.on_progress(e->o.progress_ctx, &p);

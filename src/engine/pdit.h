@@ -65,6 +65,7 @@ struct pd_progress {
 	int done, total;                /* steps or pictures done; total 0: not counted */
 	double elapsed;                 /* seconds since the phase began */
 	int finished;                   /* the phase is over (elapsed: its whole time) */
+	int videos;                     /* decoding: the pictures are videos */
 };
 
 /* What an engine loads and how it runs, fixed for its life. */

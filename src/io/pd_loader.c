@@ -176,6 +176,15 @@ static float *pd_loader_host(struct pd_loader *ld, const char *name, int ndim, c
 	return host;
 }
 
+float *pd_loader_host_tensor(struct pd_loader *ld, const char *name, int ndim, const int64_t *shape)
+{
+	float *h = ld->failed ? NULL : pd_loader_host(ld, name, ndim, shape, NULL);
+
+	if (!h)
+		ld->failed = 1;
+	return h;
+}
+
 float *pd_loader_vector(struct pd_loader *ld, int64_t n, const char *fmt, ...)
 {
 	char name[300];

@@ -30,6 +30,9 @@ struct pd_linear *pd_loader_linear_nobias(struct pd_loader *ld, int64_t n_out, i
 /* The part S of NAME.weight [n_out, n_in] (and of NAME.bias when S asks). */
 struct pd_linear *pd_loader_linear_slice(struct pd_loader *ld, int64_t n_out, int64_t n_in, const struct pd_slice *s,
 					 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* A float tensor NAME of exactly SHAPE into a new host buffer (malloc'd),
+ * or NULL (and LD failed) with a message. */
+float *pd_loader_host_tensor(struct pd_loader *ld, const char *name, int ndim, const int64_t *shape);
 /* A 1-D tensor NAME [n] into backend memory. */
 float *pd_loader_vector(struct pd_loader *ld, int64_t n, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

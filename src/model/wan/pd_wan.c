@@ -14,7 +14,7 @@
 #include <string.h>
 
 struct pd_wan_block {
-	float *table;                   /* host [6, D] scale_shift_table */
+	float *table;                   /* [6, D] scale_shift_table (backend) */
 	struct pd_linear *q, *k, *v, *o; /* attn1: self-attention */
 	float *norm_q, *norm_k;         /* attn1's RMSNorm across heads [D] */
 	struct pd_linear *cq, *ck, *cv, *co; /* attn2: cross-attention to the text */
@@ -30,13 +30,13 @@ struct pd_wan {
 	struct pd_linear *patch;        /* patch_embedding as a linear layer: C pt ph pw -> D */
 	struct pd_linear *time1, *time2, *time_proj; /* time_embedder MLP, time_proj D -> 6D */
 	struct pd_linear *text1, *text2; /* text_embedder MLP (GELU tanh) */
-	float *out_table;               /* host [2, D] final scale_shift_table */
+	float *out_table;               /* [2, D] final scale_shift_table (backend) */
 	struct pd_linear *proj_out;     /* D -> out_channels pt ph pw */
 	struct pd_wan_block *blk;       /* [layers] */
 	/* activations for cap_img image and cap_txt text rows (backend) */
 	int64_t cap_img, cap_txt;
 	float *x, *nx, *q, *k, *v, *attn, *proj, *wide, *ctx, *cos, *sin, *vec, *io;
-	float *host;                    /* host staging for dumps and tables */
+	float *host;                    /* host staging for dumps and RoPE tables */
 };
 
 static int pd_wan_int3(const struct pd_config *c, const char *key, int *out)
@@ -184,35 +184,29 @@ static void pd_wan_free(struct pd_wan *m)
 		LF(b->cq); LF(b->ck); LF(b->cv); LF(b->co);
 		LF(b->ff1); LF(b->ff2);
 		VF(b->norm_q); VF(b->norm_k); VF(b->cnorm_q); VF(b->cnorm_k); VF(b->norm2_w); VF(b->norm2_b);
-		free(b->table);
+		VF(b->table);
 	}
+	VF(m->out_table);
 #undef LF
 #undef VF
 	pd_wan_free_buffers(m);
 	pd_dit_release(&m->dit);
-	free(m->out_table);
 	free(m->blk);
 	free(m);
 }
 
-/* A float tensor of exactly SHAPE into a new host buffer. */
-static float *pd_wan_host(struct pd_loader *ld, const char *name, int ndim, const int64_t *shape)
+/* A scale_shift_table [1, ROWS, D] into backend memory. */
+static float *pd_wan_table(struct pd_loader *ld, const char *name, int64_t rows, int64_t D)
 {
-	const struct pd_st_tensor *t;
-	float *h;
+	int64_t shape[3] = { 1, rows, D };
+	float *h = pd_loader_host_tensor(ld, name, 3, shape), *d = NULL;
 
-	if (ld->failed)
-		return NULL;
-	if (pd_st_require(ld->st, name, ndim, shape, &t) || !(h = pd_malloc((size_t)t->numel * sizeof(float), name))) {
+	if (h && (d = pd_backend_alloc(ld->be, (size_t)(rows * D), name)))
+		ld->be->ops->upload(ld->be, d, h, (size_t)(rows * D));
+	if (h && !d)
 		ld->failed = 1;
-		return NULL;
-	}
-	if (pd_st_read_f32(t, 0, (size_t)t->numel, h)) {
-		free(h);
-		ld->failed = 1;
-		return NULL;
-	}
-	return h;
+	free(h);
+	return d;
 }
 
 static int pd_wan_config_at(const char *path, const char *config, struct pd_wan_config *c)
@@ -279,7 +273,7 @@ int pd_wan_load_dit(struct pd_dit **out, const char *path, const char *config, s
 		/* TW:670-674: the Conv3d with kernel = stride is a linear layer on
 		 * the patch's (channel, dt, dy, dx) vector */
 		int64_t ws[5] = { D, m->cfg.in_channels, m->cfg.patch[0], m->cfg.patch[1], m->cfg.patch[2] };
-		float *w = pd_wan_host(&ld, "patch_embedding.weight", 5, ws), *b = pd_wan_host(&ld, "patch_embedding.bias", 1, &D);
+		float *w = pd_loader_host_tensor(&ld, "patch_embedding.weight", 5, ws), *b = pd_loader_host_tensor(&ld, "patch_embedding.bias", 1, &D);
 
 		if (w && b && !(m->patch = be->ops->linear_new(be, D, P, w, P, b))) {
 			pd_errorf("patch_embedding: %s", be->error);
@@ -293,18 +287,14 @@ int pd_wan_load_dit(struct pd_dit **out, const char *path, const char *config, s
 	m->time_proj = pd_loader_linear(&ld, 6 * D, D, "condition_embedder.time_proj");
 	m->text1 = pd_loader_linear(&ld, D, E, "condition_embedder.text_embedder.linear_1");
 	m->text2 = pd_loader_linear(&ld, D, D, "condition_embedder.text_embedder.linear_2");
-	{
-		int64_t s[3] = { 1, 2, D };
-
-		m->out_table = pd_wan_host(&ld, "scale_shift_table", 3, s);
-	}
+	m->out_table = pd_wan_table(&ld, "scale_shift_table", 2, D);
 	{
 		/* proj_out's rows come in the unpatchify's order (dt, dy, dx,
 		 * channel, TW:722-730); taken in the patch embedding's order
 		 * (channel, dt, dy, dx) instead, a prediction is packed as the
 		 * latents are and the pipeline steps them value by value */
 		int64_t ws[2] = { PO, D }, pv = PO / m->cfg.out_channels;
-		float *w = pd_wan_host(&ld, "proj_out.weight", 2, ws), *b = pd_wan_host(&ld, "proj_out.bias", 1, &PO);
+		float *w = pd_loader_host_tensor(&ld, "proj_out.weight", 2, ws), *b = pd_loader_host_tensor(&ld, "proj_out.bias", 1, &PO);
 		float *wp = pd_malloc((size_t)(PO * D + 1) * sizeof(float), "proj_out"), *bp = pd_malloc((size_t)PO * sizeof(float), "proj_out");
 
 		if (w && b && wp && bp) {
@@ -332,11 +322,10 @@ int pd_wan_load_dit(struct pd_dit **out, const char *path, const char *config, s
 		goto fail;
 	for (int i = 0; i < m->cfg.layers && !ld.failed; i++) {
 		struct pd_wan_block *b = &m->blk[i];
-		int64_t s[3] = { 1, 6, D };
 		char name[64];
 
 		snprintf(name, sizeof(name), "blocks.%d.scale_shift_table", i);
-		b->table = pd_wan_host(&ld, name, 3, s);
+		b->table = pd_wan_table(&ld, name, 6, D);
 		b->q = pd_loader_linear(&ld, D, D, "blocks.%d.attn1.to_q", i);
 		b->k = pd_loader_linear(&ld, D, D, "blocks.%d.attn1.to_k", i);
 		b->v = pd_loader_linear(&ld, D, D, "blocks.%d.attn1.to_v", i);
@@ -441,30 +430,19 @@ static void pd_wan_time(struct pd_wan *m, const struct pd_dit_call *in, const st
 	pd_wan_dump(m, dump, "emb.timestep_proj", tproj, 6 * D, 1, 6 * D);
 }
 
-/* MOD (host, [n, D]) = TABLE + the time part (TW:483-485, 707-710). */
-static void pd_wan_modulation(struct pd_wan *m, const float *table, const float *dev_part, int n, float *mod)
-{
-	int64_t D = m->cfg.dim;
-
-	m->be->ops->download(m->be, mod, dev_part, (size_t)(n * D));
-	for (int64_t i = 0; i < n * D; i++)
-		mod[i] = table[i] + mod[i];
-}
-
 static void pd_wan_block(struct pd_wan *m, const struct pd_dit_call *call, int i, int64_t L, int64_t T,
 			 const struct pd_dump *dump)
 {
 	struct pd_backend *be = m->be;
 	struct pd_wan_block *b = &m->blk[i];
 	int64_t D = m->cfg.dim, F = m->cfg.ffn_dim, H = m->cfg.heads, Dh = m->cfg.head_dim;
-	float *mod = m->vec + 8 * D, *hm = m->host + m->cap_img * (F > D ? F : D);
+	float *mod = m->vec + 8 * D;
 	const float *shift, *scale, *gate, *c_shift, *c_scale, *c_gate;
 	float sc = 1.0f / sqrtf((float)Dh);
 	char name[96];
 
-	/* (shift, scale, gate, c_shift, c_scale, c_gate) */
-	pd_wan_modulation(m, b->table, m->vec + 2 * D, 6, hm);
-	be->ops->upload(be, mod, hm, (size_t)(6 * D));
+	/* (shift, scale, gate, c_shift, c_scale, c_gate) = table + timestep_proj (TW:483-485) */
+	be->ops->add(be, mod, b->table, m->vec + 2 * D, (size_t)(6 * D));
 	shift = mod;
 	scale = mod + D;
 	gate = mod + 2 * D;
@@ -568,11 +546,10 @@ static int pd_wan_forward_blocks(struct pd_dit *d, const struct pd_dit_call *in,
 	}
 	if (out) {
 		/* (shift, scale) = table + temb, not timestep_proj (TW:707-730) */
-		float *mod = m->vec + 8 * D, *hm = m->host;
+		float *mod = m->vec + 8 * D;
 
-		pd_wan_modulation(m, m->out_table, m->vec, 1, hm);
-		pd_wan_modulation(m, m->out_table + D, m->vec, 1, hm + D);
-		be->ops->upload(be, mod, hm, (size_t)(2 * D));
+		be->ops->add(be, mod, m->out_table, m->vec, (size_t)D);
+		be->ops->add(be, mod + D, m->out_table + D, m->vec, (size_t)D);
 		be->ops->layernorm_mod(be, m->nx, D, m->x, D, L, D, mod + D, mod, c->eps);
 		be->ops->linear(be, m->proj_out, m->nx, D, L, m->io, PO, 0);
 		be->ops->download(be, out, m->io, (size_t)(L * PO));

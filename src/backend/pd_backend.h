@@ -119,6 +119,16 @@ struct pd_backend_ops {
 	 * [rows, heads * head_dim], w is [head_dim]. */
 	void (*rmsnorm_heads)(struct pd_backend *be, float *x, int64_t ldx, int64_t rows, int heads,
 			      int head_dim, const float *w, float eps);
+	/* An RMSNorm whose rows are split over tensor-parallel shards (Wan's
+	 * norm across heads): each shard sums its part, the sums are added
+	 * over the shards, then each applies them. sumsq[r] = sum of x[r,
+	 * 0..cols)^2 (summed in double). */
+	void (*row_sumsq)(struct pd_backend *be, float *sumsq, const float *x, int64_t ldx, int64_t rows,
+			  int64_t cols);
+	/* In place: x = x * rsqrt(sumsq[r] / n + eps) * w, w [cols]; N is the
+	 * whole row's length. */
+	void (*rms_apply)(struct pd_backend *be, float *x, int64_t ldx, int64_t rows, int64_t cols,
+			  const float *sumsq, int64_t n, const float *w, float eps);
 	/* In place, interleaved pairs: x[2k] = x[2k] cos - x[2k+1] sin,
 	 * x[2k+1] = x[2k+1] cos + x[2k] sin; cos, sin are [rows, head_dim]. */
 	void (*rope)(struct pd_backend *be, float *x, int64_t ldx, int64_t rows, int heads, int head_dim,

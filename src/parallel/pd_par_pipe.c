@@ -46,12 +46,19 @@ static void pd_pipe_call_free(struct pd_pipe *p, struct pd_pipe_call *c)
 	c->r_ref = c->r = c->rest = c->h1 = c->h1img = NULL;
 }
 
+/* Text rows of the attention sequence: those of the call, or none when
+ * the text is a context every piece reads whole (Wan's cross-attention). */
+static int64_t pd_pipe_kv_text(const struct pd_pipe *p, const struct pd_dit_call *w)
+{
+	return p->model->info.txt_context ? 0 : w->txt_len;
+}
+
 /* The buffers of the whole call W (per image and branch), made for its
  * shape. */
 static struct pd_pipe_call *pd_pipe_state(struct pd_pipe *p, const struct pd_dit_call *w)
 {
 	struct pd_pipe_call *c = NULL, *nc;
-	int64_t rows = w->txt_len + w->img_len;
+	int64_t rows = pd_pipe_kv_text(p, w) + w->img_len;
 
 	for (int i = 0; i < p->n_calls; i++)
 		if (p->calls[i].image == w->image && p->calls[i].branch == w->branch)
@@ -107,8 +114,9 @@ static int pd_pipe_attention(void *ctx, struct pd_backend *be, const struct pd_d
 {
 	struct pd_pipe *p = ctx;
 	const struct pd_dit_call *w = pd_dit_call_root(call), *piece = call->whole;
-	int64_t T = w->txt_len, S = T + w->img_len, W = (int64_t)heads * head_dim;
-	int64_t piece_t0 = piece->txt0, piece_tn = piece->txt_len, piece_i0 = piece->img0, piece_in = piece->img_len;
+	int64_t T = pd_pipe_kv_text(p, w), S = T + w->img_len, W = (int64_t)heads * head_dim;
+	int64_t piece_t0 = piece->txt0, piece_tn = T ? piece->txt_len : 0, piece_i0 = piece->img0;
+	int64_t piece_in = piece->img_len;
 	int P = p->sp->size, l = layer - p->first;
 	struct pd_pipe_call *c;
 
@@ -212,7 +220,8 @@ void pd_pipe_free(struct pd_pipe *p)
 /* One piece of a step: its image rows, and this rank's share of it. */
 struct pd_pipe_piece {
 	int64_t rows0, rowsn;           /* the piece's image rows (token indices) */
-	int64_t ptn;                    /* its text rows: all of them with piece 0, none otherwise */
+	int64_t ptn;                    /* its text rows: all of them with piece 0, none otherwise (a
+					 * text context: all of them with every piece, on every rank) */
 	int64_t t0, tn;                 /* this rank's text rows */
 	int64_t i0, in;                 /* this rank's image rows (token indices) */
 };
@@ -225,9 +234,14 @@ static void pd_pipe_piece(const struct pd_pipe *p, int64_t T, int64_t hp, int64_
 
 	pc->rows0 = b0 * wp;
 	pc->rowsn = (b1 - b0) * wp;
-	pc->ptn = piece == 0 ? T : 0;
-	pc->t0 = pd_chunk_start(pc->ptn, P, j);
-	pc->tn = pd_chunk_len(pc->ptn, P, j);
+	if (p->model->info.txt_context) {
+		pc->ptn = pc->tn = T;
+		pc->t0 = 0;
+	} else {
+		pc->ptn = piece == 0 ? T : 0;
+		pc->t0 = pd_chunk_start(pc->ptn, P, j);
+		pc->tn = pd_chunk_len(pc->ptn, P, j);
+	}
 	pc->i0 = pc->rows0 + pd_chunk_start(pc->rowsn, P, j);
 	pc->in = pd_chunk_len(pc->rowsn, P, j);
 }
@@ -404,10 +418,12 @@ static int pd_pipe_cache_first(struct pd_pipe *p, struct pd_pipe_call *c, const 
 	return 0;
 }
 
-/* The cache's arrays of call C, made on first use at their largest. */
+/* The cache's arrays of call C, made on first use at their largest (a
+ * text context comes with every piece). */
 static int pd_pipe_cache_arrays(struct pd_pipe *p, struct pd_pipe_call *c, int64_t T, int64_t L, int64_t D)
 {
-	size_t all = (size_t)(L * D + 1), seq = (size_t)((T + L) * D + 1);
+	int64_t texts = p->model->info.txt_context ? (p->patches > 1 ? p->patches : 1) : 1;
+	size_t all = (size_t)(L * D + 1), seq = (size_t)((texts * T + L) * D + 1);
 	int last = p->stage == p->stages - 1;
 
 	if (c->h1img)

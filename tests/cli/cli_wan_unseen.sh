@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Wan2.1 on folders pdit writes itself, with sizes the golden model does not
-# have (3 heads of 24, RoPE split 8/8/8, 3 blocks, FFN 40, a VAE of base 4,
+# have (3 heads of 24, RoPE split 8/8/8, 3 blocks, FFN 42, a VAE of base 4,
 # UMT5 of 3 layers; 13 frames of 48x80: 4 latent frames, 60 tokens): the run
 # makes an MP4 of 13 frames at 80x48 and latents [1, 16, 4, 6, 10]; Ulysses
-# 3 and ring 2 equal one process (1e-5); bf16 runs; a truncated transformer
+# 3, ring 2, tensor parallel 3, PipeFusion 3 and 2 (3 blocks: uneven stages)
+# with every step warm equal one process (1e-5); bf16 runs; a truncated transformer
 # file is refused with one line before any step.
 # usage: cli_wan_unseen.sh PDIT ST_COMPARE MPIRUN...
 set -u
@@ -16,7 +17,7 @@ fail=0
 ok() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; fail=1; }
 m=$tmp/w
-"$pdit" tiny "$m" --family wan --heads 3 --head-dim 24 --layers 3 --ffn-dim 40 --wan-vae-base 4 \
+"$pdit" tiny "$m" --family wan --heads 3 --head-dim 24 --layers 3 --ffn-dim 42 --wan-vae-base 4 \
 	--umt5-layers 3 --seed 7 > /dev/null 2> "$tmp/err" ||
 	{ cat "$tmp/err"; bad "pdit tiny --family wan"; exit 1; }
 run=(--model "$m" -p "a small boat & a lighthouse at dusk" --frames 13 -H 48 -W 80 --steps 3 -s 11 -q)
@@ -28,7 +29,8 @@ for want in width=80 height=48 nb_frames=13; do
 done
 "$pdit" inspect "$tmp/one.safetensors" 2>&1 | grep -q "latents.final .*\[1, 16, 4, 6, 10\]" &&
 	ok "latents [1, 16, 4, 6, 10]" || bad "latents shape"
-for mesh in "3:--ulysses-degree 3" "2:--ring-degree 2"; do
+for mesh in "3:--ulysses-degree 3" "2:--ring-degree 2" "3:--tensor-parallel-degree 3" \
+	"3:--pipefusion-degree 3 --warmup-steps 3" "2:--pipefusion-degree 2 --warmup-steps 3"; do
 	# shellcheck disable=SC2086
 	"${mpirun[@]}" -np "${mesh%%:*}" "$pdit" generate "${run[@]}" ${mesh#*:} -o "$tmp/m.mp4" \
 		--out-latents "$tmp/m.safetensors" 2> "$tmp/err" || { cat "$tmp/err"; bad "np ${mesh%%:*} ${mesh#*:}"; continue; }

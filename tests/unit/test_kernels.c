@@ -433,6 +433,45 @@ static void test_norms(struct pd_backend *be)
 	snprintf(what, sizeof(what), "rmsnorm_heads rows=%d H=%d Dh=%d", rows, H, Dh);
 	check_view(what, x, ref, rows, dim, ld, TOL);
 
+	/* the same norm across the whole row, its columns split in two parts
+	 * whose sums are added (tensor parallel's way) */
+	{
+		int c0 = dim / 3;
+		float *s0 = malloc(sizeof(float) * (size_t)rows), *s1 = malloc(sizeof(float) * (size_t)rows);
+		double *wr = malloc(sizeof(double) * (size_t)dim);
+
+		for (int c = 0; c < dim; c++)
+			wr[c] = w[c % Dh];
+		for (int r = 0; r < rows; r++) {
+			double ms = 0;
+
+			for (int c = 0; c < dim; c++)
+				ms += (double)x[r * ld + c] * x[r * ld + c];
+			ms /= dim;
+			for (int c = 0; c < dim; c++)
+				ref[r * dim + c] = x[r * ld + c] / sqrt(ms + 1e-6) * wr[c];
+			s0[r] = s1[r] = NAN;	/* poisoned: each must be written */
+		}
+		be->ops->row_sumsq(be, s0, x, ld, rows, c0);
+		be->ops->row_sumsq(be, s1, x + c0, ld, rows, dim - c0);
+		for (int r = 0; r < rows; r++)
+			s0[r] += s1[r];
+		{
+			float *wf = malloc(sizeof(float) * (size_t)dim);
+
+			for (int c = 0; c < dim; c++)
+				wf[c] = (float)wr[c];
+			be->ops->rms_apply(be, x, ld, rows, c0, s0, dim, wf, 1e-6f);
+			be->ops->rms_apply(be, x + c0, ld, rows, dim - c0, s0, dim, wf + c0, 1e-6f);
+			free(wf);
+		}
+		snprintf(what, sizeof(what), "row_sumsq + rms_apply rows=%d split %d+%d", rows, c0, dim - c0);
+		check_view(what, x, ref, rows, dim, ld, TOL);
+		free(s0);
+		free(s1);
+		free(wr);
+	}
+
 	/* RoPE in place on interleaved pairs */
 	for (int r = 0; r < rows; r++)
 		for (int hh = 0; hh < H; hh++)

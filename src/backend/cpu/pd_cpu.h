@@ -182,6 +182,9 @@ void pd_cpu_layernorm(struct pd_backend *be, float *y, int64_t ldy, const float 
 		      int64_t rows, int64_t dim, const float *w, const float *b, float eps);
 void pd_cpu_rmsnorm_heads(struct pd_backend *be, float *x, int64_t ldx, int64_t rows, int heads,
 			  int head_dim, const float *w, float eps);
+void pd_cpu_row_sumsq(struct pd_backend *be, float *sumsq, const float *x, int64_t ldx, int64_t rows, int64_t cols);
+void pd_cpu_rms_apply(struct pd_backend *be, float *x, int64_t ldx, int64_t rows, int64_t cols, const float *sumsq,
+		      int64_t n, const float *w, float eps);
 void pd_cpu_rope(struct pd_backend *be, float *x, int64_t ldx, int64_t rows, int heads, int head_dim,
 		 const float *cos, const float *sin);
 void pd_cpu_gated_add(struct pd_backend *be, float *x, int64_t ldx, const float *y, int64_t ldy,

@@ -175,6 +175,36 @@ void pd_cpu_rmsnorm_heads(struct pd_backend *be, float *x, int64_t ldx, int64_t 
 	}
 }
 
+void pd_cpu_row_sumsq(struct pd_backend *be, float *sumsq, const float *x, int64_t ldx, int64_t rows, int64_t cols)
+{
+	if (be->failed)
+		return;
+#pragma omp parallel for schedule(static)
+	for (int64_t r = 0; r < rows; r++) {
+		const float *v = x + r * ldx;
+		double sq = 0;
+
+		for (int64_t d = 0; d < cols; d++)
+			sq += (double)v[d] * v[d];
+		sumsq[r] = (float)sq;
+	}
+}
+
+void pd_cpu_rms_apply(struct pd_backend *be, float *x, int64_t ldx, int64_t rows, int64_t cols, const float *sumsq,
+		      int64_t n, const float *w, float eps)
+{
+	if (be->failed)
+		return;
+#pragma omp parallel for schedule(static)
+	for (int64_t r = 0; r < rows; r++) {
+		float *v = x + r * ldx;
+		float rs = (float)(1.0 / sqrt((double)sumsq[r] / (double)n + (double)eps));
+
+		for (int64_t d = 0; d < cols; d++)
+			v[d] = (v[d] * rs) * w[d];
+	}
+}
+
 void pd_cpu_rope(struct pd_backend *be, float *x, int64_t ldx, int64_t rows, int heads, int head_dim,
 		 const float *cos, const float *sin)
 {

@@ -16,9 +16,9 @@
 struct pd_wan_block {
 	float *table;                   /* [6, D] scale_shift_table (backend) */
 	struct pd_linear *q, *k, *v, *o; /* attn1: self-attention */
-	float *norm_q, *norm_k;         /* attn1's RMSNorm across heads [D] */
+	float *norm_q, *norm_k;         /* attn1's RMSNorm across heads: this shard's part [W] */
 	struct pd_linear *cq, *ck, *cv, *co; /* attn2: cross-attention to the text */
-	float *cnorm_q, *cnorm_k;       /* attn2's RMSNorm [D] */
+	float *cnorm_q, *cnorm_k;       /* attn2's RMSNorm: this shard's part [W] */
 	float *norm2_w, *norm2_b;       /* norm2: affine LayerNorm before attn2 */
 	struct pd_linear *ff1, *ff2;    /* ffn.net.0.proj (GELU tanh), ffn.net.2 */
 };
@@ -27,6 +27,13 @@ struct pd_wan {
 	struct pd_dit dit;              /* the interface; must stay first */
 	struct pd_wan_config cfg;       /* sizes */
 	struct pd_backend *be;          /* compute backend (borrowed) */
+	/* Tensor parallel (Megatron's split): q, k, v and the FFN's first
+	 * layer keep this shard's output rows, the output projections its
+	 * input columns (summed over the shards); embedders, modulation tables
+	 * and final layers are whole on every shard that runs them. */
+	int64_t W;                      /* attention width held here: heads / shards x head_dim */
+	int64_t F;                      /* FFN columns held here: ffn_dim / shards */
+	int64_t H;                      /* heads held here */
 	struct pd_linear *patch;        /* patch_embedding as a linear layer: C pt ph pw -> D */
 	struct pd_linear *time1, *time2, *time_proj; /* time_embedder MLP, time_proj D -> 6D */
 	struct pd_linear *text1, *text2; /* text_embedder MLP (GELU tanh) */
@@ -36,6 +43,7 @@ struct pd_wan {
 	/* activations for cap_img image and cap_txt text rows (backend) */
 	int64_t cap_img, cap_txt;
 	float *x, *nx, *q, *k, *v, *attn, *proj, *wide, *ctx, *cos, *sin, *vec, *io;
+	float *sq;                      /* [2 max(L, T)] row sums of squares of a split RMSNorm */
 	float *host;                    /* host staging for dumps and RoPE tables */
 };
 
@@ -149,7 +157,7 @@ static void pd_wan_free_buffers(struct pd_wan *m)
 {
 	struct pd_backend *be = m->be;
 	float **bufs[] = { &m->x, &m->nx, &m->q, &m->k, &m->v, &m->attn, &m->proj, &m->wide,
-			   &m->ctx, &m->cos, &m->sin, &m->vec, &m->io };
+			   &m->ctx, &m->cos, &m->sin, &m->vec, &m->io, &m->sq };
 
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
 		if (*bufs[i])
@@ -177,7 +185,7 @@ static void pd_wan_free(struct pd_wan *m)
 	LF(m->text1);
 	LF(m->text2);
 	LF(m->proj_out);
-	for (int i = 0; m->blk && i < m->cfg.layers; i++) {
+	for (int i = m->dit.shard.block_first; m->blk && i < m->dit.shard.block_first + m->dit.shard.block_count; i++) {
 		struct pd_wan_block *b = &m->blk[i];
 
 		LF(b->q); LF(b->k); LF(b->v); LF(b->o);
@@ -203,6 +211,19 @@ static float *pd_wan_table(struct pd_loader *ld, const char *name, int64_t rows,
 
 	if (h && (d = pd_backend_alloc(ld->be, (size_t)(rows * D), name)))
 		ld->be->ops->upload(ld->be, d, h, (size_t)(rows * D));
+	if (h && !d)
+		ld->failed = 1;
+	free(h);
+	return d;
+}
+
+/* Values [off, off + n) of the vector NAME [total] into backend memory. */
+static float *pd_wan_vector_part(struct pd_loader *ld, int64_t total, int64_t off, int64_t n, const char *name)
+{
+	float *h = pd_loader_host_tensor(ld, name, 1, &total), *d = NULL;
+
+	if (h && (d = pd_backend_alloc(ld->be, (size_t)n, name)))
+		ld->be->ops->upload(ld->be, d, h + off, (size_t)n);
 	if (h && !d)
 		ld->failed = 1;
 	free(h);
@@ -242,7 +263,9 @@ int pd_wan_load_dit(struct pd_dit **out, const char *path, const char *config, s
 	struct pd_wan *m = pd_calloc(1, sizeof(*m), "the Wan transformer");
 	struct pd_st *st = NULL;
 	struct pd_loader ld;
-	int64_t D, F, E, P, PO, TC;
+	struct pd_dit_shard *sh;
+	int64_t D, F, E, P, PO, TC, W, r;
+	int first_stage, last_stage;
 
 	*out = NULL;
 	if (!m)
@@ -250,15 +273,31 @@ int pd_wan_load_dit(struct pd_dit **out, const char *path, const char *config, s
 	m->be = be;
 	if (pd_wan_config_at(path, config, &m->cfg))
 		goto fail;
-	if (shard && (shard->count > 1 || shard->block_first > 0 ||
-		      (shard->block_count > 0 && shard->block_count < m->cfg.layers))) {
-		pd_errorf("Wan: tensor parallel and pipeline stages are not supported yet");
-		goto fail;
-	}
 	m->dit.ops = &pd_wan_dit_ops;
 	pd_wan_dit_info(&m->cfg, &m->dit.info);
-	m->dit.shard = (struct pd_dit_shard){ .rank = 0, .count = 1, .block_first = 0, .block_count = m->cfg.layers };
-	m->dit.local_width = m->cfg.dim;
+	m->dit.shard = (struct pd_dit_shard){ .rank = 0, .count = 1, .block_first = 0, .block_count = 0 };
+	if (shard)
+		m->dit.shard = *shard;
+	if (m->dit.shard.block_count == 0)
+		m->dit.shard.block_count = m->cfg.layers - m->dit.shard.block_first;
+	sh = &m->dit.shard;
+	if (sh->block_first < 0 || sh->block_count < 0 || sh->block_first + sh->block_count > m->cfg.layers) {
+		pd_errorf("%s: blocks %d..%d of %d", path, sh->block_first, sh->block_first + sh->block_count,
+			  m->cfg.layers);
+		sh->block_first = sh->block_count = 0;
+		goto fail;
+	}
+	if (sh->count < 1 || sh->rank < 0 || sh->rank >= sh->count || m->cfg.heads % sh->count ||
+	    m->cfg.ffn_dim % sh->count) {
+		pd_errorf("%s: tensor parallel degree %d does not divide the %d heads and the FFN's %d columns", path,
+			  sh->count, m->cfg.heads, m->cfg.ffn_dim);
+		sh->block_first = sh->block_count = 0;
+		goto fail;
+	}
+	m->H = m->cfg.heads / sh->count;
+	m->W = m->H * m->cfg.head_dim;
+	m->F = m->cfg.ffn_dim / sh->count;
+	m->dit.local_width = m->W;
 	m->dit.be = be;
 	if (pd_st_open_path(&st, path, "diffusion_pytorch_model"))
 		goto fail;
@@ -268,8 +307,15 @@ int pd_wan_load_dit(struct pd_dit **out, const char *path, const char *config, s
 	P = (int64_t)m->cfg.in_channels * m->cfg.patch[0] * m->cfg.patch[1] * m->cfg.patch[2];
 	PO = (int64_t)m->cfg.out_channels * m->cfg.patch[0] * m->cfg.patch[1] * m->cfg.patch[2];
 	TC = m->cfg.freq_dim;
-	ld = (struct pd_loader){ .st = st, .be = be, .quantize = shard ? shard->quantize : PD_Q_F32 };
-	{
+	W = m->W;
+	r = sh->rank;
+	first_stage = sh->block_first == 0;
+	last_stage = sh->block_first + sh->block_count == m->cfg.layers;
+	ld = (struct pd_loader){ .st = st, .be = be, .quantize = sh->quantize };
+	/* a pipeline stage reads what it runs: the patch and text embedders
+	 * for the first, the final layers for the last, the time embedding
+	 * (every block's modulation) for all */
+	if (first_stage) {
 		/* TW:670-674: the Conv3d with kernel = stride is a linear layer on
 		 * the patch's (channel, dt, dy, dx) vector */
 		int64_t ws[5] = { D, m->cfg.in_channels, m->cfg.patch[0], m->cfg.patch[1], m->cfg.patch[2] };
@@ -285,10 +331,13 @@ int pd_wan_load_dit(struct pd_dit **out, const char *path, const char *config, s
 	m->time1 = pd_loader_linear(&ld, D, TC, "condition_embedder.time_embedder.linear_1");
 	m->time2 = pd_loader_linear(&ld, D, D, "condition_embedder.time_embedder.linear_2");
 	m->time_proj = pd_loader_linear(&ld, 6 * D, D, "condition_embedder.time_proj");
-	m->text1 = pd_loader_linear(&ld, D, E, "condition_embedder.text_embedder.linear_1");
-	m->text2 = pd_loader_linear(&ld, D, D, "condition_embedder.text_embedder.linear_2");
-	m->out_table = pd_wan_table(&ld, "scale_shift_table", 2, D);
-	{
+	if (first_stage) {
+		m->text1 = pd_loader_linear(&ld, D, E, "condition_embedder.text_embedder.linear_1");
+		m->text2 = pd_loader_linear(&ld, D, D, "condition_embedder.text_embedder.linear_2");
+	}
+	if (last_stage)
+		m->out_table = pd_wan_table(&ld, "scale_shift_table", 2, D);
+	if (last_stage) {
 		/* proj_out's rows come in the unpatchify's order (dt, dy, dx,
 		 * channel, TW:722-730); taken in the patch embedding's order
 		 * (channel, dt, dy, dx) instead, a prediction is packed as the
@@ -320,28 +369,36 @@ int pd_wan_load_dit(struct pd_dit **out, const char *path, const char *config, s
 	m->blk = pd_calloc((size_t)m->cfg.layers + 1, sizeof(*m->blk), "the Wan transformer");
 	if (!m->blk)
 		goto fail;
-	for (int i = 0; i < m->cfg.layers && !ld.failed; i++) {
+	for (int i = sh->block_first; i < sh->block_first + sh->block_count && !ld.failed; i++) {
 		struct pd_wan_block *b = &m->blk[i];
-		char name[64];
+		/* column-parallel: this shard's heads (rows) with their bias;
+		 * row-parallel: the matching input columns, the bias once */
+		struct pd_slice col = { r * W, W, 0, D, 1 }, row = { 0, D, r * W, W, r == 0 };
+		struct pd_slice ff1 = { r * m->F, m->F, 0, D, 1 }, ff2 = { 0, D, r * m->F, m->F, r == 0 };
+		char name[96];
 
 		snprintf(name, sizeof(name), "blocks.%d.scale_shift_table", i);
 		b->table = pd_wan_table(&ld, name, 6, D);
-		b->q = pd_loader_linear(&ld, D, D, "blocks.%d.attn1.to_q", i);
-		b->k = pd_loader_linear(&ld, D, D, "blocks.%d.attn1.to_k", i);
-		b->v = pd_loader_linear(&ld, D, D, "blocks.%d.attn1.to_v", i);
-		b->o = pd_loader_linear(&ld, D, D, "blocks.%d.attn1.to_out.0", i);
-		b->norm_q = pd_loader_vector(&ld, D, "blocks.%d.attn1.norm_q.weight", i);
-		b->norm_k = pd_loader_vector(&ld, D, "blocks.%d.attn1.norm_k.weight", i);
-		b->cq = pd_loader_linear(&ld, D, D, "blocks.%d.attn2.to_q", i);
-		b->ck = pd_loader_linear(&ld, D, D, "blocks.%d.attn2.to_k", i);
-		b->cv = pd_loader_linear(&ld, D, D, "blocks.%d.attn2.to_v", i);
-		b->co = pd_loader_linear(&ld, D, D, "blocks.%d.attn2.to_out.0", i);
-		b->cnorm_q = pd_loader_vector(&ld, D, "blocks.%d.attn2.norm_q.weight", i);
-		b->cnorm_k = pd_loader_vector(&ld, D, "blocks.%d.attn2.norm_k.weight", i);
+		b->q = pd_loader_linear_slice(&ld, D, D, &col, "blocks.%d.attn1.to_q", i);
+		b->k = pd_loader_linear_slice(&ld, D, D, &col, "blocks.%d.attn1.to_k", i);
+		b->v = pd_loader_linear_slice(&ld, D, D, &col, "blocks.%d.attn1.to_v", i);
+		b->o = pd_loader_linear_slice(&ld, D, D, &row, "blocks.%d.attn1.to_out.0", i);
+		snprintf(name, sizeof(name), "blocks.%d.attn1.norm_q.weight", i);
+		b->norm_q = pd_wan_vector_part(&ld, D, r * W, W, name);
+		snprintf(name, sizeof(name), "blocks.%d.attn1.norm_k.weight", i);
+		b->norm_k = pd_wan_vector_part(&ld, D, r * W, W, name);
+		b->cq = pd_loader_linear_slice(&ld, D, D, &col, "blocks.%d.attn2.to_q", i);
+		b->ck = pd_loader_linear_slice(&ld, D, D, &col, "blocks.%d.attn2.to_k", i);
+		b->cv = pd_loader_linear_slice(&ld, D, D, &col, "blocks.%d.attn2.to_v", i);
+		b->co = pd_loader_linear_slice(&ld, D, D, &row, "blocks.%d.attn2.to_out.0", i);
+		snprintf(name, sizeof(name), "blocks.%d.attn2.norm_q.weight", i);
+		b->cnorm_q = pd_wan_vector_part(&ld, D, r * W, W, name);
+		snprintf(name, sizeof(name), "blocks.%d.attn2.norm_k.weight", i);
+		b->cnorm_k = pd_wan_vector_part(&ld, D, r * W, W, name);
 		b->norm2_w = pd_loader_vector(&ld, D, "blocks.%d.norm2.weight", i);
 		b->norm2_b = pd_loader_vector(&ld, D, "blocks.%d.norm2.bias", i);
-		b->ff1 = pd_loader_linear(&ld, F, D, "blocks.%d.ffn.net.0.proj", i);
-		b->ff2 = pd_loader_linear(&ld, D, F, "blocks.%d.ffn.net.2", i);
+		b->ff1 = pd_loader_linear_slice(&ld, F, D, &ff1, "blocks.%d.ffn.net.0.proj", i);
+		b->ff2 = pd_loader_linear_slice(&ld, D, F, &ff2, "blocks.%d.ffn.net.2", i);
 	}
 	if (ld.failed)
 		goto fail;
@@ -385,6 +442,7 @@ static int pd_wan_reserve(struct pd_wan *m, int64_t L, int64_t T)
 	m->sin = pd_backend_alloc(be, (size_t)(L * Dh), "RoPE table");
 	m->vec = pd_backend_alloc(be, (size_t)(16 * D + c->freq_dim), "embeddings");
 	m->io = pd_backend_alloc(be, (size_t)(S * io), "inputs");
+	m->sq = pd_backend_alloc(be, (size_t)(2 * S), "RMSNorm sums");
 	m->host = pd_malloc((size_t)(S * (c->ffn_dim > D ? c->ffn_dim : D) + 2 * L * Dh + 16 * D + c->freq_dim) *
 				    sizeof(float),
 			    "host staging");
@@ -430,12 +488,51 @@ static void pd_wan_time(struct pd_wan *m, const struct pd_dit_call *in, const st
 	pd_wan_dump(m, dump, "emb.timestep_proj", tproj, 6 * D, 1, 6 * D);
 }
 
+/* A hook's failure becomes the backend's sticky error, so the block-boundary
+ * checks see it like any other. */
+static void pd_wan_hook_result(struct pd_wan *m, int rc)
+{
+	if (rc)
+		pd_backend_fail(m->be, "%s", pd_last_error());
+}
+
+/* Sums a row-parallel layer's partial results over the shards. */
+static void pd_wan_reduce(struct pd_wan *m, float *buf, size_t n)
+{
+	if (m->dit.shard.count > 1 && !m->be->failed)
+		pd_wan_hook_result(m, m->dit.hooks.reduce(m->dit.hooks.shard_ctx, buf, n));
+}
+
+/* RMSNorm across heads (TW:113-116) of A [na, W] with WA and, when NB > 0,
+ * of B [nb, W] with WB, in place. Split over shards, each row's sum of
+ * squares is added over them first (one all-reduce for both). */
+static void pd_wan_norm_heads(struct pd_wan *m, float *a, int64_t na, const float *wa, float *b, int64_t nb,
+			      const float *wb)
+{
+	struct pd_backend *be = m->be;
+	int64_t W = m->W, D = m->cfg.dim;
+
+	if (m->dit.shard.count == 1) {
+		be->ops->rmsnorm_heads(be, a, W, na, 1, (int)W, wa, m->cfg.eps);
+		if (nb > 0)
+			be->ops->rmsnorm_heads(be, b, W, nb, 1, (int)W, wb, m->cfg.eps);
+		return;
+	}
+	be->ops->row_sumsq(be, m->sq, a, W, na, W);
+	if (nb > 0)
+		be->ops->row_sumsq(be, m->sq + na, b, W, nb, W);
+	pd_wan_reduce(m, m->sq, (size_t)(na + (nb > 0 ? nb : 0)));
+	be->ops->rms_apply(be, a, W, na, W, m->sq, D, wa, m->cfg.eps);
+	if (nb > 0)
+		be->ops->rms_apply(be, b, W, nb, W, m->sq + na, D, wb, m->cfg.eps);
+}
+
 static void pd_wan_block(struct pd_wan *m, const struct pd_dit_call *call, int i, int64_t L, int64_t T,
 			 const struct pd_dump *dump)
 {
 	struct pd_backend *be = m->be;
 	struct pd_wan_block *b = &m->blk[i];
-	int64_t D = m->cfg.dim, F = m->cfg.ffn_dim, H = m->cfg.heads, Dh = m->cfg.head_dim;
+	int64_t D = m->cfg.dim, F = m->F, H = m->H, W = m->W, Dh = m->cfg.head_dim;
 	float *mod = m->vec + 8 * D;
 	const float *shift, *scale, *gate, *c_shift, *c_scale, *c_gate;
 	float sc = 1.0f / sqrtf((float)Dh);
@@ -449,40 +546,49 @@ static void pd_wan_block(struct pd_wan *m, const struct pd_dit_call *call, int i
 	c_shift = mod + 3 * D;
 	c_scale = mod + 4 * D;
 	c_gate = mod + 5 * D;
-	/* self-attention: RMSNorm across heads, RoPE, no mask (TW:462-477) */
+	/* self-attention: RMSNorm across heads, RoPE, no mask (TW:462-477);
+	 * q, k, v hold this shard's heads */
 	be->ops->layernorm_mod(be, m->nx, D, m->x, D, L, D, scale, shift, m->cfg.eps);
-	be->ops->linear(be, b->q, m->nx, D, L, m->q, D, 0);
-	be->ops->linear(be, b->k, m->nx, D, L, m->k, D, 0);
-	be->ops->linear(be, b->v, m->nx, D, L, m->v, D, 0);
-	be->ops->rmsnorm_heads(be, m->q, D, L, 1, (int)D, b->norm_q, m->cfg.eps);
-	be->ops->rmsnorm_heads(be, m->k, D, L, 1, (int)D, b->norm_k, m->cfg.eps);
-	be->ops->rope(be, m->q, D, L, (int)H, (int)Dh, m->cos, m->sin);
-	be->ops->rope(be, m->k, D, L, (int)H, (int)Dh, m->cos, m->sin);
+	be->ops->linear(be, b->q, m->nx, D, L, m->q, W, 0);
+	be->ops->linear(be, b->k, m->nx, D, L, m->k, W, 0);
+	be->ops->linear(be, b->v, m->nx, D, L, m->v, W, 0);
+	pd_wan_norm_heads(m, m->q, L, b->norm_q, m->k, L, b->norm_k);
+	be->ops->rope(be, m->q, W, L, (int)H, (int)Dh, m->cos, m->sin);
+	be->ops->rope(be, m->k, W, L, (int)H, (int)Dh, m->cos, m->sin);
 	if (m->dit.hooks.attention) {
 		/* this rank's image rows against the whole video (sequence parallel) */
-		if (!be->failed && m->dit.hooks.attention(m->dit.hooks.attention_ctx, be, call, i, m->attn, D, m->q, m->k,
-							    m->v, D, L, (int)H, (int)Dh))
-			pd_backend_fail(be, "%s", pd_last_error());
+		if (!be->failed)
+			pd_wan_hook_result(m, m->dit.hooks.attention(m->dit.hooks.attention_ctx, be, call, i, m->attn, W,
+								     m->q, m->k, m->v, W, L, (int)H, (int)Dh));
 	} else {
-		be->ops->attention(be, m->attn, D, NULL, m->q, D, m->k, D, m->v, D, L, L, (int)H, (int)Dh, sc);
+		be->ops->attention(be, m->attn, W, NULL, m->q, W, m->k, W, m->v, W, L, L, (int)H, (int)Dh, sc);
 	}
-	be->ops->linear(be, b->o, m->attn, D, L, m->proj, D, 0);
+	be->ops->linear(be, b->o, m->attn, W, L, m->proj, D, 0);
+	pd_wan_reduce(m, m->proj, (size_t)(L * D));
 	be->ops->gated_add(be, m->x, D, m->proj, D, L, D, gate);
 	/* cross-attention to every text row, the zero-padded ones too (TW:487-492) */
 	be->ops->layernorm(be, m->nx, D, m->x, D, L, D, b->norm2_w, b->norm2_b, m->cfg.eps);
-	be->ops->linear(be, b->cq, m->nx, D, L, m->q, D, 0);
-	be->ops->rmsnorm_heads(be, m->q, D, L, 1, (int)D, b->cnorm_q, m->cfg.eps);
+	be->ops->linear(be, b->cq, m->nx, D, L, m->q, W, 0);
 	if (T > 0) {
-		be->ops->linear(be, b->ck, m->ctx, D, T, m->k, D, 0);
-		be->ops->linear(be, b->cv, m->ctx, D, T, m->v, D, 0);
-		be->ops->rmsnorm_heads(be, m->k, D, T, 1, (int)D, b->cnorm_k, m->cfg.eps);
-		be->ops->attention(be, m->attn, D, NULL, m->q, D, m->k, D, m->v, D, L, T, (int)H, (int)Dh, sc);
-		be->ops->linear(be, b->co, m->attn, D, L, m->x, D, PD_LIN_ACCUMULATE);
+		be->ops->linear(be, b->ck, m->ctx, D, T, m->k, W, 0);
+		be->ops->linear(be, b->cv, m->ctx, D, T, m->v, W, 0);
+	}
+	pd_wan_norm_heads(m, m->q, L, b->cnorm_q, m->k, T, b->cnorm_k);
+	if (T > 0) {
+		be->ops->attention(be, m->attn, W, NULL, m->q, W, m->k, W, m->v, W, L, T, (int)H, (int)Dh, sc);
+		if (m->dit.shard.count == 1) {
+			be->ops->linear(be, b->co, m->attn, W, L, m->x, D, PD_LIN_ACCUMULATE);
+		} else {
+			be->ops->linear(be, b->co, m->attn, W, L, m->proj, D, 0);
+			pd_wan_reduce(m, m->proj, (size_t)(L * D));
+			be->ops->add(be, m->x, m->x, m->proj, (size_t)(L * D));
+		}
 	}
 	/* feed-forward (TW:494-500) */
 	be->ops->layernorm_mod(be, m->nx, D, m->x, D, L, D, c_scale, c_shift, m->cfg.eps);
 	be->ops->linear(be, b->ff1, m->nx, D, L, m->wide, F, PD_LIN_GELU_TANH);
 	be->ops->linear(be, b->ff2, m->wide, F, L, m->proj, D, 0);
+	pd_wan_reduce(m, m->proj, (size_t)(L * D));
 	be->ops->gated_add(be, m->x, D, m->proj, D, L, D, c_gate);
 	/* the name pdit check compares blocks by (diffusers': block.i.out) */
 	snprintf(name, sizeof(name), "block.%d.out.hidden_states", i);
@@ -500,10 +606,11 @@ static int pd_wan_forward_blocks(struct pd_dit *d, const struct pd_dit_call *in,
 
 	if (T < 0 || L < 0)
 		return pd_errorf("forward: negative token count");
-	if (first < 0 || count < 0 || first + count > c->layers || (!x_in && first != 0))
+	if (first < 0 || count < 0 || first + count > c->layers || (!x_in && first != 0) ||
+	    (count > 0 && (first < d->shard.block_first || first + count > d->shard.block_first + d->shard.block_count)))
 		return pd_errorf("forward: blocks %d..%d are not all held here", first, first + count);
-	if (d->shard.count > 1)
-		return pd_errorf("Wan: tensor parallel runs are not supported yet");
+	if ((!x_in && !m->patch) || (out && !m->proj_out))
+		return pd_errorf("forward: the %s layers are another pipeline stage's", out ? "final" : "embedding");
 	if (pd_wan_reserve(m, L, T))
 		return -1;
 	pd_wan_time(m, in, dump);

@@ -758,19 +758,6 @@ static int pd_engine_vae_setup(struct pd_engine *e)
 
 	if (!e->o.decode || !e->mp.vae || e->vae_rows == e->ls.h)
 		return 0;
-	if (e->fam->vae_load) {
-		/* a family's own decoder: the group's writer decodes alone */
-		int writer = pd_parallel_is_writer(&e->mesh);
-
-		if (writer && !e->fv && e->fam->vae_load(&e->fv, e->mp.vae, e->be))
-			return -1;
-		if (e->fv && e->fam->vae_channels(e->fv) != e->ls.channels)
-			return pd_errorf("%s: the VAE has %d latent channels but the transformer makes %d", e->mp.vae,
-					 e->fam->vae_channels(e->fv), e->ls.channels);
-		e->vae_bands = writer;
-		e->vae_rows = e->ls.h;
-		return 0;
-	}
 	pd_vae_par_free(&e->vae_par);
 	e->vae_rows = 0;
 	e->vae_bands = 0;
@@ -778,7 +765,15 @@ static int pd_engine_vae_setup(struct pd_engine *e)
 		pd_vae_par_hooks(&e->vae_par, e->mesh.replica, e->ls.h, &hooks);
 	else if (!pd_parallel_is_writer(&e->mesh))
 		hooks.bands = 0;
-	if (hooks.bands > 0) {
+	if (hooks.bands > 0 && e->fam->vae_load) {
+		/* a family's own decoder (Wan's video VAE), on the same seam */
+		if (!e->fv && e->fam->vae_load(&e->fv, e->mp.vae, e->be))
+			return -1;
+		if (e->fam->vae_channels(e->fv) != e->ls.channels)
+			return pd_errorf("%s: the VAE has %d latent channels but the transformer makes %d", e->mp.vae,
+					 e->fam->vae_channels(e->fv), e->ls.channels);
+		e->fam->vae_set_hooks(e->fv, &hooks);
+	} else if (hooks.bands > 0) {
 		if (!e->v && pd_vae_load(&e->v, e->mp.vae, e->be))
 			return -1;
 		if (pd_vae_get_config(e->v)->latent_channels != e->ls.channels)

@@ -7,6 +7,13 @@
  * Latent heights are chosen so that most band counts do not divide them
  * (bands differ by a row), and the tiny VAE case has two resnets per up
  * block and 1x1 shortcuts.
+ *
+ * With WAN_DIR (the golden wan-tiny folder) also Wan2.1's video VAE: the
+ * golden decodes of 1, 2 and 3 latent frames (1, 5, 9 frames) and a VAE of
+ * another width pdit writes, at latent heights 7 and 5: in bands against
+ * one process (1e-5) and the golden decoder output (1e-4).
+ *
+ *   mpirun -np N test_vae_parallel GOLDEN_DIR [WAN_DIR]
  */
 #include "pd_backend_cpu.h"
 #include "pd_par_vae.h"
@@ -14,6 +21,8 @@
 #include "pd_test.h"
 #include "pd_tiny.h"
 #include "pd_util.h"
+#include "pd_vae.h"
+#include "pd_wan_vae.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +82,81 @@ out:
 	free(banded);
 	pd_vae_free(v);
 	pd_backend_free(be);
+}
+
+/* Wan's VAE: decodes Z [16, F, h, w] with and without bands and compares;
+ * with GOLDEN (the decoder's output) compares that too. */
+static void check_wan(const char *what, const char *vdir, const float *z, int F, int h, int w, const float *golden)
+{
+	struct pd_backend *be = NULL;
+	struct pd_wan_vae *v = NULL;
+	struct pd_vae_par par;
+	struct pd_vae_hooks hooks, none = { 0, 1, NULL, NULL, NULL, NULL, NULL };
+	float *one = NULL, *banded = NULL;
+	size_t n;
+
+	if (pd_backend_cpu_new(&be, PD_F32, 1) || (pd_backend_enter(be), pd_wan_vae_load(&v, vdir, be))) {
+		PD_CHECK(0, "%s: %s", what, pd_last_error());
+		goto out;
+	}
+	n = (size_t)3 * (1 + 4 * (F - 1)) * h * 8 * w * 8;
+	one = malloc(n * sizeof(float));
+	banded = malloc(n * sizeof(float));
+	pd_poison(banded, n);
+	pd_wan_vae_set_hooks(v, &none);
+	PD_CHECK(pd_wan_vae_decode(v, z, F, h, w, one, NULL) == 0, "%s: one-process decode: %s", what,
+		 pd_last_error());
+	pd_vae_par_hooks(&par, world, h, &hooks);
+	pd_wan_vae_set_hooks(v, &hooks);
+	if (hooks.bands > 0) {
+		double e1 = 0, e2 = 0;
+
+		PD_CHECK(pd_wan_vae_decode(v, z, F, h, w, banded, NULL) == 0, "%s: banded decode: %s", what,
+			 pd_last_error());
+		if (pd_wan_vae_has_video(v))
+			e1 = pd_rel_err(banded, one, n);
+		else
+			PD_CHECK(isnan(banded[0]), "%s: band %d wrote a video it should not have", what, hooks.band);
+		if (golden && pd_wan_vae_has_video(v))
+			e2 = pd_rel_err(banded, golden, n);
+		if (world->rank == 0)
+			printf("  %-44s %d bands  vs one process %.2e  vs golden %.2e\n", what, hooks.bands, e1, e2);
+		PD_CHECK(e1 <= TOL_ONE, "%s: %d bands differ from one process by %.3g", what, hooks.bands, e1);
+		PD_CHECK(e2 <= TOL_GOLDEN, "%s: %d bands differ from the golden video by %.3g", what, hooks.bands, e2);
+	}
+	pd_vae_par_free(&par);
+out:
+	free(one);
+	free(banded);
+	pd_wan_vae_free(v);
+	pd_backend_free(be);
+}
+
+static void wan_golden_case(const char *dir, const char *file)
+{
+	char path[1024], vdir[1024];
+	struct pd_st *st;
+	const struct pd_st_tensor *z, *out;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	snprintf(vdir, sizeof(vdir), "%s/model/vae", dir);
+	if (pd_st_open(&st, path)) {
+		PD_CHECK(0, "%s", pd_last_error());
+		return;
+	}
+	z = pd_st_get(st, "vae.z");
+	out = pd_st_get(st, "vae.decoder_out");
+	PD_CHECK(z && out && z->ndim == 5, "%s: vae.z, vae.decoder_out", file);
+	if (z && out && z->ndim == 5) {
+		float *zf = malloc((size_t)z->numel * sizeof(float)), *gf = malloc((size_t)out->numel * sizeof(float));
+
+		pd_st_read_f32(z, 0, (size_t)z->numel, zf);
+		pd_st_read_f32(out, 0, (size_t)out->numel, gf);
+		check_wan(file, vdir, zf, (int)z->shape[2], (int)z->shape[3], (int)z->shape[4], gf);
+		free(zf);
+		free(gf);
+	}
+	pd_st_close(st);
 }
 
 static void golden_case(const char *dir, const char *file, const char *cfg)
@@ -148,6 +232,32 @@ int main(int argc, char **argv)
 		snprintf(what, sizeof(what), "tiny VAE, %d x %d latent", hh, ww);
 		check_decode(what, vdir, z, hh, ww, NULL);
 		free(z);
+	}
+	if (argc > 2) {
+		wan_golden_case(argv[2], "vae-decode-n1-h48w64.safetensors");
+		wan_golden_case(argv[2], "vae-decode-n5-h32w48.safetensors");
+		wan_golden_case(argv[2], "vae-decode-n9-h32w32.safetensors");
+		/* Wan's VAE at another width (base 4), 2 latent frames */
+		pd_tiny_wan_defaults(&o);
+		o.wan_vae_base = 4;
+		snprintf(vdir, sizeof(vdir), "%s/wan", tmp);
+		if (world->rank == 0)
+			rc = pd_tiny_write(vdir, &o);
+		world->ops->bcast(world, &rc, sizeof(rc), 0);
+		PD_CHECK(rc == 0, "writing a tiny Wan model: %s", pd_last_error());
+		snprintf(vdir, sizeof(vdir), "%s/wan/vae", tmp);
+		for (int hh = 5; rc == 0 && hh <= 7; hh += 2) {
+			int ww = 3, F = 2;
+			float *z = malloc(sizeof(float) * (size_t)(16 * F * hh * ww));
+			struct pd_rng g;
+			char what[64];
+
+			pd_rng_seed(&g, (uint64_t)hh + 100);
+			pd_rng_randn(&g, z, (size_t)(16 * F * hh * ww));
+			snprintf(what, sizeof(what), "tiny Wan VAE, %d frames of %d x %d latent", F, hh, ww);
+			check_wan(what, vdir, z, F, hh, ww, NULL);
+			free(z);
+		}
 	}
 	return pd_test_finish(world, tmp);
 }

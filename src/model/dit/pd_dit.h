@@ -198,6 +198,7 @@ struct pd_latent_shape {
 struct pd_dit;
 struct pd_embeds;
 struct pd_model_paths;
+struct pd_vae_hooks;
 
 /* How a family's pipeline runs a model when the request does not say:
  * its steps and its flow-matching schedule (as the published scheduler
@@ -255,6 +256,9 @@ struct pd_dit_family {
 	 * converts them; vae_scale is H / h. */
 	int (*vae_load)(void **vae, const char *path, struct pd_backend *be);
 	int (*vae_decode)(void *vae, const struct pd_latent_shape *ls, const float *packed, uint8_t *rgb);
+	/* the banded decode's seam (pd_vae.h): with bands every band's process
+	 * calls vae_decode, and RGB is written on band 0 alone */
+	void (*vae_set_hooks)(void *vae, const struct pd_vae_hooks *hooks);
 	void (*vae_free)(void *vae);
 	int (*vae_channels)(const void *vae); /* its latent channels */
 	int vae_scale;

@@ -127,6 +127,11 @@ static int pd_wan_family_vae_channels(const void *vae)
 	return pd_wan_vae_get_config(vae)->z_dim;
 }
 
+static void pd_wan_family_vae_set_hooks(void *vae, const struct pd_vae_hooks *hooks)
+{
+	pd_wan_vae_set_hooks(vae, hooks);
+}
+
 static void pd_wan_family_vae_free(void *vae)
 {
 	pd_wan_vae_free(vae);
@@ -156,6 +161,11 @@ static int pd_wan_family_vae_decode(void *vae, const struct pd_latent_shape *ls,
 	pd_wan_unnormalize(v, u, per, z);
 	if (pd_wan_vae_decode(v, z, ls->frames, ls->h, ls->w, out, NULL))
 		goto out;
+	/* another band's process: band 0 has the video */
+	if (!pd_wan_vae_has_video(v)) {
+		rc = 0;
+		goto out;
+	}
 	for (int64_t f = 0; f < frames; f++)
 		for (int64_t p = 0; p < H * W; p++)
 			for (int c = 0; c < 3; c++) {
@@ -186,6 +196,7 @@ const struct pd_dit_family pd_wan_family = {
 	.defaults = pd_wan_defaults,
 	.vae_load = pd_wan_family_vae_load,
 	.vae_decode = pd_wan_family_vae_decode,
+	.vae_set_hooks = pd_wan_family_vae_set_hooks,
 	.vae_free = pd_wan_family_vae_free,
 	.vae_channels = pd_wan_family_vae_channels,
 	.vae_scale = 8,

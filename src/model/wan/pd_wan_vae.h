@@ -50,4 +50,13 @@ void pd_wan_unnormalize(const struct pd_wan_vae *v, const float *lat, int64_t n,
 int pd_wan_vae_decode(struct pd_wan_vae *v, const float *z, int F, int h, int w, float *out,
 		      const struct pd_dump *dump);
 
+/* The banded decode (pd_vae.h's seam, as the picture VAE's): with BANDS >
+ * 1, every band's process calls pd_wan_vae_decode with the whole Z, decodes
+ * its rows, and band 0 receives the whole video (OUT is left alone on the
+ * others); DUMP must be NULL then. */
+struct pd_vae_hooks;
+void pd_wan_vae_set_hooks(struct pd_wan_vae *v, const struct pd_vae_hooks *hooks);
+/* True where pd_wan_vae_decode delivers the video (one band, or band 0). */
+int pd_wan_vae_has_video(const struct pd_wan_vae *v);
+
 #endif /* PD_WAN_VAE_H */

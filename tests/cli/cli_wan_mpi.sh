@@ -7,7 +7,8 @@
 # with every step warm, tensor parallel 2 (and x ring 2), PipeFusion 2 with
 # every step warm (alone, x Ulysses 2, x tensor parallel 2, with First
 # Block Cache); PipeFusion with patches near it; pdit check says PASS for
-# ring, data-parallel, tensor-parallel and PipeFusion meshes.
+# ring, data-parallel, tensor-parallel and PipeFusion meshes; the video
+# decoded in 2 row bands gives one process's frames.
 # usage: cli_wan_mpi.sh PDIT ST_COMPARE WAN_TINY_DIR MPIRUN...
 set -u
 pdit=$1 cmp=$2 g=$3
@@ -61,6 +62,18 @@ rm -f "$tmp/m.safetensors"
 	--out-latents "$tmp/m.safetensors" 2> "$tmp/err" || { cat "$tmp/err"; bad "PipeFusion 2 with patches"; }
 "$cmp" tensors "$tmp/m.safetensors" "$tmp/one.safetensors" 0.2 --all > "$tmp/log" &&
 	ok "PipeFusion 2 with patches: within 0.2 of one process" || { cat "$tmp/log"; bad "PipeFusion with patches"; }
+
+# the decode in row bands (the default over 2 processes) against one
+# process's decode of the same latents: frames within one 8-bit step
+"${mpirun[@]}" -np 2 "$pdit" generate "${one[@]}" --ulysses-degree 2 -o "$tmp/b-%03d.png" 2> "$tmp/err" &&
+	"${mpirun[@]}" -np 2 "$pdit" generate "${one[@]}" --ulysses-degree 2 --no-vae-parallel -o "$tmp/n-%03d.png" \
+		2>> "$tmp/err" || { cat "$tmp/err"; bad "the banded decode's runs"; }
+nb=0
+for f in "$tmp"/n-*.png; do
+	"$cmp" pngs "$tmp/b-${f##*/n-}" "$f" 1 > "$tmp/log" || { cat "$tmp/log"; bad "banded decode: ${f##*/}"; }
+	nb=$((nb + 1))
+done
+[ "$nb" -eq 9 ] && ok "the decode in 2 bands: 9 frames within 1 of one process's" || bad "banded decode: $nb frames"
 
 for c in "2:--ring-degree 2:${one[*]}" "2:--data-parallel-degree 2:" "2:--tensor-parallel-degree 2:${one[*]}" \
 	"2:--pipefusion-degree 2 --warmup-steps 3:${one[*]}"; do

@@ -68,8 +68,8 @@ int pd_cmd_plan(int argc, char **argv)
 	struct pd_plan_machine mc = { 0 };
 	struct pd_mesh_limits lim = { 0 };
 	struct pd_plan_row *rows = NULL;
-	int height = 1024, width = 1024, batch = 1, devices = 0, devices_seen = 0, per_node = 0, txt = 0, json = 0, steps = 0, n, rc = 1;
-	float cfg_scale = 1, gflops = 0, memory = 0, bandwidth = 0, latency = 0, inter_bw = 0, inter_lat = 0;
+	int height = 0, width = 0, frames = 0, batch = 1, devices = 0, devices_seen = 0, per_node = 0, txt = 0, json = 0, steps = 0, n, rc = 1;
+	float cfg_scale = 1, guidance = -1, gflops = 0, memory = 0, bandwidth = 0, latency = 0, inter_bw = 0, inter_lat = 0;
 	float efficiency = 0.5f, mem_bw = 0, matmul = 0;
 	const char *dtype = "bf16", *device = NULL, *link = NULL, *inter_link = NULL, *pos[1];
 	const char *diffusion_model = NULL, *config = NULL;
@@ -84,11 +84,13 @@ int pd_cmd_plan(int argc, char **argv)
 		{ "--clip_l", 0, PD_ARG_STRING, &mf.text_encoder, "FILE", "CLIP text encoder in one .safetensors file (overrides --model's)", NULL },
 		{ "--t5xxl", 0, PD_ARG_STRING, &mf.text_encoder_2, "FILE", "T5 encoder in one .safetensors file, fp8 included (overrides --model's)", NULL },
 		{ "--devices", 'N', PD_ARG_INT, &devices, "N", "processes (GPUs, or CPU processes on this machine); required", &devices_seen },
-		{ "--height", 'H', PD_ARG_INT, &height, "PX", "image height, a multiple of 16 (default 1024)", NULL },
-		{ "--width", 'W', PD_ARG_INT, &width, "PX", "image width, a multiple of 16 (default 1024)", NULL },
+		{ "--height", 'H', PD_ARG_INT, &height, "PX", "image height, a multiple of 16 (default 1024; Wan 480)", NULL },
+		{ "--width", 'W', PD_ARG_INT, &width, "PX", "image width, a multiple of 16 (default 1024; Wan 832)", NULL },
+		{ "--frames", 0, PD_ARG_INT, &frames, "N", "video frames, 4k + 1 (Wan; default 81)", NULL },
 		{ "--steps", 0, PD_ARG_INT, &steps, "S", "denoising steps, for the seconds of a run with its decode (default 28, or 4 without guidance embedding)", NULL },
 		{ "--batch", 0, PD_ARG_INT, &batch, "B", "images (default 1)", NULL },
 		{ "--true-cfg-scale", 0, PD_ARG_FLOAT, &cfg_scale, "C", "true CFG when above 1: two branches, CFG parallel possible", NULL },
+		{ "--guidance", 0, PD_ARG_FLOAT, &guidance, "G", "Wan: classifier-free guidance (default 5): above 1, two branches", NULL },
 		{ "--txt-len", 0, PD_ARG_INT, &txt, "N", "text tokens (default 512, or 256 without guidance embedding)", NULL },
 		{ "--dtype", 0, PD_ARG_STRING, &dtype, "f32|bf16", "precision of the weights and products (default bf16)", NULL },
 		{ "--device", 0, PD_ARG_STRING, &device, "NAME", "h100, h200, a100 or l40: published peak rate and memory", NULL },
@@ -124,7 +126,8 @@ int pd_cmd_plan(int argc, char **argv)
 		pd_errorf("--devices must be between 1 and 4096 (got %d)", devices);
 		return pd_cli_fail();
 	}
-	if (height < 16 || width < 16 || height % 16 || width % 16 || height > 16384 || width > 16384 || batch < 1 ||
+	if (height < 0 || width < 0 || height % 16 || width % 16 || height > 16384 || width > 16384 || batch < 1 ||
+	    frames < 0 || frames > 100000 ||
 	    batch > 4096 || txt < 0 || txt > 4096 || per_node < 0 || steps < 0 || steps > 10000 || !(gflops >= 0) ||
 	    !(memory >= 0) || !(mem_bw >= 0) || !(matmul >= 0) || !(bandwidth >= 0) || !(latency >= 0) || !(inter_bw >= 0) || !(inter_lat >= 0) ||
 	    !(efficiency > 0 && efficiency <= 1)) {
@@ -147,8 +150,25 @@ int pd_cmd_plan(int argc, char **argv)
 	}
 	if (diffusion_model)
 		mf.transformer = diffusion_model;
-	if (pd_model_paths_resolve(&mp, &mf, 0) || pd_family_find(mp.transformer, config, &fam, &info) ||
-	    fam->latent_shape(&ls, &info, 1, height, width))
+	if (pd_model_paths_resolve(&mp, &mf, 0) || pd_family_find(mp.transformer, config, &fam, &info))
+		goto out;
+	{
+		/* what the family makes when the request does not say */
+		struct pd_dit_defaults d;
+
+		memset(&d, 0, sizeof(d));
+		fam->defaults(&info, &d);
+		height = height ? height : d.height;
+		width = width ? width : d.width;
+		frames = frames ? frames : d.frames;
+		if (d.guidance_cfg && cfg_scale > 1) {
+			pd_errorf("--true-cfg-scale is FLUX's; %s guidance is --guidance", fam->name);
+			goto out;
+		}
+		if (d.guidance_cfg && (guidance < 0 ? d.guidance : guidance) > 1)
+			cfg_scale = 2;
+	}
+	if (fam->latent_shape(&ls, &info, frames, height, width))
 		goto out;
 	w.info = &info;
 	w.txt_len = txt ? txt : fam->default_max_seq ? fam->default_max_seq(&info) : 0;
@@ -158,7 +178,13 @@ int pd_cmd_plan(int argc, char **argv)
 	w.branches = cfg_scale > 1 ? 2 : 1;
 	w.weight_bytes = pd_dit_weight_bytes(&info, (double)pd_dtype_size(dt));
 	w.compute_bytes = (int)pd_dtype_size(dt);
-	if (mp.vae && pd_is_dir(mp.vae)) {
+	if (mp.vae && pd_is_dir(mp.vae) && fam->vae_cost) {
+		struct pd_vae_cost vc;
+
+		if (fam->vae_cost(mp.vae, &ls, &vc))
+			goto out;
+		pd_plan_vae_cost(&w, &vc);
+	} else if (mp.vae && pd_is_dir(mp.vae)) {
 		struct pd_vae_config vc;
 
 		if (pd_vae_config_load(&vc, mp.vae))
@@ -240,8 +266,9 @@ int pd_cmd_plan(int argc, char **argv)
 		steps = d.steps;
 	}
 	if (!json) {
-		printf("pdit plan: %s, %dx%d (%lld text + %lld image tokens), %d image%s%s, %d steps\n", mp.transformer, width,
-		       height, (long long)w.txt_len, (long long)w.img_len, batch, batch > 1 ? "s" : "",
+		printf("pdit plan: %s, %dx%d%s%.0d (%lld text + %lld image tokens), %d %s%s%s, %d steps\n", mp.transformer,
+		       width, height, ls.frames > 1 ? ", frames " : "", ls.frames > 1 ? frames : 0, (long long)w.txt_len,
+		       (long long)w.img_len, batch, ls.frames > 1 ? "video" : "image", batch > 1 ? "s" : "",
 		       w.branches == 2 ? " x 2 branches" : "", steps);
 		printf("  %d device%s at %.0f GFLOP/s%s, %.0f GB%s; within a node %.1f GB/s, %.0f us", devices,
 		       devices > 1 ? "s" : "", mc.gflops,
@@ -256,7 +283,8 @@ int pd_cmd_plan(int argc, char **argv)
 			printf("\n  text encoders %.1f GB on one process per data-parallel group, before the transformer",
 			       w.encoders_gb);
 		if (w.vae_gflop > 0)
-			printf("\n  VAE decode %.0f GFLOP a picture, in bands over each data-parallel group", w.vae_gflop);
+			printf("\n  VAE decode %.0f GFLOP a %s, in bands over each data-parallel group", w.vae_gflop,
+			       ls.frames > 1 ? "video" : "picture");
 		printf("\n%-44s %6s %9s %9s %9s %9s %9s %11s %11s %9s\n", "mesh", "", "s/step", "compute", "comm",
 		       "VAE s", "s/run", "MB/rank", "MB between", "GB/rank");
 	}

@@ -333,8 +333,14 @@ static void pd_engine_plan_work(const struct pd_engine *e, int branches, int vae
 	w->branches = branches;
 	w->weight_bytes = pd_dit_weight_bytes(&e->info, (double)pd_dtype_size(e->dt));
 	w->compute_bytes = (int)pd_dtype_size(e->dt);
-	if (vae && e->mp.vae && pd_is_dir(e->mp.vae) && pd_vae_config_load(&vc, e->mp.vae) == 0)
+	if (vae && e->mp.vae && pd_is_dir(e->mp.vae) && e->fam->vae_cost) {
+		struct pd_vae_cost cost;
+
+		if (e->fam->vae_cost(e->mp.vae, &e->ls, &cost) == 0)
+			pd_plan_vae_cost(w, &cost);
+	} else if (vae && e->mp.vae && pd_is_dir(e->mp.vae) && pd_vae_config_load(&vc, e->mp.vae) == 0) {
 		pd_plan_vae(w, &vc, e->p.height, e->p.width);
+	}
 }
 
 /* Refuses a request that cannot fit before anything big is read or

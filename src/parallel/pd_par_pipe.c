@@ -2,6 +2,7 @@
  * pd_par_pipe.c - PipeFusion: stages, patches, per-layer key/value buffers.
  */
 #include "pd_par_pipe.h"
+#include "pd_par_tensor.h"
 #include "pd_parallel.h"
 #include "pd_util.h"
 
@@ -702,7 +703,8 @@ static void pd_pipe_sends(const struct pd_par_step *s, struct pd_par_sends *out)
 		memset(r, 0, sizeof(r));
 		n[PD_AXIS_PP] = r[PD_AXIS_PP] = M;	/* a stage waits for each patch it receives */
 		if (st < N - 1) {
-			b[PD_AXIS_PP] = A / P;
+			/* a text context goes whole with every patch */
+			b[PD_AXIS_PP] = A / P + (c->txt_context ? M * (double)s->txt_len * c->dim * 4.0 : 0);
 		} else {
 			b[sp] = pred / P * (P - 1);
 			b[PD_AXIS_PP] = pred * (N - 1);
@@ -721,6 +723,7 @@ static void pd_pipe_sends(const struct pd_par_step *s, struct pd_par_sends *out)
 			b[PD_AXIS_TP] += reduces * A / P * 2.0 * (T - 1) / T;
 			n[PD_AXIS_TP] = 2.0 * reduces * M;
 			r[PD_AXIS_TP] = n[PD_AXIS_TP] * (T - 1);
+			pd_tp_norm_sends(s, count, M, &b[PD_AXIS_TP], &n[PD_AXIS_TP], &r[PD_AXIS_TP]);
 		}
 		if (b[PD_AXIS_PP] + b[sp] + b[PD_AXIS_TP] > most) {
 			most = b[PD_AXIS_PP] + b[sp] + b[PD_AXIS_TP];

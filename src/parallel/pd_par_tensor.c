@@ -68,6 +68,25 @@ static void pd_tp_sends(const struct pd_par_step *s, struct pd_par_sends *out)
 	out->bytes[PD_AXIS_TP] += (double)reduces * A / P * 2.0 * (T - 1) / T;
 	out->msgs[PD_AXIS_TP] += 2.0 * reduces;
 	out->rounds[PD_AXIS_TP] += 2.0 * reduces * (T - 1);
+	pd_tp_norm_sends(s, s->info->blocks, 1, out->bytes + PD_AXIS_TP, out->msgs + PD_AXIS_TP,
+			 out->rounds + PD_AXIS_TP);
+}
+
+void pd_tp_norm_sends(const struct pd_par_step *s, int blocks, int patches, double *bytes, double *msgs,
+		      double *rounds)
+{
+	const struct pd_dit_info *c = s->info;
+	int T = s->degree[PD_AXIS_TP];
+	int P = s->degree[PD_AXIS_ULYSSES] * (s->distrifusion ? 1 : s->degree[PD_AXIS_RING]);
+	/* a rank's share of the image rows, and every text row with each patch
+	 * (the text is whole on every rank) */
+	double rows = c->tp_norm_img * (double)s->img_len / P + c->tp_norm_txt * (double)s->txt_len * patches;
+
+	if (T <= 1 || c->tp_norm_reduces == 0)
+		return;
+	*bytes += blocks * rows * 4.0 * 2.0 * (T - 1) / T;
+	*msgs += (double)blocks * c->tp_norm_reduces * patches;
+	*rounds += (double)blocks * c->tp_norm_reduces * patches * (T - 1);
 }
 
 const struct pd_par_method pd_par_method_tensor = {

@@ -12,4 +12,10 @@
 /* Sets HOOKS' reduce and gather to work over TP (borrowed). */
 void pd_tp_hooks(struct pd_dit_hooks *hooks, struct pd_comm *tp);
 
+/* Adds the bytes, exchanges and rounds of BLOCKS blocks' small norm
+ * all-reduces (pd_dit_info.tp_norm_*) over PATCHES pieces of a step. */
+struct pd_par_step;
+void pd_tp_norm_sends(const struct pd_par_step *s, int blocks, int patches, double *bytes, double *msgs,
+		      double *rounds);
+
 #endif /* PD_PAR_TENSOR_H */

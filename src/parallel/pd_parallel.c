@@ -32,7 +32,9 @@ const struct pd_par_method *const pd_par_methods[] = {
 
 void pd_par_step_sizes(const struct pd_par_step *s, double *A, double *pred)
 {
-	*A = (double)(s->txt_len + s->img_len) * s->info->dim * 4.0;
+	/* a text context (Wan) is no row of the attention sequence: only
+	 * the image rows travel */
+	*A = (double)((s->info->txt_context ? 0 : s->txt_len) + s->img_len) * s->info->dim * 4.0;
 	*pred = (double)s->img_len * s->info->out_channels * 4.0;
 }
 

@@ -458,3 +458,10 @@ void pd_plan_vae(struct pd_plan_work *w, const struct pd_vae_config *c, int heig
 	w->vae_exchanges = ex;
 	w->vae_map_gb = 2.0 * c->block_out[0] * (double)height * width * 4.0 / 1e9;
 }
+
+void pd_plan_vae_cost(struct pd_plan_work *w, const struct pd_vae_cost *c)
+{
+	w->vae_gflop = c->gflop;
+	w->vae_map_gb = c->map_gb;
+	w->vae_exchanges = c->exchanges;
+}

@@ -119,6 +119,8 @@ int pd_plan_axis_local(const struct pd_plan_mesh *mesh, int a, int per_node);
  * decoder's config (diffusers' AutoencoderKL decoder). */
 struct pd_vae_config;
 void pd_plan_vae(struct pd_plan_work *work, const struct pd_vae_config *vae, int height, int width);
+/* Fills them from a family decoder's own count (pd_dit.h). */
+void pd_plan_vae_cost(struct pd_plan_work *work, const struct pd_vae_cost *cost);
 
 /* The weights of the text encoder at PATH (a folder with model.safetensors
  * or its sharded index, or one file) as held, in GB: WEIGHT_BYTES per

@@ -22,6 +22,8 @@
    the same per picture, on 4 in one group the bands divide it (exchanges aside).
 8. `pdit generate --parallel auto` on 2 processes picks an exact mesh, says it was the cost model's,
    and gives the single-process latents (1e-5).
+9. Wan2.1 (random heads, frames and size): as 1, every mesh of 2 and 4 processes, tensor parallel and
+   PipeFusion included.
 
     cli_plan.py PDIT MPIRUN...
 """
@@ -77,6 +79,50 @@ def plan_rows(*args):
 
 def degrees(mesh):
     return dict((k, int(v)) for k, v in (p.split("=") for p in mesh.split()))
+
+
+def wan_bytes(rnd, tmp):
+    """9: a Wan2.1 folder of random sizes: every mesh plan lists for 2 and 4 processes sends the bytes
+    bench measures (the text is whole on every rank, only video rows travel; tensor parallel adds the
+    RMSNorm's sums of squares), and the plan names the video and its decode."""
+    heads = rnd.choice([4, 8])
+    H, W = 16 * 2 * rnd.randint(10, 12), 16 * 2 * rnd.randint(10, 12)
+    frames = rnd.choice([5, 9])
+    m = os.path.join(tmp, "wan")
+    r = run(PDIT, "tiny", m, "--family", "wan", "--heads", heads, "--head-dim", 8, "--layers", rnd.randint(2, 3),
+            "--ffn-dim", 48, "--wan-vae-base", 4, "--umt5-layers", 1)
+    if r.returncode:
+        report(False, "pdit tiny --family wan: " + r.stderr.strip())
+        return
+    print("Wan model: %d heads, %d frames of %dx%d" % (heads, frames, W, H))
+    size = ["--frames", frames, "-H", H, "-W", W]
+    r = run(PDIT, "plan", "--model", m, "--devices", 2, "--gflops", 100, *size)
+    report(r.returncode == 0 and ("frames %d" % frames) in r.stdout and "a video" in r.stdout and
+           "x 2 branches" in r.stdout, "plan names the video, its decode and Wan's two CFG branches")
+    for np_ in (2, 4):
+        rows = plan_rows("--model", m, "--devices", np_, *size, "--dtype", "f32", "--gflops", 100)
+        report(any(degrees(x["mesh"])["tp"] > 1 for x in rows) and any(degrees(x["mesh"])["pp"] > 1 for x in rows),
+               "Wan plan %d devices: %d meshes, tensor parallel and PipeFusion among them" % (np_, len(rows)))
+        for x in rows:
+            d = degrees(x["mesh"])
+            flags = []
+            for k, v in d.items():
+                if v > 1 and k in FLAGS:
+                    flags += [FLAGS[k], v]
+            if d["cfg"] > 1:
+                flags += ["--cfg-parallel"]
+            if "distrifusion" in d or d["pp"] > 1:
+                flags += ["--warmup-steps", 1, "--warmup", 2]
+            b = run(*MPIRUN, "-np", np_, PDIT, "bench", "--model", m, "-p", "a fox", *size, "--dtype", "f32",
+                    "--steps", 1, "--json", *flags)
+            lines = [y for y in b.stdout.splitlines() if y.startswith("{")]
+            if b.returncode or len(lines) != 1:
+                report(False, "Wan %s: bench failed: %s" % (x["mesh"], b.stderr.strip().splitlines()[-1:]))
+                continue
+            j = json.loads(lines[0])
+            got, want = j["bytes_sent_per_rank_per_step"], x["bytes_sent_per_rank_per_step"]
+            report(j["mesh"] == x["mesh"] and abs(got - want) <= 0.02 * max(want, 1),
+                   "Wan %s: bench sent %d bytes per rank and step, plan predicted %d" % (x["mesh"], got, want))
 
 
 def main():
@@ -269,6 +315,8 @@ def main():
             r = run(PDIT, "plan", "--model", m, "--txt-len", T, *args)
             report(r.returncode != 0 and want in r.stderr and r.stderr.count("\n") == 1,
                    "refused %s: %s" % (args, r.stderr.strip()))
+        # 9. Wan: a video model whose text is a cross-attention context
+        wan_bytes(rnd, tmp)
     if failures:
         print("%d failed" % len(failures))
         sys.exit(1)

@@ -52,6 +52,12 @@ struct pd_dit_info {
 	double block_params[PD_DIT_MAX_BLOCKS]; /* its weights, all of them split by tensor parallel */
 	int block_reduces[PD_DIT_MAX_BLOCKS];   /* row-parallel sums per call (and as many gathers) */
 	int block_passes[PD_DIT_MAX_BLOCKS];    /* elementwise passes over a row of its stream */
+	/* Per block, small all-reduces over the tensor-parallel shards besides
+	 * the row-parallel sums (Wan's RMSNorm across heads adds its rows'
+	 * sums of squares): how many, and the floats they carry per image and
+	 * per text row. */
+	int tp_norm_reduces;
+	double tp_norm_img, tp_norm_txt;
 	double fixed_params;            /* weights outside the blocks, held whole (embedders, final layers) */
 	double img_flops, txt_flops;    /* FLOPs per image token and per text token outside the blocks */
 	double call_flops;              /* FLOPs per call that do not grow with the tokens (modulations) */
@@ -220,6 +226,13 @@ struct pd_dit_defaults {
 					 * embeds (FLUX.1-dev) */
 };
 
+/* A family decoder's cost for the planner. */
+struct pd_vae_cost {
+	double gflop;                   /* work for one picture or video */
+	double map_gb;                  /* memory the decode holds (a band: its share of it) */
+	int exchanges;                  /* a band's exchanges with its neighbours (halo rows, gathers) */
+};
+
 struct pd_dit_family {
 	const char *name;               /* "flux" */
 	int latents_unpacked;           /* its pipeline's latents are [B, C, F, h, w] (Wan), not the
@@ -256,6 +269,9 @@ struct pd_dit_family {
 	 * converts them; vae_scale is H / h. */
 	int (*vae_load)(void **vae, const char *path, struct pd_backend *be);
 	int (*vae_decode)(void *vae, const struct pd_latent_shape *ls, const float *packed, uint8_t *rgb);
+	/* what a decode of LS costs, from the VAE folder's config (nothing
+	 * loaded), for the planner and the memory check */
+	int (*vae_cost)(const char *path, const struct pd_latent_shape *ls, struct pd_vae_cost *out);
 	/* the banded decode's seam (pd_vae.h): with bands every band's process
 	 * calls vae_decode, and RGB is written on band 0 alone */
 	void (*vae_set_hooks)(void *vae, const struct pd_vae_hooks *hooks);

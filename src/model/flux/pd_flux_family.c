@@ -78,6 +78,7 @@ static void pd_flux_image_ids(const struct pd_latent_shape *ls, int n_axes, floa
  * not; dev runs 28 steps, schnell 4. */
 static void pd_flux_defaults(const struct pd_dit_info *info, struct pd_dit_defaults *d)
 {
+	memset(d, 0, sizeof(*d));
 	d->steps = info->guidance ? 28 : 4;
 	d->shift = info->guidance ? 3.0 : 1.0;
 	d->dynamic_shift = info->guidance;

@@ -142,6 +142,10 @@ int pd_wan_dit_info(const struct pd_wan_config *c, struct pd_dit_info *info)
 		info->block_reduces[i] = 3;
 		info->block_passes[i] = 12;
 	}
+	/* self-attention's q and k, cross-attention's q and the text's k */
+	info->tp_norm_reduces = 2;
+	info->tp_norm_img = 3;
+	info->tp_norm_txt = 1;
 	info->fixed_params = D * (c->in_channels * P) + c->freq_dim * D + D * D + 6 * D * D + E * D + D * D +
 			     D * c->out_channels * P;
 	info->img_flops = 2 * D * (c->in_channels * P + c->out_channels * P);

@@ -127,6 +127,11 @@ static int pd_wan_family_vae_channels(const void *vae)
 	return pd_wan_vae_get_config(vae)->z_dim;
 }
 
+static int pd_wan_family_vae_cost(const char *path, const struct pd_latent_shape *ls, struct pd_vae_cost *out)
+{
+	return pd_wan_vae_cost(path, ls->frames, ls->h, ls->w, out);
+}
+
 static void pd_wan_family_vae_set_hooks(void *vae, const struct pd_vae_hooks *hooks)
 {
 	pd_wan_vae_set_hooks(vae, hooks);
@@ -197,6 +202,7 @@ const struct pd_dit_family pd_wan_family = {
 	.vae_load = pd_wan_family_vae_load,
 	.vae_decode = pd_wan_family_vae_decode,
 	.vae_set_hooks = pd_wan_family_vae_set_hooks,
+	.vae_cost = pd_wan_family_vae_cost,
 	.vae_free = pd_wan_family_vae_free,
 	.vae_channels = pd_wan_family_vae_channels,
 	.vae_scale = 8,

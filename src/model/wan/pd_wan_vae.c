@@ -2,6 +2,7 @@
  * pd_wan_vae.c - Wan2.1's video decoder (pd_wan_vae.h).
  */
 #include "pd_config.h"
+#include "pd_dit.h"
 #include "pd_safetensors.h"
 #include "pd_util.h"
 #include "pd_vae.h"
@@ -926,4 +927,79 @@ out:
 	if (rc && !pd_backend_check(be))
 		return rc;
 	return rc ? -1 : 0;
+}
+
+int pd_wan_vae_cost(const char *dir, int F, int h, int w, struct pd_vae_cost *out)
+{
+	struct pd_config j;
+	int64_t mult[8], base, dbase, nres, z;
+	int n = 0;
+	/* tc: a chunk's frames at the stage (1, then 2 and 4 after the
+	 * temporal upsamplers); big: the largest chunk activation */
+	double hw = (double)h * w, fr = F, f = 0, cache = 0, big, c, ex = 0, tc = 1;
+
+	memset(out, 0, sizeof(*out));
+	if (pd_config_load_in(&j, dir, "config.json", "Wan VAE"))
+		return -1;
+	if (pd_config_int(&j, "base_dim", 0, 96, 1, 1 << 16, &base) || pd_config_int(&j, "decoder_base_dim", 0, base, 1, 1 << 16, &dbase) ||
+	    pd_config_int(&j, "num_res_blocks", 0, 2, 1, PD_WAN_MAX_RES - 1, &nres) ||
+	    pd_config_int(&j, "z_dim", 0, 16, 1, PD_WAN_VAE_MAX_Z, &z) ||
+	    (pd_config_has(&j, "dim_mult") ? pd_config_int_array(&j, "dim_mult", 8, 1, 64, mult, &n) : 0)) {
+		pd_config_free(&j);
+		return -1;
+	}
+	pd_config_free(&j);
+	if (n == 0) {
+		int64_t def[4] = { 1, 2, 4, 4 };
+
+		memcpy(mult, def, sizeof(def));
+		n = 4;
+	}
+	/* 3x3x3 causal convolutions: all three taps on every frame */
+#define CONV3(ci, co) (f += 2.0 * 27 * (ci) * (co) * hw * fr, cache += 2.0 * (ci) * hw, ex += fr)
+	c = (double)dbase * mult[n - 1];
+	f += 2.0 * z * z * hw * fr;
+	CONV3(z, c);
+	big = c * hw;
+	for (int r = 0; r < 4; r++)
+		CONV3(c, c);
+	/* the mid attention, per frame: to_qkv, proj, the scores */
+	f += fr * (2.0 * hw * c * 4 * c + 4.0 * hw * hw * c);
+	ex += 2 * fr;
+	for (int i = 0; i < n; i++) {
+		double in = i == 0 ? c : c / 2, o = (double)dbase * mult[n - 1 - i];
+
+		for (int r = 0; r <= nres; r++) {
+			double ci = r == 0 ? in : o;
+
+			CONV3(ci, o);
+			CONV3(o, o);
+			if (ci != o)
+				f += 2.0 * ci * o * hw * fr;
+			big = fmax(big, tc * fmax(ci, o) * hw);
+		}
+		c = o;
+		if (i == n - 1)
+			break;
+		if (i < 2) {
+			/* time_conv (3, 1, 1) to 2c, then twice the frames after the first */
+			f += 2.0 * 3 * c * 2 * c * hw * fr;
+			cache += 2.0 * c * hw;
+			fr = 1 + 2 * (fr - 1);
+			tc = F > 1 ? 2 * tc : 1;
+		}
+		hw *= 4;
+		f += 2.0 * 9 * c * (c / 2) * hw * fr;
+		ex += fr;
+		big = fmax(big, tc * c / 2 * hw);
+	}
+	CONV3(c, 3);
+#undef CONV3
+	out->gflop = f / 1e9;
+	out->exchanges = (int)fmin(ex, 1e9);
+	/* low, as the planner's memory check wants it: at the largest stage a
+	 * chunk's input, output and a residual block's two temporaries, and
+	 * the caches */
+	out->map_gb = (4 * big + cache) * 4.0 / 1e9;
+	return 0;
 }

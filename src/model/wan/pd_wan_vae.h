@@ -56,6 +56,13 @@ int pd_wan_vae_decode(struct pd_wan_vae *v, const float *z, int F, int h, int w,
  * others); DUMP must be NULL then. */
 struct pd_vae_hooks;
 void pd_wan_vae_set_hooks(struct pd_wan_vae *v, const struct pd_vae_hooks *hooks);
+/* What decoding F latent frames of H x W costs (pd_dit.h's pd_vae_cost),
+ * from the folder's config.json: Wan2.1's decoder (temporal upsampling in
+ * the first two up blocks), as pd_wan_vae_decode runs it (every causal
+ * tap computed, two cached frames per 3x3x3 convolution, buffers of four
+ * frames of the widest stage). */
+struct pd_vae_cost;
+int pd_wan_vae_cost(const char *dir, int F, int h, int w, struct pd_vae_cost *out);
 /* True where pd_wan_vae_decode delivers the video (one band, or band 0). */
 int pd_wan_vae_has_video(const struct pd_wan_vae *v);
 

@@ -233,6 +233,7 @@ int pd_cmd_plan(int argc, char **argv)
 	mc.lat_inter = (inter_lat > 0 ? inter_lat : iln->b) * 1e-6;
 	lim.world = devices;
 	lim.heads = info.heads;
+	lim.mlp = info.mlp_width;
 	lim.cfg_possible = w.branches == 2;
 	lim.images = batch;
 	lim.max_pp = info.blocks;

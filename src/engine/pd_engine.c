@@ -439,6 +439,7 @@ static void pd_engine_limits(const struct pd_engine *e, struct pd_mesh_limits *l
 	memset(lim, 0, sizeof(*lim));
 	lim->world = e->world->size;
 	lim->heads = e->info.heads;
+	lim->mlp = e->info.mlp_width;
 	lim->cfg_possible = pd_gen_uses_cfg(&e->p, &e->e);
 	lim->images = (int)e->e.batch;
 	lim->max_pp = e->info.blocks;

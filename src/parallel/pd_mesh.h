@@ -31,6 +31,7 @@ enum pd_axis {
 struct pd_mesh_limits {
 	int world;                      /* processes */
 	int heads;                      /* attention heads: tp x ulysses must divide them */
+	int mlp;                        /* the MLP's columns: tp must divide them too (0: unknown) */
 	int cfg_possible;               /* true CFG is on, so a cfg degree of 2 is allowed */
 	int images;                     /* images in the batch: dp may not exceed it */
 	int max_pp;                     /* largest pipeline degree: the model's blocks (1: no PipeFusion) */

@@ -231,7 +231,9 @@ static void pd_pipe_piece(const struct pd_pipe *p, int64_t T, int64_t hp, int64_
 			  struct pd_pipe_piece *pc)
 {
 	int P = p->sp->size;
-	int64_t b0 = pd_mesh_band_row(T, hp, wp, pieces, piece), b1 = pd_mesh_band_row(T, hp, wp, pieces, piece + 1);
+	/* the bands balance piece 0's text rows, unless every piece has them */
+	int64_t Tb = p->model->info.txt_context ? 0 : T;
+	int64_t b0 = pd_mesh_band_row(Tb, hp, wp, pieces, piece), b1 = pd_mesh_band_row(Tb, hp, wp, pieces, piece + 1);
 
 	pc->rows0 = b0 * wp;
 	pc->rowsn = (b1 - b0) * wp;

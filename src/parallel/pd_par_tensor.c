@@ -36,6 +36,11 @@ static const char *pd_tp_problem(const int degree[PD_AXIS_COUNT], const struct p
 			 degree[PD_AXIS_TP] * degree[PD_AXIS_ULYSSES], lim->heads);
 		return buf;
 	}
+	if (lim->mlp > 0 && lim->mlp % degree[PD_AXIS_TP]) {
+		snprintf(buf, len, "tensor parallel %d does not divide the model's %d MLP columns", degree[PD_AXIS_TP],
+			 lim->mlp);
+		return buf;
+	}
 	return NULL;
 }
 

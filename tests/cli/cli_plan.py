@@ -23,7 +23,8 @@
 8. `pdit generate --parallel auto` on 2 processes picks an exact mesh, says it was the cost model's,
    and gives the single-process latents (1e-5).
 9. Wan2.1 (random heads, frames and size): as 1, every mesh of 2 and 4 processes, tensor parallel and
-   PipeFusion included.
+   PipeFusion included; a tensor-parallel degree that divides the heads but not the FFN is neither
+   planned nor run.
 
     cli_plan.py PDIT MPIRUN...
 """
@@ -123,6 +124,18 @@ def wan_bytes(rnd, tmp):
             got, want = j["bytes_sent_per_rank_per_step"], x["bytes_sent_per_rank_per_step"]
             report(j["mesh"] == x["mesh"] and abs(got - want) <= 0.02 * max(want, 1),
                    "Wan %s: bench sent %d bytes per rank and step, plan predicted %d" % (x["mesh"], got, want))
+    # tensor parallel splits the FFN too: a degree that divides the heads but not the FFN is no mesh
+    m2 = os.path.join(tmp, "wan-ffn")
+    r = run(PDIT, "tiny", m2, "--family", "wan", "--heads", 4, "--head-dim", 8, "--layers", 1, "--ffn-dim", 50,
+            "--wan-vae-base", 4, "--umt5-layers", 1)
+    rows = plan_rows("--model", m2, "--devices", 4, "--frames", 5, "-H", 64, "-W", 64, "--gflops", 100) if not r.returncode else []
+    report(rows and not any(degrees(x["mesh"])["tp"] == 4 for x in rows) and
+           any(degrees(x["mesh"])["tp"] == 2 for x in rows), "Wan FFN 50 over 4 heads: tp=2 planned, tp=4 not")
+    g = run(*MPIRUN, "-np", 4, PDIT, "generate", "--model", m2, "-p", "a fox", "--frames", 5, "-H", 64, "-W", 64,
+            "--steps", 1, "--tensor-parallel-degree", 4, "-o", os.path.join(tmp, "x.mp4"))
+    report(g.returncode != 0 and "does not divide the model's 50 MLP columns" in g.stderr and
+           not os.path.exists(os.path.join(tmp, "x.mp4")), "--tensor-parallel-degree 4 refused: %s" %
+           [x for x in g.stderr.splitlines() if "MLP" in x][:1])
 
 
 def main():

@@ -229,7 +229,7 @@ struct pd_dit_defaults {
 /* A family decoder's cost for the planner. */
 struct pd_vae_cost {
 	double gflop;                   /* work for one picture or video */
-	double map_gb;                  /* memory the decode holds (a band: its share of it) */
+	double map_gb;                  /* memory the whole decode holds (the planner gives a band its share) */
 	int exchanges;                  /* a band's exchanges with its neighbours (halo rows, gathers) */
 };
 

@@ -152,10 +152,11 @@ static int pd_wan_family_vae_decode(void *vae, const struct pd_latent_shape *ls,
 	int frames = 1 + 4 * (ls->frames - 1), s = pd_wan_vae_get_config(v)->spatial;
 	int64_t H = (int64_t)ls->h * s, W = (int64_t)ls->w * s;
 	float *u = pd_malloc((size_t)n * sizeof(float), "latents"), *z = pd_malloc((size_t)n * sizeof(float), "latents");
-	float *out = pd_malloc((size_t)(3 * frames * H * W) * sizeof(float), "video");
+	/* the float video on the process that receives it */
+	float *out = pd_wan_vae_has_video(v) ? pd_malloc((size_t)(3 * frames * H * W) * sizeof(float), "video") : NULL;
 	int rc = -1;
 
-	if (!u || !z || !out)
+	if (!u || !z || (pd_wan_vae_has_video(v) && !out))
 		goto out;
 	if (pd_wan_vae_get_config(v)->z_dim != ls->channels) {
 		pd_errorf("the VAE has %d latent channels but the transformer makes %d", pd_wan_vae_get_config(v)->z_dim,

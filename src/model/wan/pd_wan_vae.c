@@ -514,7 +514,6 @@ void pd_wan_unnormalize(const struct pd_wan_vae *v, const float *lat, int64_t n,
 	}
 }
 
-/* What one decode holds: five chunk-sized buffers and the attention's. */
 /* One decode. With bands, a process decodes rows [b0, b0 + bh) of every
  * frame at the latent's size (twice as many at each spatial upsample):
  * each 3x3 convolution's input frame gets a row above and below from the
@@ -832,8 +831,8 @@ int pd_wan_vae_decode(struct pd_wan_vae *v, const float *z_host, int F, int h, i
 	d.qkv = pd_backend_alloc(be, (size_t)(3 * C * hw0), "the VAE's attention");
 	d.qt = pd_backend_alloc(be, (size_t)(C * hw0), "the VAE's attention");
 	/* the whole frame's keys and values, and this band's after them */
-	d.kt = pd_backend_alloc(be, (size_t)(C * ((int64_t)h * w + hw0)), "the VAE's attention");
-	d.vt = pd_backend_alloc(be, (size_t)(C * ((int64_t)h * w + hw0)), "the VAE's attention");
+	d.kt = pd_backend_alloc(be, (size_t)(C * ((int64_t)h * w + (d.halo ? hw0 : 0))), "the VAE's attention");
+	d.vt = pd_backend_alloc(be, (size_t)(C * ((int64_t)h * w + (d.halo ? hw0 : 0))), "the VAE's attention");
 	d.ot = pd_backend_alloc(be, (size_t)(C * hw0), "the VAE's attention");
 	z = pd_backend_alloc(be, (size_t)(zc * F * hw0), "latents");
 	pq = pd_backend_alloc(be, (size_t)(zc * F * hw0), "latents");
@@ -994,6 +993,8 @@ int pd_wan_vae_cost(const char *dir, int F, int h, int w, struct pd_vae_cost *ou
 		big = fmax(big, tc * c / 2 * hw);
 	}
 	CONV3(c, 3);
+	/* band 0 collects each output frame */
+	ex += fr;
 #undef CONV3
 	out->gflop = f / 1e9;
 	out->exchanges = (int)fmin(ex, 1e9);

@@ -6,6 +6,7 @@
  */
 #include "pd_args.h"
 #include "pd_backend_cpu.h"
+#include "pd_families.h"
 #include "pd_forward.h"
 #include "pd_tiny.h"
 #include "pd_util.h"
@@ -121,20 +122,24 @@ static void pd_store_dump(void *ctx, const char *name, int64_t index, const floa
 static const char pd_forward_usage[] =
 	"usage: pdit forward --transformer DIR --inputs FILE --out FILE [--dump] [options]\n"
 	"\n"
-	"One transformer call, for tests and debugging. The inputs file holds the golden\n"
-	"names in.hidden_states [B,L,C], in.encoder_hidden_states [B,T,J],\n"
-	"in.pooled_projections [B,P], in.timestep, in.guidance (models with guidance\n"
-	"embeddings), in.img_ids [L,3], in.txt_ids [T,3]. The output holds out.sample\n"
-	"[B,L,C]; --dump adds every intermediate under the golden names\n"
-	"(emb.temb, double.{i}.out.hidden_states, single.{j}.attn.sdpa_out, ...), so a\n"
-	"mismatch names the first wrong layer.";
+	"One transformer call (FLUX or Wan2.1), for tests and debugging. The inputs\n"
+	"file holds the golden names: in.hidden_states, packed [B,L,C] with in.img_ids\n"
+	"[L,3] and in.txt_ids [T,3] (FLUX's files) or latents [B,C,F,h,w] (Wan's),\n"
+	"in.encoder_hidden_states [B,T,J], in.pooled_projections [B,P] (FLUX),\n"
+	"in.timestep (what the transformer receives), in.guidance (models with guidance\n"
+	"embeddings). The output holds out.sample in the input's shape; --dump adds\n"
+	"every intermediate under the golden names (emb.temb,\n"
+	"double.{i}.out.hidden_states, block.{i}.out.hidden_states, ...), so a mismatch\n"
+	"names the first wrong layer.";
 
 static const char pd_forward_examples[] =
 	"  pdit forward --transformer tests/golden/flux-tiny/transformer-dev \\\n"
 	"      --inputs tests/golden/flux-tiny/forward-dev-h64w48.safetensors --out out.safetensors --dump\n"
 	"  pdit forward --transformer tests/golden/quant-tiny/flux/flux-tiny-dev-Q8_0.gguf \\\n"
 	"      --config tests/golden/quant-tiny/flux/dequant-Q8_0/config.json \\\n"
-	"      --inputs tests/golden/quant-tiny/flux/forward-Q8_0-h64w48.safetensors --out out.safetensors\n";
+	"      --inputs tests/golden/quant-tiny/flux/forward-Q8_0-h64w48.safetensors --out out.safetensors\n"
+	"  pdit forward --transformer tests/golden/wan-tiny/model/transformer \\\n"
+	"      --inputs tests/golden/wan-tiny/forward-n9-h32w48.safetensors --out out.safetensors --dump\n";
 
 static int pd_cmd_forward(int argc, char **argv)
 {
@@ -153,14 +158,16 @@ static int pd_cmd_forward(int argc, char **argv)
 	};
 	const char *pos[1];
 	struct pd_backend *be = NULL;
-	struct pd_flux *m = NULL;
+	struct pd_dit *m = NULL;
 	struct pd_st *st = NULL;
 	struct pd_forward_inputs in = { 0 };
 	struct pd_dump_store store = { 0 };
 	struct pd_dump dump = { pd_store_dump, &store, 0 };
-	const struct pd_flux_config *cfg;
-	float *out = NULL;
+	const struct pd_dit_family *fam;
+	struct pd_dit_info info;
+	float *out = NULL, *lat = NULL;
 	enum pd_dtype dt = PD_F32;
+	int64_t C;
 
 	hr = pd_args_parse("forward", opts, argc, argv, 2, pos, 0, &n_pos);
 	if (hr == 1) {
@@ -177,30 +184,42 @@ static int pd_cmd_forward(int argc, char **argv)
 	}
 	if (pd_out_check(outp))
 		return pd_cli_fail();
-	if (pd_dtype_compute(dtype, &dt) || pd_st_open(&st, inputs) || pd_backend_cpu_new(&be, dt, threads) ||
-	    (saved = pd_backend_enter(be), pd_flux_load_config(&m, tdir, config, be)))
+	if (pd_dtype_compute(dtype, &dt) || pd_st_open(&st, inputs) || pd_family_find(tdir, config, &fam, &info) ||
+	    pd_backend_cpu_new(&be, dt, threads) || (saved = pd_backend_enter(be), fam->load(&m, tdir, config, be, NULL)))
 		goto fail;
-	cfg = pd_flux_get_config(m);
-	if (pd_forward_inputs_read(&in, st, cfg))
+	if (pd_forward_inputs_read(&in, st, fam, &m->info))
 		goto fail;
-	out = pd_malloc((size_t)(in.batch * in.img_len * cfg->out_channels) * sizeof(float), "output");
+	C = m->info.out_channels;
+	out = pd_malloc((size_t)(in.batch * in.img_len * C) * sizeof(float), "output");
 	store.w = pd_st_writer_new();
 	store.batch = in.batch;
 	if (!out || !store.w)
 		goto fail;
 	for (int64_t b = 0; b < in.batch; b++) {
-		struct pd_dit_call x = pd_forward_inputs_image(&in, cfg, b);
+		struct pd_dit_call x = pd_forward_inputs_image(&in, &m->info, b);
 
 		dump.index = b;
-		if (pd_flux_forward(m, &x, out + b * in.img_len * cfg->out_channels, dump_all ? &dump : NULL))
+		if (pd_dit_forward(m, &x, out + b * in.img_len * C, dump_all ? &dump : NULL))
 			goto fail;
 	}
 	if (store.failed) {
 		pd_errorf("out of memory storing the dump");
 		goto fail;
 	}
-	{
-		int64_t shape[3] = { in.batch, in.img_len, cfg->out_channels };
+	if (in.unpacked) {
+		/* back into the latents' shape, as the file gave them */
+		int64_t per = pd_latent_numel(&in.ls);
+		int64_t shape[5] = { in.batch, in.ls.channels, in.ls.frames, in.ls.h, in.ls.w };
+
+		lat = pd_malloc((size_t)(in.batch * per) * sizeof(float), "output");
+		if (!lat)
+			goto fail;
+		for (int64_t b = 0; b < in.batch; b++)
+			fam->unpack(&in.ls, out + b * in.img_len * C, lat + b * per);
+		if (pd_st_writer_add(store.w, "out.sample", PD_F32, 5, shape, lat))
+			goto fail;
+	} else {
+		int64_t shape[3] = { in.batch, in.img_len, C };
 
 		if (pd_st_writer_add(store.w, "out.sample", PD_F32, 3, shape, out))
 			goto fail;
@@ -224,8 +243,9 @@ out:
 	free(store.e);
 	pd_st_writer_free(store.w);
 	free(out);
+	free(lat);
 	pd_forward_inputs_free(&in);
-	pd_flux_free(m);
+	pd_dit_free(m);
 	if (saved >= 0)
 		pd_backend_leave(be, saved);
 	pd_backend_free(be);

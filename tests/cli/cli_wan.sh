@@ -9,7 +9,8 @@
 # 9 frames at 48x32, 16 fps, H.264 and the parameters in its tags, and
 # decodes (FFmpeg's command) as close to those frames as FFmpeg's own
 # encoding of them does (PSNR within 0.5 dB: H.264 4:2:0 is lossy, and the
-# tiny model's frames are noise to it).
+# tiny model's frames are noise to it). pdit forward on the golden forward
+# files gives their out.sample (as latents [B, 16, F, h, w]) within 1e-5.
 # usage: cli_wan.sh PDIT ST_COMPARE WAN_TINY_DIR
 set -u
 pdit=$1 cmp=$2 g=$3
@@ -97,4 +98,15 @@ expect "a video as one PNG" "a video is written as .mp4" --frames 5 -o "$tmp/bad
 expect "bad frame pattern" "a single %d or %03d" --frames 5 -o "$tmp/frame-%s.png"
 expect "bad fps" "--fps must be between" --frames 5 --fps 0 -o "$tmp/bad.mp4"
 expect "bad flow shift" "--flow-shift must be positive" --flow-shift -1 --frames 5 --out-latents "$tmp/bad.safetensors"
+# pdit forward on every golden forward file: the prediction, in the file's
+# latent shape, and the time and text embeddings within 1e-5
+for f in "$g"/forward-*.safetensors; do
+	"$pdit" forward --transformer "$m/transformer" --inputs "$f" --out "$tmp/fwd.safetensors" --dump 2> "$tmp/err" ||
+		{ echo "FAIL forward $(basename "$f"): $(cat "$tmp/err")"; fail=1; continue; }
+	if "$cmp" tensors "$tmp/fwd.safetensors" "$f" 1e-5 out.sample emb.temb emb.timestep_proj > "$tmp/log"; then
+		echo "ok   forward $(basename "$f"): $(tail -1 "$tmp/log")"
+	else
+		cat "$tmp/log"; echo "FAIL forward $(basename "$f")"; fail=1
+	fi
+done
 exit $fail

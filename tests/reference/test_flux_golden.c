@@ -11,6 +11,7 @@
  * frequency table must match bit for bit.
  */
 #include "pd_backend_cpu.h"
+#include "pd_flux.h"
 #include "pd_forward.h"
 #include "pd_test.h"
 #include "pd_util.h"
@@ -83,23 +84,23 @@ static int run_case(const char *golden_dir, const struct pd_st *st, enum pd_dtyp
 	struct pd_backend *be = NULL;
 	struct pd_flux *m = NULL;
 	struct pd_forward_inputs in;
-	const struct pd_flux_config *cfg;
+	const struct pd_dit_info *info;
 	int rc = -1;
 
 	snprintf(tdir, sizeof(tdir), "%s/transformer-%s", golden_dir, cfgname ? cfgname : "?");
 	if (pd_backend_cpu_new(&be, dt, 0) || pd_flux_load(&m, tdir, be))
 		goto out;
-	cfg = pd_flux_get_config(m);
-	if (pd_forward_inputs_read(&in, st, cfg))
+	info = &pd_flux_dit(m)->info;
+	if (pd_forward_inputs_read(&in, st, &pd_flux_family, info))
 		goto out;
-	*n_out = in.batch * in.img_len * cfg->out_channels;
+	*n_out = in.batch * in.img_len * info->out_channels;
 	*out = malloc((size_t)*n_out * sizeof(float));
 	pd_poison(*out, (size_t)*n_out);
 	rc = 0;
 	for (int64_t b = 0; b < in.batch && !rc; b++) {
-		struct pd_dit_call x = pd_forward_inputs_image(&in, cfg, b);
+		struct pd_dit_call x = pd_forward_inputs_image(&in, info, b);
 
-		rc = pd_flux_forward(m, &x, *out + b * in.img_len * cfg->out_channels, dump);
+		rc = pd_flux_forward(m, &x, *out + b * in.img_len * info->out_channels, dump);
 	}
 	pd_forward_inputs_free(&in);
 out:

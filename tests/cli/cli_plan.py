@@ -82,6 +82,29 @@ def degrees(mesh):
     return dict((k, int(v)) for k, v in (p.split("=") for p in mesh.split()))
 
 
+def bench_bytes(label, np_, x, bench_args):
+    """Runs pdit bench on NP_ processes on plan row X's mesh and reports its bytes per rank and step
+    against the plan's prediction (2%)."""
+    d = degrees(x["mesh"])
+    flags = []
+    for k, v in d.items():
+        if v > 1 and k in FLAGS:
+            flags += [FLAGS[k], v]
+    if d["cfg"] > 1:
+        flags += ["--cfg-parallel"]
+    if "distrifusion" in d or d["pp"] > 1:
+        flags += ["--warmup-steps", 1, "--warmup", 2]
+    b = run(*MPIRUN, "-np", np_, PDIT, "bench", *bench_args, "--steps", 1, "--json", *flags)
+    lines = [y for y in b.stdout.splitlines() if y.startswith("{")]
+    if b.returncode or len(lines) != 1:
+        report(False, "%s%s: bench failed: %s" % (label, x["mesh"], b.stderr.strip().splitlines()[-1:]))
+        return
+    j = json.loads(lines[0])
+    got, want = j["bytes_sent_per_rank_per_step"], x["bytes_sent_per_rank_per_step"]
+    report(j["mesh"] == x["mesh"] and abs(got - want) <= 0.02 * max(want, 1),
+           "%s%s: bench sent %d bytes per rank and step, plan predicted %d" % (label, x["mesh"], got, want))
+
+
 def wan_bytes(rnd, tmp):
     """9: a Wan2.1 folder of random sizes: the meshes plan lists for 2 and 4 processes send the bytes
     bench measures (the text is whole on every rank, only video rows travel; tensor parallel adds the
@@ -112,25 +135,7 @@ def wan_bytes(rnd, tmp):
             rest = [x for x in rows if x is not tp[0] and x is not pp[0]]
             rows = [tp[0], pp[0]] + rnd.sample(rest, min(3, len(rest)))
         for x in rows:
-            d = degrees(x["mesh"])
-            flags = []
-            for k, v in d.items():
-                if v > 1 and k in FLAGS:
-                    flags += [FLAGS[k], v]
-            if d["cfg"] > 1:
-                flags += ["--cfg-parallel"]
-            if "distrifusion" in d or d["pp"] > 1:
-                flags += ["--warmup-steps", 1, "--warmup", 2]
-            b = run(*MPIRUN, "-np", np_, PDIT, "bench", "--model", m, "-p", "a fox", *size, "--dtype", "f32",
-                    "--steps", 1, "--json", *flags)
-            lines = [y for y in b.stdout.splitlines() if y.startswith("{")]
-            if b.returncode or len(lines) != 1:
-                report(False, "Wan %s: bench failed: %s" % (x["mesh"], b.stderr.strip().splitlines()[-1:]))
-                continue
-            j = json.loads(lines[0])
-            got, want = j["bytes_sent_per_rank_per_step"], x["bytes_sent_per_rank_per_step"]
-            report(j["mesh"] == x["mesh"] and abs(got - want) <= 0.02 * max(want, 1),
-                   "Wan %s: bench sent %d bytes per rank and step, plan predicted %d" % (x["mesh"], got, want))
+            bench_bytes("Wan ", np_, x, ["--model", m, "-p", "a fox", *size, "--dtype", "f32"])
     # tensor parallel splits the FFN too: a degree that divides the heads but not the FFN is no mesh
     m2 = os.path.join(tmp, "wan-ffn")
     r = run(PDIT, "tiny", m2, "--family", "wan", "--heads", 4, "--head-dim", 8, "--layers", 1, "--ffn-dim", 50,
@@ -179,24 +184,7 @@ def main():
                     prod *= v
                 valid = prod == np_ and heads % (d["tp"] * d["ulysses"]) == 0 and (d["cfg"] == 1 or extra)
                 report(valid, "%s: a valid mesh" % x["mesh"])
-                flags = []
-                for k, v in d.items():
-                    if v > 1 and k in FLAGS:
-                        flags += [FLAGS[k], v]
-                if d["cfg"] > 1:
-                    flags += ["--cfg-parallel"]
-                if "distrifusion" in d or d["pp"] > 1:
-                    flags += ["--warmup-steps", 1, "--warmup", 2]
-                b = run(*MPIRUN, "-np", np_, PDIT, "bench", "--model", m, "-H", H, "-W", W, "--steps", 1, "--json",
-                        *extra, *flags)
-                lines = [y for y in b.stdout.splitlines() if y.startswith("{")]
-                if b.returncode or len(lines) != 1:
-                    report(False, "%s: bench failed: %s" % (x["mesh"], b.stderr.strip().splitlines()[-1:]))
-                    continue
-                j = json.loads(lines[0])
-                got, want = j["bytes_sent_per_rank_per_step"], x["bytes_sent_per_rank_per_step"]
-                report(j["mesh"] == x["mesh"] and abs(got - want) <= 0.02 * max(want, 1),
-                       "%s: bench sent %d bytes per rank and step, plan predicted %d" % (x["mesh"], got, want))
+                bench_bytes("", np_, x, ["--model", m, "-H", H, "-W", W, *extra])
         # 4. nodes
         for k, check in ((8, "nothing between nodes"), (1, "everything between nodes")):
             rows = plan_rows("--model", m, "--devices", 8, "-H", H, "-W", W, "--txt-len", T, "--device", "h100",

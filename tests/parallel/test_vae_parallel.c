@@ -33,6 +33,28 @@
 
 static struct pd_comm *world;
 
+/* A banded decode BANDED (N values) against ONE's and GOLDEN (may be NULL),
+ * where this band holds the result (HAS); elsewhere its poisoned buffer
+ * must stay unwritten. */
+static void check_bands(const char *what, const struct pd_vae_hooks *hooks, int has, const float *banded,
+			const float *one, const float *golden, size_t n)
+{
+	double e1 = 0, e2 = 0;
+
+	if (has)
+		e1 = pd_rel_err(banded, one, n);
+	else
+		PD_CHECK(isnan(banded[0]), "%s: band %d wrote a result it should not have", what, hooks->band);
+	if (golden && has)
+		e2 = pd_rel_err(banded, golden, n);
+	if (world->rank == 0 && golden)
+		printf("  %-44s %d bands  vs one process %.2e  vs golden %.2e\n", what, hooks->bands, e1, e2);
+	else if (world->rank == 0)
+		printf("  %-44s %d bands  vs one process %.2e\n", what, hooks->bands, e1);
+	PD_CHECK(e1 <= TOL_ONE, "%s: %d bands differ from one process by %.3g", what, hooks->bands, e1);
+	PD_CHECK(e2 <= TOL_GOLDEN, "%s: %d bands differ from the golden result by %.3g", what, hooks->bands, e2);
+}
+
 /* Decodes Z [C, h, w] with and without bands and compares; with a golden
  * image, compares that too. */
 static void check_decode(const char *what, const char *vdir, const float *z, int h, int w, const float *golden)
@@ -59,22 +81,8 @@ static void check_decode(const char *what, const char *vdir, const float *z, int
 	pd_vae_par_hooks(&par, world, h, &hooks);
 	pd_vae_set_hooks(v, &hooks);
 	if (hooks.bands > 0) {
-		double e1 = 0, e2 = 0;
-
 		PD_CHECK(pd_vae_decode(v, z, h, w, banded, NULL) == 0, "%s: banded decode: %s", what, pd_last_error());
-		/* only band 0 receives the picture; the others' buffer stays unwritten */
-		if (pd_vae_has_picture(v))
-			e1 = pd_rel_err(banded, one, n);
-		else
-			PD_CHECK(isnan(banded[0]), "%s: band %d wrote a picture it should not have", what, hooks.band);
-		if (golden && pd_vae_has_picture(v))
-			e2 = pd_rel_err(banded, golden, n);
-		if (world->rank == 0 && golden)
-			printf("  %-44s %d bands  vs one process %.2e  vs golden %.2e\n", what, hooks.bands, e1, e2);
-		else if (world->rank == 0)
-			printf("  %-44s %d bands  vs one process %.2e\n", what, hooks.bands, e1);
-		PD_CHECK(e1 <= TOL_ONE, "%s: %d bands differ from one process by %.3g", what, hooks.bands, e1);
-		PD_CHECK(e2 <= TOL_GOLDEN, "%s: %d bands differ from the golden image by %.3g", what, hooks.bands, e2);
+		check_bands(what, &hooks, pd_vae_has_picture(v), banded, one, golden, n);
 	}
 	pd_vae_par_free(&par);
 out:
@@ -109,20 +117,9 @@ static void check_wan(const char *what, const char *vdir, const float *z, int F,
 	pd_vae_par_hooks(&par, world, h, &hooks);
 	pd_wan_vae_set_hooks(v, &hooks);
 	if (hooks.bands > 0) {
-		double e1 = 0, e2 = 0;
-
 		PD_CHECK(pd_wan_vae_decode(v, z, F, h, w, banded, NULL) == 0, "%s: banded decode: %s", what,
 			 pd_last_error());
-		if (pd_wan_vae_has_video(v))
-			e1 = pd_rel_err(banded, one, n);
-		else
-			PD_CHECK(isnan(banded[0]), "%s: band %d wrote a video it should not have", what, hooks.band);
-		if (golden && pd_wan_vae_has_video(v))
-			e2 = pd_rel_err(banded, golden, n);
-		if (world->rank == 0)
-			printf("  %-44s %d bands  vs one process %.2e  vs golden %.2e\n", what, hooks.bands, e1, e2);
-		PD_CHECK(e1 <= TOL_ONE, "%s: %d bands differ from one process by %.3g", what, hooks.bands, e1);
-		PD_CHECK(e2 <= TOL_GOLDEN, "%s: %d bands differ from the golden video by %.3g", what, hooks.bands, e2);
+		check_bands(what, &hooks, pd_wan_vae_has_video(v), banded, one, golden, n);
 	}
 	pd_vae_par_free(&par);
 out:

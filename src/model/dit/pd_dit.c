@@ -35,6 +35,18 @@ void pd_fbcache_free(struct pd_fbcache *c)
 	c->valid = 0;
 }
 
+void pd_dit_hook_result(struct pd_dit *d, int rc)
+{
+	if (rc)
+		pd_backend_fail(d->be, "%s", pd_last_error());
+}
+
+void pd_dit_shard_reduce(struct pd_dit *d, float *buf, size_t n)
+{
+	if (d->shard.count > 1 && !d->be->failed)
+		pd_dit_hook_result(d, d->hooks.reduce(d->hooks.shard_ctx, buf, n));
+}
+
 void pd_dit_release(struct pd_dit *d)
 {
 	free(d->scratch);

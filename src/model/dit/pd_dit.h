@@ -323,6 +323,13 @@ struct pd_dit {
 	size_t scratch_cap;             /* its capacity in floats */
 };
 
+/* For a family's blocks: a hook's failure (RC not 0) becomes the backend's
+ * sticky error, so the block-boundary checks see it like any other. */
+void pd_dit_hook_result(struct pd_dit *d, int rc);
+/* Sums a row-parallel layer's partial results over the tensor-parallel
+ * shards (nothing with one shard, or after a failure). */
+void pd_dit_shard_reduce(struct pd_dit *d, float *buf, size_t n);
+
 /* Frees what pd_dit_forward keeps in D (a family's free calls it). */
 void pd_dit_release(struct pd_dit *d);
 

@@ -560,21 +560,6 @@ static int pd_flux_reserve(struct pd_flux *m, int64_t S)
 	return 0;
 }
 
-/* A hook's failure becomes the backend's sticky error, so the block-boundary
- * checks see it like any other. */
-static void pd_flux_hook_result(struct pd_flux *m, int rc)
-{
-	if (rc)
-		pd_backend_fail(m->be, "%s", pd_last_error());
-}
-
-/* Sums the partial results of a row-parallel layer over the shards. */
-static void pd_flux_reduce(struct pd_flux *m, float *buf, size_t n)
-{
-	if (m->dit.shard.count > 1 && !m->be->failed)
-		pd_flux_hook_result(m, m->dit.hooks.reduce(m->dit.hooks.shard_ctx, buf, n));
-}
-
 /* OUT [n_full] = modulation linear(silu(temb)); each shard computes its part
  * of the outputs and the parts are gathered in shard order. */
 static void pd_flux_modulation(struct pd_flux *m, struct pd_linear *l, const float *silu_temb, int64_t n_full,
@@ -589,7 +574,7 @@ static void pd_flux_modulation(struct pd_flux *m, struct pd_linear *l, const flo
 	}
 	be->ops->linear(be, l, silu_temb, D, 1, m->modpart, part, 0);
 	if (!be->failed)
-		pd_flux_hook_result(m, m->dit.hooks.gather(m->dit.hooks.shard_ctx, m->modpart, (size_t)part, out));
+		pd_dit_hook_result(&m->dit, m->dit.hooks.gather(m->dit.hooks.shard_ctx, m->modpart, (size_t)part, out));
 }
 
 /* Downloads a [rows, cols] block with row stride ld and hands it to the dump
@@ -677,7 +662,7 @@ static void pd_flux_attend(struct pd_flux *m, int layer, int64_t S, float *out, 
 	PD_FLUX_DUMP(prefix, "attn.v", m->v, W, S, W, S, H, Dh);
 	if (m->dit.hooks.attention) {
 		if (!be->failed)
-			pd_flux_hook_result(m, m->dit.hooks.attention(m->dit.hooks.attention_ctx, be, m->call, layer, out, ldo,
+			pd_dit_hook_result(&m->dit, m->dit.hooks.attention(m->dit.hooks.attention_ctx, be, m->call, layer, out, ldo,
 								      m->q, m->k, m->v, W, S, (int)H, (int)Dh));
 	} else {
 		be->ops->attention(be, out, ldo, NULL, m->q, W, m->k, W, m->v, W, S, S, (int)H, (int)Dh,
@@ -761,7 +746,7 @@ static void pd_flux_double_block(struct pd_flux *m, int i, int64_t T, int64_t L,
 	 * reduction for both streams). */
 	be->ops->linear(be, b->out, m->attn + T * W, W, L, m->proj + T * D, D, 0);
 	be->ops->linear(be, b->add_out, m->attn, W, T, m->proj, D, 0);
-	pd_flux_reduce(m, m->proj, (size_t)(S * D));
+	pd_dit_shard_reduce(&m->dit, m->proj, (size_t)(S * D));
 	PD_FLUX_DUMP(p, "attn.img_sdpa_flat", m->attn + T * W, W, L, W, L, W);
 	PD_FLUX_DUMP(p, "attn.txt_sdpa_flat", m->attn, W, T, W, T, W);
 	PD_FLUX_DUMP(p, "attn.img_out", m->proj + T * D, D, L, D, L, D);
@@ -773,7 +758,7 @@ static void pd_flux_double_block(struct pd_flux *m, int i, int64_t T, int64_t L,
 	pd_flux_ff(m, T, L, &mi, b->ff1, b->ff2, dump, name);
 	snprintf(name, sizeof(name), "%s.norm2_context", p);
 	pd_flux_ff(m, 0, T, &mt, b->ff_ctx1, b->ff_ctx2, dump, name);
-	pd_flux_reduce(m, m->proj, (size_t)(S * D));
+	pd_dit_shard_reduce(&m->dit, m->proj, (size_t)(S * D));
 	PD_FLUX_DUMP(p, "ff", m->proj + T * D, D, L, D, L, D);
 	PD_FLUX_DUMP(p, "ff_context", m->proj, D, T, D, T, D);
 	be->ops->gated_add(be, m->x + T * D, D, m->proj + T * D, D, L, D, mi.gate_mlp);
@@ -813,7 +798,7 @@ static void pd_flux_single_block(struct pd_flux *m, int i, int64_t T, int64_t L,
 	/* proj_out(cat(attn, mlp)) = attention part + MLP part */
 	be->ops->linear(be, b->proj_attn, m->attn, A, S, m->proj, D, 0);
 	be->ops->linear(be, b->proj_mlp, m->wide, M, S, m->proj, D, PD_LIN_ACCUMULATE);
-	pd_flux_reduce(m, m->proj, (size_t)(S * D));
+	pd_dit_shard_reduce(&m->dit, m->proj, (size_t)(S * D));
 	be->ops->gated_add(be, m->x, D, m->proj, D, S, D, gate);
 	PD_FLUX_DUMP(p, "out.encoder_hidden_states", m->x, D, T, D, T, D);
 	PD_FLUX_DUMP(p, "out.hidden_states", m->x + T * D, D, L, D, L, D);

@@ -492,21 +492,6 @@ static void pd_wan_time(struct pd_wan *m, const struct pd_dit_call *in, const st
 	pd_wan_dump(m, dump, "emb.timestep_proj", tproj, 6 * D, 1, 6 * D);
 }
 
-/* A hook's failure becomes the backend's sticky error, so the block-boundary
- * checks see it like any other. */
-static void pd_wan_hook_result(struct pd_wan *m, int rc)
-{
-	if (rc)
-		pd_backend_fail(m->be, "%s", pd_last_error());
-}
-
-/* Sums a row-parallel layer's partial results over the shards. */
-static void pd_wan_reduce(struct pd_wan *m, float *buf, size_t n)
-{
-	if (m->dit.shard.count > 1 && !m->be->failed)
-		pd_wan_hook_result(m, m->dit.hooks.reduce(m->dit.hooks.shard_ctx, buf, n));
-}
-
 /* RMSNorm across heads (TW:113-116) of A [na, W] with WA and, when NB > 0,
  * of B [nb, W] with WB, in place. Split over shards, each row's sum of
  * squares is added over them first (one all-reduce for both). */
@@ -525,7 +510,7 @@ static void pd_wan_norm_heads(struct pd_wan *m, float *a, int64_t na, const floa
 	be->ops->row_sumsq(be, m->sq, a, W, na, W);
 	if (nb > 0)
 		be->ops->row_sumsq(be, m->sq + na, b, W, nb, W);
-	pd_wan_reduce(m, m->sq, (size_t)(na + (nb > 0 ? nb : 0)));
+	pd_dit_shard_reduce(&m->dit, m->sq, (size_t)(na + (nb > 0 ? nb : 0)));
 	be->ops->rms_apply(be, a, W, na, W, m->sq, D, wa, m->cfg.eps);
 	if (nb > 0)
 		be->ops->rms_apply(be, b, W, nb, W, m->sq + na, D, wb, m->cfg.eps);
@@ -562,13 +547,13 @@ static void pd_wan_block(struct pd_wan *m, const struct pd_dit_call *call, int i
 	if (m->dit.hooks.attention) {
 		/* this rank's image rows against the whole video (sequence parallel) */
 		if (!be->failed)
-			pd_wan_hook_result(m, m->dit.hooks.attention(m->dit.hooks.attention_ctx, be, call, i, m->attn, W,
+			pd_dit_hook_result(&m->dit, m->dit.hooks.attention(m->dit.hooks.attention_ctx, be, call, i, m->attn, W,
 								     m->q, m->k, m->v, W, L, (int)H, (int)Dh));
 	} else {
 		be->ops->attention(be, m->attn, W, NULL, m->q, W, m->k, W, m->v, W, L, L, (int)H, (int)Dh, sc);
 	}
 	be->ops->linear(be, b->o, m->attn, W, L, m->proj, D, 0);
-	pd_wan_reduce(m, m->proj, (size_t)(L * D));
+	pd_dit_shard_reduce(&m->dit, m->proj, (size_t)(L * D));
 	be->ops->gated_add(be, m->x, D, m->proj, D, L, D, gate);
 	/* cross-attention to every text row, the zero-padded ones too (TW:487-492) */
 	be->ops->layernorm(be, m->nx, D, m->x, D, L, D, b->norm2_w, b->norm2_b, m->cfg.eps);
@@ -584,7 +569,7 @@ static void pd_wan_block(struct pd_wan *m, const struct pd_dit_call *call, int i
 			be->ops->linear(be, b->co, m->attn, W, L, m->x, D, PD_LIN_ACCUMULATE);
 		} else {
 			be->ops->linear(be, b->co, m->attn, W, L, m->proj, D, 0);
-			pd_wan_reduce(m, m->proj, (size_t)(L * D));
+			pd_dit_shard_reduce(&m->dit, m->proj, (size_t)(L * D));
 			be->ops->add(be, m->x, m->x, m->proj, (size_t)(L * D));
 		}
 	}
@@ -592,7 +577,7 @@ static void pd_wan_block(struct pd_wan *m, const struct pd_dit_call *call, int i
 	be->ops->layernorm_mod(be, m->nx, D, m->x, D, L, D, c_scale, c_shift, m->cfg.eps);
 	be->ops->linear(be, b->ff1, m->nx, D, L, m->wide, F, PD_LIN_GELU_TANH);
 	be->ops->linear(be, b->ff2, m->wide, F, L, m->proj, D, 0);
-	pd_wan_reduce(m, m->proj, (size_t)(L * D));
+	pd_dit_shard_reduce(&m->dit, m->proj, (size_t)(L * D));
 	be->ops->gated_add(be, m->x, D, m->proj, D, L, D, c_gate);
 	/* the name pdit check compares blocks by (diffusers': block.i.out) */
 	snprintf(name, sizeof(name), "block.%d.out.hidden_states", i);

@@ -185,28 +185,48 @@ float *pd_loader_host_tensor(struct pd_loader *ld, const char *name, int ndim, c
 	return h;
 }
 
-float *pd_loader_vector(struct pd_loader *ld, int64_t n, const char *fmt, ...)
+static float *pd_loader_vector_v(struct pd_loader *ld, int64_t total, int64_t off, int64_t n, const char *fmt,
+				 va_list ap)
 {
 	char name[300];
 	float *host, *dev = NULL;
-	va_list ap;
 
 	if (ld->failed)
 		return NULL;
-	va_start(ap, fmt);
 	vsnprintf(name, sizeof(name), fmt, ap);
-	va_end(ap);
-	host = pd_loader_host(ld, name, 1, &n, NULL);
+	host = pd_loader_host(ld, name, 1, &total, NULL);
 	if (host) {
 		dev = pd_backend_alloc(ld->be, (size_t)n, name);
 		if (dev)
-			ld->be->ops->upload(ld->be, dev, host, (size_t)n);
+			ld->be->ops->upload(ld->be, dev, host + off, (size_t)n);
 		else
 			pd_backend_check(ld->be);
 		free(host);
 	}
 	if (!dev)
 		ld->failed = 1;
+	return dev;
+}
+
+float *pd_loader_vector(struct pd_loader *ld, int64_t n, const char *fmt, ...)
+{
+	va_list ap;
+	float *dev;
+
+	va_start(ap, fmt);
+	dev = pd_loader_vector_v(ld, n, 0, n, fmt, ap);
+	va_end(ap);
+	return dev;
+}
+
+float *pd_loader_vector_part(struct pd_loader *ld, int64_t total, int64_t off, int64_t n, const char *fmt, ...)
+{
+	va_list ap;
+	float *dev;
+
+	va_start(ap, fmt);
+	dev = pd_loader_vector_v(ld, total, off, n, fmt, ap);
+	va_end(ap);
 	return dev;
 }
 

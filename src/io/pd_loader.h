@@ -36,6 +36,10 @@ float *pd_loader_host_tensor(struct pd_loader *ld, const char *name, int ndim, c
 /* A 1-D tensor NAME [n] into backend memory. */
 float *pd_loader_vector(struct pd_loader *ld, int64_t n, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* Values [off, off + n) of the 1-D tensor NAME [total] into backend memory
+ * (a tensor-parallel shard's part of a norm's weights). */
+float *pd_loader_vector_part(struct pd_loader *ld, int64_t total, int64_t off, int64_t n, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
 /* Rows IDS[0..n) of the table NAME [rows, cols] (an embedding lookup)
  * into host DST [n, cols]; an id outside the table is an error naming it. */
 int pd_loader_rows(struct pd_loader *ld, const char *name, int64_t rows, int64_t cols, const int64_t *ids, int n,

@@ -8,10 +8,15 @@
  *   ... run with &dump ...
  *   worst = pd_test_compare(file, "x", mine, n, st, "ref.x", tol, worst);
  *   pd_test_store_clear(&s);
+ *
+ *   int n;
+ *   char **files = pd_test_files(dir, "forward-", &n);   // sorted paths
+ *   pd_test_files_free(files, n);
  */
 #ifndef PD_TEST_ST_H
 #define PD_TEST_ST_H
 
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +24,39 @@
 #include "pd_test.h"
 
 #define PD_TEST_STORE_MAX 64
+
+/* The paths DIR/NAME of the files whose names start with PREFIX, in name
+ * order (*N of them; NULL and 0 when DIR cannot be read). */
+static inline char **pd_test_files(const char *dir, const char *prefix, int *n)
+{
+	struct dirent **list;
+	char **out;
+	int nl = scandir(dir, &list, NULL, alphasort), k = 0;
+
+	*n = 0;
+	if (nl < 0)
+		return NULL;
+	out = calloc((size_t)nl + 1, sizeof(char *));
+	for (int i = 0; i < nl; i++) {
+		if (out && strncmp(list[i]->d_name, prefix, strlen(prefix)) == 0) {
+			size_t len = strlen(dir) + strlen(list[i]->d_name) + 2;
+
+			if ((out[k] = malloc(len)))
+				snprintf(out[k++], len, "%s/%s", dir, list[i]->d_name);
+		}
+		free(list[i]);
+	}
+	free(list);
+	*n = k;
+	return out;
+}
+
+static inline void pd_test_files_free(char **files, int n)
+{
+	for (int i = 0; i < n; i++)
+		free(files[i]);
+	free(files);
+}
 
 struct pd_test_store {
 	int n;                          /* tensors kept */

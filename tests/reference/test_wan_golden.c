@@ -19,7 +19,6 @@
 #include "pd_util.h"
 #include "pd_wan.h"
 
-#include <dirent.h>
 #include <string.h>
 
 static double tol = 1e-5, worst;
@@ -108,13 +107,13 @@ static void one_file(const char *path, struct pd_dit *d, const struct pd_wan_con
 int main(int argc, char **argv)
 {
 	const char *dir = argc > 1 ? argv[1] : "tests/golden/wan-tiny";
-	int bf16 = argc > 2 && strcmp(argv[2], "bf16") == 0, files = 0;
+	int bf16 = argc > 2 && strcmp(argv[2], "bf16") == 0;
 	char *tr = pd_strfmt("%s/model/transformer", dir);
 	struct pd_backend *be;
 	struct pd_dit *d;
 	struct pd_wan_config c;
-	struct dirent **list;
-	int nl;
+	char **paths;
+	int nf;
 
 	if (bf16)
 		tol = 2e-2;
@@ -123,20 +122,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "setup: %s\n", pd_last_error());
 		return 1;
 	}
-	nl = scandir(dir, &list, NULL, alphasort);
-	for (int i = 0; i < nl; i++) {
-		if (strncmp(list[i]->d_name, "forward-", 8) == 0) {
-			char *path = pd_strfmt("%s/%s", dir, list[i]->d_name);
-
-			one_file(path, d, &c);
-			free(path);
-			files++;
-		}
-		free(list[i]);
-	}
-	free(list);
-	PD_CHECK(files == 4, "%d forward files", files);
-	printf("%d forward files, %s, worst max|diff|/max|ref| %.2e (limit %g)\n", files, bf16 ? "bf16" : "f32", worst,
+	paths = pd_test_files(dir, "forward-", &nf);
+	for (int i = 0; i < nf; i++)
+		one_file(paths[i], d, &c);
+	pd_test_files_free(paths, nf);
+	PD_CHECK(nf == 4, "%d forward files", nf);
+	printf("%d forward files, %s, worst max|diff|/max|ref| %.2e (limit %g)\n", nf, bf16 ? "bf16" : "f32", worst,
 	       tol);
 	pd_dit_free(d);
 	pd_backend_free(be);

@@ -20,7 +20,6 @@
 #include "pd_util.h"
 #include "pd_wan_vae.h"
 
-#include <dirent.h>
 #include <string.h>
 
 static double tol = 1e-5, worst;
@@ -120,12 +119,12 @@ static void one_file(const char *path, struct pd_wan_vae *v)
 int main(int argc, char **argv)
 {
 	const char *dir = argc > 1 ? argv[1] : "tests/golden/wan-tiny";
-	int bf16 = argc > 2 && strcmp(argv[2], "bf16") == 0, files = 0;
+	int bf16 = argc > 2 && strcmp(argv[2], "bf16") == 0;
 	char *vdir = pd_strfmt("%s/model/vae", dir);
 	struct pd_backend *be;
 	struct pd_wan_vae *v;
-	struct dirent **list;
-	int nl;
+	char **paths;
+	int nf;
 
 	if (bf16)
 		tol = 2e-2;
@@ -133,20 +132,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "setup: %s\n", pd_last_error());
 		return 1;
 	}
-	nl = scandir(dir, &list, NULL, alphasort);
-	for (int i = 0; i < nl; i++) {
-		if (strncmp(list[i]->d_name, "vae-decode-", 11) == 0) {
-			char *path = pd_strfmt("%s/%s", dir, list[i]->d_name);
-
-			one_file(path, v);
-			free(path);
-			files++;
-		}
-		free(list[i]);
-	}
-	free(list);
-	PD_CHECK(files == 3, "%d VAE files", files);
-	printf("%d VAE files, %s, worst max|diff|/max|ref| %.2e (limit %g)\n", files, bf16 ? "bf16" : "f32", worst, tol);
+	paths = pd_test_files(dir, "vae-decode-", &nf);
+	for (int i = 0; i < nf; i++)
+		one_file(paths[i], v);
+	pd_test_files_free(paths, nf);
+	PD_CHECK(nf == 3, "%d VAE files", nf);
+	printf("%d VAE files, %s, worst max|diff|/max|ref| %.2e (limit %g)\n", nf, bf16 ? "bf16" : "f32", worst, tol);
 	pd_wan_vae_free(v);
 	pd_backend_free(be);
 	free(vdir);

@@ -221,19 +221,6 @@ static float *pd_wan_table(struct pd_loader *ld, const char *name, int64_t rows,
 	return d;
 }
 
-/* Values [off, off + n) of the vector NAME [total] into backend memory. */
-static float *pd_wan_vector_part(struct pd_loader *ld, int64_t total, int64_t off, int64_t n, const char *name)
-{
-	float *h = pd_loader_host_tensor(ld, name, 1, &total), *d = NULL;
-
-	if (h && (d = pd_backend_alloc(ld->be, (size_t)n, name)))
-		ld->be->ops->upload(ld->be, d, h + off, (size_t)n);
-	if (h && !d)
-		ld->failed = 1;
-	free(h);
-	return d;
-}
-
 static int pd_wan_config_at(const char *path, const char *config, struct pd_wan_config *c)
 {
 	struct pd_config j;
@@ -387,18 +374,14 @@ int pd_wan_load_dit(struct pd_dit **out, const char *path, const char *config, s
 		b->k = pd_loader_linear_slice(&ld, D, D, &col, "blocks.%d.attn1.to_k", i);
 		b->v = pd_loader_linear_slice(&ld, D, D, &col, "blocks.%d.attn1.to_v", i);
 		b->o = pd_loader_linear_slice(&ld, D, D, &row, "blocks.%d.attn1.to_out.0", i);
-		snprintf(name, sizeof(name), "blocks.%d.attn1.norm_q.weight", i);
-		b->norm_q = pd_wan_vector_part(&ld, D, r * W, W, name);
-		snprintf(name, sizeof(name), "blocks.%d.attn1.norm_k.weight", i);
-		b->norm_k = pd_wan_vector_part(&ld, D, r * W, W, name);
+		b->norm_q = pd_loader_vector_part(&ld, D, r * W, W, "blocks.%d.attn1.norm_q.weight", i);
+		b->norm_k = pd_loader_vector_part(&ld, D, r * W, W, "blocks.%d.attn1.norm_k.weight", i);
 		b->cq = pd_loader_linear_slice(&ld, D, D, &col, "blocks.%d.attn2.to_q", i);
 		b->ck = pd_loader_linear_slice(&ld, D, D, &col, "blocks.%d.attn2.to_k", i);
 		b->cv = pd_loader_linear_slice(&ld, D, D, &col, "blocks.%d.attn2.to_v", i);
 		b->co = pd_loader_linear_slice(&ld, D, D, &row, "blocks.%d.attn2.to_out.0", i);
-		snprintf(name, sizeof(name), "blocks.%d.attn2.norm_q.weight", i);
-		b->cnorm_q = pd_wan_vector_part(&ld, D, r * W, W, name);
-		snprintf(name, sizeof(name), "blocks.%d.attn2.norm_k.weight", i);
-		b->cnorm_k = pd_wan_vector_part(&ld, D, r * W, W, name);
+		b->cnorm_q = pd_loader_vector_part(&ld, D, r * W, W, "blocks.%d.attn2.norm_q.weight", i);
+		b->cnorm_k = pd_loader_vector_part(&ld, D, r * W, W, "blocks.%d.attn2.norm_k.weight", i);
 		b->norm2_w = pd_loader_vector(&ld, D, "blocks.%d.norm2.weight", i);
 		b->norm2_b = pd_loader_vector(&ld, D, "blocks.%d.norm2.bias", i);
 		b->ff1 = pd_loader_linear_slice(&ld, F, D, &ff1, "blocks.%d.ffn.net.0.proj", i);

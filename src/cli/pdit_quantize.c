@@ -36,7 +36,11 @@ static const char pd_quantize_usage[] =
 	"                      output layers (img_in, txt_in, time_in, vector_in,\n"
 	"                      guidance_in, final_layer); other tensors F16, BF16 from a\n"
 	"                      BF16 file, 1-D and small ones F32; a model.diffusion_model.\n"
-	"                      prefix is dropped\n"
+	"                      prefix is dropped. Wan2.1 as city96's wan2.1-*-Q8_0.gguf:\n"
+	"                      patch, text and time embeddings and head kept, modulation\n"
+	"                      tables and the 5-D patch weight F32, ffn.2 in Q4_1/Q5_1 for\n"
+	"                      q4_0/q5_0 (q4_k writes Q4_K throughout: the Q5_K layers of\n"
+	"                      ComfyUI's Q4_K_S are not written)\n"
 	"  fp8, f8_e5m2        safetensors with 2-D weights in F8_E4M3 (fp8) or F8_E5M2,\n"
 	"                      rounded to nearest, saturated; the rest BF16";
 
@@ -44,6 +48,7 @@ static const char pd_quantize_examples[] =
 	"  pdit quantize flux1-dev.safetensors flux1-dev-Q8_0.gguf --type q8_0\n"
 	"  pdit quantize flux1-dev.safetensors flux1-dev-fp8.safetensors --type fp8\n"
 	"  pdit quantize flux1-dev-Q8_0.gguf flux1-dev-dequant.safetensors --type bf16\n"
+	"  pdit quantize wan2.1_t2v_1.3B_bf16.safetensors wan2.1-t2v-1.3b-Q8_0.gguf --type q8_0\n"
 	"  pdit inspect flux1-dev-Q8_0.gguf\n";
 
 /* Progress of a long conversion (FLUX.1-dev to Q4_K takes minutes). */
@@ -137,10 +142,13 @@ static const struct pd_qz_type {
 };
 
 /* The input and output layers ComfyUI-GGUF's llama-quantize never
- * quantizes (lcpp.patch), under BFL's names and diffusers'. */
+ * quantizes (lcpp.patch), FLUX's under BFL's names and diffusers', then
+ * Wan's under the original names and diffusers'. */
 static const char *const pd_qz_keep[] = { "txt_in.", "img_in.", "time_in.", "vector_in.", "guidance_in.",
 					  "final_layer.", "x_embedder.", "context_embedder.", "time_text_embed.",
-					  "norm_out.", "proj_out.", NULL };
+					  "norm_out.", "proj_out.",
+					  "patch_embedding.", "text_embedding.", "time_embedding.", "time_projection.",
+					  "img_emb.", "head.", "condition_embedder.", NULL };
 
 static int pd_ends_with(const char *s, const char *suffix)
 {
@@ -160,12 +168,16 @@ static int pd_qz_is_weight(const struct pd_st_tensor *t, const char *name)
  * F32) in *VIA, then llama-quantize's in *OUT: TARGET for 2-D weights
  * outside the kept layers whose rows are whole blocks, F16 for K-types
  * whose rows are not (lcpp.patch), else *VIA. */
-static void pd_qz_gguf_type(const struct pd_st_tensor *t, const char *name, enum pd_qtype target,
+static void pd_qz_gguf_type(const struct pd_st_tensor *t, const char *name, int wan, enum pd_qtype target,
 			    enum pd_qtype *via, enum pd_qtype *out)
 {
 	const struct pd_qtype_info *q = pd_quant_info(target);
 
-	if (t->ndim <= 1 || t->numel <= 1024)
+	/* F32 too: Wan's modulation tables (convert.py's keys_hiprec, also
+	 * under diffusers' name) and tensors of 5 dimensions (Conv3d weights,
+	 * which fix_5d_tensors.py adds back as F32) */
+	if (t->ndim <= 1 || t->numel <= 1024 || t->ndim > 4 ||
+	    (wan && (strstr(name, ".modulation") || strstr(name, "scale_shift_table"))))
 		*via = PD_Q_F32;
 	else
 		*via = t->dtype == PD_BF16 && !t->q ? PD_Q_BF16 : PD_Q_F16;
@@ -175,6 +187,9 @@ static void pd_qz_gguf_type(const struct pd_st_tensor *t, const char *name, enum
 	for (const char *const *k = pd_qz_keep; *k; k++)
 		if (strncmp(name, *k, strlen(*k)) == 0)
 			return;
+	/* lcpp.patch's rule for an FFN's second layer (Wan's original name) */
+	if (wan && strstr(name, ".ffn.2.weight") && (target == PD_Q_Q4_0 || target == PD_Q_Q5_0))
+		target = target == PD_Q_Q4_0 ? PD_Q_Q4_1 : PD_Q_Q5_1;
 	if (t->shape[1] % q->block_size == 0)
 		*out = target;
 	else if (q->block_size == 256)
@@ -196,7 +211,7 @@ int pd_cmd_quantize(int argc, char **argv)
 	struct pd_st_writer *w = NULL;
 	struct pd_gguf_writer *gw = NULL;
 	struct pd_qz_fill *fills = NULL;
-	int n_pos, hr, rc = 1, written = 0, flux = 0, quantized = 0;
+	int n_pos, hr, rc = 1, written = 0, flux = 0, wan = 0, quantized = 0;
 
 	hr = pd_args_parse("quantize", opts, argc, argv, 2, pos, 2, &n_pos);
 	if (hr == 1) {
@@ -239,8 +254,10 @@ int pd_cmd_quantize(int argc, char **argv)
 
 		n += strncmp(n, prefix, sizeof(prefix) - 1) == 0 ? sizeof(prefix) - 1 : 0;
 		flux |= strncmp(n, "double_blocks.", 14) == 0 || strncmp(n, "transformer_blocks.", 19) == 0;
+		wan |= strcmp(n, "head.modulation") == 0 || strncmp(n, "condition_embedder.", 19) == 0;
 	}
 	if (gw && ((flux && pd_gguf_writer_str(gw, "general.architecture", "flux")) ||
+		   (wan && pd_gguf_writer_str(gw, "general.architecture", "wan")) ||
 		   pd_gguf_writer_u32(gw, "general.quantization_version", 2) ||
 		   pd_gguf_writer_u32(gw, "general.file_type", ty->file_type)))
 		goto out;
@@ -264,7 +281,7 @@ int pd_cmd_quantize(int argc, char **argv)
 			int64_t one = 1;
 
 			name += strncmp(name, prefix, sizeof(prefix) - 1) == 0 ? sizeof(prefix) - 1 : 0;
-			pd_qz_gguf_type(t, name, ty->q, &f->via, &f->q);
+			pd_qz_gguf_type(t, name, wan, ty->q, &f->via, &f->q);
 			quantized += f->q == ty->q;
 			if (pd_gguf_writer_add(gw, name, (int)f->q, t->ndim ? t->ndim : 1, t->ndim ? t->shape : &one,
 					       pd_qz_fill_q, f))

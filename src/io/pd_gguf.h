@@ -23,7 +23,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PD_GGUF_MAX_DIMS 4
+/* ggml's own files stop at 4 (GGML_MAX_DIMS); city96's fix_5d_tensors.py
+ * adds Wan's and HunyuanVideo's Conv3d weights with 5, as F32 */
+#define PD_GGUF_MAX_DIMS 5
 /* stable-diffusion.cpp's ggml names up to 159 bytes (GGML_MAX_NAME 160) */
 #define PD_GGUF_MAX_NAME 4096
 

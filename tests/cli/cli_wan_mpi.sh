@@ -6,7 +6,8 @@
 # parallel over two prompts, First Block Cache under Ulysses, DistriFusion
 # with every step warm, tensor parallel 2 (and x ring 2), PipeFusion 2 with
 # every step warm (alone, x Ulysses 2, x tensor parallel 2, with First
-# Block Cache); PipeFusion with patches near it; pdit check says PASS for
+# Block Cache), a Q8_0 GGUF under tensor parallel 2 and Ulysses 2 x
+# PipeFusion 2; PipeFusion with patches near it; pdit check says PASS for
 # ring, data-parallel, tensor-parallel and PipeFusion meshes; the video
 # decoded in 2 row bands gives one process's frames.
 # usage: cli_wan_mpi.sh PDIT ST_COMPARE WAN_TINY_DIR MPIRUN...
@@ -54,6 +55,15 @@ mesh "PipeFusion 2 x Ulysses 2, every step warm" one 4 "${one[@]}" --pipefusion-
 mesh "PipeFusion 2 x tensor parallel 2, every step warm" one 4 "${one[@]}" --pipefusion-degree 2 \
 	--tensor-parallel-degree 2 --warmup-steps 3
 mesh "First Block Cache, PipeFusion 2" fbc 2 "${fbc[@]}" --pipefusion-degree 2 --warmup-steps 10
+# a Q8_0 GGUF of the transformer (diffusers' names): the shards keep their
+# rows and columns of blocks
+"$pdit" quantize "$m/transformer/diffusion_pytorch_model.safetensors" "$tmp/q8.gguf" --type q8_0 2> /dev/null ||
+	bad "quantize q8_0"
+q8=("${one[@]}" --diffusion-model "$tmp/q8.gguf" --config "$m/transformer/config.json")
+"$pdit" generate "${q8[@]}" -o "$tmp/q8.mp4" --out-latents "$tmp/q8.safetensors" || bad "one process, Q8_0"
+mesh "Q8_0, tensor parallel 2" q8 2 "${q8[@]}" --tensor-parallel-degree 2
+mesh "Q8_0, Ulysses 2 x PipeFusion 2, every step warm" q8 4 "${q8[@]}" --ulysses-degree 2 --pipefusion-degree 2 \
+	--warmup-steps 3
 
 # PipeFusion's patches after the warm-up attend to a step-old video: near
 # one process, not equal (the tiny model: about 3e-2)

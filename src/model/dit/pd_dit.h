@@ -233,6 +233,8 @@ struct pd_vae_cost {
 	int exchanges;                  /* a band's exchanges with its neighbours (halo rows, gathers) */
 };
 
+struct pd_st;
+
 struct pd_dit_family {
 	const char *name;               /* "flux" */
 	int latents_unpacked;           /* its pipeline's latents are [B, C, F, h, w] (Wan), not the
@@ -243,6 +245,11 @@ struct pd_dit_family {
 	 * config or its tensors' shapes, without loading weights; CONFIG (may
 	 * be NULL) a config.json for a single file that carries none */
 	int (*probe)(const char *path, const char *config, struct pd_dit_info *info);
+	/* how a transformer is recognised without loading it: the classes
+	 * its config.json may name (NULL-terminated), and whether a single
+	 * file ST without a config holds one (NULL: the family tried last) */
+	const char *const *classes;
+	int (*file_is)(const struct pd_st *st);
 	/* this process's SHARD of it (NULL: all of it) */
 	int (*load)(struct pd_dit **out, const char *path, const char *config, struct pd_backend *be,
 		    const struct pd_dit_shard *shard);

@@ -4,6 +4,7 @@
  */
 #include "pd_families.h"
 #include "pd_config.h"
+#include "pd_safetensors.h"
 #include "pd_flux.h"
 #include "pd_wan.h"
 #include "pd_util.h"
@@ -34,17 +35,35 @@ static void pd_family_class(const char *path, const char *config, char *cls, siz
 
 int pd_family_find(const char *path, const char *config, const struct pd_dit_family **fam, struct pd_dit_info *info)
 {
+	size_t n = sizeof(pd_families) / sizeof(pd_families[0]);
+	const struct pd_dit_family *fallback = NULL;
 	char cls[128];
 
-	/* the config's class decides; without one (single files) FLUX is
-	 * tried first, and its message is the one given */
+	/* the config's class decides; a single file without one, its tensor
+	 * names; else the family without a recogniser (FLUX: its loader infers
+	 * a config from the shapes), whose message is the one given */
+	*fam = NULL;
 	pd_family_class(path, config, cls, sizeof(cls));
-	if (strcmp(cls, "WanTransformer3DModel") == 0) {
-		*fam = &pd_wan_family;
-		return pd_wan_family.probe(path, config, info);
+	for (size_t i = 0; i < n && !*fam && cls[0]; i++)
+		for (const char *const *c = pd_families[i]->classes; c && *c; c++)
+			if (strcmp(cls, *c) == 0)
+				*fam = pd_families[i];
+	if (!*fam && !cls[0] && !config && !pd_is_dir(path)) {
+		struct pd_st *st = NULL;
+
+		if (pd_st_open(&st, path))
+			return -1;
+		for (size_t i = 0; i < n && !*fam; i++)
+			if (pd_families[i]->file_is && pd_families[i]->file_is(st))
+				*fam = pd_families[i];
+		pd_st_close(st);
 	}
-	*fam = &pd_flux_family;
-	return pd_flux_family.probe(path, config, info);
+	for (size_t i = 0; i < n && !fallback; i++)
+		if (!pd_families[i]->file_is)
+			fallback = pd_families[i];
+	if (!*fam)
+		*fam = fallback;
+	return (*fam)->probe(path, config, info);
 }
 
 const struct pd_dit_family *pd_family_named(const char *name)

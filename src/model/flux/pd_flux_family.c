@@ -136,10 +136,13 @@ static int pd_flux_default_max_seq(const struct pd_dit_info *info)
 	return pd_flux_prompt_default_length(info ? info->guidance : 1);
 }
 
+static const char *const pd_flux_classes[] = { "FluxTransformer2DModel", NULL };
+
 const struct pd_dit_family pd_flux_family = {
 	.name = "flux",
 	.timestep_div = 1000.0f,
 	.probe = pd_flux_probe,
+	.classes = pd_flux_classes,
 	.load = pd_flux_load_dit,
 	.latent_shape = pd_flux_latent_shape,
 	.pack = pd_flux_pack,

@@ -66,7 +66,46 @@ static int pd_wan_int3(const struct pd_config *c, const char *key, int *out)
 	return 0;
 }
 
-int pd_wan_config_parse(struct pd_wan_config *c, const struct pd_config *cfg)
+/* WanModel's config.json (the original layout of Wan-AI's repositories):
+ * other keys for the same sizes, heads of 128 implied by dim / num_heads. */
+static int pd_wan_config_original(struct pd_wan_config *c, const struct pd_config *cfg)
+{
+	int64_t v;
+	double d;
+	const char *s = NULL;
+
+	memset(c, 0, sizeof(*c));
+#define GETI(key, def, lo, hi, field) \
+	do { \
+		if (pd_config_int(cfg, key, def < 0, def, lo, hi, &v)) \
+			return -1; \
+		c->field = (int)v; \
+	} while (0)
+	GETI("dim", 2048, 6, 1 << 20, dim);
+	GETI("num_heads", 16, 1, 1024, heads);
+	GETI("in_dim", 16, 1, 4096, in_channels);
+	GETI("out_dim", 16, 1, 4096, out_channels);
+	GETI("ffn_dim", 8192, 1, 1 << 20, ffn_dim);
+	GETI("num_layers", 32, 0, PD_DIT_MAX_BLOCKS, layers);
+	GETI("text_dim", 4096, 1, 1 << 16, text_dim);
+	GETI("freq_dim", 256, 2, 1 << 16, freq_dim);
+#undef GETI
+	if (pd_config_string(cfg, "model_type", 0, "t2v", &s) || strcmp(s, "t2v") != 0)
+		return pd_errorf("%s: model_type \"%s\"; pdit runs Wan2.1 text-to-video (t2v)", cfg->path, s ? s : "?");
+	if (pd_config_double(cfg, "eps", 0, 1e-6, &d))
+		return -1;
+	c->eps = (float)d;
+	if (pd_wan_int3(cfg, "patch_size", c->patch))
+		return -1;
+	if (c->dim % c->heads)
+		return pd_errorf("%s: dim %d is not a multiple of num_heads %d", cfg->path, c->dim, c->heads);
+	c->head_dim = c->dim / c->heads;
+	c->rope_max = 1024;
+	return 0;
+}
+
+/* A diffusers WanTransformer3DModel config. */
+static int pd_wan_config_diffusers(struct pd_wan_config *c, const struct pd_config *cfg)
 {
 	int64_t v;
 	double d;
@@ -94,16 +133,6 @@ int pd_wan_config_parse(struct pd_wan_config *c, const struct pd_config *cfg)
 	c->eps = (float)d;
 	if (pd_wan_int3(cfg, "patch_size", c->patch))
 		return -1;
-	/* the pipeline side packs (1, 2, 2) patches and steps predictions in
-	 * the latents' shape */
-	if (c->patch[0] != 1 || c->patch[1] != 2 || c->patch[2] != 2)
-		return pd_errorf("%s: patch_size [%d, %d, %d] is not Wan2.1's [1, 2, 2]", cfg->path, c->patch[0], c->patch[1],
-				 c->patch[2]);
-	if (c->out_channels != c->in_channels)
-		return pd_errorf("%s: out_channels %d differs from in_channels %d (a prediction has the latents' shape)",
-				 cfg->path, c->out_channels, c->in_channels);
-	if (c->freq_dim % 2)
-		return pd_errorf("%s: freq_dim %d is odd", cfg->path, c->freq_dim);
 	/* image-to-video and Wan2.2's variants are not this model */
 	if (pd_config_has(cfg, "image_dim") || pd_config_has(cfg, "added_kv_proj_dim"))
 		return pd_errorf("%s: image_dim is set (image-to-video); pdit runs Wan2.1 text-to-video", cfg->path);
@@ -111,13 +140,48 @@ int pd_wan_config_parse(struct pd_wan_config *c, const struct pd_config *cfg)
 		return pd_errorf("%s: qk_norm \"%s\" is not supported (Wan2.1 uses rms_norm_across_heads)", cfg->path,
 				 s ? s : "?");
 	c->dim = c->heads * c->head_dim;
+	return 0;
+}
+
+int pd_wan_config_check(struct pd_wan_config *c, const char *path)
+{
+	/* the pipeline side packs (1, 2, 2) patches and steps predictions in
+	 * the latents' shape */
+	if (c->patch[0] != 1 || c->patch[1] != 2 || c->patch[2] != 2)
+		return pd_errorf("%s: patch_size [%d, %d, %d] is not Wan2.1's [1, 2, 2]", path, c->patch[0], c->patch[1],
+				 c->patch[2]);
+	if (c->out_channels != c->in_channels)
+		return pd_errorf("%s: out_channels %d differs from in_channels %d (a prediction has the latents' shape)",
+				 path, c->out_channels, c->in_channels);
+	if (c->freq_dim % 2)
+		return pd_errorf("%s: freq_dim %d is odd", path, c->freq_dim);
 	/* TW:360-365: h and w take 2 (Dh / 6) channels each, t the rest */
 	c->axes[1] = c->axes[2] = 2 * (c->head_dim / 6);
 	c->axes[0] = c->head_dim - 2 * c->axes[1];
-	if (c->head_dim % 2 || c->axes[0] % 2)
-		return pd_errorf("%s: attention_head_dim %d cannot be split into three even RoPE axes", cfg->path,
-				 c->head_dim);
+	if (c->head_dim < 6 || c->head_dim % 2 || c->axes[0] % 2)
+		return pd_errorf("%s: attention_head_dim %d cannot be split into three even RoPE axes", path, c->head_dim);
 	return 0;
+}
+
+int pd_wan_config_json(struct pd_wan_config *c, const struct pd_config *cfg)
+{
+	const char *cls = NULL;
+
+	/* every transformer config would parse (all keys have defaults): the
+	 * class must say Wan */
+	if (pd_config_string(cfg, "_class_name", 0, "", &cls))
+		return -1;
+	if (strcmp(cls, "WanModel") == 0) {
+		if (pd_wan_config_original(c, cfg))
+			return -1;
+	} else if (strcmp(cls, "WanTransformer3DModel") == 0) {
+		if (pd_wan_config_diffusers(c, cfg))
+			return -1;
+	} else {
+		return pd_errorf("%s: _class_name \"%s\" is neither WanTransformer3DModel (diffusers) nor WanModel "
+				 "(Wan-AI's layout)", cfg->path, cls);
+	}
+	return pd_wan_config_check(c, cfg->path);
 }
 
 int pd_wan_dit_info(const struct pd_wan_config *c, struct pd_dit_info *info)
@@ -221,24 +285,24 @@ static float *pd_wan_table(struct pd_loader *ld, const char *name, int64_t rows,
 	return d;
 }
 
+/* The config: CONFIG when given, else the folder's config.json, else a
+ * single file's metadata or shapes. */
 static int pd_wan_config_at(const char *path, const char *config, struct pd_wan_config *c)
 {
 	struct pd_config j;
+	struct pd_st *st = NULL;
 	int rc;
 
-	if (config ? pd_config_load(&j, config)
-		   : pd_is_dir(path) ? pd_config_load_in(&j, path, "config.json", "Wan transformer")
-				     : pd_errorf("%s: a single file needs --config FILE.json", path))
-		return -1;
-	rc = pd_wan_config_parse(c, &j);
-	if (!rc) {
-		/* every other transformer config parses too (all keys have
-		 * defaults): the class must say Wan */
-		const char *cls = NULL;
-
-		if (pd_config_string(&j, "_class_name", 0, "", &cls) || strcmp(cls, "WanTransformer3DModel") != 0)
-			rc = pd_errorf("%s: _class_name \"%s\" is not WanTransformer3DModel", j.path, cls ? cls : "?");
+	if (!config && !pd_is_dir(path)) {
+		if (pd_st_open(&st, path))
+			return -1;
+		rc = pd_wan_file_config(c, st);
+		pd_st_close(st);
+		return rc;
 	}
+	if (config ? pd_config_load(&j, config) : pd_config_load_in(&j, path, "config.json", "Wan transformer"))
+		return -1;
+	rc = pd_wan_config_json(c, &j);
 	pd_config_free(&j);
 	return rc;
 }
@@ -290,7 +354,7 @@ int pd_wan_load_dit(struct pd_dit **out, const char *path, const char *config, s
 	m->F = m->cfg.ffn_dim / sh->count;
 	m->dit.local_width = m->W;
 	m->dit.be = be;
-	if (pd_st_open_path(&st, path, "diffusion_pytorch_model"))
+	if (pd_wan_file_open(&st, path))
 		goto fail;
 	D = m->cfg.dim;
 	F = m->cfg.ffn_dim;

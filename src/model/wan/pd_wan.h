@@ -33,13 +33,30 @@ struct pd_wan_config {
 };
 
 struct pd_config;
-/* Checks a diffusers WanTransformer3DModel config. */
-int pd_wan_config_parse(struct pd_wan_config *c, const struct pd_config *cfg);
+struct pd_st;
+/* A config.json: diffusers' WanTransformer3DModel or Wan-AI's WanModel
+ * (the original layout's keys), checked. */
+int pd_wan_config_json(struct pd_wan_config *c, const struct pd_config *cfg);
+/* The checks every config passes (PATH names it in messages); fills the
+ * RoPE axes. */
+int pd_wan_config_check(struct pd_wan_config *c, const char *path);
+
+/* Files in the original layout (pd_wan_file.c). */
+/* 1: ST holds a Wan transformer under the original names (perhaps under a
+ * prefix), 0: under diffusers', -1: no Wan transformer. */
+int pd_wan_file_layout(const struct pd_st *st);
+/* The config of single file ST: its "config" metadata entry, else from
+ * the shapes of the original layout (heads of 128). */
+int pd_wan_file_config(struct pd_wan_config *c, const struct pd_st *st);
+/* The weights at PATH (a folder or one file) under diffusers' names: as
+ * they are, or a view renaming the original layout's. */
+int pd_wan_file_open(struct pd_st **out, const char *path);
 /* The sizes the outside sees (pd_dit.h). */
 int pd_wan_dit_info(const struct pd_wan_config *c, struct pd_dit_info *info);
 
-/* The transformer in folder or file PATH (CONFIG: its config.json when
- * PATH is a file without one). */
+/* The transformer in folder or file PATH, in diffusers' layout or the
+ * original (CONFIG: a config.json for a file; without it the file's
+ * metadata or shapes). */
 int pd_wan_load_dit(struct pd_dit **out, const char *path, const char *config, struct pd_backend *be,
 		    const struct pd_dit_shard *shard);
 /* The config of a Wan transformer at PATH without loading weights. */

@@ -189,11 +189,20 @@ out:
 	return rc;
 }
 
+static const char *const pd_wan_classes[] = { "WanTransformer3DModel", "WanModel", NULL };
+
+static int pd_wan_file_is(const struct pd_st *st)
+{
+	return pd_wan_file_layout(st) >= 0;
+}
+
 const struct pd_dit_family pd_wan_family = {
 	.name = "wan",
 	.timestep_div = 1.0f,
 	.latents_unpacked = 1,
 	.probe = pd_wan_family_probe,
+	.classes = pd_wan_classes,
+	.file_is = pd_wan_file_is,
 	.load = pd_wan_load_dit,
 	.latent_shape = pd_wan_latent_shape,
 	.pack = pd_wan_pack,

@@ -13,6 +13,8 @@ packages=(
 	libavformat-dev libavcodec-dev libswscale-dev  # MP4 output (H.264 through Debian's libx264)
 	ffmpeg                                         # the tests decode pdit's videos with it
 	libutf8proc-dev                                # Unicode tables for the CLIP tokenizer
+	libmicrohttpd-dev                              # pdit serve's HTTP server
+	curl                                           # the serve tests' first client
 	python3 python3-numpy python3-regex            # the independent NumPy references in the tests
 	python3-sentencepiece                          # the T5 tokenizer's reference in the tests
 )

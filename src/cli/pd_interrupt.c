@@ -89,6 +89,11 @@ void pd_cli_stopping(void)
 	pd_int_quiet = 1;
 }
 
+void pd_cli_signals_deferred(void)
+{
+	pd_int_deferred = 1;
+}
+
 int pd_cli_interrupted(void)
 {
 	return pd_int_signal != 0;

@@ -491,6 +491,7 @@ static void pd_usage(FILE *f)
 		"  encode     prompts -> CLIP and T5 embeddings (a file generate --embeds reads)\n"
 		"  check      run a mesh and one process on the same inputs and compare, block by block\n"
 		"  bench      time steps: seconds, GFLOP/s against the matmul rate, bytes sent, memory\n"
+		"  serve      keep the model loaded and answer HTTP (OpenAI images, A1111 txt2img) on any mesh\n"
 		"  plan       rank the meshes for N devices by predicted time; bytes and memory per process\n"
 		"  forward    one transformer call on golden-style inputs (tests, debugging)\n"
 		"  tiny       write a small random model folder to try pdit with\n"
@@ -526,6 +527,8 @@ int pd_dispatch(struct pd_comm *world, int argc, char **argv)
 		return pd_cmd_check(world, argc, argv);
 	if (strcmp(argv[1], "bench") == 0)
 		return pd_cmd_bench(world, argc, argv);
+	if (strcmp(argv[1], "serve") == 0)
+		return pd_cmd_serve(world, argc, argv);
 	if (strcmp(argv[1], "forward") == 0)
 		return pd_single_process(world, "forward") ? 1 : pd_cmd_forward(argc, argv);
 	if (strcmp(argv[1], "tiny") == 0)

@@ -37,6 +37,35 @@ int pd_dispatch(struct pd_comm *world, int argc, char **argv);
  * message. For the argument fuzzer. */
 int pd_cli_parse_only(int argc, char **argv);
 
+/* The first lines of a PNG's parameters: the prompt and the negative
+ * prompt, as other tools write them (malloc'd). */
+char *pd_cli_prompt_source(const char *prompt, const char *negative);
+/* The whole "parameters" text of picture SEED's PNG (malloc'd): SOURCE,
+ * then pdit's settings; pdit generate and pdit serve write the same. */
+char *pd_cli_parameters(const char *source, uint64_t seed, const struct pd_result *res, const char *model,
+			const char *dtype);
+
+/* pdit serve's own settings, parsed with the engine's options. */
+struct pd_cli_serve {
+	const char *listen;             /* HOST:PORT */
+	const char *api_key;            /* --api-key or PDIT_API_KEY, or NULL */
+	int queue;                      /* requests waiting besides the running one */
+	size_t body_max;                /* bytes of a request body */
+	int strict;                     /* unknown fields refused */
+	int io_timeout;                 /* seconds a silent connection lives */
+	int quiet;                      /* -q: errors only */
+	const char *model;              /* the model as the PNGs name it (generate's "model:") */
+	const char *dtype;              /* "f32" or "bf16" */
+};
+/* Parses pdit serve's arguments (generate's model and mesh options and
+ * serve's own): 0 go on, 1 help shown, -1 refused (message set). */
+int pd_cli_serve_parse(struct pd_comm *world, int argc, char **argv, struct pd_engine_options *o,
+		       struct pd_cli_serve *sv);
+int pd_cmd_serve(struct pd_comm *world, int argc, char **argv);
+/* Signals only set the flag (pd_cli_interrupted): a long-lived command
+ * stops at its own pace. */
+void pd_cli_signals_deferred(void);
+
 /* Ctrl-C, SIGTERM, SIGHUP (pd_interrupt.c): the temporaries being written
  * are removed, rank 0 says "interrupted", the process exits with 130. */
 void pd_cli_catch_signals(int rank, int size);

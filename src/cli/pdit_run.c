@@ -48,6 +48,9 @@ struct pd_gen_args {
 	float tolerance;
 	/* pdit bench */
 	int warmup, json, vae_time, batch;
+	/* pdit serve */
+	const char *listen, *api_key;
+	int queue, strict, io_timeout, max_body_kb;
 };
 
 static const char pd_gen_usage[] =
@@ -113,11 +116,35 @@ static const char pd_bench_examples[] =
 	"  pdit bench --model flux-width -H 1024 -W 1024 --dtype bf16 --vae-time\n"
 	"  mpirun -np 2 pdit bench --model flux-width -H 512 -W 512 --dtype bf16 --tensor-parallel-degree 2 --json\n";
 
+static const char pd_serve_usage[] =
+	"usage: [mpirun -np N] pdit serve --model DIR [mesh degrees | --parallel auto] [--listen 127.0.0.1:8080]\n"
+	"\n"
+	"Loads the model once on every process and answers HTTP requests: rank 0 queues\n"
+	"them and hands each to every process, which run it together; the pictures are\n"
+	"those pdit generate makes with the same arguments, on any mesh. JSON in and out:\n"
+	"  POST /v1/images/generations   OpenAI's images API: prompt, n, size \"WxH\",\n"
+	"                                response_format b64_json (model accepted); and\n"
+	"                                seed, steps, guidance, negative_prompt,\n"
+	"                                true_cfg_scale, fbcache_threshold\n"
+	"  POST /sdapi/v1/txt2img        A1111's: prompt, negative_prompt, width, height,\n"
+	"                                steps, cfg_scale, seed (-1: any), batch_size\n"
+	"  GET /health, GET /v1/models\n"
+	"Each PNG carries pdit generate's parameters chunk. Bad requests get a 4xx with a\n"
+	"JSON error naming the field; a full queue 429 with Retry-After. SIGTERM or\n"
+	"Ctrl-C: the running request finishes, the queued ones get 503, exit 0.";
+
+static const char pd_serve_examples[] =
+	"  pdit tiny tiny-model --full\n"
+	"  pdit serve --model tiny-model --listen 127.0.0.1:8080 &\n"
+	"  curl -s localhost:8080/v1/images/generations -H 'Content-Type: application/json' \\\n"
+	"      -d '{\"prompt\": \"a red fox\", \"size\": \"256x256\", \"steps\": 4}'\n"
+	"  mpirun -np 2 pdit serve --model FLUX.1-dev --dtype bf16 --ulysses-degree 2 --api-key \"$KEY\"\n";
+
 /* ----------------------------------------------------------------------- */
 /* Phases                                                                  */
 /* ----------------------------------------------------------------------- */
 
-enum pd_cmd_kind { PD_CMD_GENERATE, PD_CMD_CHECK, PD_CMD_BENCH };
+enum pd_cmd_kind { PD_CMD_GENERATE, PD_CMD_CHECK, PD_CMD_BENCH, PD_CMD_SERVE };
 
 static void pd_gen_options(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind kind)
 {
@@ -178,6 +205,14 @@ static void pd_gen_options(struct pd_gen_args *a, struct pd_arg *opts, enum pd_c
 		if (kind != PD_CMD_GENERATE && (common[i].dest == &a->output || common[i].dest == &a->out_latents ||
 						common[i].dest == &a->init_latents))
 			continue;
+		/* serve: what a picture is comes with each request */
+		if (kind == PD_CMD_SERVE &&
+		    (common[i].dest == &a->prompt || common[i].dest == &a->negative || common[i].dest == &a->prompts_file ||
+		     common[i].dest == &a->embeds || common[i].dest == &a->height || common[i].dest == &a->width ||
+		     common[i].dest == &a->frames || common[i].dest == &a->steps || common[i].dest == &a->guidance ||
+		     common[i].dest == &a->true_cfg_scale || common[i].dest == &a->seed || common[i].dest == &a->fps ||
+		     common[i].dest == &a->fbcache))
+			continue;
 		opts[n] = common[i];
 		if (kind == PD_CMD_BENCH && common[i].dest == &a->steps)
 			opts[n].help = "timed steps (default 3), after --warmup untimed ones";
@@ -192,6 +227,22 @@ static void pd_gen_options(struct pd_gen_args *a, struct pd_arg *opts, enum pd_c
 					     "also time one VAE decode at this size", NULL };
 		opts[n++] = (struct pd_arg){ "--batch", 0, PD_ARG_INT, &a->batch, "N",
 					     "run N copies of the first prompt (for data parallelism)", NULL };
+	}
+	if (kind == PD_CMD_SERVE) {
+		opts[n++] = (struct pd_arg){ "--listen", 0, PD_ARG_STRING, &a->listen, "HOST:PORT",
+					     "address to answer on (default 127.0.0.1:8080; port 0: any free one, printed)",
+					     NULL };
+		opts[n++] = (struct pd_arg){ "--api-key", 0, PD_ARG_STRING, &a->api_key, "KEY",
+					     "require \"Authorization: Bearer KEY\" (or set PDIT_API_KEY); needed to listen "
+					     "on an address other than 127.0.0.1", NULL };
+		opts[n++] = (struct pd_arg){ "--queue", 0, PD_ARG_INT, &a->queue, "N",
+					     "requests waiting besides the running one; more get 429 (default 16)", NULL };
+		opts[n++] = (struct pd_arg){ "--max-body", 0, PD_ARG_INT, &a->max_body_kb, "KB",
+					     "largest request body; more get 413 (default 256)", NULL };
+		opts[n++] = (struct pd_arg){ "--strict", 0, PD_ARG_FLAG, &a->strict, NULL,
+					     "refuse fields a request's API does not have (400)", NULL };
+		opts[n++] = (struct pd_arg){ "--io-timeout", 0, PD_ARG_INT, &a->io_timeout, "S",
+					     "seconds a connection may stay silent before it is closed (default 10)", NULL };
 	}
 	if (kind == PD_CMD_CHECK) {
 		opts[n++] = (struct pd_arg){ "--golden", 0, PD_ARG_STRING, &a->golden, "FILE",
@@ -213,6 +264,10 @@ static void pd_gen_defaults(struct pd_gen_args *a)
 	a->seed = 42;
 	a->warmup_steps = 1;
 	a->comm_timeout = 1800;
+	a->listen = "127.0.0.1:8080";
+	a->queue = 16;
+	a->max_body_kb = 256;
+	a->io_timeout = 10;
 	/* not given (a given 0 is refused) */
 	a->dp = a->tp = a->ulysses = a->ring = a->pp = a->distrifusion = -1;
 }
@@ -220,9 +275,9 @@ static void pd_gen_defaults(struct pd_gen_args *a)
 /* Parses the arguments: 0 go on, 1 help shown, -1 error (message set). */
 static int pd_gen_parse(struct pd_comm *world, struct pd_gen_args *a, int argc, char **argv, enum pd_cmd_kind kind)
 {
-	static const char *names[] = { "generate", "check", "bench" };
-	const char *usage[] = { pd_gen_usage, pd_check_usage, pd_bench_usage };
-	const char *examples[] = { pd_gen_examples, pd_check_examples, pd_bench_examples };
+	static const char *names[] = { "generate", "check", "bench", "serve" };
+	const char *usage[] = { pd_gen_usage, pd_check_usage, pd_bench_usage, pd_serve_usage };
+	const char *examples[] = { pd_gen_examples, pd_check_examples, pd_bench_examples, pd_serve_examples };
 	struct pd_arg opts[56];
 	const char *pos[1];
 	int n_pos, hr;
@@ -243,7 +298,7 @@ static int pd_gen_parse(struct pd_comm *world, struct pd_gen_args *a, int argc, 
 
 int pd_cli_parse_only(int argc, char **argv)
 {
-	static const char *names[] = { "generate", "check", "bench" };
+	static const char *names[] = { "generate", "check", "bench", "serve" };
 	struct pd_gen_args a;
 	struct pd_arg opts[56];
 	const char *pos[1];
@@ -251,7 +306,7 @@ int pd_cli_parse_only(int argc, char **argv)
 
 	if (argc < 2)
 		return pd_errorf("no command");
-	for (int kind = PD_CMD_GENERATE; kind <= PD_CMD_BENCH; kind++)
+	for (int kind = PD_CMD_GENERATE; kind <= PD_CMD_SERVE; kind++)
 		if (strcmp(argv[1], names[kind]) == 0) {
 			pd_gen_defaults(&a);
 			pd_gen_options(&a, opts, (enum pd_cmd_kind)kind);
@@ -439,6 +494,20 @@ static int pd_write_video(const struct pd_gen_args *a, const struct pd_result *r
 	return rc;
 }
 
+char *pd_cli_prompt_source(const char *prompt, const char *negative)
+{
+	return pd_strfmt("%s%s%s\n", prompt, negative ? "\nNegative prompt: " : "", negative ? negative : "");
+}
+
+char *pd_cli_parameters(const char *source, uint64_t seed, const struct pd_result *res, const char *model,
+			const char *dtype)
+{
+	return pd_strfmt("%spdit %s; seed: %llu; steps: %d; guidance: %g; true_cfg_scale: %g; size: %dx%d; frames: %d; "
+			 "model: %s; dtype: %s",
+			 source, PDIT_VERSION, (unsigned long long)seed, res->steps, res->guidance, res->true_cfg_scale,
+			 res->width, res->height, res->frames, model, dtype);
+}
+
 /* The pictures this rank holds, as PNGs carrying their parameters. */
 static int pd_write_pictures(const struct pd_gen_args *a, const struct pd_request *rq, const struct pd_result *res)
 {
@@ -450,18 +519,10 @@ static int pd_write_pictures(const struct pd_gen_args *a, const struct pd_reques
 		int64_t b = res->first_picture + i;
 		char *name = pd_output_name(a->output, b, res->images);
 		char *carried = rq->n_prompts ? NULL : pd_embeds_prompt(a->embeds, b);
-		/* the prompt first, as other tools write this chunk */
-		char *source = rq->n_prompts ? pd_strfmt("%s%s%s\n", rq->prompts[rq->batch ? 0 : b],
-							 a->negative ? "\nNegative prompt: " : "",
-							 a->negative ? a->negative : "")
+		char *source = rq->n_prompts ? pd_cli_prompt_source(rq->prompts[rq->batch ? 0 : b], a->negative)
 			       : carried ? pd_strfmt("%s\n", carried)
 					 : pd_strfmt("embeds: %s (prompt %lld)\n", a->embeds, (long long)b);
-		char *text = source ? pd_strfmt("%spdit %s; seed: %llu; steps: %d; guidance: %g; true_cfg_scale: %g; "
-						"size: %dx%d; frames: %d; model: %s; dtype: %s",
-						source, PDIT_VERSION, (unsigned long long)(a->seed + b), res->steps,
-						res->guidance, res->true_cfg_scale, res->width, res->height, res->frames, model,
-						a->dtype)
-				    : NULL;
+		char *text = source ? pd_cli_parameters(source, a->seed + b, res, model, a->dtype) : NULL;
 
 		/* a video, or one frame asked for as a video */
 		if (res->frames > 1 || pd_video_is_video_name(a->output))
@@ -596,6 +657,38 @@ static void pd_free_prompts(char **prompts, int n)
 	for (int i = 0; i < n; i++)
 		free(prompts[i]);
 	free(prompts);
+}
+
+int pd_cli_serve_parse(struct pd_comm *world, int argc, char **argv, struct pd_engine_options *o,
+		       struct pd_cli_serve *sv)
+{
+	struct pd_gen_args a;
+	int hr = pd_gen_parse(world, &a, argc, argv, PD_CMD_SERVE);
+
+	if (hr)
+		return hr;
+	if (pd_gen_engine_options(&a, o, 1))
+		return -1;
+	o->one_request = 0;
+	memset(sv, 0, sizeof(*sv));
+	sv->listen = a.listen;
+	sv->api_key = a.api_key ? a.api_key : getenv("PDIT_API_KEY");
+	if (sv->api_key && !sv->api_key[0])
+		sv->api_key = NULL;
+	sv->queue = a.queue;
+	sv->strict = a.strict;
+	sv->io_timeout = a.io_timeout;
+	sv->quiet = a.quiet;
+	sv->model = a.model ? a.model : a.diffusion_model ? a.diffusion_model : a.transformer;
+	sv->dtype = a.dtype;
+	if (a.queue < 0 || a.queue > 4096)
+		return pd_errorf("--queue must be 0 to 4096 (got %d)", a.queue);
+	if (a.max_body_kb < 1 || a.max_body_kb > 65536)
+		return pd_errorf("--max-body must be 1 to 65536 KB (got %d)", a.max_body_kb);
+	if (a.io_timeout < 1 || a.io_timeout > 3600)
+		return pd_errorf("--io-timeout must be 1 to 3600 seconds (got %d)", a.io_timeout);
+	sv->body_max = (size_t)a.max_body_kb << 10;
+	return 0;
 }
 
 int pd_cmd_generate(struct pd_comm *world, int argc, char **argv)

@@ -879,8 +879,9 @@ int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct p
 	if (!rc && plan != &dflt)
 		rc = pd_engine_prepare_local(e, plan);
 	if (!rc && plan == &dflt) {
-		/* no request yet: the mesh for a batch of one, without CFG */
-		e->e.batch = 1;
+		/* no request yet: the mesh for a batch of one (or one per
+		 * data-parallel group asked for), without CFG */
+		e->e.batch = o->dp > 1 ? o->dp : 1;
 		e->p.frames = e->dflt.frames;
 		e->p.height = e->dflt.height;
 		e->p.width = e->dflt.width;

@@ -10,30 +10,66 @@
 #include <stdlib.h>
 #include <string.h>
 
-int pd_png_write(const char *path, const uint8_t *rgb, int width, int height, const char *key, const char *text)
+/* The encoded file grows here (libpng's write callback). */
+struct pd_png_mem {
+	uint8_t *data;                  /* the bytes so far */
+	size_t len, cap;                /* used and allocated */
+	int failed;                     /* out of memory */
+};
+
+static void pd_png_mem_write(png_structp png, png_bytep bytes, png_size_t n)
 {
-	struct pd_out_file o;
+	struct pd_png_mem *m = png_get_io_ptr(png);
+
+	if (m->failed)
+		return;
+	if (m->len + n > m->cap) {
+		size_t cap = m->cap ? m->cap : 1 << 16;
+		uint8_t *p;
+
+		while (cap < m->len + n)
+			cap *= 2;
+		p = realloc(m->data, cap);
+		if (!p) {
+			m->failed = 1;
+			return;
+		}
+		m->data = p;
+		m->cap = cap;
+	}
+	memcpy(m->data + m->len, bytes, n);
+	m->len += n;
+}
+
+static void pd_png_mem_flush(png_structp png)
+{
+	(void)png;
+}
+
+int pd_png_encode(const uint8_t *rgb, int width, int height, const char *key, const char *text, uint8_t **out,
+		  size_t *len)
+{
+	struct pd_png_mem m = { 0 };
 	png_structp png = NULL;
 	png_infop info = NULL;
 
-	if (pd_out_open(&o, path))
-		return -1;
+	*out = NULL;
+	*len = 0;
 	png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
 	info = png ? png_create_info_struct(png) : NULL;
 	if (!png || !info) {
-		pd_errorf("%s: cannot initialise libpng", path);
+		pd_errorf("cannot initialise libpng");
 		goto fail;
 	}
 	if (setjmp(png_jmpbuf(png))) {
-		pd_errorf("%s: PNG encoding failed", path);
+		pd_errorf("PNG encoding failed");
 		goto fail;
 	}
-	png_init_io(png, o.f);
+	png_set_write_fn(png, &m, pd_png_mem_write, pd_png_mem_flush);
 	png_set_IHDR(png, info, (png_uint_32)width, (png_uint_32)height, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
 		     PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
 	if (key && text) {
 		png_text t;
-
 		int ascii = 1;
 
 		for (const char *c = text; *c; c++)
@@ -50,12 +86,43 @@ int pd_png_write(const char *path, const uint8_t *rgb, int width, int height, co
 		png_write_row(png, (png_const_bytep)(rgb + (size_t)y * width * 3));
 	png_write_end(png, info);
 	png_destroy_write_struct(&png, &info);
-	return pd_out_commit(&o);
+	if (m.failed) {
+		free(m.data);
+		return pd_errorf("out of memory encoding a %dx%d PNG", width, height);
+	}
+	*out = m.data;
+	*len = m.len;
+	return 0;
 fail:
 	if (png)
 		png_destroy_write_struct(&png, info ? &info : NULL);
-	pd_out_abort(&o);
+	free(m.data);
 	return -1;
+}
+
+int pd_png_write(const char *path, const uint8_t *rgb, int width, int height, const char *key, const char *text)
+{
+	struct pd_out_file o;
+	uint8_t *png;
+	size_t len;
+
+	if (pd_png_encode(rgb, width, height, key, text, &png, &len)) {
+		char why[256];
+
+		snprintf(why, sizeof(why), "%s", pd_last_error());
+		return pd_errorf("%s: %s", path, why);
+	}
+	if (pd_out_open(&o, path)) {
+		free(png);
+		return -1;
+	}
+	if (pd_out_write(&o, png, len)) {
+		free(png);
+		pd_out_abort(&o);
+		return -1;
+	}
+	free(png);
+	return pd_out_commit(&o);
 }
 
 int pd_png_read(const char *path, uint8_t **rgb, int *width, int *height)

@@ -4,12 +4,17 @@
 #ifndef PD_PNG_H
 #define PD_PNG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Writes RGB [height, width, 3] to PATH (through PATH.tmp and a rename, so
  * a failed run never leaves a half-written picture). KEY/TEXT, when not
  * NULL, become a tEXt chunk (the generation parameters). */
 int pd_png_write(const char *path, const uint8_t *rgb, int width, int height, const char *key, const char *text);
+
+/* The same PNG in memory: *OUT (malloc'd) of *LEN bytes. */
+int pd_png_encode(const uint8_t *rgb, int width, int height, const char *key, const char *text, uint8_t **out,
+		  size_t *len);
 
 /* Reads an 8-bit RGB PNG (for tests and `pdit check`); *rgb is malloc'd. */
 int pd_png_read(const char *path, uint8_t **rgb, int *width, int *height);

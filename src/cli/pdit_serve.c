@@ -1,0 +1,282 @@
+/*
+ * pdit_serve.c - pdit serve: one engine on every rank, HTTP on rank 0.
+ *
+ * Rank 0 takes the next job from the server's queue and broadcasts its
+ * parameters (pd_serve_params_encode: the same text on every rank; an empty
+ * text stops the job); every rank runs it as one engine request, the
+ * pictures come to rank 0 (from the writer of each data-parallel group),
+ * which answers. Ranks other than 0 wait in that broadcast between requests
+ * (the communicator polls with sleeps: an idle server costs no cores).
+ */
+#include "pd_engine.h"
+#include "pd_png.h"
+#include "pd_serve.h"
+#include "pd_util.h"
+#include "pdit_cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The engine request of job parameters P (the prompt borrowed). */
+static void pd_serve_request(const struct pd_engine *e, const struct pd_serve_params *p, const char **prompt,
+			     struct pd_request *rq)
+{
+	(void)e;
+	pd_request_init(rq);
+	rq->prompts = prompt;
+	rq->n_prompts = 1;
+	rq->batch = p->n;
+	rq->negative = p->negative;
+	rq->height = p->height;
+	rq->width = p->width;
+	rq->steps = p->steps;
+	rq->seed = p->seed;
+	rq->guidance = p->guidance;
+	rq->true_cfg_scale = p->true_cfg_scale;
+	rq->fbcache_threshold = p->fbcache_threshold;
+	/* A1111's cfg_scale is classifier-free guidance: FLUX's true CFG with
+	 * the negative prompt (1: off), Wan's guidance */
+	if (p->cfg_scale >= 0) {
+		if (strcmp(e->fam->name, "flux") != 0)
+			rq->guidance = p->cfg_scale;
+		else
+			rq->true_cfg_scale = p->cfg_scale;
+	}
+	rq->want_pictures = 1;
+}
+
+/* Rank 0 gets every picture of RES (each data-parallel group's writer holds
+ * its own): *ALL [images, frames, h, w, 3], NULL elsewhere. */
+static int pd_serve_gather(struct pd_comm *world, const struct pd_result *res, uint8_t **all)
+{
+	size_t pic = (size_t)res->width * res->height * 3 * (size_t)(res->frames > 1 ? res->frames : 1);
+	int64_t mine[2] = { res->rgb ? res->first_picture : 0, res->rgb ? res->n_pictures : 0 }, *spans = NULL;
+	size_t *bytes = NULL, total = 0;
+	uint8_t *recv = NULL;
+	int rc = -1;
+
+	*all = NULL;
+	if (world->size == 1) {
+		if (!res->rgb || res->n_pictures != res->images)
+			return pd_errorf("the run made no pictures");
+		*all = pd_malloc(pic * (size_t)res->images, "pictures");
+		if (*all)
+			memcpy(*all, res->rgb, pic * (size_t)res->images);
+		return *all ? 0 : -1;
+	}
+	spans = pd_calloc((size_t)world->size * 2, sizeof(*spans), "pictures");
+	bytes = pd_calloc((size_t)world->size, sizeof(*bytes), "pictures");
+	if (!spans || !bytes || pd_comm_allgather(world, mine, sizeof(mine), spans))
+		goto out;
+	for (int r = 0; r < world->size; r++) {
+		bytes[r] = (size_t)spans[2 * r + 1] * pic;
+		total += bytes[r];
+	}
+	if (world->rank == 0 && !(recv = pd_malloc(total ? total : 1, "pictures")))
+		goto out;
+	if (world->ops->gatherv(world, res->rgb, bytes[world->rank], recv, bytes, 0))
+		goto out;
+	if (world->rank == 0) {
+		size_t off = 0;
+
+		*all = pd_calloc((size_t)res->images, pic, "pictures");
+		if (!*all)
+			goto out;
+		for (int r = 0; r < world->size; r++) {
+			if (spans[2 * r] + spans[2 * r + 1] <= res->images)
+				memcpy(*all + (size_t)spans[2 * r] * pic, recv + off, bytes[r]);
+			off += bytes[r];
+		}
+	}
+	rc = 0;
+out:
+	free(spans);
+	free(bytes);
+	free(recv);
+	return rc;
+}
+
+/* Rank 0: the answer to job P from the pictures ALL. */
+static char *pd_serve_pngs(const struct pd_cli_serve *sv, const struct pd_serve_params *p,
+			   const struct pd_result *res, const uint8_t *all, char **info)
+{
+	size_t pic = (size_t)res->width * res->height * 3;
+	uint8_t **pngs = pd_calloc((size_t)res->images, sizeof(*pngs), "pictures");
+	size_t *lens = pd_calloc((size_t)res->images, sizeof(*lens), "pictures");
+	char *source = pd_cli_prompt_source(p->prompt, p->negative), *body = NULL;
+	int ok = pngs && lens && source;
+
+	*info = NULL;
+	for (int64_t b = 0; ok && b < res->images; b++) {
+		char *text = pd_cli_parameters(source, p->seed + (uint64_t)b, res, sv->model, sv->dtype);
+
+		ok = text && !pd_png_encode(all + (size_t)b * pic * (size_t)res->frames, res->width, res->height,
+					    "parameters", text, &pngs[b], &lens[b]);
+		if (b == 0 && ok)
+			*info = text;
+		else
+			free(text);
+	}
+	if (ok)
+		body = pd_serve_answer(p, (int)res->images, pngs, lens, *info);
+	for (int64_t b = 0; pngs && b < res->images; b++)
+		free(pngs[b]);
+	free(pngs);
+	free(lens);
+	free(source);
+	return body;
+}
+
+static void pd_serve_log_line(void *ctx, const char *line)
+{
+	(void)ctx;
+	pd_cli_progress_clear();
+	fprintf(stderr, "%s\n", line);
+}
+
+/* The mesh as /health shows it: the degrees above 1. */
+static void pd_serve_mesh(const struct pd_engine *e, char *buf, size_t n)
+{
+	size_t k = 0;
+
+	buf[0] = 0;
+	for (int a = PD_AXIS_COUNT - 1; a >= 0 && k < n; a--)
+		if (e->degree[a] > 1)
+			k += (size_t)snprintf(buf + k, n - k, "%s%s=%d", k ? " " : "", pd_axis_name((enum pd_axis)a),
+					      e->degree[a]);
+	if (!buf[0])
+		snprintf(buf, n, "one process");
+}
+
+int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
+{
+	struct pd_engine_options o;
+	struct pd_cli_serve sv;
+	struct pd_engine *e = NULL;
+	struct pd_serve *srv = NULL;
+	struct pd_cli_progress prog;
+	char mesh[128];
+	int hr, rc = 1, local;
+
+	hr = pd_cli_serve_parse(world, argc, argv, &o, &sv);
+	if (hr == 1)
+		return 0;
+	if (!hr) {
+		local = strncmp(sv.listen, "127.0.0.1:", 10) == 0 || strncmp(sv.listen, "localhost:", 10) == 0;
+		if (!local && !sv.api_key)
+			hr = pd_errorf("--listen %s: another address than 127.0.0.1 needs --api-key KEY (or PDIT_API_KEY)",
+				       sv.listen);
+	}
+	pd_cli_progress_init(&prog, 0);
+	if (pd_cli_any_failed(world, hr != 0))
+		return 1;
+	pd_cli_progress_init(&prog, world->rank == 0 && !sv.quiet);
+	o.on_progress = pd_cli_progress_cb;
+	o.progress_ctx = &prog;
+	o.log = pd_cli_progress_log;
+	o.log_ctx = &prog;
+	if (pd_engine_open(&e, world, &o, NULL)) {
+		if (e && pd_engine_dead(e))
+			pd_cli_abort(world);
+		pd_cli_report(world);
+		goto out;
+	}
+	pd_cli_progress_end(&prog);
+	pd_cli_progress_init(&prog, 0);
+	/* a request is logged as it comes and as it is answered (pd_serve_log):
+	 * the engine's own lines only with -v */
+	e->log.level = pd_log_level > 1 ? 2 : 0;
+	/* from here a signal asks rank 0 to stop after the running request */
+	pd_cli_signals_deferred();
+	pd_serve_mesh(e, mesh, sizeof(mesh));
+	hr = 0;
+	if (world->rank == 0) {
+		struct pd_serve_options so = {
+			.listen = sv.listen, .api_key = sv.api_key, .queue_max = sv.queue, .body_max = sv.body_max,
+			.strict = sv.strict, .io_timeout = sv.io_timeout, .model = sv.model, .mesh = mesh,
+			.ranks = world->size, .log = pd_serve_log_line,
+		};
+
+		hr = pd_serve_start(&srv, &so);
+	}
+	if (pd_cli_any_failed(world, hr))
+		goto out;
+	for (;;) {
+		struct pd_serve_job *job = NULL;
+		struct pd_serve_params p;
+		struct pd_request rq;
+		struct pd_result res = { 0 };
+		const char *prompt;
+		char *text = NULL;
+		uint64_t len = 0;
+		uint8_t *all = NULL;
+		int failed;
+
+		if (world->rank == 0) {
+			while (!job && !pd_cli_interrupted())
+				pd_serve_next(srv, &job, 0.2);
+			text = job ? pd_serve_params_encode(&job->params) : NULL;
+			if (job && !text) {
+				pd_serve_done(srv, job, 500, pd_serve_error_json("out of memory", "server_error", NULL));
+				continue;
+			}
+			len = text ? strlen(text) + 1 : 0;
+		}
+		if (world->ops->bcast(world, &len, sizeof(len), 0))
+			goto dead;
+		if (len == 0)
+			break;          /* rank 0 stops: every rank ends */
+		if (world->rank != 0 && !(text = pd_malloc(len, "a job")))
+			goto dead;
+		if (world->ops->bcast(world, text, len, 0))
+			goto dead;
+		hr = pd_serve_params_decode(&p, text);
+		free(text);
+		if (pd_cli_any_failed(world, hr))
+			goto out;
+		prompt = p.prompt;
+		pd_serve_request(e, &p, &prompt, &rq);
+		failed = pd_engine_run(e, &rq, &res);
+		if (!failed)
+			failed = pd_serve_gather(world, &res, &all) != 0;
+		if (failed && pd_engine_dead(e)) {
+			if (job)
+				pd_serve_done(srv, job, 503, pd_serve_error_json(pd_last_error(), "server_error", NULL));
+			pd_result_free(&res);
+			pd_serve_params_free(&p);
+			goto dead;
+		}
+		if (job) {
+			char *info = NULL, *body = failed ? NULL : pd_serve_pngs(&sv, &p, &res, all, &info);
+
+			/* a request that cannot run leaves the engine ready: the client's to fix */
+			if (failed)
+				pd_serve_done(srv, job, 400, pd_serve_error_json(pd_last_error(), "invalid_request_error", NULL));
+			else if (!body)
+				pd_serve_done(srv, job, 500, pd_serve_error_json(pd_last_error(), "server_error", NULL));
+			else
+				pd_serve_done(srv, job, 200, body);
+			free(info);
+		}
+		free(all);
+		pd_result_free(&res);
+		pd_serve_params_free(&p);
+	}
+	rc = 0;
+	goto out;
+dead:
+	/* a lost process: every rank ends, the clients are told */
+	if (srv)
+		pd_serve_stop(srv, "a process of the job failed: the server is stopping");
+	srv = NULL;
+	pd_cli_abort(world);
+out:
+	if (srv) {
+		pd_serve_log_line(NULL, "pdit: stopping: queued requests get 503");
+		pd_serve_stop(srv, "the server is stopping");
+	}
+	pd_engine_close(e);
+	pd_cli_progress_end(&prog);
+	return rc;
+}

@@ -1,0 +1,477 @@
+/*
+ * pd_serve_http.c - rank 0's HTTP server (libmicrohttpd, a thread per
+ * connection): routes, limits, the bounded queue. A generation request's
+ * thread queues its job and waits for the answer; the command's loop is the
+ * only consumer, so jobs run one at a time in arrival order.
+ */
+#include "pd_serve.h"
+#include "pd_util.h"
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+
+struct pd_serve {
+	struct MHD_Daemon *daemon;      /* the HTTP server */
+	struct pd_serve_options o;      /* as started (strings borrowed) */
+	pthread_mutex_t mu;             /* guards everything below */
+	pthread_cond_t queued_cv;       /* a job was queued, or stopping */
+	pthread_cond_t done_cv;         /* a job was answered (every waiter checks its own) */
+	struct pd_serve_job *head, *tail; /* waiting jobs, oldest first */
+	int queued;                     /* jobs waiting */
+	int running;                    /* the loop holds a job */
+	int stopping;                   /* no new jobs: they get 503 */
+	int active;                     /* requests begun and not yet completed (their answers not sent) */
+	uint64_t next_id;               /* the next job's id */
+	uint64_t served;                /* jobs answered 200 */
+	double busy_s;                  /* seconds the answered jobs ran, for Retry-After */
+};
+
+/* A connection's request body as it arrives. */
+struct pd_conn {
+	char *body;                     /* the bytes so far (NUL-terminated) */
+	size_t len, cap;                /* used and allocated */
+	int too_big;                    /* past body_max: refused once complete */
+	unsigned long long seen;        /* body bytes received, kept or not */
+};
+
+static void pd_serve_log(struct pd_serve *s, const char *fmt, ...)
+{
+	char line[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (s->o.log)
+		s->o.log(s->o.log_ctx, line);
+	else
+		fprintf(stderr, "%s\n", line);
+}
+
+/* Sends BODY (taken over) with STATUS; RETRY > 0 adds Retry-After. */
+static enum MHD_Result pd_reply(struct MHD_Connection *c, int status, char *body, int retry)
+{
+	struct MHD_Response *r;
+	enum MHD_Result ret;
+
+	if (!body)
+		body = pd_strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null}}");
+	if (!body)
+		return MHD_NO;
+	r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+	if (!r) {
+		free(body);
+		return MHD_NO;
+	}
+	MHD_add_response_header(r, "Content-Type", "application/json");
+	if (retry > 0) {
+		char v[16];
+
+		snprintf(v, sizeof(v), "%d", retry);
+		MHD_add_response_header(r, "Retry-After", v);
+	}
+	if (status == 401)
+		MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+	ret = MHD_queue_response(c, (unsigned)status, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+static enum MHD_Result pd_reply_error(struct MHD_Connection *c, int status, const char *type, const char *param,
+				      const char *msg, int retry)
+{
+	return pd_reply(c, status, pd_serve_error_json(msg, type, param), retry);
+}
+
+static const char *pd_peer(struct MHD_Connection *c, char *buf, size_t n)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	const struct sockaddr_in *a = ci ? (const struct sockaddr_in *)ci->client_addr : NULL;
+
+	if (!a || a->sin_family != AF_INET || !inet_ntop(AF_INET, &a->sin_addr, buf, (socklen_t)n))
+		snprintf(buf, n, "?");
+	return buf;
+}
+
+static enum MHD_Result pd_health(struct pd_serve *s, struct MHD_Connection *c)
+{
+	char *body;
+
+	pthread_mutex_lock(&s->mu);
+	body = pd_strfmt("{\"status\":\"%s\",\"ranks\":%d,\"mesh\":\"%s\",\"model\":\"%s\",\"queue\":%d,\"running\":%d,"
+			 "\"served\":%llu}",
+			 s->stopping ? "stopping" : "ok", s->o.ranks, s->o.mesh ? s->o.mesh : "",
+			 s->o.model ? s->o.model : "", s->queued, s->running, (unsigned long long)s->served);
+	pthread_mutex_unlock(&s->mu);
+	return pd_reply(c, 200, body, 0);
+}
+
+static enum MHD_Result pd_models(struct pd_serve *s, struct MHD_Connection *c)
+{
+	char *id = pd_serve_error_json(s->o.model ? s->o.model : "pdit", "", NULL), *body = NULL;
+
+	/* the model's name JSON-escaped, borrowed from an error object's text */
+	if (id) {
+		char *start = strstr(id, "\"message\":") + 10, *end = strstr(start, ",\"type\"");
+
+		*end = 0;
+		body = pd_strfmt("{\"object\":\"list\",\"data\":[{\"id\":%s,\"object\":\"model\",\"created\":0,"
+				 "\"owned_by\":\"pdit\"}]}", start);
+		free(id);
+	}
+	return pd_reply(c, 200, body, 0);
+}
+
+/* Queues the job of a complete, valid body and waits for its answer. */
+static enum MHD_Result pd_generate(struct pd_serve *s, struct MHD_Connection *c, const char *url,
+				   enum pd_serve_api api, struct pd_conn *k)
+{
+	struct pd_serve_params p;
+	struct pd_serve_job *job;
+	char field[128], peer[64], *body;
+	int status, retry = 0;
+	double t0 = pd_now();
+
+	pd_peer(c, peer, sizeof(peer));
+	if (pd_serve_params_parse(&p, api, k->body ? k->body : "", k->len, s->o.strict, field, sizeof(field))) {
+		pd_serve_log(s, "pdit: %s %s from %s -> 400 (%s)", "POST", url, peer, pd_last_error());
+		return pd_reply_error(c, 400, "invalid_request_error", field[0] ? field : NULL, pd_last_error(), 0);
+	}
+	job = pd_calloc(1, sizeof(*job), "a job");
+	if (!job) {
+		pd_serve_params_free(&p);
+		return pd_reply_error(c, 500, "server_error", NULL, "out of memory", 0);
+	}
+	job->params = p;
+	job->t_submit = t0;
+	pthread_mutex_lock(&s->mu);
+	if (s->stopping || s->queued >= s->o.queue_max) {
+		int full = !s->stopping;
+		double each = s->served ? s->busy_s / (double)s->served : 5;
+
+		retry = (int)(each * (s->queued + 1)) + 1;
+		pthread_mutex_unlock(&s->mu);
+		pd_serve_params_free(&job->params);
+		free(job);
+		pd_serve_log(s, "pdit: POST %s from %s -> %d (%s)", url, peer, full ? 429 : 503,
+			     full ? "queue full" : "stopping");
+		return full ? pd_reply_error(c, 429, "rate_limit_error", NULL,
+					     "the queue is full: retry later (Retry-After)", retry)
+			    : pd_reply_error(c, 503, "server_error", NULL, "the server is stopping", 0);
+	}
+	job->id = ++s->next_id;
+	if (s->tail)
+		s->tail->next = job;
+	else
+		s->head = job;
+	s->tail = job;
+	s->queued++;
+	pd_serve_log(s, "pdit: job %llu: POST %s from %s: %dx%d, %d step(s), n %d, seed %llu (queue %d)",
+		     (unsigned long long)job->id, url, peer, p.width, p.height, p.steps, p.n,
+		     (unsigned long long)p.seed, s->queued);
+	pthread_cond_signal(&s->queued_cv);
+	while (!job->done)
+		pthread_cond_wait(&s->done_cv, &s->mu);
+	pthread_mutex_unlock(&s->mu);
+	status = job->status;
+	body = job->body;
+	pd_serve_log(s, "pdit: job %llu -> %d in %.2f s", (unsigned long long)job->id, status, pd_now() - t0);
+	pd_serve_params_free(&job->params);
+	free(job);
+	return pd_reply(c, status, body, 0);
+}
+
+static int pd_json_type(struct MHD_Connection *c)
+{
+	const char *t = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+
+	return t && strncasecmp(t, "application/json", 16) == 0 && (t[16] == 0 || t[16] == ';' || t[16] == ' ');
+}
+
+static int pd_authorized(struct pd_serve *s, struct MHD_Connection *c)
+{
+	const char *h;
+	size_t n, k;
+	unsigned diff = 0;
+
+	if (!s->o.api_key)
+		return 1;
+	h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+	if (!h || strncmp(h, "Bearer ", 7) != 0)
+		return 0;
+	h += 7;
+	n = strlen(h);
+	k = strlen(s->o.api_key);
+	/* the same time whatever the key's first difference */
+	for (size_t i = 0; i < k; i++)
+		diff |= (unsigned)(unsigned char)s->o.api_key[i] ^ (unsigned)(i < n ? (unsigned char)h[i] : 0);
+	return diff == 0 && n == k;
+}
+
+static enum MHD_Result pd_handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+				  const char *version, const char *upload, size_t *upload_size, void **con_cls)
+{
+	struct pd_serve *s = cls;
+	struct pd_conn *k = *con_cls;
+	int post = strcmp(method, "POST") == 0, get = strcmp(method, "GET") == 0;
+	enum pd_serve_api api = PD_API_OPENAI;
+	int gen = 0;
+
+	(void)version;
+	if (strcmp(url, "/v1/images/generations") == 0)
+		gen = 1;
+	else if (strcmp(url, "/sdapi/v1/txt2img") == 0)
+		gen = 1, api = PD_API_A1111;
+	if (!k) {
+		/* the first call: headers only. Refusals that need no body go now. */
+		k = pd_calloc(1, sizeof(*k), "a connection");
+		if (!k)
+			return MHD_NO;
+		*con_cls = k;
+		pthread_mutex_lock(&s->mu);
+		s->active++;
+		pthread_mutex_unlock(&s->mu);
+		if (!pd_authorized(s, c))
+			return pd_reply_error(c, 401, "authentication_error", NULL,
+					      "a valid \"Authorization: Bearer KEY\" header is required", 0);
+		if (gen && !post)
+			return pd_reply_error(c, 405, "invalid_request_error", NULL, "use POST", 0);
+		if (gen && !pd_json_type(c))
+			return pd_reply_error(c, 415, "invalid_request_error", NULL,
+					      "Content-Type must be application/json", 0);
+		if (gen) {
+			const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+			const char *ex = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+			unsigned long long n = cl ? strtoull(cl, NULL, 10) : 0;
+
+			/* a client that waits for "100 Continue" hears it now; one that
+			 * sends anyway is read to the end (up to 64 MB, discarded) so it
+			 * is there to read the answer */
+			if (n > s->o.body_max && (ex || n > (64ULL << 20)))
+				return pd_reply_error(c, 413, "invalid_request_error", NULL, "the body is too large", 0);
+			k->too_big = n > s->o.body_max;
+		}
+		return MHD_YES;
+	}
+	if (*upload_size) {
+		/* more of the body */
+		if (!k->too_big && k->len + *upload_size > s->o.body_max)
+			k->too_big = 1;
+		k->seen += *upload_size;
+		if (k->seen > (64ULL << 20))
+			return MHD_NO;          /* past any sane body, sent without a length: dropped */
+		if (!k->too_big) {
+			if (k->len + *upload_size + 1 > k->cap) {
+				size_t cap = k->cap ? k->cap : 4096;
+				char *b;
+
+				while (cap < k->len + *upload_size + 1)
+					cap *= 2;
+				b = realloc(k->body, cap);
+				if (!b)
+					return MHD_NO;
+				k->body = b;
+				k->cap = cap;
+			}
+			memcpy(k->body + k->len, upload, *upload_size);
+			k->len += *upload_size;
+			k->body[k->len] = 0;
+		}
+		*upload_size = 0;
+		return MHD_YES;
+	}
+	if (k->too_big)
+		return pd_reply_error(c, 413, "invalid_request_error", NULL, "the body is too large", 0);
+	if (gen)
+		return pd_generate(s, c, url, api, k);
+	if (get && strcmp(url, "/health") == 0)
+		return pd_health(s, c);
+	if (get && strcmp(url, "/v1/models") == 0)
+		return pd_models(s, c);
+	if (strcmp(url, "/health") == 0 || strcmp(url, "/v1/models") == 0)
+		return pd_reply_error(c, 405, "invalid_request_error", NULL, "use GET", 0);
+	return pd_reply_error(c, 404, "invalid_request_error", NULL, "no such endpoint", 0);
+}
+
+static void pd_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode code)
+{
+	struct pd_conn *k = *con_cls;
+
+	struct pd_serve *s = cls;
+
+	(void)c;
+	(void)code;
+	if (k) {
+		free(k->body);
+		free(k);
+		*con_cls = NULL;
+		pthread_mutex_lock(&s->mu);
+		s->active--;
+		pthread_cond_broadcast(&s->done_cv);
+		pthread_mutex_unlock(&s->mu);
+	}
+}
+
+/* "HOST:PORT" (an IPv4 address or localhost) into A. */
+static int pd_parse_listen(const char *listen, struct sockaddr_in *a)
+{
+	char host[64];
+	const char *colon = strrchr(listen, ':');
+	char *end;
+	long port;
+
+	if (!colon || colon == listen || (size_t)(colon - listen) >= sizeof(host))
+		return pd_errorf("--listen %s: give HOST:PORT, such as 127.0.0.1:8080", listen);
+	memcpy(host, listen, (size_t)(colon - listen));
+	host[colon - listen] = 0;
+	port = strtol(colon + 1, &end, 10);
+	if (*end || end == colon + 1 || port < 0 || port > 65535)
+		return pd_errorf("--listen %s: the port must be 0 to 65535", listen);
+	memset(a, 0, sizeof(*a));
+	a->sin_family = AF_INET;
+	a->sin_port = htons((uint16_t)port);
+	if (strcmp(host, "localhost") == 0)
+		snprintf(host, sizeof(host), "127.0.0.1");
+	if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
+		return pd_errorf("--listen %s: %s is not an IPv4 address", listen, host);
+	return 0;
+}
+
+int pd_serve_start(struct pd_serve **out, const struct pd_serve_options *o)
+{
+	struct pd_serve *s;
+	struct sockaddr_in a;
+	const union MHD_DaemonInfo *di;
+
+	*out = NULL;
+	if (pd_parse_listen(o->listen, &a))
+		return -1;
+	s = pd_calloc(1, sizeof(*s), "the server");
+	if (!s)
+		return -1;
+	s->o = *o;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->queued_cv, NULL);
+	pthread_cond_init(&s->done_cv, NULL);
+	s->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC,
+				     0, NULL, NULL, pd_handler, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&a,
+				     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(o->io_timeout > 0 ? o->io_timeout : 10),
+				     MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->queue_max + 64),
+				     MHD_OPTION_NOTIFY_COMPLETED, pd_completed, s, MHD_OPTION_END);
+	if (!s->daemon) {
+		pd_errorf("--listen %s: cannot listen there (in use, or not this machine's address)", o->listen);
+		pthread_mutex_destroy(&s->mu);
+		pthread_cond_destroy(&s->queued_cv);
+		pthread_cond_destroy(&s->done_cv);
+		free(s);
+		return -1;
+	}
+	di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+	{
+		char host[INET_ADDRSTRLEN];
+
+		inet_ntop(AF_INET, &a.sin_addr, host, sizeof(host));
+		pd_serve_log(s, "pdit: serving %s on http://%s:%u (POST /v1/images/generations, /sdapi/v1/txt2img; "
+			     "GET /health, /v1/models)", o->model ? o->model : "", host,
+			     di ? (unsigned)di->port : (unsigned)ntohs(a.sin_port));
+	}
+	*out = s;
+	return 0;
+}
+
+int pd_serve_next(struct pd_serve *s, struct pd_serve_job **job, double timeout)
+{
+	struct timespec until;
+	double t;
+
+	*job = NULL;
+	clock_gettime(CLOCK_REALTIME, &until);
+	t = until.tv_sec + until.tv_nsec * 1e-9 + timeout;
+	until.tv_sec = (time_t)t;
+	until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
+	pthread_mutex_lock(&s->mu);
+	if (!s->head && !s->stopping)
+		pthread_cond_timedwait(&s->queued_cv, &s->mu, &until);
+	if (s->head && !s->stopping) {
+		*job = s->head;
+		s->head = s->head->next;
+		if (!s->head)
+			s->tail = NULL;
+		(*job)->next = NULL;
+		s->queued--;
+		s->running = 1;
+	}
+	pthread_mutex_unlock(&s->mu);
+	return *job != NULL;
+}
+
+void pd_serve_done(struct pd_serve *s, struct pd_serve_job *job, int status, char *body)
+{
+	pthread_mutex_lock(&s->mu);
+	job->status = status;
+	job->body = body;
+	job->done = 1;
+	s->running = 0;
+	if (status == 200) {
+		s->served++;
+		s->busy_s += pd_now() - job->t_submit;
+	}
+	pthread_cond_broadcast(&s->done_cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+int pd_serve_queued(struct pd_serve *s)
+{
+	int n;
+
+	pthread_mutex_lock(&s->mu);
+	n = s->queued;
+	pthread_mutex_unlock(&s->mu);
+	return n;
+}
+
+void pd_serve_stop(struct pd_serve *s, const char *why)
+{
+	struct pd_serve_job *j;
+
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->mu);
+	s->stopping = 1;
+	while ((j = s->head)) {
+		s->head = j->next;
+		j->status = 503;
+		j->body = pd_serve_error_json(why, "server_error", NULL);
+		j->done = 1;
+		s->queued--;
+	}
+	s->tail = NULL;
+	pthread_cond_broadcast(&s->done_cv);
+	/* every answer out before the sockets close (stopping the daemon shuts
+	 * them): no new connections, then the requests under way complete
+	 * (a slow client at most its --io-timeout) */
+	MHD_quiesce_daemon(s->daemon);
+	{
+		struct timespec until;
+
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += s->o.io_timeout + 2;
+		while (s->active > 0 && pthread_cond_timedwait(&s->done_cv, &s->mu, &until) == 0)
+			;
+	}
+	pthread_mutex_unlock(&s->mu);
+	MHD_stop_daemon(s->daemon);
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->queued_cv);
+	pthread_cond_destroy(&s->done_cv);
+	free(s);
+}

@@ -1226,13 +1226,14 @@ struct pd_bench_clock {
 	uint64_t *allocs;               /* its allocation count by the end of each step */
 };
 
-static void pd_bench_on_step(void *ctx, int step)
+static int pd_bench_on_step(void *ctx, int step)
 {
 	struct pd_bench_clock *c = ctx;
 
 	c->t[step] = pd_now();
 	pd_mesh_traffic(c->mesh, &c->bytes[step], &c->wait[step]);
 	c->allocs[step] = c->be->allocations;
+	return 0;
 }
 
 int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)

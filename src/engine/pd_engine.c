@@ -989,7 +989,9 @@ int pd_engine_denoise(struct pd_engine *e, float *all, const struct pd_dump *mod
 	rc = rc || pd_dp_gather(dp, mine, per, e->e.batch, all);
 	dp->timeout_s = deadline;
 	free(mine);
-	if (rc)
+	/* a cancel stops every process after the same step: nothing is left
+	 * half-done, the engine goes on */
+	if (rc && !e->cancelled)
 		e->dead = 1;
 	return rc ? -1 : 0;
 }
@@ -1058,13 +1060,26 @@ static int pd_engine_decode(struct pd_engine *e, const float *all, struct pd_res
 	return 0;
 }
 
-static void pd_engine_on_step(void *ctx, int step)
+static int pd_engine_on_step(void *ctx, int step)
 {
-	const struct pd_engine *e = ctx;
+	struct pd_engine *e = ctx;
+	int32_t stop;
 
 	if (e->running->on_step)
 		e->running->on_step(e->running->step_ctx, step, e->p.steps);
 	pd_engine_progress(e, PD_PHASE_DENOISE, e->t_denoise, step + 1, e->p.steps, step + 1 == e->p.steps);
+	if (!e->running->cancel || step + 1 == e->p.steps)
+		return 0;
+	/* every process stops after the same step, or none does; the data-
+	 * parallel groups meet here too (they run the same steps) */
+	stop = *e->running->cancel != 0;
+	if (e->world->size > 1 && e->world->ops->allreduce(e->world, &stop, 1, PD_COMM_I32, PD_COMM_MAX))
+		return -1;
+	if (!stop)
+		return 0;
+	e->cancelled = 1;
+	pd_errorf("cancelled after step %d of %d", step + 1, e->p.steps);
+	return 1;
 }
 
 /* An engine opened to encode: the request's prompts to embeddings, with
@@ -1138,7 +1153,8 @@ static int pd_engine_run_scoped(struct pd_engine *e, const struct pd_request *rq
 		return -1;
 	}
 	e->running = rq;
-	e->par.runner.on_step = rq->on_step || e->o.on_progress ? pd_engine_on_step : NULL;
+	e->cancelled = 0;
+	e->par.runner.on_step = rq->on_step || rq->cancel || e->o.on_progress ? pd_engine_on_step : NULL;
 	e->par.runner.step_ctx = e;
 	e->t_denoise = pd_now();
 	pd_engine_progress(e, PD_PHASE_DENOISE, e->t_denoise, 0, e->p.steps, 0);

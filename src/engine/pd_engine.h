@@ -50,6 +50,7 @@ struct pd_engine {
 	int vae_bands;                  /* bands this rank takes part in (0: it does not decode) */
 	int vae_rows;                   /* latent rows vae_par was set up for */
 	int dead;                       /* a collective failure: no more requests */
+	int cancelled;                  /* the running request was cancelled (pd_request.cancel) */
 	int requests;                   /* requests run */
 	/* The request being run (or prepared at open for PLAN). */
 	const struct pd_request *ready; /* the request prepared and encoded, NULL: none */

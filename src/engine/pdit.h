@@ -139,6 +139,11 @@ struct pd_request {
 	 * (may be NULL). */
 	void (*on_step)(void *ctx, int step, int steps);
 	void *step_ctx;
+	/* When not NULL: read on every process after each step but the last
+	 * and agreed over all of them (one small all-reduce a step); nonzero on
+	 * any process stops the request there with -1 and "cancelled", the
+	 * engine ready for the next. Another thread may set it. */
+	const volatile int *cancel;
 };
 
 /* What a request made. Free with pd_result_free. */

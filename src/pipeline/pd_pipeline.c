@@ -223,8 +223,8 @@ int pd_denoise(const struct pd_runner *run, const struct pd_dit_family *fam, con
 		}
 		if (fbc && run->fb_report && i < run->fb_report->steps && B > 0)
 			run->fb_report->decisions[i] = (unsigned char)(fbc[first_branch].skipped > skipped_before);
-		if (run->on_step)
-			run->on_step(run->step_ctx, i);
+		if (run->on_step && run->on_step(run->step_ctx, i))
+			goto out;
 		/* the engine's progress shows steps; this is the detail */
 		pd_log(2, "step %d/%d  %.2f s/step\n", i + 1, s->steps, pd_now() - t0);
 	}

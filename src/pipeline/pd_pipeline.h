@@ -51,8 +51,10 @@ struct pd_runner {
 	int cfg_branch;
 	int (*cfg_exchange)(void *ctx, const float *mine, size_t n, float *both);
 	void *cfg_ctx;
-	/* Called after each step (may be NULL): the benchmark's clock. */
-	void (*on_step)(void *ctx, int step);
+	/* Called after each step (may be NULL): the benchmark's clock, the
+	 * engine's progress and cancel. Nonzero stops the denoising there (-1,
+	 * the message already set): every process must return the same. */
+	int (*on_step)(void *ctx, int step);
 	void *step_ctx;
 	/* First Block Cache's report (may be NULL). */
 	struct pd_fbcache_report *fb_report;

@@ -19,7 +19,11 @@
  *     pictures of the prompts themselves; it refuses other requests and
  *     stays usable, and refuses to open on more than one process;
  *   - a request whose file reads differently on one rank is refused on
- *     every rank with one message (not a transfer of the wrong size).
+ *     every rank with one message (not a transfer of the wrong size);
+ *   - a request cancelled after its second step by rank 0 alone (its flag
+ *     set from the step callback) stops on every rank with "cancelled", the
+ *     engine alive; the same request run again gives its pictures (First
+ *     Block Cache and true CFG on: no state carried over).
  *
  *   test_engine [ulysses|pipefusion]
  */
@@ -50,6 +54,24 @@ static void on_step(void *ctx, int step, int steps)
 	s->total = steps;
 	s->threads = omp_get_max_threads();
 	s->log_level = pd_log_level;
+}
+
+/* Rank 0 raises its cancel flag after step 1 (from 0); the other ranks
+ * never do: the engine must agree. */
+struct cancel_ctx {
+	volatile int flag;              /* what the request's cancel points to */
+	int rank;                       /* this process */
+	int calls;                      /* steps seen */
+};
+
+static void cancel_on_step(void *ctx, int step, int steps)
+{
+	struct cancel_ctx *c = ctx;
+
+	(void)steps;
+	c->calls++;
+	if (step == 1 && c->rank == 0)
+		c->flag = 1;
 }
 
 /* The engine's log sink: lines counted, the last kept. */
@@ -234,6 +256,22 @@ int main(int argc, char **argv)
 	}
 	PD_CHECK(lines.n > 0 && strncmp(lines.last, "pdit: ", 6) == 0, "the log sink got %d lines (last '%s')",
 		 lines.n, lines.last);
+	{
+		struct cancel_ctx cc = { 0, world->rank, 0 };
+		struct pd_result r = { 0 };
+
+		request(&rq, 3);
+		rq.on_step = cancel_on_step;
+		rq.step_ctx = &cc;
+		rq.cancel = &cc.flag;
+		PD_CHECK(pd_engine_run(e, &rq, &r) == -1 && strstr(pd_last_error(), "cancelled after step 2 of 4") &&
+			 !pd_engine_dead(e) && cc.calls == 2, "cancel: %s (dead %d, %d steps)", pd_last_error(),
+			 pd_engine_dead(e), cc.calls);
+		pd_result_free(&r);
+		request(&rq, 3);
+		PD_CHECK(pd_engine_run(e, &rq, &r) == 0 && same(&mine[3], &r), "after a cancel: %s", pd_last_error());
+		pd_result_free(&r);
+	}
 	/* prompts encoded by an encoding engine, then generated from */
 	snprintf(file, sizeof(file), "%s/encoded.safetensors", dir);
 	if (world->rank == 0)

@@ -16,6 +16,7 @@
 static volatile sig_atomic_t pd_int_signal;
 static volatile sig_atomic_t pd_int_deferred;
 static volatile sig_atomic_t pd_int_quiet;
+static volatile sig_atomic_t pd_int_soft;        /* a long-lived command stops at its own pace */
 static int pd_int_rank, pd_int_size;
 static int pd_int_tty;                  /* stderr is a terminal: clear a progress line first */
 
@@ -45,6 +46,12 @@ static void pd_int_handler(int sig)
 	 * the process's) is the one that stops */
 	if ((pid_t)syscall(SYS_gettid) != pid) {
 		syscall(SYS_tgkill, pid, pid, sig);
+		return;
+	}
+	/* the first signal asks a long-lived command to stop; a second one
+	 * stops it now */
+	if (pd_int_soft && !pd_int_signal) {
+		pd_int_signal = sig;
 		return;
 	}
 	pd_int_signal = sig;
@@ -91,7 +98,7 @@ void pd_cli_stopping(void)
 
 void pd_cli_signals_deferred(void)
 {
-	pd_int_deferred = 1;
+	pd_int_soft = 1;
 }
 
 int pd_cli_interrupted(void)

@@ -62,8 +62,8 @@ struct pd_cli_serve {
 int pd_cli_serve_parse(struct pd_comm *world, int argc, char **argv, struct pd_engine_options *o,
 		       struct pd_cli_serve *sv);
 int pd_cmd_serve(struct pd_comm *world, int argc, char **argv);
-/* Signals only set the flag (pd_cli_interrupted): a long-lived command
- * stops at its own pace. */
+/* The first signal only sets the flag (pd_cli_interrupted): a long-lived
+ * command stops at its own pace; a second one stops the process now. */
 void pd_cli_signals_deferred(void);
 
 /* Ctrl-C, SIGTERM, SIGHUP (pd_interrupt.c): the temporaries being written

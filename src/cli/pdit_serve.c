@@ -47,50 +47,71 @@ static void pd_serve_request(const struct pd_engine *e, const struct pd_serve_pa
 }
 
 /* Rank 0 gets every picture of RES (each data-parallel group's writer holds
- * its own): *ALL [images, frames, h, w, 3], NULL elsewhere. */
+ * its own): *ALL [images, frames, h, w, 3], NULL elsewhere. 0, or -1 on
+ * every rank alike (a request's failure: the engine goes on), or -2 when
+ * a transfer failed (the job is lost). */
 static int pd_serve_gather(struct pd_comm *world, const struct pd_result *res, uint8_t **all)
 {
 	size_t pic = (size_t)res->width * res->height * 3 * (size_t)(res->frames > 1 ? res->frames : 1);
-	int64_t mine[2] = { res->rgb ? res->first_picture : 0, res->rgb ? res->n_pictures : 0 }, *spans = NULL;
-	size_t *bytes = NULL, total = 0;
+	int64_t mine[2] = { res->rgb ? res->first_picture : 0, res->rgb ? res->n_pictures : 0 }, *spans, covered = 0;
+	size_t *bytes, total = 0;
 	uint8_t *recv = NULL;
-	int rc = -1;
+	int rc = -1, bad;
 
 	*all = NULL;
-	if (world->size == 1) {
-		if (!res->rgb || res->n_pictures != res->images)
-			return pd_errorf("the run made no pictures");
-		*all = pd_malloc(pic * (size_t)res->images, "pictures");
-		if (*all)
-			memcpy(*all, res->rgb, pic * (size_t)res->images);
-		return *all ? 0 : -1;
-	}
 	spans = pd_calloc((size_t)world->size * 2, sizeof(*spans), "pictures");
 	bytes = pd_calloc((size_t)world->size, sizeof(*bytes), "pictures");
-	if (!spans || !bytes || pd_comm_allgather(world, mine, sizeof(mine), spans))
+	/* every rank takes the same way: agree before each collective */
+	if (pd_comm_agree(world, !spans || !bytes, NULL))
 		goto out;
+	rc = -2;
+	if (pd_comm_allgather(world, mine, sizeof(mine), spans))
+		goto out;
+	/* the same numbers on every rank: the same verdict */
 	for (int r = 0; r < world->size; r++) {
-		bytes[r] = (size_t)spans[2 * r + 1] * pic;
+		int64_t first = spans[2 * r], n = spans[2 * r + 1];
+
+		bad = n < 0 || first < 0 || first + n > res->images;
+		if (bad) {
+			covered = -1;
+			break;
+		}
+		covered += n;
+		bytes[r] = (size_t)n * pic;
 		total += bytes[r];
 	}
-	if (world->rank == 0 && !(recv = pd_malloc(total ? total : 1, "pictures")))
+	if (covered != res->images) {
+		rc = -1;
+		pd_errorf("the run made %lld of its %lld pictures", (long long)(covered > 0 ? covered : 0),
+			  (long long)res->images);
 		goto out;
-	if (world->ops->gatherv(world, res->rgb, bytes[world->rank], recv, bytes, 0))
-		goto out;
+	}
 	if (world->rank == 0) {
+		recv = world->size > 1 ? pd_malloc(total, "pictures") : NULL;
+		*all = pd_malloc((size_t)res->images * pic, "pictures");
+	}
+	rc = -1;
+	if (pd_comm_agree(world, world->rank == 0 && (!*all || (world->size > 1 && !recv)), NULL))
+		goto out;
+	rc = -2;
+	if (world->size == 1) {
+		memcpy(*all, res->rgb, total);
+	} else {
 		size_t off = 0;
 
-		*all = pd_calloc((size_t)res->images, pic, "pictures");
-		if (!*all)
+		if (world->ops->gatherv(world, res->rgb, bytes[world->rank], recv, bytes, 0))
 			goto out;
-		for (int r = 0; r < world->size; r++) {
-			if (spans[2 * r] + spans[2 * r + 1] <= res->images)
-				memcpy(*all + (size_t)spans[2 * r] * pic, recv + off, bytes[r]);
+		for (int r = 0; world->rank == 0 && r < world->size; r++) {
+			memcpy(*all + (size_t)spans[2 * r] * pic, recv + off, bytes[r]);
 			off += bytes[r];
 		}
 	}
 	rc = 0;
 out:
+	if (rc) {
+		free(*all);
+		*all = NULL;
+	}
 	free(spans);
 	free(bytes);
 	free(recv);
@@ -126,6 +147,19 @@ static char *pd_serve_pngs(const struct pd_cli_serve *sv, const struct pd_serve_
 	free(lens);
 	free(source);
 	return body;
+}
+
+/* Rank 0's step callback: the job's progress for GET and the streams. */
+struct pd_serve_step {
+	struct pd_serve *srv;           /* the server */
+	struct pd_serve_job *job;       /* the running job */
+};
+
+static void pd_serve_on_step(void *ctx, int step, int steps)
+{
+	struct pd_serve_step *st = ctx;
+
+	pd_serve_progress(st->srv, st->job, step, steps);
 }
 
 static void pd_serve_log_line(void *ctx, const char *line)
@@ -212,37 +246,61 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 		uint64_t len = 0;
 		uint8_t *all = NULL;
 		int failed;
+		double deadline;
+		static const int no_cancel;
+		struct pd_serve_step step;
 
 		if (world->rank == 0) {
 			while (!job && !pd_cli_interrupted())
 				pd_serve_next(srv, &job, 0.2);
 			text = job ? pd_serve_params_encode(&job->params) : NULL;
 			if (job && !text) {
-				pd_serve_done(srv, job, 500, pd_serve_error_json("out of memory", "server_error", NULL));
+				pd_serve_finish(srv, job, PD_JOB_FAILED, 500,
+						pd_serve_error_json("out of memory", "server_error", NULL), NULL);
 				continue;
 			}
 			len = text ? strlen(text) + 1 : 0;
 		}
-		if (world->ops->bcast(world, &len, sizeof(len), 0))
+		/* between requests the others wait as long as it takes: no
+		 * deadline on this one */
+		deadline = world->timeout_s;
+		world->timeout_s = 0;
+		hr = world->ops->bcast(world, &len, sizeof(len), 0);
+		world->timeout_s = deadline;
+		if (hr) {
+			free(text);
 			goto dead;
+		}
 		if (len == 0)
 			break;          /* rank 0 stops: every rank ends */
 		if (world->rank != 0 && !(text = pd_malloc(len, "a job")))
 			goto dead;
-		if (world->ops->bcast(world, text, len, 0))
+		if (world->ops->bcast(world, text, len, 0)) {
+			free(text);
 			goto dead;
+		}
 		hr = pd_serve_params_decode(&p, text);
 		free(text);
 		if (pd_cli_any_failed(world, hr))
 			goto out;
 		prompt = p.prompt;
 		pd_serve_request(e, &p, &prompt, &rq);
+		/* every rank takes part in the cancel's agreement; rank 0's flag
+		 * is the job's (DELETE sets it) */
+		rq.cancel = job ? &job->cancel : &no_cancel;
+		if (job) {
+			step.srv = srv;
+			step.job = job;
+			rq.on_step = pd_serve_on_step;
+			rq.step_ctx = &step;
+		}
 		failed = pd_engine_run(e, &rq, &res);
-		if (!failed)
-			failed = pd_serve_gather(world, &res, &all) != 0;
+		if (!failed && (failed = pd_serve_gather(world, &res, &all)) == -2)
+			e->dead = 1;
 		if (failed && pd_engine_dead(e)) {
 			if (job)
-				pd_serve_done(srv, job, 503, pd_serve_error_json(pd_last_error(), "server_error", NULL));
+				pd_serve_finish(srv, job, PD_JOB_FAILED, 503,
+						pd_serve_error_json(pd_last_error(), "server_error", NULL), NULL);
 			pd_result_free(&res);
 			pd_serve_params_free(&p);
 			goto dead;
@@ -250,14 +308,18 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 		if (job) {
 			char *info = NULL, *body = failed ? NULL : pd_serve_pngs(&sv, &p, &res, all, &info);
 
-			/* a request that cannot run leaves the engine ready: the client's to fix */
-			if (failed)
-				pd_serve_done(srv, job, 400, pd_serve_error_json(pd_last_error(), "invalid_request_error", NULL));
+			/* a request that cannot run (or was cancelled) leaves the engine ready */
+			if (failed && e->cancelled)
+				pd_serve_finish(srv, job, PD_JOB_CANCELLED, 409,
+						pd_serve_error_json(pd_last_error(), "cancelled", NULL), NULL);
+			else if (failed)
+				pd_serve_finish(srv, job, PD_JOB_FAILED, 400,
+						pd_serve_error_json(pd_last_error(), "invalid_request_error", NULL), NULL);
 			else if (!body)
-				pd_serve_done(srv, job, 500, pd_serve_error_json(pd_last_error(), "server_error", NULL));
+				pd_serve_finish(srv, job, PD_JOB_FAILED, 500,
+						pd_serve_error_json(pd_last_error(), "server_error", NULL), info);
 			else
-				pd_serve_done(srv, job, 200, body);
-			free(info);
+				pd_serve_finish(srv, job, PD_JOB_DONE, 200, body, info);
 		}
 		free(all);
 		pd_result_free(&res);

@@ -7,9 +7,16 @@
  *
  *   pd_serve_start(&srv, &opt);                 // rank 0
  *   while (pd_serve_next(srv, &job, 0.2) >= 0)  // 1: a job, 0: none yet
- *           ... run job->params on every rank ...
- *           pd_serve_done(srv, job, 200, body); // the client gets BODY
- *   pd_serve_stop(srv);                         // the queue gets 503
+ *           ... run job->params on every rank, pd_serve_progress each step,
+ *               job->cancel as the request's cancel flag ...
+ *           pd_serve_finish(srv, job, PD_JOB_DONE, 200, body, info);
+ *   pd_serve_stop(srv, "stopping");             // the queue gets 503
+ *
+ * Endpoints: POST /v1/images/generations and /sdapi/v1/txt2img answer when
+ * their job ends; POST /v1/jobs (OpenAI's body) answers 202 with the job's
+ * id at once; GET /v1/jobs/ID its state (and when done its pictures),
+ * DELETE /v1/jobs/ID cancels it, GET /v1/jobs/ID/events streams its
+ * progress (Server-Sent Events); GET /health, /v1/models, and / (a page).
  *
  * Nothing here knows the engine: a job is its parameters (pd_serve_params,
  * the same text on every rank) and an answer.
@@ -47,6 +54,7 @@ struct pd_serve_params {
 #define PD_SERVE_MAX_N 16           /* pictures per request */
 #define PD_SERVE_MAX_SIDE 4096      /* pixels per side */
 #define PD_SERVE_MAX_STEPS 1000     /* steps per request */
+#define PD_SERVE_MAX_PIXELS (16 << 20) /* n x width x height of a request */
 
 /* Parses a request body in dialect API into P. STRICT refuses fields the
  * dialect does not have. On failure -1 with the message in pd_last_error()
@@ -86,31 +94,50 @@ struct pd_serve_options {
 	void *log_ctx;                  /* log's first argument */
 };
 
-/* One queued request. */
+/* Where a job is. */
+enum pd_job_state {
+	PD_JOB_QUEUED,                  /* waiting its turn */
+	PD_JOB_RUNNING,                 /* on every rank */
+	PD_JOB_DONE,                    /* answered with its pictures */
+	PD_JOB_FAILED,                  /* answered with an error */
+	PD_JOB_CANCELLED,               /* cancelled (DELETE) while queued or between steps */
+};
+
+/* One request: queued, running or ended. The server owns it; the command's
+ * loop holds the running one between pd_serve_next and pd_serve_finish. */
 struct pd_serve_job {
 	uint64_t id;                    /* in arrival order, from 1 */
 	struct pd_serve_params params;  /* what it asks */
-	double t_submit;                /* when it was queued (pd_now) */
-	/* the rest belongs to the server */
-	int status;                     /* HTTP status of the answer, once done */
-	char *body;                     /* the answer's JSON */
-	int done;                       /* answered */
+	int async;                      /* submitted to /v1/jobs: kept after it ends, for GET */
+	volatile int cancel;            /* DELETE asked while it runs: the request's cancel flag */
+	/* the rest is the server's, under its lock */
+	enum pd_job_state state;        /* where it is */
+	int step, steps;                /* steps done and to do, while running */
+	double t_submit, t_start, t_end; /* queued, started, ended (pd_now) */
+	int status;                     /* HTTP status of its answer, once ended */
+	char *body;                     /* the answer's JSON, once ended */
+	char *info;                     /* the parameters text of its PNGs, or NULL */
+	int refs;                       /* connections holding it (a waiting client, an event stream) */
 	struct pd_serve_job *next;      /* the queue */
+	struct pd_serve_job *older;     /* every job the server keeps, newest first */
 };
 
 struct pd_serve;
 
 /* Binds and starts answering (health and models right away; jobs queue). */
 int pd_serve_start(struct pd_serve **out, const struct pd_serve_options *o);
-/* The next job, waiting up to TIMEOUT seconds: 1 with *JOB, 0 when none
- * came. */
+/* The next job, waiting up to TIMEOUT seconds: 1 with *JOB (now running),
+ * 0 when none came. */
 int pd_serve_next(struct pd_serve *s, struct pd_serve_job **job, double timeout);
-/* Answers JOB with STATUS and BODY (taken over) and wakes its client. */
-void pd_serve_done(struct pd_serve *s, struct pd_serve_job *job, int status, char *body);
-/* Jobs waiting (for the log). */
-int pd_serve_queued(struct pd_serve *s);
-/* Stops accepting, answers every queued job 503 with WHY, stops the
- * daemon and frees everything. */
+/* The running job finished STEP (from 0) of STEPS: for GET and the event
+ * streams. */
+void pd_serve_progress(struct pd_serve *s, struct pd_serve_job *job, int step, int steps);
+/* Ends JOB in STATE with HTTP STATUS and BODY (taken over; INFO too, may
+ * be NULL) and wakes whoever waits for it. */
+void pd_serve_finish(struct pd_serve *s, struct pd_serve_job *job, enum pd_job_state state, int status, char *body,
+		     char *info);
+/* Stops accepting, answers every queued job 503 with WHY, ends the event
+ * streams, stops the daemon and frees everything. */
 void pd_serve_stop(struct pd_serve *s, const char *why);
 
 #endif /* PD_SERVE_H */

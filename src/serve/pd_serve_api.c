@@ -218,6 +218,12 @@ int pd_serve_params_parse(struct pd_serve_params *p, enum pd_serve_api api, cons
 		pd_errorf("prompt is required");
 		goto out;
 	}
+	if ((int64_t)p->n * p->width * p->height > PD_SERVE_MAX_PIXELS) {
+		bad = api == PD_API_OPENAI ? "n" : "batch_size";
+		pd_errorf("%s: %d pictures of %dx%d are more than %d pixels a request", bad, p->n, p->width, p->height,
+			  PD_SERVE_MAX_PIXELS);
+		goto out;
+	}
 	rc = 0;
 out:
 	if (bad)

@@ -1,16 +1,16 @@
 /*
  * pd_serve_http.c - rank 0's HTTP server (libmicrohttpd, a thread per
- * connection): routes, limits, the bounded queue. A generation request's
- * thread queues its job and waits for the answer; the command's loop is the
- * only consumer, so jobs run one at a time in arrival order.
+ * connection): routes, authentication, limits and the answers. A
+ * generation request's thread queues its job (pd_serve_jobs.c) and waits
+ * for its end; the command's loop is the only consumer, so jobs run one at
+ * a time in arrival order.
  */
-#include "pd_serve.h"
+#include "pd_serve_int.h"
 #include "pd_util.h"
 
 #include <arpa/inet.h>
-#include <microhttpd.h>
+#include <cjson/cJSON.h>
 #include <netinet/in.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,22 +18,6 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
-
-struct pd_serve {
-	struct MHD_Daemon *daemon;      /* the HTTP server */
-	struct pd_serve_options o;      /* as started (strings borrowed) */
-	pthread_mutex_t mu;             /* guards everything below */
-	pthread_cond_t queued_cv;       /* a job was queued, or stopping */
-	pthread_cond_t done_cv;         /* a job was answered (every waiter checks its own) */
-	struct pd_serve_job *head, *tail; /* waiting jobs, oldest first */
-	int queued;                     /* jobs waiting */
-	int running;                    /* the loop holds a job */
-	int stopping;                   /* no new jobs: they get 503 */
-	int active;                     /* requests begun and not yet completed (their answers not sent) */
-	uint64_t next_id;               /* the next job's id */
-	uint64_t served;                /* jobs answered 200 */
-	double busy_s;                  /* seconds the answered jobs ran, for Retry-After */
-};
 
 /* A connection's request body as it arrives. */
 struct pd_conn {
@@ -43,7 +27,7 @@ struct pd_conn {
 	unsigned long long seen;        /* body bytes received, kept or not */
 };
 
-static void pd_serve_log(struct pd_serve *s, const char *fmt, ...)
+void pd_serve_log(struct pd_serve *s, const char *fmt, ...)
 {
 	char line[1024];
 	va_list ap;
@@ -58,7 +42,7 @@ static void pd_serve_log(struct pd_serve *s, const char *fmt, ...)
 }
 
 /* Sends BODY (taken over) with STATUS; RETRY > 0 adds Retry-After. */
-static enum MHD_Result pd_reply(struct MHD_Connection *c, int status, char *body, int retry)
+enum MHD_Result pd_reply(struct MHD_Connection *c, int status, char *body, int retry)
 {
 	struct MHD_Response *r;
 	enum MHD_Result ret;
@@ -86,8 +70,8 @@ static enum MHD_Result pd_reply(struct MHD_Connection *c, int status, char *body
 	return ret;
 }
 
-static enum MHD_Result pd_reply_error(struct MHD_Connection *c, int status, const char *type, const char *param,
-				      const char *msg, int retry)
+enum MHD_Result pd_reply_error(struct MHD_Connection *c, int status, const char *type, const char *param,
+			       const char *msg, int retry)
 {
 	return pd_reply(c, status, pd_serve_error_json(msg, type, param), retry);
 }
@@ -104,90 +88,152 @@ static const char *pd_peer(struct MHD_Connection *c, char *buf, size_t n)
 
 static enum MHD_Result pd_health(struct pd_serve *s, struct MHD_Connection *c)
 {
-	char *body;
+	cJSON *o = cJSON_CreateObject();
+	char *body = NULL;
+	int ok;
 
 	pthread_mutex_lock(&s->mu);
-	body = pd_strfmt("{\"status\":\"%s\",\"ranks\":%d,\"mesh\":\"%s\",\"model\":\"%s\",\"queue\":%d,\"running\":%d,"
-			 "\"served\":%llu}",
-			 s->stopping ? "stopping" : "ok", s->o.ranks, s->o.mesh ? s->o.mesh : "",
-			 s->o.model ? s->o.model : "", s->queued, s->running, (unsigned long long)s->served);
+	ok = o && cJSON_AddStringToObject(o, "status", s->stopping ? "stopping" : "ok") &&
+	     cJSON_AddNumberToObject(o, "ranks", s->o.ranks) &&
+	     cJSON_AddStringToObject(o, "mesh", s->o.mesh ? s->o.mesh : "") &&
+	     cJSON_AddStringToObject(o, "model", s->o.model ? s->o.model : "") &&
+	     cJSON_AddNumberToObject(o, "queue", s->queued) && cJSON_AddNumberToObject(o, "queue_max", s->o.queue_max) &&
+	     cJSON_AddNumberToObject(o, "running", s->running) &&
+	     cJSON_AddNumberToObject(o, "served", (double)s->served);
 	pthread_mutex_unlock(&s->mu);
+	if (ok)
+		body = cJSON_PrintUnformatted(o);
+	cJSON_Delete(o);
 	return pd_reply(c, 200, body, 0);
 }
 
 static enum MHD_Result pd_models(struct pd_serve *s, struct MHD_Connection *c)
 {
-	char *id = pd_serve_error_json(s->o.model ? s->o.model : "pdit", "", NULL), *body = NULL;
+	cJSON *o = cJSON_CreateObject(), *list = o ? cJSON_AddArrayToObject(o, "data") : NULL, *m = cJSON_CreateObject();
+	char *body = NULL;
 
-	/* the model's name JSON-escaped, borrowed from an error object's text */
-	if (id) {
-		char *start = strstr(id, "\"message\":") + 10, *end = strstr(start, ",\"type\"");
-
-		*end = 0;
-		body = pd_strfmt("{\"object\":\"list\",\"data\":[{\"id\":%s,\"object\":\"model\",\"created\":0,"
-				 "\"owned_by\":\"pdit\"}]}", start);
-		free(id);
+	if (list && m && cJSON_AddStringToObject(o, "object", "list") &&
+	    cJSON_AddStringToObject(m, "id", s->o.model ? s->o.model : "pdit") &&
+	    cJSON_AddStringToObject(m, "object", "model") && cJSON_AddNumberToObject(m, "created", 0) &&
+	    cJSON_AddStringToObject(m, "owned_by", "pdit")) {
+		cJSON_AddItemToArray(list, m);
+		m = NULL;
+		body = cJSON_PrintUnformatted(o);
 	}
+	cJSON_Delete(m);
+	cJSON_Delete(o);
 	return pd_reply(c, 200, body, 0);
 }
 
-/* Queues the job of a complete, valid body and waits for its answer. */
+/* A generation request with its complete body: queued, then (ASYNC) the
+ * job's id at once, or its answer once it ends. */
 static enum MHD_Result pd_generate(struct pd_serve *s, struct MHD_Connection *c, const char *url,
-				   enum pd_serve_api api, struct pd_conn *k)
+				   enum pd_serve_api api, int async, struct pd_conn *k)
 {
 	struct pd_serve_params p;
 	struct pd_serve_job *job;
 	char field[128], peer[64], *body;
-	int status, retry = 0;
+	int status, retry = 0, w, h, steps, n, gone;
+	unsigned long long seed;
 	double t0 = pd_now();
 
 	pd_peer(c, peer, sizeof(peer));
 	if (pd_serve_params_parse(&p, api, k->body ? k->body : "", k->len, s->o.strict, field, sizeof(field))) {
-		pd_serve_log(s, "pdit: %s %s from %s -> 400 (%s)", "POST", url, peer, pd_last_error());
+		pd_serve_log(s, "pdit: POST %s from %s -> 400 (%s)", url, peer, pd_last_error());
 		return pd_reply_error(c, 400, "invalid_request_error", field[0] ? field : NULL, pd_last_error(), 0);
 	}
-	job = pd_calloc(1, sizeof(*job), "a job");
-	if (!job) {
+	w = p.width, h = p.height, steps = p.steps, n = p.n, seed = (unsigned long long)p.seed;
+	status = pd_jobs_submit(s, &p, async, &job, &retry);
+	if (status) {
 		pd_serve_params_free(&p);
-		return pd_reply_error(c, 500, "server_error", NULL, "out of memory", 0);
+		pd_serve_log(s, "pdit: POST %s from %s -> %d (%s)", url, peer, status,
+			     status == 429 ? "queue full" : status == 503 ? "stopping" : "out of memory");
+		return status == 429 ? pd_reply_error(c, 429, "rate_limit_error", NULL,
+						      "the queue is full: retry later (Retry-After)", retry)
+		       : status == 503 ? pd_reply_error(c, 503, "server_error", NULL, "the server is stopping", 0)
+				       : pd_reply_error(c, 500, "server_error", NULL, "out of memory", 0);
 	}
-	job->params = p;
-	job->t_submit = t0;
-	pthread_mutex_lock(&s->mu);
-	if (s->stopping || s->queued >= s->o.queue_max) {
-		int full = !s->stopping;
-		double each = s->served ? s->busy_s / (double)s->served : 5;
+	pd_serve_log(s, "pdit: job %llu: POST %s from %s: %dx%d, %d step(s), n %d, seed %llu", (unsigned long long)job->id,
+		     url, peer, w, h, steps, n, seed);
+	if (async) {
+		body = pd_jobs_json(s, job);
+		pd_jobs_release(s, job);
+		return pd_reply(c, 202, body, 0);
+	}
+	{
+		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
 
-		retry = (int)(each * (s->queued + 1)) + 1;
-		pthread_mutex_unlock(&s->mu);
-		pd_serve_params_free(&job->params);
-		free(job);
-		pd_serve_log(s, "pdit: POST %s from %s -> %d (%s)", url, peer, full ? 429 : 503,
-			     full ? "queue full" : "stopping");
-		return full ? pd_reply_error(c, 429, "rate_limit_error", NULL,
-					     "the queue is full: retry later (Retry-After)", retry)
-			    : pd_reply_error(c, 503, "server_error", NULL, "the server is stopping", 0);
+		gone = pd_jobs_wait(s, job, ci ? ci->connect_fd : -1);
 	}
-	job->id = ++s->next_id;
-	if (s->tail)
-		s->tail->next = job;
-	else
-		s->head = job;
-	s->tail = job;
-	s->queued++;
-	pd_serve_log(s, "pdit: job %llu: POST %s from %s: %dx%d, %d step(s), n %d, seed %llu (queue %d)",
-		     (unsigned long long)job->id, url, peer, p.width, p.height, p.steps, p.n,
-		     (unsigned long long)p.seed, s->queued);
-	pthread_cond_signal(&s->queued_cv);
-	while (!job->done)
-		pthread_cond_wait(&s->done_cv, &s->mu);
-	pthread_mutex_unlock(&s->mu);
+	/* ended: only this thread reads its answer now */
 	status = job->status;
 	body = job->body;
-	pd_serve_log(s, "pdit: job %llu -> %d in %.2f s", (unsigned long long)job->id, status, pd_now() - t0);
-	pd_serve_params_free(&job->params);
-	free(job);
+	job->body = NULL;
+	pd_serve_log(s, "pdit: job %llu -> %d in %.2f s%s", (unsigned long long)job->id, status, pd_now() - t0,
+		     gone ? " (the client left: cancelled)" : "");
+	pd_jobs_release(s, job);
 	return pd_reply(c, status, body, 0);
+}
+
+/* /v1/jobs/ID and /v1/jobs/ID/events. */
+static enum MHD_Result pd_job_route(struct pd_serve *s, struct MHD_Connection *c, const char *url,
+				    const char *method)
+{
+	const char *rest = url + strlen("/v1/jobs/");
+	char *end;
+	unsigned long long id = strtoull(rest, &end, 10);
+	int events = strcmp(end, "/events") == 0;
+	struct pd_serve_job *job;
+	struct MHD_Response *r;
+	enum MHD_Result ret;
+
+	if (end == rest || (*end && !events))
+		return pd_reply_error(c, 404, "invalid_request_error", NULL, "no such endpoint", 0);
+	job = pd_jobs_find(s, id);
+	if (!job)
+		return pd_reply_error(c, 404, "invalid_request_error", "id", "no such job (ended jobs are kept a while)", 0);
+	if (events && strcmp(method, "GET") == 0) {
+		r = pd_jobs_events(s, job);
+		if (!r)
+			return MHD_NO;
+		ret = MHD_queue_response(c, 200, r);
+		MHD_destroy_response(r);
+		return ret;
+	}
+	if (!events && strcmp(method, "GET") == 0) {
+		char *body = pd_jobs_json(s, job);
+
+		pd_jobs_release(s, job);
+		return pd_reply(c, 200, body, 0);
+	}
+	if (!events && strcmp(method, "DELETE") == 0) {
+		int status = pd_jobs_cancel(s, job);
+		char *body = pd_jobs_json(s, job);
+
+		pd_serve_log(s, "pdit: job %llu: DELETE -> %d", id, status);
+		pd_jobs_release(s, job);
+		if (status == 409) {
+			free(body);
+			return pd_reply_error(c, 409, "invalid_request_error", "id", "the job has already ended", 0);
+		}
+		return pd_reply(c, status, body, 0);
+	}
+	pd_jobs_release(s, job);
+	return pd_reply_error(c, 405, "invalid_request_error", NULL, events ? "use GET" : "use GET or DELETE", 0);
+}
+
+static enum MHD_Result pd_page(struct MHD_Connection *c)
+{
+	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(pd_serve_page), (void *)pd_serve_page,
+								 MHD_RESPMEM_PERSISTENT);
+	enum MHD_Result ret;
+
+	if (!r)
+		return MHD_NO;
+	MHD_add_response_header(r, "Content-Type", "text/html; charset=utf-8");
+	ret = MHD_queue_response(c, 200, r);
+	MHD_destroy_response(r);
+	return ret;
 }
 
 static int pd_json_type(struct MHD_Connection *c)
@@ -224,13 +270,15 @@ static enum MHD_Result pd_handler(void *cls, struct MHD_Connection *c, const cha
 	struct pd_conn *k = *con_cls;
 	int post = strcmp(method, "POST") == 0, get = strcmp(method, "GET") == 0;
 	enum pd_serve_api api = PD_API_OPENAI;
-	int gen = 0;
+	int gen = 0, async = 0;
 
 	(void)version;
 	if (strcmp(url, "/v1/images/generations") == 0)
 		gen = 1;
 	else if (strcmp(url, "/sdapi/v1/txt2img") == 0)
 		gen = 1, api = PD_API_A1111;
+	else if (strcmp(url, "/v1/jobs") == 0)
+		gen = 1, async = 1;
 	if (!k) {
 		/* the first call: headers only. Refusals that need no body go now. */
 		k = pd_calloc(1, sizeof(*k), "a connection");
@@ -240,7 +288,8 @@ static enum MHD_Result pd_handler(void *cls, struct MHD_Connection *c, const cha
 		pthread_mutex_lock(&s->mu);
 		s->active++;
 		pthread_mutex_unlock(&s->mu);
-		if (!pd_authorized(s, c))
+		/* the page asks for the key itself */
+		if (!pd_authorized(s, c) && !(get && strcmp(url, "/") == 0))
 			return pd_reply_error(c, 401, "authentication_error", NULL,
 					      "a valid \"Authorization: Bearer KEY\" header is required", 0);
 		if (gen && !post)
@@ -292,7 +341,11 @@ static enum MHD_Result pd_handler(void *cls, struct MHD_Connection *c, const cha
 	if (k->too_big)
 		return pd_reply_error(c, 413, "invalid_request_error", NULL, "the body is too large", 0);
 	if (gen)
-		return pd_generate(s, c, url, api, k);
+		return pd_generate(s, c, url, api, async, k);
+	if (strncmp(url, "/v1/jobs/", 9) == 0)
+		return pd_job_route(s, c, url, method);
+	if (get && strcmp(url, "/") == 0)
+		return pd_page(c);
 	if (get && strcmp(url, "/health") == 0)
 		return pd_health(s, c);
 	if (get && strcmp(url, "/v1/models") == 0)
@@ -316,7 +369,7 @@ static void pd_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 		*con_cls = NULL;
 		pthread_mutex_lock(&s->mu);
 		s->active--;
-		pthread_cond_broadcast(&s->done_cv);
+		pthread_cond_broadcast(&s->changed_cv);
 		pthread_mutex_unlock(&s->mu);
 	}
 }
@@ -361,17 +414,19 @@ int pd_serve_start(struct pd_serve **out, const struct pd_serve_options *o)
 	s->o = *o;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->queued_cv, NULL);
-	pthread_cond_init(&s->done_cv, NULL);
+	pthread_cond_init(&s->changed_cv, NULL);
 	s->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC,
 				     0, NULL, NULL, pd_handler, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&a,
 				     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(o->io_timeout > 0 ? o->io_timeout : 10),
 				     MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->queue_max + 64),
+				     /* one address cannot take every connection */
+				     MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(o->queue_max / 2 + 32),
 				     MHD_OPTION_NOTIFY_COMPLETED, pd_completed, s, MHD_OPTION_END);
 	if (!s->daemon) {
 		pd_errorf("--listen %s: cannot listen there (in use, or not this machine's address)", o->listen);
 		pthread_mutex_destroy(&s->mu);
 		pthread_cond_destroy(&s->queued_cv);
-		pthread_cond_destroy(&s->done_cv);
+		pthread_cond_destroy(&s->changed_cv);
 		free(s);
 		return -1;
 	}
@@ -380,98 +435,11 @@ int pd_serve_start(struct pd_serve **out, const struct pd_serve_options *o)
 		char host[INET_ADDRSTRLEN];
 
 		inet_ntop(AF_INET, &a.sin_addr, host, sizeof(host));
-		pd_serve_log(s, "pdit: serving %s on http://%s:%u (POST /v1/images/generations, /sdapi/v1/txt2img; "
-			     "GET /health, /v1/models)", o->model ? o->model : "", host,
+		pd_serve_log(s, "pdit: serving %s on http://%s:%u (POST /v1/images/generations, /sdapi/v1/txt2img, "
+			     "/v1/jobs; GET /, /health, /v1/models)", o->model ? o->model : "", host,
 			     di ? (unsigned)di->port : (unsigned)ntohs(a.sin_port));
 	}
 	*out = s;
 	return 0;
 }
 
-int pd_serve_next(struct pd_serve *s, struct pd_serve_job **job, double timeout)
-{
-	struct timespec until;
-	double t;
-
-	*job = NULL;
-	clock_gettime(CLOCK_REALTIME, &until);
-	t = until.tv_sec + until.tv_nsec * 1e-9 + timeout;
-	until.tv_sec = (time_t)t;
-	until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
-	pthread_mutex_lock(&s->mu);
-	if (!s->head && !s->stopping)
-		pthread_cond_timedwait(&s->queued_cv, &s->mu, &until);
-	if (s->head && !s->stopping) {
-		*job = s->head;
-		s->head = s->head->next;
-		if (!s->head)
-			s->tail = NULL;
-		(*job)->next = NULL;
-		s->queued--;
-		s->running = 1;
-	}
-	pthread_mutex_unlock(&s->mu);
-	return *job != NULL;
-}
-
-void pd_serve_done(struct pd_serve *s, struct pd_serve_job *job, int status, char *body)
-{
-	pthread_mutex_lock(&s->mu);
-	job->status = status;
-	job->body = body;
-	job->done = 1;
-	s->running = 0;
-	if (status == 200) {
-		s->served++;
-		s->busy_s += pd_now() - job->t_submit;
-	}
-	pthread_cond_broadcast(&s->done_cv);
-	pthread_mutex_unlock(&s->mu);
-}
-
-int pd_serve_queued(struct pd_serve *s)
-{
-	int n;
-
-	pthread_mutex_lock(&s->mu);
-	n = s->queued;
-	pthread_mutex_unlock(&s->mu);
-	return n;
-}
-
-void pd_serve_stop(struct pd_serve *s, const char *why)
-{
-	struct pd_serve_job *j;
-
-	if (!s)
-		return;
-	pthread_mutex_lock(&s->mu);
-	s->stopping = 1;
-	while ((j = s->head)) {
-		s->head = j->next;
-		j->status = 503;
-		j->body = pd_serve_error_json(why, "server_error", NULL);
-		j->done = 1;
-		s->queued--;
-	}
-	s->tail = NULL;
-	pthread_cond_broadcast(&s->done_cv);
-	/* every answer out before the sockets close (stopping the daemon shuts
-	 * them): no new connections, then the requests under way complete
-	 * (a slow client at most its --io-timeout) */
-	MHD_quiesce_daemon(s->daemon);
-	{
-		struct timespec until;
-
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += s->o.io_timeout + 2;
-		while (s->active > 0 && pthread_cond_timedwait(&s->done_cv, &s->mu, &until) == 0)
-			;
-	}
-	pthread_mutex_unlock(&s->mu);
-	MHD_stop_daemon(s->daemon);
-	pthread_mutex_destroy(&s->mu);
-	pthread_cond_destroy(&s->queued_cv);
-	pthread_cond_destroy(&s->done_cv);
-	free(s);
-}

@@ -15,8 +15,18 @@
    exits 0.
 4. --api-key: no or a wrong Bearer token gets 401, the right one 200; listening on another address
    than 127.0.0.1 without a key is refused at start with one line.
-5. With mpirun (when given): 2 processes (Ulysses 2, and data parallel 2 over n = 2) give the same
-   PNGs as `pdit generate` on one process.
+5. The async job API: POST /v1/jobs answers 202 with an id at once; GET shows queued/running with
+   step i of n, then done with generate's PNG and its parameters; its event stream (Server-Sent
+   Events, read by curl) sends progress and an end; DELETE of a running job stops it between steps
+   (cancelled, the engine alive: the next request gives generate's PNG), of a queued one at once, of
+   an ended one 409; the web page GET / is one self-contained file (no external URLs).
+6. Load: 8 clients, 50 requests of mixed sizes and seeds, --queue 3: every request answered once with
+   its own picture (the seed in its PNG's parameters; each client's in its order), 429s counted and
+   retried after Retry-After, the queue never past 3, the server's memory flat after warm-up (not
+   under the sanitizers, whose quarantine keeps freed memory).
+7. With mpirun (when given): 2 processes (Ulysses 2, and data parallel 2 over n = 2) give the same
+   PNGs as `pdit generate` on one process; a cancel there stops both ranks and the next request is
+   right.
 
     cli_serve.py PDIT [MPIRUN...]
 """
@@ -117,6 +127,143 @@ def pngs_openai(answer):
     return [base64.b64decode(d["b64_json"]) for d in answer["data"]]
 
 
+def wait_job(srv, jid, states, t=60):
+    t_end = time.time() + t
+    while time.time() < t_end:
+        st, j = get(srv, "/v1/jobs/%s" % jid)
+        if j.get("status") in states:
+            return j
+        time.sleep(0.02)
+    return j
+
+
+def cancel_running(srv, body, want):
+    """A long async job cancelled while it runs; then BODY gives WANT."""
+    st, j, _ = post(srv, "/v1/jobs", {"prompt": "long", "size": "64x64", "steps": 1000, "seed": 3})
+    jid = j["id"]
+    t_end = time.time() + 60
+    while time.time() < t_end and get(srv, "/v1/jobs/" + jid)[1]["step"] < 2:
+        time.sleep(0.02)
+    req = urllib.request.Request(srv.url("/v1/jobs/" + jid), method="DELETE")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            st = r.status
+    except urllib.error.HTTPError as e:
+        st = e.code
+    j = wait_job(srv, jid, ("cancelled", "done", "failed"))
+    report(st == 202 and j["status"] == "cancelled" and 2 <= j["step"] < 1000 and
+           "cancelled after step" in j["result"]["error"]["message"],
+           "DELETE a running job: %s, %s after step %s of %s" % (st, j["status"], j["step"], j["steps"]))
+    st, ans, _ = post(srv, "/v1/images/generations", body)
+    report(st == 200 and pngs_openai(ans) == want, "the request after the cancel: generate's PNGs")
+
+
+def jobs_api(srv, body, want, tmp):
+    st, j, _ = post(srv, "/v1/jobs", body)
+    report(st == 202 and j["status"] in ("queued", "running") and j["id"], "POST /v1/jobs -> %s, id %s" % (st, j.get("id")))
+    ev = subprocess.Popen(["curl", "-sN", "--max-time", "60", srv.url("/v1/jobs/%s/events" % j["id"])],
+                          stdout=subprocess.PIPE, text=True)
+    done = wait_job(srv, j["id"], ("done", "failed", "cancelled"))
+    got = pngs_openai(done["result"]) if done["status"] == "done" else []
+    report(got == want and "seed: 7" in done["parameters"] and done["step"] == done["steps"] == 2,
+           "GET /v1/jobs/ID: done, step 2 of 2, generate's PNGs, the parameters")
+    out = ev.communicate(timeout=60)[0]
+    events = [l[7:] for l in out.splitlines() if l.startswith("event: ")]
+    report(events and events[-1] == "end" and '"status":"done"' in out.split("event: end")[-1],
+           "its event stream: %d events, the last '%s'" % (len(events), events[-1] if events else None))
+    cancel_running(srv, body, want)
+    # a queued job, behind a long one
+    st, a, _ = post(srv, "/v1/jobs", {"prompt": "long", "size": "64x64", "steps": 1000})
+    wait_job(srv, a["id"], ("running",))
+    st, b, _ = post(srv, "/v1/jobs", {"prompt": "queued", "size": "64x64", "steps": 1})
+    q = get(srv, "/v1/jobs/" + b["id"])[1]
+    req = urllib.request.Request(srv.url("/v1/jobs/" + b["id"]), method="DELETE")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        st = r.status
+    report(q["status"] == "queued" and q["queue_position"] == 1 and st == 200 and
+           get(srv, "/v1/jobs/" + b["id"])[1]["status"] == "cancelled", "DELETE a queued job: %s, cancelled" % st)
+    req = urllib.request.Request(srv.url("/v1/jobs/" + a["id"]), method="DELETE")
+    urllib.request.urlopen(req, timeout=30).read()
+    wait_job(srv, a["id"], ("cancelled", "done"))
+    req = urllib.request.Request(srv.url("/v1/jobs/" + a["id"]), method="DELETE")
+    try:
+        urllib.request.urlopen(req, timeout=30)
+        st = 200
+    except urllib.error.HTTPError as e:
+        st = e.code
+    report(st == 409, "DELETE an ended job -> %s" % st)
+    st, _ = get(srv, "/v1/jobs/999999")
+    report(st == 404, "an unknown job -> %s" % st)
+
+
+def rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def load(model):
+    srv = Server(["--model", model, "--queue", "3"])
+    sizes = ["32x32", "64x48", "48x64", "64x64"]
+    results, lock, peak_queue = {}, threading.Lock(), [0]
+    stop_watch = threading.Event()
+
+    def watch():
+        while not stop_watch.is_set():
+            q = get(srv, "/health")[1]["queue"]
+            peak_queue[0] = max(peak_queue[0], q)
+            time.sleep(0.01)
+
+    def client(c):
+        mine = []
+        for k in range(c, 50, 8):
+            body = {"prompt": "load %d" % k, "size": sizes[k % 4], "steps": 1 + k % 2, "seed": 1000 + k}
+            refused, t_end = 0, time.time() + 240
+            while time.time() < t_end:
+                st, ans, hdr = post(srv, "/v1/images/generations", body)
+                if st != 429:
+                    break
+                refused += 1
+                # Retry-After is whole seconds: tiny requests take less
+                time.sleep(min(float(hdr.get("Retry-After", "1")), 0.1))
+            png = pngs_openai(ans)[0] if st == 200 else b""
+            mine.append((k, st, refused, b"seed: %d;" % (1000 + k) in png, len(png)))
+        with lock:
+            results[c] = mine
+
+    # warm-up, then the memory before the load
+    for k in range(5):
+        post(srv, "/v1/images/generations", {"prompt": "warm", "size": sizes[k % 4], "steps": 2})
+    before = rss_kb(srv.p.pid)
+    w = threading.Thread(target=watch)
+    w.start()
+    ts = [threading.Thread(target=client, args=(c,)) for c in range(8)]
+    t0 = time.time()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(300)
+    stop_watch.set()
+    w.join()
+    after = rss_kb(srv.p.pid)
+    flat = [r for c in sorted(results) for r in results[c]]
+    ok = len(flat) == 50 and all(st == 200 and seed_ok for _, st, _, seed_ok, _ in flat)
+    ordered = all([r[0] for r in results[c]] == list(range(c, 50, 8)) for c in results)
+    refused = sum(r[2] for r in flat)
+    report(ok and ordered and len({r[0] for r in flat}) == 50,
+           "50 requests from 8 clients in %.1f s: each answered 200 once with its own seed, in each client's order"
+           % (time.time() - t0))
+    report(refused > 0 and peak_queue[0] <= 3, "%d 429s (retried), the queue at most %d (limit 3)" % (refused, peak_queue[0]))
+    sanitized = "ASAN_OPTIONS" in os.environ
+    report(sanitized or after - before < 8192, "memory after warm-up %d MB, after the load %d MB%s"
+           % (before >> 10, after >> 10, " (not checked under the sanitizers)" if sanitized else ""))
+    st, h = get(srv, "/health")
+    report(h["served"] == 55 and h["queue"] == 0, "/health: served %s" % h["served"])
+    srv.stop()
+
+
 def main():
     tmp = tempfile.mkdtemp()
     model = os.path.join(tmp, "m")
@@ -169,6 +316,7 @@ def main():
         ("no prompt", {"n": 1}, 400, "prompt"),
         ("response_format url", {"prompt": "a", "response_format": "url"}, 400, "response_format"),
         ("guidance a string", {"prompt": "a", "guidance": "high"}, 400, "guidance"),
+        ("16 pictures of 4096x4096", {"prompt": "a", "n": 16, "size": "4096x4096"}, 400, "n"),
         ("a 1 MB prompt", big, 413, None),
         ("a 10 MB body (read to its end, then refused)", b"{" + b" " * (10 << 20) + b"}", 413, None),
     ]
@@ -215,6 +363,24 @@ def main():
     st, ans, _ = post(srv, "/sdapi/v1/txt2img", a1111_body)
     report(st == 200 and [base64.b64decode(x) for x in ans["images"]] == boat, "after all that: a good request, 200")
 
+    # a waiting client that hangs up cancels its job; the next request is right
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=15)
+    b = json.dumps({"prompt": "left", "size": "64x64", "steps": 1000}).encode()
+    s.sendall(b"POST /v1/images/generations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n%s" % (len(b), b))
+    t_end = time.time() + 30
+    while time.time() < t_end and get(srv, "/health")[1]["running"] != 1:
+        time.sleep(0.02)
+    time.sleep(0.2)
+    s.close()
+    while time.time() < t_end and get(srv, "/health")[1]["running"] != 0:
+        time.sleep(0.02)
+    left = [l for l in srv.lines if "client left" in l]
+    report(len(left) == 1 and time.time() < t_end, "a client that hangs up: its job cancelled (%s)"
+           % (left[0].strip() if left else "not logged"))
+    st, ans, _ = post(srv, "/sdapi/v1/txt2img", a1111_body)
+    report(st == 200 and [base64.b64decode(x) for x in ans["images"]] == boat, "the next request: generate's PNG")
+
     print("3. the queue, and SIGTERM")
     long_body = {"prompt": "a long one", "size": "64x64", "steps": 400, "seed": 1}
     res = {}
@@ -244,6 +410,11 @@ def main():
     report(res.get("waiting", (0,))[0] == 503, "SIGTERM: the queued request gets %s" % (res.get("waiting", ("none",))[0],))
     report(rc == 0, "SIGTERM: exit %s" % rc)
 
+    srv = Server(["--model", model, "--queue", "0"])
+    st, ans, _ = post(srv, "/sdapi/v1/txt2img", a1111_body)
+    report(st == 200, "--queue 0: an idle server still runs a request (%s)" % st)
+    srv.stop()
+
     print("4. --api-key")
     srv = Server(["--model", model, "--api-key", "s3cret"])
     st, _, hdr = post(srv, "/v1/images/generations", a1111_body)
@@ -261,14 +432,27 @@ def main():
     report(st == 400 and ans["error"]["param"] == "colour", "--strict: an unknown field -> %s (%s)" % (st, ans["error"]["param"]))
     srv.stop()
 
+    print("5. jobs")
+    srv = Server(["--model", model, "--queue", "4"])
+    jobs_api(srv, openai_body, fox, tmp)
+    page = urllib.request.urlopen(srv.url("/"), timeout=10).read().decode()
+    report("<form" in page and "/v1/jobs" in page and "http://" not in page and "https://" not in page
+           and "<script src" not in page, "GET /: a self-contained page (%d bytes)" % len(page))
+    srv.stop()
+
+    print("6. load")
+    load(model)
+
     if MPIRUN:
-        print("5. two processes")
+        print("7. two processes")
         for mesh in (["--ulysses-degree", "2"], ["--data-parallel-degree", "2"]):
             srv = Server(["--model", model, *mesh], mpi=2)
             st, ans, _ = post(srv, "/v1/images/generations", openai_body)
             report(st == 200 and pngs_openai(ans) == fox, "%s: generate's PNGs byte for byte" % " ".join(mesh))
             st, h = get(srv, "/health")
             report(h["ranks"] == 2, "/health: %s" % h["mesh"])
+            if mesh[0] == "--ulysses-degree":
+                cancel_running(srv, openai_body, fox)
             srv.stop()
     print("%d failure(s)" % len(failures))
     sys.exit(1 if failures else 0)

@@ -2,9 +2,11 @@
 """`pdit serve` against `pdit generate`, with clients no one here wrote (curl, Python's urllib).
 
 1. One process on a tiny FLUX folder (port 0: the server prints the one it got): the OpenAI request
-   through curl (n = 2, a negative prompt with true CFG) and the A1111 request through urllib give
+   through curl and through the OpenAI JavaScript SDK's images.generate (n = 2, a negative prompt
+   with true CFG; tests/js, installed by scripts/setup.sh) and the A1111 request through urllib give
    PNGs byte for byte equal to `pdit generate`'s with the same arguments (pixels and the parameters
-   chunk); /health and /v1/models answer.
+   chunk); /health and /v1/models answer. The web page in headless Chromium: a prompt submitted,
+   the picture shown is a PNG of the size asked for, its parameters beside it.
 2. Bad requests get a 4xx with a JSON error naming the field, and the server keeps answering: broken
    and truncated JSON, wrong types, sizes not multiples of 16 or negative, n = 10^9, a 1 MB prompt,
    a 10 MB body, a wrong content type, an unknown path, GET on a generation endpoint, a missing
@@ -34,6 +36,7 @@ import base64
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -125,6 +128,27 @@ def generate(model, out, prompts, extra):
 
 def pngs_openai(answer):
     return [base64.b64decode(d["b64_json"]) for d in answer["data"]]
+
+
+def browser(srv, tmp):
+    """The page in headless Chromium, driven through its DevTools protocol by a small Node script."""
+    exe = next((shutil.which(p) for p in ("chromium", "chromium-browser", "google-chrome") if shutil.which(p)), None)
+    if not exe:
+        report(False, "the page in a browser: no chromium (scripts/setup.sh installs Debian's)")
+        return
+    js = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "js", "page_test.mjs")
+    shot = os.path.join(tmp, "page.png")
+    r = subprocess.run(["node", js, exe, srv.url("/"), shot, "64", "48"], capture_output=True, text=True, timeout=240)
+    try:
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        got = {}
+    png = base64.b64decode(got.get("src", "").split(",", 1)[-1]) if got.get("src", "").startswith("data:image/png") else b""
+    w, h = (int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")) if png[:8] == b"\x89PNG\r\n\x1a\n" else (0, 0)
+    report(w == 64 and h == 48 and "seed: 5" in got.get("parameters", "") and os.path.getsize(shot) > 1000
+           if os.path.exists(shot) else False,
+           "the page in headless Chromium: a %dx%d PNG shown, its parameters, a screenshot %s" % (
+               w, h, r.stderr.strip()[-1500:] if r.returncode else ""))
 
 
 def wait_job(srv, jid, states, t=60):
@@ -286,12 +310,19 @@ def main():
     except (ValueError, KeyError):
         got = []
     report(got == fox, "curl, OpenAI images API, n 2, negative prompt, true CFG: generate's PNGs byte for byte")
+    js = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "js")
+    r = subprocess.run(["node", os.path.join(js, "openai_images.mjs"), srv.url("/v1"), os.path.join(tmp, "js"),
+                        json.dumps(openai_body)], capture_output=True, text=True, timeout=180)
+    got = [open(os.path.join(tmp, "js-%d.png" % b), "rb").read() for b in range(2)] if r.returncode == 0 else []
+    report(got == fox, "the OpenAI JavaScript SDK's images.generate: generate's PNGs byte for byte %s"
+           % (r.stdout.strip() or r.stderr.strip()[-300:]))
     st, ans, _ = post(srv, "/sdapi/v1/txt2img", a1111_body)
     got = [base64.b64decode(x) for x in ans["images"]] if st == 200 else []
     report(got == boat and ans["parameters"]["seed"] == 11 and "seed: 11" in ans["info"],
            "urllib, A1111 txt2img: generate's PNG byte for byte, parameters and info")
+    browser(srv, tmp)
     st, h = get(srv, "/health")
-    report(st == 200 and h["status"] == "ok" and h["ranks"] == 1 and h["served"] == 2 and h["queue"] == 0,
+    report(st == 200 and h["status"] == "ok" and h["ranks"] == 1 and h["served"] == 4 and h["queue"] == 0,
            "GET /health: %s" % h)
     st, m = get(srv, "/v1/models")
     report(st == 200 and m["data"][0]["id"] == model, "GET /v1/models")

@@ -17,6 +17,7 @@ static volatile sig_atomic_t pd_int_signal;
 static volatile sig_atomic_t pd_int_deferred;
 static volatile sig_atomic_t pd_int_quiet;
 static volatile sig_atomic_t pd_int_soft;        /* a long-lived command stops at its own pace */
+static volatile sig_atomic_t pd_int_launcher;    /* a signal came from the parent process */
 static int pd_int_rank, pd_int_size;
 static int pd_int_tty;                  /* stderr is a terminal: clear a progress line first */
 
@@ -38,10 +39,16 @@ static void pd_int_exit(int code)
 	_exit(code);
 }
 
-static void pd_int_handler(int sig)
+static void pd_int_handler(int sig, siginfo_t *si, void *uc)
 {
 	pid_t pid = getpid();
 
+	(void)uc;
+	/* sent by the process that started this one (mpirun, when it ends the
+	 * job: a process failed, or it was itself signalled); before any
+	 * forwarding below, which makes this process the sender */
+	if (si && si->si_code == SI_USER && si->si_pid != 0 && si->si_pid == getppid())
+		pd_int_launcher = 1;
 	/* OpenMP's and MPI's threads may get it: the main thread (whose id is
 	 * the process's) is the one that stops */
 	if ((pid_t)syscall(SYS_gettid) != pid) {
@@ -84,7 +91,8 @@ void pd_cli_catch_signals(int rank, int size)
 	pd_int_size = size;
 	pd_int_tty = isatty(2);
 	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = pd_int_handler;
+	sa.sa_sigaction = pd_int_handler;
+	sa.sa_flags = SA_SIGINFO;
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
@@ -99,6 +107,11 @@ void pd_cli_stopping(void)
 void pd_cli_signals_deferred(void)
 {
 	pd_int_soft = 1;
+}
+
+int pd_cli_signal_from_launcher(void)
+{
+	return pd_int_launcher != 0;
 }
 
 int pd_cli_interrupted(void)

@@ -65,6 +65,9 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv);
 /* The first signal only sets the flag (pd_cli_interrupted): a long-lived
  * command stops at its own pace; a second one stops the process now. */
 void pd_cli_signals_deferred(void);
+/* A signal came from the parent process: under mpirun, the launcher ending
+ * the job (a process failed, or mpirun itself was signalled). */
+int pd_cli_signal_from_launcher(void);
 
 /* Ctrl-C, SIGTERM, SIGHUP (pd_interrupt.c): the temporaries being written
  * are removed, rank 0 says "interrupted", the process exits with 130. */

@@ -14,9 +14,11 @@
 #include "pd_util.h"
 #include "pdit_cli.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The engine request of job parameters P (the prompt borrowed). */
 static void pd_serve_request(const struct pd_engine *e, const struct pd_serve_params *p, const char **prompt,
@@ -162,6 +164,32 @@ static void pd_serve_on_step(void *ctx, int step, int steps)
 	pd_serve_progress(st->srv, st->job, step, steps);
 }
 
+/* Rank 0 under mpirun: when the launcher signals (it ends the job because
+ * a process failed, or it was itself stopped), the loop may be stuck in a
+ * collective with a lost process, and the launcher kills what remains a
+ * moment later: the clients get their 503 now, from this thread. */
+struct pd_serve_watch {
+	struct pd_serve *srv;           /* the server */
+	volatile int done;              /* the loop has ended: stop watching */
+};
+
+static void *pd_serve_watcher(void *arg)
+{
+	struct pd_serve_watch *w = arg;
+
+	while (!w->done) {
+		if (pd_cli_interrupted() && pd_cli_signal_from_launcher()) {
+			pd_cli_progress_clear();
+			fprintf(stderr, "pdit: the job is being ended (a process failed, or mpirun was stopped): every "
+					"request is answered 503\n");
+			pd_serve_abort(w->srv, "the job was ended: a process failed, or mpirun was stopped", 0.5);
+			_exit(1);
+		}
+		usleep(20000);
+	}
+	return NULL;
+}
+
 static void pd_serve_log_line(void *ctx, const char *line)
 {
 	(void)ctx;
@@ -191,7 +219,9 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 	struct pd_serve *srv = NULL;
 	struct pd_cli_progress prog;
 	char mesh[128];
-	int hr, rc = 1, local;
+	int hr, rc = 1, local, watching = 0;
+	pthread_t watcher;
+	struct pd_serve_watch watch = { 0 };
 
 	hr = pd_cli_serve_parse(world, argc, argv, &o, &sv);
 	if (hr == 1)
@@ -233,9 +263,12 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 		};
 
 		hr = pd_serve_start(&srv, &so);
+		watch.srv = srv;
 	}
 	if (pd_cli_any_failed(world, hr))
 		goto out;
+	if (srv && world->size > 1)
+		watching = !pthread_create(&watcher, NULL, pd_serve_watcher, &watch);
 	for (;;) {
 		struct pd_serve_job *job = NULL;
 		struct pd_serve_params p;
@@ -328,12 +361,21 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 	rc = 0;
 	goto out;
 dead:
+	if (watching) {
+		watch.done = 1;
+		pthread_join(watcher, NULL);
+		watching = 0;
+	}
 	/* a lost process: every rank ends, the clients are told */
 	if (srv)
 		pd_serve_stop(srv, "a process of the job failed: the server is stopping");
 	srv = NULL;
 	pd_cli_abort(world);
 out:
+	if (watching) {
+		watch.done = 1;
+		pthread_join(watcher, NULL);
+	}
 	if (srv) {
 		pd_serve_log_line(NULL, "pdit: stopping: queued requests get 503");
 		pd_serve_stop(srv, "the server is stopping");

@@ -139,5 +139,9 @@ void pd_serve_finish(struct pd_serve *s, struct pd_serve_job *job, enum pd_job_s
 /* Stops accepting, answers every queued job 503 with WHY, ends the event
  * streams, stops the daemon and frees everything. */
 void pd_serve_stop(struct pd_serve *s, const char *why);
+/* For a process about to end while its loop is stuck (a lost rank): every
+ * job, running or queued, answered 503 with WHY, waiting up to WAIT
+ * seconds for the answers to go out; nothing is freed. Any thread. */
+void pd_serve_abort(struct pd_serve *s, const char *why, double wait);
 
 #endif /* PD_SERVE_H */

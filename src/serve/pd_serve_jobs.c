@@ -373,6 +373,28 @@ void pd_serve_finish(struct pd_serve *s, struct pd_serve_job *job, enum pd_job_s
 	pthread_mutex_unlock(&s->mu);
 }
 
+void pd_serve_abort(struct pd_serve *s, const char *why, double wait)
+{
+	struct timespec until;
+	double t;
+
+	pthread_mutex_lock(&s->mu);
+	s->stopping = 1;
+	for (struct pd_serve_job *j = s->jobs; j; j = j->older)
+		if (j->state < PD_JOB_DONE)
+			pd_jobs_end(s, j, PD_JOB_FAILED, 503, pd_serve_error_json(why, "server_error", NULL), NULL);
+	s->head = s->tail = NULL;
+	s->queued = 0;
+	pthread_cond_broadcast(&s->changed_cv);
+	clock_gettime(CLOCK_REALTIME, &until);
+	t = (double)until.tv_sec + until.tv_nsec * 1e-9 + wait;
+	until.tv_sec = (time_t)t;
+	until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
+	while (s->active > 0 && pthread_cond_timedwait(&s->changed_cv, &s->mu, &until) == 0)
+		;
+	pthread_mutex_unlock(&s->mu);
+}
+
 void pd_serve_stop(struct pd_serve *s, const char *why)
 {
 	struct pd_serve_job *j;

@@ -28,7 +28,8 @@
    under the sanitizers, whose quarantine keeps freed memory).
 7. With mpirun (when given): 2 processes (Ulysses 2, and data parallel 2 over n = 2) give the same
    PNGs as `pdit generate` on one process; a cancel there stops both ranks and the next request is
-   right.
+   right; rank 1 killed (SIGKILL) in the middle of a request: that request and a queued one get 503,
+   the job ends within 10 s, non-zero, mpirun naming rank 1.
 
     cli_serve.py PDIT [MPIRUN...]
 """
@@ -288,6 +289,56 @@ def load(model):
     srv.stop()
 
 
+def rank_pid(mpirun_pid, rank):
+    """The pid of RANK among mpirun's children (from their environment)."""
+    for line in subprocess.run(["pgrep", "-P", str(mpirun_pid)], capture_output=True, text=True).stdout.split():
+        try:
+            env = open("/proc/%s/environ" % line, "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if b"OMPI_COMM_WORLD_RANK=%d" % rank in env:
+            return int(line)
+    return None
+
+
+def kill_rank(model):
+    srv = Server(["--model", model, "--ulysses-degree", "2"], mpi=2)
+    res = {}
+
+    def run(name, body):
+        try:
+            res[name] = post(srv, "/v1/images/generations", body, timeout=60)[0]
+        except (OSError, urllib.error.URLError) as e:
+            res[name] = str(e)
+
+    t1 = threading.Thread(target=run, args=("running", {"prompt": "long", "size": "64x64", "steps": 1000}))
+    t1.start()
+    t_end = time.time() + 30
+    while time.time() < t_end and get(srv, "/health")[1]["running"] != 1:
+        time.sleep(0.02)
+    t2 = threading.Thread(target=run, args=("queued", {"prompt": "queued", "size": "64x64", "steps": 1}))
+    t2.start()
+    while time.time() < t_end and get(srv, "/health")[1]["queue"] != 1:
+        time.sleep(0.02)
+    pid = rank_pid(srv.p.pid, 1)
+    t0 = time.time()
+    if pid:
+        os.kill(pid, signal.SIGKILL)
+    try:
+        rc = srv.p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        srv.p.kill()
+        rc = None
+    took = time.time() - t0
+    t1.join(30)
+    t2.join(30)
+    log = "".join(srv.lines)
+    report(pid and res.get("running") == 503 and res.get("queued") == 503,
+           "rank 1 killed mid-request: the running request %s, the queued one %s" % (res.get("running"), res.get("queued")))
+    report(rc not in (0, None) and took < 10 and "rank 1" in log, "the job ended in %.1f s, exit %s, mpirun names rank 1"
+           % (took, rc))
+
+
 def main():
     tmp = tempfile.mkdtemp()
     model = os.path.join(tmp, "m")
@@ -485,6 +536,7 @@ def main():
             if mesh[0] == "--ulysses-degree":
                 cancel_running(srv, openai_body, fox)
             srv.stop()
+        kill_rank(model)
     print("%d failure(s)" % len(failures))
     sys.exit(1 if failures else 0)
 

@@ -670,6 +670,7 @@ int pd_cli_serve_parse(struct pd_comm *world, int argc, char **argv, struct pd_e
 	if (pd_gen_engine_options(&a, o, 1))
 		return -1;
 	o->one_request = 0;
+	o->keep_encoders = 1;
 	memset(sv, 0, sizeof(*sv));
 	sv->listen = a.listen;
 	sv->api_key = a.api_key ? a.api_key : getenv("PDIT_API_KEY");

@@ -174,8 +174,12 @@ static int pd_engine_inputs(struct pd_engine *e, const struct pd_request *rq)
 			return rq->prompts[e->n_prompts] ? -1 : pd_errorf("prompt %d is missing", e->n_prompts);
 	if (rq->negative && !(e->negative = pd_strdup(rq->negative)))
 		return -1;
-	if (e->fam->prompt_widths(&e->mp, &J, &P))
+	/* read from the encoders' configs once: the engine's files do not change */
+	if (!e->widths_read && e->fam->prompt_widths(&e->mp, &e->prompt_width, &e->pooled_width))
 		return -1;
+	e->widths_read = 1;
+	J = e->prompt_width;
+	P = e->pooled_width;
 	if (J != e->info.txt_width || P != e->info.pooled_width)
 		return pd_errorf("the text encoders make prompt embeddings of width %lld and pooled ones of %lld, but %s "
 				 "expects %d and %d", (long long)J, (long long)P, e->mp.transformer, e->info.txt_width,
@@ -242,7 +246,8 @@ static int pd_engine_encode(struct pd_engine *e, int failed)
 		 * every image of this group */
 		int repeat = e->n_prompts < e->e.batch;
 
-		rc = e->fam->encode(&enc, &e->mp, e->be, e->prompts, e->n_prompts, e->negative, (int)T, repeat ? 0 : first,
+		rc = e->fam->encode(&enc, e->o.keep_encoders ? &e->encoders : NULL, &e->mp, e->be, e->prompts, e->n_prompts,
+				    e->negative, (int)T, repeat ? 0 : first,
 				    repeat ? 1 : count, 0);
 		for (int64_t b = first; !rc && b < first + count; b++) {
 			int64_t src = repeat ? 0 : b;
@@ -922,6 +927,8 @@ void pd_engine_close(struct pd_engine *e)
 	if (e->fv)
 		e->fam->vae_free(e->fv);
 	pd_vae_par_free(&e->vae_par);
+	if (e->encoders)
+		e->fam->encoders_free(e->encoders);
 	pd_dit_free(e->m);
 	pd_backend_free(e->be);
 	if (e->mesh_ok)
@@ -1105,7 +1112,8 @@ static int pd_engine_run_encode(struct pd_engine *e, const struct pd_request *rq
 	if (!emb)
 		return -1;
 	pd_backend_recover(e->be);
-	if (e->fam->encode(emb, &e->mp, e->be, (char *const *)rq->prompts, rq->n_prompts, rq->negative, max_seq, 0,
+	if (e->fam->encode(emb, e->o.keep_encoders ? &e->encoders : NULL, &e->mp, e->be, (char *const *)rq->prompts,
+			   rq->n_prompts, rq->negative, max_seq, 0,
 			   rq->n_prompts, 1)) {
 		free(emb);
 		return -1;

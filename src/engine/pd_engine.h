@@ -51,6 +51,9 @@ struct pd_engine {
 	int vae_rows;                   /* latent rows vae_par was set up for */
 	int dead;                       /* a collective failure: no more requests */
 	int cancelled;                  /* the running request was cancelled (pd_request.cancel) */
+	void *encoders;                 /* the family's text encoders, kept (keep_encoders), or NULL */
+	int widths_read;                /* prompt_width and pooled_width are known */
+	int64_t prompt_width, pooled_width; /* the encoders' embedding widths (read once) */
 	int requests;                   /* requests run */
 	/* The request being run (or prepared at open for PLAN). */
 	const struct pd_request *ready; /* the request prepared and encoded, NULL: none */

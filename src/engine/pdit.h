@@ -106,6 +106,9 @@ struct pd_engine_options {
 	int decode;                     /* load the VAE: requests can ask for pictures */
 	int one_request;                /* the command's mode: the transformer is freed before the one
 					 * request's decode (the VAE gets its memory); later requests fail */
+	int keep_encoders;              /* the text encoders stay loaded after the first request's prompts
+					 * (a long-lived engine: their weights are read once, and held
+					 * beside the transformer); 0: loaded and freed per request */
 	int encode_only;                /* load no transformer: requests make prompt embeddings
 					 * (want_embeds), on one process */
 	const char *family;             /* with encode_only and no transformer: its family ("flux",

@@ -5,7 +5,8 @@
    through curl and through the OpenAI JavaScript SDK's images.generate (n = 2, a negative prompt
    with true CFG; tests/js, installed by scripts/setup.sh) and the A1111 request through urllib give
    PNGs byte for byte equal to `pdit generate`'s with the same arguments (pixels and the parameters
-   chunk); /health and /v1/models answer. The web page in headless Chromium: a prompt submitted,
+   chunk); /health and /v1/models answer. Nothing is read again: with the model folder moved away after
+   the first requests, later ones still give generate's PNGs (the text encoders stay loaded). The web page in headless Chromium: a prompt submitted,
    the picture shown is a PNG of the size asked for, its parameters beside it.
 2. Bad requests get a 4xx with a JSON error naming the field, and the server keeps answering: broken
    and truncated JSON, wrong types, sizes not multiples of 16 or negative, n = 10^9, a 1 MB prompt,
@@ -372,8 +373,16 @@ def main():
     report(got == boat and ans["parameters"]["seed"] == 11 and "seed: 11" in ans["info"],
            "urllib, A1111 txt2img: generate's PNG byte for byte, parameters and info")
     browser(srv, tmp)
+    # nothing is read again: the folder moved away, the next requests are still generate's
+    os.rename(model, model + "-away")
+    st, ans, _ = post(srv, "/sdapi/v1/txt2img", a1111_body)
+    st2, ans2, _ = post(srv, "/v1/images/generations", openai_body)
+    os.rename(model + "-away", model)
+    report(st == 200 and [base64.b64decode(x) for x in ans["images"]] == boat and st2 == 200 and
+           pngs_openai(ans2) == fox, "the model folder moved away after loading: later requests read no file "
+           "(the text encoders stay loaded), still generate's PNGs (%s, %s)" % (st, st2))
     st, h = get(srv, "/health")
-    report(st == 200 and h["status"] == "ok" and h["ranks"] == 1 and h["served"] == 4 and h["queue"] == 0,
+    report(st == 200 and h["status"] == "ok" and h["ranks"] == 1 and h["served"] == 6 and h["queue"] == 0,
            "GET /health: %s" % h)
     st, m = get(srv, "/v1/models")
     report(st == 200 and m["data"][0]["id"] == model, "GET /v1/models")

@@ -288,9 +288,13 @@ struct pd_dit_family {
 	const char *encoders;           /* its text encoders, for the log ("CLIP + T5") */
 	int (*prompt_widths)(const struct pd_model_paths *mp, int64_t *txt_width, int64_t *pooled_width);
 	int (*default_max_seq)(const struct pd_dit_info *info); /* info NULL: no transformer known */
-	int (*encode)(struct pd_embeds *e, const struct pd_model_paths *mp, struct pd_backend *be,
+	/* HELD (may be NULL): the encoders the first call loads are kept there
+	 * for the next (a long-lived engine reads their weights once);
+	 * NULL: loaded and freed by each call. encoders_free releases them. */
+	int (*encode)(struct pd_embeds *e, void **held, const struct pd_model_paths *mp, struct pd_backend *be,
 		      char *const *prompts, int n, const char *negative, int max_seq, int64_t first, int64_t count,
 		      int keep_extra);
+	void (*encoders_free)(void *held);
 };
 
 /* Values of one latent: C x frames x h x w. */

@@ -8,6 +8,8 @@
 #include "pd_safetensors.h"
 #include "pd_util.h"
 
+#include <stdlib.h>
+
 /* The VAE's latent is 1/8 of the picture and the tokens are its 2x2
  * patches: a picture is a multiple of 16 pixels each way. */
 static int pd_flux_latent_shape(struct pd_latent_shape *ls, const struct pd_dit_info *info, int frames, int height,
@@ -115,18 +117,36 @@ static int pd_flux_probe(const char *path, const char *config, struct pd_dit_inf
 }
 
 /* FluxPipeline.encode_prompt: CLIP's pooled output and T5's last state. */
-static int pd_flux_encode(struct pd_embeds *e, const struct pd_model_paths *mp, struct pd_backend *be,
+static int pd_flux_encode(struct pd_embeds *e, void **held, const struct pd_model_paths *mp, struct pd_backend *be,
 			  char *const *prompts, int n, const char *negative, int max_seq, int64_t first, int64_t count,
 			  int keep_extra)
 {
-	struct pd_flux_prompt_encoder pe;
+	struct pd_flux_prompt_encoder *pe = held ? *held : NULL;
 	int rc;
 
-	if (pd_flux_prompt_encoder_load(&pe, mp, be))
-		return -1;
-	rc = pd_flux_prompt_embeds(e, &pe, prompts, n, negative, max_seq, first, count, keep_extra);
-	pd_flux_prompt_encoder_free(&pe);
+	if (!pe) {
+		pe = pd_calloc(1, sizeof(*pe), "the text encoders");
+		if (!pe || pd_flux_prompt_encoder_load(pe, mp, be)) {
+			free(pe);
+			return -1;
+		}
+	}
+	rc = pd_flux_prompt_embeds(e, pe, prompts, n, negative, max_seq, first, count, keep_extra);
+	if (held) {
+		*held = pe;
+	} else {
+		pd_flux_prompt_encoder_free(pe);
+		free(pe);
+	}
 	return rc;
+}
+
+static void pd_flux_encoders_free(void *held)
+{
+	if (held) {
+		pd_flux_prompt_encoder_free(held);
+		free(held);
+	}
 }
 
 /* 512 tokens for guidance-distilled (dev-style) models, 256 for the others
@@ -153,4 +173,5 @@ const struct pd_dit_family pd_flux_family = {
 	.prompt_widths = pd_flux_prompt_widths,
 	.default_max_seq = pd_flux_default_max_seq,
 	.encode = pd_flux_encode,
+	.encoders_free = pd_flux_encoders_free,
 };

@@ -103,18 +103,36 @@ static int pd_wan_default_max_seq(const struct pd_dit_info *info)
 	return 512;
 }
 
-static int pd_wan_encode(struct pd_embeds *e, const struct pd_model_paths *mp, struct pd_backend *be,
+static int pd_wan_encode(struct pd_embeds *e, void **held, const struct pd_model_paths *mp, struct pd_backend *be,
 			 char *const *prompts, int n, const char *negative, int max_seq, int64_t first, int64_t count,
 			 int keep_extra)
 {
-	struct pd_wan_prompt_encoder pe;
+	struct pd_wan_prompt_encoder *pe = held ? *held : NULL;
 	int rc;
 
-	if (pd_wan_prompt_encoder_load(&pe, mp, be))
-		return -1;
-	rc = pd_wan_prompt_embeds(e, &pe, prompts, n, negative, max_seq, first, count, keep_extra);
-	pd_wan_prompt_encoder_free(&pe);
+	if (!pe) {
+		pe = pd_calloc(1, sizeof(*pe), "the text encoders");
+		if (!pe || pd_wan_prompt_encoder_load(pe, mp, be)) {
+			free(pe);
+			return -1;
+		}
+	}
+	rc = pd_wan_prompt_embeds(e, pe, prompts, n, negative, max_seq, first, count, keep_extra);
+	if (held) {
+		*held = pe;
+	} else {
+		pd_wan_prompt_encoder_free(pe);
+		free(pe);
+	}
 	return rc;
+}
+
+static void pd_wan_encoders_free(void *held)
+{
+	if (held) {
+		pd_wan_prompt_encoder_free(held);
+		free(held);
+	}
 }
 
 static int pd_wan_family_vae_load(void **vae, const char *path, struct pd_backend *be)
@@ -220,4 +238,5 @@ const struct pd_dit_family pd_wan_family = {
 	.prompt_widths = pd_wan_prompt_widths,
 	.default_max_seq = pd_wan_default_max_seq,
 	.encode = pd_wan_encode,
+	.encoders_free = pd_wan_encoders_free,
 };

@@ -190,6 +190,20 @@ static void *pd_serve_watcher(void *arg)
 	return NULL;
 }
 
+/* The engine's phases of the running request, summed (every rank; rank 0's
+ * goes in the log): what the server adds is the rest of a request's time. */
+struct pd_serve_clock {
+	double engine_s;                /* encoding, steps and decoding so far */
+};
+
+static void pd_serve_on_progress(void *ctx, const struct pd_progress *p)
+{
+	struct pd_serve_clock *c = ctx;
+
+	if (p->finished && p->phase != PD_PHASE_LOAD)
+		c->engine_s += p->elapsed;
+}
+
 static void pd_serve_log_line(void *ctx, const char *line)
 {
 	(void)ctx;
@@ -222,6 +236,7 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 	int hr, rc = 1, local, watching = 0;
 	pthread_t watcher;
 	struct pd_serve_watch watch = { 0 };
+	struct pd_serve_clock clock = { 0 };
 
 	hr = pd_cli_serve_parse(world, argc, argv, &o, &sv);
 	if (hr == 1)
@@ -251,6 +266,8 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 	/* a request is logged as it comes and as it is answered (pd_serve_log):
 	 * the engine's own lines only with -v */
 	e->log.level = pd_log_level > 1 ? 2 : 0;
+	e->o.on_progress = pd_serve_on_progress;
+	e->o.progress_ctx = &clock;
 	/* from here a signal asks rank 0 to stop after the running request */
 	pd_cli_signals_deferred();
 	pd_serve_mesh(e, mesh, sizeof(mesh));
@@ -289,7 +306,7 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 			text = job ? pd_serve_params_encode(&job->params) : NULL;
 			if (job && !text) {
 				pd_serve_finish(srv, job, PD_JOB_FAILED, 500,
-						pd_serve_error_json("out of memory", "server_error", NULL), NULL);
+						pd_serve_error_json("out of memory", "server_error", NULL), NULL, clock.engine_s);
 				continue;
 			}
 			len = text ? strlen(text) + 1 : 0;
@@ -327,13 +344,14 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 			rq.on_step = pd_serve_on_step;
 			rq.step_ctx = &step;
 		}
+		clock.engine_s = 0;
 		failed = pd_engine_run(e, &rq, &res);
 		if (!failed && (failed = pd_serve_gather(world, &res, &all)) == -2)
 			e->dead = 1;
 		if (failed && pd_engine_dead(e)) {
 			if (job)
 				pd_serve_finish(srv, job, PD_JOB_FAILED, 503,
-						pd_serve_error_json(pd_last_error(), "server_error", NULL), NULL);
+						pd_serve_error_json(pd_last_error(), "server_error", NULL), NULL, clock.engine_s);
 			pd_result_free(&res);
 			pd_serve_params_free(&p);
 			goto dead;
@@ -344,15 +362,15 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 			/* a request that cannot run (or was cancelled) leaves the engine ready */
 			if (failed && e->cancelled)
 				pd_serve_finish(srv, job, PD_JOB_CANCELLED, 409,
-						pd_serve_error_json(pd_last_error(), "cancelled", NULL), NULL);
+						pd_serve_error_json(pd_last_error(), "cancelled", NULL), NULL, clock.engine_s);
 			else if (failed)
 				pd_serve_finish(srv, job, PD_JOB_FAILED, 400,
-						pd_serve_error_json(pd_last_error(), "invalid_request_error", NULL), NULL);
+						pd_serve_error_json(pd_last_error(), "invalid_request_error", NULL), NULL, clock.engine_s);
 			else if (!body)
 				pd_serve_finish(srv, job, PD_JOB_FAILED, 500,
-						pd_serve_error_json(pd_last_error(), "server_error", NULL), info);
+						pd_serve_error_json(pd_last_error(), "server_error", NULL), info, clock.engine_s);
 			else
-				pd_serve_finish(srv, job, PD_JOB_DONE, 200, body, info);
+				pd_serve_finish(srv, job, PD_JOB_DONE, 200, body, info, clock.engine_s);
 		}
 		free(all);
 		pd_result_free(&res);

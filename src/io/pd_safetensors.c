@@ -3,6 +3,7 @@
  */
 
 #include "pd_safetensors.h"
+#include "pd_config.h"
 #include "pd_gguf.h"
 #include "pd_quant.h"
 #include "pd_util.h"
@@ -1008,4 +1009,15 @@ void pd_st_release(const struct pd_st_tensor *t)
 
 	if (e > b)
 		madvise((void *)b, e - b, MADV_DONTNEED);
+}
+
+int pd_st_meta_config(const struct pd_st *st, struct pd_config *j)
+{
+	const char *meta = pd_st_meta(st, "config");
+	char label[600];
+
+	if (!meta)
+		return 0;
+	snprintf(label, sizeof(label), "%s (metadata \"config\")", st->path);
+	return pd_config_parse(j, meta, label) ? -1 : 1;
 }

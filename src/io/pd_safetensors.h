@@ -111,6 +111,10 @@ const struct pd_st_tensor *pd_st_find_suffix(const struct pd_st *st, const char 
 
 /* Metadata value for KEY, NULL when absent. */
 const char *pd_st_meta(const struct pd_st *st, const char *key);
+/* The "config" metadata entry of a single file parsed into J (free it with
+ * pd_config_free): 1, or 0 when there is none, -1 when it is not JSON. */
+struct pd_config;
+int pd_st_meta_config(const struct pd_st *st, struct pd_config *j);
 
 /* Converts COUNT elements starting at element START to float32. */
 int pd_st_read_f32(const struct pd_st_tensor *t, size_t start, size_t count, float *dst);

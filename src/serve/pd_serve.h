@@ -114,6 +114,7 @@ struct pd_serve_job {
 	enum pd_job_state state;        /* where it is */
 	int step, steps;                /* steps done and to do, while running */
 	double t_submit, t_start, t_end; /* queued, started, ended (pd_now) */
+	double engine_s;                /* seconds the engine worked on it (the rest is the server's) */
 	int status;                     /* HTTP status of its answer, once ended */
 	char *body;                     /* the answer's JSON, once ended */
 	char *info;                     /* the parameters text of its PNGs, or NULL */
@@ -133,9 +134,10 @@ int pd_serve_next(struct pd_serve *s, struct pd_serve_job **job, double timeout)
  * streams. */
 void pd_serve_progress(struct pd_serve *s, struct pd_serve_job *job, int step, int steps);
 /* Ends JOB in STATE with HTTP STATUS and BODY (taken over; INFO too, may
- * be NULL) and wakes whoever waits for it. */
+ * be NULL) and wakes whoever waits for it. ENGINE_S: the seconds the
+ * engine worked on it (encoding, steps, decoding), for the log. */
 void pd_serve_finish(struct pd_serve *s, struct pd_serve_job *job, enum pd_job_state state, int status, char *body,
-		     char *info);
+		     char *info, double engine_s);
 /* Stops accepting, answers every queued job 503 with WHY, ends the event
  * streams, stops the daemon and frees everything. */
 void pd_serve_stop(struct pd_serve *s, const char *why);

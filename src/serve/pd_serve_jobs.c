@@ -218,10 +218,11 @@ char *pd_jobs_json(struct pd_serve *s, struct pd_serve_job *job)
 		}
 	}
 	text = pd_strfmt("{\"id\":\"%llu\",\"object\":\"job\",\"status\":\"%s\",\"step\":%d,\"steps\":%d,"
-			 "\"queue_position\":%d,\"seconds\":%.3f,\"parameters\":%s%s%s}",
+			 "\"queue_position\":%d,\"seconds\":%.3f,\"engine_seconds\":%.3f,\"parameters\":%s%s%s}",
 			 (unsigned long long)job->id, pd_job_names[job->state], job->step, job->steps,
 			 job->state == PD_JOB_QUEUED ? pd_jobs_position(s, job) : 0,
-			 (job->state >= PD_JOB_DONE ? job->t_end : pd_now()) - job->t_submit, info ? info : "null",
+			 (job->state >= PD_JOB_DONE ? job->t_end : pd_now()) - job->t_submit, job->engine_s,
+			 info ? info : "null",
 			 job->state >= PD_JOB_DONE && job->body ? ",\"result\":" : "",
 			 job->state >= PD_JOB_DONE && job->body ? job->body : "");
 	pthread_mutex_unlock(&s->mu);
@@ -257,15 +258,18 @@ static ssize_t pd_events_read(void *cls, uint64_t pos, char *buf, size_t max)
 
 		if (ev->ended)
 			return MHD_CONTENT_READER_END_OF_STREAM;
+		/* a quiet stream still sends something within half the
+		 * connection timeout, which would otherwise close it (the
+		 * decode of a large picture is a long time without steps) */
 		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += 15;
+		until.tv_sec += s->o.io_timeout > 2 ? s->o.io_timeout / 2 : 1;
 		pthread_mutex_lock(&s->mu);
 		while (!ev->first && !s->stopping && j->step == ev->sent_step && j->state == ev->sent_state &&
 		       pthread_cond_timedwait(&s->changed_cv, &s->mu, &until) == 0)
 			;
 		ev->off = 0;
 		if (!ev->first && !s->stopping && j->step == ev->sent_step && j->state == ev->sent_state) {
-			/* quiet for 15 s: a comment keeps proxies from closing the stream */
+			/* quiet: a comment keeps the connection (and proxies) from closing it */
 			ev->len = (size_t)snprintf(ev->pending, sizeof(ev->pending), ": waiting\n\n");
 		} else {
 			int end = j->state >= PD_JOB_DONE || s->stopping;
@@ -364,9 +368,10 @@ void pd_serve_progress(struct pd_serve *s, struct pd_serve_job *job, int step, i
 }
 
 void pd_serve_finish(struct pd_serve *s, struct pd_serve_job *job, enum pd_job_state state, int status, char *body,
-		     char *info)
+		     char *info, double engine_s)
 {
 	pthread_mutex_lock(&s->mu);
+	job->engine_s = engine_s;
 	s->running = 0;
 	pd_jobs_end(s, job, state, status, body, info);
 	pd_jobs_trim(s);

@@ -290,6 +290,21 @@ def load(model):
     srv.stop()
 
 
+def one_running_one_queued(srv, run, first, second, steps=1000):
+    """RUN(FIRST, a request of STEPS) in a thread until the server runs it, then RUN(SECOND, a short
+    one) until it waits in the queue: the two threads."""
+    t1 = threading.Thread(target=run, args=(first, {"prompt": "long", "size": "64x64", "steps": steps, "seed": 1}))
+    t1.start()
+    t_end = time.time() + 30
+    while time.time() < t_end and get(srv, "/health")[1]["running"] != 1:
+        time.sleep(0.02)
+    t2 = threading.Thread(target=run, args=(second, {"prompt": "queued", "size": "64x64", "steps": 1}))
+    t2.start()
+    while time.time() < t_end and get(srv, "/health")[1]["queue"] != 1:
+        time.sleep(0.02)
+    return t1, t2
+
+
 def rank_pid(mpirun_pid, rank):
     """The pid of RANK among mpirun's children (from their environment)."""
     for line in subprocess.run(["pgrep", "-P", str(mpirun_pid)], capture_output=True, text=True).stdout.split():
@@ -312,15 +327,7 @@ def kill_rank(model):
         except (OSError, urllib.error.URLError) as e:
             res[name] = str(e)
 
-    t1 = threading.Thread(target=run, args=("running", {"prompt": "long", "size": "64x64", "steps": 1000}))
-    t1.start()
-    t_end = time.time() + 30
-    while time.time() < t_end and get(srv, "/health")[1]["running"] != 1:
-        time.sleep(0.02)
-    t2 = threading.Thread(target=run, args=("queued", {"prompt": "queued", "size": "64x64", "steps": 1}))
-    t2.start()
-    while time.time() < t_end and get(srv, "/health")[1]["queue"] != 1:
-        time.sleep(0.02)
+    t1, t2 = one_running_one_queued(srv, run, "running", "queued")
     pid = rank_pid(srv.p.pid, 1)
     t0 = time.time()
     if pid:
@@ -473,7 +480,6 @@ def main():
     report(st == 200 and [base64.b64decode(x) for x in ans["images"]] == boat, "the next request: generate's PNG")
 
     print("3. the queue, and SIGTERM")
-    long_body = {"prompt": "a long one", "size": "64x64", "steps": 400, "seed": 1}
     res = {}
 
     def run(name, body):
@@ -482,15 +488,7 @@ def main():
         except (OSError, urllib.error.URLError) as e:
             res[name] = ("%s" % e, None, {})
 
-    t1 = threading.Thread(target=run, args=("long", long_body))
-    t1.start()
-    t_end = time.time() + 30
-    while time.time() < t_end and get(srv, "/health")[1]["running"] != 1:
-        time.sleep(0.05)
-    t2 = threading.Thread(target=run, args=("waiting", {"prompt": "queued", "size": "64x64", "steps": 1}))
-    t2.start()
-    while time.time() < t_end and get(srv, "/health")[1]["queue"] != 1:
-        time.sleep(0.05)
+    t1, t2 = one_running_one_queued(srv, run, "long", "waiting", steps=400)
     st, ans, hdr = post(srv, "/v1/images/generations", {"prompt": "one too many", "size": "64x64", "steps": 1})
     report(st == 429 and int(hdr.get("Retry-After", "0")) >= 1, "queue full -> %s, Retry-After %s" % (st, hdr.get("Retry-After")))
     rc = srv.stop(signal.SIGTERM)
@@ -539,7 +537,21 @@ def main():
         for mesh in (["--ulysses-degree", "2"], ["--data-parallel-degree", "2"]):
             srv = Server(["--model", model, *mesh], mpi=2)
             st, ans, _ = post(srv, "/v1/images/generations", openai_body)
-            report(st == 200 and pngs_openai(ans) == fox, "%s: generate's PNGs byte for byte" % " ".join(mesh))
+            report(st == 200 and pngs_openai(ans) == fox, "%s, urllib: generate's PNGs byte for byte" % " ".join(mesh))
+            if mesh[0] == "--ulysses-degree":
+                out = subprocess.run(["curl", "-s", "-S", "--max-time", "120", srv.url("/sdapi/v1/txt2img"),
+                                      "-H", "Content-Type: application/json", "-d", json.dumps(a1111_body)],
+                                     capture_output=True, text=True)
+                try:
+                    got = [base64.b64decode(x) for x in json.loads(out.stdout)["images"]]
+                except (ValueError, KeyError):
+                    got = []
+                report(got == boat, "%s, curl (A1111): generate's PNG byte for byte" % " ".join(mesh))
+                r = subprocess.run(["node", os.path.join(js, "openai_images.mjs"), srv.url("/v1"),
+                                    os.path.join(tmp, "js2"), json.dumps(openai_body)], capture_output=True, text=True,
+                                   timeout=180)
+                got = [open(os.path.join(tmp, "js2-%d.png" % b), "rb").read() for b in range(2)] if r.returncode == 0 else []
+                report(got == fox, "%s, the OpenAI JavaScript SDK: generate's PNGs byte for byte" % " ".join(mesh))
             st, h = get(srv, "/health")
             report(h["ranks"] == 2, "/health: %s" % h["mesh"])
             if mesh[0] == "--ulysses-degree":

@@ -144,21 +144,16 @@ static int pd_flux_config_load_file(struct pd_flux_config *c, const char *path)
 /* The config: a "config" metadata entry when there is one, else inferred. */
 static int pd_ff_config(struct pd_flux_config *c, const struct pd_st *st, const char *pre)
 {
-	const char *meta = pd_st_meta(st, "config");
+	struct pd_config j;
+	int rc = pd_st_meta_config(st, &j);
 
-	if (meta) {
-		struct pd_config j;
-		char label[600];
-		int rc;
-
-		snprintf(label, sizeof(label), "%s (metadata \"config\")", st->path);
-		if (pd_config_parse(&j, meta, label))
-			return -1;
-		rc = pd_flux_config_parse(c, &j);
-		pd_config_free(&j);
-		return rc;
-	}
-	return pd_ff_infer(c, st, pre);
+	if (rc < 0)
+		return -1;
+	if (!rc)
+		return pd_ff_infer(c, st, pre);
+	rc = pd_flux_config_parse(c, &j);
+	pd_config_free(&j);
+	return rc;
 }
 
 int pd_flux_open_file(struct pd_st **out, const char *path, struct pd_flux_config *cfg, const char *config_json)

@@ -66,6 +66,14 @@ static int pd_wan_int3(const struct pd_config *c, const char *key, int *out)
 	return 0;
 }
 
+/* An integer key of CFG into C's FIELD (V: the parser's scratch). */
+#define GETI(key, def, lo, hi, field) \
+	do { \
+		if (pd_config_int(cfg, key, def < 0, def, lo, hi, &v)) \
+			return -1; \
+		c->field = (int)v; \
+	} while (0)
+
 /* WanModel's config.json (the original layout of Wan-AI's repositories):
  * other keys for the same sizes, heads of 128 implied by dim / num_heads. */
 static int pd_wan_config_original(struct pd_wan_config *c, const struct pd_config *cfg)
@@ -75,12 +83,6 @@ static int pd_wan_config_original(struct pd_wan_config *c, const struct pd_confi
 	const char *s = NULL;
 
 	memset(c, 0, sizeof(*c));
-#define GETI(key, def, lo, hi, field) \
-	do { \
-		if (pd_config_int(cfg, key, def < 0, def, lo, hi, &v)) \
-			return -1; \
-		c->field = (int)v; \
-	} while (0)
 	GETI("dim", 2048, 6, 1 << 20, dim);
 	GETI("num_heads", 16, 1, 1024, heads);
 	GETI("in_dim", 16, 1, 4096, in_channels);
@@ -89,7 +91,6 @@ static int pd_wan_config_original(struct pd_wan_config *c, const struct pd_confi
 	GETI("num_layers", 32, 0, PD_DIT_MAX_BLOCKS, layers);
 	GETI("text_dim", 4096, 1, 1 << 16, text_dim);
 	GETI("freq_dim", 256, 2, 1 << 16, freq_dim);
-#undef GETI
 	if (pd_config_string(cfg, "model_type", 0, "t2v", &s) || strcmp(s, "t2v") != 0)
 		return pd_errorf("%s: model_type \"%s\"; pdit runs Wan2.1 text-to-video (t2v)", cfg->path, s ? s : "?");
 	if (pd_config_double(cfg, "eps", 0, 1e-6, &d))
@@ -112,12 +113,6 @@ static int pd_wan_config_diffusers(struct pd_wan_config *c, const struct pd_conf
 	const char *s = NULL;
 
 	memset(c, 0, sizeof(*c));
-#define GETI(key, def, lo, hi, field) \
-	do { \
-		if (pd_config_int(cfg, key, def < 0, def, lo, hi, &v)) \
-			return -1; \
-		c->field = (int)v; \
-	} while (0)
 	GETI("in_channels", 16, 1, 4096, in_channels);
 	GETI("out_channels", 16, 1, 4096, out_channels);
 	GETI("num_attention_heads", 40, 1, 1024, heads);
@@ -127,7 +122,6 @@ static int pd_wan_config_diffusers(struct pd_wan_config *c, const struct pd_conf
 	GETI("text_dim", 4096, 1, 1 << 16, text_dim);
 	GETI("freq_dim", 256, 2, 1 << 16, freq_dim);
 	GETI("rope_max_seq_len", 1024, 1, 1 << 20, rope_max);
-#undef GETI
 	if (pd_config_double(cfg, "eps", 0, 1e-6, &d))
 		return -1;
 	c->eps = (float)d;
@@ -142,6 +136,8 @@ static int pd_wan_config_diffusers(struct pd_wan_config *c, const struct pd_conf
 	c->dim = c->heads * c->head_dim;
 	return 0;
 }
+
+#undef GETI
 
 int pd_wan_config_check(struct pd_wan_config *c, const char *path)
 {

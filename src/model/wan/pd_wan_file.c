@@ -121,17 +121,13 @@ static int pd_wf_infer(struct pd_wan_config *c, const struct pd_st *st, const ch
 
 int pd_wan_file_config(struct pd_wan_config *c, const struct pd_st *st)
 {
-	const char *meta = pd_st_meta(st, "config");
+	struct pd_config j;
 	char pre[200];
+	int rc = pd_st_meta_config(st, &j);
 
-	if (meta) {
-		struct pd_config j;
-		char label[600];
-		int rc;
-
-		snprintf(label, sizeof(label), "%s (metadata \"config\")", st->path);
-		if (pd_config_parse(&j, meta, label))
-			return -1;
+	if (rc < 0)
+		return -1;
+	if (rc) {
 		rc = pd_wan_config_json(c, &j);
 		pd_config_free(&j);
 		return rc;

@@ -37,6 +37,8 @@ static void pd_serve_request(const struct pd_engine *e, const struct pd_serve_pa
 	rq->guidance = p->guidance;
 	rq->true_cfg_scale = p->true_cfg_scale;
 	rq->fbcache_threshold = p->fbcache_threshold;
+	/* the APIs answer pictures: a video family makes one frame */
+	rq->frames = 1;
 	/* A1111's cfg_scale is classifier-free guidance: FLUX's true CFG with
 	 * the negative prompt (1: off), Wan's guidance */
 	if (p->cfg_scale >= 0) {

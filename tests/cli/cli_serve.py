@@ -5,7 +5,8 @@
    through curl and through the OpenAI JavaScript SDK's images.generate (n = 2, a negative prompt
    with true CFG; tests/js, installed by scripts/setup.sh) and the A1111 request through urllib give
    PNGs byte for byte equal to `pdit generate`'s with the same arguments (pixels and the parameters
-   chunk); /health and /v1/models answer. Nothing is read again: with the model folder moved away after
+   chunk); /health and /v1/models answer. A Wan2.1 folder served the same way: A1111's cfg_scale as its
+   guidance, one frame, generate's PNG. Nothing is read again: with the model folder moved away after
    the first requests, later ones still give generate's PNGs (the text encoders stay loaded). The web page in headless Chromium: a prompt submitted,
    the picture shown is a PNG of the size asked for, its parameters beside it.
 2. Bad requests get a 4xx with a JSON error naming the field, and the server keeps answering: broken
@@ -393,6 +394,18 @@ def main():
            "GET /health: %s" % h)
     st, m = get(srv, "/v1/models")
     report(st == 200 and m["data"][0]["id"] == model, "GET /v1/models")
+
+    # another family through the same server: a Wan folder makes one-frame pictures, generate's
+    wan = os.path.join(tmp, "wan")
+    subprocess.run([PDIT, "tiny", wan, "--family", "wan"], check=True, capture_output=True)
+    subprocess.run([PDIT, "generate", "--model", wan, "-p", "a red kite", "--frames", "1", "-H", "32", "-W", "48",
+                    "--steps", "2", "-s", "9", "--guidance", "3", "-o", os.path.join(tmp, "wan.png"), "-q"], check=True)
+    wsrv = Server(["--model", wan])
+    st, ans, _ = post(wsrv, "/sdapi/v1/txt2img", {"prompt": "a red kite", "width": 48, "height": 32, "steps": 2,
+                                                  "seed": 9, "cfg_scale": 3})
+    report(st == 200 and [base64.b64decode(x) for x in ans["images"]] == [open(os.path.join(tmp, "wan.png"), "rb").read()],
+           "a Wan2.1 folder, A1111 (cfg_scale as Wan's guidance): generate's one-frame PNG byte for byte (%s)" % st)
+    wsrv.stop()
 
     print("2. bad requests: 4xx naming the field, the server stays up")
     big = {"prompt": "x" * (1 << 20)}

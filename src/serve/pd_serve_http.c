@@ -97,7 +97,9 @@ static enum MHD_Result pd_health(struct pd_serve *s, struct MHD_Connection *c)
 	     cJSON_AddNumberToObject(o, "ranks", s->o.ranks) &&
 	     cJSON_AddStringToObject(o, "mesh", s->o.mesh ? s->o.mesh : "") &&
 	     cJSON_AddStringToObject(o, "model", s->o.model ? s->o.model : "") &&
-	     cJSON_AddNumberToObject(o, "queue", s->queued) && cJSON_AddNumberToObject(o, "queue_max", s->o.queue_max) &&
+	     /* waiting: the job the loop takes next while none runs is not */
+	     cJSON_AddNumberToObject(o, "queue", s->queued - (!s->running && s->queued > 0)) &&
+	     cJSON_AddNumberToObject(o, "queue_max", s->o.queue_max) &&
 	     cJSON_AddNumberToObject(o, "running", s->running) &&
 	     cJSON_AddNumberToObject(o, "served", (double)s->served);
 	pthread_mutex_unlock(&s->mu);

@@ -24,7 +24,6 @@
 static void pd_serve_request(const struct pd_engine *e, const struct pd_serve_params *p, const char **prompt,
 			     struct pd_request *rq)
 {
-	(void)e;
 	pd_request_init(rq);
 	rq->prompts = prompt;
 	rq->n_prompts = 1;

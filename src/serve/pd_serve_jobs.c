@@ -8,6 +8,7 @@
 #include "pd_serve_int.h"
 #include "pd_util.h"
 
+#include <cjson/cJSON.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,16 +207,11 @@ char *pd_jobs_json(struct pd_serve *s, struct pd_serve_job *job)
 
 	pthread_mutex_lock(&s->mu);
 	if (job->info) {
-		/* the text JSON-escaped, through the error builder's escaping */
-		char *e = pd_serve_error_json(job->info, "", NULL);
+		/* the text as a JSON string */
+		cJSON *str = cJSON_CreateString(job->info);
 
-		if (e) {
-			char *start = strstr(e, "\"message\":") + 10, *end = strstr(start, ",\"type\"");
-
-			*end = 0;
-			info = pd_strdup(start);
-			free(e);
-		}
+		info = str ? cJSON_PrintUnformatted(str) : NULL;
+		cJSON_Delete(str);
 	}
 	text = pd_strfmt("{\"id\":\"%llu\",\"object\":\"job\",\"status\":\"%s\",\"step\":%d,\"steps\":%d,"
 			 "\"queue_position\":%d,\"seconds\":%.3f,\"engine_seconds\":%.3f,\"parameters\":%s%s%s}",
@@ -226,7 +222,7 @@ char *pd_jobs_json(struct pd_serve *s, struct pd_serve_job *job)
 			 job->state >= PD_JOB_DONE && job->body ? ",\"result\":" : "",
 			 job->state >= PD_JOB_DONE && job->body ? job->body : "");
 	pthread_mutex_unlock(&s->mu);
-	free(info);
+	cJSON_free(info);
 	return text;
 }
 

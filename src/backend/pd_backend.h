@@ -185,6 +185,8 @@ struct pd_backend_ops {
 struct pd_backend {
 	const struct pd_backend_ops *ops;       /* the implementation */
 	enum pd_dtype compute;                  /* PD_F32 or PD_BF16 matrix products */
+	enum pd_dtype conv_compute;             /* PD_F32 or PD_BF16 convolutions (the VAEs'): read when
+						 * a convolution is made (conv_new) */
 	int host_memory;                        /* its buffers are host memory (a communicator may use them) */
 	int threads;                            /* OpenMP threads it computes with between enter and leave */
 	int failed;                             /* set by the first failing operation */
@@ -192,6 +194,9 @@ struct pd_backend {
 	size_t weight_bytes;                    /* held now by prepared weights (linear, conv) */
 	size_t work_bytes;                      /* held now by activations and scratch */
 	size_t work_peak;                       /* the most work_bytes has been */
+	double flop;                            /* floating-point operations of the matrix products, attention
+						 * and convolutions run so far, counted from their shapes
+						 * (2 per multiply-add): pdit bench's GFLOP */
 	uint64_t allocations;                   /* buffers allocated or grown and primitives made, ever;
 						 * a step after the first adds none */
 };

@@ -461,6 +461,11 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
 
 	if (pd_dtype_compute(dtype, &e->dt))
 		return -1;
+	e->vae_dt = PD_F32;
+	if (o->vae_dtype && strcmp(o->vae_dtype, "f32") && strcmp(o->vae_dtype, "bf16"))
+		return pd_errorf("--vae-dtype must be f32 or bf16, not '%s'", o->vae_dtype);
+	if (o->vae_dtype && !strcmp(o->vae_dtype, "bf16"))
+		e->vae_dt = PD_BF16;
 	e->quantize = PD_Q_F32;
 	if (o->quantize) {
 		const struct pd_qtype_info *q = NULL;
@@ -815,6 +820,7 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 	sh.quantize = e->quantize;
 	rc = pd_backend_cpu_new(&e->be, e->dt, pd_engine_threads(e->world, e->o.threads));
 	if (!rc) {
+		e->be->conv_compute = e->vae_dt;
 		/* the weights are laid out for the threads that will run them */
 		scope->be = e->be;
 		scope->threads = pd_backend_enter(e->be);
@@ -828,6 +834,7 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 	/* a broken VAE must not surface after minutes of denoising */
 	if (pd_engine_vae_setup(e))
 		return -1;
+	e->load_seconds = pd_now() - t0;
 	pd_engine_progress(e, PD_PHASE_LOAD, t0, 0, 0, 1);
 	if (pd_parallel_setup(&e->par, &e->mesh, e->m, e->e.batch, &e->opt))
 		return -1;
@@ -852,7 +859,7 @@ int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct p
 	pd_engine_enter(e, &scope);
 	/* the strings are the caller's: only the resolved paths are kept */
 	e->o.model = e->o.transformer = e->o.vae = e->o.scheduler = NULL;
-	e->o.text_encoder = e->o.text_encoder_2 = e->o.tokenizer = e->o.tokenizer_2 = e->o.dtype = NULL;
+	e->o.text_encoder = e->o.text_encoder_2 = e->o.tokenizer = e->o.tokenizer_2 = e->o.dtype = e->o.vae_dtype = NULL;
 	e->o.family = e->o.transformer_config = NULL;
 	if (o->transformer_config && !(e->tconfig = pd_strdup(o->transformer_config))) {
 		free(e);

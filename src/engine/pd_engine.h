@@ -31,6 +31,9 @@ struct pd_engine {
 	const struct pd_dit_family *fam; /* the model family's pipeline side */
 	struct pd_log_sink log;         /* the log while the engine's calls run */
 	enum pd_dtype dt;               /* matrix-product precision */
+	enum pd_dtype vae_dt;           /* the VAE's convolutions' precision */
+	double load_seconds;            /* reading the transformer's weights into the backend (and
+					 * checking the VAE) at open */
 	enum pd_qtype quantize;         /* the blocks' plain weights encoded at load into this (PD_Q_F32: none) */
 	int degree[PD_AXIS_COUNT];      /* the mesh */
 	int mesh_auto;                  /* chosen by pdit, not given: 1 by rule, 2 by the cost model */

@@ -82,6 +82,8 @@ struct pd_engine_options {
 	const char *tokenizer;          /* CLIP's folder */
 	const char *tokenizer_2;        /* T5's folder */
 	const char *dtype;              /* "f32" or "bf16": the matrix products */
+	const char *vae_dtype;          /* "f32" (the default: the reference's numbers) or "bf16": the VAE's
+					 * convolutions (about 2x faster, pixels within a few levels) */
 	const char *quantize;           /* "q8_0", "q4_k", "fp8", ...: the transformer blocks' weights a file
 					 * stores as plain floats, encoded into that type at load and kept
 					 * so; NULL: as stored */

@@ -13,7 +13,12 @@
 4. Nothing is allocated (no buffer grown, no primitive made) in the timed steps, on any mesh.
 5. The memory estimate holds the weights as the backend prepares them: at least the linear weights at the
    compute precision's bytes and their f32 biases, at most twice that (packing pads blocked layouts).
-6. --vae-time gives a positive decode time; without it, -1.
+6. --vae-time gives a positive decode time; without it, -1. vae_gflop equals an independent count from
+   the VAE's safetensors header (2 x out x in x k x k x pixels for every decoder convolution at its
+   block's resolution, the mid attention's four projections and 4 N^2 C for its scores and values),
+   the same for --vae-dtype f32 and bf16; vae_gflops = vae_gflop / vae_seconds, vae_ratio = vae_gflops /
+   matmul_gflops.
+7. load_seconds is positive and load_mb_per_second = weights_mb / load_seconds.
 
     cli_bench.py PDIT MPIRUN...
 """
@@ -29,7 +34,8 @@ PDIT, MPIRUN = sys.argv[1], sys.argv[2:]
 KEYS = ["seconds_per_step", "step_gflop", "achieved_gflops", "matmul_gflops", "ratio", "peak_rss_mb",
         "vae_seconds", "height", "width", "threads", "ranks", "weights_mb", "activations_mb", "estimate_mb",
         "peak_over_estimate", "allocations_after_warmup", "images", "branches", "tokens",
-        "wait_seconds_per_step_per_rank"]
+        "wait_seconds_per_step_per_rank", "load_seconds", "load_mb_per_second", "vae_dtype", "vae_gflop",
+        "vae_gflops", "vae_ratio"]
 failures = []
 
 
@@ -74,6 +80,34 @@ def expected_gflop(model, T, L):
     return flop / 1e9
 
 
+def expected_vae_gflop(model, H, W):
+    h = header(os.path.join(model, "vae", "diffusion_pytorch_model.safetensors"))
+    ups = sorted({int(n.split(".")[2]) for n in h if n.startswith("decoder.up_blocks.")})
+    f = 2 ** (len(ups) - 1)
+    latent = (H // f) * (W // f)
+    flop = 0.0
+    for name, t in h.items():
+        if name == "__metadata__" or not name.endswith(".weight"):
+            continue
+        shape = t["shape"]
+        if name.startswith("decoder.up_blocks."):
+            i = int(name.split(".")[2])
+            pixels = latent * 4 ** (i + 1 if ".upsamplers." in name else i)
+        elif name.startswith(("decoder.conv_in.", "decoder.mid_block.", "post_quant_conv.")):
+            pixels = latent
+        elif name.startswith("decoder.conv_out."):
+            pixels = H * W
+        else:
+            continue
+        if len(shape) == 4:
+            flop += 2.0 * shape[0] * shape[1] * shape[2] * shape[3] * pixels
+        elif len(shape) == 2 and ".attentions." in name:
+            flop += 2.0 * shape[0] * shape[1] * pixels
+            if ".to_q." in name:
+                flop += 4.0 * pixels * pixels * shape[0]
+    return flop / 1e9
+
+
 def bench(model, np_, *args):
     cmd = ([] if np_ == 1 else MPIRUN + ["-np", str(np_)]) + [PDIT, "bench", "--model", model, "--json"]
     r = subprocess.run(cmd + [str(a) for a in args], capture_output=True, text=True)
@@ -105,6 +139,7 @@ def main():
         runs = [
             (1, "one process f32", ["--dtype", "f32"]),
             (1, "one process bf16, VAE timed", ["--dtype", "bf16", "--vae-time"]),
+            (1, "one process bf16, VAE timed in bf16", ["--dtype", "bf16", "--vae-time", "--vae-dtype", "bf16"]),
             (1, "true CFG", ["--true-cfg-scale", "2"]),
             (2, "ulysses 2", ["--ulysses-degree", "2"] if heads % 2 == 0 else ["--ring-degree", "2"]),
             (2, "ring 2", ["--ring-degree", "2"]),
@@ -154,6 +189,19 @@ def main():
             timed = "--vae-time" in args
             report((j["vae_seconds"] > 0) if timed else (j["vae_seconds"] == -1),
                    "%s: vae_seconds %.3f" % (label, j["vae_seconds"]))
+            if timed:
+                want = expected_vae_gflop(model, H, W)
+                report(abs(j["vae_gflop"] - want) <= 1e-6 * want and j["vae_dtype"] ==
+                       ("bf16" if "--vae-dtype" in args and args[args.index("--vae-dtype") + 1] == "bf16" else "f32"),
+                       "%s: VAE %.6f GFLOP (%s), counted from its weights %.6f" %
+                       (label, j["vae_gflop"], j["vae_dtype"], want))
+                rate = j["vae_gflop"] / j["vae_seconds"]
+                report(abs(j["vae_gflops"] - rate) <= 1e-2 * rate + 0.05 and
+                       abs(j["vae_ratio"] - j["vae_gflops"] / j["matmul_gflops"]) <= 1e-2 * j["vae_ratio"] + 1e-3,
+                       "%s: VAE %.1f GFLOP/s, %.3f of the matmul rate" % (label, j["vae_gflops"], j["vae_ratio"]))
+            report(j["load_seconds"] > 0 and abs(j["load_mb_per_second"] - j["weights_mb"] / j["load_seconds"]) <=
+                   1e-2 * j["load_mb_per_second"] + 0.1, "%s: loaded in %.3f s, %.1f MB/s" %
+                   (label, j["load_seconds"], j["load_mb_per_second"]))
     if failures:
         print("%d failed" % len(failures))
         sys.exit(1)

@@ -42,6 +42,7 @@ expect "unknown option" "unknown option '--frobnicate'" "$pdit" generate "${run[
 expect "missing value" "--steps needs a value" "$pdit" generate "${run[@]}" --steps
 expect "zero steps" "--steps must be between 1 and" "$pdit" generate "${run[@]}" --steps 0
 expect "bad dtype" "--dtype must be f32 or bf16" "$pdit" generate "${run[@]}" --dtype f8
+expect "bad VAE dtype" "--vae-dtype must be f32 or bf16, not 'f16'" "$pdit" generate "${run[@]}" --vae-dtype f16
 expect "no embeddings" "--embeds" "$pdit" generate --model "$tmp/m" -H 32 -W 32
 expect "missing embeddings file" "nope.safetensors" "$pdit" generate "${run[@]}" --embeds "$tmp/nope.safetensors"
 expect "model folder without model_index.json" "model_index.json" "$pdit" generate "${run[@]}" --model "$tmp"

@@ -14,6 +14,12 @@
  * one process (1e-5) and the golden decoder output (1e-4).
  *
  *   mpirun -np N test_vae_parallel GOLDEN_DIR [WAN_DIR]
+ *
+ * Every case runs twice: f32 convolutions, then bf16 ones (--vae-dtype
+ * bf16). bf16 bands equal bf16 on one process as f32's do (the banded
+ * decode cuts each convolution into chunks of a few rows too, so chunks
+ * are checked as well); bf16 is within 2e-2 of the golden result and
+ * differs from f32 (its own kernels ran).
  */
 #include "pd_backend_cpu.h"
 #include "pd_par_vae.h"
@@ -30,8 +36,32 @@
 
 #define TOL_ONE 1e-5
 #define TOL_GOLDEN 1e-4
+#define TOL_GOLDEN_BF16 2e-2
+/* bf16 against f32 on the random tiny VAEs: 4 to 24 channels of random
+ * weights amplify rounding more than a trained VAE (3.9e-2 measured on
+ * Wan's of base 4; the golden ones stay within TOL_GOLDEN_BF16) */
+#define TOL_RANDOM_BF16 6e-2
 
 static struct pd_comm *world;
+static enum pd_dtype conv_dt = PD_F32;  /* the pass: f32, then bf16 convolutions */
+
+/* A backend of one thread for this pass's convolutions; CHUNKS: bf16's
+ * row chunks of a few KB (many per convolution). */
+static int open_backend(struct pd_backend **be, int chunks)
+{
+	int rc;
+
+	if (chunks)
+		setenv("PDIT_CONV_CHUNK_KB", "4", 1);
+	/* one thread a rank: the ranks share the machine's cores */
+	rc = pd_backend_cpu_new(be, PD_F32, 1);
+	unsetenv("PDIT_CONV_CHUNK_KB");
+	if (rc)
+		return rc;
+	(*be)->conv_compute = conv_dt;
+	pd_backend_enter(*be);
+	return 0;
+}
 
 /* A banded decode BANDED (N values) against ONE's and GOLDEN (may be NULL),
  * where this band holds the result (HAS); elsewhere its poisoned buffer
@@ -48,11 +78,25 @@ static void check_bands(const char *what, const struct pd_vae_hooks *hooks, int 
 	if (golden && has)
 		e2 = pd_rel_err(banded, golden, n);
 	if (world->rank == 0 && golden)
-		printf("  %-44s %d bands  vs one process %.2e  vs golden %.2e\n", what, hooks->bands, e1, e2);
+		printf("  %-44s %s %d bands  vs one process %.2e  vs golden %.2e\n", what, pd_dtype_name(conv_dt),
+		       hooks->bands, e1, e2);
 	else if (world->rank == 0)
-		printf("  %-44s %d bands  vs one process %.2e\n", what, hooks->bands, e1);
+		printf("  %-44s %s %d bands  vs one process %.2e\n", what, pd_dtype_name(conv_dt), hooks->bands, e1);
 	PD_CHECK(e1 <= TOL_ONE, "%s: %d bands differ from one process by %.3g", what, hooks->bands, e1);
-	PD_CHECK(e2 <= TOL_GOLDEN, "%s: %d bands differ from the golden result by %.3g", what, hooks->bands, e2);
+	PD_CHECK(e2 <= (conv_dt == PD_BF16 ? TOL_GOLDEN_BF16 : TOL_GOLDEN),
+		 "%s: %d bands differ from the golden result by %.3g", what, hooks->bands, e2);
+}
+
+/* bf16 against f32 on one process: near, and not equal (a bf16 pass whose
+ * convolutions fell back to f32 would test nothing). */
+static void check_bf16_ran(const char *what, const float *bf16, const float *f32, size_t n, double tol)
+{
+	double e = pd_rel_err(bf16, f32, n);
+
+	if (world->rank == 0)
+		printf("  %-44s bf16 against f32 %.2e\n", what, e);
+	PD_CHECK(e > 0 && e <= tol, "%s: bf16 convolutions differ from f32 by %.3g (0: they did not run)",
+		 what, e);
 }
 
 /* Decodes Z [C, h, w] with and without bands and compares; with a golden
@@ -67,8 +111,7 @@ static void check_decode(const char *what, const char *vdir, const float *z, int
 	size_t n;
 	int f;
 
-	/* one thread a rank: the ranks share the machine's cores */
-	if (pd_backend_cpu_new(&be, PD_F32, 1) || (pd_backend_enter(be), pd_vae_load(&v, vdir, be))) {
+	if (open_backend(&be, 0) || pd_vae_load(&v, vdir, be)) {
 		PD_CHECK(0, "%s: %s", what, pd_last_error());
 		goto out;
 	}
@@ -78,6 +121,29 @@ static void check_decode(const char *what, const char *vdir, const float *z, int
 	banded = malloc(n * sizeof(float));
 	pd_poison(banded, n);
 	PD_CHECK(pd_vae_decode(v, z, h, w, one, NULL) == 0, "%s: one-process decode: %s", what, pd_last_error());
+	if (conv_dt == PD_BF16) {
+		/* f32's picture, then the bands on a backend whose bf16
+		 * convolutions run in chunks of a few rows */
+		pd_vae_free(v);
+		pd_backend_free(be);
+		v = NULL;
+		conv_dt = PD_F32;
+		if (open_backend(&be, 0) || pd_vae_load(&v, vdir, be) || pd_vae_decode(v, z, h, w, banded, NULL)) {
+			PD_CHECK(0, "%s: %s", what, pd_last_error());
+			conv_dt = PD_BF16;
+			goto out;
+		}
+		conv_dt = PD_BF16;
+		check_bf16_ran(what, one, banded, n, golden ? TOL_GOLDEN_BF16 : TOL_RANDOM_BF16);
+		pd_poison(banded, n);
+		pd_vae_free(v);
+		pd_backend_free(be);
+		v = NULL;
+		if (open_backend(&be, 1) || pd_vae_load(&v, vdir, be)) {
+			PD_CHECK(0, "%s: %s", what, pd_last_error());
+			goto out;
+		}
+	}
 	pd_vae_par_hooks(&par, world, h, &hooks);
 	pd_vae_set_hooks(v, &hooks);
 	if (hooks.bands > 0) {
@@ -103,7 +169,7 @@ static void check_wan(const char *what, const char *vdir, const float *z, int F,
 	float *one = NULL, *banded = NULL;
 	size_t n;
 
-	if (pd_backend_cpu_new(&be, PD_F32, 1) || (pd_backend_enter(be), pd_wan_vae_load(&v, vdir, be))) {
+	if (open_backend(&be, 0) || pd_wan_vae_load(&v, vdir, be)) {
 		PD_CHECK(0, "%s: %s", what, pd_last_error());
 		goto out;
 	}
@@ -114,6 +180,28 @@ static void check_wan(const char *what, const char *vdir, const float *z, int F,
 	pd_wan_vae_set_hooks(v, &none);
 	PD_CHECK(pd_wan_vae_decode(v, z, F, h, w, one, NULL) == 0, "%s: one-process decode: %s", what,
 		 pd_last_error());
+	if (conv_dt == PD_BF16) {
+		pd_wan_vae_free(v);
+		pd_backend_free(be);
+		v = NULL;
+		conv_dt = PD_F32;
+		if (open_backend(&be, 0) || pd_wan_vae_load(&v, vdir, be) ||
+		    (pd_wan_vae_set_hooks(v, &none), pd_wan_vae_decode(v, z, F, h, w, banded, NULL))) {
+			PD_CHECK(0, "%s: %s", what, pd_last_error());
+			conv_dt = PD_BF16;
+			goto out;
+		}
+		conv_dt = PD_BF16;
+		check_bf16_ran(what, one, banded, n, golden ? TOL_GOLDEN_BF16 : TOL_RANDOM_BF16);
+		pd_poison(banded, n);
+		pd_wan_vae_free(v);
+		pd_backend_free(be);
+		v = NULL;
+		if (open_backend(&be, 1) || pd_wan_vae_load(&v, vdir, be)) {
+			PD_CHECK(0, "%s: %s", what, pd_last_error());
+			goto out;
+		}
+	}
 	pd_vae_par_hooks(&par, world, h, &hooks);
 	pd_wan_vae_set_hooks(v, &hooks);
 	if (hooks.bands > 0) {
@@ -187,20 +275,13 @@ static void golden_case(const char *dir, const char *file, const char *cfg)
 	pd_st_close(st);
 }
 
-int main(int argc, char **argv)
+/* Every case of this pass; FIRST writes the tiny models into TMP [256]. */
+static void run_cases(const char *dir, const char *wan_dir, char *tmp, int first)
 {
-	const char *dir = argc > 1 ? argv[1] : "tests/golden/flux-tiny";
-	char tmp[256] = "/tmp/pdit-vae-XXXXXX", vdir[300];
+	char vdir[300];
 	struct pd_tiny_opts o;
 	int32_t rc = 0;
 
-	if (pd_comm_world_init(&argc, &argv, &world)) {
-		fprintf(stderr, "%s\n", pd_last_error());
-		return 1;
-	}
-	pd_log_level = 0;
-	if (world->rank == 0)
-		printf("world size %d\n", world->size);
 	golden_case(dir, "pipeline-dev-h64w48.safetensors", "dev");       /* 8 latent rows */
 	golden_case(dir, "pipeline-schnell-h48w96.safetensors", "schnell"); /* 6 rows, 2 resnets per block */
 	/* a VAE of other widths, at latent heights 13 and 7 */
@@ -211,12 +292,13 @@ int main(int argc, char **argv)
 	o.vae_blocks[3] = 24;
 	o.vae_groups = 4;
 	o.vae_layers = 2;
-	if (world->rank == 0) {
-		rc = mkdtemp(tmp) ? pd_tiny_write(tmp, &o) : -1;
+	if (first) {
+		if (world->rank == 0)
+			rc = mkdtemp(tmp) ? pd_tiny_write(tmp, &o) : -1;
+		world->ops->bcast(world, tmp, 256, 0);
+		world->ops->bcast(world, &rc, sizeof(rc), 0);
+		PD_CHECK(rc == 0, "writing a tiny model: %s", pd_last_error());
 	}
-	world->ops->bcast(world, tmp, sizeof(tmp), 0);
-	world->ops->bcast(world, &rc, sizeof(rc), 0);
-	PD_CHECK(rc == 0, "writing a tiny model: %s", pd_last_error());
 	snprintf(vdir, sizeof(vdir), "%s/vae", tmp);
 	for (int hh = 7; rc == 0 && hh <= 13; hh += 6) {
 		int ww = 5, C = o.in_channels / 4;
@@ -230,31 +312,53 @@ int main(int argc, char **argv)
 		check_decode(what, vdir, z, hh, ww, NULL);
 		free(z);
 	}
-	if (argc > 2) {
-		wan_golden_case(argv[2], "vae-decode-n1-h48w64.safetensors");
-		wan_golden_case(argv[2], "vae-decode-n5-h32w48.safetensors");
-		wan_golden_case(argv[2], "vae-decode-n9-h32w32.safetensors");
-		/* Wan's VAE at another width (base 4), 2 latent frames */
-		pd_tiny_wan_defaults(&o);
-		o.wan_vae_base = 4;
-		snprintf(vdir, sizeof(vdir), "%s/wan", tmp);
+	if (!wan_dir)
+		return;
+	wan_golden_case(wan_dir, "vae-decode-n1-h48w64.safetensors");
+	wan_golden_case(wan_dir, "vae-decode-n5-h32w48.safetensors");
+	wan_golden_case(wan_dir, "vae-decode-n9-h32w32.safetensors");
+	/* Wan's VAE at another width (base 4), 2 latent frames */
+	pd_tiny_wan_defaults(&o);
+	o.wan_vae_base = 4;
+	snprintf(vdir, sizeof(vdir), "%s/wan", tmp);
+	if (first) {
 		if (world->rank == 0)
 			rc = pd_tiny_write(vdir, &o);
 		world->ops->bcast(world, &rc, sizeof(rc), 0);
 		PD_CHECK(rc == 0, "writing a tiny Wan model: %s", pd_last_error());
-		snprintf(vdir, sizeof(vdir), "%s/wan/vae", tmp);
-		for (int hh = 5; rc == 0 && hh <= 7; hh += 2) {
-			int ww = 3, F = 2;
-			float *z = malloc(sizeof(float) * (size_t)(16 * F * hh * ww));
-			struct pd_rng g;
-			char what[64];
+	}
+	snprintf(vdir, sizeof(vdir), "%s/wan/vae", tmp);
+	for (int hh = 5; rc == 0 && hh <= 7; hh += 2) {
+		int ww = 3, F = 2;
+		float *z = malloc(sizeof(float) * (size_t)(16 * F * hh * ww));
+		struct pd_rng g;
+		char what[64];
 
-			pd_rng_seed(&g, (uint64_t)hh + 100);
-			pd_rng_randn(&g, z, (size_t)(16 * F * hh * ww));
-			snprintf(what, sizeof(what), "tiny Wan VAE, %d frames of %d x %d latent", F, hh, ww);
-			check_wan(what, vdir, z, F, hh, ww, NULL);
-			free(z);
-		}
+		pd_rng_seed(&g, (uint64_t)hh + 100);
+		pd_rng_randn(&g, z, (size_t)(16 * F * hh * ww));
+		snprintf(what, sizeof(what), "tiny Wan VAE, %d frames of %d x %d latent", F, hh, ww);
+		check_wan(what, vdir, z, F, hh, ww, NULL);
+		free(z);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	const char *dir = argc > 1 ? argv[1] : "tests/golden/flux-tiny";
+	char tmp[256] = "/tmp/pdit-vae-XXXXXX";
+
+	if (pd_comm_world_init(&argc, &argv, &world)) {
+		fprintf(stderr, "%s\n", pd_last_error());
+		return 1;
+	}
+	pd_log_level = 0;
+	if (world->rank == 0)
+		printf("world size %d\n", world->size);
+	for (int pass = 0; pass < 2; pass++) {
+		conv_dt = pass ? PD_BF16 : PD_F32;
+		if (world->rank == 0)
+			printf("%s convolutions\n", pd_dtype_name(conv_dt));
+		run_cases(dir, argc > 2 ? argv[2] : NULL, tmp, pass == 0);
 	}
 	return pd_test_finish(world, tmp);
 }

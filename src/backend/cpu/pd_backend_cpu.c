@@ -124,6 +124,8 @@ void pd_cpu_destroy(struct pd_backend *be)
 	free(cpu->qpanel);
 	free(cpu->qout);
 	free(cpu->qrow);
+	free(cpu->csrc);
+	free(cpu->cdst);
 	free(cpu);
 }
 
@@ -198,6 +200,7 @@ int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threa
 		return pd_errorf("out of memory");
 	cpu->be.ops = &pd_cpu_ops;
 	cpu->be.compute = compute;
+	cpu->be.conv_compute = PD_F32;
 	cpu->be.host_memory = 1;
 	cpu->be.threads = threads > 0 ? threads : omp_get_max_threads();
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -209,6 +212,11 @@ int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threa
 	cpu->qpanel_bytes = PD_QPANEL_BYTES;
 	if (getenv("PDIT_QPANEL_MB") && atoi(getenv("PDIT_QPANEL_MB")) > 0 && atoi(getenv("PDIT_QPANEL_MB")) < 4096)
 		cpu->qpanel_bytes = (size_t)atoi(getenv("PDIT_QPANEL_MB")) << 20;
+	/* PDIT_CONV_CHUNK_KB lets the tests cut small pictures into many chunks */
+	cpu->conv_chunk_bytes = PD_CONV_CHUNK_BYTES;
+	if (getenv("PDIT_CONV_CHUNK_KB") && atoi(getenv("PDIT_CONV_CHUNK_KB")) > 0 &&
+	    atoi(getenv("PDIT_CONV_CHUNK_KB")) < (1 << 22))
+		cpu->conv_chunk_bytes = (size_t)atoi(getenv("PDIT_CONV_CHUNK_KB")) << 10;
 	if (dnnl_engine_create(&cpu->eng, dnnl_cpu, 0) != dnnl_success ||
 	    dnnl_stream_create(&cpu->stream, cpu->eng, dnnl_stream_default_flags) != dnnl_success) {
 		pd_cpu_destroy(&cpu->be);

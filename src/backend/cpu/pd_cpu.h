@@ -15,7 +15,13 @@
  * few parallel variants are all a layer ever sees (a quantized one makes
  * two per shape: its full panels and the last). */
 #define PD_MM_CACHE 12
-#define PD_CONV_CACHE 4
+/* Primitives kept per convolution: f32 makes one per size; bf16 one per
+ * kind of row chunk (first, middle, last, alone) of each size. */
+#define PD_CONV_CACHE 8
+/* bf16 convolutions run in chunks of rows whose blocked copies (the bf16
+ * input and the f32 output in oneDNN's layout) take about this much
+ * scratch: bounded memory whatever the picture's size. */
+#define PD_CONV_CHUNK_BYTES (16u << 20)
 /* Rows assumed when asking oneDNN for its preferred weight layout. */
 #define PD_MM_REF_ROWS 256
 /* Queries per attention block: the block's scores [block, keys] stay in f32. */
@@ -64,6 +70,9 @@ struct pd_cpu {
 	size_t qrow_cap;                /* its capacity in floats */
 	int avx512;                     /* the CPU has AVX-512 F/BW/VL (softmax kernel, decoders) */
 	size_t qpanel_bytes;            /* a quantized layer's panel scratch, about (PD_QPANEL_BYTES) */
+	void *csrc, *cdst;              /* a bf16 convolution's chunk: its input and output, blocked */
+	size_t csrc_cap, cdst_cap;      /* their capacities in bytes */
+	size_t conv_chunk_bytes;        /* their size per chunk, about (PD_CONV_CHUNK_BYTES) */
 	struct pd_gemm gemm[PD_GEMM_CACHE]; /* cached attention products */
 	int n_gemm;
 	uint64_t clock;                 /* use counter for the cache */
@@ -99,17 +108,30 @@ struct pd_linear {
 };
 
 struct pd_conv_prim {
-	int h, w, halo;                 /* output size and input halo this primitive was made for */
+	int h, w, halo;                 /* the call's output size and input halo this primitive was made for */
+	/* bf16: the chunk of output rows it makes, and its zero padding above
+	 * and below (the picture's edges; elsewhere the input has the rows) */
+	int rows, pad_t, pad_b;
 	dnnl_primitive_t prim;          /* the convolution */
 	dnnl_memory_t wts;              /* weights in the primitive's layout */
-	size_t wbytes;                  /* their size */
+	size_t wbytes;                  /* their size, when this primitive owns them (0: shared) */
 	dnnl_memory_t src, dst;         /* handles set per call */
+	/* bf16 only: the caller's f32 [c, h, w] rows as strided views, and
+	 * the reorders between them and the convolution's blocked layouts */
+	dnnl_memory_t src_user, dst_user;
+	dnnl_primitive_t to_src, from_dst;
+	size_t src_bytes, dst_bytes;    /* the blocked copies' sizes (backend scratch) */
 };
 
 struct pd_conv {
 	int c_out, c_in, k;             /* kernel shape */
+	int bf16;                       /* bf16 products with f32 sums in oneDNN's blocked layouts
+					 * (the backend's conv_compute when made; 0 where oneDNN has no
+					 * fast kernel for the shape) */
 	dnnl_memory_t w_user;           /* weights as given, oihw f32 */
 	dnnl_memory_t bias;             /* f32 [c_out] */
+	dnnl_memory_t w_bf16;           /* bf16 weights in the first bf16 primitive's layout (the
+					 * others that choose the same layout use them), or NULL */
 	int n_prim, next;               /* cache use */
 	size_t bytes;                   /* weights in every layout and bias, as counted in weight_bytes */
 	struct pd_conv_prim p[PD_CONV_CACHE]; /* cached primitives */

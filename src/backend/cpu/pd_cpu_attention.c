@@ -197,6 +197,8 @@ void pd_cpu_attention_impl(struct pd_backend *be, float *out, int64_t ldo, float
 
 	if (be->failed || sq == 0)
 		return;
+	/* a causal mask counted as the full product */
+	be->flop += 4.0 * (double)sq * (double)skv * (double)W;
 	if (skv == 0) {
 		/* no keys: nothing to attend to (ring chunks may be empty) */
 		for (int64_t i = 0; i < sq; i++)

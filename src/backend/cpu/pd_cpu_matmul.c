@@ -258,6 +258,7 @@ void pd_cpu_linear(struct pd_backend *be, struct pd_linear *l, const float *x, i
 
 	if (be->failed || rows == 0)
 		return;
+	be->flop += 2.0 * (double)rows * (double)l->n_in * (double)l->n_out;
 	if (l->q) {
 		pd_cpu_qlinear(be, l, x, ldx, rows, y, ldy, flags);
 		return;

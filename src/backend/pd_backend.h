@@ -63,10 +63,11 @@ struct pd_backend_ops {
 		       int64_t rows, int64_t cols);
 
 	/* Linear layers: W is [n_out, n_in] on the host with row stride ldw,
+	 * of type WT (PD_F32 or PD_BF16: a file's mapping is read as it is),
 	 * bias [n_out] or NULL; the backend converts them into its own layout
 	 * and precision and keeps no reference to the host copies. */
-	struct pd_linear *(*linear_new)(struct pd_backend *be, int64_t n_out, int64_t n_in, const float *w,
-					int64_t ldw, const float *bias);
+	struct pd_linear *(*linear_new)(struct pd_backend *be, int64_t n_out, int64_t n_in, const void *w,
+					enum pd_dtype wt, int64_t ldw, const float *bias);
 	/* A linear layer whose weight stays in a block format (pd_quant.h:
 	 * ggml's types, fp8): BLOCKS holds n_out rows of
 	 * pd_quant_row_bytes(n_in) bytes, every decoded value times SCALE

@@ -22,7 +22,7 @@ double pd_backend_rate_matmul(struct pd_backend *be, int64_t M, int64_t K, int64
 	pd_rng_seed(&g, 1);
 	/* random data: zeros would run faster than real weights */
 	pd_rng_randn(&g, w, (size_t)(N * K));
-	l = be->ops->linear_new(be, N, K, w, K, NULL);
+	l = be->ops->linear_new(be, N, K, w, PD_F32, K, NULL);
 	x = pd_backend_alloc(be, (size_t)(M * K), "matmul");
 	y = pd_backend_alloc(be, (size_t)(M * N), "matmul");
 	if (l && x && y) {

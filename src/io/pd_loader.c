@@ -32,7 +32,7 @@ static struct pd_linear *pd_linear_load(struct pd_backend *be, const struct pd_s
 	float *hw = NULL, *hb = NULL, scale;
 	void *blocks = NULL;
 	enum pd_qtype type;
-	int keep = pd_linear_keeps_blocks(be, w, s, &type, &scale);
+	int keep = pd_linear_keeps_blocks(be, w, s, &type, &scale), encode;
 	size_t n;
 
 	if (bias && s->with_bias) {
@@ -56,6 +56,20 @@ static struct pd_linear *pd_linear_load(struct pd_backend *be, const struct pd_s
 		l = be->ops->linear_new_q(be, s->nr, cols, type, scale, direct, hb);
 		goto made;
 	}
+	encode = quantize != PD_Q_F32 && be->ops->linear_new_q && pd_quant_encodes(quantize) &&
+		 !pd_st_block_format(w, &type, &scale) && s->c0 % pd_quant_info(quantize)->block_size == 0 &&
+		 cols % pd_quant_info(quantize)->block_size == 0;
+	if (!encode) {
+		/* F32 and BF16 weights go from the mapping into the backend's
+		 * layout in one pass (its threads convert as they reorder) */
+		int64_t ld;
+		const void *plain = pd_st_plain_at(w, s->r0, s->c0, &ld);
+
+		if (plain) {
+			l = be->ops->linear_new(be, s->nr, cols, plain, w->dtype, ld, hb);
+			goto made;
+		}
+	}
 	if (pd_mul_size((size_t)s->nr, (size_t)cols, &n))
 		goto out;
 	hw = pd_malloc(n * sizeof(float), w->name);
@@ -63,9 +77,7 @@ static struct pd_linear *pd_linear_load(struct pd_backend *be, const struct pd_s
 		goto out;
 	if (pd_st_read_block_f32(w, s->r0, s->nr, s->c0, s->nc, hw, cols))
 		goto out;
-	if (quantize != PD_Q_F32 && be->ops->linear_new_q && pd_quant_encodes(quantize) &&
-	    !pd_st_block_format(w, &type, &scale) && s->c0 % pd_quant_info(quantize)->block_size == 0 &&
-	    cols % pd_quant_info(quantize)->block_size == 0) {
+	if (encode) {
 		/* pdit --quantize: a plain weight encoded as pdit quantize
 		 * encodes it (BF16 as it is, other floats through F16, as
 		 * ComfyUI-GGUF's convert.py), then kept; weights a file
@@ -81,7 +93,7 @@ static struct pd_linear *pd_linear_load(struct pd_backend *be, const struct pd_s
 		l = be->ops->linear_new_q(be, s->nr, cols, quantize, 1.0f, blocks, hb);
 		goto made;
 	}
-	l = be->ops->linear_new(be, s->nr, cols, hw, cols, hb);
+	l = be->ops->linear_new(be, s->nr, cols, hw, PD_F32, cols, hb);
 made:
 	if (!l)
 		pd_errorf("cannot prepare weight '%s': %s", w->name, be->error);

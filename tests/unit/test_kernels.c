@@ -146,7 +146,7 @@ static void test_linear(struct pd_backend *be, int bf16)
 	int flags_list[4] = { 0, PD_LIN_GELU_TANH, PD_LIN_NO_BIAS, PD_LIN_ACCUMULATE };
 	float *x = rnd_buf((size_t)M * ldx, 1.0f), *w = rnd_buf((size_t)N * ldw, 0.2f), *b = rnd_buf((size_t)N, 0.1f);
 	double *ref = malloc(sizeof(double) * (size_t)M * N);
-	struct pd_linear *l = be->ops->linear_new(be, N, K, w, ldw, b);
+	struct pd_linear *l = be->ops->linear_new(be, N, K, w, PD_F32, ldw, b);
 	char what[128];
 
 	PD_CHECK(l != NULL, "linear_new %dx%d: %s", N, K, be->error);

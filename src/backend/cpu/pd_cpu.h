@@ -178,8 +178,8 @@ void pd_cpu_free(struct pd_backend *be, float *p);
 void pd_cpu_copy(struct pd_backend *be, float *dst, const float *src, size_t n);
 void pd_cpu_copy2d(struct pd_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds,
 		   int64_t rows, int64_t cols);
-struct pd_linear *pd_cpu_linear_new(struct pd_backend *be, int64_t n_out, int64_t n_in, const float *w,
-				    int64_t ldw, const float *bias);
+struct pd_linear *pd_cpu_linear_new(struct pd_backend *be, int64_t n_out, int64_t n_in, const void *w,
+				    enum pd_dtype wt, int64_t ldw, const float *bias);
 void pd_cpu_linear_free(struct pd_backend *be, struct pd_linear *l);
 /* A zeroed linear layer of that shape (NULL with the backend failed). */
 struct pd_linear *pd_cpu_linear_alloc(struct pd_backend *be, int64_t n_out, int64_t n_in);

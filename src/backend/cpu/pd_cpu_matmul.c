@@ -141,8 +141,8 @@ struct pd_linear *pd_cpu_linear_alloc(struct pd_backend *be, int64_t n_out, int6
 	return l;
 }
 
-struct pd_linear *pd_cpu_linear_new(struct pd_backend *be, int64_t n_out, int64_t n_in, const float *w,
-				    int64_t ldw, const float *bias)
+struct pd_linear *pd_cpu_linear_new(struct pd_backend *be, int64_t n_out, int64_t n_in, const void *w,
+				    enum pd_dtype wt, int64_t ldw, const float *bias)
 {
 	struct pd_cpu *cpu = CPU(be);
 	struct pd_linear *l;
@@ -156,6 +156,10 @@ struct pd_linear *pd_cpu_linear_new(struct pd_backend *be, int64_t n_out, int64_
 	dnnl_data_type_t dt = pd_cpu_mm_type(be);
 	int ok = 0;
 
+	if (wt != PD_F32 && wt != PD_BF16) {
+		pd_backend_fail(be, "linear weights of type %s", pd_dtype_name(wt));
+		return NULL;
+	}
 	l = pd_cpu_linear_alloc(be, n_out, n_in);
 	if (!l)
 		return NULL;
@@ -166,8 +170,10 @@ struct pd_linear *pd_cpu_linear_new(struct pd_backend *be, int64_t n_out, int64_
 	DNNL_TRY(be, dnnl_primitive_desc_create(&pd, &desc, NULL, cpu->eng, NULL), out);
 	l->w_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
 	DNNL_TRY(be, dnnl_memory_create(&l->w, &l->w_md, cpu->eng, DNNL_MEMORY_ALLOCATE), out);
-	/* W is [n_out, n_in] row-major = the [n_in, n_out] matrix with strides {1, ldw}. */
-	DNNL_TRY(be, dnnl_memory_desc_init_by_strides(&user_md, 2, wd, dnnl_f32, ws), out);
+	/* W is [n_out, n_in] row-major = the [n_in, n_out] matrix with strides
+	 * {1, ldw}; the reorder converts bf16 and f32 as it goes (all threads) */
+	DNNL_TRY(be, dnnl_memory_desc_init_by_strides(&user_md, 2, wd, wt == PD_BF16 ? dnnl_bf16 : dnnl_f32, ws),
+		 out);
 	DNNL_TRY(be, dnnl_memory_create(&user, &user_md, cpu->eng, (void *)w), out);
 	DNNL_TRY(be, dnnl_reorder_primitive_desc_create(&rpd, &user_md, cpu->eng, &l->w_md, cpu->eng, NULL), out);
 	DNNL_TRY(be, dnnl_primitive_create(&reorder, rpd), out);

@@ -56,7 +56,12 @@ struct pd_linear *pd_cpu_linear_new_q(struct pd_backend *be, int64_t n_out, int6
 		pd_cpu_linear_free(be, l);
 		return NULL;
 	}
-	memcpy(l->blocks, blocks, bytes);
+	/* all threads: the copy's page faults (the mapping's and the fresh
+	 * memory's) are most of a quantized file's loading */
+#pragma omp parallel for schedule(static)
+	for (int64_t r = 0; r < n_out; r++)
+		memcpy(l->blocks + (size_t)r * l->row_bytes, (const unsigned char *)blocks + (size_t)r * l->row_bytes,
+		       l->row_bytes);
 	if (bias)
 		memcpy(l->bias_host, bias, (size_t)n_out * sizeof(float));
 	/* panels of about qpanel_bytes, as equal as multiples of 16 allow */

@@ -372,7 +372,7 @@ int pd_wan_load_dit(struct pd_dit **out, const char *path, const char *config, s
 		int64_t ws[5] = { D, m->cfg.in_channels, m->cfg.patch[0], m->cfg.patch[1], m->cfg.patch[2] };
 		float *w = pd_loader_host_tensor(&ld, "patch_embedding.weight", 5, ws), *b = pd_loader_host_tensor(&ld, "patch_embedding.bias", 1, &D);
 
-		if (w && b && !(m->patch = be->ops->linear_new(be, D, P, w, P, b))) {
+		if (w && b && !(m->patch = be->ops->linear_new(be, D, P, w, PD_F32, P, b))) {
 			pd_errorf("patch_embedding: %s", be->error);
 			ld.failed = 1;
 		}
@@ -405,7 +405,7 @@ int pd_wan_load_dit(struct pd_dit **out, const char *path, const char *config, s
 					memcpy(wp + to * D, w + from * D, (size_t)D * sizeof(float));
 					bp[to] = b[from];
 				}
-			if (!(m->proj_out = be->ops->linear_new(be, PO, D, wp, D, bp))) {
+			if (!(m->proj_out = be->ops->linear_new(be, PO, D, wp, PD_F32, D, bp))) {
 				pd_errorf("proj_out: %s", be->error);
 				ld.failed = 1;
 			}

@@ -47,7 +47,7 @@ struct pd_gen_args {
 	const char *golden;
 	float tolerance;
 	/* pdit bench */
-	int warmup, json, vae_time, batch;
+	int warmup, json, vae_time, batch, e2e;
 	/* pdit serve */
 	const char *listen, *api_key;
 	int queue, strict, io_timeout, max_body_kb;
@@ -99,7 +99,7 @@ static const char pd_check_examples[] =
 
 static const char pd_bench_usage[] =
 	"usage: [mpirun -np N] pdit bench --model DIR [-H 1024 -W 1024] [--steps 3] [--warmup 1] [--dtype bf16]\n"
-	"                                 [mesh degrees] [--json] [--vae-time]\n"
+	"                                 [mesh degrees] [--json] [--vae-time] [--vae-dtype bf16] [--e2e]\n"
 	"\n"
 	"Times denoising steps (the median of --steps after --warmup untimed ones; the\n"
 	"slowest rank's) and reports the step's floating-point work counted from the\n"
@@ -108,12 +108,16 @@ static const char pd_bench_usage[] =
 	"bytes sent per rank per step, peak resident memory per rank next to an estimate\n"
 	"(the weights as the backend holds them plus its largest activation and scratch\n"
 	"use), the allocations made in the timed steps (0: buffers and primitives are\n"
-	"reused), and with --vae-time the VAE decode's seconds at that size. The\n"
-	"embeddings default to DIR/embeds.safetensors (written by pdit tiny).";
+	"reused), the loading's seconds and rate, and with --vae-time the VAE decode's\n"
+	"seconds, its work counted from the shapes and its rate. --e2e times one whole\n"
+	"generation as generate runs it: loading, prompt encoding, every step (warm-up\n"
+	"included), the decode and the total. The embeddings default to\n"
+	"DIR/embeds.safetensors (written by pdit tiny).";
 
 static const char pd_bench_examples[] =
 	"  pdit tiny flux-width --flux-width\n"
-	"  pdit bench --model flux-width -H 1024 -W 1024 --dtype bf16 --vae-time\n"
+	"  pdit bench --model flux-width -H 1024 -W 1024 --dtype bf16 --vae-time --vae-dtype bf16\n"
+	"  pdit bench --model flux-width -H 512 -W 512 --dtype bf16 --vae-dtype bf16 -p \"a lighthouse\" --steps 3 --e2e\n"
 	"  mpirun -np 2 pdit bench --model flux-width -H 512 -W 512 --dtype bf16 --tensor-parallel-degree 2 --json\n";
 
 static const char pd_serve_usage[] =
@@ -225,7 +229,11 @@ static void pd_gen_options(struct pd_gen_args *a, struct pd_arg *opts, enum pd_c
 		opts[n++] = (struct pd_arg){ "--json", 0, PD_ARG_FLAG, &a->json, NULL,
 					     "print one JSON object instead of the table", NULL };
 		opts[n++] = (struct pd_arg){ "--vae-time", 0, PD_ARG_FLAG, &a->vae_time, NULL,
-					     "also time one VAE decode at this size", NULL };
+					     "also time one VAE decode at this size (in bands over the processes, as generate)",
+					     NULL };
+		opts[n++] = (struct pd_arg){ "--e2e", 0, PD_ARG_FLAG, &a->e2e, NULL,
+					     "one whole generation's phases: load, encode, all steps, decode, total (implies --vae-time)",
+					     NULL };
 		opts[n++] = (struct pd_arg){ "--batch", 0, PD_ARG_INT, &a->batch, "N",
 					     "run N copies of the first prompt (for data parallelism)", NULL };
 	}
@@ -1239,6 +1247,52 @@ static int pd_bench_on_step(void *ctx, int step)
 	return 0;
 }
 
+/* Times one decode of the latents ALL (the first picture): on this process
+ * alone, or in bands over BANDS (every rank calls); *FLOP: the products'
+ * operations, over every band. The transformer's memory goes first, as in
+ * generate. */
+static int pd_bench_vae(struct pd_engine *e, struct pd_comm *bands, const float *all, double *seconds, double *flop)
+{
+	struct pd_vae_par par = { 0 };
+	struct pd_vae_hooks hooks = { 0, 1, NULL, NULL, NULL, NULL, NULL };
+	int f = e->fam->vae_scale, rc = -1;
+	uint8_t *rgb = NULL;
+	double t0, f0;
+
+	pd_dit_free(e->m);
+	e->m = NULL;
+	if (e->fam->vae_load ? !e->fv && e->fam->vae_load(&e->fv, e->mp.vae, e->be)
+			     : !e->v && pd_vae_load(&e->v, e->mp.vae, e->be))
+		goto out;
+	if (!e->fam->vae_load)
+		f = pd_vae_scale(pd_vae_get_config(e->v));
+	if (bands)
+		pd_vae_par_hooks(&par, bands, e->ls.h, &hooks);
+	if (e->fam->vae_load)
+		e->fam->vae_set_hooks(e->fv, &hooks);
+	else
+		pd_vae_set_hooks(e->v, &hooks);
+	/* a video's frames, one after the other */
+	rgb = pd_malloc((size_t)e->ls.h * f * e->ls.w * f * 3 * (size_t)e->p.frames, "pictures");
+	if (!rgb || (bands && bands->ops->barrier(bands)))
+		goto out;
+	t0 = pd_now();
+	f0 = e->be->flop;
+	if (e->fam->vae_load ? e->fam->vae_decode(e->fv, &e->ls, all, rgb)
+			     : pd_decode_image(e->v, e->fam, &e->ls, all, rgb, NULL, NULL))
+		goto out;
+	*seconds = pd_now() - t0;
+	*flop = e->be->flop - f0;
+	if (bands && (bands->ops->allreduce(bands, seconds, 1, PD_COMM_F64, PD_COMM_MAX) ||
+		      bands->ops->allreduce(bands, flop, 1, PD_COMM_F64, PD_COMM_SUM)))
+		goto out;
+	rc = 0;
+out:
+	free(rgb);
+	pd_vae_par_free(&par);
+	return rc;
+}
+
 int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 {
 	struct pd_gen_args a;
@@ -1253,6 +1307,8 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 	float *all = NULL;
 	struct pd_bench_rank *rk = NULL;
 	double *dt = NULL, sps = 0, mm = 0, vae_s = -1, vae_flop = 0, step_flop, achieved;
+	int vae_ranks = 1;
+	double t_start = 0, open_s = 0, t_steps = 0, total_s = 0;
 	uint64_t bytes_step = 0, bytes_max = 0, allocs_late = 0;
 	char mesh[128], *default_embeds = NULL;
 	int hr, rc = 1, timed, total, branches;
@@ -1271,6 +1327,9 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 	}
 	if (!hr && a.warmup <= 0)
 		a.warmup = 1;
+	if (a.e2e)
+		a.vae_time = 1;
+	t_start = pd_now();
 	hr = hr || pd_gen_engine_options(&a, &o, 0) || pd_gen_request(&a, &rq, &prompts, &n_prompts);
 	timed = a.steps;
 	total = a.warmup + timed;
@@ -1282,6 +1341,7 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 		pd_gen_failed(world, NULL);
 		goto out;
 	}
+	open_s = pd_now() - t_start;
 	pd_engine_enter(e, &scope);
 	all = pd_malloc((size_t)(e->e.batch * e->ls.tokens * e->ls.packed_channels) * sizeof(float), "latents");
 	clk.t = pd_calloc((size_t)total, sizeof(double), "bench");
@@ -1309,6 +1369,7 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 	pd_mesh_traffic(&e->mesh, &clk.b0, &clk.w0);
 	if (pd_engine_denoise(e, all, NULL))
 		pd_cli_abort(world);
+	t_steps = pd_now() - clk.t0;
 	for (int i = a.warmup; i < total; i++)
 		dt[i - a.warmup] = clk.t[i] - (i ? clk.t[i - 1] : clk.t0);
 	sps = pd_median_sort(dt, timed);
@@ -1333,40 +1394,20 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 			rk[0] = mine;
 		}
 	}
-	if (a.vae_time && e->mp.vae && world->rank == 0) {
-		/* the transformer's memory goes first, as in generate */
-		uint8_t *rgb = NULL;
+	if (a.vae_time && e->mp.vae) {
+		/* with more than one process the picture is decoded in bands
+		 * over all of them, as generate does (--no-vae-parallel: rank 0
+		 * alone) */
+		int banded = world->size > 1 && !a.no_vae_parallel;
 
-		pd_dit_free(e->m);
-		e->m = NULL;
-		if (e->fam->vae_load) {
-			/* a family's own decoder (Wan's video VAE): all the frames */
-			size_t n = (size_t)e->ls.h * e->fam->vae_scale * e->ls.w * e->fam->vae_scale * 3 * (size_t)e->p.frames;
-
-			if ((e->fv || e->fam->vae_load(&e->fv, e->mp.vae, e->be) == 0) && (rgb = pd_malloc(n, "video"))) {
-				double t0 = pd_now(), f0 = e->be->flop;
-
-				if (e->fam->vae_decode(e->fv, &e->ls, all, rgb) == 0) {
-					vae_s = pd_now() - t0;
-					vae_flop = e->be->flop - f0;
-				}
-			}
-			free(rgb);
-		} else if (pd_vae_load(&e->v, e->mp.vae, e->be) == 0) {
-			int f = pd_vae_scale(pd_vae_get_config(e->v));
-
-			rgb = pd_malloc((size_t)e->ls.h * f * e->ls.w * f * 3, "image");
-			if (rgb) {
-				double t0 = pd_now(), f0 = e->be->flop;
-
-				if (pd_decode_image(e->v, e->fam, &e->ls, all, rgb, NULL, NULL) == 0) {
-					vae_s = pd_now() - t0;
-					vae_flop = e->be->flop - f0;
-				}
-			}
-			free(rgb);
+		if ((banded || world->rank == 0) && pd_bench_vae(e, banded ? world : NULL, all, &vae_s, &vae_flop)) {
+			pd_gen_failed(world, NULL);
+			pd_cli_abort(world);
 		}
+		vae_ranks = banded ? world->size : 1;
 	}
+	/* the generation's phases, without the bench's own reference product */
+	total_s = open_s + t_steps + (vae_s > 0 ? vae_s : 0);
 	fl = pd_dit_count_flops(&e->info, e->e.txt_len, e->ls.tokens);
 	branches = pd_gen_uses_cfg(&e->p, &e->e) ? 2 : 1;
 	step_flop = (fl.linear + fl.attention) * (double)e->e.batch * branches;
@@ -1402,11 +1443,18 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 			printf("], \"weights_mb\": %.4f, \"activations_mb\": %.4f, \"estimate_mb\": %.4f, "
 			       "\"peak_over_estimate\": %.3f, \"allocations_after_warmup\": %llu, "
 			       "\"load_seconds\": %.6g, \"load_mb_per_second\": %.6g, \"vae_dtype\": \"%s\", "
-			       "\"vae_seconds\": %.6g, \"vae_gflop\": %.9g, \"vae_gflops\": %.6g, \"vae_ratio\": %.6g}\n",
+			       "\"vae_bands\": %d, \"vae_seconds\": %.6g, \"vae_gflop\": %.9g, \"vae_gflops\": %.6g, "
+			       "\"vae_ratio\": %.6g",
 			       w_mb, act_mb, w_mb + act_mb, rss_max / (w_mb + act_mb), (unsigned long long)allocs_late,
 			       e->load_seconds, e->load_seconds > 0 ? w_mb / e->load_seconds : 0,
-			       e->vae_dt == PD_BF16 ? "bf16" : "f32", vae_s, vae_flop / 1e9, vae_s > 0 ? vae_flop / 1e9 / vae_s : 0,
-			       vae_s > 0 && mm > 0 ? vae_flop / 1e9 / vae_s / mm : 0);
+			       e->vae_dt == PD_BF16 ? "bf16" : "f32", vae_ranks, vae_s, vae_flop / 1e9,
+			       vae_s > 0 ? vae_flop / 1e9 / vae_s : 0,
+			       vae_s > 0 && mm > 0 ? vae_flop / 1e9 / vae_s / (mm * vae_ranks) : 0);
+			if (a.e2e)
+				printf(", \"e2e\": {\"open_seconds\": %.6g, \"load_seconds\": %.6g, \"encode_seconds\": %.6g, "
+				       "\"steps\": %d, \"steps_seconds\": %.6g, \"decode_seconds\": %.6g, \"total_seconds\": %.6g}",
+				       open_s, e->load_seconds, e->encode_seconds, total, t_steps, vae_s, total_s);
+			printf("}\n");
 		} else {
 			printf("pdit bench: %s, %dx%d (%lld text + %lld image tokens), %s, %d process%s x %d thread%s\n",
 			       e->mp.root ? e->mp.root : e->mp.transformer, a.width, a.height, (long long)e->e.txt_len,
@@ -1448,9 +1496,14 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 			       e->load_seconds, e->load_seconds > 0 ? w_mb / e->load_seconds : 0, big);
 			if (vae_s >= 0)
 				printf("  VAE decode                      %.2f s, %.1f GFLOP, %.1f GFLOP/s, %.2f of the matmul"
-				       " rate  (%s convolutions)\n",
+				       " rate  (%s convolutions, %d band%s)\n",
 				       vae_s, vae_flop / 1e9, vae_s > 0 ? vae_flop / 1e9 / vae_s : 0,
-				       vae_s > 0 && mm > 0 ? vae_flop / 1e9 / vae_s / mm : 0, e->vae_dt == PD_BF16 ? "bf16" : "f32");
+				       vae_s > 0 && mm > 0 ? vae_flop / 1e9 / vae_s / (mm * vae_ranks) : 0,
+				       e->vae_dt == PD_BF16 ? "bf16" : "f32", vae_ranks, vae_ranks > 1 ? "s" : "");
+			if (a.e2e)
+				printf("  one generation                  %.2f s = opening %.2f (loading %.2f, encoding %.2f) +"
+				       " %d steps %.2f + decode %.2f\n",
+				       total_s, open_s, e->load_seconds, e->encode_seconds, total, t_steps, vae_s);
 		}
 	}
 	rc = 0;

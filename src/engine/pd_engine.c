@@ -825,8 +825,10 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 		scope->be = e->be;
 		scope->threads = pd_backend_enter(e->be);
 	}
+	t0 = pd_now();
 	if (pd_engine_encode(e, rc))
 		return -1;
+	e->encode_seconds = pd_now() - t0;
 	t0 = pd_now();
 	pd_engine_progress(e, PD_PHASE_LOAD, t0, 0, 0, 0);
 	if (pd_fault("load", 0) || e->fam->load(&e->m, e->mp.transformer, e->tconfig, e->be, &sh))

@@ -34,6 +34,7 @@ struct pd_engine {
 	enum pd_dtype vae_dt;           /* the VAE's convolutions' precision */
 	double load_seconds;            /* reading the transformer's weights into the backend (and
 					 * checking the VAE) at open */
+	double encode_seconds;          /* encoding the prompts at open (0 for embeddings) */
 	enum pd_qtype quantize;         /* the blocks' plain weights encoded at load into this (PD_Q_F32: none) */
 	int degree[PD_AXIS_COUNT];      /* the mesh */
 	int mesh_auto;                  /* chosen by pdit, not given: 1 by rule, 2 by the cost model */

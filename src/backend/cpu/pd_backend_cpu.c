@@ -212,6 +212,10 @@ int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threa
 	cpu->qpanel_bytes = PD_QPANEL_BYTES;
 	if (getenv("PDIT_QPANEL_MB") && atoi(getenv("PDIT_QPANEL_MB")) > 0 && atoi(getenv("PDIT_QPANEL_MB")) < 4096)
 		cpu->qpanel_bytes = (size_t)atoi(getenv("PDIT_QPANEL_MB")) << 20;
+	/* PDIT_ATTN_QBLOCK fixes the attention's query blocks (benchmarks of
+	 * the choice against 256, the former fixed size) */
+	if (getenv("PDIT_ATTN_QBLOCK") && atoi(getenv("PDIT_ATTN_QBLOCK")) >= 16)
+		cpu->attn_qblock = atoi(getenv("PDIT_ATTN_QBLOCK"));
 	/* PDIT_CONV_CHUNK_KB lets the tests cut small pictures into many chunks */
 	cpu->conv_chunk_bytes = PD_CONV_CHUNK_BYTES;
 	if (getenv("PDIT_CONV_CHUNK_KB") && atoi(getenv("PDIT_CONV_CHUNK_KB")) > 0 &&

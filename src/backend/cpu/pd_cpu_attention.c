@@ -189,7 +189,7 @@ void pd_cpu_attention_impl(struct pd_backend *be, float *out, int64_t ldo, float
 {
 	struct pd_cpu *cpu = CPU(be);
 	int bf16 = be->compute == PD_BF16;
-	int64_t W = (int64_t)heads * head_dim, bq = sq < PD_ATTN_QBLOCK ? sq : PD_ATTN_QBLOCK;
+	int64_t W = (int64_t)heads * head_dim, bq = skv > 0 ? (int64_t)(PD_ATTN_SCORES_BYTES / 4) / skv : sq;
 	dnnl_data_type_t dt = bf16 ? dnnl_bf16 : dnnl_f32;
 	const void *qa = q, *ka = k, *va = v;
 	uint16_t *p16 = NULL;
@@ -197,6 +197,11 @@ void pd_cpu_attention_impl(struct pd_backend *be, float *out, int64_t ldo, float
 
 	if (be->failed || sq == 0)
 		return;
+	/* blocks as equal as their count allows, in rows of 16 */
+	bq = bq < PD_ATTN_QBLOCK_MIN ? PD_ATTN_QBLOCK_MIN : bq > PD_ATTN_QBLOCK_MAX ? PD_ATTN_QBLOCK_MAX : bq;
+	bq = cpu->attn_qblock ? cpu->attn_qblock : bq;
+	bq = ((sq + (sq + bq - 1) / bq - 1) / ((sq + bq - 1) / bq) + 15) / 16 * 16;
+	bq = bq < sq ? bq : sq;
 	/* a causal mask counted as the full product */
 	be->flop += 4.0 * (double)sq * (double)skv * (double)W;
 	if (skv == 0) {

@@ -272,7 +272,8 @@ static void test_qlinear(struct pd_backend *be, int bf16, int big)
  * to bf16 before P V, which bounds the difference near 2^-8 relative. */
 static void test_attention(struct pd_backend *be, int bf16)
 {
-	/* up to 600 queries: more than one query block of the kernel */
+	/* up to 600 queries: more than one query block of the kernel where
+	 * PDIT_ATTN_QBLOCK makes them small (the kernels test) */
 	int H = rnd_int(1, 5), Dh = 2 * rnd_int(1, 24), Sq = rnd_int(1, 600), Skv = rnd_int(1, 300);
 	int D = H * Dh, ld = D + rnd_int(0, 4), ldo = D + rnd_int(0, 4);
 	/* now and then large scores: rows close to one-hot, exponentials that underflow */

@@ -99,122 +99,87 @@ static void check_bf16_ran(const char *what, const float *bf16, const float *f32
 		 what, e);
 }
 
-/* Decodes Z [C, h, w] with and without bands and compares; with a golden
- * image, compares that too. */
-static void check_decode(const char *what, const char *vdir, const float *z, int h, int w, const float *golden)
+/* A decode under test: the picture VAE at VDIR of latents Z [C, h, w], or
+ * with F > 0 Wan's video VAE of Z [16, F, h, w]. */
+struct decode {
+	const char *vdir;
+	const float *z;
+	int F, h, w;
+};
+
+/* One decode into OUT on a fresh backend of convolutions in DT (CHUNKS:
+ * bf16 chunks of a few rows), on this process alone, or with BANDED in
+ * bands over the world (*HOOKS: the bands made); *HAS: this band holds the
+ * result. */
+static int run_decode(const struct decode *d, enum pd_dtype dt, int chunks, int banded, struct pd_vae_hooks *hooks,
+		      float *out, int *has)
 {
 	struct pd_backend *be = NULL;
 	struct pd_vae *v = NULL;
-	struct pd_vae_par par;
-	struct pd_vae_hooks hooks;
-	float *one = NULL, *banded = NULL;
-	size_t n;
-	int f;
+	struct pd_wan_vae *wv = NULL;
+	struct pd_vae_par par = { 0 };
+	enum pd_dtype saved = conv_dt;
+	int rc;
 
-	if (open_backend(&be, 0) || pd_vae_load(&v, vdir, be)) {
-		PD_CHECK(0, "%s: %s", what, pd_last_error());
-		goto out;
-	}
-	f = pd_vae_scale(pd_vae_get_config(v));
-	n = (size_t)pd_vae_get_config(v)->out_channels * h * f * w * f;
-	one = malloc(n * sizeof(float));
-	banded = malloc(n * sizeof(float));
-	pd_poison(banded, n);
-	PD_CHECK(pd_vae_decode(v, z, h, w, one, NULL) == 0, "%s: one-process decode: %s", what, pd_last_error());
-	if (conv_dt == PD_BF16) {
-		/* f32's picture, then the bands on a backend whose bf16
-		 * convolutions run in chunks of a few rows */
-		pd_vae_free(v);
-		pd_backend_free(be);
-		v = NULL;
-		conv_dt = PD_F32;
-		if (open_backend(&be, 0) || pd_vae_load(&v, vdir, be) || pd_vae_decode(v, z, h, w, banded, NULL)) {
-			PD_CHECK(0, "%s: %s", what, pd_last_error());
-			conv_dt = PD_BF16;
-			goto out;
+	*hooks = (struct pd_vae_hooks){ 0, 1, NULL, NULL, NULL, NULL, NULL };
+	conv_dt = dt;
+	rc = open_backend(&be, chunks);
+	conv_dt = saved;
+	if (rc)
+		return -1;
+	if (banded)
+		pd_vae_par_hooks(&par, world, d->h, hooks);
+	if (d->F > 0) {
+		rc = pd_wan_vae_load(&wv, d->vdir, be);
+		if (!rc) {
+			pd_wan_vae_set_hooks(wv, hooks);
+			rc = pd_wan_vae_decode(wv, d->z, d->F, d->h, d->w, out, NULL);
+			*has = pd_wan_vae_has_video(wv);
 		}
-		conv_dt = PD_BF16;
-		check_bf16_ran(what, one, banded, n, golden ? TOL_GOLDEN_BF16 : TOL_RANDOM_BF16);
-		pd_poison(banded, n);
-		pd_vae_free(v);
-		pd_backend_free(be);
-		v = NULL;
-		if (open_backend(&be, 1) || pd_vae_load(&v, vdir, be)) {
-			PD_CHECK(0, "%s: %s", what, pd_last_error());
-			goto out;
+	} else {
+		rc = pd_vae_load(&v, d->vdir, be);
+		if (!rc) {
+			pd_vae_set_hooks(v, hooks);
+			rc = pd_vae_decode(v, d->z, d->h, d->w, out, NULL);
+			*has = pd_vae_has_picture(v);
 		}
 	}
-	pd_vae_par_hooks(&par, world, h, &hooks);
-	pd_vae_set_hooks(v, &hooks);
-	if (hooks.bands > 0) {
-		PD_CHECK(pd_vae_decode(v, z, h, w, banded, NULL) == 0, "%s: banded decode: %s", what, pd_last_error());
-		check_bands(what, &hooks, pd_vae_has_picture(v), banded, one, golden, n);
-	}
+	/* the bands' buffers are the backend's memory */
 	pd_vae_par_free(&par);
-out:
-	free(one);
-	free(banded);
+	pd_wan_vae_free(wv);
 	pd_vae_free(v);
 	pd_backend_free(be);
+	return rc;
 }
 
-/* Wan's VAE: decodes Z [16, F, h, w] with and without bands and compares;
- * with GOLDEN (the decoder's output) compares that too. */
-static void check_wan(const char *what, const char *vdir, const float *z, int F, int h, int w, const float *golden)
+/* Decodes D with and without bands and compares; with a golden result,
+ * compares that too. N: the result's values. In the bf16 pass also f32's
+ * result against bf16's, and the bands run in chunks. */
+static void check_decode(const char *what, const struct decode *d, size_t n, const float *golden)
 {
-	struct pd_backend *be = NULL;
-	struct pd_wan_vae *v = NULL;
-	struct pd_vae_par par;
-	struct pd_vae_hooks hooks, none = { 0, 1, NULL, NULL, NULL, NULL, NULL };
-	float *one = NULL, *banded = NULL;
-	size_t n;
+	struct pd_vae_hooks hooks;
+	float *one = malloc(n * sizeof(float)), *other = malloc(n * sizeof(float));
+	int has = 1;
 
-	if (open_backend(&be, 0) || pd_wan_vae_load(&v, vdir, be)) {
-		PD_CHECK(0, "%s: %s", what, pd_last_error());
+	if (!one || !other || run_decode(d, conv_dt, 0, 0, &hooks, one, &has)) {
+		PD_CHECK(0, "%s: one-process decode: %s", what, pd_last_error());
 		goto out;
 	}
-	n = (size_t)3 * (1 + 4 * (F - 1)) * h * 8 * w * 8;
-	one = malloc(n * sizeof(float));
-	banded = malloc(n * sizeof(float));
-	pd_poison(banded, n);
-	pd_wan_vae_set_hooks(v, &none);
-	PD_CHECK(pd_wan_vae_decode(v, z, F, h, w, one, NULL) == 0, "%s: one-process decode: %s", what,
-		 pd_last_error());
 	if (conv_dt == PD_BF16) {
-		pd_wan_vae_free(v);
-		pd_backend_free(be);
-		v = NULL;
-		conv_dt = PD_F32;
-		if (open_backend(&be, 0) || pd_wan_vae_load(&v, vdir, be) ||
-		    (pd_wan_vae_set_hooks(v, &none), pd_wan_vae_decode(v, z, F, h, w, banded, NULL))) {
-			PD_CHECK(0, "%s: %s", what, pd_last_error());
-			conv_dt = PD_BF16;
+		if (run_decode(d, PD_F32, 0, 0, &hooks, other, &has)) {
+			PD_CHECK(0, "%s: f32 decode: %s", what, pd_last_error());
 			goto out;
 		}
-		conv_dt = PD_BF16;
-		check_bf16_ran(what, one, banded, n, golden ? TOL_GOLDEN_BF16 : TOL_RANDOM_BF16);
-		pd_poison(banded, n);
-		pd_wan_vae_free(v);
-		pd_backend_free(be);
-		v = NULL;
-		if (open_backend(&be, 1) || pd_wan_vae_load(&v, vdir, be)) {
-			PD_CHECK(0, "%s: %s", what, pd_last_error());
-			goto out;
-		}
+		check_bf16_ran(what, one, other, n, golden ? TOL_GOLDEN_BF16 : TOL_RANDOM_BF16);
 	}
-	pd_vae_par_hooks(&par, world, h, &hooks);
-	pd_wan_vae_set_hooks(v, &hooks);
-	if (hooks.bands > 0) {
-		PD_CHECK(pd_wan_vae_decode(v, z, F, h, w, banded, NULL) == 0, "%s: banded decode: %s", what,
-			 pd_last_error());
-		check_bands(what, &hooks, pd_wan_vae_has_video(v), banded, one, golden, n);
-	}
-	pd_vae_par_free(&par);
+	pd_poison(other, n);
+	if (run_decode(d, conv_dt, conv_dt == PD_BF16, 1, &hooks, other, &has))
+		PD_CHECK(0, "%s: banded decode: %s", what, pd_last_error());
+	else if (hooks.bands > 0)
+		check_bands(what, &hooks, has, other, one, golden, n);
 out:
 	free(one);
-	free(banded);
-	pd_wan_vae_free(v);
-	pd_backend_free(be);
+	free(other);
 }
 
 static void wan_golden_case(const char *dir, const char *file)
@@ -237,7 +202,9 @@ static void wan_golden_case(const char *dir, const char *file)
 
 		pd_st_read_f32(z, 0, (size_t)z->numel, zf);
 		pd_st_read_f32(out, 0, (size_t)out->numel, gf);
-		check_wan(file, vdir, zf, (int)z->shape[2], (int)z->shape[3], (int)z->shape[4], gf);
+		struct decode d = { vdir, zf, (int)z->shape[2], (int)z->shape[3], (int)z->shape[4] };
+
+		check_decode(file, &d, (size_t)out->numel, gf);
 		free(zf);
 		free(gf);
 	}
@@ -268,7 +235,9 @@ static void golden_case(const char *dir, const char *file, const char *cfg)
 		gf = malloc((size_t)ni * sizeof(float));
 		pd_st_read_f32(z, 0, (size_t)nz, zf);
 		pd_st_read_f32(img, 0, (size_t)ni, gf);
-		check_decode(file, vdir, zf, (int)z->shape[2], (int)z->shape[3], gf);
+		struct decode d = { vdir, zf, 0, (int)z->shape[2], (int)z->shape[3] };
+
+		check_decode(file, &d, (size_t)ni, gf);
 		free(zf);
 		free(gf);
 	}
@@ -309,7 +278,8 @@ static void run_cases(const char *dir, const char *wan_dir, char *tmp, int first
 		pd_rng_seed(&g, (uint64_t)hh);
 		pd_rng_randn(&g, z, (size_t)(C * hh * ww));
 		snprintf(what, sizeof(what), "tiny VAE, %d x %d latent", hh, ww);
-		check_decode(what, vdir, z, hh, ww, NULL);
+		/* RGB, four blocks: 8x the latent */
+		check_decode(what, &(struct decode){ vdir, z, 0, hh, ww }, (size_t)3 * hh * 8 * ww * 8, NULL);
 		free(z);
 	}
 	if (!wan_dir)
@@ -337,7 +307,8 @@ static void run_cases(const char *dir, const char *wan_dir, char *tmp, int first
 		pd_rng_seed(&g, (uint64_t)hh + 100);
 		pd_rng_randn(&g, z, (size_t)(16 * F * hh * ww));
 		snprintf(what, sizeof(what), "tiny Wan VAE, %d frames of %d x %d latent", F, hh, ww);
-		check_wan(what, vdir, z, F, hh, ww, NULL);
+		check_decode(what, &(struct decode){ vdir, z, F, hh, ww }, (size_t)3 * (1 + 4 * (F - 1)) * hh * 8 * ww * 8,
+			     NULL);
 		free(z);
 	}
 }

@@ -1223,6 +1223,7 @@ struct pd_bench_rank {
 	double weights_mb;              /* the estimate: weights the backend holds */
 	double work_mb;                 /* and its activations' and scratch's high-water mark */
 	double wait_s;                  /* seconds waiting in transfers per timed step (mean) */
+	double load_s;                  /* seconds loading its weights */
 };
 
 struct pd_bench_clock {
@@ -1248,16 +1249,19 @@ static int pd_bench_on_step(void *ctx, int step)
 }
 
 /* Times one decode of the latents ALL (the first picture): on this process
- * alone, or in bands over BANDS (every rank calls); *FLOP: the products'
- * operations, over every band. The transformer's memory goes first, as in
- * generate. */
-static int pd_bench_vae(struct pd_engine *e, struct pd_comm *bands, const float *all, double *seconds, double *flop)
+ * alone, or in bands over BANDS (every rank calls; too few latent rows for
+ * all of them: rank 0 alone decodes); *FLOP: the products' operations, over
+ * every band; *N_BANDS: the bands. The transformer's memory goes first, as
+ * in generate. */
+static int pd_bench_vae(struct pd_engine *e, struct pd_comm *bands, const float *all, double *seconds, double *flop,
+			int *n_bands)
 {
+	static const struct pd_vae_hooks none = { 0, 1, NULL, NULL, NULL, NULL, NULL };
 	struct pd_vae_par par = { 0 };
-	struct pd_vae_hooks hooks = { 0, 1, NULL, NULL, NULL, NULL, NULL };
+	struct pd_vae_hooks hooks = none;
 	int f = e->fam->vae_scale, rc = -1;
 	uint8_t *rgb = NULL;
-	double t0, f0;
+	double t0, f0, active;
 
 	pd_dit_free(e->m);
 	e->m = NULL;
@@ -1278,16 +1282,25 @@ static int pd_bench_vae(struct pd_engine *e, struct pd_comm *bands, const float 
 		goto out;
 	t0 = pd_now();
 	f0 = e->be->flop;
-	if (e->fam->vae_load ? e->fam->vae_decode(e->fv, &e->ls, all, rgb)
-			     : pd_decode_image(e->v, e->fam, &e->ls, all, rgb, NULL, NULL))
+	/* a rank without a band waits in the collectives below */
+	active = hooks.bands > 0;
+	if (active && (e->fam->vae_load ? e->fam->vae_decode(e->fv, &e->ls, all, rgb)
+					: pd_decode_image(e->v, e->fam, &e->ls, all, rgb, NULL, NULL)))
 		goto out;
 	*seconds = pd_now() - t0;
 	*flop = e->be->flop - f0;
 	if (bands && (bands->ops->allreduce(bands, seconds, 1, PD_COMM_F64, PD_COMM_MAX) ||
-		      bands->ops->allreduce(bands, flop, 1, PD_COMM_F64, PD_COMM_SUM)))
+		      bands->ops->allreduce(bands, flop, 1, PD_COMM_F64, PD_COMM_SUM) ||
+		      bands->ops->allreduce(bands, &active, 1, PD_COMM_F64, PD_COMM_SUM)))
 		goto out;
+	*n_bands = (int)active;
 	rc = 0;
 out:
+	/* the hooks' context is gone with this call */
+	if (e->fv)
+		e->fam->vae_set_hooks(e->fv, &none);
+	if (e->v)
+		pd_vae_set_hooks(e->v, &none);
 	free(rgb);
 	pd_vae_par_free(&par);
 	return rc;
@@ -1383,6 +1396,7 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 			.weights_mb = (double)e->be->weight_bytes / 1048576.0,
 			.work_mb = (double)e->be->work_peak / 1048576.0,
 			.wait_s = (clk.wait[total - 1] - (a.warmup ? clk.wait[a.warmup - 1] : clk.w0)) / timed,
+			.load_s = e->load_seconds,
 		};
 
 		if (world->size > 1) {
@@ -1403,21 +1417,15 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 
 		/* the VAE's reference: its middle convolutions' product as a
 		 * matrix product (128² pixels x 512 x 9 inputs x 512 outputs at
-		 * 1024²), in the convolutions' precision; the products' own
-		 * setting goes back after it */
-		if (world->rank == 0) {
-			enum pd_dtype saved = e->be->compute;
-
-			e->be->compute = e->vae_dt;
+		 * 1024²), in the products' precision (--dtype) */
+		if (world->rank == 0)
 			vae_mm = pd_backend_rate_matmul(e->be, 8192, 4608, 512);
-			e->be->compute = saved;
-		}
 
-		if ((banded || world->rank == 0) && pd_bench_vae(e, banded ? world : NULL, all, &vae_s, &vae_flop)) {
+		if ((banded || world->rank == 0) &&
+		    pd_bench_vae(e, banded ? world : NULL, all, &vae_s, &vae_flop, &vae_ranks)) {
 			pd_gen_failed(world, NULL);
 			pd_cli_abort(world);
 		}
-		vae_ranks = banded ? world->size : 1;
 	}
 	/* the generation's phases, without the bench's own reference product */
 	total_s = open_s + t_steps + (vae_s > 0 ? vae_s : 0);
@@ -1459,7 +1467,7 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 			       "\"vae_bands\": %d, \"vae_seconds\": %.6g, \"vae_gflop\": %.9g, \"vae_gflops\": %.6g, "
 			       "\"vae_matmul_gflops\": %.6g, \"vae_ratio\": %.6g",
 			       w_mb, act_mb, w_mb + act_mb, rss_max / (w_mb + act_mb), (unsigned long long)allocs_late,
-			       e->load_seconds, e->load_seconds > 0 ? w_mb / e->load_seconds : 0,
+			       rk[big].load_s, rk[big].load_s > 0 ? w_mb / rk[big].load_s : 0,
 			       e->vae_dt == PD_BF16 ? "bf16" : "f32", vae_ranks, vae_s, vae_flop / 1e9,
 			       vae_s > 0 ? vae_flop / 1e9 / vae_s : 0, vae_mm,
 			       vae_s > 0 && vae_mm > 0 ? vae_flop / 1e9 / vae_s / (vae_mm * vae_ranks) : 0);
@@ -1506,7 +1514,7 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 			printf("  allocations in timed steps      %llu  (buffers and primitives, the most on a rank)\n",
 			       (unsigned long long)allocs_late);
 			printf("  loading                         %.2f s, %.0f MB/s  (the weights held, rank %d)\n",
-			       e->load_seconds, e->load_seconds > 0 ? w_mb / e->load_seconds : 0, big);
+			       rk[big].load_s, rk[big].load_s > 0 ? w_mb / rk[big].load_s : 0, big);
 			if (vae_s >= 0)
 				printf("  VAE decode                      %.2f s, %.1f GFLOP, %.1f GFLOP/s, %.2f of the matmul"
 				       " rate at its shape (%.1f; %s convolutions, %d band%s)\n",

@@ -63,7 +63,7 @@ static struct pd_linear *pd_linear_load(struct pd_backend *be, const struct pd_s
 		/* F32 and BF16 weights go from the mapping into the backend's
 		 * layout in one pass (its threads convert as they reorder) */
 		int64_t ld;
-		const void *plain = pd_st_plain_at(w, s->r0, s->c0, &ld);
+		const void *plain = pd_st_plain_at(w, s->r0, s->nr, s->c0, s->nc, &ld);
 
 		if (plain) {
 			l = be->ops->linear_new(be, s->nr, cols, plain, w->dtype, ld, hb);

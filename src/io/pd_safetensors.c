@@ -1001,13 +1001,14 @@ const void *pd_st_blocks_at(const struct pd_st_tensor *t, int64_t r0, int64_t nr
 	return t->data + (size_t)r0 * pd_st_row_bytes(t);
 }
 
-const void *pd_st_plain_at(const struct pd_st_tensor *t, int64_t r0, int64_t c0, int64_t *ld)
+const void *pd_st_plain_at(const struct pd_st_tensor *t, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
+			   int64_t *ld)
 {
 	int64_t rows = t->ndim ? t->shape[0] : 1;
 	int64_t cols = rows ? t->numel / rows : 0;
 
-	if (t->q || (t->dtype != PD_F32 && t->dtype != PD_BF16) || t->roll || r0 < 0 || r0 > rows || c0 < 0 ||
-	    c0 > cols)
+	if (t->q || (t->dtype != PD_F32 && t->dtype != PD_BF16) || t->roll || r0 < 0 || nr < 0 || r0 + nr > rows ||
+	    c0 < 0 || nc < 0 || c0 + nc > cols)
 		return NULL;
 	*ld = cols;
 	return t->data + ((size_t)r0 * (size_t)cols + (size_t)c0) * pd_dtype_size(t->dtype);

@@ -148,11 +148,13 @@ void pd_st_weight_stats(const struct pd_st *st, double *params, double *kept, do
  * pd_st_read_blocks would copy them); NULL otherwise. */
 const void *pd_st_blocks_at(const struct pd_st_tensor *t, int64_t r0, int64_t nr, int64_t c0, int64_t nc);
 
-/* Where element (r0, c0) of a plainly stored F32 or BF16 tensor T (seen as
- * pd_st_read_block_f32 sees it) lies in the mapping, its rows *LD elements
- * apart; NULL for other types and for views whose rows are not in file
- * order. A backend reads weights from there without a converted copy. */
-const void *pd_st_plain_at(const struct pd_st_tensor *t, int64_t r0, int64_t c0, int64_t *ld);
+/* Where the block [r0, r0+nr) x [c0, c0+nc) of a plainly stored F32 or
+ * BF16 tensor T (seen as pd_st_read_block_f32 sees it) starts in the
+ * mapping, its rows *LD elements apart; NULL for other types, for views
+ * whose rows are not in file order and for a block outside T. A backend
+ * reads weights from there without a converted copy. */
+const void *pd_st_plain_at(const struct pd_st_tensor *t, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
+			   int64_t *ld);
 
 /* Gives the pages that lie wholly inside T's bytes back to the kernel; used
  * after a weight has been converted into the backend's own layout, so the

@@ -45,16 +45,15 @@
 static struct pd_comm *world;
 static enum pd_dtype conv_dt = PD_F32;  /* the pass: f32, then bf16 convolutions */
 
-/* A backend of one thread for this pass's convolutions; CHUNKS: bf16's
- * row chunks of a few KB (many per convolution). */
-static int open_backend(struct pd_backend **be, int chunks)
+/* A backend of THREADS threads for this pass's convolutions; CHUNKS:
+ * bf16's row chunks of a few KB (many per convolution). */
+static int open_backend(struct pd_backend **be, int chunks, int threads)
 {
 	int rc;
 
 	if (chunks)
 		setenv("PDIT_CONV_CHUNK_KB", "4", 1);
-	/* one thread a rank: the ranks share the machine's cores */
-	rc = pd_backend_cpu_new(be, PD_F32, 1);
+	rc = pd_backend_cpu_new(be, PD_F32, threads);
 	unsetenv("PDIT_CONV_CHUNK_KB");
 	if (rc)
 		return rc;
@@ -108,9 +107,10 @@ struct decode {
 };
 
 /* One decode into OUT on a fresh backend of convolutions in DT (CHUNKS:
- * bf16 chunks of a few rows), on this process alone, or with BANDED in
- * bands over the world (*HOOKS: the bands made); *HAS: this band holds the
- * result. */
+ * bf16 chunks of a few rows), on this process alone with two threads, or
+ * with BANDED in bands over the world with one thread a rank, as pdit runs
+ * them on two cores (*HOOKS: the bands made); *HAS: this band holds the
+ * result. Equal results say that no kernel's sums depend on the threads. */
 static int run_decode(const struct decode *d, enum pd_dtype dt, int chunks, int banded, struct pd_vae_hooks *hooks,
 		      float *out, int *has)
 {
@@ -123,7 +123,7 @@ static int run_decode(const struct decode *d, enum pd_dtype dt, int chunks, int 
 
 	*hooks = (struct pd_vae_hooks){ 0, 1, NULL, NULL, NULL, NULL, NULL };
 	conv_dt = dt;
-	rc = open_backend(&be, chunks);
+	rc = open_backend(&be, chunks, banded ? 1 : 2);
 	conv_dt = saved;
 	if (rc)
 		return -1;

@@ -189,6 +189,7 @@ static int pd_cpu_conv_create_bf16(struct pd_backend *be, struct pd_conv *c, str
 	dnnl_dims_t ss = { c->c_in * xs, xs, w, 1 }, ds = { c->c_out * ys, ys, w, 1 };
 	dnnl_dims_t strides = { 1, 1 }, pl = { pad_t, half }, pr = { pad_b, half };
 	const char *impl = NULL;
+	dnnl_status_t st;
 	int rc = -1;
 
 	memset(p, 0, sizeof(*p));
@@ -200,14 +201,17 @@ static int pd_cpu_conv_create_bf16(struct pd_backend *be, struct pd_conv *c, str
 	DNNL_TRY(be, dnnl_memory_desc_init_by_strides(&du_md, 4, dd, dnnl_f32, ds), out);
 	DNNL_TRY(be, dnnl_convolution_forward_desc_init(&desc, dnnl_forward_inference, dnnl_convolution_direct,
 							&src_any, &w_any, &b_md, &dst_any, strides, pl, pr), out);
-	DNNL_TRY(be, dnnl_primitive_desc_create(&pd, &desc, NULL, cpu->eng, NULL), out);
-	/* oneDNN's reference kernel is far slower than f32's sgemm: the
-	 * caller takes the f32 path for this convolution instead */
-	if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl ||
-	    !strncmp(impl, "ref", 3)) {
+	/* no bf16 kernel on this CPU (oneDNN has them from AVX-512 cores on),
+	 * or only the reference one, far slower than f32's sgemm: the caller
+	 * takes the f32 path for this convolution instead */
+	st = dnnl_primitive_desc_create(&pd, &desc, NULL, cpu->eng, NULL);
+	if (st == dnnl_unimplemented ||
+	    (st == dnnl_success && (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
+				    !impl || !strncmp(impl, "ref", 3)))) {
 		rc = 1;
 		goto out;
 	}
+	DNNL_TRY(be, st, out);
 	DNNL_TRY(be, dnnl_primitive_create(&p->prim, pd), out);
 	{
 		const dnnl_memory_desc_t *want = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
@@ -222,16 +226,17 @@ static int pd_cpu_conv_create_bf16(struct pd_backend *be, struct pd_conv *c, str
 		} else {
 			DNNL_TRY(be, dnnl_memory_get_memory_desc(c->w_user, &have), out);
 			DNNL_TRY(be, dnnl_memory_create(&p->wts, want, cpu->eng, DNNL_MEMORY_ALLOCATE), out);
+			/* this primitive's until they are the conv's (freed on failure) */
+			p->wbytes = dnnl_memory_desc_get_size(want);
 			if (pd_cpu_reorder(be, have, want, &wr) || pd_cpu_run_reorder(be, wr, c->w_user, p->wts))
 				goto out;
 			DNNL_TRY(be, dnnl_stream_wait(cpu->stream), out);
 			if (!c->w_bf16) {
 				/* the conv's own from now on, freed with it */
 				c->w_bf16 = p->wts;
-				c->bytes += dnnl_memory_desc_get_size(want);
-				be->weight_bytes += dnnl_memory_desc_get_size(want);
-			} else {
-				p->wbytes = dnnl_memory_desc_get_size(want);
+				c->bytes += p->wbytes;
+				be->weight_bytes += p->wbytes;
+				p->wbytes = 0;
 			}
 		}
 		p->src_bytes = dnnl_memory_desc_get_size(s_md);
@@ -307,6 +312,30 @@ static struct pd_conv_prim *pd_cpu_conv_prim(struct pd_backend *be, struct pd_co
 	return p;
 }
 
+/* Back to f32 for good: the bf16 primitives (which are all of the cache:
+ * a conv is bf16 from its start) and weights are freed. */
+static void pd_cpu_conv_drop_bf16(struct pd_backend *be, struct pd_conv *c)
+{
+	for (int i = 0; i < c->n_prim; i++) {
+		c->bytes -= c->p[i].wbytes;
+		be->weight_bytes -= c->p[i].wbytes;
+		pd_cpu_conv_prim_free(&c->p[i]);
+	}
+	c->n_prim = 0;
+	c->next = 0;
+	if (c->w_bf16) {
+		const dnnl_memory_desc_t *md = NULL;
+
+		if (dnnl_memory_get_memory_desc(c->w_bf16, &md) == dnnl_success) {
+			c->bytes -= dnnl_memory_desc_get_size(md);
+			be->weight_bytes -= dnnl_memory_desc_get_size(md);
+		}
+		dnnl_memory_destroy(c->w_bf16);
+		c->w_bf16 = NULL;
+	}
+	c->bf16 = 0;
+}
+
 /* bf16: the output rows in chunks that bound the blocked copies; each
  * output pixel's sum is the same whatever chunk makes it (as whatever band:
  * the pictures of one process and of a banded decode agree). */
@@ -316,8 +345,11 @@ static void pd_cpu_conv_bf16(struct pd_backend *be, struct pd_conv *c, const flo
 	struct pd_cpu *cpu = CPU(be);
 	int half = (c->k - 1) / 2;
 	size_t per_row = (size_t)w * ((size_t)c->c_in * 2 + (size_t)c->c_out * 4);
-	int chunk = (int)(cpu->conv_chunk_bytes / per_row);
+	int chunk;
 
+	if (h < 1 || w < 1)
+		return;
+	chunk = (int)(cpu->conv_chunk_bytes / per_row);
 	chunk = chunk < 1 ? 1 : chunk > h ? h : chunk;
 	/* chunks as equal as the count allows: two kinds of rows, not a tail */
 	chunk = (h + (h + chunk - 1) / chunk - 1) / ((h + chunk - 1) / chunk);
@@ -374,8 +406,9 @@ void pd_cpu_conv(struct pd_backend *be, struct pd_conv *c, const float *x, int h
 		pd_cpu_conv_bf16(be, c, x, h, w, halo, y, &f32);
 		if (!f32)
 			return;
-		/* no fast bf16 kernel for this shape: f32 from now on */
-		c->bf16 = 0;
+		/* no fast bf16 kernel for this shape: f32 from now on, and the
+		 * bf16 primitives and weights go */
+		pd_cpu_conv_drop_bf16(be, c);
 	}
 	p = pd_cpu_conv_prim(be, c, h, w, halo, 0, 0, 0, &f32);
 	if (!p)

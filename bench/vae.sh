@@ -6,7 +6,7 @@
 # transformer with that VAE (bench/vae-width), so the rounds time the decode,
 # not the steps. Columns: seconds, GFLOP counted from the shapes, GFLOP/s,
 # the ratio to the product rate pdit measures in the same run at the middle
-# convolutions' shape and precision (per process, times the bands), and the
+# convolutions' shape in bf16 (per process, times the bands), and the
 # speed against one process of one thread in bf16 and against f32 on the
 # whole machine.
 #

@@ -184,7 +184,7 @@ static int pd_cmd_forward(int argc, char **argv)
 	}
 	if (pd_out_check(outp))
 		return pd_cli_fail();
-	if (pd_dtype_compute(dtype, &dt) || pd_st_open(&st, inputs) || pd_family_find(tdir, config, &fam, &info) ||
+	if (pd_dtype_compute("--dtype", dtype, &dt) || pd_st_open(&st, inputs) || pd_family_find(tdir, config, &fam, &info) ||
 	    pd_backend_cpu_new(&be, dt, threads) || (saved = pd_backend_enter(be), fam->load(&m, tdir, config, be, NULL)))
 		goto fail;
 	if (pd_forward_inputs_read(&in, st, fam, &m->info))

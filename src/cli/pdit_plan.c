@@ -142,7 +142,7 @@ int pd_cmd_plan(int argc, char **argv)
 			pd_errorf("give --device or --gflops, not both");
 		return pd_cli_fail();
 	}
-	if (pd_dtype_compute(dtype, &dt))
+	if (pd_dtype_compute("--dtype", dtype, &dt))
 		return pd_cli_fail();
 	if (diffusion_model && mf.transformer) {
 		pd_errorf("give --transformer or --diffusion-model, not both");

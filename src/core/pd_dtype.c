@@ -41,13 +41,13 @@ int pd_dtype_is_float(enum pd_dtype dt)
 	return dt == PD_F32 || dt == PD_F16 || dt == PD_BF16 || dt == PD_F64 || dt == PD_F8_E4M3 || dt == PD_F8_E5M2;
 }
 
-int pd_dtype_compute(const char *s, enum pd_dtype *out)
+int pd_dtype_compute(const char *flag, const char *s, enum pd_dtype *out)
 {
 	if (strcmp(s, "f32") == 0)
 		*out = PD_F32;
 	else if (strcmp(s, "bf16") == 0)
 		*out = PD_BF16;
 	else
-		return pd_errorf("--dtype must be f32 or bf16, not '%s'", s);
+		return pd_errorf("%s must be f32 or bf16, not '%s'", flag, s);
 	return 0;
 }

@@ -30,9 +30,9 @@ const char *pd_dtype_name(enum pd_dtype dt);
 size_t pd_dtype_size(enum pd_dtype dt);
 /* -1 when the string names no dtype pdit knows. */
 int pd_dtype_from_name(const char *name);
-/* The precision of matrix products a --dtype names: "f32" or "bf16"; else
- * -1 with a message naming the flag. */
-int pd_dtype_compute(const char *s, enum pd_dtype *out);
+/* The compute precision S names ("f32" or "bf16"), as FLAG (--dtype,
+ * --vae-dtype) gives it; else -1 with a message naming the flag. */
+int pd_dtype_compute(const char *flag, const char *s, enum pd_dtype *out);
 /* True for the floating dtypes pd_st_read_* can convert. */
 int pd_dtype_is_float(enum pd_dtype dt);
 

@@ -459,13 +459,9 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
 				    o->text_encoder_2, o->tokenizer, o->tokenizer_2 };
 	const char *dtype = o->dtype ? o->dtype : "f32";
 
-	if (pd_dtype_compute(dtype, &e->dt))
+	if (pd_dtype_compute("--dtype", dtype, &e->dt) ||
+	    pd_dtype_compute("--vae-dtype", o->vae_dtype ? o->vae_dtype : "f32", &e->vae_dt))
 		return -1;
-	e->vae_dt = PD_F32;
-	if (o->vae_dtype && strcmp(o->vae_dtype, "f32") && strcmp(o->vae_dtype, "bf16"))
-		return pd_errorf("--vae-dtype must be f32 or bf16, not '%s'", o->vae_dtype);
-	if (o->vae_dtype && !strcmp(o->vae_dtype, "bf16"))
-		e->vae_dt = PD_BF16;
 	e->quantize = PD_Q_F32;
 	if (o->quantize) {
 		const struct pd_qtype_info *q = NULL;

@@ -15,6 +15,7 @@ packages=(
 	libutf8proc-dev                                # Unicode tables for the CLIP tokenizer
 	libmicrohttpd-dev                              # pdit serve's HTTP server
 	curl chromium                                  # the serve tests' clients: curl, a browser for the page
+	iproute2 nftables                              # the hosts tests: namespaces, links, tc, packet loss
 	python3 python3-numpy python3-regex            # the independent NumPy references in the tests
 	python3-sentencepiece                          # the T5 tokenizer's reference in the tests
 )

@@ -3,7 +3,7 @@
 # AddressSanitizer + UndefinedBehaviorSanitizer build (build-asan/), and a
 # build without MPI (build-nompi/: the one-process tests). About 35 minutes
 # on 2 cores; `ctest --test-dir build -L unit` is the quick subset, and the
-# labels unit, golden, cli, mpi and fuzz select the others.
+# labels unit, golden, cli, mpi, hosts and fuzz select the others.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)

@@ -188,6 +188,8 @@ struct pd_backend {
 	enum pd_dtype compute;                  /* PD_F32 or PD_BF16 matrix products */
 	enum pd_dtype conv_compute;             /* PD_F32 or PD_BF16 convolutions (the VAEs'): read when
 						 * a convolution is made (conv_new) */
+	int conv_f32_fallbacks;                 /* bf16 convolutions that run in f32 instead: no fast bf16
+						 * kernel for their shape on this CPU */
 	int host_memory;                        /* its buffers are host memory (a communicator may use them) */
 	int threads;                            /* OpenMP threads it computes with between enter and leave */
 	int failed;                             /* set by the first failing operation */

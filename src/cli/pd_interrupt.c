@@ -4,6 +4,7 @@
  * every rank) and exits with 130. Only the command line catches signals:
  * the library never does.
  */
+#include "pd_comm.h"
 #include "pd_util.h"
 #include "pdit_cli.h"
 
@@ -31,6 +32,24 @@ static void pd_int_say(const char *msg)
 		return;
 	if (syscall(SYS_write, 2, msg, strlen(msg)) < 0)
 		return;
+}
+
+/* The job ended around this process: where it stood says which transfer
+ * the lost process or host left unfinished. No formatting functions here. */
+static void pd_int_say_ended(const char *waiting)
+{
+	static char msg[320];
+	size_t n = 0;
+	const char *parts[] = { "pdit: interrupted", waiting[0] ? " in " : "", waiting,
+				": the job was ended (Ctrl-C to mpirun, or another process or host stopped: see above)\n" };
+
+	for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
+		for (const char *p = parts[i]; *p && n < sizeof(msg) - 2; p++)
+			msg[n++] = *p;
+	if (msg[n - 1] != '\n')
+		msg[n++] = '\n';
+	msg[n] = 0;
+	pd_int_say(msg);
 }
 
 static void pd_int_exit(int code)
@@ -75,8 +94,7 @@ static void pd_int_handler(int sig, siginfo_t *si, void *uc)
 		if (sig == SIGINT)
 			pd_int_say("pdit: interrupted\n");
 		else if (pd_int_size > 1)
-			pd_int_say("pdit: interrupted: the job was ended (Ctrl-C to mpirun, or another process "
-				   "stopped: see above)\n");
+			pd_int_say_ended(pd_comm_activity());
 		else
 			pd_int_say(sig == SIGTERM ? "pdit: interrupted (SIGTERM)\n" : "pdit: interrupted (SIGHUP)\n");
 	}

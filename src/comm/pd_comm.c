@@ -13,6 +13,7 @@
 int pd_comm_mpi_world_init(int *argc, char ***argv, struct pd_comm **world);
 void pd_comm_mpi_finalize(void);
 int pd_comm_mpi_local_size(struct pd_comm *world);
+const char *pd_comm_mpi_activity(void);
 #else
 /* Built without MPI (-DPDIT_MPI=OFF): a launcher's job of one process still
  * runs; more are refused, since each would compute the whole picture alone. */
@@ -38,6 +39,11 @@ static int pd_comm_mpi_local_size(struct pd_comm *world)
 {
 	(void)world;
 	return 1;
+}
+
+static const char *pd_comm_mpi_activity(void)
+{
+	return "";
 }
 #endif
 
@@ -77,6 +83,11 @@ void pd_comm_world_finalize(struct pd_comm *world)
 int pd_comm_local_size(struct pd_comm *world)
 {
 	return world->impl ? pd_comm_mpi_local_size(world) : 1;
+}
+
+const char *pd_comm_activity(void)
+{
+	return pd_comm_mpi_activity();
 }
 
 int pd_comm_any(struct pd_comm *c, int failed)

@@ -97,6 +97,13 @@ int pd_comm_self_new(struct pd_comm **out);
 /* Processes of this job on this machine (for dividing the cores). */
 int pd_comm_local_size(struct pd_comm *world);
 
+/* What this process waits for in communication now ("all-to-all #44 on
+ * 'ulysses' (2 ranks)"), or "" when it is not waiting: one buffer for the
+ * process's life, always NUL-terminated, so a signal handler may read it
+ * (a job ended by mpirun because a host was lost says where each rank
+ * stood). */
+const char *pd_comm_activity(void);
+
 /* Convenience wrappers. */
 static inline int pd_comm_allreduce_f32(struct pd_comm *c, float *buf, size_t n)
 {

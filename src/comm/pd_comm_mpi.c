@@ -102,6 +102,7 @@ static MPI_Datatype pd_mpi_unit_type(size_t unit)
 #define PD_TAG_QUERY 31001
 #define PD_TAG_REPLY 31002
 #define PD_STATE_LEN 160
+#define PD_STATE_WORKING "working (between transfers)"
 
 static MPI_Comm pd_watch = MPI_COMM_NULL;       /* duplicate of the world for the questions */
 /* Processes on this machine, counted once at start where every rank takes
@@ -268,7 +269,7 @@ static int pd_mpi_wait_req(struct pd_comm *c, MPI_Request *r, const char *what, 
 			usleep(waited > 1.0 ? 1000 : waited > 0.01 ? 500 : 20);
 		}
 	}
-	snprintf(pd_state, sizeof(pd_state), "working (between transfers)");
+	snprintf(pd_state, sizeof(pd_state), "%s", PD_STATE_WORKING);
 	c->wait_s += MPI_Wtime() - t0;
 	return 0;
 }
@@ -593,7 +594,7 @@ int pd_comm_mpi_world_init(int *argc, char ***argv, struct pd_comm **world)
 		return -1;
 	if (pd_watch == MPI_COMM_NULL && pd_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &pd_watch), "communicator duplicate"))
 		return -1;
-	snprintf(pd_state, sizeof(pd_state), "working (between transfers)");
+	snprintf(pd_state, sizeof(pd_state), "%s", PD_STATE_WORKING);
 	{
 		MPI_Comm node;
 
@@ -615,6 +616,14 @@ void pd_comm_mpi_finalize(void)
 			MPI_Comm_free(&pd_watch);
 		MPI_Finalize();
 	}
+}
+
+const char *pd_comm_mpi_activity(void)
+{
+	/* the buffer itself, not a copy: a signal handler reads it. Between
+	 * transfers it holds the answer to the others' questions, which is
+	 * not a wait */
+	return strcmp(pd_state, PD_STATE_WORKING) == 0 ? "" : pd_state;
 }
 
 int pd_comm_mpi_local_size(struct pd_comm *world)

@@ -121,10 +121,12 @@ def get(srv, path):
         return e.code, json.loads(e.read())
 
 
-def generate(model, out, prompts, extra):
+def generate(model, out, prompts, extra, np=1):
+    """pdit generate's PNGs; NP > 1: under mpirun (a mesh in EXTRA)."""
     with open(out + ".txt", "w") as f:
         f.write("".join(p + "\n" for p in prompts))
-    subprocess.run([PDIT, "generate", "--model", model, "--prompts", out + ".txt", "-o", out + "-%d.png", "-q",
+    launch = [*MPIRUN, "-np", str(np)] if np > 1 else []
+    subprocess.run([*launch, PDIT, "generate", "--model", model, "--prompts", out + ".txt", "-o", out + "-%d.png", "-q",
                     *extra], check=True)
     return [open(out + "-%d.png" % b, "rb").read() for b in range(len(prompts))]
 
@@ -352,9 +354,10 @@ def main():
     tmp = tempfile.mkdtemp()
     model = os.path.join(tmp, "m")
     subprocess.run([PDIT, "tiny", model, "--full"], check=True, capture_output=True)
-    fox = generate(model, os.path.join(tmp, "fox"), ["a red fox"] * 2,
-                   ["-W", "64", "-H", "48", "--steps", "2", "-s", "7", "-n", "blurry", "--true-cfg-scale", "3"])
-    boat = generate(model, os.path.join(tmp, "boat"), ["a boat"], ["-W", "48", "-H", "32", "--steps", "3", "-s", "11"])
+    fox_args = ["-W", "64", "-H", "48", "--steps", "2", "-s", "7", "-n", "blurry", "--true-cfg-scale", "3"]
+    boat_args = ["-W", "48", "-H", "32", "--steps", "3", "-s", "11"]
+    fox = generate(model, os.path.join(tmp, "fox"), ["a red fox"] * 2, fox_args)
+    boat = generate(model, os.path.join(tmp, "boat"), ["a boat"], boat_args)
     openai_body = {"prompt": "a red fox", "n": 2, "size": "64x48", "response_format": "b64_json", "model": "pdit",
                    "steps": 2, "seed": 7, "negative_prompt": "blurry", "true_cfg_scale": 3}
     a1111_body = {"prompt": "a boat", "width": 48, "height": 32, "steps": 3, "seed": 11, "batch_size": 1,
@@ -549,8 +552,14 @@ def main():
 
     if MPIRUN:
         print("7. two processes")
+        # Ulysses' sums run in another order than one process's: its pictures
+        # are generate's on the same mesh (one process's within a level)
+        ufox = generate(model, os.path.join(tmp, "ufox"), ["a red fox"] * 2, [*fox_args, "--ulysses-degree", "2"], 2)
+        uboat = generate(model, os.path.join(tmp, "uboat"), ["a boat"], [*boat_args, "--ulysses-degree", "2"], 2)
+        one = (fox, boat)
         for mesh in (["--ulysses-degree", "2"], ["--data-parallel-degree", "2"]):
             srv = Server(["--model", model, *mesh], mpi=2)
+            fox, boat = (ufox, uboat) if mesh[0] == "--ulysses-degree" else one
             st, ans, _ = post(srv, "/v1/images/generations", openai_body)
             report(st == 200 and pngs_openai(ans) == fox, "%s, urllib: generate's PNGs byte for byte" % " ".join(mesh))
             if mesh[0] == "--ulysses-degree":

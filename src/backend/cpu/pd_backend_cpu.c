@@ -189,6 +189,24 @@ static const struct pd_backend_ops pd_cpu_ops = {
 	.transpose = pd_cpu_transpose,
 };
 
+/* Whether oneDNN has bf16 matrix products here (2.6: AVX-512 and up). */
+static int pd_cpu_has_bf16_products(struct pd_cpu *cpu)
+{
+	dnnl_memory_desc_t a, w, c;
+	dnnl_dims_t ad = { 16, 32 }, wd = { 32, 16 }, cd = { 16, 16 };
+	dnnl_matmul_desc_t desc;
+	dnnl_primitive_desc_t pd = NULL;
+
+	if (dnnl_memory_desc_init_by_tag(&a, 2, ad, dnnl_bf16, dnnl_ab) != dnnl_success ||
+	    dnnl_memory_desc_init_by_tag(&w, 2, wd, dnnl_bf16, dnnl_format_tag_any) != dnnl_success ||
+	    dnnl_memory_desc_init_by_tag(&c, 2, cd, dnnl_f32, dnnl_ab) != dnnl_success ||
+	    dnnl_matmul_desc_init(&desc, &a, &w, NULL, &c) != dnnl_success ||
+	    dnnl_primitive_desc_create(&pd, &desc, NULL, cpu->eng, NULL) != dnnl_success)
+		return 0;
+	dnnl_primitive_desc_destroy(pd);
+	return 1;
+}
+
 int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threads)
 {
 	struct pd_cpu *cpu;
@@ -226,6 +244,8 @@ int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threa
 		pd_cpu_destroy(&cpu->be);
 		return pd_errorf("cannot create the oneDNN CPU engine");
 	}
+	/* PDIT_BF16_AS_F32 lets the tests run that path on any CPU */
+	cpu->bf16_f32 = compute == PD_BF16 && (getenv("PDIT_BF16_AS_F32") || !pd_cpu_has_bf16_products(cpu));
 	*out = &cpu->be;
 	return 0;
 }

@@ -62,11 +62,11 @@ struct pd_cpu {
 	struct pd_backend be;           /* the interface; must stay first */
 	dnnl_engine_t eng;              /* oneDNN CPU engine */
 	dnnl_stream_t stream;           /* its (in-order) stream */
-	uint16_t *bf16;                 /* bf16 copy of a linear layer's input */
+	void *bf16;                     /* a linear layer's input as its product's operand (pd_cpu_operand) */
 	size_t bf16_cap;                /* its capacity in elements */
 	float *scratch;                 /* attention scores of one query block */
 	size_t scratch_cap;             /* its capacity in floats */
-	uint16_t *abf;                  /* bf16 copies of q, k, v and the probabilities */
+	void *abf;                      /* q, k, v and the probabilities as the products' operands */
 	size_t abf_cap;                 /* its capacity in elements */
 	void *qpanel;                   /* decoded output rows of a quantized weight (bf16 or f32) */
 	size_t qpanel_cap;              /* its capacity in elements */
@@ -75,6 +75,11 @@ struct pd_cpu {
 	float *qrow;                    /* one decoded row per thread */
 	size_t qrow_cap;                /* its capacity in floats */
 	int avx512;                     /* the CPU has AVX-512 F/BW/VL (softmax kernel, decoders) */
+	int bf16_f32;                   /* bf16 compute where oneDNN has no bf16 products (a CPU
+					 * without AVX-512, or PDIT_BF16_AS_F32 for the tests):
+					 * operands and weights rounded to bf16 values but stored and
+					 * multiplied as f32, so the numbers are those of bf16
+					 * products up to the order of the sums */
 	size_t qpanel_bytes;            /* a quantized layer's panel scratch, about (PD_QPANEL_BYTES) */
 	void *csrc, *cdst;              /* a bf16 convolution's chunk: its input and output, blocked */
 	size_t csrc_cap, cdst_cap;      /* their capacities in bytes */
@@ -164,6 +169,17 @@ void pd_cpu_count_work(struct pd_backend *be, size_t add, size_t sub);
 int pd_cpu_grow(struct pd_backend *be, void **buf, size_t *cap, size_t need, size_t elem);
 /* f32 -> bf16, round to nearest even (what torch's .to(bfloat16) does). */
 void pd_cpu_to_bf16(uint16_t *dst, const float *src, int64_t rows, int64_t cols, int64_t lds);
+/* The same rounding, the results kept as f32 (DST may be SRC when LDS = COLS). */
+void pd_cpu_round_bf16(float *dst, const float *src, int64_t rows, int64_t cols, int64_t lds);
+/* The data type of the products' operands: bf16 where oneDNN multiplies
+ * bf16 here, else f32. */
+dnnl_data_type_t pd_cpu_mm_type(struct pd_backend *be);
+/* Bytes of one element of a product's operand: 2 for native bf16 products,
+ * else 4 (f32, or bf16 values held as f32). */
+size_t pd_cpu_operand_size(struct pd_backend *be);
+/* ROWS x COLS of SRC (row stride LDS) as a contiguous operand of the
+ * backend's bf16 products into DST: bf16, or bf16 values as f32 (bf16_f32). */
+void pd_cpu_operand(struct pd_backend *be, void *dst, const float *src, int64_t rows, int64_t cols, int64_t lds);
 /* The matmul of L for ROWS rows and COLS output columns (a quantized
  * layer's panel), with these strides and PD_LIN_* flags. */
 int pd_cpu_mm_create(struct pd_backend *be, const struct pd_linear *l, struct pd_mm *mm, int64_t rows,

@@ -190,9 +190,12 @@ void pd_cpu_attention_impl(struct pd_backend *be, float *out, int64_t ldo, float
 	struct pd_cpu *cpu = CPU(be);
 	int bf16 = be->compute == PD_BF16;
 	int64_t W = (int64_t)heads * head_dim, bq = skv > 0 ? (int64_t)(PD_ATTN_SCORES_BYTES / 4) / skv : sq;
-	dnnl_data_type_t dt = bf16 ? dnnl_bf16 : dnnl_f32;
+	dnnl_data_type_t dt = pd_cpu_mm_type(be);
+	/* operands' element size: 2 (bf16), 4 (f32, or bf16 values as f32) */
+	size_t es = pd_cpu_operand_size(be);
 	const void *qa = q, *ka = k, *va = v;
 	uint16_t *p16 = NULL;
+	float *p32 = NULL;                      /* bf16_f32: the rounded probabilities */
 	float *inv;
 
 	if (be->failed || sq == 0)
@@ -218,22 +221,25 @@ void pd_cpu_attention_impl(struct pd_backend *be, float *out, int64_t ldo, float
 	inv = cpu->scratch + bq * skv;
 	if (bf16) {
 		size_t need = (size_t)((sq + 2 * skv) * W + bq * skv);
-		uint16_t *b;
+		char *b;
 
-		if (pd_cpu_grow(be, (void **)&cpu->abf, &cpu->abf_cap, need, sizeof(uint16_t)))
+		if (pd_cpu_grow(be, &cpu->abf, &cpu->abf_cap, need, es))
 			return;
 		b = cpu->abf;
-		pd_cpu_to_bf16(b, q, sq, W, ldq);
-		pd_cpu_to_bf16(b + sq * W, k, skv, W, ldk);
-		pd_cpu_to_bf16(b + (sq + skv) * W, v, skv, W, ldv);
+		pd_cpu_operand(be, b, q, sq, W, ldq);
+		pd_cpu_operand(be, b + (size_t)(sq * W) * es, k, skv, W, ldk);
+		pd_cpu_operand(be, b + (size_t)((sq + skv) * W) * es, v, skv, W, ldv);
 		qa = b;
-		ka = b + sq * W;
-		va = b + (sq + skv) * W;
-		p16 = b + (sq + 2 * skv) * W;
+		ka = b + (size_t)(sq * W) * es;
+		va = b + (size_t)((sq + skv) * W) * es;
+		if (es == 2)
+			p16 = (uint16_t *)(b + (size_t)((sq + 2 * skv) * W) * es);
+		else
+			p32 = (float *)(b + (size_t)((sq + 2 * skv) * W) * es);
 		ldq = ldk = ldv = W;
 	}
 	for (int h = 0; h < heads; h++) {
-		size_t es = bf16 ? 2 : 4, off = (size_t)h * (size_t)head_dim;
+		size_t off = (size_t)h * (size_t)head_dim;
 
 		for (int64_t i0 = 0; i0 < sq; i0 += bq) {
 			int64_t mb = sq - i0 < bq ? sq - i0 : bq;
@@ -247,7 +253,9 @@ void pd_cpu_attention_impl(struct pd_backend *be, float *out, int64_t ldo, float
 						     bias ? bias + ((int64_t)h * sq + i0) * skv : NULL, i0, causal);
 			pd_cpu_softmax_rows(cpu->scratch, mb, skv, bias || causal ? 1.0f : scale,
 					    lse ? lse + (int64_t)h * sq + i0 : NULL, 1, p16, inv, cpu->avx512);
-			if (pd_cpu_gemm(be, mb, head_dim, skv, bf16 ? (const void *)p16 : cpu->scratch, skv,
+			if (p32)
+				pd_cpu_round_bf16(p32, cpu->scratch, mb, skv, skv);
+			if (pd_cpu_gemm(be, mb, head_dim, skv, p16 ? (const void *)p16 : p32 ? (const void *)p32 : cpu->scratch, skv,
 					(const char *)va + off * es, ldv, 0, out + i0 * ldo + (int64_t)h * head_dim, ldo,
 					dt))
 				return;

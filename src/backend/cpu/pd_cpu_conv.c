@@ -316,6 +316,7 @@ static struct pd_conv_prim *pd_cpu_conv_prim(struct pd_backend *be, struct pd_co
  * a conv is bf16 from its start) and weights are freed. */
 static void pd_cpu_conv_drop_bf16(struct pd_backend *be, struct pd_conv *c)
 {
+	be->conv_f32_fallbacks++;
 	for (int i = 0; i < c->n_prim; i++) {
 		c->bytes -= c->p[i].wbytes;
 		be->weight_bytes -= c->p[i].wbytes;

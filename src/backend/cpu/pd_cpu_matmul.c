@@ -56,7 +56,20 @@ void pd_cpu_linear_free(struct pd_backend *be, struct pd_linear *l)
 
 dnnl_data_type_t pd_cpu_mm_type(struct pd_backend *be)
 {
-	return be->compute == PD_BF16 ? dnnl_bf16 : dnnl_f32;
+	return be->compute == PD_BF16 && !CPU(be)->bf16_f32 ? dnnl_bf16 : dnnl_f32;
+}
+
+size_t pd_cpu_operand_size(struct pd_backend *be)
+{
+	return pd_cpu_mm_type(be) == dnnl_bf16 ? 2 : 4;
+}
+
+void pd_cpu_operand(struct pd_backend *be, void *dst, const float *src, int64_t rows, int64_t cols, int64_t lds)
+{
+	if (pd_cpu_mm_type(be) == dnnl_bf16)
+		pd_cpu_to_bf16(dst, src, rows, cols, lds);
+	else
+		pd_cpu_round_bf16(dst, src, rows, cols, lds);
 }
 
 /* The matmul primitive for ROWS rows with the given strides and flags. The
@@ -84,7 +97,7 @@ int pd_cpu_mm_create(struct pd_backend *be, const struct pd_linear *l, struct pd
 
 	memset(mm, 0, sizeof(*mm));
 	if (be->compute == PD_BF16)
-		DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&src_md, 2, sd, dnnl_bf16, dnnl_ab), out);
+		DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&src_md, 2, sd, pd_cpu_mm_type(be), dnnl_ab), out);
 	else
 		DNNL_TRY(be, dnnl_memory_desc_init_by_strides(&src_md, 2, sd, dnnl_f32, ss), out);
 	DNNL_TRY(be, dnnl_memory_desc_init_by_strides(&dst_md, 2, dd, dnnl_f32, ds), out);
@@ -141,6 +154,34 @@ struct pd_linear *pd_cpu_linear_alloc(struct pd_backend *be, int64_t n_out, int6
 	return l;
 }
 
+/* bf16 compute without bf16 products (bf16_f32): the weights kept as bf16
+ * rows, the memory a bf16 layer holds, and multiplied as a quantized
+ * layer's are, a panel of rows at a time decoded to f32 (their bf16
+ * values exactly). */
+static struct pd_linear *pd_cpu_linear_new_bf16_rows(struct pd_backend *be, int64_t n_out, int64_t n_in,
+						     const void *w, enum pd_dtype wt, int64_t ldw, const float *bias)
+{
+	struct pd_linear *l;
+	uint16_t *rows = NULL;
+
+	if (wt == PD_BF16 && ldw == n_in)
+		return pd_cpu_linear_new_q(be, n_out, n_in, PD_Q_BF16, 1.0f, w, bias);
+	rows = malloc((size_t)n_out * (size_t)n_in * sizeof(uint16_t));
+	if (!rows) {
+		pd_backend_fail(be, "out of memory");
+		return NULL;
+	}
+	if (wt == PD_F32) {
+		pd_cpu_to_bf16(rows, w, n_out, n_in, ldw);
+	} else {
+		for (int64_t r = 0; r < n_out; r++)
+			memcpy(rows + r * n_in, (const uint16_t *)w + r * ldw, (size_t)n_in * sizeof(uint16_t));
+	}
+	l = pd_cpu_linear_new_q(be, n_out, n_in, PD_Q_BF16, 1.0f, rows, bias);
+	free(rows);
+	return l;
+}
+
 struct pd_linear *pd_cpu_linear_new(struct pd_backend *be, int64_t n_out, int64_t n_in, const void *w,
 				    enum pd_dtype wt, int64_t ldw, const float *bias)
 {
@@ -160,6 +201,8 @@ struct pd_linear *pd_cpu_linear_new(struct pd_backend *be, int64_t n_out, int64_
 		pd_backend_fail(be, "linear weights of type %s", pd_dtype_name(wt));
 		return NULL;
 	}
+	if (be->compute == PD_BF16 && cpu->bf16_f32)
+		return pd_cpu_linear_new_bf16_rows(be, n_out, n_in, w, wt, ldw, bias);
 	l = pd_cpu_linear_alloc(be, n_out, n_in);
 	if (!l)
 		return NULL;
@@ -255,6 +298,21 @@ void pd_cpu_to_bf16(uint16_t *dst, const float *src, int64_t rows, int64_t cols,
 	}
 }
 
+void pd_cpu_round_bf16(float *dst, const float *src, int64_t rows, int64_t cols, int64_t lds)
+{
+#pragma omp parallel for schedule(static)
+	for (int64_t r = 0; r < rows; r++) {
+		const uint32_t *s = (const uint32_t *)(src + r * lds);
+		uint32_t *d = (uint32_t *)(dst + r * cols);
+
+		for (int64_t c = 0; c < cols; c++) {
+			uint32_t u = s[c];
+
+			d[c] = ((u + 0x7fff + ((u >> 16) & 1)) >> 16) << 16;
+		}
+	}
+}
+
 void pd_cpu_linear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
 		   float *y, int64_t ldy, int flags)
 {
@@ -273,9 +331,9 @@ void pd_cpu_linear(struct pd_backend *be, struct pd_linear *l, const float *x, i
 	if (!mm)
 		return;
 	if (be->compute == PD_BF16) {
-		if (pd_cpu_grow(be, (void **)&cpu->bf16, &cpu->bf16_cap, (size_t)(rows * l->n_in), sizeof(uint16_t)))
+		if (pd_cpu_grow(be, &cpu->bf16, &cpu->bf16_cap, (size_t)(rows * l->n_in), pd_cpu_operand_size(be)))
 			return;
-		pd_cpu_to_bf16(cpu->bf16, x, rows, l->n_in, ldx);
+		pd_cpu_operand(be, cpu->bf16, x, rows, l->n_in, ldx);
 		src = cpu->bf16;
 	}
 	DNNL_TRY(be, dnnl_memory_set_data_handle(mm->src, (void *)src), fail);

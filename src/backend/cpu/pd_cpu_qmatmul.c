@@ -29,7 +29,7 @@ struct pd_linear *pd_cpu_linear_new_q(struct pd_backend *be, int64_t n_out, int6
 				      float scale, const void *blocks, const float *bias)
 {
 	const struct pd_qtype_info *q = pd_quant_info(t);
-	size_t elem = be->compute == PD_BF16 ? 2 : 4, bytes;
+	size_t elem = pd_cpu_operand_size(be), bytes;
 	struct pd_linear *l;
 	int64_t panel, parts;
 
@@ -272,7 +272,7 @@ static void pd_q_dot(struct pd_backend *be, struct pd_linear *l, const float *x,
 static void pd_q_panel(struct pd_backend *be, struct pd_linear *l, int64_t j0, int64_t n, int nt)
 {
 	struct pd_cpu *cpu = CPU(be);
-	int bf16 = be->compute == PD_BF16;
+	int bf16 = pd_cpu_operand_size(be) == 2, rounded = !bf16 && be->compute == PD_BF16;
 
 #pragma omp parallel for schedule(static) num_threads(nt)
 	for (int64_t r = 0; r < n; r++) {
@@ -282,7 +282,12 @@ static void pd_q_panel(struct pd_backend *be, struct pd_linear *l, int64_t j0, i
 			pd_q_row(cpu, l, j0 + r, w);
 			pd_q_row_bf16(cpu, (uint16_t *)cpu->qpanel + r * l->n_in, w, l->n_in);
 		} else {
-			pd_q_row(cpu, l, j0 + r, (float *)cpu->qpanel + r * l->n_in);
+			float *w = (float *)cpu->qpanel + r * l->n_in;
+
+			pd_q_row(cpu, l, j0 + r, w);
+			/* bf16 values held as f32 (bf16_f32) */
+			if (rounded)
+				pd_q_round_bf16(cpu, w, w, l->n_in);
 		}
 	}
 }
@@ -292,6 +297,7 @@ void pd_cpu_qlinear(struct pd_backend *be, struct pd_linear *l, const float *x, 
 {
 	struct pd_cpu *cpu = CPU(be);
 	int bf16 = be->compute == PD_BF16, nt = omp_get_max_threads();
+	size_t es = pd_cpu_operand_size(be);
 	int bias = !(flags & PD_LIN_NO_BIAS) && l->bias_host;
 	int dense = rows <= PD_QDENSE_ROWS && l->n_in >= PD_QDENSE_IN && l->panel < l->n_out;
 	const void *src = x;
@@ -300,13 +306,13 @@ void pd_cpu_qlinear(struct pd_backend *be, struct pd_linear *l, const float *x, 
 		pd_q_dot(be, l, x, ldx, rows, y, ldy, flags);
 		return;
 	}
-	if (pd_cpu_grow(be, &cpu->qpanel, &cpu->qpanel_cap, (size_t)(l->panel * l->n_in), bf16 ? 2 : 4))
+	if (pd_cpu_grow(be, &cpu->qpanel, &cpu->qpanel_cap, (size_t)(l->panel * l->n_in), es))
 		return;
 	if (bf16) {
 		if (pd_cpu_grow(be, (void **)&cpu->qrow, &cpu->qrow_cap, (size_t)nt * (size_t)l->n_in, sizeof(float)) ||
-		    pd_cpu_grow(be, (void **)&cpu->bf16, &cpu->bf16_cap, (size_t)(rows * l->n_in), sizeof(uint16_t)))
+		    pd_cpu_grow(be, &cpu->bf16, &cpu->bf16_cap, (size_t)(rows * l->n_in), es))
 			return;
-		pd_cpu_to_bf16(cpu->bf16, x, rows, l->n_in, ldx);
+		pd_cpu_operand(be, cpu->bf16, x, rows, l->n_in, ldx);
 		src = cpu->bf16;
 	}
 	if (dense && pd_cpu_grow(be, (void **)&cpu->qout, &cpu->qout_cap, (size_t)(rows * l->panel), sizeof(float)))

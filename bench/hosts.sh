@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The methods across hosts on shaped links: 4 processes on 2 hosts (2 each)
+# and on 4 hosts (1 each), network namespaces joined by veth links through a
+# bridge, Open MPI over TCP (tests/hosts/hosts.sh), each host's link shaped
+# by tc's tbf to RATE each way. For every method: seconds per step (median of
+# ROUNDS interleaved rounds), that over the same mesh on unshaped links (what
+# the link costs: the hosts share this machine's 2 cores, so absolute speed
+# means little), the megabytes that crossed the links per step (the links'
+# counters over the whole run, divided by the steps run) and `pdit plan`'s
+# prediction for the same mesh and link (--per-node, --inter-bandwidth as the
+# rate shared by a host's processes, --inter-latency LATENCY_US, the product
+# rate the bench run measured). Prints a Markdown table. Needs root.
+#
+#   bench/hosts.sh [SIZE] [ROUNDS] [RATES] [MODEL_DIR]
+#   bench/hosts.sh 512 1 "10gbit 1gbit"
+#
+# RATES: tc rates (default "25gbit 10gbit 1gbit"); "none" is always run as
+# the baseline. LATENCY_US (default 50) is what plan is told: this kernel
+# has no netem, so no delay is added and the links' own latency is a few
+# tens of microseconds. Each (layout, rate) pair makes its hosts once.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+size=${1:-512} rounds=${2:-1} rates="none ${3:-25gbit 10gbit 1gbit}" model=${4:-bench/flux-width}
+lat=${LATENCY_US:-50}
+bench_model "$model"
+tests/hosts/hosts.sh --probe > /dev/null || exit $?
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+# the methods of 4 processes (no batch, no true CFG: data and CFG parallel
+# send nothing per step)
+methods=("--ulysses-degree 4" "--ring-degree 4" "--ulysses-degree 2 --ring-degree 2"
+	"--tensor-parallel-degree 2 --ulysses-degree 2" "--tensor-parallel-degree 4"
+	"--pipefusion-degree 4" "--pipefusion-degree 2 --ulysses-degree 2" "--distrifusion-degree 4")
+export pdit model size out
+export methods_s
+methods_s=$(printf '%s\n' "${methods[@]}")
+
+cat > "$out/inner.sh" << 'EOF'
+#!/usr/bin/env bash
+# inner.sh TAG: every method once on the hosts made; one line per method:
+# TAG|FLAGS|MESH|S/STEP|BYTES BETWEEN HOSTS PER STEP|TOKENS|MATMUL GFLOPS
+set -u
+tag=$1
+while IFS= read -r flags; do
+	stale=()
+	[[ $flags == *pipefusion* || $flags == *distrifusion* ]] && stale=(--warmup 2 --warmup-steps 1)
+	b0=$($PDIT_HOSTS_CTL bytes)
+	# shellcheck disable=SC2086
+	j=$(timeout 900 $PDIT_HOSTS_MPIRUN -np 4 "$pdit" bench --model "$model" -H "$size" -W "$size" --steps 2 \
+		--dtype bf16 -t 1 --json $flags "${stale[@]}" 2> "$out/err" < /dev/null) || { cat "$out/err" >&2; j=""; }
+	b1=$($PDIT_HOSTS_CTL bytes)
+	steps=3
+	[ ${#stale[@]} -gt 0 ] && steps=4
+	f() { sed -n "s/.*\"$1\": \"\{0,1\}\([^,\"]*\)\"\{0,1\}[,}].*/\1/p" <<< "$j"; }
+	echo "$tag|$flags|$(f mesh)|$(f seconds_per_step)|$(((b1 - b0) / steps))|$(f tokens)|$(f matmul_gflops)"
+done <<< "$methods_s"
+EOF
+chmod +x "$out/inner.sh"
+
+for ((r = 1; r <= rounds; r++)); do
+	for layout in 2x2 4x1; do
+		for rate in $rates; do
+			echo "round $r/$rounds: $layout hosts x processes, link $rate" >&2
+			shape=()
+			[ "$rate" != none ] && shape=(--rate "$rate")
+			tests/hosts/hosts.sh -n "${layout%x*}" --slots "${layout#*x}" "${shape[@]}" -- \
+				"$out/inner.sh" "$layout|$rate" >> "$out/runs" || { echo "hosts.sh failed" >&2; exit 1; }
+		done
+	done
+done
+
+# plan's prediction: MESH LAYOUT RATE TOKENS GFLOPS
+predict() {
+	local per=${2#*x} link
+	if [ "$3" = none ]; then
+		link=(--inter-link shm)
+	else
+		link=(--inter-bandwidth "$(awk -v r="$3" -v p="$per" 'BEGIN {
+			m = 1; if (r ~ /mbit$/) m = 1e6; else if (r ~ /gbit$/) m = 1e9
+			print r * m / 8 / 1e9 / p }')" --inter-latency "$lat")
+	fi
+	"$pdit" plan --model "$model" --devices 4 -H "$size" -W "$size" --txt-len $(($4 - (size / 16) * (size / 16))) \
+		--per-node "$per" "${link[@]}" --matmul-gflops "$5" --json 2> /dev/null |
+		awk -v m="$1" 'index($0, "\"mesh\": \"" m "\"") { sub(/.*"seconds_per_step": /, ""); sub(/,.*/, ""); print; exit }'
+}
+med() { median; }
+
+echo "| hosts × processes | link | mesh | s/step | × unshaped | MB between hosts / step | plan s/step | plan error |"
+echo "|---|---|---|---:|---:|---:|---:|---:|"
+for layout in 2x2 4x1; do
+	for rate in $rates; do
+		while IFS= read -r flags; do
+			key="$layout|$rate|$flags|"
+			rows=$(grep -F "$key" "$out/runs" || true)
+			mesh=$(head -1 <<< "$rows" | cut -d'|' -f4)
+			[ -n "$mesh" ] || { echo "| $layout | $rate | $flags | failed | | | | |"; continue; }
+			sps=$(cut -d'|' -f5 <<< "$rows" | med)
+			mb=$(cut -d'|' -f6 <<< "$rows" | med)
+			tokens=$(head -1 <<< "$rows" | cut -d'|' -f7)
+			gf=$(cut -d'|' -f8 <<< "$rows" | med)
+			base=$(grep -F "$layout|none|$flags|" "$out/runs" | cut -d'|' -f5 | med)
+			short=$(tr ' ' '\n' <<< "$mesh" | { grep -v '=1$' || true; } | tr '\n' ' ' | sed 's/ $//')
+			p=$(predict "$mesh" "$layout" "$rate" "$tokens" "$gf")
+			awk -v l="$layout" -v r="$rate" -v m="$short" -v s="$sps" -v b="$base" -v mb="$mb" -v p="$p" 'BEGIN {
+				printf "| %s | %s | %s | %.2f | %.2f | %.1f | %s | %s |\n", l, r, m, s, s / b, mb / 1e6,
+					p == "" ? "?" : sprintf("%.2f", p), p == "" ? "?" : sprintf("%+.0f%%", (p - s) / s * 100) }'
+		done <<< "$methods_s"
+	done
+done
+echo "(${size}², 4 processes of 1 thread on this machine's 2 cores, bf16, 2 timed steps, $rounds round(s); $model)"

@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# Several hosts on this machine: each host a Linux network namespace with its
+# own address on a private network (10.77.0.0/24), all joined by a switch (a
+# bridge in a namespace of its own) through one veth link each; optionally
+# shaped (tbf: rate) and lossy (nftables: a share of each host's packets
+# dropped). Runs COMMAND in the caller's namespace with an mpirun that
+# launches across the hosts over TCP, then removes everything it made, also
+# when COMMAND fails or the script is interrupted.
+#
+#   tests/hosts/hosts.sh [-n HOSTS] [--slots S] [--rate RATE] [--loss PCT] -- COMMAND [ARG...]
+#   tests/hosts/hosts.sh --probe      exit 0 if hosts can be made here, else 77 and why
+#
+#   -n HOSTS     2 to 8 hosts (default 2): host i is 10.77.0.(i+1)
+#   --slots S    processes per host in the hostfile (default 2); ranks fill
+#                host 0 first, then host 1, ...
+#   --rate RATE  each host's link, both directions, in tc's units (25gbit,
+#                10gbit, 1gbit, 500mbit); default: the veth as it is
+#   --loss PCT   drop PCT percent of the packets each host sends (0-99)
+#   --delay D    added latency; refused where the kernel has no netem
+#   --tcp-retries R  each host's net.ipv4.tcp_retries2 (the kernel's 15 keeps
+#                a connection to an unreachable host for about 15 minutes, and
+#                Open MPI has no timeout of its own: mpirun waits that long
+#                for a host whose link is down; 4 gives up after about 6 s)
+#
+# COMMAND sees (all paths absolute):
+#   PDIT_HOSTS_MPIRUN   an mpirun for the hosts: $PDIT_HOSTS_MPIRUN -np 4 pdit ...
+#   PDIT_HOSTS_FILE     the hostfile (one line per host: address slots=S)
+#   PDIT_HOSTS_CTL      a control command:
+#                         ctl exec I CMD...   run CMD in host I's namespace
+#                         ctl link I down|up  take host I's link down or up
+#                         ctl loss PCT        set every host's loss now
+#                         ctl bytes           bytes sent by all hosts so far
+#                         ctl kill I          SIGKILL every process in host I
+#   PDIT_HOSTS_N, PDIT_HOSTS_SLOTS
+# The same COMMAND runs on real machines with PDIT_HOSTS_MPIRUN set to
+# "mpirun --hostfile FILE" (README: "Many machines").
+#
+# Needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN), ip, tc, and nft for --loss.
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+n=2 slots=2 rate="" loss=0 delay="" probe=0 retries=""
+usage() { sed -n '2,/^# Needs/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+while [ $# -gt 0 ]; do
+	case $1 in
+	-n) n=${2:?-n needs a count}; shift 2 ;;
+	--slots) slots=${2:?--slots needs a count}; shift 2 ;;
+	--rate) rate=${2:?--rate needs a rate, e.g. 1gbit}; shift 2 ;;
+	--loss) loss=${2:?--loss needs a percentage}; shift 2 ;;
+	--delay) delay=${2:?--delay needs a time, e.g. 0.2ms}; shift 2 ;;
+	--tcp-retries) retries=${2:?--tcp-retries needs a count}; shift 2 ;;
+	--probe) probe=1; shift ;;
+	-h | --help) usage ;;
+	--) shift; break ;;
+	*) echo "hosts.sh: unknown option '$1' (--help)" >&2; exit 2 ;;
+	esac
+done
+case $n in [2-8]) ;; *) echo "hosts.sh: -n must be 2 to 8, not '$n'" >&2; exit 2 ;; esac
+case $slots in [1-9]) ;; *) echo "hosts.sh: --slots must be 1 to 9, not '$slots'" >&2; exit 2 ;; esac
+case $loss in [0-9] | [0-9][0-9]) ;; *) echo "hosts.sh: --loss must be a percentage 0-99, not '$loss'" >&2; exit 2 ;; esac
+case $retries in "" | [1-9] | 1[0-5]) ;; *) echo "hosts.sh: --tcp-retries must be 1 to 15, not '$retries'" >&2; exit 2 ;; esac
+if [ -n "$rate" ] && ! [[ $rate =~ ^[0-9]+(\.[0-9]+)?[kmg]?bit$ ]]; then
+	echo "hosts.sh: --rate must be like 25gbit, 10gbit, 1gbit or 500mbit, not '$rate'" >&2
+	exit 2
+fi
+[ $probe -eq 1 ] || [ $# -gt 0 ] || { echo "hosts.sh: no command (hosts.sh [options] -- COMMAND)" >&2; exit 2; }
+
+# namespaces named after this process: concurrent runs do not meet (the
+# addresses may repeat: each set of hosts is a network of its own)
+tag=pdit-$$
+sw=$tag-sw
+dir=$(mktemp -d /tmp/pdit-hosts.XXXXXX) || exit 1
+made=()
+
+cleanup() {
+	local ns pid
+	trap - EXIT INT TERM
+	for ns in "${made[@]}"; do
+		for pid in $(ip netns pids "$ns" 2> /dev/null); do
+			kill -9 "$pid" 2> /dev/null
+		done
+	done
+	for ns in "${made[@]}"; do
+		ip netns del "$ns" 2> /dev/null
+	done
+	rm -rf "$dir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# skip (77) with the reason when this machine cannot make hosts
+skip() {
+	echo "hosts.sh: skipped: $*" >&2
+	exit 77
+}
+for tool in ip tc; do
+	command -v "$tool" > /dev/null || skip "'$tool' is not installed (Debian: iproute2)"
+done
+[ "$loss" = 0 ] || command -v nft > /dev/null || skip "--loss needs 'nft' (Debian: nftables)"
+
+run_in() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
+
+# hosts left by a run that was killed outright (SIGKILL: no cleanup)
+for ns in $(ip netns list 2> /dev/null | awk '/^pdit-[0-9]+-/ { print $1 }'); do
+	owner=${ns#pdit-}
+	owner=${owner%%-*}
+	kill -0 "$owner" 2> /dev/null && continue
+	for pid in $(ip netns pids "$ns" 2> /dev/null); do
+		kill -9 "$pid" 2> /dev/null
+	done
+	ip netns del "$ns" 2> /dev/null
+done
+mkns() {
+	ip netns add "$1" 2> "$dir/err" || skip "cannot create a network namespace ($(head -1 "$dir/err")); needs root or CAP_NET_ADMIN"
+	made+=("$1")
+	run_in "$1" ip link set lo up || skip "cannot configure a network namespace"
+}
+
+# tbf on one side of a link: RATE with a burst of a millisecond's bytes
+# (at least 64 kB: a GSO packet) and a queue of 100 ms
+shape() {
+	local ns=$1 dev=$2
+	run_in "$ns" tc qdisc add dev "$dev" root tbf rate "$rate" burst "$burst" latency 100ms 2> "$dir/err" ||
+		skip "tc cannot shape a veth link with tbf ($(head -1 "$dir/err"))"
+}
+set_loss() {
+	local ns=$1 pct=$2
+	run_in "$ns" nft delete table inet pdit_loss 2> /dev/null
+	[ "$pct" = 0 ] && return 0
+	run_in "$ns" nft -f - 2> "$dir/err" <<- EOF || skip "nftables cannot drop packets ($(head -1 "$dir/err"))"
+		table inet pdit_loss {
+			chain out {
+				type filter hook output priority 0; policy accept;
+				oifname "eth0" numgen random mod 100 < $pct drop
+			}
+		}
+	EOF
+}
+
+if [ -n "$rate" ]; then
+	# bytes per millisecond from tc's units
+	burst=$(awk -v r="$rate" 'BEGIN {
+		m = 1; if (r ~ /kbit$/) m = 1e3; else if (r ~ /mbit$/) m = 1e6; else if (r ~ /gbit$/) m = 1e9
+		b = int(r * m / 8 / 1000); if (b < 65536) b = 65536; print b }')
+fi
+if [ -n "$delay" ]; then
+	mkns "$tag-probe"
+	run_in "$tag-probe" ip link add d0 type dummy
+	run_in "$tag-probe" tc qdisc add dev d0 root netem delay "$delay" 2> /dev/null ||
+		skip "--delay needs tc's netem, which this kernel lacks (CONFIG_NET_SCH_NETEM)"
+	ip netns del "$tag-probe"
+fi
+
+mkns "$sw"
+run_in "$sw" ip link add br0 type bridge || skip "cannot create a bridge"
+run_in "$sw" ip link set br0 up
+hostfile=$dir/hostfile
+: > "$hostfile"
+for ((i = 0; i < n; i++)); do
+	h=$tag-h$i
+	mkns "$h"
+	run_in "$sw" ip link add "h$i" type veth peer name eth0 netns "$h" 2> "$dir/err" ||
+		skip "cannot create a veth pair ($(head -1 "$dir/err"))"
+	run_in "$sw" ip link set "h$i" master br0
+	run_in "$sw" ip link set "h$i" up
+	run_in "$h" ip addr add "10.77.0.$((i + 1))/24" dev eth0
+	run_in "$h" ip link set eth0 up
+	if [ -n "$rate" ]; then
+		shape "$h" eth0
+		shape "$sw" "h$i"
+	fi
+	if [ -n "$delay" ]; then
+		run_in "$h" tc qdisc add dev eth0 root netem delay "$delay"
+	fi
+	set_loss "$h" "$loss"
+	if [ -n "$retries" ]; then
+		run_in "$h" sysctl -q -w net.ipv4.tcp_retries2="$retries" > /dev/null ||
+			skip "cannot set net.ipv4.tcp_retries2 in a namespace"
+	fi
+	echo "10.77.0.$((i + 1)) slots=$slots" >> "$hostfile"
+done
+# the hosts answer each other
+for ((i = 1; i < n; i++)); do
+	ok=0
+	for _ in 1 2 3 4 5 6 7 8 9 10; do
+		# a refused connection is an answer (no ping needed)
+		[[ $(run_in "$tag-h0" timeout 2 bash -c "exec 3<> /dev/tcp/10.77.0.$((i + 1))/9" 2>&1) == *refused* ]] &&
+			{ ok=1; break; }
+		[ "$loss" != 0 ] && continue
+		sleep 0.2
+	done
+	[ $ok -eq 1 ] || skip "host 0 cannot reach host $i over the bridge"
+done
+if [ $probe -eq 1 ]; then
+	echo "hosts.sh: $n hosts can be made here"
+	exit 0
+fi
+
+# Open MPI's remote shell: the host's address names its namespace; the
+# daemon runs in the foreground there (mpirun waits on it)
+cat > "$dir/agent" <<- EOF
+	#!/bin/sh
+	host=\$1
+	shift
+	case \$host in
+	10.77.0.[1-$n]) ns=$tag-h\$((\${host##*.} - 1)) ;;
+	*) echo "hosts agent: unknown host \$host" >&2; exit 1 ;;
+	esac
+	exec ip netns exec "\$ns" sh -c "\$*"
+EOF
+root=""
+[ "$(id -u)" = 0 ] && root=--allow-run-as-root
+# TCP only (no shared memory between the namespaces), daemons started by
+# mpirun itself (no tree), nothing bound to cores (the hosts share them)
+cat > "$dir/mpirun" <<- EOF
+	#!/bin/sh
+	exec ip netns exec $tag-h0 mpirun $root --oversubscribe --hostfile $hostfile \\
+		--mca plm_rsh_agent $dir/agent --mca plm_rsh_no_tree_spawn 1 \\
+		--mca oob_tcp_if_include 10.77.0.0/24 --mca btl_tcp_if_include 10.77.0.0/24 \\
+		--mca pml ob1 --mca btl tcp,self --bind-to none "\$@"
+EOF
+cat > "$dir/ctl" <<- EOF
+	#!/usr/bin/env bash
+	# control of the hosts made by $here/hosts.sh (see there)
+	set -u
+	case \${1:-} in
+	exec) i=\$2; shift 2; exec ip netns exec $tag-h\$i "\$@" ;;
+	link) exec ip netns exec $sw ip link set "h\$2" "\$3" ;;
+	loss)
+		for ((i = 0; i < $n; i++)); do
+			ip netns exec $tag-h\$i nft delete table inet pdit_loss 2> /dev/null
+			[ "\$2" = 0 ] && continue
+			printf 'table inet pdit_loss { chain out { type filter hook output priority 0; policy accept; oifname "eth0" numgen random mod 100 < %d drop; }; }\n' "\$2" |
+				ip netns exec $tag-h\$i nft -f - || exit 1
+		done ;;
+	bytes)
+		t=0
+		for ((i = 0; i < $n; i++)); do
+			b=\$(ip netns exec $tag-h\$i cat /sys/class/net/eth0/statistics/tx_bytes)
+			t=\$((t + b))
+		done
+		echo \$t ;;
+	kill)
+		for pid in \$(ip netns pids $tag-h\$2); do
+			kill -9 "\$pid" 2> /dev/null
+		done ;;
+	*) echo "ctl: exec I CMD | link I down|up | loss PCT | bytes | kill I" >&2; exit 2 ;;
+	esac
+EOF
+chmod +x "$dir/agent" "$dir/mpirun" "$dir/ctl"
+
+export PDIT_HOSTS_MPIRUN=$dir/mpirun PDIT_HOSTS_FILE=$hostfile PDIT_HOSTS_CTL=$dir/ctl
+export PDIT_HOSTS_N=$n PDIT_HOSTS_SLOTS=$slots
+"$@"

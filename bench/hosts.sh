@@ -13,6 +13,11 @@
 #
 #   bench/hosts.sh [SIZE] [ROUNDS] [RATES] [MODEL_DIR]
 #   bench/hosts.sh 512 1 "10gbit 1gbit"
+#   LAYOUTS=2x2 METHODS="ulysses=4;pp=4" bench/hosts.sh 512 1 1gbit    a part
+#
+# LAYOUTS: hosts x processes (default "2x2 4x1"); METHODS: meshes separated
+# by ";", each as degrees (ulysses=4, ring=4, ulysses=2,ring=2, tp=2,ulysses=2,
+# tp=4, pp=4, pp=2,ulysses=2, distrifusion=4; default all of them).
 #
 # RATES: tc rates (default "25gbit 10gbit 1gbit"); "none" is always run as
 # the baseline. LATENCY_US (default 50) is what plan is told: this kernel
@@ -30,9 +35,23 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 # the methods of 4 processes (no batch, no true CFG: data and CFG parallel
 # send nothing per step)
-methods=("--ulysses-degree 4" "--ring-degree 4" "--ulysses-degree 2 --ring-degree 2"
-	"--tensor-parallel-degree 2 --ulysses-degree 2" "--tensor-parallel-degree 4"
-	"--pipefusion-degree 4" "--pipefusion-degree 2 --ulysses-degree 2" "--distrifusion-degree 4")
+layouts=${LAYOUTS:-2x2 4x1}
+IFS=';' read -r -a meshes <<< "${METHODS:-ulysses=4;ring=4;ulysses=2,ring=2;tp=2,ulysses=2;tp=4;pp=4;pp=2,ulysses=2;distrifusion=4}"
+methods=()
+for m in "${meshes[@]}"; do
+	f=""
+	for kv in ${m//,/ }; do
+		case ${kv%%=*} in
+		ulysses) f+=" --ulysses-degree ${kv#*=}" ;;
+		ring) f+=" --ring-degree ${kv#*=}" ;;
+		tp) f+=" --tensor-parallel-degree ${kv#*=}" ;;
+		pp) f+=" --pipefusion-degree ${kv#*=}" ;;
+		distrifusion) f+=" --distrifusion-degree ${kv#*=}" ;;
+		*) echo "bench/hosts.sh: unknown degree '$kv' in METHODS" >&2; exit 2 ;;
+		esac
+	done
+	methods+=("${f# }")
+done
 export pdit model size out
 export methods_s
 methods_s=$(printf '%s\n' "${methods[@]}")
@@ -46,11 +65,11 @@ tag=$1
 while IFS= read -r flags; do
 	stale=()
 	[[ $flags == *pipefusion* || $flags == *distrifusion* ]] && stale=(--warmup 2 --warmup-steps 1)
-	b0=$($PDIT_HOSTS_CTL bytes)
+	b0=$($PDIT_HOSTS_CTL bytes) || b0=0
 	# shellcheck disable=SC2086
 	j=$(timeout 900 $PDIT_HOSTS_MPIRUN -np 4 "$pdit" bench --model "$model" -H "$size" -W "$size" --steps 2 \
 		--dtype bf16 -t 1 --json $flags "${stale[@]}" 2> "$out/err" < /dev/null) || { cat "$out/err" >&2; j=""; }
-	b1=$($PDIT_HOSTS_CTL bytes)
+	b1=$($PDIT_HOSTS_CTL bytes) || b1=0
 	steps=3
 	[ ${#stale[@]} -gt 0 ] && steps=4
 	f() { sed -n "s/.*\"$1\": \"\{0,1\}\([^,\"]*\)\"\{0,1\}[,}].*/\1/p" <<< "$j"; }
@@ -60,7 +79,7 @@ EOF
 chmod +x "$out/inner.sh"
 
 for ((r = 1; r <= rounds; r++)); do
-	for layout in 2x2 4x1; do
+	for layout in $layouts; do
 		for rate in $rates; do
 			echo "round $r/$rounds: $layout hosts x processes, link $rate" >&2
 			shape=()
@@ -89,7 +108,7 @@ med() { median; }
 
 echo "| hosts × processes | link | mesh | s/step | × unshaped | MB between hosts / step | plan s/step | plan error |"
 echo "|---|---|---|---:|---:|---:|---:|---:|"
-for layout in 2x2 4x1; do
+for layout in $layouts; do
 	for rate in $rates; do
 		while IFS= read -r flags; do
 			key="$layout|$rate|$flags|"
@@ -103,10 +122,18 @@ for layout in 2x2 4x1; do
 			base=$(grep -F "$layout|none|$flags|" "$out/runs" | cut -d'|' -f5 | med)
 			short=$(tr ' ' '\n' <<< "$mesh" | { grep -v '=1$' || true; } | tr '\n' ' ' | sed 's/ $//')
 			p=$(predict "$mesh" "$layout" "$rate" "$tokens" "$gf")
+			echo "$short|$sps|${p:-}" >> "$out/group"
 			awk -v l="$layout" -v r="$rate" -v m="$short" -v s="$sps" -v b="$base" -v mb="$mb" -v p="$p" 'BEGIN {
-				printf "| %s | %s | %s | %.2f | %.2f | %.1f | %s | %s |\n", l, r, m, s, s / b, mb / 1e6,
+				printf "| %s | %s | %s | %.2f | %s | %.1f | %s | %s |\n", l, r, m, s, b > 0 ? sprintf("%.2f", s / b) : "?", mb / 1e6,
 					p == "" ? "?" : sprintf("%.2f", p), p == "" ? "?" : sprintf("%+.0f%%", (p - s) / s * 100) }'
 		done <<< "$methods_s"
+		# plan's first choice among the measured meshes against the fastest measured
+		[ -s "$out/group" ] && awk -F'|' -v l="$layout" -v r="$rate" '
+			{ if (best == "" || $2 < best) { best = $2; bm = $1 }
+			  if ($3 != "" && (pick == "" || $3 < pick)) { pick = $3; pm = $1; ps = $2 } }
+			END { if (pm != "") printf "| %s | %s | plan first: %s | %.2f | %.2f × the fastest (%s) | | | |\n", l, r, pm, ps, ps / best, bm }' \
+			"$out/group"
+		rm -f "$out/group"
 	done
 done
 echo "(${size}², 4 processes of 1 thread on this machine's 2 cores, bf16, 2 timed steps, $rounds round(s); $model)"

@@ -111,7 +111,11 @@ void pd_cli_catch_signals(int rank, int size)
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_sigaction = pd_int_handler;
 	sa.sa_flags = SA_SIGINFO;
+	/* one handler at a time: its message buffer is static */
 	sigemptyset(&sa.sa_mask);
+	sigaddset(&sa.sa_mask, SIGINT);
+	sigaddset(&sa.sa_mask, SIGTERM);
+	sigaddset(&sa.sa_mask, SIGHUP);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);

@@ -32,6 +32,7 @@
 #                         ctl bytes           bytes sent by all hosts so far
 #                         ctl kill I          SIGKILL every process in host I
 #   PDIT_HOSTS_N, PDIT_HOSTS_SLOTS
+# PDIT_HOSTS_MPIEXEC (if set) is the mpirun to use (default: mpirun on PATH).
 # The same COMMAND runs on real machines with PDIT_HOSTS_MPIRUN set to
 # "mpirun --hostfile FILE" (README: "Many machines").
 #
@@ -85,9 +86,16 @@ cleanup() {
 	done
 	rm -rf "$dir"
 }
+child=""
+# a signal ends the command at once (bash runs traps only between
+# foreground commands: the command runs in the background and is waited for)
+stop() {
+	[ -n "$child" ] && kill -TERM "$child" 2> /dev/null
+	exit "$1"
+}
 trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+trap 'stop 130' INT
+trap 'stop 143' TERM
 
 # skip (77) with the reason when this machine cannot make hosts
 skip() {
@@ -120,8 +128,10 @@ mkns() {
 # tbf on one side of a link: RATE with a burst of a millisecond's bytes
 # (at least 64 kB: a GSO packet) and a queue of 100 ms
 shape() {
-	local ns=$1 dev=$2
-	run_in "$ns" tc qdisc add dev "$dev" root tbf rate "$rate" burst "$burst" latency 100ms 2> "$dir/err" ||
+	local ns=$1 dev=$2 at=root
+	[ -n "$delay" ] && at="parent 1:1"
+	# shellcheck disable=SC2086
+	run_in "$ns" tc qdisc add dev "$dev" $at tbf rate "$rate" burst "$burst" latency 100ms 2> "$dir/err" ||
 		skip "tc cannot shape a veth link with tbf ($(head -1 "$dir/err"))"
 }
 set_loss() {
@@ -166,12 +176,17 @@ for ((i = 0; i < n; i++)); do
 	run_in "$sw" ip link set "h$i" up
 	run_in "$h" ip addr add "10.77.0.$((i + 1))/24" dev eth0
 	run_in "$h" ip link set eth0 up
+	if [ -n "$delay" ]; then
+		# the delay at the root, the rate (if any) under it
+		for side in "$h eth0" "$sw h$i"; do
+			# shellcheck disable=SC2086
+			run_in ${side% *} tc qdisc add dev ${side#* } root handle 1: netem delay "$delay" ||
+				{ echo "hosts.sh: tc netem on ${side#* } failed" >&2; exit 1; }
+		done
+	fi
 	if [ -n "$rate" ]; then
 		shape "$h" eth0
 		shape "$sw" "h$i"
-	fi
-	if [ -n "$delay" ]; then
-		run_in "$h" tc qdisc add dev eth0 root netem delay "$delay"
 	fi
 	set_loss "$h" "$loss"
 	if [ -n "$retries" ]; then
@@ -190,7 +205,7 @@ for ((i = 1; i < n; i++)); do
 		[ "$loss" != 0 ] && continue
 		sleep 0.2
 	done
-	[ $ok -eq 1 ] || skip "host 0 cannot reach host $i over the bridge"
+	[ $ok -eq 1 ] || { echo "hosts.sh: host 0 cannot reach host $i over the bridge" >&2; exit 1; }
 done
 if [ $probe -eq 1 ]; then
 	echo "hosts.sh: $n hosts can be made here"
@@ -215,7 +230,7 @@ root=""
 # mpirun itself (no tree), nothing bound to cores (the hosts share them)
 cat > "$dir/mpirun" <<- EOF
 	#!/bin/sh
-	exec ip netns exec $tag-h0 mpirun $root --oversubscribe --hostfile $hostfile \\
+	exec ip netns exec $tag-h0 ${PDIT_HOSTS_MPIEXEC:-mpirun} $root --oversubscribe --hostfile $hostfile \\
 		--mca plm_rsh_agent $dir/agent --mca plm_rsh_no_tree_spawn 1 \\
 		--mca oob_tcp_if_include 10.77.0.0/24 --mca btl_tcp_if_include 10.77.0.0/24 \\
 		--mca pml ob1 --mca btl tcp,self --bind-to none "\$@"
@@ -252,4 +267,6 @@ chmod +x "$dir/agent" "$dir/mpirun" "$dir/ctl"
 
 export PDIT_HOSTS_MPIRUN=$dir/mpirun PDIT_HOSTS_FILE=$hostfile PDIT_HOSTS_CTL=$dir/ctl
 export PDIT_HOSTS_N=$n PDIT_HOSTS_SLOTS=$slots
-"$@"
+"$@" &
+child=$!
+wait "$child"

@@ -245,7 +245,8 @@ int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threa
 		return pd_errorf("cannot create the oneDNN CPU engine");
 	}
 	/* PDIT_BF16_AS_F32 lets the tests run that path on any CPU */
-	cpu->bf16_f32 = compute == PD_BF16 && (getenv("PDIT_BF16_AS_F32") || !pd_cpu_has_bf16_products(cpu));
+	cpu->bf16_f32 = compute == PD_BF16 && ((getenv("PDIT_BF16_AS_F32") && strcmp(getenv("PDIT_BF16_AS_F32"), "0")) ||
+					       !pd_cpu_has_bf16_products(cpu));
 	*out = &cpu->be;
 	return 0;
 }

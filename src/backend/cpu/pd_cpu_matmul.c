@@ -164,6 +164,8 @@ static struct pd_linear *pd_cpu_linear_new_bf16_rows(struct pd_backend *be, int6
 	struct pd_linear *l;
 	uint16_t *rows = NULL;
 
+	if (be->failed)
+		return NULL;
 	if (wt == PD_BF16 && ldw == n_in)
 		return pd_cpu_linear_new_q(be, n_out, n_in, PD_Q_BF16, 1.0f, w, bias);
 	rows = malloc((size_t)n_out * (size_t)n_in * sizeof(uint16_t));

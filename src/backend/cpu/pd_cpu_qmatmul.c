@@ -272,7 +272,8 @@ static void pd_q_dot(struct pd_backend *be, struct pd_linear *l, const float *x,
 static void pd_q_panel(struct pd_backend *be, struct pd_linear *l, int64_t j0, int64_t n, int nt)
 {
 	struct pd_cpu *cpu = CPU(be);
-	int bf16 = pd_cpu_operand_size(be) == 2, rounded = !bf16 && be->compute == PD_BF16;
+	/* bf16 values held as f32 (bf16_f32): rounded, unless they are bf16 rows already */
+	int bf16 = pd_cpu_operand_size(be) == 2, rounded = !bf16 && be->compute == PD_BF16 && l->qtype != PD_Q_BF16;
 
 #pragma omp parallel for schedule(static) num_threads(nt)
 	for (int64_t r = 0; r < n; r++) {
@@ -285,7 +286,6 @@ static void pd_q_panel(struct pd_backend *be, struct pd_linear *l, int64_t j0, i
 			float *w = (float *)cpu->qpanel + r * l->n_in;
 
 			pd_q_row(cpu, l, j0 + r, w);
-			/* bf16 values held as f32 (bf16_f32) */
 			if (rounded)
 				pd_q_round_bf16(cpu, w, w, l->n_in);
 		}

@@ -84,8 +84,9 @@ for ((r = 1; r <= rounds; r++)); do
 			echo "round $r/$rounds: $layout hosts x processes, link $rate" >&2
 			shape=()
 			[ "$rate" != none ] && shape=(--rate "$rate")
+			# each run's line also on stderr: the raw figures survive a failure below
 			tests/hosts/hosts.sh -n "${layout%x*}" --slots "${layout#*x}" "${shape[@]}" -- \
-				"$out/inner.sh" "$layout|$rate" >> "$out/runs" || { echo "hosts.sh failed" >&2; exit 1; }
+				"$out/inner.sh" "$layout|$rate" | tee -a "$out/runs" >&2 || { echo "hosts.sh failed" >&2; exit 1; }
 		done
 	done
 done
@@ -124,7 +125,7 @@ for layout in $layouts; do
 			p=$(predict "$mesh" "$layout" "$rate" "$tokens" "$gf")
 			echo "$short|$sps|${p:-}" >> "$out/group"
 			awk -v l="$layout" -v r="$rate" -v m="$short" -v s="$sps" -v b="$base" -v mb="$mb" -v p="$p" 'BEGIN {
-				printf "| %s | %s | %s | %.2f | %s | %.1f | %s | %s |\n", l, r, m, s, b > 0 ? sprintf("%.2f", s / b) : "?", mb / 1e6,
+				printf "| %s | %s | %s | %.2f | %s | %.1f | %s | %s |\n", l, r, m, s, (b > 0 ? sprintf("%.2f", s / b) : "?"), mb / 1e6,
 					p == "" ? "?" : sprintf("%.2f", p), p == "" ? "?" : sprintf("%+.0f%%", (p - s) / s * 100) }'
 		done <<< "$methods_s"
 		# plan's first choice among the measured meshes against the fastest measured

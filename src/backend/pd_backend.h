@@ -191,6 +191,8 @@ struct pd_backend {
 	int conv_f32_fallbacks;                 /* bf16 convolutions that run in f32 instead: no fast bf16
 						 * kernel for their shape on this CPU */
 	int host_memory;                        /* its buffers are host memory (a communicator may use them) */
+	const char *note;                       /* how it meets `compute` here where that is not what the
+						 * user would assume, for the run to say; NULL: as asked */
 	int threads;                            /* OpenMP threads it computes with between enter and leave */
 	int failed;                             /* set by the first failing operation */
 	char error[512];                        /* its message */

@@ -816,6 +816,8 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 	sh.quantize = e->quantize;
 	rc = pd_backend_cpu_new(&e->be, e->dt, pd_engine_threads(e->world, e->o.threads));
 	if (!rc) {
+		if (e->be->note)
+			pd_log(1, "pdit: note: %s\n", e->be->note);
 		e->be->conv_compute = e->vae_dt;
 		/* the weights are laid out for the threads that will run them */
 		scope->be = e->be;

@@ -61,6 +61,8 @@ cat > "$out/inner.sh" << 'EOF'
 # inner.sh TAG: every method once on the hosts made; one line per method:
 # TAG|FLAGS|MESH|S/STEP|BYTES BETWEEN HOSTS PER STEP|TOKENS|MATMUL GFLOPS
 set -u
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 tag=$1
 while IFS= read -r flags; do
 	stale=()
@@ -72,8 +74,7 @@ while IFS= read -r flags; do
 	b1=$($PDIT_HOSTS_CTL bytes) || b1=0
 	steps=3
 	[ ${#stale[@]} -gt 0 ] && steps=4
-	f() { sed -n "s/.*\"$1\": \"\{0,1\}\([^,\"]*\)\"\{0,1\}[,}].*/\1/p" <<< "$j"; }
-	echo "$tag|$flags|$(f mesh)|$(f seconds_per_step)|$(((b1 - b0) / steps))|$(f tokens)|$(f matmul_gflops)"
+	echo "$tag|$flags|$(field mesh "$j")|$(field seconds_per_step "$j")|$(((b1 - b0) / steps))|$(field tokens "$j")|$(field matmul_gflops "$j")"
 done <<< "$methods_s"
 EOF
 chmod +x "$out/inner.sh"
@@ -105,7 +106,6 @@ predict() {
 		--per-node "$per" "${link[@]}" --matmul-gflops "$5" --json 2> /dev/null |
 		awk -v m="$1" 'index($0, "\"mesh\": \"" m "\"") { sub(/.*"seconds_per_step": /, ""); sub(/,.*/, ""); print; exit }'
 }
-med() { median; }
 
 echo "| hosts × processes | link | mesh | s/step | × unshaped | MB between hosts / step | plan s/step | plan error |"
 echo "|---|---|---|---:|---:|---:|---:|---:|"
@@ -116,11 +116,11 @@ for layout in $layouts; do
 			rows=$(grep -F "$key" "$out/runs" || true)
 			mesh=$(head -1 <<< "$rows" | cut -d'|' -f4)
 			[ -n "$mesh" ] || { echo "| $layout | $rate | $flags | failed | | | | |"; continue; }
-			sps=$(cut -d'|' -f5 <<< "$rows" | med)
-			mb=$(cut -d'|' -f6 <<< "$rows" | med)
+			sps=$(cut -d'|' -f5 <<< "$rows" | median)
+			mb=$(cut -d'|' -f6 <<< "$rows" | median)
 			tokens=$(head -1 <<< "$rows" | cut -d'|' -f7)
-			gf=$(cut -d'|' -f8 <<< "$rows" | med)
-			base=$(grep -F "$layout|none|$flags|" "$out/runs" | cut -d'|' -f5 | med)
+			gf=$(cut -d'|' -f8 <<< "$rows" | median)
+			base=$(grep -F "$layout|none|$flags|" "$out/runs" | cut -d'|' -f5 | median)
 			short=$(tr ' ' '\n' <<< "$mesh" | { grep -v '=1$' || true; } | tr '\n' ' ' | sed 's/ $//')
 			p=$(predict "$mesh" "$layout" "$rate" "$tokens" "$gf")
 			echo "$short|$sps|${p:-}" >> "$out/group"

@@ -134,18 +134,16 @@ shape() {
 	run_in "$ns" tc qdisc add dev "$dev" $at tbf rate "$rate" burst "$burst" latency 100ms 2> "$dir/err" ||
 		skip "tc cannot shape a veth link with tbf ($(head -1 "$dir/err"))"
 }
+# the nftables table that drops PCT percent of a host's packets (ctl
+# loss uses it too)
+loss_rule() {
+	printf 'table inet pdit_loss { chain out { type filter hook output priority 0; policy accept; oifname "eth0" numgen random mod 100 < %d drop; }; }\n' "$1"
+}
 set_loss() {
 	local ns=$1 pct=$2
 	run_in "$ns" nft delete table inet pdit_loss 2> /dev/null
 	[ "$pct" = 0 ] && return 0
-	run_in "$ns" nft -f - 2> "$dir/err" <<- EOF || skip "nftables cannot drop packets ($(head -1 "$dir/err"))"
-		table inet pdit_loss {
-			chain out {
-				type filter hook output priority 0; policy accept;
-				oifname "eth0" numgen random mod 100 < $pct drop
-			}
-		}
-	EOF
+	loss_rule "$pct" | run_in "$ns" nft -f - 2> "$dir/err" || skip "nftables cannot drop packets ($(head -1 "$dir/err"))"
 }
 
 if [ -n "$rate" ]; then
@@ -239,6 +237,7 @@ cat > "$dir/ctl" <<- EOF
 	#!/usr/bin/env bash
 	# control of the hosts made by $here/hosts.sh (see there)
 	set -u
+	$(declare -f loss_rule)
 	case \${1:-} in
 	exec) i=\$2; shift 2; exec ip netns exec $tag-h\$i "\$@" ;;
 	link) exec ip netns exec $sw ip link set "h\$2" "\$3" ;;
@@ -246,8 +245,7 @@ cat > "$dir/ctl" <<- EOF
 		for ((i = 0; i < $n; i++)); do
 			ip netns exec $tag-h\$i nft delete table inet pdit_loss 2> /dev/null
 			[ "\$2" = 0 ] && continue
-			printf 'table inet pdit_loss { chain out { type filter hook output priority 0; policy accept; oifname "eth0" numgen random mod 100 < %d drop; }; }\n' "\$2" |
-				ip netns exec $tag-h\$i nft -f - || exit 1
+			loss_rule "\$2" | ip netns exec $tag-h\$i nft -f - || exit 1
 		done ;;
 	bytes)
 		t=0

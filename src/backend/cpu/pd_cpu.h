@@ -169,8 +169,11 @@ void pd_cpu_count_work(struct pd_backend *be, size_t add, size_t sub);
 int pd_cpu_grow(struct pd_backend *be, void **buf, size_t *cap, size_t need, size_t elem);
 /* f32 -> bf16, round to nearest even (what torch's .to(bfloat16) does). */
 void pd_cpu_to_bf16(uint16_t *dst, const float *src, int64_t rows, int64_t cols, int64_t lds);
-/* The same rounding, the results kept as f32 (DST may be SRC when LDS = COLS). */
-void pd_cpu_round_bf16(float *dst, const float *src, int64_t rows, int64_t cols, int64_t lds);
+/* The same rounding, the results kept as f32: N values of one row (DST may
+ * be SRC; AVX-512 where present), and ROWS x COLS of SRC with row stride LDS
+ * into contiguous DST (on all threads). */
+void pd_cpu_round_bf16_row(const struct pd_cpu *cpu, float *dst, const float *src, int64_t n);
+void pd_cpu_round_bf16(const struct pd_cpu *cpu, float *dst, const float *src, int64_t rows, int64_t cols, int64_t lds);
 /* The data type of the products' operands: bf16 where oneDNN multiplies
  * bf16 here, else f32. */
 dnnl_data_type_t pd_cpu_mm_type(struct pd_backend *be);

@@ -254,7 +254,7 @@ void pd_cpu_attention_impl(struct pd_backend *be, float *out, int64_t ldo, float
 			pd_cpu_softmax_rows(cpu->scratch, mb, skv, bias || causal ? 1.0f : scale,
 					    lse ? lse + (int64_t)h * sq + i0 : NULL, 1, p16, inv, cpu->avx512);
 			if (p32)
-				pd_cpu_round_bf16(p32, cpu->scratch, mb, skv, skv);
+				pd_cpu_round_bf16(cpu, p32, cpu->scratch, mb, skv, skv);
 			if (pd_cpu_gemm(be, mb, head_dim, skv, p16 ? (const void *)p16 : p32 ? (const void *)p32 : cpu->scratch, skv,
 					(const char *)va + off * es, ldv, 0, out + i0 * ldo + (int64_t)h * head_dim, ldo,
 					dt))

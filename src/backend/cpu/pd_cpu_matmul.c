@@ -69,7 +69,7 @@ void pd_cpu_operand(struct pd_backend *be, void *dst, const float *src, int64_t 
 	if (pd_cpu_mm_type(be) == dnnl_bf16)
 		pd_cpu_to_bf16(dst, src, rows, cols, lds);
 	else
-		pd_cpu_round_bf16(dst, src, rows, cols, lds);
+		pd_cpu_round_bf16(CPU(be), dst, src, rows, cols, lds);
 }
 
 /* The matmul primitive for ROWS rows with the given strides and flags. The
@@ -300,19 +300,11 @@ void pd_cpu_to_bf16(uint16_t *dst, const float *src, int64_t rows, int64_t cols,
 	}
 }
 
-void pd_cpu_round_bf16(float *dst, const float *src, int64_t rows, int64_t cols, int64_t lds)
+void pd_cpu_round_bf16(const struct pd_cpu *cpu, float *dst, const float *src, int64_t rows, int64_t cols, int64_t lds)
 {
 #pragma omp parallel for schedule(static)
-	for (int64_t r = 0; r < rows; r++) {
-		const uint32_t *s = (const uint32_t *)(src + r * lds);
-		uint32_t *d = (uint32_t *)(dst + r * cols);
-
-		for (int64_t c = 0; c < cols; c++) {
-			uint32_t u = s[c];
-
-			d[c] = ((u + 0x7fff + ((u >> 16) & 1)) >> 16) << 16;
-		}
-	}
+	for (int64_t r = 0; r < rows; r++)
+		pd_cpu_round_bf16_row(cpu, dst + r * cols, src + r * lds, cols);
 }
 
 void pd_cpu_linear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,

@@ -207,7 +207,7 @@ __attribute__((target("avx512f"))) static void pd_q_round_bf16_avx512(float *dst
 }
 #endif
 
-static void pd_q_round_bf16(const struct pd_cpu *cpu, float *dst, const float *src, int64_t n)
+void pd_cpu_round_bf16_row(const struct pd_cpu *cpu, float *dst, const float *src, int64_t n)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
 	if (cpu->avx512) {
@@ -239,7 +239,7 @@ static void pd_q_dot(struct pd_backend *be, struct pd_linear *l, const float *x,
 		float *xr = cpu->qrow + (size_t)nt * (size_t)l->n_in;
 
 		for (int64_t r = 0; r < rows; r++)
-			pd_q_round_bf16(cpu, xr + r * l->n_in, x + r * ldx, l->n_in);
+			pd_cpu_round_bf16_row(cpu, xr + r * l->n_in, x + r * ldx, l->n_in);
 		in = xr;
 		ld = l->n_in;
 	}
@@ -251,7 +251,7 @@ static void pd_q_dot(struct pd_backend *be, struct pd_linear *l, const float *x,
 		for (int64_t j = 0; j < l->n_out; j++) {
 			pd_q_row(cpu, l, j, w);
 			if (bf16)
-				pd_q_round_bf16(cpu, w, w, l->n_in);
+				pd_cpu_round_bf16_row(cpu, w, w, l->n_in);
 			for (int64_t r = 0; r < rows; r++) {
 				float s = pd_dot(cpu, w, in + r * ld, l->n_in), *o = y + r * ldy + j;
 
@@ -287,7 +287,7 @@ static void pd_q_panel(struct pd_backend *be, struct pd_linear *l, int64_t j0, i
 
 			pd_q_row(cpu, l, j0 + r, w);
 			if (rounded)
-				pd_q_round_bf16(cpu, w, w, l->n_in);
+				pd_cpu_round_bf16_row(cpu, w, w, l->n_in);
 		}
 	}
 }

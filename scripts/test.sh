@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: a normal optimised build (build/), an
 # AddressSanitizer + UndefinedBehaviorSanitizer build (build-asan/), and a
-# build without MPI (build-nompi/: the one-process tests). About 35 minutes
+# build without MPI (build-nompi/: the one-process tests). About 30 minutes
 # on 2 cores; `ctest --test-dir build -L unit` is the quick subset, and the
 # labels unit, golden, cli, mpi, hosts and fuzz select the others.
 set -euo pipefail

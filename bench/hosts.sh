@@ -104,7 +104,8 @@ predict() {
 	fi
 	"$pdit" plan --model "$model" --devices 4 -H "$size" -W "$size" --txt-len $(($4 - (size / 16) * (size / 16))) \
 		--per-node "$per" "${link[@]}" --matmul-gflops "$5" --json 2> /dev/null |
-		awk -v m="$1" 'index($0, "\"mesh\": \"" m "\"") { sub(/.*"seconds_per_step": /, ""); sub(/,.*/, ""); print; exit }'
+		awk -v m="$1" '!done && index($0, "\"mesh\": \"" m "\"") { sub(/.*"seconds_per_step": /, ""); sub(/,.*/, ""); print; done = 1 }'
+	# (awk reads to the end: plan killed by SIGPIPE would end this script under pipefail)
 }
 
 echo "| hosts × processes | link | mesh | s/step | × unshaped | MB between hosts / step | plan s/step | plan error |"

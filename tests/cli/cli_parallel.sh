@@ -77,7 +77,11 @@ run3=(--model "$tmp/m3" --embeds "$tmp/m3/embeds.safetensors" -H 48 -W 48 --step
 "${mpirun[@]}" -np 2 "$pdit" generate "${run3[@]}" --data-parallel-degree 2 -o "$tmp/bd.png" 2> /dev/null ||
 	bad "data parallel generate"
 for b in 0 1 2; do
-	"$cmp" pngs "$tmp/b1-$b.png" "$tmp/bd-$b.png" 0 > /dev/null && ok "data parallel picture $b identical" ||
+	# data parallel's latents are within about 2e-6 of one process's (so
+	# since before the flash-style attention; 2 and 3 groups agree with
+	# each other): a pixel at a rounding boundary may move one level, as
+	# for the other exact methods
+	"$cmp" pngs "$tmp/b1-$b.png" "$tmp/bd-$b.png" 1 > /dev/null && ok "data parallel picture $b equal" ||
 		bad "data parallel picture $b"
 done
 
@@ -90,7 +94,11 @@ four=$("${mpirun[@]}" -np 4 "$pdit" generate "${big[@]}" -o "$tmp/big4.png" 2>&1
 	sed -n 's/.*peak resident memory (MB): //p')
 "$cmp" pngs "$tmp/big1.png" "$tmp/big4.png" 1 > /dev/null && ok "1536x1536 decoded in 4 bands equals one process" ||
 	bad "banded decode differs"
-if [ -n "$one" ] && [ -n "$four" ] && awk -v one="$one" -v four="$four" 'BEGIN { n = split(four, r, " ");
+if [[ "${ASAN_OPTIONS:-}" == *halt_on_error* ]]; then
+	# AddressSanitizer keeps up to 256 MB of freed memory poisoned in each
+	# process (its quarantine): resident memory there is not pdit's
+	echo "skip peak memory per rank with 4 bands under AddressSanitizer: $four MB (one process: $one MB)"
+elif [ -n "$one" ] && [ -n "$four" ] && awk -v one="$one" -v four="$four" 'BEGIN { n = split(four, r, " ");
 	for (i = 1; i <= n; i++) if (r[i] > 0.5 * one) exit 1; exit n == 4 ? 0 : 1 }'; then
 	ok "peak memory per rank with 4 bands: $four MB (one process: $one MB)"
 else

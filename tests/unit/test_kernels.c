@@ -272,8 +272,9 @@ static void test_qlinear(struct pd_backend *be, int bf16, int big)
  * to bf16 before P V, which bounds the difference near 2^-8 relative. */
 static void test_attention(struct pd_backend *be, int bf16)
 {
-	/* up to 600 queries: more than one query block of the kernel where
-	 * PDIT_ATTN_QBLOCK makes them small (the kernels test) */
+	/* up to 600 queries and 300 keys: several blocks of both (the kernels
+	 * test makes them small with PDIT_ATTN_QBLOCK and PDIT_ATTN_KBLOCK),
+	 * padded where they do not divide */
 	int H = rnd_int(1, 5), Dh = 2 * rnd_int(1, 24), Sq = rnd_int(1, 600), Skv = rnd_int(1, 300);
 	int D = H * Dh, ld = D + rnd_int(0, 4), ldo = D + rnd_int(0, 4);
 	/* now and then large scores: rows close to one-hot, exponentials that underflow */
@@ -344,6 +345,14 @@ static void test_attention_masked(struct pd_backend *be, int bf16)
 	float scale = rnd_int(0, 1) ? 1.0f : 1.0f / sqrtf((float)Dh);
 	char what[128];
 
+	/* now and then a padding mask: a row's first keys at -inf, as many as
+	 * leave it one (whole key blocks of nothing but -inf, where the running
+	 * maximum stays -inf) */
+	if (bias && rnd_int(0, 2) == 0)
+		for (int h = 0; h < H; h++)
+			for (int i = 0; i < S; i++)
+				for (int j = 0, n = rnd_int(0, causal ? i : S - 1); j < n; j++)
+					bias[((size_t)h * S + i) * S + j] = -INFINITY;
 	be->ops->attention_masked(be, out, ldo, q, ld, k, ld, v, ld, S, H, Dh, scale, bias, causal);
 	for (int h = 0; h < H; h++) {
 		for (int i = 0; i < S; i++) {
@@ -730,12 +739,14 @@ int main(int argc, char **argv)
 	/* the same backends with the portable kernels (decoders included),
 	 * and quantized layers cut into panels of 1 MB (many, in the big case) */
 	setenv("PDIT_NO_AVX512", "1", 1);
+	setenv("PDIT_NO_AVX2", "1", 1);
 	setenv("PDIT_QPANEL_MB", "1", 1);
 	if (pd_backend_cpu_new(&f32p, PD_F32, 0) || pd_backend_cpu_new(&bf16p, PD_BF16, 0)) {
 		fprintf(stderr, "%s\n", pd_last_error());
 		return 1;
 	}
 	unsetenv("PDIT_NO_AVX512");
+	unsetenv("PDIT_NO_AVX2");
 	unsetenv("PDIT_QPANEL_MB");
 	for (int round = 0; round < 6; round++) {
 		test_linear(f32, 0);
@@ -744,10 +755,10 @@ int main(int argc, char **argv)
 			test_qlinear(k % 2 ? f32p : f32, 0, round == 0 && k == 1);
 			test_qlinear(k % 2 ? bf16p : bf16, 1, round == 1 && k == 1);
 		}
-		test_attention(f32, 0);
-		test_attention(bf16, 1);
-		test_attention_masked(f32, 0);
-		test_attention_masked(bf16, 1);
+		test_attention(round % 2 ? f32p : f32, 0);
+		test_attention(round % 2 ? bf16p : bf16, 1);
+		test_attention_masked(round % 2 ? f32p : f32, 0);
+		test_attention_masked(round % 2 ? bf16p : bf16, 1);
 		test_norms(f32);
 		test_elementwise(f32);
 		test_vae_ops(f32);

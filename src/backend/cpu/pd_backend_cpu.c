@@ -108,19 +108,12 @@ void pd_cpu_destroy(struct pd_backend *be)
 {
 	struct pd_cpu *cpu = CPU(be);
 
+	pd_cpu_attn_free(cpu);
 	if (cpu->stream)
 		dnnl_stream_destroy(cpu->stream);
 	if (cpu->eng)
 		dnnl_engine_destroy(cpu->eng);
-	for (int i = 0; i < cpu->n_gemm; i++) {
-		dnnl_primitive_destroy(cpu->gemm[i].prim);
-		dnnl_memory_destroy(cpu->gemm[i].a);
-		dnnl_memory_destroy(cpu->gemm[i].b);
-		dnnl_memory_destroy(cpu->gemm[i].c);
-	}
 	free(cpu->bf16);
-	free(cpu->scratch);
-	free(cpu->abf);
 	free(cpu->qpanel);
 	free(cpu->qout);
 	free(cpu->qrow);
@@ -225,15 +218,26 @@ int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threa
 	/* PDIT_NO_AVX512 lets the tests run the portable kernels here too */
 	cpu->avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
 		      __builtin_cpu_supports("avx512vl") && !getenv("PDIT_NO_AVX512");
+	/* PDIT_NO_AVX2 (with PDIT_NO_AVX512) leaves the portable C alone */
+	cpu->avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("PDIT_NO_AVX2");
 #endif
 	/* PDIT_QPANEL_MB lets the tests cut small weights into many panels */
 	cpu->qpanel_bytes = PD_QPANEL_BYTES;
 	if (getenv("PDIT_QPANEL_MB") && atoi(getenv("PDIT_QPANEL_MB")) > 0 && atoi(getenv("PDIT_QPANEL_MB")) < 4096)
 		cpu->qpanel_bytes = (size_t)atoi(getenv("PDIT_QPANEL_MB")) << 20;
-	/* PDIT_ATTN_QBLOCK fixes the attention's query blocks (benchmarks of
-	 * the choice against 256, the former fixed size) */
-	if (getenv("PDIT_ATTN_QBLOCK") && atoi(getenv("PDIT_ATTN_QBLOCK")) >= 16)
+	/* PDIT_ATTN_QBLOCK and PDIT_ATTN_KBLOCK set attention's blocks (the
+	 * tests make them small; benchmarks of the choice) */
+	cpu->attn_qblock = PD_ATTN_QBLOCK;
+	cpu->attn_kblock = PD_ATTN_KBLOCK;
+	if (getenv("PDIT_ATTN_QBLOCK") && atoi(getenv("PDIT_ATTN_QBLOCK")) >= 1 && atoi(getenv("PDIT_ATTN_QBLOCK")) <= 65536)
 		cpu->attn_qblock = atoi(getenv("PDIT_ATTN_QBLOCK"));
+	if (getenv("PDIT_ATTN_KBLOCK") && atoi(getenv("PDIT_ATTN_KBLOCK")) >= 1 && atoi(getenv("PDIT_ATTN_KBLOCK")) <= 65536)
+		cpu->attn_kblock = atoi(getenv("PDIT_ATTN_KBLOCK"));
+	/* PDIT_ATTN_PACK_KB lets the tests pack attention's heads in many groups */
+	cpu->attn_pack_bytes = PD_ATTN_PACK_BYTES;
+	if (getenv("PDIT_ATTN_PACK_KB") && atoi(getenv("PDIT_ATTN_PACK_KB")) > 0 &&
+	    atoi(getenv("PDIT_ATTN_PACK_KB")) < (1 << 22))
+		cpu->attn_pack_bytes = (size_t)atoi(getenv("PDIT_ATTN_PACK_KB")) << 10;
 	/* PDIT_CONV_CHUNK_KB lets the tests cut small pictures into many chunks */
 	cpu->conv_chunk_bytes = PD_CONV_CHUNK_BYTES;
 	if (getenv("PDIT_CONV_CHUNK_KB") && atoi(getenv("PDIT_CONV_CHUNK_KB")) > 0 &&

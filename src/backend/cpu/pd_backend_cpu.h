@@ -1,7 +1,8 @@
 /*
  * pd_backend_cpu.h - the CPU backend: oneDNN matrix products and
  * convolutions, OpenMP kernels of pdit's own (AVX-512 where the machine has
- * it, portable C elsewhere; PDIT_NO_AVX512=1 forces the portable ones).
+ * it, AVX2 for attention's softmax where it has only that, portable C
+ * elsewhere; PDIT_NO_AVX512=1 and PDIT_NO_AVX2=1 force the portable ones).
  */
 #ifndef PD_BACKEND_CPU_H
 #define PD_BACKEND_CPU_H

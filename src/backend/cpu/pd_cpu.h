@@ -24,14 +24,20 @@
 #define PD_CONV_CHUNK_BYTES (16u << 20)
 /* Rows assumed when asking oneDNN for its preferred weight layout. */
 #define PD_MM_REF_ROWS 256
-/* Queries per attention block, whose scores [block, keys] are held in f32:
- * as many as about PD_ATTN_SCORES_BYTES of scores allow, between the two
- * bounds. Larger blocks repack the keys and values for fewer products: at
- * 1024² (4608 keys) 1024 queries took FLUX's attention from 0.53 to 0.65
- * of the matmul rate; beyond it the softmax's passes leave the cache. */
-#define PD_ATTN_QBLOCK_MIN 256
-#define PD_ATTN_QBLOCK_MAX 1024
-#define PD_ATTN_SCORES_BYTES (24u << 20)
+/* Attention's blocks (pd_cpu_attention.c): a thread holds one block's
+ * scores in f32 and its probabilities, [queries, keys], the queries and
+ * their output, and a block of keys and values: with heads of 128, about
+ * 0.7 MB (bf16 operands) to 1.2 MB (f32), a core's L2. Counts are cut as equally as the
+ * number of blocks allows, so a block is at most this. Chosen on FLUX's
+ * attention at 1024² (24 heads, 4608 tokens, bf16 values in f32 products,
+ * 2 AVX2 cores, of the product rate, +-0.03 between runs): 64 queries 0.62,
+ * 128 0.70, 256 0.72 against 512 keys; 256 keys 0.67, 1024 0.69. */
+#define PD_ATTN_QBLOCK 128
+#define PD_ATTN_KBLOCK 512
+/* Attention copies q, k and v head-major (bf16 for bf16 products) for
+ * about this many bytes of heads at a time: at 1024² FLUX's 24 heads
+ * are 85 MB in bf16, 9 heads 32 MB, still 324 blocks to share. */
+#define PD_ATTN_PACK_BYTES (32u << 20)
 /* Quantized linear layers: up to this many rows take the decode-and-dot
  * kernel (the modulation's one row per picture); more decode a panel of
  * output rows at a time for a oneDNN product, whose scratch is about
@@ -46,16 +52,23 @@
 #define PD_QDENSE_ROWS 1024
 #define PD_QDENSE_IN 8192
 #define PD_QPANEL_BYTES (12u << 20)
-/* Plain matrix products (attention) with operands given per call. */
-#define PD_GEMM_CACHE 32
+/* Attention's block products kept (two per shape of block). */
+#define PD_AGEMM_CACHE 16
+/* Bytes rounded up to whole cache lines. */
+#define PD_ALIGN64(n) (((size_t)(n) + 63) & ~(size_t)63)
 
-struct pd_gemm {
-	int64_t m, n, k, lda, ldb, ldc;  /* shape and strides it was made for */
-	int trans_b;                    /* B given as [n, k] rows */
+/* One of attention's block products, run by several threads at once: each
+ * has its own memory objects and scratchpad. */
+struct pd_attn_gemm {
+	int64_t m, n, k;                /* C[m, n] = A[m, k] B, all contiguous */
+	int trans_b;                    /* B given as [n, k] rows (the keys) */
+	int acc;                        /* C += (the output over key blocks) */
 	dnnl_data_type_t dt;            /* type of A and B (C is f32) */
 	uint64_t used;                  /* last use, for eviction */
-	dnnl_primitive_t prim;
-	dnnl_memory_t a, b, c;          /* handles set per call */
+	dnnl_primitive_t prim;          /* made with a scratchpad the caller gives */
+	size_t scratch;                 /* bytes of that scratchpad */
+	int nthr;                       /* threads it has memory objects for */
+	dnnl_memory_t *mem;             /* per thread: A, B, C, scratchpad (handles set per call) */
 };
 
 struct pd_cpu {
@@ -64,10 +77,13 @@ struct pd_cpu {
 	dnnl_stream_t stream;           /* its (in-order) stream */
 	void *bf16;                     /* a linear layer's input as its product's operand (pd_cpu_operand) */
 	size_t bf16_cap;                /* its capacity in elements */
-	float *scratch;                 /* attention scores of one query block */
-	size_t scratch_cap;             /* its capacity in floats */
-	void *abf;                      /* q, k, v and the probabilities as the products' operands */
-	size_t abf_cap;                 /* its capacity in elements */
+	void *abf;                      /* q, k and v of a group of heads as attention's operands */
+	size_t abf_cap;                 /* its capacity in bytes */
+	size_t attn_pack_bytes;         /* about its size (PD_ATTN_PACK_BYTES) */
+	void *aws;                      /* attention's working memory, a part per thread */
+	size_t aws_cap;                 /* its capacity in bytes */
+	dnnl_stream_t *astream;         /* a stream per attention thread */
+	int n_astream;                  /* how many */
 	void *qpanel;                   /* decoded output rows of a quantized weight (bf16 or f32) */
 	size_t qpanel_cap;              /* its capacity in elements */
 	float *qout;                    /* a panel's product, dense [rows, panel], for few rows */
@@ -75,6 +91,7 @@ struct pd_cpu {
 	float *qrow;                    /* one decoded row per thread */
 	size_t qrow_cap;                /* its capacity in floats */
 	int avx512;                     /* the CPU has AVX-512 F/BW/VL (softmax kernel, decoders) */
+	int avx2;                       /* the CPU has AVX2 and FMA (softmax kernel where no AVX-512) */
 	int bf16_f32;                   /* bf16 compute where oneDNN has no bf16 products (a CPU
 					 * without AVX-512, or PDIT_BF16_AS_F32 for the tests):
 					 * operands and weights rounded to bf16 values but stored and
@@ -84,10 +101,10 @@ struct pd_cpu {
 	void *csrc, *cdst;              /* a bf16 convolution's chunk: its input and output, blocked */
 	size_t csrc_cap, cdst_cap;      /* their capacities in bytes */
 	size_t conv_chunk_bytes;        /* their size per chunk, about (PD_CONV_CHUNK_BYTES) */
-	int attn_qblock;                /* queries per attention block; 0: by PD_ATTN_SCORES_BYTES */
-	struct pd_gemm gemm[PD_GEMM_CACHE]; /* cached attention products */
-	int n_gemm;
-	uint64_t clock;                 /* use counter for the cache */
+	int attn_qblock, attn_kblock;   /* most queries and keys per attention block */
+	struct pd_attn_gemm agemm[PD_AGEMM_CACHE]; /* attention's block products */
+	int n_agemm;                    /* how many are made */
+	uint64_t clock;                 /* use counter for their eviction */
 };
 
 struct pd_mm {
@@ -193,10 +210,8 @@ struct pd_mm *pd_cpu_mm_get(struct pd_backend *be, struct pd_linear *l, int64_t 
 /* The product of a quantized layer (pd_cpu_qmatmul.c). */
 void pd_cpu_qlinear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
 		    float *y, int64_t ldy, int flags);
-/* C[m, n] = A[m, k] B, B given as [k, n] or (trans_b) as [n, k] rows; any
- * row strides; A and B f32 or bf16, C f32. Primitives are cached by shape. */
-int pd_cpu_gemm(struct pd_backend *be, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
-		const void *b, int64_t ldb, int trans_b, float *c, int64_t ldc, dnnl_data_type_t dt);
+/* Frees attention's products, streams and buffers (pd_cpu_attention.c). */
+void pd_cpu_attn_free(struct pd_cpu *cpu);
 
 /* The operations (pd_backend.h documents each). */
 float *pd_cpu_alloc(struct pd_backend *be, size_t n);

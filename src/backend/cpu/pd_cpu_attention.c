@@ -1,6 +1,14 @@
 /*
- * pd_cpu_attention.c - softmax attention as two matrix products per query
- * block, with a vectorised softmax, and ring attention's merge.
+ * pd_cpu_attention.c - softmax attention in blocks of queries and keys
+ * (flash-style online softmax), and ring attention's merge.
+ *
+ * Each thread takes one head's block of queries at a time and walks the
+ * keys in blocks: S = Q Kᵀ and O += P V are oneDNN products on one thread,
+ * the running maximum and sum per query row fold each block's scores in.
+ * A block's scores, probabilities and output stay in the thread's cache;
+ * no row of scores over the whole sequence exists. The operands are copied
+ * head-major (and to bf16) a group of heads at a time, so memory stays
+ * bounded whatever the length.
  */
 #include "pd_cpu.h"
 #include "pd_util.h"
@@ -14,6 +22,14 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* How a block's probabilities are written for P V: f32, bf16 values held
+ * as f32 (bf16 compute without bf16 products), or bf16. */
+enum { PD_P_F32, PD_P_ROUNDED, PD_P_BF16 };
+
+/* ----------------------------------------------------------------------- */
+/* Exponentials of a score row                                             */
+/* ----------------------------------------------------------------------- */
 
 /* exp(d) for softmax arguments (d <= 0), branch-free so that loops over it
  * vectorise: SLEEF's expf_u10 reduction and polynomial, rounding by the
@@ -40,26 +56,39 @@ static inline float pd_exp_vec(float d)
 	return u * pw.f;
 }
 
-/* One score row's exponentials, shifted by the row's maximum times SCALE
- * and left unnormalised, into bf16 O16 or f32 O32 (either may alias the row
- * when f32); returns their sum and sets *mx to the scaled maximum. */
-static float pd_softmax_row(const float *row, int64_t n, float scale, uint16_t *o16, float *o32, float *mx)
+/* f32 bits rounded to the nearest bf16, ties to even (torch's rounding). */
+static inline uint32_t pd_bf16_bits(uint32_t u)
 {
-	float m = -INFINITY, sum = 0.0f;
+	return (u + 0x7fff + ((u >> 16) & 1)) >> 16;
+}
+
+static float pd_max_row(const float *s, int64_t n)
+{
+	float m = -INFINITY;
 
 	for (int64_t j = 0; j < n; j++)
-		m = row[j] > m ? row[j] : m;
-	m *= scale;
+		m = s[j] > m ? s[j] : m;
+	return m;
+}
+
+/* exp(s[j] scale - m) for j < n into P as MODE says; returns their sum
+ * (of the f32 values, before any rounding). */
+static float pd_exp_row(const float *s, int64_t n, float scale, float m, int mode, void *p)
+{
+	float sum = 0.0f;
+
 	for (int64_t j = 0; j < n; j++) {
-		union { float f; uint32_t u; } e = { .f = pd_exp_vec(row[j] * scale - m) };
+		union { float f; uint32_t u; } e = { .f = pd_exp_vec(s[j] * scale - m) };
 
 		sum += e.f;
-		if (o16)
-			o16[j] = (uint16_t)((e.u + 0x7fff + ((e.u >> 16) & 1)) >> 16);
-		else
-			o32[j] = e.f;
+		if (mode == PD_P_BF16) {
+			((uint16_t *)p)[j] = (uint16_t)pd_bf16_bits(e.u);
+		} else {
+			if (mode == PD_P_ROUNDED)
+				e.u = pd_bf16_bits(e.u) << 16;
+			((float *)p)[j] = e.f;
+		}
 	}
-	*mx = m;
 	return sum;
 }
 
@@ -67,31 +96,38 @@ static float pd_softmax_row(const float *row, int64_t n, float scale, uint16_t *
 /* The same with AVX-512, sixteen lanes at a time: the exponential is
  * pd_exp_vec's reduction and polynomial with fused multiply-adds (a few
  * ulps apart from it), the sum kept per lane. The compiler does not
- * vectorise the scalar loop (its sum is an ordered float reduction). */
+ * vectorise the scalar loops (their sum and maximum are ordered). */
 __attribute__((target("avx512f,avx512bw,avx512vl")))
-static float pd_softmax_row_avx512(const float *row, int64_t n, float scale, uint16_t *o16, float *o32, float *mx)
+static float pd_max_row_avx512(const float *s, int64_t n)
 {
-	const __m512 ninf = _mm512_set1_ps(-INFINITY), lo = _mm512_set1_ps(-87.0f);
-	const __m512 r_ln2 = _mm512_set1_ps(1.442695040888963407f), l2u = _mm512_set1_ps(0.693145751953125f);
-	const __m512 l2l = _mm512_set1_ps(1.428606765330187045e-06f), one = _mm512_set1_ps(1.0f);
-	const __m512 c0 = _mm512_set1_ps(0.000198527617612853646278381f), c1 = _mm512_set1_ps(0.00139304355252534151077271f);
-	const __m512 c2 = _mm512_set1_ps(0.00833336077630519866943359f), c3 = _mm512_set1_ps(0.0416664853692054748535156f);
-	const __m512 c4 = _mm512_set1_ps(0.166666671633720397949219f), c5 = _mm512_set1_ps(0.5f);
-	const __m512i rnd = _mm512_set1_epi32(0x7fff), bit = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(127);
-	__m512 vm = ninf, vs = _mm512_setzero_ps(), vsc = _mm512_set1_ps(scale), vmx;
-	float m;
+	const __m512 ninf = _mm512_set1_ps(-INFINITY);
+	__m512 vm = ninf;
 
 	for (int64_t j = 0; j < n; j += 16) {
 		__mmask16 k = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
 
-		vm = _mm512_max_ps(vm, _mm512_mask_loadu_ps(ninf, k, row + j));
+		vm = _mm512_max_ps(vm, _mm512_mask_loadu_ps(ninf, k, s + j));
 	}
-	m = _mm512_reduce_max_ps(vm) * scale;
-	vmx = _mm512_set1_ps(m);
+	return _mm512_reduce_max_ps(vm);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl")))
+static float pd_exp_row_avx512(const float *s, int64_t n, float scale, float m, int mode, void *p)
+{
+	const __m512 lo = _mm512_set1_ps(-87.0f), r_ln2 = _mm512_set1_ps(1.442695040888963407f);
+	const __m512 l2u = _mm512_set1_ps(0.693145751953125f), l2l = _mm512_set1_ps(1.428606765330187045e-06f);
+	const __m512 one = _mm512_set1_ps(1.0f), c0 = _mm512_set1_ps(0.000198527617612853646278381f);
+	const __m512 c1 = _mm512_set1_ps(0.00139304355252534151077271f), c2 = _mm512_set1_ps(0.00833336077630519866943359f);
+	const __m512 c3 = _mm512_set1_ps(0.0416664853692054748535156f), c4 = _mm512_set1_ps(0.166666671633720397949219f);
+	const __m512 c5 = _mm512_set1_ps(0.5f);
+	const __m512i rnd = _mm512_set1_epi32(0x7fff), bit = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(127);
+	const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+	__m512 vs = _mm512_setzero_ps(), vsc = _mm512_set1_ps(scale), vmx = _mm512_set1_ps(m);
+
 	for (int64_t j = 0; j < n; j += 16) {
 		__mmask16 k = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
-		__m512 d = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, row + j), vsc, vmx), q, t, u, e;
-		__m512i pw;
+		__m512 d = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, s + j), vsc, vmx), q, t, u, e;
+		__m512i pw, b;
 
 		d = _mm512_max_ps(d, lo);
 		q = _mm512_roundscale_ps(_mm512_mul_ps(d, r_ln2), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -106,105 +142,467 @@ static float pd_softmax_row_avx512(const float *row, int64_t n, float scale, uin
 		pw = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(q), bias), 23);
 		e = _mm512_maskz_mul_ps(k, u, _mm512_castsi512_ps(pw));
 		vs = _mm512_add_ps(vs, e);
-		if (o16) {
-			__m512i b = _mm512_castps_si512(e);
-
-			b = _mm512_add_epi32(b, _mm512_add_epi32(rnd, _mm512_and_si512(_mm512_srli_epi32(b, 16), bit)));
-			_mm256_mask_storeu_epi16(o16 + j, k, _mm512_cvtepi32_epi16(_mm512_srli_epi32(b, 16)));
-		} else {
-			_mm512_mask_storeu_ps(o32 + j, k, e);
+		if (mode == PD_P_F32) {
+			_mm512_mask_storeu_ps((float *)p + j, k, e);
+			continue;
 		}
+		b = _mm512_castps_si512(e);
+		b = _mm512_add_epi32(b, _mm512_add_epi32(rnd, _mm512_and_si512(_mm512_srli_epi32(b, 16), bit)));
+		if (mode == PD_P_BF16)
+			_mm256_mask_storeu_epi16((uint16_t *)p + j, k, _mm512_cvtepi32_epi16(_mm512_srli_epi32(b, 16)));
+		else
+			_mm512_mask_storeu_ps((float *)p + j, k, _mm512_castsi512_ps(_mm512_and_si512(b, hi)));
 	}
-	*mx = m;
 	return _mm512_reduce_add_ps(vs);
 }
+
+/* And with AVX2 and FMA, eight lanes at a time (CPUs without AVX-512). */
+__attribute__((target("avx2,fma")))
+static __m256i pd_tail_mask_avx2(int64_t left)
+{
+	const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+
+	return _mm256_cmpgt_epi32(_mm256_set1_epi32(left >= 8 ? 8 : (int)left), idx);
+}
+
+__attribute__((target("avx2,fma")))
+static float pd_max_row_avx2(const float *s, int64_t n)
+{
+	__m256 vm = _mm256_set1_ps(-INFINITY);
+	__m128 h;
+	int64_t j = 0;
+
+	for (; j + 8 <= n; j += 8)
+		vm = _mm256_max_ps(vm, _mm256_loadu_ps(s + j));
+	if (j < n) {
+		__m256i k = pd_tail_mask_avx2(n - j);
+
+		vm = _mm256_max_ps(vm, _mm256_blendv_ps(vm, _mm256_maskload_ps(s + j, k), _mm256_castsi256_ps(k)));
+	}
+	h = _mm_max_ps(_mm256_castps256_ps128(vm), _mm256_extractf128_ps(vm, 1));
+	h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+	h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+	return _mm_cvtss_f32(h);
+}
+
+__attribute__((target("avx2,fma")))
+static float pd_exp_row_avx2(const float *s, int64_t n, float scale, float m, int mode, void *p)
+{
+	const __m256 lo = _mm256_set1_ps(-87.0f), r_ln2 = _mm256_set1_ps(1.442695040888963407f);
+	const __m256 l2u = _mm256_set1_ps(0.693145751953125f), l2l = _mm256_set1_ps(1.428606765330187045e-06f);
+	const __m256 one = _mm256_set1_ps(1.0f), c0 = _mm256_set1_ps(0.000198527617612853646278381f);
+	const __m256 c1 = _mm256_set1_ps(0.00139304355252534151077271f), c2 = _mm256_set1_ps(0.00833336077630519866943359f);
+	const __m256 c3 = _mm256_set1_ps(0.0416664853692054748535156f), c4 = _mm256_set1_ps(0.166666671633720397949219f);
+	const __m256 c5 = _mm256_set1_ps(0.5f);
+	const __m256i rnd = _mm256_set1_epi32(0x7fff), bit = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(127);
+	const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+	__m256 vs = _mm256_setzero_ps(), vsc = _mm256_set1_ps(scale), vmx = _mm256_set1_ps(m);
+	__m128 h;
+
+	for (int64_t j = 0; j < n; j += 8) {
+		__m256i k = pd_tail_mask_avx2(n - j), pw, b;
+		__m256 d = _mm256_fmsub_ps(_mm256_maskload_ps(s + j, k), vsc, vmx), q, t, u, e;
+
+		d = _mm256_max_ps(d, lo);
+		q = _mm256_round_ps(_mm256_mul_ps(d, r_ln2), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+		t = _mm256_fnmadd_ps(q, l2u, d);
+		t = _mm256_fnmadd_ps(q, l2l, t);
+		u = _mm256_fmadd_ps(c0, t, c1);
+		u = _mm256_fmadd_ps(u, t, c2);
+		u = _mm256_fmadd_ps(u, t, c3);
+		u = _mm256_fmadd_ps(u, t, c4);
+		u = _mm256_fmadd_ps(u, t, c5);
+		u = _mm256_add_ps(one, _mm256_fmadd_ps(_mm256_mul_ps(t, t), u, t));
+		pw = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(q), bias), 23);
+		e = _mm256_and_ps(_mm256_mul_ps(u, _mm256_castsi256_ps(pw)), _mm256_castsi256_ps(k));
+		vs = _mm256_add_ps(vs, e);
+		if (mode == PD_P_F32) {
+			_mm256_maskstore_ps((float *)p + j, k, e);
+			continue;
+		}
+		b = _mm256_castps_si256(e);
+		b = _mm256_add_epi32(b, _mm256_add_epi32(rnd, _mm256_and_si256(_mm256_srli_epi32(b, 16), bit)));
+		if (mode == PD_P_ROUNDED) {
+			_mm256_maskstore_ps((float *)p + j, k, _mm256_castsi256_ps(_mm256_and_si256(b, hi)));
+		} else {
+			/* bf16 (only with AVX-512 turned off on a CPU that has it) */
+			__m128i w;
+			uint16_t t16[8];
+
+			b = _mm256_srli_epi32(b, 16);
+			w = _mm_packus_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+			if (n - j >= 8) {
+				_mm_storeu_si128((__m128i *)((uint16_t *)p + j), w);
+			} else {
+				_mm_storeu_si128((__m128i *)t16, w);
+				memcpy((uint16_t *)p + j, t16, (size_t)(n - j) * sizeof(uint16_t));
+			}
+		}
+	}
+	h = _mm_add_ps(_mm256_castps256_ps128(vs), _mm256_extractf128_ps(vs, 1));
+	h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+	h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+	return _mm_cvtss_f32(h);
+}
 #endif
 
-/* The softmax of each of ROWS score rows (raw q.k, scaled here) without
- * its normalisation: exponentials in place, or into bf16 P16 when not NULL.
- * inv[r] gets 1 / (row sum), applied to the output after P V instead of to
- * every score (a pass over the scores fewer); the log-sum-exp of row r goes
- * to lse[r * lse_stride]. */
-void pd_cpu_softmax_rows(float *s, int64_t rows, int64_t n, float scale, float *lse, int64_t lse_stride,
-			 uint16_t *p16, float *inv, int avx512)
+/* One query row's scores against a block of keys folded into its running
+ * maximum *M and sum *L (online softmax): S[0..n) times SCALE, whose
+ * exponentials against the new maximum go to P[0..n) as MODE says, zeros
+ * to P[n..np) (the padding keys). Returns the factor the row's output so
+ * far is multiplied by (exp(old maximum - new)). A row whose scores are all
+ * -inf so far (masked) adds nothing. */
+static float pd_online_row(const struct pd_cpu *cpu, const float *s, int64_t n, int64_t np, float scale, int mode,
+			   void *p, float *m, float *l)
 {
-	(void)avx512;
-#pragma omp parallel for schedule(static)
-	for (int64_t r = 0; r < rows; r++) {
-		float *row = s + r * n, m, sum;
-		uint16_t *o16 = p16 ? p16 + r * n : NULL;
+	size_t es = mode == PD_P_BF16 ? 2 : 4;
+	float mx, mnew, alpha, sum;
 
 #if defined(__x86_64__) && defined(__GNUC__)
-		if (avx512)
-			sum = pd_softmax_row_avx512(row, n, scale, o16, row, &m);
-		else
+	if (cpu->avx512)
+		mx = pd_max_row_avx512(s, n);
+	else if (cpu->avx2)
+		mx = pd_max_row_avx2(s, n);
+	else
 #endif
-			sum = pd_softmax_row(row, n, scale, o16, row, &m);
-		inv[r] = 1.0f / sum;
-		if (lse)
-			lse[r * lse_stride] = m + logf(sum);
+		mx = pd_max_row(s, n);
+	mx *= scale;
+	mnew = mx > *m ? mx : *m;
+	if (mnew == -INFINITY) {
+		memset(p, 0, (size_t)np * es);
+		return 1.0f;
 	}
+	alpha = *m == -INFINITY ? 0.0f : pd_exp_vec(*m - mnew);
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (cpu->avx512)
+		sum = pd_exp_row_avx512(s, n, scale, mnew, mode, p);
+	else if (cpu->avx2)
+		sum = pd_exp_row_avx2(s, n, scale, mnew, mode, p);
+	else
+#endif
+		sum = pd_exp_row(s, n, scale, mnew, mode, p);
+	if (np > n)
+		memset((char *)p + (size_t)n * es, 0, (size_t)(np - n) * es);
+	*l = *l * alpha + sum;
+	*m = mnew;
+	return alpha;
 }
 
-/* Rows of one head's output block times their 1 / (row sum). */
-void pd_cpu_scale_rows(float *o, int64_t ldo, int64_t rows, int cols, const float *inv)
+/* ----------------------------------------------------------------------- */
+/* The block products                                                      */
+/* ----------------------------------------------------------------------- */
+
+/* One thread's memory objects of a block product: A, B, C and scratchpad,
+ * their handles set per call. */
+enum { PD_AG_A, PD_AG_B, PD_AG_C, PD_AG_SCRATCH, PD_AG_MEMS };
+
+static void pd_attn_gemm_destroy(struct pd_attn_gemm *g)
 {
-#pragma omp parallel for schedule(static)
-	for (int64_t r = 0; r < rows; r++) {
-		float *x = o + r * ldo, f = inv[r];
-
-		for (int c = 0; c < cols; c++)
-			x[c] *= f;
-	}
+	for (int i = 0; g->mem && i < g->nthr * PD_AG_MEMS; i++)
+		if (g->mem[i])
+			dnnl_memory_destroy(g->mem[i]);
+	free(g->mem);
+	if (g->prim)
+		dnnl_primitive_destroy(g->prim);
+	memset(g, 0, sizeof(*g));
 }
 
-/* Attention per head and block of queries: S = Q K^T and O = P V through
- * oneDNN (bf16 operands with f32 accumulation when computing in bf16), the
- * softmax in f32 in between. */
-/* The encoders' scores: s = scale s + bias, then -inf above the diagonal
- * when causal (query i0 + r against key j). The softmax then runs with
- * scale 1; its exp turns -inf into e^-87 ~ 1e-38, nothing next to the
- * diagonal's weight. */
-void pd_cpu_scores_adjust(float *s, int64_t rows, int64_t n, float scale, const float *bias, int64_t i0,
-			  int causal)
+void pd_cpu_attn_free(struct pd_cpu *cpu)
 {
-#pragma omp parallel for schedule(static)
-	for (int64_t r = 0; r < rows; r++) {
-		float *row = s + r * n;
-
-		for (int64_t j = 0; j < n; j++) {
-			float t = row[j] * scale;
-
-			row[j] = bias ? t + bias[r * n + j] : t;
-		}
-		if (causal)
-			for (int64_t j = i0 + r + 1; j < n; j++)
-				row[j] = -INFINITY;
-	}
+	for (int i = 0; i < cpu->n_agemm; i++)
+		pd_attn_gemm_destroy(&cpu->agemm[i]);
+	cpu->n_agemm = 0;
+	for (int i = 0; i < cpu->n_astream; i++)
+		dnnl_stream_destroy(cpu->astream[i]);
+	free(cpu->astream);
+	cpu->astream = NULL;
+	cpu->n_astream = 0;
+	free(cpu->aws);
+	cpu->aws = NULL;
+	cpu->aws_cap = 0;
+	free(cpu->abf);
+	cpu->abf = NULL;
+	cpu->abf_cap = 0;
 }
 
-void pd_cpu_attention_impl(struct pd_backend *be, float *out, int64_t ldo, float *lse, const float *q,
-			   int64_t ldq, const float *k, int64_t ldk, const float *v, int64_t ldv, int64_t sq,
-			   int64_t skv, int heads, int head_dim, float scale, const float *bias, int causal)
+/* The product C[m, n] = A[m, k] B on one thread, for NTHR threads running
+ * it at once, all contiguous: B is [k, n] rows, or (trans_b) [n, k] rows;
+ * ACC adds to C. Cached by shape. Made with a scratchpad the caller gives,
+ * so that the threads each use their own. */
+static struct pd_attn_gemm *pd_attn_gemm_get(struct pd_backend *be, int64_t m, int64_t n, int64_t k, int trans_b,
+					     int acc, dnnl_data_type_t dt, int nthr)
 {
 	struct pd_cpu *cpu = CPU(be);
-	int bf16 = be->compute == PD_BF16;
-	int64_t W = (int64_t)heads * head_dim, bq = skv > 0 ? (int64_t)(PD_ATTN_SCORES_BYTES / 4) / skv : sq;
+	struct pd_attn_gemm *g = NULL;
+	dnnl_memory_desc_t a_md, b_md, c_md, s_md;
+	dnnl_dims_t ad = { m, k }, bd = { k, n }, cd = { m, n }, bs_t = { 1, k };
+	dnnl_matmul_desc_t desc;
+	dnnl_primitive_desc_t pd = NULL;
+	dnnl_primitive_attr_t attr = NULL;
+	dnnl_post_ops_t po = NULL;
+	dnnl_status_t st;
+	int saved = omp_get_max_threads();
+
+	for (int i = 0; i < cpu->n_agemm; i++) {
+		struct pd_attn_gemm *x = &cpu->agemm[i];
+
+		if (x->m == m && x->n == n && x->k == k && x->trans_b == trans_b && x->acc == acc && x->dt == dt &&
+		    x->nthr >= nthr) {
+			x->used = ++cpu->clock;
+			return x;
+		}
+	}
+	if (cpu->n_agemm < PD_AGEMM_CACHE) {
+		g = &cpu->agemm[cpu->n_agemm++];
+	} else {
+		g = &cpu->agemm[0];
+		for (int i = 1; i < PD_AGEMM_CACHE; i++)
+			if (cpu->agemm[i].used < g->used)
+				g = &cpu->agemm[i];
+		pd_attn_gemm_destroy(g);
+	}
+	be->allocations++;
+	DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&a_md, 2, ad, dt, dnnl_ab), fail);
+	if (trans_b)
+		DNNL_TRY(be, dnnl_memory_desc_init_by_strides(&b_md, 2, bd, dt, bs_t), fail);
+	else
+		DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&b_md, 2, bd, dt, dnnl_ab), fail);
+	DNNL_TRY(be, dnnl_memory_desc_init_by_tag(&c_md, 2, cd, dnnl_f32, dnnl_ab), fail);
+	DNNL_TRY(be, dnnl_matmul_desc_init(&desc, &a_md, &b_md, NULL, &c_md), fail);
+	DNNL_TRY(be, dnnl_primitive_attr_create(&attr), fail);
+	DNNL_TRY(be, dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), fail);
+	if (acc) {
+		DNNL_TRY(be, dnnl_post_ops_create(&po), fail);
+		DNNL_TRY(be, dnnl_post_ops_append_sum(po, 1.0f), fail);
+		DNNL_TRY(be, dnnl_primitive_attr_set_post_ops(attr, po), fail);
+	}
+	/* made for the one thread that runs it: oneDNN divides a product's
+	 * work by the thread count it was made for, and inside the parallel
+	 * region it runs on the calling thread alone */
+	omp_set_num_threads(1);
+	st = dnnl_primitive_desc_create(&pd, &desc, attr, cpu->eng, NULL);
+	if (st == dnnl_success)
+		st = dnnl_primitive_create(&g->prim, pd);
+	omp_set_num_threads(saved);
+	if (st != dnnl_success) {
+		pd_backend_fail(be, "oneDNN error %d making an attention product", (int)st);
+		goto fail;
+	}
+	if (dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0))
+		s_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+	else
+		memset(&s_md, 0, sizeof(s_md));
+	g->scratch = dnnl_memory_desc_get_size(&s_md);
+	g->mem = calloc((size_t)nthr * PD_AG_MEMS, sizeof(*g->mem));
+	if (!g->mem) {
+		pd_backend_fail(be, "out of memory");
+		goto fail;
+	}
+	g->nthr = nthr;
+	for (int t = 0; t < nthr; t++) {
+		dnnl_memory_t *mt = g->mem + t * PD_AG_MEMS;
+
+		DNNL_TRY(be, dnnl_memory_create(&mt[PD_AG_A], &a_md, cpu->eng, DNNL_MEMORY_NONE), fail);
+		DNNL_TRY(be, dnnl_memory_create(&mt[PD_AG_B], &b_md, cpu->eng, DNNL_MEMORY_NONE), fail);
+		DNNL_TRY(be, dnnl_memory_create(&mt[PD_AG_C], &c_md, cpu->eng, DNNL_MEMORY_NONE), fail);
+		if (g->scratch)
+			DNNL_TRY(be, dnnl_memory_create(&mt[PD_AG_SCRATCH], &s_md, cpu->eng, DNNL_MEMORY_NONE), fail);
+	}
+	g->m = m;
+	g->n = n;
+	g->k = k;
+	g->trans_b = trans_b;
+	g->acc = acc;
+	g->dt = dt;
+	g->used = ++cpu->clock;
+	dnnl_primitive_desc_destroy(pd);
+	dnnl_primitive_attr_destroy(attr);
+	if (po)
+		dnnl_post_ops_destroy(po);
+	return g;
+fail:
+	if (pd)
+		dnnl_primitive_desc_destroy(pd);
+	if (attr)
+		dnnl_primitive_attr_destroy(attr);
+	if (po)
+		dnnl_post_ops_destroy(po);
+	pd_attn_gemm_destroy(g);
+	/* a half-made entry must not be found again */
+	*g = cpu->agemm[--cpu->n_agemm];
+	memset(&cpu->agemm[cpu->n_agemm], 0, sizeof(*g));
+	return NULL;
+}
+
+/* Runs G on thread T (inside the parallel region: oneDNN then runs it on
+ * this thread alone) with its scratchpad SCRATCH; oneDNN's status. */
+static dnnl_status_t pd_attn_gemm_run(struct pd_cpu *cpu, struct pd_attn_gemm *g, int t, const void *a, const void *b, float *c,
+			    void *scratch)
+{
+	dnnl_memory_t *mt = g->mem + t * PD_AG_MEMS;
+	dnnl_status_t st;
+	dnnl_exec_arg_t args[4] = {
+		{ DNNL_ARG_SRC, mt[PD_AG_A] },
+		{ DNNL_ARG_WEIGHTS, mt[PD_AG_B] },
+		{ DNNL_ARG_DST, mt[PD_AG_C] },
+		{ DNNL_ARG_SCRATCHPAD, mt[PD_AG_SCRATCH] },
+	};
+
+	if ((st = dnnl_memory_set_data_handle(mt[PD_AG_A], (void *)a)) != dnnl_success ||
+	    (st = dnnl_memory_set_data_handle(mt[PD_AG_B], (void *)b)) != dnnl_success ||
+	    (st = dnnl_memory_set_data_handle(mt[PD_AG_C], c)) != dnnl_success ||
+	    (g->scratch && (st = dnnl_memory_set_data_handle(mt[PD_AG_SCRATCH], scratch)) != dnnl_success))
+		return st;
+	if ((st = dnnl_primitive_execute(g->prim, cpu->astream[t], g->scratch ? 4 : 3, args)) != dnnl_success)
+		return st;
+	return dnnl_stream_wait(cpu->astream[t]);
+}
+
+/* ----------------------------------------------------------------------- */
+/* Attention                                                               */
+/* ----------------------------------------------------------------------- */
+
+/* ROWS rows of SRC (row stride LD) as the products' operands, head by head:
+ * DST is [heads][rows_p][head_dim], the rows past ROWS zero. */
+static void pd_attn_pack(struct pd_cpu *cpu, int mode, void *dst, const float *src, int64_t ld, int64_t rows,
+			 int64_t rows_p, int heads, int head_dim)
+{
+	size_t es = mode == PD_P_BF16 ? 2 : 4;
+
+#pragma omp parallel for collapse(2) schedule(static)
+	for (int h = 0; h < heads; h++) {
+		for (int64_t r = 0; r < rows_p; r++) {
+			char *d = (char *)dst + (((size_t)h * (size_t)rows_p + (size_t)r) * (size_t)head_dim) * es;
+			const float *s = src + r * ld + (int64_t)h * head_dim;
+
+			if (r >= rows)
+				memset(d, 0, (size_t)head_dim * es);
+			else if (mode == PD_P_F32)
+				memcpy(d, s, (size_t)head_dim * sizeof(float));
+			else if (mode == PD_P_ROUNDED)
+				pd_cpu_round_bf16_row(cpu, (float *)d, s, head_dim);
+			else
+				for (int c = 0; c < head_dim; c++) {
+					union { float f; uint32_t u; } x = { .f = s[c] };
+
+					((uint16_t *)d)[c] = (uint16_t)pd_bf16_bits(x.u);
+				}
+		}
+	}
+}
+
+/* A count of N cut into blocks of at most B, as equal as the count of
+ * blocks allows: sets *nb and returns the block size. */
+static int64_t pd_attn_blocks(int64_t n, int64_t b, int64_t *nb)
+{
+	*nb = (n + b - 1) / b;
+	return (n + *nb - 1) / *nb;
+}
+
+/* What one block of queries needs besides the operands. */
+struct pd_attn_job {
+	struct pd_attn_gemm *gs, *gpv;  /* S = Q Kᵀ and O += P V for a block */
+	const char *q, *k, *v;          /* operands of heads h0.., [group][rows_p][head_dim] */
+	int h0;                         /* the first head of the group packed in q, k, v */
+	int64_t sq, skv;                /* queries and keys */
+	int64_t bq, bk;                 /* queries and keys per block */
+	int64_t nqb, nkb;               /* blocks of each */
+	int64_t sqp, skvp;              /* rows of the operands, padded to whole blocks */
+	int heads, head_dim;            /* the heads, each attending on its own */
+	int mode;                       /* PD_P_*: the operands' and probabilities' type */
+	int causal;                     /* query i sees keys 0..i only */
+	float scale;                    /* the softmax's factor on the scores: the attention's
+					 * scale, or 1 where scale_in was applied first */
+	float scale_in;                 /* the attention's scale, applied before bias and mask */
+	const float *bias;              /* [heads, sq, skv] added to the scaled scores, or NULL */
+	size_t es;                      /* bytes of an operand element */
+	size_t ws;                      /* bytes of one thread's working memory */
+	float *out;                     /* [sq, heads * head_dim], row stride ldo */
+	float *lse;                     /* [heads, sq] log-sum-exp, or NULL */
+	int64_t ldo;                    /* out's row stride */
+};
+
+/* Head H's block QB of queries against every key, on thread T; oneDNN's
+ * status. */
+static dnnl_status_t pd_attn_block(struct pd_cpu *cpu, const struct pd_attn_job *j, int t, int h, int64_t qb)
+{
+	char *ws = (char *)cpu->aws + (size_t)t * j->ws;
+	float *S = (float *)ws, *O, *m, *l;
+	char *P;
+	void *scratch;
+	int64_t i0 = qb * j->bq, rows = j->sq - i0 < j->bq ? j->sq - i0 : j->bq, hd = j->head_dim;
+	const char *qblk = j->q + ((size_t)(h - j->h0) * (size_t)j->sqp + (size_t)i0) * (size_t)hd * j->es;
+	dnnl_status_t st;
+
+	P = ws + PD_ALIGN64((size_t)(j->bq * j->bk) * sizeof(float));
+	O = (float *)(P + PD_ALIGN64((size_t)(j->bq * j->bk) * j->es));
+	m = O + j->bq * hd;
+	l = m + j->bq;
+	scratch = (char *)ws + j->ws - PD_ALIGN64(j->gs->scratch > j->gpv->scratch ? j->gs->scratch : j->gpv->scratch);
+	memset(O, 0, sizeof(float) * (size_t)(j->bq * hd));
+	for (int64_t r = 0; r < j->bq; r++) {
+		m[r] = -INFINITY;
+		l[r] = 0.0f;
+	}
+	for (int64_t kb = 0; kb < j->nkb; kb++) {
+		int64_t j0 = kb * j->bk, nv = j->skv - j0 < j->bk ? j->skv - j0 : j->bk;
+		size_t koff = ((size_t)(h - j->h0) * (size_t)j->skvp + (size_t)j0) * (size_t)hd * j->es;
+
+		/* keys after every query of the block are masked for all its rows */
+		if (j->causal && j0 > i0 + rows - 1)
+			break;
+		if ((st = pd_attn_gemm_run(cpu, j->gs, t, qblk, j->k + koff, S, scratch)) != dnnl_success)
+			return st;
+		if (j->bias || j->causal) {
+			for (int64_t r = 0; r < rows; r++) {
+				float *row = S + r * j->bk;
+				const float *b = j->bias ? j->bias + ((int64_t)h * j->sq + i0 + r) * j->skv + j0 : NULL;
+
+				for (int64_t c = 0; c < nv; c++)
+					row[c] = b ? row[c] * j->scale_in + b[c] : row[c] * j->scale_in;
+				/* -inf: e^-87 (1e-38) next to a finite maximum, 0 beside the
+				 * row's weight; a row of nothing else adds nothing */
+				if (j->causal)
+					for (int64_t c = i0 + r + 1 - j0 < 0 ? 0 : i0 + r + 1 - j0; c < nv; c++)
+						row[c] = -INFINITY;
+			}
+		}
+		for (int64_t r = 0; r < j->bq; r++) {
+			float a = pd_online_row(cpu, S + r * j->bk, nv, j->bk, j->scale, j->mode,
+						P + (size_t)(r * j->bk) * j->es, &m[r], &l[r]);
+
+			if (a != 1.0f)
+				for (int64_t c = 0; c < hd; c++)
+					O[r * hd + c] *= a;
+		}
+		if ((st = pd_attn_gemm_run(cpu, j->gpv, t, P, j->v + koff, O, scratch)) != dnnl_success)
+			return st;
+	}
+	for (int64_t r = 0; r < rows; r++) {
+		float *o = j->out + (i0 + r) * j->ldo + (int64_t)h * hd, f = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+
+		for (int64_t c = 0; c < hd; c++)
+			o[c] = O[r * hd + c] * f;
+		if (j->lse)
+			j->lse[(int64_t)h * j->sq + i0 + r] = l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
+	}
+	return dnnl_success;
+}
+
+static void pd_cpu_attention_impl(struct pd_backend *be, float *out, int64_t ldo, float *lse, const float *q,
+				  int64_t ldq, const float *k, int64_t ldk, const float *v, int64_t ldv, int64_t sq,
+				  int64_t skv, int heads, int head_dim, float scale, const float *bias, int causal)
+{
+	struct pd_cpu *cpu = CPU(be);
+	struct pd_attn_job j = { 0 };
 	dnnl_data_type_t dt = pd_cpu_mm_type(be);
-	/* operands' element size: 2 (bf16), 4 (f32, or bf16 values as f32) */
-	size_t es = pd_cpu_operand_size(be);
-	const void *qa = q, *ka = k, *va = v;
-	uint16_t *p16 = NULL;
-	float *p32 = NULL;                      /* bf16_f32: the rounded probabilities */
-	float *inv;
+	int nthr = omp_get_max_threads(), hg;
+	int64_t W = (int64_t)heads * head_dim;
+	dnnl_status_t failed = dnnl_success;
+	size_t scratch, per_head;
 
 	if (be->failed || sq == 0)
 		return;
-	/* blocks as equal as their count allows, in rows of 16 */
-	bq = bq < PD_ATTN_QBLOCK_MIN ? PD_ATTN_QBLOCK_MIN : bq > PD_ATTN_QBLOCK_MAX ? PD_ATTN_QBLOCK_MAX : bq;
-	bq = cpu->attn_qblock ? cpu->attn_qblock : bq;
-	bq = ((sq + (sq + bq - 1) / bq - 1) / ((sq + bq - 1) / bq) + 15) / 16 * 16;
-	bq = bq < sq ? bq : sq;
 	/* a causal mask counted as the full product */
 	be->flop += 4.0 * (double)sq * (double)skv * (double)W;
 	if (skv == 0) {
@@ -215,55 +613,82 @@ void pd_cpu_attention_impl(struct pd_backend *be, float *out, int64_t ldo, float
 			lse[i] = -INFINITY;
 		return;
 	}
-	/* the block's scores, then its rows' 1 / sum */
-	if (pd_cpu_grow(be, (void **)&cpu->scratch, &cpu->scratch_cap, (size_t)(bq * skv + bq), sizeof(float)))
+	j.mode = be->compute != PD_BF16 ? PD_P_F32 : dt == dnnl_bf16 ? PD_P_BF16 : PD_P_ROUNDED;
+	j.es = pd_cpu_operand_size(be);
+	j.sq = sq;
+	j.skv = skv;
+	j.heads = heads;
+	j.head_dim = head_dim;
+	j.bq = pd_attn_blocks(sq, cpu->attn_qblock, &j.nqb);
+	j.bk = pd_attn_blocks(skv, cpu->attn_kblock, &j.nkb);
+	j.sqp = j.bq * j.nqb;
+	j.skvp = j.bk * j.nkb;
+	j.bias = bias;
+	j.causal = causal;
+	j.scale = bias || causal ? 1.0f : scale;
+	j.scale_in = scale;
+	j.out = out;
+	j.ldo = ldo;
+	j.lse = lse;
+	j.gs = pd_attn_gemm_get(be, j.bq, j.bk, head_dim, 1, 0, dt, nthr);
+	j.gpv = j.gs ? pd_attn_gemm_get(be, j.bq, head_dim, j.bk, 0, 1, dt, nthr) : NULL;
+	if (!j.gpv)
 		return;
-	inv = cpu->scratch + bq * skv;
-	if (bf16) {
-		size_t need = (size_t)((sq + 2 * skv) * W + bq * skv);
-		char *b;
+	/* per thread: scores, probabilities, output, maximum and sum, scratchpad */
+	scratch = j.gs->scratch > j.gpv->scratch ? j.gs->scratch : j.gpv->scratch;
+	j.ws = PD_ALIGN64((size_t)(j.bq * j.bk) * sizeof(float)) + PD_ALIGN64((size_t)(j.bq * j.bk) * j.es) +
+	       PD_ALIGN64((size_t)(j.bq * head_dim + 2 * j.bq) * sizeof(float)) + PD_ALIGN64(scratch);
+	/* the operands of as many heads as about attn_pack_bytes hold (at
+	 * least one): more heads give the threads more blocks to share */
+	per_head = (size_t)(j.sqp + 2 * j.skvp) * (size_t)head_dim * j.es;
+	hg = cpu->attn_pack_bytes / per_head < 1 ? 1 : cpu->attn_pack_bytes / per_head > (size_t)heads ? heads :
+		(int)(cpu->attn_pack_bytes / per_head);
+	if (pd_cpu_grow(be, &cpu->aws, &cpu->aws_cap, j.ws * (size_t)nthr, 1) ||
+	    pd_cpu_grow(be, &cpu->abf, &cpu->abf_cap, per_head * (size_t)hg, 1))
+		return;
+	if (cpu->n_astream < nthr) {
+		dnnl_stream_t *s = realloc(cpu->astream, sizeof(*s) * (size_t)nthr);
 
-		if (pd_cpu_grow(be, &cpu->abf, &cpu->abf_cap, need, es))
+		if (!s) {
+			pd_backend_fail(be, "out of memory");
 			return;
-		b = cpu->abf;
-		pd_cpu_operand(be, b, q, sq, W, ldq);
-		pd_cpu_operand(be, b + (size_t)(sq * W) * es, k, skv, W, ldk);
-		pd_cpu_operand(be, b + (size_t)((sq + skv) * W) * es, v, skv, W, ldv);
-		qa = b;
-		ka = b + (size_t)(sq * W) * es;
-		va = b + (size_t)((sq + skv) * W) * es;
-		if (es == 2)
-			p16 = (uint16_t *)(b + (size_t)((sq + 2 * skv) * W) * es);
-		else
-			p32 = (float *)(b + (size_t)((sq + 2 * skv) * W) * es);
-		ldq = ldk = ldv = W;
+		}
+		cpu->astream = s;
+		for (; cpu->n_astream < nthr; cpu->n_astream++, be->allocations++)
+			if (dnnl_stream_create(&s[cpu->n_astream], cpu->eng, dnnl_stream_default_flags) != dnnl_success) {
+				pd_backend_fail(be, "cannot create a oneDNN stream for attention");
+				return;
+			}
 	}
-	for (int h = 0; h < heads; h++) {
-		size_t off = (size_t)h * (size_t)head_dim;
+	for (j.h0 = 0; j.h0 < heads && failed == dnnl_success; j.h0 += hg) {
+		int nh = heads - j.h0 < hg ? heads - j.h0 : hg;
 
-		for (int64_t i0 = 0; i0 < sq; i0 += bq) {
-			int64_t mb = sq - i0 < bq ? sq - i0 : bq;
-			const char *qb = (const char *)qa + ((size_t)i0 * (size_t)ldq + off) * es;
+		j.q = cpu->abf;
+		j.k = j.q + (size_t)(j.sqp * nh * head_dim) * j.es;
+		j.v = j.k + (size_t)(j.skvp * nh * head_dim) * j.es;
+		pd_attn_pack(cpu, j.mode, (void *)j.q, q + j.h0 * head_dim, ldq, sq, j.sqp, nh, head_dim);
+		pd_attn_pack(cpu, j.mode, (void *)j.k, k + j.h0 * head_dim, ldk, skv, j.skvp, nh, head_dim);
+		pd_attn_pack(cpu, j.mode, (void *)j.v, v + j.h0 * head_dim, ldv, skv, j.skvp, nh, head_dim);
+		/* consecutive blocks share a head's keys and values; after a
+		 * failure the others skip theirs */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthr)
+		for (int64_t b = 0; b < (int64_t)nh * j.nqb; b++) {
+			dnnl_status_t st;
 
-			if (pd_cpu_gemm(be, mb, skv, head_dim, qb, ldq, (const char *)ka + off * es, ldk, 1, cpu->scratch,
-					skv, dt))
-				return;
-			if (bias || causal)
-				pd_cpu_scores_adjust(cpu->scratch, mb, skv, scale,
-						     bias ? bias + ((int64_t)h * sq + i0) * skv : NULL, i0, causal);
-			pd_cpu_softmax_rows(cpu->scratch, mb, skv, bias || causal ? 1.0f : scale,
-					    lse ? lse + (int64_t)h * sq + i0 : NULL, 1, p16, inv, cpu->avx512);
-			if (p32)
-				pd_cpu_round_bf16(cpu, p32, cpu->scratch, mb, skv, skv);
-			if (pd_cpu_gemm(be, mb, head_dim, skv, p16 ? (const void *)p16 : p32 ? (const void *)p32 : cpu->scratch, skv,
-					(const char *)va + off * es, ldv, 0, out + i0 * ldo + (int64_t)h * head_dim, ldo,
-					dt))
-				return;
-			pd_cpu_scale_rows(out + i0 * ldo + (int64_t)h * head_dim, ldo, mb, head_dim, inv);
+#pragma omp atomic read
+			st = failed;
+			if (st != dnnl_success)
+				continue;
+			st = pd_attn_block(cpu, &j, omp_get_thread_num(), j.h0 + (int)(b / j.nqb), b % j.nqb);
+			if (st != dnnl_success) {
+#pragma omp atomic write
+				failed = st;
+			}
 		}
 	}
+	if (failed != dnnl_success)
+		pd_backend_fail(be, "oneDNN error %d in an attention product", (int)failed);
 }
-
 void pd_cpu_attention(struct pd_backend *be, float *out, int64_t ldo, float *lse, const float *q,
 		      int64_t ldq, const float *k, int64_t ldk, const float *v, int64_t ldv, int64_t sq,
 		      int64_t skv, int heads, int head_dim, float scale)

@@ -191,6 +191,14 @@ void pd_cpu_to_bf16(uint16_t *dst, const float *src, int64_t rows, int64_t cols,
  * into contiguous DST (on all threads). */
 void pd_cpu_round_bf16_row(const struct pd_cpu *cpu, float *dst, const float *src, int64_t n);
 void pd_cpu_round_bf16(const struct pd_cpu *cpu, float *dst, const float *src, int64_t rows, int64_t cols, int64_t lds);
+/* f32 bits rounded to the nearest bf16, ties to even (torch's rounding):
+ * the bf16's 16 bits. */
+static inline uint32_t pd_bf16_bits(uint32_t u)
+{
+	return (u + 0x7fff + ((u >> 16) & 1)) >> 16;
+}
+/* N values of one row as bf16 with that rounding (AVX-512 where present). */
+void pd_cpu_bf16_row(const struct pd_cpu *cpu, uint16_t *dst, const float *src, int64_t n);
 /* The data type of the products' operands: bf16 where oneDNN multiplies
  * bf16 here, else f32. */
 dnnl_data_type_t pd_cpu_mm_type(struct pd_backend *be);

@@ -56,12 +56,6 @@ static inline float pd_exp_vec(float d)
 	return u * pw.f;
 }
 
-/* f32 bits rounded to the nearest bf16, ties to even (torch's rounding). */
-static inline uint32_t pd_bf16_bits(uint32_t u)
-{
-	return (u + 0x7fff + ((u >> 16) & 1)) >> 16;
-}
-
 static float pd_max_row(const float *s, int64_t n)
 {
 	float m = -INFINITY;
@@ -482,11 +476,7 @@ static void pd_attn_pack(struct pd_cpu *cpu, int mode, void *dst, const float *s
 			else if (mode == PD_P_ROUNDED)
 				pd_cpu_round_bf16_row(cpu, (float *)d, s, head_dim);
 			else
-				for (int c = 0; c < head_dim; c++) {
-					union { float f; uint32_t u; } x = { .f = s[c] };
-
-					((uint16_t *)d)[c] = (uint16_t)pd_bf16_bits(x.u);
-				}
+				pd_cpu_bf16_row(cpu, (uint16_t *)d, s, head_dim);
 		}
 	}
 }

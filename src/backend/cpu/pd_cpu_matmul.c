@@ -295,7 +295,7 @@ void pd_cpu_to_bf16(uint16_t *dst, const float *src, int64_t rows, int64_t cols,
 		for (int64_t c = 0; c < cols; c++) {
 			uint32_t u = s[c];
 
-			d[c] = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+			d[c] = (uint16_t)pd_bf16_bits(u);
 		}
 	}
 }

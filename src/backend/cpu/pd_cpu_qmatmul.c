@@ -95,7 +95,7 @@ static void pd_q_row_bf16_portable(uint16_t *dst, const float *src, int64_t n)
 	for (int64_t k = 0; k < n; k++) {
 		uint32_t u = s[k];
 
-		dst[k] = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+		dst[k] = (uint16_t)pd_bf16_bits(u);
 	}
 }
 
@@ -116,7 +116,7 @@ __attribute__((target("avx512f"))) static void pd_q_row_bf16_avx512(uint16_t *ds
 }
 #endif
 
-static void pd_q_row_bf16(const struct pd_cpu *cpu, uint16_t *dst, const float *src, int64_t n)
+void pd_cpu_bf16_row(const struct pd_cpu *cpu, uint16_t *dst, const float *src, int64_t n)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
 	if (cpu->avx512) {
@@ -188,7 +188,7 @@ static void pd_q_round_bf16_portable(float *dst, const float *src, int64_t n)
 	uint32_t *d = (uint32_t *)dst;
 
 	for (int64_t k = 0; k < n; k++)
-		d[k] = ((s[k] + 0x7fff + ((s[k] >> 16) & 1)) >> 16) << 16;
+		d[k] = pd_bf16_bits(s[k]) << 16;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -281,7 +281,7 @@ static void pd_q_panel(struct pd_backend *be, struct pd_linear *l, int64_t j0, i
 			float *w = cpu->qrow + (size_t)omp_get_thread_num() * (size_t)l->n_in;
 
 			pd_q_row(cpu, l, j0 + r, w);
-			pd_q_row_bf16(cpu, (uint16_t *)cpu->qpanel + r * l->n_in, w, l->n_in);
+			pd_cpu_bf16_row(cpu, (uint16_t *)cpu->qpanel + r * l->n_in, w, l->n_in);
 		} else {
 			float *w = (float *)cpu->qpanel + r * l->n_in;
 

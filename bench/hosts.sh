@@ -7,9 +7,12 @@
 # the link costs: the hosts share this machine's 2 cores, so absolute speed
 # means little), the megabytes that crossed the links per step (the links'
 # counters over the whole run, divided by the steps run) and `pdit plan`'s
-# prediction for the same mesh and link (--per-node, --inter-bandwidth as the
-# rate shared by a host's processes, --inter-latency LATENCY_US, the product
-# rate the bench run measured). Prints a Markdown table. Needs root.
+# prediction for the same mesh and link (--per-node, --one-machine: the hosts
+# share this machine's cores, --inter-bandwidth as the rate shared by a
+# host's processes, --inter-latency LATENCY_US, the product rate the bench
+# run measured on its one thread times this machine's cores, what a product
+# spends per weight timed by plan, the median of three). Prints a Markdown
+# table. Needs root.
 #
 #   bench/hosts.sh [SIZE] [ROUNDS] [RATES] [MODEL_DIR]
 #   bench/hosts.sh 512 1 "10gbit 1gbit"
@@ -23,14 +26,20 @@
 # the baseline. LATENCY_US (default 50) is what plan is told: this kernel
 # has no netem, so no delay is added and the links' own latency is a few
 # tens of microseconds. Each (layout, rate) pair makes its hosts once.
+# RUNS=FILE keeps the runs' raw lines there; FROM=FILE makes the table from
+# such a file without running anything (plan's predictions made anew);
+# WEIGHT_NS gives plan's per-weight figure instead of timing it.
 set -euo pipefail
+# (the files named by RUNS and FROM are where the caller is)
+[ -z "${RUNS:-}" ] || RUNS=$(realpath -m "$RUNS")
+[ -z "${FROM:-}" ] || FROM=$(realpath -m "$FROM")
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
 size=${1:-512} rounds=${2:-1} rates="none ${3:-25gbit 10gbit 1gbit}" model=${4:-bench/flux-width}
 lat=${LATENCY_US:-50}
 bench_model "$model"
-tests/hosts/hosts.sh --probe > /dev/null || exit $?
+[ -n "${FROM:-}" ] || tests/hosts/hosts.sh --probe > /dev/null || exit $?
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 # the methods of 4 processes (no batch, no true CFG: data and CFG parallel
@@ -79,6 +88,7 @@ done <<< "$methods_s"
 EOF
 chmod +x "$out/inner.sh"
 
+[ -n "${FROM:-}" ] && { cp "$FROM" "$out/runs"; rounds=0; }
 for ((r = 1; r <= rounds; r++)); do
 	for layout in $layouts; do
 		for rate in $rates; do
@@ -88,9 +98,19 @@ for ((r = 1; r <= rounds; r++)); do
 			# each run's line also on stderr: the raw figures survive a failure below
 			tests/hosts/hosts.sh -n "${layout%x*}" --slots "${layout#*x}" "${shape[@]}" -- \
 				"$out/inner.sh" "$layout|$rate" | tee -a "$out/runs" >&2 || { echo "hosts.sh failed" >&2; exit 1; }
+			[ -z "${RUNS:-}" ] || cp "$out/runs" "$RUNS"
 		done
 	done
 done
+
+# what a product spends per weight whatever its rows, timed by plan here
+# (the median of three plans: a difference of two timings), the same for
+# every prediction below
+wns=${WEIGHT_NS:-$(for i in 1 2 3; do
+	"$pdit" plan --model "$model" --devices 4 -H "$size" -W "$size" --matmul-gflops 100 2> /dev/null |
+		sed -n 's/.* spends \([0-9.eE+-]*\) ns a weight.*/\1/p' || true
+done | median)}
+echo "bench/hosts.sh: a product spends ${wns:-0} ns a weight here (all cores), whatever its rows" >&2
 
 # plan's prediction: MESH LAYOUT RATE TOKENS GFLOPS
 predict() {
@@ -102,8 +122,11 @@ predict() {
 			m = 1; if (r ~ /mbit$/) m = 1e6; else if (r ~ /gbit$/) m = 1e9
 			print r * m / 8 / 1e9 / p }')" --inter-latency "$lat")
 	fi
+	# the runs' processes have one thread each: plan takes the rate of all cores
 	"$pdit" plan --model "$model" --devices 4 -H "$size" -W "$size" --txt-len $(($4 - (size / 16) * (size / 16))) \
-		--per-node "$per" "${link[@]}" --matmul-gflops "$5" --json 2> /dev/null |
+		--per-node "$per" --one-machine "${link[@]}" --matmul-gflops "$(awk -v g="$5" -v c="$(nproc)" 'BEGIN { print g * c }')" \
+		--weight-ns "${wns:-0}" \
+		--json 2> /dev/null |
 		awk -v m="$1" '!done && index($0, "\"mesh\": \"" m "\"") { sub(/.*"seconds_per_step": /, ""); sub(/,.*/, ""); print; done = 1 }'
 	# (awk reads to the end: plan killed by SIGPIPE would end this script under pipefail)
 }
@@ -138,4 +161,6 @@ for layout in $layouts; do
 		rm -f "$out/group"
 	done
 done
-echo "(${size}², 4 processes of 1 thread on this machine's 2 cores, bf16, 2 timed steps, $rounds round(s); $model)"
+runs="$rounds round(s)"
+[ -z "${FROM:-}" ] || runs="the runs in $FROM"
+echo "(${size}², 4 processes of 1 thread on this machine's $(nproc) cores, bf16, 2 timed steps, $runs; $model)"

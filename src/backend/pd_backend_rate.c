@@ -8,17 +8,30 @@
 
 #include <stdlib.h>
 
-/* The compute rate of one matrix product of shape M x K x N (rows, inner,
- * outputs) on this backend: the median of several timed runs, GFLOP/s. */
-double pd_backend_rate_matmul(struct pd_backend *be, int64_t M, int64_t K, int64_t N)
+/* row counts one timing may compare */
+#define PD_RATE_MAX_ROWS 2
+
+/* Median seconds of the product of each of the NM row counts in MS (0 where
+ * it could not run), one weight made for all of them; the fastest of the
+ * runs in LOW when not NULL. */
+static void pd_rate_matmul_times(struct pd_backend *be, const int64_t *ms, int nm, int64_t K, int64_t N, double *sec,
+				 double *low)
 {
-	float *w = pd_malloc((size_t)(N * K) * sizeof(float), "matmul"), *x = NULL, *y = NULL;
+	int64_t M = 0;
+	float *w, *x = NULL, *y = NULL;
 	struct pd_linear *l = NULL;
-	double t[7], rate = 0;
+	double t[7 * PD_RATE_MAX_ROWS];
 	struct pd_rng g;
 
+	if (nm > PD_RATE_MAX_ROWS)
+		nm = PD_RATE_MAX_ROWS;
+	for (int k = 0; k < nm; k++) {
+		sec[k] = 0;
+		M = ms[k] > M ? ms[k] : M;
+	}
+	w = pd_malloc((size_t)(N * K) * sizeof(float), "matmul");
 	if (!w)
-		return 0;
+		return;
 	pd_rng_seed(&g, 1);
 	/* random data: zeros would run faster than real weights */
 	pd_rng_randn(&g, w, (size_t)(N * K));
@@ -28,14 +41,22 @@ double pd_backend_rate_matmul(struct pd_backend *be, int64_t M, int64_t K, int64
 	if (l && x && y) {
 		pd_rng_randn(&g, w, (size_t)(M * K) < (size_t)(N * K) ? (size_t)(M * K) : (size_t)(N * K));
 		be->ops->upload(be, x, w, (size_t)(M * K) < (size_t)(N * K) ? (size_t)(M * K) : (size_t)(N * K));
-		be->ops->linear(be, l, x, K, M, y, N, PD_LIN_NO_BIAS);	/* warm-up */
-		for (int i = 0; i < 7; i++) {
-			double t0 = pd_now();
+		for (int k = 0; k < nm; k++)
+			be->ops->linear(be, l, x, K, ms[k], y, N, PD_LIN_NO_BIAS);	/* warm-up */
+		/* the row counts interleaved: a shared machine's drift
+		 * reaches them alike */
+		for (int i = 0; i < 7; i++)
+			for (int k = 0; k < nm; k++) {
+				double t0 = pd_now();
 
-			be->ops->linear(be, l, x, K, M, y, N, PD_LIN_NO_BIAS);
-			t[i] = pd_now() - t0;
+				be->ops->linear(be, l, x, K, ms[k], y, N, PD_LIN_NO_BIAS);
+				t[k * 7 + i] = pd_now() - t0;
+			}
+		for (int k = 0; k < nm; k++) {
+			sec[k] = be->failed ? 0 : pd_median_sort(t + k * 7, 7);
+			if (low)
+				low[k] = be->failed ? 0 : t[k * 7];
 		}
-		rate = 2.0 * (double)M * (double)K * (double)N / pd_median_sort(t, 7) / 1e9;
 	}
 	if (x)
 		be->ops->free(be, x);
@@ -43,7 +64,35 @@ double pd_backend_rate_matmul(struct pd_backend *be, int64_t M, int64_t K, int64
 		be->ops->free(be, y);
 	be->ops->linear_free(be, l);
 	free(w);
-	return be->failed ? 0 : rate;
+}
+
+double pd_backend_rate_matmul_weights(struct pd_backend *be, int64_t M, int64_t K, int64_t N, double *per_weight)
+{
+	int64_t ms[2] = { M, M / 8 > 0 ? M / 8 : 1 };
+	double sec[2], low[2], b;
+
+	*per_weight = 0;
+	if (ms[1] >= M)
+		return pd_backend_rate_matmul(be, M, K, N);
+	pd_rate_matmul_times(be, ms, 2, K, N, sec, low);
+	if (sec[0] <= 0)
+		return 0;
+	/* t(m) = m a + b from the two: b = (t1 - t0 m1 / m0) / (1 - m1 / m0),
+	 * from the fastest runs (a difference of two timings: others only
+	 * slow a run down, and a median's swing would be most of it) */
+	b = (low[1] - low[0] * (double)ms[1] / (double)M) / (1.0 - (double)ms[1] / (double)M);
+	*per_weight = low[1] > 0 && b > 0 ? b / ((double)K * (double)N) : 0;
+	return 2.0 * (double)M * (double)K * (double)N / sec[0] / 1e9;
+}
+
+/* The compute rate of one matrix product of shape M x K x N (rows, inner,
+ * outputs) on this backend: the median of several timed runs, GFLOP/s. */
+double pd_backend_rate_matmul(struct pd_backend *be, int64_t M, int64_t K, int64_t N)
+{
+	double sec;
+
+	pd_rate_matmul_times(be, &M, 1, K, N, &sec, NULL);
+	return sec > 0 ? 2.0 * (double)M * (double)K * (double)N / sec / 1e9 : 0;
 }
 
 /* The rate at which this backend streams ROWS x DIM rows through the

@@ -20,7 +20,7 @@
 
 static const char pd_plan_usage[] =
 	"usage: pdit plan --model DIR --devices N [-H 1024 -W 1024] [--steps S] [--batch B] [--true-cfg-scale C]\n"
-	"                 [--device h100|h200|a100|l40 | --gflops R] [--memory GB] [--per-node K]\n"
+	"                 [--device h100|h200|a100|l40 | --gflops R] [--memory GB] [--per-node K [--one-machine]]\n"
 	"                 [--link nvlink|pcie|ib|ethernet|shm | --bandwidth GB/s --latency US]\n"
 	"                 [--inter-link KIND | --inter-bandwidth GB/s --inter-latency US] [--json]\n"
 	"\n"
@@ -54,7 +54,9 @@ static const char pd_plan_examples[] =
 	"  pdit plan --model bench/flux-width --devices 4 -H 512 -W 512\n"
 	"  pdit plan --model FLUX.1-dev --devices 16 --device h100 --per-node 8 --link nvlink --inter-link ib\n"
 	"  pdit plan --model FLUX.1-dev --devices 8 --device l40 --link pcie -H 2048 -W 2048\n"
-	"  pdit plan --model FLUX.1-dev --devices 4 --gflops 400000 --memory 80 --bandwidth 300 --latency 10\n";
+	"  pdit plan --model FLUX.1-dev --devices 4 --gflops 400000 --memory 80 --bandwidth 300 --latency 10\n"
+	"  pdit plan --model bench/flux-width --devices 4 -H 512 -W 512 --per-node 1 --one-machine \\\n"
+	"      --inter-bandwidth 0.125 --inter-latency 50    (4 namespaces of this machine, 1 Gbit/s links)\n";
 
 int pd_cmd_plan(int argc, char **argv)
 {
@@ -69,8 +71,9 @@ int pd_cmd_plan(int argc, char **argv)
 	struct pd_mesh_limits lim = { 0 };
 	struct pd_plan_row *rows = NULL;
 	int height = 0, width = 0, frames = 0, batch = 1, devices = 0, devices_seen = 0, per_node = 0, txt = 0, json = 0, steps = 0, n, rc = 1;
+	int one_machine = 0;
 	float cfg_scale = 1, guidance = -1, gflops = 0, memory = 0, bandwidth = 0, latency = 0, inter_bw = 0, inter_lat = 0;
-	float efficiency = 0.5f, mem_bw = 0, matmul = 0;
+	float efficiency = 0.5f, mem_bw = 0, matmul = 0, weight_ns = -1;
 	const char *dtype = "bf16", *device = NULL, *link = NULL, *inter_link = NULL, *pos[1];
 	const char *diffusion_model = NULL, *config = NULL;
 	const struct pd_plan_preset *dev = NULL, *ln = NULL, *iln = NULL;
@@ -97,9 +100,11 @@ int pd_cmd_plan(int argc, char **argv)
 		{ "--efficiency", 0, PD_ARG_FLOAT, &efficiency, "F", "with --device: the fraction of peak a whole step reaches (default 0.5: xDiT's one-H100 FLUX.1-dev figure)", NULL },
 		{ "--gflops", 0, PD_ARG_FLOAT, &gflops, "R", "whole-step GFLOP/s of one device (default: measured here, shared cores)", NULL },
 		{ "--memory", 0, PD_ARG_FLOAT, &memory, "GB", "memory per device (default: the preset's, or this machine's, shared)", NULL },
-		{ "--matmul-gflops", 0, PD_ARG_FLOAT, &matmul, "R", "this machine's bf16 product rate, all cores (instead of timing one: to compare with a bench run's; the elementwise kernels are still timed, a tenth of a second)", NULL },
+		{ "--matmul-gflops", 0, PD_ARG_FLOAT, &matmul, "R", "this machine's bf16 product rate, all cores (instead of timing one: to compare with a bench run's; the weights' part of a product is still timed unless --weight-ns is given, and the elementwise kernels, a tenth of a second)", NULL },
+		{ "--weight-ns", 0, PD_ARG_FLOAT, &weight_ns, "NS", "what a product spends per weight whatever its rows here, nanoseconds, all cores (instead of timing it with the product; as printed by an earlier plan)", NULL },
 		{ "--memory-bandwidth", 0, PD_ARG_FLOAT, &mem_bw, "GB/s", "a device's memory bandwidth (default: the preset's; none here)", NULL },
 		{ "--per-node", 0, PD_ARG_INT, &per_node, "K", "devices per node (default: all on one)", NULL },
+		{ "--one-machine", 0, PD_ARG_FLAG, &one_machine, NULL, "the nodes of --per-node are network namespaces of this machine (tests/hosts/hosts.sh): every process shares its cores and memory, only the links between nodes are theirs", NULL },
 		{ "--link", 0, PD_ARG_STRING, &link, "KIND", "link within a node: nvlink, pcie, ib, ethernet, shm (default: shm for this machine's processes, else nvlink)", NULL },
 		{ "--bandwidth", 0, PD_ARG_FLOAT, &bandwidth, "GB/s", "link bandwidth within a node, each way (overrides --link's)", NULL },
 		{ "--latency", 0, PD_ARG_FLOAT, &latency, "US", "per-transfer latency within a node, microseconds (overrides --link's)", NULL },
@@ -129,7 +134,7 @@ int pd_cmd_plan(int argc, char **argv)
 	if (height < 0 || width < 0 || height % 16 || width % 16 || height > 16384 || width > 16384 || batch < 1 ||
 	    frames < 0 || frames > 100000 ||
 	    batch > 4096 || txt < 0 || txt > 4096 || per_node < 0 || steps < 0 || steps > 10000 || !(gflops >= 0) ||
-	    !(memory >= 0) || !(mem_bw >= 0) || !(matmul >= 0) || !(bandwidth >= 0) || !(latency >= 0) || !(inter_bw >= 0) || !(inter_lat >= 0) ||
+	    !(memory >= 0) || !(mem_bw >= 0) || !(matmul >= 0) || !(weight_ns >= 0 || weight_ns == -1) || !(bandwidth >= 0) || !(latency >= 0) || !(inter_bw >= 0) || !(inter_lat >= 0) ||
 	    !(efficiency > 0 && efficiency <= 1)) {
 		pd_errorf("plan: sizes must be multiples of 16 up to 16384, --batch 1..4096, --steps up to 10000, "
 			  "--efficiency in (0, 1], and rates, memory, bandwidths and latencies not negative");
@@ -140,6 +145,11 @@ int pd_cmd_plan(int argc, char **argv)
 	    (inter_link && !(iln = pd_plan_preset_find(pd_plan_links, inter_link, "--inter-link")))) {
 		if (device && gflops > 0)
 			pd_errorf("give --device or --gflops, not both");
+		return pd_cli_fail();
+	}
+	if ((one_machine || weight_ns >= 0) && (device || gflops > 0)) {
+		pd_errorf("%s plans for this machine's processes: give it without --device and --gflops",
+			  one_machine ? "--one-machine" : "--weight-ns");
 		return pd_cli_fail();
 	}
 	if (pd_dtype_compute("--dtype", dtype, &dt))
@@ -213,7 +223,7 @@ int pd_cmd_plan(int argc, char **argv)
 		/* the one long phase of a plan: say so before, and how long after */
 		pd_log(1, "pdit: timing a %s matrix product on this machine (--device or --gflops skip it)...\n",
 		       dt == PD_BF16 ? "bf16" : "f32");
-		if (pd_plan_machine_here(&mc, &w, devices, devices, 3, matmul))
+		if (pd_plan_machine_here(&mc, &w, devices, devices, 3, matmul, weight_ns >= 0 ? weight_ns * 1e-9 : -1))
 			goto out;
 		pd_log(1, "pdit: timed in %.1f s\n", pd_now() - t0);
 		if (memory > 0)
@@ -223,6 +233,7 @@ int pd_cmd_plan(int argc, char **argv)
 		mc.mem_bw = mem_bw * 1e9;
 	mc.devices = devices;
 	mc.per_node = per_node ? per_node : devices;
+	mc.one_machine = one_machine;
 	if (!ln)
 		ln = pd_plan_preset_find(pd_plan_links, mc.shared ? "shm" : "nvlink", "--link");
 	if (!iln)
@@ -278,6 +289,11 @@ int pd_cmd_plan(int argc, char **argv)
 		if (mc.per_node < devices)
 			printf("; %d a node, between nodes %.1f GB/s, %.0f us", mc.per_node, mc.bw_inter / 1e9,
 			       mc.lat_inter * 1e6);
+		if (mc.one_machine)
+			printf("\n  the nodes are namespaces of this machine: all %d processes share its cores", devices);
+		if (mc.weight_s > 0)
+			printf("\n  a product spends %.3g ns a weight (all cores) whatever its rows: ranks with fewer rows a "
+			       "product pay more of it", mc.weight_s * 1e9);
 		if (dev)
 			printf("\n  %s: %.0f%% of its published %.0f TFLOP/s peak", dev->name, efficiency * 100, dev->a);
 		if (w.encoders_gb > 0)
@@ -297,11 +313,11 @@ int pd_cmd_plan(int argc, char **argv)
 		if (json)
 			printf("{\"mesh\": \"%s\", \"seconds_per_step\": %.6g, \"compute_seconds\": %.6g, \"comm_seconds\": %.6g, "
 			       "\"vae_seconds\": %.6g, \"seconds_per_run\": %.6g, \"gflop_per_rank\": %.6g, "
-			       "\"bytes_sent_per_rank_per_step\": %.0f, \"rounds_per_step\": %d, "
+			       "\"weight_seconds\": %.6g, \"bytes_sent_per_rank_per_step\": %.0f, \"rounds_per_step\": %d, "
 			       "\"bytes_between_nodes\": %.0f, \"memory_gb\": %.4g, \"weights_gb\": %.4g, "
 			       "\"activations_gb\": %.4g, \"encoders_gb\": %.4g, \"vae_gb\": %.4g, \"stale\": %s, "
 			       "\"fits\": %s}\n", name, c->seconds, c->compute_s, c->comm_s, c->vae_s,
-			       c->seconds * steps + c->vae_s, c->gflop, c->bytes, c->rounds, c->inter_bytes, c->memory_gb,
+			       c->seconds * steps + c->vae_s, c->gflop, c->weight_extra_s, c->bytes, c->rounds, c->inter_bytes, c->memory_gb,
 			       c->weights_gb, c->activations_gb, w.encoders_gb, c->vae_gb, rows[i].stale ? "true" : "false",
 			       c->fits ? "true" : "false");
 		else

@@ -415,7 +415,7 @@ static int pd_engine_plan_mesh(struct pd_engine *e, const struct pd_mesh_limits 
 		int n = 0;
 
 		pd_engine_plan_work(e, lim->cfg_possible ? 2 : 1, 1, &w);
-		if (pd_plan_machine_here(&mc, &w, e->world->size, pd_comm_local_size(e->world), 1, 0) == 0 &&
+		if (pd_plan_machine_here(&mc, &w, e->world->size, pd_comm_local_size(e->world), 1, 0, -1) == 0 &&
 		    pd_plan_list(&w, &mc, lim, &rows, &n) == 0) {
 			for (int i = 0; i < n && !msg[0]; i++)
 				if (rows[i].cost.fits && (stale || !rows[i].stale)) {

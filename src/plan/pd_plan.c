@@ -171,12 +171,16 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 	int P = m->degree[PD_AXIS_ULYSSES] * m->degree[PD_AXIS_RING], M = m->patches > 0 ? m->patches : N;
 	int node = mc->per_node > 0 && mc->per_node < mc->devices ? mc->per_node : mc->devices;
 	double S = (double)(w->txt_len + w->img_len), D = c->dim, GB = 1e9, work, rate;
-	double params = -1, params_min = -1, passes = 0, pass_bytes = 0, most = 0, share = mc->shared ? node : 1;
+	double fwd = pd_plan_images(w, m) * pd_plan_branches(w, m);
+	/* the processes that share one set of cores: a node's, or with nodes
+	 * that are namespaces of one machine, all of them */
+	int sharers = mc->shared ? (mc->one_machine ? mc->devices : node) : 1;
+	double params = -1, params_min = -1, passes = 0, pass_bytes = 0, most = 0, share = sharers;
 	/* processes per core beyond one: on shared cores a transfer is a copy
 	 * the cores make and gets their share of them (none of it runs behind
 	 * the compute), and each round of an exchange waits for the peer to be
 	 * scheduled */
-	double crowd = mc->shared && mc->cores > 0 && node > mc->cores ? (double)node / mc->cores : 1;
+	double crowd = mc->shared && mc->cores > 0 && sharers > mc->cores ? (double)sharers / mc->cores : 1;
 	double wake = mc->wake_s * (crowd - 1), elem_bw = mc->elem_bw > 0 ? mc->elem_bw : mc->mem_bw;
 
 	for (int a = 0; a < PD_AXIS_COUNT; a++)
@@ -212,13 +216,22 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 	if (T > 1 && elem_bw > 0)
 		pass_bytes = S / P * D * 4.0 * pd_plan_images(w, m) * pd_plan_branches(w, m) * (1.0 - 1.0 / T);
 	out->compute_s = out->gflop / rate + (pass_bytes > 0 ? passes * pass_bytes / (elem_bw / share) : 0);
+	/* a product pays for its weights whatever its rows (weight_s): the
+	 * rate holds that at the whole sequence's rows, one product a layer
+	 * and forward pass; a rank of sequence parallel runs 1/P of the rows
+	 * through all its weights */
+	if (mc->weight_s > 0 && N == 1) {
+		out->weight_extra_s = mc->weight_s * share * params * fwd * (1.0 - 1.0 / P);
+		out->compute_s += out->weight_extra_s;
+	}
 	if (N > 1) {
 		/* the pipeline fills and drains every step; the first patch
 		 * carries the text, so it is the largest when the text outweighs
 		 * an image band. A stage's process alone runs at its threads'
 		 * share of the node; on shared cores the stages that can run
 		 * share them, on devices each has its own. */
-		double sum = 0, *patch = malloc(sizeof(double) * (size_t)(M + N)), *stage = patch + M;
+		double sum = 0, *patch = malloc(sizeof(double) * (size_t)(M + 2 * N)), *stage = patch + M;
+		double *bare = stage + N;
 		double alone = mc->gflops, elem_alone = elem_bw, capacity = N;
 		int bands = w->img_w > 0 && w->img_len % w->img_w == 0 && M <= w->img_len / w->img_w;
 
@@ -232,27 +245,35 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 		for (int j = 0; j < M; j++)
 			patch[j] /= sum;
 		if (mc->shared && mc->cores > 0) {
-			int threads = mc->cores / node > 0 ? mc->cores / node : 1;
+			int threads = mc->cores / sharers > 0 ? mc->cores / sharers : 1;
 
 			alone = mc->gflops * threads / mc->cores;
 			elem_alone = elem_bw * threads / mc->cores;
 			/* stages at full speed the cores hold at once: each
-			 * stage has node / N processes of THREADS threads here
-			 * (stages on nodes of their own do not queue) */
-			if (pd_plan_axis_local(m, PD_AXIS_PP, node))
-				capacity = (double)mc->cores * N / ((double)node * threads);
+			 * stage has sharers / N processes of THREADS threads
+			 * here (stages on nodes of their own do not queue) */
+			if (mc->one_machine || pd_plan_axis_local(m, PD_AXIS_PP, node))
+				capacity = (double)mc->cores * N / ((double)sharers * threads);
 		}
 		for (int st = 0; st < N; st++) {
 			int first, count;
 
 			pd_mesh_stage_blocks(c, N, st, &first, &count);
-			stage[st] = work * pd_plan_share(c, first, count) / 1e9 / alone +
-				    (pass_bytes > 0 ? pd_plan_passes(c, first, count) * pass_bytes / elem_alone : 0);
+			bare[st] = work * pd_plan_share(c, first, count) / 1e9 / alone +
+				   (pass_bytes > 0 ? pd_plan_passes(c, first, count) * pass_bytes / elem_alone : 0);
+			/* each of the M patches (1/(P M) of the rows) runs through
+			 * the stage's weights: M - 1/P products' weights beyond
+			 * what the rate holds */
+			stage[st] = bare[st] + mc->weight_s * mc->gflops / alone * pd_plan_params(c, first, count, T) *
+						       fwd * (M - 1.0 / P);
 		}
 		out->compute_s = pd_plan_pipeline(N, M, stage, patch, capacity);
+		sum = mc->weight_s > 0 ? pd_plan_pipeline(N, M, bare, patch, capacity) : out->compute_s;
 		free(patch);
-		if (out->compute_s < 0)
+		if (out->compute_s < 0 || sum < 0)
 			return pd_errorf("out of memory");
+		/* (an endless pipeline's inf - inf is no part) */
+		out->weight_extra_s = isfinite(out->compute_s) ? out->compute_s - sum : 0;
 	}
 	if (mc->mem_bw > 0)
 		/* no shorter than reading the rank's weights once per forward
@@ -305,7 +326,7 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 		double vrate = mc->vae_gflops > 0 ? mc->vae_gflops : mc->gflops;
 
 		if (mc->shared)
-			vrate /= node;
+			vrate /= sharers;
 		out->vae_s = pd_plan_images(w, m) * (w->vae_gflop / bands / vrate +
 						     (bands > 1 ? w->vae_exchanges * (mc->lat_intra + wake) : 0));
 		out->vae_gb = w->vae_map_gb / bands;
@@ -325,9 +346,9 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 		/* a node's processes together; while one rank per data-parallel
 		 * group encodes, the others hold nothing yet */
 		int dp = m->degree[PD_AXIS_DP], group = mc->devices / dp;
-		int encoding = (node + group - 1) / group < dp ? (node + group - 1) / group : dp;
+		int encoding = (sharers + group - 1) / group < dp ? (sharers + group - 1) / group : dp;
 
-		out->fits = mc->mem_gb <= 0 || fmax(node * fmax(out->weights_gb + out->activations_gb, out->vae_gb),
+		out->fits = mc->mem_gb <= 0 || fmax(sharers * fmax(out->weights_gb + out->activations_gb, out->vae_gb),
 						    encoding * w->encoders_gb) <= mc->mem_gb;
 	} else {
 		out->fits = mc->mem_gb <= 0 || out->memory_gb <= mc->mem_gb;

@@ -46,12 +46,20 @@ struct pd_plan_machine {
 					 * rate is gflops, whatever the number of processes on it */
 	int cores;                      /* with shared: the node's cores, which cap what one process
 					 * alone can use (its threads: the cores divided among them) */
+	int one_machine;                /* with shared: the nodes are network namespaces of one machine
+					 * (tests/hosts): every process of every node shares its cores
+					 * and memory, and only the links between nodes are theirs */
 	double mem_gb;                  /* memory per device (per node when shared), GB; 0: unlimited */
 	double mem_bw;                  /* bytes/s a device reads its memory at (0: not a limit) */
 	double elem_bw;                 /* bytes/s a device streams through the elementwise kernels
 					 * (norms, gated residuals) that tensor parallel repeats on every
 					 * shard (a node's, when shared); 0: mem_bw */
 	double vae_gflops;              /* the VAE decode's rate, GFLOP/s (0: gflops) */
+	double weight_s;                /* seconds a product spends per weight whatever its rows (a
+					 * node's, all its cores): decoding bf16 or quantized weights to
+					 * the product's precision, reading them. gflops holds it at the
+					 * whole sequence's rows; a rank with fewer rows a product, or
+					 * a PipeFusion stage's patches, pay the rest. 0: not modelled */
 	double wake_s;                  /* with shared: seconds a round of an exchange waits for its
 					 * peer to be scheduled, per process beyond one a core (what
 					 * oversubscribed CPU processes pay; 0 elsewhere) */
@@ -77,8 +85,10 @@ struct pd_plan_cost {
 	double seconds;                 /* predicted seconds per step (steady state, after warm-up) */
 	double vae_s;                   /* predicted seconds of the decode of the group's pictures, in
 					 * bands over the data-parallel group when it has several ranks */
-	double compute_s, comm_s;       /* the parts: compute (with the work tensor parallel repeats),
-					 * transfers not hidden */
+	double compute_s, comm_s;       /* the parts: compute (with the work tensor parallel repeats
+					 * and weight_s's part), transfers not hidden */
+	double weight_extra_s;          /* the part of compute_s that weight_s adds (the busiest rank's,
+					 * or PipeFusion's stages' through the pipeline) */
 	double weights_gb;              /* weights the rank holds (the heaviest stage's) */
 	double weights_min_gb;          /* the lightest stage's: a low bound for any rank */
 	double activations_gb;          /* activations and method buffers (K/V of PipeFusion, DistriFusion) */
@@ -146,11 +156,12 @@ const struct pd_plan_preset *pd_plan_preset_find(const struct pd_plan_preset *p,
 						 const char *flag);
 
 /* MC: this machine as pdit plan models it by default (a product's rate
- * MATMUL in GFLOP/s, or when 0 timed here, the best of TIMINGS; the
- * elementwise kernels' rate timed here, the best of TIMINGS; DEVICES
- * processes sharing its cores and memory, PER_NODE of them a node;
- * shared-memory links). 0, or -1 with a message. */
+ * MATMUL in GFLOP/s, or when 0 timed here, the best of TIMINGS; what a
+ * product spends per weight WEIGHT_S in seconds, or when negative timed
+ * with the rate; the elementwise kernels' rate timed here, the best of
+ * TIMINGS; DEVICES processes sharing its cores and memory, PER_NODE of them
+ * a node; shared-memory links). 0, or -1 with a message. */
 int pd_plan_machine_here(struct pd_plan_machine *mc, const struct pd_plan_work *w, int devices, int per_node,
-			 int timings, double matmul);
+			 int timings, double matmul, double weight_s);
 
 #endif /* PD_PLAN_H */

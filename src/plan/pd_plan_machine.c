@@ -37,27 +37,43 @@ const struct pd_plan_preset *pd_plan_preset_find(const struct pd_plan_preset *p,
 }
 
 int pd_plan_machine_here(struct pd_plan_machine *mc, const struct pd_plan_work *w, int devices, int per_node,
-			 int timings, double matmul)
+			 int timings, double matmul, double weight_s)
 {
 	/* a product at the model's widest shape, the whole-step rate taken as
-	 * 0.85 of it (pdit bench measures 0.84 - 0.90 here), the cores and
+	 * 0.85 of it (pdit bench measures 0.84 - 0.90 here), what a product
+	 * spends on its weights whatever its rows, the cores and
 	 * memory shared by the processes, the elementwise kernels timed too,
 	 * links the shared-memory preset, and with more processes than cores a
 	 * wait for the peer at each round of an exchange */
 	const struct pd_plan_preset *shm = pd_plan_preset_find(pd_plan_links, "shm", "--link");
 	struct pd_backend *be = NULL;
+	double per[8];
+	int n_per = 0;
 
 	memset(mc, 0, sizeof(*mc));
 	if (pd_backend_cpu_new(&be, w->compute_bytes == 4 ? PD_F32 : PD_BF16, 0))
 		return -1;
 	/* the best of TIMINGS medians: on a shared machine others only slow a
 	 * product down, and a plan should not depend on a busy moment */
-	for (int i = 0, given = matmul > 0; i < (timings > 1 ? timings : 1); i++) {
-		if (!given)
-			matmul = fmax(matmul, pd_backend_rate_matmul(be, w->txt_len + w->img_len, w->info->dim, w->info->mlp_width));
+	timings = timings < 1 ? 1 : timings > 8 ? 8 : timings;
+	for (int i = 0, given = matmul > 0; i < timings; i++) {
+		/* the weights' part of a product, with each timing of the rate
+		 * unless given: the median, a difference of two timings swings */
+		if (!given || weight_s < 0) {
+			double r = pd_backend_rate_matmul_weights(be, w->txt_len + w->img_len, w->info->dim,
+								  w->info->mlp_width, &per[n_per]);
+
+			n_per++;
+			if (!given)
+				matmul = fmax(matmul, r);
+		}
 		mc->elem_bw = fmax(mc->elem_bw, pd_backend_rate_elementwise(be, w->txt_len + w->img_len, w->info->dim));
 	}
+	if (n_per > 0)
+		mc->weight_s = pd_median_sort(per, n_per);
 	pd_backend_free(be);
+	if (weight_s >= 0)
+		mc->weight_s = weight_s;
 	mc->gflops = 0.85 * matmul;
 	/* the decode's convolutions run at about 0.3 of the product's rate
 	 * here (f32, plain layouts: bench --vae-time, 512², one process) */

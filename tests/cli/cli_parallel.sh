@@ -77,10 +77,11 @@ run3=(--model "$tmp/m3" --embeds "$tmp/m3/embeds.safetensors" -H 48 -W 48 --step
 "${mpirun[@]}" -np 2 "$pdit" generate "${run3[@]}" --data-parallel-degree 2 -o "$tmp/bd.png" 2> /dev/null ||
 	bad "data parallel generate"
 for b in 0 1 2; do
-	# data parallel's latents are within about 2e-6 of one process's (so
-	# since before the flash-style attention; 2 and 3 groups agree with
-	# each other): a pixel at a rounding boundary may move one level, as
-	# for the other exact methods
+	# data parallel's latents are within about 2e-6 of one process's: its
+	# ranks compute with 1 thread each here, and one process alone gives
+	# the same difference between -t 1 and -t 2 (the products' and kernels'
+	# sums split over threads); a pixel at a rounding boundary may move one
+	# level, as for the other exact methods
 	"$cmp" pngs "$tmp/b1-$b.png" "$tmp/bd-$b.png" 1 > /dev/null && ok "data parallel picture $b equal" ||
 		bad "data parallel picture $b"
 done

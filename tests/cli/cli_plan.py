@@ -10,7 +10,10 @@
    unknown presets, --parallel given with degrees.
 4. Nodes: with --per-node equal to the devices nothing crosses between nodes; with one device a node
    everything a rank sends does; in between, a mesh whose only split axis (tensor parallel, the fastest)
-   fits in a node sends nothing between nodes. s/run = steps x s/step + the decode.
+   fits in a node sends nothing between nodes. s/run = steps x s/step + the decode. --one-machine
+   (namespaces of this machine): compute as when all share one node, bytes between nodes as when apart.
+   The weights' time whatever the rows: (1 - 1/P) of a product's on sequence parallel P, the same per
+   weight on every mesh.
 5. The memory bandwidth bounds a step: compute seconds >= the rank's weights read once per forward pass;
    tensor parallel adds the elementwise passes each shard repeats over its rows (10 per double block,
    5 per single, (1 - 1/T) of them at the memory bandwidth), counted here from the config.
@@ -202,6 +205,50 @@ def main():
                tp2[0]["bytes_sent_per_rank_per_step"] and ring4[0]["bytes_between_nodes"] ==
                ring4[0]["bytes_sent_per_rank_per_step"],
                "2 a node: ring 2 x tp 2 sends its ring hops between nodes and its all-reduces within, ring 4 all between")
+        # nodes that are namespaces of this machine (tests/hosts): one process a node computes as
+        # when the four share one node's cores (tensor parallel aside: its elementwise rate is timed
+        # anew by each plan), and sends between nodes what one a node on separate machines sends
+        common = ("--model", m, "--devices", 4, "-H", H, "-W", W, "--txt-len", T, "--matmul-gflops", 100)
+        here = {x["mesh"]: x for x in plan_rows(*common)}
+        apart = {x["mesh"]: x for x in plan_rows(*common, "--per-node", 1, "--inter-bandwidth", 0.1)}
+        one = {x["mesh"]: x for x in plan_rows(*common, "--per-node", 1, "--one-machine", "--inter-bandwidth", 0.1)}
+        ok, seen = len(one) > 0 and one.keys() == here.keys() == apart.keys(), 0
+        for mesh, x in one.items():
+            if ok and degrees(mesh)["tp"] == 1:
+                seen += 1
+                # (the weights' time per weight is timed anew by each plan; JSON's 6 digits of each)
+                h = here[mesh]
+                bare = x["compute_seconds"] - x["weight_seconds"]
+                ok &= abs(bare - (h["compute_seconds"] - h["weight_seconds"])) <= 1e-5 * (
+                    x["compute_seconds"] + x["weight_seconds"] + h["compute_seconds"] + h["weight_seconds"])
+                ok &= bare > 1.5 * (apart[mesh]["compute_seconds"] - apart[mesh]["weight_seconds"])
+                ok &= x["bytes_between_nodes"] == apart[mesh]["bytes_between_nodes"] == x["bytes_sent_per_rank_per_step"]
+        report(ok and seen > 0, "--one-machine: %d meshes compute as on one node's cores, send as on separate "
+               "nodes" % seen)
+        # what a product spends on its weights whatever its rows (timed here): a rank of sequence
+        # parallel P runs 1/P of the rows through all its weights, so it pays (1 - 1/P) of a
+        # product's weight time beyond the rate (held at the whole sequence); the same figure per
+        # weight on every mesh of the plan, none without sequence parallel, PipeFusion's patches more
+        # (a figure given, so that the check does not rest on a timing: the timed one is checked above)
+        given = {x["mesh"]: x for x in plan_rows(*common, "--weight-ns", 0.5)}
+        ok, seen, per = len(given) > 0 and all(x["weight_seconds"] >= 0 for x in here.values()), 0, set()
+        for mesh, x in given.items():
+            d = degrees(mesh)
+            P = d.get("ring", d.get("distrifusion", 1)) * d["ulysses"]
+            if d["pp"] > 1:
+                ok &= x["weight_seconds"] > 0
+            elif P == 1:
+                ok &= x["weight_seconds"] == 0
+            else:
+                seen += 1
+                per.add(round(x["weight_seconds"] / ((1 - 1 / P) * x["weights_gb"]), 9))
+                ok &= x["weight_seconds"] > 0 and x["weight_seconds"] < x["compute_seconds"]
+        spread = (max(per) - min(per)) / max(per) if per and max(per) > 0 else 1
+        report(ok and seen > 0 and spread < 2e-3, "weights' time whatever the rows: (1 - 1/P) of it on %d meshes of "
+               "sequence parallel, none without, more with PipeFusion" % seen)
+        r = run(PDIT, "plan", *common[:8], "--gflops", 100, "--one-machine")
+        report(r.returncode != 0 and "--one-machine" in r.stderr, "--one-machine with --gflops refused: " +
+               r.stderr.strip())
         # 5. memory bandwidth
         rows = plan_rows("--model", m, "--devices", 2, "-H", H, "-W", W, "--txt-len", T, "--gflops", 1e9,
                          "--memory-bandwidth", 0.001)

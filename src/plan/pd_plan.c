@@ -175,7 +175,7 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 	/* the processes that share one set of cores: a node's, or with nodes
 	 * that are namespaces of one machine, all of them */
 	int sharers = mc->shared ? (mc->one_machine ? mc->devices : node) : 1;
-	double params = -1, params_min = -1, passes = 0, pass_bytes = 0, most = 0, share = sharers;
+	double params = -1, params_min = -1, passes = 0, pass_bytes = 0, most = 0;
 	/* processes per core beyond one: on shared cores a transfer is a copy
 	 * the cores make and gets their share of them (none of it runs behind
 	 * the compute), and each round of an exchange waits for the peer to be
@@ -209,19 +209,19 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 	work = (fl.linear + fl.attention) * pd_plan_images(w, m) * pd_plan_branches(w, m) / ((double)T * P);
 	out->gflop = work * most / 1e9;
 	/* the node's cores are shared by its processes */
-	rate = mc->gflops / share;
+	rate = mc->gflops / sharers;
 	/* tensor parallel shards the products, not the elementwise work over
 	 * the rank's rows: each shard repeats it (the rest of it is in the
 	 * whole-step rate) */
 	if (T > 1 && elem_bw > 0)
 		pass_bytes = S / P * D * 4.0 * pd_plan_images(w, m) * pd_plan_branches(w, m) * (1.0 - 1.0 / T);
-	out->compute_s = out->gflop / rate + (pass_bytes > 0 ? passes * pass_bytes / (elem_bw / share) : 0);
+	out->compute_s = out->gflop / rate + (pass_bytes > 0 ? passes * pass_bytes / (elem_bw / sharers) : 0);
 	/* a product pays for its weights whatever its rows (weight_s): the
 	 * rate holds that at the whole sequence's rows, one product a layer
 	 * and forward pass; a rank of sequence parallel runs 1/P of the rows
 	 * through all its weights */
 	if (mc->weight_s > 0 && N == 1) {
-		out->weight_extra_s = mc->weight_s * share * params * fwd * (1.0 - 1.0 / P);
+		out->weight_extra_s = mc->weight_s * sharers * params * fwd * (1.0 - 1.0 / P);
 		out->compute_s += out->weight_extra_s;
 	}
 	if (N > 1) {
@@ -230,7 +230,7 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 		 * an image band. A stage's process alone runs at its threads'
 		 * share of the node; on shared cores the stages that can run
 		 * share them, on devices each has its own. */
-		double sum = 0, *patch = malloc(sizeof(double) * (size_t)(M + 2 * N)), *stage = patch + M;
+		double sum = 0, bare_s, *patch = malloc(sizeof(double) * (size_t)(M + 2 * N)), *stage = patch + M;
 		double *bare = stage + N;
 		double alone = mc->gflops, elem_alone = elem_bw, capacity = N;
 		int bands = w->img_w > 0 && w->img_len % w->img_w == 0 && M <= w->img_len / w->img_w;
@@ -268,12 +268,12 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 						       fwd * (M - 1.0 / P);
 		}
 		out->compute_s = pd_plan_pipeline(N, M, stage, patch, capacity);
-		sum = mc->weight_s > 0 ? pd_plan_pipeline(N, M, bare, patch, capacity) : out->compute_s;
+		bare_s = mc->weight_s > 0 ? pd_plan_pipeline(N, M, bare, patch, capacity) : out->compute_s;
 		free(patch);
-		if (out->compute_s < 0 || sum < 0)
+		if (out->compute_s < 0 || bare_s < 0)
 			return pd_errorf("out of memory");
 		/* (an endless pipeline's inf - inf is no part) */
-		out->weight_extra_s = isfinite(out->compute_s) ? out->compute_s - sum : 0;
+		out->weight_extra_s = isfinite(out->compute_s) ? out->compute_s - bare_s : 0;
 	}
 	if (mc->mem_bw > 0)
 		/* no shorter than reading the rank's weights once per forward

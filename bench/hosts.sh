@@ -22,10 +22,15 @@
 # by ";", each as degrees (ulysses=4, ring=4, ulysses=2,ring=2, tp=2,ulysses=2,
 # tp=4, pp=4, pp=2,ulysses=2, distrifusion=4; default all of them).
 #
-# RATES: tc rates (default "25gbit 10gbit 1gbit"); "none" is always run as
-# the baseline. LATENCY_US (default 50) is what plan is told: this kernel
-# has no netem, so no delay is added and the links' own latency is a few
-# tens of microseconds. Each (layout, rate) pair makes its hosts once.
+# RATES: links as tc rates (default "25gbit 10gbit 1gbit"), each optionally
+# with a one-way delay: 1gbit/0.5ms, none/0. A link with a delay goes through
+# the switch program (tests/hosts/hosts_switch, built by cmake: this kernel
+# has no netem) and is compared with "none/0", the same switch without rate
+# or delay, where the runs have it; the others go through the bridge and
+# tbf and are compared with "none", always run as the baseline (BASE sets
+# another, e.g. BASE=none/0; BASE= none, to add runs to a RUNS file). Plan is told LATENCY_US (default 50: the
+# links' own latency, a few tens of microseconds) plus the delay. Each
+# (layout, link) pair makes its hosts once.
 # RUNS=FILE keeps the runs' raw lines there; FROM=FILE makes the table from
 # such a file without running anything (plan's predictions made anew);
 # WEIGHT_NS gives plan's per-weight figure instead of timing it.
@@ -36,10 +41,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
-size=${1:-512} rounds=${2:-1} rates="none ${3:-25gbit 10gbit 1gbit}" model=${4:-bench/flux-width}
+size=${1:-512} rounds=${2:-1} rates="${BASE-none} ${3:-25gbit 10gbit 1gbit}" model=${4:-bench/flux-width}
 lat=${LATENCY_US:-50}
 bench_model "$model"
+export PDIT_HOSTS_SWITCH=${PDIT_HOSTS_SWITCH:-$PWD/build/tests/hosts_switch}
 [ -n "${FROM:-}" ] || tests/hosts/hosts.sh --probe > /dev/null || exit $?
+[ -n "${FROM:-}" ] || [[ $rates != */* ]] || tests/hosts/hosts.sh --probe --delay 0 > /dev/null || exit $?
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 # the methods of 4 processes (no batch, no true CFG: data and CFG parallel
@@ -79,7 +86,14 @@ while IFS= read -r flags; do
 	b0=$($PDIT_HOSTS_CTL bytes) || b0=0
 	# shellcheck disable=SC2086
 	j=$(timeout 900 $PDIT_HOSTS_MPIRUN -np 4 "$pdit" bench --model "$model" -H "$size" -W "$size" --steps 2 \
-		--dtype bf16 -t 1 --json $flags "${stale[@]}" 2> "$out/err" < /dev/null) || { cat "$out/err" >&2; j=""; }
+		--dtype bf16 -t 1 --json $flags "${stale[@]}" 2> "$out/err" < /dev/null)
+	rc=$?
+	# a failed run is a row of its own; why is on stderr
+	if [ $rc -ne 0 ] || [ -z "$(field mesh "$j")" ]; then
+		echo "bench/hosts.sh: $tag $flags: exit $rc, $(printf %s "$j" | wc -c) bytes of JSON; its stderr:" >&2
+		tail -20 "$out/err" >&2
+		j=""
+	fi
 	b1=$($PDIT_HOSTS_CTL bytes) || b1=0
 	steps=3
 	[ ${#stale[@]} -gt 0 ] && steps=4
@@ -94,7 +108,8 @@ for ((r = 1; r <= rounds; r++)); do
 		for rate in $rates; do
 			echo "round $r/$rounds: $layout hosts x processes, link $rate" >&2
 			shape=()
-			[ "$rate" != none ] && shape=(--rate "$rate")
+			[ "${rate%/*}" != none ] && shape=(--rate "${rate%/*}")
+			[[ $rate == */* ]] && shape+=(--delay "${rate#*/}")
 			# each run's line also on stderr: the raw figures survive a failure below
 			tests/hosts/hosts.sh -n "${layout%x*}" --slots "${layout#*x}" "${shape[@]}" -- \
 				"$out/inner.sh" "$layout|$rate" | tee -a "$out/runs" >&2 || { echo "hosts.sh failed" >&2; exit 1; }
@@ -114,13 +129,17 @@ echo "bench/hosts.sh: a product spends ${wns:-0} ns a weight here (all cores), w
 
 # plan's prediction: MESH LAYOUT RATE TOKENS GFLOPS
 predict() {
-	local per=${2#*x} link
-	if [ "$3" = none ]; then
+	local per=${2#*x} link rate=${3%/*} us=0
+	# the delay in microseconds (50us, 0.5ms)
+	[[ $3 == */* ]] && us=$(awk -v d="${3#*/}" 'BEGIN { print (d ~ /ms$/) ? d * 1000 : d + 0 }')
+	if [ "$rate" = none ] && [ "$us" = 0 ]; then
 		link=(--inter-link shm)
+	elif [ "$rate" = none ]; then
+		link=(--inter-bandwidth 1000 --inter-latency "$(awk -v a="$lat" -v b="$us" 'BEGIN { print a + b }')")
 	else
-		link=(--inter-bandwidth "$(awk -v r="$3" -v p="$per" 'BEGIN {
+		link=(--inter-bandwidth "$(awk -v r="$rate" -v p="$per" 'BEGIN {
 			m = 1; if (r ~ /mbit$/) m = 1e6; else if (r ~ /gbit$/) m = 1e9
-			print r * m / 8 / 1e9 / p }')" --inter-latency "$lat")
+			print r * m / 8 / 1e9 / p }')" --inter-latency "$(awk -v a="$lat" -v b="$us" 'BEGIN { print a + b }')")
 	fi
 	# the runs' processes have one thread each: plan takes the rate of all cores
 	"$pdit" plan --model "$model" --devices 4 -H "$size" -W "$size" --txt-len $(($4 - (size / 16) * (size / 16))) \
@@ -144,7 +163,10 @@ for layout in $layouts; do
 			mb=$(cut -d'|' -f6 <<< "$rows" | median)
 			tokens=$(head -1 <<< "$rows" | cut -d'|' -f7)
 			gf=$(cut -d'|' -f8 <<< "$rows" | median)
-			base=$(grep -F "$layout|none|$flags|" "$out/runs" | cut -d'|' -f5 | median)
+			# the baseline through the same switch (none/0) where the link has a delay and the runs have it
+			bk=none
+			[[ $rate == */* ]] && grep -qF "$layout|none/0|$flags|" "$out/runs" && bk=none/0
+			base=$(grep -F "$layout|$bk|$flags|" "$out/runs" | cut -d'|' -f5 | median)
 			short=$(tr ' ' '\n' <<< "$mesh" | { grep -v '=1$' || true; } | tr '\n' ' ' | sed 's/ $//')
 			p=$(predict "$mesh" "$layout" "$rate" "$tokens" "$gf")
 			echo "$short|$sps|${p:-}" >> "$out/group"

@@ -3,11 +3,14 @@
 # own address on a private network (10.77.0.0/24), all joined by a switch (a
 # bridge in a namespace of its own) through one veth link each; optionally
 # shaped (tbf: rate) and lossy (nftables: a share of each host's packets
-# dropped). Runs COMMAND in the caller's namespace with an mpirun that
-# launches across the hosts over TCP, then removes everything it made, also
-# when COMMAND fails or the script is interrupted.
+# dropped). With --delay the switch is tests/hosts/hosts_switch instead (a
+# program: this kernel has no netem to delay packets) and each host's link a
+# TUN device it serves, shaped and delayed there. Runs COMMAND in the
+# caller's namespace with an mpirun that launches across the hosts over TCP,
+# then removes everything it made, also when COMMAND fails or the script is
+# interrupted.
 #
-#   tests/hosts/hosts.sh [-n HOSTS] [--slots S] [--rate RATE] [--loss PCT] -- COMMAND [ARG...]
+#   tests/hosts/hosts.sh [-n HOSTS] [--slots S] [--rate RATE] [--delay D] [--loss PCT] -- COMMAND [ARG...]
 #   tests/hosts/hosts.sh --probe      exit 0 if hosts can be made here, else 77 and why
 #
 #   -n HOSTS     2 to 8 hosts (default 2): host i is 10.77.0.(i+1)
@@ -16,7 +19,9 @@
 #   --rate RATE  each host's link, both directions, in tc's units (25gbit,
 #                10gbit, 1gbit, 500mbit); default: the veth as it is
 #   --loss PCT   drop PCT percent of the packets each host sends (0-99)
-#   --delay D    added latency; refused where the kernel has no netem
+#   --delay D    one-way latency between two hosts (50us, 0.5ms; 0 for the
+#                switch program without a delay): needs PDIT_HOSTS_SWITCH,
+#                the hosts_switch the build made (tests/hosts_switch)
 #   --tcp-retries R  each host's net.ipv4.tcp_retries2 (the kernel's 15 keeps
 #                a connection to an unreachable host for about 15 minutes, and
 #                Open MPI has no timeout of its own: mpirun waits that long
@@ -28,6 +33,7 @@
 #   PDIT_HOSTS_CTL      a control command:
 #                         ctl exec I CMD...   run CMD in host I's namespace
 #                         ctl link I down|up  take host I's link down or up
+#                                             (not with --delay)
 #                         ctl loss PCT        set every host's loss now
 #                         ctl bytes           bytes sent by all hosts so far
 #                         ctl kill I          SIGKILL every process in host I
@@ -48,7 +54,7 @@ while [ $# -gt 0 ]; do
 	--slots) slots=${2:?--slots needs a count}; shift 2 ;;
 	--rate) rate=${2:?--rate needs a rate, e.g. 1gbit}; shift 2 ;;
 	--loss) loss=${2:?--loss needs a percentage}; shift 2 ;;
-	--delay) delay=${2:?--delay needs a time, e.g. 0.2ms}; shift 2 ;;
+	--delay) delay=${2:?--delay needs a time, e.g. 0.5ms}; shift 2 ;;
 	--tcp-retries) retries=${2:?--tcp-retries needs a count}; shift 2 ;;
 	--probe) probe=1; shift ;;
 	-h | --help) usage ;;
@@ -64,6 +70,13 @@ if [ -n "$rate" ] && ! [[ $rate =~ ^[0-9]+(\.[0-9]+)?[kmg]?bit$ ]]; then
 	echo "hosts.sh: --rate must be like 25gbit, 10gbit, 1gbit or 500mbit, not '$rate'" >&2
 	exit 2
 fi
+if [ -n "$delay" ]; then
+	# microseconds for the switch
+	delay_us=$(awk -v d="$delay" 'BEGIN {
+		if (d ~ /^[0-9]+(\.[0-9]+)?us$/) print d + 0; else if (d ~ /^[0-9]+(\.[0-9]+)?ms$/) print d * 1000
+		else if (d == "0") print 0 }')
+	[ -n "$delay_us" ] || { echo "hosts.sh: --delay must be like 50us, 0.5ms or 0, not '$delay'" >&2; exit 2; }
+fi
 [ $probe -eq 1 ] || [ $# -gt 0 ] || { echo "hosts.sh: no command (hosts.sh [options] -- COMMAND)" >&2; exit 2; }
 
 # namespaces named after this process: concurrent runs do not meet (the
@@ -73,9 +86,12 @@ sw=$tag-sw
 dir=$(mktemp -d /tmp/pdit-hosts.XXXXXX) || exit 1
 made=()
 
+switch=""
 cleanup() {
 	local ns pid
 	trap - EXIT INT TERM
+	# the switch first: it holds the hosts' devices
+	[ -n "$switch" ] && kill -TERM "$switch" 2> /dev/null && wait "$switch" 2> /dev/null
 	for ns in "${made[@]}"; do
 		for pid in $(ip netns pids "$ns" 2> /dev/null); do
 			kill -9 "$pid" 2> /dev/null
@@ -128,10 +144,8 @@ mkns() {
 # tbf on one side of a link: RATE with a burst of a millisecond's bytes
 # (at least 64 kB: a GSO packet) and a queue of 100 ms
 shape() {
-	local ns=$1 dev=$2 at=root
-	[ -n "$delay" ] && at="parent 1:1"
-	# shellcheck disable=SC2086
-	run_in "$ns" tc qdisc add dev "$dev" $at tbf rate "$rate" burst "$burst" latency 100ms 2> "$dir/err" ||
+	local ns=$1 dev=$2
+	run_in "$ns" tc qdisc add dev "$dev" root tbf rate "$rate" burst "$burst" latency 100ms 2> "$dir/err" ||
 		skip "tc cannot shape a veth link with tbf ($(head -1 "$dir/err"))"
 }
 # the nftables table that drops PCT percent of a host's packets (ctl
@@ -147,42 +161,58 @@ set_loss() {
 }
 
 if [ -n "$rate" ]; then
-	# bytes per millisecond from tc's units
+	# bytes per millisecond from tc's units (and bits per second for the switch)
 	burst=$(awk -v r="$rate" 'BEGIN {
 		m = 1; if (r ~ /kbit$/) m = 1e3; else if (r ~ /mbit$/) m = 1e6; else if (r ~ /gbit$/) m = 1e9
 		b = int(r * m / 8 / 1000); if (b < 65536) b = 65536; print b }')
+	bps=$(awk -v r="$rate" 'BEGIN {
+		m = 1; if (r ~ /kbit$/) m = 1e3; else if (r ~ /mbit$/) m = 1e6; else if (r ~ /gbit$/) m = 1e9
+		printf "%.0f\n", r * m }')
 fi
-if [ -n "$delay" ]; then
-	mkns "$tag-probe"
-	run_in "$tag-probe" ip link add d0 type dummy
-	run_in "$tag-probe" tc qdisc add dev d0 root netem delay "$delay" 2> /dev/null ||
-		skip "--delay needs tc's netem, which this kernel lacks (CONFIG_NET_SCH_NETEM)"
-	ip netns del "$tag-probe"
-fi
-
-mkns "$sw"
-run_in "$sw" ip link add br0 type bridge || skip "cannot create a bridge"
-run_in "$sw" ip link set br0 up
 hostfile=$dir/hostfile
 : > "$hostfile"
+if [ -n "$delay" ]; then
+	# the switch program makes each host's eth0 (a TUN device) and carries
+	# their packets: at RATE, DELAY later
+	[ -n "${PDIT_HOSTS_SWITCH:-}" ] && [ -x "$PDIT_HOSTS_SWITCH" ] ||
+		skip "--delay needs PDIT_HOSTS_SWITCH, the hosts_switch program the build made (tests/hosts_switch)"
+	[ -c /dev/net/tun ] || skip "--delay needs TUN devices (/dev/net/tun)"
+	names=()
+	for ((i = 0; i < n; i++)); do
+		mkns "$tag-h$i"
+		names+=("$tag-h$i")
+	done
+	sargs=(--net 10.77.0.0 --delay "$delay_us")
+	[ -n "$rate" ] && sargs+=(--rate "$bps")
+	"$PDIT_HOSTS_SWITCH" "${sargs[@]}" "${names[@]}" > "$dir/switch.out" 2> "$dir/switch.err" < /dev/null &
+	switch=$!
+	for _ in $(seq 50); do
+		grep -q ready "$dir/switch.out" && break
+		kill -0 "$switch" 2> /dev/null || skip "the switch cannot make the hosts' devices ($(head -1 "$dir/switch.err"))"
+		sleep 0.1
+	done
+	grep -q ready "$dir/switch.out" || { echo "hosts.sh: the switch did not start within 5 s" >&2; exit 1; }
+fi
+if [ -z "$delay" ]; then
+	mkns "$sw"
+	run_in "$sw" ip link add br0 type bridge || skip "cannot create a bridge"
+	run_in "$sw" ip link set br0 up
+fi
 for ((i = 0; i < n; i++)); do
 	h=$tag-h$i
-	mkns "$h"
-	run_in "$sw" ip link add "h$i" type veth peer name eth0 netns "$h" 2> "$dir/err" ||
-		skip "cannot create a veth pair ($(head -1 "$dir/err"))"
-	run_in "$sw" ip link set "h$i" master br0
-	run_in "$sw" ip link set "h$i" up
+	if [ -n "$delay" ]; then
+		# packets of veth's GSO size (see hosts_switch.c)
+		run_in "$h" ip link set eth0 mtu 65000
+	else
+		mkns "$h"
+		run_in "$sw" ip link add "h$i" type veth peer name eth0 netns "$h" 2> "$dir/err" ||
+			skip "cannot create a veth pair ($(head -1 "$dir/err"))"
+		run_in "$sw" ip link set "h$i" master br0
+		run_in "$sw" ip link set "h$i" up
+	fi
 	run_in "$h" ip addr add "10.77.0.$((i + 1))/24" dev eth0
 	run_in "$h" ip link set eth0 up
-	if [ -n "$delay" ]; then
-		# the delay at the root, the rate (if any) under it
-		for side in "$h eth0" "$sw h$i"; do
-			# shellcheck disable=SC2086
-			run_in ${side% *} tc qdisc add dev ${side#* } root handle 1: netem delay "$delay" ||
-				{ echo "hosts.sh: tc netem on ${side#* } failed" >&2; exit 1; }
-		done
-	fi
-	if [ -n "$rate" ]; then
+	if [ -n "$rate" ] && [ -z "$delay" ]; then
 		shape "$h" eth0
 		shape "$sw" "h$i"
 	fi
@@ -203,35 +233,45 @@ for ((i = 1; i < n; i++)); do
 		[ "$loss" != 0 ] && continue
 		sleep 0.2
 	done
-	[ $ok -eq 1 ] || { echo "hosts.sh: host 0 cannot reach host $i over the bridge" >&2; exit 1; }
+	[ $ok -eq 1 ] || { echo "hosts.sh: host 0 cannot reach host $i over the switch" >&2; exit 1; }
 done
 if [ $probe -eq 1 ]; then
 	echo "hosts.sh: $n hosts can be made here"
 	exit 0
 fi
 
-# Open MPI's remote shell: the host's address names its namespace; the
-# daemon runs in the foreground there (mpirun waits on it)
+# Open MPI's remote shell: the host's address names its namespace, where
+# the daemon starts (and daemonizes: mpirun hears of a host only over the
+# network, as it would of a real one). Each host has a temporary
+# folder of its own: the hosts share /tmp and one host name, and daemons
+# making their session folders under the same name at once failed
+# ("File exists") in about 1 launch of 50.
+for ((i = 0; i < n; i++)); do mkdir "$dir/tmp$i"; done
 cat > "$dir/agent" <<- EOF
 	#!/bin/sh
 	host=\$1
 	shift
 	case \$host in
-	10.77.0.[1-$n]) ns=$tag-h\$((\${host##*.} - 1)) ;;
+	10.77.0.[1-$n]) i=\$((\${host##*.} - 1)) ;;
 	*) echo "hosts agent: unknown host \$host" >&2; exit 1 ;;
 	esac
-	exec ip netns exec "\$ns" sh -c "\$*"
+	exec ip netns exec $tag-h\$i env TMPDIR=$dir/tmp\$i sh -c "\$*"
 EOF
 root=""
 [ "$(id -u)" = 0 ] && root=--allow-run-as-root
 # TCP only (no shared memory between the namespaces), daemons started by
-# mpirun itself (no tree), nothing bound to cores (the hosts share them)
+# mpirun itself (no tree), nothing bound to cores (the hosts share them).
+# No rtc hwloc: it shares each daemon's hardware topology through a
+# mapping placed in the largest hole of the address space, and a daemon
+# crashed writing it (a segfault in hwloc_shmem_topology_write) in about 1
+# launch of 30 here, leaving mpirun waiting for it; it serves binding,
+# which the hosts do not use.
 cat > "$dir/mpirun" <<- EOF
 	#!/bin/sh
-	exec ip netns exec $tag-h0 ${PDIT_HOSTS_MPIEXEC:-mpirun} $root --oversubscribe --hostfile $hostfile \\
+	TMPDIR=$dir/tmp0 exec ip netns exec $tag-h0 ${PDIT_HOSTS_MPIEXEC:-mpirun} $root --oversubscribe --hostfile $hostfile \\
 		--mca plm_rsh_agent $dir/agent --mca plm_rsh_no_tree_spawn 1 \\
 		--mca oob_tcp_if_include 10.77.0.0/24 --mca btl_tcp_if_include 10.77.0.0/24 \\
-		--mca pml ob1 --mca btl tcp,self --bind-to none "\$@"
+		--mca pml ob1 --mca btl tcp,self --bind-to none --mca rtc ^hwloc "\$@"
 EOF
 cat > "$dir/ctl" <<- EOF
 	#!/usr/bin/env bash
@@ -240,7 +280,9 @@ cat > "$dir/ctl" <<- EOF
 	$(declare -f loss_rule)
 	case \${1:-} in
 	exec) i=\$2; shift 2; exec ip netns exec $tag-h\$i "\$@" ;;
-	link) exec ip netns exec $sw ip link set "h\$2" "\$3" ;;
+	link)
+		[ -z "$delay" ] || { echo "ctl: link needs the bridge (hosts.sh without --delay)" >&2; exit 2; }
+		exec ip netns exec $sw ip link set "h\$2" "\$3" ;;
 	loss)
 		for ((i = 0; i < $n; i++)); do
 			ip netns exec $tag-h\$i nft delete table inet pdit_loss 2> /dev/null

@@ -24,19 +24,25 @@
 #
 # RATES: links as tc rates (default "25gbit 10gbit 1gbit"), each optionally
 # with a one-way delay: 1gbit/0.5ms, none/0. A link with a delay goes through
-# the switch program (tests/hosts/hosts_switch, built by cmake: this kernel
+# the switch program (tests/hosts/hosts_switch.c, built by cmake: this kernel
 # has no netem) and is compared with "none/0", the same switch without rate
-# or delay, where the runs have it; the others go through the bridge and
-# tbf and are compared with "none", always run as the baseline (BASE sets
-# another, e.g. BASE=none/0; BASE= none, to add runs to a RUNS file). Plan is told LATENCY_US (default 50: the
-# links' own latency, a few tens of microseconds) plus the delay. Each
-# (layout, link) pair makes its hosts once.
-# RUNS=FILE keeps the runs' raw lines there; FROM=FILE makes the table from
-# such a file without running anything (plan's predictions made anew);
-# WEIGHT_NS gives plan's per-weight figure instead of timing it.
+# or delay ("?" where the runs lack it); the others go through the bridge
+# and tbf and are compared with "none", always run as the baseline. BASE
+# sets another (BASE=none/0), or none (BASE=): runs of one link to add to
+# others; join the RUNS files and make the table with FROM. Plan is told
+# LATENCY_US (default 50: the links' own latency, a few tens of
+# microseconds) plus the delay. Each (layout, link) pair makes its hosts once.
+# RUNS=FILE keeps the runs' raw lines there (a new file: one that exists is
+# not overwritten); FROM=FILE makes the table from such a file without
+# running anything (plan's predictions made anew); WEIGHT_NS gives plan's
+# per-weight figure instead of timing it.
 set -euo pipefail
 # (the files named by RUNS and FROM are where the caller is)
 [ -z "${RUNS:-}" ] || RUNS=$(realpath -m "$RUNS")
+if [ -n "${RUNS:-}" ] && [ -z "${FROM:-}" ] && [ -e "$RUNS" ]; then
+	echo "bench/hosts.sh: RUNS=$RUNS exists: name a new file (join files with cat, then FROM=)" >&2
+	exit 2
+fi
 [ -z "${FROM:-}" ] || FROM=$(realpath -m "$FROM")
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib.sh
@@ -135,6 +141,7 @@ predict() {
 	if [ "$rate" = none ] && [ "$us" = 0 ]; then
 		link=(--inter-link shm)
 	elif [ "$rate" = none ]; then
+		# an unshaped link with a delay: bandwidth beyond what the hosts can send
 		link=(--inter-bandwidth 1000 --inter-latency "$(awk -v a="$lat" -v b="$us" 'BEGIN { print a + b }')")
 	else
 		link=(--inter-bandwidth "$(awk -v r="$rate" -v p="$per" 'BEGIN {
@@ -163,9 +170,9 @@ for layout in $layouts; do
 			mb=$(cut -d'|' -f6 <<< "$rows" | median)
 			tokens=$(head -1 <<< "$rows" | cut -d'|' -f7)
 			gf=$(cut -d'|' -f8 <<< "$rows" | median)
-			# the baseline through the same switch (none/0) where the link has a delay and the runs have it
+			# the baseline through the same switch (none/0) for a link with a delay
 			bk=none
-			[[ $rate == */* ]] && grep -qF "$layout|none/0|$flags|" "$out/runs" && bk=none/0
+			[[ $rate == */* ]] && bk=none/0
 			base=$(grep -F "$layout|$bk|$flags|" "$out/runs" | cut -d'|' -f5 | median)
 			short=$(tr ' ' '\n' <<< "$mesh" | { grep -v '=1$' || true; } | tr '\n' ' ' | sed 's/ $//')
 			p=$(predict "$mesh" "$layout" "$rate" "$tokens" "$gf")

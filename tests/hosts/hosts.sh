@@ -20,8 +20,9 @@
 #                10gbit, 1gbit, 500mbit); default: the veth as it is
 #   --loss PCT   drop PCT percent of the packets each host sends (0-99)
 #   --delay D    one-way latency between two hosts (50us, 0.5ms; 0 for the
-#                switch program without a delay): needs PDIT_HOSTS_SWITCH,
-#                the hosts_switch the build made (tests/hosts_switch)
+#                switch program without a delay; at most 1000ms): needs
+#                PDIT_HOSTS_SWITCH, the program the build made
+#                (build/tests/hosts_switch); its --rate from 10mbit
 #   --tcp-retries R  each host's net.ipv4.tcp_retries2 (the kernel's 15 keeps
 #                a connection to an unreachable host for about 15 minutes, and
 #                Open MPI has no timeout of its own: mpirun waits that long
@@ -75,7 +76,8 @@ if [ -n "$delay" ]; then
 	delay_us=$(awk -v d="$delay" 'BEGIN {
 		if (d ~ /^[0-9]+(\.[0-9]+)?us$/) print d + 0; else if (d ~ /^[0-9]+(\.[0-9]+)?ms$/) print d * 1000
 		else if (d == "0") print 0 }')
-	[ -n "$delay_us" ] || { echo "hosts.sh: --delay must be like 50us, 0.5ms or 0, not '$delay'" >&2; exit 2; }
+	[ -n "$delay_us" ] && awk -v d="$delay_us" 'BEGIN { exit !(d <= 1e6) }' ||
+		{ echo "hosts.sh: --delay must be like 50us, 0.5ms or 0 (at most 1000ms), not '$delay'" >&2; exit 2; }
 fi
 [ $probe -eq 1 ] || [ $# -gt 0 ] || { echo "hosts.sh: no command (hosts.sh [options] -- COMMAND)" >&2; exit 2; }
 
@@ -88,10 +90,19 @@ made=()
 
 switch=""
 cleanup() {
-	local ns pid
+	local rc=$? ns pid
 	trap - EXIT INT TERM
-	# the switch first: it holds the hosts' devices
-	[ -n "$switch" ] && kill -TERM "$switch" 2> /dev/null && wait "$switch" 2> /dev/null
+	# the switch first: it holds the hosts' devices. One that stopped on its
+	# own cut the hosts off: say why, and fail
+	if [ -n "$switch" ]; then
+		if kill -TERM "$switch" 2> /dev/null; then
+			wait "$switch" 2> /dev/null
+		else
+			echo "hosts.sh: the switch program stopped during the run: $(head -3 "$dir/switch.err")" >&2
+			[ $rc -eq 0 ] && rc=1
+		fi
+		[ -s "$dir/switch.err" ] && sed 's/^/hosts.sh: switch: /' "$dir/switch.err" >&2
+	fi
 	for ns in "${made[@]}"; do
 		for pid in $(ip netns pids "$ns" 2> /dev/null); do
 			kill -9 "$pid" 2> /dev/null
@@ -101,6 +112,7 @@ cleanup() {
 		ip netns del "$ns" 2> /dev/null
 	done
 	rm -rf "$dir"
+	exit $rc
 }
 child=""
 # a signal ends the command at once (bash runs traps only between
@@ -119,6 +131,7 @@ skip() {
 	exit 77
 }
 for tool in ip tc; do
+	[ "$tool" = tc ] && [ -n "$delay" ] && [ "$loss" = 0 ] && continue
 	command -v "$tool" > /dev/null || skip "'$tool' is not installed (Debian: iproute2)"
 done
 [ "$loss" = 0 ] || command -v nft > /dev/null || skip "--loss needs 'nft' (Debian: nftables)"
@@ -168,6 +181,11 @@ if [ -n "$rate" ]; then
 	bps=$(awk -v r="$rate" 'BEGIN {
 		m = 1; if (r ~ /kbit$/) m = 1e3; else if (r ~ /mbit$/) m = 1e6; else if (r ~ /gbit$/) m = 1e9
 		printf "%.0f\n", r * m }')
+	# (the switch's packets are 65000 bytes: one must fit its queue of 100 ms)
+	if [ -n "$delay" ] && ! awk -v b="$bps" 'BEGIN { exit !(b >= 1e7 && b <= 1e12) }'; then
+		echo "hosts.sh: --rate with --delay must be 10mbit to 1000gbit, not '$rate'" >&2
+		exit 2
+	fi
 fi
 hostfile=$dir/hostfile
 : > "$hostfile"
@@ -175,20 +193,28 @@ if [ -n "$delay" ]; then
 	# the switch program makes each host's eth0 (a TUN device) and carries
 	# their packets: at RATE, DELAY later
 	[ -n "${PDIT_HOSTS_SWITCH:-}" ] && [ -x "$PDIT_HOSTS_SWITCH" ] ||
-		skip "--delay needs PDIT_HOSTS_SWITCH, the hosts_switch program the build made (tests/hosts_switch)"
+		skip "--delay needs PDIT_HOSTS_SWITCH, the hosts_switch program the build made (build/tests/hosts_switch)"
 	[ -c /dev/net/tun ] || skip "--delay needs TUN devices (/dev/net/tun)"
 	names=()
 	for ((i = 0; i < n; i++)); do
 		mkns "$tag-h$i"
 		names+=("$tag-h$i")
 	done
-	sargs=(--net 10.77.0.0 --delay "$delay_us")
+	sargs=(--net 10.77.0.0 --delay "$delay_us" --parent $$)
 	[ -n "$rate" ] && sargs+=(--rate "$bps")
 	"$PDIT_HOSTS_SWITCH" "${sargs[@]}" "${names[@]}" > "$dir/switch.out" 2> "$dir/switch.err" < /dev/null &
 	switch=$!
 	for _ in $(seq 50); do
 		grep -q ready "$dir/switch.out" && break
-		kill -0 "$switch" 2> /dev/null || skip "the switch cannot make the hosts' devices ($(head -1 "$dir/switch.err"))"
+		if ! kill -0 "$switch" 2> /dev/null; then
+			wait "$switch"
+			src=$?
+			switch=""
+			# 1: no TUN device here (the machine), 2: an argument (this script)
+			[ $src -eq 1 ] && skip "the switch cannot make the hosts' devices ($(head -1 "$dir/switch.err"))"
+			echo "hosts.sh: the switch refused its arguments: $(head -1 "$dir/switch.err")" >&2
+			exit 1
+		fi
 		sleep 0.1
 	done
 	grep -q ready "$dir/switch.out" || { echo "hosts.sh: the switch did not start within 5 s" >&2; exit 1; }
@@ -202,7 +228,7 @@ for ((i = 0; i < n; i++)); do
 	h=$tag-h$i
 	if [ -n "$delay" ]; then
 		# packets of veth's GSO size (see hosts_switch.c)
-		run_in "$h" ip link set eth0 mtu 65000
+		run_in "$h" ip link set eth0 mtu 65000 || { echo "hosts.sh: cannot set the MTU of host $i's device" >&2; exit 1; }
 	else
 		mkns "$h"
 		run_in "$sw" ip link add "h$i" type veth peer name eth0 netns "$h" 2> "$dir/err" ||

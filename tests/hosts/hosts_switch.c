@@ -11,18 +11,23 @@
  *   - the receiver's link has carried it: likewise, shared by every sender,
  *   - DELAY later: the one-way latency between two hosts.
  *
- * A packet that would wait more than 100 ms at either link is dropped, as
- * tbf's queue of 100 ms does on the veth links: TCP slows down to the rate.
+ * The receiver's link takes packets in the order the senders' links let
+ * them go (a backlog at one sender does not hold up another's packets).
+ * A packet that would wait more than 100 ms before either link starts on
+ * it is dropped, as tbf's queue of 100 ms does on the veth links: TCP slows
+ * down to the rate.
  * Packets are as large as the device's MTU (hosts.sh sets 65000, the size
  * of veth's GSO packets: at 1500 bytes a user-space switch could not carry
  * 10 Gbit/s on this machine's cores).
  *
- *   hosts_switch --net A.B.C.0 [--delay US] [--rate BITS_PER_S] NETNS...
+ *   hosts_switch --net A.B.C.0 [--delay US] [--rate BITS_PER_S] [--parent PID] NETNS...
  *
  * Host i (from 0) is at A.B.C.(i+1); its namespace is the i-th NETNS, a name
  * of `ip netns` (/run/netns/NETNS). Prints "ready" on stdout once every
  * device exists (the caller then gives them addresses), then forwards until
- * SIGTERM or SIGINT, or until its parent exits.
+ * SIGTERM or SIGINT, or until its parent (PID, where given) exits. Exits 1
+ * with the reason when a device cannot be made or goes away, 2 on a bad
+ * argument.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* setns, ppoll */
@@ -48,21 +53,31 @@
 /* the longest a packet waits at a link before it is dropped */
 #define QUEUE_NS 100000000LL
 
-/* One packet on its way to a host. */
+/* One packet on its way from one host to another. */
 struct packet {
-	struct packet *next; /* the next packet to the same host, due no sooner */
-	int64_t due;         /* CLOCK_MONOTONIC ns when it is written to the host */
+	struct packet *next; /* the next in the same queue, due no sooner */
+	int64_t due;         /* CLOCK_MONOTONIC ns: when the sender's link has
+			      * carried it (in a sender's queue), or when it is
+			      * written to the receiver (in a receiver's) */
+	int to;              /* the receiving host */
 	size_t len;          /* bytes of data */
 	unsigned char data[]; /* the IPv4 packet as the sender's device gave it */
+};
+
+/* A queue of packets in order of due time. */
+struct queue {
+	struct packet *head; /* the first due */
+	struct packet *tail; /* the last (appends) */
 };
 
 /* A host: its device and its link's state. */
 struct host {
 	int fd;               /* the TUN device (eth0 in the host's namespace) */
+	const char *name;     /* the namespace's name (messages) */
 	int64_t tx_free;      /* when the host's link has sent all it was given */
 	int64_t rx_free;      /* when the link has delivered all sent to the host */
-	struct packet *head;  /* packets to the host in order of due time */
-	struct packet *tail;  /* the last of them (appends) */
+	struct queue out;     /* packets on the host's link towards the switch */
+	struct queue in;      /* packets past the switch, waiting for the delay */
 };
 
 static volatile sig_atomic_t stop;
@@ -84,9 +99,13 @@ static int make_device(const char *name)
 
 	snprintf(path, sizeof path, "/run/netns/%s", name);
 	self = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+	if (self < 0) {
+		fprintf(stderr, "hosts_switch: cannot open /proc/self/ns/net: %s\n", strerror(errno));
+		goto out;
+	}
 	ns = open(path, O_RDONLY | O_CLOEXEC);
-	if (self < 0 || ns < 0) {
-		fprintf(stderr, "hosts_switch: cannot open %s: %s\n", self < 0 ? "/proc/self/ns/net" : path, strerror(errno));
+	if (ns < 0) {
+		fprintf(stderr, "hosts_switch: cannot open %s: %s\n", path, strerror(errno));
 		goto out;
 	}
 	if (setns(ns, CLONE_NEWNET) != 0) {
@@ -124,14 +143,34 @@ static int64_t wire_ns(size_t len, double rate)
 	return rate > 0 ? (int64_t)((double)len * 8e9 / rate) : 0;
 }
 
-/* Takes a packet from host S: queues it for its destination or drops it. */
-static void take(struct host *hosts, int n, int s, const unsigned char *buf, size_t len, uint32_t net,
-		 int64_t delay, double rate, int64_t now)
+static void push(struct queue *q, struct packet *p)
 {
-	struct host *src = &hosts[s], *dst;
+	p->next = NULL;
+	if (q->tail)
+		q->tail->next = p;
+	else
+		q->head = p;
+	q->tail = p;
+}
+
+static struct packet *pop(struct queue *q)
+{
+	struct packet *p = q->head;
+
+	q->head = p->next;
+	if (!q->head)
+		q->tail = NULL;
+	return p;
+}
+
+/* Takes a packet from host S onto its link, or drops it. */
+static void take(struct host *hosts, int n, int s, const unsigned char *buf, size_t len, uint32_t net,
+		 double rate, int64_t now)
+{
+	struct host *src = &hosts[s];
 	struct packet *p;
 	uint32_t addr;
-	int64_t sent, arrived;
+	int64_t start;
 	int d;
 
 	if (len < 20 || buf[0] >> 4 != 4)
@@ -140,34 +179,75 @@ static void take(struct host *hosts, int n, int s, const unsigned char *buf, siz
 	d = (int)(addr - net) - 1;
 	if ((addr & 0xffffff00u) != net || d < 0 || d >= n || d == s)
 		return;
-	dst = &hosts[d];
-	sent = (src->tx_free > now ? src->tx_free : now) + wire_ns(len, rate);
-	if (sent - now > QUEUE_NS)
-		return;
-	src->tx_free = sent;
-	arrived = (dst->rx_free > sent ? dst->rx_free : sent) + wire_ns(len, rate);
-	if (arrived - sent > QUEUE_NS)
+	start = src->tx_free > now ? src->tx_free : now;
+	if (start - now > QUEUE_NS)
 		return;
 	p = malloc(sizeof *p + len);
 	if (!p)
 		return; /* a lost packet: TCP sends it again */
-	dst->rx_free = arrived;
-	p->next = NULL;
-	p->due = arrived + delay;
+	/* a sender's packets leave in the order it sent them */
+	src->tx_free = start + wire_ns(len, rate);
+	p->due = src->tx_free;
+	p->to = d;
 	p->len = len;
 	memcpy(p->data, buf, len);
-	/* due times to one host only grow: rx_free and the clock do */
-	if (dst->tail)
-		dst->tail->next = p;
-	else
-		dst->head = p;
-	dst->tail = p;
+	push(&src->out, p);
+}
+
+/* Moves the packets the senders' links have carried by NOW onto the
+ * receivers' links, earliest first: each receiver's link then serves them
+ * in the order they reached the switch. */
+static void cross(struct host *hosts, int n, int64_t delay, double rate, int64_t now)
+{
+	for (;;) {
+		struct packet *p;
+		struct host *dst;
+		int64_t start;
+		int first = -1;
+
+		for (int i = 0; i < n; i++)
+			if (hosts[i].out.head && hosts[i].out.head->due <= now &&
+			    (first < 0 || hosts[i].out.head->due < hosts[first].out.head->due))
+				first = i;
+		if (first < 0)
+			return;
+		p = pop(&hosts[first].out);
+		dst = &hosts[p->to];
+		start = dst->rx_free > p->due ? dst->rx_free : p->due;
+		if (start - p->due > QUEUE_NS) {
+			free(p);
+			continue;
+		}
+		/* due times to one receiver only grow: its link's does */
+		dst->rx_free = start + wire_ns(p->len, rate);
+		p->due = dst->rx_free + delay;
+		push(&dst->in, p);
+	}
 }
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: hosts_switch --net A.B.C.0 [--delay US] [--rate BITS_PER_S] NETNS...\n");
+	fprintf(stderr, "usage: hosts_switch --net A.B.C.0 [--delay US] [--rate BITS_PER_S] [--parent PID] NETNS...\n");
 	return 2;
+}
+
+/* A number from flag FLAG's value V within [LO, HI], or -1 after saying why. */
+static double number(const char *flag, const char *v, double lo, double hi, const char *what)
+{
+	char *end;
+	double x = strtod(v, &end);
+
+	if (end == v || *end || !(x >= lo && x <= hi)) {
+		fprintf(stderr, "hosts_switch: %s must be %s, not '%s'\n", flag, what, v);
+		return -1;
+	}
+	return x;
+}
+
+static void drain(struct queue *q)
+{
+	while (q->head)
+		free(pop(q));
 }
 
 int main(int argc, char **argv)
@@ -176,50 +256,64 @@ int main(int argc, char **argv)
 	struct pollfd fds[MAX_HOSTS];
 	static unsigned char buf[MAX_PACKET];
 	unsigned a, b, c, z;
+	char tail;
 	uint32_t net = 0;
 	int64_t delay = 0;
-	double rate = 0;
+	double rate = 0, x;
+	long parent = 0;
 	int n = 0, i, k, rc = 1;
 	struct sigaction sa;
 	sigset_t block, none;
 
 	memset(hosts, 0, sizeof hosts);
 	for (i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--net") && i + 1 < argc) {
-			if (sscanf(argv[++i], "%u.%u.%u.%u", &a, &b, &c, &z) != 4 || a > 255 || b > 255 || c > 255 || z != 0) {
-				fprintf(stderr, "hosts_switch: --net must be like 10.77.0.0, not '%s'\n", argv[i]);
+		const char *flag = argv[i];
+
+		if (flag[0] == '-' && i + 1 == argc) {
+			fprintf(stderr, "hosts_switch: %s needs a value\n", flag);
+			return 2;
+		}
+		if (!strcmp(flag, "--net")) {
+			if (sscanf(argv[++i], "%u.%u.%u.%u%c", &a, &b, &c, &z, &tail) != 4 || a > 255 || b > 255 ||
+			    c > 255 || z != 0 || (a | b | c) == 0) {
+				fprintf(stderr, "hosts_switch: --net must be a /24 network like 10.77.0.0, not '%s'\n", argv[i]);
 				return 2;
 			}
 			net = a << 24 | b << 16 | c << 8;
-		} else if (!strcmp(argv[i], "--delay") && i + 1 < argc) {
-			char *end;
-			double us = strtod(argv[++i], &end);
-			if (*end || !(us >= 0 && us <= 1e6)) {
-				fprintf(stderr, "hosts_switch: --delay must be microseconds 0 to 1e6, not '%s'\n", argv[i]);
+		} else if (!strcmp(flag, "--delay")) {
+			if ((x = number(flag, argv[++i], 0, 1e6, "microseconds, 0 to 1e6")) < 0)
 				return 2;
-			}
-			delay = (int64_t)(us * 1000);
-		} else if (!strcmp(argv[i], "--rate") && i + 1 < argc) {
-			char *end;
-			rate = strtod(argv[++i], &end);
-			if (*end || !(rate >= 1e3 && rate <= 1e12)) {
-				fprintf(stderr, "hosts_switch: --rate must be bits per second 1e3 to 1e12, not '%s'\n", argv[i]);
+			delay = (int64_t)(x * 1000);
+		} else if (!strcmp(flag, "--rate")) {
+			/* a full packet must fit the 100 ms queue */
+			if ((x = number(flag, argv[++i], 1e7, 1e12, "bits per second, 1e7 to 1e12")) < 0)
 				return 2;
-			}
-		} else if (argv[i][0] == '-') {
+			rate = x;
+		} else if (!strcmp(flag, "--parent")) {
+			if ((x = number(flag, argv[++i], 2, 1e9, "a process id")) < 0)
+				return 2;
+			parent = (long)x;
+		} else if (flag[0] == '-') {
 			return usage();
 		} else if (n == MAX_HOSTS) {
 			fprintf(stderr, "hosts_switch: at most %d hosts\n", MAX_HOSTS);
-			return 2;
+			goto out;
 		} else {
-			hosts[n++].fd = -1;
-			hosts[n - 1].fd = make_device(argv[i]);
-			if (hosts[n - 1].fd < 0)
+			hosts[n].name = flag;
+			hosts[n].fd = make_device(flag);
+			if (hosts[n].fd < 0)
 				goto out;
+			n++;
 		}
 	}
-	if (n < 2 || !net)
-		return usage();
+	if (!net) {
+		fprintf(stderr, "hosts_switch: --net is needed\n");
+		goto out;
+	}
+	if (n < 2) {
+		fprintf(stderr, "hosts_switch: needs 2 or more namespaces, got %d\n", n);
+		goto out;
+	}
 
 	/* the signals arrive only while waiting (ppoll): no half-done packet */
 	memset(&sa, 0, sizeof sa);
@@ -232,8 +326,9 @@ int main(int argc, char **argv)
 	sigprocmask(SIG_BLOCK, &block, NULL);
 	sigemptyset(&none);
 	prctl(PR_SET_PDEATHSIG, SIGTERM);
-	if (getppid() == 1)
-		goto out; /* the parent is already gone */
+	/* a parent gone before the line above sent no signal */
+	if (parent && getppid() != parent)
+		goto out;
 	/* wake-ups within a microsecond of due, not the default 50 */
 	prctl(PR_SET_TIMERSLACK, 1000UL);
 	printf("ready\n");
@@ -243,26 +338,29 @@ int main(int argc, char **argv)
 		int64_t now = now_ns(), next = -1;
 		struct timespec wait;
 
+		cross(hosts, n, delay, rate, now);
 		for (i = 0; i < n; i++) {
 			struct host *h = &hosts[i];
-			while (h->head && h->head->due <= now) {
-				struct packet *p = h->head;
-				/* a full device queue loses the packet, as a link would */
-				if (write(h->fd, p->data, p->len) < 0 && errno != EAGAIN && errno != EIO)
+			while (h->in.head && h->in.head->due <= now) {
+				struct packet *p = pop(&h->in);
+				/* EIO: the host's device is down, and the packet lost as on a link */
+				if (write(h->fd, p->data, p->len) < 0 && errno != EIO)
 					fprintf(stderr, "hosts_switch: writing to host %d: %s\n", i, strerror(errno));
-				h->head = p->next;
-				if (!h->head)
-					h->tail = NULL;
 				free(p);
 			}
-			if (h->head && (next < 0 || h->head->due < next))
-				next = h->head->due;
+			if (h->in.head && (next < 0 || h->in.head->due < next))
+				next = h->in.head->due;
+			if (h->out.head && (next < 0 || h->out.head->due < next))
+				next = h->out.head->due;
 			fds[i].fd = h->fd;
 			fds[i].events = POLLIN;
 			fds[i].revents = 0;
 		}
 		if (next >= 0) {
-			int64_t left = next - now;
+			/* the writes above take time: the clock again */
+			int64_t left = next - now_ns();
+			if (left < 0)
+				left = 0;
 			wait.tv_sec = left / 1000000000LL;
 			wait.tv_nsec = left % 1000000000LL;
 		}
@@ -272,8 +370,11 @@ int main(int argc, char **argv)
 			fprintf(stderr, "hosts_switch: ppoll: %s\n", strerror(errno));
 			goto out;
 		}
-		now = now_ns();
 		for (i = 0; i < n; i++) {
+			if (fds[i].revents & (POLLERR | POLLHUP | POLLNVAL)) {
+				fprintf(stderr, "hosts_switch: the device of host %d (namespace %s) is gone\n", i, hosts[i].name);
+				goto out;
+			}
 			if (!(fds[i].revents & POLLIN))
 				continue;
 			/* a bounded batch per host: one busy host does not starve the rest */
@@ -281,20 +382,16 @@ int main(int argc, char **argv)
 				ssize_t len = read(hosts[i].fd, buf, sizeof buf);
 				if (len <= 0)
 					break;
-				take(hosts, n, i, buf, (size_t)len, net, delay, rate, now);
+				take(hosts, n, i, buf, (size_t)len, net, rate, now_ns());
 			}
 		}
 	}
 	rc = 0;
 out:
 	for (i = 0; i < n; i++) {
-		while (hosts[i].head) {
-			struct packet *p = hosts[i].head;
-			hosts[i].head = p->next;
-			free(p);
-		}
-		if (hosts[i].fd >= 0)
-			close(hosts[i].fd);
+		drain(&hosts[i].out);
+		drain(&hosts[i].in);
+		close(hosts[i].fd);
 	}
 	return rc;
 }

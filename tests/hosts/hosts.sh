@@ -174,13 +174,12 @@ set_loss() {
 }
 
 if [ -n "$rate" ]; then
-	# bytes per millisecond from tc's units (and bits per second for the switch)
-	burst=$(awk -v r="$rate" 'BEGIN {
-		m = 1; if (r ~ /kbit$/) m = 1e3; else if (r ~ /mbit$/) m = 1e6; else if (r ~ /gbit$/) m = 1e9
-		b = int(r * m / 8 / 1000); if (b < 65536) b = 65536; print b }')
+	# bits per second from tc's units (the switch's), and tbf's burst: a
+	# millisecond's bytes
 	bps=$(awk -v r="$rate" 'BEGIN {
 		m = 1; if (r ~ /kbit$/) m = 1e3; else if (r ~ /mbit$/) m = 1e6; else if (r ~ /gbit$/) m = 1e9
 		printf "%.0f\n", r * m }')
+	burst=$(awk -v b="$bps" 'BEGIN { b = int(b / 8 / 1000); if (b < 65536) b = 65536; print b }')
 	# (the switch's packets are 65000 bytes: one must fit its queue of 100 ms)
 	if [ -n "$delay" ] && ! awk -v b="$bps" 'BEGIN { exit !(b >= 1e7 && b <= 1e12) }'; then
 		echo "hosts.sh: --rate with --delay must be 10mbit to 1000gbit, not '$rate'" >&2

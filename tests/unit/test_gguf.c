@@ -9,6 +9,8 @@
  *     arrays), general.alignment taken;
  *   - every fp8 code (e4m3fn, e5m2) and the rounded random tensors decode
  *     to the reference values (NaN where the reference is NaN);
+ *   - the straight-to-bf16 decoder (fp8 e4m3fn) gives the float32 values
+ *     rounded to bf16, on every code;
  *   - each quantized FLUX file (ComfyUI-GGUF Q8_0 and Q4_K_S,
  *     stable-diffusion.cpp's Q8_0, plain and scaled fp8) read under
  *     diffusers' names equals its dequant- folder, bit for bit;
@@ -31,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* A float32 tensor of the reference file, or NULL. */
@@ -382,6 +385,56 @@ static void check_1d_blocks(const char *dir)
 	unlink(out);
 }
 
+/* The bf16 rounding the kernels promise, written out here. */
+static uint16_t bf16_of(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof(u));
+	return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+/* The straight-to-bf16 decoder of fp8 e4m3fn against the float32 decoder
+ * rounded: every code, in a fresh order, with a tail shorter than a vector;
+ * the types without such a decoder say so. */
+static void check_bf16_decoders(void)
+{
+	const int64_t n = 256 * 4 + 7;
+	uint8_t *codes = malloc((size_t)n);
+	float *f = malloc((size_t)n * sizeof(float));
+	uint16_t *got = malloc((size_t)n * sizeof(uint16_t));
+	unsigned seed = (unsigned)time(NULL);
+	int bad = 0;
+
+	if (pd_quant_decode_bf16_avx512(PD_Q_F8_E4M3, NULL, NULL, 0) != 0) {
+		printf("  (no AVX-512 here: the bf16 decoder is not checked)\n");
+		goto out;
+	}
+	PD_CHECK(pd_quant_decode_bf16_avx512(PD_Q_Q8_0, NULL, NULL, 0) == -1 &&
+			 pd_quant_decode_bf16_avx512(PD_Q_F8_E5M2, NULL, NULL, 0) == -1,
+		 "a bf16 decoder claimed for Q8_0 or e5m2");
+	srand(seed);
+	for (int64_t i = 0; i < n; i++)
+		codes[i] = (uint8_t)(i < 256 * 4 ? i % 256 : rand());
+	for (int64_t i = 0; i < 256 * 4; i++) {
+		int64_t j = rand() % (256 * 4);
+		uint8_t c = codes[i];
+
+		codes[i] = codes[j];
+		codes[j] = c;
+	}
+	pd_quant_decode(PD_Q_F8_E4M3, codes, f, n);
+	memset(got, 0xA5, (size_t)n * sizeof(uint16_t));
+	PD_CHECK(pd_quant_decode_bf16_avx512(PD_Q_F8_E4M3, codes, got, n) == 0, "no bf16 decoder for fp8");
+	for (int64_t i = 0; i < n; i++)
+		bad += got[i] != bf16_of(f[i]);
+	PD_CHECK(bad == 0, "fp8 e4m3 to bf16: %d of %lld values differ (seed %u)", bad, (long long)n, seed);
+out:
+	free(codes);
+	free(f);
+	free(got);
+}
+
 int main(int argc, char **argv)
 {
 	const char *dir = argc > 1 ? argv[1] : "tests/golden/quant-tiny";
@@ -417,6 +470,7 @@ int main(int argc, char **argv)
 	}
 	check_pairs(dir);
 	check_fp8(dir);
+	check_bf16_decoders();
 	check_fp8_broken(dir);
 	check_flux_files(dir);
 	check_1d_blocks(dir);

@@ -213,22 +213,25 @@ static void rnd_blocks(enum pd_qtype t, unsigned char *p, size_t bytes)
 /* A linear layer kept in a block format against the reference product on
  * its weights decoded by pd_quant_decode (itself checked against ggml in
  * test_gguf): few rows (the dot-product kernel) and more (decoded panels),
- * and with BIG (on a backend of 1 MB panels) a weight of several panels. */
-static void test_qlinear(struct pd_backend *be, int bf16, int big)
+ * and with BIG (on a backend of 1 MB panels) a weight of several panels.
+ * PLAIN_FP8: unscaled e4m3 through panels, whose bf16 products take the
+ * straight-to-bf16 decoder (a random type would pick it too rarely). */
+static void test_qlinear(struct pd_backend *be, int bf16, int big, int plain_fp8)
 {
 	static const enum pd_qtype types[] = { PD_Q_Q8_0, PD_Q_Q4_0, PD_Q_Q4_1, PD_Q_Q5_0, PD_Q_Q5_1, PD_Q_Q2_K,
 					       PD_Q_Q3_K, PD_Q_Q4_K, PD_Q_Q5_K, PD_Q_Q6_K, PD_Q_F8_E4M3, PD_Q_F8_E5M2 };
-	enum pd_qtype t = types[rnd_int(0, (int)(sizeof(types) / sizeof(types[0])) - 1)];
+	enum pd_qtype t = plain_fp8 ? PD_Q_F8_E4M3 : types[rnd_int(0, (int)(sizeof(types) / sizeof(types[0])) - 1)];
 	const struct pd_qtype_info *q = pd_quant_info(t);
 	/* big in f32: 4096+ inputs (panels written in place); in bf16: 8192+
 	 * (panels through the dense scratch, PD_QDENSE_IN) */
 	int K = q->block_size * (big ? (bf16 ? rnd_int(8192, 8704) : rnd_int(4096, 4600)) / q->block_size
 				     : rnd_int(1, q->block_size == 1 ? 200 : 4));
 	int N = big ? rnd_int(300, 700) : rnd_int(1, 150);
-	int M = rnd_int(0, 1) ? rnd_int(1, PD_QDOT_ROWS_TEST) : rnd_int(PD_QDOT_ROWS_TEST + 1, big ? 12 : 70);
+	int M = rnd_int(0, 1) && !plain_fp8 ? rnd_int(1, PD_QDOT_ROWS_TEST) : rnd_int(PD_QDOT_ROWS_TEST + 1, big ? 12 : 70);
 	int ldx = K + rnd_int(0, 5), ldy = N + rnd_int(0, 5);
 	int flags_list[4] = { 0, PD_LIN_GELU_TANH, PD_LIN_NO_BIAS, PD_LIN_ACCUMULATE };
-	float scale = t == PD_Q_F8_E4M3 ? 0.37f : 1.0f;
+	/* scaled fp8 or plain (plain e4m3 takes the straight-to-bf16 decoder) */
+	float scale = t == PD_Q_F8_E4M3 && !plain_fp8 && rnd_int(0, 1) ? 0.37f : 1.0f;
 	size_t bytes = pd_quant_row_bytes(q, K) * (size_t)N;
 	unsigned char *blocks = malloc(bytes);
 	float *x = rnd_buf((size_t)M * ldx, 1.0f), *w = malloc(sizeof(float) * (size_t)N * K), *b = rnd_buf((size_t)N, 0.1f);
@@ -728,7 +731,7 @@ int main(int argc, char **argv)
 {
 	unsigned long long seed = argc > 1 ? strtoull(argv[1], NULL, 10) :
 						    (unsigned long long)time(NULL) * 1000003ull + (unsigned long long)getpid();
-	struct pd_backend *f32 = NULL, *bf16 = NULL, *f32p = NULL, *bf16p = NULL;
+	struct pd_backend *f32 = NULL, *bf16 = NULL, *f32p = NULL, *bf16p = NULL, *bf16q = NULL;
 
 	printf("seed %llu (rerun with: test_kernels %llu)\n", seed, seed);
 	pd_rng_seed(&rng, seed);
@@ -736,11 +739,17 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s\n", pd_last_error());
 		return 1;
 	}
-	/* the same backends with the portable kernels (decoders included),
-	 * and quantized layers cut into panels of 1 MB (many, in the big case) */
+	/* quantized layers cut into panels of 1 MB (many, in the big case):
+	 * bf16 with the kernels the environment chose (several panels'
+	 * offsets through the straight fp8 decoder where AVX-512 runs), then
+	 * the same backends with the portable kernels (decoders included) */
+	setenv("PDIT_QPANEL_MB", "1", 1);
+	if (pd_backend_cpu_new(&bf16q, PD_BF16, 0)) {
+		fprintf(stderr, "%s\n", pd_last_error());
+		return 1;
+	}
 	setenv("PDIT_NO_AVX512", "1", 1);
 	setenv("PDIT_NO_AVX2", "1", 1);
-	setenv("PDIT_QPANEL_MB", "1", 1);
 	if (pd_backend_cpu_new(&f32p, PD_F32, 0) || pd_backend_cpu_new(&bf16p, PD_BF16, 0)) {
 		fprintf(stderr, "%s\n", pd_last_error());
 		return 1;
@@ -752,9 +761,10 @@ int main(int argc, char **argv)
 		test_linear(f32, 0);
 		test_linear(bf16, 1);
 		for (int k = 0; k < 4; k++) {
-			test_qlinear(k % 2 ? f32p : f32, 0, round == 0 && k == 1);
-			test_qlinear(k % 2 ? bf16p : bf16, 1, round == 1 && k == 1);
+			test_qlinear(k % 2 ? f32p : f32, 0, round == 0 && k == 1, 0);
+			test_qlinear(k % 2 ? bf16p : bf16, 1, round == 1 && k == 1, 0);
 		}
+		test_qlinear(bf16q, 1, round % 2, 1);
 		test_attention(round % 2 ? f32p : f32, 0);
 		test_attention(round % 2 ? bf16p : bf16, 1);
 		test_attention_masked(round % 2 ? f32p : f32, 0);
@@ -763,11 +773,12 @@ int main(int argc, char **argv)
 		test_elementwise(f32);
 		test_vae_ops(f32);
 	}
-	PD_CHECK(!f32->failed && !bf16->failed && !f32p->failed && !bf16p->failed, "backend error: %s %s %s %s",
-		 f32->error, bf16->error, f32p->error, bf16p->error);
+	PD_CHECK(!f32->failed && !bf16->failed && !f32p->failed && !bf16p->failed && !bf16q->failed,
+		 "backend error: %s %s %s %s %s", f32->error, bf16->error, f32p->error, bf16p->error, bf16q->error);
 	pd_backend_free(f32);
 	pd_backend_free(bf16);
 	pd_backend_free(f32p);
 	pd_backend_free(bf16p);
+	pd_backend_free(bf16q);
 	return pd_test_report();
 }

@@ -279,9 +279,17 @@ static void pd_q_panel(struct pd_backend *be, struct pd_linear *l, int64_t j0, i
 	for (int64_t r = 0; r < n; r++) {
 		if (bf16) {
 			float *w = cpu->qrow + (size_t)omp_get_thread_num() * (size_t)l->n_in;
+			uint16_t *dst = (uint16_t *)cpu->qpanel + r * l->n_in;
 
+			/* straight to bf16 where a kernel does it (fp8 e4m3fn, whose
+			 * values are bf16 values; a scale would need the f32 product
+			 * and its rounding) */
+			if (l->scale == 1.0f && cpu->avx512 &&
+			    !pd_quant_decode_bf16_avx512(l->qtype, l->blocks + (size_t)(j0 + r) * l->row_bytes, dst,
+							 l->n_in))
+				continue;
 			pd_q_row(cpu, l, j0 + r, w);
-			pd_cpu_bf16_row(cpu, (uint16_t *)cpu->qpanel + r * l->n_in, w, l->n_in);
+			pd_cpu_bf16_row(cpu, dst, w, l->n_in);
 		} else {
 			float *w = (float *)cpu->qpanel + r * l->n_in;
 

@@ -338,12 +338,13 @@ PD_AVX512 static void pd_avx_e4m3_bf16(const uint8_t *src, uint16_t *dst, int64_
 		v = _mm512_or_si512(v, _mm512_slli_epi16(_mm512_andnot_si512(low7, c), 8));
 		_mm512_storeu_si512(dst + i, _mm512_mask_mov_epi16(v, _mm512_cmpeq_epi16_mask(mag, low7), qnan));
 	}
+	/* the tail: the float32 value's upper half, exact for the same reason */
 	for (; i < n; i++) {
 		float f = pd_fp8_e4m3_to_f32(src[i]);
 		uint32_t u;
 
 		memcpy(&u, &f, sizeof(u));
-		dst[i] = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+		dst[i] = (uint16_t)(u >> 16);
 	}
 }
 

@@ -414,8 +414,11 @@ static void check_bf16_decoders(void)
 			 pd_quant_decode_bf16_avx512(PD_Q_F8_E5M2, NULL, NULL, 0) == -1,
 		 "a bf16 decoder claimed for Q8_0 or e5m2");
 	srand(seed);
+	/* the tail (scalar): both NaNs, -0, subnormals, the largest, one fresh */
+	static const uint8_t tail[7] = { 0x7f, 0xff, 0x80, 0x01, 0x87, 0x7e, 0 };
+
 	for (int64_t i = 0; i < n; i++)
-		codes[i] = (uint8_t)(i < 256 * 4 ? i % 256 : rand());
+		codes[i] = (uint8_t)(i < 256 * 4 ? i % 256 : i < n - 1 ? tail[i - 256 * 4] : rand());
 	for (int64_t i = 0; i < 256 * 4; i++) {
 		int64_t j = rand() % (256 * 4);
 		uint8_t c = codes[i];

@@ -29,13 +29,13 @@ static const char *const pd_phase_did[] = {
 };
 
 /* "2 prompts", "the weights", "1 picture" */
-static void pd_phase_what(const struct pd_progress *e, char *buf, size_t len)
+static void pd_phase_what(const struct pd_progress *pg, char *buf, size_t len)
 {
-	if (e->phase == PD_PHASE_LOAD)
+	if (pg->phase == PD_PHASE_LOAD)
 		snprintf(buf, len, "the weights");
 	else
-		snprintf(buf, len, "%d %s%s", e->total,
-			 e->phase == PD_PHASE_ENCODE ? "prompt" : e->videos ? "video" : "picture", e->total == 1 ? "" : "s");
+		snprintf(buf, len, "%d %s%s", pg->total,
+			 pg->phase == PD_PHASE_ENCODE ? "prompt" : pg->videos ? "video" : "picture", pg->total == 1 ? "" : "s");
 }
 
 /* The display in use, for pd_cli_progress_clear (the error printers). */
@@ -96,25 +96,25 @@ static void pd_progress_line(struct pd_cli_progress *p, int final, const char *f
 	fflush(stderr);
 }
 
-void pd_cli_progress_cb(void *ctx, const struct pd_progress *e)
+void pd_cli_progress_cb(void *ctx, const struct pd_progress *pg)
 {
 	struct pd_cli_progress *p = ctx;
 	char what[64];
 
-	if (e->finished) {
-		p->phase_s[e->phase] += e->elapsed;
-		if (e->phase == PD_PHASE_DENOISE)
-			p->steps += e->done;
+	if (pg->finished) {
+		p->phase_s[pg->phase] += pg->elapsed;
+		if (pg->phase == PD_PHASE_DENOISE)
+			p->steps += pg->done;
 	}
 	if (!p->enabled)
 		return;
-	if (e->phase == PD_PHASE_DENOISE && e->done > 0) {
-		double per = e->elapsed / e->done, left = per * (e->total - e->done);
+	if (pg->phase == PD_PHASE_DENOISE && pg->done > 0) {
+		double per = pg->elapsed / pg->done, left = per * (pg->total - pg->done);
 		char bar[21];
-		int fill = e->total > 0 ? 20 * e->done / e->total : 0;
+		int fill = pg->total > 0 ? 20 * pg->done / pg->total : 0;
 
-		if (e->finished) {
-			pd_progress_line(p, 1, "pdit: %d steps in %.1f s (%.2f s/step)", e->done, e->elapsed, per);
+		if (pg->finished) {
+			pd_progress_line(p, 1, "pdit: %d steps in %.1f s (%.2f s/step)", pg->done, pg->elapsed, per);
 			return;
 		}
 		/* a plain log gets a line a step: only the bar is left out */
@@ -122,23 +122,23 @@ void pd_cli_progress_cb(void *ctx, const struct pd_progress *e)
 		memset(bar + fill, '.', (size_t)(20 - fill));
 		bar[20] = 0;
 		if (p->tty)
-			pd_progress_line(p, 0, "pdit: step %d/%d [%s] %.2f s/step, %.0f s, about %.0f s left", e->done,
-					 e->total, bar, per, e->elapsed, left);
+			pd_progress_line(p, 0, "pdit: step %d/%d [%s] %.2f s/step, %.0f s, about %.0f s left", pg->done,
+					 pg->total, bar, per, pg->elapsed, left);
 		else
-			pd_progress_line(p, 0, "pdit: step %d/%d  %.2f s/step, about %.0f s left", e->done, e->total,
+			pd_progress_line(p, 0, "pdit: step %d/%d  %.2f s/step, about %.0f s left", pg->done, pg->total,
 					 per, left);
 		return;
 	}
-	if (e->phase == PD_PHASE_DENOISE)
+	if (pg->phase == PD_PHASE_DENOISE)
 		return;	/* its steps say it */
-	pd_phase_what(e, what, sizeof(what));
-	if (e->finished)
-		pd_progress_line(p, 1, "pdit: %s %s in %.1f s", pd_phase_did[e->phase], what, e->elapsed);
-	else if (e->done == 0 && p->tty)	/* a log gets the end, with its time */
-		pd_progress_line(p, 0, "pdit: %s %s", pd_phase_doing[e->phase], what);
-	else if (e->done > 0 && p->tty)
-		pd_progress_line(p, 0, "pdit: %s %s: %d done, %.0f s", pd_phase_doing[e->phase], what, e->done,
-				 e->elapsed);
+	pd_phase_what(pg, what, sizeof(what));
+	if (pg->finished)
+		pd_progress_line(p, 1, "pdit: %s %s in %.1f s", pd_phase_did[pg->phase], what, pg->elapsed);
+	else if (pg->done == 0 && p->tty)	/* a log gets the end, with its time */
+		pd_progress_line(p, 0, "pdit: %s %s", pd_phase_doing[pg->phase], what);
+	else if (pg->done > 0 && p->tty)
+		pd_progress_line(p, 0, "pdit: %s %s: %d done, %.0f s", pd_phase_doing[pg->phase], what, pg->done,
+				 pg->elapsed);
 }
 
 void pd_cli_progress_log(void *ctx, int level, const char *line)

@@ -5,13 +5,9 @@
  * is printed here as one line "pdit: <message>" before a nonzero exit.
  */
 #include "pd_args.h"
-#include "pd_backend_cpu.h"
-#include "pd_families.h"
-#include "pd_forward.h"
 #include "pd_tiny.h"
 #include "pd_util.h"
 #include "pdit_cli.h"
-#include "pd_st_writer.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -68,57 +64,6 @@ void pd_cli_abort(struct pd_comm *world)
 /* pdit forward                                                            */
 /* ======================================================================= */
 
-/* Collects dumped tensors; per-image ones are stacked over the batch. */
-struct pd_dump_store {
-	struct pd_st_writer *w;         /* the output file */
-	int64_t batch;                  /* images */
-	int n;                          /* stored entries */
-	struct pd_dump_entry {
-		char *name;
-		int ndim;
-		int64_t shape[8];
-		float *data;
-	} *e;
-	int failed;
-};
-
-static void pd_store_dump(void *ctx, const char *name, int64_t index, const float *data, int ndim,
-			  const int64_t *shape)
-{
-	struct pd_dump_store *s = ctx;
-	struct pd_dump_entry *x = NULL;
-	int64_t n = 1;
-
-	for (int i = 0; i < ndim; i++)
-		n *= shape[i];
-	for (int i = 0; i < s->n; i++)
-		if (strcmp(s->e[i].name, name) == 0)
-			x = &s->e[i];
-	if (!x) {
-		struct pd_dump_entry *ne = realloc(s->e, sizeof(*ne) * (size_t)(s->n + 1));
-
-		if (!ne) {
-			s->failed = 1;
-			return;
-		}
-		s->e = ne;
-		x = &s->e[s->n++];
-		x->name = strdup(name);
-		x->ndim = ndim;
-		memcpy(x->shape, shape, sizeof(int64_t) * (size_t)ndim);
-		if (index >= 0)
-			x->shape[0] = s->batch;
-		x->data = calloc((size_t)(index >= 0 ? n * s->batch : n), sizeof(float));
-		if (!x->name || !x->data) {
-			s->failed = 1;
-			return;
-		}
-	} else if (index < 0) {
-		return;	/* batch-independent: the first image's copy stands */
-	}
-	memcpy(x->data + (index >= 0 ? index * n : 0), data, (size_t)n * sizeof(float));
-}
-
 static const char pd_forward_usage[] =
 	"usage: pdit forward --transformer DIR --inputs FILE --out FILE [--dump] [options]\n"
 	"\n"
@@ -144,7 +89,7 @@ static const char pd_forward_examples[] =
 static int pd_cmd_forward(int argc, char **argv)
 {
 	const char *tdir = NULL, *inputs = NULL, *outp = NULL, *dtype = "f32", *config = NULL;
-	int dump_all = 0, threads = 0, verbose = 0, n_pos, hr, rc = 1, saved = -1;
+	int dump_all = 0, threads = 0, verbose = 0, n_pos, hr, rc;
 	const struct pd_arg opts[] = {
 		{ "--transformer", 0, PD_ARG_STRING, &tdir, "DIR|FILE", "transformer folder, or one file (safetensors, fp8, GGUF)", NULL },
 		{ "--config", 0, PD_ARG_STRING, &config, "FILE", "the transformer's config.json, for a single file without one", NULL },
@@ -157,17 +102,6 @@ static int pd_cmd_forward(int argc, char **argv)
 		{ 0 },
 	};
 	const char *pos[1];
-	struct pd_backend *be = NULL;
-	struct pd_dit *m = NULL;
-	struct pd_st *st = NULL;
-	struct pd_forward_inputs in = { 0 };
-	struct pd_dump_store store = { 0 };
-	struct pd_dump dump = { pd_store_dump, &store, 0 };
-	const struct pd_dit_family *fam;
-	struct pd_dit_info info;
-	float *out = NULL, *lat = NULL;
-	enum pd_dtype dt = PD_F32;
-	int64_t C;
 
 	hr = pd_args_parse("forward", opts, argc, argv, 2, pos, 0, &n_pos);
 	if (hr == 1) {
@@ -182,74 +116,7 @@ static int pd_cmd_forward(int argc, char **argv)
 		pd_errorf("forward needs --transformer DIR, --inputs FILE and --out FILE");
 		return pd_cli_fail();
 	}
-	if (pd_out_check(outp))
-		return pd_cli_fail();
-	if (pd_dtype_compute("--dtype", dtype, &dt) || pd_st_open(&st, inputs) || pd_family_find(tdir, config, &fam, &info) ||
-	    pd_backend_cpu_new(&be, dt, threads) || (saved = pd_backend_enter(be), fam->load(&m, tdir, config, be, NULL)))
-		goto fail;
-	if (pd_forward_inputs_read(&in, st, fam, &m->info))
-		goto fail;
-	C = m->info.out_channels;
-	out = pd_malloc((size_t)(in.batch * in.img_len * C) * sizeof(float), "output");
-	store.w = pd_st_writer_new();
-	store.batch = in.batch;
-	if (!out || !store.w)
-		goto fail;
-	for (int64_t b = 0; b < in.batch; b++) {
-		struct pd_dit_call x = pd_forward_inputs_image(&in, &m->info, b);
-
-		dump.index = b;
-		if (pd_dit_forward(m, &x, out + b * in.img_len * C, dump_all ? &dump : NULL))
-			goto fail;
-	}
-	if (store.failed) {
-		pd_errorf("out of memory storing the dump");
-		goto fail;
-	}
-	if (in.unpacked) {
-		/* back into the latents' shape, as the file gave them */
-		int64_t per = pd_latent_numel(&in.ls);
-		int64_t shape[5] = { in.batch, in.ls.channels, in.ls.frames, in.ls.h, in.ls.w };
-
-		lat = pd_malloc((size_t)(in.batch * per) * sizeof(float), "output");
-		if (!lat)
-			goto fail;
-		for (int64_t b = 0; b < in.batch; b++)
-			fam->unpack(&in.ls, out + b * in.img_len * C, lat + b * per);
-		if (pd_st_writer_add(store.w, "out.sample", PD_F32, 5, shape, lat))
-			goto fail;
-	} else {
-		int64_t shape[3] = { in.batch, in.img_len, C };
-
-		if (pd_st_writer_add(store.w, "out.sample", PD_F32, 3, shape, out))
-			goto fail;
-	}
-	for (int i = 0; i < store.n; i++)
-		if (pd_st_writer_add(store.w, store.e[i].name, PD_F32, store.e[i].ndim, store.e[i].shape,
-				     store.e[i].data))
-			goto fail;
-	if (pd_st_writer_meta(store.w, "pdit_version", PDIT_VERSION) || pd_st_writer_save(store.w, outp))
-		goto fail;
-	pd_log(1, "pdit: wrote %s (%d tensors)\n", outp, store.n + 1);
-	rc = 0;
-	goto out;
-fail:
-	rc = pd_cli_fail();
-out:
-	for (int i = 0; i < store.n; i++) {
-		free(store.e[i].name);
-		free(store.e[i].data);
-	}
-	free(store.e);
-	pd_st_writer_free(store.w);
-	free(out);
-	free(lat);
-	pd_forward_inputs_free(&in);
-	pd_dit_free(m);
-	if (saved >= 0)
-		pd_backend_leave(be, saved);
-	pd_backend_free(be);
-	pd_st_close(st);
+	rc = pd_forward_file(tdir, config, inputs, outp, dump_all, dtype, threads) ? pd_cli_fail() : 0;
 	return rc;
 }
 
@@ -512,6 +379,21 @@ static int pd_single_process(struct pd_comm *world, const char *cmd)
 	if (world->rank == 0)
 		fprintf(stderr, "pdit: %s runs in one process, not under mpirun\n", cmd);
 	return 1;
+}
+
+int pd_cli_parse_only(int argc, char **argv)
+{
+	if (argc < 2)
+		return pd_errorf("no command");
+	if (strcmp(argv[1], "generate") == 0)
+		return pd_cmd_generate_parse_only(argc, argv);
+	if (strcmp(argv[1], "check") == 0)
+		return pd_cmd_check_parse_only(argc, argv);
+	if (strcmp(argv[1], "bench") == 0)
+		return pd_cmd_bench_parse_only(argc, argv);
+	if (strcmp(argv[1], "serve") == 0)
+		return pd_cmd_serve_parse_only(argc, argv);
+	return pd_errorf("unknown command '%s'", argv[1]);
 }
 
 int pd_dispatch(struct pd_comm *world, int argc, char **argv)

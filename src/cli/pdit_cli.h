@@ -6,11 +6,6 @@
 
 #include "pd_comm.h"
 #include "pdit.h"
-#include "pd_safetensors.h"
-
-#ifndef PDIT_VERSION
-#define PDIT_VERSION "0.0.0"
-#endif
 
 /* Prints pd_last_error() as "pdit: <message>" and returns 1. */
 int pd_cli_fail(void);
@@ -32,10 +27,14 @@ void pd_cli_abort(struct pd_comm *world);
 /* Runs the command argv[1]; its exit status. */
 int pd_dispatch(struct pd_comm *world, int argc, char **argv);
 
-/* The option parsing of generate, check or bench (argv[1]) alone, nothing
- * read or run, help not printed: 0 parsed, 1 help asked, -1 refused with a
- * message. For the argument fuzzer. */
+/* The option parsing of generate, check, bench or serve (argv[1]) alone,
+ * nothing read or run, help not printed: 0 parsed, 1 help asked, -1
+ * refused with a message. For the argument fuzzer. */
 int pd_cli_parse_only(int argc, char **argv);
+int pd_cmd_generate_parse_only(int argc, char **argv);
+int pd_cmd_check_parse_only(int argc, char **argv);
+int pd_cmd_bench_parse_only(int argc, char **argv);
+int pd_cmd_serve_parse_only(int argc, char **argv);
 
 /* The first lines of a PNG's parameters: the prompt and the negative
  * prompt, as other tools write them (malloc'd). */
@@ -45,22 +44,6 @@ char *pd_cli_prompt_source(const char *prompt, const char *negative);
 char *pd_cli_parameters(const char *source, uint64_t seed, const struct pd_result *res, const char *model,
 			const char *dtype);
 
-/* pdit serve's own settings, parsed with the engine's options. */
-struct pd_cli_serve {
-	const char *listen;             /* HOST:PORT */
-	const char *api_key;            /* --api-key or PDIT_API_KEY, or NULL */
-	int queue;                      /* requests waiting besides the running one */
-	size_t body_max;                /* bytes of a request body */
-	int strict;                     /* unknown fields refused */
-	int io_timeout;                 /* seconds a silent connection lives */
-	int quiet;                      /* -q: errors only */
-	const char *model;              /* the model as the PNGs name it (generate's "model:") */
-	const char *dtype;              /* "f32" or "bf16" */
-};
-/* Parses pdit serve's arguments (generate's model and mesh options and
- * serve's own): 0 go on, 1 help shown, -1 refused (message set). */
-int pd_cli_serve_parse(struct pd_comm *world, int argc, char **argv, struct pd_engine_options *o,
-		       struct pd_cli_serve *sv);
 int pd_cmd_serve(struct pd_comm *world, int argc, char **argv);
 /* The first signal only sets the flag (pd_cli_interrupted): a long-lived
  * command stops at its own pace; a second one stops the process now. */
@@ -95,7 +78,7 @@ struct pd_cli_progress {
 };
 void pd_cli_progress_init(struct pd_cli_progress *p, int enabled);
 /* The engine's on_progress and log callbacks (CTX: the progress). */
-void pd_cli_progress_cb(void *ctx, const struct pd_progress *e);
+void pd_cli_progress_cb(void *ctx, const struct pd_progress *pg);
 void pd_cli_progress_log(void *ctx, int level, const char *line);
 /* "done in T s (load, encode, steps, decode, write), peak memory". */
 void pd_cli_progress_summary(struct pd_cli_progress *p, double peak_mb);

@@ -4,7 +4,6 @@
  * the tests compare with transformers' outputs).
  */
 #include "pd_args.h"
-#include "pd_embeds.h"
 #include "pd_prompts.h"
 #include "pd_util.h"
 #include "pdit.h"
@@ -121,10 +120,10 @@ int pd_cmd_encode(struct pd_comm *world, int argc, char **argv)
 	rq.want_pictures = 0;
 	rq.want_embeds = 1;
 	if (pd_engine_open(&e, world, &o, NULL) || pd_engine_run(e, &rq, &res) ||
-	    pd_embeds_save(res.embeds, a.out, prompts, n, a.negative))
+	    pd_result_save_embeds(&res, a.out, prompts, n, a.negative))
 		goto out;
 	pd_log(1, "pdit: wrote %s (%d prompt%s, %lld text tokens of %lld, pooled %lld)\n", a.out, n, n > 1 ? "s" : "",
-	       (long long)res.embeds->txt_len, (long long)res.embeds->joint_dim, (long long)res.embeds->pooled_dim);
+	       (long long)res.txt_len, (long long)res.txt_width, (long long)res.pooled_width);
 	rc = 0;
 out:
 	if (rc)

@@ -4,13 +4,9 @@
  * rank needs. Reads only the transformer's config.json.
  */
 #include "pd_args.h"
-#include "pd_backend.h"
-#include "pd_model_paths.h"
-#include "pd_families.h"
-#include "pd_plan.h"
 #include "pd_util.h"
-#include "pd_vae.h"
 #include "pdit_cli.h"
+#include "pdit_plan.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -60,32 +56,29 @@ static const char pd_plan_examples[] =
 
 int pd_cmd_plan(int argc, char **argv)
 {
-	struct pd_model_flags mf = { 0 };
-	struct pd_model_paths mp;
-	const struct pd_dit_family *fam;
-	enum pd_dtype dt;
-	struct pd_latent_shape ls;
-	struct pd_dit_info info;
-	struct pd_plan_work w = { 0 };
+	struct pd_engine_options o;
+	struct pd_request rq;
+	struct pd_engine_work ew = { 0 };
+	const struct pd_plan_work *w = &ew.work;
 	struct pd_plan_machine mc = { 0 };
-	struct pd_mesh_limits lim = { 0 };
 	struct pd_plan_row *rows = NULL;
 	int height = 0, width = 0, frames = 0, batch = 1, devices = 0, devices_seen = 0, per_node = 0, txt = 0, json = 0, steps = 0, n, rc = 1;
 	int one_machine = 0;
 	float cfg_scale = 1, guidance = -1, gflops = 0, memory = 0, bandwidth = 0, latency = 0, inter_bw = 0, inter_lat = 0;
 	float efficiency = 0.5f, mem_bw = 0, matmul = 0, weight_ns = -1;
 	const char *dtype = "bf16", *device = NULL, *link = NULL, *inter_link = NULL, *pos[1];
-	const char *diffusion_model = NULL, *config = NULL;
+	const char *diffusion_model = NULL, *config = NULL, *model = NULL, *transformer = NULL, *vae = NULL;
+	const char *clip_l = NULL, *t5xxl = NULL;
 	const struct pd_plan_preset *dev = NULL, *ln = NULL, *iln = NULL;
 	int n_pos, hr;
 	const struct pd_arg opts[] = {
-		{ "--model", 'm', PD_ARG_STRING, &mf.model, "DIR", "diffusers FLUX folder: its transformer and VAE configs and the text encoders' headers are read", NULL },
-		{ "--transformer", 0, PD_ARG_STRING, &mf.transformer, "DIR", "transformer folder (overrides --model's)", NULL },
+		{ "--model", 'm', PD_ARG_STRING, &model, "DIR", "diffusers FLUX folder: its transformer and VAE configs and the text encoders' headers are read", NULL },
+		{ "--transformer", 0, PD_ARG_STRING, &transformer, "DIR", "transformer folder (overrides --model's)", NULL },
 		{ "--diffusion-model", 0, PD_ARG_STRING, &diffusion_model, "FILE", "transformer in one file (safetensors, fp8, GGUF): its header is read, quantized weights counted as stored", NULL },
 		{ "--config", 0, PD_ARG_STRING, &config, "FILE", "the transformer's config.json, for a single file that carries none (FLUX.1's sizes are inferred)", NULL },
-		{ "--vae", 0, PD_ARG_STRING, &mf.vae, "DIR", "VAE folder (overrides --model's)", NULL },
-		{ "--clip_l", 0, PD_ARG_STRING, &mf.text_encoder, "FILE", "CLIP text encoder in one .safetensors file (overrides --model's)", NULL },
-		{ "--t5xxl", 0, PD_ARG_STRING, &mf.text_encoder_2, "FILE", "T5 encoder in one .safetensors file, fp8 included (overrides --model's)", NULL },
+		{ "--vae", 0, PD_ARG_STRING, &vae, "DIR", "VAE folder (overrides --model's)", NULL },
+		{ "--clip_l", 0, PD_ARG_STRING, &clip_l, "FILE", "CLIP text encoder in one .safetensors file (overrides --model's)", NULL },
+		{ "--t5xxl", 0, PD_ARG_STRING, &t5xxl, "FILE", "T5 encoder in one .safetensors file, fp8 included (overrides --model's)", NULL },
 		{ "--devices", 'N', PD_ARG_INT, &devices, "N", "processes (GPUs, or CPU processes on this machine); required", &devices_seen },
 		{ "--height", 'H', PD_ARG_INT, &height, "PX", "image height, a multiple of 16 (default 1024; Wan 480)", NULL },
 		{ "--width", 'W', PD_ARG_INT, &width, "PX", "image width, a multiple of 16 (default 1024; Wan 832)", NULL },
@@ -115,7 +108,6 @@ int pd_cmd_plan(int argc, char **argv)
 		{ 0 },
 	};
 
-	memset(&mp, 0, sizeof(mp));
 	hr = pd_args_parse("plan", opts, argc, argv, 2, pos, 0, &n_pos);
 	if (hr == 1) {
 		pd_args_help(pd_plan_usage, opts, pd_plan_examples);
@@ -152,64 +144,29 @@ int pd_cmd_plan(int argc, char **argv)
 			  one_machine ? "--one-machine" : "--weight-ns");
 		return pd_cli_fail();
 	}
-	if (pd_dtype_compute("--dtype", dtype, &dt))
-		return pd_cli_fail();
-	if (diffusion_model && mf.transformer) {
+	if (diffusion_model && transformer) {
 		pd_errorf("give --transformer or --diffusion-model, not both");
 		return pd_cli_fail();
 	}
-	if (diffusion_model)
-		mf.transformer = diffusion_model;
-	if (pd_model_paths_resolve(&mp, &mf, 0) || pd_family_find(mp.transformer, config, &fam, &info))
+	pd_engine_options_init(&o);
+	o.model = model;
+	o.transformer = diffusion_model ? diffusion_model : transformer;
+	o.transformer_config = config;
+	o.vae = vae;
+	o.text_encoder = clip_l;
+	o.text_encoder_2 = t5xxl;
+	o.dtype = dtype;
+	pd_request_init(&rq);
+	rq.height = height;
+	rq.width = width;
+	rq.frames = frames;
+	rq.steps = steps;
+	rq.batch = batch;
+	rq.true_cfg_scale = cfg_scale;
+	rq.guidance = guidance;
+	rq.max_seq = txt;
+	if (pd_engine_work(&o, &rq, devices, &ew))
 		goto out;
-	{
-		/* what the family makes when the request does not say */
-		struct pd_dit_defaults d;
-
-		memset(&d, 0, sizeof(d));
-		fam->defaults(&info, &d);
-		height = height ? height : d.height;
-		width = width ? width : d.width;
-		frames = frames ? frames : d.frames;
-		if (d.guidance_cfg && cfg_scale > 1) {
-			pd_errorf("--true-cfg-scale is FLUX's; %s guidance is --guidance", fam->name);
-			goto out;
-		}
-		if (d.guidance_cfg && (guidance < 0 ? d.guidance : guidance) > 1)
-			cfg_scale = 2;
-	}
-	if (fam->latent_shape(&ls, &info, frames, height, width))
-		goto out;
-	w.info = &info;
-	w.txt_len = txt ? txt : fam->default_max_seq ? fam->default_max_seq(&info) : 0;
-	w.img_len = ls.tokens;
-	w.img_w = ls.w / 2;
-	w.images = batch;
-	w.branches = cfg_scale > 1 ? 2 : 1;
-	w.weight_bytes = pd_dit_weight_bytes(&info, (double)pd_dtype_size(dt));
-	w.compute_bytes = (int)pd_dtype_size(dt);
-	if (mp.vae && pd_is_dir(mp.vae) && fam->vae_cost) {
-		struct pd_vae_cost vc;
-
-		if (fam->vae_cost(mp.vae, &ls, &vc))
-			goto out;
-		pd_plan_vae_cost(&w, &vc);
-	} else if (mp.vae && pd_is_dir(mp.vae)) {
-		struct pd_vae_config vc;
-
-		if (pd_vae_config_load(&vc, mp.vae))
-			goto out;
-		pd_plan_vae(&w, &vc, height, width);
-	}
-	if (mp.text_encoder_2 && pd_plan_encoder_gb(mp.text_encoder_2, (double)pd_dtype_size(dt), &w.encoders_gb))
-		goto out;
-	if (mp.text_encoder) {
-		double clip;
-
-		if (pd_plan_encoder_gb(mp.text_encoder, (double)pd_dtype_size(dt), &clip))
-			goto out;
-		w.encoders_gb += clip;
-	}
 	if (dev) {
 		mc.gflops = dev->a * 1000 * efficiency;
 		mc.mem_gb = memory > 0 ? memory : dev->b;
@@ -222,8 +179,8 @@ int pd_cmd_plan(int argc, char **argv)
 
 		/* the one long phase of a plan: say so before, and how long after */
 		pd_log(1, "pdit: timing a %s matrix product on this machine (--device or --gflops skip it)...\n",
-		       dt == PD_BF16 ? "bf16" : "f32");
-		if (pd_plan_machine_here(&mc, &w, devices, devices, 3, matmul, weight_ns >= 0 ? weight_ns * 1e-9 : -1))
+		       dtype);
+		if (pd_plan_machine_here(&mc, w, devices, devices, 3, matmul, weight_ns >= 0 ? weight_ns * 1e-9 : -1))
 			goto out;
 		pd_log(1, "pdit: timed in %.1f s\n", pd_now() - t0);
 		if (memory > 0)
@@ -242,17 +199,11 @@ int pd_cmd_plan(int argc, char **argv)
 	mc.lat_intra = (latency > 0 ? latency : ln->b) * 1e-6;
 	mc.bw_inter = (inter_bw > 0 ? inter_bw : iln->a) * 1e9;
 	mc.lat_inter = (inter_lat > 0 ? inter_lat : iln->b) * 1e-6;
-	lim.world = devices;
-	lim.heads = info.heads;
-	lim.mlp = info.mlp_width;
-	lim.cfg_possible = w.branches == 2;
-	lim.images = batch;
-	lim.max_pp = info.blocks;
-	if (pd_plan_list(&w, &mc, &lim, &rows, &n))
+	if (pd_plan_list(w, &mc, &ew.lim, &rows, &n))
 		goto out;
 	if (n == 0) {
 		pd_errorf("no mesh of %d process(es) suits this model and work (heads %d, %d blocks, %d image%s%s)", devices,
-			  info.heads, info.blocks, batch, batch > 1 ? "s" : "", w.branches == 2 ? ", true CFG" : "");
+			  ew.info.heads, ew.info.blocks, batch, batch > 1 ? "s" : "", w->branches == 2 ? ", true CFG" : "");
 		goto out;
 	}
 	if (!rows[0].cost.fits) {
@@ -263,25 +214,20 @@ int pd_cmd_plan(int argc, char **argv)
 		char enc[64] = "";
 
 		/* (the text encoders' part only when there are any) */
-		if (w.encoders_gb > 0)
-			snprintf(enc, sizeof(enc), ", or the text encoders %.1f", w.encoders_gb);
+		if (w->encoders_gb > 0)
+			snprintf(enc, sizeof(enc), ", or the text encoders %.1f", w->encoders_gb);
 		pd_errorf("no mesh of %d process(es) fits in %.1f GB %s: the smallest needs %.1f GB a process (weights %.1f, "
 			  "activations %.1f%s); add devices or memory, or lower the size", devices, mc.mem_gb,
 			  mc.shared ? "shared by the processes" : "per device", rows[0].cost.memory_gb,
 			  rows[0].cost.weights_gb, rows[0].cost.activations_gb, enc);
 		goto out;
 	}
-	if (!steps) {
-		struct pd_dit_defaults d;
-
-		fam->defaults(&info, &d);
-		steps = d.steps;
-	}
+	steps = ew.steps;
 	if (!json) {
-		printf("pdit plan: %s, %dx%d%s%.0d (%lld text + %lld image tokens), %d %s%s%s, %d steps\n", mp.transformer,
-		       width, height, ls.frames > 1 ? ", frames " : "", ls.frames > 1 ? frames : 0, (long long)w.txt_len,
-		       (long long)w.img_len, batch, ls.frames > 1 ? "video" : "image", batch > 1 ? "s" : "",
-		       w.branches == 2 ? " x 2 branches" : "", steps);
+		printf("pdit plan: %s, %dx%d%s%.0d (%lld text + %lld image tokens), %d %s%s%s, %d steps\n", ew.transformer,
+		       ew.width, ew.height, ew.frames > 1 ? ", frames " : "", ew.frames > 1 ? ew.frames : 0, (long long)w->txt_len,
+		       (long long)w->img_len, batch, ew.frames > 1 ? "video" : "image", batch > 1 ? "s" : "",
+		       w->branches == 2 ? " x 2 branches" : "", steps);
 		printf("  %d device%s at %.0f GFLOP/s%s, %.0f GB%s; within a node %.1f GB/s, %.0f us", devices,
 		       devices > 1 ? "s" : "", mc.gflops,
 		       mc.shared ? " shared (this machine)" : " each", mc.mem_gb,
@@ -296,12 +242,12 @@ int pd_cmd_plan(int argc, char **argv)
 			       "product pay more of it", mc.weight_s * 1e9);
 		if (dev)
 			printf("\n  %s: %.0f%% of its published %.0f TFLOP/s peak", dev->name, efficiency * 100, dev->a);
-		if (w.encoders_gb > 0)
+		if (w->encoders_gb > 0)
 			printf("\n  text encoders %.1f GB on one process per data-parallel group, before the transformer",
-			       w.encoders_gb);
-		if (w.vae_gflop > 0)
-			printf("\n  VAE decode %.0f GFLOP a %s, in bands over each data-parallel group", w.vae_gflop,
-			       ls.frames > 1 ? "video" : "picture");
+			       w->encoders_gb);
+		if (w->vae_gflop > 0)
+			printf("\n  VAE decode %.0f GFLOP a %s, in bands over each data-parallel group", w->vae_gflop,
+			       ew.frames > 1 ? "video" : "picture");
 		printf("\n%-44s %6s %9s %9s %9s %9s %9s %11s %11s %9s\n", "mesh", "", "s/step", "compute", "comm",
 		       "VAE s", "s/run", "MB/rank", "MB between", "GB/rank");
 	}
@@ -318,7 +264,7 @@ int pd_cmd_plan(int argc, char **argv)
 			       "\"activations_gb\": %.4g, \"encoders_gb\": %.4g, \"vae_gb\": %.4g, \"stale\": %s, "
 			       "\"fits\": %s}\n", name, c->seconds, c->compute_s, c->comm_s, c->vae_s,
 			       c->seconds * steps + c->vae_s, c->gflop, c->weight_extra_s, c->bytes, c->rounds, c->inter_bytes, c->memory_gb,
-			       c->weights_gb, c->activations_gb, w.encoders_gb, c->vae_gb, rows[i].stale ? "true" : "false",
+			       c->weights_gb, c->activations_gb, w->encoders_gb, c->vae_gb, rows[i].stale ? "true" : "false",
 			       c->fits ? "true" : "false");
 		else
 			printf("%-44s %6s %9.3f %9.3f %9.3f %9.3f %9.2f %11.1f %11.1f %9.2f%s\n", name,
@@ -331,6 +277,6 @@ out:
 	if (rc)
 		pd_cli_fail();
 	free(rows);
-	pd_model_paths_free(&mp);
+	pd_engine_work_free(&ew);
 	return rc;
 }

@@ -8,11 +8,11 @@
  * which answers. Ranks other than 0 wait in that broadcast between requests
  * (the communicator polls with sleeps: an idle server costs no cores).
  */
-#include "pd_engine.h"
 #include "pd_png.h"
 #include "pd_serve.h"
 #include "pd_util.h"
 #include "pdit_cli.h"
+#include "pdit_flags.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -20,9 +20,125 @@
 #include <string.h>
 #include <unistd.h>
 
+static const char pd_serve_usage[] =
+	"usage: [mpirun -np N] pdit serve --model DIR [mesh degrees | --parallel auto] [--listen 127.0.0.1:8080]\n"
+	"\n"
+	"Loads the model once on every process and answers HTTP requests: rank 0 queues\n"
+	"them and hands each to every process, which run it together; the pictures are\n"
+	"those pdit generate makes with the same arguments, on any mesh. JSON in and out:\n"
+	"  POST /v1/images/generations   OpenAI's images API: prompt, n, size \"WxH\",\n"
+	"                                response_format b64_json (model accepted); and\n"
+	"                                seed, steps, guidance, negative_prompt,\n"
+	"                                true_cfg_scale, fbcache_threshold\n"
+	"  POST /sdapi/v1/txt2img        A1111's: prompt, negative_prompt, width, height,\n"
+	"                                steps, cfg_scale, seed (-1: any), batch_size\n"
+	"  GET /health, GET /v1/models\n"
+	"Each PNG carries pdit generate's parameters chunk. Bad requests get a 4xx with a\n"
+	"JSON error naming the field; a full queue 429 with Retry-After. SIGTERM or\n"
+	"Ctrl-C: the running request finishes, the queued ones get 503, exit 0.";
+
+static const char pd_serve_examples[] =
+	"  pdit tiny tiny-model --full\n"
+	"  pdit serve --model tiny-model --listen 127.0.0.1:8080 &\n"
+	"  curl -s localhost:8080/v1/images/generations -H 'Content-Type: application/json' \\\n"
+	"      -d '{\"prompt\": \"a red fox\", \"size\": \"256x256\", \"steps\": 4}'\n"
+	"  mpirun -np 2 pdit serve --model FLUX.1-dev --dtype bf16 --ulysses-degree 2 --api-key \"$KEY\"\n";
+
+/* pdit serve's own settings, parsed with the engine's options. */
+struct pd_cli_serve {
+	const char *listen;             /* HOST:PORT */
+	const char *api_key;            /* --api-key or PDIT_API_KEY, or NULL */
+	int queue;                      /* requests waiting besides the running one */
+	size_t body_max;                /* bytes of a request body */
+	int strict;                     /* unknown fields refused */
+	int io_timeout;                 /* seconds a silent connection lives */
+	int quiet;                      /* -q: errors only */
+	const char *model;              /* the model as the PNGs name it (generate's "model:") */
+	const char *dtype;              /* "f32" or "bf16" */
+};
+struct pd_serve_args {
+	struct pd_gen_args gen;         /* the shared flags: the model, the mesh, precision */
+	const char *listen, *api_key;   /* --listen HOST:PORT, --api-key KEY */
+	int queue, strict, io_timeout, max_body_kb;
+};
+
+static void pd_serve_flags(struct pd_serve_args *a, struct pd_arg *opts)
+{
+	int n = pd_gen_flags(&a->gen, opts, PD_CMD_SERVE);
+
+	a->listen = "127.0.0.1:8080";
+	a->api_key = NULL;
+	a->queue = 16;
+	a->strict = 0;
+	a->max_body_kb = 256;
+	a->io_timeout = 10;
+	opts[n++] = (struct pd_arg){ "--listen", 0, PD_ARG_STRING, &a->listen, "HOST:PORT",
+				     "address to answer on (default 127.0.0.1:8080; port 0: any free one, printed)",
+				     NULL };
+	opts[n++] = (struct pd_arg){ "--api-key", 0, PD_ARG_STRING, &a->api_key, "KEY",
+				     "require \"Authorization: Bearer KEY\" (or set PDIT_API_KEY); needed to listen "
+				     "on an address other than 127.0.0.1", NULL };
+	opts[n++] = (struct pd_arg){ "--queue", 0, PD_ARG_INT, &a->queue, "N",
+				     "requests waiting besides the running one; more get 429 (default 16)", NULL };
+	opts[n++] = (struct pd_arg){ "--max-body", 0, PD_ARG_INT, &a->max_body_kb, "KB",
+				     "largest request body; more get 413 (default 256)", NULL };
+	opts[n++] = (struct pd_arg){ "--strict", 0, PD_ARG_FLAG, &a->strict, NULL,
+				     "refuse fields a request's API does not have (400)", NULL };
+	opts[n++] = (struct pd_arg){ "--io-timeout", 0, PD_ARG_INT, &a->io_timeout, "S",
+				     "seconds a connection may stay silent before it is closed (default 10)", NULL };
+	memset(&opts[n], 0, sizeof(opts[n]));
+}
+
+int pd_cmd_serve_parse_only(int argc, char **argv)
+{
+	struct pd_serve_args a;
+	struct pd_arg opts[PD_GEN_MAX_FLAGS];
+
+	pd_serve_flags(&a, opts);
+	return pd_gen_parse(NULL, &a.gen, opts, "serve", NULL, NULL, argc, argv);
+}
+
+/* Parses pdit serve's arguments (generate's model and mesh options and
+ * serve's own): 0 go on, 1 help shown, -1 refused (message set). */
+static int pd_cli_serve_parse(struct pd_comm *world, int argc, char **argv, struct pd_engine_options *o,
+			      struct pd_cli_serve *sv)
+{
+	struct pd_serve_args a;
+	struct pd_arg opts[PD_GEN_MAX_FLAGS];
+	int hr;
+
+	pd_serve_flags(&a, opts);
+	hr = pd_gen_parse(world, &a.gen, opts, "serve", pd_serve_usage, pd_serve_examples, argc, argv);
+	if (hr)
+		return hr;
+	if (pd_gen_engine_options(&a.gen, o, 1))
+		return -1;
+	o->one_request = 0;
+	o->keep_encoders = 1;
+	memset(sv, 0, sizeof(*sv));
+	sv->listen = a.listen;
+	sv->api_key = a.api_key ? a.api_key : getenv("PDIT_API_KEY");
+	if (sv->api_key && !sv->api_key[0])
+		sv->api_key = NULL;
+	sv->queue = a.queue;
+	sv->strict = a.strict;
+	sv->io_timeout = a.io_timeout;
+	sv->quiet = a.gen.quiet;
+	sv->model = pd_gen_model_name(&a.gen);
+	sv->dtype = a.gen.dtype;
+	if (a.queue < 0 || a.queue > 4096)
+		return pd_errorf("--queue must be 0 to 4096 (got %d)", a.queue);
+	if (a.max_body_kb < 1 || a.max_body_kb > 65536)
+		return pd_errorf("--max-body must be 1 to 65536 KB (got %d)", a.max_body_kb);
+	if (a.io_timeout < 1 || a.io_timeout > 3600)
+		return pd_errorf("--io-timeout must be 1 to 3600 seconds (got %d)", a.io_timeout);
+	sv->body_max = (size_t)a.max_body_kb << 10;
+	return 0;
+}
+
 /* The engine request of job parameters P (the prompt borrowed). */
-static void pd_serve_request(const struct pd_engine *e, const struct pd_serve_params *p, const char **prompt,
-			     struct pd_request *rq)
+static void pd_serve_request(const struct pd_engine_about *ab, const struct pd_serve_params *p,
+			     const char **prompt, struct pd_request *rq)
 {
 	pd_request_init(rq);
 	rq->prompts = prompt;
@@ -41,7 +157,7 @@ static void pd_serve_request(const struct pd_engine *e, const struct pd_serve_pa
 	/* A1111's cfg_scale is classifier-free guidance: FLUX's true CFG with
 	 * the negative prompt (1: off), Wan's guidance */
 	if (p->cfg_scale >= 0) {
-		if (strcmp(e->fam->name, "flux") != 0)
+		if (ab->guidance_is_cfg)
 			rq->guidance = p->cfg_scale;
 		else
 			rq->true_cfg_scale = p->cfg_scale;
@@ -212,28 +328,14 @@ static void pd_serve_log_line(void *ctx, const char *line)
 	fprintf(stderr, "%s\n", line);
 }
 
-/* The mesh as /health shows it: the degrees above 1. */
-static void pd_serve_mesh(const struct pd_engine *e, char *buf, size_t n)
-{
-	size_t k = 0;
-
-	buf[0] = 0;
-	for (int a = PD_AXIS_COUNT - 1; a >= 0 && k < n; a--)
-		if (e->degree[a] > 1)
-			k += (size_t)snprintf(buf + k, n - k, "%s%s=%d", k ? " " : "", pd_axis_name((enum pd_axis)a),
-					      e->degree[a]);
-	if (!buf[0])
-		snprintf(buf, n, "one process");
-}
-
 int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 {
 	struct pd_engine_options o;
 	struct pd_cli_serve sv;
 	struct pd_engine *e = NULL;
+	struct pd_engine_about about;
 	struct pd_serve *srv = NULL;
 	struct pd_cli_progress prog;
-	char mesh[128];
 	int hr, rc = 1, local, watching = 0;
 	pthread_t watcher;
 	struct pd_serve_watch watch = { 0 };
@@ -266,17 +368,16 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 	pd_cli_progress_init(&prog, 0);
 	/* a request is logged as it comes and as it is answered (pd_serve_log):
 	 * the engine's own lines only with -v */
-	e->log.level = pd_log_level > 1 ? 2 : 0;
-	e->o.on_progress = pd_serve_on_progress;
-	e->o.progress_ctx = &clock;
+	pd_engine_set_log_level(e, pd_log_level > 1 ? 2 : 0);
+	pd_engine_set_progress(e, pd_serve_on_progress, &clock);
 	/* from here a signal asks rank 0 to stop after the running request */
 	pd_cli_signals_deferred();
-	pd_serve_mesh(e, mesh, sizeof(mesh));
+	pd_engine_about(e, &about);
 	hr = 0;
 	if (world->rank == 0) {
 		struct pd_serve_options so = {
 			.listen = sv.listen, .api_key = sv.api_key, .queue_max = sv.queue, .body_max = sv.body_max,
-			.strict = sv.strict, .io_timeout = sv.io_timeout, .model = sv.model, .mesh = mesh,
+			.strict = sv.strict, .io_timeout = sv.io_timeout, .model = sv.model, .mesh = about.mesh_short,
 			.ranks = world->size, .log = pd_serve_log_line,
 		};
 
@@ -335,7 +436,7 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 		if (pd_cli_any_failed(world, hr))
 			goto out;
 		prompt = p.prompt;
-		pd_serve_request(e, &p, &prompt, &rq);
+		pd_serve_request(&about, &p, &prompt, &rq);
 		/* every rank takes part in the cancel's agreement; rank 0's flag
 		 * is the job's (DELETE sets it) */
 		rq.cancel = job ? &job->cancel : &no_cancel;
@@ -347,9 +448,10 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 		}
 		clock.engine_s = 0;
 		failed = pd_engine_run(e, &rq, &res);
-		if (!failed && (failed = pd_serve_gather(world, &res, &all)) == -2)
-			e->dead = 1;
-		if (failed && pd_engine_dead(e)) {
+		if (!failed)
+			failed = pd_serve_gather(world, &res, &all);
+		/* a lost transfer in the gather loses the job as a dead engine does */
+		if (failed == -2 || (failed && pd_engine_dead(e))) {
 			if (job)
 				pd_serve_finish(srv, job, PD_JOB_FAILED, 503,
 						pd_serve_error_json(pd_last_error(), "server_error", NULL), NULL, clock.engine_s);
@@ -361,7 +463,7 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 			char *info = NULL, *body = failed ? NULL : pd_serve_pngs(&sv, &p, &res, all, &info);
 
 			/* a request that cannot run (or was cancelled) leaves the engine ready */
-			if (failed && e->cancelled)
+			if (failed && pd_engine_cancelled(e))
 				pd_serve_finish(srv, job, PD_JOB_CANCELLED, 409,
 						pd_serve_error_json(pd_last_error(), "cancelled", NULL), NULL, clock.engine_s);
 			else if (failed)

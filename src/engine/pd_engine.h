@@ -1,7 +1,9 @@
 /*
- * pd_engine.h - the engine's state, for the commands that look inside a run
- * (pdit check compares the mesh's blocks with one process's, pdit bench
- * times steps and counts bytes). Programs use pdit.h.
+ * pd_engine.h - the engine's state and the functions its files share
+ * (pd_engine_open.c: options, mesh, memory, loading; pd_engine_request.c: a
+ * request checked, shaped and encoded; pd_engine_run.c: denoising and
+ * decoding; pd_engine_check.c and pd_engine_bench.c: pdit check and bench).
+ * Private to the engine: programs and the commands use pdit.h.
  */
 #ifndef PD_ENGINE_H
 #define PD_ENGINE_H
@@ -13,12 +15,6 @@
 #include "pd_parallel.h"
 #include "pd_pipeline.h"
 #include "pdit.h"
-
-/* Bounds that keep every size product far from overflow: 1M image tokens,
- * 16384 px a side; more steps or pictures than anyone runs. */
-#define PD_MAX_SIDE 16384
-#define PD_MAX_STEPS 10000
-#define PD_MAX_BATCH 4096
 
 struct pd_engine {
 	struct pd_comm *world;          /* all processes (borrowed) */
@@ -46,8 +42,7 @@ struct pd_engine {
 	int dynamic0;                   /* and its dynamic shifting */
 	struct pd_backend *be;          /* compute */
 	struct pd_dit *m;               /* this rank's share of the transformer */
-	struct pd_vae *v;               /* the VAE (on ranks that decode) */
-	void *fv;                       /* or the family's own (fam->vae_load) */
+	void *vae;                      /* the VAE (of the family's kind, fam->vae), on ranks that decode */
 	struct pd_parallel par;         /* the parallel methods */
 	int par_ok;
 	struct pd_vae_par vae_par;      /* decoding in bands over the data-parallel group */
@@ -81,30 +76,77 @@ struct pd_engine_scope {
 };
 
 /* The engine's log and (once it has a backend) thread count on the calling
- * thread until pd_engine_leave; the commands that look inside a run hold
- * one scope around it. */
+ * thread until pd_engine_leave: every public call holds one scope. */
 void pd_engine_enter(struct pd_engine *e, struct pd_engine_scope *s);
 void pd_engine_leave(const struct pd_engine_scope *s);
 
-/* The request RQ checked against the engine and shaped (embeddings read or
- * encoded, latents' geometry, parameters); collective. */
-int pd_engine_prepare(struct pd_engine *e, const struct pd_request *rq);
+/* Tells the caller where a phase stands: begun at T0, DONE of TOTAL. */
+void pd_engine_progress(struct pd_engine *e, enum pd_phase phase, double t0, int done, int total, int finished);
 
-/* Denoises the prepared request: ALL [B, L, C] gets every picture's final
- * latents on every rank. MODEL_DUMP as pd_denoise takes it. Collective; a
- * failure leaves the engine dead. */
-int pd_engine_denoise(struct pd_engine *e, float *all, const struct pd_dump *model_dump);
-
-/* The prepared request's initial latents [B, L, C] (malloc'd): as given,
- * or the seeds' noise drawn again; NULL with a message. */
-float *pd_engine_initial(const struct pd_engine *e);
-
-/* The notes and the run's summary line, before denoising RQ. */
-void pd_engine_notes(const struct pd_engine *e, const struct pd_request *rq);
-
+/* Agreement over the world after a phase: 0 when no rank failed. */
+int pd_engine_agree(struct pd_engine *e, int failed);
 /* Where one rank works alone by design (encoding prompts, check's
  * reference, a data-parallel group's extra picture) the others wait without
  * the deadline: the agreement over the world with the deadline lifted. */
 int pd_engine_agree_waiting(struct pd_engine *e, int failed);
+
+/* pd_engine_plan.c: what the mesh must allow for the prepared request,
+ * the mesh for it (as given, by rule or by the cost model), and whether it
+ * fits this machine's memory (DECODES: with the VAE's decode; LOADED: the
+ * weights are already resident). */
+void pd_engine_limits(const struct pd_engine *e, struct pd_mesh_limits *lim);
+int pd_engine_choose_mesh(struct pd_engine *e);
+int pd_engine_check_memory(const struct pd_engine *e, int decodes, int loaded);
+
+/* pd_engine_request.c */
+
+/* R with the family's defaults D for what it leaves out (size, frames,
+ * guidance); a family whose guidance is classifier-free (Wan) runs it as
+ * true CFG with the negative prompt, "" when none is given, as its pipeline
+ * does. -1 with a message naming FAMILY when R asks for both. */
+int pd_engine_request_defaults(const struct pd_dit_defaults *d, const char *family, struct pd_request *r);
+
+/* Everything about RQ that can be checked without the mesh's communicators
+ * (this rank alone): the family's defaults applied, inputs read or shaped. */
+int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request *rq);
+/* The prepared request as every rank read it; collective. */
+int pd_engine_same_everywhere(struct pd_engine *e, const struct pd_request *rq);
+/* The request RQ checked against the engine and shaped; collective. */
+int pd_engine_prepare(struct pd_engine *e, const struct pd_request *rq);
+/* Encodes the prepared request's prompts (one rank per data-parallel
+ * group) and shares them; FAILED: this rank failed before, every rank goes
+ * through the agreement all the same. */
+int pd_engine_encode(struct pd_engine *e, int failed);
+/* RQ prepared and encoded, unless open did it already (the plan's). */
+int pd_engine_ready(struct pd_engine *e, const struct pd_request *rq);
+/* The request's state, released before the next one. */
+void pd_engine_request_free(struct pd_engine *e);
+
+/* pd_engine_run.c */
+
+/* The notes and the run's summary line, before denoising RQ. */
+void pd_engine_notes(const struct pd_engine *e, const struct pd_request *rq);
+/* Denoises the prepared request: ALL [B, L, C] gets every picture's final
+ * latents on every rank. MODEL_DUMP as pd_denoise takes it. Collective; a
+ * failure leaves the engine dead. */
+int pd_engine_denoise(struct pd_engine *e, float *all, const struct pd_dump *model_dump);
+/* The prepared request's initial latents [B, L, C] (malloc'd): as given,
+ * or the seeds' noise drawn again; NULL with a message. */
+float *pd_engine_initial(const struct pd_engine *e);
+/* Who decodes the prepared request's pictures, the VAE loaded where it is
+ * needed. */
+int pd_engine_vae_setup(struct pd_engine *e);
+/* The VAE loaded on this process (once). */
+int pd_engine_vae_load(struct pd_engine *e);
+/* The VAE's band hooks (pd_vae.h; the inert ones when HOOKS is NULL). */
+void pd_engine_vae_hooks(struct pd_engine *e, const struct pd_vae_hooks *hooks);
+/* Pixels per latent position of the loaded VAE. */
+int pd_engine_vae_scale(const struct pd_engine *e);
+/* One picture or video of the packed latents PACKED: RGB [frames, H, W, 3]
+ * (written on band 0 of a banded decode). */
+int pd_engine_vae_decode(struct pd_engine *e, const float *packed, uint8_t *rgb);
+/* The transformer's memory goes (before a decode that needs it, or
+ * check's reference). */
+void pd_engine_free_transformer(struct pd_engine *e);
 
 #endif /* PD_ENGINE_H */

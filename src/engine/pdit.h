@@ -51,6 +51,12 @@
 
 struct pd_embeds;
 
+/* Bounds that keep every size product far from overflow: 1M image tokens,
+ * 16384 px a side; more steps or pictures than anyone runs. */
+#define PD_MAX_SIDE 16384
+#define PD_MAX_STEPS 10000
+#define PD_MAX_BATCH 4096
+
 /* What the engine is doing, for a progress display: each phase reports
  * its start (done 0), its progress and its end (finished). */
 enum pd_phase {
@@ -169,7 +175,9 @@ struct pd_result {
 	double decode_s;                /* seconds a picture's decode took (the mean) */
 	int bands;                      /* bands a picture was decoded in */
 	struct pd_embeds *embeds;       /* want_embeds: the prompts' embeddings, the token ids among
-					 * their extras (pd_embeds.h; pd_embeds_save writes them) */
+					 * their extras (pd_result_save_embeds writes them) */
+	int64_t txt_len, txt_width;     /* want_embeds: text tokens per prompt and their width */
+	int64_t pooled_width;           /* want_embeds: the pooled embedding's width (0: none) */
 };
 
 struct pd_engine;
@@ -190,5 +198,132 @@ void pd_engine_close(struct pd_engine *e);
 
 /* True once a collective failure has left the engine unusable. */
 int pd_engine_dead(const struct pd_engine *e);
+/* True when the last request stopped because it was cancelled (its cancel
+ * flag): the engine is ready for the next. */
+int pd_engine_cancelled(const struct pd_engine *e);
+
+/* What an open engine runs, for a command's messages and a service's
+ * answers. The strings live as long as the engine. */
+struct pd_engine_about {
+	const char *family;             /* the model family ("flux", "wan") */
+	const char *model;              /* the model folder, or the transformer's path without one */
+	int guidance_is_cfg;            /* the family's guidance scale is classifier-free guidance over
+					 * the negative prompt (Wan): a client's cfg_scale is its
+					 * guidance; 0: a distilled scale, and cfg_scale is true CFG */
+	int frames;                     /* the planned request's frames (1: pictures), or the family's */
+	int latents_unpacked;           /* --out-latents holds [B, C, F, h, w], not packed tokens */
+	char mesh[128];                 /* every degree: "dp=1 cfg=2 pp=1 ring=1 ulysses=2 tp=1" */
+	char mesh_short[128];           /* the degrees above 1 ("ulysses=2 cfg=2"), or "one process" */
+	int processes;                  /* in the world */
+	int threads;                    /* per process */
+	const char *dtype, *vae_dtype;  /* the products' and the VAE's precision: "f32" or "bf16" */
+	double load_seconds;            /* reading this process's weights at open */
+	double encode_seconds;          /* encoding the planned request's prompts at open */
+};
+void pd_engine_about(const struct pd_engine *e, struct pd_engine_about *a);
+
+/* A long-lived engine's log level and progress callback from now on (a
+ * service shows loading, then logs its requests its own way). */
+void pd_engine_set_log_level(struct pd_engine *e, int level);
+void pd_engine_set_progress(struct pd_engine *e, void (*on_progress)(void *ctx, const struct pd_progress *p),
+			    void *ctx);
+
+/* The result's latents.init and latents.final to PATH (safetensors): packed
+ * [B, L, C] as FluxPipeline holds them, or [B, C, F, h, w] as a video
+ * pipeline does (about.latents_unpacked). Needs want_latents. */
+int pd_engine_save_latents(const struct pd_engine *e, const struct pd_result *res, const char *path);
+/* The embeddings of a want_embeds result to PATH, with PROMPTS[N] and
+ * NEGATIVE in its metadata (what --embeds reads back). */
+int pd_result_save_embeds(const struct pd_result *res, const char *path, char *const *prompts, int n,
+			  const char *negative);
+
+/* ----------------------------------------------------------------------- */
+/* Looking inside a run: pdit check and pdit bench                         */
+/* ----------------------------------------------------------------------- */
+
+/* One compared quantity: a block's outputs at the first step, the final
+ * latents, the initial noise. */
+struct pd_check_row {
+	char name[48];                  /* "double.0", "single.3", "final latents", "initial noise" */
+	double diff;                    /* the largest relative difference, max|a - b| / max|b| */
+};
+
+/* What pd_engine_check found (the rows on the world's rank 0). */
+struct pd_check_report {
+	char mesh[128];                 /* the mesh compared (pd_engine_about's mesh) */
+	double tolerance;               /* the largest difference that passes */
+	int pass;                       /* every row within it (every rank) */
+	int patched;                    /* the first step ran patched: no block was compared */
+	int n_rows;                     /* rows: the blocks, then the final latents */
+	struct pd_check_row *rows;
+	const char *stale;              /* "PipeFusion" or "DistriFusion" when the mesh attends to keys
+					 * and values a step old after its warm-up (differences by
+					 * design), NULL when every step is exact */
+	int warmup_steps, steps;        /* with stale: its exact steps, and the run's */
+};
+
+/* Runs RQ (the request the engine was opened for, or another) on the mesh
+ * and compares with one process: the first step's block outputs and the
+ * final latents against the same computation on rank 0 alone; with GOLDEN
+ * (a safetensors file: latents.final, and latents.init when present) the
+ * final latents and the noise against it instead. TOLERANCE 0: 1e-5, or
+ * 2e-2 with bf16 products. The engine's transformer is freed on the way
+ * (the reference needs the memory): no request can follow. Collective; 0
+ * with REP filled (free it), or -1 with a message. */
+int pd_engine_check(struct pd_engine *e, const struct pd_request *rq, const char *golden, double tolerance,
+		    struct pd_check_report *rep);
+void pd_check_report_free(struct pd_check_report *rep);
+
+/* What each process reports of a bench run. */
+struct pd_bench_rank {
+	double rss_mb;                  /* peak resident memory, MB */
+	double weights_mb;              /* the estimate: weights the backend holds */
+	double work_mb;                 /* and its activations' and scratch's high-water mark */
+	double wait_s;                  /* seconds waiting in transfers per timed step (the mean) */
+	double load_s;                  /* seconds loading its weights */
+};
+
+/* What pd_engine_bench measured (the per-rank lists on rank 0). */
+struct pd_bench_report {
+	int64_t txt_len, img_len;       /* tokens of a picture */
+	int64_t images;                 /* pictures in the batch */
+	int branches;                   /* 2 with true CFG */
+	int dim, mlp_width;             /* the widest product's shape: tokens x dim x mlp_width */
+	int timed, warmup;              /* steps */
+	double seconds_per_step;        /* the median of the timed steps (the slowest rank's) */
+	double steps_seconds;           /* every step, the warm-up included */
+	double step_gflop;              /* a step's work, counted from the shapes */
+	double matmul_gflops;           /* the product rate at the widest shape, one process (rank 0) */
+	uint64_t bytes_max;             /* bytes sent per step by the busiest rank */
+	uint64_t bytes_rank0;           /* and by rank 0 */
+	uint64_t allocations;           /* made in the timed steps, the most on a rank */
+	int ranks;                      /* processes */
+	struct pd_bench_rank *rank;     /* [ranks] */
+	/* with vae: one decode */
+	double vae_seconds;             /* -1: not timed */
+	double vae_gflop;               /* its work over every band */
+	double vae_matmul_gflops;       /* the product rate at its middle convolutions' shape */
+	int vae_bands;                  /* bands it ran in */
+};
+
+/* Times RQ's denoising steps: WARMUP untimed ones, then the rest of
+ * rq->steps (total), on every process; with VAE one decode of the first
+ * picture after them, in bands over every process when BANDED, else on
+ * rank 0. The transformer is freed before the decode: no request can
+ * follow. Collective; 0 with REP filled (free it), or -1 with a message. */
+int pd_engine_bench(struct pd_engine *e, const struct pd_request *rq, int warmup, int vae, int banded,
+		    struct pd_bench_report *rep);
+void pd_bench_report_free(struct pd_bench_report *rep);
+
+/* ----------------------------------------------------------------------- */
+/* One transformer call: pdit forward                                      */
+/* ----------------------------------------------------------------------- */
+
+/* The transformer at TRANSFORMER (CONFIG: a config.json for a single file
+ * that carries none, or NULL) on the golden names of INPUTS (in.*), its
+ * out.sample to OUT, with DUMP every intermediate too; DTYPE "f32" or
+ * "bf16", THREADS 0: the caller's. One process. */
+int pd_forward_file(const char *transformer, const char *config, const char *inputs, const char *out, int dump,
+		    const char *dtype, int threads);
 
 #endif /* PDIT_H */

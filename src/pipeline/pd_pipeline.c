@@ -269,61 +269,22 @@ int pd_decode_image(struct pd_vae *v, const struct pd_dit_family *fam, const str
 		    const float *packed, uint8_t *rgb, float *decoded, const struct pd_dump *dump)
 {
 	const struct pd_vae_config *vc = pd_vae_get_config(v);
-	int f = pd_vae_scale(vc), H = ls->h * f, W = ls->w * f;
-	size_t nz = (size_t)ls->channels * ls->h * ls->w, npx = (size_t)H * W;
-	float *u = NULL, *img = NULL;
-	float sf = (float)vc->scaling_factor, sh = (float)vc->shift_factor;
-	int rc = -1;
+	float *u;
+	int rc;
 
 	if (vc->latent_channels != ls->channels)
 		return pd_errorf("the VAE has %d latent channels but the transformer makes %d", vc->latent_channels,
 				 ls->channels);
-	if (vc->out_channels != 3)
-		return pd_errorf("the VAE makes %d channels; a PNG needs 3", vc->out_channels);
-	u = pd_malloc(nz * sizeof(float), "latents");
-	img = decoded ? decoded : pd_malloc(3 * npx * sizeof(float), "image");
-	if (!u || !img)
-		goto out;
+	u = pd_malloc((size_t)ls->channels * ls->h * ls->w * sizeof(float), "latents");
+	if (!u)
+		return -1;
 	fam->unpack(ls, packed, u);
 	if (dump) {
 		int64_t shape[4] = { 1, ls->channels, ls->h, ls->w };
 
 		dump->fn(dump->ctx, "vae.latents_unpacked", dump->index, u, 4, shape);
 	}
-	/* PF:959-962: latents / scaling_factor + shift_factor, float32. */
-	for (size_t k = 0; k < nz; k++)
-		u[k] = u[k] / sf + sh;
-	if (dump) {
-		int64_t shape[4] = { 1, ls->channels, ls->h, ls->w };
-
-		dump->fn(dump->ctx, "vae.z", dump->index, u, 4, shape);
-	}
-	if (pd_vae_decode(v, u, ls->h, ls->w, img, dump))
-		goto out;
-	if (!pd_vae_has_picture(v)) {
-		/* a band of a picture decoded in parallel: band 0 has it */
-		rc = 0;
-		goto out;
-	}
-	if (dump) {
-		int64_t shape[4] = { 1, 3, H, W };
-
-		dump->fn(dump->ctx, "image.decoded", dump->index, img, 4, shape);
-	}
-	/* image_processor.py: clamp(x / 2 + 0.5, 0, 1), NHWC, (x * 255).round()
-	 * with NumPy's half-to-even rounding. */
-	for (size_t k = 0; k < npx; k++) {
-		for (int c = 0; c < 3; c++) {
-			float x = img[(size_t)c * npx + k] / 2.0f + 0.5f;
-
-			x = x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x;
-			rgb[k * 3 + c] = (uint8_t)rintf(x * 255.0f);
-		}
-	}
-	rc = 0;
-out:
+	rc = pd_vae_decode_rgb(v, u, ls->h, ls->w, rgb, decoded, dump);
 	free(u);
-	if (img != decoded)
-		free(img);
 	return rc;
 }

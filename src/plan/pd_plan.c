@@ -439,50 +439,6 @@ fail:
 	return -1;
 }
 
-void pd_plan_vae(struct pd_plan_work *w, const struct pd_vae_config *c, int height, int width)
-{
-	/* FLOPs of a k x k convolution of CI to CO channels on an h x w map */
-#define PD_CONV(k, ci, co, h, w) (2.0 * (k) * (k) * (ci) * (co) * (double)(h) * (double)(w))
-	int n = c->n_blocks, top = c->block_out[n - 1], prev = top;
-	double h = height, wd = width, f = 0;
-	int ex = 0;
-
-	for (int i = 1; i < n; i++) {
-		h /= 2;
-		wd /= 2;
-	}
-	/* conv_in, the mid block's two resnets and its attention */
-	f += PD_CONV(3, c->latent_channels, top, h, wd) + 4 * PD_CONV(3, top, top, h, wd);
-	ex += 5 + 4;
-	if (c->mid_attention) {
-		f += 4 * 2.0 * h * wd * top * top + 4.0 * (h * wd) * (h * wd) * top;
-		ex += 1;
-	}
-	for (int i = 0; i < n; i++) {
-		int ch = c->block_out[n - 1 - i];
-
-		for (int j = 0; j <= c->layers_per_block; j++) {
-			int ci = j == 0 ? prev : ch;
-
-			f += PD_CONV(3, ci, ch, h, wd) + PD_CONV(3, ch, ch, h, wd) + (ci != ch ? PD_CONV(1, ci, ch, h, wd) : 0);
-			ex += 4;
-		}
-		if (i < n - 1) {
-			h *= 2;
-			wd *= 2;
-			f += PD_CONV(3, ch, ch, h, wd);
-			ex += 1;
-		}
-		prev = ch;
-	}
-	f += PD_CONV(3, c->block_out[0], c->out_channels, h, wd);
-	ex += 2;
-#undef PD_CONV
-	w->vae_gflop = f / 1e9;
-	w->vae_exchanges = ex;
-	w->vae_map_gb = 2.0 * c->block_out[0] * (double)height * width * 4.0 / 1e9;
-}
-
 void pd_plan_vae_cost(struct pd_plan_work *w, const struct pd_vae_cost *c)
 {
 	w->vae_gflop = c->gflop;

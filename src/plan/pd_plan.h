@@ -125,11 +125,9 @@ double pd_plan_bytes(const struct pd_plan_work *work, const struct pd_plan_mesh 
  * axes' degrees), so its ranks fill an aligned block of STRIDE x DEGREE. */
 int pd_plan_axis_local(const struct pd_plan_mesh *mesh, int a, int per_node);
 
-/* Fills WORK's VAE fields for a picture of HEIGHT x WIDTH from the
- * decoder's config (diffusers' AutoencoderKL decoder). */
-struct pd_vae_config;
-void pd_plan_vae(struct pd_plan_work *work, const struct pd_vae_config *vae, int height, int width);
-/* Fills them from a family decoder's own count (pd_dit.h). */
+/* Fills WORK's VAE fields from a decoder's count (pd_vae.h: the family's
+ * VAE kind counts it from its config). */
+struct pd_vae_cost;
 void pd_plan_vae_cost(struct pd_plan_work *work, const struct pd_vae_cost *cost);
 
 /* The weights of the text encoder at PATH (a folder with model.safetensors

@@ -27,7 +27,8 @@
  *
  *   test_engine [ulysses|pipefusion]
  */
-#include "pd_engine.h"
+#include "pd_embeds.h"
+#include "pdit.h"
 #include "pd_test.h"
 #include "pd_tiny.h"
 

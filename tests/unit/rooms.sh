@@ -14,6 +14,19 @@ if [ -n "$hits" ]; then
 	echo "$hits"
 	fail=1
 fi
+# the commands and the service stand on the engine's public header
+hits=$(grep -rn 'pd_engine\.h' "$src/cli" "$src/serve")
+if [ -n "$hits" ]; then
+	echo "FAIL: the engine's private header under cli/ or serve/:"
+	echo "$hits"
+	fail=1
+fi
+hits=$(grep -rnE '\be->' "$src/cli" "$src/serve")
+if [ -n "$hits" ]; then
+	echo "FAIL: e-> (the engine's private struct, by its usual name) under cli/ or serve/:"
+	echo "$hits"
+	fail=1
+fi
 loose=$(find "$src" -maxdepth 1 -type f \( -name '*.c' -o -name '*.h' \))
 if [ -n "$loose" ]; then
 	echo "FAIL: source files outside the rooms: $loose"
@@ -21,5 +34,6 @@ if [ -n "$loose" ]; then
 fi
 # the check itself can fail: it must see a FLUX identifier where there is one
 grep -qE '\bpd_flux_' "$src/model/flux/pd_flux.h" || { echo "FAIL: the pattern finds nothing in model/flux"; fail=1; }
-[ $fail = 0 ] && echo "ok: no FLUX identifier in parallel, pipeline, plan, engine; no loose source file"
+grep -qE '\be->' "$src/engine/pd_engine_run.c" || { echo "FAIL: the e-> pattern finds nothing in engine/"; fail=1; }
+[ $fail = 0 ] && echo "ok: no FLUX identifier in parallel, pipeline, plan, engine; cli/ and serve/ on pdit.h alone; no loose source file"
 exit $fail

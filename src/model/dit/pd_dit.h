@@ -204,7 +204,7 @@ struct pd_latent_shape {
 struct pd_dit;
 struct pd_embeds;
 struct pd_model_paths;
-struct pd_vae_hooks;
+struct pd_vae_kind;
 
 /* How a family's pipeline runs a model when the request does not say:
  * its steps and its flow-matching schedule (as the published scheduler
@@ -224,13 +224,6 @@ struct pd_dit_defaults {
 					 * prompt and the negative prompt ("" when none is given), as
 					 * WanPipeline's guidance_scale; 0: a distilled scale the model
 					 * embeds (FLUX.1-dev) */
-};
-
-/* A family decoder's cost for the planner. */
-struct pd_vae_cost {
-	double gflop;                   /* work for one picture or video */
-	double map_gb;                  /* memory the whole decode holds (the planner gives a band its share) */
-	int exchanges;                  /* a band's exchanges with its neighbours (halo rows, gathers) */
 };
 
 struct pd_st;
@@ -270,20 +263,10 @@ struct pd_dit_family {
 	 * count) of N (with NEGATIVE's, when not NULL) in E, the other rows
 	 * zero, and with KEEP_EXTRA what else the encoders saw and made (E's
 	 * extras); the encoders are loaded for the call and freed after it. */
-	/* A family with its own decoder (Wan's video VAE); all NULL: the
-	 * picture VAE of pd_vae.h. vae_decode makes one picture or video of
-	 * the packed latents: RGB [frames, H, W, 3], 8 bits as its pipeline
-	 * converts them; vae_scale is H / h. */
-	int (*vae_load)(void **vae, const char *path, struct pd_backend *be);
-	int (*vae_decode)(void *vae, const struct pd_latent_shape *ls, const float *packed, uint8_t *rgb);
-	/* what a decode of LS costs, from the VAE folder's config (nothing
-	 * loaded), for the planner and the memory check */
-	int (*vae_cost)(const char *path, const struct pd_latent_shape *ls, struct pd_vae_cost *out);
-	/* the banded decode's seam (pd_vae.h): with bands every band's process
-	 * calls vae_decode, and RGB is written on band 0 alone */
-	void (*vae_set_hooks)(void *vae, const struct pd_vae_hooks *hooks);
-	void (*vae_free)(void *vae);
-	int (*vae_channels)(const void *vae); /* its latent channels */
+	/* The VAE its pipeline decodes with (model/vae's pd_vae.h; Wan's video
+	 * VAE), fed the unpacked latents; vae_scale: pixels per latent
+	 * position its pipeline assumes (0: 8). */
+	const struct pd_vae_kind *vae;
 	int vae_scale;
 	const char *encoders;           /* its text encoders, for the log ("CLIP + T5") */
 	int (*prompt_widths)(const struct pd_model_paths *mp, int64_t *txt_width, int64_t *pooled_width);

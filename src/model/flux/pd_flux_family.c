@@ -7,6 +7,7 @@
 #include "pd_flux_prompt.h"
 #include "pd_safetensors.h"
 #include "pd_util.h"
+#include "pd_vae.h"
 
 #include <stdlib.h>
 
@@ -169,6 +170,7 @@ const struct pd_dit_family pd_flux_family = {
 	.unpack = pd_flux_unpack,
 	.image_ids = pd_flux_image_ids,
 	.defaults = pd_flux_defaults,
+	.vae = &pd_vae_kl,
 	.encoders = "CLIP + T5",
 	.prompt_widths = pd_flux_prompt_widths,
 	.default_max_seq = pd_flux_default_max_seq,

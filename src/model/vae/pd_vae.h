@@ -15,6 +15,8 @@
 #include "pd_backend.h"
 #include "pd_dump.h"
 
+#include <stdint.h>
+
 #define PD_VAE_MAX_BLOCKS 8
 /* resnets per up block: layers_per_block + 1 */
 #define PD_VAE_MAX_RESNETS 16
@@ -76,6 +78,48 @@ struct pd_vae_hooks {
 void pd_vae_set_hooks(struct pd_vae *v, const struct pd_vae_hooks *hooks);
 /* True where pd_vae_decode delivers the picture (one band, or band 0). */
 int pd_vae_has_picture(const struct pd_vae *v);
+
+/* One latent as its pipeline decodes it: Z [latent_channels, h, w] as the
+ * transformer made it (unpacked), divided by scaling_factor and shifted in
+ * place, decoded and converted as diffusers' VaeImageProcessor does
+ * (clamp(x / 2 + 0.5, 0, 1) x 255, rounded half to even) into RGB [H, W, 3]
+ * on the process that receives the picture. DECODED (may be NULL) gets the
+ * decoder's float output [3, H, W]; DUMP vae.z, vae.dec.* and
+ * image.decoded. */
+int pd_vae_decode_rgb(struct pd_vae *v, float *z, int h, int w, uint8_t *rgb, float *decoded,
+		      const struct pd_dump *dump);
+
+/* What a decode costs, for the planner and the memory check. */
+struct pd_vae_cost {
+	double gflop;                   /* work for one picture or video */
+	double map_gb;                  /* memory the whole decode holds (the planner gives a band its share) */
+	int exchanges;                  /* a band's exchanges with its neighbours (halo rows, gathers) */
+};
+
+/* A kind of decoder, as a model family names the one its pipeline decodes
+ * with (FLUX.1: AutoencoderKL; Wan2.1 and Qwen-Image: AutoencoderKLWan):
+ * the engine, the planner and pdit bench see a VAE only through this. */
+struct pd_vae_kind {
+	const char *name;               /* diffusers' class ("AutoencoderKL") */
+	int (*load)(void **vae, const char *path, struct pd_backend *be);
+	void (*free)(void *vae);
+	/* latent channels it decodes, and pixels per latent position */
+	int (*channels)(const void *vae);
+	int (*scale)(const void *vae);
+	/* the banded decode's seam: with bands every band's process calls
+	 * decode, and RGB is written on band 0 alone */
+	void (*set_hooks)(void *vae, const struct pd_vae_hooks *hooks);
+	/* one picture or video of FRAMES latent frames of H x W: Z [C, frames,
+	 * h, w] as the transformer made it (unpacked; Z is the decoder's to
+	 * scale in place) -> RGB [video frames, H, W, 3], 8 bits as its
+	 * pipeline converts them */
+	int (*decode)(void *vae, float *z, int frames, int h, int w, uint8_t *rgb);
+	/* what that decode costs, from the VAE folder's config (nothing loaded) */
+	int (*cost)(const char *dir, int frames, int h, int w, struct pd_vae_cost *out);
+};
+
+/* diffusers' AutoencoderKL decoder (pd_vae_kl.c). */
+extern const struct pd_vae_kind pd_vae_kl;
 
 /* Decodes one latent Z [latent_channels, h, w] (host) into IMG (host)
  * [out_channels, h * scale, w * scale]; with bands, every band's process

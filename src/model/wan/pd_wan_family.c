@@ -10,6 +10,7 @@
 #include "pd_util.h"
 #include "pd_wan.h"
 #include "pd_wan_prompt.h"
+#include "pd_vae.h"
 #include "pd_wan_vae.h"
 
 #include <stdio.h>
@@ -135,55 +136,49 @@ static void pd_wan_encoders_free(void *held)
 	}
 }
 
-static int pd_wan_family_vae_load(void **vae, const char *path, struct pd_backend *be)
+static int pd_wan_kind_load(void **vae, const char *path, struct pd_backend *be)
 {
 	return pd_wan_vae_load((struct pd_wan_vae **)vae, path, be);
 }
 
-static int pd_wan_family_vae_channels(const void *vae)
+static void pd_wan_kind_free(void *vae)
+{
+	pd_wan_vae_free(vae);
+}
+
+static int pd_wan_kind_channels(const void *vae)
 {
 	return pd_wan_vae_get_config(vae)->z_dim;
 }
 
-static int pd_wan_family_vae_cost(const char *path, const struct pd_latent_shape *ls, struct pd_vae_cost *out)
+static int pd_wan_kind_scale(const void *vae)
 {
-	return pd_wan_vae_cost(path, ls->frames, ls->h, ls->w, out);
+	return pd_wan_vae_get_config(vae)->spatial;
 }
 
-static void pd_wan_family_vae_set_hooks(void *vae, const struct pd_vae_hooks *hooks)
+static void pd_wan_kind_set_hooks(void *vae, const struct pd_vae_hooks *hooks)
 {
 	pd_wan_vae_set_hooks(vae, hooks);
-}
-
-static void pd_wan_family_vae_free(void *vae)
-{
-	pd_wan_vae_free(vae);
 }
 
 /* WanPipeline's decode and export_to_video's frames (PW:656-668, VP:93-118,
  * export_utils.py:207): un-normalised, decoded, clamped to [-1, 1], x 0.5
  * + 0.5 clamped to [0, 1], x 255 truncated, all in float32. */
-static int pd_wan_family_vae_decode(void *vae, const struct pd_latent_shape *ls, const float *packed, uint8_t *rgb)
+static int pd_wan_kind_decode(void *vae, float *u, int F, int h, int w, uint8_t *rgb)
 {
 	struct pd_wan_vae *v = vae;
-	int64_t n = pd_latent_numel(ls), per = (int64_t)ls->frames * ls->h * ls->w;
-	int frames = 1 + 4 * (ls->frames - 1), s = pd_wan_vae_get_config(v)->spatial;
-	int64_t H = (int64_t)ls->h * s, W = (int64_t)ls->w * s;
-	float *u = pd_malloc((size_t)n * sizeof(float), "latents"), *z = pd_malloc((size_t)n * sizeof(float), "latents");
+	int64_t per = (int64_t)F * h * w, n = pd_wan_vae_get_config(v)->z_dim * per;
+	int frames = 1 + 4 * (F - 1), s = pd_wan_vae_get_config(v)->spatial;
+	int64_t H = (int64_t)h * s, W = (int64_t)w * s;
+	float *z = pd_malloc((size_t)n * sizeof(float), "latents");
 	/* the float video on the process that receives it */
 	float *out = pd_wan_vae_has_video(v) ? pd_malloc((size_t)(3 * frames * H * W) * sizeof(float), "video") : NULL;
 	int rc = -1;
 
-	if (!u || !z || (pd_wan_vae_has_video(v) && !out))
+	if (!z || (pd_wan_vae_has_video(v) && !out))
 		goto out;
-	if (pd_wan_vae_get_config(v)->z_dim != ls->channels) {
-		pd_errorf("the VAE has %d latent channels but the transformer makes %d", pd_wan_vae_get_config(v)->z_dim,
-			  ls->channels);
-		goto out;
-	}
-	pd_wan_unpack(ls, packed, u);
 	pd_wan_unnormalize(v, u, per, z);
-	if (pd_wan_vae_decode(v, z, ls->frames, ls->h, ls->w, out, NULL))
+	if (pd_wan_vae_decode(v, z, F, h, w, out, NULL))
 		goto out;
 	/* another band's process: band 0 has the video */
 	if (!pd_wan_vae_has_video(v)) {
@@ -201,11 +196,22 @@ static int pd_wan_family_vae_decode(void *vae, const struct pd_latent_shape *ls,
 			}
 	rc = 0;
 out:
-	free(u);
 	free(z);
 	free(out);
 	return rc;
 }
+
+/* AutoencoderKLWan's decoder, chunk by chunk (pd_wan_vae.c). */
+const struct pd_vae_kind pd_wan_vae_kind = {
+	.name = "AutoencoderKLWan",
+	.load = pd_wan_kind_load,
+	.free = pd_wan_kind_free,
+	.channels = pd_wan_kind_channels,
+	.scale = pd_wan_kind_scale,
+	.set_hooks = pd_wan_kind_set_hooks,
+	.decode = pd_wan_kind_decode,
+	.cost = pd_wan_vae_cost,
+};
 
 static const char *const pd_wan_classes[] = { "WanTransformer3DModel", "WanModel", NULL };
 
@@ -227,12 +233,7 @@ const struct pd_dit_family pd_wan_family = {
 	.unpack = pd_wan_unpack,
 	.image_ids = pd_wan_image_ids,
 	.defaults = pd_wan_defaults,
-	.vae_load = pd_wan_family_vae_load,
-	.vae_decode = pd_wan_family_vae_decode,
-	.vae_set_hooks = pd_wan_family_vae_set_hooks,
-	.vae_cost = pd_wan_family_vae_cost,
-	.vae_free = pd_wan_family_vae_free,
-	.vae_channels = pd_wan_family_vae_channels,
+	.vae = &pd_wan_vae_kind,
 	.vae_scale = 8,
 	.encoders = "UMT5",
 	.prompt_widths = pd_wan_prompt_widths,

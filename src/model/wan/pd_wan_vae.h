@@ -63,6 +63,9 @@ void pd_wan_vae_set_hooks(struct pd_wan_vae *v, const struct pd_vae_hooks *hooks
  * frames of the widest stage). */
 struct pd_vae_cost;
 int pd_wan_vae_cost(const char *dir, int F, int h, int w, struct pd_vae_cost *out);
+/* The decoder as a family's VAE kind (pd_vae.h; pd_wan_family.c): the
+ * pipeline's un-normalising and frame conversion around pd_wan_vae_decode. */
+extern const struct pd_vae_kind pd_wan_vae_kind;
 /* True where pd_wan_vae_decode delivers the video (one band, or band 0). */
 int pd_wan_vae_has_video(const struct pd_wan_vae *v);
 

@@ -1,0 +1,271 @@
+/*
+ * pdit_flags.c - the flags generate, check, bench and serve share, and what
+ * they become: the engine's options and a request.
+ */
+#include "pdit_flags.h"
+#include "pd_prompts.h"
+#include "pd_util.h"
+#include "pd_video.h"
+#include "pdit_cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind kind)
+{
+	const struct pd_arg common[] = {
+		{ "--model", 'm', PD_ARG_STRING, &a->model, "DIR", "diffusers FLUX folder (model_index.json, transformer/, vae/, scheduler/)", NULL },
+		{ "--transformer", 0, PD_ARG_STRING, &a->transformer, "DIR", "transformer folder (overrides --model's)", NULL },
+		{ "--vae", 0, PD_ARG_STRING, &a->vae, "DIR|FILE", "VAE folder, or one .safetensors file (overrides --model's)", NULL },
+		{ "--scheduler", 0, PD_ARG_STRING, &a->scheduler, "DIR", "scheduler folder (overrides --model's)", NULL },
+		{ "--diffusion-model", 0, PD_ARG_STRING, &a->diffusion_model, "FILE", "transformer in one file: safetensors (Black Forest Labs' layout or diffusers'; BF16, F16, fp8, scaled fp8) or GGUF (ComfyUI-GGUF, stable-diffusion.cpp)", NULL },
+		{ "--config", 0, PD_ARG_STRING, &a->config, "FILE", "the transformer's config.json, for a single file that carries none (FLUX.1's sizes are inferred)", NULL },
+		{ "--quantize", 0, PD_ARG_STRING, &a->quantize, "TYPE", "encode the transformer blocks' BF16/F16/F32 weights at load into q8_0, q4_0, q4_1, q5_0, q5_1, q4_k or fp8 and keep them so (as pdit quantize writes them; quantized files need none)", NULL },
+		{ "--text-encoder", 0, PD_ARG_STRING, &a->text_encoder, "DIR", "CLIP text encoder folder (overrides --model's)", NULL },
+		{ "--clip_l", 0, PD_ARG_STRING, &a->clip_l, "FILE", "CLIP text encoder in one .safetensors file", NULL },
+		{ "--text-encoder-2", 0, PD_ARG_STRING, &a->text_encoder_2, "DIR", "T5 encoder folder (overrides --model's)", NULL },
+		{ "--t5xxl", 0, PD_ARG_STRING, &a->t5xxl, "FILE", "T5 encoder in one .safetensors file", NULL },
+		{ "--tokenizer", 0, PD_ARG_STRING, &a->tokenizer, "DIR", "CLIP tokenizer folder (vocab.json, merges.txt)", NULL },
+		{ "--tokenizer-2", 0, PD_ARG_STRING, &a->tokenizer_2, "DIR", "T5 tokenizer folder (spiece.model)", NULL },
+		{ "--prompt", 'p', PD_ARG_STRING, &a->prompt, "TEXT", "the prompt (encoded with the model's CLIP and T5)", NULL },
+		{ "--negative-prompt", 'n', PD_ARG_STRING, &a->negative, "TEXT", "negative prompt, for --true-cfg-scale above 1", NULL },
+		{ "--prompts", 0, PD_ARG_STRING, &a->prompts_file, "FILE", "one prompt a line: a batch (written as NAME-0.png, ...)", NULL },
+		{ "--max-sequence-length", 0, PD_ARG_INT, &a->max_seq, "N", "T5 tokens (default 512, or 256 for models without guidance embedding)", NULL },
+		{ "--embeds", 0, PD_ARG_STRING, &a->embeds, "FILE", "instead of prompts: safetensors with prompt_embeds [B,T,J], pooled_prompt_embeds [B,P], optional negative_* (pdit encode writes them)", NULL },
+		{ "--height", 'H', PD_ARG_INT, &a->height, "PX", "image height, a multiple of 16 (default 1024; Wan 480)", NULL },
+		{ "--width", 'W', PD_ARG_INT, &a->width, "PX", "image width, a multiple of 16 (default 1024; Wan 832)", NULL },
+		{ "--frames", 0, PD_ARG_INT, &a->frames, "N", "video frames, 4k + 1 (Wan; default 81)", &a->frames_seen },
+		{ "--flow-shift", 0, PD_ARG_FLOAT, &a->flow_shift, "S", "the sampler's shift instead of the scheduler folder's (Wan: 3 for 480p, 5 for 720p; FLUX: a static shift)", NULL },
+		{ "--steps", 0, PD_ARG_INT, &a->steps, "N", "denoising steps (default 28, or 4 for models without guidance embedding)", &a->steps_seen },
+		{ "--guidance", 0, PD_ARG_FLOAT, &a->guidance, "G", "FLUX: distilled guidance scale (default 3.5; dev-style models); Wan: classifier-free guidance with the negative prompt, \"\" unless -n (default 5)", &a->guidance_seen },
+		{ "--true-cfg-scale", 0, PD_ARG_FLOAT, &a->true_cfg_scale, "C", "true classifier-free guidance with the negative embeddings when > 1", NULL },
+		{ "--seed", 's', PD_ARG_U64, &a->seed, "S", "seed of image 0 (default 42), as torch.Generator('cpu').manual_seed", NULL },
+		{ "--output", 'o', PD_ARG_STRING, &a->output, "FILE", "PNG to write (default output.png); a video: clip.mp4 (default output.mp4) or frame-%03d.png", &a->output_seen },
+		{ "--fps", 0, PD_ARG_INT, &a->fps, "N", "a video's frames a second (default 16)", NULL },
+		{ "--out-latents", 0, PD_ARG_STRING, &a->out_latents, "FILE", "also write latents.init and latents.final [B,L,C] (packed)", NULL },
+		{ "--init-latents", 0, PD_ARG_STRING, &a->init_latents, "FILE", "start from latents.init [B,L,C] or latents.init_unpacked instead of the seed", NULL },
+		{ "--dtype", 0, PD_ARG_STRING, &a->dtype, "f32|bf16", "precision of matrix products (default f32)", NULL },
+		{ "--vae-dtype", 0, PD_ARG_STRING, &a->vae_dtype, "f32|bf16", "precision of the VAE's convolutions (default f32; bf16: about 2x faster decoding, pixels within a few levels)", NULL },
+		{ "--threads", 't', PD_ARG_INT, &a->threads, "N", "threads per process (default, or 0: the cores divided among the processes)", NULL },
+		{ "--comm-timeout", 0, PD_ARG_FLOAT, &a->comm_timeout, "S", "seconds a process may wait for the others before the job is reported and stopped (default 1800; 0: forever; lifted where one rank works alone: encoding prompts, check's reference)", NULL },
+		{ "--parallel", 0, PD_ARG_STRING, &a->parallel, "auto", "choose the mesh as pdit plan ranks them: auto among the exact methods, auto-stale also PipeFusion and DistriFusion", NULL },
+		{ "--data-parallel-degree", 0, PD_ARG_INT, &a->dp, "N", "split the batch of images over N groups", NULL },
+		{ "--cfg-parallel", 0, PD_ARG_FLAG, &a->cfg_parallel, NULL, "run the positive and negative passes of true CFG on two processes", NULL },
+		{ "--tensor-parallel-degree", 0, PD_ARG_INT, &a->tp, "N", "split heads and MLP width over N processes (Megatron)", NULL },
+		{ "--ulysses-degree", 0, PD_ARG_INT, &a->ulysses, "N", "sequence parallel with all-to-all between tokens and heads", NULL },
+		{ "--ring-degree", 0, PD_ARG_INT, &a->ring, "N", "sequence parallel with ring attention", NULL },
+		{ "--pipefusion-degree", 0, PD_ARG_INT, &a->pp, "N", "PipeFusion: N pipeline stages, each a range of the blocks", NULL },
+		{ "--num-patches", 0, PD_ARG_INT, &a->patches, "M", "PipeFusion: row bands per step (default: as many as stages)", NULL },
+		{ "--distrifusion-degree", 0, PD_ARG_INT, &a->distrifusion, "N", "DistriFusion over N bands of tokens: other bands' keys and values one step old", NULL },
+		{ "--warmup-steps", 0, PD_ARG_INT, &a->warmup_steps, "W", "DistriFusion, PipeFusion: the first W steps exact, on fresh keys and values (default 1)", NULL },
+		{ "--fbcache-threshold", 0, PD_ARG_FLOAT, &a->fbcache, "T", "First Block Cache: skip the other blocks when the first block's change is below T (0: off; 0.05 to 0.12 usual)", NULL },
+		{ "--vae-parallel", 0, PD_ARG_FLAG, &a->vae_parallel, NULL, "decode each picture in row bands over its data-parallel group (the default with more than one process)", NULL },
+		{ "--no-vae-parallel", 0, PD_ARG_FLAG, &a->no_vae_parallel, NULL, "decode each picture on one process instead", NULL },
+		{ "--verbose", 'v', PD_ARG_FLAG, &a->verbose, NULL, "more detail", NULL },
+		{ "--quiet", 'q', PD_ARG_FLAG, &a->quiet, NULL, "nothing but errors: no progress, no summary", NULL },
+	};
+	size_t n = 0;
+
+	memset(a, 0, sizeof(*a));
+	a->output = "output.png";
+	a->dtype = "f32";
+	a->guidance = -1; /* the family's */
+	a->fps = 16;
+	a->true_cfg_scale = 1.0f;
+	a->seed = 42;
+	a->warmup_steps = 1;
+	a->comm_timeout = 1800;
+	/* not given (a given 0 is refused) */
+	a->dp = a->tp = a->ulysses = a->ring = a->pp = a->distrifusion = -1;
+	for (size_t i = 0; i < sizeof(common) / sizeof(common[0]); i++) {
+		/* check and bench write nothing and start from the seed */
+		if (kind != PD_CMD_GENERATE && (common[i].dest == &a->output || common[i].dest == &a->out_latents ||
+						common[i].dest == &a->init_latents))
+			continue;
+		/* serve: what a picture is comes with each request */
+		if (kind == PD_CMD_SERVE &&
+		    (common[i].dest == &a->prompt || common[i].dest == &a->negative || common[i].dest == &a->prompts_file ||
+		     common[i].dest == &a->embeds || common[i].dest == &a->height || common[i].dest == &a->width ||
+		     common[i].dest == &a->frames || common[i].dest == &a->steps || common[i].dest == &a->guidance ||
+		     common[i].dest == &a->true_cfg_scale || common[i].dest == &a->seed || common[i].dest == &a->fps ||
+		     common[i].dest == &a->fbcache))
+			continue;
+		opts[n] = common[i];
+		if (kind == PD_CMD_BENCH && common[i].dest == &a->steps)
+			opts[n].help = "timed steps (default 3), after --warmup untimed ones";
+		n++;
+	}
+	memset(&opts[n], 0, sizeof(opts[n]));
+	return (int)n;
+}
+
+int pd_gen_parse(struct pd_comm *world, struct pd_gen_args *a, const struct pd_arg *opts, const char *name,
+		 const char *usage, const char *examples, int argc, char **argv)
+{
+	const char *pos[1];
+	int n_pos, hr;
+
+	hr = pd_args_parse(name, opts, argc, argv, 2, pos, 0, &n_pos);
+	if (!world)
+		return hr;
+	if (hr == 1 && world->rank == 0)
+		pd_args_help(usage, opts, examples);
+	if (hr == 0 && a->verbose && a->quiet)
+		hr = pd_errorf("-v/--verbose and -q/--quiet contradict each other");
+	if (hr == 0 && a->verbose && world->rank == 0)
+		pd_log_level = 2;
+	if (hr == 0 && a->quiet)
+		pd_log_level = 0;
+	return hr;
+}
+
+const char *pd_gen_model_name(const struct pd_gen_args *a)
+{
+	return a->model ? a->model : a->diffusion_model ? a->diffusion_model : a->transformer;
+}
+
+void pd_gen_failed(struct pd_comm *world, struct pd_engine *e)
+{
+	if (e && pd_engine_dead(e))
+		pd_cli_abort(world);
+	pd_cli_report(world);
+}
+
+void pd_gen_free_prompts(char **prompts, int n)
+{
+	for (int i = 0; i < n; i++)
+		free(prompts[i]);
+	free(prompts);
+}
+
+/* Whether PATTERN holds exactly one number conversion, %d or %0Nd (N a
+ * digit), and no other '%': the only patterns -o takes, so a name is never
+ * a format string of the user's. */
+int pd_pattern_ok(const char *pattern)
+{
+	const char *p = strchr(pattern, '%');
+
+	if (!p)
+		return 0;
+	if (p[1] == '0' && p[2] >= '1' && p[2] <= '9' && p[3] == 'd')
+		return !strchr(p + 4, '%');
+	return p[1] == 'd' && !strchr(p + 2, '%');
+}
+
+char *pd_output_name(const char *pattern, int64_t b, int64_t batch)
+{
+	const char *dot;
+
+	if (pd_pattern_ok(pattern))
+		return pd_strfmt(pattern, (int)b);
+	if (batch == 1)
+		return pd_strdup(pattern);
+	dot = strrchr(pattern, '.');
+	if (!dot || strchr(dot, '/'))
+		return pd_strfmt("%s-%lld", pattern, (long long)b);
+	return pd_strfmt("%.*s-%lld%s", (int)(dot - pattern), pattern, (long long)b, dot);
+}
+
+int pd_gen_engine_options(const struct pd_gen_args *a, struct pd_engine_options *o, int decode)
+{
+	if ((a->transformer && a->diffusion_model) || (a->text_encoder && a->clip_l) ||
+	    (a->text_encoder_2 && a->t5xxl))
+		return pd_errorf("give each component once: --transformer or --diffusion-model, --text-encoder or "
+				 "--clip_l, --text-encoder-2 or --t5xxl");
+	const struct {
+		int v;
+		const char *flag;
+	} degrees[] = { { a->dp, "--data-parallel-degree" }, { a->tp, "--tensor-parallel-degree" },
+			{ a->ulysses, "--ulysses-degree" }, { a->ring, "--ring-degree" },
+			{ a->pp, "--pipefusion-degree" }, { a->distrifusion, "--distrifusion-degree" } };
+
+	if (a->vae_parallel && a->no_vae_parallel)
+		return pd_errorf("--vae-parallel and --no-vae-parallel contradict each other");
+	for (size_t i = 0; i < sizeof(degrees) / sizeof(degrees[0]); i++)
+		if (degrees[i].v != -1 && degrees[i].v < 1)
+			return pd_errorf("%s must be at least 1 (got %d); leave it out to let pdit choose", degrees[i].flag,
+					 degrees[i].v);
+	if (a->threads < 0)
+		return pd_errorf("-t/--threads must be at least 1, or 0 for the cores divided among the processes (got %d)",
+				 a->threads);
+	pd_engine_options_init(o);
+	o->model = a->model;
+	o->transformer = a->diffusion_model ? a->diffusion_model : a->transformer;
+	o->transformer_config = a->config;
+	o->vae = a->vae;
+	o->scheduler = a->scheduler;
+	o->text_encoder = a->clip_l ? a->clip_l : a->text_encoder;
+	o->text_encoder_2 = a->t5xxl ? a->t5xxl : a->text_encoder_2;
+	o->tokenizer = a->tokenizer;
+	o->tokenizer_2 = a->tokenizer_2;
+	o->dtype = a->dtype;
+	o->vae_dtype = a->vae_dtype;
+	o->quantize = a->quantize;
+	o->threads = a->threads;
+	o->log_level = pd_log_level; /* as the command set it for this rank */
+	o->comm_timeout = a->comm_timeout;
+	o->dp = a->dp > 0 ? a->dp : 0;
+	o->cfg_parallel = a->cfg_parallel;
+	o->pp = a->pp > 0 ? a->pp : 0;
+	o->ring = a->ring > 0 ? a->ring : 0;
+	o->ulysses = a->ulysses > 0 ? a->ulysses : 0;
+	o->tp = a->tp > 0 ? a->tp : 0;
+	o->distrifusion = a->distrifusion > 0 ? a->distrifusion : 0;
+	o->parallel = a->parallel;
+	o->warmup_steps = a->warmup_steps;
+	o->patches = a->patches;
+	o->vae_parallel = a->no_vae_parallel ? -1 : a->vae_parallel ? 1 : 0;
+	o->decode = decode;
+	o->one_request = 1;
+	return 0;
+}
+
+int pd_gen_request(const struct pd_gen_args *a, struct pd_request *rq, char ***prompts, int *n)
+{
+	int sources = (a->embeds != NULL) + (a->prompt != NULL) + (a->prompts_file != NULL);
+
+	pd_request_init(rq);
+	if (sources != 1)
+		return pd_errorf(sources ? "give one of -p/--prompt, --prompts FILE and --embeds FILE" :
+					   "no prompt: give -p \"a prompt\" (or --prompts FILE, or --embeds FILE)");
+	if (a->steps_seen && (a->steps < 1 || a->steps > PD_MAX_STEPS))
+		return pd_errorf("--steps must be between 1 and %d (got %d)", PD_MAX_STEPS, a->steps);
+	if (a->prompts_file) {
+		if (pd_prompt_read_file(a->prompts_file, prompts, n))
+			return -1;
+		if (*n > PD_MAX_BATCH)
+			return pd_errorf("%s has %d prompts; at most %d make one run", a->prompts_file, *n, PD_MAX_BATCH);
+		rq->prompts = (const char *const *)*prompts;
+		rq->n_prompts = *n;
+	} else if (a->prompt) {
+		rq->prompts = &a->prompt;
+		rq->n_prompts = 1;
+	}
+	rq->negative = a->negative;
+	rq->max_seq = a->max_seq;
+	rq->embeds = a->embeds;
+	rq->init_latents = a->init_latents;
+	rq->height = a->height;
+	rq->width = a->width;
+	if (a->frames_seen && a->frames > 1 && a->output_seen && !strchr(a->output, '%') &&
+	    !pd_video_is_video_name(a->output))
+		return pd_errorf("-o/--output %s: a video is written as .mp4, .mkv or .mov, or as frames with a pattern "
+				 "such as frame-%%03d.png", a->output);
+	if (a->guidance_seen && !(a->guidance >= 0))
+		return pd_errorf("--guidance must not be negative (got %g)", a->guidance);
+	if (a->fps < 1 || a->fps > 240)
+		return pd_errorf("--fps must be between 1 and 240 (got %d)", a->fps);
+	if (a->frames_seen && a->frames < 1)
+		return pd_errorf("--frames must be positive (got %d)", a->frames);
+	rq->frames = a->frames;
+	rq->flow_shift = a->flow_shift;
+	rq->steps = a->steps_seen ? a->steps : 0;
+	rq->guidance = a->guidance;
+	rq->true_cfg_scale = a->true_cfg_scale;
+	rq->seed = a->seed;
+	rq->batch = a->batch;
+	rq->fbcache_threshold = a->fbcache;
+	rq->want_latents = a->out_latents != NULL;
+	return 0;
+}

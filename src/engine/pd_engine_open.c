@@ -1,0 +1,405 @@
+/*
+ * pd_engine_open.c - an engine opened once: the options checked, the mesh
+ * chosen (as given, by rule, or by the cost model) and checked against the
+ * memory, every rank's share of the model loaded; closed at the end.
+ *
+ * Every phase ends with an agreement among the ranks (pd_comm_agree), so a
+ * failure on one rank (a file only it cannot read) stops every rank cleanly
+ * with the failing rank's message. Everything a user can get wrong is
+ * checked before any weight is read; a failure in the middle of collective
+ * work leaves the engine dead, and the caller ends the job.
+ */
+#include "pd_engine.h"
+#include "pd_backend_cpu.h"
+#include "pd_plan.h"
+#include "pd_safetensors.h"
+#include "pd_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void pd_engine_options_init(struct pd_engine_options *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->dtype = "f32";
+	o->comm_timeout = 1800;
+	o->warmup_steps = 1;
+	o->decode = 1;
+	o->log_level = 1;
+}
+
+void pd_request_init(struct pd_request *rq)
+{
+	memset(rq, 0, sizeof(*rq));
+	rq->guidance = -1;
+	rq->true_cfg_scale = 1.0f;
+	rq->seed = 42;
+	rq->want_pictures = 1;
+}
+
+int pd_engine_dead(const struct pd_engine *e)
+{
+	return e->dead;
+}
+
+void pd_engine_enter(struct pd_engine *e, struct pd_engine_scope *s)
+{
+	s->log = pd_log_use(&e->log);
+	s->be = e->be;
+	s->threads = s->be ? pd_backend_enter(s->be) : 0;
+}
+
+void pd_engine_leave(const struct pd_engine_scope *s)
+{
+	if (s->be)
+		pd_backend_leave(s->be, s->threads);
+	pd_log_use(&s->log);
+}
+
+int pd_engine_cancelled(const struct pd_engine *e)
+{
+	return e->cancelled;
+}
+
+void pd_engine_about(const struct pd_engine *e, struct pd_engine_about *a)
+{
+	size_t k = 0;
+
+	memset(a, 0, sizeof(*a));
+	a->family = e->fam ? e->fam->name : "";
+	a->model = e->mp.root ? e->mp.root : e->mp.transformer ? e->mp.transformer : "";
+	a->guidance_is_cfg = e->dflt.guidance_cfg;
+	a->frames = e->p.frames > 0 ? e->p.frames : 1;
+	a->latents_unpacked = e->fam && e->fam->latents_unpacked;
+	pd_mesh_format(e->degree, e->opt.distrifusion, a->mesh, sizeof(a->mesh));
+	/* the degrees above 1, the slowest-varying axis first */
+	for (int x = PD_AXIS_COUNT - 1; x >= 0 && k < sizeof(a->mesh_short); x--)
+		if (e->degree[x] > 1)
+			k += (size_t)snprintf(a->mesh_short + k, sizeof(a->mesh_short) - k, "%s%s=%d", k ? " " : "",
+					      pd_axis_name((enum pd_axis)x), e->degree[x]);
+	if (!a->mesh_short[0])
+		snprintf(a->mesh_short, sizeof(a->mesh_short), "one process");
+	a->processes = e->world->size;
+	a->threads = e->be ? e->be->threads : 0;
+	a->dtype = e->dt == PD_BF16 ? "bf16" : "f32";
+	a->vae_dtype = e->vae_dt == PD_BF16 ? "bf16" : "f32";
+	a->load_seconds = e->load_seconds;
+	a->encode_seconds = e->encode_seconds;
+}
+
+void pd_engine_set_log_level(struct pd_engine *e, int level)
+{
+	e->log.level = level;
+}
+
+void pd_engine_set_progress(struct pd_engine *e, void (*on_progress)(void *ctx, const struct pd_progress *p),
+			    void *ctx)
+{
+	e->o.on_progress = on_progress;
+	e->o.progress_ctx = ctx;
+}
+
+/* Tells the caller where a phase stands: begun at T0, DONE of TOTAL. */
+void pd_engine_progress(struct pd_engine *e, enum pd_phase phase, double t0, int done, int total, int finished)
+{
+	struct pd_progress p = { phase, done, total, pd_now() - t0, finished, e->p.frames > 1 };
+
+	if (e->o.on_progress)
+		e->o.on_progress(e->o.progress_ctx, &p);
+}
+
+/* Agreement over the world after a phase. */
+int pd_engine_agree(struct pd_engine *e, int failed)
+{
+	return pd_comm_agree(e->world, failed, &e->dead);
+}
+
+int pd_engine_agree_waiting(struct pd_engine *e, int failed)
+{
+	double d = e->world->timeout_s;
+	int rc;
+
+	e->world->timeout_s = 0;
+	rc = pd_engine_agree(e, failed);
+	e->world->timeout_s = d;
+	return rc;
+}
+
+/* Threads per process: as asked, else the cores divided among the
+ * processes on this machine. */
+static int pd_engine_threads(struct pd_comm *world, int requested)
+{
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	int local = pd_comm_local_size(world);
+
+	if (requested > 0)
+		return requested;
+	if (cores < 1)
+		cores = 1;
+	return cores / local > 1 ? (int)(cores / local) : 1;
+}
+
+/* The options alone, before any request: the model's parts and sizes, the
+ * schedule, the mesh flags. */
+static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_options *o)
+{
+	struct pd_model_flags f = { o->model, o->transformer, o->vae, o->scheduler, o->text_encoder,
+				    o->text_encoder_2, o->tokenizer, o->tokenizer_2 };
+	const char *dtype = o->dtype ? o->dtype : "f32";
+
+	if (pd_dtype_compute("--dtype", dtype, &e->dt) ||
+	    pd_dtype_compute("--vae-dtype", o->vae_dtype ? o->vae_dtype : "f32", &e->vae_dt))
+		return -1;
+	e->quantize = PD_Q_F32;
+	if (o->quantize) {
+		const struct pd_qtype_info *q = NULL;
+		enum pd_qtype t;
+
+		/* block types and fp8: f16 and bf16 are no quantization */
+		if (pd_quant_parse(o->quantize, &t) || !pd_quant_encodes(t) || !(q = pd_quant_info(t)) ||
+		    (q->block_size == 1 && t != PD_Q_F8_E4M3 && t != PD_Q_F8_E5M2))
+			return pd_errorf("--quantize %s: pdit encodes q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, fp8 or "
+					 "f8_e5m2", o->quantize);
+		e->quantize = t;
+	}
+	if (!(o->comm_timeout >= 0))
+		return pd_errorf("--comm-timeout must be 0 (wait forever) or a number of seconds (got %g)", o->comm_timeout);
+	e->world->timeout_s = o->comm_timeout;
+	if (o->encode_only) {
+		if (e->world->size > 1)
+			return pd_errorf("encoding runs on one process (this job has %d)", e->world->size);
+		if (pd_model_paths_resolve(&e->mp, &f, 1))
+			return -1;
+		/* a transformer, when the folder has one that reads, says the
+		 * family and its text length; the encoders need nothing of it */
+		if (e->mp.transformer && pd_family_find(e->mp.transformer, e->tconfig, &e->fam, &e->info) == 0)
+			e->info_ok = 1;
+		else if (!(e->fam = pd_family_named(o->family ? o->family : "flux")))
+			return -1;
+		if (!e->fam->encode)
+			return pd_errorf("the %s family takes embeddings: it has no text encoders to run", e->fam->name);
+		return 0;
+	}
+	if (pd_model_paths_resolve(&e->mp, &f, 0) || pd_family_find(e->mp.transformer, e->tconfig, &e->fam, &e->info))
+		return -1;
+	e->info_ok = 1;
+	if (e->quantize != PD_Q_F32 && e->info.kept_fraction == 0) {
+		/* the estimates: the blocks' weights held as encoded */
+		const struct pd_qtype_info *q = pd_quant_info(e->quantize);
+		double blocks = 0;
+
+		for (int b = 0; b < e->info.blocks; b++)
+			blocks += e->info.block_params[b];
+		e->info.kept_fraction = blocks + e->info.fixed_params > 0 ? blocks / (blocks + e->info.fixed_params) : 0;
+		e->info.kept_bytes = (double)q->block_bytes / q->block_size;
+	}
+	e->fam->defaults(&e->info, &e->dflt);
+	if (e->mp.scheduler) {
+		if (pd_scheduler_load(&e->sched, e->mp.scheduler))
+			return -1;
+	} else {
+		pd_scheduler_default(&e->sched, &e->dflt);
+	}
+	e->shift0 = e->sched.shift;
+	e->dynamic0 = e->sched.dynamic;
+	if (o->distrifusion && o->ring)
+		return pd_errorf("--distrifusion-degree and --ring-degree cannot both be given");
+	if (o->warmup_steps < 0)
+		return pd_errorf("--warmup-steps must not be negative");
+	if (o->patches < 0 || (o->patches > 0 && o->pp <= 1))
+		return pd_errorf("--num-patches needs --pipefusion-degree 2 or more, and must be positive");
+	if (o->warmup_steps < 1 && (o->distrifusion > 1 || (o->pp > 1 && o->patches != 1)))
+		/* the first step has no earlier keys and values to attend to */
+		return pd_errorf("--warmup-steps must be at least 1 with %s", o->distrifusion > 1 ?
+				 "--distrifusion-degree" : "--pipefusion-degree (unless --num-patches 1)");
+	e->opt.distrifusion = o->distrifusion > 0;
+	e->opt.warmup_steps = o->warmup_steps;
+	e->opt.patches = o->patches;
+	e->degree[PD_AXIS_DP] = o->dp;
+	e->degree[PD_AXIS_CFG] = o->cfg_parallel ? 2 : 0;
+	e->degree[PD_AXIS_PP] = o->pp;
+	e->degree[PD_AXIS_RING] = o->distrifusion ? o->distrifusion : o->ring;
+	e->degree[PD_AXIS_ULYSSES] = o->ulysses;
+	e->degree[PD_AXIS_TP] = o->tp;
+	return 0;
+}
+
+/* ----------------------------------------------------------------------- */
+/* Open and close                                                          */
+/* ----------------------------------------------------------------------- */
+
+/* Every weights file the run will read, opened and its header checked
+ * (sizes, offsets within the file) before the first computation: a
+ * truncated transformer must not surface after the prompts were encoded.
+ * PROMPTS: the text encoders will run. */
+static int pd_engine_check_files(const struct pd_engine *e, int prompts)
+{
+	const struct {
+		const char *path, *stem;
+	} parts[] = { { e->o.encode_only ? NULL : e->mp.transformer, "diffusion_pytorch_model" },
+		      { e->o.decode && !e->o.encode_only ? e->mp.vae : NULL, "diffusion_pytorch_model" },
+		      { prompts ? e->mp.text_encoder : NULL, "model" },
+		      { prompts ? e->mp.text_encoder_2 : NULL, "model" } };
+
+	for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+		struct pd_st *st;
+
+		if (!parts[i].path)
+			continue;
+		if (pd_st_open_path(&st, parts[i].path, parts[i].stem))
+			return -1;
+		pd_st_close(st);
+	}
+	return 0;
+}
+
+/* The mesh's communicators, the backend, the planned request's prompts,
+ * this rank's weights. */
+static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
+{
+	struct pd_dit_shard sh;
+	double t0;
+	int rc;
+
+	/* a split is collective: MPI's own failure ends the job */
+	if (pd_mesh_create(&e->mesh, e->world, e->degree))
+		return -1;
+	e->mesh_ok = 1;
+	sh = pd_parallel_shard(&e->mesh, &e->info);
+	sh.quantize = e->quantize;
+	rc = pd_backend_cpu_new(&e->be, e->dt, pd_engine_threads(e->world, e->o.threads));
+	if (!rc) {
+		if (e->be->note)
+			pd_log(1, "pdit: note: %s\n", e->be->note);
+		e->be->conv_compute = e->vae_dt;
+		/* the weights are laid out for the threads that will run them */
+		scope->be = e->be;
+		scope->threads = pd_backend_enter(e->be);
+	}
+	t0 = pd_now();
+	if (pd_engine_encode(e, rc))
+		return -1;
+	e->encode_seconds = pd_now() - t0;
+	t0 = pd_now();
+	pd_engine_progress(e, PD_PHASE_LOAD, t0, 0, 0, 0);
+	if (pd_fault("load", 0) || e->fam->load(&e->m, e->mp.transformer, e->tconfig, e->be, &sh))
+		return -1;
+	/* a broken VAE must not surface after minutes of denoising */
+	if (pd_engine_vae_setup(e))
+		return -1;
+	e->load_seconds = pd_now() - t0;
+	pd_engine_progress(e, PD_PHASE_LOAD, t0, 0, 0, 1);
+	if (pd_parallel_setup(&e->par, &e->mesh, e->m, e->e.batch, &e->opt))
+		return -1;
+	e->par_ok = 1;
+	return 0;
+}
+
+int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct pd_engine_options *o,
+		   const struct pd_request *plan)
+{
+	struct pd_engine *e = pd_calloc(1, sizeof(*e), "engine");
+	struct pd_engine_scope scope;
+	struct pd_request dflt;
+	int rc;
+
+	*out = NULL;
+	if (!e)
+		return pd_comm_agree(world, 1, NULL);
+	e->world = world;
+	e->o = *o;
+	e->log = (struct pd_log_sink){ o->log_level, o->log, o->log_ctx };
+	pd_engine_enter(e, &scope);
+	/* the strings are the caller's: only the resolved paths are kept */
+	e->o.model = e->o.transformer = e->o.vae = e->o.scheduler = NULL;
+	e->o.text_encoder = e->o.text_encoder_2 = e->o.tokenizer = e->o.tokenizer_2 = e->o.dtype = e->o.vae_dtype = NULL;
+	e->o.family = e->o.transformer_config = NULL;
+	if (o->transformer_config && !(e->tconfig = pd_strdup(o->transformer_config))) {
+		free(e);
+		return pd_comm_agree(world, 1, NULL);
+	}
+	if (!plan) {
+		/* the mesh and the memory for one picture of the defaults */
+		pd_request_init(&dflt);
+		dflt.embeds = NULL;
+		dflt.want_pictures = o->decode;
+		plan = &dflt;
+	}
+	rc = pd_engine_configure(e, o);
+	if (!rc)
+		rc = pd_engine_check_files(e, o->encode_only || (plan != &dflt && plan->n_prompts > 0));
+	if (o->encode_only) {
+		/* the encoders are loaded per request: a backend is all there is to open */
+		/* one process alone: the caller's threads (OMP_NUM_THREADS, its cpuset) unless told */
+		if (!rc && !(rc = pd_backend_cpu_new(&e->be, e->dt, o->threads))) {
+			scope.be = e->be;
+			scope.threads = pd_backend_enter(e->be);
+		}
+		if (rc)
+			goto fail;
+		*out = e;
+		pd_engine_leave(&scope);
+		return 0;
+	}
+	if (!rc && plan != &dflt)
+		rc = pd_engine_prepare_local(e, plan);
+	if (!rc && plan == &dflt) {
+		/* no request yet: the mesh for a batch of one (or one per
+		 * data-parallel group asked for), without CFG */
+		e->e.batch = o->dp > 1 ? o->dp : 1;
+		e->p.frames = e->dflt.frames;
+		e->p.height = e->dflt.height;
+		e->p.width = e->dflt.width;
+		rc = e->fam->latent_shape(&e->ls, &e->info, e->p.frames, e->p.height, e->p.width);
+	}
+	if (pd_comm_agree(world, rc, &e->dead) || (plan != &dflt && pd_engine_same_everywhere(e, plan)))
+		goto fail;
+	rc = pd_engine_choose_mesh(e) ||
+	     (plan != &dflt && pd_engine_check_memory(e, plan->want_pictures, 0));
+	if (pd_comm_agree(world, rc, &e->dead))
+		goto fail;
+	e->o.parallel = NULL;
+	rc = pd_engine_load(e, &scope);
+	if (pd_comm_agree(world, rc, &e->dead))
+		goto fail;
+	/* the plan's prompts are encoded: its first run goes straight on */
+	e->ready = plan != &dflt ? plan : NULL;
+	*out = e;
+	pd_engine_leave(&scope);
+	return 0;
+fail:
+	pd_engine_leave(&scope);
+	pd_engine_close(e);
+	return -1;
+}
+
+void pd_engine_close(struct pd_engine *e)
+{
+	struct pd_log_sink caller;
+
+	if (!e)
+		return;
+	/* the log alone: freeing computes nothing */
+	caller = pd_log_use(&e->log);
+	if (e->par_ok)
+		pd_parallel_free(&e->par);
+	if (e->vae)
+		e->fam->vae->free(e->vae);
+	pd_vae_par_free(&e->vae_par);
+	if (e->encoders)
+		e->fam->encoders_free(e->encoders);
+	pd_dit_free(e->m);
+	pd_backend_free(e->be);
+	if (e->mesh_ok)
+		pd_mesh_free(&e->mesh);
+	pd_scheduler_free(&e->sched);
+	pd_engine_request_free(e);
+	pd_model_paths_free(&e->mp);
+	free(e->tconfig);
+	free(e);
+	pd_log_use(&caller);
+}
+

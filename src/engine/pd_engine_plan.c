@@ -1,0 +1,253 @@
+/*
+ * pd_engine_plan.c - the mesh and the memory: the work of a request as the
+ * cost model takes it (for the engine's own choice and for pdit plan, the
+ * same description), the mesh chosen or checked, and a request refused
+ * before anything big is read when it cannot fit.
+ */
+#include "pd_engine.h"
+#include "pdit_plan.h"
+#include "pd_plan.h"
+#include "pd_util.h"
+#include "pd_vae.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ----------------------------------------------------------------------- */
+/* The mesh and memory                                                     */
+/* ----------------------------------------------------------------------- */
+
+/* W: the work of IMAGES pictures of LS's geometry and TXT_LEN text tokens, BRANCHES passes each, on the model MP, FAM,
+ * INFO with products in DT; with VAE the decode (from the VAE folder's
+ * config, when it has one), with ENCODERS the text encoders' weights. 0,
+ * or -1 when a config that is there cannot be read. */
+static int pd_engine_fill_work(const struct pd_model_paths *mp, const struct pd_dit_family *fam,
+			       const struct pd_dit_info *info, const struct pd_latent_shape *ls, enum pd_dtype dt,
+			       int64_t txt_len, int images, int branches, int vae, int encoders, struct pd_plan_work *w)
+{
+	double bytes = (double)pd_dtype_size(dt);
+
+	memset(w, 0, sizeof(*w));
+	w->info = info;
+	w->txt_len = txt_len;
+	w->img_len = ls->tokens;
+	w->img_w = ls->w / 2;
+	w->images = images;
+	w->branches = branches;
+	w->weight_bytes = pd_dit_weight_bytes(info, bytes);
+	w->compute_bytes = (int)bytes;
+	/* a VAE given as one file carries no config to count from */
+	if (vae && mp->vae && pd_is_dir(mp->vae)) {
+		struct pd_vae_cost cost;
+
+		if (fam->vae->cost(mp->vae, ls->frames, ls->h, ls->w, &cost))
+			return -1;
+		pd_plan_vae_cost(w, &cost);
+	}
+	if (encoders && mp->text_encoder_2 && pd_plan_encoder_gb(mp->text_encoder_2, bytes, &w->encoders_gb))
+		return -1;
+	if (encoders && mp->text_encoder) {
+		double gb;
+
+		if (pd_plan_encoder_gb(mp->text_encoder, bytes, &gb))
+			return -1;
+		w->encoders_gb += gb;
+	}
+	return 0;
+}
+
+/* The work of the prepared request: BRANCHES passes per picture, and with
+ * VAE the decode (a VAE config that cannot be read counts no decode here:
+ * loading the VAE says why). */
+static void pd_engine_plan_work(const struct pd_engine *e, int branches, int vae, struct pd_plan_work *w)
+{
+	if (pd_engine_fill_work(&e->mp, e->fam, &e->info, &e->ls, e->dt, e->e.txt_len, (int)e->e.batch, branches,
+				vae, 0, w)) {
+		w->vae_gflop = w->vae_map_gb = 0;
+		w->vae_exchanges = 0;
+	}
+}
+
+int pd_engine_work(const struct pd_engine_options *o, const struct pd_request *rq, int world,
+		   struct pd_engine_work *w)
+{
+	struct pd_model_flags f = { o->model, o->transformer, o->vae, o->scheduler, o->text_encoder,
+				    o->text_encoder_2, o->tokenizer, o->tokenizer_2 };
+	struct pd_model_paths mp = { 0 };
+	const struct pd_dit_family *fam;
+	struct pd_dit_defaults d = { 0 };
+	struct pd_request r = *rq;
+	struct pd_latent_shape ls;
+	enum pd_dtype dt;
+	int rc = -1;
+
+	memset(w, 0, sizeof(*w));
+	if (pd_dtype_compute("--dtype", o->dtype ? o->dtype : "f32", &dt) || pd_model_paths_resolve(&mp, &f, 0) ||
+	    pd_family_find(mp.transformer, o->transformer_config, &fam, &w->info))
+		goto out;
+	fam->defaults(&w->info, &d);
+	if (pd_engine_request_defaults(&d, fam->name, &r) || fam->latent_shape(&ls, &w->info, r.frames, r.height, r.width))
+		goto out;
+	w->height = r.height;
+	w->width = r.width;
+	w->frames = r.frames;
+	w->steps = r.steps ? r.steps : d.steps;
+	r.batch = r.batch > 0 ? r.batch : 1;
+	if (pd_engine_fill_work(&mp, fam, &w->info, &ls, dt,
+				r.max_seq ? r.max_seq : fam->default_max_seq ? fam->default_max_seq(&w->info) : 0, r.batch,
+				r.true_cfg_scale > 1 ? 2 : 1, 1, 1, &w->work))
+		goto out;
+	w->work.info = &w->info;
+	w->lim.world = world;
+	w->lim.heads = w->info.heads;
+	w->lim.mlp = w->info.mlp_width;
+	w->lim.cfg_possible = w->work.branches == 2;
+	w->lim.images = r.batch;
+	w->lim.max_pp = w->info.blocks;
+	if (!(w->transformer = pd_strdup(mp.transformer)))
+		goto out;
+	rc = 0;
+out:
+	pd_model_paths_free(&mp);
+	return rc;
+}
+
+void pd_engine_work_free(struct pd_engine_work *w)
+{
+	free(w->transformer);
+	memset(w, 0, sizeof(*w));
+}
+
+/* Refuses a request that cannot fit before anything big is read or
+ * allocated: a low estimate of a process's peak (its share of the
+ * transformer's weights and the activations it allocates, or the VAE
+ * decode's two largest feature maps, whichever is larger: the transformer
+ * is freed before decoding) times the processes on this machine, against
+ * the memory it has available. What is hard to know here (oneDNN's
+ * scratch, the libraries, the text encoders) is left out, so a refusal is
+ * certain, not cautious. */
+int pd_engine_check_memory(const struct pd_engine *e, int decodes, int loaded)
+{
+	double MB = 1048576.0, avail = pd_mem_available_mb(), weights, act, vae = 0, need;
+	int local = pd_comm_local_size(e->world);
+	struct pd_plan_work w;
+	struct pd_plan_machine mc = { .devices = e->world->size, .gflops = 1 };
+	struct pd_plan_mesh mesh = { .distrifusion = e->opt.distrifusion };
+	struct pd_plan_cost cost;
+
+	if (avail <= 0)
+		return 0;
+	memcpy(mesh.degree, e->degree, sizeof(mesh.degree));
+	pd_engine_plan_work(e, 1, decodes, &w);
+	if (pd_plan_cost(&w, &mc, &mesh, &cost))
+		return -1;
+	/* the lightest stage: low whichever stage a rank runs */
+	weights = cost.weights_min_gb * 1e9 / MB;
+	act = cost.activations_gb * 1e9 / MB;
+	/* the decode in bands over the data-parallel group, or whole */
+	if (w.vae_gflop > 0)
+		vae = (e->o.vae_parallel < 0 || e->world->size == 1 ? w.vae_map_gb : cost.vae_gb) * 1e9 / MB;
+	/* loaded: the weights are resident (and counted as used), and the
+	 * transformer stays while the VAE decodes */
+	need = loaded ? (act + vae) * local : (weights + act > vae ? weights + act : vae) * local;
+	if (need <= avail)
+		return 0;
+	if (loaded)
+		return pd_errorf("%dx%d needs at least %.1f GB more on this machine (%d process%s, each: activations "
+				 "%.1f GB and the VAE decode %.1f GB beside the loaded weights) and %.1f GB are "
+				 "available: choose a smaller size", e->p.width, e->p.height, need / 1024, local,
+				 local > 1 ? "es" : "", act / 1024, vae / 1024, avail / 1024);
+	return pd_errorf("%dx%d needs at least %.1f GB on this machine (%d process%s, each: transformer weights %.1f GB + "
+			 "activations %.1f GB, or the VAE decode %.1f GB) and %.1f GB are available: choose a smaller "
+			 "size, or more machines with tensor, sequence, pipeline parallel or the banded decode",
+			 e->p.width, e->p.height, need / 1024, local, local > 1 ? "es" : "", weights / 1024, act / 1024,
+			 vae / 1024, avail / 1024);
+}
+
+/* parallel = auto: rank 0 ranks the meshes as `pdit plan` does on this
+ * machine (a product timed here, the processes of a node sharing its cores
+ * and memory) and every rank takes its first choice; exact methods only
+ * unless STALE. */
+static int pd_engine_plan_mesh(struct pd_engine *e, const struct pd_mesh_limits *lim, int stale)
+{
+	/* ok, the degrees, DistriFusion */
+	int msg[PD_AXIS_COUNT + 2] = { 0 };
+
+	if (e->world->size == 1) {
+		for (int x = 0; x < PD_AXIS_COUNT; x++)
+			e->degree[x] = 1;
+		return 0;
+	}
+	if (e->world->rank == 0) {
+		struct pd_plan_work w;
+		struct pd_plan_machine mc;
+		struct pd_plan_row *rows = NULL;
+		int n = 0;
+
+		pd_engine_plan_work(e, lim->cfg_possible ? 2 : 1, 1, &w);
+		if (pd_plan_machine_here(&mc, &w, e->world->size, pd_comm_local_size(e->world), 1, 0, -1) == 0 &&
+		    pd_plan_list(&w, &mc, lim, &rows, &n) == 0) {
+			for (int i = 0; i < n && !msg[0]; i++)
+				if (rows[i].cost.fits && (stale || !rows[i].stale)) {
+					msg[0] = 1;
+					memcpy(msg + 1, rows[i].mesh.degree, sizeof(rows[i].mesh.degree));
+					msg[PD_AXIS_COUNT + 1] = rows[i].mesh.distrifusion;
+				}
+			if (!msg[0])
+				pd_errorf("--parallel %s: no %smesh of %d processes fits this machine's memory (see pdit plan)",
+					  stale ? "auto-stale" : "auto", stale ? "" : "exact ", e->world->size);
+		}
+		free(rows);
+	}
+	if (e->world->ops->bcast(e->world, msg, sizeof(msg), 0))
+		return -1;
+	if (!msg[0])
+		return e->world->rank == 0 ? -1 : pd_errorf("--parallel: rank 0 could not choose a mesh");
+	memcpy(e->degree, msg + 1, sizeof(e->degree));
+	e->opt.distrifusion = msg[PD_AXIS_COUNT + 1];
+	return 0;
+}
+
+/* What the mesh must allow for the prepared request. */
+void pd_engine_limits(const struct pd_engine *e, struct pd_mesh_limits *lim)
+{
+	memset(lim, 0, sizeof(*lim));
+	lim->world = e->world->size;
+	lim->heads = e->info.heads;
+	lim->mlp = e->info.mlp_width;
+	lim->cfg_possible = pd_gen_uses_cfg(&e->p, &e->e);
+	lim->images = (int)e->e.batch;
+	lim->max_pp = e->info.blocks;
+	lim->distrifusion = e->opt.distrifusion;
+}
+
+
+/* The mesh for the prepared request (or a picture of the defaults). */
+int pd_engine_choose_mesh(struct pd_engine *e)
+{
+	const struct pd_engine_options *o = &e->o;
+	struct pd_mesh_limits lim;
+	int given = o->dp || o->tp || o->ulysses || o->ring || o->pp || o->cfg_parallel || o->distrifusion;
+
+	pd_engine_limits(e, &lim);
+	if (o->parallel) {
+		int stale = strcmp(o->parallel, "auto-stale") == 0;
+
+		if (!stale && strcmp(o->parallel, "auto"))
+			return pd_errorf("--parallel must be auto or auto-stale (got '%s')", o->parallel);
+		if (given)
+			return pd_errorf("--parallel %s chooses the mesh: give it or degree flags, not both", o->parallel);
+		e->mesh_auto = 2;
+		lim.distrifusion = 0;
+		return pd_engine_plan_mesh(e, &lim, stale);
+	}
+	if (!given) {
+		e->mesh_auto = e->world->size > 1;
+		return pd_mesh_choose(e->degree, &lim);
+	}
+	for (int x = 0; x < PD_AXIS_COUNT; x++)
+		if (e->degree[x] <= 0)
+			e->degree[x] = 1;
+	return pd_mesh_check(e->degree, &lim);
+}
+

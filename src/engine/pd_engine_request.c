@@ -1,0 +1,418 @@
+/*
+ * pd_engine_request.c - a request checked against the engine and shaped:
+ * the family's defaults for what it leaves out, its embeddings read from a
+ * file or its prompts encoded (one rank per data-parallel group), its
+ * initial latents, and the same inputs on every rank.
+ */
+#include "pd_engine.h"
+#include "pd_par_data.h"
+#include "pd_safetensors.h"
+#include "pd_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ----------------------------------------------------------------------- */
+/* A request's inputs                                                      */
+/* ----------------------------------------------------------------------- */
+
+/* init_latents: latents.init [B, L, 4C] (packed), or latents.init_unpacked
+ * [B, C, h, w] as the golden files hold them. */
+static int pd_engine_read_init(struct pd_engine *e, const char *path)
+{
+	const struct pd_latent_shape *ls = &e->ls;
+	int64_t n = e->e.batch * ls->tokens * ls->packed_channels, per = n / e->e.batch;
+	const struct pd_st_tensor *t;
+	struct pd_st *st;
+	float *init, *u = NULL;
+	int rc = -1;
+
+	if (pd_st_open(&st, path))
+		return -1;
+	init = pd_malloc((size_t)n * sizeof(float), "initial latents");
+	if (!init)
+		goto out;
+	/* packed [B, L, C]; unpacked [B, C, (F,) h, w] under either name (a
+	 * video pipeline's latents are unpacked, as Wan's) */
+	if ((t = pd_st_get(st, "latents.init")) && t->numel == n && t->ndim == 3) {
+		rc = pd_st_read_f32(t, 0, (size_t)n, init);
+	} else if (((t = pd_st_get(st, "latents.init_unpacked")) || (t = pd_st_get(st, "latents.init"))) &&
+		   t->numel == n && t->ndim >= 4) {
+		u = pd_malloc((size_t)n * sizeof(float), "initial latents");
+		rc = !u || pd_st_read_f32(t, 0, (size_t)n, u) ? -1 : 0;
+		for (int64_t b = 0; !rc && b < e->e.batch; b++)
+			e->fam->pack(ls, u + b * per, init + b * per);
+	} else {
+		pd_errorf("%s: needs latents.init [%lld, %lld, %d] or latents.init_unpacked [%lld, %d, %d, %d]", path,
+			  (long long)e->e.batch, (long long)ls->tokens, ls->packed_channels, (long long)e->e.batch,
+			  ls->channels, ls->h, ls->w);
+	}
+out:
+	free(u);
+	pd_st_close(st);
+	if (rc)
+		free(init);
+	else
+		e->init = init;
+	return rc;
+}
+
+/* The prompt embeddings: read from a file, or shaped here for prompts and
+ * filled by pd_engine_encode. */
+static int pd_engine_inputs(struct pd_engine *e, const struct pd_request *rq)
+{
+	int64_t J, P;
+	int sources = (rq->embeds != NULL) + (rq->n_prompts > 0);
+
+	if (sources != 1)
+		return pd_errorf(sources ? "give one of -p/--prompt, --prompts FILE and --embeds FILE" :
+					   "no prompt: give -p \"a prompt\" (or --prompts FILE, or --embeds FILE)");
+	if (rq->negative && rq->embeds)
+		return pd_errorf("-n/--negative-prompt goes with -p or --prompts; --embeds files hold their own "
+				 "negative_prompt_embeds");
+	if (rq->embeds)
+		return pd_embeds_load(&e->e, rq->embeds) || pd_embeds_check(&e->e, &e->info, rq->embeds);
+	if (rq->max_seq < 0 || rq->max_seq > 512)
+		return pd_errorf("--max-sequence-length must be between 1 and 512 (got %d)", rq->max_seq);
+	if (rq->n_prompts > PD_MAX_BATCH)
+		return pd_errorf("%d prompts; at most %d make one run", rq->n_prompts, PD_MAX_BATCH);
+	if (!e->fam->encode)
+		return pd_errorf("the %s family takes embeddings, not prompts: give --embeds FILE", e->fam->name);
+	e->max_seq = rq->max_seq ? rq->max_seq : e->fam->default_max_seq(&e->info);
+	e->prompts = pd_calloc((size_t)rq->n_prompts, sizeof(char *), "prompts");
+	if (!e->prompts)
+		return -1;
+	for (e->n_prompts = 0; e->n_prompts < rq->n_prompts; e->n_prompts++)
+		if (!rq->prompts[e->n_prompts] || !(e->prompts[e->n_prompts] = pd_strdup(rq->prompts[e->n_prompts])))
+			return rq->prompts[e->n_prompts] ? -1 : pd_errorf("prompt %d is missing", e->n_prompts);
+	if (rq->negative && !(e->negative = pd_strdup(rq->negative)))
+		return -1;
+	/* read from the encoders' configs once: the engine's files do not change */
+	if (!e->widths_read && e->fam->prompt_widths(&e->mp, &e->prompt_width, &e->pooled_width))
+		return -1;
+	e->widths_read = 1;
+	J = e->prompt_width;
+	P = e->pooled_width;
+	if (J != e->info.txt_width || P != e->info.pooled_width)
+		return pd_errorf("the text encoders make prompt embeddings of width %lld and pooled ones of %lld, but %s "
+				 "expects %d and %d", (long long)J, (long long)P, e->mp.transformer, e->info.txt_width,
+				 e->info.pooled_width);
+	/* zeros until encoded; shaped now so the mesh can be checked */
+	e->e.batch = e->n_prompts;
+	e->e.txt_len = e->max_seq;
+	e->e.joint_dim = J;
+	e->e.pooled_dim = P;
+	e->e.prompt = pd_calloc((size_t)(e->e.batch * e->max_seq * J) + 1, sizeof(float), "prompt embeddings");
+	e->e.pooled = pd_calloc((size_t)(e->e.batch * P) + 1, sizeof(float), "prompt embeddings");
+	if (!e->e.prompt || !e->e.pooled)
+		return -1;
+	if (e->negative) {
+		e->e.neg_txt_len = e->max_seq;
+		e->e.neg_prompt = pd_calloc((size_t)(e->e.batch * e->max_seq * J) + 1, sizeof(float), "prompt embeddings");
+		e->e.neg_pooled = pd_calloc((size_t)(e->e.batch * P) + 1, sizeof(float), "prompt embeddings");
+		if (!e->e.neg_prompt || !e->e.neg_pooled)
+			return -1;
+	}
+	return 0;
+}
+
+/* The request's state, released before the next one. */
+void pd_engine_request_free(struct pd_engine *e)
+{
+	pd_embeds_free(&e->e);
+	for (int i = 0; i < e->n_prompts; i++)
+		free(e->prompts[i]);
+	free(e->prompts);
+	free(e->negative);
+	free(e->init);
+	e->prompts = NULL;
+	e->n_prompts = 0;
+	e->negative = NULL;
+	e->init = NULL;
+	e->ready = NULL;
+}
+
+/* Encodes this data-parallel group's prompts on its first rank, sends the
+ * embeddings to the group's other ranks, and releases the encoders (at
+ * open: before any transformer weight is read). FAILED: this rank failed
+ * before; every rank goes through the agreement here all the same. */
+int pd_engine_encode(struct pd_engine *e, int failed)
+{
+	struct pd_comm *grp = e->mesh.replica;
+	int64_t first, count, J = e->e.joint_dim, P = e->e.pooled_dim, T = e->max_seq;
+	int rc = failed;
+
+	double t_enc = pd_now();
+
+	if (!e->prompts)
+		return pd_engine_agree(e, rc);
+	pd_engine_progress(e, PD_PHASE_ENCODE, t_enc, 0, (int)e->e.batch, 0);
+	pd_dp_slice(e->e.batch, e->degree[PD_AXIS_DP], e->mesh.coord[PD_AXIS_DP], &first, &count);
+	if (!rc && grp->rank == 0) {
+		struct pd_embeds enc;
+		double t0 = pd_now();
+
+		/* the progress says how many; this is the detail */
+		pd_log(2, "pdit: encoding %lld of %lld prompts here (%s, %lld tokens)\n", (long long)count,
+		       (long long)e->e.batch, e->fam->encoders, (long long)T);
+		/* --batch N repeats the one prompt: encode it once, copy it to
+		 * every image of this group */
+		int repeat = e->n_prompts < e->e.batch;
+
+		rc = e->fam->encode(&enc, e->o.keep_encoders ? &e->encoders : NULL, &e->mp, e->be, e->prompts, e->n_prompts,
+				    e->negative, (int)T, repeat ? 0 : first,
+				    repeat ? 1 : count, 0);
+		for (int64_t b = first; !rc && b < first + count; b++) {
+			int64_t src = repeat ? 0 : b;
+
+			memcpy(e->e.prompt + b * T * J, enc.prompt + src * T * J, (size_t)(T * J) * sizeof(float));
+			memcpy(e->e.pooled + b * P, enc.pooled + src * P, (size_t)P * sizeof(float));
+			if (e->negative) {
+				memcpy(e->e.neg_prompt + b * T * J, enc.neg_prompt + src * T * J, (size_t)(T * J) * sizeof(float));
+				memcpy(e->e.neg_pooled + b * P, enc.neg_pooled + src * P, (size_t)P * sizeof(float));
+			}
+		}
+		if (!rc) {
+			pd_embeds_free(&enc);
+			pd_log(2, "pdit: encoded in %.2f s\n", pd_now() - t0);
+		}
+	}
+	/* the others wait here while one rank per group encodes */
+	if (pd_engine_agree_waiting(e, rc))
+		return -1;
+	if (grp->size > 1 &&
+	    (grp->ops->bcast(grp, e->e.prompt + first * T * J, (size_t)(count * T * J) * sizeof(float), 0) ||
+	     grp->ops->bcast(grp, e->e.pooled + first * P, (size_t)(count * P) * sizeof(float), 0) ||
+	     (e->negative &&
+	      (grp->ops->bcast(grp, e->e.neg_prompt + first * T * J, (size_t)(count * T * J) * sizeof(float), 0) ||
+	       grp->ops->bcast(grp, e->e.neg_pooled + first * P, (size_t)(count * P) * sizeof(float), 0))))) {
+		e->dead = 1;
+		return -1;
+	}
+	/* every rank gets every group's embeddings (a few MB): pdit check's
+	 * single-process reference runs the whole batch on rank 0 */
+	if (e->degree[PD_AXIS_DP] > 1) {
+		struct pd_comm *dp = e->mesh.axis[PD_AXIS_DP];
+		size_t *bytes = pd_calloc((size_t)dp->size, sizeof(size_t), "counts");
+		float *bufs[4] = { e->e.prompt, e->e.pooled, e->negative ? e->e.neg_prompt : NULL,
+				   e->negative ? e->e.neg_pooled : NULL };
+		int64_t width[4] = { T * J, P, T * J, P };
+		float *tmp = pd_malloc((size_t)(e->e.batch * (T * J > P ? T * J : P)) * sizeof(float) + 1,
+				       "prompt embeddings");
+		int rc2 = 0;
+
+		/* every rank has its buffers before any enters the collectives */
+		if (pd_engine_agree(e, !bytes || !tmp)) {
+			free(bytes);
+			free(tmp);
+			return -1;
+		}
+		for (int k = 0; k < 4 && !rc2; k++) {
+			if (!bufs[k] || width[k] == 0)
+				continue;
+			for (int g = 0; g < dp->size; g++) {
+				int64_t f, c;
+
+				pd_dp_slice(e->e.batch, dp->size, g, &f, &c);
+				bytes[g] = (size_t)(c * width[k]) * sizeof(float);
+			}
+			rc2 = dp->ops->allgatherv(dp, bufs[k] + first * width[k], bytes[dp->rank], tmp, bytes);
+			if (!rc2)
+				memcpy(bufs[k], tmp, (size_t)(e->e.batch * width[k]) * sizeof(float));
+		}
+		free(bytes);
+		free(tmp);
+		if (rc2) {
+			e->dead = 1;
+			return -1;
+		}
+	}
+	pd_engine_progress(e, PD_PHASE_ENCODE, t_enc, (int)e->e.batch, (int)e->e.batch, 1);
+	return 0;
+}
+
+/* ----------------------------------------------------------------------- */
+/* Preparing a request                                                     */
+/* ----------------------------------------------------------------------- */
+
+int pd_engine_request_defaults(const struct pd_dit_defaults *d, const char *family, struct pd_request *r)
+{
+	r->height = r->height ? r->height : d->height;
+	r->width = r->width ? r->width : d->width;
+	r->frames = r->frames ? r->frames : d->frames;
+	r->guidance = r->guidance >= 0 ? r->guidance : d->guidance;
+	if (d->guidance_cfg) {
+		if (r->true_cfg_scale > 1)
+			return pd_errorf("the %s family's --guidance is its classifier-free guidance: give --guidance %g, "
+					 "not --true-cfg-scale", family, r->true_cfg_scale);
+		r->true_cfg_scale = r->guidance;
+		r->guidance = 0;
+		if (r->true_cfg_scale > 1 && !r->negative && r->n_prompts > 0)
+			r->negative = "";
+	}
+	return 0;
+}
+
+/* Everything about RQ that can be checked without the mesh's communicators
+ * (this rank alone). */
+int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request *rq_in)
+{
+	struct pd_request r = *rq_in, *rq = &r;
+
+	pd_engine_request_free(e);
+	if (pd_engine_request_defaults(&e->dflt, e->fam->name, &r))
+		return -1;
+	if (rq->height < 16 || rq->width < 16 || rq->height % 16 || rq->width % 16)
+		return pd_errorf("-H/--height and -W/--width must be positive multiples of 16 (got %dx%d)", rq->height,
+				 rq->width);
+	if (rq->height > PD_MAX_SIDE || rq->width > PD_MAX_SIDE)
+		return pd_errorf("-H/--height and -W/--width must be at most %d (got %dx%d)", PD_MAX_SIDE, rq->height,
+				 rq->width);
+	if (rq->steps < 0 || rq->steps > PD_MAX_STEPS)
+		return pd_errorf("--steps must be between 1 and %d (got %d)", PD_MAX_STEPS, rq->steps);
+	if (rq->batch < 0 || rq->batch > PD_MAX_BATCH)
+		return pd_errorf("--batch must be positive and at most %d (got %d)", PD_MAX_BATCH, rq->batch);
+	if (rq->true_cfg_scale < 0)
+		return pd_errorf("--true-cfg-scale must not be negative");
+	if (rq->frames < 0)
+		return pd_errorf("--frames must be positive (got %d)", rq->frames);
+	e->p.frames = rq->frames;
+	if (pd_engine_inputs(e, rq) || e->fam->latent_shape(&e->ls, &e->info, e->p.frames, rq->height, rq->width) ||
+	    (rq->batch > 0 && pd_embeds_repeat(&e->e, rq->batch)))
+		return -1;
+	if (rq->want_pictures && !e->mp.vae && !rq->want_latents)
+		return pd_errorf("no VAE to decode with: give --vae DIR (or --out-latents FILE to keep only latents)");
+	if (rq->want_pictures && !e->o.decode)
+		return pd_errorf("this engine was opened without a VAE: it makes latents, not pictures");
+	e->p.height = rq->height;
+	e->p.width = rq->width;
+	e->p.steps = rq->steps ? rq->steps : e->dflt.steps;
+	/* --flow-shift: the sampler's static shift, for this request */
+	if (rq->flow_shift < 0)
+		return pd_errorf("--flow-shift must be positive (got %g)", rq->flow_shift);
+	e->sched.shift = rq->flow_shift > 0 ? rq->flow_shift : e->shift0;
+	e->sched.dynamic = rq->flow_shift > 0 ? 0 : e->dynamic0;
+	e->p.guidance = rq->guidance;
+	e->p.true_cfg_scale = rq->true_cfg_scale;
+	e->p.seed = rq->seed;
+	if (rq->fbcache_threshold < 0)
+		return pd_errorf("--fbcache-threshold must not be negative");
+	e->p.fbcache_threshold = rq->fbcache_threshold;
+	if (rq->true_cfg_scale > 1 && !e->e.neg_prompt && e->dflt.guidance_cfg)
+		return pd_errorf("--guidance %g is %s's classifier-free guidance and needs negative_prompt_embeds in %s "
+				 "(--guidance 1 runs without it)", rq->true_cfg_scale, e->fam->name,
+				 rq->embeds ? rq->embeds : "the embeddings");
+	if (rq->true_cfg_scale > 1 && !e->e.neg_prompt)
+		/* diffusers silently ignores the scale here; say so instead. */
+		return rq->embeds ? pd_errorf("--true-cfg-scale %g needs negative_prompt_embeds and "
+					      "negative_pooled_prompt_embeds in %s (diffusers would silently run without "
+					      "true CFG)", rq->true_cfg_scale, rq->embeds) :
+				    pd_errorf("--true-cfg-scale %g needs a negative prompt: give -n \"...\" (diffusers "
+					      "would silently run without true CFG)", rq->true_cfg_scale);
+	if (rq->init_latents && pd_engine_read_init(e, rq->init_latents))
+		return -1;
+	return 0;
+}
+
+/* FNV-1a over N bytes, continuing H. */
+static uint64_t pd_engine_hash(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 1099511628211ull;
+	return h;
+}
+
+/* The prepared request as every rank read it (files a rank reads alone:
+ * embeddings, initial latents): sizes that differ would make the
+ * transfers disagree, contents that differ another picture on each rank.
+ * Collective; -1 with the same message on every rank when they differ. */
+int pd_engine_same_everywhere(struct pd_engine *e, const struct pd_request *rq)
+{
+	enum { N = 8 };
+	int64_t per = e->ls.tokens * e->ls.packed_channels, mine[N], *all;
+	const struct pd_embeds *x = &e->e;
+	uint64_t h = 14695981039346656037ull;
+	int rc = 0;
+
+	if (e->world->size == 1)
+		return 0;
+	/* prompts are encoded later, from the same strings: what was read from files counts */
+	if (rq->embeds) {
+		h = pd_engine_hash(h, x->prompt, (size_t)(x->batch * x->txt_len * x->joint_dim) * sizeof(float));
+		h = pd_engine_hash(h, x->pooled, (size_t)(x->batch * x->pooled_dim) * sizeof(float));
+	}
+	if (rq->embeds && x->neg_prompt) {
+		h = pd_engine_hash(h, x->neg_prompt, (size_t)(x->batch * x->neg_txt_len * x->joint_dim) * sizeof(float));
+		h = pd_engine_hash(h, x->neg_pooled, (size_t)(x->batch * x->pooled_dim) * sizeof(float));
+	}
+	if (e->init)
+		h = pd_engine_hash(h, e->init, (size_t)(x->batch * per) * sizeof(float));
+	mine[0] = x->batch;
+	mine[1] = x->txt_len;
+	mine[2] = x->neg_prompt ? x->neg_txt_len : -1;
+	mine[3] = x->joint_dim;
+	mine[4] = x->pooled_dim;
+	mine[5] = e->ls.tokens;
+	mine[6] = e->init != NULL;
+	memcpy(&mine[7], &h, sizeof(h));
+	all = pd_malloc(sizeof(mine) * (size_t)e->world->size, "request check");
+	if (pd_engine_agree(e, !all)) {
+		rc = -1;
+		goto out;
+	}
+	if (pd_comm_allgather(e->world, mine, sizeof(mine), all)) {
+		e->dead = 1;
+		rc = -1;
+		goto out;
+	}
+	for (int r = 1; r < e->world->size && !rc; r++) {
+		const int64_t *o = all + (size_t)r * N;
+
+		if (memcmp(o, all, sizeof(mine)) == 0)
+			continue;
+		if (memcmp(o, all, 5 * sizeof(*o)))
+			rc = pd_errorf("rank %d read %s as %lld prompts of %lld tokens (negative: %lld) and widths %lld, "
+				       "%lld; rank 0 as %lld of %lld (%lld) and %lld, %lld: every process must read the "
+				       "same file", r, rq->embeds ? rq->embeds : "the prompts", (long long)o[0],
+				       (long long)o[1], (long long)o[2], (long long)o[3], (long long)o[4],
+				       (long long)all[0], (long long)all[1], (long long)all[2], (long long)all[3],
+				       (long long)all[4]);
+		else
+			rc = pd_errorf("rank %d read other values than rank 0 from %s%s%s: every process must read the "
+				       "same file", r, rq->embeds ? rq->embeds : "",
+				       rq->embeds && rq->init_latents ? " or " : "",
+				       rq->init_latents ? rq->init_latents : rq->embeds ? "" : "the request's files");
+	}
+out:
+	free(all);
+	return rc;
+}
+
+int pd_engine_prepare(struct pd_engine *e, const struct pd_request *rq)
+{
+	struct pd_mesh_limits lim;
+	int rc = pd_engine_prepare_local(e, rq);
+
+	/* a request for a mesh already made: it must fit that mesh */
+	if (!rc && e->mesh_ok) {
+		pd_engine_limits(e, &lim);
+		rc = pd_mesh_check(e->degree, &lim) || pd_engine_check_memory(e, rq->want_pictures, 1);
+	}
+	return pd_engine_agree(e, rc) || pd_engine_same_everywhere(e, rq);
+}
+
+
+int pd_engine_ready(struct pd_engine *e, const struct pd_request *rq)
+{
+	int rc = 0;
+
+	/* the plan's request was prepared and encoded at open */
+	if (e->ready != rq) {
+		e->ready = NULL;
+		rc = pd_engine_prepare(e, rq) || pd_engine_encode(e, 0) ? -1 : 0;
+	}
+	e->ready = NULL;
+	return rc;
+}

@@ -58,7 +58,7 @@ for m in "1:" "2:--ulysses-degree 2"; do
 	done
 	same=1
 	for f in "$work"/old*.png; do
-		cmp -s "$f" "${f/old/new}" || same=0
+		cmp -s "$f" "$work/new${f##*/old}" || same=0
 	done
 	if [ $same = 1 ] && cmp -s "$work/old.safetensors" "$work/new.safetensors"; then
 		echo "same: np=$np $flags ($(echo "$model" | awk '{ n = split($2, p, "/"); print $1, p[n] }'))"
@@ -84,7 +84,7 @@ serve_one() { # BIN NP FLAGS... -> the PNG in $work/BIN-NAME.png
 		sleep 0.1
 	done
 	[ -n "$port" ] || { echo "FAIL ($which) serve: no port"; cat "$work/serve.log"; kill $pid; return 1; }
-	curl -s -m 300 "http://127.0.0.1:$port/v1/images/generations" -H 'Content-Type: application/json' \
+	curl -sf -m 300 "http://127.0.0.1:$port/v1/images/generations" -H 'Content-Type: application/json' \
 		-d '{"prompt": "a red fox", "size": "64x96", "steps": 3, "seed": 11, "negative_prompt": "blurry", "true_cfg_scale": 2}' |
 		python3 -c 'import base64, json, sys; sys.stdout.buffer.write(base64.b64decode(json.load(sys.stdin)["data"][0]["b64_json"]))' \
 		> "$work/$which-served.png"

@@ -127,12 +127,13 @@ static int pd_cmd_forward(int argc, char **argv)
 static const char pd_tiny_usage[] =
 	"usage: pdit tiny DIR [options]\n"
 	"\n"
-	"Writes a deterministic random FLUX model folder (model_index.json, transformer/,\n"
-	"vae/, scheduler/) and DIR/embeds.safetensors (random prompt embeddings, with\n"
-	"negatives), so pdit runs end to end with nothing to download. The pictures are\n"
-	"noise: the weights are random. With --family wan: a whole Wan2.1 text-to-video\n"
-	"folder as diffusers publishes it (transformer, AutoencoderKLWan decoder, UMT5,\n"
-	"its tokenizer with byte fallback, UniPC).";
+	"Writes a deterministic random model folder of a family (--family; the first\n"
+	"listed by default) laid out as its published diffusers folder: model_index.json,\n"
+	"transformer/, vae/, scheduler/ and, as the family has them (or with --full),\n"
+	"its text encoders and tokenizers in their real formats; and\n"
+	"DIR/embeds.safetensors (random prompt embeddings, with negatives) where the\n"
+	"family takes them. pdit runs end to end with nothing to download. The pictures\n"
+	"are noise: the weights are random.";
 
 static const char pd_tiny_examples[] =
 	"  pdit tiny tiny-model --full          # FLUX.1-dev's layout: encoders, tokenizers, shards\n"
@@ -165,7 +166,7 @@ static int pd_tiny_occupied(const char *dir)
  * whole: DIR holds the old model or the new one, never a mixture, and
  * nothing of a failed or interrupted write is left. An occupied DIR only
  * with FORCE. */
-static int pd_tiny_replace(const char *path, const struct pd_tiny_opts *o, int force)
+static int pd_tiny_replace(const char *path, const char *family, const struct pd_tiny_opts *o, int force)
 {
 	char *dir = pd_strdup(path), *tmp = NULL, *old = NULL, *slash;
 	int rc = -1, occupied, moved = 0;
@@ -208,7 +209,7 @@ static int pd_tiny_replace(const char *path, const struct pd_tiny_opts *o, int f
 	mask = umask(0);
 	umask(mask);
 	chmod(tmp, 0777 & ~mask);
-	if (pd_tiny_write(tmp, o) || pd_cli_interrupted())
+	if (pd_tiny_model(family, tmp, o) || pd_cli_interrupted())
 		goto out;
 	if (occupied) {
 		/* the old folder steps aside first: rename cannot replace a full one */
@@ -236,20 +237,22 @@ out:
 	return rc;
 }
 
+/* Room for the families' own flags and their --NAME-width presets. */
+#define PD_TINY_MAX_EXTRA 32
+
 static int pd_cmd_tiny(int argc, char **argv)
 {
-	struct pd_tiny_opts o;
-	const char *dtype = NULL, *vae_ch = NULL, *family = "flux", *pos[1];
-	int flux_width = 0, wan_width = 0, no_guidance = 0, force = 0, n_pos, hr;
-	struct pd_tiny_opts d;
-	const struct pd_arg opts[] = {
-		{ "--family", 0, PD_ARG_STRING, &family, "flux|wan", "the model family: FLUX.1 (default) or Wan2.1 text-to-video (a whole folder: UMT5, tokenizer, VAE, UniPC)", NULL },
-		{ "--flux-width", 0, PD_ARG_FLAG, &flux_width, NULL, "FLUX.1's real widths with 2 double and 4 single blocks, bf16", NULL },
-		{ "--wan-width", 0, PD_ARG_FLAG, &wan_width, NULL, "with --family wan: Wan2.1-T2V-1.3B's widths (12 x 128, FFN 8960, UMT5 4096, VAE 96) with 2 blocks, bf16", NULL },
-		{ "--ffn-dim", 0, PD_ARG_INT, &d.ffn_dim, "N", "Wan: feed-forward width (default 128)", NULL },
-		{ "--wan-vae-base", 0, PD_ARG_INT, &d.wan_vae_base, "N", "Wan: the VAE's base_dim, even (default 8)", NULL },
-		{ "--umt5-layers", 0, PD_ARG_INT, &d.umt5_layers, "N", "Wan: UMT5 layers (default 2)", NULL },
-		{ "--full", 0, PD_ARG_FLAG, &d.full, NULL, "FLUX.1-dev's whole layout: CLIP and T5 encoders, tokenizers, sharded weights with index files", NULL },
+	const char *const *families = pd_family_names();
+	struct pd_tiny_opts o, d;
+	const char *dtype = NULL, *vae_ch = NULL, *family = families[0], *pos[1];
+	int real[16] = { 0 }, no_guidance = 0, force = 0, n_pos, hr, n = 0, n_extra = 0;
+	char names[PD_TINY_MAX_EXTRA][48], helps[PD_TINY_MAX_EXTRA][200], fam_help[400], fam_meta[120], summary[200];
+	struct pd_arg opts[64];
+	const struct pd_arg common[] = {
+		{ "--family", 0, PD_ARG_STRING, &family, fam_meta, fam_help, NULL },
+		{ NULL, 0, PD_ARG_FLAG, NULL, NULL, NULL, NULL }, /* each family's --NAME-width */
+		{ NULL, 0, PD_ARG_INT, NULL, NULL, NULL, NULL }, /* each family's own */
+		{ "--full", 0, PD_ARG_FLAG, &d.full, NULL, "the published layout whole: text encoders, tokenizers, sharded weights with index files", NULL },
 		{ "--seed", 's', PD_ARG_U64, &d.seed, "S", "seed of every tensor (default 1)", NULL },
 		{ "--heads", 0, PD_ARG_INT, &d.heads, "N", "attention heads (default 4)", NULL },
 		{ "--head-dim", 0, PD_ARG_INT, &d.head_dim, "N", "channels per head (default 16)", NULL },
@@ -259,42 +262,66 @@ static int pd_cmd_tiny(int argc, char **argv)
 		{ "--joint-dim", 0, PD_ARG_INT, &d.joint_dim, "N", "prompt embedding width (default 64)", NULL },
 		{ "--pooled-dim", 0, PD_ARG_INT, &d.pooled_dim, "N", "pooled embedding width (default 32)", NULL },
 		{ "--no-guidance", 0, PD_ARG_FLAG, &no_guidance, NULL, "schnell-style: no guidance embedder, unshifted scheduler", NULL },
-		{ "--dtype", 0, PD_ARG_STRING, &dtype, "f32|bf16|f16", "weights on disk (default f32; bf16 with --flux-width)", NULL },
+		{ "--dtype", 0, PD_ARG_STRING, &dtype, "f32|bf16|f16", "weights on disk (default f32; bf16 with a --NAME-width preset)", NULL },
 		{ "--vae-channels", 0, PD_ARG_STRING, &vae_ch, "A,B,C,D", "VAE block_out_channels (default 16,32,32,32)", NULL },
 		{ "--vae-layers", 0, PD_ARG_INT, &d.vae_layers, "N", "VAE layers_per_block (default 1)", NULL },
 		{ "--vae-groups", 0, PD_ARG_INT, &d.vae_groups, "N", "VAE norm_num_groups (default 8)", NULL },
 		{ "--batch", 0, PD_ARG_INT, &d.batch, "N", "prompts in embeds.safetensors (default 1)", NULL },
 		{ "--txt-len", 0, PD_ARG_INT, &d.txt_len, "N", "text tokens in embeds.safetensors (default 16)", NULL },
 		{ "--force", 'f', PD_ARG_FLAG, &force, NULL, "replace DIR when it is not empty (the whole folder)", NULL },
-		{ 0 },
 	};
 
-	/* Options apply on top of the preset, so parse twice: once to learn
-	 * the preset, once more onto it. */
+	/* the families and their own flags, from the table of families */
+	fam_help[0] = fam_meta[0] = 0;
+	for (int f = 0; families[f]; f++) {
+		snprintf(fam_help + strlen(fam_help), sizeof(fam_help) - strlen(fam_help), "%s%s: %s%s",
+			 f ? "; " : "the model family: ", families[f], pd_family_title(families[f]), f ? "" : " (the default)");
+		snprintf(fam_meta + strlen(fam_meta), sizeof(fam_meta) - strlen(fam_meta), "%s%s", f ? "|" : "", families[f]);
+	}
 	pd_tiny_defaults(&d);
+	for (size_t i = 0; i < sizeof(common) / sizeof(common[0]); i++) {
+		if (common[i].long_name) {
+			opts[n++] = common[i];
+			continue;
+		}
+		for (int f = 0; families[f] && f < 16 && n_extra < PD_TINY_MAX_EXTRA; f++) {
+			const struct pd_tiny_flag *x = pd_tiny_model_flags(families[f]);
+
+			if (common[i].type == PD_ARG_FLAG) {
+				snprintf(names[n_extra], sizeof(names[n_extra]), "--%s-width", families[f]);
+				snprintf(helps[n_extra], sizeof(helps[n_extra]), "with --family %s: its real widths with few "
+					 "blocks, bf16", families[f]);
+				opts[n++] = (struct pd_arg){ names[n_extra], 0, PD_ARG_FLAG, &real[f], NULL, helps[n_extra],
+							     NULL };
+				n_extra++;
+				continue;
+			}
+			for (; x->name && n_extra < PD_TINY_MAX_EXTRA; x++, n_extra++) {
+				snprintf(names[n_extra], sizeof(names[n_extra]), "--%s", x->name);
+				opts[n++] = (struct pd_arg){ names[n_extra], 0, PD_ARG_INT, (char *)&d + x->offset, "N", x->help,
+							     NULL };
+			}
+		}
+	}
+	memset(&opts[n], 0, sizeof(opts[n]));
+
+	/* Options apply on top of the family's preset, so parse twice: once
+	 * to learn the preset, once more onto it. */
 	hr = pd_args_parse("tiny", opts, argc, argv, 2, pos, 1, &n_pos);
 	if (hr == 1) {
 		pd_args_help(pd_tiny_usage, opts, pd_tiny_examples);
 		return 0;
 	}
-	if (hr)
+	if (hr || pd_tiny_model_defaults(family, 0, &d))
 		return pd_cli_fail();
-	if (strcmp(family, "flux") != 0 && strcmp(family, "wan") != 0) {
-		pd_errorf("--family must be flux or wan, not '%s'", family);
-		return pd_cli_fail();
-	}
-	if ((wan_width && strcmp(family, "wan") != 0) || (flux_width && strcmp(family, "wan") == 0)) {
-		pd_errorf(wan_width ? "--wan-width goes with --family wan" : "--flux-width goes with the flux family");
-		return pd_cli_fail();
-	}
-	if (strcmp(family, "wan") == 0 && wan_width)
-		pd_tiny_wan_width(&d);
-	else if (strcmp(family, "wan") == 0)
-		pd_tiny_wan_defaults(&d);
-	else if (flux_width)
-		pd_tiny_flux_width(&d);
-	else
-		pd_tiny_defaults(&d);
+	for (int f = 0; families[f]; f++)
+		if (real[f] && strcmp(family, families[f]) != 0) {
+			pd_errorf("--%s-width goes with --family %s", families[f], families[f]);
+			return pd_cli_fail();
+		}
+	for (int f = 0; families[f]; f++)
+		if (strcmp(family, families[f]) == 0)
+			pd_tiny_model_defaults(family, real[f], &d);
 	pd_args_parse("tiny", opts, argc, argv, 2, pos, 1, &n_pos);
 	o = d;
 	if (n_pos != 1) {
@@ -330,14 +357,10 @@ static int pd_cmd_tiny(int argc, char **argv)
 		pd_errorf("tiny: sizes must be positive (--head-dim even and >= 4, --in-channels a multiple of 4)");
 		return pd_cli_fail();
 	}
-	if (pd_tiny_replace(pos[0], &o, force))
+	if (pd_tiny_replace(pos[0], family, &o, force))
 		return pd_cli_interrupted() ? pd_cli_stop_interrupted() : pd_cli_fail();
-	if (o.wan)
-		pd_log(1, "pdit: wrote %s (Wan2.1: %d heads x %d, %d blocks, FFN %d, UMT5 %d wide)\n", pos[0], o.heads,
-		       o.head_dim, o.layers, o.ffn_dim, o.text_dim);
-	else
-		pd_log(1, "pdit: wrote %s (%d heads x %d, %d + %d blocks)\n", pos[0], o.heads, o.head_dim, o.layers,
-		       o.single_layers);
+	pd_tiny_model_summary(family, &o, summary, sizeof(summary));
+	pd_log(1, "pdit: wrote %s (%s)\n", pos[0], summary);
 	return 0;
 }
 

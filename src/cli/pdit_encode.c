@@ -8,6 +8,7 @@
 #include "pd_util.h"
 #include "pdit.h"
 #include "pdit_cli.h"
+#include "pdit_flags.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,8 @@ static const char pd_encode_examples[] =
 	"  pdit encode --model FLUX.1-dev --prompts prompts.txt -n \"blurry\" --dtype bf16 --out embeds.safetensors\n";
 
 struct pd_encode_args {
-	const char *model, *text_encoder, *text_encoder_2, *clip_l, *t5xxl, *tokenizer, *tokenizer_2;
+	const char *model;              /* --model DIR */
+	struct pd_cli_encoders enc;     /* the text encoders and tokenizers */
 	const char *prompt, *negative, *prompts_file, *out, *dtype;
 	int max_seq, threads, verbose;
 };
@@ -46,14 +48,7 @@ int pd_cmd_encode(struct pd_comm *world, int argc, char **argv)
 	char **prompts = NULL;
 	int n = 0, hr, rc = 1, n_pos = 0;
 	const char *pos[1];
-	const struct pd_arg opts[] = {
-		{ "--model", 'm', PD_ARG_STRING, &a.model, "DIR", "diffusers FLUX folder (text_encoder/, text_encoder_2/, tokenizer/, tokenizer_2/)", NULL },
-		{ "--text-encoder", 0, PD_ARG_STRING, &a.text_encoder, "DIR", "CLIP text encoder folder (overrides --model's)", NULL },
-		{ "--clip_l", 0, PD_ARG_STRING, &a.clip_l, "FILE", "CLIP text encoder in one .safetensors file", NULL },
-		{ "--text-encoder-2", 0, PD_ARG_STRING, &a.text_encoder_2, "DIR", "T5 encoder folder (overrides --model's)", NULL },
-		{ "--t5xxl", 0, PD_ARG_STRING, &a.t5xxl, "FILE", "T5 encoder in one .safetensors file", NULL },
-		{ "--tokenizer", 0, PD_ARG_STRING, &a.tokenizer, "DIR", "CLIP tokenizer folder", NULL },
-		{ "--tokenizer-2", 0, PD_ARG_STRING, &a.tokenizer_2, "DIR", "T5 tokenizer folder", NULL },
+	const struct pd_arg rest[] = {
 		{ "--prompt", 'p', PD_ARG_STRING, &a.prompt, "TEXT", "the prompt", NULL },
 		{ "--prompts", 0, PD_ARG_STRING, &a.prompts_file, "FILE", "one prompt a line", NULL },
 		{ "--negative-prompt", 'n', PD_ARG_STRING, &a.negative, "TEXT", "also encode a negative prompt (for --true-cfg-scale)", NULL },
@@ -62,11 +57,18 @@ int pd_cmd_encode(struct pd_comm *world, int argc, char **argv)
 		{ "--dtype", 0, PD_ARG_STRING, &a.dtype, "f32|bf16", "precision of matrix products (default f32)", NULL },
 		{ "--threads", 't', PD_ARG_INT, &a.threads, "N", "threads (default: all cores)", NULL },
 		{ "--verbose", 'v', PD_ARG_FLAG, &a.verbose, NULL, "more detail", NULL },
-		{ 0 },
 	};
+	struct pd_arg opts[48];
+	int k = 0;
 
 	memset(&a, 0, sizeof(a));
 	a.dtype = "f32";
+	opts[k++] = (struct pd_arg){ "--model", 'm', PD_ARG_STRING, &a.model, "DIR",
+				     "diffusers model folder (its text encoders and tokenizers)", NULL };
+	k = pd_cli_encoder_flags(&a.enc, opts, k, 1);
+	for (size_t i = 0; i < sizeof(rest) / sizeof(rest[0]); i++)
+		opts[k++] = rest[i];
+	memset(&opts[k], 0, sizeof(opts[k]));
 	hr = pd_args_parse("encode", opts, argc, argv, 2, pos, 0, &n_pos);
 	if (hr == 1) {
 		pd_args_help(pd_encode_usage, opts, pd_encode_examples);
@@ -76,10 +78,6 @@ int pd_cmd_encode(struct pd_comm *world, int argc, char **argv)
 		return pd_cli_fail();
 	if (a.verbose)
 		pd_log_level = 2;
-	if ((a.clip_l && a.text_encoder) || (a.t5xxl && a.text_encoder_2)) {
-		pd_errorf("give each encoder once: --text-encoder or --clip_l, --text-encoder-2 or --t5xxl");
-		goto out;
-	}
 	if (!a.out) {
 		pd_errorf("encode needs --out FILE");
 		goto out;
@@ -104,10 +102,7 @@ int pd_cmd_encode(struct pd_comm *world, int argc, char **argv)
 	}
 	pd_engine_options_init(&o);
 	o.model = a.model;
-	o.text_encoder = a.clip_l ? a.clip_l : a.text_encoder;
-	o.text_encoder_2 = a.t5xxl ? a.t5xxl : a.text_encoder_2;
-	o.tokenizer = a.tokenizer;
-	o.tokenizer_2 = a.tokenizer_2;
+	pd_cli_encoder_options(&a.enc, &o);
 	o.dtype = a.dtype;
 	o.threads = a.threads;
 	o.log_level = pd_log_level;

@@ -22,13 +22,8 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 		{ "--diffusion-model", 0, PD_ARG_STRING, &a->diffusion_model, "FILE", "transformer in one file: safetensors (Black Forest Labs' layout or diffusers'; BF16, F16, fp8, scaled fp8) or GGUF (ComfyUI-GGUF, stable-diffusion.cpp)", NULL },
 		{ "--config", 0, PD_ARG_STRING, &a->config, "FILE", "the transformer's config.json, for a single file that carries none (FLUX.1's sizes are inferred)", NULL },
 		{ "--quantize", 0, PD_ARG_STRING, &a->quantize, "TYPE", "encode the transformer blocks' BF16/F16/F32 weights at load into q8_0, q4_0, q4_1, q5_0, q5_1, q4_k or fp8 and keep them so (as pdit quantize writes them; quantized files need none)", NULL },
-		{ "--text-encoder", 0, PD_ARG_STRING, &a->text_encoder, "DIR", "CLIP text encoder folder (overrides --model's)", NULL },
-		{ "--clip_l", 0, PD_ARG_STRING, &a->clip_l, "FILE", "CLIP text encoder in one .safetensors file", NULL },
-		{ "--text-encoder-2", 0, PD_ARG_STRING, &a->text_encoder_2, "DIR", "T5 encoder folder (overrides --model's)", NULL },
-		{ "--t5xxl", 0, PD_ARG_STRING, &a->t5xxl, "FILE", "T5 encoder in one .safetensors file", NULL },
-		{ "--tokenizer", 0, PD_ARG_STRING, &a->tokenizer, "DIR", "CLIP tokenizer folder (vocab.json, merges.txt)", NULL },
-		{ "--tokenizer-2", 0, PD_ARG_STRING, &a->tokenizer_2, "DIR", "T5 tokenizer folder (spiece.model)", NULL },
-		{ "--prompt", 'p', PD_ARG_STRING, &a->prompt, "TEXT", "the prompt (encoded with the model's CLIP and T5)", NULL },
+		{ NULL, 0, PD_ARG_FLAG, NULL, NULL, NULL, NULL }, /* the text encoders' flags go here */
+		{ "--prompt", 'p', PD_ARG_STRING, &a->prompt, "TEXT", "the prompt (encoded with the model's text encoders)", NULL },
 		{ "--negative-prompt", 'n', PD_ARG_STRING, &a->negative, "TEXT", "negative prompt, for --true-cfg-scale above 1", NULL },
 		{ "--prompts", 0, PD_ARG_STRING, &a->prompts_file, "FILE", "one prompt a line: a batch (written as NAME-0.png, ...)", NULL },
 		{ "--max-sequence-length", 0, PD_ARG_INT, &a->max_seq, "N", "T5 tokens (default 512, or 256 for models without guidance embedding)", NULL },
@@ -79,6 +74,10 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 	/* not given (a given 0 is refused) */
 	a->dp = a->tp = a->ulysses = a->ring = a->pp = a->distrifusion = -1;
 	for (size_t i = 0; i < sizeof(common) / sizeof(common[0]); i++) {
+		if (!common[i].long_name) {
+			n = (size_t)pd_cli_encoder_flags(&a->enc, opts, (int)n, 1);
+			continue;
+		}
 		/* check and bench write nothing and start from the seed */
 		if (kind != PD_CMD_GENERATE && (common[i].dest == &a->output || common[i].dest == &a->out_latents ||
 						common[i].dest == &a->init_latents))
@@ -98,6 +97,46 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 	}
 	memset(&opts[n], 0, sizeof(opts[n]));
 	return (int)n;
+}
+
+int pd_cli_encoder_flags(struct pd_cli_encoders *c, struct pd_arg *opts, int n, int tokenizers)
+{
+	struct pd_encoders_known *k = &c->known;
+	int f = 0;
+
+	memset(c, 0, sizeof(*c));
+	pd_encoders_known(k);
+	for (int i = 0; i < k->slots; i++, f++) {
+		snprintf(c->name[f], sizeof(c->name[f]), i ? "--text-encoder-%d" : "--text-encoder", i + 1);
+		snprintf(c->help[f], sizeof(c->help[f]), "text encoder %d (%s): folder or file (overrides --model's)", i + 1,
+			 k->slot[i]);
+		opts[n++] = (struct pd_arg){ c->name[f], 0, PD_ARG_STRING, &c->dir[i], "DIR|FILE", c->help[f], NULL };
+	}
+	for (int i = 0; i < k->n_files; i++, f++) {
+		snprintf(c->name[f], sizeof(c->name[f]), "--%s", k->files[i].name);
+		snprintf(c->help[f], sizeof(c->help[f]), "%s in one file (.safetensors, fp8 included), as "
+			 "stable-diffusion.cpp's --%s", k->files[i].help, k->files[i].name);
+		opts[n++] = (struct pd_arg){ c->name[f], 0, PD_ARG_STRING, &c->file[i], "FILE", c->help[f], NULL };
+	}
+	for (int i = 0; tokenizers && i < k->slots; i++, f++) {
+		snprintf(c->name[f], sizeof(c->name[f]), i ? "--tokenizer-%d" : "--tokenizer", i + 1);
+		snprintf(c->help[f], sizeof(c->help[f]), "tokenizer %d folder: %s", i + 1, k->tokenizer[i]);
+		opts[n++] = (struct pd_arg){ c->name[f], 0, PD_ARG_STRING, &c->tok[i], "DIR", c->help[f], NULL };
+	}
+	memset(&opts[n], 0, sizeof(opts[n]));
+	return n;
+}
+
+void pd_cli_encoder_options(const struct pd_cli_encoders *c, struct pd_engine_options *o)
+{
+	int m = 0;
+
+	memcpy(o->text_encoder, c->dir, sizeof(o->text_encoder));
+	memcpy(o->tokenizer, c->tok, sizeof(o->tokenizer));
+	memset(o->encoder_files, 0, sizeof(o->encoder_files));
+	for (int i = 0; i < c->known.n_files && m < PD_MAX_ENCODERS; i++)
+		if (c->file[i])
+			o->encoder_files[m++] = (struct pd_encoder_file){ c->known.files[i].name, c->file[i] };
 }
 
 int pd_gen_parse(struct pd_comm *world, struct pd_gen_args *a, const struct pd_arg *opts, const char *name,
@@ -169,10 +208,8 @@ char *pd_output_name(const char *pattern, int64_t b, int64_t batch)
 
 int pd_gen_engine_options(const struct pd_gen_args *a, struct pd_engine_options *o, int decode)
 {
-	if ((a->transformer && a->diffusion_model) || (a->text_encoder && a->clip_l) ||
-	    (a->text_encoder_2 && a->t5xxl))
-		return pd_errorf("give each component once: --transformer or --diffusion-model, --text-encoder or "
-				 "--clip_l, --text-encoder-2 or --t5xxl");
+	if (a->transformer && a->diffusion_model)
+		return pd_errorf("give each component once: --transformer or --diffusion-model");
 	const struct {
 		int v;
 		const char *flag;
@@ -195,10 +232,7 @@ int pd_gen_engine_options(const struct pd_gen_args *a, struct pd_engine_options 
 	o->transformer_config = a->config;
 	o->vae = a->vae;
 	o->scheduler = a->scheduler;
-	o->text_encoder = a->clip_l ? a->clip_l : a->text_encoder;
-	o->text_encoder_2 = a->t5xxl ? a->t5xxl : a->text_encoder_2;
-	o->tokenizer = a->tokenizer;
-	o->tokenizer_2 = a->tokenizer_2;
+	pd_cli_encoder_options(&a->enc, o);
 	o->dtype = a->dtype;
 	o->vae_dtype = a->vae_dtype;
 	o->quantize = a->quantize;

@@ -16,12 +16,30 @@
 enum pd_cmd_kind { PD_CMD_GENERATE, PD_CMD_CHECK, PD_CMD_BENCH, PD_CMD_SERVE };
 
 /* Room for the shared flags and a command's own, with the ending entry. */
-#define PD_GEN_MAX_FLAGS 64
+#define PD_GEN_MAX_FLAGS 80
+
+/* The text encoders' flags, made from what the families have (pdit.h's
+ * pd_encoders_known): --text-encoder[-N] DIR|FILE and --tokenizer[-N] DIR a
+ * slot, --NAME FILE a single file's name (--clip_l, --t5xxl). */
+struct pd_cli_encoders {
+	struct pd_encoders_known known; /* what the families have */
+	const char *dir[PD_MAX_ENCODERS]; /* --text-encoder[-N]: a slot's folder or file */
+	const char *tok[PD_MAX_ENCODERS]; /* --tokenizer[-N] */
+	const char *file[2 * PD_MAX_ENCODERS]; /* --NAME, as known.files */
+	char name[4 * PD_MAX_ENCODERS][40]; /* the flags' names */
+	char help[4 * PD_MAX_ENCODERS][280]; /* and their help */
+};
+/* C's flags into OPTS from N on (with TOKENIZERS the tokenizers' too);
+ * returns the new N. */
+int pd_cli_encoder_flags(struct pd_cli_encoders *c, struct pd_arg *opts, int n, int tokenizers);
+/* What they name, into the engine's options. */
+void pd_cli_encoder_options(const struct pd_cli_encoders *c, struct pd_engine_options *o);
 
 struct pd_gen_args {
 	/* the model's parts (--model's folder, or each given) */
 	const char *model, *transformer, *vae, *scheduler;
-	const char *diffusion_model, *text_encoder, *text_encoder_2, *clip_l, *t5xxl, *tokenizer, *tokenizer_2;
+	const char *diffusion_model;
+	struct pd_cli_encoders enc;     /* the text encoders and tokenizers */
 	const char *config;             /* --config: a single-file transformer's config.json */
 	const char *quantize;           /* --quantize: the blocks' plain weights encoded at load */
 	/* what to make */

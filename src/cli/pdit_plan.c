@@ -6,6 +6,7 @@
 #include "pd_args.h"
 #include "pd_util.h"
 #include "pdit_cli.h"
+#include "pdit_flags.h"
 #include "pdit_plan.h"
 
 #include <math.h>
@@ -68,17 +69,18 @@ int pd_cmd_plan(int argc, char **argv)
 	float efficiency = 0.5f, mem_bw = 0, matmul = 0, weight_ns = -1;
 	const char *dtype = "bf16", *device = NULL, *link = NULL, *inter_link = NULL, *pos[1];
 	const char *diffusion_model = NULL, *config = NULL, *model = NULL, *transformer = NULL, *vae = NULL;
-	const char *clip_l = NULL, *t5xxl = NULL;
 	const struct pd_plan_preset *dev = NULL, *ln = NULL, *iln = NULL;
 	int n_pos, hr;
-	const struct pd_arg opts[] = {
-		{ "--model", 'm', PD_ARG_STRING, &model, "DIR", "diffusers FLUX folder: its transformer and VAE configs and the text encoders' headers are read", NULL },
+	struct pd_cli_encoders enc;
+	struct pd_arg opts[64];
+	int k = 0;
+	const struct pd_arg base[] = {
+		{ "--model", 'm', PD_ARG_STRING, &model, "DIR", "diffusers model folder: its transformer and VAE configs and the text encoders' headers are read", NULL },
 		{ "--transformer", 0, PD_ARG_STRING, &transformer, "DIR", "transformer folder (overrides --model's)", NULL },
 		{ "--diffusion-model", 0, PD_ARG_STRING, &diffusion_model, "FILE", "transformer in one file (safetensors, fp8, GGUF): its header is read, quantized weights counted as stored", NULL },
 		{ "--config", 0, PD_ARG_STRING, &config, "FILE", "the transformer's config.json, for a single file that carries none (FLUX.1's sizes are inferred)", NULL },
 		{ "--vae", 0, PD_ARG_STRING, &vae, "DIR", "VAE folder (overrides --model's)", NULL },
-		{ "--clip_l", 0, PD_ARG_STRING, &clip_l, "FILE", "CLIP text encoder in one .safetensors file (overrides --model's)", NULL },
-		{ "--t5xxl", 0, PD_ARG_STRING, &t5xxl, "FILE", "T5 encoder in one .safetensors file, fp8 included (overrides --model's)", NULL },
+		{ NULL, 0, PD_ARG_FLAG, NULL, NULL, NULL, NULL }, /* the text encoders' weights */
 		{ "--devices", 'N', PD_ARG_INT, &devices, "N", "processes (GPUs, or CPU processes on this machine); required", &devices_seen },
 		{ "--height", 'H', PD_ARG_INT, &height, "PX", "image height, a multiple of 16 (default 1024; Wan 480)", NULL },
 		{ "--width", 'W', PD_ARG_INT, &width, "PX", "image width, a multiple of 16 (default 1024; Wan 832)", NULL },
@@ -105,9 +107,14 @@ int pd_cmd_plan(int argc, char **argv)
 		{ "--inter-bandwidth", 0, PD_ARG_FLOAT, &inter_bw, "GB/s", "bandwidth between nodes per device, each way (overrides --inter-link's)", NULL },
 		{ "--inter-latency", 0, PD_ARG_FLOAT, &inter_lat, "US", "latency between nodes, microseconds (overrides --inter-link's)", NULL },
 		{ "--json", 0, PD_ARG_FLAG, &json, NULL, "one JSON object per mesh, one a line", NULL },
-		{ 0 },
 	};
 
+	for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++)
+		if (base[i].long_name)
+			opts[k++] = base[i];
+		else
+			k = pd_cli_encoder_flags(&enc, opts, k, 0);
+	memset(&opts[k], 0, sizeof(opts[k]));
 	hr = pd_args_parse("plan", opts, argc, argv, 2, pos, 0, &n_pos);
 	if (hr == 1) {
 		pd_args_help(pd_plan_usage, opts, pd_plan_examples);
@@ -153,8 +160,7 @@ int pd_cmd_plan(int argc, char **argv)
 	o.transformer = diffusion_model ? diffusion_model : transformer;
 	o.transformer_config = config;
 	o.vae = vae;
-	o.text_encoder = clip_l;
-	o.text_encoder_2 = t5xxl;
+	pd_cli_encoder_options(&enc, &o);
 	o.dtype = dtype;
 	pd_request_init(&rq);
 	rq.height = height;

@@ -168,16 +168,24 @@ static int pd_qz_is_weight(const struct pd_st_tensor *t, const char *name)
  * F32) in *VIA, then llama-quantize's in *OUT: TARGET for 2-D weights
  * outside the kept layers whose rows are whole blocks, F16 for K-types
  * whose rows are not (lcpp.patch), else *VIA. */
-static void pd_qz_gguf_type(const struct pd_st_tensor *t, const char *name, int wan, enum pd_qtype target,
-			    enum pd_qtype *via, enum pd_qtype *out)
+/* Whether NAME holds one of LIST's strings (a NULL-ended list, or NULL). */
+static int pd_qz_listed(const char *name, const char *const *list)
+{
+	for (; list && *list; list++)
+		if (strstr(name, *list))
+			return 1;
+	return 0;
+}
+
+static void pd_qz_gguf_type(const struct pd_st_tensor *t, const char *name, const struct pd_gguf_rules *rules,
+			    enum pd_qtype target, enum pd_qtype *via, enum pd_qtype *out)
 {
 	const struct pd_qtype_info *q = pd_quant_info(target);
 
-	/* F32 too: Wan's modulation tables (convert.py's keys_hiprec, also
-	 * under diffusers' name) and tensors of 5 dimensions (Conv3d weights,
-	 * which fix_5d_tensors.py adds back as F32) */
-	if (t->ndim <= 1 || t->numel <= 1024 || t->ndim > 4 ||
-	    (wan && (strstr(name, ".modulation") || strstr(name, "scale_shift_table"))))
+	/* F32 too: the family's keys_hiprec (Wan's modulation tables) and
+	 * tensors of 5 dimensions (Conv3d weights, which fix_5d_tensors.py
+	 * adds back as F32) */
+	if (t->ndim <= 1 || t->numel <= 1024 || t->ndim > 4 || pd_qz_listed(name, rules->keep_f32))
 		*via = PD_Q_F32;
 	else
 		*via = t->dtype == PD_BF16 && !t->q ? PD_Q_BF16 : PD_Q_F16;
@@ -188,7 +196,7 @@ static void pd_qz_gguf_type(const struct pd_st_tensor *t, const char *name, int 
 		if (strncmp(name, *k, strlen(*k)) == 0)
 			return;
 	/* lcpp.patch's rule for an FFN's second layer (Wan's original name) */
-	if (wan && strstr(name, ".ffn.2.weight") && (target == PD_Q_Q4_0 || target == PD_Q_Q5_0))
+	if (pd_qz_listed(name, rules->q_1) && (target == PD_Q_Q4_0 || target == PD_Q_Q5_0))
 		target = target == PD_Q_Q4_0 ? PD_Q_Q4_1 : PD_Q_Q5_1;
 	if (t->shape[1] % q->block_size == 0)
 		*out = target;
@@ -211,7 +219,8 @@ int pd_cmd_quantize(int argc, char **argv)
 	struct pd_st_writer *w = NULL;
 	struct pd_gguf_writer *gw = NULL;
 	struct pd_qz_fill *fills = NULL;
-	int n_pos, hr, rc = 1, written = 0, flux = 0, wan = 0, quantized = 0;
+	struct pd_gguf_rules rules = { 0 };
+	int n_pos, hr, rc = 1, written = 0, quantized = 0;
 
 	hr = pd_args_parse("quantize", opts, argc, argv, 2, pos, 2, &n_pos);
 	if (hr == 1) {
@@ -249,15 +258,9 @@ int pd_cmd_quantize(int argc, char **argv)
 	fills = pd_calloc((size_t)st->n_tensors + 1, sizeof(*fills), "tensors");
 	if ((!w && !gw) || !fills)
 		goto out;
-	for (int i = 0; i < st->n_tensors; i++) {
-		const char *n = st->sorted[i]->name;
-
-		n += strncmp(n, prefix, sizeof(prefix) - 1) == 0 ? sizeof(prefix) - 1 : 0;
-		flux |= strncmp(n, "double_blocks.", 14) == 0 || strncmp(n, "transformer_blocks.", 19) == 0;
-		wan |= strcmp(n, "head.modulation") == 0 || strncmp(n, "condition_embedder.", 19) == 0;
-	}
-	if (gw && ((flux && pd_gguf_writer_str(gw, "general.architecture", "flux")) ||
-		   (wan && pd_gguf_writer_str(gw, "general.architecture", "wan")) ||
+	if (gw)
+		pd_weights_gguf_rules(pos[0], &rules);
+	if (gw && ((rules.arch && pd_gguf_writer_str(gw, "general.architecture", rules.arch)) ||
 		   pd_gguf_writer_u32(gw, "general.quantization_version", 2) ||
 		   pd_gguf_writer_u32(gw, "general.file_type", ty->file_type)))
 		goto out;
@@ -281,7 +284,7 @@ int pd_cmd_quantize(int argc, char **argv)
 			int64_t one = 1;
 
 			name += strncmp(name, prefix, sizeof(prefix) - 1) == 0 ? sizeof(prefix) - 1 : 0;
-			pd_qz_gguf_type(t, name, wan, ty->q, &f->via, &f->q);
+			pd_qz_gguf_type(t, name, &rules, ty->q, &f->via, &f->q);
 			quantized += f->q == ty->q;
 			if (pd_gguf_writer_add(gw, name, (int)f->q, t->ndim ? t->ndim : 1, t->ndim ? t->shape : &one,
 					       pd_qz_fill_q, f))

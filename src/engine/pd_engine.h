@@ -76,7 +76,8 @@ struct pd_engine_scope {
 };
 
 /* The engine's log and (once it has a backend) thread count on the calling
- * thread until pd_engine_leave: every public call holds one scope. */
+ * thread until pd_engine_leave: every public call that computes or logs
+ * holds one (open, run, check, bench). */
 void pd_engine_enter(struct pd_engine *e, struct pd_engine_scope *s);
 void pd_engine_leave(const struct pd_engine_scope *s);
 
@@ -89,6 +90,15 @@ int pd_engine_agree(struct pd_engine *e, int failed);
  * reference, a data-parallel group's extra picture) the others wait without
  * the deadline: the agreement over the world with the deadline lifted. */
 int pd_engine_agree_waiting(struct pd_engine *e, int failed);
+
+/* pd_engine_open.c: the model's parts O names (the text encoders' single
+ * files in the slots their family gives them), the transformer's family
+ * and sizes (*INFO_OK: read; ENCODE_ONLY: a transformer is not needed, and
+ * without one the family is O's). */
+int pd_engine_resolve(const struct pd_engine_options *o, int encode_only, struct pd_model_paths *mp,
+		      const struct pd_dit_family **fam, struct pd_dit_info *info, int *info_ok);
+/* Its text encoders' kinds for the log ("CLIP + T5"). */
+void pd_engine_encoder_kinds(const struct pd_dit_family *fam, char *buf, size_t len);
 
 /* pd_engine_plan.c: what the mesh must allow for the prepared request,
  * the mesh for it (as given, by rule or by the cost model), and whether it
@@ -121,6 +131,9 @@ int pd_engine_encode(struct pd_engine *e, int failed);
 int pd_engine_ready(struct pd_engine *e, const struct pd_request *rq);
 /* The request's state, released before the next one. */
 void pd_engine_request_free(struct pd_engine *e);
+/* Every text encoder the family needs (its list: not optional), and its
+ * tokenizer, known; -1 naming the flags that give them. */
+int pd_engine_encoders_given(const struct pd_engine *e);
 
 /* pd_engine_run.c */
 

@@ -167,12 +167,12 @@ static int pd_check_gather(struct pd_engine *r, const struct pd_blocks *mine, co
 	}
 	if (w->ops->gatherv(w, send, send_bytes, recv, bytes, 0))
 		goto out;
-	if (w->rank == 0) {
+	/* nothing recorded (a patched first step): no blocks to lay out */
+	if (w->rank == 0 && recorded) {
 		/* lay the slices out by token: SP rank j's text rows start at its
 		 * chunk start, likewise its image rows; stage s's blocks at its first */
 		const float *p = recv;
 
-		full->n = recorded ? nb : 0;
 		full->names = pd_calloc((size_t)nb + 1, sizeof(char *), "check");
 		full->txt = pd_calloc((size_t)nb + 1, sizeof(float *), "check");
 		full->img = pd_calloc((size_t)nb + 1, sizeof(float *), "check");
@@ -180,12 +180,14 @@ static int pd_check_gather(struct pd_engine *r, const struct pd_blocks *mine, co
 		full->img_rows = pd_calloc((size_t)nb + 1, sizeof(int64_t), "check");
 		if (!full->names || !full->txt || !full->img || !full->txt_rows || !full->img_rows)
 			goto out;
+		/* the arrays exist: pd_blocks_free may walk them from here */
+		full->n = nb;
 		for (int k = 0; k < nb; k++) {
 			full->names[k] = pd_strdup(ref->names[k]);
 			full->txt[k] = pd_malloc((size_t)(T * D) * sizeof(float) + 1, "check");
 			full->img[k] = pd_malloc((size_t)(L * D) * sizeof(float) + 1, "check");
-			full->txt_rows[k] = recorded ? T : 0;
-			full->img_rows[k] = recorded ? L : 0;
+			full->txt_rows[k] = T;
+			full->img_rows[k] = L;
 			if (!full->names[k] || !full->txt[k] || !full->img[k])
 				goto out;
 		}
@@ -351,7 +353,8 @@ static int pd_check_one_process(struct pd_engine *e, struct pd_blocks *mine, con
 			double dt = pd_rel_diff(full.txt[k], ref.txt[k], (size_t)(ref.txt_rows[k] * e->info.dim));
 			double di = pd_rel_diff(full.img[k], ref.img[k], (size_t)(ref.img_rows[k] * e->info.dim));
 
-			hr = pd_check_add(rep, ref.names[k], ref.txt_rows[k] == 0 || di > dt ? di : dt);
+			/* a NaN difference (inf / inf) stays NaN and fails, as either side */
+			hr = pd_check_add(rep, ref.names[k], ref.txt_rows[k] == 0 ? di : dt > di ? dt : di);
 		}
 		hr = hr || pd_check_add(rep, "final latents", pd_rel_diff(all, ref_lat, (size_t)n));
 		if (ref.n == 0)

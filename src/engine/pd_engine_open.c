@@ -142,12 +142,68 @@ static int pd_engine_threads(struct pd_comm *world, int requested)
 	return cores / local > 1 ? (int)(cores / local) : 1;
 }
 
+/* The text encoders O gives as single files by name, into the slots of
+ * FAM's encoders they are. */
+static int pd_engine_encoder_files(const struct pd_engine_options *o, const struct pd_dit_family *fam,
+				   struct pd_model_paths *mp)
+{
+	for (int k = 0; k < PD_MAX_ENCODERS && o->encoder_files[k].name; k++) {
+		const struct pd_encoder_file *f = &o->encoder_files[k];
+		char flag[64], list[160] = "";
+		int slot = -1;
+
+		for (int i = 0; i < fam->n_encoders; i++) {
+			if (strcmp(fam->encoders[i].file, f->name) == 0)
+				slot = i;
+			snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s--%s (%s)", i ? ", " : "",
+				 fam->encoders[i].file, fam->encoders[i].kind);
+		}
+		snprintf(flag, sizeof(flag), "--%s", f->name);
+		if (slot < 0)
+			return pd_errorf("%s: the %s family has no such text encoder (%s)", flag, fam->name,
+					 fam->n_encoders ? list : "it takes embeddings");
+		if (pd_model_paths_encoder(mp, slot, f->path, flag, o->text_encoder[slot] != NULL))
+			return -1;
+	}
+	return 0;
+}
+
+int pd_engine_resolve(const struct pd_engine_options *o, int encode_only, struct pd_model_paths *mp,
+		      const struct pd_dit_family **fam, struct pd_dit_info *info, int *info_ok)
+{
+	struct pd_model_flags f = { o->model, o->transformer, o->vae, o->scheduler, { NULL }, { NULL } };
+
+	memcpy(f.encoder, o->text_encoder, sizeof(f.encoder));
+	memcpy(f.tokenizer, o->tokenizer, sizeof(f.tokenizer));
+	*info_ok = 0;
+	if (pd_model_paths_resolve(mp, &f, encode_only))
+		return -1;
+	/* encoding: a transformer, when the folder has one that reads, says
+	 * the family and its text length; the encoders need nothing of it */
+	if (encode_only && !(mp->transformer && pd_family_find(mp->transformer, o->transformer_config, fam, info) == 0)) {
+		if (!(*fam = pd_family_named(o->family)))
+			return -1;
+	} else if (!encode_only && pd_family_find(mp->transformer, o->transformer_config, fam, info)) {
+		return -1;
+	} else {
+		*info_ok = 1;
+	}
+	if ((*fam)->prediction != PD_PREDICT_FLOW)
+		return pd_errorf("the %s family's transformer predicts what pdit's samplers do not step", (*fam)->name);
+	return pd_engine_encoder_files(o, *fam, mp);
+}
+
+void pd_engine_encoder_kinds(const struct pd_dit_family *fam, char *buf, size_t len)
+{
+	buf[0] = 0;
+	for (int i = 0; i < fam->n_encoders; i++)
+		snprintf(buf + strlen(buf), len - strlen(buf), "%s%s", i ? " + " : "", fam->encoders[i].kind);
+}
+
 /* The options alone, before any request: the model's parts and sizes, the
  * schedule, the mesh flags. */
 static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_options *o)
 {
-	struct pd_model_flags f = { o->model, o->transformer, o->vae, o->scheduler, o->text_encoder,
-				    o->text_encoder_2, o->tokenizer, o->tokenizer_2 };
 	const char *dtype = o->dtype ? o->dtype : "f32";
 
 	if (pd_dtype_compute("--dtype", dtype, &e->dt) ||
@@ -168,24 +224,13 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
 	if (!(o->comm_timeout >= 0))
 		return pd_errorf("--comm-timeout must be 0 (wait forever) or a number of seconds (got %g)", o->comm_timeout);
 	e->world->timeout_s = o->comm_timeout;
-	if (o->encode_only) {
-		if (e->world->size > 1)
-			return pd_errorf("encoding runs on one process (this job has %d)", e->world->size);
-		if (pd_model_paths_resolve(&e->mp, &f, 1))
-			return -1;
-		/* a transformer, when the folder has one that reads, says the
-		 * family and its text length; the encoders need nothing of it */
-		if (e->mp.transformer && pd_family_find(e->mp.transformer, e->tconfig, &e->fam, &e->info) == 0)
-			e->info_ok = 1;
-		else if (!(e->fam = pd_family_named(o->family ? o->family : "flux")))
-			return -1;
-		if (!e->fam->encode)
-			return pd_errorf("the %s family takes embeddings: it has no text encoders to run", e->fam->name);
-		return 0;
-	}
-	if (pd_model_paths_resolve(&e->mp, &f, 0) || pd_family_find(e->mp.transformer, e->tconfig, &e->fam, &e->info))
+	if (o->encode_only && e->world->size > 1)
+		return pd_errorf("encoding runs on one process (this job has %d)", e->world->size);
+	if (pd_engine_resolve(o, o->encode_only, &e->mp, &e->fam, &e->info, &e->info_ok))
 		return -1;
-	e->info_ok = 1;
+	if (o->encode_only)
+		return e->fam->encode ? 0 :
+		       pd_errorf("the %s family takes embeddings: it has no text encoders to run", e->fam->name);
 	if (e->quantize != PD_Q_F32 && e->info.kept_fraction == 0) {
 		/* the estimates: the blocks' weights held as encoded */
 		const struct pd_qtype_info *q = pd_quant_info(e->quantize);
@@ -201,7 +246,7 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
 		if (pd_scheduler_load(&e->sched, e->mp.scheduler))
 			return -1;
 	} else {
-		pd_scheduler_default(&e->sched, &e->dflt);
+		pd_scheduler_default(&e->sched, &e->dflt, e->fam->sampler);
 	}
 	e->shift0 = e->sched.shift;
 	e->dynamic0 = e->sched.dynamic;
@@ -237,13 +282,16 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
  * PROMPTS: the text encoders will run. */
 static int pd_engine_check_files(const struct pd_engine *e, int prompts)
 {
-	const struct {
+	struct {
 		const char *path, *stem;
-	} parts[] = { { e->o.encode_only ? NULL : e->mp.transformer, "diffusion_pytorch_model" },
-		      { e->o.decode && !e->o.encode_only ? e->mp.vae : NULL, "diffusion_pytorch_model" },
-		      { prompts ? e->mp.text_encoder : NULL, "model" },
-		      { prompts ? e->mp.text_encoder_2 : NULL, "model" } };
+	} parts[2 + PD_MAX_ENCODERS] = { { e->o.encode_only ? NULL : e->mp.transformer, "diffusion_pytorch_model" },
+					 { e->o.decode && !e->o.encode_only ? e->mp.vae : NULL,
+					   "diffusion_pytorch_model" } };
 
+	for (int i = 0; i < e->fam->n_encoders && i < PD_MAX_ENCODERS; i++) {
+		parts[2 + i].path = prompts ? e->mp.encoder[i] : NULL;
+		parts[2 + i].stem = "model";
+	}
 	for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
 		struct pd_st *st;
 
@@ -314,8 +362,10 @@ int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct p
 	e->log = (struct pd_log_sink){ o->log_level, o->log, o->log_ctx };
 	pd_engine_enter(e, &scope);
 	/* the strings are the caller's: only the resolved paths are kept */
-	e->o.model = e->o.transformer = e->o.vae = e->o.scheduler = NULL;
-	e->o.text_encoder = e->o.text_encoder_2 = e->o.tokenizer = e->o.tokenizer_2 = e->o.dtype = e->o.vae_dtype = NULL;
+	e->o.model = e->o.transformer = e->o.vae = e->o.scheduler = e->o.dtype = e->o.vae_dtype = NULL;
+	memset(e->o.text_encoder, 0, sizeof(e->o.text_encoder));
+	memset(e->o.tokenizer, 0, sizeof(e->o.tokenizer));
+	memset(e->o.encoder_files, 0, sizeof(e->o.encoder_files));
 	e->o.family = e->o.transformer_config = NULL;
 	if (o->transformer_config && !(e->tconfig = pd_strdup(o->transformer_config))) {
 		free(e);

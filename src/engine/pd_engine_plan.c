@@ -44,12 +44,12 @@ static int pd_engine_fill_work(const struct pd_model_paths *mp, const struct pd_
 			return -1;
 		pd_plan_vae_cost(w, &cost);
 	}
-	if (encoders && mp->text_encoder_2 && pd_plan_encoder_gb(mp->text_encoder_2, bytes, &w->encoders_gb))
-		return -1;
-	if (encoders && mp->text_encoder) {
+	for (int i = 0; encoders && i < fam->n_encoders; i++) {
 		double gb;
 
-		if (pd_plan_encoder_gb(mp->text_encoder, bytes, &gb))
+		if (!mp->encoder[i])
+			continue;
+		if (pd_plan_encoder_gb(mp->encoder[i], bytes, &gb))
 			return -1;
 		w->encoders_gb += gb;
 	}
@@ -71,19 +71,17 @@ static void pd_engine_plan_work(const struct pd_engine *e, int branches, int vae
 int pd_engine_work(const struct pd_engine_options *o, const struct pd_request *rq, int world,
 		   struct pd_engine_work *w)
 {
-	struct pd_model_flags f = { o->model, o->transformer, o->vae, o->scheduler, o->text_encoder,
-				    o->text_encoder_2, o->tokenizer, o->tokenizer_2 };
 	struct pd_model_paths mp = { 0 };
 	const struct pd_dit_family *fam;
 	struct pd_dit_defaults d = { 0 };
 	struct pd_request r = *rq;
 	struct pd_latent_shape ls;
 	enum pd_dtype dt;
-	int rc = -1;
+	int rc = -1, info_ok;
 
 	memset(w, 0, sizeof(*w));
-	if (pd_dtype_compute("--dtype", o->dtype ? o->dtype : "f32", &dt) || pd_model_paths_resolve(&mp, &f, 0) ||
-	    pd_family_find(mp.transformer, o->transformer_config, &fam, &w->info))
+	if (pd_dtype_compute("--dtype", o->dtype ? o->dtype : "f32", &dt) ||
+	    pd_engine_resolve(o, 0, &mp, &fam, &w->info, &info_ok))
 		goto out;
 	fam->defaults(&w->info, &d);
 	if (pd_engine_request_defaults(&d, fam->name, &r) || fam->latent_shape(&ls, &w->info, r.frames, r.height, r.width))

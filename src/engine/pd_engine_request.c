@@ -57,6 +57,26 @@ out:
 	return rc;
 }
 
+int pd_engine_encoders_given(const struct pd_engine *e)
+{
+	for (int i = 0; i < e->fam->n_encoders && i < PD_MAX_ENCODERS; i++) {
+		const struct pd_encoder_spec *x = &e->fam->encoders[i];
+		char comp[32], flag[32], tcomp[32], tflag[32];
+
+		if (x->optional)
+			continue;
+		pd_model_encoder_names(i, comp, flag, (int)sizeof(comp));
+		pd_model_tokenizer_names(i, tcomp, tflag, (int)sizeof(tcomp));
+		if (!e->mp.encoder[i])
+			return pd_errorf("no %s text encoder: give --model DIR (with model_index.json naming %s), %s DIR|FILE "
+					 "or --%s FILE", x->kind, comp, flag, x->file);
+		if (!e->mp.tokenizer[i])
+			return pd_errorf("no %s tokenizer: give --model DIR (with model_index.json naming %s) or %s DIR (%s)",
+					 x->kind, tcomp, tflag, x->tokenizer);
+	}
+	return 0;
+}
+
 /* The prompt embeddings: read from a file, or shaped here for prompts and
  * filled by pd_engine_encode. */
 static int pd_engine_inputs(struct pd_engine *e, const struct pd_request *rq)
@@ -78,6 +98,8 @@ static int pd_engine_inputs(struct pd_engine *e, const struct pd_request *rq)
 		return pd_errorf("%d prompts; at most %d make one run", rq->n_prompts, PD_MAX_BATCH);
 	if (!e->fam->encode)
 		return pd_errorf("the %s family takes embeddings, not prompts: give --embeds FILE", e->fam->name);
+	if (pd_engine_encoders_given(e))
+		return -1;
 	e->max_seq = rq->max_seq ? rq->max_seq : e->fam->default_max_seq(&e->info);
 	e->prompts = pd_calloc((size_t)rq->n_prompts, sizeof(char *), "prompts");
 	if (!e->prompts)
@@ -151,10 +173,12 @@ int pd_engine_encode(struct pd_engine *e, int failed)
 	if (!rc && grp->rank == 0) {
 		struct pd_embeds enc;
 		double t0 = pd_now();
+		char kinds[128];
 
 		/* the progress says how many; this is the detail */
+		pd_engine_encoder_kinds(e->fam, kinds, sizeof(kinds));
 		pd_log(2, "pdit: encoding %lld of %lld prompts here (%s, %lld tokens)\n", (long long)count,
-		       (long long)e->e.batch, e->fam->encoders, (long long)T);
+		       (long long)e->e.batch, kinds, (long long)T);
 		/* --batch N repeats the one prompt: encode it once, copy it to
 		 * every image of this group */
 		int repeat = e->n_prompts < e->e.batch;

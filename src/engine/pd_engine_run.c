@@ -233,6 +233,7 @@ static int pd_engine_on_step(void *ctx, int step)
 static int pd_engine_run_encode(struct pd_engine *e, const struct pd_request *rq, struct pd_result *res)
 {
 	struct pd_embeds *emb;
+	char kinds[128];
 	int max_seq;
 	double t0 = pd_now();
 
@@ -246,6 +247,8 @@ static int pd_engine_run_encode(struct pd_engine *e, const struct pd_request *rq
 	for (int b = 0; b < rq->n_prompts; b++)
 		if (!rq->prompts[b])
 			return pd_errorf("prompt %d is missing", b);
+	if (pd_engine_encoders_given(e))
+		return -1;
 	max_seq = rq->max_seq ? rq->max_seq : e->fam->default_max_seq(e->info_ok ? &e->info : NULL);
 	emb = pd_calloc(1, sizeof(*emb), "prompt embeddings");
 	if (!emb)
@@ -258,8 +261,9 @@ static int pd_engine_run_encode(struct pd_engine *e, const struct pd_request *rq
 		return -1;
 	}
 	/* after, not before: a file that fails to load gets its one line */
+	pd_engine_encoder_kinds(e->fam, kinds, sizeof(kinds));
 	pd_log(1, "pdit: encoded %d prompt%s (%s, %d tokens) in %.2f s\n", rq->n_prompts, rq->n_prompts > 1 ? "s" : "",
-	       e->fam->encoders, max_seq, pd_now() - t0);
+	       kinds, max_seq, pd_now() - t0);
 	res->embeds = emb;
 	res->images = rq->n_prompts;
 	res->txt_len = emb->txt_len;
@@ -284,6 +288,9 @@ static int pd_engine_run_scoped(struct pd_engine *e, const struct pd_request *rq
 		return pd_engine_run_encode(e, rq, res);
 	if (rq->want_embeds)
 		return pd_errorf("embeddings come from an engine opened with encode_only");
+	if (!e->m)
+		return pd_errorf("this engine has no transformer left (pd_engine_check or pd_engine_bench freed it): "
+				 "close it and open another");
 	/* a failure of the last request (an allocation) is not this one's */
 	pd_backend_recover(e->be);
 	if (pd_engine_ready(e, rq))

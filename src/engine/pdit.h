@@ -1,7 +1,8 @@
 /*
- * pdit.h - the pdit engine: a diffusion transformer (FLUX.1 today) from
- * prompts to pictures, on one process or on a mesh of them, opened once and
- * asked for any number of pictures.
+ * pdit.h - the pdit engine: a diffusion transformer of any family it knows
+ * (FLUX.1, Wan2.1: pd_family_names) from prompts to pictures and videos, on
+ * one process or on a mesh of them, opened once and asked for any number
+ * of them.
  *
  *   struct pd_comm *world;
  *   struct pd_engine *e;
@@ -44,9 +45,11 @@
 #ifndef PDIT_H
 #define PDIT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "pd_comm.h"
+#include "pd_model_paths.h"
 #include "pd_util.h"
 
 struct pd_embeds;
@@ -83,10 +86,18 @@ struct pd_engine_options {
 	const char *transformer_config; /* a config.json for a single file that carries none, or NULL */
 	const char *vae;                /* folder, or one .safetensors file */
 	const char *scheduler;          /* folder */
-	const char *text_encoder;       /* CLIP: folder or file */
-	const char *text_encoder_2;     /* T5: folder or file */
-	const char *tokenizer;          /* CLIP's folder */
-	const char *tokenizer_2;        /* T5's folder */
+	/* The family's text encoders in its order (FLUX: CLIP, T5; Wan:
+	 * UMT5): folders or files, and their tokenizers' folders, as
+	 * diffusers' text_encoder, text_encoder_2, ... and tokenizer, ... */
+	const char *text_encoder[PD_MAX_ENCODERS];
+	const char *tokenizer[PD_MAX_ENCODERS];
+	/* Text encoders given as single files by the names stable-diffusion.cpp
+	 * gives them ("clip_l", "t5xxl", ...; pd_encoders_known lists them):
+	 * the family says which of its encoders each is. A NULL name ends. */
+	struct pd_encoder_file {
+		const char *name;       /* "t5xxl" */
+		const char *path;       /* the file */
+	} encoder_files[PD_MAX_ENCODERS];
 	const char *dtype;              /* "f32" or "bf16": the matrix products */
 	const char *vae_dtype;          /* "f32" (the default: the reference's numbers) or "bf16": the VAE's
 					 * convolutions (about 2x faster, pixels within a few levels) */
@@ -119,9 +130,54 @@ struct pd_engine_options {
 					 * beside the transformer); 0: loaded and freed per request */
 	int encode_only;                /* load no transformer: requests make prompt embeddings
 					 * (want_embeds), on one process */
-	const char *family;             /* with encode_only and no transformer: its family ("flux",
-					 * the default) */
+	const char *family;             /* with encode_only and no transformer: its family (NULL: the
+					 * first pd_family_names lists, FLUX) */
 };
+
+/* How the GGUF files of the family whose transformer the weights file
+ * PATH holds are written (pdit quantize): ComfyUI-GGUF's convert.py and
+ * city96's lcpp.patch, per family. All NULL when PATH holds no transformer
+ * pdit knows (a text encoder, a VAE). */
+struct pd_gguf_rules {
+	const char *arch;               /* general.architecture ("flux", "wan") */
+	const char *const *keep_f32;    /* tensors whose names hold one of these stay F32 (NULL-ended) */
+	const char *const *q_1;         /* weights whose names hold one of these take Q4_1/Q5_1 for
+					 * Q4_0/Q5_0 (NULL-ended) */
+};
+void pd_weights_gguf_rules(const char *path, struct pd_gguf_rules *r);
+
+/* The model families pdit knows, NULL-terminated ("flux", "wan"), and
+ * what each makes (for help). */
+const char *const *pd_family_names(void);
+const char *pd_family_title(const char *name);
+
+/* What the families' text encoders are, for a command's flags and help:
+ * the most any family has (each a slot, --text-encoder[-N] and
+ * --tokenizer[-N]), which family's encoder each slot is, and the single
+ * files' names (--clip_l, --t5xxl, ...). */
+struct pd_encoders_known {
+	int slots;                      /* the most text encoders a family has */
+	char slot[PD_MAX_ENCODERS][160]; /* slot I in every family: "flux's CLIP, wan's UMT5" */
+	char tokenizer[PD_MAX_ENCODERS][200]; /* and its tokenizer's files */
+	int n_files;                    /* single-file names */
+	struct {
+		const char *name;       /* "t5xxl" */
+		char help[160];         /* "flux's T5, wan's UMT5" */
+	} files[2 * PD_MAX_ENCODERS];
+};
+void pd_encoders_known(struct pd_encoders_known *k);
+
+/* pdit tiny: a family's random model folders (tiny/pd_tiny.h has the
+ * options). FAMILY NULL: the first. Its options' defaults (REAL: its real
+ * widths with few blocks, bf16), or -1 with a message naming the families;
+ * its own flags (NULL-named end); the folder DIR written. */
+struct pd_tiny_opts;
+struct pd_tiny_flag;
+int pd_tiny_model_defaults(const char *family, int real, struct pd_tiny_opts *o);
+const struct pd_tiny_flag *pd_tiny_model_flags(const char *family);
+int pd_tiny_model(const char *family, const char *dir, const struct pd_tiny_opts *o);
+/* What O makes of FAMILY, in a few words, into BUF. */
+void pd_tiny_model_summary(const char *family, const struct pd_tiny_opts *o, char *buf, size_t len);
 
 /* One batch of pictures. */
 struct pd_request {
@@ -268,7 +324,8 @@ struct pd_check_report {
  * (a safetensors file: latents.final, and latents.init when present) the
  * final latents and the noise against it instead. TOLERANCE 0: 1e-5, or
  * 2e-2 with bf16 products. The engine's transformer is freed on the way
- * (the reference needs the memory): no request can follow. Collective; 0
+ * (the reference needs the memory): no request can follow (pd_engine_run
+ * refuses). Collective; 0
  * with REP filled (free it), or -1 with a message. */
 int pd_engine_check(struct pd_engine *e, const struct pd_request *rq, const char *golden, double tolerance,
 		    struct pd_check_report *rep);
@@ -309,8 +366,9 @@ struct pd_bench_report {
 /* Times RQ's denoising steps: WARMUP untimed ones, then the rest of
  * rq->steps (total), on every process; with VAE one decode of the first
  * picture after them, in bands over every process when BANDED, else on
- * rank 0. The transformer is freed before the decode: no request can
- * follow. Collective; 0 with REP filled (free it), or -1 with a message. */
+ * rank 0. With VAE the transformer is freed before the decode, and no
+ * request can follow (pd_engine_run refuses). Collective; 0 with REP
+ * filled (free it), or -1 with a message. */
 int pd_engine_bench(struct pd_engine *e, const struct pd_request *rq, int warmup, int vae, int banded,
 		    struct pd_bench_report *rep);
 void pd_bench_report_free(struct pd_bench_report *rep);

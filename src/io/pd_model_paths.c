@@ -6,6 +6,7 @@
 #include "pd_util.h"
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,17 +47,53 @@ static int pd_model_check(const char *flag, const char *path, int dir_only)
 	return 0;
 }
 
+void pd_model_encoder_names(int i, char *component, char *flag, int len)
+{
+	snprintf(component, (size_t)len, i ? "text_encoder_%d" : "text_encoder", i + 1);
+	snprintf(flag, (size_t)len, i ? "--text-encoder-%d" : "--text-encoder", i + 1);
+}
+
+void pd_model_tokenizer_names(int i, char *component, char *flag, int len)
+{
+	snprintf(component, (size_t)len, i ? "tokenizer_%d" : "tokenizer", i + 1);
+	snprintf(flag, (size_t)len, i ? "--tokenizer-%d" : "--tokenizer", i + 1);
+}
+
+/* The components: every field of P with its diffusers name, its flag's
+ * value in F, its flag's name and whether only a folder will do. */
+struct pd_model_part {
+	char **field;
+	const char *flag_value;
+	char name[32], flag[48];
+	int dir_only;
+};
+
+static int pd_model_parts(struct pd_model_paths *p, const struct pd_model_flags *f, struct pd_model_part *parts)
+{
+	int n = 0;
+
+	parts[n++] = (struct pd_model_part){ &p->transformer, f->transformer, "transformer",
+					     "--transformer/--diffusion-model", 0 };
+	parts[n++] = (struct pd_model_part){ &p->vae, f->vae, "vae", "--vae", 0 };
+	parts[n++] = (struct pd_model_part){ &p->scheduler, f->scheduler, "scheduler", "--scheduler", 1 };
+	for (int i = 0; i < PD_MAX_ENCODERS; i++) {
+		parts[n] = (struct pd_model_part){ &p->encoder[i], f->encoder[i], "", "", 0 };
+		pd_model_encoder_names(i, parts[n].name, parts[n].flag, (int)sizeof(parts[n].name));
+		n++;
+		parts[n] = (struct pd_model_part){ &p->tokenizer[i], f->tokenizer[i], "", "", 1 };
+		pd_model_tokenizer_names(i, parts[n].name, parts[n].flag, (int)sizeof(parts[n].name));
+		n++;
+	}
+	return n;
+}
+
 int pd_model_paths_resolve(struct pd_model_paths *p, const struct pd_model_flags *f, int no_transformer)
 {
-	static const char *const names[] = { "transformer", "vae", "scheduler", "text_encoder", "text_encoder_2",
-					     "tokenizer", "tokenizer_2" };
-	char **fields[] = { &p->transformer, &p->vae, &p->scheduler, &p->text_encoder, &p->text_encoder_2,
-			    &p->tokenizer, &p->tokenizer_2 };
-	const char *flags[] = { f->transformer, f->vae, f->scheduler, f->text_encoder, f->text_encoder_2,
-				f->tokenizer, f->tokenizer_2 };
-	const int n = (int)(sizeof(names) / sizeof(names[0]));
+	struct pd_model_part parts[3 + 2 * PD_MAX_ENCODERS];
+	int n;
 
 	memset(p, 0, sizeof(*p));
+	n = pd_model_parts(p, f, parts);
 	if (f->model) {
 		struct pd_config idx;
 		char *path;
@@ -79,7 +116,7 @@ int pd_model_paths_resolve(struct pd_model_paths *p, const struct pd_model_flags
 		p->root = pd_strdup(f->model);
 		rc = !p->root;
 		for (int i = 0; i < n && !rc; i++)
-			rc = pd_model_component(&idx, f->model, names[i], fields[i]);
+			rc = pd_model_component(&idx, f->model, parts[i].name, parts[i].field);
 		pd_config_free(&idx);
 		if (rc) {
 			pd_model_paths_free(p);
@@ -87,11 +124,11 @@ int pd_model_paths_resolve(struct pd_model_paths *p, const struct pd_model_flags
 		}
 	}
 	for (int i = 0; i < n; i++) {
-		if (!flags[i])
+		if (!parts[i].flag_value)
 			continue;
-		free(*fields[i]);
-		*fields[i] = pd_strdup(flags[i]);
-		if (!*fields[i])
+		free(*parts[i].field);
+		*parts[i].field = pd_strdup(parts[i].flag_value);
+		if (!*parts[i].field)
 			goto fail;
 	}
 	if (!p->transformer && !no_transformer) {
@@ -99,16 +136,28 @@ int pd_model_paths_resolve(struct pd_model_paths *p, const struct pd_model_flags
 				     "give --model DIR, --transformer DIR or --diffusion-model FILE", f->model);
 		goto fail;
 	}
-	if (pd_model_check("--transformer/--diffusion-model", p->transformer, 0) ||
-	    pd_model_check("--vae", p->vae, 0) || pd_model_check("--scheduler", p->scheduler, 1) ||
-	    pd_model_check("--text-encoder/--clip_l", p->text_encoder, 0) ||
-	    pd_model_check("--text-encoder-2/--t5xxl", p->text_encoder_2, 0) ||
-	    pd_model_check("--tokenizer", p->tokenizer, 1) || pd_model_check("--tokenizer-2", p->tokenizer_2, 1))
-		goto fail;
+	for (int i = 0; i < n; i++)
+		if (pd_model_check(parts[i].flag, *parts[i].field, parts[i].dir_only))
+			goto fail;
 	return 0;
 fail:
 	pd_model_paths_free(p);
 	return -1;
+}
+
+int pd_model_paths_encoder(struct pd_model_paths *p, int i, const char *path, const char *flag, int given)
+{
+	char component[32], slot_flag[32];
+	char *dup;
+
+	pd_model_encoder_names(i, component, slot_flag, (int)sizeof(component));
+	if (given)
+		return pd_errorf("give each component once: %s or %s", slot_flag, flag);
+	if (pd_model_check(flag, path, 0) || !(dup = pd_strdup(path)))
+		return -1;
+	free(p->encoder[i]);
+	p->encoder[i] = dup;
+	return 0;
 }
 
 void pd_model_paths_free(struct pd_model_paths *p)
@@ -117,9 +166,9 @@ void pd_model_paths_free(struct pd_model_paths *p)
 	free(p->transformer);
 	free(p->vae);
 	free(p->scheduler);
-	free(p->text_encoder);
-	free(p->text_encoder_2);
-	free(p->tokenizer);
-	free(p->tokenizer_2);
+	for (int i = 0; i < PD_MAX_ENCODERS; i++) {
+		free(p->encoder[i]);
+		free(p->tokenizer[i]);
+	}
 	memset(p, 0, sizeof(*p));
 }

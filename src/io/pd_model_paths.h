@@ -4,10 +4,15 @@
  * A diffusers pipeline folder (--model DIR) has model_index.json and one
  * folder per component; flags name components directly and override the
  * model folder's: folders, or single .safetensors files for the weights
- * (the files Black Forest Labs and others publish).
+ * (the files Black Forest Labs and others publish). A family's text
+ * encoders are slots in its order, named as diffusers names them:
+ * text_encoder, text_encoder_2, ... with tokenizer, tokenizer_2, ...
  */
 #ifndef PD_MODEL_H
 #define PD_MODEL_H
+
+/* Text encoders a family may have (SD3 has three). */
+#define PD_MAX_ENCODERS 4
 
 /* The component flags as given (any may be NULL). */
 struct pd_model_flags {
@@ -15,10 +20,8 @@ struct pd_model_flags {
 	const char *transformer;        /* --transformer DIR, or --diffusion-model FILE */
 	const char *vae;                /* --vae DIR|FILE */
 	const char *scheduler;          /* --scheduler DIR */
-	const char *text_encoder;       /* --text-encoder DIR, or --clip_l FILE */
-	const char *text_encoder_2;     /* --text-encoder-2 DIR, or --t5xxl FILE */
-	const char *tokenizer;          /* --tokenizer DIR */
-	const char *tokenizer_2;        /* --tokenizer-2 DIR */
+	const char *encoder[PD_MAX_ENCODERS]; /* --text-encoder, --text-encoder-2, ...: folder or file */
+	const char *tokenizer[PD_MAX_ENCODERS]; /* --tokenizer, --tokenizer-2, ...: folder */
 };
 
 struct pd_model_paths {
@@ -26,10 +29,8 @@ struct pd_model_paths {
 	char *transformer;              /* transformer folder or file */
 	char *vae;                      /* VAE folder or file, or NULL when none is known */
 	char *scheduler;                /* scheduler folder, or NULL (defaults apply) */
-	char *text_encoder;             /* CLIP text model folder or file, or NULL */
-	char *text_encoder_2;           /* T5 encoder folder or file, or NULL */
-	char *tokenizer;                /* CLIP tokenizer folder, or NULL */
-	char *tokenizer_2;              /* T5 tokenizer folder, or NULL */
+	char *encoder[PD_MAX_ENCODERS]; /* text encoder I's folder or file, or NULL */
+	char *tokenizer[PD_MAX_ENCODERS]; /* its tokenizer's folder, or NULL */
 };
 
 /* Fills P from the flags. The model folder must hold a model_index.json
@@ -37,6 +38,15 @@ struct pd_model_paths {
  * must exist, as a folder where only a folder will do. A transformer is
  * required unless NO_TRANSFORMER (pdit encode). */
 int pd_model_paths_resolve(struct pd_model_paths *p, const struct pd_model_flags *f, int no_transformer);
+/* Text encoder slot I's weights at PATH instead (a single file named by
+ * FLAG, which must exist): refused when the slot's flag was given too
+ * (GIVEN). */
+int pd_model_paths_encoder(struct pd_model_paths *p, int i, const char *path, const char *flag, int given);
 void pd_model_paths_free(struct pd_model_paths *p);
+
+/* Slot I's component folder and flag names as diffusers and pdit's
+ * commands name them ("text_encoder_2", "--text-encoder-2"). */
+void pd_model_encoder_names(int i, char *component, char *flag, int len);
+void pd_model_tokenizer_names(int i, char *component, char *flag, int len);
 
 #endif /* PD_MODEL_H */

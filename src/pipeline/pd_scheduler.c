@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void pd_scheduler_default(struct pd_scheduler *s, const struct pd_dit_defaults *d)
+void pd_scheduler_default(struct pd_scheduler *s, const struct pd_dit_defaults *d, enum pd_sampler sampler)
 {
 	memset(s, 0, sizeof(*s));
 	s->num_train_timesteps = 1000;
@@ -20,7 +20,7 @@ void pd_scheduler_default(struct pd_scheduler *s, const struct pd_dit_defaults *
 	s->max_shift = d->max_shift;
 	s->base_seq = d->base_seq;
 	s->max_seq = d->max_seq;
-	if (d->unipc) {
+	if (sampler == PD_SAMPLER_UNIPC) {
 		s->kind = PD_SCHED_UNIPC;
 		s->solver_order = 2;
 		s->lower_order_final = 1;
@@ -37,9 +37,11 @@ int pd_scheduler_load(struct pd_scheduler *s, const char *dir)
 	int rc = -1, flag;
 
 	/* the class's own defaults (its __init__), under the folder's keys */
-	static const struct pd_dit_defaults class_defaults = { 0, 1.0, 0, 0.5, 1.15, 256, 4096, NULL, 0, 1, 0, 0, 0, 0 };
+	static const struct pd_dit_defaults class_defaults = {
+		.shift = 1.0, .base_shift = 0.5, .max_shift = 1.15, .base_seq = 256, .max_seq = 4096, .frames = 1,
+	};
 
-	pd_scheduler_default(s, &class_defaults);
+	pd_scheduler_default(s, &class_defaults, PD_SAMPLER_EULER);
 	if (pd_config_load_in(&c, dir, "scheduler_config.json", "scheduler"))
 		return -1;
 	if (pd_config_string(&c, "_class_name", 0, "FlowMatchEulerDiscreteScheduler", &cls))

@@ -70,8 +70,9 @@ void pd_sched_state_free(struct pd_sched_state *st);
 /* Reads DIR/scheduler_config.json; refuses options pdit does not implement
  * (Karras/exponential/beta sigmas, shift_terminal, stochastic sampling). */
 int pd_scheduler_load(struct pd_scheduler *s, const char *dir);
-/* A family's schedule, for a model given without a scheduler folder. */
-void pd_scheduler_default(struct pd_scheduler *s, const struct pd_dit_defaults *d);
+/* A family's schedule D and SAMPLER, for a model given without a
+ * scheduler folder. */
+void pd_scheduler_default(struct pd_scheduler *s, const struct pd_dit_defaults *d, enum pd_sampler sampler);
 int pd_scheduler_set(struct pd_scheduler *s, int steps, int64_t image_seq_len);
 void pd_scheduler_free(struct pd_scheduler *s);
 

@@ -1,5 +1,7 @@
 /*
- * pd_tiny.c - deterministic random FLUX model folders.
+ * pd_tiny.c - the tools of the random model folders (pd_tiny.h) and the
+ * components families share: AutoencoderKL, the flow-matching scheduler,
+ * prompt embeddings, CLIP, T5 and UMT5 with their tokenizers.
  */
 #include "pd_tiny.h"
 #include "pd_strmap.h"
@@ -8,7 +10,6 @@
 #include "pd_util.h"
 #include "pd_st_writer.h"
 
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -44,47 +45,12 @@ void pd_tiny_defaults(struct pd_tiny_opts *o)
 	o->t5_ff = 0;
 }
 
-void pd_tiny_flux_width(struct pd_tiny_opts *o)
-{
-	pd_tiny_defaults(o);
-	o->dtype = PD_BF16;
-	o->heads = 24;
-	o->head_dim = 128;
-	o->layers = 2;
-	o->single_layers = 4;
-	o->joint_dim = 4096;
-	o->pooled_dim = 768;
-	o->vae_blocks[0] = 128;
-	o->vae_blocks[1] = 256;
-	o->vae_blocks[2] = 512;
-	o->vae_blocks[3] = 512;
-	o->vae_layers = 2;
-	o->vae_groups = 32;
-	o->txt_len = 512;
-	o->clip_heads = 12;
-	o->t5_heads = 64;
-	o->t5_ff = 10240;
-}
-
-/* ----------------------------------------------------------------------- */
-/* Random tensors                                                          */
-/* ----------------------------------------------------------------------- */
-
 /* How one tensor is drawn: mean + std * N(0, 1). */
 struct pd_tiny_fill {
 	uint64_t seed;                  /* from the model seed and the tensor name */
 	float mean, std;                /* 1 and 0.1 for norm scales, 0 and 1/sqrt(fan_in) for weights */
 	enum pd_dtype dtype;            /* on disk */
 	size_t numel;                   /* values */
-};
-
-struct pd_tiny_writer {
-	struct pd_st_writer *w;         /* the file being assembled */
-	struct pd_tiny_fill *fills;     /* one per tensor, alive until save */
-	int n, cap;
-	uint64_t seed;                  /* the model seed */
-	enum pd_dtype dtype;            /* weight dtype */
-	int failed;
 };
 
 static uint64_t pd_hash_name(const char *s, uint64_t seed)
@@ -121,10 +87,7 @@ static int pd_tiny_fill_fn(void *ctx, void *dst, size_t nbytes)
 	return 0;
 }
 
-static void pd_tiny_add(struct pd_tiny_writer *tw, float mean, float std, int ndim, const int64_t *shape,
-			const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-
-static void pd_tiny_add(struct pd_tiny_writer *tw, float mean, float std, int ndim, const int64_t *shape,
+void pd_tiny_add(struct pd_tiny_writer *tw, float mean, float std, int ndim, const int64_t *shape,
 			const char *fmt, ...)
 {
 	char name[256];
@@ -152,12 +115,7 @@ static void pd_tiny_add(struct pd_tiny_writer *tw, float mean, float std, int nd
 		tw->failed = 1;
 }
 
-/* A linear layer: weight ~ N(0, 1/fan_in) keeps activations O(1) at any
- * width; bias ~ N(0, 0.05^2) as in the golden models. */
-static void pd_tiny_linear(struct pd_tiny_writer *tw, int64_t n_out, int64_t n_in, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static void pd_tiny_linear(struct pd_tiny_writer *tw, int64_t n_out, int64_t n_in, const char *fmt, ...)
+void pd_tiny_linear(struct pd_tiny_writer *tw, int64_t n_out, int64_t n_in, const char *fmt, ...)
 {
 	char base[200];
 	int64_t ws[2] = { n_out, n_in }, bs[1] = { n_out };
@@ -170,10 +128,7 @@ static void pd_tiny_linear(struct pd_tiny_writer *tw, int64_t n_out, int64_t n_i
 	pd_tiny_add(tw, 0.0f, 0.05f, 1, bs, "%s.bias", base);
 }
 
-static void pd_tiny_conv(struct pd_tiny_writer *tw, int64_t c_out, int64_t c_in, int64_t k, const char *fmt, ...)
-	__attribute__((format(printf, 5, 6)));
-
-static void pd_tiny_conv(struct pd_tiny_writer *tw, int64_t c_out, int64_t c_in, int64_t k, const char *fmt, ...)
+void pd_tiny_conv(struct pd_tiny_writer *tw, int64_t c_out, int64_t c_in, int64_t k, const char *fmt, ...)
 {
 	char base[200];
 	int64_t ws[4] = { c_out, c_in, k, k }, bs[1] = { c_out };
@@ -187,14 +142,14 @@ static void pd_tiny_conv(struct pd_tiny_writer *tw, int64_t c_out, int64_t c_in,
 }
 
 /* A normalisation's scale (1 + N(0, 0.1^2)) and, when wanted, shift. */
-static void pd_tiny_norm(struct pd_tiny_writer *tw, int64_t n, int with_bias, const char *base)
+void pd_tiny_norm(struct pd_tiny_writer *tw, int64_t n, int with_bias, const char *base)
 {
 	pd_tiny_add(tw, 1.0f, 0.1f, 1, &n, "%s.weight", base);
 	if (with_bias)
 		pd_tiny_add(tw, 0.0f, 0.05f, 1, &n, "%s.bias", base);
 }
 
-static int pd_tiny_writer_init(struct pd_tiny_writer *tw, uint64_t seed, enum pd_dtype dt, int cap)
+int pd_tiny_writer_init(struct pd_tiny_writer *tw, uint64_t seed, enum pd_dtype dt, int cap)
 {
 	memset(tw, 0, sizeof(*tw));
 	tw->w = pd_st_writer_new();
@@ -205,7 +160,7 @@ static int pd_tiny_writer_init(struct pd_tiny_writer *tw, uint64_t seed, enum pd
 	return tw->w && tw->fills ? 0 : -1;
 }
 
-static int pd_tiny_writer_save(struct pd_tiny_writer *tw, const char *path)
+int pd_tiny_writer_save(struct pd_tiny_writer *tw, const char *path)
 {
 	int rc = tw->failed ? -1 : pd_st_writer_save(tw->w, path);
 
@@ -213,10 +168,6 @@ static int pd_tiny_writer_save(struct pd_tiny_writer *tw, const char *path)
 	free(tw->fills);
 	return rc;
 }
-
-/* ----------------------------------------------------------------------- */
-/* Components                                                              */
-/* ----------------------------------------------------------------------- */
 
 static int pd_write_json(const char *path, cJSON *root)
 {
@@ -231,7 +182,7 @@ static int pd_write_json(const char *path, cJSON *root)
 	return rc;
 }
 
-static int pd_tiny_save_json(const char *dir, const char *name, cJSON *root)
+int pd_tiny_save_json(const char *dir, const char *name, cJSON *root)
 {
 	char *path = pd_strfmt("%s/%s", dir, name);
 	int rc;
@@ -246,114 +197,21 @@ static int pd_tiny_save_json(const char *dir, const char *name, cJSON *root)
 	return rc;
 }
 
-static void pd_tiny_axes(const struct pd_tiny_opts *o, int axes[3])
+int pd_tiny_model_index(const char *dir, const char *pipeline, const char *const (*parts)[3], int n)
 {
-	int a0, a1;
+	cJSON *idx = cJSON_CreateObject();
 
-	if (o->axes[0]) {
-		memcpy(axes, o->axes, sizeof(int) * 3);
-		return;
-	}
-	/* FLUX.1's split (16, 56, 56) of 128, scaled, every part even. */
-	a1 = ((o->head_dim - o->head_dim / 8) / 2) & ~1;
-	a0 = o->head_dim - 2 * a1;
-	axes[0] = a0;
-	axes[1] = a1;
-	axes[2] = a1;
-}
-
-static int pd_tiny_transformer(const char *dir, const struct pd_tiny_opts *o)
-{
-	int64_t D = (int64_t)o->heads * o->head_dim, M = (int64_t)o->mlp_ratio * D, Dh = o->head_dim;
-	struct pd_tiny_writer tw;
-	cJSON *cfg = cJSON_CreateObject(), *ax;
-	char *path;
-	int axes[3], rc;
-
-	pd_tiny_axes(o, axes);
-	if (!cfg)
+	if (!idx)
 		return pd_errorf("out of memory");
-	cJSON_AddStringToObject(cfg, "_class_name", "FluxTransformer2DModel");
-	cJSON_AddStringToObject(cfg, "_diffusers_version", "0.40.0");
-	cJSON_AddNumberToObject(cfg, "attention_head_dim", o->head_dim);
-	ax = cJSON_AddArrayToObject(cfg, "axes_dims_rope");
-	for (int i = 0; i < 3; i++)
-		cJSON_AddItemToArray(ax, cJSON_CreateNumber(axes[i]));
-	cJSON_AddBoolToObject(cfg, "guidance_embeds", o->guidance);
-	cJSON_AddNumberToObject(cfg, "in_channels", o->in_channels);
-	cJSON_AddNumberToObject(cfg, "joint_attention_dim", o->joint_dim);
-	cJSON_AddNumberToObject(cfg, "num_attention_heads", o->heads);
-	cJSON_AddNumberToObject(cfg, "num_layers", o->layers);
-	cJSON_AddNumberToObject(cfg, "num_single_layers", o->single_layers);
-	cJSON_AddNullToObject(cfg, "out_channels");
-	cJSON_AddNumberToObject(cfg, "patch_size", 1);
-	cJSON_AddNumberToObject(cfg, "pooled_projection_dim", o->pooled_dim);
-	path = pd_strfmt("%s/config.json", dir);
-	if (!path || pd_mkdirs(dir) || pd_write_json(path, cfg)) {
-		free(path);
-		return -1;
-	}
-	free(path);
-	if (pd_tiny_writer_init(&tw, o->seed, o->dtype, 64 + 48 * o->layers + 24 * o->single_layers))
-		return -1;
-	pd_tiny_linear(&tw, D, o->in_channels, "x_embedder");
-	pd_tiny_linear(&tw, D, o->joint_dim, "context_embedder");
-	pd_tiny_linear(&tw, D, 256, "time_text_embed.timestep_embedder.linear_1");
-	pd_tiny_linear(&tw, D, D, "time_text_embed.timestep_embedder.linear_2");
-	if (o->guidance) {
-		pd_tiny_linear(&tw, D, 256, "time_text_embed.guidance_embedder.linear_1");
-		pd_tiny_linear(&tw, D, D, "time_text_embed.guidance_embedder.linear_2");
-	}
-	pd_tiny_linear(&tw, D, o->pooled_dim, "time_text_embed.text_embedder.linear_1");
-	pd_tiny_linear(&tw, D, D, "time_text_embed.text_embedder.linear_2");
-	for (int i = 0; i < o->layers; i++) {
-		const char *p = "transformer_blocks";
-		char b[96];
+	cJSON_AddStringToObject(idx, "_class_name", pipeline);
+	cJSON_AddStringToObject(idx, "_diffusers_version", "0.40.0");
+	for (int i = 0; i < n; i++) {
+		cJSON *a = cJSON_AddArrayToObject(idx, parts[i][0]);
 
-		pd_tiny_linear(&tw, 6 * D, D, "%s.%d.norm1.linear", p, i);
-		pd_tiny_linear(&tw, 6 * D, D, "%s.%d.norm1_context.linear", p, i);
-		pd_tiny_linear(&tw, D, D, "%s.%d.attn.to_q", p, i);
-		pd_tiny_linear(&tw, D, D, "%s.%d.attn.to_k", p, i);
-		pd_tiny_linear(&tw, D, D, "%s.%d.attn.to_v", p, i);
-		pd_tiny_linear(&tw, D, D, "%s.%d.attn.add_q_proj", p, i);
-		pd_tiny_linear(&tw, D, D, "%s.%d.attn.add_k_proj", p, i);
-		pd_tiny_linear(&tw, D, D, "%s.%d.attn.add_v_proj", p, i);
-		pd_tiny_linear(&tw, D, D, "%s.%d.attn.to_out.0", p, i);
-		pd_tiny_linear(&tw, D, D, "%s.%d.attn.to_add_out", p, i);
-		pd_tiny_linear(&tw, M, D, "%s.%d.ff.net.0.proj", p, i);
-		pd_tiny_linear(&tw, D, M, "%s.%d.ff.net.2", p, i);
-		pd_tiny_linear(&tw, M, D, "%s.%d.ff_context.net.0.proj", p, i);
-		pd_tiny_linear(&tw, D, M, "%s.%d.ff_context.net.2", p, i);
-		snprintf(b, sizeof(b), "%s.%d.attn.norm_q", p, i);
-		pd_tiny_norm(&tw, Dh, 0, b);
-		snprintf(b, sizeof(b), "%s.%d.attn.norm_k", p, i);
-		pd_tiny_norm(&tw, Dh, 0, b);
-		snprintf(b, sizeof(b), "%s.%d.attn.norm_added_q", p, i);
-		pd_tiny_norm(&tw, Dh, 0, b);
-		snprintf(b, sizeof(b), "%s.%d.attn.norm_added_k", p, i);
-		pd_tiny_norm(&tw, Dh, 0, b);
+		cJSON_AddItemToArray(a, parts[i][1] ? cJSON_CreateString(parts[i][1]) : cJSON_CreateNull());
+		cJSON_AddItemToArray(a, parts[i][1] ? cJSON_CreateString(parts[i][2]) : cJSON_CreateNull());
 	}
-	for (int i = 0; i < o->single_layers; i++) {
-		const char *p = "single_transformer_blocks";
-		char b[96];
-
-		pd_tiny_linear(&tw, 3 * D, D, "%s.%d.norm.linear", p, i);
-		pd_tiny_linear(&tw, D, D, "%s.%d.attn.to_q", p, i);
-		pd_tiny_linear(&tw, D, D, "%s.%d.attn.to_k", p, i);
-		pd_tiny_linear(&tw, D, D, "%s.%d.attn.to_v", p, i);
-		pd_tiny_linear(&tw, M, D, "%s.%d.proj_mlp", p, i);
-		pd_tiny_linear(&tw, D, D + M, "%s.%d.proj_out", p, i);
-		snprintf(b, sizeof(b), "%s.%d.attn.norm_q", p, i);
-		pd_tiny_norm(&tw, Dh, 0, b);
-		snprintf(b, sizeof(b), "%s.%d.attn.norm_k", p, i);
-		pd_tiny_norm(&tw, Dh, 0, b);
-	}
-	pd_tiny_linear(&tw, 2 * D, D, "norm_out.linear");
-	pd_tiny_linear(&tw, o->in_channels, D, "proj_out");
-	path = pd_strfmt("%s/diffusion_pytorch_model.safetensors", dir);
-	rc = path ? pd_tiny_writer_save(&tw, path) : -1;
-	free(path);
-	return rc;
+	return pd_tiny_save_json(dir, "model_index.json", idx);
 }
 
 static void pd_tiny_resnet(struct pd_tiny_writer *tw, int c_in, int c_out, const char *p)
@@ -370,7 +228,7 @@ static void pd_tiny_resnet(struct pd_tiny_writer *tw, int c_in, int c_out, const
 		pd_tiny_conv(tw, c_out, c_in, 1, "%s.conv_shortcut", p);
 }
 
-static int pd_tiny_vae(const char *dir, const struct pd_tiny_opts *o)
+int pd_tiny_vae_kl(const char *dir, const struct pd_tiny_opts *o)
 {
 	int latent = o->in_channels / 4, top = o->vae_blocks[3], prev;
 	struct pd_tiny_writer tw;
@@ -442,7 +300,7 @@ static int pd_tiny_vae(const char *dir, const struct pd_tiny_opts *o)
 	return rc;
 }
 
-static int pd_tiny_scheduler(const char *dir, int dynamic)
+int pd_tiny_flow_scheduler(const char *dir, int dynamic)
 {
 	cJSON *cfg = cJSON_CreateObject();
 	char *path;
@@ -477,44 +335,7 @@ static int pd_tiny_scheduler(const char *dir, int dynamic)
 	return rc;
 }
 
-static int pd_tiny_model_index(const char *dir, int full)
-{
-	static const char *parts[][3] = {
-		{ "scheduler", "diffusers", "FlowMatchEulerDiscreteScheduler" },
-		{ "text_encoder", "transformers", "CLIPTextModel" },
-		{ "text_encoder_2", "transformers", "T5EncoderModel" },
-		{ "tokenizer", "transformers", "CLIPTokenizer" },
-		{ "tokenizer_2", "transformers", "T5TokenizerFast" },
-		{ "transformer", "diffusers", "FluxTransformer2DModel" },
-		{ "vae", "diffusers", "AutoencoderKL" },
-	};
-	cJSON *idx = cJSON_CreateObject();
-	char *path;
-	int rc;
-
-	if (!idx)
-		return pd_errorf("out of memory");
-	cJSON_AddStringToObject(idx, "_class_name", "FluxPipeline");
-	cJSON_AddStringToObject(idx, "_diffusers_version", "0.40.0");
-	for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
-		cJSON *a = cJSON_AddArrayToObject(idx, parts[i][0]);
-
-		int present = full || strncmp(parts[i][0], "t", 1) != 0 || strcmp(parts[i][0], "transformer") == 0;
-
-		cJSON_AddItemToArray(a, present ? cJSON_CreateString(parts[i][1]) : cJSON_CreateNull());
-		cJSON_AddItemToArray(a, present ? cJSON_CreateString(parts[i][2]) : cJSON_CreateNull());
-	}
-	path = pd_strfmt("%s/model_index.json", dir);
-	if (!path) {
-		cJSON_Delete(idx);
-		return -1;
-	}
-	rc = pd_write_json(path, idx);
-	free(path);
-	return rc;
-}
-
-static int pd_tiny_embeds(const char *path, const struct pd_tiny_opts *o)
+int pd_tiny_embeds(const char *path, const struct pd_tiny_opts *o)
 {
 	struct pd_tiny_writer tw;
 	int64_t ps[3] = { o->batch, o->txt_len, o->joint_dim }, qs[2] = { o->batch, o->pooled_dim };
@@ -529,10 +350,6 @@ static int pd_tiny_embeds(const char *path, const struct pd_tiny_opts *o)
 	return pd_tiny_writer_save(&tw, path);
 }
 
-/* ----------------------------------------------------------------------- */
-/* Text encoders and tokenizers (--full)                                   */
-/* ----------------------------------------------------------------------- */
-
 /* The made-up vocabularies' words: the tiny tokenizers cover them whole,
  * and spell everything else letter by letter (CLIP) or from characters and
  * <unk> (T5). */
@@ -543,7 +360,7 @@ static const char *const pd_tiny_words[] = {
 	"majestic", "detailed", "digital", "art", "standing", "sitting", "rock", "light", "street", "portrait",
 };
 
-static int pd_tiny_file(const char *dir, const char *name, const char *text)
+int pd_tiny_file(const char *dir, const char *name, const char *text)
 {
 	char *path = pd_strfmt("%s/%s", dir, name);
 	int rc = path ? pd_write_file_atomic(path, text, strlen(text)) : -1;
@@ -555,7 +372,7 @@ static int pd_tiny_file(const char *dir, const char *name, const char *text)
 /* CLIP: vocab.json (256 byte symbols, the same with "</w>", one token per
  * merge, then <|startoftext|> and <|endoftext|>) and merges.txt (each word
  * built left to right). Returns the vocabulary size through *VOCAB. */
-static int pd_tiny_clip_tokenizer(const char *dir, int *vocab)
+int pd_tiny_clip_tokenizer(const char *dir, int *vocab)
 {
 	struct pd_strmap seen;
 	cJSON *v = cJSON_CreateObject();
@@ -694,7 +511,7 @@ static void pd_pbw_piece(struct pd_pbw *w, const char *piece, float score, int t
 /* T5: a unigram spiece.model with <pad>, </s>, <unk>, then "▁" and single
  * characters (low scores), "▁" + letter, and the words above with "▁" (high
  * scores), and an identity normalizer (no charsmap). *VOCAB: pieces. */
-static int pd_tiny_t5_tokenizer(const char *dir, int *vocab)
+int pd_tiny_t5_tokenizer(const char *dir, int *vocab)
 {
 	static const char chars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,!?'\"-:;()&#%+/";
 	struct pd_pbw w = { 0 }, t = { 0 }, nspec = { 0 };
@@ -755,7 +572,7 @@ static int pd_tiny_t5_tokenizer(const char *dir, int *vocab)
 	return rc ? -1 : 0;
 }
 
-static int pd_tiny_clip(const char *dir, const struct pd_tiny_opts *o, int vocab)
+int pd_tiny_clip(const char *dir, const struct pd_tiny_opts *o, int vocab)
 {
 	int64_t D = o->pooled_dim, I = 2 * D, es[2] = { vocab, D }, ps[2] = { 77, D };
 	struct pd_tiny_writer tw;
@@ -811,11 +628,7 @@ static int pd_tiny_clip(const char *dir, const struct pd_tiny_opts *o, int vocab
 	return rc;
 }
 
-/* A weight alone (T5's layers have no bias). */
-static void pd_tiny_weight(struct pd_tiny_writer *tw, int64_t n_out, int64_t n_in, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static void pd_tiny_weight(struct pd_tiny_writer *tw, int64_t n_out, int64_t n_in, const char *fmt, ...)
+void pd_tiny_weight(struct pd_tiny_writer *tw, int64_t n_out, int64_t n_in, const char *fmt, ...)
 {
 	char base[200];
 	int64_t ws[2] = { n_out, n_in };
@@ -830,7 +643,7 @@ static void pd_tiny_weight(struct pd_tiny_writer *tw, int64_t n_out, int64_t n_i
 /* A T5-style encoder (T5 v1.1's, or UMT5's with a relative position table
  * per block) of width D, H heads, feed-forward F, LAYERS blocks and V
  * embedding rows; SHARDS > 1 splits the weights as published folders do. */
-static int pd_tiny_t5_encoder(const char *dir, const struct pd_tiny_opts *o, int64_t D, int64_t H, int64_t F,
+int pd_tiny_t5_encoder(const char *dir, const struct pd_tiny_opts *o, int64_t D, int64_t H, int64_t F,
 			      int layers, int64_t V, int umt5, uint64_t seed, int shards)
 {
 	int64_t K = D / H, es[2] = { V, D }, rs[2] = { 32, H };
@@ -890,71 +703,8 @@ static int pd_tiny_t5_encoder(const char *dir, const struct pd_tiny_opts *o, int
 	return rc ? -1 : 0;
 }
 
-static int pd_tiny_t5(const char *dir, const struct pd_tiny_opts *o, int pieces)
-{
-	/* the embedding table is larger than the vocabulary, as T5's 32128 rows
-	 * for 32100 ids */
-	int64_t V = (pieces + 7) / 8 * 8 + 8;
-
-	return pd_tiny_t5_encoder(dir, o, o->joint_dim, o->t5_heads, o->t5_ff ? o->t5_ff : 2 * o->joint_dim, o->t5_layers,
-				  V, 0, o->seed + 12, 2);
-}
-
-static int pd_tiny_text(const char *dir, const struct pd_tiny_opts *o)
-{
-	char *tk = pd_strfmt("%s/tokenizer", dir), *tk2 = pd_strfmt("%s/tokenizer_2", dir);
-	char *te = pd_strfmt("%s/text_encoder", dir), *te2 = pd_strfmt("%s/text_encoder_2", dir);
-	char *tr = pd_strfmt("%s/transformer", dir), *shard = pd_strfmt("%s/transformer/diffusion_pytorch_model.safetensors", dir);
-	int cv = 0, tv = 0, rc;
-
-	rc = !tk || !tk2 || !te || !te2 || !tr || !shard || pd_tiny_clip_tokenizer(tk, &cv) ||
-	     pd_tiny_t5_tokenizer(tk2, &tv) || pd_tiny_clip(te, o, cv) || pd_tiny_t5(te2, o, tv) ||
-	     pd_st_write_shards(shard, tr, "diffusion_pytorch_model", 3);
-	free(tk);
-	free(tk2);
-	free(te);
-	free(te2);
-	free(tr);
-	free(shard);
-	return rc ? -1 : 0;
-}
-
-/* ----------------------------------------------------------------------- */
-/* Wan2.1                                                                  */
-/* ----------------------------------------------------------------------- */
-
-void pd_tiny_wan_defaults(struct pd_tiny_opts *o)
-{
-	pd_tiny_defaults(o);
-	o->wan = 1;
-	o->heads = 2;
-	o->head_dim = 32;
-	o->layers = 2;
-	o->ffn_dim = 128;
-	o->text_dim = 32;
-	o->umt5_layers = 2;
-	o->umt5_heads = 4;
-	o->umt5_ff = 64;
-	o->wan_vae_base = 8;
-}
-
-void pd_tiny_wan_width(struct pd_tiny_opts *o)
-{
-	pd_tiny_wan_defaults(o);
-	o->dtype = PD_BF16;
-	o->heads = 12;
-	o->head_dim = 128;
-	o->ffn_dim = 8960;
-	o->text_dim = 4096;
-	o->umt5_heads = 64;
-	o->umt5_ff = 10240;
-	o->wan_vae_base = 96;
-}
-
 /* A 3-D convolution [c_out, c_in, kt, k, k]: N(0, 1/fan_in) and its bias. */
-static void pd_tiny_conv3(struct pd_tiny_writer *tw, int64_t c_out, int64_t c_in, int64_t kt, int64_t k,
-			  const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-static void pd_tiny_conv3(struct pd_tiny_writer *tw, int64_t c_out, int64_t c_in, int64_t kt, int64_t k,
+void pd_tiny_conv3(struct pd_tiny_writer *tw, int64_t c_out, int64_t c_in, int64_t kt, int64_t k,
 			  const char *fmt, ...)
 {
 	char base[200];
@@ -968,170 +718,10 @@ static void pd_tiny_conv3(struct pd_tiny_writer *tw, int64_t c_out, int64_t c_in
 	pd_tiny_add(tw, 0.0f, 0.05f, 1, bs, "%s.bias", base);
 }
 
-static int pd_tiny_wan_transformer(const char *dir, const struct pd_tiny_opts *o)
-{
-	int64_t D = (int64_t)o->heads * o->head_dim, F = o->ffn_dim, E = o->text_dim, P = 16 * 4;
-	int64_t ps[5] = { D, 16, 1, 2, 2 }, pb[1] = { D }, t6[3] = { 1, 6, D }, t2[3] = { 1, 2, D };
-	struct pd_tiny_writer tw;
-	cJSON *c = cJSON_CreateObject(), *a;
-	char *path;
-	int rc;
-
-	if (!c)
-		return pd_errorf("out of memory");
-	cJSON_AddStringToObject(c, "_class_name", "WanTransformer3DModel");
-	cJSON_AddStringToObject(c, "_diffusers_version", "0.40.0");
-	cJSON_AddNullToObject(c, "added_kv_proj_dim");
-	cJSON_AddNumberToObject(c, "attention_head_dim", o->head_dim);
-	cJSON_AddBoolToObject(c, "cross_attn_norm", 1);
-	cJSON_AddNumberToObject(c, "eps", 1e-6);
-	cJSON_AddNumberToObject(c, "ffn_dim", (double)F);
-	cJSON_AddNumberToObject(c, "freq_dim", 256);
-	cJSON_AddNullToObject(c, "image_dim");
-	cJSON_AddNumberToObject(c, "in_channels", 16);
-	cJSON_AddNumberToObject(c, "num_attention_heads", o->heads);
-	cJSON_AddNumberToObject(c, "num_layers", o->layers);
-	cJSON_AddNumberToObject(c, "out_channels", 16);
-	a = cJSON_AddArrayToObject(c, "patch_size");
-	cJSON_AddItemToArray(a, cJSON_CreateNumber(1));
-	cJSON_AddItemToArray(a, cJSON_CreateNumber(2));
-	cJSON_AddItemToArray(a, cJSON_CreateNumber(2));
-	cJSON_AddNullToObject(c, "pos_embed_seq_len");
-	cJSON_AddStringToObject(c, "qk_norm", "rms_norm_across_heads");
-	cJSON_AddNumberToObject(c, "rope_max_seq_len", 1024);
-	cJSON_AddNumberToObject(c, "text_dim", (double)E);
-	if (pd_tiny_save_json(dir, "config.json", c) || pd_tiny_writer_init(&tw, o->seed + 20, o->dtype, 16 + 32 * o->layers))
-		return -1;
-	pd_tiny_add(&tw, 0.0f, 1.0f / sqrtf((float)P), 5, ps, "patch_embedding.weight");
-	pd_tiny_add(&tw, 0.0f, 0.05f, 1, pb, "patch_embedding.bias");
-	pd_tiny_linear(&tw, D, 256, "condition_embedder.time_embedder.linear_1");
-	pd_tiny_linear(&tw, D, D, "condition_embedder.time_embedder.linear_2");
-	pd_tiny_linear(&tw, 6 * D, D, "condition_embedder.time_proj");
-	pd_tiny_linear(&tw, D, E, "condition_embedder.text_embedder.linear_1");
-	pd_tiny_linear(&tw, D, D, "condition_embedder.text_embedder.linear_2");
-	for (int i = 0; i < o->layers; i++) {
-		char b[96];
-
-		for (int at = 1; at <= 2; at++) {
-			pd_tiny_linear(&tw, D, D, "blocks.%d.attn%d.to_q", i, at);
-			pd_tiny_linear(&tw, D, D, "blocks.%d.attn%d.to_k", i, at);
-			pd_tiny_linear(&tw, D, D, "blocks.%d.attn%d.to_v", i, at);
-			pd_tiny_linear(&tw, D, D, "blocks.%d.attn%d.to_out.0", i, at);
-			snprintf(b, sizeof(b), "blocks.%d.attn%d.norm_q", i, at);
-			pd_tiny_norm(&tw, D, 0, b);
-			snprintf(b, sizeof(b), "blocks.%d.attn%d.norm_k", i, at);
-			pd_tiny_norm(&tw, D, 0, b);
-		}
-		snprintf(b, sizeof(b), "blocks.%d.norm2", i);
-		pd_tiny_norm(&tw, D, 1, b);
-		pd_tiny_linear(&tw, F, D, "blocks.%d.ffn.net.0.proj", i);
-		pd_tiny_linear(&tw, D, F, "blocks.%d.ffn.net.2", i);
-		pd_tiny_add(&tw, 0.0f, 1.0f / sqrtf((float)D), 3, t6, "blocks.%d.scale_shift_table", i);
-	}
-	pd_tiny_linear(&tw, 16 * 4, D, "proj_out");
-	pd_tiny_add(&tw, 0.0f, 1.0f / sqrtf((float)D), 3, t2, "scale_shift_table");
-	path = pd_strfmt("%s/diffusion_pytorch_model.safetensors", dir);
-	rc = !path || pd_tiny_writer_save(&tw, path);
-	free(path);
-	return rc ? -1 : 0;
-}
-
-/* A Wan residual block's weights (VW:315-386). */
-static void pd_tiny_wan_res(struct pd_tiny_writer *tw, int64_t ci, int64_t co, const char *p)
-{
-	int64_t g1[4] = { ci, 1, 1, 1 }, g2[4] = { co, 1, 1, 1 };
-
-	pd_tiny_add(tw, 1.0f, 0.1f, 4, g1, "%s.norm1.gamma", p);
-	pd_tiny_conv3(tw, co, ci, 3, 3, "%s.conv1", p);
-	pd_tiny_add(tw, 1.0f, 0.1f, 4, g2, "%s.norm2.gamma", p);
-	pd_tiny_conv3(tw, co, co, 3, 3, "%s.conv2", p);
-	if (ci != co)
-		pd_tiny_conv3(tw, co, ci, 1, 1, "%s.conv_shortcut", p);
-}
-
-/* AutoencoderKLWan's decoder as WanDecoder3d lays it out (dims base x
- * [4, 4, 4, 2, 1], each up block after the first starting from half the
- * channels, temporal upsamplers first); the encoder is not written. */
-static int pd_tiny_wan_vae(const char *dir, const struct pd_tiny_opts *o)
-{
-	static const double mean[16] = { -0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508,
-					 0.4134, -0.0715, 0.5517, -0.3632, -0.1922, -0.9497, 0.2503, -0.2921 };
-	static const double std[16] = { 2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743,
-					3.2687, 2.1526, 2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.916 };
-	static const int mult[4] = { 1, 2, 4, 4 };
-	int64_t b = o->wan_vae_base, dims[5] = { 4 * b, 4 * b, 4 * b, 2 * b, b }, g[3], qs[4], ps[4];
-	struct pd_tiny_writer tw;
-	cJSON *c = cJSON_CreateObject(), *a;
-	char p[128], *path;
-	int rc;
-
-	if (!c)
-		return pd_errorf("out of memory");
-	cJSON_AddStringToObject(c, "_class_name", "AutoencoderKLWan");
-	cJSON_AddStringToObject(c, "_diffusers_version", "0.40.0");
-	cJSON_AddItemToObject(c, "attn_scales", cJSON_CreateArray());
-	cJSON_AddNumberToObject(c, "base_dim", (double)b);
-	a = cJSON_AddArrayToObject(c, "dim_mult");
-	for (int i = 0; i < 4; i++)
-		cJSON_AddItemToArray(a, cJSON_CreateNumber(mult[i]));
-	cJSON_AddNumberToObject(c, "dropout", 0.0);
-	cJSON_AddNumberToObject(c, "in_channels", 3);
-	cJSON_AddBoolToObject(c, "is_residual", 0);
-	cJSON_AddItemToObject(c, "latents_mean", cJSON_CreateDoubleArray(mean, 16));
-	cJSON_AddItemToObject(c, "latents_std", cJSON_CreateDoubleArray(std, 16));
-	cJSON_AddNumberToObject(c, "num_res_blocks", 2);
-	cJSON_AddNumberToObject(c, "out_channels", 3);
-	cJSON_AddNumberToObject(c, "scale_factor_spatial", 8);
-	cJSON_AddNumberToObject(c, "scale_factor_temporal", 4);
-	a = cJSON_AddArrayToObject(c, "temperal_downsample");
-	cJSON_AddItemToArray(a, cJSON_CreateFalse());
-	cJSON_AddItemToArray(a, cJSON_CreateTrue());
-	cJSON_AddItemToArray(a, cJSON_CreateTrue());
-	cJSON_AddNumberToObject(c, "z_dim", 16);
-	if (pd_tiny_save_json(dir, "config.json", c) || pd_tiny_writer_init(&tw, o->seed + 30, o->dtype, 160))
-		return -1;
-	pd_tiny_conv3(&tw, 16, 16, 1, 1, "post_quant_conv");
-	pd_tiny_conv3(&tw, dims[0], 16, 3, 3, "decoder.conv_in");
-	pd_tiny_wan_res(&tw, dims[0], dims[0], "decoder.mid_block.resnets.0");
-	pd_tiny_wan_res(&tw, dims[0], dims[0], "decoder.mid_block.resnets.1");
-	g[0] = dims[0];
-	g[1] = g[2] = 1;
-	pd_tiny_add(&tw, 1.0f, 0.1f, 3, g, "decoder.mid_block.attentions.0.norm.gamma");
-	qs[0] = 3 * dims[0], qs[1] = dims[0], qs[2] = qs[3] = 1;
-	ps[0] = ps[1] = dims[0], ps[2] = ps[3] = 1;
-	pd_tiny_add(&tw, 0.0f, 1.0f / sqrtf((float)dims[0]), 4, qs, "decoder.mid_block.attentions.0.to_qkv.weight");
-	pd_tiny_add(&tw, 0.0f, 0.05f, 1, qs, "decoder.mid_block.attentions.0.to_qkv.bias");
-	pd_tiny_add(&tw, 0.0f, 1.0f / sqrtf((float)dims[0]), 4, ps, "decoder.mid_block.attentions.0.proj.weight");
-	pd_tiny_add(&tw, 0.0f, 0.05f, 1, ps, "decoder.mid_block.attentions.0.proj.bias");
-	for (int i = 0; i < 4; i++) {
-		int64_t in = i > 0 ? dims[i] / 2 : dims[i], out = dims[i + 1];
-
-		for (int r = 0; r < 3; r++) {
-			snprintf(p, sizeof(p), "decoder.up_blocks.%d.resnets.%d", i, r);
-			pd_tiny_wan_res(&tw, r ? out : in, out, p);
-		}
-		if (i < 3) {
-			pd_tiny_conv(&tw, out / 2, out, 3, "decoder.up_blocks.%d.upsamplers.0.resample.1", i);
-			if (i < 2)
-				pd_tiny_conv3(&tw, 2 * out, out, 3, 1, "decoder.up_blocks.%d.upsamplers.0.time_conv", i);
-		}
-	}
-	{
-		int64_t g4[4] = { dims[4], 1, 1, 1 };
-
-		pd_tiny_add(&tw, 1.0f, 0.1f, 4, g4, "decoder.norm_out.gamma");
-	}
-	pd_tiny_conv3(&tw, 3, dims[4], 3, 3, "decoder.conv_out");
-	path = pd_strfmt("%s/diffusion_pytorch_model.safetensors", dir);
-	rc = !path || pd_tiny_writer_save(&tw, path);
-	free(path);
-	return rc ? -1 : 0;
-}
-
 /* umT5's tokenizer in miniature: <pad> </s> <s> <unk>, the 256 byte pieces
  * (byte fallback), "▁", characters and the words above; 300 extra ids as
  * added tokens with lstrip/rstrip. *VOCAB: the embedding rows it needs. */
-static int pd_tiny_umt5_tokenizer(const char *dir, int *vocab)
+int pd_tiny_umt5_tokenizer(const char *dir, int *vocab)
 {
 	static const char chars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,!?'\"-:;()";
 	struct pd_pbw w = { 0 }, t = { 0 }, nspec = { 0 };
@@ -1216,111 +806,3 @@ static int pd_tiny_umt5_tokenizer(const char *dir, int *vocab)
 	return rc ? -1 : 0;
 }
 
-static int pd_tiny_umt5(const char *dir, const struct pd_tiny_opts *o, int vocab)
-{
-	return pd_tiny_t5_encoder(dir, o, o->text_dim, o->umt5_heads, o->umt5_ff, o->umt5_layers, vocab, 1, o->seed + 40, 1);
-}
-
-static int pd_tiny_wan_rest(const char *dir)
-{
-	static const char *parts[][3] = {
-		{ "scheduler", "diffusers", "UniPCMultistepScheduler" },
-		{ "text_encoder", "transformers", "UMT5EncoderModel" },
-		{ "tokenizer", "transformers", "T5Tokenizer" },
-		{ "transformer", "diffusers", "WanTransformer3DModel" },
-		{ "vae", "diffusers", "AutoencoderKLWan" },
-	};
-	cJSON *idx = cJSON_CreateObject(), *sch = cJSON_CreateObject();
-	char *sdir = pd_strfmt("%s/scheduler", dir);
-	int rc;
-
-	if (!idx || !sch || !sdir) {
-		cJSON_Delete(idx);
-		cJSON_Delete(sch);
-		free(sdir);
-		return pd_errorf("out of memory");
-	}
-	cJSON_AddStringToObject(idx, "_class_name", "WanPipeline");
-	cJSON_AddStringToObject(idx, "_diffusers_version", "0.40.0");
-	for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
-		cJSON *a = cJSON_AddArrayToObject(idx, parts[i][0]);
-
-		cJSON_AddItemToArray(a, cJSON_CreateString(parts[i][1]));
-		cJSON_AddItemToArray(a, cJSON_CreateString(parts[i][2]));
-	}
-	/* Wan-AI's scheduler folder */
-	cJSON_AddStringToObject(sch, "_class_name", "UniPCMultistepScheduler");
-	cJSON_AddStringToObject(sch, "_diffusers_version", "0.40.0");
-	cJSON_AddItemToObject(sch, "disable_corrector", cJSON_CreateArray());
-	cJSON_AddStringToObject(sch, "final_sigmas_type", "zero");
-	cJSON_AddNumberToObject(sch, "flow_shift", 3.0);
-	cJSON_AddBoolToObject(sch, "lower_order_final", 1);
-	cJSON_AddNumberToObject(sch, "num_train_timesteps", 1000);
-	cJSON_AddBoolToObject(sch, "predict_x0", 1);
-	cJSON_AddStringToObject(sch, "prediction_type", "flow_prediction");
-	cJSON_AddNumberToObject(sch, "solver_order", 2);
-	cJSON_AddStringToObject(sch, "solver_type", "bh2");
-	cJSON_AddBoolToObject(sch, "thresholding", 0);
-	cJSON_AddBoolToObject(sch, "use_flow_sigmas", 1);
-	rc = pd_tiny_save_json(dir, "model_index.json", idx) | pd_tiny_save_json(sdir, "scheduler_config.json", sch);
-	free(sdir);
-	return rc ? -1 : 0;
-}
-
-static int pd_tiny_wan(const char *dir, const struct pd_tiny_opts *o)
-{
-	char *t = pd_strfmt("%s/transformer", dir), *v = pd_strfmt("%s/vae", dir);
-	char *tk = pd_strfmt("%s/tokenizer", dir), *te = pd_strfmt("%s/text_encoder", dir);
-	int vocab = 0, rc = -1;
-
-	if (o->heads < 1 || o->head_dim < 6 || o->head_dim % 2 || o->layers < 0 || o->ffn_dim < 1 || o->text_dim < 1 ||
-	    o->umt5_layers < 0 || o->umt5_heads < 1 || o->umt5_ff < 1 || o->wan_vae_base < 2 || o->wan_vae_base % 2) {
-		pd_errorf("tiny: invalid Wan sizes");
-		goto out;
-	}
-	if (t && v && tk && te && !pd_mkdirs(dir) && !pd_tiny_wan_rest(dir) && !pd_tiny_wan_transformer(t, o) &&
-	    !pd_tiny_wan_vae(v, o) && !pd_tiny_umt5_tokenizer(tk, &vocab) && !pd_tiny_umt5(te, o, vocab))
-		rc = 0;
-out:
-	free(t);
-	free(v);
-	free(tk);
-	free(te);
-	return rc;
-}
-
-int pd_tiny_write(const char *dir, const struct pd_tiny_opts *o)
-{
-	char *t = pd_strfmt("%s/transformer", dir), *v = pd_strfmt("%s/vae", dir);
-	char *s = pd_strfmt("%s/scheduler", dir), *e = pd_strfmt("%s/embeds.safetensors", dir);
-	int rc = -1;
-
-	if (!t || !v || !s || !e)
-		goto out;
-	if (o->wan) {
-		rc = pd_tiny_wan(dir, o);
-		goto out;
-	}
-	if (o->heads < 1 || o->head_dim < 2 || o->head_dim % 2 || o->in_channels % 4 || o->in_channels < 4 ||
-	    o->layers < 0 || o->single_layers < 0 || o->joint_dim < 1 || o->pooled_dim < 1 || o->batch < 1 ||
-	    o->txt_len < 1 || o->mlp_ratio < 1) {
-		pd_errorf("tiny: invalid sizes");
-		goto out;
-	}
-	for (int i = 0; i < 4; i++) {
-		if (o->vae_blocks[i] < 1 || o->vae_blocks[i] % o->vae_groups) {
-			pd_errorf("tiny: VAE channels must be multiples of the group count");
-			goto out;
-		}
-	}
-	if (pd_mkdirs(dir) || pd_tiny_model_index(dir, o->full) || pd_tiny_transformer(t, o) || pd_tiny_vae(v, o) ||
-	    pd_tiny_scheduler(s, o->guidance) || pd_tiny_embeds(e, o) || (o->full && pd_tiny_text(dir, o)))
-		goto out;
-	rc = 0;
-out:
-	free(t);
-	free(v);
-	free(s);
-	free(e);
-	return rc;
-}

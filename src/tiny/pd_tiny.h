@@ -1,20 +1,21 @@
 /*
- * pd_tiny.h - writes a deterministic random FLUX model folder in the
- * diffusers layout (model_index.json, transformer/, vae/, scheduler/) and an
- * embeddings file, so pdit runs end to end with nothing downloaded. With
- * FULL the folder is laid out as the published FLUX.1-dev repository:
- * text_encoder/ (CLIP), text_encoder_2/ (T5, sharded), tokenizer/,
- * tokenizer_2/ and a sharded transformer/, each with its index file; the
- * tokenizers are small made-up vocabularies in the real formats (a BPE
- * vocab.json + merges.txt, a sentencepiece unigram spiece.model).
- *
- * Every tensor is drawn from PyTorch's generator seeded from the model seed
- * and the tensor's name, so the files depend only on the options.
+ * pd_tiny.h - deterministic random model folders, so pdit runs end to end
+ * with nothing downloaded: the options every family's writer takes, and the
+ * tools and shared components they are written with (a weights file whose
+ * tensors are drawn from PyTorch's generator seeded from the model seed and
+ * each tensor's name; AutoencoderKL; the flow-matching scheduler; CLIP, T5
+ * and UMT5 encoders with small made-up tokenizers in the real formats). A
+ * family's own parts and its folder's layout are its own (model/flux's
+ * pd_flux_tiny.c, model/wan's pd_wan_tiny.c), reached through its record
+ * (pd_dit_family.tiny), so the files depend only on the options.
  */
 #ifndef PD_TINY_H
 #define PD_TINY_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include <cjson/cJSON.h>
 
 #include "pd_safetensors.h"
 
@@ -34,11 +35,10 @@ struct pd_tiny_opts {
 	int vae_layers;                 /* layers_per_block */
 	int vae_groups;                 /* norm_num_groups */
 	/* text encoders and tokenizers (full) */
-	int full;                       /* the whole FLUX.1-dev layout: encoders, tokenizers, shards */
+	int full;                       /* the whole published layout: encoders, tokenizers, shards */
 	int clip_layers, clip_heads;    /* CLIP text model (width pooled_dim) */
 	int t5_layers, t5_heads, t5_ff; /* T5 encoder (width joint_dim) */
-	/* Wan2.1 (family wan): heads, head_dim, layers as above */
-	int wan;                        /* write a Wan2.1 text-to-video folder instead of FLUX's */
+	/* Wan2.1: heads, head_dim, layers as above */
 	int ffn_dim;                    /* its feed-forward width */
 	int text_dim;                   /* its UMT5 width */
 	int umt5_layers, umt5_heads, umt5_ff; /* its UMT5 encoder */
@@ -48,18 +48,84 @@ struct pd_tiny_opts {
 	int txt_len;                    /* text tokens */
 };
 
-/* The README's default: a small dev-style model (64 wide, 16 latent channels). */
+/* A flag of a family's own for `pdit tiny`: an int of its options. */
+struct pd_tiny_flag {
+	const char *name;               /* without the dashes: "wan-vae-base" */
+	size_t offset;                  /* offsetof(struct pd_tiny_opts, field), an int */
+	const char *help;               /* one line */
+};
+
+/* The base every family's defaults start from: a small dev-style FLUX
+ * model (64 wide, 16 latent channels), seed 1, f32. */
 void pd_tiny_defaults(struct pd_tiny_opts *o);
-/* FLUX.1's real widths (3072 = 24 x 128, MLP 12288, T5 4096, CLIP 768,
- * 16 latent channels, FLUX VAE) with 2 double and 4 single blocks, bf16. */
-void pd_tiny_flux_width(struct pd_tiny_opts *o);
 
-/* Wan2.1 presets: a small one (2 x 32 heads, 2 blocks, VAE base 8, UMT5
- * 32 wide), and Wan2.1-T2V-1.3B's widths (12 x 128, FFN 8960, UMT5 4096,
- * VAE base 96) with 2 blocks and 2 UMT5 layers, bf16. */
-void pd_tiny_wan_defaults(struct pd_tiny_opts *o);
-void pd_tiny_wan_width(struct pd_tiny_opts *o);
+/* ----------------------------------------------------------------------- */
+/* A weights file of random tensors                                        */
+/* ----------------------------------------------------------------------- */
 
-int pd_tiny_write(const char *dir, const struct pd_tiny_opts *o);
+struct pd_tiny_fill;
+
+struct pd_tiny_writer {
+	struct pd_st_writer *w;         /* the file being assembled */
+	struct pd_tiny_fill *fills;     /* one per tensor, alive until save */
+	int n, cap;                     /* fills used and room for them */
+	uint64_t seed;                  /* the model seed */
+	enum pd_dtype dtype;            /* weight dtype */
+	int failed;                     /* an add failed: save refuses */
+};
+
+/* Room for CAP tensors drawn from SEED, written as DT. */
+int pd_tiny_writer_init(struct pd_tiny_writer *tw, uint64_t seed, enum pd_dtype dt, int cap);
+/* Writes PATH and frees TW. */
+int pd_tiny_writer_save(struct pd_tiny_writer *tw, const char *path);
+/* A tensor: mean + std x N(0, 1). */
+void pd_tiny_add(struct pd_tiny_writer *tw, float mean, float std, int ndim, const int64_t *shape, const char *fmt,
+		 ...) __attribute__((format(printf, 6, 7)));
+/* A linear layer: weight ~ N(0, 1/fan_in) keeps activations O(1) at any
+ * width; bias ~ N(0, 0.05^2) as in the golden models. A weight alone. */
+void pd_tiny_linear(struct pd_tiny_writer *tw, int64_t n_out, int64_t n_in, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+void pd_tiny_weight(struct pd_tiny_writer *tw, int64_t n_out, int64_t n_in, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* 2-D [c_out, c_in, k, k] and 3-D [c_out, c_in, kt, k, k] convolutions and their biases. */
+void pd_tiny_conv(struct pd_tiny_writer *tw, int64_t c_out, int64_t c_in, int64_t k, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+void pd_tiny_conv3(struct pd_tiny_writer *tw, int64_t c_out, int64_t c_in, int64_t kt, int64_t k, const char *fmt,
+		   ...) __attribute__((format(printf, 6, 7)));
+/* A normalisation's scale (1 + N(0, 0.1^2)) and, when wanted, shift. */
+void pd_tiny_norm(struct pd_tiny_writer *tw, int64_t n, int with_bias, const char *base);
+
+/* DIR/NAME with ROOT's JSON (ROOT freed), DIR made when missing; NAME with
+ * TEXT. */
+int pd_tiny_save_json(const char *dir, const char *name, cJSON *root);
+int pd_tiny_file(const char *dir, const char *name, const char *text);
+
+/* ----------------------------------------------------------------------- */
+/* Shared components                                                       */
+/* ----------------------------------------------------------------------- */
+
+/* DIR/model_index.json of PIPELINE ("FluxPipeline") listing PARTS[N]:
+ * { component, library, class }; a NULL library lists it as left out. */
+int pd_tiny_model_index(const char *dir, const char *pipeline, const char *const (*parts)[3], int n);
+/* diffusers' AutoencoderKL (o->vae_blocks, vae_layers, vae_groups). */
+int pd_tiny_vae_kl(const char *dir, const struct pd_tiny_opts *o);
+/* FlowMatchEulerDiscreteScheduler's folder as FLUX.1-dev's (DYNAMIC: its
+ * shifting by resolution) or schnell's. */
+int pd_tiny_flow_scheduler(const char *dir, int dynamic);
+/* Random prompt embeddings (with negatives) of o->batch x o->txt_len. */
+int pd_tiny_embeds(const char *path, const struct pd_tiny_opts *o);
+/* Tokenizers in miniature, in their real formats: CLIP's BPE (vocab.json,
+ * merges.txt), T5's sentencepiece unigram (spiece.model) and umT5's (byte
+ * fallback, 300 added tokens); *VOCAB: the embedding rows they need. */
+int pd_tiny_clip_tokenizer(const char *dir, int *vocab);
+int pd_tiny_t5_tokenizer(const char *dir, int *vocab);
+int pd_tiny_umt5_tokenizer(const char *dir, int *vocab);
+/* CLIP's text model of width o->pooled_dim. */
+int pd_tiny_clip(const char *dir, const struct pd_tiny_opts *o, int vocab);
+/* A T5-style encoder (T5 v1.1's, or UMT5's with a relative position table
+ * per block) of width D, H heads, feed-forward F, LAYERS blocks and V
+ * embedding rows; SHARDS > 1 splits the weights as published folders do. */
+int pd_tiny_t5_encoder(const char *dir, const struct pd_tiny_opts *o, int64_t D, int64_t H, int64_t F, int layers,
+		       int64_t V, int umt5, uint64_t seed, int shards);
 
 #endif /* PD_TINY_H */

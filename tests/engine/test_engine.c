@@ -211,7 +211,7 @@ int main(int argc, char **argv)
 
 		pd_tiny_defaults(&t);
 		t.full = 1;
-		PD_CHECK(mkdtemp(dir) && pd_tiny_write(dir, &t) == 0, "tiny model: %s", pd_last_error());
+		PD_CHECK(mkdtemp(dir) && pd_tiny_model(NULL, dir, &t) == 0, "tiny model: %s", pd_last_error());
 	}
 	world->ops->bcast(world, dir, sizeof(dir), 0);
 	options(&o, dir, mesh, world->size);

@@ -16,6 +16,7 @@
 #include "pd_mesh.h"
 #include "pd_test.h"
 #include "pd_tiny.h"
+#include "pdit.h"
 #include "pd_util.h"
 #include "test_run.h"
 
@@ -82,7 +83,7 @@ int main(int argc, char **argv)
 	o.batch = 2;
 	o.txt_len = 7;
 	if (world->rank == 0)
-		rc = mkdtemp(tmp) ? pd_tiny_write(tmp, &o) : -1;
+		rc = mkdtemp(tmp) ? pd_tiny_model(NULL, tmp, &o) : -1;
 	world->ops->bcast(world, tmp, sizeof(tmp), 0);
 	world->ops->bcast(world, &rc, sizeof(rc), 0);
 	PD_CHECK(rc == 0, "writing the tiny model");

@@ -20,6 +20,7 @@
 #include "pd_parallel.h"
 #include "pd_test.h"
 #include "pd_tiny.h"
+#include "pdit.h"
 #include "pd_util.h"
 
 #include <stdio.h>
@@ -141,7 +142,7 @@ static void tiny_case(struct pcase *c, const char *tmp, const char *name, int he
 	o.seed = (uint64_t)heads;
 	snprintf(dir, sizeof(dir), "%s/%s", tmp, name);
 	if (world->rank == 0)
-		rc = pd_tiny_write(dir, &o);
+		rc = pd_tiny_model(NULL, dir, &o);
 	world->ops->bcast(world, &rc, sizeof(rc), 0);
 	memset(c, 0, sizeof(*c));
 	c->name = name;

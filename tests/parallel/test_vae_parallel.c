@@ -26,6 +26,7 @@
 #include "pd_rng.h"
 #include "pd_test.h"
 #include "pd_tiny.h"
+#include "pdit.h"
 #include "pd_util.h"
 #include "pd_vae.h"
 #include "pd_wan_vae.h"
@@ -280,7 +281,7 @@ static void run_cases(const char *dir, const char *wan_dir, char *tmp, int first
 	o.vae_layers = 2;
 	if (first) {
 		if (world->rank == 0)
-			rc = mkdtemp(tmp) ? pd_tiny_write(tmp, &o) : -1;
+			rc = mkdtemp(tmp) ? pd_tiny_model(NULL, tmp, &o) : -1;
 		world->ops->bcast(world, tmp, 256, 0);
 		world->ops->bcast(world, &rc, sizeof(rc), 0);
 		PD_CHECK(rc == 0, "writing a tiny model: %s", pd_last_error());
@@ -305,12 +306,12 @@ static void run_cases(const char *dir, const char *wan_dir, char *tmp, int first
 	wan_golden_case(wan_dir, "vae-decode-n5-h32w48.safetensors");
 	wan_golden_case(wan_dir, "vae-decode-n9-h32w32.safetensors");
 	/* Wan's VAE at another width (base 4), 2 latent frames */
-	pd_tiny_wan_defaults(&o);
+	pd_tiny_model_defaults("wan", 0, &o);
 	o.wan_vae_base = 4;
 	snprintf(vdir, sizeof(vdir), "%s/wan", tmp);
 	if (first) {
 		if (world->rank == 0)
-			rc = pd_tiny_write(vdir, &o);
+			rc = pd_tiny_model("wan", vdir, &o);
 		world->ops->bcast(world, &rc, sizeof(rc), 0);
 		PD_CHECK(rc == 0, "writing a tiny Wan model: %s", pd_last_error());
 	}

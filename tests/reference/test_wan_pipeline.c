@@ -82,7 +82,7 @@ static void one_file(const char *dir, const char *name, struct pd_backend *be, s
 {
 	char *path = pd_strfmt("%s/%s.safetensors", dir, name), *sdir = pd_strfmt("%s/model/scheduler", dir);
 	char *tok = pd_strfmt("%s/model/tokenizer", dir), *te = pd_strfmt("%s/model/text_encoder", dir);
-	struct pd_model_paths mp = { .tokenizer = tok, .text_encoder = te };
+	struct pd_model_paths mp = { .tokenizer = { tok }, .encoder = { te } };
 	struct pd_st *st = NULL;
 	struct pd_scheduler s;
 	struct pd_embeds e;

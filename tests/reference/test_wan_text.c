@@ -110,7 +110,7 @@ int main(int argc, char **argv)
 	int bf16 = argc > 2 && strcmp(argv[2], "bf16") == 0, n_prompts = 0;
 	char *tok = pd_strfmt("%s/model/tokenizer", dir), *te = pd_strfmt("%s/model/text_encoder", dir);
 	char *pj = pd_strfmt("%s/prompts.json", dir), *text = NULL;
-	struct pd_model_paths mp = { .tokenizer = tok, .text_encoder = te };
+	struct pd_model_paths mp = { .tokenizer = { tok }, .encoder = { te } };
 	struct pd_wan_prompt_encoder pe;
 	struct pd_backend *be;
 	cJSON *root = NULL, *p;

@@ -27,6 +27,16 @@ if [ -n "$hits" ]; then
 	echo "$hits"
 	fail=1
 fi
+# ... and know no family by name: what differs between families is data
+# of their records (model/*/pd_*_family.c), reached through pdit.h
+fams=$(grep -ho '\.name = "[a-z0-9_]*"' "$src"/model/*/pd_*_family.c | sed 's/.*"\(.*\)"/\1/' | paste -sd'|')
+[ -n "$fams" ] || { echo "FAIL: no family names found in model/*/pd_*_family.c"; fail=1; }
+hits=$(grep -rnE "\"($fams)\"" "$src/cli" "$src/serve")
+if [ -n "$hits" ]; then
+	echo "FAIL: a family's name in code under cli/ or serve/:"
+	echo "$hits"
+	fail=1
+fi
 loose=$(find "$src" -maxdepth 1 -type f \( -name '*.c' -o -name '*.h' \))
 if [ -n "$loose" ]; then
 	echo "FAIL: source files outside the rooms: $loose"
@@ -35,5 +45,5 @@ fi
 # the check itself can fail: it must see a FLUX identifier where there is one
 grep -qE '\bpd_flux_' "$src/model/flux/pd_flux.h" || { echo "FAIL: the pattern finds nothing in model/flux"; fail=1; }
 grep -qE '\be->' "$src/engine/pd_engine_run.c" || { echo "FAIL: the e-> pattern finds nothing in engine/"; fail=1; }
-[ $fail = 0 ] && echo "ok: no FLUX identifier in parallel, pipeline, plan, engine; cli/ and serve/ on pdit.h alone; no loose source file"
+[ $fail = 0 ] && echo "ok: no FLUX identifier in parallel, pipeline, plan, engine; cli/ and serve/ on pdit.h alone, naming no family ($fams); no loose source file"
 exit $fail

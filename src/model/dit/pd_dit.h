@@ -216,8 +216,6 @@ struct pd_dit_defaults {
 	double base_shift, max_shift;   /* mu at base_seq and at max_seq image tokens */
 	double base_seq, max_seq;       /* the token counts of base_shift and max_shift */
 	const char *whose;              /* whose settings, for the log ("FLUX.1-dev's") */
-	int unipc;                      /* UniPC (order 2, bh2, flow sigmas; shift is its flow_shift)
-					 * instead of flow-matching Euler */
 	int frames, height, width;      /* the picture or video made when the request does not say */
 	float guidance;                 /* the guidance scale when the request does not say */
 	int guidance_cfg;               /* the guidance scale is classifier-free guidance over the
@@ -226,10 +224,65 @@ struct pd_dit_defaults {
 					 * embeds (FLUX.1-dev) */
 };
 
+/* What a family's transformer predicts: the denoising loop's step takes it
+ * so (pipeline/pd_pipeline.c). */
+enum pd_prediction {
+	PD_PREDICT_FLOW,                /* the flow-matching velocity, noise - data (FLUX, Wan, Qwen-Image) */
+};
+
+/* The sampler a family's pipeline steps with when no scheduler folder is
+ * given (the one its published folder names). */
+enum pd_sampler {
+	PD_SAMPLER_EULER,               /* FlowMatchEulerDiscreteScheduler */
+	PD_SAMPLER_UNIPC,               /* UniPCMultistepScheduler: order 2, bh2, flow sigmas (the
+					 * defaults' shift is its flow_shift) */
+};
+
+/* One of a family's text encoders, in the order of the model folder's
+ * slots (text_encoder, text_encoder_2, ...; pd_model_paths.h). */
+struct pd_encoder_spec {
+	const char *kind;               /* what it is, for the log and messages ("CLIP", "T5", "UMT5") */
+	const char *file;               /* the flag of its single file, as stable-diffusion.cpp names it
+					 * ("clip_l", "t5xxl", "llm"): --NAME FILE */
+	const char *tokenizer;          /* what its tokenizer folder holds ("vocab.json, merges.txt") */
+	int seq_len;                    /* the tokens it reads: fixed (CLIP: 77), or 0: the request's
+					 * text length (max_seq) */
+	int optional;                   /* a request may leave it out (its embeddings then zeros) */
+};
+
 struct pd_st;
+struct pd_tiny_opts;
+struct pd_tiny_flag;
+
+/* `pdit tiny` for a family (tiny/pd_tiny.h has the options and the shared
+ * parts): a random model folder in DIR laid out as its published one; its
+ * options' defaults (REAL: its real widths with few blocks, bf16); its own
+ * flags (ended by a NULL name). */
+struct pd_family_tiny {
+	int (*write)(const char *dir, const struct pd_tiny_opts *o);
+	void (*defaults)(struct pd_tiny_opts *o, int real);
+	const struct pd_tiny_flag *flags;
+	/* what O writes, in a few words ("4 heads x 16, 2 + 2 blocks") */
+	void (*summary)(const struct pd_tiny_opts *o, char *buf, size_t len);
+};
 
 struct pd_dit_family {
 	const char *name;               /* "flux" */
+	const char *title;              /* what it makes, for help ("FLUX.1 pictures") */
+	/* Its GGUF files as ComfyUI-GGUF's convert.py and city96's
+	 * lcpp.patch write them: general.architecture ("flux"), the tensors
+	 * kept F32 whatever the type (names holding one of GGUF_F32), and the
+	 * weights whose Q4_0/Q5_0 become Q4_1/Q5_1 (names holding one of
+	 * GGUF_Q_1); the lists NULL-terminated, or NULL. */
+	const char *gguf_arch;
+	const char *const *gguf_f32;
+	const char *const *gguf_q_1;
+	/* whether ST's tensors are this family's transformer by their names
+	 * alone (any layout, any prefix; nothing probed): pdit quantize's
+	 * choice of these rules */
+	int (*names_are)(const struct pd_st *st);
+	enum pd_prediction prediction;  /* what its transformer predicts */
+	enum pd_sampler sampler;        /* its sampler when no scheduler folder says */
 	int latents_unpacked;           /* its pipeline's latents are [B, C, F, h, w] (Wan), not the
 					 * packed tokens [B, L, C] (FLUX): --out-latents writes them so */
 	float timestep_div;             /* the transformer sees the scheduler's timestep / this, in float32
@@ -257,18 +310,19 @@ struct pd_dit_family {
 	void (*image_ids)(const struct pd_latent_shape *ls, int n_axes, float *ids);
 	/* the defaults for the model INFO describes */
 	void (*defaults)(const struct pd_dit_info *info, struct pd_dit_defaults *d);
-	/* Prompts (all NULL: the family takes embeddings only): the widths
-	 * its text encoders make (from their configs, nothing loaded), the
-	 * default text length, and the embeddings of PROMPTS[first, first +
-	 * count) of N (with NEGATIVE's, when not NULL) in E, the other rows
-	 * zero, and with KEEP_EXTRA what else the encoders saw and made (E's
-	 * extras); the encoders are loaded for the call and freed after it. */
 	/* The VAE its pipeline decodes with (model/vae's pd_vae.h; Wan's video
 	 * VAE), fed the unpacked latents; vae_scale: pixels per latent
 	 * position its pipeline assumes (0: 8). */
 	const struct pd_vae_kind *vae;
 	int vae_scale;
-	const char *encoders;           /* its text encoders, for the log ("CLIP + T5") */
+	/* Prompts (none: the family takes embeddings only, and the functions
+	 * are NULL): its text encoders in slot order, the widths they make
+	 * (from their configs, nothing loaded), the default text length, and
+	 * the embeddings of PROMPTS[first, first + count) of N (with
+	 * NEGATIVE's, when not NULL) in E, the other rows zero, and with
+	 * KEEP_EXTRA what else the encoders saw and made (E's extras). */
+	const struct pd_encoder_spec *encoders;
+	int n_encoders;
 	int (*prompt_widths)(const struct pd_model_paths *mp, int64_t *txt_width, int64_t *pooled_width);
 	int (*default_max_seq)(const struct pd_dit_info *info); /* info NULL: no transformer known */
 	/* HELD (may be NULL): the encoders the first call loads are kept there
@@ -278,6 +332,7 @@ struct pd_dit_family {
 		      char *const *prompts, int n, const char *negative, int max_seq, int64_t first, int64_t count,
 		      int keep_extra);
 	void (*encoders_free)(void *held);
+	const struct pd_family_tiny *tiny; /* its random models (pdit tiny) */
 };
 
 /* Values of one latent: C x frames x h x w. */

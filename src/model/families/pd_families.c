@@ -66,11 +66,18 @@ int pd_family_find(const char *path, const char *config, const struct pd_dit_fam
 	return (*fam)->probe(path, config, info);
 }
 
+const struct pd_dit_family *pd_family_at(int i)
+{
+	return i >= 0 && (size_t)i < sizeof(pd_families) / sizeof(pd_families[0]) ? pd_families[i] : NULL;
+}
+
 const struct pd_dit_family *pd_family_named(const char *name)
 {
 	char known[256] = "";
 	size_t n = sizeof(pd_families) / sizeof(pd_families[0]);
 
+	if (!name)
+		return pd_families[0];
 	for (size_t i = 0; i < n; i++) {
 		if (strcmp(pd_families[i]->name, name) == 0)
 			return pd_families[i];

@@ -13,7 +13,10 @@
  * sizes; -1 with the message of the family that came nearest. */
 int pd_family_find(const char *path, const char *config, const struct pd_dit_family **fam, struct pd_dit_info *info);
 
-/* The family called NAME ("flux"), or NULL with a message listing them. */
+/* The family called NAME ("flux"; NULL: the first, FLUX), or NULL with a
+ * message listing them. */
 const struct pd_dit_family *pd_family_named(const char *name);
+/* Family I of the table, or NULL past its end. */
+const struct pd_dit_family *pd_family_at(int i);
 
 #endif /* PD_FAMILIES_H */

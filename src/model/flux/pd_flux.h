@@ -116,4 +116,7 @@ int pd_flux_blocks(const struct pd_flux_config *cfg);
 void pd_rope_tables(const struct pd_flux_config *cfg, const float *ids, int64_t n, float *cos_out,
 		    float *sin_out);
 
+/* Its random model folders (pdit tiny; pd_flux_tiny.c). */
+extern const struct pd_family_tiny pd_flux_tiny_models;
+
 #endif /* PD_FLUX_H */

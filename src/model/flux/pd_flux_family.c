@@ -10,6 +10,7 @@
 #include "pd_vae.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* The VAE's latent is 1/8 of the picture and the tokens are its 2x2
  * patches: a picture is a multiple of 16 pixels each way. */
@@ -157,10 +158,49 @@ static int pd_flux_default_max_seq(const struct pd_dit_info *info)
 	return pd_flux_prompt_default_length(info ? info->guidance : 1);
 }
 
+
+/* Whether one of ST's tensors, without the prefix ComfyUI's files carry,
+ * starts with one of PREFIXES (NULL-ended). */
+static int pd_flux_names_start(const struct pd_st *st, const char *const *prefixes)
+{
+	static const char comfy[] = "model.diffusion_model.";
+
+	for (int i = 0; i < st->n_tensors; i++) {
+		const char *n = st->sorted[i]->name;
+
+		n += strncmp(n, comfy, sizeof(comfy) - 1) == 0 ? sizeof(comfy) - 1 : 0;
+		for (const char *const *p = prefixes; *p; p++)
+			if (strncmp(n, *p, strlen(*p)) == 0)
+				return 1;
+	}
+	return 0;
+}
+
+/* Black Forest Labs' double_blocks or diffusers' transformer_blocks */
+static int pd_flux_names_are(const struct pd_st *st)
+{
+	static const char *const prefixes[] = { "double_blocks.", "transformer_blocks.", NULL };
+
+	return pd_flux_names_start(st, prefixes);
+}
+
 static const char *const pd_flux_classes[] = { "FluxTransformer2DModel", NULL };
+
+/* FluxPipeline's CLIP-L (pooled, 77 ids) and T5-XXL (the sequence), as
+ * text_encoder and text_encoder_2; Black Forest Labs' and ComfyUI's
+ * single files are stable-diffusion.cpp's --clip_l and --t5xxl. */
+static const struct pd_encoder_spec pd_flux_encoders[] = {
+	{ "CLIP", "clip_l", "vocab.json, merges.txt", 77, 0 },
+	{ "T5", "t5xxl", "spiece.model", 0, 0 },
+};
 
 const struct pd_dit_family pd_flux_family = {
 	.name = "flux",
+	.gguf_arch = "flux",
+	.names_are = pd_flux_names_are,
+	.title = "FLUX.1 (dev- or schnell-style) pictures",
+	.prediction = PD_PREDICT_FLOW,
+	.sampler = PD_SAMPLER_EULER,
 	.timestep_div = 1000.0f,
 	.probe = pd_flux_probe,
 	.classes = pd_flux_classes,
@@ -171,9 +211,11 @@ const struct pd_dit_family pd_flux_family = {
 	.image_ids = pd_flux_image_ids,
 	.defaults = pd_flux_defaults,
 	.vae = &pd_vae_kl,
-	.encoders = "CLIP + T5",
+	.encoders = pd_flux_encoders,
+	.n_encoders = 2,
 	.prompt_widths = pd_flux_prompt_widths,
 	.default_max_seq = pd_flux_default_max_seq,
 	.encode = pd_flux_encode,
 	.encoders_free = pd_flux_encoders_free,
+	.tiny = &pd_flux_tiny_models,
 };

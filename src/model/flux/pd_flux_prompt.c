@@ -49,37 +49,37 @@ static int pd_flux_prompt_width(const char *path, const char *what, const char *
 
 int pd_flux_prompt_widths(const struct pd_model_paths *mp, int64_t *joint_dim, int64_t *pooled_dim)
 {
-	return pd_flux_prompt_width(mp->text_encoder_2, "T5 text encoder (text_encoder_2)", "d_model",
+	return pd_flux_prompt_width(mp->encoder[1], "T5 text encoder (text_encoder_2)", "d_model",
 			       "encoder.final_layer_norm.weight", 0, joint_dim) ||
-	       pd_flux_prompt_width(mp->text_encoder, "CLIP text encoder (text_encoder)", "hidden_size",
+	       pd_flux_prompt_width(mp->encoder[0], "CLIP text encoder (text_encoder)", "hidden_size",
 			       "embeddings.token_embedding.weight", 1, pooled_dim);
 }
 
 int pd_flux_prompt_encoder_load(struct pd_flux_prompt_encoder *pe, const struct pd_model_paths *mp, struct pd_backend *be)
 {
 	memset(pe, 0, sizeof(*pe));
-	if (!mp->tokenizer || !mp->tokenizer_2)
+	if (!mp->tokenizer[0] || !mp->tokenizer[1])
 		return pd_errorf("no %s folder: give --model DIR or --tokenizer%s DIR",
-				 !mp->tokenizer ? "tokenizer" : "tokenizer_2", !mp->tokenizer ? "" : "-2");
-	if (!mp->text_encoder || !mp->text_encoder_2)
-		return pd_errorf("no %s: give --model DIR or %s", !mp->text_encoder ? "CLIP text encoder" : "T5 encoder",
-				 !mp->text_encoder ? "--text-encoder DIR|--clip_l FILE" : "--text-encoder-2 DIR|--t5xxl FILE");
-	if (pd_clip_tok_load(&pe->clip_tok, mp->tokenizer))
+				 !mp->tokenizer[0] ? "tokenizer" : "tokenizer_2", !mp->tokenizer[0] ? "" : "-2");
+	if (!mp->encoder[0] || !mp->encoder[1])
+		return pd_errorf("no %s: give --model DIR or %s", !mp->encoder[0] ? "CLIP text encoder" : "T5 encoder",
+				 !mp->encoder[0] ? "--text-encoder DIR|--clip_l FILE" : "--text-encoder-2 DIR|--t5xxl FILE");
+	if (pd_clip_tok_load(&pe->clip_tok, mp->tokenizer[0]))
 		return -1;
 	pe->loaded = 1;
-	if (pd_t5_tok_load(&pe->t5_tok, mp->tokenizer_2))
+	if (pd_t5_tok_load(&pe->t5_tok, mp->tokenizer[1]))
 		goto fail;
 	pe->loaded = 2;
-	if (pd_clip_load(&pe->clip, mp->text_encoder, be) || pd_t5_load(&pe->t5, mp->text_encoder_2, be))
+	if (pd_clip_load(&pe->clip, mp->encoder[0], be) || pd_t5_load(&pe->t5, mp->encoder[1], be))
 		goto fail;
 	if (pd_clip_get_config(pe->clip)->vocab <= pe->clip_tok.eos) {
-		pd_errorf("%s: %d token embeddings, but the tokenizer in %s uses ids up to %d", mp->text_encoder,
-			  pd_clip_get_config(pe->clip)->vocab, mp->tokenizer, pe->clip_tok.eos);
+		pd_errorf("%s: %d token embeddings, but the tokenizer in %s uses ids up to %d", mp->encoder[0],
+			  pd_clip_get_config(pe->clip)->vocab, mp->tokenizer[0], pe->clip_tok.eos);
 		goto fail;
 	}
 	if (pd_t5_get_config(pe->t5)->vocab < pe->t5_tok.n_pieces) {
-		pd_errorf("%s: %d token embeddings, but the tokenizer in %s has %d pieces", mp->text_encoder_2,
-			  pd_t5_get_config(pe->t5)->vocab, mp->tokenizer_2, pe->t5_tok.n_pieces);
+		pd_errorf("%s: %d token embeddings, but the tokenizer in %s has %d pieces", mp->encoder[1],
+			  pd_t5_get_config(pe->t5)->vocab, mp->tokenizer[1], pe->t5_tok.n_pieces);
 		goto fail;
 	}
 	return 0;

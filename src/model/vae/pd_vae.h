@@ -111,8 +111,8 @@ struct pd_vae_kind {
 	void (*set_hooks)(void *vae, const struct pd_vae_hooks *hooks);
 	/* one picture or video of FRAMES latent frames of H x W: Z [C, frames,
 	 * h, w] as the transformer made it (unpacked; Z is the decoder's to
-	 * scale in place) -> RGB [video frames, H, W, 3], 8 bits as its
-	 * pipeline converts them */
+	 * scale in place; C must be channels(): the caller checks it) -> RGB
+	 * [video frames, H, W, 3], 8 bits as its pipeline converts them */
 	int (*decode)(void *vae, float *z, int frames, int h, int w, uint8_t *rgb);
 	/* what that decode costs, from the VAE folder's config (nothing loaded) */
 	int (*cost)(const char *dir, int frames, int h, int w, struct pd_vae_cost *out);

@@ -75,4 +75,7 @@ void pd_wan_patchify(const int *patch, int C, int F, int h, int w, const float *
  * h, w]: the inverse of pd_wan_patchify. */
 void pd_wan_unpatchify(const int *patch, int C, int F, int h, int w, const float *tokens, float *lat);
 
+/* Its random model folders (pdit tiny; pd_wan_tiny.c). */
+extern const struct pd_family_tiny pd_wan_tiny_models;
+
 #endif /* PD_WAN_H */

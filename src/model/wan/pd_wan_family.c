@@ -73,7 +73,6 @@ static void pd_wan_defaults(const struct pd_dit_info *info, struct pd_dit_defaul
 	memset(d, 0, sizeof(*d));
 	d->steps = 50;
 	d->shift = 3.0;
-	d->unipc = 1;
 	d->whose = "Wan2.1's";
 	d->frames = 81;
 	d->height = 480;
@@ -213,6 +212,32 @@ const struct pd_vae_kind pd_wan_vae_kind = {
 	.cost = pd_wan_vae_cost,
 };
 
+
+/* Whether one of ST's tensors, without the prefix ComfyUI's files carry,
+ * starts with one of PREFIXES (NULL-ended). */
+static int pd_wan_names_start(const struct pd_st *st, const char *const *prefixes)
+{
+	static const char comfy[] = "model.diffusion_model.";
+
+	for (int i = 0; i < st->n_tensors; i++) {
+		const char *n = st->sorted[i]->name;
+
+		n += strncmp(n, comfy, sizeof(comfy) - 1) == 0 ? sizeof(comfy) - 1 : 0;
+		for (const char *const *p = prefixes; *p; p++)
+			if (strncmp(n, *p, strlen(*p)) == 0)
+				return 1;
+	}
+	return 0;
+}
+
+/* Wan-AI's head.modulation or diffusers' condition_embedder */
+static int pd_wan_names_are(const struct pd_st *st)
+{
+	static const char *const prefixes[] = { "head.modulation", "condition_embedder.", NULL };
+
+	return pd_wan_names_start(st, prefixes);
+}
+
 static const char *const pd_wan_classes[] = { "WanTransformer3DModel", "WanModel", NULL };
 
 static int pd_wan_file_is(const struct pd_st *st)
@@ -220,8 +245,26 @@ static int pd_wan_file_is(const struct pd_st *st)
 	return pd_wan_file_layout(st) >= 0;
 }
 
+/* UMT5-XXL and its sentencepiece tokenizer (Wan-AI's google/umt5-xxl);
+ * stable-diffusion.cpp takes its single file as --t5xxl. */
+static const struct pd_encoder_spec pd_wan_encoders[] = {
+	{ "UMT5", "t5xxl", "spiece.model, tokenizer_config.json", 0, 0 },
+};
+
+/* convert.py's keys_hiprec (the modulation tables, under diffusers' name
+ * too) and lcpp.patch's rule for the FFN's second layer */
+static const char *const pd_wan_gguf_f32[] = { ".modulation", "scale_shift_table", NULL };
+static const char *const pd_wan_gguf_q_1[] = { ".ffn.2.weight", NULL };
+
 const struct pd_dit_family pd_wan_family = {
 	.name = "wan",
+	.gguf_arch = "wan",
+	.names_are = pd_wan_names_are,
+	.gguf_f32 = pd_wan_gguf_f32,
+	.gguf_q_1 = pd_wan_gguf_q_1,
+	.title = "Wan2.1 text-to-video (a whole folder: UMT5, tokenizer, VAE, UniPC)",
+	.prediction = PD_PREDICT_FLOW,
+	.sampler = PD_SAMPLER_UNIPC,
 	.timestep_div = 1.0f,
 	.latents_unpacked = 1,
 	.probe = pd_wan_family_probe,
@@ -235,9 +278,11 @@ const struct pd_dit_family pd_wan_family = {
 	.defaults = pd_wan_defaults,
 	.vae = &pd_wan_vae_kind,
 	.vae_scale = 8,
-	.encoders = "UMT5",
+	.encoders = pd_wan_encoders,
+	.n_encoders = 1,
 	.prompt_widths = pd_wan_prompt_widths,
 	.default_max_seq = pd_wan_default_max_seq,
 	.encode = pd_wan_encode,
 	.encoders_free = pd_wan_encoders_free,
+	.tiny = &pd_wan_tiny_models,
 };

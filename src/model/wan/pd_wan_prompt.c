@@ -61,13 +61,13 @@ int pd_wan_prompt_width(const struct pd_model_paths *mp, int64_t *width)
 	int64_t v = 0;
 	int rc;
 
-	if (!mp->text_encoder)
+	if (!mp->encoder[0])
 		return pd_errorf("no text encoder: give --model DIR (with text_encoder/) or --text-encoder DIR");
-	if (!pd_is_dir(mp->text_encoder)) {
+	if (!pd_is_dir(mp->encoder[0])) {
 		struct pd_st *st = NULL;
 		const struct pd_st_tensor *t;
 
-		if (pd_st_open_path(&st, mp->text_encoder, "model"))
+		if (pd_st_open_path(&st, mp->encoder[0], "model"))
 			return -1;
 		t = pd_st_find_suffix(st, "shared.weight");
 		if (!t)
@@ -78,7 +78,7 @@ int pd_wan_prompt_width(const struct pd_model_paths *mp, int64_t *width)
 		pd_st_close(st);
 		return rc;
 	}
-	if (pd_config_load_in(&c, mp->text_encoder, "config.json", "UMT5 encoder"))
+	if (pd_config_load_in(&c, mp->encoder[0], "config.json", "UMT5 encoder"))
 		return -1;
 	rc = pd_config_int(&c, "d_model", 1, 0, 1, 1 << 20, &v);
 	pd_config_free(&c);
@@ -90,17 +90,17 @@ int pd_wan_prompt_encoder_load(struct pd_wan_prompt_encoder *pe, const struct pd
 			       struct pd_backend *be)
 {
 	memset(pe, 0, sizeof(*pe));
-	if (!mp->tokenizer)
+	if (!mp->tokenizer[0])
 		return pd_errorf("no tokenizer folder: give --model DIR or --tokenizer DIR");
-	if (!mp->text_encoder)
+	if (!mp->encoder[0])
 		return pd_errorf("no UMT5 text encoder: give --model DIR or --text-encoder DIR");
-	if (pd_t5_tok_load(&pe->tok, mp->tokenizer))
+	if (pd_t5_tok_load(&pe->tok, mp->tokenizer[0]))
 		return -1;
 	pe->loaded = 1;
-	if (pd_added_tokens_load(&pe->added, mp->tokenizer))
+	if (pd_added_tokens_load(&pe->added, mp->tokenizer[0]))
 		goto fail;
 	pe->loaded = 2;
-	if (pd_t5_load(&pe->umt5, mp->text_encoder, be))
+	if (pd_t5_load(&pe->umt5, mp->encoder[0], be))
 		goto fail;
 	{
 		int vocab = pd_t5_get_config(pe->umt5)->vocab;
@@ -109,8 +109,8 @@ int pd_wan_prompt_encoder_load(struct pd_wan_prompt_encoder *pe, const struct pd
 		for (int i = 0; i < pe->added.n; i++)
 			top = pe->added.tok[i].id > top ? pe->added.tok[i].id : top;
 		if (top >= vocab) {
-			pd_errorf("%s: %d token embeddings, but the tokenizer in %s uses ids up to %d", mp->text_encoder,
-				  vocab, mp->tokenizer, top);
+			pd_errorf("%s: %d token embeddings, but the tokenizer in %s uses ids up to %d", mp->encoder[0],
+				  vocab, mp->tokenizer[0], top);
 			goto fail;
 		}
 	}

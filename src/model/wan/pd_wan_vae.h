@@ -56,7 +56,7 @@ int pd_wan_vae_decode(struct pd_wan_vae *v, const float *z, int F, int h, int w,
  * others); DUMP must be NULL then. */
 struct pd_vae_hooks;
 void pd_wan_vae_set_hooks(struct pd_wan_vae *v, const struct pd_vae_hooks *hooks);
-/* What decoding F latent frames of H x W costs (pd_dit.h's pd_vae_cost),
+/* What decoding F latent frames of H x W costs (pd_vae.h's pd_vae_cost),
  * from the folder's config.json: Wan2.1's decoder (temporal upsampling in
  * the first two up blocks), as pd_wan_vae_decode runs it (every causal
  * tap computed, two cached frames per 3x3x3 convolution, buffers of four

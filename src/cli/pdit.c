@@ -133,7 +133,9 @@ static const char pd_tiny_usage[] =
 	"its text encoders and tokenizers in their real formats; and\n"
 	"DIR/embeds.safetensors (random prompt embeddings, with negatives) where the\n"
 	"family takes them. pdit runs end to end with nothing to download. The pictures\n"
-	"are noise: the weights are random.";
+	"are noise: the weights are random. The sizes' defaults below are the first\n"
+	"family's; another family's preset (and --NAME-width) sets its own, which the\n"
+	"flags then change.";
 
 static const char pd_tiny_examples[] =
 	"  pdit tiny tiny-model --full          # FLUX.1-dev's layout: encoders, tokenizers, shards\n"

@@ -14,16 +14,17 @@
 #include <string.h>
 
 static const char pd_encode_usage[] =
-	"usage: pdit encode (--model DIR | --text-encoder DIR --tokenizer DIR --text-encoder-2 DIR --tokenizer-2 DIR)\n"
+	"usage: pdit encode (--model DIR | --text-encoder[-N] DIR|FILE --tokenizer[-N] DIR ...)\n"
 	"                   (-p TEXT | --prompts FILE) [-n TEXT] --out FILE [options]\n"
 	"\n"
-	"Encodes prompts as FluxPipeline.encode_prompt does: CLIP's pooled output of 77\n"
-	"padded ids and T5's last hidden state of --max-sequence-length padded ids. Writes\n"
-	"clip.input_ids [B,77], clip.pooler_output [B,H], t5.input_ids [B,N],\n"
-	"t5.last_hidden_state [B,N,D], and the same embeddings as prompt_embeds and\n"
-	"pooled_prompt_embeds (with -n also negative_prompt_embeds and\n"
+	"Encodes prompts as the family's pipeline does (the folder's transformer says\n"
+	"which; FLUX without one): FLUX as FluxPipeline.encode_prompt, CLIP's pooled\n"
+	"output of 77 padded ids and T5's last hidden state of --max-sequence-length\n"
+	"padded ids (clip.input_ids [B,77], clip.pooler_output [B,H], t5.input_ids\n"
+	"[B,N], t5.last_hidden_state [B,N,D] are written too). Writes the embeddings as\n"
+	"prompt_embeds and pooled_prompt_embeds (with -n also negative_prompt_embeds and\n"
 	"negative_pooled_prompt_embeds), the names pdit generate --embeds reads. Single\n"
-	"files (--clip_l, --t5xxl) work in place of the encoder folders.";
+	"files (--clip_l, --t5xxl, ...) work in place of the encoder folders.";
 
 static const char pd_encode_examples[] =
 	"  pdit tiny tiny-model --full\n"
@@ -102,7 +103,8 @@ int pd_cmd_encode(struct pd_comm *world, int argc, char **argv)
 	}
 	pd_engine_options_init(&o);
 	o.model = a.model;
-	pd_cli_encoder_options(&a.enc, &o);
+	if (pd_cli_encoder_options(&a.enc, &o))
+		goto out;
 	o.dtype = a.dtype;
 	o.threads = a.threads;
 	o.log_level = pd_log_level;

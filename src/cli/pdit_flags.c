@@ -15,7 +15,7 @@
 int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind kind)
 {
 	const struct pd_arg common[] = {
-		{ "--model", 'm', PD_ARG_STRING, &a->model, "DIR", "diffusers FLUX folder (model_index.json, transformer/, vae/, scheduler/)", NULL },
+		{ "--model", 'm', PD_ARG_STRING, &a->model, "DIR", "diffusers model folder (model_index.json, transformer/, vae/, scheduler/, the text encoders)", NULL },
 		{ "--transformer", 0, PD_ARG_STRING, &a->transformer, "DIR", "transformer folder (overrides --model's)", NULL },
 		{ "--vae", 0, PD_ARG_STRING, &a->vae, "DIR|FILE", "VAE folder, or one .safetensors file (overrides --model's)", NULL },
 		{ "--scheduler", 0, PD_ARG_STRING, &a->scheduler, "DIR", "scheduler folder (overrides --model's)", NULL },
@@ -26,7 +26,7 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 		{ "--prompt", 'p', PD_ARG_STRING, &a->prompt, "TEXT", "the prompt (encoded with the model's text encoders)", NULL },
 		{ "--negative-prompt", 'n', PD_ARG_STRING, &a->negative, "TEXT", "negative prompt, for --true-cfg-scale above 1", NULL },
 		{ "--prompts", 0, PD_ARG_STRING, &a->prompts_file, "FILE", "one prompt a line: a batch (written as NAME-0.png, ...)", NULL },
-		{ "--max-sequence-length", 0, PD_ARG_INT, &a->max_seq, "N", "T5 tokens (default 512, or 256 for models without guidance embedding)", NULL },
+		{ "--max-sequence-length", 0, PD_ARG_INT, &a->max_seq, "N", "text tokens of the prompt (the family's default: FLUX 512, or 256 without guidance embedding; Wan 512)", NULL },
 		{ "--embeds", 0, PD_ARG_STRING, &a->embeds, "FILE", "instead of prompts: safetensors with prompt_embeds [B,T,J], pooled_prompt_embeds [B,P], optional negative_* (pdit encode writes them)", NULL },
 		{ "--height", 'H', PD_ARG_INT, &a->height, "PX", "image height, a multiple of 16 (default 1024; Wan 480)", NULL },
 		{ "--width", 'W', PD_ARG_INT, &a->width, "PX", "image width, a multiple of 16 (default 1024; Wan 832)", NULL },
@@ -45,14 +45,8 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 		{ "--threads", 't', PD_ARG_INT, &a->threads, "N", "threads per process (default, or 0: the cores divided among the processes)", NULL },
 		{ "--comm-timeout", 0, PD_ARG_FLOAT, &a->comm_timeout, "S", "seconds a process may wait for the others before the job is reported and stopped (default 1800; 0: forever; lifted where one rank works alone: encoding prompts, check's reference)", NULL },
 		{ "--parallel", 0, PD_ARG_STRING, &a->parallel, "auto", "choose the mesh as pdit plan ranks them: auto among the exact methods, auto-stale also PipeFusion and DistriFusion", NULL },
-		{ "--data-parallel-degree", 0, PD_ARG_INT, &a->dp, "N", "split the batch of images over N groups", NULL },
-		{ "--cfg-parallel", 0, PD_ARG_FLAG, &a->cfg_parallel, NULL, "run the positive and negative passes of true CFG on two processes", NULL },
-		{ "--tensor-parallel-degree", 0, PD_ARG_INT, &a->tp, "N", "split heads and MLP width over N processes (Megatron)", NULL },
-		{ "--ulysses-degree", 0, PD_ARG_INT, &a->ulysses, "N", "sequence parallel with all-to-all between tokens and heads", NULL },
-		{ "--ring-degree", 0, PD_ARG_INT, &a->ring, "N", "sequence parallel with ring attention", NULL },
-		{ "--pipefusion-degree", 0, PD_ARG_INT, &a->pp, "N", "PipeFusion: N pipeline stages, each a range of the blocks", NULL },
+		{ NULL, 0, PD_ARG_INT, NULL, NULL, NULL, NULL }, /* the mesh's axes go here */
 		{ "--num-patches", 0, PD_ARG_INT, &a->patches, "M", "PipeFusion: row bands per step (default: as many as stages)", NULL },
-		{ "--distrifusion-degree", 0, PD_ARG_INT, &a->distrifusion, "N", "DistriFusion over N bands of tokens: other bands' keys and values one step old", NULL },
 		{ "--warmup-steps", 0, PD_ARG_INT, &a->warmup_steps, "W", "DistriFusion, PipeFusion: the first W steps exact, on fresh keys and values (default 1)", NULL },
 		{ "--fbcache-threshold", 0, PD_ARG_FLOAT, &a->fbcache, "T", "First Block Cache: skip the other blocks when the first block's change is below T (0: off; 0.05 to 0.12 usual)", NULL },
 		{ "--vae-parallel", 0, PD_ARG_FLAG, &a->vae_parallel, NULL, "decode each picture in row bands over its data-parallel group (the default with more than one process)", NULL },
@@ -72,10 +66,19 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 	a->warmup_steps = 1;
 	a->comm_timeout = 1800;
 	/* not given (a given 0 is refused) */
-	a->dp = a->tp = a->ulysses = a->ring = a->pp = a->distrifusion = -1;
+	for (int x = 0; x < PD_AXIS_COUNT; x++)
+		a->degree[x] = pd_axes[x].is_switch ? 0 : -1;
 	for (size_t i = 0; i < sizeof(common) / sizeof(common[0]); i++) {
-		if (!common[i].long_name) {
+		if (!common[i].long_name && common[i].type == PD_ARG_FLAG) {
 			n = (size_t)pd_cli_encoder_flags(&a->enc, opts, (int)n, 1);
+			continue;
+		}
+		if (!common[i].long_name) {
+			/* an axis's flag each, the slowest-varying first */
+			for (int x = PD_AXIS_COUNT - 1; x >= 0; x--)
+				opts[n++] = (struct pd_arg){ pd_axes[x].flag, 0, pd_axes[x].is_switch ? PD_ARG_FLAG : PD_ARG_INT,
+							     &a->degree[x], pd_axes[x].is_switch ? NULL : "N",
+							     pd_axes[x].help, NULL };
 			continue;
 		}
 		/* check and bench write nothing and start from the seed */
@@ -127,16 +130,22 @@ int pd_cli_encoder_flags(struct pd_cli_encoders *c, struct pd_arg *opts, int n, 
 	return n;
 }
 
-void pd_cli_encoder_options(const struct pd_cli_encoders *c, struct pd_engine_options *o)
+int pd_cli_encoder_options(const struct pd_cli_encoders *c, struct pd_engine_options *o)
 {
 	int m = 0;
 
 	memcpy(o->text_encoder, c->dir, sizeof(o->text_encoder));
 	memcpy(o->tokenizer, c->tok, sizeof(o->tokenizer));
 	memset(o->encoder_files, 0, sizeof(o->encoder_files));
-	for (int i = 0; i < c->known.n_files && m < PD_MAX_ENCODERS; i++)
-		if (c->file[i])
-			o->encoder_files[m++] = (struct pd_encoder_file){ c->known.files[i].name, c->file[i] };
+	for (int i = 0; i < c->known.n_files; i++) {
+		if (!c->file[i])
+			continue;
+		if (m == PD_MAX_ENCODERS)
+			return pd_errorf("--%s: more text encoders in single files than a family has (%d)",
+					 c->known.files[i].name, PD_MAX_ENCODERS);
+		o->encoder_files[m++] = (struct pd_encoder_file){ c->known.files[i].name, c->file[i] };
+	}
+	return 0;
 }
 
 int pd_gen_parse(struct pd_comm *world, struct pd_gen_args *a, const struct pd_arg *opts, const char *name,
@@ -210,19 +219,12 @@ int pd_gen_engine_options(const struct pd_gen_args *a, struct pd_engine_options 
 {
 	if (a->transformer && a->diffusion_model)
 		return pd_errorf("give each component once: --transformer or --diffusion-model");
-	const struct {
-		int v;
-		const char *flag;
-	} degrees[] = { { a->dp, "--data-parallel-degree" }, { a->tp, "--tensor-parallel-degree" },
-			{ a->ulysses, "--ulysses-degree" }, { a->ring, "--ring-degree" },
-			{ a->pp, "--pipefusion-degree" }, { a->distrifusion, "--distrifusion-degree" } };
-
 	if (a->vae_parallel && a->no_vae_parallel)
 		return pd_errorf("--vae-parallel and --no-vae-parallel contradict each other");
-	for (size_t i = 0; i < sizeof(degrees) / sizeof(degrees[0]); i++)
-		if (degrees[i].v != -1 && degrees[i].v < 1)
-			return pd_errorf("%s must be at least 1 (got %d); leave it out to let pdit choose", degrees[i].flag,
-					 degrees[i].v);
+	for (int x = 0; x < PD_AXIS_COUNT; x++)
+		if (!pd_axes[x].is_switch && a->degree[x] != -1 && a->degree[x] < 1)
+			return pd_errorf("%s must be at least 1 (got %d); leave it out to let pdit choose", pd_axes[x].flag,
+					 a->degree[x]);
 	if (a->threads < 0)
 		return pd_errorf("-t/--threads must be at least 1, or 0 for the cores divided among the processes (got %d)",
 				 a->threads);
@@ -232,20 +234,16 @@ int pd_gen_engine_options(const struct pd_gen_args *a, struct pd_engine_options 
 	o->transformer_config = a->config;
 	o->vae = a->vae;
 	o->scheduler = a->scheduler;
-	pd_cli_encoder_options(&a->enc, o);
+	if (pd_cli_encoder_options(&a->enc, o))
+		return -1;
 	o->dtype = a->dtype;
 	o->vae_dtype = a->vae_dtype;
 	o->quantize = a->quantize;
 	o->threads = a->threads;
 	o->log_level = pd_log_level; /* as the command set it for this rank */
 	o->comm_timeout = a->comm_timeout;
-	o->dp = a->dp > 0 ? a->dp : 0;
-	o->cfg_parallel = a->cfg_parallel;
-	o->pp = a->pp > 0 ? a->pp : 0;
-	o->ring = a->ring > 0 ? a->ring : 0;
-	o->ulysses = a->ulysses > 0 ? a->ulysses : 0;
-	o->tp = a->tp > 0 ? a->tp : 0;
-	o->distrifusion = a->distrifusion > 0 ? a->distrifusion : 0;
+	for (int x = 0; x < PD_AXIS_COUNT; x++)
+		o->degree[x] = pd_axes[x].is_switch ? (a->degree[x] ? pd_axes[x].max : 0) : a->degree[x] > 0 ? a->degree[x] : 0;
 	o->parallel = a->parallel;
 	o->warmup_steps = a->warmup_steps;
 	o->patches = a->patches;

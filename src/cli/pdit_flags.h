@@ -32,8 +32,9 @@ struct pd_cli_encoders {
 /* C's flags into OPTS from N on (with TOKENIZERS the tokenizers' too);
  * returns the new N. */
 int pd_cli_encoder_flags(struct pd_cli_encoders *c, struct pd_arg *opts, int n, int tokenizers);
-/* What they name, into the engine's options. */
-void pd_cli_encoder_options(const struct pd_cli_encoders *c, struct pd_engine_options *o);
+/* What they name, into the engine's options; -1 with a message when more
+ * single files are given than a family can have. */
+int pd_cli_encoder_options(const struct pd_cli_encoders *c, struct pd_engine_options *o);
 
 struct pd_gen_args {
 	/* the model's parts (--model's folder, or each given) */
@@ -54,8 +55,10 @@ struct pd_gen_args {
 	uint64_t seed;
 	int batch;                      /* bench's --batch: copies of the first prompt */
 	int threads, verbose, quiet;
-	/* the mesh's degrees (-1: not given) */
-	int dp, tp, ulysses, ring, pp, cfg_parallel, distrifusion, warmup_steps, patches;
+	/* the mesh: a degree per axis (pd_axis.h; -1 not given, a switch's 0
+	 * or 1), PipeFusion's patches, the stale methods' exact steps */
+	int degree[PD_AXIS_COUNT];
+	int warmup_steps, patches;
 	int no_vae_parallel, vae_parallel;
 	const char *parallel;           /* --parallel auto|auto-stale, or NULL */
 };

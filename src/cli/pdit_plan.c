@@ -160,7 +160,8 @@ int pd_cmd_plan(int argc, char **argv)
 	o.transformer = diffusion_model ? diffusion_model : transformer;
 	o.transformer_config = config;
 	o.vae = vae;
-	pd_cli_encoder_options(&enc, &o);
+	if (pd_cli_encoder_options(&enc, &o))
+		goto out;
 	o.dtype = dtype;
 	pd_request_init(&rq);
 	rq.height = height;
@@ -261,7 +262,7 @@ int pd_cmd_plan(int argc, char **argv)
 		char name[160];
 		const struct pd_plan_cost *c = &rows[i].cost;
 
-		pd_mesh_format(rows[i].mesh.degree, rows[i].mesh.distrifusion, name, sizeof(name));
+		pd_mesh_format(rows[i].mesh.degree, name, sizeof(name));
 		if (json)
 			printf("{\"mesh\": \"%s\", \"seconds_per_step\": %.6g, \"compute_seconds\": %.6g, \"comm_seconds\": %.6g, "
 			       "\"vae_seconds\": %.6g, \"seconds_per_run\": %.6g, \"gflop_per_rank\": %.6g, "

@@ -353,8 +353,8 @@ static int pd_check_one_process(struct pd_engine *e, struct pd_blocks *mine, con
 			double dt = pd_rel_diff(full.txt[k], ref.txt[k], (size_t)(ref.txt_rows[k] * e->info.dim));
 			double di = pd_rel_diff(full.img[k], ref.img[k], (size_t)(ref.img_rows[k] * e->info.dim));
 
-			/* a NaN difference (inf / inf) stays NaN and fails, as either side */
-			hr = pd_check_add(rep, ref.names[k], ref.txt_rows[k] == 0 ? di : dt > di ? dt : di);
+			/* a NaN difference (inf / inf) on either side stays NaN and fails */
+			hr = pd_check_add(rep, ref.names[k], ref.txt_rows[k] == 0 ? di : isnan(dt) || dt > di ? dt : di);
 		}
 		hr = hr || pd_check_add(rep, "final latents", pd_rel_diff(all, ref_lat, (size_t)n));
 		if (ref.n == 0)
@@ -393,15 +393,14 @@ static int pd_engine_check_scoped(struct pd_engine *e, const struct pd_request *
 	e->requests++;
 	/* the reference needs the memory */
 	pd_engine_free_transformer(e);
-	pd_mesh_format(e->degree, e->opt.distrifusion, rep->mesh, sizeof(rep->mesh));
+	pd_mesh_format(e->degree, rep->mesh, sizeof(rep->mesh));
 	if (golden) {
 		rc = world->rank == 0 ? pd_check_golden(e, golden, all, rep) : 0;
 		rc = pd_engine_agree(e, rc);
 	} else {
 		rc = pd_check_one_process(e, &mine, all, rep);
-		if ((e->opt.distrifusion || (e->degree[PD_AXIS_PP] > 1 && e->opt.patches != 1)) &&
-		    e->opt.warmup_steps < e->p.steps) {
-			rep->stale = e->opt.distrifusion ? "DistriFusion" : "PipeFusion";
+		if (pd_mesh_stale(e->degree, e->opt.patches) && e->opt.warmup_steps < e->p.steps) {
+			rep->stale = e->degree[PD_AXIS_DISTRI] > 1 ? "DistriFusion" : "PipeFusion";
 			rep->warmup_steps = e->opt.warmup_steps;
 			rep->steps = e->p.steps;
 		}

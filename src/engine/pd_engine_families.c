@@ -55,8 +55,10 @@ void pd_encoders_known(struct pd_encoders_known *k)
 			else
 				snprintf(tok, sizeof(tok), "%s", e->kind);
 			pd_known_add(k->slot[i], sizeof(k->slot[i]), fam->name, tok);
-			snprintf(tok, sizeof(tok), "%s (%s)", e->kind, e->tokenizer);
+			snprintf(tok, sizeof(tok), "%s (%s)", e->kind, e->tokenizer ? e->tokenizer : "its files");
 			pd_known_add(k->tokenizer[i], sizeof(k->tokenizer[i]), fam->name, tok);
+			if (!e->file)
+				continue;
 			for (j = 0; j < k->n_files && strcmp(k->files[j].name, e->file); j++)
 				;
 			if (j == k->n_files) {

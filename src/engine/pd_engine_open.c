@@ -74,7 +74,7 @@ void pd_engine_about(const struct pd_engine *e, struct pd_engine_about *a)
 	a->guidance_is_cfg = e->dflt.guidance_cfg;
 	a->frames = e->p.frames > 0 ? e->p.frames : 1;
 	a->latents_unpacked = e->fam && e->fam->latents_unpacked;
-	pd_mesh_format(e->degree, e->opt.distrifusion, a->mesh, sizeof(a->mesh));
+	pd_mesh_format(e->degree, a->mesh, sizeof(a->mesh));
 	/* the degrees above 1, the slowest-varying axis first */
 	for (int x = PD_AXIS_COUNT - 1; x >= 0 && k < sizeof(a->mesh_short); x--)
 		if (e->degree[x] > 1)
@@ -147,21 +147,42 @@ static int pd_engine_threads(struct pd_comm *world, int requested)
 static int pd_engine_encoder_files(const struct pd_engine_options *o, const struct pd_dit_family *fam,
 				   struct pd_model_paths *mp)
 {
+	int n = fam->n_encoders < PD_MAX_ENCODERS ? fam->n_encoders : PD_MAX_ENCODERS, taken[PD_MAX_ENCODERS] = { 0 };
+
+	/* a slot's flags where the family has no such slot are a mistake, not
+	 * something to ignore */
+	for (int i = n; i < PD_MAX_ENCODERS; i++)
+		if (o->text_encoder[i] || o->tokenizer[i]) {
+			char comp[32], flag[32];
+
+			if (o->text_encoder[i])
+				pd_model_encoder_names(i, comp, flag, (int)sizeof(comp));
+			else
+				pd_model_tokenizer_names(i, comp, flag, (int)sizeof(comp));
+			return pd_errorf("%s: the %s family has %d text encoder%s", flag, fam->name, n, n == 1 ? "" : "s");
+		}
 	for (int k = 0; k < PD_MAX_ENCODERS && o->encoder_files[k].name; k++) {
 		const struct pd_encoder_file *f = &o->encoder_files[k];
 		char flag[64], list[160] = "";
 		int slot = -1;
 
-		for (int i = 0; i < fam->n_encoders; i++) {
-			if (strcmp(fam->encoders[i].file, f->name) == 0)
+		for (int i = 0; i < n; i++) {
+			const char *file = fam->encoders[i].file;
+
+			if (file && strcmp(file, f->name) == 0)
 				slot = i;
-			snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s--%s (%s)", i ? ", " : "",
-				 fam->encoders[i].file, fam->encoders[i].kind);
+			if (file)
+				snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s--%s (%s)", list[0] ? ", " : "",
+					 file, fam->encoders[i].kind);
 		}
 		snprintf(flag, sizeof(flag), "--%s", f->name);
 		if (slot < 0)
 			return pd_errorf("%s: the %s family has no such text encoder (%s)", flag, fam->name,
-					 fam->n_encoders ? list : "it takes embeddings");
+					 list[0] ? list : n ? "none given as a single file" : "it takes embeddings");
+		if (!f->path)
+			return pd_errorf("%s: no file given", flag);
+		if (taken[slot]++)
+			return pd_errorf("%s: given twice", flag);
 		if (pd_model_paths_encoder(mp, slot, f->path, flag, o->text_encoder[slot] != NULL))
 			return -1;
 	}
@@ -250,25 +271,23 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
 	}
 	e->shift0 = e->sched.shift;
 	e->dynamic0 = e->sched.dynamic;
-	if (o->distrifusion && o->ring)
+	for (int a = 0; a < PD_AXIS_COUNT; a++)
+		if (o->degree[a] < 0 || (pd_axes[a].max > 0 && o->degree[a] > pd_axes[a].max))
+			return pd_errorf("%s: a degree of %d (at most %d)", pd_axes[a].flag, o->degree[a],
+					 pd_axes[a].max > 0 ? pd_axes[a].max : e->world->size);
+	if (o->degree[PD_AXIS_DISTRI] && o->degree[PD_AXIS_RING])
 		return pd_errorf("--distrifusion-degree and --ring-degree cannot both be given");
 	if (o->warmup_steps < 0)
 		return pd_errorf("--warmup-steps must not be negative");
-	if (o->patches < 0 || (o->patches > 0 && o->pp <= 1))
+	if (o->patches < 0 || (o->patches > 0 && o->degree[PD_AXIS_PP] <= 1))
 		return pd_errorf("--num-patches needs --pipefusion-degree 2 or more, and must be positive");
-	if (o->warmup_steps < 1 && (o->distrifusion > 1 || (o->pp > 1 && o->patches != 1)))
+	if (o->warmup_steps < 1 && pd_mesh_stale(o->degree, o->patches))
 		/* the first step has no earlier keys and values to attend to */
-		return pd_errorf("--warmup-steps must be at least 1 with %s", o->distrifusion > 1 ?
+		return pd_errorf("--warmup-steps must be at least 1 with %s", o->degree[PD_AXIS_DISTRI] > 1 ?
 				 "--distrifusion-degree" : "--pipefusion-degree (unless --num-patches 1)");
-	e->opt.distrifusion = o->distrifusion > 0;
 	e->opt.warmup_steps = o->warmup_steps;
 	e->opt.patches = o->patches;
-	e->degree[PD_AXIS_DP] = o->dp;
-	e->degree[PD_AXIS_CFG] = o->cfg_parallel ? 2 : 0;
-	e->degree[PD_AXIS_PP] = o->pp;
-	e->degree[PD_AXIS_RING] = o->distrifusion ? o->distrifusion : o->ring;
-	e->degree[PD_AXIS_ULYSSES] = o->ulysses;
-	e->degree[PD_AXIS_TP] = o->tp;
+	memcpy(e->degree, o->degree, sizeof(e->degree));
 	return 0;
 }
 
@@ -399,7 +418,7 @@ int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct p
 	if (!rc && plan == &dflt) {
 		/* no request yet: the mesh for a batch of one (or one per
 		 * data-parallel group asked for), without CFG */
-		e->e.batch = o->dp > 1 ? o->dp : 1;
+		e->e.batch = o->degree[PD_AXIS_DP] > 1 ? o->degree[PD_AXIS_DP] : 1;
 		e->p.frames = e->dflt.frames;
 		e->p.height = e->dflt.height;
 		e->p.width = e->dflt.width;

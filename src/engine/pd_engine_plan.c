@@ -44,7 +44,7 @@ static int pd_engine_fill_work(const struct pd_model_paths *mp, const struct pd_
 			return -1;
 		pd_plan_vae_cost(w, &cost);
 	}
-	for (int i = 0; encoders && i < fam->n_encoders; i++) {
+	for (int i = 0; encoders && i < fam->n_encoders && i < PD_MAX_ENCODERS; i++) {
 		double gb;
 
 		if (!mp->encoder[i])
@@ -130,7 +130,7 @@ int pd_engine_check_memory(const struct pd_engine *e, int decodes, int loaded)
 	int local = pd_comm_local_size(e->world);
 	struct pd_plan_work w;
 	struct pd_plan_machine mc = { .devices = e->world->size, .gflops = 1 };
-	struct pd_plan_mesh mesh = { .distrifusion = e->opt.distrifusion };
+	struct pd_plan_mesh mesh = { .patches = 0 };
 	struct pd_plan_cost cost;
 
 	if (avail <= 0)
@@ -168,8 +168,8 @@ int pd_engine_check_memory(const struct pd_engine *e, int decodes, int loaded)
  * unless STALE. */
 static int pd_engine_plan_mesh(struct pd_engine *e, const struct pd_mesh_limits *lim, int stale)
 {
-	/* ok, the degrees, DistriFusion */
-	int msg[PD_AXIS_COUNT + 2] = { 0 };
+	/* ok, the degrees */
+	int msg[PD_AXIS_COUNT + 1] = { 0 };
 
 	if (e->world->size == 1) {
 		for (int x = 0; x < PD_AXIS_COUNT; x++)
@@ -189,7 +189,6 @@ static int pd_engine_plan_mesh(struct pd_engine *e, const struct pd_mesh_limits 
 				if (rows[i].cost.fits && (stale || !rows[i].stale)) {
 					msg[0] = 1;
 					memcpy(msg + 1, rows[i].mesh.degree, sizeof(rows[i].mesh.degree));
-					msg[PD_AXIS_COUNT + 1] = rows[i].mesh.distrifusion;
 				}
 			if (!msg[0])
 				pd_errorf("--parallel %s: no %smesh of %d processes fits this machine's memory (see pdit plan)",
@@ -202,7 +201,6 @@ static int pd_engine_plan_mesh(struct pd_engine *e, const struct pd_mesh_limits 
 	if (!msg[0])
 		return e->world->rank == 0 ? -1 : pd_errorf("--parallel: rank 0 could not choose a mesh");
 	memcpy(e->degree, msg + 1, sizeof(e->degree));
-	e->opt.distrifusion = msg[PD_AXIS_COUNT + 1];
 	return 0;
 }
 
@@ -216,7 +214,6 @@ void pd_engine_limits(const struct pd_engine *e, struct pd_mesh_limits *lim)
 	lim->cfg_possible = pd_gen_uses_cfg(&e->p, &e->e);
 	lim->images = (int)e->e.batch;
 	lim->max_pp = e->info.blocks;
-	lim->distrifusion = e->opt.distrifusion;
 }
 
 
@@ -225,8 +222,10 @@ int pd_engine_choose_mesh(struct pd_engine *e)
 {
 	const struct pd_engine_options *o = &e->o;
 	struct pd_mesh_limits lim;
-	int given = o->dp || o->tp || o->ulysses || o->ring || o->pp || o->cfg_parallel || o->distrifusion;
+	int given = 0;
 
+	for (int a = 0; a < PD_AXIS_COUNT; a++)
+		given |= o->degree[a] != 0;
 	pd_engine_limits(e, &lim);
 	if (o->parallel) {
 		int stale = strcmp(o->parallel, "auto-stale") == 0;
@@ -236,7 +235,6 @@ int pd_engine_choose_mesh(struct pd_engine *e)
 		if (given)
 			return pd_errorf("--parallel %s chooses the mesh: give it or degree flags, not both", o->parallel);
 		e->mesh_auto = 2;
-		lim.distrifusion = 0;
 		return pd_engine_plan_mesh(e, &lim, stale);
 	}
 	if (!given) {

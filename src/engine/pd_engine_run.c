@@ -103,7 +103,7 @@ void pd_engine_notes(const struct pd_engine *e, const struct pd_request *rq)
 	if (!e->info.guidance && !e->dflt.guidance_cfg && rq->guidance >= 0)
 		pd_log(1, "pdit: note: this transformer has no guidance embedding; --guidance is ignored\n");
 	if (e->world->size > 1 && e->requests == 0) {
-		pd_mesh_format(e->degree, e->opt.distrifusion, mesh, sizeof(mesh));
+		pd_mesh_format(e->degree, mesh, sizeof(mesh));
 		pd_log(1, "pdit: %d processes, mesh %s%s, %d thread%s each\n", e->world->size, mesh,
 		       e->mesh_auto == 2 ? " (chosen by the cost model, as pdit plan ranks them)" :
 		       e->mesh_auto ? " (chosen automatically)" : "", e->be->threads, e->be->threads > 1 ? "s" : "");

@@ -14,7 +14,7 @@
  *   pd_comm_world_init(&argc, &argv, &world);    // under mpirun: the job
  *   pd_engine_options_init(&o);
  *   o.model = "FLUX.1-dev";
- *   o.ulysses = world->size;                     // or nothing: pdit chooses
+ *   o.degree[PD_AXIS_ULYSSES] = world->size;     // or nothing: pdit chooses
  *   if (pd_engine_open(&e, world, &o, NULL))
  *           fprintf(stderr, "%s\n", pd_last_error());
  *   pd_request_init(&rq);
@@ -48,6 +48,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pd_axis.h"
 #include "pd_comm.h"
 #include "pd_model_paths.h"
 #include "pd_util.h"
@@ -114,9 +115,10 @@ struct pd_engine_options {
 	void *progress_ctx;             /* on_progress's first argument */
 	double comm_timeout;            /* seconds a process waits for the others before the job is reported
 					 * and stopped; 0: forever */
-	/* The mesh: degrees (0: not given; none given: pdit chooses), or
-	 * parallel = "auto" / "auto-stale" (the cost model's first choice). */
-	int dp, cfg_parallel, pp, ring, ulysses, tp, distrifusion;
+	/* The mesh: a degree per axis (pd_axis.h; 0: not given; none given:
+	 * pdit chooses), or parallel = "auto" / "auto-stale" (the cost
+	 * model's first choice). */
+	int degree[PD_AXIS_COUNT];
 	const char *parallel;
 	int warmup_steps;               /* DistriFusion, PipeFusion: exact steps first */
 	int patches;                    /* PipeFusion: patches per step (0: one per stage) */

@@ -6,26 +6,47 @@
 #include "pd_util.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-static const char *pd_axis_names[PD_AXIS_COUNT] = { "tp", "ulysses", "ring", "pp", "cfg", "dp" };
-
-/* The flags that set each degree, for messages. */
-static const char *pd_axis_flags[PD_AXIS_COUNT] = {
-	"--tensor-parallel-degree", "--ulysses-degree", "--ring-degree", "--pipefusion-degree", "--cfg-parallel",
-	"--data-parallel-degree",
+const struct pd_axis_info pd_axes[PD_AXIS_COUNT] = {
+	[PD_AXIS_TP] = { "tp", "--tensor-parallel-degree", "split heads and MLP width over N processes (Megatron)", 0,
+			 0, 0, 0, PD_OVERLAP_NONE },
+	[PD_AXIS_ULYSSES] = { "ulysses", "--ulysses-degree", "sequence parallel with all-to-all between tokens and heads",
+			      0, 0, 1, 0, PD_OVERLAP_NONE },
+	[PD_AXIS_RING] = { "ring", "--ring-degree", "sequence parallel with ring attention", 0, 0, 1, 0,
+			   PD_OVERLAP_ATTENTION },
+	[PD_AXIS_DISTRI] = { "distrifusion", "--distrifusion-degree",
+			     "DistriFusion over N bands of tokens: other bands' keys and values one step old", 0, 0, 1, 1,
+			     PD_OVERLAP_STEP },
+	[PD_AXIS_PP] = { "pp", "--pipefusion-degree", "PipeFusion: N pipeline stages, each a range of the blocks", 0, 0,
+			 0, 0, PD_OVERLAP_STEP },
+	[PD_AXIS_CFG] = { "cfg", "--cfg-parallel", "run the positive and negative passes of true CFG on two processes", 1,
+			  2, 0, 0, PD_OVERLAP_NONE },
+	[PD_AXIS_DP] = { "dp", "--data-parallel-degree", "split the batch of images over N groups", 0, 0, 0, 0,
+			 PD_OVERLAP_NONE },
 };
 
 const char *pd_axis_name(enum pd_axis a)
 {
-	return (unsigned)a < PD_AXIS_COUNT ? pd_axis_names[a] : "?";
+	return (unsigned)a < PD_AXIS_COUNT ? pd_axes[a].name : "?";
 }
 
-void pd_mesh_format(const int degree[PD_AXIS_COUNT], int distrifusion, char *buf, size_t len)
+void pd_mesh_format(const int degree[PD_AXIS_COUNT], char *buf, size_t len)
 {
+	int df = degree[PD_AXIS_DISTRI] > 1;
+
 	snprintf(buf, len, "dp=%d cfg=%d pp=%d %s=%d ulysses=%d tp=%d", degree[PD_AXIS_DP], degree[PD_AXIS_CFG],
-		 degree[PD_AXIS_PP], distrifusion ? "distrifusion" : "ring", degree[PD_AXIS_RING],
+		 degree[PD_AXIS_PP], df ? "distrifusion" : "ring", degree[df ? PD_AXIS_DISTRI : PD_AXIS_RING],
 		 degree[PD_AXIS_ULYSSES], degree[PD_AXIS_TP]);
+}
+
+int pd_mesh_stale(const int degree[PD_AXIS_COUNT], int patches)
+{
+	for (int a = 0; a < PD_AXIS_COUNT; a++)
+		if (pd_axes[a].stale && degree[a] > 1)
+			return 1;
+	return degree[PD_AXIS_PP] > 1 && patches != 1;
 }
 
 /* Why DEGREE does not fit, or NULL when it does. */
@@ -36,7 +57,7 @@ static const char *pd_mesh_problem(const int degree[PD_AXIS_COUNT], const struct
 
 	for (int a = 0; a < PD_AXIS_COUNT; a++) {
 		if (degree[a] < 1) {
-			snprintf(buf, len, "%s must be at least 1", pd_axis_flags[a]);
+			snprintf(buf, len, "%s must be at least 1", pd_axes[a].flag);
 			return buf;
 		}
 		prod *= degree[a];
@@ -59,81 +80,72 @@ static const char *pd_mesh_problem(const int degree[PD_AXIS_COUNT], const struct
 	return NULL;
 }
 
+/* The degrees of axes A down to 1 for W processes, tp taking what is left;
+ * each valid mesh into OUT (at most MAX), counted in *N. */
+static void pd_mesh_enumerate_axis(const struct pd_mesh_limits *lim, int d[PD_AXIS_COUNT], int a, int W,
+				   int (*out)[PD_AXIS_COUNT], int max, int *n)
+{
+	char why[256];
+	int top = pd_axes[a].max > 0 && pd_axes[a].max < W ? pd_axes[a].max : W;
+
+	if (a == PD_AXIS_TP) {
+		d[a] = W;
+		if (pd_mesh_problem(d, lim, why, sizeof(why)))
+			return;
+		if (*n < max)
+			memcpy(out[*n], d, sizeof(int) * PD_AXIS_COUNT);
+		(*n)++;
+		return;
+	}
+	if (a == PD_AXIS_DISTRI && !lim->distri)
+		top = 1;
+	for (d[a] = 1; d[a] <= top; d[a]++)
+		if (W % d[a] == 0)
+			pd_mesh_enumerate_axis(lim, d, a - 1, W / d[a], out, max, n);
+}
+
 int pd_mesh_enumerate(const struct pd_mesh_limits *lim, int (*out)[PD_AXIS_COUNT], int max)
 {
-	int d[PD_AXIS_COUNT], n = 0, W = lim->world;
-	char why[256];
+	int d[PD_AXIS_COUNT], n = 0;
 
-	/* dp, cfg, pp, ring, ulysses over divisors; tp takes what is left */
-	for (d[PD_AXIS_DP] = 1; d[PD_AXIS_DP] <= W; d[PD_AXIS_DP]++) {
-		if (W % d[PD_AXIS_DP])
-			continue;
-		for (d[PD_AXIS_CFG] = 1; d[PD_AXIS_CFG] <= 2; d[PD_AXIS_CFG]++) {
-			int w1 = W / d[PD_AXIS_DP];
-
-			if (w1 % d[PD_AXIS_CFG])
-				continue;
-			for (d[PD_AXIS_PP] = 1; d[PD_AXIS_PP] <= w1 / d[PD_AXIS_CFG]; d[PD_AXIS_PP]++) {
-				int w2 = w1 / d[PD_AXIS_CFG];
-
-				if (w2 % d[PD_AXIS_PP])
-					continue;
-				for (d[PD_AXIS_RING] = 1; d[PD_AXIS_RING] <= w2 / d[PD_AXIS_PP]; d[PD_AXIS_RING]++) {
-					int w3 = w2 / d[PD_AXIS_PP];
-
-					if (w3 % d[PD_AXIS_RING])
-						continue;
-					for (d[PD_AXIS_ULYSSES] = 1; d[PD_AXIS_ULYSSES] <= w3 / d[PD_AXIS_RING];
-					     d[PD_AXIS_ULYSSES]++) {
-						int w4 = w3 / d[PD_AXIS_RING];
-
-						if (w4 % d[PD_AXIS_ULYSSES])
-							continue;
-						d[PD_AXIS_TP] = w4 / d[PD_AXIS_ULYSSES];
-						if (pd_mesh_problem(d, lim, why, sizeof(why)))
-							continue;
-						if (n < max)
-							memcpy(out[n], d, sizeof(d));
-						n++;
-					}
-				}
-			}
-		}
-	}
+	/* dp, cfg, pp, distrifusion, ring, ulysses over divisors; tp takes what is left */
+	pd_mesh_enumerate_axis(lim, d, PD_AXIS_COUNT - 1, lim->world, out, max, &n);
 	return n;
 }
 
 int pd_mesh_check(const int degree[PD_AXIS_COUNT], const struct pd_mesh_limits *lim)
 {
+	struct pd_mesh_limits all = *lim;
 	char why[256], list[1200], one[80];
-	int valid[12][PD_AXIS_COUNT], n, shown = 0, more = 0;
+	int (*valid)[PD_AXIS_COUNT], n, shown = 0, more = 0;
 	size_t k = 0;
 	const char *s = lim->world > 1 ? "es" : "";
 
 	if (!pd_mesh_problem(degree, lim, why, sizeof(why)))
 		return 0;
 	list[0] = 0;
-	/* the exact meshes, then those whose ring axis runs DistriFusion */
-	for (int df = 0; df < 2; df++) {
-		struct pd_mesh_limits l = *lim;
-
-		l.distrifusion = df;
-		n = pd_mesh_enumerate(&l, valid, 12);
-		for (int i = 0; i < n && i < 12; i++) {
-			if (df && valid[i][PD_AXIS_RING] < 2)
+	all.distri = 1;
+	n = pd_mesh_enumerate(&all, NULL, 0);
+	valid = pd_calloc((size_t)n + 1, sizeof(*valid), "meshes");
+	if (!valid)
+		return -1;
+	pd_mesh_enumerate(&all, valid, n);
+	/* the exact meshes, then DistriFusion's */
+	for (int df = 0; df < 2 && !more && k < sizeof(list); df++)
+		for (int i = 0; i < n; i++) {
+			if ((valid[i][PD_AXIS_DISTRI] > 1) != df)
 				continue;
 			if (shown == 12) {
 				more = 1;
 				break;
 			}
-			pd_mesh_format(valid[i], df, one, sizeof(one));
+			pd_mesh_format(valid[i], one, sizeof(one));
 			k += (size_t)snprintf(list + k, sizeof(list) - k, "%s%s", shown ? "; " : "", one);
 			shown++;
 			if (k >= sizeof(list))
 				break;
 		}
-		more |= n > 12;
-	}
+	free(valid);
 	if (shown == 0)
 		return pd_errorf("impossible mesh: %s; no mesh fits %d process%s with %d heads", why, lim->world, s,
 				 lim->heads);
@@ -161,6 +173,8 @@ int pd_mesh_choose(int degree[PD_AXIS_COUNT], const struct pd_mesh_limits *lim)
 		}
 	if (degree[PD_AXIS_PP] <= 0)
 		degree[PD_AXIS_PP] = 1;
+	if (degree[PD_AXIS_DISTRI] <= 0)
+		degree[PD_AXIS_DISTRI] = 1;
 	if (degree[PD_AXIS_TP] <= 0)
 		degree[PD_AXIS_TP] = 1;
 	if (degree[PD_AXIS_DP] <= 0) {
@@ -201,9 +215,13 @@ static int pd_mesh_color(const struct pd_mesh *m, unsigned mask)
 int pd_mesh_create(struct pd_mesh *m, struct pd_comm *world, const int degree[PD_AXIS_COUNT])
 {
 	int r = world->rank;
-	unsigned sp_mask = (1u << PD_AXIS_RING) | (1u << PD_AXIS_ULYSSES);
-	unsigned model_mask = sp_mask | (1u << PD_AXIS_TP) | (1u << PD_AXIS_PP);
+	unsigned sp_mask = 0, model_mask;
 
+	for (int a = 0; a < PD_AXIS_COUNT; a++)
+		if (pd_axes[a].sequence)
+			sp_mask |= 1u << a;
+	/* every rank working on the same image and branch */
+	model_mask = sp_mask | (1u << PD_AXIS_TP) | (1u << PD_AXIS_PP);
 	memset(m, 0, sizeof(*m));
 	m->world = world;
 	memcpy(m->degree, degree, sizeof(m->degree));
@@ -211,7 +229,7 @@ int pd_mesh_create(struct pd_mesh *m, struct pd_comm *world, const int degree[PD
 	for (int a = 0; a < PD_AXIS_COUNT; a++) {
 		if (world->ops->split(world, pd_mesh_color(m, 1u << a), m->coord[a], &m->axis[a]))
 			goto fail;
-		snprintf(m->axis[a]->name, sizeof(m->axis[a]->name), "%s", pd_axis_names[a]);
+		snprintf(m->axis[a]->name, sizeof(m->axis[a]->name), "%s", pd_axes[a].name);
 	}
 	if (world->ops->split(world, pd_mesh_color(m, sp_mask),
 			      pd_mesh_seq_index(degree, m->coord), &m->sp) ||
@@ -255,7 +273,8 @@ void pd_mesh_coords(const int degree[PD_AXIS_COUNT], int rank, int coord[PD_AXIS
 
 int pd_mesh_seq_index(const int degree[PD_AXIS_COUNT], const int coord[PD_AXIS_COUNT])
 {
-	return coord[PD_AXIS_RING] * degree[PD_AXIS_ULYSSES] + coord[PD_AXIS_ULYSSES];
+	return (coord[PD_AXIS_DISTRI] * degree[PD_AXIS_RING] + coord[PD_AXIS_RING]) * degree[PD_AXIS_ULYSSES] +
+	       coord[PD_AXIS_ULYSSES];
 }
 
 void pd_mesh_stage_blocks(const struct pd_dit_info *info, int stages, int stage, int *first, int *count)

@@ -1,31 +1,23 @@
 /*
- * pd_mesh.h - the process mesh: degrees dp x cfg x pp x ring x ulysses x tp
- * that multiply to the world size, each rank's coordinates, and the
- * sub-communicators each parallel method works in.
+ * pd_mesh.h - the process mesh: degrees dp x cfg x pp x distrifusion x ring
+ * x ulysses x tp (pd_axis.h) that multiply to the world size, each rank's
+ * coordinates, and the sub-communicators each parallel method works in.
  *
- * Rank order, fastest-varying first: tp, ulysses, ring, pp, cfg, dp
- *   rank = tp + T (uly + U (ring + R (pp + P (cfg + C dp))))
+ * Rank order, fastest-varying first: tp, ulysses, ring, distrifusion, pp,
+ * cfg, dp
+ *   rank = tp + T (uly + U (ring + R (df + F (pp + P (cfg + C dp)))))
  * so Ulysses peers are neighbouring ranks, as in xDiT, ParaAttention and
- * diffusers. The sequence-parallel group flattens ring x ulysses with chunk
- * index ring * U + uly.
+ * diffusers. The sequence-parallel group flattens distrifusion x ring x
+ * ulysses with chunk index (df R + ring) U + uly.
  */
 #ifndef PD_MESH_H
 #define PD_MESH_H
 
 #include <stddef.h>
 
+#include "pd_axis.h"
 #include "pd_comm.h"
 #include "pd_dit.h"
-
-enum pd_axis {
-	PD_AXIS_TP,
-	PD_AXIS_ULYSSES,
-	PD_AXIS_RING,
-	PD_AXIS_PP,
-	PD_AXIS_CFG,
-	PD_AXIS_DP,
-	PD_AXIS_COUNT
-};
 
 /* What limits the choice of degrees. */
 struct pd_mesh_limits {
@@ -35,7 +27,7 @@ struct pd_mesh_limits {
 	int cfg_possible;               /* true CFG is on, so a cfg degree of 2 is allowed */
 	int images;                     /* images in the batch: dp may not exceed it */
 	int max_pp;                     /* largest pipeline degree: the model's blocks (1: no PipeFusion) */
-	int distrifusion;               /* the ring axis runs DistriFusion (with CFG and data parallel only) */
+	int distri;                     /* enumerations take DistriFusion degrees above 1 too */
 };
 
 struct pd_mesh {
@@ -43,7 +35,7 @@ struct pd_mesh {
 	int coord[PD_AXIS_COUNT];       /* this rank's coordinates */
 	struct pd_comm *world;          /* all ranks (borrowed) */
 	struct pd_comm *axis[PD_AXIS_COUNT]; /* ranks differing only along one axis */
-	struct pd_comm *sp;             /* ring x ulysses, rank = ring * U + uly */
+	struct pd_comm *sp;             /* distrifusion x ring x ulysses, rank = its sequence index */
 	struct pd_comm *model;          /* every rank working on the same image and branch: tp x sp x pp */
 	struct pd_comm *replica;        /* every rank of one data-parallel group (decodes its images together) */
 };
@@ -56,21 +48,26 @@ int pd_mesh_check(const int degree[PD_AXIS_COUNT], const struct pd_mesh_limits *
 
 /* Fills DEGREE with a sensible mesh for the limits (data parallel over the
  * images, CFG parallel when true CFG is on, then Ulysses as far as the heads
- * divide, then ring). Degrees already set (> 0) are kept. */
+ * divide, then ring; no DistriFusion). Degrees already set (> 0) are kept. */
 int pd_mesh_choose(int degree[PD_AXIS_COUNT], const struct pd_mesh_limits *lim);
 
-/* Every valid mesh, at most MAX of them; returns how many there are. */
+/* Every valid mesh, at most MAX of them, in the order of the axes from dp
+ * down (tp takes what is left); returns how many there are. */
 int pd_mesh_enumerate(const struct pd_mesh_limits *lim, int (*out)[PD_AXIS_COUNT], int max);
 
-/* "dp=1 cfg=2 pp=1 ring=1 ulysses=2 tp=1" ("distrifusion=" in place of
- * "ring=" when the ring axis runs DistriFusion) */
-void pd_mesh_format(const int degree[PD_AXIS_COUNT], int distrifusion, char *buf, size_t len);
+/* "dp=1 cfg=2 pp=1 ring=1 ulysses=2 tp=1" ("distrifusion=F" in the ring's
+ * place when DistriFusion's degree F is above 1: the two do not compose) */
+void pd_mesh_format(const int degree[PD_AXIS_COUNT], char *buf, size_t len);
+/* Whether a mesh attends to some keys and values a step old: DistriFusion,
+ * or PipeFusion with more than one patch a stage (PATCHES 0: one per stage). */
+int pd_mesh_stale(const int degree[PD_AXIS_COUNT], int patches);
 
 /* The rank arithmetic every method uses, here alone. */
 
 /* Rank RANK's coordinates (the order above). */
 void pd_mesh_coords(const int degree[PD_AXIS_COUNT], int rank, int coord[PD_AXIS_COUNT]);
-/* The sequence-parallel index of COORD: ring * U + ulysses (its token chunk). */
+/* The sequence-parallel index of COORD: (df R + ring) U + ulysses (its
+ * token chunk). */
 int pd_mesh_seq_index(const int degree[PD_AXIS_COUNT], const int coord[PD_AXIS_COUNT]);
 /* PipeFusion's stages: the blocks of stage STAGE of STAGES, contiguous,
  * balanced by the blocks' costs, at least one block each. */

@@ -189,21 +189,24 @@ void pd_distri_free(struct pd_distri *d)
 static const char *pd_distri_problem(const int degree[PD_AXIS_COUNT], const struct pd_mesh_limits *lim, char *buf,
 				     size_t len)
 {
-	if (lim->distrifusion &&
-	    (degree[PD_AXIS_TP] > 1 || degree[PD_AXIS_ULYSSES] > 1 || degree[PD_AXIS_PP] > 1)) {
-		snprintf(buf, len, "DistriFusion composes with CFG and data parallelism only (no tensor, Ulysses or "
+	(void)lim;
+	if (degree[PD_AXIS_DISTRI] > 1 && (degree[PD_AXIS_TP] > 1 || degree[PD_AXIS_ULYSSES] > 1 ||
+					   degree[PD_AXIS_RING] > 1 || degree[PD_AXIS_PP] > 1)) {
+		snprintf(buf, len, "DistriFusion composes with CFG and data parallelism only (no tensor, Ulysses, ring or "
 			 "pipeline degree)");
 		return buf;
 	}
 	return NULL;
 }
 
-/* On the sequence method's partition: its ring axis runs DistriFusion. */
+/* On the sequence method's partition (its bands are the sequence-parallel
+ * group's chunks): attention against the other bands' keys and values of
+ * the step before. */
 static int pd_distri_setup(struct pd_parallel *par, struct pd_dit *m, const struct pd_par_options *opt)
 {
-	if (!opt || !opt->distrifusion || !par->has_seq)
+	if (par->mesh->degree[PD_AXIS_DISTRI] <= 1 || !par->has_seq)
 		return 1;
-	if (pd_distri_init(&par->distri, &par->seq, opt->warmup_steps, m->info.blocks, &par->hooks))
+	if (pd_distri_init(&par->distri, &par->seq, opt ? opt->warmup_steps : 1, m->info.blocks, &par->hooks))
 		return -1;
 	par->has_distri = 1;
 	return 0;
@@ -219,20 +222,20 @@ static void pd_distri_leave(struct pd_parallel *par)
  * gathered at the end of the step. */
 static void pd_distri_sends(const struct pd_par_step *s, struct pd_par_sends *out)
 {
-	int F = s->distrifusion ? s->degree[PD_AXIS_RING] : 1;
+	int F = s->degree[PD_AXIS_DISTRI];
 	double A, pred;
 
 	if (F <= 1)
 		return;
 	pd_par_step_sizes(s, &A, &pred);
-	out->bytes[PD_AXIS_RING] += s->info->blocks * 2.0 * A / F * (F - 1) + pred / F * (F - 1);
-	out->msgs[PD_AXIS_RING] += 1;
-	out->rounds[PD_AXIS_RING] += F - 1;
+	out->bytes[PD_AXIS_DISTRI] += s->info->blocks * 2.0 * A / F * (F - 1) + pred / F * (F - 1);
+	out->msgs[PD_AXIS_DISTRI] += 1;
+	out->rounds[PD_AXIS_DISTRI] += F - 1;
 }
 
 const struct pd_par_method pd_par_method_distrifusion = {
 	.name = "distrifusion",
-	.axes = 1u << PD_AXIS_RING,
+	.axes = 1u << PD_AXIS_DISTRI,
 	.problem = pd_distri_problem,
 	.setup = pd_distri_setup,
 	.free = pd_distri_leave,

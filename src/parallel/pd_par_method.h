@@ -32,7 +32,6 @@ struct pd_par_step {
 	const struct pd_dit_info *info; /* the transformer */
 	int64_t txt_len, img_len;       /* its tokens */
 	int degree[PD_AXIS_COUNT];      /* the mesh */
-	int distrifusion;               /* the ring axis runs DistriFusion */
 	int patches;                    /* PipeFusion's patches (0: as many as stages) */
 };
 

@@ -689,7 +689,7 @@ static void pd_pipe_sends(const struct pd_par_step *s, struct pd_par_sends *out)
 {
 	const struct pd_dit_info *c = s->info;
 	int N = s->degree[PD_AXIS_PP], U = s->degree[PD_AXIS_ULYSSES], T = s->degree[PD_AXIS_TP];
-	int P = U * (s->distrifusion ? 1 : s->degree[PD_AXIS_RING]), M = s->patches > 0 ? s->patches : N;
+	int P = U * s->degree[PD_AXIS_RING], M = s->patches > 0 ? s->patches : N;
 	enum pd_axis sp = s->degree[PD_AXIS_RING] > 1 ? PD_AXIS_RING : PD_AXIS_ULYSSES;
 	double A, pred, most = -1, b[PD_AXIS_COUNT], n[PD_AXIS_COUNT], r[PD_AXIS_COUNT];
 	struct pd_par_sends busiest = { { 0 }, { 0 }, { 0 } };

@@ -180,7 +180,10 @@ static int pd_seq_setup(struct pd_parallel *par, struct pd_dit *m, const struct 
 	/* PipeFusion splits its pieces over the same ranks itself */
 	if (mesh->sp->size <= 1 || par->has_pipe)
 		return 1;
-	if (pd_seq_init(&par->seq, m, mesh->sp, mesh->axis[PD_AXIS_ULYSSES], mesh->axis[PD_AXIS_RING], &par->hooks))
+	/* DistriFusion's bands partition the tokens as a ring's chunks do
+	 * (it installs its own attention over them) */
+	if (pd_seq_init(&par->seq, m, mesh->sp, mesh->axis[PD_AXIS_ULYSSES],
+			mesh->axis[mesh->degree[PD_AXIS_DISTRI] > 1 ? PD_AXIS_DISTRI : PD_AXIS_RING], &par->hooks))
 		return -1;
 	par->has_seq = 1;
 	par->runner.predict = pd_seq_predict;
@@ -194,14 +197,15 @@ static void pd_seq_leave(struct pd_parallel *par)
 	par->has_seq = 0;
 }
 
-/* Ulysses and ring attention, and both (USP): one method over two axes. */
+/* Ulysses and ring attention, and both (USP): one method over two axes
+ * (and the partition DistriFusion's bands use; its count is its own). */
 /* Ulysses' q, k, v and output all-to-alls of the heads a shard holds, the
  * ring's K/V hops, and the predictions gathered over the sequence shards.
  * Inside PipeFusion's stages they are PipeFusion's count. */
 static void pd_seq_sends(const struct pd_par_step *s, struct pd_par_sends *out)
 {
 	int U = s->degree[PD_AXIS_ULYSSES], T = s->degree[PD_AXIS_TP], layers = s->info->blocks;
-	int R = s->distrifusion ? 1 : s->degree[PD_AXIS_RING], P = U * R;
+	int R = s->degree[PD_AXIS_RING], P = U * R;
 	enum pd_axis sp = s->degree[PD_AXIS_RING] > 1 ? PD_AXIS_RING : PD_AXIS_ULYSSES;
 	double A, pred;
 

@@ -62,7 +62,7 @@ static int pd_tp_setup(struct pd_parallel *par, struct pd_dit *m, const struct p
 static void pd_tp_sends(const struct pd_par_step *s, struct pd_par_sends *out)
 {
 	int T = s->degree[PD_AXIS_TP], reduces = 0;
-	int P = s->degree[PD_AXIS_ULYSSES] * (s->distrifusion ? 1 : s->degree[PD_AXIS_RING]);
+	int P = s->degree[PD_AXIS_ULYSSES] * s->degree[PD_AXIS_RING];
 	double A, pred;
 
 	if (T <= 1 || s->degree[PD_AXIS_PP] > 1)
@@ -82,7 +82,7 @@ void pd_tp_norm_sends(const struct pd_par_step *s, int blocks, int patches, doub
 {
 	const struct pd_dit_info *c = s->info;
 	int T = s->degree[PD_AXIS_TP];
-	int P = s->degree[PD_AXIS_ULYSSES] * (s->distrifusion ? 1 : s->degree[PD_AXIS_RING]);
+	int P = s->degree[PD_AXIS_ULYSSES] * s->degree[PD_AXIS_RING];
 	/* a rank's share of the image rows, and every text row with each patch
 	 * (the text is whole on every rank) */
 	double rows = c->tp_norm_img * (double)s->img_len / P + c->tp_norm_txt * (double)s->txt_len * patches;

@@ -22,7 +22,6 @@
 
 /* Choices beyond the mesh's degrees. */
 struct pd_par_options {
-	int distrifusion;               /* the ring axis runs DistriFusion instead of ring attention */
 	int warmup_steps;               /* DistriFusion, PipeFusion: synchronous steps first */
 	int patches;                    /* PipeFusion: patches per step (0: as many as stages) */
 	int pipefusion;                 /* PipeFusion's schedule even with one stage (patches in turn) */

@@ -35,7 +35,7 @@ static int pd_plan_branches(const struct pd_plan_work *w, const struct pd_plan_m
 static void pd_plan_traffic(const struct pd_plan_work *w, const struct pd_plan_mesh *m, double bytes[PD_AXIS_COUNT],
 			    double msgs[PD_AXIS_COUNT], double rounds[PD_AXIS_COUNT])
 {
-	struct pd_par_step st = { w->info, w->txt_len, w->img_len, { 0 }, m->distrifusion, m->patches };
+	struct pd_par_step st = { w->info, w->txt_len, w->img_len, { 0 }, m->patches };
 	struct pd_par_sends out = { { 0 }, { 0 }, { 0 } };
 	double scale = pd_plan_images(w, m) * pd_plan_branches(w, m);
 
@@ -58,6 +58,18 @@ double pd_plan_bytes(const struct pd_plan_work *w, const struct pd_plan_mesh *m)
 	for (int a = 0; a < PD_AXIS_COUNT; a++)
 		sum += bytes[a];
 	return sum;
+}
+
+/* The sequence-parallel degree: the tokens are split over the sequence
+ * axes together (Ulysses x ring, or DistriFusion's bands). */
+static int pd_plan_seq(const struct pd_plan_mesh *m)
+{
+	int P = 1;
+
+	for (int a = 0; a < PD_AXIS_COUNT; a++)
+		if (pd_axes[a].sequence)
+			P *= m->degree[a];
+	return P;
 }
 
 int pd_plan_axis_local(const struct pd_plan_mesh *m, int a, int per_node)
@@ -168,7 +180,7 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 	const struct pd_dit_info *c = w->info;
 	struct pd_dit_flops fl = pd_dit_count_flops(c, w->txt_len, w->img_len);
 	int world = 1, T = m->degree[PD_AXIS_TP], N = m->degree[PD_AXIS_PP];
-	int P = m->degree[PD_AXIS_ULYSSES] * m->degree[PD_AXIS_RING], M = m->patches > 0 ? m->patches : N;
+	int P = pd_plan_seq(m), M = m->patches > 0 ? m->patches : N;
 	int node = mc->per_node > 0 && mc->per_node < mc->devices ? mc->per_node : mc->devices;
 	double S = (double)(w->txt_len + w->img_len), D = c->dim, GB = 1e9, work, rate;
 	double fwd = pd_plan_images(w, m) * pd_plan_branches(w, m);
@@ -310,9 +322,9 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 			out->comm_s += msgs[a] * lat + rounds[a] * wake;
 			if (mc->shared && local)
 				out->comm_s += t;
-			else if (a == PD_AXIS_PP || (a == PD_AXIS_RING && m->distrifusion))
+			else if (pd_axes[a].overlap == PD_OVERLAP_STEP)
 				hidden += t;
-			else if (a == PD_AXIS_RING && N == 1)
+			else if (pd_axes[a].overlap == PD_OVERLAP_ATTENTION && N == 1)
 				out->comm_s += fmax(0, t - fl.attention * pd_plan_images(w, m) * pd_plan_branches(w, m) /
 							     ((double)T * P) / 1e9 / rate);
 			else
@@ -341,7 +353,7 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 	if (N > 1)
 		out->activations_gb += ceil((double)c->blocks / N) * 2.0 * S * D / T * 4.0 /
 				       GB * pd_plan_images(w, m) * pd_plan_branches(w, m);
-	if (m->distrifusion)
+	if (m->degree[PD_AXIS_DISTRI] > 1)
 		out->activations_gb += 2.0 * c->blocks * 2.0 * S * D * 4.0 / GB *
 				       pd_plan_images(w, m) * pd_plan_branches(w, m);
 	out->memory_gb = fmax(fmax(out->weights_gb + out->activations_gb, w->encoders_gb), out->vae_gb);
@@ -403,30 +415,29 @@ int pd_plan_list(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 {
 	int (*meshes)[PD_AXIS_COUNT] = NULL;
 	struct pd_plan_row *rows = NULL;
-	int n = pd_mesh_enumerate(lim, NULL, 0), k = 0;
+	struct pd_mesh_limits all = *lim;
+	int n, k = 0;
 
 	*rows_out = NULL;
 	*n_out = 0;
+	/* DistriFusion's meshes too */
+	all.distri = 1;
+	n = pd_mesh_enumerate(&all, NULL, 0);
 	meshes = pd_calloc((size_t)n + 1, sizeof(*meshes), "meshes");
-	rows = pd_calloc((size_t)(2 * n) + 1, sizeof(*rows), "meshes");
+	rows = pd_calloc((size_t)n + 1, sizeof(*rows), "meshes");
 	if (!meshes || !rows)
 		goto fail;
-	pd_mesh_enumerate(lim, meshes, n);
+	pd_mesh_enumerate(&all, meshes, n);
 	for (int i = 0; i < n; i++) {
-		for (int df = 0; df < 2; df++) {
-			struct pd_plan_row *r = &rows[k];
+		struct pd_plan_row *r = &rows[k];
 
-			/* DistriFusion on the ring axis, with CFG and data parallel only */
-			if (df && (meshes[i][PD_AXIS_RING] < 2 || meshes[i][PD_AXIS_ULYSSES] > 1 ||
-				   meshes[i][PD_AXIS_TP] > 1 || meshes[i][PD_AXIS_PP] > 1))
-				continue;
-			memcpy(r->mesh.degree, meshes[i], sizeof(meshes[i]));
-			r->mesh.distrifusion = df;
-			r->stale = df || meshes[i][PD_AXIS_PP] > 1;
-			if (pd_plan_cost(w, mc, &r->mesh, &r->cost))
-				goto fail;
-			k++;
-		}
+		memcpy(r->mesh.degree, meshes[i], sizeof(meshes[i]));
+		/* PipeFusion is stale whatever its patches (they default to one
+		 * per stage), DistriFusion by design */
+		r->stale = pd_mesh_stale(meshes[i], 0);
+		if (pd_plan_cost(w, mc, &r->mesh, &r->cost))
+			goto fail;
+		k++;
 	}
 	qsort(rows, (size_t)k, sizeof(*rows), pd_plan_cmp);
 	free(meshes);

@@ -67,10 +67,9 @@ struct pd_plan_machine {
 	double bw_inter, lat_inter;     /* between nodes */
 };
 
-/* One mesh: degrees, and the ring axis as DistriFusion's bands. */
+/* One mesh: its degrees and PipeFusion's patches. */
 struct pd_plan_mesh {
-	int degree[PD_AXIS_COUNT];
-	int distrifusion;               /* the ring axis runs DistriFusion */
+	int degree[PD_AXIS_COUNT];      /* every axis's (pd_axis.h) */
 	int patches;                    /* PipeFusion patches (0: as many as stages) */
 };
 
@@ -107,8 +106,7 @@ struct pd_plan_row {
 					 * from one process's */
 };
 
-/* Every valid mesh for LIM (DistriFusion as a second reading of each
- * ring-only mesh), costed and sorted: those that fit first, by predicted
+/* Every valid mesh for LIM (DistriFusion's too), costed and sorted: those that fit first, by predicted
  * seconds. *ROWS is allocated (free it); *N may be 0. 0, or -1. */
 int pd_plan_list(const struct pd_plan_work *work, const struct pd_plan_machine *machine,
 		 const struct pd_mesh_limits *lim, struct pd_plan_row **rows, int *n);

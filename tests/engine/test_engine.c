@@ -99,9 +99,9 @@ static void options(struct pd_engine_options *o, const char *dir, const char *me
 	o->log_level = 0;
 	pd_log_level = 0;
 	if (mesh && strcmp(mesh, "ulysses") == 0)
-		o->ulysses = world;
+		o->degree[PD_AXIS_ULYSSES] = world;
 	if (mesh && strcmp(mesh, "pipefusion") == 0)
-		o->pp = world;
+		o->degree[PD_AXIS_PP] = world;
 }
 
 /* The four requests, different in every way a request can be. */

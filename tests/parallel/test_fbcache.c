@@ -105,12 +105,11 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	n_mesh = pd_mesh_enumerate(&lim, meshes, 128);
-	/* then the DistriFusion meshes (its degree on the ring axis) */
-	lim.distrifusion = 1;
-	lim.max_pp = 1;
+	/* then the DistriFusion meshes (its own axis) */
+	lim.distri = 1;
 	n_distri = pd_mesh_enumerate(&lim, meshes + n_mesh, 128 - n_mesh);
 	for (int k = n_mesh; k < n_mesh + n_distri; k++)
-		if (meshes[k][PD_AXIS_RING] > 1)
+		if (meshes[k][PD_AXIS_DISTRI] > 1)
 			distri[n_mesh_all++] = k;
 	for (int k = 0; k < n_mesh_all; k++)
 		memcpy(meshes[n_mesh + k], meshes[distri[k]], sizeof(meshes[0]));
@@ -130,8 +129,7 @@ int main(int argc, char **argv)
 		float *plain, *never, *mid, *all;
 		int skipped_never, skipped_all, calls_all;
 
-		c.distrifusion = k >= n_mesh;
-		pd_mesh_format(meshes[k], c.distrifusion, desc, sizeof(desc));
+		pd_mesh_format(meshes[k], desc, sizeof(desc));
 		c.fbcache = 0.0f;
 		plain = test_run_case(world, &c, meshes[k], &np, NULL);
 		c.fbcache = 1e-12f;

@@ -54,7 +54,6 @@ static void test_case(const struct pcase *c)
 {
 	struct pd_mesh_limits lim;
 	int meshes[256][PD_AXIS_COUNT], n_mesh, n_distri, n_all = 0;
-	struct pcase dc = *c;
 	float *one, *gold = NULL;
 	int64_t n = 0;
 
@@ -63,12 +62,11 @@ static void test_case(const struct pcase *c)
 		return;
 	}
 	n_mesh = pd_mesh_enumerate(&lim, meshes, 256);
-	/* then DistriFusion's meshes (its degree on the ring axis), every step warm */
-	lim.distrifusion = 1;
-	lim.max_pp = 1;
+	/* then DistriFusion's meshes (its own axis), every step warm */
+	lim.distri = 1;
 	n_distri = pd_mesh_enumerate(&lim, meshes + n_mesh, 256 - n_mesh);
 	for (int k = n_mesh; k < n_mesh + n_distri; k++)
-		if (meshes[k][PD_AXIS_RING] > 1)
+		if (meshes[k][PD_AXIS_DISTRI] > 1)
 			memmove(meshes[n_all++ + n_mesh], meshes[k], sizeof(meshes[0]));
 	n_distri = n_all;
 	/* the reference: every rank runs one process's computation */
@@ -77,15 +75,14 @@ static void test_case(const struct pcase *c)
 	if (c->golden)
 		gold = golden_latents(c->golden, n);
 	PD_CHECK(!c->golden || gold, "%s: golden latents.final unreadable", c->name);
-	dc.distrifusion = 1;
 	for (int k = 0; k < n_mesh + n_distri && one; k++) {
 		char desc[128];
 		int64_t np = 0;
-		float *par = test_run_case(world, k < n_mesh ? c : &dc, meshes[k], &np, NULL);
+		float *par = test_run_case(world, c, meshes[k], &np, NULL);
 		double e1 = par && np == n ? pd_rel_err(par, one, (size_t)n) : INFINITY;
 		double e2 = gold && par && np == n ? pd_rel_err(par, gold, (size_t)n) : 0;
 
-		pd_mesh_format(meshes[k], k >= n_mesh, desc, sizeof(desc));
+		pd_mesh_format(meshes[k], desc, sizeof(desc));
 		if (world->rank == 0) {
 			printf("  %-28s %-44s vs one process %.2e%s", c->name, desc, e1, gold ? "" : "\n");
 			if (gold)

@@ -24,8 +24,7 @@ int test_case_limits(struct pd_comm *world, const struct pcase *c, struct pd_mes
 	lim->heads = fc.heads;
 	lim->cfg_possible = c->cfg_scale > 1 && e.neg_prompt;
 	lim->images = (int)e.batch;
-	lim->max_pp = c->distrifusion ? 1 : pd_flux_blocks(&fc);
-	lim->distrifusion = c->distrifusion;
+	lim->max_pp = pd_flux_blocks(&fc);
 	pd_embeds_free(&e);
 	return 0;
 }
@@ -71,7 +70,7 @@ float *test_run_case(struct pd_comm *world, const struct pcase *c, const int *de
 
 		if (pd_mesh_create(&mesh, world, degree))
 			goto out;
-		struct pd_par_options opt = { c->distrifusion, c->warmup, c->patches, c->pipe_one_stage };
+		struct pd_par_options opt = { c->warmup, c->patches, c->pipe_one_stage };
 
 		sh = pd_parallel_shard(&mesh, &info);
 		if (pd_flux_load_dit(&m, c->tdir, NULL, be, &sh) || pd_parallel_setup(&par, &mesh, m, e.batch, &opt))

@@ -18,7 +18,6 @@ struct pcase {
 	float guidance, cfg_scale;
 	uint64_t seed;
 	float fbcache;                  /* First Block Cache threshold (0: off) */
-	int distrifusion;               /* the ring axis runs DistriFusion */
 	int warmup;                     /* DistriFusion's and PipeFusion's exact steps */
 	int patches;                    /* PipeFusion's patches (0: as many as stages) */
 	int pipe_one_stage;             /* run PipeFusion's schedule even on one stage */

@@ -5,6 +5,7 @@
  * pd_fbcache_decide).
  */
 #include "pd_dit.h"
+#include "pd_safetensors.h"
 #include "pd_util.h"
 
 #include <math.h>
@@ -240,4 +241,19 @@ void pd_dit_rope_tables(int n_axes, const int *axes_dims, int head_dim, const fl
 			col += d;
 		}
 	}
+}
+
+int pd_dit_names_start(const struct pd_st *st, const char *const *prefixes)
+{
+	static const char comfy[] = "model.diffusion_model.";
+
+	for (int i = 0; i < st->n_tensors; i++) {
+		const char *n = st->sorted[i]->name;
+
+		n += strncmp(n, comfy, sizeof(comfy) - 1) == 0 ? sizeof(comfy) - 1 : 0;
+		for (const char *const *p = prefixes; *p; p++)
+			if (strncmp(n, *p, strlen(*p)) == 0)
+				return 1;
+	}
+	return 0;
 }

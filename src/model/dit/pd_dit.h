@@ -243,8 +243,8 @@ enum pd_sampler {
 struct pd_encoder_spec {
 	const char *kind;               /* what it is, for the log and messages ("CLIP", "T5", "UMT5") */
 	const char *file;               /* the flag of its single file, as stable-diffusion.cpp names it
-					 * ("clip_l", "t5xxl", "llm"): --NAME FILE */
-	const char *tokenizer;          /* what its tokenizer folder holds ("vocab.json, merges.txt") */
+					 * ("clip_l", "t5xxl", "llm"): --NAME FILE; NULL: none */
+	const char *tokenizer;          /* what its tokenizer folder holds ("vocab.json, merges.txt"), or NULL */
 	int seq_len;                    /* the tokens it reads: fixed (CLIP: 77), or 0: the request's
 					 * text length (max_seq) */
 	int optional;                   /* a request may leave it out (its embeddings then zeros) */
@@ -322,7 +322,7 @@ struct pd_dit_family {
 	 * NEGATIVE's, when not NULL) in E, the other rows zero, and with
 	 * KEEP_EXTRA what else the encoders saw and made (E's extras). */
 	const struct pd_encoder_spec *encoders;
-	int n_encoders;
+	int n_encoders;                 /* at most PD_MAX_ENCODERS (pd_model_paths.h) */
 	int (*prompt_widths)(const struct pd_model_paths *mp, int64_t *txt_width, int64_t *pooled_width);
 	int (*default_max_seq)(const struct pd_dit_info *info); /* info NULL: no transformer known */
 	/* HELD (may be NULL): the encoders the first call loads are kept there
@@ -378,6 +378,11 @@ void pd_dit_hook_result(struct pd_dit *d, int rc);
 /* Sums a row-parallel layer's partial results over the tensor-parallel
  * shards (nothing with one shard, or after a failure). */
 void pd_dit_shard_reduce(struct pd_dit *d, float *buf, size_t n);
+
+/* For a family's names_are: whether one of ST's tensors, without the
+ * prefix ComfyUI's files carry ("model.diffusion_model."), starts with
+ * one of PREFIXES (NULL-ended). */
+int pd_dit_names_start(const struct pd_st *st, const char *const *prefixes);
 
 /* Frees what pd_dit_forward keeps in D (a family's free calls it). */
 void pd_dit_release(struct pd_dit *d);

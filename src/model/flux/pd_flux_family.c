@@ -159,29 +159,12 @@ static int pd_flux_default_max_seq(const struct pd_dit_info *info)
 }
 
 
-/* Whether one of ST's tensors, without the prefix ComfyUI's files carry,
- * starts with one of PREFIXES (NULL-ended). */
-static int pd_flux_names_start(const struct pd_st *st, const char *const *prefixes)
-{
-	static const char comfy[] = "model.diffusion_model.";
-
-	for (int i = 0; i < st->n_tensors; i++) {
-		const char *n = st->sorted[i]->name;
-
-		n += strncmp(n, comfy, sizeof(comfy) - 1) == 0 ? sizeof(comfy) - 1 : 0;
-		for (const char *const *p = prefixes; *p; p++)
-			if (strncmp(n, *p, strlen(*p)) == 0)
-				return 1;
-	}
-	return 0;
-}
-
 /* Black Forest Labs' double_blocks or diffusers' transformer_blocks */
 static int pd_flux_names_are(const struct pd_st *st)
 {
 	static const char *const prefixes[] = { "double_blocks.", "transformer_blocks.", NULL };
 
-	return pd_flux_names_start(st, prefixes);
+	return pd_dit_names_start(st, prefixes);
 }
 
 static const char *const pd_flux_classes[] = { "FluxTransformer2DModel", NULL };
@@ -212,7 +195,7 @@ const struct pd_dit_family pd_flux_family = {
 	.defaults = pd_flux_defaults,
 	.vae = &pd_vae_kl,
 	.encoders = pd_flux_encoders,
-	.n_encoders = 2,
+	.n_encoders = (int)(sizeof(pd_flux_encoders) / sizeof(pd_flux_encoders[0])),
 	.prompt_widths = pd_flux_prompt_widths,
 	.default_max_seq = pd_flux_default_max_seq,
 	.encode = pd_flux_encode,

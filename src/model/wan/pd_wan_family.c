@@ -213,29 +213,12 @@ const struct pd_vae_kind pd_wan_vae_kind = {
 };
 
 
-/* Whether one of ST's tensors, without the prefix ComfyUI's files carry,
- * starts with one of PREFIXES (NULL-ended). */
-static int pd_wan_names_start(const struct pd_st *st, const char *const *prefixes)
-{
-	static const char comfy[] = "model.diffusion_model.";
-
-	for (int i = 0; i < st->n_tensors; i++) {
-		const char *n = st->sorted[i]->name;
-
-		n += strncmp(n, comfy, sizeof(comfy) - 1) == 0 ? sizeof(comfy) - 1 : 0;
-		for (const char *const *p = prefixes; *p; p++)
-			if (strncmp(n, *p, strlen(*p)) == 0)
-				return 1;
-	}
-	return 0;
-}
-
 /* Wan-AI's head.modulation or diffusers' condition_embedder */
 static int pd_wan_names_are(const struct pd_st *st)
 {
 	static const char *const prefixes[] = { "head.modulation", "condition_embedder.", NULL };
 
-	return pd_wan_names_start(st, prefixes);
+	return pd_dit_names_start(st, prefixes);
 }
 
 static const char *const pd_wan_classes[] = { "WanTransformer3DModel", "WanModel", NULL };
@@ -279,7 +262,7 @@ const struct pd_dit_family pd_wan_family = {
 	.vae = &pd_wan_vae_kind,
 	.vae_scale = 8,
 	.encoders = pd_wan_encoders,
-	.n_encoders = 1,
+	.n_encoders = (int)(sizeof(pd_wan_encoders) / sizeof(pd_wan_encoders[0])),
 	.prompt_widths = pd_wan_prompt_widths,
 	.default_max_seq = pd_wan_default_max_seq,
 	.encode = pd_wan_encode,

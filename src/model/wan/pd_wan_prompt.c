@@ -62,7 +62,8 @@ int pd_wan_prompt_width(const struct pd_model_paths *mp, int64_t *width)
 	int rc;
 
 	if (!mp->encoder[0])
-		return pd_errorf("no text encoder: give --model DIR (with text_encoder/) or --text-encoder DIR");
+		return pd_errorf("no text encoder: give --model DIR (with text_encoder/), --text-encoder DIR|FILE or "
+				 "--t5xxl FILE");
 	if (!pd_is_dir(mp->encoder[0])) {
 		struct pd_st *st = NULL;
 		const struct pd_st_tensor *t;
@@ -93,7 +94,7 @@ int pd_wan_prompt_encoder_load(struct pd_wan_prompt_encoder *pe, const struct pd
 	if (!mp->tokenizer[0])
 		return pd_errorf("no tokenizer folder: give --model DIR or --tokenizer DIR");
 	if (!mp->encoder[0])
-		return pd_errorf("no UMT5 text encoder: give --model DIR or --text-encoder DIR");
+		return pd_errorf("no UMT5 text encoder: give --model DIR, --text-encoder DIR|FILE or --t5xxl FILE");
 	if (pd_t5_tok_load(&pe->tok, mp->tokenizer[0]))
 		return -1;
 	pe->loaded = 1;

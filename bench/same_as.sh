@@ -2,7 +2,8 @@
 # Pictures and latents of two pdit binaries, byte for byte: the golden tiny
 # model and a --full tiny model, on one process and on 2 processes (Ulysses,
 # ring, tensor parallel, PipeFusion, CFG parallel, DistriFusion; First Block
-# Cache on one process, Ulysses and PipeFusion); a Wan2.1 video's frames and
+# Cache on one process, Ulysses, PipeFusion and DistriFusion; DistriFusion with
+# CFG parallel and the cost model's choice on 4); a Wan2.1 video's frames and
 # a quantized (GGUF Q4_K) transformer on 1 and 2 processes; and a picture
 # served by pdit serve (one process, and Ulysses 2). For restructurings
 # that must not move a bit.
@@ -19,7 +20,9 @@ models=("--model $work/tiny -p 'a red fox in the snow' -n blurry --true-cfg-scal
 meshes=("1:" "2:--ulysses-degree 2" "2:--ring-degree 2" "2:--tensor-parallel-degree 2"
 	"2:--pipefusion-degree 2" "2:--cfg-parallel" "2:--distrifusion-degree 2"
 	"1:--fbcache-threshold 0.8" "2:--ulysses-degree 2 --fbcache-threshold 0.8"
-	"2:--pipefusion-degree 2 --fbcache-threshold 0.8" "3:--pipefusion-degree 3 --fbcache-threshold 0.8")
+	"2:--pipefusion-degree 2 --fbcache-threshold 0.8" "3:--pipefusion-degree 3 --fbcache-threshold 0.8"
+	"4:--distrifusion-degree 2 --cfg-parallel" "2:--distrifusion-degree 2 --fbcache-threshold 0.8"
+	"4:--parallel auto-stale")
 bad=0
 for model in "${models[@]}"; do
 for m in "${meshes[@]}"; do

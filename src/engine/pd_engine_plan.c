@@ -235,7 +235,13 @@ int pd_engine_choose_mesh(struct pd_engine *e)
 		if (given)
 			return pd_errorf("--parallel %s chooses the mesh: give it or degree flags, not both", o->parallel);
 		e->mesh_auto = 2;
-		return pd_engine_plan_mesh(e, &lim, stale);
+		if (pd_engine_plan_mesh(e, &lim, stale))
+			return -1;
+		/* the first step has no earlier keys and values to attend to */
+		if (o->warmup_steps < 1 && pd_mesh_stale(e->degree, o->patches))
+			return pd_errorf("--warmup-steps must be at least 1 with --parallel auto-stale's choice (a stale "
+					 "mesh)");
+		return 0;
 	}
 	if (!given) {
 		e->mesh_auto = e->world->size > 1;

@@ -116,8 +116,9 @@ struct pd_engine_options {
 	double comm_timeout;            /* seconds a process waits for the others before the job is reported
 					 * and stopped; 0: forever */
 	/* The mesh: a degree per axis (pd_axis.h; 0: not given; none given:
-	 * pdit chooses), or parallel = "auto" / "auto-stale" (the cost
-	 * model's first choice). */
+	 * pdit chooses; CFG parallel is degree 2 on PD_AXIS_CFG; DistriFusion's
+	 * and the ring's exclude each other), or parallel = "auto" /
+	 * "auto-stale" (the cost model's first choice). */
 	int degree[PD_AXIS_COUNT];
 	const char *parallel;
 	int warmup_steps;               /* DistriFusion, PipeFusion: exact steps first */

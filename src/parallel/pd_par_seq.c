@@ -229,7 +229,7 @@ static void pd_seq_sends(const struct pd_par_step *s, struct pd_par_sends *out)
 
 const struct pd_par_method pd_par_method_sequence = {
 	.name = "sequence",
-	.axes = (1u << PD_AXIS_ULYSSES) | (1u << PD_AXIS_RING),
+	.axes = (1u << PD_AXIS_ULYSSES) | (1u << PD_AXIS_RING) | (1u << PD_AXIS_DISTRI),
 	.setup = pd_seq_setup,
 	.free = pd_seq_leave,
 	.sends = pd_seq_sends,

@@ -1,5 +1,6 @@
 /*
- * pd_par_seq.h - sequence parallelism over ring x ulysses ranks (USP).
+ * pd_par_seq.h - sequence parallelism over ring x ulysses ranks (USP), and
+ * the token partition DistriFusion's bands use.
  *
  * The text tokens and the image tokens are each cut into P nearly equal
  * chunks (chunk i holds n/P tokens, one more for i < n % P), and SP rank i
@@ -22,7 +23,7 @@ struct pd_seq_par {
 	struct pd_dit *model;           /* runs the local tokens (borrowed) */
 	struct pd_backend *be;          /* the model's backend, which holds the scratch (borrowed; outlives
 					 * the model) */
-	struct pd_comm *sp;             /* ring x ulysses ranks, rank = ring * U + uly (borrowed) */
+	struct pd_comm *sp;             /* the sequence group (pd_mesh.h: rank = its sequence index; borrowed) */
 	struct pd_comm *ulysses;        /* the U neighbouring ranks (borrowed) */
 	struct pd_comm *ring;           /* the R ranks with the same Ulysses index (borrowed) */
 	int U, R;                       /* degrees */

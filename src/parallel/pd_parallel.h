@@ -32,7 +32,7 @@ struct pd_parallel {
 	struct pd_dit_hooks hooks;     /* installed into the model */
 	const struct pd_par_options *opt; /* the choices beyond the degrees (NULL: defaults; borrowed
 					 * during setup) */
-	struct pd_seq_par seq;          /* sequence parallelism, when ring x ulysses > 1 */
+	struct pd_seq_par seq;          /* sequence parallelism, when the sequence group has several ranks */
 	int has_seq;
 	struct pd_distri distri;        /* DistriFusion over the sequence-parallel ranks */
 	int has_distri;

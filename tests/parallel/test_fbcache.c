@@ -108,6 +108,7 @@ int main(int argc, char **argv)
 	/* then the DistriFusion meshes (its own axis) */
 	lim.distri = 1;
 	n_distri = pd_mesh_enumerate(&lim, meshes + n_mesh, 128 - n_mesh);
+	n_distri = n_distri < 128 - n_mesh ? n_distri : 128 - n_mesh;
 	for (int k = n_mesh; k < n_mesh + n_distri; k++)
 		if (meshes[k][PD_AXIS_DISTRI] > 1)
 			distri[n_mesh_all++] = k;

@@ -6,7 +6,7 @@
  *
  * For each case (the golden dev, true-CFG, batch-2 and schnell pipelines,
  * and `pdit tiny` models with 6 and 12 heads, so 3- and 6-way head splits
- * occur) and for each mesh dp x cfg x pp x ring x ulysses x tp = N that the
+ * occur) and for each mesh dp x cfg x pp x distrifusion x ring x ulysses x tp = N that the
  * case allows, and then each DistriFusion mesh (PipeFusion and DistriFusion
  * with every step warm, so exact; their stale steps are checked by
  * crosscheck_stale.py), the final latents must equal the single-process run's within
@@ -65,6 +65,7 @@ static void test_case(const struct pcase *c)
 	/* then DistriFusion's meshes (its own axis), every step warm */
 	lim.distri = 1;
 	n_distri = pd_mesh_enumerate(&lim, meshes + n_mesh, 256 - n_mesh);
+	n_distri = n_distri < 256 - n_mesh ? n_distri : 256 - n_mesh;
 	for (int k = n_mesh; k < n_mesh + n_distri; k++)
 		if (meshes[k][PD_AXIS_DISTRI] > 1)
 			memmove(meshes[n_all++ + n_mesh], meshes[k], sizeof(meshes[0]));

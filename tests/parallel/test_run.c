@@ -18,6 +18,7 @@ int test_case_limits(struct pd_comm *world, const struct pcase *c, struct pd_mes
 	struct pd_flux_config fc;
 	struct pd_embeds e = { 0 };
 
+	memset(lim, 0, sizeof(*lim));
 	if (pd_flux_config_load(&fc, c->tdir) || pd_embeds_load(&e, c->embeds))
 		return -1;
 	lim->world = world->size;

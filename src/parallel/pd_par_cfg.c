@@ -28,8 +28,9 @@ static const char *pd_cfg_problem(const int degree[PD_AXIS_COUNT], const struct 
 	return NULL;
 }
 
-static int pd_cfg_setup(struct pd_parallel *par, struct pd_dit *m, const struct pd_par_options *opt)
+static int pd_cfg_setup(struct pd_parallel *par, void *state, struct pd_dit *m, const struct pd_par_options *opt)
 {
+	(void)state;
 	struct pd_comm *pair = par->mesh->axis[PD_AXIS_CFG];
 
 	(void)m;

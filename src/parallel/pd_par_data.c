@@ -41,8 +41,9 @@ static const char *pd_dp_problem(const int degree[PD_AXIS_COUNT], const struct p
 }
 
 /* Every group takes its share of the batch (one group: all of it). */
-static int pd_dp_setup(struct pd_parallel *par, struct pd_dit *m, const struct pd_par_options *opt)
+static int pd_dp_setup(struct pd_parallel *par, void *state, struct pd_dit *m, const struct pd_par_options *opt)
 {
+	(void)state;
 	(void)m;
 	(void)opt;
 	pd_dp_slice(par->batch, par->mesh->degree[PD_AXIS_DP], par->mesh->coord[PD_AXIS_DP], &par->runner.first_image,

@@ -202,20 +202,21 @@ static const char *pd_distri_problem(const int degree[PD_AXIS_COUNT], const stru
 /* On the sequence method's partition (its bands are the sequence-parallel
  * group's chunks): attention against the other bands' keys and values of
  * the step before. */
-static int pd_distri_setup(struct pd_parallel *par, struct pd_dit *m, const struct pd_par_options *opt)
+static int pd_distri_setup(struct pd_parallel *par, void *state, struct pd_dit *m, const struct pd_par_options *opt)
 {
-	if (par->mesh->degree[PD_AXIS_DISTRI] <= 1 || !par->has_seq)
+	struct pd_seq_par *seq = pd_parallel_state(par, &pd_par_method_sequence);
+
+	if (par->mesh->degree[PD_AXIS_DISTRI] <= 1 || !seq)
 		return 1;
-	if (pd_distri_init(&par->distri, &par->seq, opt ? opt->warmup_steps : 1, m->info.blocks, &par->hooks))
+	if (pd_distri_init(state, seq, opt ? opt->warmup_steps : 1, m->info.blocks, &par->hooks))
 		return -1;
-	par->has_distri = 1;
 	return 0;
 }
 
-static void pd_distri_leave(struct pd_parallel *par)
+static void pd_distri_leave(struct pd_parallel *par, void *state)
 {
-	pd_distri_free(&par->distri);
-	par->has_distri = 0;
+	(void)par;
+	pd_distri_free(state);
 }
 
 /* Every layer's own K and V rows to every other band, and the predictions
@@ -237,6 +238,7 @@ const struct pd_par_method pd_par_method_distrifusion = {
 	.name = "distrifusion",
 	.axes = 1u << PD_AXIS_DISTRI,
 	.problem = pd_distri_problem,
+	.state_size = sizeof(struct pd_distri),
 	.setup = pd_distri_setup,
 	.free = pd_distri_leave,
 	.sends = pd_distri_sends,

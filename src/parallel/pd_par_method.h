@@ -56,11 +56,14 @@ struct pd_par_method {
 	 * NULL; may be NULL itself. */
 	const char *(*problem)(const int degree[PD_AXIS_COUNT], const struct pd_mesh_limits *lim, char *buf,
 			       size_t len);
+	/* Its state: STATE_SIZE bytes the assembly allocates zeroed for it
+	 * (0: none, STATE NULL) and frees after free. */
+	size_t state_size;
 	/* Installs it on this rank when the mesh (and OPT) call for it: 0, 1
 	 * when it is not used, or -1 with a message. */
-	int (*setup)(struct pd_parallel *par, struct pd_dit *m, const struct pd_par_options *opt);
+	int (*setup)(struct pd_parallel *par, void *state, struct pd_dit *m, const struct pd_par_options *opt);
 	/* Removes what setup installed (only called when it did; may be NULL). */
-	void (*free)(struct pd_parallel *par);
+	void (*free)(struct pd_parallel *par, void *state);
 	/* Adds what it sends in step S to OUT, when the mesh uses it (may be
 	 * NULL: it sends nothing in a step). */
 	void (*sends)(const struct pd_par_step *s, struct pd_par_sends *out);

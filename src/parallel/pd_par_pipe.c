@@ -658,26 +658,25 @@ static const char *pd_pipe_problem(const int degree[PD_AXIS_COUNT], const struct
 	return NULL;
 }
 
-static int pd_pipe_setup(struct pd_parallel *par, struct pd_dit *m, const struct pd_par_options *opt)
+static int pd_pipe_setup(struct pd_parallel *par, void *state, struct pd_dit *m, const struct pd_par_options *opt)
 {
 	struct pd_mesh *mesh = par->mesh;
 
 	if (mesh->degree[PD_AXIS_PP] <= 1 && !(opt && opt->pipefusion))
 		return 1;
 	/* the stage's sequence-parallel ranks share its key/value buffers */
-	if (pd_pipe_init(&par->pipe, m, mesh->axis[PD_AXIS_PP], mesh->sp, opt ? opt->patches : 0,
+	if (pd_pipe_init(state, m, mesh->axis[PD_AXIS_PP], mesh->sp, opt ? opt->patches : 0,
 			 opt ? opt->warmup_steps : 1, &par->hooks))
 		return -1;
-	par->has_pipe = 1;
 	par->runner.predict = pd_pipe_predict;
-	par->runner.predict_ctx = &par->pipe;
+	par->runner.predict_ctx = state;
 	return 0;
 }
 
-static void pd_pipe_leave(struct pd_parallel *par)
+static void pd_pipe_leave(struct pd_parallel *par, void *state)
 {
-	pd_pipe_free(&par->pipe);
-	par->has_pipe = 0;
+	(void)par;
+	pd_pipe_free(state);
 }
 
 /* Per stage: its hidden states to the next stage once per step (the last
@@ -745,6 +744,7 @@ const struct pd_par_method pd_par_method_pipefusion = {
 	.name = "pipefusion",
 	.axes = 1u << PD_AXIS_PP,
 	.problem = pd_pipe_problem,
+	.state_size = sizeof(struct pd_pipe),
 	.setup = pd_pipe_setup,
 	.free = pd_pipe_leave,
 	.sends = pd_pipe_sends,

@@ -172,29 +172,28 @@ int pd_seq_predict(void *ctx, const struct pd_dit_call *in, float *out, const st
 	return p->sp->ops->allgatherv(p->sp, p->local_out, p->bytes[r], out, p->bytes);
 }
 
-static int pd_seq_setup(struct pd_parallel *par, struct pd_dit *m, const struct pd_par_options *opt)
+static int pd_seq_setup(struct pd_parallel *par, void *state, struct pd_dit *m, const struct pd_par_options *opt)
 {
 	struct pd_mesh *mesh = par->mesh;
 
 	(void)opt;
 	/* PipeFusion splits its pieces over the same ranks itself */
-	if (mesh->sp->size <= 1 || par->has_pipe)
+	if (mesh->sp->size <= 1 || pd_parallel_state(par, &pd_par_method_pipefusion))
 		return 1;
 	/* DistriFusion's bands partition the tokens as a ring's chunks do
 	 * (it installs its own attention over them) */
-	if (pd_seq_init(&par->seq, m, mesh->sp, mesh->axis[PD_AXIS_ULYSSES],
+	if (pd_seq_init(state, m, mesh->sp, mesh->axis[PD_AXIS_ULYSSES],
 			mesh->axis[mesh->degree[PD_AXIS_DISTRI] > 1 ? PD_AXIS_DISTRI : PD_AXIS_RING], &par->hooks))
 		return -1;
-	par->has_seq = 1;
 	par->runner.predict = pd_seq_predict;
-	par->runner.predict_ctx = &par->seq;
+	par->runner.predict_ctx = state;
 	return 0;
 }
 
-static void pd_seq_leave(struct pd_parallel *par)
+static void pd_seq_leave(struct pd_parallel *par, void *state)
 {
-	pd_seq_free(&par->seq);
-	par->has_seq = 0;
+	(void)par;
+	pd_seq_free(state);
 }
 
 /* Ulysses and ring attention, and both (USP): one method over two axes
@@ -230,6 +229,7 @@ static void pd_seq_sends(const struct pd_par_step *s, struct pd_par_sends *out)
 const struct pd_par_method pd_par_method_sequence = {
 	.name = "sequence",
 	.axes = (1u << PD_AXIS_ULYSSES) | (1u << PD_AXIS_RING) | (1u << PD_AXIS_DISTRI),
+	.state_size = sizeof(struct pd_seq_par),
 	.setup = pd_seq_setup,
 	.free = pd_seq_leave,
 	.sends = pd_seq_sends,

@@ -44,8 +44,9 @@ static const char *pd_tp_problem(const int degree[PD_AXIS_COUNT], const struct p
 	return NULL;
 }
 
-static int pd_tp_setup(struct pd_parallel *par, struct pd_dit *m, const struct pd_par_options *opt)
+static int pd_tp_setup(struct pd_parallel *par, void *state, struct pd_dit *m, const struct pd_par_options *opt)
 {
+	(void)state;
 	(void)opt;
 	if (par->mesh->degree[PD_AXIS_TP] <= 1)
 		return 1;

@@ -2,7 +2,9 @@
  * pd_parallel.c - the parallel methods assembled on a mesh.
  */
 #include "pd_parallel.h"
+#include "pd_util.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 struct pd_dit_shard pd_parallel_shard(const struct pd_mesh *mesh, const struct pd_dit_info *info)
@@ -46,8 +48,15 @@ int pd_parallel_setup(struct pd_parallel *par, struct pd_mesh *mesh, struct pd_d
 	par->batch = batch;
 	par->runner = pd_runner_local(m);
 	for (int i = 0; pd_par_methods[i]; i++) {
-		int rc = pd_par_methods[i]->setup(par, m, opt);
+		const struct pd_par_method *pm = pd_par_methods[i];
+		int rc;
 
+		PD_ASSERT(i < PD_PAR_MAX_METHODS);
+		if (pm->state_size && !(par->state[i] = pd_calloc(1, pm->state_size, pm->name))) {
+			pd_parallel_free(par);
+			return -1;
+		}
+		rc = pm->setup(par, par->state[i], m, opt);
 		if (rc < 0) {
 			pd_parallel_free(par);
 			return -1;
@@ -70,10 +79,20 @@ void pd_parallel_free(struct pd_parallel *par)
 
 	while (pd_par_methods[n])
 		n++;
-	for (int i = n - 1; i >= 0; i--)
+	for (int i = n - 1; i >= 0; i--) {
 		if ((par->installed >> i & 1) && pd_par_methods[i]->free)
-			pd_par_methods[i]->free(par);
+			pd_par_methods[i]->free(par, par->state[i]);
+		free(par->state[i]);
+	}
 	memset(par, 0, sizeof(*par));
+}
+
+void *pd_parallel_state(const struct pd_parallel *par, const struct pd_par_method *method)
+{
+	for (int i = 0; pd_par_methods[i]; i++)
+		if (pd_par_methods[i] == method)
+			return par->installed >> i & 1 ? par->state[i] : NULL;
+	return NULL;
 }
 
 int pd_parallel_is_writer(const struct pd_mesh *mesh)

@@ -15,10 +15,10 @@
 
 #include "pd_mesh.h"
 #include "pd_par_method.h"
-#include "pd_par_distri.h"
-#include "pd_par_pipe.h"
-#include "pd_par_seq.h"
 #include "pd_pipeline.h"
+
+/* Room for the methods of pd_par_methods. */
+#define PD_PAR_MAX_METHODS 16
 
 /* Choices beyond the mesh's degrees. */
 struct pd_par_options {
@@ -32,12 +32,7 @@ struct pd_parallel {
 	struct pd_dit_hooks hooks;     /* installed into the model */
 	const struct pd_par_options *opt; /* the choices beyond the degrees (NULL: defaults; borrowed
 					 * during setup) */
-	struct pd_seq_par seq;          /* sequence parallelism, when the sequence group has several ranks */
-	int has_seq;
-	struct pd_distri distri;        /* DistriFusion over the sequence-parallel ranks */
-	int has_distri;
-	struct pd_pipe pipe;            /* PipeFusion over the pp axis */
-	int has_pipe;
+	void *state[PD_PAR_MAX_METHODS]; /* method i's own state (its record's state_size), or NULL */
 	unsigned installed;             /* bit i: pd_par_methods[i] is installed */
 	int64_t batch;                  /* images of the batch, for the data-parallel share */
 	struct pd_runner runner;        /* what pd_denoise uses */
@@ -50,6 +45,10 @@ struct pd_dit_shard pd_parallel_shard(const struct pd_mesh *mesh, const struct p
 int pd_parallel_setup(struct pd_parallel *par, struct pd_mesh *mesh, struct pd_dit *m, int64_t batch,
 		      const struct pd_par_options *opt);
 void pd_parallel_free(struct pd_parallel *par);
+
+/* METHOD's state when it is installed on this rank, else NULL (a method
+ * that builds on another's, as DistriFusion on the sequence partition). */
+void *pd_parallel_state(const struct pd_parallel *par, const struct pd_par_method *method);
 
 /* True on the one rank of each data-parallel group that writes its images
  * (every other coordinate 0). */

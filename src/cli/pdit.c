@@ -373,14 +373,15 @@ static int pd_cmd_tiny(int argc, char **argv)
 static void pd_usage(FILE *f)
 {
 	fprintf(f,
-		"pdit %s - FLUX.1 diffusion transformers in one C program\n"
+		"pdit %s - diffusion transformers (FLUX.1, Wan2.1) in one C program\n"
 		"\n"
 		"usage: [mpirun -np N] pdit COMMAND [options]     (pdit COMMAND --help for each)\n"
 		"\n"
 		"commands:\n"
-		"  generate   prompt -> PNG, equal to diffusers' FluxPipeline, on one process or a\n"
-		"             mesh of them (data, CFG, tensor, Ulysses, ring, PipeFusion, DistriFusion)\n"
-		"  encode     prompts -> CLIP and T5 embeddings (a file generate --embeds reads)\n"
+		"  generate   prompt -> PNG or video, equal to the family's diffusers pipeline, on one\n"
+		"             process or a mesh of them (data, CFG, tensor, Ulysses, ring, PipeFusion,\n"
+		"             DistriFusion)\n"
+		"  encode     prompts -> the text encoders' embeddings (a file generate --embeds reads)\n"
 		"  check      run a mesh and one process on the same inputs and compare, block by block\n"
 		"  bench      time steps: seconds, GFLOP/s against the matmul rate, bytes sent, memory\n"
 		"  serve      keep the model loaded and answer HTTP (OpenAI images, A1111 txt2img) on any mesh\n"
@@ -388,7 +389,7 @@ static void pd_usage(FILE *f)
 		"  forward    one transformer call on golden-style inputs (tests, debugging)\n"
 		"  tiny       write a small random model folder to try pdit with\n"
 		"  inspect    what a weights file holds: GGUF or safetensors, metadata, every tensor\n"
-		"  quantize   a weights file (GGUF, fp8, ...) to plain f32/f16/bf16 safetensors\n"
+		"  quantize   a weights file to GGUF (Q8_0 ... Q4_K), fp8, or plain f32/f16/bf16\n"
 		"\n"
 		"example:\n"
 		"  pdit tiny tiny-model --full && pdit generate --model tiny-model \\\n"

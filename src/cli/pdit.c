@@ -252,8 +252,8 @@ static int pd_cmd_tiny(int argc, char **argv)
 	struct pd_arg opts[64];
 	const struct pd_arg common[] = {
 		{ "--family", 0, PD_ARG_STRING, &family, fam_meta, fam_help, NULL },
-		{ NULL, 0, PD_ARG_FLAG, NULL, NULL, NULL, NULL }, /* each family's --NAME-width */
-		{ NULL, 0, PD_ARG_INT, NULL, NULL, NULL, NULL }, /* each family's own */
+		{ NULL, 0, PD_ARG_FLAG, real, NULL, NULL, NULL }, /* each family's --NAME-width goes here */
+		{ NULL, 0, PD_ARG_INT, &d, NULL, NULL, NULL }, /* each family's own flags go here */
 		{ "--full", 0, PD_ARG_FLAG, &d.full, NULL, "the published layout whole: text encoders, tokenizers, sharded weights with index files", NULL },
 		{ "--seed", 's', PD_ARG_U64, &d.seed, "S", "seed of every tensor (default 1)", NULL },
 		{ "--heads", 0, PD_ARG_INT, &d.heads, "N", "attention heads (default 4)", NULL },
@@ -289,7 +289,7 @@ static int pd_cmd_tiny(int argc, char **argv)
 		for (int f = 0; families[f] && f < 16 && n_extra < PD_TINY_MAX_EXTRA; f++) {
 			const struct pd_tiny_flag *x = pd_tiny_model_flags(families[f]);
 
-			if (common[i].type == PD_ARG_FLAG) {
+			if (common[i].dest == real) {
 				snprintf(names[n_extra], sizeof(names[n_extra]), "--%s-width", families[f]);
 				snprintf(helps[n_extra], sizeof(helps[n_extra]), "with --family %s: its real widths with few "
 					 "blocks, bf16", families[f]);

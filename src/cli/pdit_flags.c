@@ -22,7 +22,7 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 		{ "--diffusion-model", 0, PD_ARG_STRING, &a->diffusion_model, "FILE", "transformer in one file: safetensors (Black Forest Labs' layout or diffusers'; BF16, F16, fp8, scaled fp8) or GGUF (ComfyUI-GGUF, stable-diffusion.cpp)", NULL },
 		{ "--config", 0, PD_ARG_STRING, &a->config, "FILE", "the transformer's config.json, for a single file that carries none (FLUX.1's sizes are inferred)", NULL },
 		{ "--quantize", 0, PD_ARG_STRING, &a->quantize, "TYPE", "encode the transformer blocks' BF16/F16/F32 weights at load into q8_0, q4_0, q4_1, q5_0, q5_1, q4_k or fp8 and keep them so (as pdit quantize writes them; quantized files need none)", NULL },
-		{ NULL, 0, PD_ARG_FLAG, NULL, NULL, NULL, NULL }, /* the text encoders' flags go here */
+		{ NULL, 0, PD_ARG_STRING, &a->enc, NULL, NULL, NULL }, /* the text encoders' flags go here */
 		{ "--prompt", 'p', PD_ARG_STRING, &a->prompt, "TEXT", "the prompt (encoded with the model's text encoders)", NULL },
 		{ "--negative-prompt", 'n', PD_ARG_STRING, &a->negative, "TEXT", "negative prompt, for --true-cfg-scale above 1", NULL },
 		{ "--prompts", 0, PD_ARG_STRING, &a->prompts_file, "FILE", "one prompt a line: a batch (written as NAME-0.png, ...)", NULL },
@@ -45,7 +45,7 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 		{ "--threads", 't', PD_ARG_INT, &a->threads, "N", "threads per process (default, or 0: the cores divided among the processes)", NULL },
 		{ "--comm-timeout", 0, PD_ARG_FLOAT, &a->comm_timeout, "S", "seconds a process may wait for the others before the job is reported and stopped (default 1800; 0: forever; lifted where one rank works alone: encoding prompts, check's reference)", NULL },
 		{ "--parallel", 0, PD_ARG_STRING, &a->parallel, "auto", "choose the mesh as pdit plan ranks them: auto among the exact methods, auto-stale also PipeFusion and DistriFusion", NULL },
-		{ NULL, 0, PD_ARG_INT, NULL, NULL, NULL, NULL }, /* the mesh's axes go here */
+		{ NULL, 0, PD_ARG_INT, a->degree, NULL, NULL, NULL }, /* the mesh's axes go here */
 		{ "--num-patches", 0, PD_ARG_INT, &a->patches, "M", "PipeFusion: row bands per step (default: as many as stages)", NULL },
 		{ "--warmup-steps", 0, PD_ARG_INT, &a->warmup_steps, "W", "DistriFusion, PipeFusion: the first W steps exact, on fresh keys and values (default 1)", NULL },
 		{ "--fbcache-threshold", 0, PD_ARG_FLOAT, &a->fbcache, "T", "First Block Cache: skip the other blocks when the first block's change is below T (0: off; 0.05 to 0.12 usual)", NULL },
@@ -69,11 +69,11 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 	for (int x = 0; x < PD_AXIS_COUNT; x++)
 		a->degree[x] = pd_axes[x].is_switch ? 0 : -1;
 	for (size_t i = 0; i < sizeof(common) / sizeof(common[0]); i++) {
-		if (!common[i].long_name && common[i].type == PD_ARG_FLAG) {
+		if (common[i].dest == &a->enc) {
 			n = (size_t)pd_cli_encoder_flags(&a->enc, opts, (int)n, 1);
 			continue;
 		}
-		if (!common[i].long_name) {
+		if (common[i].dest == a->degree) {
 			/* an axis's flag each, the slowest-varying first */
 			for (int x = PD_AXIS_COUNT - 1; x >= 0; x--)
 				opts[n++] = (struct pd_arg){ pd_axes[x].flag, 0, pd_axes[x].is_switch ? PD_ARG_FLAG : PD_ARG_INT,

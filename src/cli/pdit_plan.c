@@ -80,7 +80,7 @@ int pd_cmd_plan(int argc, char **argv)
 		{ "--diffusion-model", 0, PD_ARG_STRING, &diffusion_model, "FILE", "transformer in one file (safetensors, fp8, GGUF): its header is read, quantized weights counted as stored", NULL },
 		{ "--config", 0, PD_ARG_STRING, &config, "FILE", "the transformer's config.json, for a single file that carries none (FLUX.1's sizes are inferred)", NULL },
 		{ "--vae", 0, PD_ARG_STRING, &vae, "DIR", "VAE folder (overrides --model's)", NULL },
-		{ NULL, 0, PD_ARG_FLAG, NULL, NULL, NULL, NULL }, /* the text encoders' weights */
+		{ NULL, 0, PD_ARG_STRING, &enc, NULL, NULL, NULL }, /* the text encoders' weights go here */
 		{ "--devices", 'N', PD_ARG_INT, &devices, "N", "processes (GPUs, or CPU processes on this machine); required", &devices_seen },
 		{ "--height", 'H', PD_ARG_INT, &height, "PX", "image height, a multiple of 16 (default 1024; Wan 480)", NULL },
 		{ "--width", 'W', PD_ARG_INT, &width, "PX", "image width, a multiple of 16 (default 1024; Wan 832)", NULL },

@@ -259,7 +259,7 @@ int pd_cmd_quantize(int argc, char **argv)
 	if ((!w && !gw) || !fills)
 		goto out;
 	if (gw)
-		pd_weights_gguf_rules(pos[0], &rules);
+		pd_weights_gguf_rules(st, &rules);
 	if (gw && ((rules.arch && pd_gguf_writer_str(gw, "general.architecture", rules.arch)) ||
 		   pd_gguf_writer_u32(gw, "general.quantization_version", 2) ||
 		   pd_gguf_writer_u32(gw, "general.file_type", ty->file_type)))

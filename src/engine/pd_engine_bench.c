@@ -58,7 +58,7 @@ static int pd_bench_vae(struct pd_engine *e, struct pd_comm *bands, const float 
 			int *n_bands)
 {
 	struct pd_vae_par par = { 0 };
-	struct pd_vae_hooks hooks = { 0, 1, NULL, NULL, NULL, NULL, NULL };
+	struct pd_vae_hooks hooks = pd_vae_whole;
 	uint8_t *rgb = NULL;
 	double t0, f0, active;
 	int f, rc = -1;

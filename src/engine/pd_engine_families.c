@@ -4,7 +4,6 @@
  * their tiny random models.
  */
 #include "pd_families.h"
-#include "pd_safetensors.h"
 #include "pd_tiny.h"
 #include "pd_util.h"
 #include "pdit.h"
@@ -71,53 +70,53 @@ void pd_encoders_known(struct pd_encoders_known *k)
 	}
 }
 
-int pd_tiny_model_defaults(const char *family, int real, struct pd_tiny_opts *o)
+/* FAMILY's tiny models, or NULL with a message. */
+static const struct pd_family_tiny *pd_tiny_of(const char *family)
 {
 	const struct pd_dit_family *fam = pd_family_named(family);
 
-	if (!fam)
+	if (fam && !fam->tiny)
+		pd_errorf("the %s family has no tiny models", fam->name);
+	return fam ? fam->tiny : NULL;
+}
+
+int pd_tiny_model_defaults(const char *family, int real, struct pd_tiny_opts *o)
+{
+	const struct pd_family_tiny *t = pd_tiny_of(family);
+
+	if (!t)
 		return -1;
-	if (!fam->tiny)
-		return pd_errorf("the %s family has no tiny models", fam->name);
-	fam->tiny->defaults(o, real);
+	t->defaults(o, real);
 	return 0;
 }
 
 const struct pd_tiny_flag *pd_tiny_model_flags(const char *family)
 {
 	static const struct pd_tiny_flag none[] = { { NULL, 0, NULL } };
-	const struct pd_dit_family *fam = pd_family_named(family);
+	const struct pd_family_tiny *t = pd_tiny_of(family);
 
-	return fam && fam->tiny ? fam->tiny->flags : none;
+	return t ? t->flags : none;
 }
 
 int pd_tiny_model(const char *family, const char *dir, const struct pd_tiny_opts *o)
 {
-	const struct pd_dit_family *fam = pd_family_named(family);
+	const struct pd_family_tiny *t = pd_tiny_of(family);
 
-	if (!fam)
-		return -1;
-	if (!fam->tiny)
-		return pd_errorf("the %s family has no tiny models", fam->name);
-	return fam->tiny->write(dir, o);
+	return t ? t->write(dir, o) : -1;
 }
 
 void pd_tiny_model_summary(const char *family, const struct pd_tiny_opts *o, char *buf, size_t len)
 {
-	const struct pd_dit_family *fam = pd_family_named(family);
+	const struct pd_family_tiny *t = pd_tiny_of(family);
 
 	buf[0] = 0;
-	if (fam && fam->tiny)
-		fam->tiny->summary(o, buf, len);
+	if (t)
+		t->summary(o, buf, len);
 }
 
-void pd_weights_gguf_rules(const char *path, struct pd_gguf_rules *r)
+void pd_weights_gguf_rules(const struct pd_st *st, struct pd_gguf_rules *r)
 {
-	struct pd_st *st = NULL;
-
 	memset(r, 0, sizeof(*r));
-	if (pd_st_open(&st, path))
-		return;
 	for (int i = 0; pd_family_at(i) && !r->arch; i++) {
 		const struct pd_dit_family *fam = pd_family_at(i);
 
@@ -127,5 +126,4 @@ void pd_weights_gguf_rules(const char *path, struct pd_gguf_rules *r)
 			r->q_1 = fam->gguf_q_1;
 		}
 	}
-	pd_st_close(st);
 }

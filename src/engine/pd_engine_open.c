@@ -66,8 +66,6 @@ int pd_engine_cancelled(const struct pd_engine *e)
 
 void pd_engine_about(const struct pd_engine *e, struct pd_engine_about *a)
 {
-	size_t k = 0;
-
 	memset(a, 0, sizeof(*a));
 	a->family = e->fam ? e->fam->name : "";
 	a->model = e->mp.root ? e->mp.root : e->mp.transformer ? e->mp.transformer : "";
@@ -75,14 +73,7 @@ void pd_engine_about(const struct pd_engine *e, struct pd_engine_about *a)
 	a->frames = e->p.frames > 0 ? e->p.frames : 1;
 	a->latents_unpacked = e->fam && e->fam->latents_unpacked;
 	pd_mesh_format(e->degree, a->mesh, sizeof(a->mesh));
-	/* the degrees above 1, the slowest-varying axis first */
-	for (int x = PD_AXIS_COUNT - 1; x >= 0 && k < sizeof(a->mesh_short); x--)
-		if (e->degree[x] > 1)
-			k += (size_t)snprintf(a->mesh_short + k, sizeof(a->mesh_short) - k, "%s%s=%d", k ? " " : "",
-					      pd_axis_name((enum pd_axis)x), e->degree[x]);
-	if (!a->mesh_short[0])
-		snprintf(a->mesh_short, sizeof(a->mesh_short), "one process");
-	a->processes = e->world->size;
+	pd_mesh_format_short(e->degree, a->mesh_short, sizeof(a->mesh_short));
 	a->threads = e->be ? e->be->threads : 0;
 	a->dtype = e->dt == PD_BF16 ? "bf16" : "f32";
 	a->vae_dtype = e->vae_dt == PD_BF16 ? "bf16" : "f32";
@@ -199,16 +190,15 @@ int pd_engine_resolve(const struct pd_engine_options *o, int encode_only, struct
 	*info_ok = 0;
 	if (pd_model_paths_resolve(mp, &f, encode_only))
 		return -1;
-	/* encoding: a transformer, when the folder has one that reads, says
-	 * the family and its text length; the encoders need nothing of it */
-	if (encode_only && !(mp->transformer && pd_family_find(mp->transformer, o->transformer_config, fam, info) == 0)) {
-		if (!(*fam = pd_family_named(o->family)))
+	/* the transformer says the family; encoding needs none (when the
+	 * folder's reads, it says the family and its text length, else O's) */
+	if (mp->transformer) {
+		*info_ok = pd_family_find(mp->transformer, o->transformer_config, fam, info) == 0;
+		if (!*info_ok && !encode_only)
 			return -1;
-	} else if (!encode_only && pd_family_find(mp->transformer, o->transformer_config, fam, info)) {
-		return -1;
-	} else {
-		*info_ok = 1;
 	}
+	if (!*info_ok && !(*fam = pd_family_named(o->family)))
+		return -1;
 	if ((*fam)->prediction != PD_PREDICT_FLOW)
 		return pd_errorf("the %s family's transformer predicts what pdit's samplers do not step", (*fam)->name);
 	return pd_engine_encoder_files(o, *fam, mp);

@@ -17,10 +17,11 @@
 /* The mesh and memory                                                     */
 /* ----------------------------------------------------------------------- */
 
-/* W: the work of IMAGES pictures of LS's geometry and TXT_LEN text tokens, BRANCHES passes each, on the model MP, FAM,
- * INFO with products in DT; with VAE the decode (from the VAE folder's
- * config, when it has one), with ENCODERS the text encoders' weights. 0,
- * or -1 when a config that is there cannot be read. */
+/* W: the work of IMAGES pictures of LS's geometry and TXT_LEN text tokens,
+ * BRANCHES passes each, on the model MP, FAM, INFO with products in DT;
+ * with VAE the decode (from the VAE folder's config, when it has one), with
+ * ENCODERS the text encoders' weights. 0, or -1 when a config that is there
+ * cannot be read. */
 static int pd_engine_fill_work(const struct pd_model_paths *mp, const struct pd_dit_family *fam,
 			       const struct pd_dit_info *info, const struct pd_latent_shape *ls, enum pd_dtype dt,
 			       int64_t txt_len, int images, int branches, int vae, int encoders, struct pd_plan_work *w)
@@ -68,6 +69,20 @@ static void pd_engine_plan_work(const struct pd_engine *e, int branches, int vae
 	}
 }
 
+/* What a mesh of WORLD processes must allow for IMAGES pictures of the
+ * model INFO, with CFG when the request has two branches. */
+static void pd_engine_fill_limits(const struct pd_dit_info *info, int world, int images, int cfg,
+				  struct pd_mesh_limits *lim)
+{
+	memset(lim, 0, sizeof(*lim));
+	lim->world = world;
+	lim->heads = info->heads;
+	lim->mlp = info->mlp_width;
+	lim->cfg_possible = cfg;
+	lim->images = images;
+	lim->max_pp = info->blocks;
+}
+
 int pd_engine_work(const struct pd_engine_options *o, const struct pd_request *rq, int world,
 		   struct pd_engine_work *w)
 {
@@ -95,13 +110,7 @@ int pd_engine_work(const struct pd_engine_options *o, const struct pd_request *r
 				r.max_seq ? r.max_seq : fam->default_max_seq ? fam->default_max_seq(&w->info) : 0, r.batch,
 				r.true_cfg_scale > 1 ? 2 : 1, 1, 1, &w->work))
 		goto out;
-	w->work.info = &w->info;
-	w->lim.world = world;
-	w->lim.heads = w->info.heads;
-	w->lim.mlp = w->info.mlp_width;
-	w->lim.cfg_possible = w->work.branches == 2;
-	w->lim.images = r.batch;
-	w->lim.max_pp = w->info.blocks;
+	pd_engine_fill_limits(&w->info, world, r.batch, w->work.branches == 2, &w->lim);
 	if (!(w->transformer = pd_strdup(mp.transformer)))
 		goto out;
 	rc = 0;
@@ -207,13 +216,7 @@ static int pd_engine_plan_mesh(struct pd_engine *e, const struct pd_mesh_limits 
 /* What the mesh must allow for the prepared request. */
 void pd_engine_limits(const struct pd_engine *e, struct pd_mesh_limits *lim)
 {
-	memset(lim, 0, sizeof(*lim));
-	lim->world = e->world->size;
-	lim->heads = e->info.heads;
-	lim->mlp = e->info.mlp_width;
-	lim->cfg_possible = pd_gen_uses_cfg(&e->p, &e->e);
-	lim->images = (int)e->e.batch;
-	lim->max_pp = e->info.blocks;
+	pd_engine_fill_limits(&e->info, e->world->size, (int)e->e.batch, pd_gen_uses_cfg(&e->p, &e->e), lim);
 }
 
 

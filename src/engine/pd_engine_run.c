@@ -28,10 +28,8 @@ int pd_engine_vae_load(struct pd_engine *e)
 
 void pd_engine_vae_hooks(struct pd_engine *e, const struct pd_vae_hooks *hooks)
 {
-	static const struct pd_vae_hooks none = { 0, 1, NULL, NULL, NULL, NULL, NULL };
-
 	if (e->vae)
-		e->fam->vae->set_hooks(e->vae, hooks ? hooks : &none);
+		e->fam->vae->set_hooks(e->vae, hooks ? hooks : &pd_vae_whole);
 }
 
 int pd_engine_vae_scale(const struct pd_engine *e)
@@ -64,7 +62,7 @@ void pd_engine_free_transformer(struct pd_engine *e)
  * group's writer decodes alone. */
 int pd_engine_vae_setup(struct pd_engine *e)
 {
-	struct pd_vae_hooks hooks = { 0, 1, NULL, NULL, NULL, NULL, NULL };
+	struct pd_vae_hooks hooks = pd_vae_whole;
 
 	if (!e->o.decode || !e->mp.vae || e->vae_rows == e->ls.h)
 		return 0;

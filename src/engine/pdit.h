@@ -137,17 +137,18 @@ struct pd_engine_options {
 					 * first pd_family_names lists, FLUX) */
 };
 
-/* How the GGUF files of the family whose transformer the weights file
- * PATH holds are written (pdit quantize): ComfyUI-GGUF's convert.py and
- * city96's lcpp.patch, per family. All NULL when PATH holds no transformer
+/* How the GGUF files of the family whose transformer the opened weights
+ * ST hold are written (pdit quantize): ComfyUI-GGUF's convert.py and
+ * city96's lcpp.patch, per family. All NULL when ST holds no transformer
  * pdit knows (a text encoder, a VAE). */
+struct pd_st;
 struct pd_gguf_rules {
 	const char *arch;               /* general.architecture ("flux", "wan") */
 	const char *const *keep_f32;    /* tensors whose names hold one of these stay F32 (NULL-ended) */
 	const char *const *q_1;         /* weights whose names hold one of these take Q4_1/Q5_1 for
 					 * Q4_0/Q5_0 (NULL-ended) */
 };
-void pd_weights_gguf_rules(const char *path, struct pd_gguf_rules *r);
+void pd_weights_gguf_rules(const struct pd_st *st, struct pd_gguf_rules *r);
 
 /* The model families pdit knows, NULL-terminated ("flux", "wan"), and
  * what each makes (for help). */
@@ -273,7 +274,6 @@ struct pd_engine_about {
 	int latents_unpacked;           /* --out-latents holds [B, C, F, h, w], not packed tokens */
 	char mesh[128];                 /* every degree: "dp=1 cfg=2 pp=1 ring=1 ulysses=2 tp=1" */
 	char mesh_short[128];           /* the degrees above 1 ("ulysses=2 cfg=2"), or "one process" */
-	int processes;                  /* in the world */
 	int threads;                    /* per process */
 	const char *dtype, *vae_dtype;  /* the products' and the VAE's precision: "f32" or "bf16" */
 	double load_seconds;            /* reading this process's weights at open */

@@ -41,6 +41,28 @@ void pd_mesh_format(const int degree[PD_AXIS_COUNT], char *buf, size_t len)
 		 degree[PD_AXIS_ULYSSES], degree[PD_AXIS_TP]);
 }
 
+void pd_mesh_format_short(const int degree[PD_AXIS_COUNT], char *buf, size_t len)
+{
+	size_t k = 0;
+
+	buf[0] = 0;
+	for (int a = PD_AXIS_COUNT - 1; a >= 0 && k < len; a--)
+		if (degree[a] > 1)
+			k += (size_t)snprintf(buf + k, len - k, "%s%s=%d", k ? " " : "", pd_axes[a].name, degree[a]);
+	if (!buf[0])
+		snprintf(buf, len, "one process");
+}
+
+int pd_mesh_seq_degree(const int degree[PD_AXIS_COUNT])
+{
+	int P = 1;
+
+	for (int a = 0; a < PD_AXIS_COUNT; a++)
+		if (pd_axes[a].sequence)
+			P *= degree[a];
+	return P;
+}
+
 int pd_mesh_stale(const int degree[PD_AXIS_COUNT], int patches)
 {
 	for (int a = 0; a < PD_AXIS_COUNT; a++)

@@ -58,6 +58,12 @@ int pd_mesh_enumerate(const struct pd_mesh_limits *lim, int (*out)[PD_AXIS_COUNT
 /* "dp=1 cfg=2 pp=1 ring=1 ulysses=2 tp=1" ("distrifusion=F" in the ring's
  * place when DistriFusion's degree F is above 1: the two do not compose) */
 void pd_mesh_format(const int degree[PD_AXIS_COUNT], char *buf, size_t len);
+/* The degrees above 1, the slowest-varying axis first ("ulysses=2 cfg=2"),
+ * or "one process". */
+void pd_mesh_format_short(const int degree[PD_AXIS_COUNT], char *buf, size_t len);
+/* The sequence-parallel degree: the product of the axes that split the
+ * tokens (Ulysses x ring, or DistriFusion's bands). */
+int pd_mesh_seq_degree(const int degree[PD_AXIS_COUNT]);
 /* Whether a mesh attends to some keys and values a step old: DistriFusion,
  * or PipeFusion with more than one patch a stage (PATCHES 0: one per stage). */
 int pd_mesh_stale(const int degree[PD_AXIS_COUNT], int patches);

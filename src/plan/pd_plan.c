@@ -60,18 +60,6 @@ double pd_plan_bytes(const struct pd_plan_work *w, const struct pd_plan_mesh *m)
 	return sum;
 }
 
-/* The sequence-parallel degree: the tokens are split over the sequence
- * axes together (Ulysses x ring, or DistriFusion's bands). */
-static int pd_plan_seq(const struct pd_plan_mesh *m)
-{
-	int P = 1;
-
-	for (int a = 0; a < PD_AXIS_COUNT; a++)
-		if (pd_axes[a].sequence)
-			P *= m->degree[a];
-	return P;
-}
-
 int pd_plan_axis_local(const struct pd_plan_mesh *m, int a, int per_node)
 {
 	int span = m->degree[a];
@@ -180,7 +168,7 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 	const struct pd_dit_info *c = w->info;
 	struct pd_dit_flops fl = pd_dit_count_flops(c, w->txt_len, w->img_len);
 	int world = 1, T = m->degree[PD_AXIS_TP], N = m->degree[PD_AXIS_PP];
-	int P = pd_plan_seq(m), M = m->patches > 0 ? m->patches : N;
+	int P = pd_mesh_seq_degree(m->degree), M = m->patches > 0 ? m->patches : N;
 	int node = mc->per_node > 0 && mc->per_node < mc->devices ? mc->per_node : mc->devices;
 	double S = (double)(w->txt_len + w->img_len), D = c->dim, GB = 1e9, work, rate;
 	double fwd = pd_plan_images(w, m) * pd_plan_branches(w, m);

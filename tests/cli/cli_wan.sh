@@ -98,6 +98,13 @@ expect "a video as one PNG" "a video is written as .mp4" --frames 5 -o "$tmp/bad
 expect "bad frame pattern" "a single %d or %03d" --frames 5 -o "$tmp/frame-%s.png"
 expect "bad fps" "--fps must be between" --frames 5 --fps 0 -o "$tmp/bad.mp4"
 expect "bad flow shift" "--flow-shift must be positive" --flow-shift -1 --frames 5 --out-latents "$tmp/bad.safetensors"
+# the text encoders' flags follow the family's list: Wan has one encoder (UMT5, --t5xxl)
+expect "CLIP's file on Wan" "--clip_l: the wan family has no such text encoder (--t5xxl (UMT5))" \
+	--clip_l "$m/text_encoder/config.json" --frames 5 --out-latents "$tmp/bad.safetensors"
+expect "a second encoder on Wan" "--text-encoder-2: the wan family has 1 text encoder" \
+	--text-encoder-2 "$m/text_encoder" --frames 5 --out-latents "$tmp/bad.safetensors"
+expect "Wan's slot given twice" "give each component once: --text-encoder or --t5xxl" \
+	--text-encoder "$m/text_encoder" --t5xxl "$m/text_encoder/config.json" --frames 5 --out-latents "$tmp/bad.safetensors"
 # pdit forward on every golden forward file: the prediction, in the file's
 # latent shape, and the time and text embeddings within 1e-5
 for f in "$g"/forward-*.safetensors; do

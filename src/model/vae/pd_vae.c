@@ -243,6 +243,8 @@ const struct pd_vae_config *pd_vae_get_config(const struct pd_vae *v)
 	return &v->cfg;
 }
 
+const struct pd_vae_hooks pd_vae_whole = { .band = 0, .bands = 1 };
+
 void pd_vae_set_hooks(struct pd_vae *v, const struct pd_vae_hooks *hooks)
 {
 	memset(&v->hooks, 0, sizeof(v->hooks));

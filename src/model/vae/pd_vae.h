@@ -75,6 +75,9 @@ struct pd_vae_hooks {
 	void *ctx;
 };
 
+/* The hooks of a decode on one process: the whole picture, one band. */
+extern const struct pd_vae_hooks pd_vae_whole;
+
 void pd_vae_set_hooks(struct pd_vae *v, const struct pd_vae_hooks *hooks);
 /* True where pd_vae_decode delivers the picture (one band, or band 0). */
 int pd_vae_has_picture(const struct pd_vae *v);

@@ -66,14 +66,6 @@ float *pd_backend_zeros(struct pd_backend *be, size_t n, const char *what)
 	return p;
 }
 
-int pd_backend_host_check(const struct pd_backend *be, const char *who)
-{
-	if (be->host_memory)
-		return 0;
-	return pd_errorf("%s sends the %s backend's buffers as they are, and they are not host memory: it needs "
-			 "staging buffers or a device communicator", who, be->ops->name);
-}
-
 struct pd_slice pd_slice_all(int64_t n_out, int64_t n_in)
 {
 	struct pd_slice s = { 0, n_out, 0, n_in, 1 };

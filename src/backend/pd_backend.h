@@ -5,13 +5,22 @@
  * activation memory directly: every buffer an operation reads or writes
  * comes from the backend (alloc, pd_backend_grow, pd_backend_zeros), host
  * data moves in and out with upload/download, and the work is done through
- * the operations below. A communicator reads and writes host memory: the
- * parallel methods hand it backend buffers only when the backend says its
- * memory is host memory (host_memory, pd_backend_host_check); a device
- * backend needs staging buffers there, or a device communicator.  A backend is
- * one implementation of struct pd_backend_ops in its own file
- * (pd_backend_cpu.c: oneDNN matrix products and own OpenMP kernels); a CUDA
- * one can sit beside it without the model code changing.
+ * the operations below. A backend is one implementation of struct
+ * pd_backend_ops in its own folder: backend/cpu (oneDNN matrix products and
+ * own OpenMP kernels), backend/cuda (cuBLASLt and own kernels), and
+ * backend/staged (the CPU's kernels on memory the host may not touch: the
+ * tests' stand-in for a device). pd_backend_new (backend/select) makes one
+ * by name.
+ *
+ * Memory: every pointer an operation takes is the backend's memory (a
+ * buffer from alloc, or a place inside one), except upload's SRC and
+ * download's DST, and the weights and biases given to linear_new,
+ * linear_new_q and conv_new, which are host memory the backend copies from.
+ * No operation returns results in host memory: a step's only host round
+ * trips are its inputs and outputs and the communicator's staging. A
+ * communicator reads and writes host memory, so the parallel methods hand
+ * it backend buffers through pd_comm_staged (comm/), which copies them
+ * through pinned host buffers when host_memory is 0.
  *
  * Activations are float32 everywhere.  `compute` only selects the precision of
  * matrix products: PD_F32, or PD_BF16 with bf16 weights and inputs and f32
@@ -77,6 +86,9 @@ struct pd_backend_ops {
 	 * it (the loader then decodes at load). */
 	struct pd_linear *(*linear_new_q)(struct pd_backend *be, int64_t n_out, int64_t n_in, enum pd_qtype t,
 					  float scale, const void *blocks, const float *bias);
+	/* Whether linear_new_q keeps blocks of type T (NULL: every type
+	 * pd_quant_decode knows); the loader decodes the others at load. */
+	int (*keeps_q)(const struct pd_backend *be, enum pd_qtype t);
 	void (*linear_free)(struct pd_backend *be, struct pd_linear *l);
 	/* y[rows, n_out] = act(x[rows, n_in] W^T + b). */
 	void (*linear)(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx,
@@ -104,9 +116,6 @@ struct pd_backend_ops {
 	void (*add)(struct pd_backend *be, float *y, const float *a, const float *b, size_t n);
 	/* y = a - b. */
 	void (*sub)(struct pd_backend *be, float *y, const float *a, const float *b, size_t n);
-	/* sums[0] = sum |ref - x|, sums[1] = sum |ref|, in double (First Block
-	 * Cache's change measure). */
-	void (*l1_stats)(struct pd_backend *be, const float *ref, const float *x, size_t n, double *sums);
 	/* y = LN(x) * (1 + scale) + shift per row of length dim, LayerNorm
 	 * without affine, biased variance; scale and shift are [dim] (both NULL:
 	 * plain LayerNorm). */
@@ -162,7 +171,8 @@ struct pd_backend_ops {
 	/* GroupNorm in two halves, so that a picture cut into bands can add
 	 * its bands' statistics before normalising. group_stats: for x [c, hw]
 	 * and each group g, stats[2g] = sum and stats[2g+1] = sum of squares
-	 * of its (c / groups) x hw values, in double. group_apply: y = (x -
+	 * of its (c / groups) x hw values, in double; STATS is backend memory
+	 * (2 groups doubles: allocate 4 groups floats). group_apply: y = (x -
 	 * mean) / sqrt(var + eps) gamma + beta per group, var biased, from
 	 * stats over COUNT values per group; then SiLU when silu != 0. Channel
 	 * ch of y starts at y + ch * y_cstride (hw: packed), so a picture band
@@ -181,6 +191,15 @@ struct pd_backend_ops {
 	void (*upsample2x)(struct pd_backend *be, float *y, int64_t y_cstride, const float *x, int c, int h, int w);
 	/* y [cols, rows] = x [rows, cols] transposed. */
 	void (*transpose)(struct pd_backend *be, float *y, const float *x, int64_t rows, int64_t cols);
+
+	/* Host memory the communicator's staging copies through: page-locked
+	 * where the device copies faster from it (CUDA's pinned memory). NULL:
+	 * malloc and free. */
+	void *(*pinned_alloc)(struct pd_backend *be, size_t bytes);
+	void (*pinned_free)(struct pd_backend *be, void *p);
+	/* Waits until every operation issued so far has finished (a device's
+	 * queue), for timings; NULL where operations finish before returning. */
+	void (*sync)(struct pd_backend *be);
 };
 
 struct pd_backend {
@@ -190,7 +209,10 @@ struct pd_backend {
 						 * a convolution is made (conv_new) */
 	int conv_f32_fallbacks;                 /* bf16 convolutions that run in f32 instead: no fast bf16
 						 * kernel for their shape on this CPU */
-	int host_memory;                        /* its buffers are host memory (a communicator may use them) */
+	int host_memory;                        /* its buffers are host memory (a communicator may use them
+						 * as they are) */
+	char device[128];                       /* what it computes on, for the logs ("NVIDIA H100 80GB
+						 * HBM3, device 0"; the CPU's model name) */
 	const char *note;                       /* how it meets `compute` here where that is not what the
 						 * user would assume, for the run to say; NULL: as asked */
 	int threads;                            /* OpenMP threads it computes with between enter and leave */
@@ -257,9 +279,12 @@ static inline void pd_backend_release(struct pd_backend *be, float *p)
 		be->ops->free(be, p);
 }
 
-/* 0 when a communicator may read and write BE's buffers directly (host
- * memory); else -1 with a message naming WHO. */
-int pd_backend_host_check(const struct pd_backend *be, const char *who);
+/* Waits for BE's queued work (timings). */
+static inline void pd_backend_sync(struct pd_backend *be)
+{
+	if (be->ops->sync)
+		be->ops->sync(be);
+}
 
 /* A part of a weight matrix [n_out, n_in]: rows [r0, r0+nr) and columns
  * [c0, c0+nc). Tensor parallelism takes its share of a weight this way

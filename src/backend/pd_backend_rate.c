@@ -44,12 +44,15 @@ static void pd_rate_matmul_times(struct pd_backend *be, const int64_t *ms, int n
 		for (int k = 0; k < nm; k++)
 			be->ops->linear(be, l, x, K, ms[k], y, N, PD_LIN_NO_BIAS);	/* warm-up */
 		/* the row counts interleaved: a shared machine's drift
-		 * reaches them alike */
+		 * reaches them alike; a device's queue drained around each */
 		for (int i = 0; i < 7; i++)
 			for (int k = 0; k < nm; k++) {
-				double t0 = pd_now();
+				double t0;
 
+				pd_backend_sync(be);
+				t0 = pd_now();
 				be->ops->linear(be, l, x, K, ms[k], y, N, PD_LIN_NO_BIAS);
+				pd_backend_sync(be);
 				t[k * 7 + i] = pd_now() - t0;
 			}
 		for (int k = 0; k < nm; k++) {
@@ -119,10 +122,13 @@ double pd_backend_rate_elementwise(struct pd_backend *be, int64_t rows, int64_t 
 		be->ops->upload(be, y, h, n);
 		be->ops->upload(be, mod, h, (size_t)(2 * dim));
 		for (int i = -1; i < 7; i++) {	/* the first a warm-up */
-			double t0 = pd_now();
+			double t0;
 
+			pd_backend_sync(be);
+			t0 = pd_now();
 			be->ops->layernorm_mod(be, y, dim, x, dim, rows, dim, mod, mod + dim, 1e-6f);
 			be->ops->gated_add(be, x, dim, y, dim, rows, dim, mod);
+			pd_backend_sync(be);
 			if (i >= 0)
 				t[i] = pd_now() - t0;
 		}

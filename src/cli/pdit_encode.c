@@ -36,6 +36,7 @@ struct pd_encode_args {
 	const char *model;              /* --model DIR */
 	struct pd_cli_encoders enc;     /* the text encoders and tokenizers */
 	const char *prompt, *negative, *prompts_file, *out, *dtype;
+	const char *backend;            /* --backend */
 	int max_seq, threads, verbose;
 };
 
@@ -57,6 +58,7 @@ int pd_cmd_encode(struct pd_comm *world, int argc, char **argv)
 		{ "--out", 'o', PD_ARG_STRING, &a.out, "FILE", "safetensors file to write", NULL },
 		{ "--dtype", 0, PD_ARG_STRING, &a.dtype, "f32|bf16", "precision of matrix products (default f32)", NULL },
 		{ "--threads", 't', PD_ARG_INT, &a.threads, "N", "threads (default: all cores)", NULL },
+		{ "--backend", 0, PD_ARG_STRING, &a.backend, "cpu|cuda|auto", "what computes (default auto: CUDA where built and a GPU is present)", NULL },
 		{ "--verbose", 'v', PD_ARG_FLAG, &a.verbose, NULL, "more detail", NULL },
 	};
 	struct pd_arg opts[48];
@@ -107,6 +109,7 @@ int pd_cmd_encode(struct pd_comm *world, int argc, char **argv)
 		goto out;
 	o.dtype = a.dtype;
 	o.threads = a.threads;
+	o.backend = a.backend;
 	o.log_level = pd_log_level;
 	o.encode_only = 1;
 	pd_request_init(&rq);

@@ -8,9 +8,10 @@
  *   world->ops->allreduce(world, buf, n, PD_COMM_F32, PD_COMM_SUM);
  *   pd_comm_world_finalize(world);
  *
- * Buffers are host memory: a device backend stages its buffers through
- * host memory (or a device communicator, NCCL's, takes its own buffers and
- * says so in its ops; none exists yet). Sizes are in bytes except where a count of
+ * Buffers are host memory. A backend whose memory is not (a GPU's) hands
+ * its buffers to a staged communicator (pd_comm_staged_new), which copies
+ * them through pinned host buffers around the host communicator's
+ * operations. Sizes are in bytes except where a count of
  * typed elements is asked for. Every operation returns 0 or -1 with a
  * message; MPI's own errors abort the job (MPI_ERRORS_ARE_FATAL), which is
  * what the caller would do anyway.
@@ -103,6 +104,14 @@ int pd_comm_local_size(struct pd_comm *world);
  * (a job ended by mpirun because a host was lost says where each rank
  * stood). */
 const char *pd_comm_activity(void);
+
+/* A communicator over BE's buffers, on top of INNER (borrowed; its rank,
+ * size and name): every operation copies what it sends out of BE's memory
+ * into pinned host buffers, runs INNER's, and copies what it receives back
+ * into BE's memory. Only BE's buffers may be passed to it. Freed with its
+ * ops->free (INNER stays). */
+struct pd_backend;
+int pd_comm_staged_new(struct pd_comm *inner, struct pd_backend *be, struct pd_comm **out);
 
 /* Convenience wrappers. */
 static inline int pd_comm_allreduce_f32(struct pd_comm *c, float *buf, size_t n)

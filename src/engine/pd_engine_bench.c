@@ -67,8 +67,8 @@ static int pd_bench_vae(struct pd_engine *e, struct pd_comm *bands, const float 
 	if (pd_engine_vae_load(e))
 		goto out;
 	f = pd_engine_vae_scale(e);
-	if (bands)
-		pd_vae_par_hooks(&par, bands, e->ls.h, &hooks);
+	if (bands && pd_vae_par_hooks(&par, bands, e->be, e->ls.h, &hooks))
+		goto out;
 	pd_engine_vae_hooks(e, &hooks);
 	/* a video's frames, one after the other */
 	rgb = pd_malloc((size_t)e->ls.h * f * e->ls.w * f * 3 * (size_t)e->p.frames, "pictures");

@@ -7,7 +7,7 @@
  * file's.
  */
 #include "pd_engine.h"
-#include "pd_backend_cpu.h"
+#include "pd_backend_new.h"
 #include "pd_safetensors.h"
 #include "pd_util.h"
 
@@ -242,9 +242,11 @@ static int pd_check_reference(struct pd_engine *r, float *latents, struct pd_blo
 	struct pd_dit *m = NULL;
 	struct pd_runner run;
 	struct pd_dump dump = { pd_blocks_dump, blocks, 0 };
+	/* on the backend the mesh runs on: the check is of the methods */
+	struct pd_backend_config cfg = { r->dt, r->be->threads, r->o.device };
 	int rc = -1;
 
-	if (pd_backend_cpu_new(&be, r->dt, r->be->threads) || r->fam->load(&m, r->mp.transformer, r->tconfig, be, NULL))
+	if (pd_backend_new(&be, r->be->ops->name, &cfg) || r->fam->load(&m, r->mp.transformer, r->tconfig, be, NULL))
 		goto out;
 	run = pd_runner_local(m);
 	pd_log(1, "pdit: running the single-process reference\n");

@@ -3,7 +3,7 @@
  * (pdit forward): out.sample, and with a dump every intermediate under the
  * golden names, for tests and debugging.
  */
-#include "pd_backend_cpu.h"
+#include "pd_backend_new.h"
 #include "pd_families.h"
 #include "pd_forward.h"
 #include "pd_st_writer.h"
@@ -65,8 +65,9 @@ static void pd_store_dump(void *ctx, const char *name, int64_t index, const floa
 }
 
 int pd_forward_file(const char *transformer, const char *config, const char *inputs, const char *outp, int dump_all,
-		    const char *dtype, int threads)
+		    const char *dtype, int threads, const char *backend)
 {
+	struct pd_backend_config cfg = { PD_F32, threads, -1 };
 	struct pd_backend *be = NULL;
 	struct pd_dit *m = NULL;
 	struct pd_st *st = NULL;
@@ -81,7 +82,8 @@ int pd_forward_file(const char *transformer, const char *config, const char *inp
 	int rc = -1, saved = -1;
 
 	if (pd_out_check(outp) || pd_dtype_compute("--dtype", dtype, &dt) || pd_st_open(&st, inputs) ||
-	    pd_family_find(transformer, config, &fam, &info) || pd_backend_cpu_new(&be, dt, threads) ||
+	    pd_family_find(transformer, config, &fam, &info) ||
+	    (cfg.compute = dt, pd_backend_new(&be, backend, &cfg)) ||
 	    (saved = pd_backend_enter(be), fam->load(&m, transformer, config, be, NULL)))
 		goto out;
 	if (pd_forward_inputs_read(&in, st, fam, &m->info))

@@ -10,7 +10,7 @@
  * work leaves the engine dead, and the caller ends the job.
  */
 #include "pd_engine.h"
-#include "pd_backend_cpu.h"
+#include "pd_backend_new.h"
 #include "pd_plan.h"
 #include "pd_safetensors.h"
 #include "pd_util.h"
@@ -25,6 +25,7 @@ void pd_engine_options_init(struct pd_engine_options *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->dtype = "f32";
+	o->device = -1;
 	o->comm_timeout = 1800;
 	o->warmup_steps = 1;
 	o->decode = 1;
@@ -75,6 +76,8 @@ void pd_engine_about(const struct pd_engine *e, struct pd_engine_about *a)
 	pd_mesh_format(e->degree, a->mesh, sizeof(a->mesh));
 	pd_mesh_format_short(e->degree, a->mesh_short, sizeof(a->mesh_short));
 	a->threads = e->be ? e->be->threads : 0;
+	a->backend = e->be ? e->be->ops->name : "";
+	a->device = e->be ? e->be->device : "";
 	a->dtype = e->dt == PD_BF16 ? "bf16" : "f32";
 	a->vae_dtype = e->vae_dt == PD_BF16 ? "bf16" : "f32";
 	a->load_seconds = e->load_seconds;
@@ -131,6 +134,22 @@ static int pd_engine_threads(struct pd_comm *world, int requested)
 	if (cores < 1)
 		cores = 1;
 	return cores / local > 1 ? (int)(cores / local) : 1;
+}
+
+/* The backend O asks for, computing in DT with THREADS (CPU), said in the
+ * log: what computes on each process is the first thing a slow run is
+ * asked about. */
+static int pd_engine_backend_new(struct pd_engine *e, enum pd_dtype dt, int threads)
+{
+	struct pd_backend_config cfg = { dt, threads, e->o.device };
+
+	if (pd_backend_new(&e->be, e->o.backend, &cfg))
+		return -1;
+	/* the first request says it for the job (pd_engine_run.c) */
+	pd_log(2, "pdit: rank %d computes on %s (%s)\n", e->world->rank, e->be->ops->name, e->be->device);
+	if (e->be->note)
+		pd_log(1, "pdit: note: %s\n", e->be->note);
+	return 0;
 }
 
 /* The text encoders O gives as single files by name, into the slots of
@@ -327,10 +346,8 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 	e->mesh_ok = 1;
 	sh = pd_parallel_shard(&e->mesh, &e->info);
 	sh.quantize = e->quantize;
-	rc = pd_backend_cpu_new(&e->be, e->dt, pd_engine_threads(e->world, e->o.threads));
+	rc = pd_engine_backend_new(e, e->dt, pd_engine_threads(e->world, e->o.threads));
 	if (!rc) {
-		if (e->be->note)
-			pd_log(1, "pdit: note: %s\n", e->be->note);
 		e->be->conv_compute = e->vae_dt;
 		/* the weights are laid out for the threads that will run them */
 		scope->be = e->be;
@@ -393,7 +410,7 @@ int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct p
 	if (o->encode_only) {
 		/* the encoders are loaded per request: a backend is all there is to open */
 		/* one process alone: the caller's threads (OMP_NUM_THREADS, its cpuset) unless told */
-		if (!rc && !(rc = pd_backend_cpu_new(&e->be, e->dt, o->threads))) {
+		if (!rc && !(rc = pd_engine_backend_new(e, e->dt, o->threads))) {
 			scope.be = e->be;
 			scope.threads = pd_backend_enter(e->be);
 		}

@@ -69,9 +69,10 @@ int pd_engine_vae_setup(struct pd_engine *e)
 	pd_vae_par_free(&e->vae_par);
 	e->vae_rows = 0;
 	e->vae_bands = 0;
-	if (e->o.vae_parallel >= 0 && e->mesh.replica->size > 1)
-		pd_vae_par_hooks(&e->vae_par, e->mesh.replica, e->ls.h, &hooks);
-	else if (!pd_parallel_is_writer(&e->mesh))
+	if (e->o.vae_parallel >= 0 && e->mesh.replica->size > 1) {
+		if (pd_vae_par_hooks(&e->vae_par, e->mesh.replica, e->be, e->ls.h, &hooks))
+			return -1;
+	} else if (!pd_parallel_is_writer(&e->mesh))
 		hooks.bands = 0;
 	if (hooks.bands > 0) {
 		if (pd_engine_vae_load(e))
@@ -102,9 +103,13 @@ void pd_engine_notes(const struct pd_engine *e, const struct pd_request *rq)
 		pd_log(1, "pdit: note: this transformer has no guidance embedding; --guidance is ignored\n");
 	if (e->world->size > 1 && e->requests == 0) {
 		pd_mesh_format(e->degree, mesh, sizeof(mesh));
-		pd_log(1, "pdit: %d processes, mesh %s%s, %d thread%s each\n", e->world->size, mesh,
+		pd_log(1, "pdit: %d processes, mesh %s%s, on %s (%s), %d thread%s each\n", e->world->size, mesh,
 		       e->mesh_auto == 2 ? " (chosen by the cost model, as pdit plan ranks them)" :
-		       e->mesh_auto ? " (chosen automatically)" : "", e->be->threads, e->be->threads > 1 ? "s" : "");
+		       e->mesh_auto ? " (chosen automatically)" : "", e->be->ops->name, e->be->device, e->be->threads,
+		       e->be->threads > 1 ? "s" : "");
+	} else if (e->requests == 0) {
+		pd_log(1, "pdit: computing on %s (%s), %d thread%s\n", e->be->ops->name, e->be->device, e->be->threads,
+		       e->be->threads > 1 ? "s" : "");
 	}
 	if (e->p.frames > 1)
 		pd_log(1, "pdit: %lld video%s of %d frames %dx%d, %d steps, seed %llu%s\n", (long long)e->e.batch,

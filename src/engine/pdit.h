@@ -106,6 +106,10 @@ struct pd_engine_options {
 					 * stores as plain floats, encoded into that type at load and kept
 					 * so; NULL: as stored */
 	int threads;                    /* per process; 0: the cores divided among this machine's processes */
+	const char *backend;            /* what computes: "cpu", "cuda", or "auto" (NULL, the default: CUDA
+					 * where pdit has it and a GPU is present, else the CPU) */
+	int device;                     /* the GPU of this process; -1 (the default): its local rank among
+					 * the job's processes on its machine, modulo the GPUs there */
 	int log_level;                  /* 0 errors only, 1 progress (the default), 2 detail */
 	/* receives each line of the log (NULL: stderr) */
 	void (*log)(void *ctx, int level, const char *line);
@@ -275,6 +279,8 @@ struct pd_engine_about {
 	char mesh[128];                 /* every degree: "dp=1 cfg=2 pp=1 ring=1 ulysses=2 tp=1" */
 	char mesh_short[128];           /* the degrees above 1 ("ulysses=2 cfg=2"), or "one process" */
 	int threads;                    /* per process */
+	const char *backend;            /* what computes ("cpu", "cuda") */
+	const char *device;             /* on what: the processor's or the GPU's name */
 	const char *dtype, *vae_dtype;  /* the products' and the VAE's precision: "f32" or "bf16" */
 	double load_seconds;            /* reading this process's weights at open */
 	double encode_seconds;          /* encoding the planned request's prompts at open */
@@ -385,6 +391,6 @@ void pd_bench_report_free(struct pd_bench_report *rep);
  * out.sample to OUT, with DUMP every intermediate too; DTYPE "f32" or
  * "bf16", THREADS 0: the caller's. One process. */
 int pd_forward_file(const char *transformer, const char *config, const char *inputs, const char *out, int dump,
-		    const char *dtype, int threads);
+		    const char *dtype, int threads, const char *backend);
 
 #endif /* PDIT_H */

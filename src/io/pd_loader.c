@@ -16,7 +16,8 @@ static int pd_linear_keeps_blocks(const struct pd_backend *be, const struct pd_s
 {
 	const struct pd_qtype_info *q;
 
-	if (!be->ops->linear_new_q || !pd_st_block_format(w, type, scale) || !(q = pd_quant_info(*type)))
+	if (!be->ops->linear_new_q || !pd_st_block_format(w, type, scale) || !(q = pd_quant_info(*type)) ||
+	    (be->ops->keeps_q && !be->ops->keeps_q(be, *type)))
 		return 0;
 	return s->c0 % q->block_size == 0 && s->nc % q->block_size == 0;
 }
@@ -57,6 +58,7 @@ static struct pd_linear *pd_linear_load(struct pd_backend *be, const struct pd_s
 		goto made;
 	}
 	encode = quantize != PD_Q_F32 && be->ops->linear_new_q && pd_quant_encodes(quantize) &&
+		 (!be->ops->keeps_q || be->ops->keeps_q(be, quantize)) &&
 		 !pd_st_block_format(w, &type, &scale) && s->c0 % pd_quant_info(quantize)->block_size == 0 &&
 		 cols % pd_quant_info(quantize)->block_size == 0;
 	if (!encode) {

@@ -1,14 +1,12 @@
 /*
  * pd_video.c - H.264 videos through libavformat / libavcodec / libswscale
- * (pd_video.h).
+ * (pd_video.h). A build without FFmpeg (-DPDIT_VIDEO=OFF: a machine that
+ * only computes, such as the GPU check's) refuses video files and writes
+ * frames as PNG.
  */
 #include "pd_util.h"
 #include "pd_video.h"
 
-#include <libavcodec/avcodec.h>
-#include <libavformat/avformat.h>
-#include <libavutil/opt.h>
-#include <libswscale/swscale.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -19,6 +17,24 @@ int pd_video_is_video_name(const char *path)
 
 	return dot && (strcasecmp(dot, ".mp4") == 0 || strcasecmp(dot, ".mkv") == 0 || strcasecmp(dot, ".mov") == 0);
 }
+
+#ifndef PDIT_VIDEO
+void pd_video_quiet(void)
+{
+}
+
+int pd_video_write(const char *path, const uint8_t *rgb, int frames, int width, int height, int fps,
+		   const char *const *meta)
+{
+	(void)rgb, (void)frames, (void)width, (void)height, (void)fps, (void)meta;
+	return pd_errorf("%s: this pdit was built without FFmpeg (-DPDIT_VIDEO=OFF): write the frames as PNG "
+			 "(-o frame-%%03d.png)", path);
+}
+#else
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/opt.h>
+#include <libswscale/swscale.h>
 
 void pd_video_quiet(void)
 {
@@ -187,3 +203,4 @@ fail:
 	}
 	return rc;
 }
+#endif /* PDIT_VIDEO */

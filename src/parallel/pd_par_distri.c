@@ -31,8 +31,8 @@ static void pd_distri_call_free(struct pd_distri *d, struct pd_distri_call *c)
 	for (int l = 0; c->layer && l < d->layers; l++) {
 		struct pd_distri_layer *x = &c->layer[l];
 
-		d->seq->sp->ops->wait(d->seq->sp, &x->rk);
-		d->seq->sp->ops->wait(d->seq->sp, &x->rv);
+		d->seq->sp_data->ops->wait(d->seq->sp_data, &x->rk);
+		d->seq->sp_data->ops->wait(d->seq->sp_data, &x->rv);
 		for (int g = 0; g < 2; g++) {
 			pd_backend_release(d->be, x->k[g]);
 			pd_backend_release(d->be, x->v[g]);
@@ -100,7 +100,7 @@ static int pd_distri_attention(void *ctx, struct pd_backend *be, const struct pd
 {
 	struct pd_distri *d = ctx;
 	struct pd_seq_par *sp = d->seq;
-	struct pd_comm *cm = sp->sp;
+	struct pd_comm *cm = sp->sp_data;
 	int P = cm->size, me = cm->rank;
 	int64_t W = (int64_t)heads * head_dim, S = 0, off = 0;
 	struct pd_distri_call *c;
@@ -165,8 +165,6 @@ int pd_distri_init(struct pd_distri *d, struct pd_seq_par *seq, int warmup, int 
 		return pd_errorf("DistriFusion needs at least one synchronous step (--warmup-steps 1 or more)");
 	d->seq = seq;
 	d->be = seq->be;
-	if (pd_backend_host_check(d->be, "DistriFusion"))
-		return -1;
 	d->warmup = warmup;
 	d->layers = layers;
 	d->bytes = pd_calloc((size_t)seq->sp->size, sizeof(size_t), "counts");

@@ -150,8 +150,8 @@ static int pd_pipe_attention(void *ctx, struct pd_backend *be, const struct pd_d
 		be->ops->copy2d(be, p->y, W, k, ld, rows, W);
 		be->ops->copy2d(be, p->y + rows * W, W, v, ld, rows, W);
 		if (pd_backend_check(be) ||
-		    p->sp->ops->allgatherv(p->sp, p->y, p->bytes[p->sp->rank], kg, p->bytes) ||
-		    p->sp->ops->allgatherv(p->sp, p->y + rows * W, p->bytes[p->sp->rank], vg, p->bytes))
+		    p->sp_data->ops->allgatherv(p->sp_data, p->y, p->bytes[p->sp->rank], kg, p->bytes) ||
+		    p->sp_data->ops->allgatherv(p->sp_data, p->y + rows * W, p->bytes[p->sp->rank], vg, p->bytes))
 			return -1;
 		for (int j = 0; j < P; j++) {
 			int64_t tn = pd_chunk_len(piece_tn, P, j), in = pd_chunk_len(piece_in, P, j);
@@ -174,8 +174,8 @@ static int pd_pipe_attention(void *ctx, struct pd_backend *be, const struct pd_d
 /* The pipeline                                                            */
 /* ----------------------------------------------------------------------- */
 
-int pd_pipe_init(struct pd_pipe *p, struct pd_dit *model, struct pd_comm *pp, struct pd_comm *sp, int patches,
-		 int warmup, struct pd_dit_hooks *hooks)
+int pd_pipe_init(struct pd_pipe *p, struct pd_dit *model, struct pd_comm *pp, struct pd_comm *sp,
+		 struct pd_comm *sp_data, int patches, int warmup, struct pd_dit_hooks *hooks)
 {
 
 	memset(p, 0, sizeof(*p));
@@ -183,6 +183,7 @@ int pd_pipe_init(struct pd_pipe *p, struct pd_dit *model, struct pd_comm *pp, st
 	p->be = model->be;
 	p->pp = pp;
 	p->sp = sp;
+	p->sp_data = sp_data;
 	p->stage = pp->rank;
 	p->stages = pp->size;
 	p->patches = patches > 0 ? patches : pp->size;
@@ -193,8 +194,6 @@ int pd_pipe_init(struct pd_pipe *p, struct pd_dit *model, struct pd_comm *pp, st
 				 p->patches);
 	pd_mesh_stage_blocks(&model->info, pp->size, pp->rank, &p->first, &p->count);
 	p->width = model->local_width;
-	if (sp->size > 1 && pd_backend_host_check(p->be, "PipeFusion with sequence parallelism"))
-		return -1;
 	p->bytes = pd_calloc((size_t)sp->size, sizeof(size_t), "counts");
 	if (!p->bytes)
 		return -1;
@@ -661,12 +660,14 @@ static const char *pd_pipe_problem(const int degree[PD_AXIS_COUNT], const struct
 static int pd_pipe_setup(struct pd_parallel *par, void *state, struct pd_dit *m, const struct pd_par_options *opt)
 {
 	struct pd_mesh *mesh = par->mesh;
+	struct pd_comm *sp_data;
 
 	if (mesh->degree[PD_AXIS_PP] <= 1 && !(opt && opt->pipefusion))
 		return 1;
 	/* the stage's sequence-parallel ranks share its key/value buffers */
-	if (pd_pipe_init(state, m, mesh->axis[PD_AXIS_PP], mesh->sp, opt ? opt->patches : 0,
-			 opt ? opt->warmup_steps : 1, &par->hooks))
+	sp_data = pd_parallel_data_comm(par, mesh->sp);
+	if (!sp_data || pd_pipe_init(state, m, mesh->axis[PD_AXIS_PP], mesh->sp, sp_data, opt ? opt->patches : 0,
+				     opt ? opt->warmup_steps : 1, &par->hooks))
 		return -1;
 	par->runner.predict = pd_pipe_predict;
 	par->runner.predict_ctx = state;

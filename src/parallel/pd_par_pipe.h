@@ -55,6 +55,8 @@ struct pd_pipe {
 					 * memory (borrowed; outlives the model) */
 	struct pd_comm *pp;             /* the stages, rank = stage (borrowed) */
 	struct pd_comm *sp;             /* sequence-parallel ranks inside the stage (borrowed) */
+	struct pd_comm *sp_data;        /* the same ranks for the backend's buffers (pd_parallel_data_comm;
+					 * borrowed): the pieces' keys and values */
 	int stage, stages;              /* this stage and how many */
 	int first, count;               /* this stage's blocks */
 	int patches;                    /* M */
@@ -77,9 +79,10 @@ struct pd_pipe {
 	size_t cap_pred;
 };
 
-/* Sets up P and installs its attention into HOOKS. */
-int pd_pipe_init(struct pd_pipe *p, struct pd_dit *model, struct pd_comm *pp, struct pd_comm *sp, int patches,
-		 int warmup, struct pd_dit_hooks *hooks);
+/* Sets up P and installs its attention into HOOKS. PP and SP carry host
+ * memory, SP_DATA the model backend's buffers (pd_parallel_data_comm). */
+int pd_pipe_init(struct pd_pipe *p, struct pd_dit *model, struct pd_comm *pp, struct pd_comm *sp,
+		 struct pd_comm *sp_data, int patches, int warmup, struct pd_dit_hooks *hooks);
 void pd_pipe_free(struct pd_pipe *p);
 
 /* One transformer call through the stages; OUT receives the whole

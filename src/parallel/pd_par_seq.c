@@ -52,8 +52,6 @@ static int pd_seq_attention(void *ctx, struct pd_backend *be, const struct pd_di
 	(void)layer;
 	if (U > 64 || R > 64)
 		return pd_errorf("sequence parallel degrees above 64 are not supported");
-	if (pd_backend_host_check(be, "sequence parallelism"))
-		return -1;
 	/* rows of each Ulysses peer, and of each ring rank's gathered chunk */
 	for (int j = 0; j < R; j++) {
 		kv_rows[j] = 0;
@@ -109,13 +107,14 @@ static int pd_seq_attention(void *ctx, struct pd_backend *be, const struct pd_di
 	return 0;
 }
 
-int pd_seq_init(struct pd_seq_par *p, struct pd_dit *model, struct pd_comm *sp, struct pd_comm *ulysses,
-		struct pd_comm *ring, struct pd_dit_hooks *hooks)
+int pd_seq_init(struct pd_seq_par *p, struct pd_dit *model, struct pd_comm *sp, struct pd_comm *sp_data,
+		struct pd_comm *ulysses, struct pd_comm *ring, struct pd_dit_hooks *hooks)
 {
 	memset(p, 0, sizeof(*p));
 	p->model = model;
 	p->be = model->be;
 	p->sp = sp;
+	p->sp_data = sp_data;
 	p->ulysses = ulysses;
 	p->ring = ring;
 	p->U = ulysses->size;
@@ -175,6 +174,7 @@ int pd_seq_predict(void *ctx, const struct pd_dit_call *in, float *out, const st
 static int pd_seq_setup(struct pd_parallel *par, void *state, struct pd_dit *m, const struct pd_par_options *opt)
 {
 	struct pd_mesh *mesh = par->mesh;
+	struct pd_comm *sp, *u, *r;
 
 	(void)opt;
 	/* PipeFusion splits its pieces over the same ranks itself */
@@ -182,8 +182,10 @@ static int pd_seq_setup(struct pd_parallel *par, void *state, struct pd_dit *m, 
 		return 1;
 	/* DistriFusion's bands partition the tokens as a ring's chunks do
 	 * (it installs its own attention over them) */
-	if (pd_seq_init(state, m, mesh->sp, mesh->axis[PD_AXIS_ULYSSES],
-			mesh->axis[mesh->degree[PD_AXIS_DISTRI] > 1 ? PD_AXIS_DISTRI : PD_AXIS_RING], &par->hooks))
+	sp = pd_parallel_data_comm(par, mesh->sp);
+	u = pd_parallel_data_comm(par, mesh->axis[PD_AXIS_ULYSSES]);
+	r = pd_parallel_data_comm(par, mesh->axis[mesh->degree[PD_AXIS_DISTRI] > 1 ? PD_AXIS_DISTRI : PD_AXIS_RING]);
+	if (!sp || !u || !r || pd_seq_init(state, m, mesh->sp, sp, u, r, &par->hooks))
 		return -1;
 	par->runner.predict = pd_seq_predict;
 	par->runner.predict_ctx = state;

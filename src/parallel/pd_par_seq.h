@@ -24,8 +24,11 @@ struct pd_seq_par {
 	struct pd_backend *be;          /* the model's backend, which holds the scratch (borrowed; outlives
 					 * the model) */
 	struct pd_comm *sp;             /* the sequence group (pd_mesh.h: rank = its sequence index; borrowed) */
-	struct pd_comm *ulysses;        /* the U neighbouring ranks (borrowed) */
-	struct pd_comm *ring;           /* the R ranks with the same Ulysses index (borrowed) */
+	struct pd_comm *sp_data;        /* the same group for the backend's buffers (pd_parallel_data_comm;
+					 * borrowed): DistriFusion's gathers */
+	struct pd_comm *ulysses;        /* the U neighbouring ranks, for the backend's buffers (borrowed) */
+	struct pd_comm *ring;           /* the R ranks with the same Ulysses index, for the backend's
+					 * buffers (borrowed) */
 	int U, R;                       /* degrees */
 	int64_t out_width;              /* prediction channels */
 	float *local_out;               /* [image chunk, out_width] */
@@ -41,9 +44,10 @@ struct pd_seq_par {
 };
 
 /* Sets up P for the mesh's sequence-parallel groups and installs the
- * attention hook into HOOKS. */
-int pd_seq_init(struct pd_seq_par *p, struct pd_dit *model, struct pd_comm *sp, struct pd_comm *ulysses,
-		struct pd_comm *ring, struct pd_dit_hooks *hooks);
+ * attention hook into HOOKS. SP carries host memory; SP_DATA, ULYSSES and
+ * RING carry the model backend's buffers (pd_parallel_data_comm). */
+int pd_seq_init(struct pd_seq_par *p, struct pd_dit *model, struct pd_comm *sp, struct pd_comm *sp_data,
+		struct pd_comm *ulysses, struct pd_comm *ring, struct pd_dit_hooks *hooks);
 void pd_seq_free(struct pd_seq_par *p);
 
 /* One transformer call on the whole-sequence input IN: this rank computes

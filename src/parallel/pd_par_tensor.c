@@ -46,14 +46,18 @@ static const char *pd_tp_problem(const int degree[PD_AXIS_COUNT], const struct p
 
 static int pd_tp_setup(struct pd_parallel *par, void *state, struct pd_dit *m, const struct pd_par_options *opt)
 {
+	struct pd_comm *tp;
+
 	(void)state;
 	(void)opt;
+	(void)m;
 	if (par->mesh->degree[PD_AXIS_TP] <= 1)
 		return 1;
-	/* its sums and gathers take the model's activations as they are */
-	if (pd_backend_host_check(m->be, "tensor parallelism"))
+	/* its sums and gathers take the model's activations */
+	tp = pd_parallel_data_comm(par, par->mesh->axis[PD_AXIS_TP]);
+	if (!tp)
 		return -1;
-	pd_tp_hooks(&par->hooks, par->mesh->axis[PD_AXIS_TP]);
+	pd_tp_hooks(&par->hooks, tp);
 	return 0;
 }
 

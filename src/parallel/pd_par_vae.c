@@ -13,7 +13,7 @@
 static int pd_vae_par_halo(void *ctx, struct pd_backend *be, float *x, int c, int rows, int w, int halo)
 {
 	struct pd_vae_par *p = ctx;
-	struct pd_comm *cm = p->comm;
+	struct pd_comm *cm = p->data;
 	int r = cm->rank, n = cm->size;
 	int64_t stride = (int64_t)(rows + 2 * halo) * w, blk = (int64_t)halo * w;
 	size_t bytes = (size_t)(c * blk) * sizeof(float), need = 4 * (size_t)(c * blk);
@@ -22,10 +22,8 @@ static int pd_vae_par_halo(void *ctx, struct pd_backend *be, float *x, int c, in
 	int rc = 0;
 
 	memset(req, 0, sizeof(req));
-	if (pd_backend_host_check(be, "the banded VAE decode") ||
-	    pd_backend_grow(be, &p->buf, &p->cap, need, "the VAE's halo rows"))
+	if (pd_backend_grow(be, &p->buf, &p->cap, need, "the VAE's halo rows"))
 		return -1;
-	p->be = be;
 	send_top = p->buf;
 	send_bot = send_top + c * blk;
 	recv_top = send_bot + c * blk;
@@ -59,7 +57,7 @@ static int pd_vae_par_reduce(void *ctx, double *buf, size_t n)
 {
 	struct pd_vae_par *p = ctx;
 
-	return p->comm->ops->allreduce(p->comm, buf, n, PD_COMM_F64, PD_COMM_SUM);
+	return p->data->ops->allreduce(p->data, buf, n, PD_COMM_F64, PD_COMM_SUM);
 }
 
 static int pd_vae_par_gather(void *ctx, const float *mine, size_t n, float *all, const size_t *n_all)
@@ -72,7 +70,7 @@ static int pd_vae_par_gather(void *ctx, const float *mine, size_t n, float *all,
 		return -1;
 	for (int i = 0; i < p->comm->size; i++)
 		bytes[i] = n_all[i] * sizeof(float);
-	rc = p->comm->ops->allgatherv(p->comm, mine, n * sizeof(float), all, bytes);
+	rc = p->data->ops->allgatherv(p->data, mine, n * sizeof(float), all, bytes);
 	free(bytes);
 	return rc;
 }
@@ -92,16 +90,23 @@ static int pd_vae_par_collect(void *ctx, const float *mine, size_t n, float *all
 	return rc;
 }
 
-void pd_vae_par_hooks(struct pd_vae_par *p, struct pd_comm *comm, int latent_h, struct pd_vae_hooks *hooks)
+int pd_vae_par_hooks(struct pd_vae_par *p, struct pd_comm *comm, struct pd_backend *be, int latent_h,
+		     struct pd_vae_hooks *hooks)
 {
 	memset(p, 0, sizeof(*p));
 	memset(hooks, 0, sizeof(*hooks));
 	p->comm = comm;
+	p->data = comm;
+	p->be = be;
 	if (comm->size > latent_h || comm->size == 1) {
 		/* too few rows to cut: rank 0 decodes the whole picture */
 		hooks->bands = comm->rank == 0 ? 1 : 0;
-		return;
+		return 0;
 	}
+	/* the halo rows, the GroupNorm sums and the attention's keys and
+	 * values are the decoder's buffers */
+	if (!be->host_memory && pd_comm_staged_new(comm, be, &p->data))
+		return -1;
 	hooks->band = comm->rank;
 	hooks->bands = comm->size;
 	hooks->halo = pd_vae_par_halo;
@@ -109,11 +114,14 @@ void pd_vae_par_hooks(struct pd_vae_par *p, struct pd_comm *comm, int latent_h, 
 	hooks->gather = pd_vae_par_gather;
 	hooks->collect = pd_vae_par_collect;
 	hooks->ctx = p;
+	return 0;
 }
 
 void pd_vae_par_free(struct pd_vae_par *p)
 {
 	if (p->be)
 		pd_backend_release(p->be, p->buf);
+	if (p->data && p->data != p->comm)
+		p->data->ops->free(p->data);
 	memset(p, 0, sizeof(*p));
 }

@@ -15,15 +15,20 @@
 #include "pd_vae.h"
 
 struct pd_vae_par {
-	struct pd_comm *comm;           /* one band per rank (borrowed) */
+	struct pd_comm *comm;           /* one band per rank (borrowed): the picture's rows (host) */
+	struct pd_comm *data;           /* the same ranks for the backend's buffers: COMM itself, or a
+					 * staged communicator on it (owned) where the backend's memory is
+					 * not host memory */
 	float *buf;                     /* halo rows in flight: 4 x c x w, the backend's memory */
 	size_t cap;                     /* its capacity in floats */
-	struct pd_backend *be;          /* whose memory buf is (borrowed) */
+	struct pd_backend *be;          /* the decoder's backend (borrowed) */
 };
 
-/* Fills HOOKS for LATENT_H latent rows; when there are more ranks than rows,
- * rank 0 decodes alone (HOOKS->bands = 1 there, 0 elsewhere: nothing to do). */
-void pd_vae_par_hooks(struct pd_vae_par *p, struct pd_comm *comm, int latent_h, struct pd_vae_hooks *hooks);
+/* Fills HOOKS for LATENT_H latent rows of a decoder on BE; when there are
+ * more ranks than rows, rank 0 decodes alone (HOOKS->bands = 1 there, 0
+ * elsewhere: nothing to do). 0, or -1 with a message (no staging buffers). */
+int pd_vae_par_hooks(struct pd_vae_par *p, struct pd_comm *comm, struct pd_backend *be, int latent_h,
+		     struct pd_vae_hooks *hooks);
 void pd_vae_par_free(struct pd_vae_par *p);
 
 #endif /* PD_PAR_VAE_H */

@@ -47,6 +47,7 @@ int pd_parallel_setup(struct pd_parallel *par, struct pd_mesh *mesh, struct pd_d
 	par->mesh = mesh;
 	par->batch = batch;
 	par->runner = pd_runner_local(m);
+	par->be = m->be;
 	for (int i = 0; pd_par_methods[i]; i++) {
 		const struct pd_par_method *pm = pd_par_methods[i];
 		int rc;
@@ -84,7 +85,25 @@ void pd_parallel_free(struct pd_parallel *par)
 			pd_par_methods[i]->free(par, par->state[i]);
 		free(par->state[i]);
 	}
+	for (int i = 0; i < PD_PAR_MAX_STAGED && par->staged[i]; i++)
+		par->staged[i]->ops->free(par->staged[i]);
 	memset(par, 0, sizeof(*par));
+}
+
+struct pd_comm *pd_parallel_data_comm(struct pd_parallel *par, struct pd_comm *c)
+{
+	int i;
+
+	if (par->be->host_memory)
+		return c;
+	for (i = 0; i < PD_PAR_MAX_STAGED && par->staged[i]; i++)
+		if (par->staged_of[i] == c)
+			return par->staged[i];
+	PD_ASSERT(i < PD_PAR_MAX_STAGED);
+	if (pd_comm_staged_new(c, par->be, &par->staged[i]))
+		return NULL;
+	par->staged_of[i] = c;
+	return par->staged[i];
 }
 
 void *pd_parallel_state(const struct pd_parallel *par, const struct pd_par_method *method)

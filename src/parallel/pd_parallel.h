@@ -19,6 +19,8 @@
 
 /* Room for the methods of pd_par_methods. */
 #define PD_PAR_MAX_METHODS 16
+/* Room for staged communicators (one per mesh communicator at most). */
+#define PD_PAR_MAX_STAGED (PD_AXIS_COUNT + 3)
 
 /* Choices beyond the mesh's degrees. */
 struct pd_par_options {
@@ -36,6 +38,10 @@ struct pd_parallel {
 	unsigned installed;             /* bit i: pd_par_methods[i] is installed */
 	int64_t batch;                  /* images of the batch, for the data-parallel share */
 	struct pd_runner runner;        /* what pd_denoise uses */
+	struct pd_backend *be;          /* the model's backend (borrowed): whose buffers the data
+					 * communicators carry */
+	struct pd_comm *staged[PD_PAR_MAX_STAGED];      /* staged communicators made so far */
+	struct pd_comm *staged_of[PD_PAR_MAX_STAGED];   /* the mesh communicator each stands for */
 };
 
 /* The model share a rank of MESH loads: its heads, and its stage's blocks. */
@@ -49,6 +55,13 @@ void pd_parallel_free(struct pd_parallel *par);
 /* METHOD's state when it is installed on this rank, else NULL (a method
  * that builds on another's, as DistriFusion on the sequence partition). */
 void *pd_parallel_state(const struct pd_parallel *par, const struct pd_par_method *method);
+
+/* The communicator a method hands the backend's buffers to in place of
+ * C (a mesh communicator): C itself when the backend's memory is host
+ * memory, else a staged one (pd_comm_staged_new) made on first use and
+ * freed with PAR. NULL with a message when it cannot be made. Host
+ * buffers still go through C. */
+struct pd_comm *pd_parallel_data_comm(struct pd_parallel *par, struct pd_comm *c);
 
 /* True on the one rank of each data-parallel group that writes its images
  * (every other coordinate 0). */

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "pd_backend_new.h"
 #include "pd_comm.h"
 
 static int pd_test_failed;
@@ -59,6 +60,16 @@ static inline int pd_test_finish(struct pd_comm *world, const char *tmp)
 	}
 	pd_comm_world_finalize(world);
 	return failed ? 1 : 0;
+}
+
+/* The backend the model tests run on: PDIT_TEST_BACKEND names it (the
+ * staged one runs every path a GPU takes), the CPU by default. */
+static inline int pd_test_backend_new(struct pd_backend **be, enum pd_dtype compute, int threads)
+{
+	const char *name = getenv("PDIT_TEST_BACKEND");
+	struct pd_backend_config cfg = { compute, threads, -1 };
+
+	return pd_backend_new(be, name && *name ? name : "cpu", &cfg);
 }
 
 /* max |a - b| / max |ref| (the golden README's measure); NaN anywhere gives

@@ -53,7 +53,7 @@ float *test_run_case(struct pd_comm *world, const struct pcase *c, const int *de
 	memset(&par, 0, sizeof(par));
 	if (pd_flux_config_load(&fc, c->tdir) || pd_embeds_load(&e, c->embeds) || pd_scheduler_load(&s, c->sdir) ||
 	    pd_flux_dit_info(&fc, &info) || pd_flux_family.latent_shape(&ls, &info, 1, c->height, c->width) ||
-	    pd_backend_cpu_new(&be, PD_F32, 1))
+	    pd_test_backend_new(&be, PD_F32, 1))
 		goto out;
 	/* one thread a rank: the ranks share the machine's cores */
 	pd_backend_enter(be);

@@ -56,7 +56,7 @@ static int open_backend(struct pd_backend **be, int chunks, int threads)
 
 	if (chunks)
 		setenv("PDIT_CONV_CHUNK_KB", "4", 1);
-	rc = pd_backend_cpu_new(be, PD_F32, threads);
+	rc = pd_test_backend_new(be, PD_F32, threads);
 	unsetenv("PDIT_CONV_CHUNK_KB");
 	if (rc)
 		return rc;
@@ -135,8 +135,10 @@ static int run_decode(const struct decode *d, enum pd_dtype dt, int chunks, int 
 	conv_dt = saved;
 	if (rc)
 		return -1;
-	if (banded)
-		pd_vae_par_hooks(&par, world, d->h, hooks);
+	if (banded && pd_vae_par_hooks(&par, world, be, d->h, hooks)) {
+		pd_backend_free(be);
+		return -1;
+	}
 	if (d->F > 0) {
 		rc = pd_wan_vae_load(&wv, d->vdir, be);
 		if (!rc) {

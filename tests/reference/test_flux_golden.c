@@ -88,7 +88,7 @@ static int run_case(const char *golden_dir, const struct pd_st *st, enum pd_dtyp
 	int rc = -1;
 
 	snprintf(tdir, sizeof(tdir), "%s/transformer-%s", golden_dir, cfgname ? cfgname : "?");
-	if (pd_backend_cpu_new(&be, dt, 0) || pd_flux_load(&m, tdir, be))
+	if (pd_test_backend_new(&be, dt, 0) || pd_flux_load(&m, tdir, be))
 		goto out;
 	info = &pd_flux_dit(m)->info;
 	if (pd_forward_inputs_read(&in, st, &pd_flux_family, info))

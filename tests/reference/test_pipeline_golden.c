@@ -156,7 +156,7 @@ static void test_case(const char *dir, const char *file, enum pd_dtype dt, float
 	/* "5101", or "[5321, 5322]" for one generator per image */
 	seeds = meta(st, "noise_seed", "0");
 	p.seed = strtoull(seeds + (seeds[0] == '['), NULL, 10);
-	if (pd_backend_cpu_new(&be, dt, 0) || pd_flux_load(&m, tdir, be) || pd_vae_load(&v, vdir, be) ||
+	if (pd_test_backend_new(&be, dt, 0) || pd_flux_load(&m, tdir, be) || pd_vae_load(&v, vdir, be) ||
 	    pd_scheduler_load(&sched, sdir) || pd_embeds_load(&e, path) ||
 	    pd_flux_family.latent_shape(&ls, &pd_flux_dit(m)->info, 1, p.height, p.width)) {
 		PD_CHECK(0, "%s: setup: %s", file, pd_last_error());

@@ -117,7 +117,7 @@ int main(int argc, char **argv)
 
 	if (bf16)
 		tol = 2e-2;
-	if (pd_backend_cpu_new(&be, bf16 ? PD_BF16 : PD_F32, 0) || pd_wan_probe(tr, NULL, &c) ||
+	if (pd_test_backend_new(&be, bf16 ? PD_BF16 : PD_F32, 0) || pd_wan_probe(tr, NULL, &c) ||
 	    pd_wan_load_dit(&d, tr, NULL, be, NULL)) {
 		fprintf(stderr, "setup: %s\n", pd_last_error());
 		return 1;

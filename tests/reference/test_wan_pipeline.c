@@ -159,7 +159,7 @@ int main(int argc, char **argv)
 		tol = 5e-2;
 		emb_tol = 2e-2;
 	}
-	if (pd_backend_cpu_new(&be, bf16 ? PD_BF16 : PD_F32, 0) || pd_wan_load_dit(&d, tr, NULL, be, NULL)) {
+	if (pd_test_backend_new(&be, bf16 ? PD_BF16 : PD_F32, 0) || pd_wan_load_dit(&d, tr, NULL, be, NULL)) {
 		fprintf(stderr, "setup: %s\n", pd_last_error());
 		return 1;
 	}

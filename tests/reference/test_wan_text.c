@@ -119,7 +119,7 @@ int main(int argc, char **argv)
 	if (bf16)
 		tol = 2e-2;
 	unescape_cases();
-	if (pd_backend_cpu_new(&be, bf16 ? PD_BF16 : PD_F32, 0) || pd_wan_prompt_encoder_load(&pe, &mp, be) ||
+	if (pd_test_backend_new(&be, bf16 ? PD_BF16 : PD_F32, 0) || pd_wan_prompt_encoder_load(&pe, &mp, be) ||
 	    pd_read_file(pj, 16u << 20, &text, &len) || !(root = cJSON_Parse(text))) {
 		fprintf(stderr, "setup: %s\n", pd_last_error());
 		return 1;

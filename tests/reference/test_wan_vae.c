@@ -128,7 +128,7 @@ int main(int argc, char **argv)
 
 	if (bf16)
 		tol = 2e-2;
-	if (pd_backend_cpu_new(&be, bf16 ? PD_BF16 : PD_F32, 0) || pd_wan_vae_load(&v, vdir, be)) {
+	if (pd_test_backend_new(&be, bf16 ? PD_BF16 : PD_F32, 0) || pd_wan_vae_load(&v, vdir, be)) {
 		fprintf(stderr, "setup: %s\n", pd_last_error());
 		return 1;
 	}

@@ -16,6 +16,7 @@
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -164,7 +165,6 @@ static const struct pd_backend_ops pd_cpu_ops = {
 	.mul = pd_cpu_mul,
 	.add = pd_cpu_add,
 	.sub = pd_cpu_sub,
-	.l1_stats = pd_cpu_l1_stats,
 	.layernorm_mod = pd_cpu_layernorm_mod,
 	.layernorm = pd_cpu_layernorm,
 	.rmsnorm_heads = pd_cpu_rmsnorm_heads,
@@ -200,6 +200,27 @@ static int pd_cpu_has_bf16_products(struct pd_cpu *cpu)
 	return 1;
 }
 
+/* The processor's model name, as the logs say what a backend computes on. */
+static void pd_cpu_name(char *buf, size_t len)
+{
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	char line[256];
+
+	snprintf(buf, len, "CPU");
+	while (f && fgets(line, sizeof(line), f)) {
+		char *v = strchr(line, ':');
+
+		if (strncmp(line, "model name", 10) || !v)
+			continue;
+		v += 1 + strspn(v + 1, " \t");
+		v[strcspn(v, "\n")] = 0;
+		snprintf(buf, len, "%s", v);
+		break;
+	}
+	if (f)
+		fclose(f);
+}
+
 int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threads)
 {
 	struct pd_cpu *cpu;
@@ -214,6 +235,7 @@ int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threa
 	cpu->be.conv_compute = PD_F32;
 	cpu->be.host_memory = 1;
 	cpu->be.threads = threads > 0 ? threads : omp_get_max_threads();
+	pd_cpu_name(cpu->be.device, sizeof(cpu->be.device));
 #if defined(__x86_64__) && defined(__GNUC__)
 	/* PDIT_NO_AVX512 lets the tests run the portable kernels here too */
 	cpu->avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

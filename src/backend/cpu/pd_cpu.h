@@ -246,7 +246,6 @@ void pd_cpu_quick_gelu(struct pd_backend *be, float *y, const float *x, size_t n
 void pd_cpu_mul(struct pd_backend *be, float *y, const float *a, const float *b, size_t n);
 void pd_cpu_add(struct pd_backend *be, float *y, const float *a, const float *b, size_t n);
 void pd_cpu_sub(struct pd_backend *be, float *y, const float *a, const float *b, size_t n);
-void pd_cpu_l1_stats(struct pd_backend *be, const float *ref, const float *x, size_t n, double *sums);
 void pd_cpu_layernorm_mod(struct pd_backend *be, float *y, int64_t ldy, const float *x, int64_t ldx,
 			  int64_t rows, int64_t dim, const float *scale, const float *shift, float eps);
 void pd_cpu_layernorm(struct pd_backend *be, float *y, int64_t ldy, const float *x, int64_t ldx,

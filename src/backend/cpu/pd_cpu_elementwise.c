@@ -72,21 +72,6 @@ void pd_cpu_sub(struct pd_backend *be, float *y, const float *a, const float *b,
 		y[i] = a[i] - b[i];
 }
 
-void pd_cpu_l1_stats(struct pd_backend *be, const float *ref, const float *x, size_t n, double *sums)
-{
-	double d = 0, r = 0;
-
-	if (be->failed)
-		return;
-#pragma omp parallel for schedule(static) reduction(+ : d, r) if (n > 65536)
-	for (size_t i = 0; i < n; i++) {
-		d += fabs((double)ref[i] - (double)x[i]);
-		r += fabs((double)ref[i]);
-	}
-	sums[0] = d;
-	sums[1] = r;
-}
-
 /* A row's mean and 1 / sqrt(variance + eps), summed in double (two
  * passes, as torch's layer_norm keeps the mean apart from the spread). */
 static void pd_row_stats(const float *xr, int64_t dim, float eps, float *mean, float *rstd)

@@ -270,6 +270,7 @@ struct pd_vae_run {
 	struct pd_vae *v;
 	int banded;                     /* more than one band */
 	int H;                          /* whole height at the current resolution */
+	double *stats;                  /* GroupNorm's sums (backend memory: the bands add them up) */
 };
 
 static int64_t pd_in_cstride(const struct pd_vae_run *r, int h, int w)
@@ -309,16 +310,11 @@ static void pd_vae_group_norm(struct pd_vae_run *r, float *y, int64_t y_cstride,
 {
 	struct pd_backend *be = r->v->be;
 	int groups = r->v->cfg.groups;
-	double stats[2 * 1024];
 
-	if (groups > 1024) {
-		pd_backend_fail(be, "VAE: more than 1024 groups");
-		return;
-	}
-	be->ops->group_stats(be, x, c, (int64_t)h * w, groups, stats);
+	be->ops->group_stats(be, x, c, (int64_t)h * w, groups, r->stats);
 	if (r->banded && !be->failed)
-		pd_vae_fail_hook(r, r->v->hooks.reduce(r->v->hooks.ctx, stats, 2 * (size_t)groups));
-	be->ops->group_apply(be, y, y_cstride, x, c, (int64_t)h * w, groups, stats, (double)(c / groups) * r->H * w,
+		pd_vae_fail_hook(r, r->v->hooks.reduce(r->v->hooks.ctx, r->stats, 2 * (size_t)groups));
+	be->ops->group_apply(be, y, y_cstride, x, c, (int64_t)h * w, groups, r->stats, (double)(c / groups) * r->H * w,
 			     gamma, beta, PD_VAE_EPS, silu);
 }
 
@@ -428,7 +424,7 @@ int pd_vae_decode(struct pd_vae *v, const float *z, int h, int w, float *img, co
 	struct pd_backend *be = v->be;
 	const struct pd_vae_config *c = &v->cfg;
 	struct pd_vae_hooks *hk = &v->hooks;
-	struct pd_vae_run r = { v, hk->bands > 1, h };
+	struct pd_vae_run r = { v, hk->bands > 1, h, NULL };
 	int top = c->block_out[c->n_blocks - 1], ch = top, f = pd_vae_scale(c);
 	int b0 = (int)pd_chunk_start(h, hk->bands, hk->band), bh = (int)pd_chunk_len(h, hk->bands, hk->band);
 	int cmax = c->latent_channels, hh;
@@ -452,6 +448,7 @@ int pd_vae_decode(struct pd_vae *v, const float *z, int h, int w, float *img, co
 
 		buf[i] = pd_backend_alloc(be, m, "VAE activations");
 	}
+	r.stats = (double *)pd_backend_alloc(be, 4 * (size_t)c->groups, "GroupNorm statistics");
 	if (dump)
 		host = pd_malloc(n * sizeof(float), "VAE dump");
 	if (pd_backend_check(be) || (dump && !host))
@@ -531,6 +528,7 @@ out:
 	for (int i = 0; i < 6; i++)
 		if (buf[i])
 			be->ops->free(be, buf[i]);
+	pd_backend_release(be, (float *)r.stats);
 	free(host);
 	return rc;
 }

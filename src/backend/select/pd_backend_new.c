@@ -1,0 +1,71 @@
+/*
+ * pd_backend_new.c - the backends by name.
+ */
+#include "pd_backend_new.h"
+#include "pd_backend_cpu.h"
+#include "pd_backend_staged.h"
+#include "pd_util.h"
+#ifdef PDIT_CUDA
+#include "pd_backend_cuda.h"
+#endif
+
+#include <stdlib.h>
+#include <string.h>
+
+int pd_backend_known(const char *name)
+{
+	return !name || !strcmp(name, "auto") || !strcmp(name, "cpu") || !strcmp(name, "cuda") ||
+	       !strcmp(name, "staged");
+}
+
+int pd_backend_gpus(void)
+{
+#ifdef PDIT_CUDA
+	return pd_backend_cuda_devices();
+#else
+	return 0;
+#endif
+}
+
+int pd_backend_local_rank(void)
+{
+	static const char *const vars[] = { "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
+					     "MV2_COMM_WORLD_LOCAL_RANK", NULL };
+
+	for (int i = 0; vars[i]; i++) {
+		const char *v = getenv(vars[i]);
+
+		if (v && *v)
+			return atoi(v) > 0 ? atoi(v) : 0;
+	}
+	return 0;
+}
+
+int pd_backend_new(struct pd_backend **out, const char *name, const struct pd_backend_config *cfg)
+{
+	*out = NULL;
+	if (!name || !strcmp(name, "auto"))
+		name = pd_backend_gpus() > 0 ? "cuda" : "cpu";
+	if (!strcmp(name, "cpu"))
+		return pd_backend_cpu_new(out, cfg->compute, cfg->threads);
+	if (!strcmp(name, "staged"))
+		return pd_backend_staged_new(out, cfg->compute, cfg->threads);
+	if (!strcmp(name, "cuda")) {
+#ifdef PDIT_CUDA
+		int n = pd_backend_cuda_devices(), dev = cfg->device;
+
+		if (n <= 0)
+			return pd_errorf("--backend cuda: no CUDA device here (%s)", pd_backend_cuda_why());
+		if (dev < 0)
+			dev = pd_backend_local_rank() % n;
+		if (dev >= n)
+			return pd_errorf("--device %d: this machine has %d CUDA device%s (0 to %d)", dev, n,
+					 n == 1 ? "" : "s", n - 1);
+		return pd_backend_cuda_new(out, cfg->compute, dev);
+#else
+		return pd_errorf("--backend cuda: this pdit was built without CUDA (configure with -DPDIT_CUDA=ON "
+				 "where the CUDA toolkit is installed)");
+#endif
+	}
+	return pd_errorf("--backend %s: unknown (cpu, cuda or auto)", name);
+}

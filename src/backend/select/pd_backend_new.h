@@ -1,0 +1,36 @@
+/*
+ * pd_backend_new.h - a backend by name: the one place that knows every
+ * backend pdit was built with.
+ *
+ *   struct pd_backend_config cfg = { .compute = PD_BF16, .device = -1 };
+ *   struct pd_backend *be;
+ *   if (pd_backend_new(&be, "auto", &cfg)) ... pd_last_error() ...
+ */
+#ifndef PD_BACKEND_NEW_H
+#define PD_BACKEND_NEW_H
+
+#include "pd_backend.h"
+
+struct pd_backend_config {
+	enum pd_dtype compute;          /* PD_F32 or PD_BF16 matrix products */
+	int threads;                    /* CPU threads (<= 0: the calling thread's OpenMP setting) */
+	int device;                     /* the GPU (-1: the process's local rank among its machine's
+					 * processes, modulo the GPUs there) */
+};
+
+/* NAME: "cpu", "cuda", "auto" (cuda where pdit was built with it and a GPU
+ * is present, else cpu) or "staged" (the tests' CPU behind a device
+ * boundary); NULL means "auto". 0, or -1 with a message. */
+int pd_backend_new(struct pd_backend **out, const char *name, const struct pd_backend_config *cfg);
+
+/* Whether NAME is one pd_backend_new knows (for the command line's checks). */
+int pd_backend_known(const char *name);
+
+/* GPUs the CUDA backend sees here (0 without CUDA, a driver or a device). */
+int pd_backend_gpus(void);
+
+/* This process's rank among the job's processes on its machine, from the
+ * launcher's environment (Open MPI, MPICH, Slurm); 0 without one. */
+int pd_backend_local_rank(void);
+
+#endif /* PD_BACKEND_NEW_H */

@@ -1,0 +1,508 @@
+/*
+ * test_backend.c - the conformance suite for any backend: every operation of
+ * struct pd_backend_ops against the CPU backend, through alloc, upload and
+ * download only (never a host pointer into the backend's memory), on fresh
+ * random inputs of random shapes (odd sizes, row strides wider than the
+ * rows, column ranges of wider buffers), outputs poisoned with NaN first,
+ * in f32 and bf16 products.
+ *
+ * usage: test_backend [BACKEND...]   (default: staged; "cuda" on a GPU)
+ *
+ * Tolerances are max |x - ref| / max |ref| per operation:
+ *  - exact operations (copies, fill, upsampling, transposes): 0;
+ *  - elementwise and normalisations: 2e-6 (a device's expf, rsqrtf and
+ *    summation order move results by a few ulps);
+ *  - f32 products, attention and convolutions: 2e-5 (another summation
+ *    order over up to a few hundred terms; TF32 must be off);
+ *  - bf16 products and attention: 1e-2 (both round their inputs to bf16;
+ *    the CPU also rounds attention's probabilities to bf16 on some paths).
+ */
+#include "pd_backend.h"
+#include "pd_backend_new.h"
+#include "pd_quant.h"
+#include "pd_rng.h"
+#include "pd_test.h"
+#include "pd_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define TOL_EXACT 0.0
+#define TOL_ELEM 2e-6
+#define TOL_F32 2e-5
+#define TOL_BF16 1e-2
+
+static struct pd_rng rng;
+static const char *be_name;
+
+/* B[0] is the CPU reference, B[1] the backend under test. */
+static struct pd_backend *B[2];
+
+static int rnd(int lo, int hi)
+{
+	return lo + (int)(pd_rng_u32(&rng) % (uint32_t)(hi - lo + 1));
+}
+
+static float *host_randn(size_t n, float scale)
+{
+	float *h = malloc((n ? n : 1) * sizeof(float));
+
+	pd_rng_randn(&rng, h, n);
+	for (size_t i = 0; i < n; i++)
+		h[i] *= scale;
+	return h;
+}
+
+/* A buffer of N floats on backend K holding H (NULL: NaN everywhere). */
+static float *dev(int k, const float *h, size_t n)
+{
+	float *d = pd_backend_alloc(B[k], n ? n : 1, "test");
+	float *tmp = NULL;
+
+	if (!d)
+		return NULL;
+	if (!h) {
+		tmp = malloc((n ? n : 1) * sizeof(float));
+		pd_poison(tmp, n);
+		h = tmp;
+	}
+	B[k]->ops->upload(B[k], d, h, n);
+	free(tmp);
+	return d;
+}
+
+static float *host_of(int k, const float *d, size_t n)
+{
+	float *h = malloc((n ? n : 1) * sizeof(float));
+
+	B[k]->ops->download(B[k], h, d, n);
+	return h;
+}
+
+/* Compares backend 1's N floats at D1 with the reference's at D0. */
+static void compare(const char *what, const float *d0, const float *d1, size_t n, double tol)
+{
+	float *r = host_of(0, d0, n), *x = host_of(1, d1, n);
+	double e = pd_rel_err(x, r, n);
+
+	PD_CHECK(!pd_backend_check(B[0]) && !pd_backend_check(B[1]), "%s on %s: backend failed: %s", what, be_name,
+		 B[1]->failed ? B[1]->error : B[0]->error);
+	PD_CHECK(e <= tol, "%s on %s: error %.3g above %.1g", what, be_name, e, tol);
+	free(r);
+	free(x);
+}
+
+/* Compares the [rows, cols] region of row stride LD; the columns past COLS
+ * must be as they were (poisoned: NaN on both). */
+static void compare_rows(const char *what, const float *d0, const float *d1, int64_t rows, int64_t cols, int64_t ld,
+			 double tol)
+{
+	size_t n = (size_t)(rows * ld);
+	float *r = host_of(0, d0, n), *x = host_of(1, d1, n);
+	float *rr = malloc(n * sizeof(float)), *xx = malloc(n * sizeof(float));
+	int pad_kept = 1;
+
+	for (int64_t i = 0; i < rows; i++) {
+		memcpy(rr + i * cols, r + i * ld, (size_t)cols * sizeof(float));
+		memcpy(xx + i * cols, x + i * ld, (size_t)cols * sizeof(float));
+		for (int64_t j = cols; j < ld; j++)
+			pad_kept &= isnan(x[i * ld + j]);
+	}
+	PD_CHECK(!pd_backend_check(B[0]) && !pd_backend_check(B[1]), "%s on %s: backend failed: %s", what, be_name,
+		 B[1]->failed ? B[1]->error : B[0]->error);
+	PD_CHECK(pad_kept, "%s on %s: wrote past its columns", what, be_name);
+	{
+		double e = pd_rel_err(xx, rr, (size_t)(rows * cols));
+
+		PD_CHECK(e <= tol, "%s on %s: error %.3g above %.1g", what, be_name, e, tol);
+	}
+	free(r), free(x), free(rr), free(xx);
+}
+
+/* Inputs: the same host data on both backends. */
+struct pair {
+	float *d[2];
+};
+
+static struct pair both(const float *h, size_t n)
+{
+	struct pair p = { { dev(0, h, n), dev(1, h, n) } };
+
+	return p;
+}
+
+static struct pair both_randn(size_t n, float scale)
+{
+	float *h = host_randn(n, scale);
+	struct pair p = both(h, n);
+
+	free(h);
+	return p;
+}
+
+static void release(struct pair *p)
+{
+	for (int k = 0; k < 2; k++)
+		pd_backend_release(B[k], p->d[k]);
+}
+
+static double tol_products(void)
+{
+	return B[1]->compute == PD_BF16 ? TOL_BF16 : TOL_F32;
+}
+
+static void test_copy2d(void)
+{
+	int64_t rows = rnd(1, 37), cols = rnd(1, 70), lds = cols + rnd(0, 9), ldd = cols + rnd(0, 9);
+	struct pair x = both_randn((size_t)(rows * lds), 1), y = both(NULL, (size_t)(rows * ldd));
+
+	for (int k = 0; k < 2; k++) {
+		B[k]->ops->fill(B[k], y.d[k], 0.5f, (size_t)(rows * ldd));
+		B[k]->ops->copy2d(B[k], y.d[k], ldd, x.d[k], lds, rows, cols);
+	}
+	compare("copy2d", y.d[0], y.d[1], (size_t)(rows * ldd), TOL_EXACT);
+	release(&x);
+	release(&y);
+}
+
+static void test_elementwise(void)
+{
+	size_t n = (size_t)rnd(1, 5000);
+	struct pair a = both_randn(n, 3), b = both_randn(n, 3), y = both(NULL, n);
+	const char *names[] = { "fill", "silu", "quick_gelu", "mul", "add", "sub" };
+
+	for (int op = 0; op < 6; op++) {
+		for (int k = 0; k < 2; k++) {
+			struct pd_backend *be = B[k];
+
+			switch (op) {
+			case 0: be->ops->fill(be, y.d[k], -1.25f, n); break;
+			case 1: be->ops->silu(be, y.d[k], a.d[k], n); break;
+			case 2: be->ops->quick_gelu(be, y.d[k], a.d[k], n); break;
+			case 3: be->ops->mul(be, y.d[k], a.d[k], b.d[k], n); break;
+			case 4: be->ops->add(be, y.d[k], a.d[k], b.d[k], n); break;
+			default: be->ops->sub(be, y.d[k], a.d[k], b.d[k], n); break;
+			}
+		}
+		compare(names[op], y.d[0], y.d[1], n, op == 0 ? TOL_EXACT : TOL_ELEM);
+	}
+	/* in place */
+	for (int k = 0; k < 2; k++)
+		B[k]->ops->silu(B[k], a.d[k], a.d[k], n);
+	compare("silu in place", a.d[0], a.d[1], n, TOL_ELEM);
+	release(&a);
+	release(&b);
+	release(&y);
+}
+
+static void test_linear(enum pd_dtype wt, int flags, int quant)
+{
+	int64_t n_in = rnd(1, 300), n_out = rnd(1, 200), rows = rnd(1, 90);
+	int64_t ldw = n_in + rnd(0, 5), ldx = n_in + rnd(0, 7), ldy = n_out + rnd(0, 7);
+	float *w = host_randn((size_t)(n_out * ldw), 0.1f), *bias = host_randn((size_t)n_out, 1);
+	struct pair x = both_randn((size_t)(rows * ldx), 1), y = both_randn((size_t)(rows * ldy), 1);
+	struct pd_linear *l[2] = { NULL, NULL };
+	void *blocks = NULL;
+	uint16_t *wb = NULL;
+	const void *wsrc = w;
+	char what[160];
+
+	if (quant) {
+		const struct pd_qtype_info *qi = pd_quant_info(PD_Q_Q8_0);
+
+		/* whole blocks, packed rows */
+		n_in = (n_in + qi->block_size - 1) / qi->block_size * qi->block_size;
+		free(w);
+		w = host_randn((size_t)(n_out * n_in), 0.1f);
+		ldx = n_in + rnd(0, 3);
+		release(&x);
+		x = both_randn((size_t)(rows * ldx), 1);
+		blocks = malloc(pd_quant_row_bytes(qi, n_in) * (size_t)n_out);
+		for (int64_t r = 0; r < n_out; r++)
+			pd_quant_encode(PD_Q_Q8_0, w + r * n_in, (char *)blocks + r * pd_quant_row_bytes(qi, n_in), n_in);
+	} else if (wt == PD_BF16) {
+		wb = malloc((size_t)(n_out * ldw) * sizeof(uint16_t));
+		for (int64_t i = 0; i < n_out * ldw; i++)
+			wb[i] = pd_f32_to_bf16(w[i]);
+		wsrc = wb;
+	}
+	for (int k = 0; k < 2; k++) {
+		l[k] = quant ? B[k]->ops->linear_new_q ? B[k]->ops->linear_new_q(B[k], n_out, n_in, PD_Q_Q8_0, 1.0f, blocks,
+										 flags & PD_LIN_NO_BIAS ? NULL : bias)
+						       : NULL
+			     : B[k]->ops->linear_new(B[k], n_out, n_in, wsrc, wt, ldw, flags & PD_LIN_NO_BIAS ? NULL : bias);
+		if (!l[k] && quant && k == 1) {
+			printf("  (%s keeps no quantized weights: q8_0 product skipped)\n", be_name);
+			goto out;
+		}
+		PD_CHECK(l[k] != NULL, "linear_new on %s", k ? be_name : "cpu");
+		if (!l[k])
+			goto out;
+		B[k]->ops->linear(B[k], l[k], x.d[k], ldx, rows, y.d[k], ldy, flags);
+	}
+	snprintf(what, sizeof(what), "linear %lldx%lld, %lld rows, %s weights%s%s%s", (long long)n_out, (long long)n_in,
+		 (long long)rows, quant ? "q8_0" : pd_dtype_name(wt), flags & PD_LIN_GELU_TANH ? ", GELU" : "",
+		 flags & PD_LIN_NO_BIAS ? ", no bias" : "", flags & PD_LIN_ACCUMULATE ? ", accumulate" : "");
+	/* bf16 weights or activations: the products' tolerance */
+	compare(what, y.d[0], y.d[1], (size_t)(rows * ldy),
+		wt == PD_BF16 || quant ? fmax(tol_products(), B[1]->compute == PD_BF16 ? TOL_BF16 : 1e-4) : tol_products());
+out:
+	for (int k = 0; k < 2; k++)
+		if (l[k])
+			B[k]->ops->linear_free(B[k], l[k]);
+	release(&x);
+	release(&y);
+	free(w);
+	free(wb);
+	free(bias);
+	free(blocks);
+}
+
+static void test_conv(void)
+{
+	int k3 = rnd(0, 1) ? 3 : 1, c_in = rnd(1, 12), c_out = rnd(1, 12), h = rnd(1, 13), w = rnd(1, 17);
+	int halo = k3 == 3 ? rnd(0, 1) : 0;
+	float *wt = host_randn((size_t)(c_out * c_in * k3 * k3), 0.3f), *bias = host_randn((size_t)c_out, 1);
+	size_t nx = (size_t)c_in * (size_t)(h + 2 * halo) * (size_t)w, ny = (size_t)c_out * h * w;
+	struct pair x = both_randn(nx, 1), y = both(NULL, ny);
+	struct pd_conv *cv[2];
+	char what[96];
+
+	for (int k = 0; k < 2; k++) {
+		cv[k] = B[k]->ops->conv_new(B[k], c_out, c_in, k3, wt, bias);
+		B[k]->ops->conv(B[k], cv[k], x.d[k], h, w, halo, y.d[k]);
+	}
+	snprintf(what, sizeof(what), "conv %dx%d %d->%d on %dx%d, halo %d", k3, k3, c_in, c_out, h, w, halo);
+	compare(what, y.d[0], y.d[1], ny, B[1]->conv_compute == PD_BF16 ? TOL_BF16 : TOL_F32);
+	for (int k = 0; k < 2; k++)
+		if (cv[k])
+			B[k]->ops->conv_free(B[k], cv[k]);
+	release(&x);
+	release(&y);
+	free(wt);
+	free(bias);
+}
+
+static void test_norms(void)
+{
+	int64_t rows = rnd(1, 40), heads = rnd(1, 4), hd = 2 * rnd(1, 24), dim = heads * hd;
+	int64_t ldx = dim + rnd(0, 6), ldy = dim + rnd(0, 6);
+	struct pair x = both_randn((size_t)(rows * ldx), 2), y = both(NULL, (size_t)(rows * ldy));
+	struct pair sc = both_randn((size_t)dim, 0.5f), sh = both_randn((size_t)dim, 0.5f);
+	struct pair wh = both_randn((size_t)hd, 1), sumsq = both(NULL, (size_t)rows);
+	struct pair cs = both_randn((size_t)(rows * hd), 1), sn = both_randn((size_t)(rows * hd), 1);
+	struct pair g = both_randn((size_t)dim, 1), z = both_randn((size_t)(rows * ldy), 1);
+
+	for (int mod = 0; mod < 2; mod++) {
+		for (int k = 0; k < 2; k++) {
+			B[k]->ops->fill(B[k], y.d[k], 0, (size_t)(rows * ldy));
+			B[k]->ops->layernorm_mod(B[k], y.d[k], ldy, x.d[k], ldx, rows, dim, mod ? sc.d[k] : NULL,
+						 mod ? sh.d[k] : NULL, 1e-6f);
+		}
+		compare(mod ? "layernorm_mod" : "layernorm_mod, plain", y.d[0], y.d[1], (size_t)(rows * ldy), TOL_ELEM);
+		for (int k = 0; k < 2; k++)
+			B[k]->ops->layernorm(B[k], y.d[k], ldy, x.d[k], ldx, rows, dim, mod ? sc.d[k] : NULL,
+					     mod ? sh.d[k] : NULL, 1e-5f);
+		compare(mod ? "layernorm, affine" : "layernorm", y.d[0], y.d[1], (size_t)(rows * ldy), TOL_ELEM);
+	}
+	for (int k = 0; k < 2; k++) {
+		B[k]->ops->copy2d(B[k], y.d[k], ldy, x.d[k], ldx, rows, dim);
+		B[k]->ops->rmsnorm_heads(B[k], y.d[k], ldy, rows, (int)heads, (int)hd, wh.d[k], 1e-6f);
+	}
+	compare("rmsnorm_heads", y.d[0], y.d[1], (size_t)(rows * ldy), TOL_ELEM);
+	for (int k = 0; k < 2; k++) {
+		B[k]->ops->row_sumsq(B[k], sumsq.d[k], x.d[k], ldx, rows, dim);
+		B[k]->ops->copy2d(B[k], y.d[k], ldy, x.d[k], ldx, rows, dim);
+		B[k]->ops->rms_apply(B[k], y.d[k], ldy, rows, dim, sumsq.d[k], dim + 3, g.d[k], 1e-6f);
+	}
+	compare("row_sumsq", sumsq.d[0], sumsq.d[1], (size_t)rows, TOL_ELEM);
+	compare("rms_apply", y.d[0], y.d[1], (size_t)(rows * ldy), TOL_ELEM);
+	for (int k = 0; k < 2; k++) {
+		B[k]->ops->copy2d(B[k], y.d[k], ldy, x.d[k], ldx, rows, dim);
+		B[k]->ops->rope(B[k], y.d[k], ldy, rows, (int)heads, (int)hd, cs.d[k], sn.d[k]);
+	}
+	compare("rope", y.d[0], y.d[1], (size_t)(rows * ldy), TOL_ELEM);
+	for (int k = 0; k < 2; k++)
+		B[k]->ops->gated_add(B[k], z.d[k], ldy, x.d[k], ldx, rows, dim, g.d[k]);
+	compare("gated_add", z.d[0], z.d[1], (size_t)(rows * ldy), TOL_ELEM);
+	release(&x), release(&y), release(&sc), release(&sh), release(&wh), release(&sumsq);
+	release(&cs), release(&sn), release(&g), release(&z);
+}
+
+static void test_attention(void)
+{
+	int heads = rnd(1, 4), hd = rnd(1, 3) * 16 + (rnd(0, 3) == 0 ? 8 : 0);
+	int64_t W = (int64_t)heads * hd, sq = rnd(1, 150), skv = rnd(1, 300), ld = W + rnd(0, 8) * 4;
+	int64_t ldo = W + rnd(0, 3);
+	float scale = 1.0f / sqrtf((float)hd);
+	struct pair q = both_randn((size_t)(sq * ld), 1), kk = both_randn((size_t)(skv * ld), 1);
+	struct pair v = both_randn((size_t)(skv * ld), 1), o = both(NULL, (size_t)(sq * ldo));
+	struct pair lse = both(NULL, (size_t)(heads * sq)), part = both(NULL, (size_t)(sq * W));
+	struct pair plse = both(NULL, (size_t)(heads * sq));
+	char what[96];
+
+	for (int k = 0; k < 2; k++)
+		B[k]->ops->attention(B[k], o.d[k], ldo, lse.d[k], q.d[k], ld, kk.d[k], ld, v.d[k], ld, sq, skv, heads, hd,
+				     scale);
+	snprintf(what, sizeof(what), "attention %lld x %lld keys, %d heads of %d", (long long)sq, (long long)skv, heads,
+		 hd);
+	compare_rows(what, o.d[0], o.d[1], sq, W, ldo, B[1]->compute == PD_BF16 ? TOL_BF16 : TOL_F32);
+	compare("attention's log-sum-exp", lse.d[0], lse.d[1], (size_t)(heads * sq), TOL_F32 * 10);
+	/* ring attention's merge with a second key set (the same keys again) */
+	for (int k = 0; k < 2; k++) {
+		B[k]->ops->attention(B[k], part.d[k], W, plse.d[k], q.d[k], ld, v.d[k], ld, kk.d[k], ld, sq, skv, heads, hd,
+				     scale);
+		B[k]->ops->lse_merge(B[k], o.d[k], ldo, lse.d[k], part.d[k], W, plse.d[k], sq, heads, hd);
+	}
+	compare_rows("lse_merge", o.d[0], o.d[1], sq, W, ldo, B[1]->compute == PD_BF16 ? TOL_BF16 : TOL_F32);
+	compare("lse_merge's log-sum-exp", lse.d[0], lse.d[1], (size_t)(heads * sq), TOL_F32 * 10);
+	/* an empty key set (-inf) merges as nothing */
+	{
+		float *h = malloc((size_t)(heads * sq) * sizeof(float));
+
+		for (int64_t i = 0; i < heads * sq; i++)
+			h[i] = -INFINITY;
+		for (int k = 0; k < 2; k++) {
+			B[k]->ops->upload(B[k], plse.d[k], h, (size_t)(heads * sq));
+			B[k]->ops->lse_merge(B[k], o.d[k], ldo, lse.d[k], part.d[k], W, plse.d[k], sq, heads, hd);
+		}
+		compare_rows("lse_merge with an empty part", o.d[0], o.d[1], sq, W, ldo,
+			     B[1]->compute == PD_BF16 ? TOL_BF16 : TOL_F32);
+		free(h);
+	}
+	release(&q), release(&kk), release(&v), release(&o), release(&lse), release(&part), release(&plse);
+}
+
+static void test_attention_masked(void)
+{
+	int heads = rnd(1, 4), hd = rnd(2, 40), causal = rnd(0, 1), with_bias = rnd(0, 1);
+	int64_t W = (int64_t)heads * hd, s = rnd(1, 77), ld = W + rnd(0, 5);
+	struct pair q = both_randn((size_t)(s * ld), 1), kk = both_randn((size_t)(s * ld), 1);
+	struct pair v = both_randn((size_t)(s * ld), 1), o = both(NULL, (size_t)(s * W));
+	struct pair bias = both_randn((size_t)(heads * s * s), 2);
+	char what[96];
+
+	for (int k = 0; k < 2; k++)
+		B[k]->ops->attention_masked(B[k], o.d[k], W, q.d[k], ld, kk.d[k], ld, v.d[k], ld, s, heads, hd, 0.3f,
+					    with_bias ? bias.d[k] : NULL, causal);
+	snprintf(what, sizeof(what), "attention_masked s %lld, %d heads of %d%s%s", (long long)s, heads, hd,
+		 causal ? ", causal" : "", with_bias ? ", bias" : "");
+	compare(what, o.d[0], o.d[1], (size_t)(s * W), B[1]->compute == PD_BF16 ? TOL_BF16 : TOL_F32);
+	release(&q), release(&kk), release(&v), release(&o), release(&bias);
+}
+
+static void test_vae_ops(void)
+{
+	int groups = rnd(1, 4), c = groups * rnd(1, 5), h = rnd(1, 11), w = rnd(1, 13), silu = rnd(0, 1);
+	int64_t hw = (int64_t)h * w, cs = hw + rnd(0, 2) * w;
+	struct pair x = both_randn((size_t)(c * hw), 2), y = both(NULL, (size_t)(c * cs));
+	struct pair st = both(NULL, (size_t)(4 * groups)), gm = both_randn((size_t)c, 1), bt = both_randn((size_t)c, 1);
+	struct pair up = both(NULL, (size_t)c * (size_t)(4 * hw + 3)), tr = both(NULL, (size_t)(c * hw));
+	double *s[2];
+
+	for (int k = 0; k < 2; k++) {
+		B[k]->ops->fill(B[k], y.d[k], 0, (size_t)(c * cs));
+		B[k]->ops->group_stats(B[k], x.d[k], c, hw, groups, (double *)st.d[k]);
+		B[k]->ops->group_apply(B[k], y.d[k], cs, x.d[k], c, hw, groups, (const double *)st.d[k],
+				       (double)(c / groups) * hw, gm.d[k], bt.d[k], 1e-6f, silu);
+	}
+	/* the statistics are doubles: compared as such */
+	for (int k = 0; k < 2; k++) {
+		s[k] = malloc((size_t)(2 * groups) * sizeof(double));
+		B[k]->ops->download(B[k], (float *)s[k], st.d[k], (size_t)(4 * groups));
+	}
+	{
+		double e = 0, m = 0;
+
+		for (int i = 0; i < 2 * groups; i++) {
+			e = fmax(e, fabs(s[1][i] - s[0][i]));
+			m = fmax(m, fabs(s[0][i]));
+		}
+		PD_CHECK(e <= 1e-9 * fmax(m, 1), "group_stats on %s: error %.3g of %.3g", be_name, e, m);
+	}
+	free(s[0]);
+	free(s[1]);
+	compare(silu ? "group_apply + SiLU" : "group_apply", y.d[0], y.d[1], (size_t)(c * cs), TOL_ELEM);
+	for (int k = 0; k < 2; k++)
+		B[k]->ops->rms_channels(B[k], y.d[k], x.d[k], c, hw, gm.d[k], silu);
+	compare("rms_channels", y.d[0], y.d[1], (size_t)(c * hw), TOL_ELEM);
+	for (int k = 0; k < 2; k++) {
+		B[k]->ops->fill(B[k], up.d[k], 7, (size_t)c * (size_t)(4 * hw + 3));
+		B[k]->ops->upsample2x(B[k], up.d[k], 4 * hw + 3, x.d[k], c, h, w);
+		B[k]->ops->transpose(B[k], tr.d[k], x.d[k], c, hw);
+	}
+	compare("upsample2x", up.d[0], up.d[1], (size_t)c * (size_t)(4 * hw + 3), TOL_EXACT);
+	compare("transpose", tr.d[0], tr.d[1], (size_t)(c * hw), TOL_EXACT);
+	release(&x), release(&y), release(&st), release(&gm), release(&bt), release(&up), release(&tr);
+}
+
+/* A failure is sticky and reported: an allocation far beyond any memory. */
+static void test_sticky(void)
+{
+	float *p = B[1]->ops->alloc(B[1], (size_t)1 << 60);
+
+	PD_CHECK(p == NULL, "%s allocated 4 EiB", be_name);
+	if (p)
+		B[1]->ops->free(B[1], p);
+	PD_CHECK(pd_backend_alloc(B[1], (size_t)1 << 60, "a test") == NULL && B[1]->failed,
+		 "%s: a failed allocation is recorded", be_name);
+	pd_backend_recover(B[1]);
+	p = pd_backend_alloc(B[1], 16, "a test");
+	PD_CHECK(p != NULL && !B[1]->failed, "%s recovers after a failure", be_name);
+	pd_backend_release(B[1], p);
+}
+
+static void run(const char *name, enum pd_dtype dt, int rounds)
+{
+	struct pd_backend_config cfg = { dt, 0, -1 };
+	int f0 = pd_test_failed;
+
+	be_name = name;
+	if (pd_backend_new(&B[0], "cpu", &cfg) || pd_backend_new(&B[1], name, &cfg)) {
+		PD_CHECK(0, "backend %s: %s", name, pd_last_error());
+		pd_backend_free(B[0]);
+		return;
+	}
+	B[1]->conv_compute = B[0]->conv_compute = dt;
+	pd_backend_enter(B[0]);
+	for (int r = 0; r < rounds; r++) {
+		test_copy2d();
+		test_elementwise();
+		test_linear(PD_F32, 0, 0);
+		test_linear(PD_F32, PD_LIN_GELU_TANH, 0);
+		test_linear(PD_BF16, PD_LIN_NO_BIAS, 0);
+		test_linear(PD_F32, PD_LIN_ACCUMULATE, 0);
+		test_linear(PD_F32, PD_LIN_ACCUMULATE | PD_LIN_NO_BIAS, 0);
+		if (r == 0)
+			test_linear(PD_F32, 0, 1);
+		test_conv();
+		test_norms();
+		test_attention();
+		test_attention_masked();
+		test_vae_ops();
+	}
+	test_sticky();
+	printf("%-8s %s products: %s (%s)\n", name, pd_dtype_name(dt), pd_test_failed == f0 ? "conforms" : "FAILS",
+	       B[1]->device);
+	pd_backend_free(B[1]);
+	pd_backend_free(B[0]);
+}
+
+int main(int argc, char **argv)
+{
+	const char *seed = getenv("PDIT_TEST_SEED");
+	uint64_t s = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL);
+
+	printf("seed %llu (PDIT_TEST_SEED to repeat)\n", (unsigned long long)s);
+	pd_rng_seed(&rng, s);
+	for (int i = 1; i < argc || i == 1; i++) {
+		const char *name = argc > 1 ? argv[i] : "staged";
+
+		run(name, PD_F32, 12);
+		run(name, PD_BF16, 6);
+	}
+	return pd_test_report();
+}

@@ -10,7 +10,8 @@
 # (the whole log; each part's verdict as "== PART: PASS|FAIL|SKIP (why)"),
 # nvidia-smi.txt, and bench/*.json (pdit's and PyTorch's FLUX steps). The
 # parts, each bounded in time so that a hang costs one part, not the run:
-#   1. conformance: every backend operation on CUDA against the CPU backend
+#   1. conformance: every backend operation on CUDA against the CPU backend,
+#      and the staged (pinned) and NCCL communicators on device buffers
 #   2. golden: flux-tiny, wan-tiny, quant-tiny on CUDA against diffusers
 #      (f32 and bf16; the tests' own tolerances) and pictures within levels
 #   3. meshes: 2 and 4 processes sharing the GPU (Ulysses, ring, tensor,

@@ -213,6 +213,9 @@ struct pd_backend {
 						 * as they are) */
 	char device[128];                       /* what it computes on, for the logs ("NVIDIA H100 80GB
 						 * HBM3, device 0"; the CPU's model name) */
+	void *queue;                            /* the device stream its operations are queued on (CUDA:
+						 * a cudaStream_t), for a communicator that works on the
+						 * device (NCCL); NULL where there is none */
 	const char *note;                       /* how it meets `compute` here where that is not what the
 						 * user would assume, for the run to say; NULL: as asked */
 	int threads;                            /* OpenMP threads it computes with between enter and leave */

@@ -45,6 +45,7 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 		{ "--threads", 't', PD_ARG_INT, &a->threads, "N", "threads per process (default, or 0: the cores divided among the processes)", NULL },
 		{ "--backend", 0, PD_ARG_STRING, &a->backend, "cpu|cuda|auto", "what computes (default auto: CUDA where pdit was built with it and a GPU is present, else the CPU)", NULL },
 		{ "--device", 0, PD_ARG_INT, &a->device, "N", "the GPU of this process (default: its local rank on its machine, modulo the GPUs there)", &a->device_seen },
+		{ "--comm", 0, PD_ARG_STRING, &a->comm, "mpi|nccl|auto", "how GPUs' buffers travel between processes: MPI through pinned host buffers, or NCCL (default auto: NCCL when built with it and every process has its own GPU)", NULL },
 		{ "--comm-timeout", 0, PD_ARG_FLOAT, &a->comm_timeout, "S", "seconds a process may wait for the others before the job is reported and stopped (default 1800; 0: forever; lifted where one rank works alone: encoding prompts, check's reference)", NULL },
 		{ "--parallel", 0, PD_ARG_STRING, &a->parallel, "auto", "choose the mesh as pdit plan ranks them: auto among the exact methods, auto-stale also PipeFusion and DistriFusion", NULL },
 		{ NULL, 0, PD_ARG_INT, a->degree, NULL, NULL, NULL }, /* the mesh's axes go here */
@@ -234,6 +235,7 @@ int pd_gen_engine_options(const struct pd_gen_args *a, struct pd_engine_options 
 		return pd_errorf("--device must be a GPU's index, 0 or more (got %d)", a->device);
 	pd_engine_options_init(o);
 	o->backend = a->backend;
+	o->comm = a->comm;
 	o->device = a->device_seen ? a->device : -1;
 	o->model = a->model;
 	o->transformer = a->diffusion_model ? a->diffusion_model : a->transformer;

@@ -57,6 +57,7 @@ struct pd_gen_args {
 	int threads, verbose, quiet;
 	const char *backend;            /* --backend cpu|cuda|auto */
 	int device, device_seen;        /* --device N: this process's GPU */
+	const char *comm;               /* --comm mpi|nccl|auto */
 	/* the mesh: a degree per axis (pd_axis.h; -1 not given, a switch's 0
 	 * or 1), PipeFusion's patches, the stale methods' exact steps */
 	int degree[PD_AXIS_COUNT];

@@ -133,3 +133,18 @@ int pd_comm_allgather(struct pd_comm *c, const void *send, size_t bytes, void *r
 	free(counts);
 	return rc;
 }
+
+#ifndef PDIT_NCCL
+/* Built without NCCL: device buffers go through pd_comm_staged. */
+int pd_comm_nccl_available(void)
+{
+	return 0;
+}
+
+int pd_comm_nccl_new(struct pd_comm *host, void *stream, struct pd_comm **out)
+{
+	(void)stream;
+	*out = NULL;
+	return pd_errorf("NCCL on '%s': this pdit was built without NCCL", host->name);
+}
+#endif

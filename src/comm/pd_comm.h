@@ -113,6 +113,15 @@ const char *pd_comm_activity(void);
 struct pd_backend;
 int pd_comm_staged_new(struct pd_comm *inner, struct pd_backend *be, struct pd_comm **out);
 
+/* A communicator over NCCL beside HOST (borrowed; bootstrapped over it,
+ * every rank of HOST calls this together), on the CUDA stream STREAM (the
+ * backend's queue): it takes device buffers as they are, one GPU a
+ * process. -1 with a message where pdit was built without NCCL or NCCL
+ * refuses (two processes on one GPU). */
+int pd_comm_nccl_new(struct pd_comm *host, void *stream, struct pd_comm **out);
+/* Whether pdit was built with NCCL. */
+int pd_comm_nccl_available(void);
+
 /* Convenience wrappers. */
 static inline int pd_comm_allreduce_f32(struct pd_comm *c, float *buf, size_t n)
 {

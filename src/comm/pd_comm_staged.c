@@ -188,6 +188,10 @@ static struct pd_stage_pending *pd_stage_pending_new(struct pd_staged_comm *s, s
 	struct pd_stage_pending *p;
 	int i;
 
+	if (req->active) {
+		pd_errorf("%s: a request still in flight was used again", s->c.name);
+		return NULL;
+	}
 	for (i = 0; i < s->n_pending && s->pending[i].used; i++)
 		;
 	if (i == s->n_pending) {

@@ -143,10 +143,25 @@ static int pd_engine_backend_new(struct pd_engine *e, enum pd_dtype dt, int thre
 {
 	struct pd_backend_config cfg = { dt, threads, e->o.device };
 
+	const char *cm = e->o.comm ? e->o.comm : "auto";
+
+	if (strcmp(cm, "auto") && strcmp(cm, "mpi") && strcmp(cm, "nccl"))
+		return pd_errorf("--comm %s: unknown (mpi, nccl or auto)", cm);
+	if (!strcmp(cm, "nccl") && !pd_comm_nccl_available())
+		return pd_errorf("--comm nccl: this pdit was built without NCCL");
 	if (pd_backend_new(&e->be, e->o.backend, &cfg))
 		return -1;
+	if (!strcmp(cm, "nccl") && !e->be->queue)
+		return pd_errorf("--comm nccl: the %s backend's buffers are host memory (NCCL moves a GPU's: --backend cuda)",
+				 e->be->ops->name);
+	/* NCCL takes one GPU a process: several processes on one GPU (the
+	 * check machine's meshes) go through MPI's staging */
+	e->opt.nccl = !strcmp(cm, "nccl") ||
+		      (!strcmp(cm, "auto") && pd_comm_nccl_available() && e->be->queue && e->world->size > 1 &&
+		       pd_comm_local_size(e->world) <= pd_backend_gpus());
 	/* the first request says it for the job (pd_engine_run.c) */
-	pd_log(2, "pdit: rank %d computes on %s (%s)\n", e->world->rank, e->be->ops->name, e->be->device);
+	pd_log(2, "pdit: rank %d computes on %s (%s)%s\n", e->world->rank, e->be->ops->name, e->be->device,
+	       e->be->queue ? e->opt.nccl ? ", sends through NCCL" : ", sends through pinned host buffers" : "");
 	if (e->be->note)
 		pd_log(1, "pdit: note: %s\n", e->be->note);
 	return 0;

@@ -110,6 +110,10 @@ struct pd_engine_options {
 					 * where pdit has it and a GPU is present, else the CPU) */
 	int device;                     /* the GPU of this process; -1 (the default): its local rank among
 					 * the job's processes on its machine, modulo the GPUs there */
+	const char *comm;               /* how a GPU's buffers travel between processes: "mpi" (through
+					 * pinned host buffers), "nccl", or "auto" (NULL, the default:
+					 * NCCL where pdit has it and every process of a machine has its
+					 * own GPU) */
 	int log_level;                  /* 0 errors only, 1 progress (the default), 2 detail */
 	/* receives each line of the log (NULL: stderr) */
 	void (*log)(void *ctx, int level, const char *line);

@@ -48,6 +48,7 @@ int pd_parallel_setup(struct pd_parallel *par, struct pd_mesh *mesh, struct pd_d
 	par->batch = batch;
 	par->runner = pd_runner_local(m);
 	par->be = m->be;
+	par->nccl = opt && opt->nccl && m->be->queue;
 	for (int i = 0; pd_par_methods[i]; i++) {
 		const struct pd_par_method *pm = pd_par_methods[i];
 		int rc;
@@ -100,7 +101,7 @@ struct pd_comm *pd_parallel_data_comm(struct pd_parallel *par, struct pd_comm *c
 		if (par->staged_of[i] == c)
 			return par->staged[i];
 	PD_ASSERT(i < PD_PAR_MAX_STAGED);
-	if (pd_comm_staged_new(c, par->be, &par->staged[i]))
+	if (par->nccl ? pd_comm_nccl_new(c, par->be->queue, &par->staged[i]) : pd_comm_staged_new(c, par->be, &par->staged[i]))
 		return NULL;
 	par->staged_of[i] = c;
 	return par->staged[i];

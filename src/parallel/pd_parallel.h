@@ -27,6 +27,8 @@ struct pd_par_options {
 	int warmup_steps;               /* DistriFusion, PipeFusion: synchronous steps first */
 	int patches;                    /* PipeFusion: patches per step (0: as many as stages) */
 	int pipefusion;                 /* PipeFusion's schedule even with one stage (patches in turn) */
+	int nccl;                       /* device buffers through NCCL (pd_comm_nccl_new) rather than
+					 * staged through the host, where the backend has a device queue */
 };
 
 struct pd_parallel {
@@ -40,7 +42,8 @@ struct pd_parallel {
 	struct pd_runner runner;        /* what pd_denoise uses */
 	struct pd_backend *be;          /* the model's backend (borrowed): whose buffers the data
 					 * communicators carry */
-	struct pd_comm *staged[PD_PAR_MAX_STAGED];      /* staged communicators made so far */
+	int nccl;                       /* the data communicators are NCCL's (pd_par_options.nccl) */
+	struct pd_comm *staged[PD_PAR_MAX_STAGED];      /* data communicators made so far (staged or NCCL) */
 	struct pd_comm *staged_of[PD_PAR_MAX_STAGED];   /* the mesh communicator each stands for */
 };
 
@@ -58,9 +61,10 @@ void *pd_parallel_state(const struct pd_parallel *par, const struct pd_par_metho
 
 /* The communicator a method hands the backend's buffers to in place of
  * C (a mesh communicator): C itself when the backend's memory is host
- * memory, else a staged one (pd_comm_staged_new) made on first use and
- * freed with PAR. NULL with a message when it cannot be made. Host
- * buffers still go through C. */
+ * memory, else an NCCL one (options' nccl, a backend with a device queue)
+ * or a staged one (pd_comm_staged_new), made on first use (collectively:
+ * every rank of C asks in the same order) and freed with PAR. NULL with a
+ * message when it cannot be made. Host buffers still go through C. */
 struct pd_comm *pd_parallel_data_comm(struct pd_parallel *par, struct pd_comm *c);
 
 /* True on the one rank of each data-parallel group that writes its images

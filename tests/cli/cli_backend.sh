@@ -90,6 +90,9 @@ refuse() {
 }
 refuse "--backend tpu" --backend tpu
 refuse "--device" --device -1
+refuse "--comm ib" --comm ib
+# NCCL moves a GPU's buffers: refused on the CPU (or where pdit has no NCCL)
+refuse "--comm nccl" --comm nccl --backend cpu
 # without a GPU (or without CUDA in this build) CUDA is refused, and auto is the CPU
 if [ "$("$pdit" generate --help | grep -c -- '--backend')" -ge 1 ]; then
 	refuse "--backend cuda" --backend cuda --device 999

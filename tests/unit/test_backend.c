@@ -19,6 +19,7 @@
  */
 #include "pd_backend.h"
 #include "pd_backend_new.h"
+#include "pd_comm.h"
 #include "pd_quant.h"
 #include "pd_rng.h"
 #include "pd_test.h"
@@ -439,6 +440,72 @@ static void test_vae_ops(void)
 	release(&x), release(&y), release(&st), release(&gm), release(&bt), release(&up), release(&tr);
 }
 
+/* A communicator over the backend's buffers (one process: every
+ * collective is a copy), each operation against the data it must move. */
+static void test_comm(struct pd_comm *c, const char *what)
+{
+	size_t n = (size_t)rnd(1, 3000), bytes = n * sizeof(float);
+	float *h = host_randn(n, 1), *got;
+	float *a = dev(1, h, n), *b = dev(1, NULL, n);
+	struct pd_comm_req r1 = { .active = 0 }, r2 = { .active = 0 };
+	const char *names[] = { "allreduce", "allgatherv", "alltoallv", "gatherv", "bcast", "isend/irecv",
+				"iallgatherv" };
+
+	for (int op = 0; op < 7; op++) {
+		int rc = 0;
+
+		B[1]->ops->fill(B[1], b, NAN, n);
+		switch (op) {
+		case 0:
+			B[1]->ops->copy2d(B[1], b, (int64_t)n, a, (int64_t)n, 1, (int64_t)n);
+			rc = c->ops->allreduce(c, b, n, PD_COMM_F32, PD_COMM_SUM);
+			break;
+		case 1: rc = c->ops->allgatherv(c, a, bytes, b, &bytes); break;
+		case 2: rc = c->ops->alltoallv(c, a, &bytes, b, &bytes); break;
+		case 3: rc = c->ops->gatherv(c, a, bytes, b, &bytes, 0); break;
+		case 4:
+			B[1]->ops->copy2d(B[1], b, (int64_t)n, a, (int64_t)n, 1, (int64_t)n);
+			rc = c->ops->bcast(c, b, bytes, 0);
+			break;
+		case 5:
+			rc = c->ops->isend(c, a, bytes, 0, 5, &r1) || c->ops->irecv(c, b, bytes, 0, 5, &r2) ||
+			     c->ops->wait(c, &r1) || c->ops->wait(c, &r2);
+			break;
+		default:
+			rc = c->ops->iallgatherv(c, a, bytes, b, &bytes, &r1) || c->ops->wait(c, &r1);
+			break;
+		}
+		got = host_of(1, b, n);
+		PD_CHECK(!rc && pd_max_abs_err(got, h, n) == 0, "%s communicator on %s: %s of %zu floats: %s", what,
+			 be_name, names[op], n, rc ? pd_last_error() : "wrong data");
+		free(got);
+	}
+	pd_backend_release(B[1], a);
+	pd_backend_release(B[1], b);
+	free(h);
+}
+
+static void test_comms(void)
+{
+	struct pd_comm *self = NULL, *c = NULL;
+
+	if (B[1]->host_memory || pd_comm_self_new(&self))
+		return;
+	if (!pd_comm_staged_new(self, B[1], &c)) {
+		test_comm(c, "staged");
+		c->ops->free(c);
+	}
+	if (B[1]->queue && pd_comm_nccl_available()) {
+		if (pd_comm_nccl_new(self, B[1]->queue, &c))
+			PD_CHECK(0, "NCCL on %s: %s", be_name, pd_last_error());
+		else {
+			test_comm(c, "NCCL");
+			c->ops->free(c);
+		}
+	}
+	self->ops->free(self);
+}
+
 /* A failure is sticky and reported: an allocation far beyond any memory. */
 static void test_sticky(void)
 {
@@ -484,6 +551,7 @@ static void run(const char *name, enum pd_dtype dt, int rounds)
 		test_attention_masked();
 		test_vae_ops();
 	}
+	test_comms();
 	test_sticky();
 	printf("%-8s %s products: %s (%s)\n", name, pd_dtype_name(dt), pd_test_failed == f0 ? "conforms" : "FAILS",
 	       B[1]->device);

@@ -267,7 +267,10 @@ static void *pd_cu_put(struct pd_backend *be, const void *host, size_t bytes, co
 {
 	void *d = pd_cu_malloc(be, bytes, what);
 
-	if (d && !pd_cu_ok(be, cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice), what)) {
+	/* on the stream the products run on (the legacy stream does not order
+	 * with it), and finished before HOST may go */
+	if (d && (!pd_cu_ok(be, cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, CU(be)->stream), what) ||
+		  !pd_cu_ok(be, cudaStreamSynchronize(CU(be)->stream), what))) {
 		cudaFree(d);
 		return NULL;
 	}
@@ -387,8 +390,10 @@ static struct pd_linear *pd_cu_linear_new_q(struct pd_backend *be, int64_t n_out
 	}
 	rb = pd_quant_row_bytes(qi, n_in);
 	l = pd_calloc(1, sizeof(*l), "a linear layer");
-	if (!l)
+	if (!l) {
+		pd_backend_fail(be, "out of memory preparing a %lldx%lld weight", (long long)n_out, (long long)n_in);
 		return NULL;
+	}
 	l->n_out = n_out;
 	l->n_in = n_in;
 	l->qtype = pd_cu_qkind(t);
@@ -527,10 +532,11 @@ static void pd_cu_conv(struct pd_backend *be, struct pd_conv *c, const float *x,
 	struct pd_cuda *cu = CU(be);
 	int64_t K = (int64_t)c->c_in * c->k * c->k, hw = (int64_t)h * w;
 	size_t esz = c->bf16 ? 2 : 4;
-	int band = (int)(PD_CUDA_COL_BYTES / ((size_t)K * (size_t)w * esz));
+	int band;
 
 	if (be->failed || h <= 0 || w <= 0)
 		return;
+	band = (int)(PD_CUDA_COL_BYTES / ((size_t)K * (size_t)w * esz));
 	be->flop += 2.0 * c->c_out * c->c_in * c->k * c->k * (double)h * w;
 	band = band < 1 ? 1 : band > h ? h : band;
 	if (!pd_cu_scratch(be, &cu->col, &cu->col_bytes, (size_t)K * (size_t)band * (size_t)w * esz, "convolution columns"))
@@ -638,87 +644,113 @@ static void pd_cu_lse_merge(struct pd_backend *be, float *out, int64_t ldo, floa
 
 static void pd_cu_fill(struct pd_backend *be, float *y, float v, size_t n)
 {
-	if (!be->failed)
-		pd_cuda_fill(CU(be)->stream, y, v, (int64_t)n);
+	if (be->failed)
+		return;
+	pd_cuda_fill(CU(be)->stream, y, v, (int64_t)n);
+	pd_cu_launched(be, "fill");
 }
 
 static void pd_cu_silu(struct pd_backend *be, float *y, const float *x, size_t n)
 {
-	if (!be->failed)
-		pd_cuda_unary(CU(be)->stream, y, x, (int64_t)n, 0);
+	if (be->failed)
+		return;
+	pd_cuda_unary(CU(be)->stream, y, x, (int64_t)n, 0);
+	pd_cu_launched(be, "silu");
 }
 
 static void pd_cu_quick_gelu(struct pd_backend *be, float *y, const float *x, size_t n)
 {
-	if (!be->failed)
-		pd_cuda_unary(CU(be)->stream, y, x, (int64_t)n, 1);
+	if (be->failed)
+		return;
+	pd_cuda_unary(CU(be)->stream, y, x, (int64_t)n, 1);
+	pd_cu_launched(be, "quick_gelu");
 }
 
 static void pd_cu_mul(struct pd_backend *be, float *y, const float *a, const float *b, size_t n)
 {
-	if (!be->failed)
-		pd_cuda_binary(CU(be)->stream, y, a, b, (int64_t)n, 0);
+	if (be->failed)
+		return;
+	pd_cuda_binary(CU(be)->stream, y, a, b, (int64_t)n, 0);
+	pd_cu_launched(be, "mul");
 }
 
 static void pd_cu_add(struct pd_backend *be, float *y, const float *a, const float *b, size_t n)
 {
-	if (!be->failed)
-		pd_cuda_binary(CU(be)->stream, y, a, b, (int64_t)n, 1);
+	if (be->failed)
+		return;
+	pd_cuda_binary(CU(be)->stream, y, a, b, (int64_t)n, 1);
+	pd_cu_launched(be, "add");
 }
 
 static void pd_cu_sub(struct pd_backend *be, float *y, const float *a, const float *b, size_t n)
 {
-	if (!be->failed)
-		pd_cuda_binary(CU(be)->stream, y, a, b, (int64_t)n, 2);
+	if (be->failed)
+		return;
+	pd_cuda_binary(CU(be)->stream, y, a, b, (int64_t)n, 2);
+	pd_cu_launched(be, "sub");
 }
 
 static void pd_cu_layernorm_mod(struct pd_backend *be, float *y, int64_t ldy, const float *x, int64_t ldx,
 				int64_t rows, int64_t dim, const float *scale, const float *shift, float eps)
 {
-	if (!be->failed)
-		pd_cuda_layernorm(CU(be)->stream, y, ldy, x, ldx, rows, dim, scale, shift, eps, 1);
+	if (be->failed)
+		return;
+	pd_cuda_layernorm(CU(be)->stream, y, ldy, x, ldx, rows, dim, scale, shift, eps, 1);
+	pd_cu_launched(be, "layernorm_mod");
 }
 
 static void pd_cu_layernorm(struct pd_backend *be, float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows,
 			    int64_t dim, const float *w, const float *b, float eps)
 {
-	if (!be->failed)
-		pd_cuda_layernorm(CU(be)->stream, y, ldy, x, ldx, rows, dim, w, b, eps, 0);
+	if (be->failed)
+		return;
+	pd_cuda_layernorm(CU(be)->stream, y, ldy, x, ldx, rows, dim, w, b, eps, 0);
+	pd_cu_launched(be, "layernorm");
 }
 
 static void pd_cu_rmsnorm_heads(struct pd_backend *be, float *x, int64_t ldx, int64_t rows, int heads, int head_dim,
 				const float *w, float eps)
 {
-	if (!be->failed)
-		pd_cuda_rmsnorm_heads(CU(be)->stream, x, ldx, rows, heads, head_dim, w, eps);
+	if (be->failed)
+		return;
+	pd_cuda_rmsnorm_heads(CU(be)->stream, x, ldx, rows, heads, head_dim, w, eps);
+	pd_cu_launched(be, "rmsnorm_heads");
 }
 
 static void pd_cu_row_sumsq(struct pd_backend *be, float *sumsq, const float *x, int64_t ldx, int64_t rows,
 			    int64_t cols)
 {
-	if (!be->failed)
-		pd_cuda_row_sumsq(CU(be)->stream, sumsq, x, ldx, rows, cols);
+	if (be->failed)
+		return;
+	pd_cuda_row_sumsq(CU(be)->stream, sumsq, x, ldx, rows, cols);
+	pd_cu_launched(be, "row_sumsq");
 }
 
 static void pd_cu_rms_apply(struct pd_backend *be, float *x, int64_t ldx, int64_t rows, int64_t cols,
 			    const float *sumsq, int64_t n, const float *w, float eps)
 {
-	if (!be->failed)
-		pd_cuda_rms_apply(CU(be)->stream, x, ldx, rows, cols, sumsq, n, w, eps);
+	if (be->failed)
+		return;
+	pd_cuda_rms_apply(CU(be)->stream, x, ldx, rows, cols, sumsq, n, w, eps);
+	pd_cu_launched(be, "rms_apply");
 }
 
 static void pd_cu_rope(struct pd_backend *be, float *x, int64_t ldx, int64_t rows, int heads, int head_dim,
 		       const float *cos, const float *sin)
 {
-	if (!be->failed)
-		pd_cuda_rope(CU(be)->stream, x, ldx, rows, heads, head_dim, cos, sin);
+	if (be->failed)
+		return;
+	pd_cuda_rope(CU(be)->stream, x, ldx, rows, heads, head_dim, cos, sin);
+	pd_cu_launched(be, "rope");
 }
 
 static void pd_cu_gated_add(struct pd_backend *be, float *x, int64_t ldx, const float *y, int64_t ldy, int64_t rows,
 			    int64_t dim, const float *gate)
 {
-	if (!be->failed)
-		pd_cuda_gated_add(CU(be)->stream, x, ldx, y, ldy, rows, dim, gate);
+	if (be->failed)
+		return;
+	pd_cuda_gated_add(CU(be)->stream, x, ldx, y, ldy, rows, dim, gate);
+	pd_cu_launched(be, "gated_add");
 }
 
 static void pd_cu_group_stats(struct pd_backend *be, const float *x, int c, int64_t hw, int groups, double *stats)
@@ -737,27 +769,35 @@ static void pd_cu_group_apply(struct pd_backend *be, float *y, int64_t y_cstride
 			      int groups, const double *stats, double count, const float *gamma, const float *beta,
 			      float eps, int silu)
 {
-	if (!be->failed)
-		pd_cuda_group_apply(CU(be)->stream, y, y_cstride, x, c, hw, groups, stats, count, gamma, beta, eps, silu);
+	if (be->failed)
+		return;
+	pd_cuda_group_apply(CU(be)->stream, y, y_cstride, x, c, hw, groups, stats, count, gamma, beta, eps, silu);
+	pd_cu_launched(be, "group_apply");
 }
 
 static void pd_cu_rms_channels(struct pd_backend *be, float *y, const float *x, int c, int64_t hw, const float *gamma,
 			       int silu)
 {
-	if (!be->failed)
-		pd_cuda_rms_channels(CU(be)->stream, y, x, c, hw, gamma, silu);
+	if (be->failed)
+		return;
+	pd_cuda_rms_channels(CU(be)->stream, y, x, c, hw, gamma, silu);
+	pd_cu_launched(be, "rms_channels");
 }
 
 static void pd_cu_upsample2x(struct pd_backend *be, float *y, int64_t y_cstride, const float *x, int c, int h, int w)
 {
-	if (!be->failed)
-		pd_cuda_upsample2x(CU(be)->stream, y, y_cstride, x, c, h, w);
+	if (be->failed)
+		return;
+	pd_cuda_upsample2x(CU(be)->stream, y, y_cstride, x, c, h, w);
+	pd_cu_launched(be, "upsample2x");
 }
 
 static void pd_cu_transpose(struct pd_backend *be, float *y, const float *x, int64_t rows, int64_t cols)
 {
-	if (!be->failed)
-		pd_cuda_transpose(CU(be)->stream, y, x, rows, cols);
+	if (be->failed)
+		return;
+	pd_cuda_transpose(CU(be)->stream, y, x, rows, cols);
+	pd_cu_launched(be, "transpose");
 }
 
 /* ----------------------------------------------------------------------- */
@@ -784,9 +824,29 @@ static void pd_cu_destroy(struct pd_backend *be)
 	free(cu);
 }
 
+/* The runtime's current device is a thread's setting: a scope of work on
+ * the backend makes it this backend's and puts it back after. */
+static int pd_cu_enter(struct pd_backend *be)
+{
+	int old = 0;
+
+	cudaGetDevice(&old);
+	if (old != CU(be)->device)
+		cudaSetDevice(CU(be)->device);
+	return old;
+}
+
+static void pd_cu_leave(struct pd_backend *be, int saved)
+{
+	if (saved != CU(be)->device)
+		cudaSetDevice(saved);
+}
+
 static const struct pd_backend_ops pd_cuda_ops = {
 	.name = "cuda",
 	.destroy = pd_cu_destroy,
+	.enter = pd_cu_enter,
+	.leave = pd_cu_leave,
 	.alloc = pd_cu_alloc,
 	.free = pd_cu_free,
 	.upload = pd_cu_upload,
@@ -876,6 +936,7 @@ int pd_backend_cuda_new(struct pd_backend **out, enum pd_dtype compute, int devi
 		pd_cu_destroy(&cu->be);
 		return pd_errorf("cannot start cuBLAS on CUDA device %d", device);
 	}
+	cu->be.queue = cu->stream;
 	snprintf(cu->be.device, sizeof(cu->be.device), "%.90s, device %d, %.0f GB", prop.name, device,
 		 (double)prop.totalGlobalMem / 1e9);
 	*out = &cu->be;

@@ -397,6 +397,18 @@ __global__ static void k_softmax(const float *S, void *P, int bf16, float *lse, 
 	m = -INFINITY;
 	for (int k = 0; k < (int)(blockDim.x >> 5); k++)
 		m = fmaxf(m, shf[k]);
+	if (m == -INFINITY) {
+		/* nothing to attend: zeros and an empty log-sum-exp */
+		for (int64_t j = t; j < skv; j += blockDim.x) {
+			if (bf16)
+				((__nv_bfloat16 *)P)[row * skv + j] = __float2bfloat16_rn(0.0f);
+			else
+				((float *)P)[row * skv + j] = 0.0f;
+		}
+		if (lse && t == 0)
+			lse[h * lse_ld + qi] = -INFINITY;
+		return;
+	}
 	for (int64_t j = t; j < n; j += blockDim.x)
 		sum += (double)expf((bi ? s[j] + bi[j] : s[j]) - m);
 	sum = pd_block_sum(sum, shd);
@@ -590,7 +602,11 @@ extern "C" void pd_cuda_upsample2x(cudaStream_t s, float *y, int64_t ycs, const 
 __global__ static void k_transpose(float *y, const float *x, int64_t rows, int64_t cols)
 {
 	__shared__ float tile[32][33];
-	int64_t c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+	int64_t tiles_c = (cols + 31) / 32, t = blockIdx.x + (int64_t)blockIdx.y * gridDim.x;
+	int64_t c0 = (t % tiles_c) * 32, r0 = (t / tiles_c) * 32;
+
+	if (r0 >= rows)
+		return;
 
 	for (int k = threadIdx.y; k < 32; k += blockDim.y) {
 		int64_t r = r0 + k, c = c0 + threadIdx.x;
@@ -609,7 +625,9 @@ __global__ static void k_transpose(float *y, const float *x, int64_t rows, int64
 
 extern "C" void pd_cuda_transpose(cudaStream_t s, float *y, const float *x, int64_t rows, int64_t cols)
 {
-	dim3 grid((unsigned)((cols + 31) / 32), (unsigned)((rows + 31) / 32)), block(32, 8);
+	/* tiles numbered in x then y: any shape within the grid's limits */
+	int64_t tiles = ((cols + 31) / 32) * ((rows + 31) / 32);
+	dim3 grid((unsigned)(tiles < 65535 ? tiles : 65535), (unsigned)((tiles + 65534) / 65535)), block(32, 8);
 
 	if (rows * cols > 0)
 		k_transpose<<<grid, block, 0, s>>>(y, x, rows, cols);

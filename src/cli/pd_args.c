@@ -25,11 +25,14 @@ static int pd_arg_set(const struct pd_arg *a, const char *v)
 	pd_arg_name(a, name, sizeof(name));
 	errno = 0;
 	switch (a->type) {
-	case PD_ARG_INT: {
+	case PD_ARG_INT:
+	case PD_ARG_COUNT: {
 		long x = strtol(v, &end, 10);
 
 		if (!*v || *end || errno || x < -2147483647L || x > 2147483647L)
 			return pd_errorf("%s expects an integer, got '%s'", name, v);
+		if (a->type == PD_ARG_COUNT && x < 1)
+			return pd_errorf("%s must be at least 1 (got %ld); leave it out for the default", name, x);
 		*(int *)a->dest = (int)x;
 		break;
 	}

@@ -13,6 +13,8 @@
 enum pd_arg_type {
 	PD_ARG_FLAG,                    /* no value; sets an int to 1 */
 	PD_ARG_INT,                     /* int */
+	PD_ARG_COUNT,                   /* int of at least 1: a count or a size, whose default is its
+					 * absence (a given 0 or negative is refused, never "the default") */
 	PD_ARG_U64,                     /* uint64_t */
 	PD_ARG_FLOAT,                   /* float */
 	PD_ARG_STRING,                  /* const char * (borrowed from argv) */

@@ -97,7 +97,7 @@ static int pd_cmd_forward(int argc, char **argv)
 		{ "--out", 'o', PD_ARG_STRING, &outp, "FILE", "safetensors to write (out.sample, and the dump)", NULL },
 		{ "--dump", 0, PD_ARG_FLAG, &dump_all, NULL, "also write every intermediate", NULL },
 		{ "--dtype", 0, PD_ARG_STRING, &dtype, "f32|bf16", "precision of matrix products (default f32)", NULL },
-		{ "--threads", 't', PD_ARG_INT, &threads, "N", "threads (default: all cores)", NULL },
+		{ "--threads", 't', PD_ARG_COUNT, &threads, "N", "threads (default: all cores)", NULL },
 		{ "--backend", 0, PD_ARG_STRING, &backend, "cpu|cuda|auto", "what computes (default auto: CUDA where built and a GPU is present)", NULL },
 		{ "--verbose", 'v', PD_ARG_FLAG, &verbose, NULL, "more detail", NULL },
 		{ 0 },
@@ -257,20 +257,20 @@ static int pd_cmd_tiny(int argc, char **argv)
 		{ NULL, 0, PD_ARG_INT, &d, NULL, NULL, NULL }, /* each family's own flags go here */
 		{ "--full", 0, PD_ARG_FLAG, &d.full, NULL, "the published layout whole: text encoders, tokenizers, sharded weights with index files", NULL },
 		{ "--seed", 's', PD_ARG_U64, &d.seed, "S", "seed of every tensor (default 1)", NULL },
-		{ "--heads", 0, PD_ARG_INT, &d.heads, "N", "attention heads (default 4)", NULL },
-		{ "--head-dim", 0, PD_ARG_INT, &d.head_dim, "N", "channels per head (default 16)", NULL },
+		{ "--heads", 0, PD_ARG_COUNT, &d.heads, "N", "attention heads (default 4)", NULL },
+		{ "--head-dim", 0, PD_ARG_COUNT, &d.head_dim, "N", "channels per head (default 16)", NULL },
 		{ "--layers", 0, PD_ARG_INT, &d.layers, "N", "double-stream blocks (default 2)", NULL },
 		{ "--single-layers", 0, PD_ARG_INT, &d.single_layers, "N", "single-stream blocks (default 2)", NULL },
-		{ "--in-channels", 0, PD_ARG_INT, &d.in_channels, "N", "packed latent channels, 4 x VAE latent channels (default 64)", NULL },
-		{ "--joint-dim", 0, PD_ARG_INT, &d.joint_dim, "N", "prompt embedding width (default 64)", NULL },
-		{ "--pooled-dim", 0, PD_ARG_INT, &d.pooled_dim, "N", "pooled embedding width (default 32)", NULL },
+		{ "--in-channels", 0, PD_ARG_COUNT, &d.in_channels, "N", "packed latent channels, 4 x VAE latent channels (default 64)", NULL },
+		{ "--joint-dim", 0, PD_ARG_COUNT, &d.joint_dim, "N", "prompt embedding width (default 64)", NULL },
+		{ "--pooled-dim", 0, PD_ARG_COUNT, &d.pooled_dim, "N", "pooled embedding width (default 32)", NULL },
 		{ "--no-guidance", 0, PD_ARG_FLAG, &no_guidance, NULL, "schnell-style: no guidance embedder, unshifted scheduler", NULL },
 		{ "--dtype", 0, PD_ARG_STRING, &dtype, "f32|bf16|f16", "weights on disk (default f32; bf16 with a --NAME-width preset)", NULL },
 		{ "--vae-channels", 0, PD_ARG_STRING, &vae_ch, "A,B,C,D", "VAE block_out_channels (default 16,32,32,32)", NULL },
-		{ "--vae-layers", 0, PD_ARG_INT, &d.vae_layers, "N", "VAE layers_per_block (default 1)", NULL },
-		{ "--vae-groups", 0, PD_ARG_INT, &d.vae_groups, "N", "VAE norm_num_groups (default 8)", NULL },
-		{ "--batch", 0, PD_ARG_INT, &d.batch, "N", "prompts in embeds.safetensors (default 1)", NULL },
-		{ "--txt-len", 0, PD_ARG_INT, &d.txt_len, "N", "text tokens in embeds.safetensors (default 16)", NULL },
+		{ "--vae-layers", 0, PD_ARG_COUNT, &d.vae_layers, "N", "VAE layers_per_block (default 1)", NULL },
+		{ "--vae-groups", 0, PD_ARG_COUNT, &d.vae_groups, "N", "VAE norm_num_groups (default 8)", NULL },
+		{ "--batch", 0, PD_ARG_COUNT, &d.batch, "N", "prompts in embeds.safetensors (default 1)", NULL },
+		{ "--txt-len", 0, PD_ARG_COUNT, &d.txt_len, "N", "text tokens in embeds.safetensors (default 16)", NULL },
 		{ "--force", 'f', PD_ARG_FLAG, &force, NULL, "replace DIR when it is not empty (the whole folder)", NULL },
 	};
 
@@ -301,7 +301,7 @@ static int pd_cmd_tiny(int argc, char **argv)
 			}
 			for (; x->name && n_extra < PD_TINY_MAX_EXTRA; x++, n_extra++) {
 				snprintf(names[n_extra], sizeof(names[n_extra]), "--%s", x->name);
-				opts[n++] = (struct pd_arg){ names[n_extra], 0, PD_ARG_INT, (char *)&d + x->offset, "N", x->help,
+				opts[n++] = (struct pd_arg){ names[n_extra], 0, PD_ARG_COUNT, (char *)&d + x->offset, "N", x->help,
 							     NULL };
 			}
 		}

@@ -59,7 +59,7 @@ static void pd_bench_flags(struct pd_bench_args *a, struct pd_arg *opts)
 	opts[n++] = (struct pd_arg){ "--e2e", 0, PD_ARG_FLAG, &a->e2e, NULL,
 				     "one whole generation's phases: load, encode, all steps, decode, total (implies --vae-time)",
 				     NULL };
-	opts[n++] = (struct pd_arg){ "--batch", 0, PD_ARG_INT, &a->gen.batch, "N",
+	opts[n++] = (struct pd_arg){ "--batch", 0, PD_ARG_COUNT, &a->gen.batch, "N",
 				     "run N copies of the first prompt (for data parallelism)", NULL };
 	memset(&opts[n], 0, sizeof(opts[n]));
 }

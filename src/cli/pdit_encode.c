@@ -54,10 +54,10 @@ int pd_cmd_encode(struct pd_comm *world, int argc, char **argv)
 		{ "--prompt", 'p', PD_ARG_STRING, &a.prompt, "TEXT", "the prompt", NULL },
 		{ "--prompts", 0, PD_ARG_STRING, &a.prompts_file, "FILE", "one prompt a line", NULL },
 		{ "--negative-prompt", 'n', PD_ARG_STRING, &a.negative, "TEXT", "also encode a negative prompt (for --true-cfg-scale)", NULL },
-		{ "--max-sequence-length", 0, PD_ARG_INT, &a.max_seq, "N", "T5 tokens (default 512, 256 for models without guidance embedding)", NULL },
+		{ "--max-sequence-length", 0, PD_ARG_COUNT, &a.max_seq, "N", "T5 tokens (default 512, 256 for models without guidance embedding)", NULL },
 		{ "--out", 'o', PD_ARG_STRING, &a.out, "FILE", "safetensors file to write", NULL },
 		{ "--dtype", 0, PD_ARG_STRING, &a.dtype, "f32|bf16", "precision of matrix products (default f32)", NULL },
-		{ "--threads", 't', PD_ARG_INT, &a.threads, "N", "threads (default: all cores)", NULL },
+		{ "--threads", 't', PD_ARG_COUNT, &a.threads, "N", "threads (default: all cores)", NULL },
 		{ "--backend", 0, PD_ARG_STRING, &a.backend, "cpu|cuda|auto", "what computes (default auto: CUDA where built and a GPU is present)", NULL },
 		{ "--verbose", 'v', PD_ARG_FLAG, &a.verbose, NULL, "more detail", NULL },
 	};
@@ -66,6 +66,7 @@ int pd_cmd_encode(struct pd_comm *world, int argc, char **argv)
 
 	memset(&a, 0, sizeof(a));
 	a.dtype = "f32";
+	a.max_seq = PD_DEFAULT;
 	opts[k++] = (struct pd_arg){ "--model", 'm', PD_ARG_STRING, &a.model, "DIR",
 				     "diffusers model folder (its text encoders and tokenizers)", NULL };
 	k = pd_cli_encoder_flags(&a.enc, opts, k, 1);
@@ -89,7 +90,7 @@ int pd_cmd_encode(struct pd_comm *world, int argc, char **argv)
 		pd_errorf("give one of -p/--prompt and --prompts FILE");
 		goto out;
 	}
-	if (a.max_seq < 0 || a.max_seq > 512) {
+	if (a.max_seq != PD_DEFAULT && a.max_seq > 512) {
 		pd_errorf("--max-sequence-length must be between 1 and 512 (got %d)", a.max_seq);
 		goto out;
 	}

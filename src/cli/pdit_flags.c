@@ -26,30 +26,30 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 		{ "--prompt", 'p', PD_ARG_STRING, &a->prompt, "TEXT", "the prompt (encoded with the model's text encoders)", NULL },
 		{ "--negative-prompt", 'n', PD_ARG_STRING, &a->negative, "TEXT", "negative prompt, for --true-cfg-scale above 1", NULL },
 		{ "--prompts", 0, PD_ARG_STRING, &a->prompts_file, "FILE", "one prompt a line: a batch (written as NAME-0.png, ...)", NULL },
-		{ "--max-sequence-length", 0, PD_ARG_INT, &a->max_seq, "N", "text tokens of the prompt (the family's default: FLUX 512, or 256 without guidance embedding; Wan 512)", NULL },
+		{ "--max-sequence-length", 0, PD_ARG_COUNT, &a->max_seq, "N", "text tokens of the prompt (the family's default: FLUX 512, or 256 without guidance embedding; Wan 512)", NULL },
 		{ "--embeds", 0, PD_ARG_STRING, &a->embeds, "FILE", "instead of prompts: safetensors with prompt_embeds [B,T,J], pooled_prompt_embeds [B,P], optional negative_* (pdit encode writes them)", NULL },
-		{ "--height", 'H', PD_ARG_INT, &a->height, "PX", "image height, a multiple of 16 (default 1024; Wan 480)", NULL },
-		{ "--width", 'W', PD_ARG_INT, &a->width, "PX", "image width, a multiple of 16 (default 1024; Wan 832)", NULL },
-		{ "--frames", 0, PD_ARG_INT, &a->frames, "N", "video frames, 4k + 1 (Wan; default 81)", &a->frames_seen },
+		{ "--height", 'H', PD_ARG_COUNT, &a->height, "PX", "image height, a multiple of 16 (default 1024; Wan 480)", NULL },
+		{ "--width", 'W', PD_ARG_COUNT, &a->width, "PX", "image width, a multiple of 16 (default 1024; Wan 832)", NULL },
+		{ "--frames", 0, PD_ARG_COUNT, &a->frames, "N", "video frames, 4k + 1 (Wan; default 81)", &a->frames_seen },
 		{ "--flow-shift", 0, PD_ARG_FLOAT, &a->flow_shift, "S", "the sampler's shift instead of the scheduler folder's (Wan: 3 for 480p, 5 for 720p; FLUX: a static shift)", NULL },
-		{ "--steps", 0, PD_ARG_INT, &a->steps, "N", "denoising steps (default 28, or 4 for models without guidance embedding)", &a->steps_seen },
+		{ "--steps", 0, PD_ARG_COUNT, &a->steps, "N", "denoising steps (default 28, or 4 for models without guidance embedding)", &a->steps_seen },
 		{ "--guidance", 0, PD_ARG_FLOAT, &a->guidance, "G", "FLUX: distilled guidance scale (default 3.5; dev-style models); Wan: classifier-free guidance with the negative prompt, \"\" unless -n (default 5)", &a->guidance_seen },
 		{ "--true-cfg-scale", 0, PD_ARG_FLOAT, &a->true_cfg_scale, "C", "true classifier-free guidance with the negative embeddings when > 1", NULL },
 		{ "--seed", 's', PD_ARG_U64, &a->seed, "S", "seed of image 0 (default 42), as torch.Generator('cpu').manual_seed", NULL },
 		{ "--output", 'o', PD_ARG_STRING, &a->output, "FILE", "PNG to write (default output.png); a video: clip.mp4 (default output.mp4) or frame-%03d.png", &a->output_seen },
-		{ "--fps", 0, PD_ARG_INT, &a->fps, "N", "a video's frames a second (default 16)", NULL },
+		{ "--fps", 0, PD_ARG_COUNT, &a->fps, "N", "a video's frames a second (default 16)", NULL },
 		{ "--out-latents", 0, PD_ARG_STRING, &a->out_latents, "FILE", "also write latents.init and latents.final [B,L,C] (packed)", NULL },
 		{ "--init-latents", 0, PD_ARG_STRING, &a->init_latents, "FILE", "start from latents.init [B,L,C] or latents.init_unpacked instead of the seed", NULL },
 		{ "--dtype", 0, PD_ARG_STRING, &a->dtype, "f32|bf16", "precision of matrix products (default f32)", NULL },
 		{ "--vae-dtype", 0, PD_ARG_STRING, &a->vae_dtype, "f32|bf16", "precision of the VAE's convolutions (default f32; bf16: about 2x faster decoding, pixels within a few levels)", NULL },
-		{ "--threads", 't', PD_ARG_INT, &a->threads, "N", "threads per process (default, or 0: the cores divided among the processes)", NULL },
+		{ "--threads", 't', PD_ARG_COUNT, &a->threads, "N", "threads per process (default: the cores divided among the processes)", NULL },
 		{ "--backend", 0, PD_ARG_STRING, &a->backend, "cpu|cuda|auto", "what computes (default auto: CUDA where pdit was built with it and a GPU is present, else the CPU)", NULL },
 		{ "--device", 0, PD_ARG_INT, &a->device, "N", "the GPU of this process (default: its local rank on its machine, modulo the GPUs there)", &a->device_seen },
 		{ "--comm", 0, PD_ARG_STRING, &a->comm, "mpi|nccl|auto", "how GPUs' buffers travel between processes: MPI through pinned host buffers, or NCCL (default auto: NCCL when built with it and every process has its own GPU)", NULL },
 		{ "--comm-timeout", 0, PD_ARG_FLOAT, &a->comm_timeout, "S", "seconds a process may wait for the others before the job is reported and stopped (default 1800; 0: forever; lifted where one rank works alone: encoding prompts, check's reference)", NULL },
 		{ "--parallel", 0, PD_ARG_STRING, &a->parallel, "auto", "choose the mesh as pdit plan ranks them: auto among the exact methods, auto-stale also PipeFusion and DistriFusion", NULL },
 		{ NULL, 0, PD_ARG_INT, a->degree, NULL, NULL, NULL }, /* the mesh's axes go here */
-		{ "--num-patches", 0, PD_ARG_INT, &a->patches, "M", "PipeFusion: row bands per step (default: as many as stages)", NULL },
+		{ "--num-patches", 0, PD_ARG_COUNT, &a->patches, "M", "PipeFusion: row bands per step (default: as many as stages)", NULL },
 		{ "--warmup-steps", 0, PD_ARG_INT, &a->warmup_steps, "W", "DistriFusion, PipeFusion: the first W steps exact, on fresh keys and values (default 1)", NULL },
 		{ "--fbcache-threshold", 0, PD_ARG_FLOAT, &a->fbcache, "T", "First Block Cache: skip the other blocks when the first block's change is below T (0: off; 0.05 to 0.12 usual)", NULL },
 		{ "--vae-parallel", 0, PD_ARG_FLAG, &a->vae_parallel, NULL, "decode each picture in row bands over its data-parallel group (the default with more than one process)", NULL },
@@ -61,6 +61,8 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 
 	memset(a, 0, sizeof(*a));
 	a->output = "output.png";
+	/* the counts: not given (a given 0 is refused) */
+	a->height = a->width = a->frames = a->steps = a->max_seq = a->batch = PD_DEFAULT;
 	a->dtype = "f32";
 	a->guidance = -1; /* the family's */
 	a->fps = 16;
@@ -228,9 +230,6 @@ int pd_gen_engine_options(const struct pd_gen_args *a, struct pd_engine_options 
 		if (!pd_axes[x].is_switch && a->degree[x] != -1 && a->degree[x] < 1)
 			return pd_errorf("%s must be at least 1 (got %d); leave it out to let pdit choose", pd_axes[x].flag,
 					 a->degree[x]);
-	if (a->threads < 0)
-		return pd_errorf("-t/--threads must be at least 1, or 0 for the cores divided among the processes (got %d)",
-				 a->threads);
 	if (a->device_seen && a->device < 0)
 		return pd_errorf("--device must be a GPU's index, 0 or more (got %d)", a->device);
 	pd_engine_options_init(o);
@@ -296,11 +295,9 @@ int pd_gen_request(const struct pd_gen_args *a, struct pd_request *rq, char ***p
 		return pd_errorf("--guidance must not be negative (got %g)", a->guidance);
 	if (a->fps < 1 || a->fps > 240)
 		return pd_errorf("--fps must be between 1 and 240 (got %d)", a->fps);
-	if (a->frames_seen && a->frames < 1)
-		return pd_errorf("--frames must be positive (got %d)", a->frames);
 	rq->frames = a->frames;
 	rq->flow_shift = a->flow_shift;
-	rq->steps = a->steps_seen ? a->steps : 0;
+	rq->steps = a->steps;
 	rq->guidance = a->guidance;
 	rq->true_cfg_scale = a->true_cfg_scale;
 	rq->seed = a->seed;

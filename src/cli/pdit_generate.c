@@ -184,7 +184,7 @@ static int pd_write_pictures(const struct pd_gen_args *a, const struct pd_reques
 		int64_t b = res->first_picture + i;
 		char *name = pd_output_name(a->output, b, res->images);
 		char *carried = rq->n_prompts ? NULL : pd_embeds_prompt(a->embeds, b);
-		char *source = rq->n_prompts ? pd_cli_prompt_source(rq->prompts[rq->batch ? 0 : b], a->negative)
+		char *source = rq->n_prompts ? pd_cli_prompt_source(rq->prompts[rq->batch != PD_DEFAULT ? 0 : b], a->negative)
 			       : carried ? pd_strfmt("%s\n", carried)
 					 : pd_strfmt("embeds: %s (prompt %lld)\n", a->embeds, (long long)b);
 		char *text = source ? pd_cli_parameters(source, a->seed + b, res, model, a->dtype) : NULL;
@@ -192,7 +192,7 @@ static int pd_write_pictures(const struct pd_gen_args *a, const struct pd_reques
 		/* a video, or one frame asked for as a video */
 		if (res->frames > 1 || pd_video_is_video_name(a->output))
 			rc = !text ? -1 : pd_write_video(a, res, b, res->rgb + (size_t)i * npx * 3,
-							 rq->n_prompts ? rq->prompts[rq->batch ? 0 : b] : "", text);
+							 rq->n_prompts ? rq->prompts[rq->batch != PD_DEFAULT ? 0 : b] : "", text);
 		else
 			rc = !name || !text ? -1 : pd_png_write(name, res->rgb + (size_t)i * npx * 3, res->width, res->height,
 								"parameters", text);

@@ -63,7 +63,8 @@ int pd_cmd_plan(int argc, char **argv)
 	const struct pd_plan_work *w = &ew.work;
 	struct pd_plan_machine mc = { 0 };
 	struct pd_plan_row *rows = NULL;
-	int height = 0, width = 0, frames = 0, batch = 1, devices = 0, devices_seen = 0, per_node = 0, txt = 0, json = 0, steps = 0, n, rc = 1;
+	int height = PD_DEFAULT, width = PD_DEFAULT, frames = PD_DEFAULT, batch = 1, devices = 0, devices_seen = 0;
+	int per_node = 0, txt = PD_DEFAULT, json = 0, steps = PD_DEFAULT, n, rc = 1;
 	int one_machine = 0;
 	float cfg_scale = 1, guidance = -1, gflops = 0, memory = 0, bandwidth = 0, latency = 0, inter_bw = 0, inter_lat = 0;
 	float efficiency = 0.5f, mem_bw = 0, matmul = 0, weight_ns = -1;
@@ -81,15 +82,15 @@ int pd_cmd_plan(int argc, char **argv)
 		{ "--config", 0, PD_ARG_STRING, &config, "FILE", "the transformer's config.json, for a single file that carries none (FLUX.1's sizes are inferred)", NULL },
 		{ "--vae", 0, PD_ARG_STRING, &vae, "DIR", "VAE folder (overrides --model's)", NULL },
 		{ NULL, 0, PD_ARG_STRING, &enc, NULL, NULL, NULL }, /* the text encoders' weights go here */
-		{ "--devices", 'N', PD_ARG_INT, &devices, "N", "processes (GPUs, or CPU processes on this machine); required", &devices_seen },
-		{ "--height", 'H', PD_ARG_INT, &height, "PX", "image height, a multiple of 16 (default 1024; Wan 480)", NULL },
-		{ "--width", 'W', PD_ARG_INT, &width, "PX", "image width, a multiple of 16 (default 1024; Wan 832)", NULL },
-		{ "--frames", 0, PD_ARG_INT, &frames, "N", "video frames, 4k + 1 (Wan; default 81)", NULL },
-		{ "--steps", 0, PD_ARG_INT, &steps, "S", "denoising steps, for the seconds of a run with its decode (default 28, or 4 without guidance embedding)", NULL },
-		{ "--batch", 0, PD_ARG_INT, &batch, "B", "images (default 1)", NULL },
+		{ "--devices", 'N', PD_ARG_COUNT, &devices, "N", "processes (GPUs, or CPU processes on this machine); required", &devices_seen },
+		{ "--height", 'H', PD_ARG_COUNT, &height, "PX", "image height, a multiple of 16 (default 1024; Wan 480)", NULL },
+		{ "--width", 'W', PD_ARG_COUNT, &width, "PX", "image width, a multiple of 16 (default 1024; Wan 832)", NULL },
+		{ "--frames", 0, PD_ARG_COUNT, &frames, "N", "video frames, 4k + 1 (Wan; default 81)", NULL },
+		{ "--steps", 0, PD_ARG_COUNT, &steps, "S", "denoising steps, for the seconds of a run with its decode (default 28, or 4 without guidance embedding)", NULL },
+		{ "--batch", 0, PD_ARG_COUNT, &batch, "B", "images (default 1)", NULL },
 		{ "--true-cfg-scale", 0, PD_ARG_FLOAT, &cfg_scale, "C", "true CFG when above 1: two branches, CFG parallel possible", NULL },
 		{ "--guidance", 0, PD_ARG_FLOAT, &guidance, "G", "Wan: classifier-free guidance (default 5): above 1, two branches", NULL },
-		{ "--txt-len", 0, PD_ARG_INT, &txt, "N", "text tokens (default 512, or 256 without guidance embedding)", NULL },
+		{ "--txt-len", 0, PD_ARG_COUNT, &txt, "N", "text tokens (default 512, or 256 without guidance embedding)", NULL },
 		{ "--dtype", 0, PD_ARG_STRING, &dtype, "f32|bf16", "precision of the weights and products (default bf16)", NULL },
 		{ "--device", 0, PD_ARG_STRING, &device, "NAME", "h100, h200, a100 or l40: published peak rate and memory", NULL },
 		{ "--efficiency", 0, PD_ARG_FLOAT, &efficiency, "F", "with --device: the fraction of peak a whole step reaches (default 0.5: xDiT's one-H100 FLUX.1-dev figure)", NULL },
@@ -98,7 +99,7 @@ int pd_cmd_plan(int argc, char **argv)
 		{ "--matmul-gflops", 0, PD_ARG_FLOAT, &matmul, "R", "this machine's bf16 product rate, all cores (instead of timing one: to compare with a bench run's; the weights' part of a product is still timed unless --weight-ns is given, and the elementwise kernels, a tenth of a second)", NULL },
 		{ "--weight-ns", 0, PD_ARG_FLOAT, &weight_ns, "NS", "what a product spends per weight whatever its rows here, nanoseconds, all cores (instead of timing it with the product; as printed by an earlier plan)", NULL },
 		{ "--memory-bandwidth", 0, PD_ARG_FLOAT, &mem_bw, "GB/s", "a device's memory bandwidth (default: the preset's; none here)", NULL },
-		{ "--per-node", 0, PD_ARG_INT, &per_node, "K", "devices per node (default: all on one)", NULL },
+		{ "--per-node", 0, PD_ARG_COUNT, &per_node, "K", "devices per node (default: all on one)", NULL },
 		{ "--one-machine", 0, PD_ARG_FLAG, &one_machine, NULL, "the nodes of --per-node are network namespaces of this machine (tests/hosts/hosts.sh): every process shares its cores and memory, only the links between nodes are theirs", NULL },
 		{ "--link", 0, PD_ARG_STRING, &link, "KIND", "link within a node: nvlink, pcie, ib, ethernet, shm (default: shm for this machine's processes, else nvlink)", NULL },
 		{ "--bandwidth", 0, PD_ARG_FLOAT, &bandwidth, "GB/s", "link bandwidth within a node, each way (overrides --link's)", NULL },
@@ -130,9 +131,9 @@ int pd_cmd_plan(int argc, char **argv)
 		pd_errorf("--devices must be between 1 and 4096 (got %d)", devices);
 		return pd_cli_fail();
 	}
-	if (height < 0 || width < 0 || height % 16 || width % 16 || height > 16384 || width > 16384 || batch < 1 ||
-	    frames < 0 || frames > 100000 ||
-	    batch > 4096 || txt < 0 || txt > 4096 || per_node < 0 || steps < 0 || steps > 10000 || !(gflops >= 0) ||
+	/* the counts are PD_DEFAULT or at least 1 (the parser refuses the rest) */
+	if ((height > 0 && height % 16) || (width > 0 && width % 16) || height > 16384 || width > 16384 ||
+	    frames > 100000 || batch > 4096 || txt > 4096 || steps > 10000 || !(gflops >= 0) ||
 	    !(memory >= 0) || !(mem_bw >= 0) || !(matmul >= 0) || !(weight_ns >= 0 || weight_ns == -1) || !(bandwidth >= 0) || !(latency >= 0) || !(inter_bw >= 0) || !(inter_lat >= 0) ||
 	    !(efficiency > 0 && efficiency <= 1)) {
 		pd_errorf("plan: sizes must be multiples of 16 up to 16384, --batch 1..4096, --steps up to 10000, "

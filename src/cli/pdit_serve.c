@@ -145,9 +145,10 @@ static void pd_serve_request(const struct pd_engine_about *ab, const struct pd_s
 	rq->n_prompts = 1;
 	rq->batch = p->n;
 	rq->negative = p->negative;
-	rq->height = p->height;
-	rq->width = p->width;
-	rq->steps = p->steps;
+	/* fields the request left out (0 in P: the API refused a given 0) */
+	rq->height = p->height ? p->height : PD_DEFAULT;
+	rq->width = p->width ? p->width : PD_DEFAULT;
+	rq->steps = p->steps ? p->steps : PD_DEFAULT;
 	rq->seed = p->seed;
 	rq->guidance = p->guidance;
 	rq->true_cfg_scale = p->true_cfg_scale;

@@ -104,10 +104,10 @@ int pd_engine_work(const struct pd_engine_options *o, const struct pd_request *r
 	w->height = r.height;
 	w->width = r.width;
 	w->frames = r.frames;
-	w->steps = r.steps ? r.steps : d.steps;
-	r.batch = r.batch > 0 ? r.batch : 1;
+	w->steps = r.steps == PD_DEFAULT ? d.steps : r.steps;
+	r.batch = r.batch == PD_DEFAULT ? 1 : r.batch;
 	if (pd_engine_fill_work(&mp, fam, &w->info, &ls, dt,
-				r.max_seq ? r.max_seq : fam->default_max_seq ? fam->default_max_seq(&w->info) : 0, r.batch,
+				r.max_seq != PD_DEFAULT ? r.max_seq : fam->default_max_seq ? fam->default_max_seq(&w->info) : 0, r.batch,
 				r.true_cfg_scale > 1 ? 2 : 1, 1, 1, &w->work))
 		goto out;
 	pd_engine_fill_limits(&w->info, world, r.batch, w->work.branches == 2, &w->lim);

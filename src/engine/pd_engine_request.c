@@ -93,7 +93,7 @@ static int pd_engine_inputs(struct pd_engine *e, const struct pd_request *rq)
 				 "negative_prompt_embeds");
 	if (rq->embeds)
 		return pd_embeds_load(&e->e, rq->embeds) || pd_embeds_check(&e->e, &e->info, rq->embeds);
-	if (rq->max_seq < 0 || rq->max_seq > 512)
+	if (rq->max_seq != PD_DEFAULT && (rq->max_seq < 1 || rq->max_seq > 512))
 		return pd_errorf("--max-sequence-length must be between 1 and 512 (got %d)", rq->max_seq);
 	if (rq->n_prompts > PD_MAX_BATCH)
 		return pd_errorf("%d prompts; at most %d make one run", rq->n_prompts, PD_MAX_BATCH);
@@ -101,7 +101,7 @@ static int pd_engine_inputs(struct pd_engine *e, const struct pd_request *rq)
 		return pd_errorf("the %s family takes embeddings, not prompts: give --embeds FILE", e->fam->name);
 	if (pd_engine_encoders_given(e))
 		return -1;
-	e->max_seq = rq->max_seq ? rq->max_seq : e->fam->default_max_seq(&e->info);
+	e->max_seq = rq->max_seq == PD_DEFAULT ? e->fam->default_max_seq(&e->info) : rq->max_seq;
 	e->prompts = pd_calloc((size_t)rq->n_prompts, sizeof(char *), "prompts");
 	if (!e->prompts)
 		return -1;
@@ -262,9 +262,9 @@ int pd_engine_encode(struct pd_engine *e, int failed)
 
 int pd_engine_request_defaults(const struct pd_dit_defaults *d, const char *family, struct pd_request *r)
 {
-	r->height = r->height ? r->height : d->height;
-	r->width = r->width ? r->width : d->width;
-	r->frames = r->frames ? r->frames : d->frames;
+	r->height = r->height == PD_DEFAULT ? d->height : r->height;
+	r->width = r->width == PD_DEFAULT ? d->width : r->width;
+	r->frames = r->frames == PD_DEFAULT ? d->frames : r->frames;
 	r->guidance = r->guidance >= 0 ? r->guidance : d->guidance;
 	if (d->guidance_cfg) {
 		if (r->true_cfg_scale > 1)
@@ -293,17 +293,17 @@ int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request *rq_in)
 	if (rq->height > PD_MAX_SIDE || rq->width > PD_MAX_SIDE)
 		return pd_errorf("-H/--height and -W/--width must be at most %d (got %dx%d)", PD_MAX_SIDE, rq->height,
 				 rq->width);
-	if (rq->steps < 0 || rq->steps > PD_MAX_STEPS)
+	if (rq->steps != PD_DEFAULT && (rq->steps < 1 || rq->steps > PD_MAX_STEPS))
 		return pd_errorf("--steps must be between 1 and %d (got %d)", PD_MAX_STEPS, rq->steps);
-	if (rq->batch < 0 || rq->batch > PD_MAX_BATCH)
-		return pd_errorf("--batch must be positive and at most %d (got %d)", PD_MAX_BATCH, rq->batch);
+	if (rq->batch != PD_DEFAULT && (rq->batch < 1 || rq->batch > PD_MAX_BATCH))
+		return pd_errorf("--batch must be between 1 and %d (got %d)", PD_MAX_BATCH, rq->batch);
 	if (rq->true_cfg_scale < 0)
 		return pd_errorf("--true-cfg-scale must not be negative");
-	if (rq->frames < 0)
+	if (rq->frames < 1)
 		return pd_errorf("--frames must be positive (got %d)", rq->frames);
 	e->p.frames = rq->frames;
 	if (pd_engine_inputs(e, rq) || e->fam->latent_shape(&e->ls, &e->info, e->p.frames, rq->height, rq->width) ||
-	    (rq->batch > 0 && pd_embeds_repeat(&e->e, rq->batch)))
+	    (rq->batch != PD_DEFAULT && pd_embeds_repeat(&e->e, rq->batch)))
 		return -1;
 	if (rq->want_pictures && !e->mp.vae && !rq->want_latents)
 		return pd_errorf("no VAE to decode with: give --vae DIR (or --out-latents FILE to keep only latents)");
@@ -311,7 +311,7 @@ int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request *rq_in)
 		return pd_errorf("this engine was opened without a VAE: it makes latents, not pictures");
 	e->p.height = rq->height;
 	e->p.width = rq->width;
-	e->p.steps = rq->steps ? rq->steps : e->dflt.steps;
+	e->p.steps = rq->steps == PD_DEFAULT ? e->dflt.steps : rq->steps;
 	/* --flow-shift: the sampler's static shift, for this request */
 	if (rq->flow_shift < 0)
 		return pd_errorf("--flow-shift must be positive (got %g)", rq->flow_shift);

@@ -245,14 +245,14 @@ static int pd_engine_run_encode(struct pd_engine *e, const struct pd_request *rq
 				 "latents or pictures");
 	if (rq->embeds || rq->n_prompts < 1)
 		return pd_errorf("no prompt: give -p \"a prompt\" (or --prompts FILE)");
-	if (rq->max_seq < 0 || rq->max_seq > 512)
+	if (rq->max_seq != PD_DEFAULT && (rq->max_seq < 1 || rq->max_seq > 512))
 		return pd_errorf("--max-sequence-length must be between 1 and 512 (got %d)", rq->max_seq);
 	for (int b = 0; b < rq->n_prompts; b++)
 		if (!rq->prompts[b])
 			return pd_errorf("prompt %d is missing", b);
 	if (pd_engine_encoders_given(e))
 		return -1;
-	max_seq = rq->max_seq ? rq->max_seq : e->fam->default_max_seq(e->info_ok ? &e->info : NULL);
+	max_seq = rq->max_seq == PD_DEFAULT ? e->fam->default_max_seq(e->info_ok ? &e->info : NULL) : rq->max_seq;
 	emb = pd_calloc(1, sizeof(*emb), "prompt embeddings");
 	if (!emb)
 		return -1;

@@ -191,25 +191,32 @@ int pd_tiny_model(const char *family, const char *dir, const struct pd_tiny_opts
 /* What O makes of FAMILY, in a few words, into BUF. */
 void pd_tiny_model_summary(const char *family, const struct pd_tiny_opts *o, char *buf, size_t len);
 
-/* One batch of pictures. */
+/* A request's count or size left to pdit (the family's default): "not
+ * given" is never 0, which is refused like any size below 1. */
+#define PD_DEFAULT (-1)
+
+/* One batch of pictures (pd_request_init: every count PD_DEFAULT). */
 struct pd_request {
 	const char *const *prompts;     /* the prompts, one picture each */
 	int n_prompts;
 	const char *negative;           /* the negative prompt of every picture (true CFG), or NULL */
-	int max_seq;                    /* T5 tokens; 0: 512, or 256 without guidance embedding */
+	int max_seq;                    /* text tokens; PD_DEFAULT: the family's (FLUX 512, or 256 without
+					 * guidance embedding; Wan 512) */
 	const char *embeds;             /* instead of prompts: a safetensors file of embeddings
 					 * (prompt_embeds, pooled_prompt_embeds, optional negative_*) */
 	const char *init_latents;       /* start from latents.init of this file instead of the noise */
-	int height, width;              /* pixels, multiples of 16; 0: the family's (FLUX 1024, Wan 480 x 832) */
-	int frames;                     /* video frames (video families); 0: the family's (a picture; Wan 81) */
-	int steps;                      /* denoising steps; 0: 28, or 4 without guidance embedding */
+	int height, width;              /* pixels, multiples of 16; PD_DEFAULT: the family's (FLUX 1024, Wan
+					 * 480 x 832) */
+	int frames;                     /* video frames (video families); PD_DEFAULT: the family's (a
+					 * picture; Wan 81) */
+	int steps;                      /* denoising steps; PD_DEFAULT: 28, or 4 without guidance embedding */
 	double flow_shift;              /* the sampler's static shift (Wan's flow_shift; FLUX without its
 					 * dynamic shifting); 0: the scheduler folder's */
 	float guidance;                 /* guidance scale, negative: the family's. FLUX: distilled (models
 					 * with guidance embedding, 3.5); Wan: classifier-free (5) */
 	float true_cfg_scale;           /* above 1 with a negative prompt: true CFG */
 	uint64_t seed;                  /* picture b is drawn from seed + b */
-	int batch;                      /* 0: a picture per prompt; N: N copies of the first prompt */
+	int batch;                      /* PD_DEFAULT: a picture per prompt; N: N copies of the first prompt */
 	float fbcache_threshold;        /* First Block Cache: 0 off, 0.05 to 0.12 usual */
 	int want_latents;               /* fill the result's latents (every process) */
 	int want_pictures;              /* decode: fill the result's pictures (writing processes) */

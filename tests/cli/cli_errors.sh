@@ -36,11 +36,26 @@ E="$tmp/m/embeds.safetensors"
 run=(--model "$tmp/m" --embeds "$E" -H 32 -W 32 --steps 1 -o "$tmp/o.png")
 
 expect "height not a multiple of 16" "multiples of 16" "$pdit" generate "${run[@]}" -H 100
-expect "negative width" "multiples of 16" "$pdit" generate "${run[@]}" -W -16
+expect "negative width" "-W/--width must be at least 1 (got -16)" "$pdit" generate "${run[@]}" -W -16
 expect "non-numeric height" "-H/--height expects an integer" "$pdit" generate "${run[@]}" -H abc
 expect "unknown option" "unknown option '--frobnicate'" "$pdit" generate "${run[@]}" --frobnicate
 expect "missing value" "--steps needs a value" "$pdit" generate "${run[@]}" --steps
-expect "zero steps" "--steps must be between 1 and" "$pdit" generate "${run[@]}" --steps 0
+expect "zero steps" "--steps must be at least 1 (got 0)" "$pdit" generate "${run[@]}" --steps 0
+# a count given as 0 (or negative) is refused, never taken as its default
+for f in "-H/--height -H" "-W/--width -W" "--frames --frames" "-t/--threads -t" "--max-sequence-length --max-sequence-length" \
+	"--num-patches --num-patches" "--fps --fps"; do
+	expect "zero ${f##* }" "${f% *} must be at least 1 (got 0)" "$pdit" generate "${run[@]}" ${f##* } 0
+done
+expect "negative threads" "-t/--threads must be at least 1 (got -2)" "$pdit" generate "${run[@]}" -t -2
+expect "bench's zero batch" "--batch must be at least 1 (got 0)" "$pdit" bench --model "$tmp/m" --batch 0
+expect "check's zero width" "-W/--width must be at least 1 (got 0)" "$pdit" check --model "$tmp/m" -W 0
+expect "serve's zero threads" "-t/--threads must be at least 1 (got 0)" "$pdit" serve --model "$tmp/m" -t 0
+expect "encode's zero tokens" "--max-sequence-length must be at least 1 (got 0)" "$pdit" encode --model "$tmp/m" \
+	-p x -o "$tmp/e.safetensors" --max-sequence-length 0
+expect "plan's zero height" "-H/--height must be at least 1 (got 0)" "$pdit" plan --model "$tmp/m" --devices 2 -H 0
+expect "tiny's zero heads" "--heads must be at least 1 (got 0)" "$pdit" tiny "$tmp/t0" --heads 0
+expect "forward's zero threads" "-t/--threads must be at least 1 (got 0)" "$pdit" forward --transformer "$tmp/m/transformer" \
+	--inputs "$E" --out "$tmp/f.safetensors" -t 0
 expect "bad dtype" "--dtype must be f32 or bf16" "$pdit" generate "${run[@]}" --dtype f8
 expect "bad VAE dtype" "--vae-dtype must be f32 or bf16, not 'f16'" "$pdit" generate "${run[@]}" --vae-dtype f16
 expect "no embeddings" "--embeds" "$pdit" generate --model "$tmp/m" -H 32 -W 32
@@ -88,7 +103,7 @@ expect "a huge picture" "at most 16384" "$pdit" generate "${run[@]}" -H 1048576 
 expect "a picture beyond the memory" "needs at least" "$pdit" generate --model "$tmp/wide" \
 	--embeds "$tmp/wide/embeds.safetensors" -H 16384 -W 16384 --steps 1 -o "$tmp/o.png"
 expect "too many steps" "--steps must be between 1 and 10000" "$pdit" generate "${run[@]}" --steps 2000000000
-expect "a negative batch" "--batch must be positive" "$pdit" bench "${run[@]:0:8}" --batch -3
+expect "a negative batch" "--batch must be at least 1 (got -3)" "$pdit" bench "${run[@]:0:8}" --batch -3
 expect "a negative deadline" "--comm-timeout must be" "$pdit" generate "${run[@]}" --comm-timeout -1
 
 # forward: missing inputs

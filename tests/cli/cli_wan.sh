@@ -92,11 +92,11 @@ expect() {
 	fi
 }
 expect "frames not 4k + 1" "9 or 13 are" --frames 10 --out-latents "$tmp/bad.safetensors"
-expect "zero frames" "--frames must be positive" --frames 0 --out-latents "$tmp/bad.safetensors"
+expect "zero frames" "--frames must be at least 1 (got 0)" --frames 0 --out-latents "$tmp/bad.safetensors"
 expect "true CFG scale on Wan" "give --guidance 4" --true-cfg-scale 4 --frames 5 --out-latents "$tmp/bad.safetensors"
 expect "a video as one PNG" "a video is written as .mp4" --frames 5 -o "$tmp/bad.png"
 expect "bad frame pattern" "a single %d or %03d" --frames 5 -o "$tmp/frame-%s.png"
-expect "bad fps" "--fps must be between" --frames 5 --fps 0 -o "$tmp/bad.mp4"
+expect "bad fps" "--fps must be at least 1 (got 0)" --frames 5 --fps 0 -o "$tmp/bad.mp4"
 expect "bad flow shift" "--flow-shift must be positive" --flow-shift -1 --frames 5 --out-latents "$tmp/bad.safetensors"
 # the text encoders' flags follow the family's list: Wan has one encoder (UMT5, --t5xxl)
 expect "CLIP's file on Wan" "--clip_l: the wan family has no such text encoder (--t5xxl (UMT5))" \

@@ -255,6 +255,19 @@ int main(int argc, char **argv)
 		PD_CHECK(pd_engine_run(e, &bad, &(struct pd_result){ 0 }) == -1, "bad request %d accepted", k);
 		PD_CHECK(strlen(pd_last_error()) > 0 && !pd_engine_dead(e), "bad request %d: no message or dead", k);
 	}
+	/* a count given as 0 is refused, never taken as the default (PD_DEFAULT is) */
+	{
+		struct pd_request zero = rq;
+		int *counts[] = { &zero.height, &zero.width, &zero.steps, &zero.frames, &zero.batch, &zero.max_seq };
+		const char *names[] = { "height", "width", "steps", "frames", "batch", "max_seq" };
+
+		for (int i = 0; i < 6; i++) {
+			zero = rq;
+			*counts[i] = 0;
+			PD_CHECK(pd_engine_run(e, &zero, &(struct pd_result){ 0 }) == -1 && !pd_engine_dead(e),
+				 "a request with %s 0 was accepted", names[i]);
+		}
+	}
 	PD_CHECK(lines.n > 0 && strncmp(lines.last, "pdit: ", 6) == 0, "the log sink got %d lines (last '%s')",
 		 lines.n, lines.last);
 	{

@@ -64,7 +64,7 @@ int pd_cmd_plan(int argc, char **argv)
 	struct pd_plan_machine mc = { 0 };
 	struct pd_plan_row *rows = NULL;
 	int height = PD_DEFAULT, width = PD_DEFAULT, frames = PD_DEFAULT, batch = 1, devices = 0, devices_seen = 0;
-	int per_node = 0, txt = PD_DEFAULT, json = 0, steps = PD_DEFAULT, n, rc = 1;
+	int per_node = 0, txt = PD_DEFAULT, json = 0, steps = PD_DEFAULT, keep_enc = 0, n, rc = 1;
 	int one_machine = 0;
 	float cfg_scale = 1, guidance = -1, gflops = 0, memory = 0, bandwidth = 0, latency = 0, inter_bw = 0, inter_lat = 0;
 	float efficiency = 0.5f, mem_bw = 0, matmul = 0, weight_ns = -1;
@@ -107,6 +107,7 @@ int pd_cmd_plan(int argc, char **argv)
 		{ "--inter-link", 0, PD_ARG_STRING, &inter_link, "KIND", "link between nodes (default ib)", NULL },
 		{ "--inter-bandwidth", 0, PD_ARG_FLOAT, &inter_bw, "GB/s", "bandwidth between nodes per device, each way (overrides --inter-link's)", NULL },
 		{ "--inter-latency", 0, PD_ARG_FLOAT, &inter_lat, "US", "latency between nodes, microseconds (overrides --inter-link's)", NULL },
+		{ "--keep-encoders", 0, PD_ARG_FLAG, &keep_enc, NULL, "count the text encoders as held beside the transformer, as pdit serve keeps them (otherwise they are freed before it loads)", NULL },
 		{ "--json", 0, PD_ARG_FLAG, &json, NULL, "one JSON object per mesh, one a line", NULL },
 	};
 
@@ -164,6 +165,7 @@ int pd_cmd_plan(int argc, char **argv)
 	if (pd_cli_encoder_options(&enc, &o))
 		goto out;
 	o.dtype = dtype;
+	o.keep_encoders = keep_enc;
 	pd_request_init(&rq);
 	rq.height = height;
 	rq.width = width;

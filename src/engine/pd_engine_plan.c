@@ -62,11 +62,13 @@ static int pd_engine_fill_work(const struct pd_model_paths *mp, const struct pd_
  * loading the VAE says why). */
 static void pd_engine_plan_work(const struct pd_engine *e, int branches, int vae, struct pd_plan_work *w)
 {
+	/* kept text encoders (a service) are held beside everything else */
 	if (pd_engine_fill_work(&e->mp, e->fam, &e->info, &e->ls, e->dt, e->e.txt_len, (int)e->e.batch, branches,
-				vae, 0, w)) {
+				vae, e->o.keep_encoders, w)) {
 		w->vae_gflop = w->vae_map_gb = 0;
 		w->vae_exchanges = 0;
 	}
+	w->encoders_kept = e->o.keep_encoders;
 }
 
 /* What a mesh of WORLD processes must allow for IMAGES pictures of the
@@ -110,6 +112,7 @@ int pd_engine_work(const struct pd_engine_options *o, const struct pd_request *r
 				r.max_seq != PD_DEFAULT ? r.max_seq : fam->default_max_seq ? fam->default_max_seq(&w->info) : 0, r.batch,
 				r.true_cfg_scale > 1 ? 2 : 1, 1, 1, &w->work))
 		goto out;
+	w->work.encoders_kept = o->keep_encoders;
 	pd_engine_fill_limits(&w->info, world, r.batch, w->work.branches == 2, &w->lim);
 	if (!(w->transformer = pd_strdup(mp.transformer)))
 		goto out;
@@ -135,7 +138,8 @@ void pd_engine_work_free(struct pd_engine_work *w)
  * certain, not cautious. */
 int pd_engine_check_memory(const struct pd_engine *e, int decodes, int loaded)
 {
-	double MB = 1048576.0, avail = pd_mem_available_mb(), weights, act, vae = 0, need;
+	double MB = 1048576.0, avail = pd_mem_available_mb(), weights, act, vae = 0, enc, need;
+	char kept[96] = "";
 	int local = pd_comm_local_size(e->world);
 	struct pd_plan_work w;
 	struct pd_plan_machine mc = { .devices = e->world->size, .gflops = 1 };
@@ -154,21 +158,26 @@ int pd_engine_check_memory(const struct pd_engine *e, int decodes, int loaded)
 	/* the decode in bands over the data-parallel group, or whole */
 	if (w.vae_gflop > 0)
 		vae = (e->o.vae_parallel < 0 || e->world->size == 1 ? w.vae_map_gb : cost.vae_gb) * 1e9 / MB;
+	/* kept text encoders, until they are resident too (one rank of each
+	 * data-parallel group holds them) */
+	enc = e->o.keep_encoders && !e->encoders ? w.encoders_gb * 1e9 / MB : 0;
 	/* loaded: the weights are resident (and counted as used), and the
 	 * transformer stays while the VAE decodes */
-	need = loaded ? (act + vae) * local : (weights + act > vae ? weights + act : vae) * local;
+	need = loaded ? (act + vae) * local + enc : (weights + act > vae ? weights + act : vae) * local + enc;
 	if (need <= avail)
 		return 0;
+	if (enc > 0)
+		snprintf(kept, sizeof(kept), "; the kept text encoders %.1f GB", enc / 1024);
 	if (loaded)
 		return pd_errorf("%dx%d needs at least %.1f GB more on this machine (%d process%s, each: activations "
-				 "%.1f GB and the VAE decode %.1f GB beside the loaded weights) and %.1f GB are "
+				 "%.1f GB and the VAE decode %.1f GB beside the loaded weights%s) and %.1f GB are "
 				 "available: choose a smaller size", e->p.width, e->p.height, need / 1024, local,
-				 local > 1 ? "es" : "", act / 1024, vae / 1024, avail / 1024);
+				 local > 1 ? "es" : "", act / 1024, vae / 1024, kept, avail / 1024);
 	return pd_errorf("%dx%d needs at least %.1f GB on this machine (%d process%s, each: transformer weights %.1f GB + "
-			 "activations %.1f GB, or the VAE decode %.1f GB) and %.1f GB are available: choose a smaller "
-			 "size, or more machines with tensor, sequence, pipeline parallel or the banded decode",
+			 "activations %.1f GB, or the VAE decode %.1f GB%s) and %.1f GB are available: choose a "
+			 "smaller size, or more machines with tensor, sequence, pipeline parallel or the banded decode",
 			 e->p.width, e->p.height, need / 1024, local, local > 1 ? "es" : "", weights / 1024, act / 1024,
-			 vae / 1024, avail / 1024);
+			 vae / 1024, kept, avail / 1024);
 }
 
 /* parallel = auto: rank 0 ranks the meshes as `pdit plan` does on this

@@ -165,6 +165,7 @@ out:
 int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc, const struct pd_plan_mesh *m,
 		 struct pd_plan_cost *out)
 {
+	double kept;
 	const struct pd_dit_info *c = w->info;
 	struct pd_dit_flops fl = pd_dit_count_flops(c, w->txt_len, w->img_len);
 	int world = 1, T = m->degree[PD_AXIS_TP], N = m->degree[PD_AXIS_PP];
@@ -344,15 +345,20 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 	if (m->degree[PD_AXIS_DISTRI] > 1)
 		out->activations_gb += 2.0 * c->blocks * 2.0 * S * D * 4.0 / GB *
 				       pd_plan_images(w, m) * pd_plan_branches(w, m);
-	out->memory_gb = fmax(fmax(out->weights_gb + out->activations_gb, w->encoders_gb), out->vae_gb);
+	/* kept text encoders stay beside the transformer and the decode;
+	 * otherwise they are freed before the transformer loads */
+	kept = w->encoders_kept ? w->encoders_gb : 0;
+	out->memory_gb = fmax(fmax(out->weights_gb + out->activations_gb, w->encoders_kept ? 0 : w->encoders_gb),
+			      out->vae_gb) + kept;
 	if (mc->shared) {
 		/* a node's processes together; while one rank per data-parallel
 		 * group encodes, the others hold nothing yet */
 		int dp = m->degree[PD_AXIS_DP], group = mc->devices / dp;
 		int encoding = (sharers + group - 1) / group < dp ? (sharers + group - 1) / group : dp;
 
-		out->fits = mc->mem_gb <= 0 || fmax(sharers * fmax(out->weights_gb + out->activations_gb, out->vae_gb),
-						    encoding * w->encoders_gb) <= mc->mem_gb;
+		out->fits = mc->mem_gb <= 0 ||
+			    fmax(sharers * fmax(out->weights_gb + out->activations_gb, out->vae_gb) + encoding * kept,
+				 encoding * w->encoders_gb) <= mc->mem_gb;
 	} else {
 		out->fits = mc->mem_gb <= 0 || out->memory_gb <= mc->mem_gb;
 	}

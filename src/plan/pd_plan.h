@@ -33,6 +33,9 @@ struct pd_plan_work {
 	double encoders_gb;             /* the text encoders' weights as computed (0: prompts come as
 					 * embeddings); one rank per data-parallel group holds them before
 					 * the transformer is loaded */
+	int encoders_kept;              /* the text encoders stay loaded beside the transformer (a
+					 * service, keep_encoders): their weights count with it, not
+					 * instead of it */
 };
 
 /* The machine: devices (processes) and the links between them. */

@@ -370,6 +370,20 @@ def main():
             r = run(PDIT, "plan", "--model", m, "--txt-len", T, *args)
             report(r.returncode != 0 and want in r.stderr and r.stderr.count("\n") == 1,
                    "refused %s: %s" % (args, r.stderr.strip()))
+        # 8b. a service keeps its text encoders beside the transformer: counted with it, not instead of it
+        mf = os.path.join(tmp, "kept-encoders")
+        r = run(PDIT, "tiny", mf, "--full")
+        base = ["--model", mf, "--devices", 1, "-H", 256, "-W", 256, "--gflops", 100]
+        free_, kept = (plan_rows(*base)[:1], plan_rows(*base, "--keep-encoders")[:1]) if not r.returncode else ([], [])
+        if free_ and kept:
+            f, k = free_[0], kept[0]
+            held = max(f["weights_gb"] + f["activations_gb"], f["vae_gb"])
+            report(f["encoders_gb"] > 0 and abs(f["memory_gb"] - max(held, f["encoders_gb"])) < 1e-3 * f["memory_gb"] and
+                   abs(k["memory_gb"] - (held + k["encoders_gb"])) < 1e-3 * k["memory_gb"],
+                   "--keep-encoders: %.4g GB (+ the encoders' %.4g GB) against %.4g GB freed before the transformer" %
+                   (k["memory_gb"], k["encoders_gb"], f["memory_gb"]))
+        else:
+            report(False, "pdit plan on a --full model, with and without --keep-encoders")
         # 9. Wan: a video model whose text is a cross-attention context
         wan_bytes(rnd, tmp)
     if failures:

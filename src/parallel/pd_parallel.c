@@ -86,8 +86,8 @@ void pd_parallel_free(struct pd_parallel *par)
 			pd_par_methods[i]->free(par, par->state[i]);
 		free(par->state[i]);
 	}
-	for (int i = 0; i < PD_PAR_MAX_STAGED && par->staged[i]; i++)
-		par->staged[i]->ops->free(par->staged[i]);
+	for (int i = 0; i < PD_PAR_MAX_DATA_COMMS && par->data_comm[i]; i++)
+		par->data_comm[i]->ops->free(par->data_comm[i]);
 	memset(par, 0, sizeof(*par));
 }
 
@@ -97,14 +97,14 @@ struct pd_comm *pd_parallel_data_comm(struct pd_parallel *par, struct pd_comm *c
 
 	if (par->be->host_memory)
 		return c;
-	for (i = 0; i < PD_PAR_MAX_STAGED && par->staged[i]; i++)
-		if (par->staged_of[i] == c)
-			return par->staged[i];
-	PD_ASSERT(i < PD_PAR_MAX_STAGED);
-	if (par->nccl ? pd_comm_nccl_new(c, par->be->queue, &par->staged[i]) : pd_comm_staged_new(c, par->be, &par->staged[i]))
+	for (i = 0; i < PD_PAR_MAX_DATA_COMMS && par->data_comm[i]; i++)
+		if (par->data_of[i] == c)
+			return par->data_comm[i];
+	PD_ASSERT(i < PD_PAR_MAX_DATA_COMMS);
+	if (par->nccl ? pd_comm_nccl_new(c, par->be->queue, &par->data_comm[i]) : pd_comm_staged_new(c, par->be, &par->data_comm[i]))
 		return NULL;
-	par->staged_of[i] = c;
-	return par->staged[i];
+	par->data_of[i] = c;
+	return par->data_comm[i];
 }
 
 void *pd_parallel_state(const struct pd_parallel *par, const struct pd_par_method *method)

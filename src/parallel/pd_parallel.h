@@ -19,8 +19,8 @@
 
 /* Room for the methods of pd_par_methods. */
 #define PD_PAR_MAX_METHODS 16
-/* Room for staged communicators (one per mesh communicator at most). */
-#define PD_PAR_MAX_STAGED (PD_AXIS_COUNT + 3)
+/* Room for data communicators (one per mesh communicator at most). */
+#define PD_PAR_MAX_DATA_COMMS (PD_AXIS_COUNT + 3)
 
 /* Choices beyond the mesh's degrees. */
 struct pd_par_options {
@@ -43,8 +43,8 @@ struct pd_parallel {
 	struct pd_backend *be;          /* the model's backend (borrowed): whose buffers the data
 					 * communicators carry */
 	int nccl;                       /* the data communicators are NCCL's (pd_par_options.nccl) */
-	struct pd_comm *staged[PD_PAR_MAX_STAGED];      /* data communicators made so far (staged or NCCL) */
-	struct pd_comm *staged_of[PD_PAR_MAX_STAGED];   /* the mesh communicator each stands for */
+	struct pd_comm *data_comm[PD_PAR_MAX_DATA_COMMS]; /* data communicators made so far (staged or NCCL) */
+	struct pd_comm *data_of[PD_PAR_MAX_DATA_COMMS];   /* the mesh communicator each stands for */
 };
 
 /* The model share a rank of MESH loads: its heads, and its stage's blocks. */

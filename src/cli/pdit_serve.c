@@ -31,7 +31,14 @@ static const char pd_serve_usage[] =
 	"                                seed, steps, guidance, negative_prompt,\n"
 	"                                true_cfg_scale, fbcache_threshold\n"
 	"  POST /sdapi/v1/txt2img        A1111's: prompt, negative_prompt, width, height,\n"
-	"                                steps, cfg_scale, seed (-1: any), batch_size\n"
+	"                                steps, cfg_scale (FLUX: true CFG above 1, the\n"
+	"                                negative prompt \"\" unless given; Wan: its\n"
+	"                                guidance), distilled_cfg_scale (Forge's: FLUX's\n"
+	"                                guidance), seed (-1: any), batch_size, n_iter;\n"
+	"                                the rest of A1111's fields are accepted, and\n"
+	"                                logged when they ask for what pdit does not do\n"
+	"                                (sampler_name other than Euler, restore_faces,\n"
+	"                                enable_hr, scripts, ...); --strict refuses them\n"
 	"  GET /health, GET /v1/models\n"
 	"Each PNG carries pdit generate's parameters chunk. Bad requests get a 4xx with a\n"
 	"JSON error naming the field; a full queue 429 with Retry-After. SIGTERM or\n"
@@ -434,6 +441,11 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 		}
 		hr = pd_serve_params_decode(&p, text);
 		free(text);
+		/* A1111's cfg_scale above 1 on FLUX is true CFG with the negative
+		 * prompt, the empty one when none is given (as stable-diffusion.cpp
+		 * and Forge run it) */
+		if (!hr && p.cfg_scale > 1 && !about.guidance_is_cfg && !p.negative && !(p.negative = pd_strdup("")))
+			hr = -1;
 		if (pd_cli_any_failed(world, hr))
 			goto out;
 		prompt = p.prompt;
@@ -467,9 +479,17 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 			if (failed && pd_engine_cancelled(e))
 				pd_serve_finish(srv, job, PD_JOB_CANCELLED, 409,
 						pd_serve_error_json(pd_last_error(), "cancelled", NULL), NULL, clock.engine_s);
-			else if (failed)
+			else if (failed) {
+				/* the engine speaks the command line's flags; the client
+				 * its fields */
+				const char *param;
+				char *msg = pd_serve_engine_error(p.api, pd_last_error(), &param);
+
 				pd_serve_finish(srv, job, PD_JOB_FAILED, 400,
-						pd_serve_error_json(pd_last_error(), "invalid_request_error", NULL), NULL, clock.engine_s);
+						pd_serve_error_json(msg ? msg : pd_last_error(), "invalid_request_error", param),
+						NULL, clock.engine_s);
+				free(msg);
+			}
 			else if (!body)
 				pd_serve_finish(srv, job, PD_JOB_FAILED, 500,
 						pd_serve_error_json(pd_last_error(), "server_error", NULL), info, clock.engine_s);

@@ -47,6 +47,10 @@ struct pd_serve_params {
 	float true_cfg_scale;           /* FLUX's true CFG with the negative prompt; 1: off */
 	float cfg_scale;                /* A1111's cfg_scale (< 0: not given): the pipeline maps it */
 	float fbcache_threshold;        /* First Block Cache; 0: off */
+	/* A1111 fields given with a value pdit does not honour (sampler_name,
+	 * restore_faces, ...), ", "-separated for the job's log line; rank 0
+	 * only (not encoded) */
+	char ignored[256];
 };
 
 /* Limits on what a request may ask. */
@@ -57,7 +61,9 @@ struct pd_serve_params {
 #define PD_SERVE_MAX_PIXELS (16 << 20) /* n x width x height of a request */
 
 /* Parses a request body in dialect API into P. STRICT refuses fields the
- * dialect does not have. On failure -1 with the message in pd_last_error()
+ * dialect does not have, and A1111's fields pdit does not honour (given
+ * with another value than their no-op one; without STRICT they are named
+ * in P->ignored). On failure -1 with the message in pd_last_error()
  * and the field's name in FIELD ("" for the whole body). */
 int pd_serve_params_parse(struct pd_serve_params *p, enum pd_serve_api api, const char *body, size_t len, int strict,
 			  char *field, size_t field_len);
@@ -72,6 +78,10 @@ void pd_serve_params_free(struct pd_serve_params *p);
  * PNG carries (A1111's "info"). */
 char *pd_serve_answer(const struct pd_serve_params *p, int n, uint8_t *const *pngs, const size_t *lens,
 		      const char *info);
+/* The engine's message MSG (written for the command line: "--steps",
+ * "-n") in the JSON field names of dialect API (malloc'd); *PARAM: the
+ * first field it names, or NULL. */
+char *pd_serve_engine_error(enum pd_serve_api api, const char *msg, const char **param);
 /* An error answer: {"error": {"message", "type", "param"}} (malloc'd). */
 char *pd_serve_error_json(const char *message, const char *type, const char *param);
 

@@ -16,39 +16,126 @@
 
 /* A field of a dialect: its JSON name and what it sets. */
 enum pd_sf_kind { PD_SF_PROMPT, PD_SF_NEGATIVE, PD_SF_N, PD_SF_SIZE, PD_SF_WIDTH, PD_SF_HEIGHT, PD_SF_STEPS,
-		  PD_SF_SEED, PD_SF_GUIDANCE, PD_SF_TRUE_CFG, PD_SF_CFG, PD_SF_FBCACHE, PD_SF_FORMAT, PD_SF_IGNORED };
+		  PD_SF_SEED, PD_SF_GUIDANCE, PD_SF_TRUE_CFG, PD_SF_CFG, PD_SF_FBCACHE, PD_SF_FORMAT, PD_SF_N_ITER,
+		  PD_SF_IGNORED, PD_SF_NOTED };
 
 struct pd_serve_field {
 	const char *name;               /* the JSON key */
 	enum pd_sf_kind kind;           /* what it sets */
+	/* PD_SF_NOTED: the values that ask for nothing pdit does not do
+	 * besides null, false, "", [] and {} ("|"-separated, numbers as %g,
+	 * strings lowercased; "*": any value) */
+	const char *quiet;
 };
 
 /* OpenAI's images.generate (model, quality, style and user are accepted
  * and have no effect here: one model, its own quality) and pdit's fields. */
 static const struct pd_serve_field pd_sf_openai[] = {
-	{ "prompt", PD_SF_PROMPT },           { "n", PD_SF_N },
-	{ "size", PD_SF_SIZE },               { "response_format", PD_SF_FORMAT },
-	{ "model", PD_SF_IGNORED },           { "quality", PD_SF_IGNORED },
-	{ "style", PD_SF_IGNORED },           { "user", PD_SF_IGNORED },
-	{ "seed", PD_SF_SEED },               { "steps", PD_SF_STEPS },
-	{ "guidance", PD_SF_GUIDANCE },       { "negative_prompt", PD_SF_NEGATIVE },
-	{ "true_cfg_scale", PD_SF_TRUE_CFG }, { "fbcache_threshold", PD_SF_FBCACHE },
-	{ NULL, PD_SF_IGNORED },
+	{ "prompt", PD_SF_PROMPT, NULL },           { "n", PD_SF_N, NULL },
+	{ "size", PD_SF_SIZE, NULL },               { "response_format", PD_SF_FORMAT, NULL },
+	{ "model", PD_SF_IGNORED, NULL },           { "quality", PD_SF_IGNORED, NULL },
+	{ "style", PD_SF_IGNORED, NULL },           { "user", PD_SF_IGNORED, NULL },
+	{ "seed", PD_SF_SEED, NULL },               { "steps", PD_SF_STEPS, NULL },
+	{ "guidance", PD_SF_GUIDANCE, NULL },       { "negative_prompt", PD_SF_NEGATIVE, NULL },
+	{ "true_cfg_scale", PD_SF_TRUE_CFG, NULL }, { "fbcache_threshold", PD_SF_FBCACHE, NULL },
+	{ NULL, PD_SF_IGNORED, NULL },
 };
 
-/* A1111's txt2img as stable-diffusion.cpp's server reads it (sampler_name,
- * scheduler and the like are accepted: pdit's sampler is the model's). */
+/* A1111's txt2img (its API's StableDiffusionProcessingTxt2Img, as
+ * stable-diffusion.cpp's server and Forge read it): what pdit can do is
+ * honoured; the rest is accepted and named in the job's log line when its
+ * value asks for something (a sampler other than Euler, face restoration,
+ * the high-resolution pass, scripts), refused with --strict. The hr_*
+ * fields and denoising_strength only matter with enable_hr, which is noted
+ * itself. Forge's distilled_cfg_scale is FLUX's guidance. */
 static const struct pd_serve_field pd_sf_a1111[] = {
-	{ "prompt", PD_SF_PROMPT },           { "negative_prompt", PD_SF_NEGATIVE },
-	{ "width", PD_SF_WIDTH },             { "height", PD_SF_HEIGHT },
-	{ "steps", PD_SF_STEPS },             { "cfg_scale", PD_SF_CFG },
-	{ "seed", PD_SF_SEED },               { "batch_size", PD_SF_N },
-	{ "sampler_name", PD_SF_IGNORED },    { "scheduler", PD_SF_IGNORED },
-	{ "n_iter", PD_SF_IGNORED },          { "send_images", PD_SF_IGNORED },
-	{ "save_images", PD_SF_IGNORED },     { "guidance", PD_SF_GUIDANCE },
-	{ "true_cfg_scale", PD_SF_TRUE_CFG }, { "fbcache_threshold", PD_SF_FBCACHE },
-	{ NULL, PD_SF_IGNORED },
+	{ "prompt", PD_SF_PROMPT, NULL },           { "negative_prompt", PD_SF_NEGATIVE, NULL },
+	{ "width", PD_SF_WIDTH, NULL },             { "height", PD_SF_HEIGHT, NULL },
+	{ "steps", PD_SF_STEPS, NULL },             { "cfg_scale", PD_SF_CFG, NULL },
+	{ "seed", PD_SF_SEED, NULL },               { "batch_size", PD_SF_N, NULL },
+	{ "n_iter", PD_SF_N_ITER, NULL },           { "distilled_cfg_scale", PD_SF_GUIDANCE, NULL },
+	{ "guidance", PD_SF_GUIDANCE, NULL },       { "true_cfg_scale", PD_SF_TRUE_CFG, NULL },
+	{ "fbcache_threshold", PD_SF_FBCACHE, NULL },
+	{ "sampler_name", PD_SF_NOTED, "euler" },
+	{ "sampler_index", PD_SF_NOTED, "euler" },
+	{ "scheduler", PD_SF_NOTED, "automatic" },
+	{ "styles", PD_SF_NOTED, "" },
+	{ "subseed", PD_SF_NOTED, "-1" },
+	{ "subseed_strength", PD_SF_NOTED, "0" },
+	{ "seed_resize_from_h", PD_SF_NOTED, "-1|0" },
+	{ "seed_resize_from_w", PD_SF_NOTED, "-1|0" },
+	{ "restore_faces", PD_SF_NOTED, "" },
+	{ "tiling", PD_SF_NOTED, "" },
+	{ "eta", PD_SF_NOTED, "*" },          /* Euler draws no noise between steps */
+	{ "s_min_uncond", PD_SF_NOTED, "0" },
+	{ "s_churn", PD_SF_NOTED, "0" },
+	{ "s_tmax", PD_SF_NOTED, "0|inf" },
+	{ "s_tmin", PD_SF_NOTED, "0" },
+	{ "s_noise", PD_SF_NOTED, "1" },
+	{ "override_settings", PD_SF_NOTED, "" },
+	{ "override_settings_restore_afterwards", PD_SF_NOTED, "*" },
+	{ "refiner_checkpoint", PD_SF_NOTED, "" },
+	{ "refiner_switch_at", PD_SF_NOTED, "0" },
+	{ "disable_extra_networks", PD_SF_NOTED, "*" },
+	{ "firstpass_image", PD_SF_NOTED, "" },
+	{ "comments", PD_SF_NOTED, "*" },
+	{ "enable_hr", PD_SF_NOTED, "" },
+	{ "denoising_strength", PD_SF_NOTED, "*" },
+	{ "firstphase_width", PD_SF_NOTED, "*" },
+	{ "firstphase_height", PD_SF_NOTED, "*" },
+	{ "hr_scale", PD_SF_NOTED, "*" },
+	{ "hr_upscaler", PD_SF_NOTED, "*" },
+	{ "hr_second_pass_steps", PD_SF_NOTED, "*" },
+	{ "hr_resize_x", PD_SF_NOTED, "*" },
+	{ "hr_resize_y", PD_SF_NOTED, "*" },
+	{ "hr_checkpoint_name", PD_SF_NOTED, "*" },
+	{ "hr_sampler_name", PD_SF_NOTED, "*" },
+	{ "hr_scheduler", PD_SF_NOTED, "*" },
+	{ "hr_prompt", PD_SF_NOTED, "*" },
+	{ "hr_negative_prompt", PD_SF_NOTED, "*" },
+	{ "hr_cfg", PD_SF_NOTED, "*" },
+	{ "hr_distilled_cfg", PD_SF_NOTED, "*" },
+	{ "force_task_id", PD_SF_NOTED, "*" },
+	{ "script_name", PD_SF_NOTED, "" },
+	{ "script_args", PD_SF_NOTED, "" },
+	{ "alwayson_scripts", PD_SF_NOTED, "" },
+	{ "send_images", PD_SF_NOTED, "true" },
+	{ "save_images", PD_SF_NOTED, "" },  /* pdit keeps no files */
+	{ "do_not_save_samples", PD_SF_NOTED, "*" },
+	{ "do_not_save_grid", PD_SF_NOTED, "*" },
+	{ "infotext", PD_SF_NOTED, "" },
+	{ NULL, PD_SF_IGNORED, NULL },
 };
+
+/* Whether value V of noted field F asks for nothing pdit does not do. */
+static int pd_sf_quiet(const struct pd_serve_field *f, const cJSON *v)
+{
+	char text[64];
+	size_t n = 0;
+	const char *q = f->quiet;
+
+	if (strcmp(q, "*") == 0 || cJSON_IsNull(v) || cJSON_IsFalse(v) ||
+	    ((cJSON_IsArray(v) || cJSON_IsObject(v)) && !v->child) || (cJSON_IsString(v) && !v->valuestring[0]))
+		return 1;
+	if (cJSON_IsTrue(v))
+		snprintf(text, sizeof(text), "true");
+	else if (cJSON_IsNumber(v))
+		snprintf(text, sizeof(text), "%g", v->valuedouble);
+	else if (cJSON_IsString(v) && strlen(v->valuestring) < sizeof(text))
+		for (const char *c = v->valuestring; (text[n] = (char)(*c >= 'A' && *c <= 'Z' ? *c + 32 : *c)); c++)
+			n++;
+	else
+		return 0;
+	n = strlen(text);
+	while (*q) {
+		size_t len = strcspn(q, "|");
+
+		if (len == n && memcmp(q, text, n) == 0)
+			return 1;
+		q += len + (q[len] == '|');
+	}
+	return 0;
+}
 
 static int pd_sf_fail(const char **field, const char *name, const char *fmt, const char *detail)
 {
@@ -109,7 +196,8 @@ static int pd_sf_side(double v, const char *name, int *out, const char **field)
 	return 0;
 }
 
-static int pd_sf_one(struct pd_serve_params *p, const struct pd_serve_field *f, const cJSON *v, const char **field)
+static int pd_sf_one(struct pd_serve_params *p, const struct pd_serve_field *f, const cJSON *v, int *n_iter,
+		     const char **field)
 {
 	double d = 0;
 
@@ -169,7 +257,13 @@ static int pd_sf_one(struct pd_serve_params *p, const struct pd_serve_field *f, 
 		if (!cJSON_IsString(v) || strcmp(v->valuestring, "b64_json") != 0)
 			return pd_sf_fail(field, f->name, "%s must be \"b64_json\"%s (pdit keeps no files to link to)", "");
 		return 0;
+	case PD_SF_N_ITER:
+		if (pd_sf_int(v, f->name, 1, PD_SERVE_MAX_N, &d, field))
+			return -1;
+		*n_iter = (int)d;
+		return 0;
 	case PD_SF_IGNORED:
+	case PD_SF_NOTED:
 		return 0;
 	}
 	return 0;
@@ -181,7 +275,7 @@ int pd_serve_params_parse(struct pd_serve_params *p, enum pd_serve_api api, cons
 	const struct pd_serve_field *table = api == PD_API_OPENAI ? pd_sf_openai : pd_sf_a1111;
 	const char *bad = NULL;
 	cJSON *root, *v;
-	int rc = -1;
+	int rc = -1, n_iter = 1;
 
 	memset(p, 0, sizeof(*p));
 	p->api = api;
@@ -210,8 +304,30 @@ int pd_serve_params_parse(struct pd_serve_params *p, enum pd_serve_api api, cons
 			pd_errorf("%.100s is not a field of this request (strict mode)", v->string);
 			goto out;
 		}
-		if (pd_sf_one(p, f, v, &bad))
+		if (f->kind == PD_SF_NOTED && !pd_sf_quiet(f, v)) {
+			size_t used = strlen(p->ignored);
+
+			if (strict) {
+				bad = f->name;
+				pd_errorf("%s: pdit does not honour it (strict mode; without --strict it is ignored and "
+					  "logged)", f->name);
+				goto out;
+			}
+			if (used + strlen(f->name) + 3 < sizeof(p->ignored))
+				snprintf(p->ignored + used, sizeof(p->ignored) - used, "%s%s", used ? ", " : "", f->name);
+		}
+		if (pd_sf_one(p, f, v, &n_iter, &bad))
 			goto out;
+	}
+	/* A1111's n_iter batches of batch_size, seeds counting on across them */
+	if (n_iter > 1) {
+		if ((int64_t)p->n * n_iter > PD_SERVE_MAX_N) {
+			bad = "n_iter";
+			pd_errorf("n_iter %d x batch_size %d: at most %d pictures a request", n_iter, p->n,
+				  PD_SERVE_MAX_N);
+			goto out;
+		}
+		p->n *= n_iter;
 	}
 	if (!p->prompt) {
 		bad = "prompt";
@@ -391,4 +507,63 @@ char *pd_serve_error_json(const char *message, const char *type, const char *par
 		text = cJSON_PrintUnformatted(o);
 	cJSON_Delete(o);
 	return text;
+}
+
+/* The command line's flags in the engine's messages and the fields of each
+ * dialect that set the same thing (longer flags first: "-n/--negative-prompt"
+ * before "-n"). */
+static const struct {
+	const char *flag, *openai, *a1111;
+} pd_serve_flag_fields[] = {
+	{ "-H/--height and -W/--width", "size", "width and height" },
+	{ "-n/--negative-prompt", "negative_prompt", "negative_prompt" },
+	{ "-p/--prompt", "prompt", "prompt" },
+	{ "-n \"...\"", "negative_prompt", "negative_prompt" },
+	{ "--true-cfg-scale", "true_cfg_scale", "true_cfg_scale" },
+	{ "--fbcache-threshold", "fbcache_threshold", "fbcache_threshold" },
+	{ "--guidance", "guidance", "guidance" },
+	{ "--steps", "steps", "steps" },
+	{ "--batch", "n", "batch_size" },
+	{ "--frames", "frames", "frames" },
+	{ "--fps", "fps", "fps" },
+};
+
+char *pd_serve_engine_error(enum pd_serve_api api, const char *msg, const char **param)
+{
+	size_t n = sizeof(pd_serve_flag_fields) / sizeof(pd_serve_flag_fields[0]), k = 0;
+	/* no field is more than twice as long as its flag */
+	char *out = pd_malloc(strlen(msg) * 3 + 1, "an error message");
+
+	*param = NULL;
+	if (!out)
+		return NULL;
+	while (*msg) {
+		size_t i, len = 0;
+
+		for (i = 0; i < n; i++) {
+			len = strlen(pd_serve_flag_fields[i].flag);
+			/* a flag is one where a word begins and ends */
+			if (strncmp(msg, pd_serve_flag_fields[i].flag, len) == 0 &&
+			    (k == 0 || out[k - 1] == ' ' || out[k - 1] == '(') &&
+			    !(msg[len] >= 'a' && msg[len] <= 'z') && msg[len] != '-')
+				break;
+		}
+		if (i == n) {
+			out[k++] = *msg++;
+			continue;
+		}
+		{
+			const char *field = api == PD_API_OPENAI ? pd_serve_flag_fields[i].openai
+								 : pd_serve_flag_fields[i].a1111;
+
+			if (!*param)
+				/* "width and height" is no one field: its first is */
+				*param = strcmp(field, "width and height") == 0 ? "width" : field;
+			memcpy(out + k, field, strlen(field));
+			k += strlen(field);
+			msg += len;
+		}
+	}
+	out[k] = 0;
+	return out;
 }

@@ -155,8 +155,9 @@ static enum MHD_Result pd_generate(struct pd_serve *s, struct MHD_Connection *c,
 		       : status == 503 ? pd_reply_error(c, 503, "server_error", NULL, "the server is stopping", 0)
 				       : pd_reply_error(c, 500, "server_error", NULL, "out of memory", 0);
 	}
-	pd_serve_log(s, "pdit: job %llu: POST %s from %s: %dx%d, %d step(s), n %d, seed %llu", (unsigned long long)job->id,
-		     url, peer, w, h, steps, n, seed);
+	pd_serve_log(s, "pdit: job %llu: POST %s from %s: %dx%d, %d step(s), n %d, seed %llu%s%s%s",
+		     (unsigned long long)job->id, url, peer, w, h, steps, n, seed,
+		     job->params.ignored[0] ? " (ignored: " : "", job->params.ignored, job->params.ignored[0] ? ")" : "");
 	if (async) {
 		body = pd_jobs_json(s, job);
 		pd_jobs_release(s, job);

@@ -7,13 +7,17 @@
    PNGs byte for byte equal to `pdit generate`'s with the same arguments (pixels and the parameters
    chunk); /health and /v1/models answer. A Wan2.1 folder served the same way: A1111's cfg_scale as its
    guidance, one frame, generate's PNG. Nothing is read again: with the model folder moved away after
-   the first requests, later ones still give generate's PNGs (the text encoders stay loaded). The web page in headless Chromium: a prompt submitted,
+   the first requests, later ones still give generate's PNGs (the text encoders stay loaded). A1111's
+   cfg_scale without a negative prompt is true CFG with "" and Forge's distilled_cfg_scale the guidance
+   (generate's PNG); its other fields are accepted, those pdit does not honour named in the log, n_iter
+   honoured. The web page in headless Chromium: a prompt submitted,
    the picture shown is a PNG of the size asked for, its parameters beside it.
 2. Bad requests get a 4xx with a JSON error naming the field, and the server keeps answering: broken
    and truncated JSON, wrong types, sizes not multiples of 16 or negative, n = 10^9, a 1 MB prompt,
    a 10 MB body, a wrong content type, an unknown path, GET on a generation endpoint, a missing
    prompt, response_format "url", a client that sends half its headers and stops (closed by
-   --io-timeout), unknown fields with --strict.
+   --io-timeout), unknown fields and A1111's fields pdit does not honour with --strict; the engine's
+   refusals (true CFG without a negative prompt; Wan's guidance) name the JSON field, never a flag.
 3. The queue: while a long request runs, a second waits (--queue 1) and a third gets 429 with
    Retry-After; SIGTERM then lets the running one finish (200), answers the waiting one 503 and
    exits 0.
@@ -358,6 +362,10 @@ def main():
     boat_args = ["-W", "48", "-H", "32", "--steps", "3", "-s", "11"]
     fox = generate(model, os.path.join(tmp, "fox"), ["a red fox"] * 2, fox_args)
     boat = generate(model, os.path.join(tmp, "boat"), ["a boat"], boat_args)
+    # A1111's cfg_scale 3.5 without a negative prompt: true CFG with "" (as
+    # stable-diffusion.cpp and Forge); Forge's distilled_cfg_scale: guidance
+    cfgboat = generate(model, os.path.join(tmp, "cfgboat"), ["a boat"],
+                       [*boat_args, "-n", "", "--true-cfg-scale", "3.5", "--guidance", "2.5"])
     openai_body = {"prompt": "a red fox", "n": 2, "size": "64x48", "response_format": "b64_json", "model": "pdit",
                    "steps": 2, "seed": 7, "negative_prompt": "blurry", "true_cfg_scale": 3}
     a1111_body = {"prompt": "a boat", "width": 48, "height": 32, "steps": 3, "seed": 11, "batch_size": 1,
@@ -383,6 +391,24 @@ def main():
     got = [base64.b64decode(x) for x in ans["images"]] if st == 200 else []
     report(got == boat and ans["parameters"]["seed"] == 11 and "seed: 11" in ans["info"],
            "urllib, A1111 txt2img: generate's PNG byte for byte, parameters and info")
+    # what an A1111 client sends: cfg_scale, Forge's distilled_cfg_scale, and
+    # the API's other fields; those asking for what pdit does not do are
+    # named in the job's log line
+    forge = dict(a1111_body, cfg_scale=3.5, distilled_cfg_scale=2.5, sampler_name="DPM++ 2M", scheduler="Karras",
+                 restore_faces=True, tiling=False, enable_hr=False, hr_scale=2, denoising_strength=0.7,
+                 override_settings={}, override_settings_restore_afterwards=True, s_noise=1, subseed=-1,
+                 styles=[], send_images=True, save_images=False, alwayson_scripts={}, eta=0)
+    st, ans, _ = post(srv, "/sdapi/v1/txt2img", forge)
+    got = [base64.b64decode(x) for x in ans["images"]] if st == 200 else []
+    logged = [l for l in srv.lines if "ignored:" in l]
+    report(got == cfgboat, "A1111 cfg_scale 3.5 without negative_prompt (true CFG with \"\"), distilled_cfg_scale 2.5 "
+           "(guidance): generate's PNG byte for byte (%s %s)" % (st, (ans or {}).get("error", "")))
+    report(len(logged) == 1 and logged[0].rstrip().endswith("(ignored: sampler_name, scheduler, restore_faces)"),
+           "A1111's other fields accepted; those pdit does not honour named in the log: %s"
+           % (logged[0].strip() if logged else "nothing logged"))
+    st, ans, _ = post(srv, "/sdapi/v1/txt2img", dict(a1111_body, n_iter=2))
+    report(st == 200 and len(ans["images"]) == 2 and base64.b64decode(ans["images"][0]) == boat[0],
+           "A1111 n_iter 2: two pictures, the first generate's (%s)" % st)
     browser(srv, tmp)
     # nothing is read again: the folder moved away, the next requests are still generate's
     os.rename(model, model + "-away")
@@ -393,7 +419,7 @@ def main():
            pngs_openai(ans2) == fox, "the model folder moved away after loading: later requests read no file "
            "(the text encoders stay loaded), still generate's PNGs (%s, %s)" % (st, st2))
     st, h = get(srv, "/health")
-    report(st == 200 and h["status"] == "ok" and h["ranks"] == 1 and h["served"] == 6 and h["queue"] == 0,
+    report(st == 200 and h["status"] == "ok" and h["ranks"] == 1 and h["served"] == 8 and h["queue"] == 0,
            "GET /health: %s" % h)
     st, m = get(srv, "/v1/models")
     report(st == 200 and m["data"][0]["id"] == model, "GET /v1/models")
@@ -408,6 +434,12 @@ def main():
                                                   "seed": 9, "cfg_scale": 3})
     report(st == 200 and [base64.b64decode(x) for x in ans["images"]] == [open(os.path.join(tmp, "wan.png"), "rb").read()],
            "a Wan2.1 folder, A1111 (cfg_scale as Wan's guidance): generate's one-frame PNG byte for byte (%s)" % st)
+    # the engine's refusals in the request's field names, never a flag
+    st, ans, _ = post(wsrv, "/v1/images/generations", {"prompt": "a kite", "size": "48x32", "true_cfg_scale": 3})
+    err = (ans or {}).get("error", {})
+    report(st == 400 and err.get("param") == "guidance" and "true_cfg_scale" in err.get("message", "") and
+           "--" not in err.get("message", ""), "Wan, true_cfg_scale 3 -> %s, in field names: %s (%s)"
+           % (st, err.get("message"), err.get("param")))
     wsrv.stop()
 
     print("2. bad requests: 4xx naming the field, the server stays up")
@@ -430,6 +462,8 @@ def main():
         ("no prompt", {"n": 1}, 400, "prompt"),
         ("response_format url", {"prompt": "a", "response_format": "url"}, 400, "response_format"),
         ("guidance a string", {"prompt": "a", "guidance": "high"}, 400, "guidance"),
+        ("true_cfg_scale 3 without negative_prompt", {"prompt": "a", "size": "32x32", "true_cfg_scale": 3}, 400,
+         "true_cfg_scale"),
         ("16 pictures of 4096x4096", {"prompt": "a", "n": 16, "size": "4096x4096"}, 400, "n"),
         ("a 1 MB prompt", big, 413, None),
         ("a 10 MB body (read to its end, then refused)", b"{" + b" " * (10 << 20) + b"}", 413, None),
@@ -440,7 +474,8 @@ def main():
         except (ConnectionError, urllib.error.URLError) as e:
             st, ans = "connection: %s" % e, None
         err = (ans or {}).get("error", {})
-        report(st == want and (field is None or err.get("param") == field) and err.get("message"),
+        report(st == want and (field is None or err.get("param") == field) and err.get("message")
+               and "--" not in err.get("message") and " -n " not in err.get("message"),
                "%s -> %s %s" % (label, st, err.get("message", "")[:70]))
     # curl asks "Expect: 100-continue" for a large body: refused before it is sent
     with open(os.path.join(tmp, "big.json"), "wb") as f:
@@ -537,6 +572,11 @@ def main():
     srv = Server(["--model", model, "--strict"])
     st, ans, _ = post(srv, "/sdapi/v1/txt2img", dict(a1111_body, colour="red"))
     report(st == 400 and ans["error"]["param"] == "colour", "--strict: an unknown field -> %s (%s)" % (st, ans["error"]["param"]))
+    st, ans, _ = post(srv, "/sdapi/v1/txt2img", dict(a1111_body, restore_faces=True))
+    st2, _, _ = post(srv, "/sdapi/v1/txt2img", dict(a1111_body, restore_faces=False, sampler_name="Euler"))
+    report(st == 400 and ans["error"]["param"] == "restore_faces" and st2 == 200,
+           "--strict: an A1111 field pdit does not honour -> %s (%s); the same at its no-op value -> %s"
+           % (st, ans["error"]["param"], st2))
     srv.stop()
 
     print("5. jobs")

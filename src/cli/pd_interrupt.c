@@ -126,9 +126,32 @@ void pd_cli_stopping(void)
 	pd_int_quiet = 1;
 }
 
+/* SIGUSR1 is how a service manager stops a job cleanly: mpirun ends the
+ * job on SIGTERM (SIGTERM to every rank, SIGKILL a moment later) but
+ * passes SIGUSR1 on to every rank. Rank 0 stops after the running request
+ * as on its own SIGTERM; the others follow rank 0. */
+static void pd_int_stop_handler(int sig, siginfo_t *si, void *uc)
+{
+	(void)si;
+	(void)uc;
+	if (pd_int_rank == 0 && !pd_int_signal)
+		pd_int_signal = sig;
+}
+
 void pd_cli_signals_deferred(void)
 {
 	pd_int_soft = 1;
+}
+
+void pd_cli_catch_stop_request(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = pd_int_stop_handler;
+	sa.sa_flags = SA_SIGINFO;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGUSR1, &sa, NULL);
 }
 
 int pd_cli_signal_from_launcher(void)

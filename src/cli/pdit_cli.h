@@ -48,6 +48,10 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv);
 /* The first signal only sets the flag (pd_cli_interrupted): a long-lived
  * command stops at its own pace; a second one stops the process now. */
 void pd_cli_signals_deferred(void);
+/* SIGUSR1 (which mpirun passes on to every rank) asks rank 0 to stop
+ * after the running request, the others to follow it: pdit serve's clean
+ * stop under a service manager. */
+void pd_cli_catch_stop_request(void);
 /* A signal came from the parent process: under mpirun, the launcher ending
  * the job (a process failed, or mpirun itself was signalled). */
 int pd_cli_signal_from_launcher(void);

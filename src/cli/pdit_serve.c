@@ -14,7 +14,9 @@
 #include "pdit_cli.h"
 #include "pdit_flags.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,7 +44,9 @@ static const char pd_serve_usage[] =
 	"  GET /health, GET /v1/models\n"
 	"Each PNG carries pdit generate's parameters chunk. Bad requests get a 4xx with a\n"
 	"JSON error naming the field; a full queue 429 with Retry-After. SIGTERM or\n"
-	"Ctrl-C: the running request finishes, the queued ones get 503, exit 0.";
+	"Ctrl-C: the running request finishes, the queued ones get 503, exit 0. Under\n"
+	"mpirun send SIGUSR1 to mpirun instead (it ends the job on SIGTERM), or SIGTERM\n"
+	"to the pid in --pid-file; examples/pdit-serve.service is a systemd unit.";
 
 static const char pd_serve_examples[] =
 	"  pdit tiny tiny-model --full\n"
@@ -62,10 +66,12 @@ struct pd_cli_serve {
 	int quiet;                      /* -q: errors only */
 	const char *model;              /* the model as the PNGs name it (generate's "model:") */
 	const char *dtype;              /* "f32" or "bf16" */
+	const char *pid_file;           /* --pid-file: rank 0's pid, while it serves; or NULL */
 };
 struct pd_serve_args {
 	struct pd_gen_args gen;         /* the shared flags: the model, the mesh, precision */
 	const char *listen, *api_key;   /* --listen HOST:PORT, --api-key KEY */
+	const char *pid_file;           /* --pid-file FILE */
 	int queue, strict, io_timeout, max_body_kb;
 };
 
@@ -79,6 +85,7 @@ static void pd_serve_flags(struct pd_serve_args *a, struct pd_arg *opts)
 	a->strict = 0;
 	a->max_body_kb = 256;
 	a->io_timeout = 10;
+	a->pid_file = NULL;
 	opts[n++] = (struct pd_arg){ "--listen", 0, PD_ARG_STRING, &a->listen, "HOST:PORT",
 				     "address to answer on (default 127.0.0.1:8080; port 0: any free one, printed)",
 				     NULL };
@@ -90,9 +97,12 @@ static void pd_serve_flags(struct pd_serve_args *a, struct pd_arg *opts)
 	opts[n++] = (struct pd_arg){ "--max-body", 0, PD_ARG_INT, &a->max_body_kb, "KB",
 				     "largest request body; more get 413 (default 256)", NULL };
 	opts[n++] = (struct pd_arg){ "--strict", 0, PD_ARG_FLAG, &a->strict, NULL,
-				     "refuse fields a request's API does not have (400)", NULL };
+				     "refuse fields a request's API does not have, and A1111 fields asking for what pdit does not do (400)", NULL };
 	opts[n++] = (struct pd_arg){ "--io-timeout", 0, PD_ARG_INT, &a->io_timeout, "S",
 				     "seconds a connection may stay silent before it is closed (default 10)", NULL };
+	opts[n++] = (struct pd_arg){ "--pid-file", 0, PD_ARG_STRING, &a->pid_file, "FILE",
+				     "write rank 0's pid to FILE while serving (removed at exit): SIGTERM to it "
+				     "stops cleanly under any launcher", NULL };
 	memset(&opts[n], 0, sizeof(opts[n]));
 }
 
@@ -130,6 +140,7 @@ static int pd_cli_serve_parse(struct pd_comm *world, int argc, char **argv, stru
 	sv->queue = a.queue;
 	sv->strict = a.strict;
 	sv->io_timeout = a.io_timeout;
+	sv->pid_file = a.pid_file;
 	sv->quiet = a.gen.quiet;
 	sv->model = pd_gen_model_name(&a.gen);
 	sv->dtype = a.gen.dtype;
@@ -295,6 +306,7 @@ static void pd_serve_on_step(void *ctx, int step, int steps)
  * moment later: the clients get their 503 now, from this thread. */
 struct pd_serve_watch {
 	struct pd_serve *srv;           /* the server */
+	const char *pid_file;           /* --pid-file, removed before the process ends; or NULL */
 	volatile int done;              /* the loop has ended: stop watching */
 };
 
@@ -308,6 +320,8 @@ static void *pd_serve_watcher(void *arg)
 			fprintf(stderr, "pdit: the job is being ended (a process failed, or mpirun was stopped): every "
 					"request is answered 503\n");
 			pd_serve_abort(w->srv, "the job was ended: a process failed, or mpirun was stopped", 0.5);
+			if (w->pid_file)
+				unlink(w->pid_file);
 			_exit(1);
 		}
 		usleep(20000);
@@ -336,6 +350,48 @@ static void pd_serve_log_line(void *ctx, const char *line)
 	fprintf(stderr, "%s\n", line);
 }
 
+/* Refuses FILE when it names a process still running (another server's):
+ * a stale one (its process gone) is replaced. */
+static int pd_pid_file_check(const char *file)
+{
+	FILE *f = fopen(file, "r");
+	long pid = 0;
+
+	if (!f)
+		return 0;
+	if (fscanf(f, "%ld", &pid) == 1 && pid > 0 && pid != (long)getpid() && kill((pid_t)pid, 0) == 0) {
+		fclose(f);
+		return pd_errorf("--pid-file %s: process %ld is running with it (another pdit serve?)", file, pid);
+	}
+	fclose(f);
+	return 0;
+}
+
+/* FILE holds this process's pid, whole or not at all (written beside it,
+ * then renamed). */
+static int pd_pid_file_write(const char *file)
+{
+	char *tmp = pd_strfmt("%s.%ld.tmp", file, (long)getpid());
+	FILE *f = tmp ? fopen(tmp, "w") : NULL;
+	int bad;
+
+	if (!f) {
+		pd_errorf("--pid-file %s: %s", file, strerror(errno));
+		free(tmp);
+		return -1;
+	}
+	bad = fprintf(f, "%ld\n", (long)getpid()) < 0;
+	bad |= fclose(f) != 0;
+	if (bad || rename(tmp, file)) {
+		pd_errorf("--pid-file %s: %s", file, strerror(errno));
+		unlink(tmp);
+		free(tmp);
+		return -1;
+	}
+	free(tmp);
+	return 0;
+}
+
 int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 {
 	struct pd_engine_options o;
@@ -344,14 +400,19 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 	struct pd_engine_about about;
 	struct pd_serve *srv = NULL;
 	struct pd_cli_progress prog;
-	int hr, rc = 1, local, watching = 0;
+	int hr, rc = 1, local, watching = 0, pid_written = 0;
 	pthread_t watcher;
 	struct pd_serve_watch watch = { 0 };
 	struct pd_serve_clock clock = { 0 };
 
+	/* a service manager's stop (SIGUSR1 through mpirun) from the start:
+	 * one during loading stops before the first request */
+	pd_cli_catch_stop_request();
 	hr = pd_cli_serve_parse(world, argc, argv, &o, &sv);
 	if (hr == 1)
 		return 0;
+	if (!hr && world->rank == 0 && sv.pid_file)
+		hr = pd_pid_file_check(sv.pid_file);
 	if (!hr) {
 		local = strncmp(sv.listen, "127.0.0.1:", 10) == 0 || strncmp(sv.listen, "localhost:", 10) == 0;
 		if (!local && !sv.api_key)
@@ -391,6 +452,12 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 
 		hr = pd_serve_start(&srv, &so);
 		watch.srv = srv;
+		/* written once it answers: the file's presence says it is up */
+		if (!hr && sv.pid_file) {
+			hr = pd_pid_file_write(sv.pid_file);
+			pid_written = !hr;
+			watch.pid_file = pid_written ? sv.pid_file : NULL;
+		}
 	}
 	if (pd_cli_any_failed(world, hr))
 		goto out;
@@ -512,6 +579,9 @@ dead:
 	if (srv)
 		pd_serve_stop(srv, "a process of the job failed: the server is stopping");
 	srv = NULL;
+	if (pid_written)
+		unlink(sv.pid_file);
+	pid_written = 0;
 	pd_cli_abort(world);
 out:
 	if (watching) {
@@ -522,6 +592,8 @@ out:
 		pd_serve_log_line(NULL, "pdit: stopping: queued requests get 503");
 		pd_serve_stop(srv, "the server is stopping");
 	}
+	if (pid_written)
+		unlink(sv.pid_file);
 	pd_engine_close(e);
 	pd_cli_progress_end(&prog);
 	return rc;

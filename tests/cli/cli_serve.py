@@ -35,7 +35,10 @@
 7. With mpirun (when given): 2 processes (Ulysses 2, and data parallel 2 over n = 2) give the same
    PNGs as `pdit generate` on one process; a cancel there stops both ranks and the next request is
    right; rank 1 killed (SIGKILL) in the middle of a request: that request and a queued one get 503,
-   the job ends within 10 s, non-zero, mpirun naming rank 1.
+   the job ends within 10 s, non-zero, mpirun naming rank 1. The clean stop of a job: SIGUSR1 to
+   mpirun (examples/pdit-serve.service's stop, which systemd-analyze verify reads without a warning)
+   and SIGTERM to the pid --pid-file wrote: the running request 200, the queued one 503, exit 0, the
+   pid file removed; a pid file naming a live process refused at start.
 
     cli_serve.py PDIT [MPIRUN...]
 """
@@ -354,6 +357,60 @@ def kill_rank(model):
            % (took, rc))
 
 
+def clean_stop(model, tmp):
+    """The supported ways to stop a job under mpirun: SIGUSR1 to mpirun (examples/pdit-serve.service's
+    KillSignal, which mpirun passes on to every rank) and SIGTERM to the pid in --pid-file."""
+    pf = os.path.join(tmp, "serve.pid")
+    for how in ("SIGUSR1 to mpirun (the example unit's stop)", "SIGTERM to the pid in --pid-file"):
+        srv = Server(["--model", model, "--ulysses-degree", "2", "--pid-file", pf], mpi=2)
+        res = {}
+
+        def run(name, body):
+            try:
+                res[name] = post(srv, "/v1/images/generations", body, timeout=300)[0]
+            except (OSError, urllib.error.URLError) as e:
+                res[name] = str(e)
+
+        t1, t2 = one_running_one_queued(srv, run, "long", "waiting", steps=400)
+        try:
+            pid = int(open(pf).read())
+        except (OSError, ValueError):
+            pid = None
+        rank0 = rank_pid(srv.p.pid, 0)
+        os.kill(srv.p.pid, signal.SIGUSR1) if how.startswith("SIGUSR1") else os.kill(pid or srv.p.pid, signal.SIGTERM)
+        try:
+            rc = srv.p.wait(timeout=150)
+        except subprocess.TimeoutExpired:
+            srv.p.kill()
+            rc = None
+        t1.join(30)
+        t2.join(30)
+        report(pid is not None and pid == rank0, "--pid-file holds rank 0's pid (%s, rank 0: %s)" % (pid, rank0))
+        report(res.get("long") == 200 and res.get("waiting") == 503 and rc == 0 and not os.path.exists(pf),
+               "%s: the running request %s, the queued one %s, exit %s, the pid file removed: %s"
+               % (how, res.get("long"), res.get("waiting"), rc, not os.path.exists(pf)))
+    # a pid file naming a live process is another server's: refused at start
+    with open(pf, "w") as f:
+        f.write("%d\n" % os.getpid())
+    r = subprocess.run([PDIT, "serve", "--model", model, "--pid-file", pf, "--listen", "127.0.0.1:0"],
+                       capture_output=True, text=True, timeout=60)
+    report(r.returncode != 0 and r.stderr.count("\n") == 1 and "--pid-file" in r.stderr and
+           open(pf).read() == "%d\n" % os.getpid(), "--pid-file naming a running process: %s" % r.stderr.strip())
+    os.unlink(pf)
+    # the example unit is one systemd reads without a warning
+    unit = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "pdit-serve.service")
+    if shutil.which("systemd-analyze"):
+        text = open(unit).read().replace("/usr/local/bin/pdit", os.path.abspath(PDIT))
+        with open(os.path.join(tmp, "pdit-serve.service"), "w") as f:
+            f.write(text)
+        r = subprocess.run(["systemd-analyze", "verify", os.path.join(tmp, "pdit-serve.service")],
+                           capture_output=True, text=True, timeout=60)
+        report(r.returncode == 0 and not r.stderr.strip() and "KillSignal=SIGUSR1" in text,
+               "examples/pdit-serve.service: systemd-analyze verify says nothing %s" % r.stderr.strip()[-200:])
+    else:
+        print("  skip examples/pdit-serve.service: no systemd-analyze here")
+
+
 def main():
     tmp = tempfile.mkdtemp()
     model = os.path.join(tmp, "m")
@@ -622,6 +679,7 @@ def main():
                 cancel_running(srv, openai_body, fox)
             srv.stop()
         kill_rank(model)
+        clean_stop(model, tmp)
     print("%d failure(s)" % len(failures))
     sys.exit(1 if failures else 0)
 

@@ -11,6 +11,7 @@
 #include "pd_png.h"
 #include "pd_serve.h"
 #include "pd_util.h"
+#include "pd_video.h"
 #include "pdit_cli.h"
 #include "pdit_flags.h"
 
@@ -41,6 +42,14 @@ static const char pd_serve_usage[] =
 	"                                logged when they ask for what pdit does not do\n"
 	"                                (sampler_name other than Euler, restore_faces,\n"
 	"                                enable_hr, scripts, ...); --strict refuses them\n"
+	"  POST /v1/jobs                 OpenAI's body: 202 with the job's id at once;\n"
+	"                                GET /v1/jobs/ID (its phase and step; when done\n"
+	"                                its answer), /v1/jobs/ID/events, DELETE cancels\n"
+	"  videos (Wan2.1)               frames, fps (16) on /v1/jobs or the images API:\n"
+	"                                the MP4 generate -o clip.mp4 writes, also at\n"
+	"                                GET /v1/jobs/ID/video; output_format png: the\n"
+	"                                frames; POST /sdcpp/v1/vid_gen, GET\n"
+	"                                /sdcpp/v1/jobs/ID: stable-diffusion.cpp's\n"
 	"  GET /health, GET /v1/models\n"
 	"Each PNG carries pdit generate's parameters chunk. Bad requests get a 4xx with a\n"
 	"JSON error naming the field; a full queue 429 with Retry-After. SIGTERM or\n"
@@ -53,6 +62,10 @@ static const char pd_serve_examples[] =
 	"  pdit serve --model tiny-model --listen 127.0.0.1:8080 &\n"
 	"  curl -s localhost:8080/v1/images/generations -H 'Content-Type: application/json' \\\n"
 	"      -d '{\"prompt\": \"a red fox\", \"size\": \"256x256\", \"steps\": 4}'\n"
+	"  pdit serve --model Wan2.1-T2V-1.3B-Diffusers &     # then a video job, and its MP4:\n"
+	"  curl -s localhost:8080/v1/jobs -H 'Content-Type: application/json' \\\n"
+	"      -d '{\"prompt\": \"a red kite\", \"size\": \"832x480\", \"frames\": 33}'\n"
+	"  curl -s localhost:8080/v1/jobs/1/video -o kite.mp4\n"
 	"  mpirun -np 2 pdit serve --model FLUX.1-dev --dtype bf16 --ulysses-degree 2 --api-key \"$KEY\"\n";
 
 /* pdit serve's own settings, parsed with the engine's options. */
@@ -171,8 +184,10 @@ static void pd_serve_request(const struct pd_engine_about *ab, const struct pd_s
 	rq->guidance = p->guidance;
 	rq->true_cfg_scale = p->true_cfg_scale;
 	rq->fbcache_threshold = p->fbcache_threshold;
-	/* the APIs answer pictures: a video family makes one frame */
-	rq->frames = 1;
+	/* pictures are one frame (of a video family too); a video the frames
+	 * asked, or the model's */
+	rq->frames = !p->video ? 1 : p->frames ? p->frames : PD_DEFAULT;
+	rq->flow_shift = p->flow_shift;
 	/* A1111's cfg_scale is classifier-free guidance: FLUX's true CFG with
 	 * the negative prompt (1: off), Wan's guidance */
 	if (p->cfg_scale >= 0) {
@@ -287,6 +302,80 @@ static char *pd_serve_pngs(const struct pd_cli_serve *sv, const struct pd_serve_
 	return body;
 }
 
+/* Rank 0: job P's one video from ALL as the answer: the MP4 pdit generate
+ * -o clip.mp4 writes (*MP4, *MP4_LEN), or its frames' PNGs (as generate -o
+ * frame-%03d.png writes them). */
+static char *pd_serve_video(const struct pd_cli_serve *sv, const struct pd_serve_params *p,
+			    const struct pd_result *res, const uint8_t *all, char **info, uint8_t **mp4, size_t *mp4_len)
+{
+	size_t frame = (size_t)res->width * res->height * 3;
+	char *source = pd_cli_prompt_source(p->prompt, p->negative), *text = NULL, *body = NULL, *dir = NULL;
+	char *path = NULL;
+	const char *tmp = getenv("TMPDIR");
+
+	*info = NULL;
+	*mp4 = NULL;
+	*mp4_len = 0;
+	text = source ? pd_cli_parameters(source, p->seed, res, sv->model, sv->dtype) : NULL;
+	if (!text)
+		goto out;
+	if (p->frames_png) {
+		uint8_t **pngs = pd_calloc((size_t)res->frames, sizeof(*pngs), "frames");
+		size_t *lens = pd_calloc((size_t)res->frames, sizeof(*lens), "frames");
+		int ok = pngs && lens;
+
+		for (int f = 0; ok && f < res->frames; f++)
+			ok = !pd_png_encode(all + (size_t)f * frame, res->width, res->height, "parameters", text, &pngs[f],
+					    &lens[f]);
+		if (ok)
+			body = pd_serve_answer(p, res->frames, pngs, lens, text);
+		for (int f = 0; pngs && f < res->frames; f++)
+			free(pngs[f]);
+		free(pngs);
+		free(lens);
+	} else {
+		/* FFmpeg writes files: one in a folder of its own, read back */
+		const char *meta[] = { "title", p->prompt, "comment", text, NULL };
+		char *bytes = NULL;
+		size_t len = 0;
+
+		dir = pd_strfmt("%s/pdit-video-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+		if (!dir)
+			goto out;
+		if (!mkdtemp(dir)) {
+			pd_errorf("a video's file in %s: %s", tmp && tmp[0] ? tmp : "/tmp", strerror(errno));
+			free(dir);
+			dir = NULL;
+			goto out;
+		}
+		path = pd_strfmt("%s/video.mp4", dir);
+		if (path && !pd_video_write(path, all, res->frames, res->width, res->height, p->fps ? p->fps : PD_SERVE_FPS,
+					    meta) && !pd_read_file(path, (size_t)1 << 34, &bytes, &len)) {
+			body = pd_serve_video_answer(p, (const uint8_t *)bytes, len, res->frames, res->width, res->height,
+						     text);
+			if (body) {
+				*mp4 = (uint8_t *)bytes;
+				*mp4_len = len;
+				bytes = NULL;
+			}
+		}
+		free(bytes);
+	}
+out:
+	if (path)
+		unlink(path);
+	if (dir)
+		rmdir(dir);
+	free(path);
+	free(dir);
+	free(source);
+	if (body)
+		*info = text;
+	else
+		free(text);
+	return body;
+}
+
 /* Rank 0's step callback: the job's progress for GET and the streams. */
 struct pd_serve_step {
 	struct pd_serve *srv;           /* the server */
@@ -333,6 +422,8 @@ static void *pd_serve_watcher(void *arg)
  * goes in the log): what the server adds is the rest of a request's time. */
 struct pd_serve_clock {
 	double engine_s;                /* encoding, steps and decoding so far */
+	struct pd_serve *srv;           /* rank 0: the server, for the decode's progress; NULL elsewhere */
+	struct pd_serve_job *job;       /* rank 0: the running job */
 };
 
 static void pd_serve_on_progress(void *ctx, const struct pd_progress *p)
@@ -341,6 +432,8 @@ static void pd_serve_on_progress(void *ctx, const struct pd_progress *p)
 
 	if (p->finished && p->phase != PD_PHASE_LOAD)
 		c->engine_s += p->elapsed;
+	if (c->srv && c->job && p->phase == PD_PHASE_DECODE)
+		pd_serve_phase(c->srv, c->job, PD_JOB_DECODING, p->done, p->total);
 }
 
 static void pd_serve_log_line(void *ctx, const char *line)
@@ -527,6 +620,8 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 			rq.step_ctx = &step;
 		}
 		clock.engine_s = 0;
+		clock.srv = srv;
+		clock.job = job;
 		failed = pd_engine_run(e, &rq, &res);
 		if (!failed)
 			failed = pd_serve_gather(world, &res, &all);
@@ -539,11 +634,25 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 			pd_serve_params_free(&p);
 			goto dead;
 		}
+		if (job && !failed && job->cancel) {
+			/* a cancel during the decode (one collective over the group's
+			 * bands) ends the job when the decode ends: nothing is sent */
+			pd_errorf("cancelled during the decode");
+			failed = 1;
+		} else if (job && !failed && p.video) {
+			pd_serve_phase(srv, job, PD_JOB_WRITING, (int)res.images, (int)res.images);
+		}
 		if (job) {
-			char *info = NULL, *body = failed ? NULL : pd_serve_pngs(&sv, &p, &res, all, &info);
+			uint8_t *mp4 = NULL;
+			size_t mp4_len = 0;
+			char *info = NULL, *body = failed ? NULL
+						  : p.video ? pd_serve_video(&sv, &p, &res, all, &info, &mp4, &mp4_len)
+							    : pd_serve_pngs(&sv, &p, &res, all, &info);
 
+			if (mp4)
+				pd_serve_attach_video(srv, job, mp4, mp4_len);
 			/* a request that cannot run (or was cancelled) leaves the engine ready */
-			if (failed && pd_engine_cancelled(e))
+			if (failed && (pd_engine_cancelled(e) || job->cancel))
 				pd_serve_finish(srv, job, PD_JOB_CANCELLED, 409,
 						pd_serve_error_json(pd_last_error(), "cancelled", NULL), NULL, clock.engine_s);
 			else if (failed) {

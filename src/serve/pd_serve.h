@@ -13,10 +13,14 @@
  *   pd_serve_stop(srv, "stopping");             // the queue gets 503
  *
  * Endpoints: POST /v1/images/generations and /sdapi/v1/txt2img answer when
- * their job ends; POST /v1/jobs (OpenAI's body) answers 202 with the job's
- * id at once; GET /v1/jobs/ID its state (and when done its pictures),
+ * their job ends; POST /v1/jobs (OpenAI's body, with frames and fps for a
+ * video) answers 202 with the job's id at once; GET /v1/jobs/ID its state
+ * (and when done its pictures or video), GET /v1/jobs/ID/video the MP4,
  * DELETE /v1/jobs/ID cancels it, GET /v1/jobs/ID/events streams its
- * progress (Server-Sent Events); GET /health, /v1/models, and / (a page).
+ * progress (Server-Sent Events); POST /sdcpp/v1/vid_gen, GET
+ * /sdcpp/v1/jobs/ID and POST /sdcpp/v1/jobs/ID/cancel are
+ * stable-diffusion.cpp's video job; GET /health, /v1/models, and / (a
+ * page).
  *
  * Nothing here knows the engine: a job is its parameters (pd_serve_params,
  * the same text on every rank) and an answer.
@@ -31,6 +35,7 @@
 enum pd_serve_api {
 	PD_API_OPENAI,                  /* POST /v1/images/generations */
 	PD_API_A1111,                   /* POST /sdapi/v1/txt2img (stable-diffusion.cpp's server) */
+	PD_API_SDCPP_VIDEO,             /* POST /sdcpp/v1/vid_gen (stable-diffusion.cpp's native video job) */
 };
 
 /* What one request asks for: one batch of pictures. Unset numbers are
@@ -47,6 +52,11 @@ struct pd_serve_params {
 	float true_cfg_scale;           /* FLUX's true CFG with the negative prompt; 1: off */
 	float cfg_scale;                /* A1111's cfg_scale (< 0: not given): the pipeline maps it */
 	float fbcache_threshold;        /* First Block Cache; 0: off */
+	float flow_shift;               /* the sampler's shift; 0: the model's */
+	int video;                      /* answered as one video: frames given, or the video route */
+	int frames;                     /* a video's frames; 0: the model's (pictures: one) */
+	int fps;                        /* a video's frames a second; 0: 16 */
+	int frames_png;                 /* a video answered as its frames' PNGs, not an MP4 */
 	/* A1111 fields given with a value pdit does not honour (sampler_name,
 	 * restore_faces, ...), ", "-separated for the job's log line; rank 0
 	 * only (not encoded) */
@@ -59,6 +69,9 @@ struct pd_serve_params {
 #define PD_SERVE_MAX_SIDE 4096      /* pixels per side */
 #define PD_SERVE_MAX_STEPS 1000     /* steps per request */
 #define PD_SERVE_MAX_PIXELS (16 << 20) /* n x width x height of a request */
+#define PD_SERVE_MAX_FRAMES 1025    /* frames of a video */
+#define PD_SERVE_MAX_VIDEO_PIXELS (256 << 20) /* frames x width x height of a video */
+#define PD_SERVE_FPS 16             /* a video's frames a second when not given (pdit generate's) */
 
 /* Parses a request body in dialect API into P. STRICT refuses fields the
  * dialect does not have, and A1111's fields pdit does not honour (given
@@ -82,6 +95,12 @@ char *pd_serve_answer(const struct pd_serve_params *p, int n, uint8_t *const *pn
  * "-n") in the JSON field names of dialect API (malloc'd); *PARAM: the
  * first field it names, or NULL. */
 char *pd_serve_engine_error(enum pd_serve_api api, const char *msg, const char **param);
+/* The answer to a video request: the MP4 (LEN bytes) of FRAMES frames of
+ * WIDTH x HEIGHT in the shape of stable-diffusion.cpp's video result
+ * (output_format, mime_type, fps, frame_count, b64_json) with INFO, the
+ * parameters text (malloc'd). */
+char *pd_serve_video_answer(const struct pd_serve_params *p, const uint8_t *mp4, size_t len, int frames, int width,
+			    int height, const char *info);
 /* An error answer: {"error": {"message", "type", "param"}} (malloc'd). */
 char *pd_serve_error_json(const char *message, const char *type, const char *param);
 
@@ -104,6 +123,13 @@ struct pd_serve_options {
 	void *log_ctx;                  /* log's first argument */
 };
 
+/* What a running job is doing. */
+enum pd_job_phase {
+	PD_JOB_DENOISING,               /* the steps */
+	PD_JOB_DECODING,                /* the VAE */
+	PD_JOB_WRITING,                 /* the video's file (H.264) */
+};
+
 /* Where a job is. */
 enum pd_job_state {
 	PD_JOB_QUEUED,                  /* waiting its turn */
@@ -123,11 +149,15 @@ struct pd_serve_job {
 	/* the rest is the server's, under its lock */
 	enum pd_job_state state;        /* where it is */
 	int step, steps;                /* steps done and to do, while running */
+	enum pd_job_phase phase;        /* what it is doing, while running */
+	int decoded, to_decode;         /* pictures (videos) decoded and to decode, in PD_JOB_DECODING */
 	double t_submit, t_start, t_end; /* queued, started, ended (pd_now) */
 	double engine_s;                /* seconds the engine worked on it (the rest is the server's) */
 	int status;                     /* HTTP status of its answer, once ended */
 	char *body;                     /* the answer's JSON, once ended */
 	char *info;                     /* the parameters text of its PNGs, or NULL */
+	uint8_t *media;                 /* a video job's MP4 once done (GET /v1/jobs/ID/video), or NULL */
+	size_t media_len;               /* its bytes */
 	int refs;                       /* connections holding it (a waiting client, an event stream) */
 	struct pd_serve_job *next;      /* the queue */
 	struct pd_serve_job *older;     /* every job the server keeps, newest first */
@@ -143,6 +173,11 @@ int pd_serve_next(struct pd_serve *s, struct pd_serve_job **job, double timeout)
 /* The running job finished STEP (from 0) of STEPS: for GET and the event
  * streams. */
 void pd_serve_progress(struct pd_serve *s, struct pd_serve_job *job, int step, int steps);
+/* The running job moved to PHASE; DONE of TOTAL pictures decoded. */
+void pd_serve_phase(struct pd_serve *s, struct pd_serve_job *job, enum pd_job_phase phase, int done, int total);
+/* The running job's MP4 (LEN bytes, taken over) for GET /v1/jobs/ID/video,
+ * before pd_serve_finish. */
+void pd_serve_attach_video(struct pd_serve *s, struct pd_serve_job *job, uint8_t *mp4, size_t len);
 /* Ends JOB in STATE with HTTP STATUS and BODY (taken over; INFO too, may
  * be NULL) and wakes whoever waits for it. ENGINE_S: the seconds the
  * engine worked on it (encoding, steps, decoding), for the log. */

@@ -17,10 +17,13 @@
 /* A field of a dialect: its JSON name and what it sets. */
 enum pd_sf_kind { PD_SF_PROMPT, PD_SF_NEGATIVE, PD_SF_N, PD_SF_SIZE, PD_SF_WIDTH, PD_SF_HEIGHT, PD_SF_STEPS,
 		  PD_SF_SEED, PD_SF_GUIDANCE, PD_SF_TRUE_CFG, PD_SF_CFG, PD_SF_FBCACHE, PD_SF_FORMAT, PD_SF_N_ITER,
-		  PD_SF_IGNORED, PD_SF_NOTED };
+		  PD_SF_FRAMES, PD_SF_FPS, PD_SF_VIDEO_FORMAT, PD_SF_FLOW_SHIFT, PD_SF_OBJECT, PD_SF_IGNORED,
+		  PD_SF_NOTED };
 
+/* A field inside an object field is named by its path ("sample_params.
+ * sample_steps"), in the same table as its object (PD_SF_OBJECT). */
 struct pd_serve_field {
-	const char *name;               /* the JSON key */
+	const char *name;               /* the JSON key, or its path */
 	enum pd_sf_kind kind;           /* what it sets */
 	/* PD_SF_NOTED: the values that ask for nothing pdit does not do
 	 * besides null, false, "", [] and {} ("|"-separated, numbers as %g,
@@ -38,6 +41,52 @@ static const struct pd_serve_field pd_sf_openai[] = {
 	{ "seed", PD_SF_SEED, NULL },               { "steps", PD_SF_STEPS, NULL },
 	{ "guidance", PD_SF_GUIDANCE, NULL },       { "negative_prompt", PD_SF_NEGATIVE, NULL },
 	{ "true_cfg_scale", PD_SF_TRUE_CFG, NULL }, { "fbcache_threshold", PD_SF_FBCACHE, NULL },
+	{ "frames", PD_SF_FRAMES, NULL },           { "fps", PD_SF_FPS, NULL },
+	{ "output_format", PD_SF_VIDEO_FORMAT, NULL },
+	{ NULL, PD_SF_IGNORED, NULL },
+};
+
+/* stable-diffusion.cpp's POST /sdcpp/v1/vid_gen (its examples/server/
+ * api.md): its sampling fields nested as it nests them, txt_cfg as A1111's
+ * cfg_scale, distilled_guidance as FLUX's guidance; what only its other
+ * models or inputs use is noted as A1111's fields are. */
+static const struct pd_serve_field pd_sf_sdcpp_video[] = {
+	{ "prompt", PD_SF_PROMPT, NULL },           { "negative_prompt", PD_SF_NEGATIVE, NULL },
+	{ "width", PD_SF_WIDTH, NULL },             { "height", PD_SF_HEIGHT, NULL },
+	{ "seed", PD_SF_SEED, NULL },               { "video_frames", PD_SF_FRAMES, NULL },
+	{ "fps", PD_SF_FPS, NULL },                 { "output_format", PD_SF_VIDEO_FORMAT, NULL },
+	{ "sample_params", PD_SF_OBJECT, NULL },
+	{ "sample_params.sample_steps", PD_SF_STEPS, NULL },
+	{ "sample_params.flow_shift", PD_SF_FLOW_SHIFT, NULL },
+	{ "sample_params.sample_method", PD_SF_NOTED, "euler" },
+	{ "sample_params.scheduler", PD_SF_NOTED, "discrete|default|simple" },
+	{ "sample_params.eta", PD_SF_NOTED, "*" },
+	{ "sample_params.shifted_timestep", PD_SF_NOTED, "0" },
+	{ "sample_params.custom_sigmas", PD_SF_NOTED, "" },
+	{ "sample_params.guidance", PD_SF_OBJECT, NULL },
+	{ "sample_params.guidance.txt_cfg", PD_SF_CFG, NULL },
+	{ "sample_params.guidance.distilled_guidance", PD_SF_GUIDANCE, NULL },
+	{ "sample_params.guidance.img_cfg", PD_SF_NOTED, "*" },
+	{ "sample_params.guidance.slg", PD_SF_OBJECT, NULL },
+	{ "sample_params.guidance.slg.scale", PD_SF_NOTED, "0" },
+	{ "sample_params.guidance.slg.layers", PD_SF_NOTED, "*" },
+	{ "sample_params.guidance.slg.layer_start", PD_SF_NOTED, "*" },
+	{ "sample_params.guidance.slg.layer_end", PD_SF_NOTED, "*" },
+	{ "high_noise_sample_params", PD_SF_NOTED, "*" }, /* Wan2.2's second expert */
+	{ "moe_boundary", PD_SF_NOTED, "*" },
+	{ "vace_strength", PD_SF_NOTED, "*" },
+	{ "strength", PD_SF_NOTED, "*" },         /* with init_image only */
+	{ "clip_skip", PD_SF_NOTED, "-1|0" },
+	{ "init_image", PD_SF_NOTED, "" },
+	{ "end_image", PD_SF_NOTED, "" },
+	{ "control_frames", PD_SF_NOTED, "" },
+	{ "lora", PD_SF_NOTED, "" },
+	{ "vae_tiling_params", PD_SF_NOTED, "*" },
+	{ "cache_mode", PD_SF_NOTED, "disabled" },
+	{ "cache_option", PD_SF_NOTED, "" },
+	{ "scm_mask", PD_SF_NOTED, "" },
+	{ "scm_policy_dynamic", PD_SF_NOTED, "*" },
+	{ "output_compression", PD_SF_NOTED, "*" },
 	{ NULL, PD_SF_IGNORED, NULL },
 };
 
@@ -257,6 +306,32 @@ static int pd_sf_one(struct pd_serve_params *p, const struct pd_serve_field *f, 
 		if (!cJSON_IsString(v) || strcmp(v->valuestring, "b64_json") != 0)
 			return pd_sf_fail(field, f->name, "%s must be \"b64_json\"%s (pdit keeps no files to link to)", "");
 		return 0;
+	case PD_SF_FRAMES:
+		if (pd_sf_int(v, f->name, 1, PD_SERVE_MAX_FRAMES, &d, field))
+			return -1;
+		p->frames = (int)d;
+		p->video = 1;
+		return 0;
+	case PD_SF_FPS:
+		if (pd_sf_int(v, f->name, 1, 240, &d, field))
+			return -1;
+		p->fps = (int)d;
+		return 0;
+	case PD_SF_VIDEO_FORMAT:
+		/* pictures are PNGs (the images APIs' b64_json); a video is H.264
+		 * in MP4, as pdit generate -o clip.mp4 writes it, or its frames */
+		if (cJSON_IsString(v) && strcmp(v->valuestring, "mp4") == 0)
+			p->frames_png = 0;
+		else if (cJSON_IsString(v) && strcmp(v->valuestring, "png") == 0)
+			p->frames_png = 1;
+		else
+			return pd_sf_fail(field, f->name, "%s must be \"mp4\" (H.264) or \"png\" (the frames)%s", "");
+		return 0;
+	case PD_SF_FLOW_SHIFT:
+		/* stable-diffusion.cpp's 0 (or null): the model's */
+		return cJSON_IsNull(v) ? 0 : pd_sf_float(v, f->name, 0, 100, &p->flow_shift, field);
+	case PD_SF_OBJECT:
+		return 0;
 	case PD_SF_N_ITER:
 		if (pd_sf_int(v, f->name, 1, PD_SERVE_MAX_N, &d, field))
 			return -1;
@@ -269,12 +344,69 @@ static int pd_sf_one(struct pd_serve_params *p, const struct pd_serve_field *f, 
 	return 0;
 }
 
+/* The field of TABLE that key KEY of object PATH ("" at the top) is. */
+static const struct pd_serve_field *pd_sf_find(const struct pd_serve_field *table, const char *path, const char *key)
+{
+	size_t n = strlen(path);
+
+	for (const struct pd_serve_field *f = table; f->name; f++)
+		if (n ? strncmp(f->name, path, n) == 0 && f->name[n] == '.' && strcmp(f->name + n + 1, key) == 0
+		      : !strchr(f->name, '.') && strcmp(f->name, key) == 0)
+			return f;
+	return NULL;
+}
+
+/* Object OBJ (at PATH in the body) into P. */
+static int pd_sf_object(struct pd_serve_params *p, const struct pd_serve_field *table, const char *path,
+			const cJSON *obj, int strict, int *n_iter, const char **bad)
+{
+	const cJSON *v;
+
+	cJSON_ArrayForEach(v, obj) {
+		const struct pd_serve_field *f = pd_sf_find(table, path, v->string);
+
+		if (!f) {
+			if (!strict)
+				continue;
+			*bad = v->string;
+			return pd_errorf("%s%s%.100s is not a field of this request (strict mode)", path, *path ? "." : "",
+					 v->string);
+		}
+		if (f->kind == PD_SF_NOTED && !pd_sf_quiet(f, v)) {
+			size_t used = strlen(p->ignored);
+
+			if (strict) {
+				*bad = f->name;
+				return pd_errorf("%s: pdit does not honour it (strict mode; without --strict it is ignored "
+						 "and logged)", f->name);
+			}
+			if (used + strlen(f->name) + 3 < sizeof(p->ignored))
+				snprintf(p->ignored + used, sizeof(p->ignored) - used, "%s%s", used ? ", " : "", f->name);
+		}
+		if (f->kind == PD_SF_OBJECT) {
+			if (cJSON_IsNull(v))
+				continue;
+			if (!cJSON_IsObject(v)) {
+				*bad = f->name;
+				return pd_errorf("%s must be an object", f->name);
+			}
+			if (pd_sf_object(p, table, f->name, v, strict, n_iter, bad))
+				return -1;
+			continue;
+		}
+		if (pd_sf_one(p, f, v, n_iter, bad))
+			return -1;
+	}
+	return 0;
+}
+
 int pd_serve_params_parse(struct pd_serve_params *p, enum pd_serve_api api, const char *body, size_t len, int strict,
 			  char *field, size_t field_len)
 {
-	const struct pd_serve_field *table = api == PD_API_OPENAI ? pd_sf_openai : pd_sf_a1111;
+	const struct pd_serve_field *table = api == PD_API_OPENAI ? pd_sf_openai
+					   : api == PD_API_A1111 ? pd_sf_a1111 : pd_sf_sdcpp_video;
 	const char *bad = NULL;
-	cJSON *root, *v;
+	cJSON *root;
 	int rc = -1, n_iter = 1;
 
 	memset(p, 0, sizeof(*p));
@@ -284,6 +416,7 @@ int pd_serve_params_parse(struct pd_serve_params *p, enum pd_serve_api api, cons
 	p->guidance = -1;
 	p->true_cfg_scale = 1;
 	p->cfg_scale = -1;
+	p->video = api == PD_API_SDCPP_VIDEO;
 	field[0] = 0;
 	root = cJSON_ParseWithLength(body, len);
 	if (!root)
@@ -292,33 +425,8 @@ int pd_serve_params_parse(struct pd_serve_params *p, enum pd_serve_api api, cons
 		pd_errorf("the body must be a JSON object");
 		goto out;
 	}
-	cJSON_ArrayForEach(v, root) {
-		const struct pd_serve_field *f = table;
-
-		while (f->name && strcmp(f->name, v->string) != 0)
-			f++;
-		if (!f->name) {
-			if (!strict)
-				continue;
-			bad = v->string;
-			pd_errorf("%.100s is not a field of this request (strict mode)", v->string);
-			goto out;
-		}
-		if (f->kind == PD_SF_NOTED && !pd_sf_quiet(f, v)) {
-			size_t used = strlen(p->ignored);
-
-			if (strict) {
-				bad = f->name;
-				pd_errorf("%s: pdit does not honour it (strict mode; without --strict it is ignored and "
-					  "logged)", f->name);
-				goto out;
-			}
-			if (used + strlen(f->name) + 3 < sizeof(p->ignored))
-				snprintf(p->ignored + used, sizeof(p->ignored) - used, "%s%s", used ? ", " : "", f->name);
-		}
-		if (pd_sf_one(p, f, v, &n_iter, &bad))
-			goto out;
-	}
+	if (pd_sf_object(p, table, "", root, strict, &n_iter, &bad))
+		goto out;
 	/* A1111's n_iter batches of batch_size, seeds counting on across them */
 	if (n_iter > 1) {
 		if ((int64_t)p->n * n_iter > PD_SERVE_MAX_N) {
@@ -332,6 +440,22 @@ int pd_serve_params_parse(struct pd_serve_params *p, enum pd_serve_api api, cons
 	if (!p->prompt) {
 		bad = "prompt";
 		pd_errorf("prompt is required");
+		goto out;
+	}
+	if (p->video && p->n > 1) {
+		bad = "n";
+		pd_errorf("n: a video request makes one video (got %d)", p->n);
+		goto out;
+	}
+	if ((p->fps || p->frames_png) && !p->video) {
+		bad = p->fps ? "fps" : "output_format";
+		pd_errorf("%s goes with frames (a video request)", bad);
+		goto out;
+	}
+	if (p->video && (int64_t)p->frames * p->width * p->height > PD_SERVE_MAX_VIDEO_PIXELS) {
+		bad = api == PD_API_SDCPP_VIDEO ? "video_frames" : "frames";
+		pd_errorf("%s: %d frames of %dx%d are more than %d pixels a video", bad, p->frames, p->width,
+			  p->height, PD_SERVE_MAX_VIDEO_PIXELS);
 		goto out;
 	}
 	if ((int64_t)p->n * p->width * p->height > PD_SERVE_MAX_PIXELS) {
@@ -373,7 +497,10 @@ char *pd_serve_params_encode(const struct pd_serve_params *p)
 	    cJSON_AddStringToObject(o, "seed", seed) && cJSON_AddNumberToObject(o, "guidance", p->guidance) &&
 	    cJSON_AddNumberToObject(o, "true_cfg_scale", p->true_cfg_scale) &&
 	    cJSON_AddNumberToObject(o, "cfg_scale", p->cfg_scale) &&
-	    cJSON_AddNumberToObject(o, "fbcache_threshold", p->fbcache_threshold))
+	    cJSON_AddNumberToObject(o, "fbcache_threshold", p->fbcache_threshold) &&
+	    cJSON_AddNumberToObject(o, "flow_shift", p->flow_shift) && cJSON_AddNumberToObject(o, "video", p->video) &&
+	    cJSON_AddNumberToObject(o, "frames", p->frames) && cJSON_AddNumberToObject(o, "fps", p->fps) &&
+	    cJSON_AddNumberToObject(o, "frames_png", p->frames_png))
 		text = cJSON_PrintUnformatted(o);
 	cJSON_Delete(o);
 	return text;
@@ -397,6 +524,11 @@ int pd_serve_params_decode(struct pd_serve_params *p, const char *text)
 	p->true_cfg_scale = (float)NUM("true_cfg_scale");
 	p->cfg_scale = (float)NUM("cfg_scale");
 	p->fbcache_threshold = (float)NUM("fbcache_threshold");
+	p->flow_shift = (float)NUM("flow_shift");
+	p->video = (int)NUM("video");
+	p->frames = (int)NUM("frames");
+	p->fps = (int)NUM("fps");
+	p->frames_png = (int)NUM("frames_png");
 #undef NUM
 	seed = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "seed"));
 	p->seed = seed ? strtoull(seed, NULL, 10) : 0;
@@ -497,6 +629,24 @@ char *pd_serve_answer(const struct pd_serve_params *p, int n, uint8_t *const *pn
 	return text;
 }
 
+char *pd_serve_video_answer(const struct pd_serve_params *p, const uint8_t *mp4, size_t len, int frames, int width,
+			    int height, const char *info)
+{
+	cJSON *o = cJSON_CreateObject();
+	char *b64 = pd_base64(mp4, len), *text = NULL;
+
+	if (o && b64 && cJSON_AddStringToObject(o, "output_format", "mp4") &&
+	    cJSON_AddStringToObject(o, "mime_type", "video/mp4") &&
+	    cJSON_AddNumberToObject(o, "fps", p->fps ? p->fps : PD_SERVE_FPS) &&
+	    cJSON_AddNumberToObject(o, "frame_count", frames) && cJSON_AddNumberToObject(o, "width", width) &&
+	    cJSON_AddNumberToObject(o, "height", height) && cJSON_AddStringToObject(o, "b64_json", b64) &&
+	    cJSON_AddStringToObject(o, "info", info ? info : ""))
+		text = cJSON_PrintUnformatted(o);
+	free(b64);
+	cJSON_Delete(o);
+	return text;
+}
+
 char *pd_serve_error_json(const char *message, const char *type, const char *param)
 {
 	cJSON *o = cJSON_CreateObject(), *e = o ? cJSON_AddObjectToObject(o, "error") : NULL;
@@ -513,26 +663,28 @@ char *pd_serve_error_json(const char *message, const char *type, const char *par
  * dialect that set the same thing (longer flags first: "-n/--negative-prompt"
  * before "-n"). */
 static const struct {
-	const char *flag, *openai, *a1111;
+	const char *flag;
+	const char *field[3];           /* by enum pd_serve_api */
 } pd_serve_flag_fields[] = {
-	{ "-H/--height and -W/--width", "size", "width and height" },
-	{ "-n/--negative-prompt", "negative_prompt", "negative_prompt" },
-	{ "-p/--prompt", "prompt", "prompt" },
-	{ "-n \"...\"", "negative_prompt", "negative_prompt" },
-	{ "--true-cfg-scale", "true_cfg_scale", "true_cfg_scale" },
-	{ "--fbcache-threshold", "fbcache_threshold", "fbcache_threshold" },
-	{ "--guidance", "guidance", "guidance" },
-	{ "--steps", "steps", "steps" },
-	{ "--batch", "n", "batch_size" },
-	{ "--frames", "frames", "frames" },
-	{ "--fps", "fps", "fps" },
+	{ "-H/--height and -W/--width", { "size", "width and height", "width and height" } },
+	{ "-n/--negative-prompt", { "negative_prompt", "negative_prompt", "negative_prompt" } },
+	{ "-p/--prompt", { "prompt", "prompt", "prompt" } },
+	{ "-n \"...\"", { "negative_prompt", "negative_prompt", "negative_prompt" } },
+	{ "--true-cfg-scale", { "true_cfg_scale", "true_cfg_scale", "sample_params.guidance.txt_cfg" } },
+	{ "--fbcache-threshold", { "fbcache_threshold", "fbcache_threshold", "fbcache_threshold" } },
+	{ "--guidance", { "guidance", "guidance", "sample_params.guidance.txt_cfg" } },
+	{ "--steps", { "steps", "steps", "sample_params.sample_steps" } },
+	{ "--batch", { "n", "batch_size", "n" } },
+	{ "--frames", { "frames", "frames", "video_frames" } },
+	{ "--fps", { "fps", "fps", "fps" } },
+	{ "--flow-shift", { "flow_shift", "flow_shift", "sample_params.flow_shift" } },
 };
 
 char *pd_serve_engine_error(enum pd_serve_api api, const char *msg, const char **param)
 {
 	size_t n = sizeof(pd_serve_flag_fields) / sizeof(pd_serve_flag_fields[0]), k = 0;
-	/* no field is more than twice as long as its flag */
-	char *out = pd_malloc(strlen(msg) * 3 + 1, "an error message");
+	/* no field is more than four times as long as its flag */
+	char *out = pd_malloc(strlen(msg) * 4 + 1, "an error message");
 
 	*param = NULL;
 	if (!out)
@@ -553,8 +705,7 @@ char *pd_serve_engine_error(enum pd_serve_api api, const char *msg, const char *
 			continue;
 		}
 		{
-			const char *field = api == PD_API_OPENAI ? pd_serve_flag_fields[i].openai
-								 : pd_serve_flag_fields[i].a1111;
+			const char *field = pd_serve_flag_fields[i].field[api];
 
 			if (!*param)
 				/* "width and height" is no one field: its first is */

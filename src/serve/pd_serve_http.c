@@ -134,7 +134,7 @@ static enum MHD_Result pd_generate(struct pd_serve *s, struct MHD_Connection *c,
 {
 	struct pd_serve_params p;
 	struct pd_serve_job *job;
-	char field[128], peer[64], *body;
+	char field[128], peer[64], frames[64], *body;
 	int status, retry = 0, w, h, steps, n, gone;
 	unsigned long long seed;
 	double t0 = pd_now();
@@ -145,6 +145,10 @@ static enum MHD_Result pd_generate(struct pd_serve *s, struct MHD_Connection *c,
 		return pd_reply_error(c, 400, "invalid_request_error", field[0] ? field : NULL, pd_last_error(), 0);
 	}
 	w = p.width, h = p.height, steps = p.steps, n = p.n, seed = (unsigned long long)p.seed;
+	if (p.video && p.frames)
+		snprintf(frames, sizeof(frames), ", a video of %d frames", p.frames);
+	else
+		snprintf(frames, sizeof(frames), "%s", p.video ? ", a video of the model's frames" : "");
 	status = pd_jobs_submit(s, &p, async, &job, &retry);
 	if (status) {
 		pd_serve_params_free(&p);
@@ -155,9 +159,17 @@ static enum MHD_Result pd_generate(struct pd_serve *s, struct MHD_Connection *c,
 		       : status == 503 ? pd_reply_error(c, 503, "server_error", NULL, "the server is stopping", 0)
 				       : pd_reply_error(c, 500, "server_error", NULL, "out of memory", 0);
 	}
-	pd_serve_log(s, "pdit: job %llu: POST %s from %s: %dx%d, %d step(s), n %d, seed %llu%s%s%s",
-		     (unsigned long long)job->id, url, peer, w, h, steps, n, seed,
+	pd_serve_log(s, "pdit: job %llu: POST %s from %s: %dx%d%s, %d step(s), n %d, seed %llu%s%s%s",
+		     (unsigned long long)job->id, url, peer, w, h, frames, steps, n, seed,
 		     job->params.ignored[0] ? " (ignored: " : "", job->params.ignored, job->params.ignored[0] ? ")" : "");
+	if (async && api == PD_API_SDCPP_VIDEO) {
+		/* stable-diffusion.cpp's acknowledgement */
+		body = pd_strfmt("{\"id\":\"%llu\",\"kind\":\"vid_gen\",\"status\":\"queued\",\"created\":%lld,"
+				 "\"poll_url\":\"/sdcpp/v1/jobs/%llu\"}", (unsigned long long)job->id, (long long)time(NULL),
+				 (unsigned long long)job->id);
+		pd_jobs_release(s, job);
+		return pd_reply(c, 202, body, 0);
+	}
 	if (async) {
 		body = pd_jobs_json(s, job);
 		pd_jobs_release(s, job);
@@ -179,23 +191,86 @@ static enum MHD_Result pd_generate(struct pd_serve *s, struct MHD_Connection *c,
 	return pd_reply(c, status, body, 0);
 }
 
-/* /v1/jobs/ID and /v1/jobs/ID/events. */
+/* A video job's MP4 (GET /v1/jobs/ID/video): what the page plays. */
+static enum MHD_Result pd_job_video(struct pd_serve *s, struct MHD_Connection *c, struct pd_serve_job *job)
+{
+	struct MHD_Response *r = NULL;
+	enum MHD_Result ret;
+	int state;
+
+	pthread_mutex_lock(&s->mu);
+	state = job->state;
+	if (job->media)
+		r = MHD_create_response_from_buffer(job->media_len, job->media, MHD_RESPMEM_MUST_COPY);
+	pthread_mutex_unlock(&s->mu);
+	pd_jobs_release(s, job);
+	if (!r && state == PD_JOB_DONE)
+		return pd_reply_error(c, 404, "invalid_request_error", "id",
+				      "this job made no MP4 (pictures, or its video's frames as PNGs)", 0);
+	if (!r && state < PD_JOB_DONE)
+		return pd_reply_error(c, 409, "invalid_request_error", "id", "the job has not ended yet", 0);
+	if (!r)
+		return pd_reply_error(c, 404, "invalid_request_error", "id", "the job ended without a video", 0);
+	MHD_add_response_header(r, "Content-Type", "video/mp4");
+	ret = MHD_queue_response(c, 200, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+/* stable-diffusion.cpp's /sdcpp/v1/jobs/ID and /sdcpp/v1/jobs/ID/cancel. */
+static enum MHD_Result pd_sdcpp_job_route(struct pd_serve *s, struct MHD_Connection *c, const char *url,
+					  const char *method)
+{
+	const char *rest = url + strlen("/sdcpp/v1/jobs/");
+	char *end, *body;
+	unsigned long long id = strtoull(rest, &end, 10);
+	int cancel = strcmp(end, "/cancel") == 0, status = 200;
+	struct pd_serve_job *job;
+
+	if (end == rest || (*end && !cancel))
+		return pd_reply_error(c, 404, "invalid_request_error", NULL, "no such endpoint", 0);
+	if (strcmp(method, cancel ? "POST" : "GET") != 0)
+		return pd_reply_error(c, 405, "invalid_request_error", NULL, cancel ? "use POST" : "use GET", 0);
+	job = pd_jobs_find(s, id);
+	if (!job)
+		return pd_reply_error(c, 404, "invalid_request_error", "id", "no such job (ended jobs are kept a while)", 0);
+	if (cancel) {
+		status = pd_jobs_cancel(s, job);
+		pd_serve_log(s, "pdit: job %llu: cancel -> %d", id, status);
+		status = status == 202 ? 200 : status;
+	}
+	body = pd_jobs_json_sdcpp(s, job);
+	pd_jobs_release(s, job);
+	if (status == 409) {
+		free(body);
+		return pd_reply_error(c, 409, "invalid_request_error", "id", "the job has already ended", 0);
+	}
+	return pd_reply(c, status, body, 0);
+}
+
+/* /v1/jobs/ID, /v1/jobs/ID/events and /v1/jobs/ID/video. */
 static enum MHD_Result pd_job_route(struct pd_serve *s, struct MHD_Connection *c, const char *url,
 				    const char *method)
 {
 	const char *rest = url + strlen("/v1/jobs/");
 	char *end;
 	unsigned long long id = strtoull(rest, &end, 10);
-	int events = strcmp(end, "/events") == 0;
+	int events = strcmp(end, "/events") == 0, video = strcmp(end, "/video") == 0;
 	struct pd_serve_job *job;
 	struct MHD_Response *r;
 	enum MHD_Result ret;
 
-	if (end == rest || (*end && !events))
+	if (end == rest || (*end && !events && !video))
 		return pd_reply_error(c, 404, "invalid_request_error", NULL, "no such endpoint", 0);
 	job = pd_jobs_find(s, id);
 	if (!job)
 		return pd_reply_error(c, 404, "invalid_request_error", "id", "no such job (ended jobs are kept a while)", 0);
+	if (video) {
+		if (strcmp(method, "GET") == 0)
+			return pd_job_video(s, c, job);
+		pd_jobs_release(s, job);
+		return pd_reply_error(c, 405, "invalid_request_error", NULL, "use GET", 0);
+	}
 	if (events && strcmp(method, "GET") == 0) {
 		r = pd_jobs_events(s, job);
 		if (!r)
@@ -283,6 +358,8 @@ static enum MHD_Result pd_handler(void *cls, struct MHD_Connection *c, const cha
 		gen = 1, api = PD_API_A1111;
 	else if (strcmp(url, "/v1/jobs") == 0)
 		gen = 1, async = 1;
+	else if (strcmp(url, "/sdcpp/v1/vid_gen") == 0)
+		gen = 1, async = 1, api = PD_API_SDCPP_VIDEO;
 	if (!k) {
 		/* the first call: headers only. Refusals that need no body go now. */
 		k = pd_calloc(1, sizeof(*k), "a connection");
@@ -348,6 +425,8 @@ static enum MHD_Result pd_handler(void *cls, struct MHD_Connection *c, const cha
 		return pd_generate(s, c, url, api, async, k);
 	if (strncmp(url, "/v1/jobs/", 9) == 0)
 		return pd_job_route(s, c, url, method);
+	if (strncmp(url, "/sdcpp/v1/jobs/", 15) == 0)
+		return pd_sdcpp_job_route(s, c, url, method);
 	if (get && strcmp(url, "/") == 0)
 		return pd_page(c);
 	if (get && strcmp(url, "/health") == 0)
@@ -440,7 +519,7 @@ int pd_serve_start(struct pd_serve **out, const struct pd_serve_options *o)
 
 		inet_ntop(AF_INET, &a.sin_addr, host, sizeof(host));
 		pd_serve_log(s, "pdit: serving %s on http://%s:%u (POST /v1/images/generations, /sdapi/v1/txt2img, "
-			     "/v1/jobs; GET /, /health, /v1/models)", o->model ? o->model : "", host,
+			     "/v1/jobs, /sdcpp/v1/vid_gen; GET /, /health, /v1/models)", o->model ? o->model : "", host,
 			     di ? (unsigned)di->port : (unsigned)ntohs(a.sin_port));
 	}
 	*out = s;

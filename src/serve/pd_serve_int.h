@@ -52,6 +52,8 @@ void pd_jobs_release(struct pd_serve *s, struct pd_serve_job *job);
 int pd_jobs_cancel(struct pd_serve *s, struct pd_serve_job *job);
 /* JOB as GET /v1/jobs/ID shows it (malloc'd). */
 char *pd_jobs_json(struct pd_serve *s, struct pd_serve_job *job);
+/* JOB as stable-diffusion.cpp's GET /sdcpp/v1/jobs/ID shows it (malloc'd). */
+char *pd_jobs_json_sdcpp(struct pd_serve *s, struct pd_serve_job *job);
 /* A Server-Sent Events response following JOB (its reference taken over). */
 struct MHD_Response *pd_jobs_events(struct pd_serve *s, struct pd_serve_job *job);
 

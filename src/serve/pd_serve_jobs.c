@@ -9,6 +9,7 @@
 #include "pd_util.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,12 +18,16 @@
 #include <unistd.h>
 
 static const char *const pd_job_names[] = { "queued", "running", "done", "failed", "cancelled" };
+static const char *const pd_phase_names[] = { "denoising", "decoding", "writing" };
+/* stable-diffusion.cpp's names of the same states */
+static const char *const pd_sdcpp_names[] = { "queued", "generating", "completed", "failed", "cancelled" };
 
 static void pd_job_free(struct pd_serve_job *j)
 {
 	pd_serve_params_free(&j->params);
 	free(j->body);
 	free(j->info);
+	free(j->media);
 	free(j);
 }
 
@@ -213,9 +218,14 @@ char *pd_jobs_json(struct pd_serve *s, struct pd_serve_job *job)
 		info = str ? cJSON_PrintUnformatted(str) : NULL;
 		cJSON_Delete(str);
 	}
-	text = pd_strfmt("{\"id\":\"%llu\",\"object\":\"job\",\"status\":\"%s\",\"step\":%d,\"steps\":%d,"
+	text = pd_strfmt("{\"id\":\"%llu\",\"object\":\"job\",\"status\":\"%s\",\"phase\":%s%s%s,\"step\":%d,"
+			 "\"steps\":%d,\"decoded\":%d,\"to_decode\":%d,\"video\":%s,"
 			 "\"queue_position\":%d,\"seconds\":%.3f,\"engine_seconds\":%.3f,\"parameters\":%s%s%s}",
-			 (unsigned long long)job->id, pd_job_names[job->state], job->step, job->steps,
+			 (unsigned long long)job->id, pd_job_names[job->state],
+			 job->state == PD_JOB_RUNNING ? "\"" : "", job->state == PD_JOB_RUNNING ? pd_phase_names[job->phase]
+											  : "null",
+			 job->state == PD_JOB_RUNNING ? "\"" : "", job->step, job->steps, job->decoded, job->to_decode,
+			 job->params.video ? "true" : "false",
 			 job->state == PD_JOB_QUEUED ? pd_jobs_position(s, job) : 0,
 			 (job->state >= PD_JOB_DONE ? job->t_end : pd_now()) - job->t_submit, job->engine_s,
 			 info ? info : "null",
@@ -223,6 +233,64 @@ char *pd_jobs_json(struct pd_serve *s, struct pd_serve_job *job)
 			 job->state >= PD_JOB_DONE && job->body ? job->body : "");
 	pthread_mutex_unlock(&s->mu);
 	cJSON_free(info);
+	return text;
+}
+
+/* The Unix time of T (pd_now's clock). */
+static double pd_wall(double t)
+{
+	return (double)time(NULL) - (pd_now() - t);
+}
+
+char *pd_jobs_json_sdcpp(struct pd_serve *s, struct pd_serve_job *job)
+{
+	cJSON *o = cJSON_CreateObject(), *result = NULL, *error = NULL;
+	char id[32], *text = NULL;
+	int ok;
+
+	snprintf(id, sizeof(id), "%llu", (unsigned long long)job->id);
+	pthread_mutex_lock(&s->mu);
+	/* the answer is the result when done; an error answer's message the
+	 * error otherwise */
+	if (job->state >= PD_JOB_DONE && job->body) {
+		cJSON *body = cJSON_Parse(job->body);
+
+		if (job->state == PD_JOB_DONE) {
+			result = body;
+		} else {
+			cJSON *e = cJSON_GetObjectItemCaseSensitive(body, "error");
+			const char *msg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "message"));
+
+			error = cJSON_CreateObject();
+			if (error && (!cJSON_AddStringToObject(error, "code", job->state == PD_JOB_CANCELLED
+										   ? "cancelled" : "generation_failed") ||
+				      !cJSON_AddStringToObject(error, "message", msg ? msg : ""))) {
+				cJSON_Delete(error);
+				error = NULL;
+			}
+			cJSON_Delete(body);
+		}
+	}
+	ok = o && cJSON_AddStringToObject(o, "id", id) &&
+	     cJSON_AddStringToObject(o, "kind", job->params.video ? "vid_gen" : "img_gen") &&
+	     cJSON_AddStringToObject(o, "status", pd_sdcpp_names[job->state]) &&
+	     cJSON_AddNumberToObject(o, "created", floor(pd_wall(job->t_submit))) &&
+	     (job->t_start > 0 ? cJSON_AddNumberToObject(o, "started", floor(pd_wall(job->t_start))) != NULL
+			       : cJSON_AddNullToObject(o, "started") != NULL) &&
+	     (job->state >= PD_JOB_DONE ? cJSON_AddNumberToObject(o, "completed", floor(pd_wall(job->t_end))) != NULL
+					: cJSON_AddNullToObject(o, "completed") != NULL) &&
+	     cJSON_AddNumberToObject(o, "queue_position", job->state == PD_JOB_QUEUED ? pd_jobs_position(s, job) : 0) &&
+	     cJSON_AddNumberToObject(o, "step", job->step) && cJSON_AddNumberToObject(o, "steps", job->steps);
+	pthread_mutex_unlock(&s->mu);
+	if (ok) {
+		cJSON_AddItemToObject(o, "result", result ? result : cJSON_CreateNull());
+		cJSON_AddItemToObject(o, "error", error ? error : cJSON_CreateNull());
+		result = error = NULL;
+		text = cJSON_PrintUnformatted(o);
+	}
+	cJSON_Delete(result);
+	cJSON_Delete(error);
+	cJSON_Delete(o);
 	return text;
 }
 
@@ -235,6 +303,8 @@ struct pd_events {
 	struct pd_serve *s;             /* the server */
 	struct pd_serve_job *job;       /* followed (a reference held) */
 	int sent_step;                  /* the last step sent (-1: none) */
+	enum pd_job_phase sent_phase;   /* the last phase sent */
+	int sent_decoded;               /* the last count of decoded pictures sent */
 	enum pd_job_state sent_state;   /* the last state sent */
 	int first, ended;               /* nothing sent yet; the end event sent */
 	char pending[512];              /* an event not yet handed over */
@@ -260,23 +330,29 @@ static ssize_t pd_events_read(void *cls, uint64_t pos, char *buf, size_t max)
 		clock_gettime(CLOCK_REALTIME, &until);
 		until.tv_sec += s->o.io_timeout > 2 ? s->o.io_timeout / 2 : 1;
 		pthread_mutex_lock(&s->mu);
-		while (!ev->first && !s->stopping && j->step == ev->sent_step && j->state == ev->sent_state &&
-		       pthread_cond_timedwait(&s->changed_cv, &s->mu, &until) == 0)
+#define PD_EV_SAME (j->step == ev->sent_step && j->state == ev->sent_state && j->phase == ev->sent_phase && \
+		    j->decoded == ev->sent_decoded)
+		while (!ev->first && !s->stopping && PD_EV_SAME && pthread_cond_timedwait(&s->changed_cv, &s->mu, &until) == 0)
 			;
 		ev->off = 0;
-		if (!ev->first && !s->stopping && j->step == ev->sent_step && j->state == ev->sent_state) {
+		if (!ev->first && !s->stopping && PD_EV_SAME) {
+#undef PD_EV_SAME
 			/* quiet: a comment keeps the connection (and proxies) from closing it */
 			ev->len = (size_t)snprintf(ev->pending, sizeof(ev->pending), ": waiting\n\n");
 		} else {
 			int end = j->state >= PD_JOB_DONE || s->stopping;
 
 			ev->len = (size_t)snprintf(ev->pending, sizeof(ev->pending),
-						   "event: %s\ndata: {\"id\":\"%llu\",\"status\":\"%s\",\"step\":%d,"
-						   "\"steps\":%d,\"queue_position\":%d}\n\n",
+						   "event: %s\ndata: {\"id\":\"%llu\",\"status\":\"%s\",\"phase\":\"%s\","
+						   "\"step\":%d,\"steps\":%d,\"decoded\":%d,\"to_decode\":%d,"
+						   "\"queue_position\":%d}\n\n",
 						   end ? "end" : "progress", (unsigned long long)j->id,
 						   s->stopping && j->state < PD_JOB_DONE ? "stopping" : pd_job_names[j->state],
-						   j->step, j->steps, j->state == PD_JOB_QUEUED ? pd_jobs_position(s, j) : 0);
+						   pd_phase_names[j->phase], j->step, j->steps, j->decoded, j->to_decode,
+						   j->state == PD_JOB_QUEUED ? pd_jobs_position(s, j) : 0);
 			ev->sent_step = j->step;
+			ev->sent_phase = j->phase;
+			ev->sent_decoded = j->decoded;
 			ev->sent_state = j->state;
 			ev->first = 0;
 			ev->ended = end;
@@ -360,6 +436,25 @@ void pd_serve_progress(struct pd_serve *s, struct pd_serve_job *job, int step, i
 	job->step = step + 1;
 	job->steps = steps;
 	pthread_cond_broadcast(&s->changed_cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void pd_serve_phase(struct pd_serve *s, struct pd_serve_job *job, enum pd_job_phase phase, int done, int total)
+{
+	pthread_mutex_lock(&s->mu);
+	job->phase = phase;
+	job->decoded = done;
+	job->to_decode = total;
+	pthread_cond_broadcast(&s->changed_cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void pd_serve_attach_video(struct pd_serve *s, struct pd_serve_job *job, uint8_t *mp4, size_t len)
+{
+	pthread_mutex_lock(&s->mu);
+	free(job->media);
+	job->media = mp4;
+	job->media_len = len;
 	pthread_mutex_unlock(&s->mu);
 }
 

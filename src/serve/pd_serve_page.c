@@ -1,7 +1,9 @@
 /*
  * pd_serve_page.c - the page GET / serves: one self-contained file (no
  * external scripts, styles or fonts), which submits to /v1/jobs, polls the
- * job for its progress and shows the picture and its parameters.
+ * job for its progress (steps, then the decode) and shows the picture, or
+ * plays the video (frames given: its MP4 from /v1/jobs/ID/video), and its
+ * parameters.
  */
 #include "pd_serve_int.h"
 
@@ -14,7 +16,7 @@ const char pd_serve_page[] =
 	"label{display:block;margin:.5em 0 .2em}textarea,input{font:inherit;padding:.3em;box-sizing:border-box}\n"
 	"textarea{width:100%}.row{display:flex;gap:1em;flex-wrap:wrap}.row label{flex:1}\n"
 	".row input{width:100%}button{font:inherit;padding:.4em 1.2em;margin:1em .5em 0 0}\n"
-	"progress{width:100%}#picture{max-width:100%;margin-top:1em;display:none}\n"
+	"progress{width:100%}#picture,#video{max-width:100%;margin-top:1em;display:none}\n"
 	"pre{white-space:pre-wrap;background:#f4f4f4;padding:.6em}#error{color:#b00}\n"
 	"</style></head><body>\n"
 	"<h1>pdit</h1>\n"
@@ -26,6 +28,8 @@ const char pd_serve_page[] =
 	"<label>Height<input id=\"height\" type=\"number\" min=\"16\" max=\"4096\" step=\"16\" value=\"512\"></label>\n"
 	"<label>Steps<input id=\"steps\" type=\"number\" min=\"1\" max=\"1000\" placeholder=\"model's\"></label>\n"
 	"<label>Seed<input id=\"seed\" type=\"number\" min=\"0\" value=\"42\"></label>\n"
+	"<label>Frames<input id=\"frames\" type=\"number\" min=\"1\" max=\"1025\" placeholder=\"a picture\"></label>\n"
+	"<label>FPS<input id=\"fps\" type=\"number\" min=\"1\" max=\"240\" placeholder=\"16\"></label>\n"
 	"</div>\n"
 	"<label for=\"key\">API key (when the server has one)</label><input id=\"key\" type=\"password\">\n"
 	"<div><button id=\"go\" type=\"submit\">Generate</button>"
@@ -34,6 +38,7 @@ const char pd_serve_page[] =
 	"<p id=\"status\"></p><progress id=\"progress\" value=\"0\" max=\"1\"></progress>\n"
 	"<p id=\"error\"></p>\n"
 	"<img id=\"picture\" alt=\"the picture\">\n"
+	"<video id=\"video\" controls autoplay loop muted playsinline></video>\n"
 	"<pre id=\"parameters\"></pre>\n"
 	"<script>\n"
 	"'use strict';\n"
@@ -52,7 +57,8 @@ const char pd_serve_page[] =
 	"}\n"
 	"function show(j) {\n"
 	"  $('status').textContent = j.status === 'queued' ? 'queued (position ' + j.queue_position + ')'\n"
-	"    : j.status === 'running' ? 'step ' + j.step + ' of ' + j.steps : j.status;\n"
+	"    : j.status !== 'running' ? j.status : j.phase === 'decoding' ? 'decoding'\n"
+	"    : j.phase === 'writing' ? 'writing the video' : 'step ' + j.step + ' of ' + j.steps;\n"
 	"  $('progress').max = Math.max(j.steps, 1);\n"
 	"  $('progress').value = j.status === 'done' ? $('progress').max : j.step;\n"
 	"}\n"
@@ -60,6 +66,14 @@ const char pd_serve_page[] =
 	"  for (;;) {\n"
 	"    const j = await call('GET', '/v1/jobs/' + id);\n"
 	"    show(j);\n"
+	"    if (j.status === 'done' && j.result.mime_type === 'video/mp4') {\n"
+	"      const r = await fetch('/v1/jobs/' + id + '/video', {headers: headers()});\n"
+	"      if (!r.ok) throw new Error('the video: ' + r.statusText);\n"
+	"      $('video').src = URL.createObjectURL(await r.blob());\n"
+	"      $('video').style.display = 'block';\n"
+	"      $('parameters').textContent = j.parameters || '';\n"
+	"      return;\n"
+	"    }\n"
 	"    if (j.status === 'done') {\n"
 	"      $('picture').src = 'data:image/png;base64,' + j.result.data[0].b64_json;\n"
 	"      $('picture').style.display = 'block';\n"
@@ -77,11 +91,14 @@ const char pd_serve_page[] =
 	"  ev.preventDefault();\n"
 	"  $('error').textContent = '';\n"
 	"  $('picture').style.display = 'none';\n"
+	"  $('video').style.display = 'none';\n"
 	"  $('parameters').textContent = '';\n"
 	"  const body = {prompt: $('prompt').value, size: $('width').value + 'x' + $('height').value,\n"
 	"                seed: Number($('seed').value), response_format: 'b64_json'};\n"
 	"  if ($('negative').value) body.negative_prompt = $('negative').value;\n"
 	"  if ($('steps').value) body.steps = Number($('steps').value);\n"
+	"  if ($('frames').value) body.frames = Number($('frames').value);\n"
+	"  if ($('frames').value && $('fps').value) body.fps = Number($('fps').value);\n"
 	"  $('go').disabled = true;\n"
 	"  $('cancel').disabled = false;\n"
 	"  try {\n"

@@ -7,7 +7,12 @@
    PNGs byte for byte equal to `pdit generate`'s with the same arguments (pixels and the parameters
    chunk); /health and /v1/models answer. A Wan2.1 folder served the same way: A1111's cfg_scale as its
    guidance, one frame, generate's PNG. Nothing is read again: with the model folder moved away after
-   the first requests, later ones still give generate's PNGs (the text encoders stay loaded). A1111's
+   the first requests, later ones still give generate's PNGs (the text encoders stay loaded). Its videos:
+   POST /v1/jobs with frames and fps gives pdit generate's MP4 byte for byte (GET /v1/jobs/ID/video and
+   the result), output_format png generate's frames; stable-diffusion.cpp's POST /sdcpp/v1/vid_gen and
+   its poll_url the same MP4, its refusals naming its fields; a long video's progress through the decode
+   (the event stream), a cancel during the decode and a waiting client that hangs up during it end the
+   job, the next one right; the page plays the video in headless Chromium. A1111's
    cfg_scale without a negative prompt is true CFG with "" and Forge's distilled_cfg_scale the guidance
    (generate's PNG); its other fields are accepted, those pdit does not honour named in the log, n_iter
    honoured. The web page in headless Chromium: a prompt submitted,
@@ -357,6 +362,160 @@ def kill_rank(model):
            % (took, rc))
 
 
+def raw(srv, path):
+    """(status, bytes, content type) of a GET."""
+    try:
+        with urllib.request.urlopen(srv.url(path), timeout=60) as r:
+            return r.status, r.read(), r.headers.get("Content-Type")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), e.headers.get("Content-Type")
+
+
+def videos(wan, tmp):
+    """A Wan2.1 folder's videos through the service: the job API with frames and fps (the MP4 of pdit
+    generate -o clip.mp4, byte for byte, at /v1/jobs/ID/video and in the result), its frames as
+    generate's PNGs, stable-diffusion.cpp's vid_gen and job routes, progress through the decode, a
+    cancel during the decode, a client that hangs up, the page playing the video."""
+    gen = [PDIT, "generate", "--model", wan, "-p", "a red kite", "-H", "32", "-W", "48", "--steps", "2", "-s", "9",
+           "--guidance", "3", "-q", "--frames", "5"]
+    subprocess.run([*gen, "--fps", "8", "-o", os.path.join(tmp, "kite.mp4")], check=True)
+    subprocess.run([*gen, "-o", os.path.join(tmp, "kite16.mp4")], check=True)
+    subprocess.run([*gen, "-o", os.path.join(tmp, "kite-%d.png")], check=True)
+    mp4 = open(os.path.join(tmp, "kite.mp4"), "rb").read()
+    mp4_16 = open(os.path.join(tmp, "kite16.mp4"), "rb").read()
+    frames = [open(os.path.join(tmp, "kite-%d.png" % f), "rb").read() for f in range(5)]
+    srv = Server(["--model", wan, "--queue", "4"])
+    body = {"prompt": "a red kite", "size": "48x32", "steps": 2, "seed": 9, "guidance": 3, "frames": 5, "fps": 8}
+    st, j, _ = post(srv, "/v1/jobs", body)
+    j = wait_job(srv, j["id"], ("done", "failed", "cancelled")) if st == 202 else {}
+    res = j.get("result") or {}
+    st2, got, ctype = raw(srv, "/v1/jobs/%s/video" % j.get("id"))
+    report(j.get("status") == "done" and got == mp4 and ctype == "video/mp4" and
+           base64.b64decode(res.get("b64_json", "")) == mp4 and res.get("mime_type") == "video/mp4" and
+           res.get("frame_count") == 5 and res.get("fps") == 8,
+           "POST /v1/jobs with frames 5, fps 8: GET /v1/jobs/ID/video (%s, %s) and the result are pdit generate's "
+           "MP4 byte for byte (%d bytes)" % (st2, ctype, len(mp4)))
+    st, ans, _ = post(srv, "/v1/images/generations", dict(body, fps=16, output_format="png"))
+    report(st == 200 and pngs_openai(ans) == frames, "frames 5, output_format png: generate -o kite-%%d.png's frames "
+           "byte for byte (%s)" % st)
+    # stable-diffusion.cpp's video job, its body as its api.md writes it
+    sd = {"prompt": "a red kite", "negative_prompt": "", "width": 48, "height": 32, "seed": 9, "video_frames": 5,
+          "fps": 16, "clip_skip": -1, "strength": 0.75, "moe_boundary": 0.875, "vace_strength": 1.0,
+          "init_image": None, "end_image": None, "control_frames": [], "lora": [], "output_format": "mp4",
+          "sample_params": {"scheduler": "discrete", "sample_method": "euler", "sample_steps": 2, "eta": 1.0,
+                            "shifted_timestep": 0, "custom_sigmas": [], "flow_shift": 0.0,
+                            "guidance": {"txt_cfg": 3.0, "img_cfg": 3.0, "distilled_guidance": 3.5,
+                                         "slg": {"layers": [7, 8, 9], "layer_start": 0.01, "layer_end": 0.2,
+                                                 "scale": 0.0}}}}
+    sd.pop("negative_prompt")
+    st, ack, _ = post(srv, "/sdcpp/v1/vid_gen", sd)
+    ok = st == 202 and ack.get("kind") == "vid_gen" and ack.get("status") == "queued" and \
+        ack.get("poll_url") == "/sdcpp/v1/jobs/%s" % ack.get("id")
+    t_end, j = time.time() + 60, {}
+    while ok and time.time() < t_end:
+        j = get(srv, ack["poll_url"])[1]
+        if j.get("status") in ("completed", "failed", "cancelled"):
+            break
+        time.sleep(0.05)
+    res = j.get("result") or {}
+    report(ok and j.get("status") == "completed" and base64.b64decode(res.get("b64_json", "")) == mp4_16 and
+           res.get("frame_count") == 5 and res.get("mime_type") == "video/mp4" and j.get("error") is None,
+           "POST /sdcpp/v1/vid_gen (stable-diffusion.cpp's body): 202 with its poll_url; GET it: completed, "
+           "generate's MP4 byte for byte (%s, %s)" % (st, j.get("status")))
+    st, ans, _ = post(srv, "/sdcpp/v1/vid_gen", dict(sd, output_format="webm"))
+    st2, ans2, _ = post(srv, "/sdcpp/v1/vid_gen", dict(sd, sample_params={"sample_steps": 0}))
+    report(st == 400 and ans["error"]["param"] == "output_format" and st2 == 400 and
+           ans2["error"]["param"] == "sample_params.sample_steps", "vid_gen: output_format webm -> %s (%s), "
+           "sample_params.sample_steps 0 -> %s (%s)" % (st, ans["error"]["param"], st2, ans2["error"]["param"]))
+    st, ack, _ = post(srv, "/sdcpp/v1/vid_gen", dict(sd, video_frames=6))
+    j = {}
+    while st == 202 and time.time() < t_end + 60:
+        j = get(srv, ack["poll_url"])[1]
+        if j.get("status") in ("completed", "failed", "cancelled"):
+            break
+        time.sleep(0.05)
+    msg = (j.get("error") or {}).get("message", "")
+    report(j.get("status") == "failed" and "video_frames" in msg and "--" not in msg,
+           "vid_gen video_frames 6: failed, %s" % msg)
+
+    # a long video: its progress through the steps and the decode; a cancel
+    # during the decode ends it when the decode ends, the next one is right
+    long_body = {"prompt": "a long kite", "size": "96x96", "steps": 1, "frames": 81}
+    st, j, _ = post(srv, "/v1/jobs", long_body)
+    ev = subprocess.Popen(["curl", "-sN", "--max-time", "300", srv.url("/v1/jobs/%s/events" % j["id"])],
+                          stdout=subprocess.PIPE, text=True)
+    seen = wait_job_phase(srv, j["id"], "decoding")
+    st_del, _, _ = post_method(srv, "DELETE", "/v1/jobs/%s" % j["id"])
+    end = wait_job(srv, j["id"], ("done", "failed", "cancelled"), t=300)
+    out = ev.communicate(timeout=60)[0]
+    report(seen and st_del == 202 and end.get("status") == "cancelled" and raw(srv, "/v1/jobs/%s/video" % j["id"])[0] == 404,
+           "DELETE during the decode (phase decoding seen: %s) -> %s: the job %s, no video" % (seen, st_del, end.get("status")))
+    report('"phase":"denoising"' in out and '"phase":"decoding"' in out and "event: end" in out,
+           "its event stream shows the steps and the decode")
+    st, j, _ = post(srv, "/v1/jobs", body)
+    j = wait_job(srv, j["id"], ("done", "failed", "cancelled"))
+    report(j.get("status") == "done" and raw(srv, "/v1/jobs/%s/video" % j["id"])[1] == mp4,
+           "the next video: generate's MP4 again")
+    # a waiting client of a video that hangs up during the decode cancels it
+    before = sum("video of 81" in l for l in srv.lines)
+    sock = socket.create_connection(("127.0.0.1", srv.port), timeout=15)
+    b = json.dumps(dict(long_body, prompt="left")).encode()
+    sock.sendall(b"POST /v1/images/generations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(b), b))
+    t_end = time.time() + 120
+    while time.time() < t_end and sum("video of 81" in l for l in srv.lines) == before:
+        time.sleep(0.02)
+    jid = [l for l in srv.lines if "video of 81" in l][-1].split("job ")[1].split(":")[0]
+    seen = wait_job_phase(srv, jid, "decoding")
+    sock.close()
+    t_end = time.time() + 300
+    while time.time() < t_end and not any("job %s ->" % jid in l for l in srv.lines):
+        time.sleep(0.05)
+    left = [l for l in srv.lines if "job %s ->" % jid in l]
+    report(seen and left and "-> 409" in left[0] and "client left" in left[0],
+           "a client that hangs up during a video's decode: its job cancelled (%s)"
+           % (left[0].strip() if left else "not logged"))
+    st, j, _ = post(srv, "/v1/jobs", body)
+    j = wait_job(srv, j["id"], ("done", "failed", "cancelled"))
+    report(j.get("status") == "done" and raw(srv, "/v1/jobs/%s/video" % j["id"])[1] == mp4,
+           "and the next: generate's MP4")
+    exe = next((shutil.which(p) for p in ("chromium", "chromium-browser", "google-chrome") if shutil.which(p)), None)
+    if exe:
+        js = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "js", "page_test.mjs")
+        r = subprocess.run(["node", js, exe, srv.url("/"), os.path.join(tmp, "video-page.png"), "48", "32", "9"],
+                           capture_output=True, text=True, timeout=240)
+        try:
+            v = json.loads(r.stdout.strip().splitlines()[-1]).get("video", {})
+        except (ValueError, IndexError):
+            v = {}
+        report(v.get("shown") and v.get("width") == 48 and v.get("height") == 32 and v.get("readyState", 0) >= 2
+               and not v.get("error") and v.get("duration", 0) > 0,
+               "the page plays the video in headless Chromium: %s %s" % (v, r.stderr.strip()[-500:] if r.returncode else ""))
+    srv.stop()
+
+
+def wait_job_phase(srv, jid, phase, t=120):
+    """Whether job JID was seen running in PHASE within T seconds."""
+    t_end = time.time() + t
+    while time.time() < t_end:
+        j = get(srv, "/v1/jobs/%s" % jid)[1]
+        if j.get("status") == "running" and j.get("phase") == phase:
+            return True
+        if j.get("status") in ("done", "failed", "cancelled"):
+            return False
+        time.sleep(0.02)
+    return False
+
+
+def post_method(srv, method, path):
+    req = urllib.request.Request(srv.url(path), method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read()), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read()), dict(e.headers)
+
+
 def clean_stop(model, tmp):
     """The supported ways to stop a job under mpirun: SIGUSR1 to mpirun (examples/pdit-serve.service's
     KillSignal, which mpirun passes on to every rank) and SIGTERM to the pid in --pid-file."""
@@ -498,6 +657,7 @@ def main():
            "--" not in err.get("message", ""), "Wan, true_cfg_scale 3 -> %s, in field names: %s (%s)"
            % (st, err.get("message"), err.get("param")))
     wsrv.stop()
+    videos(wan, tmp)
 
     print("2. bad requests: 4xx naming the field, the server stays up")
     big = {"prompt": "x" * (1 << 20)}
@@ -519,6 +679,9 @@ def main():
         ("no prompt", {"n": 1}, 400, "prompt"),
         ("response_format url", {"prompt": "a", "response_format": "url"}, 400, "response_format"),
         ("guidance a string", {"prompt": "a", "guidance": "high"}, 400, "guidance"),
+        ("frames 5 on FLUX", {"prompt": "a", "size": "32x32", "frames": 5}, 400, "frames"),
+        ("fps without frames", {"prompt": "a", "fps": 8}, 400, "fps"),
+        ("a video of n 2", {"prompt": "a", "frames": 5, "n": 2}, 400, "n"),
         ("true_cfg_scale 3 without negative_prompt", {"prompt": "a", "size": "32x32", "true_cfg_scale": 3}, 400,
          "true_cfg_scale"),
         ("16 pictures of 4096x4096", {"prompt": "a", "n": 16, "size": "4096x4096"}, 400, "n"),

@@ -385,10 +385,20 @@ static double pd_status_kb(const char *key)
 
 double pd_mem_available_mb(void)
 {
-	FILE *f = fopen("/proc/meminfo", "r");
+	FILE *f;
 	char line[256];
 	double kb = 0;
+	const char *env = getenv("PDIT_MEM_AVAILABLE_MB");
 
+	/* a container's limit that /proc/meminfo does not show, or a test's */
+	if (env && env[0]) {
+		char *end;
+		double mb = strtod(env, &end);
+
+		if (!*end && mb > 0)
+			return mb;
+	}
+	f = fopen("/proc/meminfo", "r");
 	if (!f)
 		return 0;
 	while (fgets(line, sizeof(line), f))

@@ -117,7 +117,9 @@ double pd_now(void);
 double pd_median_sort(double *v, int n);
 /* Peak resident set size of this process in MiB (from /proc/self/status). */
 double pd_peak_rss_mb(void);
-/* MemAvailable of /proc/meminfo in MB; 0 when unknown. */
+/* MemAvailable of /proc/meminfo in MB, or PDIT_MEM_AVAILABLE_MB when set
+ * (a container's limit that /proc/meminfo does not show; the tests'
+ * machine of a chosen size); 0 when unknown. */
 double pd_mem_available_mb(void);
 double pd_current_rss_mb(void);
 

@@ -136,10 +136,20 @@ void pd_engine_work_free(struct pd_engine_work *w)
  * the memory it has available. What is hard to know here (oneDNN's
  * scratch, the libraries, the text encoders) is left out, so a refusal is
  * certain, not cautious. */
+/* MB mebibytes as a size to read: GB from one up, MB below. */
+static const char *pd_engine_mb(double mb, char buf[32])
+{
+	if (mb >= 1024)
+		snprintf(buf, 32, "%.1f GB", mb / 1024);
+	else
+		snprintf(buf, 32, "%.*f MB", mb < 10 ? 2 : mb < 100 ? 1 : 0, mb);
+	return buf;
+}
+
 int pd_engine_check_memory(const struct pd_engine *e, int decodes, int loaded)
 {
 	double MB = 1048576.0, avail = pd_mem_available_mb(), weights, act, vae = 0, enc, need;
-	char kept[96] = "";
+	char kept[96] = "", t_need[32], t_w[32], t_act[32], t_vae[32], t_enc[32], t_avail[32];
 	int local = pd_comm_local_size(e->world);
 	struct pd_plan_work w;
 	struct pd_plan_machine mc = { .devices = e->world->size, .gflops = 1 };
@@ -167,17 +177,21 @@ int pd_engine_check_memory(const struct pd_engine *e, int decodes, int loaded)
 	if (need <= avail)
 		return 0;
 	if (enc > 0)
-		snprintf(kept, sizeof(kept), "; the kept text encoders %.1f GB", enc / 1024);
+		snprintf(kept, sizeof(kept), "; the kept text encoders %s", pd_engine_mb(enc, t_enc));
+	pd_engine_mb(need, t_need);
+	pd_engine_mb(weights, t_w);
+	pd_engine_mb(act, t_act);
+	pd_engine_mb(vae, t_vae);
+	pd_engine_mb(avail, t_avail);
 	if (loaded)
-		return pd_errorf("%dx%d needs at least %.1f GB more on this machine (%d process%s, each: activations "
-				 "%.1f GB and the VAE decode %.1f GB beside the loaded weights%s) and %.1f GB are "
-				 "available: choose a smaller size", e->p.width, e->p.height, need / 1024, local,
-				 local > 1 ? "es" : "", act / 1024, vae / 1024, kept, avail / 1024);
-	return pd_errorf("%dx%d needs at least %.1f GB on this machine (%d process%s, each: transformer weights %.1f GB + "
-			 "activations %.1f GB, or the VAE decode %.1f GB%s) and %.1f GB are available: choose a "
-			 "smaller size, or more machines with tensor, sequence, pipeline parallel or the banded decode",
-			 e->p.width, e->p.height, need / 1024, local, local > 1 ? "es" : "", weights / 1024, act / 1024,
-			 vae / 1024, kept, avail / 1024);
+		return pd_errorf("%dx%d needs at least %s more on this machine (%d process%s, each: activations %s and "
+				 "the VAE decode %s beside the loaded weights%s) and %s are available: choose a smaller "
+				 "size", e->p.width, e->p.height, t_need, local, local > 1 ? "es" : "", t_act, t_vae, kept,
+				 t_avail);
+	return pd_errorf("%dx%d needs at least %s on this machine (%d process%s, each: transformer weights %s + "
+			 "activations %s, or the VAE decode %s%s) and %s are available: choose a smaller size, or more "
+			 "machines with tensor, sequence, pipeline parallel or the banded decode",
+			 e->p.width, e->p.height, t_need, local, local > 1 ? "es" : "", t_w, t_act, t_vae, kept, t_avail);
 }
 
 /* parallel = auto: rank 0 ranks the meshes as `pdit plan` does on this

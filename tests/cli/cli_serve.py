@@ -27,7 +27,9 @@
    Retry-After; SIGTERM then lets the running one finish (200), answers the waiting one 503 and
    exits 0.
 4. --api-key: no or a wrong Bearer token gets 401, the right one 200; listening on another address
-   than 127.0.0.1 without a key is refused at start with one line.
+   than 127.0.0.1 without a key is refused at start with one line. The memory check counts the text
+   encoders the service keeps (PDIT_MEM_AVAILABLE_MB: room for the request alone is refused, naming
+   them; room for both runs).
 5. The async job API: POST /v1/jobs answers 202 with an id at once; GET shows queued/running with
    step i of n, then done with generate's PNG and its parameters; its event stream (Server-Sent
    Events, read by curl) sends progress and an end; DELETE of a running job stops it between steps
@@ -51,6 +53,7 @@ import base64
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -516,6 +519,39 @@ def post_method(srv, method, path):
         return e.code, json.loads(e.read()), dict(e.headers)
 
 
+def kept_encoders(tmp):
+    """The memory check counts the text encoders a service keeps (PDIT_MEM_AVAILABLE_MB sets the memory
+    the machine has): with room for the request but not for the encoders too, the first request is
+    refused naming them; with room for both it runs."""
+    mf = os.path.join(tmp, "mf")
+    subprocess.run([PDIT, "tiny", mf, "--full"], check=True, capture_output=True)
+    body = {"prompt": "a", "size": "256x256", "steps": 1}
+    pat = re.compile(r"activations ([0-9.]+) MB and the VAE decode ([0-9.]+) MB beside the loaded weights; "
+                     r"the kept text encoders ([0-9.]+) MB\) and ([0-9.]+) MB are available")
+
+    def ask(mb):
+        os.environ["PDIT_MEM_AVAILABLE_MB"] = "%.4f" % mb
+        try:
+            srv = Server(["--model", mf])
+        finally:
+            del os.environ["PDIT_MEM_AVAILABLE_MB"]
+        st, ans, _ = post(srv, "/v1/images/generations", body)
+        srv.stop()
+        return st, (ans or {}).get("error", {}).get("message", "")
+
+    st, msg = ask(0.01)
+    m = pat.search(msg)
+    if not m:
+        report(False, "PDIT_MEM_AVAILABLE_MB 0.01: a refusal with its parts (%s %s)" % (st, msg))
+        return
+    act, vae, enc = float(m.group(1)), float(m.group(2)), float(m.group(3))
+    st, msg = ask(act + vae + enc / 2)
+    st2, _ = ask(act + vae + enc * 2)
+    report(enc > 0 and st == 400 and "kept text encoders" in msg and st2 == 200,
+           "the kept text encoders counted: %.2f MB for the request fits, with the encoders' %.2f MB beside "
+           "it refused (%s: %s), with room for both %s" % (act + vae, enc, st, msg[:60], st2))
+
+
 def clean_stop(model, tmp):
     """The supported ways to stop a job under mpirun: SIGUSR1 to mpirun (examples/pdit-serve.service's
     KillSignal, which mpirun passes on to every rank) and SIGTERM to the pid in --pid-file."""
@@ -798,6 +834,8 @@ def main():
            "--strict: an A1111 field pdit does not honour -> %s (%s); the same at its no-op value -> %s"
            % (st, ans["error"]["param"], st2))
     srv.stop()
+
+    kept_encoders(tmp)
 
     print("5. jobs")
     srv = Server(["--model", model, "--queue", "4"])

@@ -1,9 +1,26 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages pdit builds and tests with. Nothing else is
-# downloaded: no vendored code, no pip, no model weights.
+# Installs the Debian 12 packages pdit needs. Nothing else is downloaded: no
+# vendored code, no pip, no model weights.
 #
-#   scripts/setup.sh [--fuzz]     --fuzz: also clang and libFuzzer (scripts/fuzz.sh)
+#   scripts/setup.sh            what building and running pdit need
+#   scripts/setup.sh --test     and what the test suite adds (scripts/test.sh
+#                               and CI run this): Python with NumPy, ffmpeg,
+#                               curl, Chromium, Node.js and the npm clients of
+#                               the serve tests, the network tools of the hosts
+#                               tests
+#   scripts/setup.sh --fuzz     and clang with libFuzzer (scripts/fuzz.sh)
+#   scripts/setup.sh --list [--test|--fuzz]   the packages, one a line; installs nothing
 set -euo pipefail
+test=0 fuzz=0 list=0
+for a in "$@"; do
+	case $a in
+	--test) test=1 ;;
+	--fuzz) fuzz=1 ;;
+	--list) list=1 ;;
+	-h | --help) sed -n '2,13s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	*) echo "setup: unknown option '$a' (--test, --fuzz, --list)" >&2; exit 2 ;;
+	esac
+done
 packages=(
 	build-essential cmake ninja-build pkg-config   # toolchain
 	libdnnl-dev                                    # oneDNN 2.6: matrix products, convolutions
@@ -11,18 +28,26 @@ packages=(
 	libcjson-dev                                   # config.json and safetensors headers
 	libpng-dev                                     # PNG output
 	libavformat-dev libavcodec-dev libswscale-dev  # MP4 output (H.264 through Debian's libx264)
-	ffmpeg                                         # the tests decode pdit's videos with it
 	libutf8proc-dev                                # Unicode tables for the CLIP tokenizer
 	libmicrohttpd-dev                              # pdit serve's HTTP server
-	curl chromium                                  # the serve tests' clients: curl, a browser for the page
-	iproute2 nftables                              # the hosts tests: namespaces, links, tc, packet loss
-	python3 python3-numpy python3-regex            # the independent NumPy references in the tests
-	python3-sentencepiece                          # the T5 tokenizer's reference in the tests
 )
-# Node for the OpenAI JavaScript SDK client (Debian's, unless a node is already there)
-command -v npm > /dev/null || packages+=(nodejs npm)
-if [ "${1:-}" = "--fuzz" ]; then
+if [ $test = 1 ]; then
+	packages+=(
+		ffmpeg                                         # the tests decode pdit's videos with it
+		curl chromium                                  # the serve tests' clients: curl, a browser for the page
+		iproute2 nftables                              # the hosts tests: namespaces, links, tc, packet loss
+		python3 python3-numpy python3-regex            # the independent NumPy references in the tests
+		python3-sentencepiece                          # the T5 tokenizer's reference in the tests
+	)
+	# Node for the OpenAI JavaScript SDK client (Debian's, unless a node is already there)
+	command -v npm > /dev/null || packages+=(nodejs npm)
+fi
+if [ $fuzz = 1 ]; then
 	packages+=(clang-14 libclang-rt-14-dev libomp-14-dev)  # libFuzzer targets, OpenMP for clang
+fi
+if [ $list = 1 ]; then
+	printf '%s\n' "${packages[@]}"
+	exit 0
 fi
 missing=()
 for p in "${packages[@]}"; do
@@ -31,6 +56,7 @@ done
 # the serve tests' JavaScript clients (openai, puppeteer-core) from the npm
 # registry into tests/js/node_modules, at the versions of its lock file
 js_clients() {
+	[ $test = 1 ] || return 0
 	if [ ! -d tests/js/node_modules/openai ] || [ ! -d tests/js/node_modules/puppeteer-core ]; then
 		echo "setup: npm clients for the serve tests (tests/js)"
 		(cd tests/js && PUPPETEER_SKIP_DOWNLOAD=1 npm ci --no-audit --no-fund --silent)

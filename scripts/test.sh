@@ -7,6 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
+# what the tests add to what building needs (Python and NumPy, Chromium, ...)
+scripts/setup.sh --test
 
 for variant in release asan nompi; do
 	case $variant in
@@ -14,8 +16,8 @@ for variant in release asan nompi; do
 	# the CUDA backend is compiled and linked in the release build (where the
 	# toolkit is); the other two leave it out: no GPU runs it here, and the
 	# CUDA runtime's own allocations at start would read as leaks
-	asan) dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DPDIT_SANITIZE=ON -DPDIT_CUDA=OFF) ;;
-	nompi) dir=build-nompi; flags=(-DCMAKE_BUILD_TYPE=Release -DPDIT_MPI=OFF -DPDIT_CUDA=OFF) ;;
+	asan) dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DPDIT_SANITIZE=ON -DPDIT_CUDA=OFF -DPDIT_SHARED=OFF) ;;
+	nompi) dir=build-nompi; flags=(-DCMAKE_BUILD_TYPE=Release -DPDIT_MPI=OFF -DPDIT_CUDA=OFF -DPDIT_SHARED=OFF) ;;
 	esac
 	echo "=== $variant build ($dir)"
 	gen=()

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# What a user installs: `cmake --install` into a temporary prefix puts the
+# command, the public header, libpdit.so, a pkg-config file and a CMake
+# package there; the installed pdit makes a picture, and so do the example
+# program built against the installed header and library through
+# pkg-config and through find_package(pdit). scripts/setup.sh installs for
+# building and running only what they need; --test adds the tests' tools.
+#
+#   cli_install.sh BUILD_DIR SOURCE_DIR
+set -uo pipefail
+build=$1 src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+ok() { echo "  ok   $1"; }
+bad() { echo "  FAIL $1"; fail=1; }
+
+p=$tmp/prefix
+if cmake --install "$build" --prefix "$p" > "$tmp/install.log" 2>&1; then ok "cmake --install --prefix"; else bad "cmake --install: $(tail -3 "$tmp/install.log")"; fi
+for f in bin/pdit include/pdit/pdit.h include/pdit/pd_comm.h; do
+	[ -e "$p/$f" ] && ok "installed $f" || bad "no $f under the prefix"
+done
+lib=$(find "$p" -name libpdit.so | head -1)
+pc=$(find "$p" -name pdit.pc | head -1)
+cfg=$(find "$p" -name pditConfig.cmake | head -1)
+[ -n "$lib" ] && [ -n "$pc" ] && [ -n "$cfg" ] && ok "libpdit.so, pdit.pc and pditConfig.cmake" ||
+	bad "library '$lib', pkg-config '$pc', CMake package '$cfg'"
+
+# the installed command, from another folder
+cd "$tmp"
+if "$p/bin/pdit" tiny m --full > /dev/null 2>&1 &&
+	"$p/bin/pdit" generate --model m -p "a red fox" -H 64 -W 64 --steps 2 -o fox.png -q &&
+	[ "$(head -c 8 fox.png | od -An -tx1 | tr -d ' ')" = 89504e470d0a1a0a ]; then
+	ok "the installed pdit makes a picture"
+else
+	bad "the installed pdit"
+fi
+
+# the example program through pkg-config, nothing from the build tree
+libdir=$(dirname "$lib")
+if flags=$(PKG_CONFIG_PATH=$libdir/pkgconfig pkg-config --cflags --libs pdit) &&
+	cc -o ex "$src/examples/pdit_example.c" $flags 2> cc.log &&
+	LD_LIBRARY_PATH=$libdir ./ex m pc "a red fox" > /dev/null 2>&1 && [ -s pc-0.ppm ]; then
+	ok "a program built with pkg-config --cflags --libs pdit ($flags) makes a picture"
+else
+	bad "pkg-config build: ${flags:-no flags} $(cat cc.log 2> /dev/null | head -5)"
+fi
+
+# and through CMake's find_package
+mkdir app
+cp "$src/examples/pdit_example.c" app/
+cat > app/CMakeLists.txt << 'CM'
+cmake_minimum_required(VERSION 3.18)
+project(app C)
+find_package(pdit REQUIRED)
+add_executable(ex pdit_example.c)
+target_link_libraries(ex PRIVATE pdit::pdit)
+CM
+if cmake -S app -B app/build -DCMAKE_PREFIX_PATH="$p" > cm.log 2>&1 && cmake --build app/build > cm.log 2>&1 &&
+	LD_LIBRARY_PATH=$libdir app/build/ex m cm "a red fox" > /dev/null 2>&1 && [ -s cm-0.ppm ] &&
+	cmp -s pc-0.ppm cm-0.ppm; then
+	ok "a program built with find_package(pdit) makes the same picture"
+else
+	bad "find_package build: $(tail -5 cm.log)"
+fi
+
+# setting up to use is not setting up to test
+base=$("$src/scripts/setup.sh" --list | tr '\n' ' ')
+full=$("$src/scripts/setup.sh" --list --test | tr '\n' ' ')
+extra=""
+for t in chromium nftables ffmpeg python3 curl; do
+	case " $base " in *" $t "*) extra="$extra $t" ;; esac
+done
+case " $full " in *" chromium "*" python3 "*) has=1 ;; *) has=0 ;; esac
+[ -z "$extra" ] && [ $has = 1 ] && case " $base " in *" libdnnl-dev "*" libmicrohttpd-dev "*) true ;; *) false ;; esac &&
+	ok "scripts/setup.sh installs what building and running need; --test adds the tests' tools" ||
+	bad "setup.sh: test tools in the base list:$extra (base: $base)"
+exit $fail

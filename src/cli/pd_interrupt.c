@@ -19,6 +19,7 @@ static volatile sig_atomic_t pd_int_deferred;
 static volatile sig_atomic_t pd_int_quiet;
 static volatile sig_atomic_t pd_int_soft;        /* a long-lived command stops at its own pace */
 static volatile sig_atomic_t pd_int_launcher;    /* a signal came from the parent process */
+static volatile sig_atomic_t pd_int_done;        /* the command's work is written: a signal ends it quietly */
 static int pd_int_rank, pd_int_size;
 static int pd_int_tty;                  /* stderr is a terminal: clear a progress line first */
 
@@ -81,6 +82,10 @@ static void pd_int_handler(int sig, siginfo_t *si, void *uc)
 		return;
 	}
 	pd_int_signal = sig;
+	/* the outputs are written and said so: only the teardown is left,
+	 * and the command succeeded */
+	if (pd_int_done)
+		pd_int_exit(0);
 	/* a folder being written is the command's to remove (not safe here) */
 	if (pd_int_deferred)
 		return;
@@ -119,6 +124,11 @@ void pd_cli_catch_signals(int rank, int size)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
+}
+
+void pd_cli_work_done(void)
+{
+	pd_int_done = 1;
 }
 
 void pd_cli_stopping(void)

@@ -59,6 +59,9 @@ int pd_cli_signal_from_launcher(void);
 /* Ctrl-C, SIGTERM, SIGHUP (pd_interrupt.c): the temporaries being written
  * are removed, rank 0 says "interrupted", the process exits with 130. */
 void pd_cli_catch_signals(int rank, int size);
+/* The command's outputs are written and reported ("done"): a signal from
+ * here on ends the process with status 0, saying nothing. */
+void pd_cli_work_done(void);
 /* This process is ending the job with its own message: a signal now only
  * removes the temporaries. */
 void pd_cli_stopping(void);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind kind)
 {
@@ -287,6 +288,17 @@ int pd_gen_request(const struct pd_gen_args *a, struct pd_request *rq, char ***p
 	rq->init_latents = a->init_latents;
 	rq->height = a->height;
 	rq->width = a->width;
+	if (a->output_seen) {
+		/* pictures are PNG, videos MP4 (or Matroska, QuickTime): a .jpg
+		 * name would hold PNG bytes */
+		const char *base = strrchr(a->output, '/'), *dot;
+
+		base = base ? base + 1 : a->output;
+		dot = strrchr(base, '.');
+		if (dot && dot != base && strcasecmp(dot, ".png") != 0 && !pd_video_is_video_name(a->output))
+			return pd_errorf("-o/--output %s: pdit writes pictures as PNG (.png) and videos as .mp4, .mkv or "
+					 ".mov; give one of those names", a->output);
+	}
 	if (a->frames_seen && a->frames > 1 && a->output_seen && !strchr(a->output, '%') &&
 	    !pd_video_is_video_name(a->output))
 		return pd_errorf("-o/--output %s: a video is written as .mp4, .mkv or .mov, or as frames with a pattern "

@@ -275,8 +275,10 @@ int pd_cmd_generate(struct pd_comm *world, int argc, char **argv)
 	peak = pd_peak_rss_mb();
 	if (!rc && world->size > 1)
 		world->ops->allreduce(world, &peak, 1, PD_COMM_F64, PD_COMM_MAX);
-	if (!rc)
+	if (!rc) {
 		pd_cli_progress_summary(&prog, peak);
+		pd_cli_work_done();
+	}
 out:
 	pd_result_free(&res);
 	pd_engine_close(e);

@@ -34,6 +34,9 @@ int main(int argc, char **argv)
 	pd_fault_rank = world->rank;
 	pd_cli_catch_signals(world->rank, world->size);
 	rc = pd_dispatch(world, argc, argv);
+	/* the tests' way to hold a process between its work and its end
+	 * (PDIT_INJECT_FAULT=exit:0:hang): a signal there */
+	pd_fault("exit", 0);
 	pd_comm_world_finalize(world);
 	return rc;
 }

@@ -504,6 +504,8 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 	hr = pd_cli_serve_parse(world, argc, argv, &o, &sv);
 	if (hr == 1)
 		return 0;
+	if (!hr)
+		hr = pd_serve_check_listen(sv.listen);
 	if (!hr && world->rank == 0 && sv.pid_file)
 		hr = pd_pid_file_check(sv.pid_file);
 	if (!hr) {
@@ -540,7 +542,9 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 		struct pd_serve_options so = {
 			.listen = sv.listen, .api_key = sv.api_key, .queue_max = sv.queue, .body_max = sv.body_max,
 			.strict = sv.strict, .io_timeout = sv.io_timeout, .model = sv.model, .mesh = about.mesh_short,
-			.ranks = world->size, .log = pd_serve_log_line,
+			.ranks = world->size, .log = pd_serve_log_line, .default_width = about.default_width,
+			.default_height = about.default_height, .default_steps = about.default_steps,
+			.default_frames = about.default_frames,
 		};
 
 		hr = pd_serve_start(&srv, &so);

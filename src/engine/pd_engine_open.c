@@ -74,6 +74,10 @@ void pd_engine_about(const struct pd_engine *e, struct pd_engine_about *a)
 	a->guidance_is_cfg = e->dflt.guidance_cfg;
 	a->frames = e->p.frames > 0 ? e->p.frames : 1;
 	a->latents_unpacked = e->fam && e->fam->latents_unpacked;
+	a->default_width = e->dflt.width;
+	a->default_height = e->dflt.height;
+	a->default_steps = e->dflt.steps;
+	a->default_frames = e->dflt.frames;
 	pd_mesh_format(e->degree, a->mesh, sizeof(a->mesh));
 	pd_mesh_format_short(e->degree, a->mesh_short, sizeof(a->mesh_short));
 	a->threads = e->be ? e->be->threads : 0;

@@ -287,6 +287,9 @@ struct pd_engine_about {
 					 * guidance; 0: a distilled scale, and cfg_scale is true CFG */
 	int frames;                     /* the planned request's frames (1: pictures), or the family's */
 	int latents_unpacked;           /* --out-latents holds [B, C, F, h, w], not packed tokens */
+	/* what a request that leaves them out gets: the family's (or the
+	 * scheduler folder's) */
+	int default_width, default_height, default_steps, default_frames;
 	char mesh[128];                 /* every degree: "dp=1 cfg=2 pp=1 ring=1 ulysses=2 tp=1" */
 	char mesh_short[128];           /* the degrees above 1 ("ulysses=2 cfg=2"), or "one process" */
 	int threads;                    /* per process */

@@ -118,6 +118,9 @@ struct pd_serve_options {
 	const char *model;              /* the model's name for /v1/models and /health */
 	const char *mesh;               /* the mesh, for /health */
 	int ranks;                      /* processes running each job, for /health */
+	/* the model's own width, height, steps and video frames: what a
+	 * request that leaves them out runs, for the log and the jobs' steps */
+	int default_width, default_height, default_steps, default_frames;
 	/* receives each log line (request and answer, one line each) */
 	void (*log)(void *ctx, const char *line);
 	void *log_ctx;                  /* log's first argument */
@@ -165,6 +168,9 @@ struct pd_serve_job {
 
 struct pd_serve;
 
+/* Whether LISTEN is a HOST:PORT pd_serve_start can take (checked before a
+ * model loads): 0, or -1 with the message. */
+int pd_serve_check_listen(const char *listen);
 /* Binds and starts answering (health and models right away; jobs queue). */
 int pd_serve_start(struct pd_serve **out, const struct pd_serve_options *o);
 /* The next job, waiting up to TIMEOUT seconds: 1 with *JOB (now running),

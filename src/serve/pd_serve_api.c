@@ -43,6 +43,12 @@ static const struct pd_serve_field pd_sf_openai[] = {
 	{ "true_cfg_scale", PD_SF_TRUE_CFG, NULL }, { "fbcache_threshold", PD_SF_FBCACHE, NULL },
 	{ "frames", PD_SF_FRAMES, NULL },           { "fps", PD_SF_FPS, NULL },
 	{ "output_format", PD_SF_VIDEO_FORMAT, NULL },
+	/* gpt-image-1's: what asks for something else is noted */
+	{ "background", PD_SF_NOTED, "auto|opaque" },
+	{ "moderation", PD_SF_NOTED, "*" },
+	{ "output_compression", PD_SF_NOTED, "*" },
+	{ "partial_images", PD_SF_NOTED, "0" },
+	{ "stream", PD_SF_NOTED, "" },
 	{ NULL, PD_SF_IGNORED, NULL },
 };
 
@@ -246,7 +252,7 @@ static int pd_sf_side(double v, const char *name, int *out, const char **field)
 }
 
 static int pd_sf_one(struct pd_serve_params *p, const struct pd_serve_field *f, const cJSON *v, int *n_iter,
-		     const char **field)
+		     int *format, const char **field)
 {
 	double d = 0;
 
@@ -321,11 +327,12 @@ static int pd_sf_one(struct pd_serve_params *p, const struct pd_serve_field *f, 
 		/* pictures are PNGs (the images APIs' b64_json); a video is H.264
 		 * in MP4, as pdit generate -o clip.mp4 writes it, or its frames */
 		if (cJSON_IsString(v) && strcmp(v->valuestring, "mp4") == 0)
-			p->frames_png = 0;
+			*format = 2;
 		else if (cJSON_IsString(v) && strcmp(v->valuestring, "png") == 0)
-			p->frames_png = 1;
+			*format = 1;
 		else
-			return pd_sf_fail(field, f->name, "%s must be \"mp4\" (H.264) or \"png\" (the frames)%s", "");
+			return pd_sf_fail(field, f->name, "%s must be \"png\" (pictures, or a video's frames) or \"mp4\" "
+					  "(a video: H.264)%s", "");
 		return 0;
 	case PD_SF_FLOW_SHIFT:
 		/* stable-diffusion.cpp's 0 (or null): the model's */
@@ -356,9 +363,21 @@ static const struct pd_serve_field *pd_sf_find(const struct pd_serve_field *tabl
 	return NULL;
 }
 
-/* Object OBJ (at PATH in the body) into P. */
+/* Names NAME in P->ignored (the job's log line). */
+static void pd_sf_note(struct pd_serve_params *p, const char *path, const char *name)
+{
+	size_t used = strlen(p->ignored), len = strlen(path) + strlen(name) + 1;
+
+	if (used + len + 3 < sizeof(p->ignored))
+		snprintf(p->ignored + used, sizeof(p->ignored) - used, "%s%s%s%s", used ? ", " : "", path,
+			 *path ? "." : "", name);
+}
+
+/* Object OBJ (at PATH in the body) into P. An unknown field is refused
+ * with STRICT, or UNKNOWN_REFUSED (OpenAI's API answers 400 for an
+ * argument it does not have), else named in the log. */
 static int pd_sf_object(struct pd_serve_params *p, const struct pd_serve_field *table, const char *path,
-			const cJSON *obj, int strict, int *n_iter, const char **bad)
+			const cJSON *obj, int strict, int unknown_refused, int *n_iter, int *format, const char **bad)
 {
 	const cJSON *v;
 
@@ -366,22 +385,21 @@ static int pd_sf_object(struct pd_serve_params *p, const struct pd_serve_field *
 		const struct pd_serve_field *f = pd_sf_find(table, path, v->string);
 
 		if (!f) {
-			if (!strict)
+			if (!strict && !unknown_refused) {
+				pd_sf_note(p, path, v->string);
 				continue;
+			}
 			*bad = v->string;
-			return pd_errorf("%s%s%.100s is not a field of this request (strict mode)", path, *path ? "." : "",
-					 v->string);
+			return pd_errorf("%s%s%.100s is not a field of this request%s", path, *path ? "." : "", v->string,
+					 strict ? " (strict mode)" : "");
 		}
 		if (f->kind == PD_SF_NOTED && !pd_sf_quiet(f, v)) {
-			size_t used = strlen(p->ignored);
-
 			if (strict) {
 				*bad = f->name;
 				return pd_errorf("%s: pdit does not honour it (strict mode; without --strict it is ignored "
 						 "and logged)", f->name);
 			}
-			if (used + strlen(f->name) + 3 < sizeof(p->ignored))
-				snprintf(p->ignored + used, sizeof(p->ignored) - used, "%s%s", used ? ", " : "", f->name);
+			pd_sf_note(p, "", f->name);
 		}
 		if (f->kind == PD_SF_OBJECT) {
 			if (cJSON_IsNull(v))
@@ -390,11 +408,11 @@ static int pd_sf_object(struct pd_serve_params *p, const struct pd_serve_field *
 				*bad = f->name;
 				return pd_errorf("%s must be an object", f->name);
 			}
-			if (pd_sf_object(p, table, f->name, v, strict, n_iter, bad))
+			if (pd_sf_object(p, table, f->name, v, strict, unknown_refused, n_iter, format, bad))
 				return -1;
 			continue;
 		}
-		if (pd_sf_one(p, f, v, n_iter, bad))
+		if (pd_sf_one(p, f, v, n_iter, format, bad))
 			return -1;
 	}
 	return 0;
@@ -407,7 +425,7 @@ int pd_serve_params_parse(struct pd_serve_params *p, enum pd_serve_api api, cons
 					   : api == PD_API_A1111 ? pd_sf_a1111 : pd_sf_sdcpp_video;
 	const char *bad = NULL;
 	cJSON *root;
-	int rc = -1, n_iter = 1;
+	int rc = -1, n_iter = 1, format = 0;
 
 	memset(p, 0, sizeof(*p));
 	p->api = api;
@@ -425,8 +443,14 @@ int pd_serve_params_parse(struct pd_serve_params *p, enum pd_serve_api api, cons
 		pd_errorf("the body must be a JSON object");
 		goto out;
 	}
-	if (pd_sf_object(p, table, "", root, strict, &n_iter, &bad))
+	if (pd_sf_object(p, table, "", root, strict, api == PD_API_OPENAI, &n_iter, &format, &bad))
 		goto out;
+	if (format == 2 && !p->video) {
+		bad = "output_format";
+		pd_errorf("output_format mp4 goes with frames (a video request); pictures are png");
+		goto out;
+	}
+	p->frames_png = p->video && format == 1;
 	/* A1111's n_iter batches of batch_size, seeds counting on across them */
 	if (n_iter > 1) {
 		if ((int64_t)p->n * n_iter > PD_SERVE_MAX_N) {
@@ -447,9 +471,9 @@ int pd_serve_params_parse(struct pd_serve_params *p, enum pd_serve_api api, cons
 		pd_errorf("n: a video request makes one video (got %d)", p->n);
 		goto out;
 	}
-	if ((p->fps || p->frames_png) && !p->video) {
-		bad = p->fps ? "fps" : "output_format";
-		pd_errorf("%s goes with frames (a video request)", bad);
+	if (p->fps && !p->video) {
+		bad = "fps";
+		pd_errorf("fps goes with frames (a video request)");
 		goto out;
 	}
 	if (p->video && (int64_t)p->frames * p->width * p->height > PD_SERVE_MAX_VIDEO_PIXELS) {

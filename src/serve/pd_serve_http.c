@@ -144,11 +144,14 @@ static enum MHD_Result pd_generate(struct pd_serve *s, struct MHD_Connection *c,
 		pd_serve_log(s, "pdit: POST %s from %s -> 400 (%s)", url, peer, pd_last_error());
 		return pd_reply_error(c, 400, "invalid_request_error", field[0] ? field : NULL, pd_last_error(), 0);
 	}
-	w = p.width, h = p.height, steps = p.steps, n = p.n, seed = (unsigned long long)p.seed;
-	if (p.video && p.frames)
-		snprintf(frames, sizeof(frames), ", a video of %d frames", p.frames);
-	else
-		snprintf(frames, sizeof(frames), "%s", p.video ? ", a video of the model's frames" : "");
+	/* what runs: the model's own where the request left it out */
+	w = p.width ? p.width : s->o.default_width;
+	h = p.height ? p.height : s->o.default_height;
+	steps = p.steps ? p.steps : s->o.default_steps;
+	n = p.n, seed = (unsigned long long)p.seed;
+	frames[0] = 0;
+	if (p.video)
+		snprintf(frames, sizeof(frames), ", a video of %d frames", p.frames ? p.frames : s->o.default_frames);
 	status = pd_jobs_submit(s, &p, async, &job, &retry);
 	if (status) {
 		pd_serve_params_free(&p);
@@ -480,6 +483,13 @@ static int pd_parse_listen(const char *listen, struct sockaddr_in *a)
 	if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
 		return pd_errorf("--listen %s: %s is not an IPv4 address", listen, host);
 	return 0;
+}
+
+int pd_serve_check_listen(const char *listen)
+{
+	struct sockaddr_in a;
+
+	return pd_parse_listen(listen, &a);
 }
 
 int pd_serve_start(struct pd_serve **out, const struct pd_serve_options *o)

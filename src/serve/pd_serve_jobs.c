@@ -421,7 +421,7 @@ int pd_serve_next(struct pd_serve *s, struct pd_serve_job **job, double timeout)
 		(*job)->next = NULL;
 		(*job)->state = PD_JOB_RUNNING;
 		(*job)->t_start = pd_now();
-		(*job)->steps = (*job)->params.steps;
+		(*job)->steps = (*job)->params.steps ? (*job)->params.steps : s->o.default_steps;
 		s->queued--;
 		s->running = 1;
 		pthread_cond_broadcast(&s->changed_cv);

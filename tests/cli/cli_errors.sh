@@ -56,6 +56,24 @@ expect "plan's zero height" "-H/--height must be at least 1 (got 0)" "$pdit" pla
 expect "tiny's zero heads" "--heads must be at least 1 (got 0)" "$pdit" tiny "$tmp/t0" --heads 0
 expect "forward's zero threads" "-t/--threads must be at least 1 (got 0)" "$pdit" forward --transformer "$tmp/m/transformer" \
 	--inputs "$E" --out "$tmp/f.safetensors" -t 0
+# a picture is PNG: a .jpg name is refused, not filled with PNG bytes
+expect "a .jpg output" "-o/--output $tmp/o.jpg: pdit writes pictures as PNG" "$pdit" generate "${run[@]}" -o "$tmp/o.jpg"
+[ -e "$tmp/o.jpg" ] && { echo "FAIL a .jpg output: $tmp/o.jpg written"; fail=1; }
+# the address is checked before the weights are read (a bad port, then a missing model: the port's line)
+expect "serve's port 99999" "--listen 127.0.0.1:99999: the port must be 0 to 65535" "$pdit" serve --model "$tmp/none" \
+	--listen 127.0.0.1:99999
+# Ctrl-C once the pictures are written and "done" said: exit 0, no "interrupted"
+PDIT_INJECT_FAULT=exit:0:hang "$pdit" generate "${run[@]}" -o "$tmp/late.png" 2> "$tmp/late.err" &
+late=$!
+for _ in $(seq 1 300); do grep -q "hanging at exit" "$tmp/late.err" && break; sleep 0.1; done
+kill -INT $late
+wait $late
+rc=$?
+if [ $rc -eq 0 ] && [ -s "$tmp/late.png" ] && ! grep -q interrupted "$tmp/late.err" && grep -q "pdit: done" "$tmp/late.err"; then
+	echo "ok   Ctrl-C after done: exit 0, the picture kept"
+else
+	echo "FAIL Ctrl-C after done: exit $rc"; cat "$tmp/late.err"; fail=1
+fi
 expect "bad dtype" "--dtype must be f32 or bf16" "$pdit" generate "${run[@]}" --dtype f8
 expect "bad VAE dtype" "--vae-dtype must be f32 or bf16, not 'f16'" "$pdit" generate "${run[@]}" --vae-dtype f16
 expect "no embeddings" "--embeds" "$pdit" generate --model "$tmp/m" -H 32 -W 32

@@ -18,7 +18,7 @@
    honoured. The web page in headless Chromium: a prompt submitted,
    the picture shown is a PNG of the size asked for, its parameters beside it.
 2. Bad requests get a 4xx with a JSON error naming the field, and the server keeps answering: broken
-   and truncated JSON, wrong types, sizes not multiples of 16 or negative, n = 10^9, a 1 MB prompt,
+   and truncated JSON, a misspelt field on OpenAI's route (A1111's logs it and goes on), wrong types, sizes not multiples of 16 or negative, n = 10^9, a 1 MB prompt,
    a 10 MB body, a wrong content type, an unknown path, GET on a generation endpoint, a missing
    prompt, response_format "url", a client that sends half its headers and stops (closed by
    --io-timeout), unknown fields and A1111's fields pdit does not honour with --strict; the engine's
@@ -658,6 +658,20 @@ def main():
     report(len(logged) == 1 and logged[0].rstrip().endswith("(ignored: sampler_name, scheduler, restore_faces)"),
            "A1111's other fields accepted; those pdit does not honour named in the log: %s"
            % (logged[0].strip() if logged else "nothing logged"))
+    # A1111's route ignores a field it does not know, naming it in the log
+    st, ans, _ = post(srv, "/sdapi/v1/txt2img", dict(a1111_body, colour="red"))
+    report(st == 200 and any(l.rstrip().endswith("(ignored: colour)") for l in srv.lines),
+           "A1111, an unknown field: 200, named in the log (%s)" % st)
+    # what runs is logged, the model's own size and steps where the request leaves them out
+    st, j, _ = post(srv, "/v1/jobs", {"prompt": "the defaults"})
+    post_method(srv, "DELETE", "/v1/jobs/%s" % j.get("id"))
+    t_end = time.time() + 10
+    while time.time() < t_end and not [l for l in srv.lines if "job %s: POST" % j.get("id") in l]:
+        time.sleep(0.02)
+    line = [l for l in srv.lines if "job %s: POST" % j.get("id") in l]
+    report(st == 202 and line and "0x0" not in line[0] and " 0 step(s)" not in line[0] and "1024x1024" in line[0],
+           "a request with the model's defaults logs what runs: %s" % (line[0].strip() if line else "no line"))
+    wait_job(srv, j.get("id"), ("done", "failed", "cancelled"), t=120)
     st, ans, _ = post(srv, "/sdapi/v1/txt2img", dict(a1111_body, n_iter=2))
     report(st == 200 and len(ans["images"]) == 2 and base64.b64decode(ans["images"][0]) == boat[0],
            "A1111 n_iter 2: two pictures, the first generate's (%s)" % st)
@@ -671,7 +685,7 @@ def main():
            pngs_openai(ans2) == fox, "the model folder moved away after loading: later requests read no file "
            "(the text encoders stay loaded), still generate's PNGs (%s, %s)" % (st, st2))
     st, h = get(srv, "/health")
-    report(st == 200 and h["status"] == "ok" and h["ranks"] == 1 and h["served"] == 8 and h["queue"] == 0,
+    report(st == 200 and h["status"] == "ok" and h["ranks"] == 1 and h["served"] == 9 and h["queue"] == 0,
            "GET /health: %s" % h)
     st, m = get(srv, "/v1/models")
     report(st == 200 and m["data"][0]["id"] == model, "GET /v1/models")
@@ -715,6 +729,7 @@ def main():
         ("no prompt", {"n": 1}, 400, "prompt"),
         ("response_format url", {"prompt": "a", "response_format": "url"}, 400, "response_format"),
         ("guidance a string", {"prompt": "a", "guidance": "high"}, 400, "guidance"),
+        ("a misspelt field (OpenAI's API refuses unknown arguments)", {"prompt": "a", "sizee": "64x64"}, 400, "sizee"),
         ("frames 5 on FLUX", {"prompt": "a", "size": "32x32", "frames": 5}, 400, "frames"),
         ("fps without frames", {"prompt": "a", "fps": 8}, 400, "fps"),
         ("a video of n 2", {"prompt": "a", "frames": 5, "n": 2}, 400, "n"),

@@ -12,20 +12,22 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char pd_inspect_usage[] =
-	"usage: pdit inspect FILE\n"
+	"usage: pdit inspect FILE|DIR\n"
 	"\n"
 	"Prints what a weights file holds: GGUF (ComfyUI-GGUF's and stable-diffusion.cpp's\n"
-	"quantized files) or safetensors (a single file or a *.safetensors.index.json set):\n"
+	"quantized files) or safetensors (a single file or a *.safetensors.index.json set;\n"
+	"a component folder: its weights):\n"
 	"the format, the metadata, and for every tensor its name, type, shape in torch\n"
 	"order (outermost first) and bytes. Every header field is checked first: a broken\n"
 	"file gets one line naming the defect and a nonzero exit.";
 
 static const char pd_inspect_examples[] =
 	"  pdit inspect flux1-dev-Q8_0.gguf\n"
-	"  pdit inspect FLUX.1-dev/transformer/diffusion_pytorch_model.safetensors.index.json\n";
+	"  pdit inspect FLUX.1-dev/transformer\n";
 
 static void pd_print_shape(const int64_t *shape, int ndim)
 {
@@ -125,6 +127,26 @@ int pd_cmd_inspect(int argc, char **argv)
 		return pd_cli_fail();
 	if (n_pos != 1) {
 		pd_errorf("inspect needs the file: pdit inspect FILE");
+		return pd_cli_fail();
+	}
+	if (pd_is_dir(pos[0])) {
+		/* a component folder: its weights, as diffusers (the transformer,
+		 * the VAE) or transformers (the text encoders) name them, one file
+		 * or an index's shards */
+		static const char *const names[] = { "diffusion_pytorch_model.safetensors",
+						     "diffusion_pytorch_model.safetensors.index.json", "model.safetensors",
+						     "model.safetensors.index.json" };
+
+		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+			char *path = pd_strfmt("%s/%s", pos[0], names[i]);
+			int rc = !path ? -1 : !pd_file_exists(path) ? 1 : pd_inspect_st(path);
+
+			free(path);
+			if (rc <= 0)
+				return rc ? pd_cli_fail() : 0;
+		}
+		pd_errorf("%s: a folder without diffusers' or transformers' weights (diffusion_pytorch_model or model "
+			  ".safetensors, or its .index.json): give a weights file", pos[0]);
 		return pd_cli_fail();
 	}
 	if (!pd_file_exists(pos[0])) {

@@ -25,8 +25,10 @@ static const char pd_quantize_usage[] =
 	"usage: pdit quantize IN OUT --type T\n"
 	"\n"
 	"Writes the weights of IN (a GGUF file from ComfyUI-GGUF or stable-diffusion.cpp,\n"
-	"fp8 or ComfyUI's scaled fp8 safetensors, BF16/F16/F32 safetensors or an\n"
-	"*.safetensors.index.json set) into OUT as --type:\n"
+	"fp8 or ComfyUI's scaled fp8 safetensors, BF16/F16/F32 safetensors, an\n"
+	"*.safetensors.index.json set, or a diffusers transformer folder) into OUT as\n"
+	"--type (the file then loads with --model DIR --diffusion-model OUT: the folder's\n"
+	"config.json serves it):\n"
 	"  f32, f16, bf16      plain safetensors, same names and torch-order shapes, every\n"
 	"                      tensor decoded (scaled fp8 times its scales; its scale\n"
 	"                      tensors and marker left out); metadata kept\n"
@@ -46,6 +48,8 @@ static const char pd_quantize_usage[] =
 
 static const char pd_quantize_examples[] =
 	"  pdit quantize flux1-dev.safetensors flux1-dev-Q8_0.gguf --type q8_0\n"
+	"  pdit quantize FLUX.1-dev/transformer flux1-dev-Q4_K.gguf --type q4_k\n"
+	"  pdit generate --model FLUX.1-dev --diffusion-model flux1-dev-Q4_K.gguf -p \"a fox\" --dtype bf16\n"
 	"  pdit quantize flux1-dev.safetensors flux1-dev-fp8.safetensors --type fp8\n"
 	"  pdit quantize flux1-dev-Q8_0.gguf flux1-dev-dequant.safetensors --type bf16\n"
 	"  pdit quantize wan2.1_t2v_1.3B_bf16.safetensors wan2.1-t2v-1.3b-Q8_0.gguf --type q8_0\n"
@@ -249,7 +253,8 @@ int pd_cmd_quantize(int argc, char **argv)
 		pd_errorf("quantize: OUT must be another file than IN (%s)", pos[0]);
 		return pd_cli_fail();
 	}
-	if (pd_out_check(pos[1]) || pd_st_open(&st, pos[0]))
+	/* a folder: its diffusers weights (one file or the shards of an index) */
+	if (pd_out_check(pos[1]) || pd_st_open_path(&st, pos[0], "diffusion_pytorch_model"))
 		return pd_cli_fail();
 	if (ty->mode == PD_QZ_GGUF)
 		gw = pd_gguf_writer_new();

@@ -20,7 +20,6 @@ struct pd_engine {
 	struct pd_comm *world;          /* all processes (borrowed) */
 	struct pd_engine_options o;     /* as opened (its strings are not kept: see mp) */
 	struct pd_model_paths mp;       /* component folders and files */
-	char *tconfig;                  /* the transformer's config.json given apart, or NULL */
 	struct pd_dit_info info;        /* transformer sizes, as the parallel methods and the planner see them */
 	int info_ok;                    /* info was read (an encode_only engine may have no transformer) */
 	struct pd_dit_defaults dflt;    /* the family's steps and schedule for this model */

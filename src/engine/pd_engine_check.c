@@ -246,7 +246,7 @@ static int pd_check_reference(struct pd_engine *r, float *latents, struct pd_blo
 	struct pd_backend_config cfg = { r->dt, r->be->threads, r->o.device };
 	int rc = -1;
 
-	if (pd_backend_new(&be, r->be->ops->name, &cfg) || r->fam->load(&m, r->mp.transformer, r->tconfig, be, NULL))
+	if (pd_backend_new(&be, r->be->ops->name, &cfg) || r->fam->load(&m, r->mp.transformer, r->mp.config, be, NULL))
 		goto out;
 	run = pd_runner_local(m);
 	pd_log(1, "pdit: running the single-process reference\n");

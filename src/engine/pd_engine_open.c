@@ -232,8 +232,24 @@ int pd_engine_resolve(const struct pd_engine_options *o, int encode_only, struct
 	/* the transformer says the family; encoding needs none (when the
 	 * folder's reads, it says the family and its text length, else O's) */
 	if (mp->transformer) {
-		*info_ok = pd_family_find(mp->transformer, o->transformer_config, fam, info) == 0;
+		const char *config = o->transformer_config;
+
+		*info_ok = pd_family_find(mp->transformer, config, fam, info) == 0;
+		if (!*info_ok && !config && mp->folder_config) {
+			/* a single file in the folder's transformer's place that
+			 * carries no config (pdit quantize's of the folder): the
+			 * folder's config serves it */
+			char *first = pd_strdup(pd_last_error());
+
+			config = mp->folder_config;
+			*info_ok = pd_family_find(mp->transformer, config, fam, info) == 0;
+			if (!*info_ok && first)
+				pd_errorf("%s", first);
+			free(first);
+		}
 		if (!*info_ok && !encode_only)
+			return -1;
+		if (*info_ok && config && !(mp->config = pd_strdup(config)))
 			return -1;
 	}
 	if (!*info_ok && !(*fam = pd_family_named(o->family)))
@@ -379,7 +395,7 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 	e->encode_seconds = pd_now() - t0;
 	t0 = pd_now();
 	pd_engine_progress(e, PD_PHASE_LOAD, t0, 0, 0, 0);
-	if (pd_fault("load", 0) || e->fam->load(&e->m, e->mp.transformer, e->tconfig, e->be, &sh))
+	if (pd_fault("load", 0) || e->fam->load(&e->m, e->mp.transformer, e->mp.config, e->be, &sh))
 		return -1;
 	/* a broken VAE must not surface after minutes of denoising */
 	if (pd_engine_vae_setup(e))
@@ -413,10 +429,6 @@ int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct p
 	memset(e->o.tokenizer, 0, sizeof(e->o.tokenizer));
 	memset(e->o.encoder_files, 0, sizeof(e->o.encoder_files));
 	e->o.family = e->o.transformer_config = NULL;
-	if (o->transformer_config && !(e->tconfig = pd_strdup(o->transformer_config))) {
-		free(e);
-		return pd_comm_agree(world, 1, NULL);
-	}
 	if (!plan) {
 		/* the mesh and the memory for one picture of the defaults */
 		pd_request_init(&dflt);
@@ -494,7 +506,6 @@ void pd_engine_close(struct pd_engine *e)
 	pd_scheduler_free(&e->sched);
 	pd_engine_request_free(e);
 	pd_model_paths_free(&e->mp);
-	free(e->tconfig);
 	free(e);
 	pd_log_use(&caller);
 }

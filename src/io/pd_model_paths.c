@@ -126,6 +126,14 @@ int pd_model_paths_resolve(struct pd_model_paths *p, const struct pd_model_flags
 	for (int i = 0; i < n; i++) {
 		if (!parts[i].flag_value)
 			continue;
+		if (parts[i].field == &p->transformer && p->transformer && pd_is_dir(p->transformer)) {
+			char *cfg = pd_strfmt("%s/config.json", p->transformer);
+
+			if (cfg && pd_file_exists(cfg))
+				p->folder_config = cfg;
+			else
+				free(cfg);
+		}
 		free(*parts[i].field);
 		*parts[i].field = pd_strdup(parts[i].flag_value);
 		if (!*parts[i].field)
@@ -164,6 +172,8 @@ void pd_model_paths_free(struct pd_model_paths *p)
 {
 	free(p->root);
 	free(p->transformer);
+	free(p->folder_config);
+	free(p->config);
 	free(p->vae);
 	free(p->scheduler);
 	for (int i = 0; i < PD_MAX_ENCODERS; i++) {

@@ -31,6 +31,11 @@ struct pd_model_paths {
 	char *scheduler;                /* scheduler folder, or NULL (defaults apply) */
 	char *encoder[PD_MAX_ENCODERS]; /* text encoder I's folder or file, or NULL */
 	char *tokenizer[PD_MAX_ENCODERS]; /* its tokenizer's folder, or NULL */
+	/* the model folder's transformer/config.json when a single file
+	 * (--diffusion-model) replaces that folder: the file's config when it
+	 * carries none (a file pdit quantize wrote from the folder); or NULL */
+	char *folder_config;
+	char *config;                   /* the transformer's config as the engine resolved it, or NULL */
 };
 
 /* Fills P from the flags. The model folder must hold a model_index.json

@@ -191,6 +191,12 @@ int pd_st_file_open(struct pd_st_file **out, const char *path)
 	}
 	for (int i = 0; i < 8; i++)
 		hlen |= (uint64_t)f->map[i] << (8 * i);
+	/* a length past the end and no JSON object after it: another kind of
+	 * file (a GGUF is read elsewhere), not a broken one */
+	if (hlen > f->size - 8 && f->size > 8 && f->map[8] != '{') {
+		pd_errorf("%s: not a safetensors or GGUF file (neither a safetensors header nor GGUF's magic)", path);
+		goto out;
+	}
 	if (hlen > f->size - 8) {
 		pd_errorf("%s: header length %llu exceeds the file size %zu (truncated or not safetensors)",
 			  path, (unsigned long long)hlen, f->size);

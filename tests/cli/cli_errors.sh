@@ -135,6 +135,28 @@ expect "forward without inputs" "--inputs" "$pdit" forward --transformer "$g/tra
 expect "forward inputs of another model" "in.hidden_states" "$pdit" forward --transformer "$g/transformer-dev" \
 	--inputs "$g/forward-schnell-h64w48.safetensors" --out "$tmp/x"
 
+# pdit's own commands join: the published (sharded) transformer folder quantizes as it is, and the
+# file loads beside the folder, whose config.json serves it; inspect takes a folder, and a file of
+# another kind is named so
+"$pdit" tiny "$tmp/full" --full > /dev/null 2>&1 || { echo "FAIL: pdit tiny --full"; exit 1; }
+if "$pdit" quantize "$tmp/full/transformer" "$tmp/q8.gguf" --type q8_0 > /dev/null 2>&1 &&
+	"$pdit" generate --model "$tmp/full" --diffusion-model "$tmp/q8.gguf" -p "a fox" -H 32 -W 32 --steps 1 \
+		-o "$tmp/q8.png" -q && [ -s "$tmp/q8.png" ]; then
+	echo "ok   quantize a sharded transformer folder; --model DIR --diffusion-model the file"
+else
+	echo "FAIL quantize the folder, then --model DIR --diffusion-model FILE"; fail=1
+fi
+rm -f "$tmp/q8.png"
+if "$pdit" inspect "$tmp/full/transformer" > "$tmp/inspect.txt" 2>&1 && grep -q "3 files" "$tmp/inspect.txt" &&
+	"$pdit" inspect "$tmp/full/text_encoder_2" > /dev/null 2>&1; then
+	echo "ok   inspect a folder: its weights"
+else
+	echo "FAIL inspect a folder: $(head -3 "$tmp/inspect.txt")"; fail=1
+fi
+printf '# a README\n\nnot weights at all, but long enough to have a header length\n' > "$tmp/README.md"
+expect "inspect a text file" "$tmp/README.md: not a safetensors or GGUF file" "$pdit" inspect "$tmp/README.md"
+expect "inspect a folder without weights" "a folder without" "$pdit" inspect "$tmp/full/scheduler"
+
 [ -e "$tmp/o.png" ] && { echo "FAIL: a picture was written by a failing run"; fail=1; }
 ls "$tmp"/*.tmp > /dev/null 2>&1 && { echo "FAIL: temporary files left behind"; fail=1; }
 exit $fail

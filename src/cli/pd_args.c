@@ -175,7 +175,14 @@ void pd_args_help(const char *usage, const struct pd_arg *args, const char *exam
 		printf("  %-30s %s\n", left, a->help);
 	}
 	printf("  %-30s %s\n", "-h, --help", "show this help");
-	printf("\nAn option given twice takes its last value (but -p and -n: once).\n");
+	{
+		int prompts = 0;
+
+		/* the exception only where the command has those flags */
+		for (const struct pd_arg *a = args; a->long_name; a++)
+			prompts |= strcmp(a->long_name, "--prompt") == 0;
+		printf("\nAn option given twice takes its last value%s.\n", prompts ? " (but -p and -n: once)" : "");
+	}
 	if (examples)
 		printf("\nExamples:\n%s", examples);
 }

@@ -288,9 +288,9 @@ int pd_gen_request(const struct pd_gen_args *a, struct pd_request *rq, char ***p
 	rq->init_latents = a->init_latents;
 	rq->height = a->height;
 	rq->width = a->width;
-	if (a->output_seen) {
+	if (a->output_seen && !pd_is_dir(a->output)) {
 		/* pictures are PNG, videos MP4 (or Matroska, QuickTime): a .jpg
-		 * name would hold PNG bytes */
+		 * name would hold PNG bytes (a folder gets its own refusal) */
 		const char *base = strrchr(a->output, '/'), *dot;
 
 		base = base ? base + 1 : a->output;

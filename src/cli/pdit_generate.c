@@ -38,6 +38,13 @@ static const char pd_gen_usage[] =
 static const char pd_gen_examples[] =
 	"  pdit tiny tiny-model --full\n"
 	"  pdit generate --model tiny-model -p \"a photo of a cat\" -H 256 -W 256 --steps 4 -o out.png\n"
+	"  pdit tiny tiny-wan --family wan\n"
+	"  pdit generate --model tiny-wan -p \"a red kite\" -H 64 -W 64 --frames 9 --steps 4 -o kite.mp4\n"
+	"  pdit generate --model Wan2.1-T2V-1.3B-Diffusers -p \"a cat surfing\" -H 480 -W 832 --frames 33 \\\n"
+	"      --dtype bf16 -o cat.mp4\n"
+	"  # as root, Open MPI wants --allow-run-as-root, and --oversubscribe beyond one process a core\n"
+	"  # (the source tree's scripts/mpirun adds both)\n"
+	"  mpirun -np 2 pdit generate --model tiny-model -p \"a red fox\" -H 256 -W 256 --ulysses-degree 2 -o out.png\n"
 	"  mpirun -np 4 pdit generate --model tiny-model -p \"a red fox\" -H 256 -W 256 \\\n"
 	"      --ulysses-degree 2 --ring-degree 2 -o out.png\n"
 	"  mpirun -np 2 pdit generate --model FLUX.1-dev --prompts prompts.txt -n \"blurry\" --true-cfg-scale 4 \\\n"

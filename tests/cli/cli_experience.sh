@@ -158,6 +158,22 @@ done
 	"$pdit" bench --help | grep -q "timed steps (default 3)" && ok "bench's usage shows its defaults" ||
 	bad "bench's usage and defaults"
 
+# help that agrees with the program: the -p/-n exception only where those flags are, a Wan example
+# that runs as printed (from a scratch folder), the root note beside the mpirun examples
+for cmd in quantize inspect plan tiny; do
+	"$pdit" $cmd --help | grep -q -- "-p and -n" && bad "$cmd --help speaks of -p and -n" || ok "$cmd --help: no -p/-n note"
+done
+"$pdit" generate --help | grep -q -- "(but -p and -n: once)" && ok "generate --help keeps its -p/-n note" ||
+	bad "generate's -p/-n note"
+"$pdit" generate --help | grep -q -- "--allow-run-as-root" && ok "generate --help says what mpirun wants as root" ||
+	bad "generate --help: mpirun as root"
+mkdir -p "$tmp/helpwan"
+(cd "$tmp/helpwan" && "$pdit" generate --help | sed -n 's/^  \(pdit \(tiny tiny-wan\|generate --model tiny-wan\) .*\)$/\1/p' |
+	sed "s|^pdit |'$pdit' |" > cmds.sh && [ "$(grep -c '' cmds.sh)" -eq 2 ] && sh -e cmds.sh > /dev/null 2>&1 &&
+	[ -s kite.mp4 ]) && ok "generate --help's Wan example runs as printed" || bad "generate --help's Wan example"
+pdit_help=$("$pdit" --help)
+case $pdit_help in *Wan2.1*GGUF*) ok "pdit --help names Wan2.1 and quantize's GGUF" ;; *) bad "pdit --help" ;; esac
+
 # 9. degrees for one process: told to start them with mpirun
 "$pdit" generate --model "$tmp/full" "${gen[@]}" --ulysses-degree 2 > /dev/null 2> "$tmp/err"
 [ $? -ne 0 ] && grep -q "this is one process: start 2 with mpirun -np 2" "$tmp/err" && ! grep -q "1 processes" "$tmp/err" &&

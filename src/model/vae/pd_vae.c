@@ -1,7 +1,8 @@
 /*
- * pd_vae.c - the AutoencoderKL decoder (diffusers models/autoencoders/vae.py
- * Decoder, unet_2d_blocks.py UNetMidBlock2D/UpDecoderBlock2D, resnet.py
- * ResnetBlock2D, attention_processor.py AttnProcessor2_0).
+ * pd_vae.c - the AutoencoderKL decoder and encoder (diffusers
+ * models/autoencoders/vae.py Decoder and Encoder, unet_2d_blocks.py
+ * UNetMidBlock2D/UpDecoderBlock2D/DownEncoderBlock2D, resnet.py
+ * ResnetBlock2D and Downsample2D, attention_processor.py AttnProcessor2_0).
  */
 #include "pd_vae.h"
 #include "pd_config.h"
@@ -30,18 +31,44 @@ struct pd_vae_up {
 	struct pd_conv *upconv;         /* conv after the 2x upsample; NULL in the last block */
 };
 
+/* An encoder block: resnets, then (but in the last block) Downsample2D,
+ * a 3x3 convolution of stride 2 over the picture padded by one row and
+ * column at its bottom and right. */
+struct pd_vae_down {
+	int n_resnets;                  /* layers_per_block */
+	struct pd_vae_resnet res[PD_VAE_MAX_RESNETS];
+	struct pd_conv *downconv;       /* the downsampler's convolution, or NULL */
+};
+
+/* The mid block both halves have: resnet, one-head attention, resnet. */
+struct pd_vae_mid {
+	struct pd_vae_resnet res[2];    /* before and after the attention */
+	float *attn_norm_w, *attn_norm_b; /* the attention's GroupNorm */
+	struct pd_linear *attn_q, *attn_k, *attn_v, *attn_out; /* its projections */
+};
+
+/* The encoder, loaded when a request brings a picture (pd_vae_load_encoder). */
+struct pd_vae_enc {
+	struct pd_conv *conv_in;        /* image -> block_out[0] channels */
+	struct pd_vae_down down[PD_VAE_MAX_BLOCKS]; /* full resolution first */
+	struct pd_vae_mid mid;          /* at the lowest resolution */
+	float *norm_out_w, *norm_out_b; /* conv_norm_out */
+	struct pd_conv *conv_out;       /* -> 2 x latent channels: the posterior's mean and log-variance */
+	struct pd_conv *quant;          /* 1x1 quant_conv, when configured */
+};
+
 struct pd_vae {
 	struct pd_vae_config cfg;       /* sizes */
 	struct pd_backend *be;          /* compute backend (borrowed) */
 	struct pd_vae_hooks hooks;      /* bands (one when not set) */
 	struct pd_conv *post_quant;     /* 1x1 post_quant_conv, when configured */
 	struct pd_conv *conv_in;        /* latent -> top channels */
-	struct pd_vae_resnet mid[2];    /* mid block resnets */
-	float *attn_norm_w, *attn_norm_b; /* mid attention GroupNorm */
-	struct pd_linear *attn_q, *attn_k, *attn_v, *attn_out; /* mid attention projections */
+	struct pd_vae_mid mid;          /* the decoder's mid block */
 	struct pd_vae_up up[PD_VAE_MAX_BLOCKS]; /* up blocks, top resolution last */
 	float *norm_out_w, *norm_out_b; /* conv_norm_out */
 	struct pd_conv *conv_out;       /* -> image channels */
+	struct pd_vae_enc *enc;         /* the encoder, once loaded; or NULL */
+	char *path;                     /* where the weights are: the encoder loads from there */
 };
 
 int pd_vae_config_load(struct pd_vae_config *cfg, const char *dir)
@@ -94,8 +121,12 @@ int pd_vae_config_parse(struct pd_vae_config *cfg, const struct pd_config *cp)
 			goto out;
 		}
 	}
+	if (pd_config_int(&c, "in_channels", 0, 3, 1, 1 << 14, &v))
+		goto out;
+	cfg->in_channels = (int)v;
 	if (pd_config_bool(&c, "mid_block_add_attention", 0, 1, &cfg->mid_attention) ||
 	    pd_config_bool(&c, "use_post_quant_conv", 0, 1, &cfg->post_quant_conv) ||
+	    pd_config_bool(&c, "use_quant_conv", 0, 1, &cfg->quant_conv) ||
 	    pd_config_double(&c, "scaling_factor", 0, 0.18215, &cfg->scaling_factor) ||
 	    pd_config_double(&c, "shift_factor", 0, 0.0, &cfg->shift_factor))
 		goto out;
@@ -128,6 +159,25 @@ static void pd_vae_load_resnet(struct pd_loader *ld, struct pd_vae_resnet *r, in
 		r->shortcut = pd_loader_conv(ld, c_out, c_in, 1, "%s.conv_shortcut", prefix);
 }
 
+/* A mid block's weights under PREFIX ("decoder.mid_block"). */
+static void pd_vae_load_mid(struct pd_loader *ld, struct pd_vae_mid *m, int c, int attention, const char *prefix)
+{
+	char name[128];
+
+	snprintf(name, sizeof(name), "%s.resnets.0", prefix);
+	pd_vae_load_resnet(ld, &m->res[0], c, c, name);
+	if (attention) {
+		m->attn_norm_w = pd_loader_vector(ld, c, "%s.attentions.0.group_norm.weight", prefix);
+		m->attn_norm_b = pd_loader_vector(ld, c, "%s.attentions.0.group_norm.bias", prefix);
+		m->attn_q = pd_loader_linear(ld, c, c, "%s.attentions.0.to_q", prefix);
+		m->attn_k = pd_loader_linear(ld, c, c, "%s.attentions.0.to_k", prefix);
+		m->attn_v = pd_loader_linear(ld, c, c, "%s.attentions.0.to_v", prefix);
+		m->attn_out = pd_loader_linear(ld, c, c, "%s.attentions.0.to_out.0", prefix);
+	}
+	snprintf(name, sizeof(name), "%s.resnets.1", prefix);
+	pd_vae_load_resnet(ld, &m->res[1], c, c, name);
+}
+
 int pd_vae_load(struct pd_vae **out, const char *dir, struct pd_backend *be)
 {
 	struct pd_vae *v = pd_calloc(1, sizeof(*v), "VAE");
@@ -151,16 +201,7 @@ int pd_vae_load(struct pd_vae **out, const char *dir, struct pd_backend *be)
 	if (c->post_quant_conv)
 		v->post_quant = pd_loader_conv(&ld, c->latent_channels, c->latent_channels, 1, "post_quant_conv");
 	v->conv_in = pd_loader_conv(&ld, top, c->latent_channels, 3, "decoder.conv_in");
-	pd_vae_load_resnet(&ld, &v->mid[0], top, top, "decoder.mid_block.resnets.0");
-	if (c->mid_attention) {
-		v->attn_norm_w = pd_loader_vector(&ld, top, "decoder.mid_block.attentions.0.group_norm.weight");
-		v->attn_norm_b = pd_loader_vector(&ld, top, "decoder.mid_block.attentions.0.group_norm.bias");
-		v->attn_q = pd_loader_linear(&ld, top, top, "decoder.mid_block.attentions.0.to_q");
-		v->attn_k = pd_loader_linear(&ld, top, top, "decoder.mid_block.attentions.0.to_k");
-		v->attn_v = pd_loader_linear(&ld, top, top, "decoder.mid_block.attentions.0.to_v");
-		v->attn_out = pd_loader_linear(&ld, top, top, "decoder.mid_block.attentions.0.to_out.0");
-	}
-	pd_vae_load_resnet(&ld, &v->mid[1], top, top, "decoder.mid_block.resnets.1");
+	pd_vae_load_mid(&ld, &v->mid, top, c->mid_attention, "decoder.mid_block");
 	prev = top;
 	for (int i = 0; i < c->n_blocks; i++) {
 		int ch = c->block_out[c->n_blocks - 1 - i];
@@ -178,7 +219,8 @@ int pd_vae_load(struct pd_vae **out, const char *dir, struct pd_backend *be)
 	v->norm_out_w = pd_loader_vector(&ld, c->block_out[0], "decoder.conv_norm_out.weight");
 	v->norm_out_b = pd_loader_vector(&ld, c->block_out[0], "decoder.conv_norm_out.bias");
 	v->conv_out = pd_loader_conv(&ld, c->out_channels, c->block_out[0], 3, "decoder.conv_out");
-	if (ld.failed)
+	v->path = pd_strdup(dir);
+	if (ld.failed || !v->path)
 		goto fail;
 	pd_st_close(st);
 	*out = v;
@@ -201,35 +243,62 @@ static void pd_vae_free_resnet(struct pd_backend *be, struct pd_vae_resnet *r)
 	be->ops->conv_free(be, r->shortcut);
 }
 
+static void pd_vae_free_vec(struct pd_backend *be, float *p)
+{
+	if (p)
+		be->ops->free(be, p);
+}
+
+static void pd_vae_free_mid(struct pd_backend *be, struct pd_vae_mid *m)
+{
+	pd_vae_free_resnet(be, &m->res[0]);
+	pd_vae_free_resnet(be, &m->res[1]);
+	be->ops->linear_free(be, m->attn_q);
+	be->ops->linear_free(be, m->attn_k);
+	be->ops->linear_free(be, m->attn_v);
+	be->ops->linear_free(be, m->attn_out);
+	pd_vae_free_vec(be, m->attn_norm_w);
+	pd_vae_free_vec(be, m->attn_norm_b);
+}
+
+static void pd_vae_free_encoder(struct pd_backend *be, struct pd_vae_enc *e)
+{
+	if (!e)
+		return;
+	be->ops->conv_free(be, e->conv_in);
+	for (int i = 0; i < PD_VAE_MAX_BLOCKS; i++) {
+		for (int j = 0; j < e->down[i].n_resnets; j++)
+			pd_vae_free_resnet(be, &e->down[i].res[j]);
+		be->ops->conv_free(be, e->down[i].downconv);
+	}
+	pd_vae_free_mid(be, &e->mid);
+	pd_vae_free_vec(be, e->norm_out_w);
+	pd_vae_free_vec(be, e->norm_out_b);
+	be->ops->conv_free(be, e->conv_out);
+	be->ops->conv_free(be, e->quant);
+	free(e);
+}
+
 void pd_vae_free(struct pd_vae *v)
 {
 	struct pd_backend *be;
-	float *vecs[4];
 
 	if (!v)
 		return;
 	be = v->be;
 	be->ops->conv_free(be, v->post_quant);
 	be->ops->conv_free(be, v->conv_in);
-	pd_vae_free_resnet(be, &v->mid[0]);
-	pd_vae_free_resnet(be, &v->mid[1]);
-	be->ops->linear_free(be, v->attn_q);
-	be->ops->linear_free(be, v->attn_k);
-	be->ops->linear_free(be, v->attn_v);
-	be->ops->linear_free(be, v->attn_out);
+	pd_vae_free_mid(be, &v->mid);
 	for (int i = 0; i < PD_VAE_MAX_BLOCKS; i++) {
 		for (int j = 0; j < v->up[i].n_resnets; j++)
 			pd_vae_free_resnet(be, &v->up[i].res[j]);
 		be->ops->conv_free(be, v->up[i].upconv);
 	}
 	be->ops->conv_free(be, v->conv_out);
-	vecs[0] = v->attn_norm_w;
-	vecs[1] = v->attn_norm_b;
-	vecs[2] = v->norm_out_w;
-	vecs[3] = v->norm_out_b;
-	for (int i = 0; i < 4; i++)
-		if (vecs[i])
-			be->ops->free(be, vecs[i]);
+	pd_vae_free_vec(be, v->norm_out_w);
+	pd_vae_free_vec(be, v->norm_out_b);
+	pd_vae_free_encoder(be, v->enc);
+	free(v->path);
 	free(v);
 }
 
@@ -343,17 +412,17 @@ static void pd_vae_resnet_fwd(struct pd_vae_run *r, const struct pd_vae_resnet *
  * place on the band X [c, h w]: the bands' keys and values are gathered, so
  * every query sees every pixel. S0, S1 hold c x (band pixels); S2..S4 hold c
  * x (all pixels). */
-static void pd_vae_attention(struct pd_vae_run *r, float *x, int c, int h, int w, float *s0, float *s1, float *s2,
-			     float *s3, float *s4)
+static void pd_vae_attention(struct pd_vae_run *r, const struct pd_vae_mid *m, float *x, int c, int h, int w,
+			     float *s0, float *s1, float *s2, float *s3, float *s4)
 {
 	struct pd_vae *v = r->v;
 	struct pd_backend *be = v->be;
 	int64_t hw = (int64_t)h * w, all = hw;
 	float *k = s3, *vv = s4;
 
-	pd_vae_group_norm(r, s0, hw, x, c, h, w, v->attn_norm_w, v->attn_norm_b, 0);
+	pd_vae_group_norm(r, s0, hw, x, c, h, w, m->attn_norm_w, m->attn_norm_b, 0);
 	be->ops->transpose(be, s1, s0, c, hw);	/* [hw, c] */
-	be->ops->linear(be, v->attn_q, s1, c, hw, s2, c, 0);
+	be->ops->linear(be, m->attn_q, s1, c, hw, s2, c, 0);
 	if (r->banded) {
 		struct pd_vae_hooks *hk = &v->hooks;
 		size_t n_all[256];
@@ -366,18 +435,18 @@ static void pd_vae_attention(struct pd_vae_run *r, float *x, int c, int h, int w
 		for (int b = 0; b < hk->bands; b++)
 			n_all[b] = (size_t)(pd_chunk_len(r->H, hk->bands, b) * w * c);
 		/* this band's keys and values first go where gathering reads them */
-		be->ops->linear(be, v->attn_k, s1, c, hw, s0, c, 0);
+		be->ops->linear(be, m->attn_k, s1, c, hw, s0, c, 0);
 		if (!be->failed)
 			pd_vae_fail_hook(r, hk->gather(hk->ctx, s0, (size_t)(hw * c), k, n_all));
-		be->ops->linear(be, v->attn_v, s1, c, hw, s0, c, 0);
+		be->ops->linear(be, m->attn_v, s1, c, hw, s0, c, 0);
 		if (!be->failed)
 			pd_vae_fail_hook(r, hk->gather(hk->ctx, s0, (size_t)(hw * c), vv, n_all));
 	} else {
-		be->ops->linear(be, v->attn_k, s1, c, hw, k, c, 0);
-		be->ops->linear(be, v->attn_v, s1, c, hw, vv, c, 0);
+		be->ops->linear(be, m->attn_k, s1, c, hw, k, c, 0);
+		be->ops->linear(be, m->attn_v, s1, c, hw, vv, c, 0);
 	}
 	be->ops->attention(be, s0, c, NULL, s2, c, k, c, vv, c, hw, all, 1, c, 1.0f / sqrtf((float)c));
-	be->ops->linear(be, v->attn_out, s0, c, hw, s1, c, 0);
+	be->ops->linear(be, m->attn_out, s0, c, hw, s1, c, 0);
 	be->ops->transpose(be, s0, s1, hw, c);	/* back to [c, hw] */
 	be->ops->add(be, x, x, s0, (size_t)(c * hw));
 }
@@ -469,10 +538,10 @@ int pd_vae_decode(struct pd_vae *v, const float *z, int h, int w, float *img, co
 	}
 	pd_vae_conv3(&r, v->conv_in, c->latent_channels, buf[1], hh, w, x);
 	pd_vae_dump(v, dump, "vae.dec.conv_in", x, top, hh, w, host);
-	pd_vae_resnet_fwd(&r, &v->mid[0], x, hh, w, x, buf[1], buf[2]);
+	pd_vae_resnet_fwd(&r, &v->mid.res[0], x, hh, w, x, buf[1], buf[2]);
 	if (c->mid_attention)
-		pd_vae_attention(&r, x, top, hh, w, buf[1], buf[2], buf[3], buf[4], buf[5]);
-	pd_vae_resnet_fwd(&r, &v->mid[1], x, hh, w, x, buf[1], buf[2]);
+		pd_vae_attention(&r, &v->mid, x, top, hh, w, buf[1], buf[2], buf[3], buf[4], buf[5]);
+	pd_vae_resnet_fwd(&r, &v->mid.res[1], x, hh, w, x, buf[1], buf[2]);
 	pd_vae_dump(v, dump, "vae.dec.mid_block", x, top, hh, w, host);
 	for (int i = 0; i < c->n_blocks; i++) {
 		struct pd_vae_up *u = &v->up[i];
@@ -531,4 +600,161 @@ out:
 	pd_backend_release(be, (float *)r.stats);
 	free(host);
 	return rc;
+}
+
+/* ----------------------------------------------------------------------- */
+/* Encode                                                                  */
+/* ----------------------------------------------------------------------- */
+
+int pd_vae_load_encoder(struct pd_vae *v)
+{
+	const struct pd_vae_config *c = &v->cfg;
+	struct pd_vae_enc *e;
+	struct pd_st *st = NULL;
+	struct pd_vae_config file_cfg;
+	struct pd_loader ld = { 0 };
+	char prefix[128];
+	int prev;
+
+	if (v->enc)
+		return 0;
+	e = pd_calloc(1, sizeof(*e), "the VAE encoder");
+	if (!e)
+		return -1;
+	if (pd_is_dir(v->path) ? pd_st_open_component(&st, v->path, "diffusion_pytorch_model")
+			       : pd_vae_open_file(&st, v->path, &file_cfg))
+		goto fail;
+	ld.st = st;
+	ld.be = v->be;
+	e->conv_in = pd_loader_conv(&ld, c->block_out[0], c->in_channels, 3, "encoder.conv_in");
+	prev = c->block_out[0];
+	for (int i = 0; i < c->n_blocks; i++) {
+		struct pd_vae_down *d = &e->down[i];
+		int ch = c->block_out[i];
+
+		d->n_resnets = c->layers_per_block;
+		for (int j = 0; j < d->n_resnets; j++) {
+			snprintf(prefix, sizeof(prefix), "encoder.down_blocks.%d.resnets.%d", i, j);
+			pd_vae_load_resnet(&ld, &d->res[j], j == 0 ? prev : ch, ch, prefix);
+		}
+		if (i < c->n_blocks - 1)
+			d->downconv = pd_loader_conv(&ld, ch, ch, 3, "encoder.down_blocks.%d.downsamplers.0.conv", i);
+		prev = ch;
+	}
+	pd_vae_load_mid(&ld, &e->mid, prev, c->mid_attention, "encoder.mid_block");
+	e->norm_out_w = pd_loader_vector(&ld, prev, "encoder.conv_norm_out.weight");
+	e->norm_out_b = pd_loader_vector(&ld, prev, "encoder.conv_norm_out.bias");
+	e->conv_out = pd_loader_conv(&ld, 2 * c->latent_channels, prev, 3, "encoder.conv_out");
+	if (c->quant_conv)
+		e->quant = pd_loader_conv(&ld, 2 * c->latent_channels, 2 * c->latent_channels, 1, "quant_conv");
+	if (ld.failed)
+		goto fail;
+	pd_st_close(st);
+	v->enc = e;
+	return 0;
+fail:
+	pd_st_close(st);
+	pd_vae_free_encoder(v->be, e);
+	return -1;
+}
+
+/* Largest activation (floats) of the encoder at H x W: a block's widest
+ * resnet at its resolution, the input, conv_out's moments. */
+static size_t pd_vae_enc_size(const struct pd_vae_config *c, int H, int W)
+{
+	size_t hw = (size_t)H * W, best = (size_t)c->in_channels * hw;
+	int prev = c->block_out[0];
+
+	for (int i = 0; i < c->n_blocks; i++) {
+		int ch = c->block_out[i];
+		size_t m = (size_t)(prev > ch ? prev : ch) * hw;
+
+		best = m > best ? m : best;
+		if (i < c->n_blocks - 1)
+			hw /= 4;
+		prev = ch;
+	}
+	if ((size_t)2 * c->latent_channels * hw > best)
+		best = (size_t)2 * c->latent_channels * hw;
+	return best;
+}
+
+int pd_vae_encode(struct pd_vae *v, const float *img, int H, int W, float *moments)
+{
+	struct pd_backend *be = v->be;
+	const struct pd_vae_config *c = &v->cfg;
+	struct pd_vae_enc *e = v->enc;
+	struct pd_vae_run r = { v, 0, H, NULL };
+	int f = pd_vae_scale(c), h = H, w = W, ch = c->block_out[0], top = c->block_out[c->n_blocks - 1];
+	size_t n, n_mid;
+	float *buf[6] = { 0 }, *x;
+	int rc = -1;
+
+	if (!e)
+		return pd_errorf("VAE: the encoder is not loaded");
+	if (H < f || W < f || H % f || W % f)
+		return pd_errorf("VAE: a %dx%d picture does not encode: sides must be multiples of %d", W, H, f);
+	n = pd_vae_enc_size(c, H, W);
+	n_mid = (size_t)top * (H / f) * (W / f);
+	for (int i = 0; i < 6; i++)
+		buf[i] = pd_backend_alloc(be, i >= 3 ? n_mid : n, "VAE activations");
+	r.stats = (double *)pd_backend_alloc(be, 4 * (size_t)c->groups, "GroupNorm statistics");
+	if (pd_backend_check(be))
+		goto out;
+	x = buf[0];
+	be->ops->upload(be, buf[1], img, (size_t)c->in_channels * H * W);
+	be->ops->conv(be, e->conv_in, buf[1], h, w, 0, x);
+	for (int i = 0; i < c->n_blocks; i++) {
+		struct pd_vae_down *d = &e->down[i];
+
+		for (int j = 0; j < d->n_resnets; j++)
+			pd_vae_resnet_fwd(&r, &d->res[j], x, h, w, x, buf[1], buf[2]);
+		ch = d->n_resnets ? d->res[d->n_resnets - 1].c_out : ch;
+		if (d->downconv) {
+			/* stride 2 over the picture padded at its bottom and right
+			 * is the stride-1 convolution (padded all round) read at its
+			 * odd rows and columns: the same sums, four times the work
+			 * of the encoder's three smallest convolutions */
+			be->ops->conv(be, d->downconv, x, h, w, 0, buf[1]);
+			be->ops->copy2d(be, buf[2], w, buf[1] + w, 2 * (int64_t)w, (int64_t)ch * (h / 2), w);
+			be->ops->copy2d(be, x, 1, buf[2] + 1, 2, (int64_t)ch * (h / 2) * (w / 2), 1);
+			h /= 2;
+			w /= 2;
+			r.H = h;
+		}
+		if (pd_backend_check(be))
+			goto out;
+	}
+	pd_vae_resnet_fwd(&r, &e->mid.res[0], x, h, w, x, buf[1], buf[2]);
+	if (c->mid_attention)
+		pd_vae_attention(&r, &e->mid, x, ch, h, w, buf[1], buf[2], buf[3], buf[4], buf[5]);
+	pd_vae_resnet_fwd(&r, &e->mid.res[1], x, h, w, x, buf[1], buf[2]);
+	pd_vae_group_norm(&r, buf[1], (int64_t)h * w, x, ch, h, w, e->norm_out_w, e->norm_out_b, 1);
+	be->ops->conv(be, e->conv_out, buf[1], h, w, 0, x);
+	if (e->quant) {
+		be->ops->conv(be, e->quant, x, h, w, 0, buf[1]);
+		x = buf[1];
+	}
+	be->ops->download(be, moments, x, (size_t)2 * c->latent_channels * h * w);
+	rc = pd_backend_check(be);
+out:
+	for (int i = 0; i < 6; i++)
+		if (buf[i])
+			be->ops->free(be, buf[i]);
+	pd_backend_release(be, (float *)r.stats);
+	return rc;
+}
+
+void pd_vae_posterior_latents(const struct pd_vae_config *cfg, const float *moments, size_t n, const float *eps,
+			      float *out)
+{
+	for (size_t i = 0; i < n; i++) {
+		/* DiagonalGaussianDistribution: float32 throughout */
+		float mean = moments[i], logvar = moments[n + i], z = mean;
+
+		logvar = logvar < -30.0f ? -30.0f : logvar > 20.0f ? 20.0f : logvar;
+		if (eps)
+			z = mean + expf(0.5f * logvar) * eps[i];
+		out[i] = (z - (float)cfg->shift_factor) * (float)cfg->scaling_factor;
+	}
 }

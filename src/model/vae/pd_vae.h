@@ -30,6 +30,8 @@ struct pd_vae_config {
 	int groups;                     /* norm_num_groups */
 	int mid_attention;              /* mid_block_add_attention */
 	int post_quant_conv;            /* use_post_quant_conv (false for FLUX) */
+	int in_channels;                /* the encoder's image channels (3) */
+	int quant_conv;                 /* use_quant_conv: the encoder's 1x1 after conv_out (false for FLUX) */
 	double scaling_factor;          /* latents / scaling_factor ... */
 	double shift_factor;            /* ... + shift_factor = decoder input */
 };
@@ -91,6 +93,22 @@ int pd_vae_has_picture(const struct pd_vae *v);
  * image.decoded. */
 int pd_vae_decode_rgb(struct pd_vae *v, float *z, int h, int w, uint8_t *rgb, float *decoded,
 		      const struct pd_dump *dump);
+
+/* The encoder (an img2img or edit request's picture in): loaded from the
+ * VAE's own weights the first time, kept after. 0, or -1 with the message
+ * (a VAE file without the encoder's tensors names the first missing). */
+int pd_vae_load_encoder(struct pd_vae *v);
+/* IMG [in_channels, H, W] (host, in [-1, 1] as VaeImageProcessor makes it;
+ * H and W multiples of the scale) -> MOMENTS [2 x latent_channels, H/f,
+ * W/f] (host): the posterior's mean, then its log-variance (unclamped).
+ * One process: the encoder does not band. */
+int pd_vae_encode(struct pd_vae *v, const float *img, int H, int W, float *moments);
+/* The latents an image pipeline starts from, from MOMENTS of N values a
+ * half: DiagonalGaussianDistribution's sample mean + exp(logvar / 2) x EPS
+ * (log-variance clamped to [-30, 20]), or its mode (EPS NULL), then
+ * (z - shift_factor) x scaling_factor, into OUT [N]. */
+void pd_vae_posterior_latents(const struct pd_vae_config *cfg, const float *moments, size_t n, const float *eps,
+			      float *out);
 
 /* What a decode costs, for the planner and the memory check. */
 struct pd_vae_cost {

@@ -55,6 +55,14 @@ static int pd_arg_set(const struct pd_arg *a, const char *v)
 		*(float *)a->dest = (float)x;
 		break;
 	}
+	case PD_ARG_DOUBLE: {
+		double x = strtod(v, &end);
+
+		if (!*v || *end || errno || !isfinite(x))
+			return pd_errorf("%s expects a number, got '%s'", name, v);
+		*(double *)a->dest = x;
+		break;
+	}
 	case PD_ARG_STRING:
 		*(const char **)a->dest = v;
 		break;

@@ -17,6 +17,7 @@ enum pd_arg_type {
 					 * absence (a given 0 or negative is refused, never "the default") */
 	PD_ARG_U64,                     /* uint64_t */
 	PD_ARG_FLOAT,                   /* float */
+	PD_ARG_DOUBLE,                  /* double: a value the program computes with as Python does */
 	PD_ARG_STRING,                  /* const char * (borrowed from argv) */
 };
 

@@ -41,6 +41,8 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 		{ "--fps", 0, PD_ARG_COUNT, &a->fps, "N", "a video's frames a second (default 16)", NULL },
 		{ "--out-latents", 0, PD_ARG_STRING, &a->out_latents, "FILE", "also write latents.init and latents.final [B,L,C] (packed)", NULL },
 		{ "--init-latents", 0, PD_ARG_STRING, &a->init_latents, "FILE", "start from latents.init [B,L,C] or latents.init_unpacked instead of the seed", NULL },
+		{ "--init-img", 'i', PD_ARG_STRING, &a->init_img, "FILE", "img2img (FLUX): start from this PNG, encoded by the VAE; its size unless -W and -H are given", NULL },
+		{ "--strength", 0, PD_ARG_DOUBLE, &a->strength, "S", "img2img: how much of the picture is made anew, the share of the steps run (0 to 1; default 0.75)", &a->strength_seen },
 		{ "--dtype", 0, PD_ARG_STRING, &a->dtype, "f32|bf16", "precision of matrix products (default f32)", NULL },
 		{ "--vae-dtype", 0, PD_ARG_STRING, &a->vae_dtype, "f32|bf16", "precision of the VAE's convolutions (default f32; bf16: about 2x faster decoding, pixels within a few levels)", NULL },
 		{ "--threads", 't', PD_ARG_COUNT, &a->threads, "N", "threads per process (default: the cores divided among the processes)", NULL },
@@ -89,7 +91,8 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 		}
 		/* check and bench write nothing and start from the seed */
 		if (kind != PD_CMD_GENERATE && (common[i].dest == &a->output || common[i].dest == &a->out_latents ||
-						common[i].dest == &a->init_latents))
+						common[i].dest == &a->init_latents || common[i].dest == &a->init_img ||
+						common[i].dest == &a->strength))
 			continue;
 		/* serve: what a picture is comes with each request */
 		if (kind == PD_CMD_SERVE &&
@@ -286,6 +289,10 @@ int pd_gen_request(const struct pd_gen_args *a, struct pd_request *rq, char ***p
 	rq->max_seq = a->max_seq;
 	rq->embeds = a->embeds;
 	rq->init_latents = a->init_latents;
+	rq->init_image = a->init_img;
+	rq->strength = a->strength_seen ? a->strength : PD_DEFAULT;
+	if (a->strength_seen && !a->init_img)
+		return pd_errorf("--strength goes with -i/--init-img (the picture img2img starts from)");
 	rq->height = a->height;
 	rq->width = a->width;
 	if (a->output_seen && !pd_is_dir(a->output)) {

@@ -48,6 +48,9 @@ struct pd_gen_args {
 	int max_seq;                    /* --max-sequence-length (0: the family's) */
 	const char *embeds;             /* --embeds FILE instead of prompts */
 	const char *output, *out_latents, *init_latents; /* generate's files */
+	const char *init_img;           /* -i/--init-img: img2img's picture */
+	double strength;                /* --strength */
+	int strength_seen;              /* given */
 	const char *dtype, *vae_dtype;  /* precisions */
 	int height, width, frames, steps, fps;
 	int frames_seen, steps_seen, output_seen, guidance_seen; /* given (a given 0 is not "not given") */

@@ -174,10 +174,15 @@ char *pd_cli_prompt_source(const char *prompt, const char *negative)
 char *pd_cli_parameters(const char *source, uint64_t seed, const struct pd_result *res, const char *model,
 			const char *dtype)
 {
-	return pd_strfmt("%spdit %s; seed: %llu; steps: %d; guidance: %g; true_cfg_scale: %g; size: %dx%d; frames: %d; "
+	char strength[48] = "";
+
+	/* img2img: the share of the steps it ran */
+	if (res->strength > 0)
+		snprintf(strength, sizeof(strength), "; strength: %g", res->strength);
+	return pd_strfmt("%spdit %s; seed: %llu; steps: %d%s; guidance: %g; true_cfg_scale: %g; size: %dx%d; frames: %d; "
 			 "model: %s; dtype: %s",
-			 source, PDIT_VERSION, (unsigned long long)seed, res->steps, res->guidance, res->true_cfg_scale,
-			 res->width, res->height, res->frames, model, dtype);
+			 source, PDIT_VERSION, (unsigned long long)seed, res->steps, strength, res->guidance,
+			 res->true_cfg_scale, res->width, res->height, res->frames, model, dtype);
 }
 
 /* The pictures this rank holds, as PNGs carrying their parameters. */

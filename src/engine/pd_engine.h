@@ -64,7 +64,10 @@ struct pd_engine {
 	int max_seq;                    /* T5 tokens per prompt */
 	struct pd_latent_shape ls;      /* latent geometry */
 	struct pd_gen_params p;         /* generation parameters */
-	float *init;                    /* initial latents from a file [B, L, C], or NULL */
+	float *init;                    /* initial latents from a file or a picture [B, L, C], or NULL */
+	uint8_t *init_rgb;              /* img2img's picture [init_h, init_w, 3], or NULL */
+	int init_w, init_h;             /* its size */
+	float strength;                 /* img2img's strength, or 0 */
 };
 
 /* The caller's log and thread count, put back when a call returns. */
@@ -148,6 +151,9 @@ float *pd_engine_initial(const struct pd_engine *e);
 /* Who decodes the prepared request's pictures, the VAE loaded where it is
  * needed. */
 int pd_engine_vae_setup(struct pd_engine *e);
+/* img2img: the prepared request's initial latents from its picture (the
+ * backend ready: at run), on every process alike. */
+int pd_engine_init_picture(struct pd_engine *e);
 /* The VAE loaded on this process (once). */
 int pd_engine_vae_load(struct pd_engine *e);
 /* The VAE's band hooks (pd_vae.h; the inert ones when HOOKS is NULL). */

@@ -6,9 +6,12 @@
  */
 #include "pd_engine.h"
 #include "pd_par_data.h"
+#include "pd_png.h"
+#include "pd_rng.h"
 #include "pd_safetensors.h"
 #include "pd_util.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,6 +57,110 @@ out:
 		free(init);
 	else
 		e->init = init;
+	return rc;
+}
+
+/* img2img's picture, read before the request's size is settled: its
+ * size is the request's unless R gives one, which it must then have. */
+static int pd_engine_read_picture(struct pd_engine *e, const char *path, struct pd_request *r)
+{
+	if (r->init_latents)
+		return pd_errorf("-i/--init-img and --init-latents both say where to start: give one");
+	if (!e->fam->vae->encode)
+		return pd_errorf("-i/--init-img: the %s family takes no picture in yet", e->fam->name);
+	if (r->frames != PD_DEFAULT && r->frames != 1)
+		return pd_errorf("-i/--init-img starts a picture, not a video of %d frames", r->frames);
+	if (pd_png_read(path, &e->init_rgb, &e->init_w, &e->init_h))
+		return -1;
+	if (r->height == PD_DEFAULT && r->width == PD_DEFAULT) {
+		if (e->init_w % 16 || e->init_h % 16)
+			return pd_errorf("-i/--init-img %s: %dx%d is no multiple of 16: give -W and -H of a picture that "
+					 "is (pdit does not resize yet)", path, e->init_w, e->init_h);
+		r->width = e->init_w;
+		r->height = e->init_h;
+	} else if ((r->width != PD_DEFAULT && r->width != e->init_w) ||
+		   (r->height != PD_DEFAULT && r->height != e->init_h)) {
+		return pd_errorf("-i/--init-img %s is %dx%d, the request %dx%d: pdit does not resize yet (leave -W and "
+				 "-H out to take the picture's size)", path, e->init_w, e->init_h,
+				 r->width == PD_DEFAULT ? e->init_w : r->width, r->height == PD_DEFAULT ? e->init_h : r->height);
+	} else {
+		r->width = e->init_w;
+		r->height = e->init_h;
+	}
+	r->frames = 1;
+	return 0;
+}
+
+/* img2img's schedule (FluxImg2ImgPipeline.get_timesteps): the steps
+ * STRENGTH leaves run, from the step it starts at. */
+static int pd_engine_picture_schedule(struct pd_engine *e, double strength)
+{
+	int N = e->p.steps, first;
+	double init_t;
+
+	if (!(strength > 0 && strength <= 1))
+		return pd_errorf("--strength must be above 0 and at most 1 (got %g)", strength);
+	/* Python: min(N * strength, N), then int(max(N - that, 0)) */
+	init_t = fmin((double)N * strength, (double)N);
+	first = (int)fmax((double)N - init_t, 0.0);
+	if (first >= N)
+		return pd_errorf("--strength %g of %d steps runs none: give a larger strength or more steps", strength, N);
+	if (!e->mp.vae)
+		return pd_errorf("-i/--init-img needs the VAE to encode the picture: give --vae DIR");
+	e->p.first_step = first;
+	e->strength = (float)strength;
+	return 0;
+}
+
+int pd_engine_init_picture(struct pd_engine *e)
+{
+	const struct pd_vae_kind *k = e->fam->vae;
+	struct pd_latent_shape *ls = &e->ls;
+	struct pd_scheduler s = e->sched;
+	int N = e->p.steps, first = e->p.first_step;
+	int64_t per = ls->tokens * ls->packed_channels, nl = pd_latent_numel(ls), B = e->e.batch;
+	float *moments = NULL, *eps = NULL, *noise = NULL, *lat = NULL, *init = NULL, sigma;
+	int rc = -1;
+
+	if (!e->vae && k->load(&e->vae, e->mp.vae, e->be))
+		return -1;
+	if (k->channels(e->vae) != ls->channels)
+		return pd_errorf("%s: the VAE's %d latent channels are not the transformer's %d", e->mp.vae,
+				 k->channels(e->vae), ls->channels);
+	/* the first step's sigma, of the request's schedule */
+	s.sigmas_in = s.sigmas = s.timesteps = NULL;
+	if (pd_scheduler_set(&s, N, ls->tokens))
+		return -1;
+	sigma = s.sigmas[first];
+	pd_scheduler_free(&s);
+	moments = pd_malloc((size_t)(2 * nl) * sizeof(float), "the picture's latents");
+	eps = pd_malloc((size_t)nl * sizeof(float), "the picture's latents");
+	noise = pd_malloc((size_t)nl * sizeof(float), "noise");
+	lat = pd_malloc((size_t)nl * sizeof(float), "the picture's latents");
+	init = pd_malloc((size_t)(B * per) * sizeof(float), "initial latents");
+	if (!moments || !eps || !noise || !lat || !init ||
+	    k->encode(e->vae, e->init_rgb, e->init_h, e->init_w, moments))
+		goto out;
+	for (int64_t b = 0; b < B; b++) {
+		struct pd_rng g;
+
+		pd_rng_seed(&g, e->p.seed + (uint64_t)b);
+		pd_rng_randn(&g, eps, (size_t)nl);
+		k->posterior(e->vae, moments, (size_t)nl, eps, lat);
+		pd_rng_randn(&g, noise, (size_t)nl);
+		for (int64_t i = 0; i < nl; i++)
+			lat[i] = sigma * noise[i] + (1.0f - sigma) * lat[i];
+		e->fam->pack(ls, lat, init + b * per);
+	}
+	e->init = init;
+	init = NULL;
+	rc = 0;
+out:
+	free(moments);
+	free(eps);
+	free(noise);
+	free(lat);
+	free(init);
 	return rc;
 }
 
@@ -148,10 +255,14 @@ void pd_engine_request_free(struct pd_engine *e)
 	free(e->prompts);
 	free(e->negative);
 	free(e->init);
+	free(e->init_rgb);
 	e->prompts = NULL;
 	e->n_prompts = 0;
 	e->negative = NULL;
 	e->init = NULL;
+	e->init_rgb = NULL;
+	e->strength = 0;
+	e->p.first_step = 0;
 	e->ready = NULL;
 }
 
@@ -285,6 +396,8 @@ int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request *rq_in)
 	struct pd_request r = *rq_in, *rq = &r;
 
 	pd_engine_request_free(e);
+	if (rq->init_image && pd_engine_read_picture(e, rq->init_image, &r))
+		return -1;
 	if (pd_engine_request_defaults(&e->dflt, e->fam->name, &r))
 		return -1;
 	if (rq->height < 16 || rq->width < 16 || rq->height % 16 || rq->width % 16)
@@ -335,6 +448,8 @@ int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request *rq_in)
 				    pd_errorf("--true-cfg-scale %g needs a negative prompt: give -n \"...\" (diffusers "
 					      "would silently run without true CFG)", rq->true_cfg_scale);
 	if (rq->init_latents && pd_engine_read_init(e, rq->init_latents))
+		return -1;
+	if (e->init_rgb && pd_engine_picture_schedule(e, rq->strength == PD_DEFAULT ? 0.75 : rq->strength))
 		return -1;
 	return 0;
 }

@@ -115,6 +115,11 @@ void pd_engine_notes(const struct pd_engine *e, const struct pd_request *rq)
 		pd_log(1, "pdit: %lld video%s of %d frames %dx%d, %d steps, seed %llu%s\n", (long long)e->e.batch,
 		       e->e.batch > 1 ? "s" : "", e->p.frames, e->p.width, e->p.height, e->p.steps,
 		       (unsigned long long)rq->seed, pd_gen_uses_cfg(&e->p, &e->e) ? ", CFG" : "");
+	else if (e->p.first_step > 0)
+		pd_log(1, "pdit: %lld image%s %dx%d from a picture, the last %d of %d steps (strength %g), seed %llu%s\n",
+		       (long long)e->e.batch, e->e.batch > 1 ? "s" : "", e->p.width, e->p.height,
+		       e->p.steps - e->p.first_step, e->p.steps, e->strength, (unsigned long long)rq->seed,
+		       pd_gen_uses_cfg(&e->p, &e->e) ? ", true CFG" : "");
 	else
 		pd_log(1, "pdit: %lld image%s %dx%d, %d steps, seed %llu%s\n", (long long)e->e.batch,
 		       e->e.batch > 1 ? "s" : "", e->p.width, e->p.height, e->p.steps, (unsigned long long)rq->seed,
@@ -214,10 +219,12 @@ static int pd_engine_on_step(void *ctx, int step)
 	struct pd_engine *e = ctx;
 	int32_t stop;
 
+	int run = e->p.steps - e->p.first_step;
+
 	if (e->running->on_step)
-		e->running->on_step(e->running->step_ctx, step, e->p.steps);
-	pd_engine_progress(e, PD_PHASE_DENOISE, e->t_denoise, step + 1, e->p.steps, step + 1 == e->p.steps);
-	if (!e->running->cancel || step + 1 == e->p.steps)
+		e->running->on_step(e->running->step_ctx, step, run);
+	pd_engine_progress(e, PD_PHASE_DENOISE, e->t_denoise, step + 1, run, step + 1 == run);
+	if (!e->running->cancel || step + 1 == run)
 		return 0;
 	/* every process stops after the same step, or none does; the data-
 	 * parallel groups meet here too (they run the same steps) */
@@ -227,7 +234,7 @@ static int pd_engine_on_step(void *ctx, int step)
 	if (!stop)
 		return 0;
 	e->cancelled = 1;
-	pd_errorf("cancelled after step %d of %d", step + 1, e->p.steps);
+	pd_errorf("cancelled after step %d of %d", step + 1, run);
 	return 1;
 }
 
@@ -298,6 +305,9 @@ static int pd_engine_run_scoped(struct pd_engine *e, const struct pd_request *rq
 	pd_backend_recover(e->be);
 	if (pd_engine_ready(e, rq))
 		return -1;
+	rc = e->init_rgb && !e->init ? pd_engine_init_picture(e) : 0;
+	if (pd_engine_agree(e, rc))
+		return -1;
 	rc = pd_engine_vae_setup(e);
 	if (pd_engine_agree(e, rc))
 		return -1;
@@ -313,7 +323,7 @@ static int pd_engine_run_scoped(struct pd_engine *e, const struct pd_request *rq
 	e->par.runner.on_step = rq->on_step || rq->cancel || e->o.on_progress ? pd_engine_on_step : NULL;
 	e->par.runner.step_ctx = e;
 	e->t_denoise = pd_now();
-	pd_engine_progress(e, PD_PHASE_DENOISE, e->t_denoise, 0, e->p.steps, 0);
+	pd_engine_progress(e, PD_PHASE_DENOISE, e->t_denoise, 0, e->p.steps - e->p.first_step, 0);
 	rc = pd_engine_denoise(e, all, NULL);
 	e->par.runner.on_step = NULL;
 	e->running = NULL;
@@ -326,6 +336,7 @@ static int pd_engine_run_scoped(struct pd_engine *e, const struct pd_request *rq
 	res->height = e->p.height;
 	res->width = e->p.width;
 	res->steps = e->p.steps;
+	res->strength = e->strength;
 	res->frames = e->p.frames;
 	res->guidance = e->p.guidance;
 	res->true_cfg_scale = e->p.true_cfg_scale;

@@ -205,6 +205,13 @@ struct pd_request {
 	const char *embeds;             /* instead of prompts: a safetensors file of embeddings
 					 * (prompt_embeds, pooled_prompt_embeds, optional negative_*) */
 	const char *init_latents;       /* start from latents.init of this file instead of the noise */
+	/* img2img (FluxImg2ImgPipeline): start from this picture (PNG, 8-bit;
+	 * its size is the request's unless height and width are given, which
+	 * it must then have), encoded by the VAE, its posterior sampled from
+	 * each picture's generator before the noise is drawn; or NULL */
+	const char *init_image;
+	double strength;                /* img2img: the share of the steps run, noise to picture (0, 1];
+					 * PD_DEFAULT: 0.75 (a double: N x strength as Python computes it) */
 	int height, width;              /* pixels, multiples of 16; PD_DEFAULT: the family's (FLUX 1024, Wan
 					 * 480 x 832) */
 	int frames;                     /* video frames (video families); PD_DEFAULT: the family's (a
@@ -236,7 +243,8 @@ struct pd_request {
 struct pd_result {
 	int64_t images;                 /* pictures in the batch */
 	int height, width;              /* pixels */
-	int steps;                      /* steps run */
+	int steps;                      /* the schedule's steps (img2img runs its last steps x strength) */
+	float strength;                 /* img2img's strength, or 0 */
 	int frames;                     /* video frames (1: pictures) */
 	float guidance, true_cfg_scale; /* the scales used */
 	uint64_t seed;                  /* of picture 0 */

@@ -134,6 +134,13 @@ int pd_png_read(const char *path, uint8_t **rgb, int *width, int *height)
 	img.version = PNG_IMAGE_VERSION;
 	if (!png_image_begin_read_from_file(&img, path))
 		return pd_errorf("%s: %s", path, img.message);
+	/* a header may say anything: nothing beyond the largest picture */
+	if (img.width < 1 || img.height < 1 || img.width > 16384 || img.height > 16384) {
+		unsigned w = img.width, h = img.height;
+
+		png_image_free(&img);
+		return pd_errorf("%s: a picture of %ux%u (at most 16384 a side)", path, w, h);
+	}
 	img.format = PNG_FORMAT_RGB;
 	buf = pd_malloc(PNG_IMAGE_SIZE(img), path);
 	if (!buf) {

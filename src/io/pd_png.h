@@ -16,7 +16,8 @@ int pd_png_write(const char *path, const uint8_t *rgb, int width, int height, co
 int pd_png_encode(const uint8_t *rgb, int width, int height, const char *key, const char *text, uint8_t **out,
 		  size_t *len);
 
-/* Reads an 8-bit RGB PNG (for tests and `pdit check`); *rgb is malloc'd. */
+/* Reads a PNG of any colour type as 8-bit RGB [height, width, 3] (*rgb
+ * malloc'd); a declared size above 16384 a side is refused. */
 int pd_png_read(const char *path, uint8_t **rgb, int *width, int *height);
 
 #endif /* PD_PNG_H */

@@ -93,7 +93,7 @@ int pd_denoise(const struct pd_runner *run, const struct pd_dit_family *fam, con
 	L = ls.tokens;
 	C = ls.packed_channels;
 	n = L * C;
-	if (pd_scheduler_set(s, p->steps, L))
+	if (pd_scheduler_set(s, p->steps, L) || pd_scheduler_cut(s, p->first_step))
 		return -1;
 	img_ids = pd_malloc((size_t)(L * info->n_axes) * sizeof(float), "ids");
 	txt_ids = pd_calloc((size_t)(e->txt_len * info->n_axes), sizeof(float), "ids");

@@ -30,6 +30,7 @@ struct pd_gen_params {
 	float true_cfg_scale;           /* > 1 with negative embeddings: true CFG */
 	uint64_t seed;                  /* image b uses seed + b */
 	float fbcache_threshold;        /* First Block Cache: skip when the change is below this (0: off) */
+	int first_step;                 /* img2img: the schedule of STEPS from this step on (0: all of it) */
 };
 
 /* True when the run combines positive and negative predictions. */

@@ -160,6 +160,21 @@ int pd_scheduler_set(struct pd_scheduler *s, int steps, int64_t image_seq_len)
 	return 0;
 }
 
+int pd_scheduler_cut(struct pd_scheduler *s, int first)
+{
+	int left = s->steps - first;
+
+	if (first <= 0)
+		return 0;
+	if (left < 1)
+		return pd_errorf("a schedule of %d steps from step %d runs none", s->steps, first);
+	memmove(s->sigmas_in, s->sigmas_in + first, sizeof(float) * (size_t)left);
+	memmove(s->sigmas, s->sigmas + first, sizeof(float) * (size_t)(left + 1));
+	memmove(s->timesteps, s->timesteps + first, sizeof(float) * (size_t)left);
+	s->steps = left;
+	return 0;
+}
+
 struct pd_sched_state *pd_sched_state_new(const struct pd_scheduler *s, size_t n)
 {
 	struct pd_sched_state *st = pd_calloc(1, sizeof(*st), "the sampler's state");

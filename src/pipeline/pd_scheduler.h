@@ -74,6 +74,9 @@ int pd_scheduler_load(struct pd_scheduler *s, const char *dir);
  * scheduler folder. */
 void pd_scheduler_default(struct pd_scheduler *s, const struct pd_dit_defaults *d, enum pd_sampler sampler);
 int pd_scheduler_set(struct pd_scheduler *s, int steps, int64_t image_seq_len);
+/* The schedule from step FIRST on (img2img's strength: diffusers'
+ * get_timesteps and set_begin_index): the steps before it dropped. */
+int pd_scheduler_cut(struct pd_scheduler *s, int first);
 void pd_scheduler_free(struct pd_scheduler *s);
 
 /* Step I of image state ST: X (n values) from sigma[i] to sigma[i+1]

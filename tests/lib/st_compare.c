@@ -10,6 +10,8 @@
  *       two pictures of the same size within MAXDIFF per channel
  *   st_compare meta FILE KEY
  *       prints a metadata value (exit 1 when absent)
+ *   st_compare topng FILE TENSOR OUT.png
+ *       writes a uint8 tensor [H, W, 3] as a PNG (a golden case's picture in)
  */
 #include "pd_png.h"
 #include "pd_safetensors.h"
@@ -95,13 +97,22 @@ static int cmd_png(char **argv)
 		return 1;
 	}
 	t = pd_st_get(ref, argv[4]);
-	/* [N, H, W, 3] pictures, or a video's [1, F, H, W, 3] frames */
+	/* [N, H, W, 3] pictures, a video's [1, F, H, W, 3] frames, or one
+	 * picture [H, W, 3] */
 	if (t && t->ndim == 5 && t->shape[0] == 1) {
 		static struct pd_st_tensor v;
 
 		v = *t;
 		v.ndim = 4;
 		memmove(v.shape, v.shape + 1, 4 * sizeof(v.shape[0]));
+		t = &v;
+	} else if (t && t->ndim == 3) {
+		static struct pd_st_tensor v;
+
+		v = *t;
+		v.ndim = 4;
+		memmove(v.shape + 1, v.shape, 3 * sizeof(v.shape[0]));
+		v.shape[0] = 1;
 		t = &v;
 	}
 	if (!t || t->dtype != PD_U8 || t->ndim != 4 || t->shape[1] != h || t->shape[2] != w || t->shape[3] != 3 ||
@@ -157,6 +168,21 @@ int main(int argc, char **argv)
 		return cmd_png(argv);
 	if (argc == 5 && strcmp(argv[1], "pngs") == 0)
 		return cmd_pngs(argv);
+	if (argc == 5 && strcmp(argv[1], "topng") == 0) {
+		struct pd_st *st;
+		const struct pd_st_tensor *t;
+		int rc = 1;
+
+		if (pd_st_open(&st, argv[2]))
+			return 1;
+		t = pd_st_get(st, argv[3]);
+		if (t && t->ndim == 3 && t->shape[2] == 3 && t->nbytes == (size_t)t->numel)
+			rc = pd_png_write(argv[4], t->data, (int)t->shape[1], (int)t->shape[0], NULL, NULL) != 0;
+		else
+			fprintf(stderr, "%s: no uint8 [H, W, 3] tensor %s\n", argv[2], argv[3]);
+		pd_st_close(st);
+		return rc;
+	}
 	if (argc == 4 && strcmp(argv[1], "meta") == 0) {
 		struct pd_st *st;
 		const char *v;

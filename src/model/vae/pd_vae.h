@@ -137,6 +137,13 @@ struct pd_vae_kind {
 	int (*decode)(void *vae, float *z, int frames, int h, int w, uint8_t *rgb);
 	/* what that decode costs, from the VAE folder's config (nothing loaded) */
 	int (*cost)(const char *dir, int frames, int h, int w, struct pd_vae_cost *out);
+	/* Pictures in (NULL where the kind has no encoder here): RGB [H, W, 3]
+	 * as its pipeline preprocesses it -> MOMENTS [2C, H/f, W/f], the
+	 * posterior's mean and log-variance (the encoder loads on first use) */
+	int (*encode)(void *vae, const uint8_t *rgb, int H, int W, float *moments);
+	/* the latents a pipeline starts from (N of MOMENTS' halves): sampled
+	 * with EPS, or the mode (EPS NULL), scaled as the transformer takes them */
+	void (*posterior)(const void *vae, const float *moments, size_t n, const float *eps, float *latents);
 };
 
 /* diffusers' AutoencoderKL decoder (pd_vae_kl.c). */

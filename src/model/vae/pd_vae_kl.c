@@ -142,6 +142,32 @@ static int pd_vae_kl_cost(const char *dir, int frames, int lh, int lw, struct pd
 	return 0;
 }
 
+/* VaeImageProcessor: uint8 -> float32 / 255, then 2x - 1, channels first. */
+static int pd_vae_kl_encode(void *vae, const uint8_t *rgb, int H, int W, float *moments)
+{
+	struct pd_vae *v = vae;
+	float *img;
+	int rc;
+
+	if (pd_vae_load_encoder(v))
+		return -1;
+	img = pd_malloc((size_t)3 * H * W * sizeof(float), "the picture");
+	if (!img)
+		return -1;
+	for (int y = 0; y < H; y++)
+		for (int x = 0; x < W; x++)
+			for (int c = 0; c < 3; c++)
+				img[((size_t)c * H + y) * W + x] = 2.0f * ((float)rgb[((size_t)y * W + x) * 3 + c] / 255.0f) - 1.0f;
+	rc = pd_vae_encode(v, img, H, W, moments);
+	free(img);
+	return rc;
+}
+
+static void pd_vae_kl_posterior(const void *vae, const float *moments, size_t n, const float *eps, float *latents)
+{
+	pd_vae_posterior_latents(pd_vae_get_config(vae), moments, n, eps, latents);
+}
+
 const struct pd_vae_kind pd_vae_kl = {
 	.name = "AutoencoderKL",
 	.load = pd_vae_kl_load,
@@ -151,4 +177,6 @@ const struct pd_vae_kind pd_vae_kl = {
 	.set_hooks = pd_vae_kl_set_hooks,
 	.decode = pd_vae_kl_decode,
 	.cost = pd_vae_kl_cost,
+	.encode = pd_vae_kl_encode,
+	.posterior = pd_vae_kl_posterior,
 };

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Pictures in, as a user runs them, against diffusers (tests/golden/edit-tiny):
+#   img2img (-i/--init-img, --strength) on every img2img case: latents.final
+#   within 1e-4, the picture within 1 per pixel, the strength in the PNG's
+#   parameters; with MPIRUN, Ulysses 2 and data parallel 2 equal to one
+#   process within 1e-5;
+#   refusals, one line each and no picture: a picture of another size than
+#   -W/-H, a size no multiple of 16, --strength out of (0, 1] or without -i,
+#   a truncated PNG, a PNG declaring 100000 x 100000, a file that is no PNG.
+# usage: cli_edit.sh PDIT ST_COMPARE EDIT_GOLDEN FLUX_GOLDEN [MPIRUN...]
+set -u
+pdit=$1 cmp=$2 g=$3 fg=$4
+shift 4
+mpirun=("$@")
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+meta() { "$cmp" meta "$1" "$2"; }
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fail=1; }
+
+for f in "$g"/img2img-*.safetensors; do
+	name=$(basename "$f")
+	cfg=$(meta "$f" config)
+	gs=$(meta "$f" guidance_scale)
+	"$cmp" topng "$f" in.init_image "$tmp/init.png" || { bad "$name: its picture"; continue; }
+	args=(--transformer "$fg/transformer-$cfg" --vae "$fg/vae-$cfg" --scheduler "$fg/scheduler-$cfg" --embeds "$f"
+	      -i "$tmp/init.png" --strength "$(meta "$f" strength)" --steps "$(meta "$f" num_inference_steps)"
+	      -s "$(meta "$f" noise_seed)")
+	[ "$gs" != null ] && [ "$gs" != 0.0 ] && args+=(--guidance "$gs")
+	rm -f "$tmp/img.png"
+	if ! "$pdit" generate "${args[@]}" --out-latents "$tmp/lat.safetensors" -o "$tmp/img.png" -q 2> "$tmp/err"; then
+		cat "$tmp/err"; bad "pdit generate -i on $name"; continue
+	fi
+	"$cmp" tensors "$tmp/lat.safetensors" "$f" 1e-4 latents.final > "$tmp/log" || { cat "$tmp/log"; bad "$name: latents"; }
+	"$cmp" png "$tmp/img.png" "$f" image.uint8 0 1 > "$tmp/log" || { cat "$tmp/log"; bad "$name: picture"; }
+	grep -qa "strength: $(meta "$f" strength)" "$tmp/img.png" || bad "$name: no strength in the PNG's parameters"
+	ok "img2img $name: latents.final and the picture as diffusers' $(tail -1 "$tmp/log")"
+	if [ ${#mpirun[@]} -gt 0 ]; then
+		for mesh in "--ulysses-degree 2" "--ring-degree 2"; do
+			# shellcheck disable=SC2086
+			if "${mpirun[@]}" -np 2 "$pdit" generate "${args[@]}" $mesh --out-latents "$tmp/lat2.safetensors" \
+				-o "$tmp/img2.png" -q 2> "$tmp/err" &&
+				"$cmp" tensors "$tmp/lat2.safetensors" "$tmp/lat.safetensors" 1e-5 latents.init latents.final > "$tmp/log"; then
+				ok "img2img $name on 2 processes ($mesh): one process's latents"
+			else
+				cat "$tmp/err" "$tmp/log"; bad "img2img $name, $mesh"
+			fi
+		done
+	fi
+done
+
+# refusals: one line naming the problem, nonzero, no picture
+f="$g/img2img-dev-h64w48.safetensors"
+"$cmp" topng "$f" in.init_image "$tmp/init.png"
+base=(--transformer "$fg/transformer-dev" --vae "$fg/vae-dev" --scheduler "$fg/scheduler-dev" --embeds "$f" --steps 2)
+expect() {
+	local what=$1 want=$2
+	shift 2
+	rm -f "$tmp/no.png"
+	"$pdit" generate "${base[@]}" "$@" -o "$tmp/no.png" > "$tmp/out" 2> "$tmp/err"
+	local rc=$?
+	if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$(grep -c '' "$tmp/err")" -eq 1 ] && grep -qF -- "$want" "$tmp/err" &&
+		[ ! -e "$tmp/no.png" ]; then
+		ok "$what: $(cat "$tmp/err")"
+	else
+		echo "exit $rc:"; cat "$tmp/err"; bad "$what"
+	fi
+}
+expect "a picture of another size than -W/-H" "is 48x64, the request 64x64" -i "$tmp/init.png" -W 64 -H 64
+expect "--strength 0" "--strength must be above 0" -i "$tmp/init.png" --strength 0
+expect "--strength 1.5" "--strength must be above 0 and at most 1" -i "$tmp/init.png" --strength 1.5
+expect "--strength that runs no step" "runs none" -i "$tmp/init.png" --strength 1e-17
+expect "--strength without -i" "--strength goes with -i/--init-img" --strength 0.5
+head -c 200 "$tmp/init.png" > "$tmp/trunc.png"
+expect "a truncated PNG" "$tmp/trunc.png" -i "$tmp/trunc.png"
+# a PNG header that says 100000 x 100000 (the IHDR's CRC computed)
+python3 - "$tmp/huge.png" << 'PY'
+import struct, sys, zlib
+ihdr = struct.pack(">IIBBBBB", 100000, 100000, 8, 2, 0, 0, 0)
+chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+open(sys.argv[1], "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 64))
+                              + chunk(b"IEND", b""))
+PY
+expect "a PNG declaring 100000 x 100000" "at most 16384" -i "$tmp/huge.png"
+echo "not a picture" > "$tmp/text.png"
+expect "a file that is no PNG" "$tmp/text.png" -i "$tmp/text.png"
+"$cmp" topng "$g/img2img-schnell-h48w96.safetensors" in.init_image "$tmp/w96.png"
+expect "a picture of another size than the embeddings' request" "is 96x48, the request 64x64" -i "$tmp/w96.png" -W 64 -H 64
+exit $fail

@@ -43,6 +43,7 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 		{ "--init-latents", 0, PD_ARG_STRING, &a->init_latents, "FILE", "start from latents.init [B,L,C] or latents.init_unpacked instead of the seed", NULL },
 		{ "--init-img", 'i', PD_ARG_STRING, &a->init_img, "FILE", "img2img (FLUX): start from this PNG, encoded by the VAE; its size unless -W and -H are given", NULL },
 		{ "--strength", 0, PD_ARG_DOUBLE, &a->strength, "S", "img2img: how much of the picture is made anew, the share of the steps run (0 to 1; default 0.75)", &a->strength_seen },
+		{ "--mask", 0, PD_ARG_STRING, &a->mask, "FILE", "inpainting (with -i): a PNG of the picture's size, white where it is made anew, black where it is kept", NULL },
 		{ "--dtype", 0, PD_ARG_STRING, &a->dtype, "f32|bf16", "precision of matrix products (default f32)", NULL },
 		{ "--vae-dtype", 0, PD_ARG_STRING, &a->vae_dtype, "f32|bf16", "precision of the VAE's convolutions (default f32; bf16: about 2x faster decoding, pixels within a few levels)", NULL },
 		{ "--threads", 't', PD_ARG_COUNT, &a->threads, "N", "threads per process (default: the cores divided among the processes)", NULL },
@@ -92,7 +93,7 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 		/* check and bench write nothing and start from the seed */
 		if (kind != PD_CMD_GENERATE && (common[i].dest == &a->output || common[i].dest == &a->out_latents ||
 						common[i].dest == &a->init_latents || common[i].dest == &a->init_img ||
-						common[i].dest == &a->strength))
+						common[i].dest == &a->strength || common[i].dest == &a->mask))
 			continue;
 		/* serve: what a picture is comes with each request */
 		if (kind == PD_CMD_SERVE &&
@@ -290,6 +291,7 @@ int pd_gen_request(const struct pd_gen_args *a, struct pd_request *rq, char ***p
 	rq->embeds = a->embeds;
 	rq->init_latents = a->init_latents;
 	rq->init_image = a->init_img;
+	rq->mask_image = a->mask;
 	rq->strength = a->strength_seen ? a->strength : PD_DEFAULT;
 	if (a->strength_seen && !a->init_img)
 		return pd_errorf("--strength goes with -i/--init-img (the picture img2img starts from)");

@@ -68,6 +68,9 @@ struct pd_engine {
 	uint8_t *init_rgb;              /* img2img's picture [init_h, init_w, 3], or NULL */
 	int init_w, init_h;             /* its size */
 	float strength;                 /* img2img's strength, or 0 */
+	uint8_t *mask_rgb;              /* inpainting's mask [init_h, init_w, 3], or NULL */
+	struct pd_inpaint inpaint;      /* its latents, once the picture is encoded (p.inpaint points here) */
+	float *inpaint_buf;             /* what inpaint's pointers hold: image, noise, mask */
 };
 
 /* The caller's log and thread count, put back when a call returns. */

@@ -72,6 +72,15 @@ static int pd_engine_read_picture(struct pd_engine *e, const char *path, struct 
 		return pd_errorf("-i/--init-img starts a picture, not a video of %d frames", r->frames);
 	if (pd_png_read(path, &e->init_rgb, &e->init_w, &e->init_h))
 		return -1;
+	if (r->mask_image) {
+		int mw, mh;
+
+		if (pd_png_read(r->mask_image, &e->mask_rgb, &mw, &mh))
+			return -1;
+		if (mw != e->init_w || mh != e->init_h)
+			return pd_errorf("--mask %s is %dx%d, the picture %dx%d: give a mask of the picture's size",
+					 r->mask_image, mw, mh, e->init_w, e->init_h);
+	}
 	if (r->height == PD_DEFAULT && r->width == PD_DEFAULT) {
 		if (e->init_w % 16 || e->init_h % 16)
 			return pd_errorf("-i/--init-img %s: %dx%d is no multiple of 16: give -W and -H of a picture that "
@@ -141,6 +150,8 @@ int pd_engine_init_picture(struct pd_engine *e)
 	if (!moments || !eps || !noise || !lat || !init ||
 	    k->encode(e->vae, e->init_rgb, e->init_h, e->init_w, moments))
 		goto out;
+	if (e->mask_rgb && !(e->inpaint_buf = pd_malloc((size_t)((2 * B + 1) * per) * sizeof(float), "inpainting")))
+		goto out;
 	for (int64_t b = 0; b < B; b++) {
 		struct pd_rng g;
 
@@ -148,9 +159,36 @@ int pd_engine_init_picture(struct pd_engine *e)
 		pd_rng_randn(&g, eps, (size_t)nl);
 		k->posterior(e->vae, moments, (size_t)nl, eps, lat);
 		pd_rng_randn(&g, noise, (size_t)nl);
+		if (e->inpaint_buf) {
+			/* the clean picture and the noise, packed, for every step */
+			e->fam->pack(ls, lat, e->inpaint_buf + b * per);
+			e->fam->pack(ls, noise, e->inpaint_buf + (B + b) * per);
+		}
 		for (int64_t i = 0; i < nl; i++)
 			lat[i] = sigma * noise[i] + (1.0f - sigma) * lat[i];
 		e->fam->pack(ls, lat, init + b * per);
+	}
+	if (e->inpaint_buf) {
+		/* the mask as FluxInpaintPipeline prepares it: PIL's grayscale,
+		 * /255, binarized at 0.5, nearest to the latent grid, every latent
+		 * channel, packed */
+		float *mask = e->inpaint_buf + 2 * B * per;
+		int f = k->scale(e->vae);
+
+		for (int c = 0; c < ls->channels; c++)
+			for (int y = 0; y < ls->h; y++)
+				for (int x = 0; x < ls->w; x++) {
+					const uint8_t *px = e->mask_rgb + ((size_t)y * f * e->init_w + (size_t)x * f) * 3;
+					uint32_t l = ((uint32_t)px[0] * 19595 + (uint32_t)px[1] * 38470 + (uint32_t)px[2] * 7471 +
+						      0x8000) >> 16;
+
+					lat[((int64_t)c * ls->h + y) * ls->w + x] = (float)l / 255.0f < 0.5f ? 0.0f : 1.0f;
+				}
+		e->fam->pack(ls, lat, mask);
+		e->inpaint.image = e->inpaint_buf;
+		e->inpaint.noise = e->inpaint_buf + B * per;
+		e->inpaint.mask = mask;
+		e->p.inpaint = &e->inpaint;
 	}
 	e->init = init;
 	init = NULL;
@@ -256,6 +294,12 @@ void pd_engine_request_free(struct pd_engine *e)
 	free(e->negative);
 	free(e->init);
 	free(e->init_rgb);
+	free(e->mask_rgb);
+	free(e->inpaint_buf);
+	e->mask_rgb = NULL;
+	e->inpaint_buf = NULL;
+	memset(&e->inpaint, 0, sizeof(e->inpaint));
+	e->p.inpaint = NULL;
 	e->prompts = NULL;
 	e->n_prompts = 0;
 	e->negative = NULL;
@@ -396,6 +440,8 @@ int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request *rq_in)
 	struct pd_request r = *rq_in, *rq = &r;
 
 	pd_engine_request_free(e);
+	if (rq->mask_image && !rq->init_image)
+		return pd_errorf("--mask goes with -i/--init-img (the picture it repaints)");
 	if (rq->init_image && pd_engine_read_picture(e, rq->init_image, &r))
 		return -1;
 	if (pd_engine_request_defaults(&e->dflt, e->fam->name, &r))

@@ -210,6 +210,8 @@ struct pd_request {
 	 * it must then have), encoded by the VAE, its posterior sampled from
 	 * each picture's generator before the noise is drawn; or NULL */
 	const char *init_image;
+	const char *mask_image;         /* inpainting (with init_image): a PNG of its size, white where the
+					 * picture is made anew (FluxInpaintPipeline); or NULL */
 	double strength;                /* img2img: the share of the steps run, noise to picture (0, 1];
 					 * PD_DEFAULT: 0.75 (a double: N x strength as Python computes it) */
 	int height, width;              /* pixels, multiples of 16; PD_DEFAULT: the family's (FLUX 1024, Wan

@@ -29,6 +29,24 @@ void pd_draw_noise(const struct pd_latent_shape *ls, uint64_t seed, float *unpac
 /* Denoising                                                               */
 /* ----------------------------------------------------------------------- */
 
+/* FluxInpaintPipeline's loop, after step I of image G: the kept region
+ * from the picture (scale_noise to sigma[i + 1] but after the last step),
+ * (1 - m) x kept + m x latents, float32 operations in torch's order. */
+static void pd_inpaint_blend(const struct pd_inpaint *ip, const struct pd_scheduler *s, int i, int64_t g, float *x,
+			     int64_t n)
+{
+	const float *img = ip->image + g * n, *noise = ip->noise + g * n;
+	int last = i == s->steps - 1;
+	float sigma = last ? 0.0f : s->sigmas[i + 1];
+
+	for (int64_t k = 0; k < n; k++) {
+		float kept = last ? img[k] : sigma * noise[k] + (1.0f - sigma) * img[k];
+		float m = ip->mask[k];
+
+		x[k] = (1.0f - m) * kept + m * x[k];
+	}
+}
+
 int pd_gen_uses_cfg(const struct pd_gen_params *p, const struct pd_embeds *e)
 {
 	/* PF:766-769: true CFG needs both a scale above 1 and a negative prompt. */
@@ -199,6 +217,8 @@ int pd_denoise(const struct pd_runner *run, const struct pd_dit_family *fam, con
 				memcpy(pred + b * n, pos, (size_t)n * sizeof(float));
 			}
 			pd_scheduler_step(s, st[b], i, latents + b * n, pred + b * n, (size_t)n);
+			if (p->inpaint)
+				pd_inpaint_blend(p->inpaint, s, i, g, latents + b * n, n);
 		}
 		if (dump) {
 			/* PF:896: t.expand(B), one value per image */

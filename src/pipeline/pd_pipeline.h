@@ -22,6 +22,15 @@
 /* torch.randn([1, C, h, w], generator=manual_seed(seed)), unpacked. */
 void pd_draw_noise(const struct pd_latent_shape *ls, uint64_t seed, float *unpacked);
 
+/* FluxInpaintPipeline's known region, put back after every step: the
+ * picture's clean latents noised to the next step's sigma (the clean ones
+ * after the last), where the mask keeps the picture. */
+struct pd_inpaint {
+	const float *image;             /* [images, L, C] each picture's clean latents (packed) */
+	const float *noise;             /* [images, L, C] the noise each started from (packed) */
+	const float *mask;              /* [L, C] 1 where the picture is made anew, 0 where it is kept */
+};
+
 struct pd_gen_params {
 	int frames;                     /* video frames (1: a picture) */
 	int height, width;              /* image size in pixels */
@@ -31,6 +40,7 @@ struct pd_gen_params {
 	uint64_t seed;                  /* image b uses seed + b */
 	float fbcache_threshold;        /* First Block Cache: skip when the change is below this (0: off) */
 	int first_step;                 /* img2img: the schedule of STEPS from this step on (0: all of it) */
+	const struct pd_inpaint *inpaint; /* inpainting, or NULL */
 };
 
 /* True when the run combines positive and negative predictions. */

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Pictures in, as a user runs them, against diffusers (tests/golden/edit-tiny):
-#   img2img (-i/--init-img, --strength) on every img2img case: latents.final
+#   img2img (-i/--init-img, --strength) on every img2img case, and inpainting
+#   with an ordinary FLUX model (--mask) on every inpaint case: latents.final
 #   within 1e-4, the picture within 1 per pixel, the strength in the PNG's
 #   parameters; with MPIRUN, Ulysses 2 and data parallel 2 equal to one
 #   process within 1e-5;
 #   refusals, one line each and no picture: a picture of another size than
 #   -W/-H, a size no multiple of 16, --strength out of (0, 1] or without -i,
-#   a truncated PNG, a PNG declaring 100000 x 100000, a file that is no PNG.
+#   a truncated PNG, a PNG declaring 100000 x 100000, a file that is no PNG,
+#   --mask without -i or of another size than the picture.
 # usage: cli_edit.sh PDIT ST_COMPARE EDIT_GOLDEN FLUX_GOLDEN [MPIRUN...]
 set -u
 pdit=$1 cmp=$2 g=$3 fg=$4
@@ -19,7 +21,7 @@ meta() { "$cmp" meta "$1" "$2"; }
 ok() { echo "ok   $1"; }
 bad() { echo "FAIL $1"; fail=1; }
 
-for f in "$g"/img2img-*.safetensors; do
+for f in "$g"/img2img-*.safetensors "$g"/inpaint-*.safetensors; do
 	name=$(basename "$f")
 	cfg=$(meta "$f" config)
 	gs=$(meta "$f" guidance_scale)
@@ -27,6 +29,11 @@ for f in "$g"/img2img-*.safetensors; do
 	args=(--transformer "$fg/transformer-$cfg" --vae "$fg/vae-$cfg" --scheduler "$fg/scheduler-$cfg" --embeds "$f"
 	      -i "$tmp/init.png" --strength "$(meta "$f" strength)" --steps "$(meta "$f" num_inference_steps)"
 	      -s "$(meta "$f" noise_seed)")
+	# inpainting: the mask (white repaints) as a gray PNG
+	if [ "$(meta "$f" kind)" = inpaint ]; then
+		"$cmp" topng "$f" in.mask "$tmp/mask.png" || { bad "$name: its mask"; continue; }
+		args+=(--mask "$tmp/mask.png")
+	fi
 	[ "$gs" != null ] && [ "$gs" != 0.0 ] && args+=(--guidance "$gs")
 	rm -f "$tmp/img.png"
 	if ! "$pdit" generate "${args[@]}" --out-latents "$tmp/lat.safetensors" -o "$tmp/img.png" -q 2> "$tmp/err"; then
@@ -35,14 +42,14 @@ for f in "$g"/img2img-*.safetensors; do
 	"$cmp" tensors "$tmp/lat.safetensors" "$f" 1e-4 latents.final > "$tmp/log" || { cat "$tmp/log"; bad "$name: latents"; }
 	"$cmp" png "$tmp/img.png" "$f" image.uint8 0 1 > "$tmp/log" || { cat "$tmp/log"; bad "$name: picture"; }
 	grep -qa "strength: $(meta "$f" strength)" "$tmp/img.png" || bad "$name: no strength in the PNG's parameters"
-	ok "img2img $name: latents.final and the picture as diffusers' $(tail -1 "$tmp/log")"
+	ok "$(meta "$f" kind) $name: latents.final and the picture as diffusers' $(tail -1 "$tmp/log")"
 	if [ ${#mpirun[@]} -gt 0 ]; then
 		for mesh in "--ulysses-degree 2" "--ring-degree 2"; do
 			# shellcheck disable=SC2086
 			if "${mpirun[@]}" -np 2 "$pdit" generate "${args[@]}" $mesh --out-latents "$tmp/lat2.safetensors" \
 				-o "$tmp/img2.png" -q 2> "$tmp/err" &&
 				"$cmp" tensors "$tmp/lat2.safetensors" "$tmp/lat.safetensors" 1e-5 latents.init latents.final > "$tmp/log"; then
-				ok "img2img $name on 2 processes ($mesh): one process's latents"
+				ok "$(meta "$f" kind) $name on 2 processes ($mesh): one process's latents"
 			else
 				cat "$tmp/err" "$tmp/log"; bad "img2img $name, $mesh"
 			fi
@@ -72,6 +79,10 @@ expect "--strength 0" "--strength must be above 0" -i "$tmp/init.png" --strength
 expect "--strength 1.5" "--strength must be above 0 and at most 1" -i "$tmp/init.png" --strength 1.5
 expect "--strength that runs no step" "runs none" -i "$tmp/init.png" --strength 1e-17
 expect "--strength without -i" "--strength goes with -i/--init-img" --strength 0.5
+expect "--mask without -i" "--mask goes with -i/--init-img" --mask "$tmp/init.png"
+"$cmp" topng "$g/img2img-schnell-h48w96.safetensors" in.init_image "$tmp/w96.png"
+expect "a mask of another size than the picture" "--mask $tmp/w96.png is 96x48, the picture 48x64" -i "$tmp/init.png" \
+	--mask "$tmp/w96.png"
 head -c 200 "$tmp/init.png" > "$tmp/trunc.png"
 expect "a truncated PNG" "$tmp/trunc.png" -i "$tmp/trunc.png"
 # a PNG header that says 100000 x 100000 (the IHDR's CRC computed)

@@ -176,10 +176,20 @@ int main(int argc, char **argv)
 		if (pd_st_open(&st, argv[2]))
 			return 1;
 		t = pd_st_get(st, argv[3]);
-		if (t && t->ndim == 3 && t->shape[2] == 3 && t->nbytes == (size_t)t->numel)
+		if (t && t->ndim == 3 && t->shape[2] == 3 && t->nbytes == (size_t)t->numel) {
 			rc = pd_png_write(argv[4], t->data, (int)t->shape[1], (int)t->shape[0], NULL, NULL) != 0;
-		else
-			fprintf(stderr, "%s: no uint8 [H, W, 3] tensor %s\n", argv[2], argv[3]);
+		} else if (t && t->ndim == 2 && t->nbytes == (size_t)t->numel) {
+			/* a mask [H, W]: gray, every channel the same */
+			size_t n = (size_t)t->numel;
+			uint8_t *rgb = malloc(3 * n);
+
+			for (size_t i = 0; rgb && i < 3 * n; i++)
+				rgb[i] = t->data[i / 3];
+			rc = !rgb || pd_png_write(argv[4], rgb, (int)t->shape[1], (int)t->shape[0], NULL, NULL) != 0;
+			free(rgb);
+		} else {
+			fprintf(stderr, "%s: no uint8 [H, W, 3] or [H, W] tensor %s\n", argv[2], argv[3]);
+		}
 		pd_st_close(st);
 		return rc;
 	}

@@ -6,7 +6,7 @@
 # sizes, sparse: nothing to download). For this machine (24 GiB, 2 cores)
 # and GPUs of 8 and 16 GB (L40-class rates, --memory set): the first mesh
 # that fits, the memory a process needs, and the text encoders' share.
-# Prints Markdown (the README's table).
+# Prints Markdown (the table of docs/quantization.md).
 #
 #   bench/quant_paper.sh
 set -euo pipefail

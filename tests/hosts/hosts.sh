@@ -41,7 +41,7 @@
 #   PDIT_HOSTS_N, PDIT_HOSTS_SLOTS
 # PDIT_HOSTS_MPIEXEC (if set) is the mpirun to use (default: mpirun on PATH).
 # The same COMMAND runs on real machines with PDIT_HOSTS_MPIRUN set to
-# "mpirun --hostfile FILE" (README: "Many machines").
+# "mpirun --hostfile FILE" (docs/hosts.md).
 #
 # Needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN), ip, tc, and nft for --loss.
 set -uo pipefail

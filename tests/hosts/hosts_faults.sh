@@ -11,7 +11,7 @@
 #    one process's latents within 1e-5.
 # The hosts give up on a TCP peer after one retransmission (--tcp-retries 1: a lossless link):
 # Open MPI has no timeout of its own, and mpirun waits for an unreachable
-# host as long as the kernel retries (README: "Many machines").
+# host as long as the kernel retries (docs/hosts.md).
 # Skipped (77) where namespaces cannot be made. --quick (the sanitizer
 # build): the 2-host link and the killed host only.
 # usage: hosts_faults.sh [--quick] PDIT ST_COMPARE [MPIEXEC]

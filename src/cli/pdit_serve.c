@@ -188,6 +188,7 @@ static void pd_serve_request(const struct pd_engine_about *ab, const struct pd_s
 	 * asked, or the model's */
 	rq->frames = !p->video ? 1 : p->frames ? p->frames : PD_DEFAULT;
 	rq->flow_shift = p->flow_shift;
+	rq->strength = p->strength >= 0 ? p->strength : PD_DEFAULT;
 	/* A1111's cfg_scale is classifier-free guidance: FLUX's true CFG with
 	 * the negative prompt (1: off), Wan's guidance */
 	if (p->cfg_scale >= 0) {
@@ -568,7 +569,7 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 		const char *prompt;
 		char *text = NULL;
 		uint64_t len = 0;
-		uint8_t *all = NULL;
+		uint8_t *all = NULL, *init_png = NULL, *mask_png = NULL;
 		int failed;
 		double deadline;
 		static const int no_cancel;
@@ -614,6 +615,12 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 			goto out;
 		prompt = p.prompt;
 		pd_serve_request(&about, &p, &prompt, &rq);
+		/* the pictures in, from the job's text (every process decodes them) */
+		init_png = mask_png = NULL;
+		if (p.init_png && !pd_unbase64(p.init_png, &init_png, &rq.init_png_len))
+			rq.init_png = init_png;
+		if (p.mask_png && !pd_unbase64(p.mask_png, &mask_png, &rq.mask_png_len))
+			rq.mask_png = mask_png;
 		/* every rank takes part in the cancel's agreement; rank 0's flag
 		 * is the job's (DELETE sets it) */
 		rq.cancel = job ? &job->cancel : &no_cancel;
@@ -636,6 +643,8 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 						pd_serve_error_json(pd_last_error(), "server_error", NULL), NULL, clock.engine_s);
 			pd_result_free(&res);
 			pd_serve_params_free(&p);
+			free(init_png);
+			free(mask_png);
 			goto dead;
 		}
 		if (job && !failed && job->cancel) {
@@ -677,6 +686,8 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 				pd_serve_finish(srv, job, PD_JOB_DONE, 200, body, info, clock.engine_s);
 		}
 		free(all);
+		free(init_png);
+		free(mask_png);
 		pd_result_free(&res);
 		pd_serve_params_free(&p);
 	}

@@ -64,22 +64,26 @@ out:
  * size is the request's unless R gives one, which it must then have. */
 static int pd_engine_read_picture(struct pd_engine *e, const char *path, struct pd_request *r)
 {
+	const char *mask = r->mask_image ? r->mask_image : "the mask";
+
 	if (r->init_latents)
 		return pd_errorf("-i/--init-img and --init-latents both say where to start: give one");
 	if (!e->fam->vae->encode)
 		return pd_errorf("-i/--init-img: the %s family takes no picture in yet", e->fam->name);
 	if (r->frames != PD_DEFAULT && r->frames != 1)
 		return pd_errorf("-i/--init-img starts a picture, not a video of %d frames", r->frames);
-	if (pd_png_read(path, &e->init_rgb, &e->init_w, &e->init_h))
+	if (r->init_image ? pd_png_read(path, &e->init_rgb, &e->init_w, &e->init_h)
+			  : pd_png_decode(r->init_png, r->init_png_len, path, &e->init_rgb, &e->init_w, &e->init_h))
 		return -1;
-	if (r->mask_image) {
+	if (r->mask_image || r->mask_png) {
 		int mw, mh;
 
-		if (pd_png_read(r->mask_image, &e->mask_rgb, &mw, &mh))
+		if (r->mask_image ? pd_png_read(r->mask_image, &e->mask_rgb, &mw, &mh)
+				  : pd_png_decode(r->mask_png, r->mask_png_len, mask, &e->mask_rgb, &mw, &mh))
 			return -1;
 		if (mw != e->init_w || mh != e->init_h)
-			return pd_errorf("--mask %s is %dx%d, the picture %dx%d: give a mask of the picture's size",
-					 r->mask_image, mw, mh, e->init_w, e->init_h);
+			return pd_errorf("--mask%s%s is %dx%d, the picture %dx%d: give a mask of the picture's size",
+					 r->mask_image ? " " : ": ", mask, mw, mh, e->init_w, e->init_h);
 	}
 	if (r->height == PD_DEFAULT && r->width == PD_DEFAULT) {
 		if (e->init_w % 16 || e->init_h % 16)
@@ -440,9 +444,10 @@ int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request *rq_in)
 	struct pd_request r = *rq_in, *rq = &r;
 
 	pd_engine_request_free(e);
-	if (rq->mask_image && !rq->init_image)
+	if ((rq->mask_image || rq->mask_png) && !rq->init_image && !rq->init_png)
 		return pd_errorf("--mask goes with -i/--init-img (the picture it repaints)");
-	if (rq->init_image && pd_engine_read_picture(e, rq->init_image, &r))
+	if ((rq->init_image || rq->init_png) &&
+	    pd_engine_read_picture(e, rq->init_image ? rq->init_image : "the init picture", &r))
 		return -1;
 	if (pd_engine_request_defaults(&e->dflt, e->fam->name, &r))
 		return -1;

@@ -212,6 +212,10 @@ struct pd_request {
 	const char *init_image;
 	const char *mask_image;         /* inpainting (with init_image): a PNG of its size, white where the
 					 * picture is made anew (FluxInpaintPipeline); or NULL */
+	/* the same pictures as PNG bytes instead of files (a service's
+	 * request; the files win when both are given) */
+	const uint8_t *init_png, *mask_png;
+	size_t init_png_len, mask_png_len;
 	double strength;                /* img2img: the share of the steps run, noise to picture (0, 1];
 					 * PD_DEFAULT: 0.75 (a double: N x strength as Python computes it) */
 	int height, width;              /* pixels, multiples of 16; PD_DEFAULT: the family's (FLUX 1024, Wan

@@ -125,34 +125,54 @@ int pd_png_write(const char *path, const uint8_t *rgb, int width, int height, co
 	return pd_out_commit(&o);
 }
 
+/* The rest of a read begun on IMG (NAME for the messages). */
+static int pd_png_finish(png_image *img, const char *path, uint8_t **rgb, int *width, int *height);
+
 int pd_png_read(const char *path, uint8_t **rgb, int *width, int *height)
 {
 	png_image img;
-	uint8_t *buf;
 
 	memset(&img, 0, sizeof(img));
 	img.version = PNG_IMAGE_VERSION;
 	if (!png_image_begin_read_from_file(&img, path))
 		return pd_errorf("%s: %s", path, img.message);
-	/* a header may say anything: nothing beyond the largest picture */
-	if (img.width < 1 || img.height < 1 || img.width > 16384 || img.height > 16384) {
-		unsigned w = img.width, h = img.height;
+	return pd_png_finish(&img, path, rgb, width, height);
+}
 
-		png_image_free(&img);
+int pd_png_decode(const uint8_t *png, size_t len, const char *name, uint8_t **rgb, int *width, int *height)
+{
+	png_image img;
+
+	memset(&img, 0, sizeof(img));
+	img.version = PNG_IMAGE_VERSION;
+	if (len < 8 || !png_image_begin_read_from_memory(&img, png, len))
+		return pd_errorf("%s: %s", name, len < 8 ? "not a PNG" : img.message);
+	return pd_png_finish(&img, name, rgb, width, height);
+}
+
+static int pd_png_finish(png_image *img, const char *path, uint8_t **rgb, int *width, int *height)
+{
+	uint8_t *buf;
+
+	/* a header may say anything: nothing beyond the largest picture */
+	if (img->width < 1 || img->height < 1 || img->width > 16384 || img->height > 16384) {
+		unsigned w = img->width, h = img->height;
+
+		png_image_free(img);
 		return pd_errorf("%s: a picture of %ux%u (at most 16384 a side)", path, w, h);
 	}
-	img.format = PNG_FORMAT_RGB;
-	buf = pd_malloc(PNG_IMAGE_SIZE(img), path);
+	img->format = PNG_FORMAT_RGB;
+	buf = pd_malloc(PNG_IMAGE_SIZE(*img), path);
 	if (!buf) {
-		png_image_free(&img);
+		png_image_free(img);
 		return -1;
 	}
-	if (!png_image_finish_read(&img, NULL, buf, 0, NULL)) {
+	if (!png_image_finish_read(img, NULL, buf, 0, NULL)) {
 		free(buf);
-		return pd_errorf("%s: %s", path, img.message);
+		return pd_errorf("%s: %s", path, img->message);
 	}
 	*rgb = buf;
-	*width = (int)img.width;
-	*height = (int)img.height;
+	*width = (int)img->width;
+	*height = (int)img->height;
 	return 0;
 }

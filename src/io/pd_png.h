@@ -19,5 +19,8 @@ int pd_png_encode(const uint8_t *rgb, int width, int height, const char *key, co
 /* Reads a PNG of any colour type as 8-bit RGB [height, width, 3] (*rgb
  * malloc'd); a declared size above 16384 a side is refused. */
 int pd_png_read(const char *path, uint8_t **rgb, int *width, int *height);
+/* The same from LEN bytes in memory (a service's request); NAME in the
+ * messages. */
+int pd_png_decode(const uint8_t *png, size_t len, const char *name, uint8_t **rgb, int *width, int *height);
 
 #endif /* PD_PNG_H */

@@ -36,6 +36,7 @@ enum pd_serve_api {
 	PD_API_OPENAI,                  /* POST /v1/images/generations */
 	PD_API_A1111,                   /* POST /sdapi/v1/txt2img (stable-diffusion.cpp's server) */
 	PD_API_SDCPP_VIDEO,             /* POST /sdcpp/v1/vid_gen (stable-diffusion.cpp's native video job) */
+	PD_API_A1111_IMG2IMG,           /* POST /sdapi/v1/img2img (A1111's, as stable-diffusion.cpp's server takes it) */
 };
 
 /* What one request asks for: one batch of pictures. Unset numbers are
@@ -57,6 +58,10 @@ struct pd_serve_params {
 	int frames;                     /* a video's frames; 0: the model's (pictures: one) */
 	int fps;                        /* a video's frames a second; 0: 16 */
 	int frames_png;                 /* a video answered as its frames' PNGs, not an MP4 */
+	char *init_png;                 /* img2img: the picture, base64 of a PNG (a data URL's prefix
+					 * dropped), or NULL */
+	char *mask_png;                 /* inpainting: the mask likewise, or NULL */
+	float strength;                 /* img2img's denoising strength; < 0: not given */
 	/* A1111 fields given with a value pdit does not honour (sampler_name,
 	 * restore_faces, ...), ", "-separated for the job's log line; rank 0
 	 * only (not encoded) */
@@ -106,6 +111,9 @@ char *pd_serve_error_json(const char *message, const char *type, const char *par
 
 /* Standard base64 of N bytes (malloc'd, NUL-terminated). */
 char *pd_base64(const uint8_t *data, size_t n);
+/* TEXT's bytes (standard base64, padding optional, whitespace skipped):
+ * 0 with *OUT (malloc'd) of *LEN, or -1 when TEXT is not base64. */
+int pd_unbase64(const char *text, uint8_t **out, size_t *len);
 
 /* How the server runs. */
 struct pd_serve_options {

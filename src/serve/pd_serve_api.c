@@ -17,8 +17,8 @@
 /* A field of a dialect: its JSON name and what it sets. */
 enum pd_sf_kind { PD_SF_PROMPT, PD_SF_NEGATIVE, PD_SF_N, PD_SF_SIZE, PD_SF_WIDTH, PD_SF_HEIGHT, PD_SF_STEPS,
 		  PD_SF_SEED, PD_SF_GUIDANCE, PD_SF_TRUE_CFG, PD_SF_CFG, PD_SF_FBCACHE, PD_SF_FORMAT, PD_SF_N_ITER,
-		  PD_SF_FRAMES, PD_SF_FPS, PD_SF_VIDEO_FORMAT, PD_SF_FLOW_SHIFT, PD_SF_OBJECT, PD_SF_IGNORED,
-		  PD_SF_NOTED };
+		  PD_SF_FRAMES, PD_SF_FPS, PD_SF_VIDEO_FORMAT, PD_SF_FLOW_SHIFT, PD_SF_OBJECT, PD_SF_INIT_IMAGES,
+		  PD_SF_MASK, PD_SF_STRENGTH, PD_SF_IGNORED, PD_SF_NOTED };
 
 /* A field inside an object field is named by its path ("sample_params.
  * sample_steps"), in the same table as its object (PD_SF_OBJECT). */
@@ -49,6 +49,27 @@ static const struct pd_serve_field pd_sf_openai[] = {
 	{ "output_compression", PD_SF_NOTED, "*" },
 	{ "partial_images", PD_SF_NOTED, "0" },
 	{ "stream", PD_SF_NOTED, "" },
+	{ NULL, PD_SF_IGNORED, NULL },
+};
+
+/* A1111's img2img: its own fields here, the rest are txt2img's. The first
+ * of init_images is the picture; a mask inpaints (white repaints). */
+static const struct pd_serve_field pd_sf_a1111_img2img[] = {
+	{ "init_images", PD_SF_INIT_IMAGES, NULL },
+	{ "mask", PD_SF_MASK, NULL },
+	{ "denoising_strength", PD_SF_STRENGTH, NULL },
+	{ "resize_mode", PD_SF_NOTED, "0" },
+	{ "mask_blur", PD_SF_NOTED, "0" },
+	{ "mask_blur_x", PD_SF_NOTED, "0" },
+	{ "mask_blur_y", PD_SF_NOTED, "0" },
+	{ "inpainting_fill", PD_SF_NOTED, "1" },   /* "original": the picture's latents */
+	{ "inpaint_full_res", PD_SF_NOTED, "" },
+	{ "inpaint_full_res_padding", PD_SF_NOTED, "*" },
+	{ "inpainting_mask_invert", PD_SF_NOTED, "" },
+	{ "initial_noise_multiplier", PD_SF_NOTED, "1" },
+	{ "image_cfg_scale", PD_SF_NOTED, "*" },
+	{ "include_init_images", PD_SF_NOTED, "*" },
+	{ "latent_mask", PD_SF_NOTED, "" },
 	{ NULL, PD_SF_IGNORED, NULL },
 };
 
@@ -251,6 +272,28 @@ static int pd_sf_side(double v, const char *name, int *out, const char **field)
 	return 0;
 }
 
+/* A picture field: base64 of a PNG, or a data URL of one; kept as base64
+ * (the job's text every process reads), checked here. */
+static int pd_sf_png(const cJSON *v, const char *name, char **out, const char **field)
+{
+	const char *s = cJSON_GetStringValue(v), *comma;
+	uint8_t *bytes = NULL;
+	size_t len = 0;
+
+	if (!s)
+		return pd_sf_fail(field, name, "%s must be a base64 PNG (or a data: URL of one)%s", "");
+	if (strncmp(s, "data:", 5) == 0 && (comma = strchr(s, ',')))
+		s = comma + 1;
+	if (pd_unbase64(s, &bytes, &len) || len < 8 || memcmp(bytes, "\x89PNG\r\n\x1a\n", 8) != 0) {
+		free(bytes);
+		return pd_sf_fail(field, name, "%s is not a base64 PNG%s", "");
+	}
+	free(bytes);
+	free(*out);
+	*out = pd_strdup(s);
+	return *out ? 0 : -1;
+}
+
 static int pd_sf_one(struct pd_serve_params *p, const struct pd_serve_field *f, const cJSON *v, int *n_iter,
 		     int *format, const char **field)
 {
@@ -339,6 +382,16 @@ static int pd_sf_one(struct pd_serve_params *p, const struct pd_serve_field *f, 
 		return cJSON_IsNull(v) ? 0 : pd_sf_float(v, f->name, 0, 100, &p->flow_shift, field);
 	case PD_SF_OBJECT:
 		return 0;
+	case PD_SF_INIT_IMAGES:
+		if (!cJSON_IsArray(v) || !v->child)
+			return pd_sf_fail(field, f->name, "%s must be an array of base64 PNGs%s", "");
+		if (cJSON_GetArraySize(v) > 1)
+			return pd_sf_fail(field, f->name, "%s: one picture a request (got several)%s", "");
+		return pd_sf_png(v->child, f->name, &p->init_png, field);
+	case PD_SF_MASK:
+		return cJSON_IsNull(v) ? 0 : pd_sf_png(v, f->name, &p->mask_png, field);
+	case PD_SF_STRENGTH:
+		return pd_sf_float(v, f->name, 0, 1, &p->strength, field);
 	case PD_SF_N_ITER:
 		if (pd_sf_int(v, f->name, 1, PD_SERVE_MAX_N, &d, field))
 			return -1;
@@ -384,6 +437,9 @@ static int pd_sf_object(struct pd_serve_params *p, const struct pd_serve_field *
 	cJSON_ArrayForEach(v, obj) {
 		const struct pd_serve_field *f = pd_sf_find(table, path, v->string);
 
+		/* img2img's fields are its own, then txt2img's */
+		if (!f && table == pd_sf_a1111_img2img)
+			f = pd_sf_find(pd_sf_a1111, path, v->string);
 		if (!f) {
 			if (!strict && !unknown_refused) {
 				pd_sf_note(p, path, v->string);
@@ -422,7 +478,8 @@ int pd_serve_params_parse(struct pd_serve_params *p, enum pd_serve_api api, cons
 			  char *field, size_t field_len)
 {
 	const struct pd_serve_field *table = api == PD_API_OPENAI ? pd_sf_openai
-					   : api == PD_API_A1111 ? pd_sf_a1111 : pd_sf_sdcpp_video;
+					   : api == PD_API_A1111 ? pd_sf_a1111
+					   : api == PD_API_A1111_IMG2IMG ? pd_sf_a1111_img2img : pd_sf_sdcpp_video;
 	const char *bad = NULL;
 	cJSON *root;
 	int rc = -1, n_iter = 1, format = 0;
@@ -435,6 +492,7 @@ int pd_serve_params_parse(struct pd_serve_params *p, enum pd_serve_api api, cons
 	p->true_cfg_scale = 1;
 	p->cfg_scale = -1;
 	p->video = api == PD_API_SDCPP_VIDEO;
+	p->strength = -1;
 	field[0] = 0;
 	root = cJSON_ParseWithLength(body, len);
 	if (!root)
@@ -464,6 +522,11 @@ int pd_serve_params_parse(struct pd_serve_params *p, enum pd_serve_api api, cons
 	if (!p->prompt) {
 		bad = "prompt";
 		pd_errorf("prompt is required");
+		goto out;
+	}
+	if (api == PD_API_A1111_IMG2IMG && !p->init_png) {
+		bad = "init_images";
+		pd_errorf("init_images is required (the picture img2img starts from)");
 		goto out;
 	}
 	if (p->video && p->n > 1) {
@@ -502,7 +565,9 @@ void pd_serve_params_free(struct pd_serve_params *p)
 {
 	free(p->prompt);
 	free(p->negative);
-	p->prompt = p->negative = NULL;
+	free(p->init_png);
+	free(p->mask_png);
+	p->prompt = p->negative = p->init_png = p->mask_png = NULL;
 }
 
 char *pd_serve_params_encode(const struct pd_serve_params *p)
@@ -524,7 +589,10 @@ char *pd_serve_params_encode(const struct pd_serve_params *p)
 	    cJSON_AddNumberToObject(o, "fbcache_threshold", p->fbcache_threshold) &&
 	    cJSON_AddNumberToObject(o, "flow_shift", p->flow_shift) && cJSON_AddNumberToObject(o, "video", p->video) &&
 	    cJSON_AddNumberToObject(o, "frames", p->frames) && cJSON_AddNumberToObject(o, "fps", p->fps) &&
-	    cJSON_AddNumberToObject(o, "frames_png", p->frames_png))
+	    cJSON_AddNumberToObject(o, "frames_png", p->frames_png) &&
+	    cJSON_AddNumberToObject(o, "strength", p->strength) &&
+	    (!p->init_png || cJSON_AddStringToObject(o, "init_png", p->init_png)) &&
+	    (!p->mask_png || cJSON_AddStringToObject(o, "mask_png", p->mask_png)))
 		text = cJSON_PrintUnformatted(o);
 	cJSON_Delete(o);
 	return text;
@@ -553,6 +621,8 @@ int pd_serve_params_decode(struct pd_serve_params *p, const char *text)
 	p->frames = (int)NUM("frames");
 	p->fps = (int)NUM("fps");
 	p->frames_png = (int)NUM("frames_png");
+	p->strength = (v = cJSON_GetObjectItemCaseSensitive(o, "strength")) && cJSON_IsNumber(v) ? (float)v->valuedouble
+												     : -1;
 #undef NUM
 	seed = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "seed"));
 	p->seed = seed ? strtoull(seed, NULL, 10) : 0;
@@ -561,6 +631,12 @@ int pd_serve_params_decode(struct pd_serve_params *p, const char *text)
 	v = cJSON_GetObjectItemCaseSensitive(o, "negative");
 	if (cJSON_IsString(v))
 		p->negative = pd_strdup(v->valuestring);
+	v = cJSON_GetObjectItemCaseSensitive(o, "init_png");
+	if (cJSON_IsString(v))
+		p->init_png = pd_strdup(v->valuestring);
+	v = cJSON_GetObjectItemCaseSensitive(o, "mask_png");
+	if (cJSON_IsString(v))
+		p->mask_png = pd_strdup(v->valuestring);
 	cJSON_Delete(o);
 	if (!p->prompt) {
 		pd_serve_params_free(p);
@@ -595,6 +671,50 @@ char *pd_base64(const uint8_t *data, size_t n)
 	}
 	out[k] = 0;
 	return out;
+}
+
+int pd_unbase64(const char *text, uint8_t **out, size_t *len)
+{
+	size_t n = strlen(text), k = 0;
+	uint32_t acc = 0;
+	int bits = 0, pad = 0;
+	uint8_t *buf = pd_malloc(n / 4 * 3 + 4, "base64");
+
+	*out = NULL;
+	*len = 0;
+	if (!buf)
+		return -1;
+	for (const char *c = text; *c; c++) {
+		int v;
+
+		if (*c == ' ' || *c == '\n' || *c == '\r' || *c == '\t')
+			continue;
+		if (*c == '=') {
+			pad++;
+			continue;
+		}
+		if (pad)
+			break;          /* data after the padding */
+		v = *c >= 'A' && *c <= 'Z' ? *c - 'A' : *c >= 'a' && *c <= 'z' ? *c - 'a' + 26
+		  : *c >= '0' && *c <= '9' ? *c - '0' + 52 : *c == '+' ? 62 : *c == '/' ? 63 : -1;
+		if (v < 0) {
+			free(buf);
+			return -1;
+		}
+		acc = acc << 6 | (uint32_t)v;
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			buf[k++] = (uint8_t)(acc >> bits);
+		}
+	}
+	if (pad > 2 || (pad && text[strlen(text) - 1] != '=')) {
+		free(buf);
+		return -1;
+	}
+	*out = buf;
+	*len = k;
+	return 0;
 }
 
 char *pd_serve_answer(const struct pd_serve_params *p, int n, uint8_t *const *pngs, const size_t *lens,
@@ -688,20 +808,23 @@ char *pd_serve_error_json(const char *message, const char *type, const char *par
  * before "-n"). */
 static const struct {
 	const char *flag;
-	const char *field[3];           /* by enum pd_serve_api */
+	const char *field[4];           /* by enum pd_serve_api */
 } pd_serve_flag_fields[] = {
-	{ "-H/--height and -W/--width", { "size", "width and height", "width and height" } },
-	{ "-n/--negative-prompt", { "negative_prompt", "negative_prompt", "negative_prompt" } },
-	{ "-p/--prompt", { "prompt", "prompt", "prompt" } },
-	{ "-n \"...\"", { "negative_prompt", "negative_prompt", "negative_prompt" } },
-	{ "--true-cfg-scale", { "true_cfg_scale", "true_cfg_scale", "sample_params.guidance.txt_cfg" } },
-	{ "--fbcache-threshold", { "fbcache_threshold", "fbcache_threshold", "fbcache_threshold" } },
-	{ "--guidance", { "guidance", "guidance", "sample_params.guidance.txt_cfg" } },
-	{ "--steps", { "steps", "steps", "sample_params.sample_steps" } },
-	{ "--batch", { "n", "batch_size", "n" } },
-	{ "--frames", { "frames", "frames", "video_frames" } },
-	{ "--fps", { "fps", "fps", "fps" } },
-	{ "--flow-shift", { "flow_shift", "flow_shift", "sample_params.flow_shift" } },
+	{ "-H/--height and -W/--width", { "size", "width and height", "width and height", "width and height" } },
+	{ "-n/--negative-prompt", { "negative_prompt", "negative_prompt", "negative_prompt", "negative_prompt" } },
+	{ "-p/--prompt", { "prompt", "prompt", "prompt", "prompt" } },
+	{ "-n \"...\"", { "negative_prompt", "negative_prompt", "negative_prompt", "negative_prompt" } },
+	{ "--true-cfg-scale", { "true_cfg_scale", "true_cfg_scale", "sample_params.guidance.txt_cfg", "true_cfg_scale" } },
+	{ "--fbcache-threshold", { "fbcache_threshold", "fbcache_threshold", "fbcache_threshold", "fbcache_threshold" } },
+	{ "--guidance", { "guidance", "guidance", "sample_params.guidance.txt_cfg", "guidance" } },
+	{ "--steps", { "steps", "steps", "sample_params.sample_steps", "steps" } },
+	{ "--batch", { "n", "batch_size", "n", "batch_size" } },
+	{ "--frames", { "frames", "frames", "video_frames", "frames" } },
+	{ "--fps", { "fps", "fps", "fps", "fps" } },
+	{ "--flow-shift", { "flow_shift", "flow_shift", "sample_params.flow_shift", "flow_shift" } },
+	{ "-i/--init-img", { "image", "init_images", "init_images", "init_images" } },
+	{ "--strength", { "strength", "denoising_strength", "strength", "denoising_strength" } },
+	{ "--mask", { "mask", "mask", "mask", "mask" } },
 };
 
 char *pd_serve_engine_error(enum pd_serve_api api, const char *msg, const char **param)

@@ -134,7 +134,7 @@ static enum MHD_Result pd_generate(struct pd_serve *s, struct MHD_Connection *c,
 {
 	struct pd_serve_params p;
 	struct pd_serve_job *job;
-	char field[128], peer[64], frames[64], *body;
+	char field[128], peer[64], frames[64], size[32], *body;
 	int status, retry = 0, w, h, steps, n, gone;
 	unsigned long long seed;
 	double t0 = pd_now();
@@ -162,8 +162,12 @@ static enum MHD_Result pd_generate(struct pd_serve *s, struct MHD_Connection *c,
 		       : status == 503 ? pd_reply_error(c, 503, "server_error", NULL, "the server is stopping", 0)
 				       : pd_reply_error(c, 500, "server_error", NULL, "out of memory", 0);
 	}
-	pd_serve_log(s, "pdit: job %llu: POST %s from %s: %dx%d%s, %d step(s), n %d, seed %llu%s%s%s",
-		     (unsigned long long)job->id, url, peer, w, h, frames, steps, n, seed,
+	if (job->params.init_png && !job->params.width)
+		snprintf(size, sizeof(size), "the picture's size");
+	else
+		snprintf(size, sizeof(size), "%dx%d", w, h);
+	pd_serve_log(s, "pdit: job %llu: POST %s from %s: %s%s, %d step(s), n %d, seed %llu%s%s%s",
+		     (unsigned long long)job->id, url, peer, size, frames, steps, n, seed,
 		     job->params.ignored[0] ? " (ignored: " : "", job->params.ignored, job->params.ignored[0] ? ")" : "");
 	if (async && api == PD_API_SDCPP_VIDEO) {
 		/* stable-diffusion.cpp's acknowledgement */
@@ -359,6 +363,8 @@ static enum MHD_Result pd_handler(void *cls, struct MHD_Connection *c, const cha
 		gen = 1;
 	else if (strcmp(url, "/sdapi/v1/txt2img") == 0)
 		gen = 1, api = PD_API_A1111;
+	else if (strcmp(url, "/sdapi/v1/img2img") == 0)
+		gen = 1, api = PD_API_A1111_IMG2IMG;
 	else if (strcmp(url, "/v1/jobs") == 0)
 		gen = 1, async = 1;
 	else if (strcmp(url, "/sdcpp/v1/vid_gen") == 0)
@@ -529,7 +535,7 @@ int pd_serve_start(struct pd_serve **out, const struct pd_serve_options *o)
 
 		inet_ntop(AF_INET, &a.sin_addr, host, sizeof(host));
 		pd_serve_log(s, "pdit: serving %s on http://%s:%u (POST /v1/images/generations, /sdapi/v1/txt2img, "
-			     "/v1/jobs, /sdcpp/v1/vid_gen; GET /, /health, /v1/models)", o->model ? o->model : "", host,
+			     "/sdapi/v1/img2img, /v1/jobs, /sdcpp/v1/vid_gen; GET /, /health, /v1/models)", o->model ? o->model : "", host,
 			     di ? (unsigned)di->port : (unsigned)ntohs(a.sin_port));
 	}
 	*out = s;

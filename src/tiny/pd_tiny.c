@@ -270,7 +270,7 @@ int pd_tiny_vae_kl(const char *dir, const struct pd_tiny_opts *o)
 		return -1;
 	}
 	free(path);
-	if (pd_tiny_writer_init(&tw, o->seed + 1, o->dtype, 256 + 40 * (o->vae_layers + 1)))
+	if (pd_tiny_writer_init(&tw, o->seed + 1, o->dtype, 512 + 80 * (o->vae_layers + 1)))
 		return -1;
 	pd_tiny_conv(&tw, top, latent, 3, "decoder.conv_in");
 	pd_tiny_resnet(&tw, top, top, "decoder.mid_block.resnets.0");
@@ -294,6 +294,31 @@ int pd_tiny_vae_kl(const char *dir, const struct pd_tiny_opts *o)
 	}
 	pd_tiny_norm(&tw, o->vae_blocks[0], 1, "decoder.conv_norm_out");
 	pd_tiny_conv(&tw, 3, o->vae_blocks[0], 3, "decoder.conv_out");
+	/* the encoder, as diffusers' AutoencoderKL has it (pictures in:
+	 * img2img), drawn after the decoder so the decoder's weights are the
+	 * same as before it was there */
+	pd_tiny_conv(&tw, o->vae_blocks[0], 3, 3, "encoder.conv_in");
+	prev = o->vae_blocks[0];
+	for (int i = 0; i < 4; i++) {
+		int ch = o->vae_blocks[i];
+
+		for (int j = 0; j < o->vae_layers; j++) {
+			snprintf(p, sizeof(p), "encoder.down_blocks.%d.resnets.%d", i, j);
+			pd_tiny_resnet(&tw, j == 0 ? prev : ch, ch, p);
+		}
+		if (i < 3)
+			pd_tiny_conv(&tw, ch, ch, 3, "encoder.down_blocks.%d.downsamplers.0.conv", i);
+		prev = ch;
+	}
+	pd_tiny_resnet(&tw, top, top, "encoder.mid_block.resnets.0");
+	pd_tiny_norm(&tw, top, 1, "encoder.mid_block.attentions.0.group_norm");
+	pd_tiny_linear(&tw, top, top, "encoder.mid_block.attentions.0.to_q");
+	pd_tiny_linear(&tw, top, top, "encoder.mid_block.attentions.0.to_k");
+	pd_tiny_linear(&tw, top, top, "encoder.mid_block.attentions.0.to_v");
+	pd_tiny_linear(&tw, top, top, "encoder.mid_block.attentions.0.to_out.0");
+	pd_tiny_resnet(&tw, top, top, "encoder.mid_block.resnets.1");
+	pd_tiny_norm(&tw, top, 1, "encoder.conv_norm_out");
+	pd_tiny_conv(&tw, 2 * latent, top, 3, "encoder.conv_out");
 	path = pd_strfmt("%s/diffusion_pytorch_model.safetensors", dir);
 	rc = path ? pd_tiny_writer_save(&tw, path) : -1;
 	free(path);

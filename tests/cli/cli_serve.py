@@ -146,6 +146,17 @@ def generate(model, out, prompts, extra, np=1):
     return [open(out + "-%d.png" % b, "rb").read() for b in range(len(prompts))]
 
 
+def write_png(path, w, h, gray):
+    """An RGB PNG of W x H whose pixel (x, y) is GRAY(x, y) on every channel."""
+    import struct
+    import zlib
+    rows = b"".join(b"\0" + bytes(v for x in range(w) for v in (gray(x, y),) * 3) for y in range(h))
+    chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) +
+                chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
 def pngs_openai(answer):
     return [base64.b64decode(d["b64_json"]) for d in answer["data"]]
 
@@ -672,6 +683,28 @@ def main():
     report(st == 202 and line and "0x0" not in line[0] and " 0 step(s)" not in line[0] and "1024x1024" in line[0],
            "a request with the model's defaults logs what runs: %s" % (line[0].strip() if line else "no line"))
     wait_job(srv, j.get("id"), ("done", "failed", "cancelled"), t=120)
+    # A1111's img2img: the boat picture repainted on its left half, generate -i --mask's PNG
+    mask = os.path.join(tmp, "mask.png")
+    write_png(mask, 48, 32, lambda x, y: 255 if x < 24 else 0)
+    init = os.path.join(tmp, "boat-0.png")
+    lake = generate(model, os.path.join(tmp, "lake"), ["a lake"],
+                    ["-i", init, "--mask", mask, "--strength", "0.6", "--steps", "4", "-s", "5"])
+    b64 = lambda path: base64.b64encode(open(path, "rb").read()).decode()
+    i2i = {"prompt": "a lake", "init_images": ["data:image/png;base64," + b64(init)], "mask": b64(mask),
+           "denoising_strength": 0.6, "steps": 4, "seed": 5, "mask_blur": 4, "resize_mode": 0, "inpainting_fill": 1}
+    st, ans, _ = post(srv, "/sdapi/v1/img2img", i2i)
+    report(st == 200 and [base64.b64decode(x) for x in ans["images"]] == lake,
+           "A1111 img2img with a mask (a data URL and plain base64): generate -i --mask's PNG byte for byte (%s %s)"
+           % (st, (ans or {}).get("error", "")))
+    bad_mask = os.path.join(tmp, "mask-small.png")
+    write_png(bad_mask, 16, 16, lambda x, y: 255)
+    st, ans, _ = post(srv, "/sdapi/v1/img2img", dict(i2i, init_images=["bm90IGEgcGljdHVyZQ=="]))
+    st2, ans2, _ = post(srv, "/sdapi/v1/img2img", dict(i2i, mask=b64(bad_mask)))
+    st3, ans3, _ = post(srv, "/sdapi/v1/img2img", {k: v for k, v in i2i.items() if k != "init_images"})
+    report(st == 400 and ans["error"]["param"] == "init_images" and st2 == 400 and ans2["error"]["param"] == "mask"
+           and "--" not in ans2["error"]["message"] and st3 == 400 and ans3["error"]["param"] == "init_images",
+           "img2img: not a PNG -> %s (%s), a mask of another size -> %s (%s: %s), no picture -> %s"
+           % (st, ans["error"]["param"], st2, ans2["error"]["param"], ans2["error"]["message"][:60], st3))
     st, ans, _ = post(srv, "/sdapi/v1/txt2img", dict(a1111_body, n_iter=2))
     report(st == 200 and len(ans["images"]) == 2 and base64.b64decode(ans["images"][0]) == boat[0],
            "A1111 n_iter 2: two pictures, the first generate's (%s)" % st)
@@ -685,7 +718,7 @@ def main():
            pngs_openai(ans2) == fox, "the model folder moved away after loading: later requests read no file "
            "(the text encoders stay loaded), still generate's PNGs (%s, %s)" % (st, st2))
     st, h = get(srv, "/health")
-    report(st == 200 and h["status"] == "ok" and h["ranks"] == 1 and h["served"] == 9 and h["queue"] == 0,
+    report(st == 200 and h["status"] == "ok" and h["ranks"] == 1 and h["served"] == 10 and h["queue"] == 0,
            "GET /health: %s" % h)
     st, m = get(srv, "/v1/models")
     report(st == 200 and m["data"][0]["id"] == model, "GET /v1/models")

@@ -228,6 +228,24 @@ static void pd_tiny_resnet(struct pd_tiny_writer *tw, int c_in, int c_out, const
 		pd_tiny_conv(tw, c_out, c_in, 1, "%s.conv_shortcut", p);
 }
 
+/* A mid block under P ("decoder.mid_block"): resnet, one-head attention,
+ * resnet, in the order their values are drawn. */
+static void pd_tiny_vae_mid(struct pd_tiny_writer *tw, int c, const char *p)
+{
+	char name[128];
+
+	snprintf(name, sizeof(name), "%s.resnets.0", p);
+	pd_tiny_resnet(tw, c, c, name);
+	snprintf(name, sizeof(name), "%s.attentions.0.group_norm", p);
+	pd_tiny_norm(tw, c, 1, name);
+	pd_tiny_linear(tw, c, c, "%s.attentions.0.to_q", p);
+	pd_tiny_linear(tw, c, c, "%s.attentions.0.to_k", p);
+	pd_tiny_linear(tw, c, c, "%s.attentions.0.to_v", p);
+	pd_tiny_linear(tw, c, c, "%s.attentions.0.to_out.0", p);
+	snprintf(name, sizeof(name), "%s.resnets.1", p);
+	pd_tiny_resnet(tw, c, c, name);
+}
+
 int pd_tiny_vae_kl(const char *dir, const struct pd_tiny_opts *o)
 {
 	int latent = o->in_channels / 4, top = o->vae_blocks[3], prev;
@@ -273,13 +291,7 @@ int pd_tiny_vae_kl(const char *dir, const struct pd_tiny_opts *o)
 	if (pd_tiny_writer_init(&tw, o->seed + 1, o->dtype, 512 + 80 * (o->vae_layers + 1)))
 		return -1;
 	pd_tiny_conv(&tw, top, latent, 3, "decoder.conv_in");
-	pd_tiny_resnet(&tw, top, top, "decoder.mid_block.resnets.0");
-	pd_tiny_norm(&tw, top, 1, "decoder.mid_block.attentions.0.group_norm");
-	pd_tiny_linear(&tw, top, top, "decoder.mid_block.attentions.0.to_q");
-	pd_tiny_linear(&tw, top, top, "decoder.mid_block.attentions.0.to_k");
-	pd_tiny_linear(&tw, top, top, "decoder.mid_block.attentions.0.to_v");
-	pd_tiny_linear(&tw, top, top, "decoder.mid_block.attentions.0.to_out.0");
-	pd_tiny_resnet(&tw, top, top, "decoder.mid_block.resnets.1");
+	pd_tiny_vae_mid(&tw, top, "decoder.mid_block");
 	prev = top;
 	for (int i = 0; i < 4; i++) {
 		int ch = o->vae_blocks[3 - i];
@@ -310,13 +322,7 @@ int pd_tiny_vae_kl(const char *dir, const struct pd_tiny_opts *o)
 			pd_tiny_conv(&tw, ch, ch, 3, "encoder.down_blocks.%d.downsamplers.0.conv", i);
 		prev = ch;
 	}
-	pd_tiny_resnet(&tw, top, top, "encoder.mid_block.resnets.0");
-	pd_tiny_norm(&tw, top, 1, "encoder.mid_block.attentions.0.group_norm");
-	pd_tiny_linear(&tw, top, top, "encoder.mid_block.attentions.0.to_q");
-	pd_tiny_linear(&tw, top, top, "encoder.mid_block.attentions.0.to_k");
-	pd_tiny_linear(&tw, top, top, "encoder.mid_block.attentions.0.to_v");
-	pd_tiny_linear(&tw, top, top, "encoder.mid_block.attentions.0.to_out.0");
-	pd_tiny_resnet(&tw, top, top, "encoder.mid_block.resnets.1");
+	pd_tiny_vae_mid(&tw, top, "encoder.mid_block");
 	pd_tiny_norm(&tw, top, 1, "encoder.conv_norm_out");
 	pd_tiny_conv(&tw, 2 * latent, top, 3, "encoder.conv_out");
 	path = pd_strfmt("%s/diffusion_pytorch_model.safetensors", dir);

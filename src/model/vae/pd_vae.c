@@ -159,6 +159,19 @@ static void pd_vae_load_resnet(struct pd_loader *ld, struct pd_vae_resnet *r, in
 		r->shortcut = pd_loader_conv(ld, c_out, c_in, 1, "%s.conv_shortcut", prefix);
 }
 
+/* N resnets of a block (BLOCK: "decoder.up_blocks.0"), the first from
+ * C_IN channels, all to C_OUT. */
+static void pd_vae_load_resnets(struct pd_loader *ld, struct pd_vae_resnet *res, int n, int c_in, int c_out,
+				const char *block)
+{
+	char prefix[160];
+
+	for (int j = 0; j < n; j++) {
+		snprintf(prefix, sizeof(prefix), "%s.resnets.%d", block, j);
+		pd_vae_load_resnet(ld, &res[j], j == 0 ? c_in : c_out, c_out, prefix);
+	}
+}
+
 /* A mid block's weights under PREFIX ("decoder.mid_block"). */
 static void pd_vae_load_mid(struct pd_loader *ld, struct pd_vae_mid *m, int c, int attention, const char *prefix)
 {
@@ -208,10 +221,8 @@ int pd_vae_load(struct pd_vae **out, const char *dir, struct pd_backend *be)
 		struct pd_vae_up *u = &v->up[i];
 
 		u->n_resnets = c->layers_per_block + 1;
-		for (int j = 0; j < u->n_resnets; j++) {
-			snprintf(prefix, sizeof(prefix), "decoder.up_blocks.%d.resnets.%d", i, j);
-			pd_vae_load_resnet(&ld, &u->res[j], j == 0 ? prev : ch, ch, prefix);
-		}
+		snprintf(prefix, sizeof(prefix), "decoder.up_blocks.%d", i);
+		pd_vae_load_resnets(&ld, u->res, u->n_resnets, prev, ch, prefix);
 		if (i < c->n_blocks - 1)
 			u->upconv = pd_loader_conv(&ld, ch, ch, 3, "decoder.up_blocks.%d.upsamplers.0.conv", i);
 		prev = ch;
@@ -633,10 +644,8 @@ int pd_vae_load_encoder(struct pd_vae *v)
 		int ch = c->block_out[i];
 
 		d->n_resnets = c->layers_per_block;
-		for (int j = 0; j < d->n_resnets; j++) {
-			snprintf(prefix, sizeof(prefix), "encoder.down_blocks.%d.resnets.%d", i, j);
-			pd_vae_load_resnet(&ld, &d->res[j], j == 0 ? prev : ch, ch, prefix);
-		}
+		snprintf(prefix, sizeof(prefix), "encoder.down_blocks.%d", i);
+		pd_vae_load_resnets(&ld, d->res, d->n_resnets, prev, ch, prefix);
 		if (i < c->n_blocks - 1)
 			d->downconv = pd_loader_conv(&ld, ch, ch, 3, "encoder.down_blocks.%d.downsamplers.0.conv", i);
 		prev = ch;

@@ -12,8 +12,9 @@
 # exactly; bf16 within 1e-5: both round the same decoded values) and the
 # golden WanPipeline latents within 2e-2 (Q8_0's error; the unquantized
 # run is within 1e-4); Q4_0 puts ffn.2 in Q4_1 as lcpp.patch does; fp8 (prefix
-# and config metadata kept) against its dequantized weights within 1e-5. A file of a width that is no multiple of 128
-# without a config is refused with one line naming the file.
+# and config metadata kept) against its dequantized weights within 1e-5. A file without a config beside
+# --model DIR takes the folder's; of a width that is no multiple of 128 and without any config, it is
+# refused with one line naming the file.
 # usage: cli_wan_files.sh PDIT ST_COMPARE WAN_TINY_DIR PYTHON3
 set -u
 pdit=$1 cmp=$2 g=$3 py=$4
@@ -52,8 +53,11 @@ gen comfy --diffusion-model "$tmp/comfy.safetensors" && same comfy folder 0
 gen config --diffusion-model "$tmp/plain.safetensors" --config "$tmp/wan.json" && same config folder 0
 gen wanai --transformer "$tmp/wanai" && same wanai folder 0
 
-# no config and a width that is not a multiple of Wan2.1's heads of 128
-"$pdit" generate --model "$m" "${args[@]}" --diffusion-model "$tmp/plain.safetensors" -o "$tmp/x.mp4" 2> "$tmp/err"
+# beside --model, the folder's config.json serves a file that carries none
+gen plainfolder --diffusion-model "$tmp/plain.safetensors" && same plainfolder folder 0
+# no config anywhere and a width that is not a multiple of Wan2.1's heads of 128
+"$pdit" generate --diffusion-model "$tmp/plain.safetensors" --vae "$m/vae" --scheduler "$m/scheduler" \
+	--text-encoder "$m/text_encoder" --tokenizer "$m/tokenizer" "${args[@]}" -o "$tmp/x.mp4" 2> "$tmp/err"
 if [ $? -ne 0 ] && [ "$(grep -c '' "$tmp/err")" -eq 1 ] && grep -q "plain.safetensors.*--config" "$tmp/err" &&
 	[ ! -e "$tmp/x.mp4" ]; then
 	ok "no config, width 64: $(cat "$tmp/err")"

@@ -115,7 +115,9 @@ void pd_cli_catch_signals(int rank, int size)
 	pd_int_tty = isatty(2);
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_sigaction = pd_int_handler;
-	sa.sa_flags = SA_SIGINFO;
+	/* a soft stop lets the process go on: what the signal interrupted
+	 * (MPI's and the HTTP server's system calls) is restarted, not failed */
+	sa.sa_flags = SA_SIGINFO | SA_RESTART;
 	/* one handler at a time: its message buffer is static */
 	sigemptyset(&sa.sa_mask);
 	sigaddset(&sa.sa_mask, SIGINT);
@@ -159,7 +161,7 @@ void pd_cli_catch_stop_request(void)
 
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_sigaction = pd_int_stop_handler;
-	sa.sa_flags = SA_SIGINFO;
+	sa.sa_flags = SA_SIGINFO | SA_RESTART;
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGUSR1, &sa, NULL);
 }

@@ -592,9 +592,10 @@ def clean_stop(model, tmp):
         t1.join(30)
         t2.join(30)
         report(pid is not None and pid == rank0, "--pid-file holds rank 0's pid (%s, rank 0: %s)" % (pid, rank0))
-        report(res.get("long") == 200 and res.get("waiting") == 503 and rc == 0 and not os.path.exists(pf),
-               "%s: the running request %s, the queued one %s, exit %s, the pid file removed: %s"
-               % (how, res.get("long"), res.get("waiting"), rc, not os.path.exists(pf)))
+        good = res.get("long") == 200 and res.get("waiting") == 503 and rc == 0 and not os.path.exists(pf)
+        report(good, "%s: the running request %s, the queued one %s, exit %s, the pid file removed: %s%s"
+               % (how, res.get("long"), res.get("waiting"), rc, not os.path.exists(pf),
+                  "" if good else "\n" + "".join(srv.lines[-20:])))
     # a pid file naming a live process is another server's: refused at start
     with open(pf, "w") as f:
         f.write("%d\n" % os.getpid())

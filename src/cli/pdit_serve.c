@@ -570,6 +570,7 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 		char *text = NULL;
 		uint64_t len = 0;
 		uint8_t *all = NULL, *init_png = NULL, *mask_png = NULL;
+		size_t init_len = 0, mask_len = 0;
 		int failed;
 		double deadline;
 		static const int no_cancel;
@@ -611,16 +612,23 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 		 * and Forge run it) */
 		if (!hr && p.cfg_scale > 1 && !about.guidance_is_cfg && !p.negative && !(p.negative = pd_strdup("")))
 			hr = -1;
-		if (pd_cli_any_failed(world, hr))
+		/* the pictures in, from the job's text (every process decodes them;
+		 * rank 0 checked them when the request came) */
+		if (!hr && p.init_png && pd_unbase64(p.init_png, &init_png, &init_len))
+			hr = -1;
+		if (!hr && p.mask_png && pd_unbase64(p.mask_png, &mask_png, &mask_len))
+			hr = -1;
+		if (pd_cli_any_failed(world, hr)) {
+			free(init_png);
+			free(mask_png);
 			goto out;
+		}
 		prompt = p.prompt;
 		pd_serve_request(&about, &p, &prompt, &rq);
-		/* the pictures in, from the job's text (every process decodes them) */
-		init_png = mask_png = NULL;
-		if (p.init_png && !pd_unbase64(p.init_png, &init_png, &rq.init_png_len))
-			rq.init_png = init_png;
-		if (p.mask_png && !pd_unbase64(p.mask_png, &mask_png, &rq.mask_png_len))
-			rq.mask_png = mask_png;
+		rq.init_png = init_png;
+		rq.init_png_len = init_len;
+		rq.mask_png = mask_png;
+		rq.mask_png_len = mask_len;
 		/* every rank takes part in the cancel's agreement; rank 0's flag
 		 * is the job's (DELETE sets it) */
 		rq.cancel = job ? &job->cancel : &no_cancel;

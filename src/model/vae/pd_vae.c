@@ -462,6 +462,26 @@ static void pd_vae_attention(struct pd_vae_run *r, const struct pd_vae_mid *m, f
 	be->ops->add(be, x, x, s0, (size_t)(c * hw));
 }
 
+/* A mid block on X [c, h w], in place: resnet, attention (when the model
+ * has it), resnet; BUF as pd_vae_decode's scratch. */
+static void pd_vae_mid_fwd(struct pd_vae_run *r, const struct pd_vae_mid *m, float *x, int c, int h, int w,
+			   float *const *buf)
+{
+	pd_vae_resnet_fwd(r, &m->res[0], x, h, w, x, buf[1], buf[2]);
+	if (r->v->cfg.mid_attention)
+		pd_vae_attention(r, m, x, c, h, w, buf[1], buf[2], buf[3], buf[4], buf[5]);
+	pd_vae_resnet_fwd(r, &m->res[1], x, h, w, x, buf[1], buf[2]);
+}
+
+/* A run's six buffers and its GroupNorm statistics back to the backend. */
+static void pd_vae_run_release(struct pd_vae_run *r, float **buf)
+{
+	for (int i = 0; i < 6; i++)
+		if (buf[i])
+			r->v->be->ops->free(r->v->be, buf[i]);
+	pd_backend_release(r->v->be, (float *)r->stats);
+}
+
 static void pd_vae_dump(struct pd_vae *v, const struct pd_dump *dump, const char *name, const float *p, int c,
 			int h, int w, float *host)
 {
@@ -549,10 +569,7 @@ int pd_vae_decode(struct pd_vae *v, const float *z, int h, int w, float *img, co
 	}
 	pd_vae_conv3(&r, v->conv_in, c->latent_channels, buf[1], hh, w, x);
 	pd_vae_dump(v, dump, "vae.dec.conv_in", x, top, hh, w, host);
-	pd_vae_resnet_fwd(&r, &v->mid.res[0], x, hh, w, x, buf[1], buf[2]);
-	if (c->mid_attention)
-		pd_vae_attention(&r, &v->mid, x, top, hh, w, buf[1], buf[2], buf[3], buf[4], buf[5]);
-	pd_vae_resnet_fwd(&r, &v->mid.res[1], x, hh, w, x, buf[1], buf[2]);
+	pd_vae_mid_fwd(&r, &v->mid, x, top, hh, w, buf);
 	pd_vae_dump(v, dump, "vae.dec.mid_block", x, top, hh, w, host);
 	for (int i = 0; i < c->n_blocks; i++) {
 		struct pd_vae_up *u = &v->up[i];
@@ -605,10 +622,7 @@ int pd_vae_decode(struct pd_vae *v, const float *z, int h, int w, float *img, co
 	}
 	rc = pd_backend_check(be);
 out:
-	for (int i = 0; i < 6; i++)
-		if (buf[i])
-			be->ops->free(be, buf[i]);
-	pd_backend_release(be, (float *)r.stats);
+	pd_vae_run_release(&r, buf);
 	free(host);
 	return rc;
 }
@@ -734,10 +748,7 @@ int pd_vae_encode(struct pd_vae *v, const float *img, int H, int W, float *momen
 		if (pd_backend_check(be))
 			goto out;
 	}
-	pd_vae_resnet_fwd(&r, &e->mid.res[0], x, h, w, x, buf[1], buf[2]);
-	if (c->mid_attention)
-		pd_vae_attention(&r, &e->mid, x, ch, h, w, buf[1], buf[2], buf[3], buf[4], buf[5]);
-	pd_vae_resnet_fwd(&r, &e->mid.res[1], x, h, w, x, buf[1], buf[2]);
+	pd_vae_mid_fwd(&r, &e->mid, x, ch, h, w, buf);
 	pd_vae_group_norm(&r, buf[1], (int64_t)h * w, x, ch, h, w, e->norm_out_w, e->norm_out_b, 1);
 	be->ops->conv(be, e->conv_out, buf[1], h, w, 0, x);
 	if (e->quant) {
@@ -747,10 +758,7 @@ int pd_vae_encode(struct pd_vae *v, const float *img, int H, int W, float *momen
 	be->ops->download(be, moments, x, (size_t)2 * c->latent_channels * h * w);
 	rc = pd_backend_check(be);
 out:
-	for (int i = 0; i < 6; i++)
-		if (buf[i])
-			be->ops->free(be, buf[i]);
-	pd_backend_release(be, (float *)r.stats);
+	pd_vae_run_release(&r, buf);
 	return rc;
 }
 

@@ -66,6 +66,29 @@ float *pd_backend_zeros(struct pd_backend *be, size_t n, const char *what)
 	return p;
 }
 
+struct pd_backend *pd_backend_wrap_in(struct pd_backend *outer, struct pd_backend *inner)
+{
+	/* a recovered wrapper recovers what it wraps too */
+	if (!outer->failed && inner->failed)
+		pd_backend_recover(inner);
+	inner->compute = outer->compute;
+	inner->conv_compute = outer->conv_compute;
+	inner->threads = outer->threads;
+	return inner;
+}
+
+void pd_backend_wrap_back(struct pd_backend *outer, const struct pd_backend *inner)
+{
+	outer->conv_f32_fallbacks = inner->conv_f32_fallbacks;
+	outer->weight_bytes = inner->weight_bytes;
+	outer->work_bytes = inner->work_bytes;
+	outer->work_peak = inner->work_peak;
+	outer->flop = inner->flop;
+	outer->allocations = inner->allocations;
+	if (inner->failed && !outer->failed)
+		pd_backend_fail(outer, "%s", inner->error);
+}
+
 struct pd_slice pd_slice_all(int64_t n_out, int64_t n_in)
 {
 	struct pd_slice s = { 0, n_out, 0, n_in, 1 };

@@ -265,6 +265,12 @@ static inline void pd_backend_recover(struct pd_backend *be)
 	be->error[0] = 0;
 }
 
+/* A backend that wraps another (staged, timed): the settings the caller
+ * may change go down to INNER before each operation (returned, for the
+ * call), and its counters and a failure come back to OUTER after it. */
+struct pd_backend *pd_backend_wrap_in(struct pd_backend *outer, struct pd_backend *inner);
+void pd_backend_wrap_back(struct pd_backend *outer, const struct pd_backend *inner);
+
 /* Allocation helper that fails the backend when memory is short. */
 float *pd_backend_alloc(struct pd_backend *be, size_t n, const char *what);
 

@@ -16,6 +16,7 @@
 static const char pd_bench_usage[] =
 	"usage: [mpirun -np N] pdit bench --model DIR [-H 1024 -W 1024] [--steps 3] [--warmup 1] [--dtype bf16]\n"
 	"                                 [mesh degrees] [--json] [--vae-time] [--vae-dtype bf16] [--e2e]\n"
+	"                                 [--op-times]\n"
 	"\n"
 	"Times denoising steps (the median of --steps after --warmup untimed ones; the\n"
 	"slowest rank's) and reports the step's floating-point work counted from the\n"
@@ -27,13 +28,16 @@ static const char pd_bench_usage[] =
 	"reused), the loading's seconds and rate, and with --vae-time the VAE decode's\n"
 	"seconds, its work counted from the shapes and its rate. --e2e times one whole\n"
 	"generation as generate runs it: loading, prompt encoding, every step (warm-up\n"
-	"included), the decode and the total. The embeddings default to\n"
+	"included), the decode and the total. --op-times splits a timed step by\n"
+	"operation and shape (each product's and attention's rate next to the matmul\n"
+	"rate: which one falls short of it). The embeddings default to\n"
 	"DIR/embeds.safetensors (written by pdit tiny).";
 
 static const char pd_bench_examples[] =
 	"  pdit tiny flux-width --flux-width\n"
 	"  pdit bench --model flux-width -H 1024 -W 1024 --dtype bf16 --vae-time --vae-dtype bf16\n"
 	"  pdit bench --model flux-width -H 512 -W 512 --dtype bf16 --vae-dtype bf16 -p \"a lighthouse\" --steps 3 --e2e\n"
+	"  pdit bench --model flux-width -H 1024 -W 1024 --dtype bf16 --op-times\n"
 	"  mpirun -np 2 pdit bench --model flux-width -H 512 -W 512 --dtype bf16 --tensor-parallel-degree 2 --json\n";
 
 struct pd_bench_args {
@@ -42,13 +46,14 @@ struct pd_bench_args {
 	int json;                       /* one JSON object instead of the table */
 	int vae_time;                   /* also time one decode */
 	int e2e;                        /* one whole generation's phases */
+	int op_times;                   /* each backend operation timed, by shape */
 };
 
 static void pd_bench_flags(struct pd_bench_args *a, struct pd_arg *opts)
 {
 	int n = pd_gen_flags(&a->gen, opts, PD_CMD_BENCH);
 
-	a->warmup = a->json = a->vae_time = a->e2e = 0;
+	a->warmup = a->json = a->vae_time = a->e2e = a->op_times = 0;
 	opts[n++] = (struct pd_arg){ "--warmup", 0, PD_ARG_INT, &a->warmup, "N", "untimed steps first (default 1)",
 				     NULL };
 	opts[n++] = (struct pd_arg){ "--json", 0, PD_ARG_FLAG, &a->json, NULL,
@@ -58,6 +63,10 @@ static void pd_bench_flags(struct pd_bench_args *a, struct pd_arg *opts)
 				     NULL };
 	opts[n++] = (struct pd_arg){ "--e2e", 0, PD_ARG_FLAG, &a->e2e, NULL,
 				     "one whole generation's phases: load, encode, all steps, decode, total (implies --vae-time)",
+				     NULL };
+	opts[n++] = (struct pd_arg){ "--op-times", 0, PD_ARG_FLAG, &a->op_times, NULL,
+				     "where a step's time goes: each operation by shape, its seconds and rate against the "
+				     "matmul rate (rank 0)",
 				     NULL };
 	opts[n++] = (struct pd_arg){ "--batch", 0, PD_ARG_COUNT, &a->gen.batch, "N",
 				     "run N copies of the first prompt (for data parallelism)", NULL };
@@ -71,6 +80,30 @@ int pd_cmd_bench_parse_only(int argc, char **argv)
 
 	pd_bench_flags(&a, opts);
 	return pd_gen_parse(NULL, &a.gen, opts, "bench", NULL, NULL, argc, argv);
+}
+
+/* --op-times: rank 0's operations in a timed step, the longest first,
+ * each product's rate against the matmul rate at the widest shape. SPS:
+ * the step's seconds. */
+static void pd_bench_print_ops(const struct pd_bench_report *r, double sps)
+{
+	double sum = 0;
+
+	printf("  where a step's time goes (rank 0, per step; each operation waited for):\n");
+	printf("    %-44s %7s %9s %6s %9s %9s %7s\n", "operation", "calls", "seconds", "share", "GFLOP", "GFLOP/s",
+	       "x rate");
+	for (int i = 0; i < r->n_ops; i++) {
+		const struct pd_bench_op *o = &r->ops[i];
+
+		sum += o->seconds;
+		printf("    %-44s %7.0f %9.4f %5.1f%%", o->name, o->calls, o->seconds, 100 * o->seconds / sps);
+		if (o->gflop > 0 && o->seconds > 0)
+			printf(" %9.1f %9.1f %7.2f", o->gflop, o->gflop / o->seconds,
+			       r->matmul_gflops > 0 ? o->gflop / o->seconds / r->matmul_gflops : 0);
+		printf("\n");
+	}
+	printf("    %-44s %7s %9.4f %5.1f%%  (the rest: the step's own code, transfers)\n", "all operations", "", sum,
+	       100 * sum / sps);
 }
 
 /* Rank 0: the report, as JSON or a table. OPEN_S: opening the engine. */
@@ -120,6 +153,13 @@ static void pd_bench_print(const struct pd_bench_args *a, const struct pd_engine
 			printf(", \"e2e\": {\"open_seconds\": %.6g, \"load_seconds\": %.6g, \"encode_seconds\": %.6g, "
 			       "\"steps\": %d, \"steps_seconds\": %.6g, \"decode_seconds\": %.6g, \"total_seconds\": %.6g}",
 			       open_s, ab->load_seconds, ab->encode_seconds, total, r->steps_seconds, vae_s, total_s);
+		if (r->n_ops) {
+			printf(", \"ops\": [");
+			for (int i = 0; i < r->n_ops; i++)
+				printf("%s{\"name\": \"%s\", \"calls\": %.6g, \"seconds\": %.6g, \"gflop\": %.10g}",
+				       i ? ", " : "", r->ops[i].name, r->ops[i].calls, r->ops[i].seconds, r->ops[i].gflop);
+			printf("]");
+		}
 		printf("}\n");
 		return;
 	}
@@ -164,6 +204,8 @@ static void pd_bench_print(const struct pd_bench_args *a, const struct pd_engine
 		       " rate at its shape (%.1f; %s convolutions, %d band%s)\n",
 		       vae_s, r->vae_gflop, vae_rate, vae_ratio, vae_mm, ab->vae_dtype, r->vae_bands,
 		       r->vae_bands > 1 ? "s" : "");
+	if (r->n_ops)
+		pd_bench_print_ops(r, sps);
 	if (a->e2e)
 		printf("  one generation                  %.2f s = opening %.2f (loading %.2f, encoding %.2f) +"
 		       " %d steps %.2f + decode %.2f\n",
@@ -203,6 +245,7 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 		a.vae_time = 1;
 	t_start = pd_now();
 	hr = hr || pd_gen_engine_options(&a.gen, &o, 0) || pd_gen_request(&a.gen, &rq, &prompts, &n_prompts);
+	o.op_times = a.op_times;
 	rq.steps = a.warmup + a.gen.steps;
 	rq.want_pictures = 0;
 	if (pd_cli_any_failed(world, hr))

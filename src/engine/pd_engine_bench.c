@@ -6,6 +6,7 @@
  */
 #include "pd_engine.h"
 #include "pd_backend_rate.h"
+#include "pd_backend_timed.h"
 #include "pd_util.h"
 
 #include <stdlib.h>
@@ -37,6 +38,7 @@ struct pd_bench_clock {
 	double w0;                      /* seconds waited before it */
 	struct pd_backend *be;          /* whose allocations are counted */
 	uint64_t *allocs;               /* its allocation count by the end of each step */
+	int warmup;                     /* untimed steps: a timed backend's table starts after them */
 };
 
 static int pd_bench_on_step(void *ctx, int step)
@@ -46,6 +48,8 @@ static int pd_bench_on_step(void *ctx, int step)
 	c->t[step] = pd_now();
 	pd_mesh_traffic(c->mesh, &c->bytes[step], &c->wait[step]);
 	c->allocs[step] = c->be->allocations;
+	if (step == c->warmup - 1)
+		pd_backend_timed_reset(c->be);
 	return 0;
 }
 
@@ -96,6 +100,31 @@ out:
 	return rc;
 }
 
+/* A timed backend's table, per step over TIMED steps, into REP (nothing
+ * where BE is not timed). */
+static int pd_bench_ops(struct pd_backend *be, int timed, struct pd_bench_report *rep)
+{
+	struct pd_op_time row[64];
+	int n = pd_backend_timed_rows(be, row, 64);
+
+	if (n <= 0)
+		return 0;
+	rep->ops = pd_calloc((size_t)n, sizeof(*rep->ops), "bench");
+	if (!rep->ops)
+		return -1;
+	for (int i = 0; i < n; i++) {
+		struct pd_bench_op *o = &rep->ops[i];
+
+		_Static_assert(sizeof(o->name) == sizeof(row[i].name), "the same names");
+		memcpy(o->name, row[i].name, sizeof(o->name));
+		o->calls = (double)row[i].calls / timed;
+		o->seconds = row[i].seconds / timed;
+		o->gflop = row[i].flop / 1e9 / timed;
+	}
+	rep->n_ops = n;
+	return 0;
+}
+
 static int pd_engine_bench_scoped(struct pd_engine *e, const struct pd_request *rq, int warmup, int vae, int banded,
 				  struct pd_bench_report *rep)
 {
@@ -140,6 +169,7 @@ static int pd_engine_bench_scoped(struct pd_engine *e, const struct pd_request *
 	e->be->work_peak = e->be->work_bytes;
 	clk.mesh = &e->mesh;
 	clk.be = e->be;
+	clk.warmup = warmup;
 	e->par.runner.on_step = pd_bench_on_step;
 	e->par.runner.step_ctx = &clk;
 	clk.t0 = pd_now();
@@ -208,6 +238,8 @@ static int pd_engine_bench_scoped(struct pd_engine *e, const struct pd_request *
 	rep->bytes_max = bytes_max;
 	rep->bytes_rank0 = bytes_step;
 	rep->allocations = allocs_late;
+	if (pd_bench_ops(e->be, timed, rep))
+		goto out;
 	rc = 0;
 out:
 	free(all);
@@ -237,5 +269,6 @@ int pd_engine_bench(struct pd_engine *e, const struct pd_request *rq, int warmup
 void pd_bench_report_free(struct pd_bench_report *rep)
 {
 	free(rep->rank);
+	free(rep->ops);
 	memset(rep, 0, sizeof(*rep));
 }

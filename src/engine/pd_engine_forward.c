@@ -67,7 +67,7 @@ static void pd_store_dump(void *ctx, const char *name, int64_t index, const floa
 int pd_forward_file(const char *transformer, const char *config, const char *inputs, const char *outp, int dump_all,
 		    const char *dtype, int threads, const char *backend)
 {
-	struct pd_backend_config cfg = { PD_F32, threads, -1 };
+	struct pd_backend_config cfg = { PD_F32, threads, -1, 0 };
 	struct pd_backend *be = NULL;
 	struct pd_dit *m = NULL;
 	struct pd_st *st = NULL;

@@ -147,7 +147,7 @@ static int pd_engine_threads(struct pd_comm *world, int requested)
  * asked about. */
 static int pd_engine_backend_new(struct pd_engine *e, enum pd_dtype dt, int threads)
 {
-	struct pd_backend_config cfg = { dt, threads, e->o.device };
+	struct pd_backend_config cfg = { dt, threads, e->o.device, e->o.op_times };
 
 	const char *cm = e->o.comm ? e->o.comm : "auto";
 

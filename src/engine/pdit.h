@@ -121,6 +121,8 @@ struct pd_engine_options {
 	/* called on every process as the engine's phases go (may be NULL) */
 	void (*on_progress)(void *ctx, const struct pd_progress *p);
 	void *progress_ctx;             /* on_progress's first argument */
+	int op_times;                   /* time each backend operation (pdit bench --op-times: the
+					 * report's ops; a device is waited for after each) */
 	double comm_timeout;            /* seconds a process waits for the others before the job is reported
 					 * and stopped; 0: forever */
 	/* The mesh: a degree per axis (pd_axis.h; 0: not given; none given:
@@ -377,6 +379,16 @@ struct pd_bench_rank {
 	double load_s;                  /* seconds loading its weights */
 };
 
+/* One backend operation at one shape in a bench's timed steps, per step
+ * (op_times). */
+struct pd_bench_op {
+	char name[72];                  /* the operation and its shape ("linear 4608 x 3072 -> 12288 bf16") */
+	double calls;                   /* calls a step */
+	double seconds;                 /* seconds a step */
+	double gflop;                   /* its work a step, counted from the shapes (products, attention,
+					 * convolutions; 0 for the rest) */
+};
+
 /* What pd_engine_bench measured (the per-rank lists on rank 0). */
 struct pd_bench_report {
 	int64_t txt_len, img_len;       /* tokens of a picture */
@@ -398,6 +410,9 @@ struct pd_bench_report {
 	double vae_gflop;               /* its work over every band */
 	double vae_matmul_gflops;       /* the product rate at its middle convolutions' shape */
 	int vae_bands;                  /* bands it ran in */
+	/* with op_times: rank 0's operations in the timed steps, the longest first */
+	struct pd_bench_op *ops;        /* [n_ops] */
+	int n_ops;                      /* rows of ops */
 };
 
 /* Times RQ's denoising steps: WARMUP untimed ones, then the rest of

@@ -22,12 +22,17 @@
 7. load_seconds is positive and load_mb_per_second = weights_mb / load_seconds.
 8. --e2e: the phases of one generation, each positive, the steps warm-up + timed, loading within opening,
    and total = opening + steps + decode.
+9. --op-times: rows of operations, the longest first; each product's GFLOP equals 2 x rows x in x out x
+   calls from the shape its name gives, each attention's 4 x queries x keys x heads x head_dim x calls;
+   together the rows count at least the step's GFLOP (and the embedders' few more, under 5% here); their
+   seconds are positive and sum to no more than 1.5 step.
 
     cli_bench.py PDIT MPIRUN...
 """
 import json
 import os
 import random
+import re
 import struct
 import subprocess
 import sys
@@ -120,6 +125,25 @@ def bench(model, np_, *args):
     return (json.loads(lines[-1]), None) if len(lines) == 1 else (None, r.stdout)
 
 
+def check_ops(label, j):
+    ops = j.get("ops", [])
+    bad = []
+    for o in ops:
+        m = re.match(r"linear (\d+) x (\d+) -> (\d+) ", o["name"])
+        a = re.match(r"attention (\d+) x (\d+), (\d+) x (\d+)$", o["name"])
+        want = (2.0 * int(m[1]) * int(m[2]) * int(m[3]) if m else
+                4.0 * int(a[1]) * int(a[2]) * int(a[3]) * int(a[4]) if a else 0.0) * o["calls"] / 1e9
+        if abs(o["gflop"] - want) > 1e-6 * want + 1e-12 or o["seconds"] < 0 or o["calls"] <= 0:
+            bad.append((o["name"], o["gflop"], want))
+    report(ops and not bad, "%s: %d operations, each one's GFLOP from its shape (wrong: %s)" % (label, len(ops), bad))
+    total = sum(o["gflop"] for o in ops)
+    secs = [o["seconds"] for o in ops]
+    report(j["step_gflop"] * (1 - 1e-9) <= total * j["ranks"] <= j["step_gflop"] * 1.05 or j["ranks"] > 1,
+           "%s: the rows' %.6f GFLOP against the step's %.6f" % (label, total, j["step_gflop"]))
+    report(secs == sorted(secs, reverse=True) and 0 < sum(secs) <= 1.5 * j["seconds_per_step"],
+           "%s: the longest first, %.4f s of a %.4f s step" % (label, sum(secs), j["seconds_per_step"]))
+
+
 def main():
     rnd = random.Random(int.from_bytes(os.urandom(4), "little"))
     heads = rnd.choice([2, 4, 6])
@@ -152,6 +176,9 @@ def main():
             # the first patched step makes the patches' primitives: it is the second warm-up step
             (2, "pipefusion 2", ["--pipefusion-degree", "2", "--warmup-steps", "1", "--warmup", "2"]),
             (2, "distrifusion 2", ["--distrifusion-degree", "2", "--warmup-steps", "1", "--warmup", "2"]),
+            (1, "operation times", ["--op-times", "--dtype", "bf16"]),
+            (2, "operation times, tensor parallel 2",
+             ["--op-times"] + (["--tensor-parallel-degree", "2"] if heads % 2 == 0 else ["--ring-degree", "2"])),
         ]
         for np_, label, args in runs:
             j, err = bench(model, np_, "-H", H, "-W", W, "--steps", 2, *args)
@@ -215,6 +242,8 @@ def main():
                        abs(j["vae_ratio"] - j["vae_gflops"] / (j["vae_matmul_gflops"] * j["vae_bands"])) <=
                        1e-2 * j["vae_ratio"] + 1e-3,
                        "%s: VAE %.1f GFLOP/s, %.3f of the matmul rate" % (label, j["vae_gflops"], j["vae_ratio"]))
+            if "--op-times" in args:
+                check_ops(label, j)
             report(j["load_seconds"] > 0 and abs(j["load_mb_per_second"] - j["weights_mb"] / j["load_seconds"]) <=
                    1e-2 * j["load_mb_per_second"] + 0.1, "%s: loaded in %.3f s, %.1f MB/s" %
                    (label, j["load_seconds"], j["load_mb_per_second"]))

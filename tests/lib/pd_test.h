@@ -67,7 +67,7 @@ static inline int pd_test_finish(struct pd_comm *world, const char *tmp)
 static inline int pd_test_backend_new(struct pd_backend **be, enum pd_dtype compute, int threads)
 {
 	const char *name = getenv("PDIT_TEST_BACKEND");
-	struct pd_backend_config cfg = { compute, threads, -1 };
+	struct pd_backend_config cfg = { compute, threads, -1, 0 };
 
 	return pd_backend_new(be, name && *name ? name : "cpu", &cfg);
 }

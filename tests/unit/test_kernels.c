@@ -223,7 +223,8 @@ static void test_qlinear(struct pd_backend *be, int bf16, int big, int plain_fp8
 	enum pd_qtype t = plain_fp8 ? PD_Q_F8_E4M3 : types[rnd_int(0, (int)(sizeof(types) / sizeof(types[0])) - 1)];
 	const struct pd_qtype_info *q = pd_quant_info(t);
 	/* big in f32: 4096+ inputs (panels written in place); in bf16: 8192+
-	 * (panels through the dense scratch, PD_QDENSE_IN) */
+	 * (panels through the dense scratch; on the portable backends, of
+	 * PDIT_QDENSE_ROWS 8, written in place above 8 rows) */
 	int K = q->block_size * (big ? (bf16 ? rnd_int(8192, 8704) : rnd_int(4096, 4600)) / q->block_size
 				     : rnd_int(1, q->block_size == 1 ? 200 : 4));
 	int N = big ? rnd_int(300, 700) : rnd_int(1, 150);
@@ -742,7 +743,8 @@ int main(int argc, char **argv)
 	/* quantized layers cut into panels of 1 MB (many, in the big case):
 	 * bf16 with the kernels the environment chose (several panels'
 	 * offsets through the straight fp8 decoder where AVX-512 runs), then
-	 * the same backends with the portable kernels (decoders included) */
+	 * the same backends with the portable kernels (decoders included),
+	 * whose products above 8 rows write the panels in place */
 	setenv("PDIT_QPANEL_MB", "1", 1);
 	if (pd_backend_cpu_new(&bf16q, PD_BF16, 0)) {
 		fprintf(stderr, "%s\n", pd_last_error());
@@ -750,12 +752,14 @@ int main(int argc, char **argv)
 	}
 	setenv("PDIT_NO_AVX512", "1", 1);
 	setenv("PDIT_NO_AVX2", "1", 1);
+	setenv("PDIT_QDENSE_ROWS", "8", 1);
 	if (pd_backend_cpu_new(&f32p, PD_F32, 0) || pd_backend_cpu_new(&bf16p, PD_BF16, 0)) {
 		fprintf(stderr, "%s\n", pd_last_error());
 		return 1;
 	}
 	unsetenv("PDIT_NO_AVX512");
 	unsetenv("PDIT_NO_AVX2");
+	unsetenv("PDIT_QDENSE_ROWS");
 	unsetenv("PDIT_QPANEL_MB");
 	for (int round = 0; round < 6; round++) {
 		test_linear(f32, 0);

@@ -247,6 +247,10 @@ int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threa
 	cpu->qpanel_bytes = PD_QPANEL_BYTES;
 	if (getenv("PDIT_QPANEL_MB") && atoi(getenv("PDIT_QPANEL_MB")) > 0 && atoi(getenv("PDIT_QPANEL_MB")) < 4096)
 		cpu->qpanel_bytes = (size_t)atoi(getenv("PDIT_QPANEL_MB")) << 20;
+	/* PDIT_QDENSE_ROWS lets the tests take the strided products too */
+	cpu->qdense_rows = PD_QDENSE_ROWS;
+	if (getenv("PDIT_QDENSE_ROWS") && atoi(getenv("PDIT_QDENSE_ROWS")) >= 0)
+		cpu->qdense_rows = atoi(getenv("PDIT_QDENSE_ROWS"));
 	/* PDIT_ATTN_QBLOCK and PDIT_ATTN_KBLOCK set attention's blocks (the
 	 * tests make them small; benchmarks of the choice) */
 	cpu->attn_qblock = PD_ATTN_QBLOCK;

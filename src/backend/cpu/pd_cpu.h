@@ -44,13 +44,16 @@
  * PD_QPANEL_BYTES (32 MB measured 1-3% faster at FLUX's widths, and cost
  * 20 MB more than the memory bound of the issue allows at 1024²). */
 #define PD_QDOT_ROWS 8
-/* Up to this many rows, and with inputs this wide, a panel's product goes
- * to a dense scratch and is copied out: oneDNN's product into a strided
- * output was measured 12% slower at 512 rows and 12288 inputs (the text
- * stream's MLP), no slower above 1536 rows; with 3072 inputs the copy
- * costs more than it saves. */
-#define PD_QDENSE_ROWS 1024
-#define PD_QDENSE_IN 8192
+/* Up to this many rows a panel's product goes to a dense scratch and is
+ * copied out: oneDNN 2.6 multiplies plain (decoded) weights with its brgemm
+ * kernel only into a dense output, with its older gemm into a strided one.
+ * On the AVX-512 EPYC (pdit bench --op-times, FLUX's widths, Q8_0, 512²)
+ * the 1536-row products went from 0.78 to 0.86 of the matmul rate with it,
+ * the 512- and 1024-row ones from 0.74-0.89 to 0.80-0.87; above this the
+ * scratch (rows x panel floats) outgrows the memory bound of quantized
+ * runs, and at 4608 rows the strided product keeps the rate (0.92-0.98 of
+ * BF16's step at 1024²). */
+#define PD_QDENSE_ROWS 2048
 #define PD_QPANEL_BYTES (12u << 20)
 /* Attention's block products kept (two per shape of block). */
 #define PD_AGEMM_CACHE 16
@@ -98,6 +101,8 @@ struct pd_cpu {
 					 * multiplied as f32, so the numbers are those of bf16
 					 * products up to the order of the sums */
 	size_t qpanel_bytes;            /* a quantized layer's panel scratch, about (PD_QPANEL_BYTES) */
+	int64_t qdense_rows;            /* up to these rows its panels' products go through a dense
+					 * scratch (PD_QDENSE_ROWS) */
 	void *csrc, *cdst;              /* a bf16 convolution's chunk: its input and output, blocked */
 	size_t csrc_cap, cdst_cap;      /* their capacities in bytes */
 	size_t conv_chunk_bytes;        /* their size per chunk, about (PD_CONV_CHUNK_BYTES) */

@@ -307,7 +307,7 @@ void pd_cpu_qlinear(struct pd_backend *be, struct pd_linear *l, const float *x, 
 	int bf16 = be->compute == PD_BF16, nt = omp_get_max_threads();
 	size_t es = pd_cpu_operand_size(be);
 	int bias = !(flags & PD_LIN_NO_BIAS) && l->bias_host;
-	int dense = rows <= PD_QDENSE_ROWS && l->n_in >= PD_QDENSE_IN && l->panel < l->n_out;
+	int dense = rows <= cpu->qdense_rows && l->panel < l->n_out;
 	const void *src = x;
 
 	if (rows <= PD_QDOT_ROWS) {

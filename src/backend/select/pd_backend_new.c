@@ -4,6 +4,7 @@
 #include "pd_backend_new.h"
 #include "pd_backend_cpu.h"
 #include "pd_backend_staged.h"
+#include "pd_backend_timed.h"
 #include "pd_util.h"
 #ifdef PDIT_CUDA
 #include "pd_backend_cuda.h"
@@ -41,7 +42,7 @@ int pd_backend_local_rank(void)
 	return 0;
 }
 
-int pd_backend_new(struct pd_backend **out, const char *name, const struct pd_backend_config *cfg)
+static int pd_backend_new_untimed(struct pd_backend **out, const char *name, const struct pd_backend_config *cfg)
 {
 	*out = NULL;
 	if (!name || !strcmp(name, "auto"))
@@ -68,4 +69,11 @@ int pd_backend_new(struct pd_backend **out, const char *name, const struct pd_ba
 #endif
 	}
 	return pd_errorf("--backend %s: unknown (cpu, cuda or auto)", name);
+}
+
+int pd_backend_new(struct pd_backend **out, const char *name, const struct pd_backend_config *cfg)
+{
+	if (pd_backend_new_untimed(out, name, cfg))
+		return -1;
+	return cfg->timed ? pd_backend_timed_new(out, *out) : 0;
 }

@@ -16,6 +16,7 @@ struct pd_backend_config {
 	int threads;                    /* CPU threads (<= 0: the calling thread's OpenMP setting) */
 	int device;                     /* the GPU (-1: the process's local rank among its machine's
 					 * processes, modulo the GPUs there) */
+	int timed;                      /* each operation timed (backend/timed: pdit bench --op-times) */
 };
 
 /* NAME: "cpu", "cuda", "auto" (cuda where pdit was built with it and a GPU

@@ -42,33 +42,14 @@ static void *pd_out(const void *p)
 #define F(p) ((float *)pd_dev(p))
 #define D(p) ((double *)pd_dev(p))
 
-/* The settings the caller may change go down before an operation; the
- * counters and a failure come back after it. */
 static struct pd_backend *pd_in(struct pd_backend *be)
 {
-	struct pd_backend *c = STG(be)->cpu;
-
-	/* a recovered wrapper recovers the kernels too */
-	if (!be->failed && c->failed)
-		pd_backend_recover(c);
-	c->compute = be->compute;
-	c->conv_compute = be->conv_compute;
-	c->threads = be->threads;
-	return c;
+	return pd_backend_wrap_in(be, STG(be)->cpu);
 }
 
 static void pd_back(struct pd_backend *be)
 {
-	struct pd_backend *c = STG(be)->cpu;
-
-	be->conv_f32_fallbacks = c->conv_f32_fallbacks;
-	be->weight_bytes = c->weight_bytes;
-	be->work_bytes = c->work_bytes;
-	be->work_peak = c->work_peak;
-	be->flop = c->flop;
-	be->allocations = c->allocations;
-	if (c->failed && !be->failed)
-		pd_backend_fail(be, "%s", c->error);
+	pd_backend_wrap_back(be, STG(be)->cpu);
 }
 
 /* Runs CALL on the CPU backend C as the staged backend BE. */

@@ -273,13 +273,16 @@ static void test_qlinear(struct pd_backend *be, int bf16, int big, int plain_fp8
 }
 
 /* bf16: the reference rounds q, k, v to bf16; the probabilities are rounded
- * to bf16 before P V, which bounds the difference near 2^-8 relative. */
-static void test_attention(struct pd_backend *be, int bf16)
+ * to bf16 before P V, which bounds the difference near 2^-8 relative.
+ * STRIPS: heads of 64 or 128 (whole 64-column strips: where AVX-512 BF16
+ * runs, bf16 takes the backend's own block products). */
+static void test_attention(struct pd_backend *be, int bf16, int strips)
 {
 	/* up to 600 queries and 300 keys: several blocks of both (the kernels
 	 * test makes them small with PDIT_ATTN_QBLOCK and PDIT_ATTN_KBLOCK),
 	 * padded where they do not divide */
-	int H = rnd_int(1, 5), Dh = 2 * rnd_int(1, 24), Sq = rnd_int(1, 600), Skv = rnd_int(1, 300);
+	int H = rnd_int(1, 5), Dh = strips ? 64 * rnd_int(1, 2) : 2 * rnd_int(1, 24), Sq = rnd_int(1, 600);
+	int Skv = rnd_int(1, 300);
 	int D = H * Dh, ld = D + rnd_int(0, 4), ldo = D + rnd_int(0, 4);
 	/* now and then large scores: rows close to one-hot, exponentials that underflow */
 	float *q = rnd_buf((size_t)Sq * ld, rnd_int(0, 2) ? 1.0f : 8.0f), *k = rnd_buf((size_t)Skv * ld, 1.0f);
@@ -338,10 +341,11 @@ static void test_attention(struct pd_backend *be, int bf16)
 }
 
 /* The encoders' attention: an additive bias per head and query, and a
- * causal mask, against double precision. */
-static void test_attention_masked(struct pd_backend *be, int bf16)
+ * causal mask, against double precision; STRIPS as test_attention's. */
+static void test_attention_masked(struct pd_backend *be, int bf16, int strips)
 {
-	int H = rnd_int(1, 5), Dh = 2 * rnd_int(1, 20), S = rnd_int(1, 600), causal = rnd_int(0, 1);
+	int H = rnd_int(1, 5), Dh = strips ? 64 * rnd_int(1, 2) : 2 * rnd_int(1, 20), S = rnd_int(1, 600);
+	int causal = rnd_int(0, 1);
 	int has_bias = rnd_int(0, 1) || !causal, D = H * Dh, ld = D + rnd_int(0, 4), ldo = D + rnd_int(0, 4);
 	float *q = rnd_buf((size_t)S * ld, 1.0f), *k = rnd_buf((size_t)S * ld, 1.0f), *v = rnd_buf((size_t)S * ld, 1.0f);
 	float *bias = has_bias ? rnd_buf((size_t)H * S * S, 3.0f) : NULL, *out = nan_buf((size_t)S * ldo);
@@ -769,10 +773,12 @@ int main(int argc, char **argv)
 			test_qlinear(k % 2 ? bf16p : bf16, 1, round == 1 && k == 1, 0);
 		}
 		test_qlinear(bf16q, 1, round % 2, 1);
-		test_attention(round % 2 ? f32p : f32, 0);
-		test_attention(round % 2 ? bf16p : bf16, 1);
-		test_attention_masked(round % 2 ? f32p : f32, 0);
-		test_attention_masked(round % 2 ? bf16p : bf16, 1);
+		test_attention(round % 2 ? f32p : f32, 0, round % 3 == 0);
+		test_attention(round % 2 ? bf16p : bf16, 1, 0);
+		test_attention(bf16, 1, 1);
+		test_attention_masked(round % 2 ? f32p : f32, 0, round % 3 == 0);
+		test_attention_masked(round % 2 ? bf16p : bf16, 1, 0);
+		test_attention_masked(bf16, 1, 1);
 		test_norms(f32);
 		test_elementwise(f32);
 		test_vae_ops(f32);

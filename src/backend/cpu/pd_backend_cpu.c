@@ -240,6 +240,8 @@ int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threa
 	/* PDIT_NO_AVX512 lets the tests run the portable kernels here too */
 	cpu->avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
 		      __builtin_cpu_supports("avx512vl") && !getenv("PDIT_NO_AVX512");
+	/* PDIT_NO_AVX512_BF16 takes attention's block products back to oneDNN */
+	cpu->avx512bf16 = cpu->avx512 && __builtin_cpu_supports("avx512bf16") && !getenv("PDIT_NO_AVX512_BF16");
 	/* PDIT_NO_AVX2 (with PDIT_NO_AVX512) leaves the portable C alone */
 	cpu->avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("PDIT_NO_AVX2");
 #endif

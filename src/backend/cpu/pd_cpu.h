@@ -95,6 +95,8 @@ struct pd_cpu {
 	size_t qrow_cap;                /* its capacity in floats */
 	int avx512;                     /* the CPU has AVX-512 F/BW/VL (softmax kernel, decoders) */
 	int avx2;                       /* the CPU has AVX2 and FMA (softmax kernel where no AVX-512) */
+	int avx512bf16;                 /* the CPU has AVX-512 BF16 dot products (attention's own block
+					 * products) */
 	int bf16_f32;                   /* bf16 compute where oneDNN has no bf16 products (a CPU
 					 * without AVX-512, or PDIT_BF16_AS_F32 for the tests):
 					 * operands and weights rounded to bf16 values but stored and

@@ -208,6 +208,9 @@ static int pd_engine_bench_scoped(struct pd_engine *e, const struct pd_request *
 			rep->rank[0] = mine;
 		}
 	}
+	/* the steps' operations, before the decode runs through the same backend */
+	if (pd_bench_ops(e->be, timed, rep))
+		goto out;
 	rep->vae_seconds = -1;
 	rep->vae_bands = 1;
 	if (vae && e->mp.vae) {
@@ -238,8 +241,6 @@ static int pd_engine_bench_scoped(struct pd_engine *e, const struct pd_request *
 	rep->bytes_max = bytes_max;
 	rep->bytes_rank0 = bytes_step;
 	rep->allocations = allocs_late;
-	if (pd_bench_ops(e->be, timed, rep))
-		goto out;
 	rc = 0;
 out:
 	free(all);

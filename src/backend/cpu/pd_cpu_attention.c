@@ -763,8 +763,11 @@ static void pd_cpu_attention_impl(struct pd_backend *be, float *out, int64_t ldo
 	/* our own products take bf16 blocks of whole 64-key strips and heads
 	 * of whole 64-column strips */
 	j.own = j.mode == PD_P_BF16 && cpu->avx512bf16 && head_dim % 64 == 0;
-	if (j.own)
+	if (j.own) {
+		/* fewer blocks where the wider ones cover the keys (none empty) */
 		j.bk = (j.bk + 63) / 64 * 64;
+		j.nkb = (skv + j.bk - 1) / j.bk;
+	}
 	j.sqp = j.bq * j.nqb;
 	j.skvp = j.bk * j.nkb;
 	j.bias = bias;

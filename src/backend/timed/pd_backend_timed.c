@@ -433,6 +433,9 @@ int pd_backend_timed_new(struct pd_backend **out, struct pd_backend *inner)
 	t->ops.name = inner->ops->name;
 	if (!inner->ops->keeps_q)
 		t->ops.keeps_q = NULL;
+	/* the loader asks whether a backend keeps quantized layers at all */
+	if (!inner->ops->linear_new_q)
+		t->ops.linear_new_q = NULL;
 	if (!inner->ops->pinned_alloc || !inner->ops->pinned_free) {
 		t->ops.pinned_alloc = NULL;
 		t->ops.pinned_free = NULL;

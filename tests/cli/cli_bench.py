@@ -24,8 +24,8 @@
    and total = opening + steps + decode.
 9. --op-times: rows of operations, the longest first; each product's GFLOP equals 2 x rows x in x out x
    calls from the shape its name gives, each attention's 4 x queries x keys x heads x head_dim x calls;
-   together the rows count at least the step's GFLOP (and the embedders' few more, under 5% here); their
-   seconds are positive and sum to no more than 1.5 step.
+   on one process the rows together count at least the step's GFLOP (and the embedders' few more, under
+   5% here); their seconds are positive and sum to no more than 1.5 step.
 
     cli_bench.py PDIT MPIRUN...
 """
@@ -138,8 +138,10 @@ def check_ops(label, j):
     report(ops and not bad, "%s: %d operations, each one's GFLOP from its shape (wrong: %s)" % (label, len(ops), bad))
     total = sum(o["gflop"] for o in ops)
     secs = [o["seconds"] for o in ops]
-    report(j["step_gflop"] * (1 - 1e-9) <= total * j["ranks"] <= j["step_gflop"] * 1.05 or j["ranks"] > 1,
-           "%s: the rows' %.6f GFLOP against the step's %.6f" % (label, total, j["step_gflop"]))
+    # one process only: a mesh's rank 0 holds a share whose size depends on the method
+    if j["ranks"] == 1:
+        report(j["step_gflop"] * (1 - 1e-9) <= total <= j["step_gflop"] * 1.05,
+               "%s: the rows' %.6f GFLOP against the step's %.6f" % (label, total, j["step_gflop"]))
     report(secs == sorted(secs, reverse=True) and 0 < sum(secs) <= 1.5 * j["seconds_per_step"],
            "%s: the longest first, %.4f s of a %.4f s step" % (label, sum(secs), j["seconds_per_step"]))
 

@@ -74,6 +74,7 @@ struct pd_backend *pd_backend_wrap_in(struct pd_backend *outer, struct pd_backen
 	inner->compute = outer->compute;
 	inner->conv_compute = outer->conv_compute;
 	inner->threads = outer->threads;
+	inner->qproducts = outer->qproducts;
 	return inner;
 }
 
@@ -85,6 +86,7 @@ void pd_backend_wrap_back(struct pd_backend *outer, const struct pd_backend *inn
 	outer->work_peak = inner->work_peak;
 	outer->flop = inner->flop;
 	outer->allocations = inner->allocations;
+	outer->int8_layers = inner->int8_layers;
 	if (inner->failed && !outer->failed)
 		pd_backend_fail(outer, "%s", inner->error);
 }

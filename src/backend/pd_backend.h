@@ -48,6 +48,15 @@ struct pd_backend;
 struct pd_linear;       /* a prepared weight [n_out, n_in] and its bias */
 struct pd_conv;         /* a prepared 2-D convolution kernel and its bias */
 
+/* How a layer kept in a block format (linear_new_q) multiplies; read when
+ * the layer is made. */
+enum pd_qproducts {
+	PD_QP_DECODE = 0,       /* its blocks decoded to the precision of the products (`compute`) */
+	PD_QP_INT8 = 1,         /* int8 dot products: each input row quantized in blocks of the weight's
+				 * (symmetric, one f32 scale per block, as ggml's Q8_0), int32 sums of a
+				 * block scaled by both scales in f32; types without such a form decode */
+};
+
 /* Flags of the linear operation. */
 #define PD_LIN_GELU_TANH 0x1    /* apply GELU (tanh approximation) to the output */
 #define PD_LIN_NO_BIAS   0x2    /* leave the bias out (row-parallel layers add it after the reduction) */
@@ -219,6 +228,11 @@ struct pd_backend {
 	const char *note;                       /* how it meets `compute` here where that is not what the
 						 * user would assume, for the run to say; NULL: as asked */
 	int threads;                            /* OpenMP threads it computes with between enter and leave */
+	enum pd_qproducts qproducts;            /* how its kept-quantized layers multiply (set before they
+						 * are made) */
+	int int8_fast;                          /* int8 products are faster than bf16 ones here (the CPU's
+						 * VNNI): what `auto` chooses */
+	int int8_layers;                        /* layers made so far that multiply in int8 */
 	int failed;                             /* set by the first failing operation */
 	char error[512];                        /* its message */
 	size_t weight_bytes;                    /* held now by prepared weights (linear, conv) */

@@ -88,7 +88,8 @@ static const char pd_forward_examples[] =
 
 static int pd_cmd_forward(int argc, char **argv)
 {
-	const char *tdir = NULL, *inputs = NULL, *outp = NULL, *dtype = "f32", *config = NULL, *backend = NULL;
+	const char *tdir = NULL, *inputs = NULL, *outp = NULL, *dtype = "f32", *config = NULL, *backend = NULL,
+		   *qproducts = NULL;
 	int dump_all = 0, threads = 0, verbose = 0, n_pos, hr, rc;
 	const struct pd_arg opts[] = {
 		{ "--transformer", 0, PD_ARG_STRING, &tdir, "DIR|FILE", "transformer folder, or one file (safetensors, fp8, GGUF)", NULL },
@@ -99,6 +100,7 @@ static int pd_cmd_forward(int argc, char **argv)
 		{ "--dtype", 0, PD_ARG_STRING, &dtype, "f32|bf16", "precision of matrix products (default f32)", NULL },
 		{ "--threads", 't', PD_ARG_COUNT, &threads, "N", "threads (default: all cores)", NULL },
 		{ "--backend", 0, PD_ARG_STRING, &backend, "cpu|cuda|auto", "what computes (default auto: CUDA where built and a GPU is present)", NULL },
+		{ "--quant-products", 0, PD_ARG_STRING, &qproducts, "int8|bf16|auto", "how layers kept quantized multiply (default auto: int8 with --dtype bf16 on a CPU with AVX-512 VNNI)", NULL },
 		{ "--verbose", 'v', PD_ARG_FLAG, &verbose, NULL, "more detail", NULL },
 		{ 0 },
 	};
@@ -117,7 +119,7 @@ static int pd_cmd_forward(int argc, char **argv)
 		pd_errorf("forward needs --transformer DIR, --inputs FILE and --out FILE");
 		return pd_cli_fail();
 	}
-	rc = pd_forward_file(tdir, config, inputs, outp, dump_all, dtype, threads, backend) ? pd_cli_fail() : 0;
+	rc = pd_forward_file(tdir, config, inputs, outp, dump_all, dtype, threads, backend, qproducts) ? pd_cli_fail() : 0;
 	return rc;
 }
 

@@ -60,6 +60,7 @@ struct pd_gen_args {
 	int batch;                      /* bench's --batch: copies of the first prompt */
 	int threads, verbose, quiet;
 	const char *backend;            /* --backend cpu|cuda|auto */
+	const char *quant_products;     /* --quant-products int8|bf16|auto */
 	int device, device_seen;        /* --device N: this process's GPU */
 	const char *comm;               /* --comm mpi|nccl|auto */
 	/* the mesh: a degree per axis (pd_axis.h; -1 not given, a switch's 0

@@ -243,7 +243,7 @@ static int pd_check_reference(struct pd_engine *r, float *latents, struct pd_blo
 	struct pd_runner run;
 	struct pd_dump dump = { pd_blocks_dump, blocks, 0 };
 	/* on the backend the mesh runs on: the check is of the methods */
-	struct pd_backend_config cfg = { r->dt, r->be->threads, r->o.device, 0 };
+	struct pd_backend_config cfg = { r->dt, r->be->threads, r->o.device, 0, (int)r->be->qproducts };
 	int rc = -1;
 
 	if (pd_backend_new(&be, r->be->ops->name, &cfg) || r->fam->load(&m, r->mp.transformer, r->mp.config, be, NULL))

@@ -65,9 +65,9 @@ static void pd_store_dump(void *ctx, const char *name, int64_t index, const floa
 }
 
 int pd_forward_file(const char *transformer, const char *config, const char *inputs, const char *outp, int dump_all,
-		    const char *dtype, int threads, const char *backend)
+		    const char *dtype, int threads, const char *backend, const char *quant_products)
 {
-	struct pd_backend_config cfg = { PD_F32, threads, -1, 0 };
+	struct pd_backend_config cfg = { PD_F32, threads, -1, 0, -1 };
 	struct pd_backend *be = NULL;
 	struct pd_dit *m = NULL;
 	struct pd_st *st = NULL;
@@ -81,7 +81,8 @@ int pd_forward_file(const char *transformer, const char *config, const char *inp
 	int64_t C;
 	int rc = -1, saved = -1;
 
-	if (pd_out_check(outp) || pd_dtype_compute("--dtype", dtype, &dt) || pd_st_open(&st, inputs) ||
+	if (pd_out_check(outp) || pd_dtype_compute("--dtype", dtype, &dt) ||
+	    pd_backend_qproducts(quant_products, &cfg.quant_products) || pd_st_open(&st, inputs) ||
 	    pd_family_find(transformer, config, &fam, &info) ||
 	    (cfg.compute = dt, pd_backend_new(&be, backend, &cfg)) ||
 	    (saved = pd_backend_enter(be), fam->load(&m, transformer, config, be, NULL)))

@@ -86,6 +86,8 @@ void pd_engine_about(const struct pd_engine *e, struct pd_engine_about *a)
 	a->device = e->be ? e->be->device : "";
 	a->dtype = e->dt == PD_BF16 ? "bf16" : "f32";
 	a->vae_dtype = e->vae_dt == PD_BF16 ? "bf16" : "f32";
+	a->quant_products = e->be && e->be->int8_layers > 0 ? "int8" : "bf16";
+	a->int8_layers = e->be ? e->be->int8_layers : 0;
 	a->load_seconds = e->load_seconds;
 	a->encode_seconds = e->encode_seconds;
 }
@@ -147,9 +149,11 @@ static int pd_engine_threads(struct pd_comm *world, int requested)
  * asked about. */
 static int pd_engine_backend_new(struct pd_engine *e, enum pd_dtype dt, int threads)
 {
-	struct pd_backend_config cfg = { dt, threads, e->o.device, e->o.op_times };
-
+	struct pd_backend_config cfg = { dt, threads, e->o.device, e->o.op_times, -1 };
 	const char *cm = e->o.comm ? e->o.comm : "auto";
+
+	if (pd_backend_qproducts(e->o.quant_products, &cfg.quant_products))
+		return -1;
 
 	if (strcmp(cm, "auto") && strcmp(cm, "mpi") && strcmp(cm, "nccl"))
 		return pd_errorf("--comm %s: unknown (mpi, nccl or auto)", cm);
@@ -402,6 +406,10 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 	if (pd_engine_vae_setup(e))
 		return -1;
 	e->load_seconds = pd_now() - t0;
+	/* the numbers differ from decoded products': a run says so */
+	if (e->be->int8_layers)
+		pd_log(1, "pdit: %d quantized layers multiply in int8 (inputs quantized in blocks of 32; "
+			  "--quant-products bf16 decodes them instead)\n", e->be->int8_layers);
 	pd_engine_progress(e, PD_PHASE_LOAD, t0, 0, 0, 1);
 	if (pd_parallel_setup(&e->par, &e->mesh, e->m, e->e.batch, &e->opt))
 		return -1;

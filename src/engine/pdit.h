@@ -106,6 +106,11 @@ struct pd_engine_options {
 					 * stores as plain floats, encoded into that type at load and kept
 					 * so; NULL: as stored */
 	int threads;                    /* per process; 0: the cores divided among this machine's processes */
+	const char *quant_products;     /* how layers kept quantized multiply: "int8" (inputs quantized in
+					 * blocks of 32 as ggml's Q8_0, int8 dot products; Q8_0 weights),
+					 * "bf16" (decoded to the products' precision), or "auto" (NULL,
+					 * the default: int8 with bf16 products where the backend's int8
+					 * products are faster, as a CPU with AVX-512 VNNI) */
 	const char *backend;            /* what computes: "cpu", "cuda", or "auto" (NULL, the default: CUDA
 					 * where pdit has it and a GPU is present, else the CPU) */
 	int device;                     /* the GPU of this process; -1 (the default): its local rank among
@@ -312,6 +317,9 @@ struct pd_engine_about {
 	const char *backend;            /* what computes ("cpu", "cuda") */
 	const char *device;             /* on what: the processor's or the GPU's name */
 	const char *dtype, *vae_dtype;  /* the products' and the VAE's precision: "f32" or "bf16" */
+	const char *quant_products;     /* how its quantized layers multiply: "int8" (some do) or "bf16"
+					 * (decoded, or none is quantized) */
+	int int8_layers;                /* layers of this process that multiply in int8 */
 	double load_seconds;            /* reading this process's weights at open */
 	double encode_seconds;          /* encoding the planned request's prompts at open */
 };
@@ -432,8 +440,9 @@ void pd_bench_report_free(struct pd_bench_report *rep);
 /* The transformer at TRANSFORMER (CONFIG: a config.json for a single file
  * that carries none, or NULL) on the golden names of INPUTS (in.*), its
  * out.sample to OUT, with DUMP every intermediate too; DTYPE "f32" or
- * "bf16", THREADS 0: the caller's. One process. */
+ * "bf16", THREADS 0: the caller's; BACKEND and QUANT_PRODUCTS as the
+ * options' (NULL: auto). One process. */
 int pd_forward_file(const char *transformer, const char *config, const char *inputs, const char *out, int dump,
-		    const char *dtype, int threads, const char *backend);
+		    const char *dtype, int threads, const char *backend, const char *quant_products);
 
 #endif /* PDIT_H */

@@ -6,7 +6,8 @@
 # PipeFusion 2 (every step warm), CFG parallel, CFG x tensor; on the Q8_0
 # GGUF (blocks kept in every shard at tensor parallel 2, whose column
 # slices are whole blocks) tensor parallel 2 and data parallel over a batch
-# of 2.
+# of 2, and on int8 products (bf16) tensor parallel, Ulysses, ring, data
+# parallel and PipeFusion.
 # usage: cli_quant_mpi.sh PDIT ST_COMPARE GOLDEN_DIR MPIRUN...
 set -u
 pdit=$1 cmp=$2 g=$3
@@ -21,13 +22,14 @@ q=$g/../quant-tiny/flux
 run=(--diffusion-model "$q/flux-tiny-dev-Q4_K_S.gguf" --config "$q/dequant-Q4_K_S/config.json" --vae "$g/vae-dev"
 	--scheduler "$g/scheduler-dev" --embeds "$g/pipeline-dev-truecfg-h64w48.safetensors" --true-cfg-scale 4
 	-H 64 -W 48 --steps 3 -s 5 -q)
-check() {	# WHAT NP FLAGS... (run as "${run[@]}", against $tmp/one.safetensors)
+tol=1e-5
+check() {	# WHAT NP FLAGS... (within $tol) (run as "${run[@]}", against $tmp/one.safetensors)
 	local what=$1 np=$2
 	shift 2
 	"${mpirun[@]}" -np "$np" "$pdit" generate "${run[@]}" "$@" -o "$tmp/m.png" --out-latents "$tmp/m.safetensors" \
 		2> "$tmp/err" || { cat "$tmp/err"; bad "$what, np $np $*"; return; }
-	"$cmp" tensors "$tmp/m.safetensors" "$tmp/one.safetensors" 1e-5 --all > "$tmp/log" &&
-		ok "$what, np $np $*: one process's latents within 1e-5" || { cat "$tmp/log"; bad "$what, np $np $*"; }
+	"$cmp" tensors "$tmp/m.safetensors" "$tmp/one.safetensors" "$tol" --all > "$tmp/log" &&
+		ok "$what, np $np $*: one process's latents within $tol" || { cat "$tmp/log"; bad "$what, np $np $*"; }
 }
 "$pdit" generate "${run[@]}" -o "$tmp/one.png" --out-latents "$tmp/one.safetensors" || bad "one process"
 for m in "2:--tensor-parallel-degree 2" "4:--tensor-parallel-degree 4" "2:--ulysses-degree 2" "2:--ring-degree 2" \
@@ -40,4 +42,27 @@ run=(--diffusion-model "$q/flux-tiny-dev-Q8_0.gguf" --config "$q/dequant-Q8_0/co
 "$pdit" generate "${run[@]}" -o "$tmp/one.png" --out-latents "$tmp/one.safetensors" || bad "one process, Q8_0"
 check "Q8_0 GGUF, a batch of 2" 2 --tensor-parallel-degree 2
 check "Q8_0 GGUF, a batch of 2" 2 --data-parallel-degree 2
+# int8 products (bf16 compute): each input block is quantized from its own
+# 32 values, so a split of the rows (sequence parallel) or of the inputs at
+# block boundaries (tensor parallel's row-parallel layers) quantizes as one
+# process does, and where the rest of the step is the same arithmetic the
+# latents are one process's bit for bit (Ulysses, data parallel, PipeFusion:
+# 0). Tensor parallel's sums of shards and ring attention's merged blocks
+# differ from one process in the last f32 bits, as they do in f32; the next
+# layer's 8-bit rounding can turn such a difference into a step of its
+# input's 1/127, so those meshes are held to the int8 products' own
+# tolerance against the golden run (2e-2; measured 5e-3 here, and bf16's
+# decoded products 7e-4 to 2.4e-3 for the same reason)
+run+=(--dtype bf16 --quant-products int8)
+"$pdit" generate "${run[@]}" -o "$tmp/one.png" --out-latents "$tmp/one.safetensors" || bad "one process, int8"
+tol=0
+for m in "2:--ulysses-degree 2" "2:--data-parallel-degree 2" "2:--pipefusion-degree 2 --warmup-steps 3"; do
+	# shellcheck disable=SC2086
+	check "Q8_0 GGUF on int8 products" "${m%%:*}" ${m#*:}
+done
+tol=2e-2
+for m in "2:--tensor-parallel-degree 2" "2:--ring-degree 2"; do
+	# shellcheck disable=SC2086
+	check "Q8_0 GGUF on int8 products" "${m%%:*}" ${m#*:}
+done
 exit $fail

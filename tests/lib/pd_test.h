@@ -63,12 +63,15 @@ static inline int pd_test_finish(struct pd_comm *world, const char *tmp)
 }
 
 /* The backend the model tests run on: PDIT_TEST_BACKEND names it (the
- * staged one runs every path a GPU takes), the CPU by default. */
+ * staged one runs every path a GPU takes), the CPU by default;
+ * PDIT_TEST_QUANT_PRODUCTS its --quant-products (auto by default). */
 static inline int pd_test_backend_new(struct pd_backend **be, enum pd_dtype compute, int threads)
 {
 	const char *name = getenv("PDIT_TEST_BACKEND");
-	struct pd_backend_config cfg = { compute, threads, -1, 0 };
+	struct pd_backend_config cfg = { compute, threads, -1, 0, -1 };
 
+	if (pd_backend_qproducts(getenv("PDIT_TEST_QUANT_PRODUCTS"), &cfg.quant_products))
+		return -1;
 	return pd_backend_new(be, name && *name ? name : "cpu", &cfg);
 }
 

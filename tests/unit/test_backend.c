@@ -524,7 +524,7 @@ static void test_sticky(void)
 
 static void run(const char *name, enum pd_dtype dt, int rounds)
 {
-	struct pd_backend_config cfg = { dt, 0, -1, 0 };
+	struct pd_backend_config cfg = { dt, 0, -1, 0, -1 };
 	int f0 = pd_test_failed;
 
 	be_name = name;

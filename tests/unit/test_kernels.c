@@ -272,6 +272,126 @@ static void test_qlinear(struct pd_backend *be, int bf16, int big, int plain_fp8
 	free(ref);
 }
 
+/* The int8 products' arithmetic, written out from its definition
+ * (pd_cpu_i8.c's header): each input block of 32 quantized with scale
+ * amax / 127 and values rint(x / scale) in f32, a block's dot product with
+ * the Q8_0 values exact, times the f32 product of the two scales; summed
+ * here in double (the backend sums in f32: SUMABS gets the sum of the
+ * terms' sizes, the bound of that difference). */
+static void ref_i8(double *ref, double *sumabs, const float *x, int ldx, const unsigned char *blocks, const float *b,
+		   const float *start, int M, int K, int N, int flags)
+{
+	int nb = K / 32;
+	signed char *q = malloc((size_t)K);
+	float *dx = malloc(sizeof(float) * (size_t)nb);
+
+	for (int r = 0; r < M; r++) {
+		for (int k0 = 0; k0 < nb; k0++) {
+			float amax = 0, id;
+
+			for (int k = 0; k < 32; k++)
+				amax = fmaxf(amax, fabsf(x[(size_t)r * ldx + k0 * 32 + k]));
+			dx[k0] = amax / 127.0f;
+			id = dx[k0] != 0 ? 1.0f / dx[k0] : 0.0f;
+			for (int k = 0; k < 32; k++) {
+				float v = rintf(x[(size_t)r * ldx + k0 * 32 + k] * id);
+
+				q[k0 * 32 + k] = (signed char)(v > 127 ? 127 : v < -127 ? -127 : v);
+			}
+		}
+		for (int n = 0; n < N; n++) {
+			double s = 0, a = 0;
+
+			for (int k0 = 0; k0 < nb; k0++) {
+				const unsigned char *blk = blocks + ((size_t)n * nb + k0) * 34;
+				long dot = 0;
+				float scale;
+
+				for (int k = 0; k < 32; k++)
+					dot += (long)(signed char)blk[2 + k] * q[k0 * 32 + k];
+				scale = pd_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8)) * dx[k0];
+				s += (double)dot * scale;
+				a += fabs((double)dot * scale);
+			}
+			if (!(flags & PD_LIN_NO_BIAS))
+				s += b[n];
+			if (flags & PD_LIN_ACCUMULATE)
+				s += start[(size_t)r * N + n];
+			sumabs[(size_t)r * N + n] = a;
+			ref[(size_t)r * N + n] = flags & PD_LIN_GELU_TANH ? gelu_tanh(s) : s;
+		}
+	}
+	free(q);
+	free(dx);
+}
+
+/* Q8_0 layers on int8 products (PD_QP_INT8) against ref_i8, on BE (the
+ * kernels the CPU has) and PORTABLE (the portable kernels, quantization
+ * included), which must give the same bits; odd output counts (a last group
+ * of 16 alone, padded rows), row counts off the tile's 6, strided views.
+ * A type without an int8 form on the same backend decodes (no int8 layer
+ * counted). */
+static void test_i8linear(struct pd_backend *be, struct pd_backend *portable)
+{
+	int K = 32 * rnd_int(1, 40), N = rnd_int(1, 150), M = rnd_int(1, 3) == 1 ? rnd_int(1, 7) : rnd_int(8, 140);
+	int ldx = K + rnd_int(0, 5), ldy = N + rnd_int(0, 5);
+	int flags_list[4] = { 0, PD_LIN_GELU_TANH, PD_LIN_NO_BIAS, PD_LIN_ACCUMULATE };
+	size_t bytes = (size_t)N * (size_t)(K / 32) * 34;
+	unsigned char *blocks = malloc(bytes), *q4 = malloc((size_t)N * (size_t)(K / 32) * 18);
+	float *x = rnd_buf((size_t)M * ldx, 1.0f), *b = rnd_buf((size_t)N, 0.1f);
+	double *ref = malloc(sizeof(double) * (size_t)M * N), *sumabs = malloc(sizeof(double) * (size_t)M * N);
+	struct pd_linear *l, *lp, *l4;
+	int before = be->int8_layers;
+	char what[160];
+
+	/* outliers, as activations have them: one block's scale set by one value */
+	for (int i = 0; i < M; i++)
+		x[(size_t)i * ldx + rnd_int(0, K - 1)] *= 40.0f;
+	rnd_blocks(PD_Q_Q8_0, blocks, bytes);
+	be->qproducts = portable->qproducts = PD_QP_INT8;
+	l = be->ops->linear_new_q(be, N, K, PD_Q_Q8_0, 1.0f, blocks, b);
+	lp = portable->ops->linear_new_q(portable, N, K, PD_Q_Q8_0, 1.0f, blocks, b);
+	PD_CHECK(l && lp && be->int8_layers == before + 1, "int8 linear_new_q %dx%d: %s %s", N, K, be->error,
+		 portable->error);
+	rnd_blocks(PD_Q_Q4_0, q4, (size_t)N * (size_t)(K / 32) * 18);
+	l4 = be->ops->linear_new_q(be, N, K, PD_Q_Q4_0, 1.0f, q4, b);
+	PD_CHECK(l4 && be->int8_layers == before + 1, "q4_0 with int8 products asked: decoded, not counted as int8");
+	for (int fi = 0; l && lp && fi < 4; fi++) {
+		int flags = flags_list[fi];
+		float *y = nan_buf((size_t)M * ldy), *yp = nan_buf((size_t)M * ldy), *start = rnd_buf((size_t)M * N, 1.0f);
+		double scale = 0;
+
+		if (flags & PD_LIN_ACCUMULATE)
+			for (int r = 0; r < M; r++) {
+				memcpy(y + (size_t)r * ldy, start + (size_t)r * N, sizeof(float) * (size_t)N);
+				memcpy(yp + (size_t)r * ldy, start + (size_t)r * N, sizeof(float) * (size_t)N);
+			}
+		be->ops->linear(be, l, x, ldx, M, y, ldy, flags);
+		portable->ops->linear(portable, lp, x, ldx, M, yp, ldy, flags);
+		ref_i8(ref, sumabs, x, ldx, blocks, b, start, M, K, N, flags);
+		for (size_t i = 0; i < (size_t)M * N; i++)
+			scale = fmax(scale, sumabs[i] + fabs(b[i % (size_t)N]) + fabs(start[i]));
+		snprintf(what, sizeof(what), "int8 linear q8_0 M=%d K=%d N=%d flags=%d", M, K, N, flags);
+		/* f32 sums of at most 40 blocks here: within 2^-24 * 40 of the terms' size */
+		check_view_scaled(what, y, ref, M, N, ldy, 3e-6, scale);
+		PD_CHECK(memcmp(y, yp, sizeof(float) * (size_t)M * ldy) == 0,
+			 "%s: the portable kernels give other bits than %s", what, ((struct pd_backend *)be)->device);
+		free(y);
+		free(yp);
+		free(start);
+	}
+	be->ops->linear_free(be, l);
+	portable->ops->linear_free(portable, lp);
+	be->ops->linear_free(be, l4);
+	be->qproducts = portable->qproducts = PD_QP_DECODE;
+	free(blocks);
+	free(q4);
+	free(x);
+	free(b);
+	free(ref);
+	free(sumabs);
+}
+
 /* bf16: the reference rounds q, k, v to bf16; the probabilities are rounded
  * to bf16 before P V, which bounds the difference near 2^-8 relative.
  * STRIPS: heads of 64 or 128 (whole 64-column strips: where AVX-512 BF16
@@ -773,6 +893,8 @@ int main(int argc, char **argv)
 			test_qlinear(k % 2 ? bf16p : bf16, 1, round == 1 && k == 1, 0);
 		}
 		test_qlinear(bf16q, 1, round % 2, 1);
+		for (int k = 0; k < 3; k++)
+			test_i8linear(bf16, bf16p);
 		test_attention(round % 2 ? f32p : f32, 0, round % 3 == 0);
 		test_attention(round % 2 ? bf16p : bf16, 1, 0);
 		test_attention(bf16, 1, 1);

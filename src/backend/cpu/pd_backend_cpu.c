@@ -118,6 +118,9 @@ void pd_cpu_destroy(struct pd_backend *be)
 	free(cpu->qpanel);
 	free(cpu->qout);
 	free(cpu->qrow);
+	free(cpu->xq);
+	free(cpu->xd);
+	free(cpu->xc);
 	free(cpu->csrc);
 	free(cpu->cdst);
 	free(cpu);
@@ -244,6 +247,10 @@ int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threa
 	cpu->avx512bf16 = cpu->avx512 && __builtin_cpu_supports("avx512bf16") && !getenv("PDIT_NO_AVX512_BF16");
 	/* PDIT_NO_AVX2 (with PDIT_NO_AVX512) leaves the portable C alone */
 	cpu->avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("PDIT_NO_AVX2");
+	/* PDIT_NO_VNNI runs int8 products through the portable kernel */
+	cpu->vnni = cpu->avx512 && __builtin_cpu_supports("avx512vnni") && !getenv("PDIT_NO_VNNI");
+	/* measured (bench/quant.sh): int8 products beat bf16 ones with VNNI */
+	cpu->be.int8_fast = cpu->vnni;
 #endif
 	/* PDIT_QPANEL_MB lets the tests cut small weights into many panels */
 	cpu->qpanel_bytes = PD_QPANEL_BYTES;

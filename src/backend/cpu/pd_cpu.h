@@ -8,6 +8,7 @@
 
 #include "pd_backend.h"
 
+#include <math.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <stdint.h>
 
@@ -95,6 +96,13 @@ struct pd_cpu {
 	size_t qrow_cap;                /* its capacity in floats */
 	int avx512;                     /* the CPU has AVX-512 F/BW/VL (softmax kernel, decoders) */
 	int avx2;                       /* the CPU has AVX2 and FMA (softmax kernel where no AVX-512) */
+	int vnni;                       /* the CPU has AVX-512 VNNI int8 dot products (pd_cpu_i8.c) */
+	int8_t *xq;                     /* an int8 product's input rows, quantized (pd_cpu_i8.c) */
+	size_t xq_cap;                  /* its capacity in bytes */
+	float *xd;                      /* their blocks' scales */
+	size_t xd_cap;                  /* its capacity in floats */
+	int32_t *xc;                    /* their blocks' -128 * sum of values */
+	size_t xc_cap;                  /* its capacity in values */
 	int avx512bf16;                 /* the CPU has AVX-512 BF16 dot products (attention's own block
 					 * products) */
 	int bf16_f32;                   /* bf16 compute where oneDNN has no bf16 products (a CPU
@@ -141,6 +149,9 @@ struct pd_linear {
 	size_t row_bytes;               /* bytes of one row of blocks */
 	float *bias_host;               /* f32 [n_out], or NULL */
 	int64_t panel;                  /* output rows decoded per product */
+	unsigned char *i8;              /* the weight in the int8 products' layout (pd_cpu_i8.c; blocks is
+					 * then NULL), or NULL: decoded for products */
+	int64_t i8_groups;              /* its groups of 16 output rows */
 };
 
 struct pd_conv_prim {
@@ -225,6 +236,26 @@ struct pd_mm *pd_cpu_mm_get(struct pd_backend *be, struct pd_linear *l, int64_t 
 /* The product of a quantized layer (pd_cpu_qmatmul.c). */
 void pd_cpu_qlinear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
 		    float *y, int64_t ldy, int flags);
+/* Int8 products of kept-quantized layers (pd_cpu_i8.c). Whether type T
+ * has them; groups of 16 output rows and bytes of a [n_out, n_in] weight in
+ * their layout; BLOCKS (n_out rows of ROW_BYTES) into DST of that size; the
+ * input rows quantized in blocks of 32 (values in XQ [rows, n_in], scales
+ * in XD and -128 * sums in XC, [rows, n_in / 32]); the product, as
+ * pd_cpu_linear. */
+int pd_cpu_i8_has(enum pd_qtype t);
+int64_t pd_cpu_i8_groups(int64_t n_out);
+size_t pd_cpu_i8_bytes(int64_t n_out, int64_t n_in);
+void pd_cpu_i8_pack(unsigned char *dst, enum pd_qtype t, int64_t n_out, int64_t n_in, const unsigned char *blocks,
+		    size_t row_bytes);
+void pd_cpu_i8_quant_rows(const struct pd_cpu *cpu, const float *x, int64_t ldx, int64_t rows, int64_t n_in,
+			  int8_t *xq, float *xd, int32_t *xc);
+void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
+		      float *y, int64_t ldy, int flags);
+/* oneDNN's gelu_tanh, for the products that are not oneDNN's. */
+static inline float pd_cpu_gelu_tanh(float x)
+{
+	return 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * x * (1.0f + 0.044715f * x * x)));
+}
 /* Frees attention's products, streams and buffers (pd_cpu_attention.c). */
 void pd_cpu_attn_free(struct pd_cpu *cpu);
 

@@ -50,6 +50,7 @@ void pd_cpu_linear_free(struct pd_backend *be, struct pd_linear *l)
 	if (l->bias)
 		dnnl_memory_destroy(l->bias);
 	free(l->blocks);
+	free(l->i8);
 	free(l->bias_host);
 	free(l);
 }

@@ -32,6 +32,8 @@ struct pd_linear *pd_cpu_linear_new_q(struct pd_backend *be, int64_t n_out, int6
 	size_t elem = pd_cpu_operand_size(be), bytes;
 	struct pd_linear *l;
 	int64_t panel, parts;
+	unsigned char *mem;
+	int int8;
 
 	if (be->failed)
 		return NULL;
@@ -47,21 +49,31 @@ struct pd_linear *pd_cpu_linear_new_q(struct pd_backend *be, int64_t n_out, int6
 	l->qtype = t;
 	l->scale = scale;
 	l->row_bytes = pd_quant_row_bytes(q, n_in);
-	bytes = l->row_bytes * (size_t)n_out;
-	l->blocks = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+	int8 = be->qproducts == PD_QP_INT8 && pd_cpu_i8_has(t);
+	bytes = int8 ? pd_cpu_i8_bytes(n_out, n_in) : l->row_bytes * (size_t)n_out;
+	mem = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
 	if (bias)
 		l->bias_host = malloc((size_t)n_out * sizeof(float));
-	if (!l->blocks || (bias && !l->bias_host)) {
+	if (!mem || (bias && !l->bias_host)) {
+		free(mem);
 		pd_backend_fail(be, "out of memory (%zu MB of quantized weights)", bytes >> 20);
 		pd_cpu_linear_free(be, l);
 		return NULL;
 	}
-	/* all threads: the copy's page faults (the mapping's and the fresh
-	 * memory's) are most of a quantized file's loading */
+	if (int8) {
+		l->i8 = mem;
+		l->i8_groups = pd_cpu_i8_groups(n_out);
+		pd_cpu_i8_pack(l->i8, t, n_out, n_in, blocks, l->row_bytes);
+		be->int8_layers++;
+	} else {
+		l->blocks = mem;
+		/* all threads: the copy's page faults (the mapping's and the fresh
+		 * memory's) are most of a quantized file's loading */
 #pragma omp parallel for schedule(static)
-	for (int64_t r = 0; r < n_out; r++)
-		memcpy(l->blocks + (size_t)r * l->row_bytes, (const unsigned char *)blocks + (size_t)r * l->row_bytes,
-		       l->row_bytes);
+		for (int64_t r = 0; r < n_out; r++)
+			memcpy(l->blocks + (size_t)r * l->row_bytes,
+			       (const unsigned char *)blocks + (size_t)r * l->row_bytes, l->row_bytes);
+	}
 	if (bias)
 		memcpy(l->bias_host, bias, (size_t)n_out * sizeof(float));
 	/* panels of about qpanel_bytes, as equal as multiples of 16 allow */
@@ -173,12 +185,6 @@ static float pd_dot(const struct pd_cpu *cpu, const float *a, const float *b, in
 	return pd_dot_portable(a, b, n);
 }
 
-/* oneDNN's gelu_tanh. */
-static float pd_gelu_tanh(float x)
-{
-	return 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * x * (1.0f + 0.044715f * x * x)));
-}
-
 /* f32 values rounded to bf16 and kept as f32 (products of two are exact
  * in f32: a dot product of such values is what a bf16 matmul with f32
  * accumulation computes). In place is allowed. */
@@ -260,7 +266,7 @@ static void pd_q_dot(struct pd_backend *be, struct pd_linear *l, const float *x,
 				if (flags & PD_LIN_ACCUMULATE)
 					s += *o;
 				if (flags & PD_LIN_GELU_TANH)
-					s = pd_gelu_tanh(s);
+					s = pd_cpu_gelu_tanh(s);
 				*o = s;
 			}
 		}
@@ -310,6 +316,10 @@ void pd_cpu_qlinear(struct pd_backend *be, struct pd_linear *l, const float *x, 
 	int dense = rows <= cpu->qdense_rows && l->panel < l->n_out;
 	const void *src = x;
 
+	if (l->i8) {
+		pd_cpu_i8_linear(be, l, x, ldx, rows, y, ldy, flags);
+		return;
+	}
 	if (rows <= PD_QDOT_ROWS) {
 		pd_q_dot(be, l, x, ldx, rows, y, ldy, flags);
 		return;

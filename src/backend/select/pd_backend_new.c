@@ -19,6 +19,19 @@ int pd_backend_known(const char *name)
 	       !strcmp(name, "staged");
 }
 
+int pd_backend_qproducts(const char *name, int *out)
+{
+	if (!name || !strcmp(name, "auto"))
+		*out = -1;
+	else if (!strcmp(name, "int8"))
+		*out = PD_QP_INT8;
+	else if (!strcmp(name, "bf16"))
+		*out = PD_QP_DECODE;
+	else
+		return pd_errorf("--quant-products %s: unknown (int8, bf16 or auto)", name);
+	return 0;
+}
+
 int pd_backend_gpus(void)
 {
 #ifdef PDIT_CUDA
@@ -75,5 +88,8 @@ int pd_backend_new(struct pd_backend **out, const char *name, const struct pd_ba
 {
 	if (pd_backend_new_untimed(out, name, cfg))
 		return -1;
+	(*out)->qproducts = cfg->quant_products >= 0                                   ? (enum pd_qproducts)cfg->quant_products
+			    : (*out)->int8_fast && (*out)->compute == PD_BF16 ? PD_QP_INT8
+									  : PD_QP_DECODE;
 	return cfg->timed ? pd_backend_timed_new(out, *out) : 0;
 }

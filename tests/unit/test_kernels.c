@@ -274,16 +274,20 @@ static void test_qlinear(struct pd_backend *be, int bf16, int big, int plain_fp8
 
 /* The int8 products' arithmetic, written out from its definition
  * (pd_cpu_i8.c's header): each input block of 32 quantized with scale
- * amax / 127 and values rint(x / scale) in f32, a block's dot product with
- * the Q8_0 values exact, times the f32 product of the two scales; summed
- * here in double (the backend sums in f32: SUMABS gets the sum of the
- * terms' sizes, the bound of that difference). */
-static void ref_i8(double *ref, double *sumabs, const float *x, int ldx, const unsigned char *blocks, const float *b,
-		   const float *start, int M, int K, int N, int flags)
+ * amax / 127 and values rint(x / scale) in f32; a block's dot product with
+ * the weight's integers (Q8_0's values, Q4_K's nibbles) exact, times the f32
+ * product of the two scales (Q4_K: d * sc), minus Q4_K's dmin * m times
+ * scale * sum of the block's integers; summed here in double (the backend
+ * sums in f32: SUMABS gets the sum of the terms' sizes, the bound of that
+ * difference). */
+static void ref_i8(double *ref, double *sumabs, enum pd_qtype t, const float *x, int ldx, const unsigned char *blocks,
+		   const float *b, const float *start, int M, int K, int N, int flags)
 {
 	int nb = K / 32;
+	size_t row = pd_quant_row_bytes(pd_quant_info(t), K);
 	signed char *q = malloc((size_t)K);
 	float *dx = malloc(sizeof(float) * (size_t)nb);
+	long *sq = malloc(sizeof(long) * (size_t)nb);
 
 	for (int r = 0; r < M; r++) {
 		for (int k0 = 0; k0 < nb; k0++) {
@@ -293,25 +297,42 @@ static void ref_i8(double *ref, double *sumabs, const float *x, int ldx, const u
 				amax = fmaxf(amax, fabsf(x[(size_t)r * ldx + k0 * 32 + k]));
 			dx[k0] = amax / 127.0f;
 			id = dx[k0] != 0 ? 1.0f / dx[k0] : 0.0f;
+			sq[k0] = 0;
 			for (int k = 0; k < 32; k++) {
 				float v = rintf(x[(size_t)r * ldx + k0 * 32 + k] * id);
 
 				q[k0 * 32 + k] = (signed char)(v > 127 ? 127 : v < -127 ? -127 : v);
+				sq[k0] += q[k0 * 32 + k];
 			}
 		}
 		for (int n = 0; n < N; n++) {
 			double s = 0, a = 0;
 
 			for (int k0 = 0; k0 < nb; k0++) {
-				const unsigned char *blk = blocks + ((size_t)n * nb + k0) * 34;
+				const unsigned char *w = blocks + (size_t)n * row;
 				long dot = 0;
-				float scale;
+				float scale, mn = 0, sx = dx[k0] * (float)sq[k0];
 
-				for (int k = 0; k < 32; k++)
-					dot += (long)(signed char)blk[2 + k] * q[k0 * 32 + k];
-				scale = pd_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8)) * dx[k0];
-				s += (double)dot * scale;
-				a += fabs((double)dot * scale);
+				if (t == PD_Q_Q8_0) {
+					const unsigned char *blk = w + (size_t)k0 * 34;
+
+					for (int k = 0; k < 32; k++)
+						dot += (long)(signed char)blk[2 + k] * q[k0 * 32 + k];
+					scale = pd_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8)) * dx[k0];
+				} else {
+					/* Q4_K: super-block k0 / 8, sub-block j = k0 % 8 (ggml's layout) */
+					const unsigned char *sb = w + (size_t)(k0 / 8) * 144, *sc = sb + 4;
+					int j = k0 % 8, d6, m6;
+
+					d6 = j < 4 ? sc[j] & 63 : (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
+					m6 = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+					for (int k = 0; k < 32; k++)
+						dot += (long)((sb[16 + 32 * (j / 2) + k] >> (4 * (j % 2))) & 0xF) * q[k0 * 32 + k];
+					scale = pd_f16_to_f32((uint16_t)(sb[0] | sb[1] << 8)) * (float)d6 * dx[k0];
+					mn = pd_f16_to_f32((uint16_t)(sb[2] | sb[3] << 8)) * (float)m6;
+				}
+				s += (double)dot * scale - (double)mn * sx;
+				a += fabs((double)dot * scale) + fabs((double)mn * sx);
 			}
 			if (!(flags & PD_LIN_NO_BIAS))
 				s += b[n];
@@ -323,9 +344,10 @@ static void ref_i8(double *ref, double *sumabs, const float *x, int ldx, const u
 	}
 	free(q);
 	free(dx);
+	free(sq);
 }
 
-/* Q8_0 layers on int8 products (PD_QP_INT8) against ref_i8, on BE (the
+/* Q8_0 and Q4_K layers on int8 products (PD_QP_INT8) against ref_i8, on BE (the
  * kernels the CPU has) and PORTABLE (the portable kernels, quantization
  * included), which must give the same bits; odd output counts (a last group
  * of 16 alone, padded rows), row counts off the tile's 6, strided views.
@@ -333,10 +355,12 @@ static void ref_i8(double *ref, double *sumabs, const float *x, int ldx, const u
  * counted). */
 static void test_i8linear(struct pd_backend *be, struct pd_backend *portable)
 {
-	int K = 32 * rnd_int(1, 40), N = rnd_int(1, 150), M = rnd_int(1, 3) == 1 ? rnd_int(1, 7) : rnd_int(8, 140);
+	enum pd_qtype t = rnd_int(0, 1) ? PD_Q_Q4_K : PD_Q_Q8_0;
+	int K = t == PD_Q_Q4_K ? 256 * rnd_int(1, 5) : 32 * rnd_int(1, 40);
+	int N = rnd_int(1, 150), M = rnd_int(1, 3) == 1 ? rnd_int(1, 7) : rnd_int(8, 140);
 	int ldx = K + rnd_int(0, 5), ldy = N + rnd_int(0, 5);
 	int flags_list[4] = { 0, PD_LIN_GELU_TANH, PD_LIN_NO_BIAS, PD_LIN_ACCUMULATE };
-	size_t bytes = (size_t)N * (size_t)(K / 32) * 34;
+	size_t bytes = (size_t)N * pd_quant_row_bytes(pd_quant_info(t), K);
 	unsigned char *blocks = malloc(bytes), *q4 = malloc((size_t)N * (size_t)(K / 32) * 18);
 	float *x = rnd_buf((size_t)M * ldx, 1.0f), *b = rnd_buf((size_t)N, 0.1f);
 	double *ref = malloc(sizeof(double) * (size_t)M * N), *sumabs = malloc(sizeof(double) * (size_t)M * N);
@@ -347,10 +371,10 @@ static void test_i8linear(struct pd_backend *be, struct pd_backend *portable)
 	/* outliers, as activations have them: one block's scale set by one value */
 	for (int i = 0; i < M; i++)
 		x[(size_t)i * ldx + rnd_int(0, K - 1)] *= 40.0f;
-	rnd_blocks(PD_Q_Q8_0, blocks, bytes);
+	rnd_blocks(t, blocks, bytes);
 	be->qproducts = portable->qproducts = PD_QP_INT8;
-	l = be->ops->linear_new_q(be, N, K, PD_Q_Q8_0, 1.0f, blocks, b);
-	lp = portable->ops->linear_new_q(portable, N, K, PD_Q_Q8_0, 1.0f, blocks, b);
+	l = be->ops->linear_new_q(be, N, K, t, 1.0f, blocks, b);
+	lp = portable->ops->linear_new_q(portable, N, K, t, 1.0f, blocks, b);
 	PD_CHECK(l && lp && be->int8_layers == before + 1, "int8 linear_new_q %dx%d: %s %s", N, K, be->error,
 		 portable->error);
 	rnd_blocks(PD_Q_Q4_0, q4, (size_t)N * (size_t)(K / 32) * 18);
@@ -368,11 +392,12 @@ static void test_i8linear(struct pd_backend *be, struct pd_backend *portable)
 			}
 		be->ops->linear(be, l, x, ldx, M, y, ldy, flags);
 		portable->ops->linear(portable, lp, x, ldx, M, yp, ldy, flags);
-		ref_i8(ref, sumabs, x, ldx, blocks, b, start, M, K, N, flags);
+		ref_i8(ref, sumabs, t, x, ldx, blocks, b, start, M, K, N, flags);
 		for (size_t i = 0; i < (size_t)M * N; i++)
 			scale = fmax(scale, sumabs[i] + fabs(b[i % (size_t)N]) + fabs(start[i]));
-		snprintf(what, sizeof(what), "int8 linear q8_0 M=%d K=%d N=%d flags=%d", M, K, N, flags);
-		/* f32 sums of at most 40 blocks here: within 2^-24 * 40 of the terms' size */
+		snprintf(what, sizeof(what), "int8 linear %s M=%d K=%d N=%d flags=%d", pd_quant_info(t)->name, M, K, N,
+			 flags);
+		/* f32 sums of at most 80 terms here: within 2^-24 * 80 of the terms' size */
 		check_view_scaled(what, y, ref, M, N, ldy, 3e-6, scale);
 		PD_CHECK(memcmp(y, yp, sizeof(float) * (size_t)M * ldy) == 0,
 			 "%s: the portable kernels give other bits than %s", what, ((struct pd_backend *)be)->device);

@@ -121,6 +121,7 @@ void pd_cpu_destroy(struct pd_backend *be)
 	free(cpu->xq);
 	free(cpu->xd);
 	free(cpu->xc);
+	free(cpu->xs);
 	free(cpu->csrc);
 	free(cpu->cdst);
 	free(cpu);

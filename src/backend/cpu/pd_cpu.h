@@ -103,6 +103,8 @@ struct pd_cpu {
 	size_t xd_cap;                  /* its capacity in floats */
 	int32_t *xc;                    /* their blocks' -128 * sum of values */
 	size_t xc_cap;                  /* its capacity in values */
+	float *xs;                      /* their blocks' scale * sum of values */
+	size_t xs_cap;                  /* its capacity in values */
 	int avx512bf16;                 /* the CPU has AVX-512 BF16 dot products (attention's own block
 					 * products) */
 	int bf16_f32;                   /* bf16 compute where oneDNN has no bf16 products (a CPU
@@ -240,15 +242,16 @@ void pd_cpu_qlinear(struct pd_backend *be, struct pd_linear *l, const float *x, 
  * has them; groups of 16 output rows and bytes of a [n_out, n_in] weight in
  * their layout; BLOCKS (n_out rows of ROW_BYTES) into DST of that size; the
  * input rows quantized in blocks of 32 (values in XQ [rows, n_in], scales
- * in XD and -128 * sums in XC, [rows, n_in / 32]); the product, as
+ * in XD, -128 * sums in XC, scale * sums in XS, [rows, n_in / 32]); the
+ * product, as
  * pd_cpu_linear. */
 int pd_cpu_i8_has(enum pd_qtype t);
 int64_t pd_cpu_i8_groups(int64_t n_out);
-size_t pd_cpu_i8_bytes(int64_t n_out, int64_t n_in);
+size_t pd_cpu_i8_bytes(enum pd_qtype t, int64_t n_out, int64_t n_in);
 void pd_cpu_i8_pack(unsigned char *dst, enum pd_qtype t, int64_t n_out, int64_t n_in, const unsigned char *blocks,
 		    size_t row_bytes);
 void pd_cpu_i8_quant_rows(const struct pd_cpu *cpu, const float *x, int64_t ldx, int64_t rows, int64_t n_in,
-			  int8_t *xq, float *xd, int32_t *xc);
+			  int8_t *xq, float *xd, int32_t *xc, float *xs);
 void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
 		      float *y, int64_t ldy, int flags);
 /* oneDNN's gelu_tanh, for the products that are not oneDNN's. */

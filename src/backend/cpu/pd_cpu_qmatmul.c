@@ -50,7 +50,7 @@ struct pd_linear *pd_cpu_linear_new_q(struct pd_backend *be, int64_t n_out, int6
 	l->scale = scale;
 	l->row_bytes = pd_quant_row_bytes(q, n_in);
 	int8 = be->qproducts == PD_QP_INT8 && pd_cpu_i8_has(t);
-	bytes = int8 ? pd_cpu_i8_bytes(n_out, n_in) : l->row_bytes * (size_t)n_out;
+	bytes = int8 ? pd_cpu_i8_bytes(t, n_out, n_in) : l->row_bytes * (size_t)n_out;
 	mem = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
 	if (bias)
 		l->bias_host = malloc((size_t)n_out * sizeof(float));

@@ -46,7 +46,7 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 		{ "--mask", 0, PD_ARG_STRING, &a->mask, "FILE", "inpainting (with -i): a PNG of the picture's size, white where it is made anew, black where it is kept", NULL },
 		{ "--dtype", 0, PD_ARG_STRING, &a->dtype, "f32|bf16", "precision of matrix products (default f32)", NULL },
 		{ "--vae-dtype", 0, PD_ARG_STRING, &a->vae_dtype, "f32|bf16", "precision of the VAE's convolutions (default f32; bf16: about 2x faster decoding, pixels within a few levels)", NULL },
-		{ "--quant-products", 0, PD_ARG_STRING, &a->quant_products, "int8|bf16|auto", "how layers kept quantized (GGUF, fp8, --quantize) multiply: int8 dot products on inputs quantized in blocks of 32 (Q8_0 weights), or decoded to bf16 (default auto: int8 with --dtype bf16 on a CPU with AVX-512 VNNI)", NULL },
+		{ "--quant-products", 0, PD_ARG_STRING, &a->quant_products, "int8|bf16|auto", "how layers kept quantized (GGUF, fp8, --quantize) multiply: int8 dot products on inputs quantized in blocks of 32 (Q8_0 and Q4_K weights as stored; fp8 e4m3 converted to int8 blocks at load, its small values rounded), or decoded to bf16 (default auto: int8 for Q8_0 and Q4_K with --dtype bf16 on a CPU with AVX-512 VNNI)", NULL },
 		{ "--threads", 't', PD_ARG_COUNT, &a->threads, "N", "threads per process (default: the cores divided among the processes)", NULL },
 		{ "--backend", 0, PD_ARG_STRING, &a->backend, "cpu|cuda|auto", "what computes (default auto: CUDA where pdit was built with it and a GPU is present, else the CPU)", NULL },
 		{ "--device", 0, PD_ARG_INT, &a->device, "N", "the GPU of this process (default: its local rank on its machine, modulo the GPUs there)", &a->device_seen },

@@ -16,20 +16,34 @@ fail=0
 ok() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; fail=1; }
 
-run() {	# VARIANT FILE DTYPE OUT
-	"$pdit" forward --transformer "$q/$2" --config "$q/dequant-$1/config.json" --dtype "$3" \
-		--inputs "$q/forward-$1-h64w48.safetensors" --out "$4" --dump > /dev/null 2> "$tmp/err" ||
-		{ cat "$tmp/err"; bad "pdit forward on $2 ($3)"; }
+run() {	# VARIANT FILE DTYPE OUT [FLAGS...]
+	local v=$1 f=$2 dt=$3 out=$4
+	shift 4
+	"$pdit" forward --transformer "$q/$f" --config "$q/dequant-$v/config.json" --dtype "$dt" "$@" \
+		--inputs "$q/forward-$v-h64w48.safetensors" --out "$out" --dump > /dev/null 2> "$tmp/err" ||
+		{ cat "$tmp/err"; bad "pdit forward on $f ($dt $*)"; }
 }
+# int8 products, against the same golden outputs: the inputs' 8-bit blocks
+# add to bf16's error (measured on the AVX-512 EPYC: Q8_0 1.0e-2, Q4_K_S
+# 6.8e-3, where bf16's products give 5.2e-3 and 4.1e-3); fp8 converted to
+# int8 blocks rounds its small values too (2.1e-2 and 1.9e-2 scaled, bf16
+# 6.8e-3 and 6.2e-3): out.sample within 2e-2 and 3e-2
 for v in Q8_0:flux-tiny-dev-Q8_0.gguf Q4_K_S:flux-tiny-dev-Q4_K_S.gguf fp8_e4m3fn:flux-tiny-dev-fp8_e4m3fn.safetensors \
 	fp8_e4m3fn_scaled:flux-tiny-dev-fp8_e4m3fn_scaled.safetensors; do
 	name=${v%%:*} file=${v#*:}
 	run "$name" "$file" f32 "$tmp/$name.safetensors"
 	"$cmp" tensors "$tmp/$name.safetensors" "$q/forward-$name-h64w48.safetensors" 1e-4 --all > "$tmp/log" &&
 		ok "$file, f32: every tensor within 1e-4 ($(tail -1 "$tmp/log"))" || { cat "$tmp/log"; bad "$file f32"; }
-	run "$name" "$file" bf16 "$tmp/$name-bf16.safetensors"
+	run "$name" "$file" bf16 "$tmp/$name-bf16.safetensors" --quant-products bf16
 	"$cmp" tensors "$tmp/$name-bf16.safetensors" "$q/forward-$name-h64w48.safetensors" 2e-2 out.sample > "$tmp/log" &&
 		ok "$file, bf16: out.sample within 2e-2" || { cat "$tmp/log"; bad "$file bf16"; }
+	tol=2e-2
+	case $name in fp8*) tol=3e-2 ;; esac
+	run "$name" "$file" bf16 "$tmp/$name-int8.safetensors" --quant-products int8
+	"$cmp" tensors "$tmp/$name-int8.safetensors" "$q/forward-$name-h64w48.safetensors" $tol out.sample > "$tmp/log" &&
+		! cmp -s "$tmp/$name-int8.safetensors" "$tmp/$name-bf16.safetensors" &&
+		ok "$file, int8 products: out.sample within $tol ($(awk '/out.sample/ {print $3}' "$tmp/log"))" ||
+		{ cat "$tmp/log"; bad "$file int8"; }
 done
 run Q8_0 flux-tiny-dev-Q8_0-sdcpp.gguf f32 "$tmp/sdcpp.safetensors"
 "$cmp" tensors "$tmp/sdcpp.safetensors" "$tmp/Q8_0.safetensors" 0 --all > "$tmp/log" &&

@@ -277,11 +277,13 @@ static void test_qlinear(struct pd_backend *be, int bf16, int big, int plain_fp8
  * amax / 127 and values rint(x / scale) in f32; a block's dot product with
  * the weight's integers (Q8_0's values, Q4_K's nibbles) exact, times the f32
  * product of the two scales (Q4_K: d * sc), minus Q4_K's dmin * m times
- * scale * sum of the block's integers; summed here in double (the backend
+ * scale * sum of the block's integers (fp8 e4m3: its blocks as int8 times
+ * a power of two, 2^(E - 6) for the largest exponent E, all times the
+ * file's WSCALE); summed here in double (the backend
  * sums in f32: SUMABS gets the sum of the terms' sizes, the bound of that
  * difference). */
-static void ref_i8(double *ref, double *sumabs, enum pd_qtype t, const float *x, int ldx, const unsigned char *blocks,
-		   const float *b, const float *start, int M, int K, int N, int flags)
+static void ref_i8(double *ref, double *sumabs, enum pd_qtype t, float wscale, const float *x, int ldx,
+		   const unsigned char *blocks, const float *b, const float *start, int M, int K, int N, int flags)
 {
 	int nb = K / 32;
 	size_t row = pd_quant_row_bytes(pd_quant_info(t), K);
@@ -319,6 +321,18 @@ static void ref_i8(double *ref, double *sumabs, enum pd_qtype t, const float *x,
 					for (int k = 0; k < 32; k++)
 						dot += (long)(signed char)blk[2 + k] * q[k0 * 32 + k];
 					scale = pd_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8)) * dx[k0];
+				} else if (t == PD_Q_F8_E4M3) {
+					/* e4m3 values as int8 times 2^(E - 6), E the largest one's exponent */
+					float v[32], amax = 0, p2 = 0;
+
+					pd_quant_decode(t, w + (size_t)k0 * 32, v, 32);
+					for (int k = 0; k < 32; k++)
+						amax = fmaxf(amax, fabsf(v[k]));
+					if (amax > 0)
+						p2 = (float)pow(2.0, floor(log2(amax)) - 6);
+					for (int k = 0; k < 32; k++)
+						dot += (long)(p2 > 0 ? rint(v[k] / p2) : 0) * q[k0 * 32 + k];
+					scale = p2 * dx[k0];
 				} else {
 					/* Q4_K: super-block k0 / 8, sub-block j = k0 % 8 (ggml's layout) */
 					const unsigned char *sb = w + (size_t)(k0 / 8) * 144, *sc = sb + 4;
@@ -334,6 +348,8 @@ static void ref_i8(double *ref, double *sumabs, enum pd_qtype t, const float *x,
 				s += (double)dot * scale - (double)mn * sx;
 				a += fabs((double)dot * scale) + fabs((double)mn * sx);
 			}
+			s *= wscale;
+			a *= wscale;
 			if (!(flags & PD_LIN_NO_BIAS))
 				s += b[n];
 			if (flags & PD_LIN_ACCUMULATE)
@@ -347,7 +363,7 @@ static void ref_i8(double *ref, double *sumabs, enum pd_qtype t, const float *x,
 	free(sq);
 }
 
-/* Q8_0 and Q4_K layers on int8 products (PD_QP_INT8) against ref_i8, on BE (the
+/* Q8_0, Q4_K and fp8 layers on int8 products (PD_QP_INT8) against ref_i8, on BE (the
  * kernels the CPU has) and PORTABLE (the portable kernels, quantization
  * included), which must give the same bits; odd output counts (a last group
  * of 16 alone, padded rows), row counts off the tile's 6, strided views.
@@ -355,7 +371,9 @@ static void ref_i8(double *ref, double *sumabs, enum pd_qtype t, const float *x,
  * counted). */
 static void test_i8linear(struct pd_backend *be, struct pd_backend *portable)
 {
-	enum pd_qtype t = rnd_int(0, 1) ? PD_Q_Q4_K : PD_Q_Q8_0;
+	static const enum pd_qtype types[] = { PD_Q_Q8_0, PD_Q_Q4_K, PD_Q_F8_E4M3 };
+	enum pd_qtype t = types[rnd_int(0, 2)];
+	float wscale = t == PD_Q_F8_E4M3 && rnd_int(0, 1) ? 0.37f : 1.0f;
 	int K = t == PD_Q_Q4_K ? 256 * rnd_int(1, 5) : 32 * rnd_int(1, 40);
 	int N = rnd_int(1, 150), M = rnd_int(1, 3) == 1 ? rnd_int(1, 7) : rnd_int(8, 140);
 	int ldx = K + rnd_int(0, 5), ldy = N + rnd_int(0, 5);
@@ -372,9 +390,9 @@ static void test_i8linear(struct pd_backend *be, struct pd_backend *portable)
 	for (int i = 0; i < M; i++)
 		x[(size_t)i * ldx + rnd_int(0, K - 1)] *= 40.0f;
 	rnd_blocks(t, blocks, bytes);
-	be->qproducts = portable->qproducts = PD_QP_INT8;
-	l = be->ops->linear_new_q(be, N, K, t, 1.0f, blocks, b);
-	lp = portable->ops->linear_new_q(portable, N, K, t, 1.0f, blocks, b);
+	be->qproducts = portable->qproducts = PD_QP_INT8_ALL;
+	l = be->ops->linear_new_q(be, N, K, t, wscale, blocks, b);
+	lp = portable->ops->linear_new_q(portable, N, K, t, wscale, blocks, b);
 	PD_CHECK(l && lp && be->int8_layers == before + 1, "int8 linear_new_q %dx%d: %s %s", N, K, be->error,
 		 portable->error);
 	rnd_blocks(PD_Q_Q4_0, q4, (size_t)N * (size_t)(K / 32) * 18);
@@ -392,7 +410,7 @@ static void test_i8linear(struct pd_backend *be, struct pd_backend *portable)
 			}
 		be->ops->linear(be, l, x, ldx, M, y, ldy, flags);
 		portable->ops->linear(portable, lp, x, ldx, M, yp, ldy, flags);
-		ref_i8(ref, sumabs, t, x, ldx, blocks, b, start, M, K, N, flags);
+		ref_i8(ref, sumabs, t, wscale, x, ldx, blocks, b, start, M, K, N, flags);
 		for (size_t i = 0; i < (size_t)M * N; i++)
 			scale = fmax(scale, sumabs[i] + fabs(b[i % (size_t)N]) + fabs(start[i]));
 		snprintf(what, sizeof(what), "int8 linear %s M=%d K=%d N=%d flags=%d", pd_quant_info(t)->name, M, K, N,

@@ -238,14 +238,14 @@ struct pd_mm *pd_cpu_mm_get(struct pd_backend *be, struct pd_linear *l, int64_t 
 /* The product of a quantized layer (pd_cpu_qmatmul.c). */
 void pd_cpu_qlinear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
 		    float *y, int64_t ldy, int flags);
-/* Int8 products of kept-quantized layers (pd_cpu_i8.c). Whether type T
- * has them; groups of 16 output rows and bytes of a [n_out, n_in] weight in
+/* Int8 products of kept-quantized layers (pd_cpu_i8.c). Whether a weight
+ * of type T with N_IN inputs has them; groups of 16 output rows and bytes of a [n_out, n_in] weight in
  * their layout; BLOCKS (n_out rows of ROW_BYTES) into DST of that size; the
  * input rows quantized in blocks of 32 (values in XQ [rows, n_in], scales
  * in XD, -128 * sums in XC, scale * sums in XS, [rows, n_in / 32]); the
  * product, as
  * pd_cpu_linear. */
-int pd_cpu_i8_has(enum pd_qtype t);
+int pd_cpu_i8_has(enum pd_qtype t, int64_t n_in);
 int64_t pd_cpu_i8_groups(int64_t n_out);
 size_t pd_cpu_i8_bytes(enum pd_qtype t, int64_t n_out, int64_t n_in);
 void pd_cpu_i8_pack(unsigned char *dst, enum pd_qtype t, int64_t n_out, int64_t n_in, const unsigned char *blocks,

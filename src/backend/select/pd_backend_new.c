@@ -24,7 +24,7 @@ int pd_backend_qproducts(const char *name, int *out)
 	if (!name || !strcmp(name, "auto"))
 		*out = -1;
 	else if (!strcmp(name, "int8"))
-		*out = PD_QP_INT8;
+		*out = PD_QP_INT8_ALL;
 	else if (!strcmp(name, "bf16"))
 		*out = PD_QP_DECODE;
 	else

@@ -18,8 +18,8 @@ struct pd_backend_config {
 					 * processes, modulo the GPUs there) */
 	int timed;                      /* each operation timed (backend/timed: pdit bench --op-times) */
 	int quant_products;             /* how kept-quantized layers multiply (enum pd_qproducts), or -1:
-					 * int8 where the backend's int8 products are faster and
-					 * `compute` is bf16 */
+					 * PD_QP_INT8 where the backend's int8 products are faster and
+					 * `compute` is bf16, else PD_QP_DECODE */
 };
 
 /* NAME: "cpu", "cuda", "auto" (cuda where pdit was built with it and a GPU
@@ -27,8 +27,9 @@ struct pd_backend_config {
  * boundary); NULL means "auto". 0, or -1 with a message. */
 int pd_backend_new(struct pd_backend **out, const char *name, const struct pd_backend_config *cfg);
 
-/* "int8", "bf16", "auto" or NULL (auto) as a pd_backend_config's
- * quant_products, into *OUT; -1 with a message naming --quant-products. */
+/* "int8" (PD_QP_INT8_ALL), "bf16" (PD_QP_DECODE), "auto" or NULL (-1) as a
+ * pd_backend_config's quant_products, into *OUT; -1 with a message naming
+ * --quant-products. */
 int pd_backend_qproducts(const char *name, int *out);
 
 /* Whether NAME is one pd_backend_new knows (for the command line's checks). */

@@ -7,7 +7,8 @@
  *   st_compare png GOT.png REF TENSOR INDEX MAXDIFF   (TENSOR [N, H, W, 3] or [1, F, H, W, 3])
  *       PNG pixels against the uint8 tensor's batch entry INDEX [B,H,W,3]
  *   st_compare pngs A.png B.png MAXDIFF
- *       two pictures of the same size within MAXDIFF per channel
+ *       two pictures of the same size within MAXDIFF per channel (says their
+ *       PSNR too)
  *   st_compare meta FILE KEY
  *       prints a metadata value (exit 1 when absent)
  *   st_compare topng FILE TENSOR OUT.png
@@ -18,6 +19,7 @@
 #include "pd_test.h"
 #include "pd_util.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,6 +138,7 @@ static int cmd_pngs(char **argv)
 	uint8_t *a, *b;
 	int wa, ha, wb, hb, maxd = 0;
 	long lim = atol(argv[4]);
+	double se = 0;
 
 	if (pd_png_read(argv[2], &a, &wa, &ha))
 		return fprintf(stderr, "%s\n", pd_last_error()), 1;
@@ -153,10 +156,13 @@ static int cmd_pngs(char **argv)
 		int d = abs((int)a[k] - (int)b[k]);
 
 		maxd = d > maxd ? d : maxd;
+		se += (double)d * d;
 	}
 	free(a);
 	free(b);
-	printf("%s vs %s: pixels within %d (limit %ld)\n", argv[2], argv[3], maxd, lim);
+	se /= (double)wa * ha * 3;
+	printf("%s vs %s: pixels within %d (limit %ld), PSNR %.2f dB\n", argv[2], argv[3], maxd, lim,
+	       se > 0 ? 10 * log10(255.0 * 255.0 / se) : INFINITY);
 	return maxd > lim;
 }
 

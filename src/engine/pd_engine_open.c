@@ -398,6 +398,16 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 	if (pd_engine_encode(e, rc))
 		return -1;
 	e->encode_seconds = pd_now() - t0;
+	/* auto's int8 products on every rank or on none: a mesh of CPUs with
+	 * and without VNNI multiplies alike */
+	if (!e->o.quant_products || !strcmp(e->o.quant_products, "auto")) {
+		int any = pd_comm_any(e->world, e->be->qproducts != PD_QP_INT8);
+
+		if (any < 0)
+			return pd_errorf("cannot agree on the quantized layers' products with the other processes");
+		if (any)
+			e->be->qproducts = PD_QP_DECODE;
+	}
 	t0 = pd_now();
 	pd_engine_progress(e, PD_PHASE_LOAD, t0, 0, 0, 0);
 	if (pd_fault("load", 0) || e->fam->load(&e->m, e->mp.transformer, e->mp.config, e->be, &sh))

@@ -42,7 +42,7 @@ for t in "${chosen[@]}"; do
 	for dt in f32 bf16; do
 		tol=1e-5
 		[ $dt = bf16 ] && tol=1e-2
-		"$pdit" generate "${run[@]}" --diffusion-model "$tmp/q.$ext" --dtype $dt -o "$tmp/a.png" \
+		"$pdit" generate "${run[@]}" --diffusion-model "$tmp/q.$ext" --dtype $dt --quant-products bf16 -o "$tmp/a.png" \
 			--out-latents "$tmp/a.safetensors" 2> "$tmp/err" &&
 			"$pdit" generate "${run[@]}" --diffusion-model "$tmp/dq.safetensors" --dtype $dt -o "$tmp/b.png" \
 				--out-latents "$tmp/b.safetensors" 2>> "$tmp/err" ||

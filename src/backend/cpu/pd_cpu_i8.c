@@ -212,8 +212,10 @@ static void pd_i8_quant_block(const float *x, int8_t *q, float *d, int32_t *corr
 	float amax = 0, id;
 	int32_t sum = 0;
 
+	/* a NaN makes the block's scale NaN (its products NaN, as decoded
+	 * products' would be), on both paths */
 	for (int k = 0; k < 32; k++)
-		amax = fmaxf(amax, fabsf(x[k]));
+		amax = x[k] != x[k] || amax != amax ? NAN : fmaxf(amax, fabsf(x[k]));
 	*d = amax / 127.0f;
 	id = *d != 0 ? 1.0f / *d : 0.0f;
 	for (int k = 0; k < 32; k++) {
@@ -239,6 +241,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void pd_i8_quant_blo
 	float amax, id;
 
 	amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+	if (_mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(v1, v1, _CMP_UNORD_Q))
+		amax = NAN;
 	*d = amax / 127.0f;
 	id = *d != 0 ? 1.0f / *d : 0.0f;
 	iv = _mm512_set1_ps(id);
@@ -323,7 +327,7 @@ static void pd_i8_post(const float *t, int nr, int64_t cols, float *y, int64_t l
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx512f,avx512dq"))) static __m512 pd_i8_gelu_avx512(__m512 x)
+__attribute__((target("avx512f"))) static __m512 pd_i8_gelu_avx512(__m512 x)
 {
 	const __m512 one = _mm512_set1_ps(1.0f);
 	__m512 u = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.79788456080286535588f), x),
@@ -344,11 +348,12 @@ __attribute__((target("avx512f,avx512dq"))) static __m512 pd_i8_gelu_avx512(__m5
 	e = _mm512_scalef_ps(p, n);
 	t = _mm512_div_ps(_mm512_sub_ps(one, e), _mm512_add_ps(one, e));
 	/* t >= 0: putting u's sign bit on it is copysignf */
-	t = _mm512_or_ps(t, _mm512_and_ps(u, _mm512_set1_ps(-0.0f)));
+	t = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(t), _mm512_and_si512(_mm512_castps_si512(u),
+											 _mm512_set1_epi32(INT32_MIN))));
 	return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), _mm512_add_ps(one, t));
 }
 
-__attribute__((target("avx512f,avx512dq"))) static void pd_i8_post_avx512(const float *t, int nr, int64_t cols,
+__attribute__((target("avx512f"))) static void pd_i8_post_avx512(const float *t, int nr, int64_t cols,
 									 float *y, int64_t ldy, const float *bias,
 									 float scale, int flags)
 {
@@ -370,6 +375,15 @@ __attribute__((target("avx512f,avx512dq"))) static void pd_i8_post_avx512(const 
 }
 #endif
 
+/* Four input bytes as one 32-bit lane for vpdpbusd's broadcast. */
+static inline int32_t pd_i8_word(const int8_t *p)
+{
+	int32_t w;
+
+	memcpy(&w, p, 4);
+	return w;
+}
+
 /* A tile's inputs: PD_I8_MR rows (a short tile repeats its last) as
  * quantized values, their blocks' scales and corrections. */
 struct pd_i8_rows {
@@ -379,37 +393,94 @@ struct pd_i8_rows {
 	const float *s[PD_I8_MR];       /* [n_in / 32] each: scale * sum(q) */
 };
 
-/* The tile of rows X by the groups at W0 and W1 (nb blocks each):
- * T[r * PD_I8_COLS + c]. */
-static void pd_i8_tile_portable(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1,
-				int64_t nb, float *t)
+/* ACC plus row R's block B times output C of the Q8_0 block at O. */
+static float pd_i8_q8_0_unit(const struct pd_i8_rows *x, int r, int64_t b, const unsigned char *o, int c, float acc)
 {
+	const int8_t *q = x->q[r] + b * 32;
+	uint16_t dh;
+	int32_t s = x->c[r][b];
+
+	memcpy(&dh, o + 512 + 2 * c, 2);
+	for (int k = 0; k < 32; k++)
+		s += (int32_t)o[(k / 4) * 64 + c * 4 + k % 4] * q[k];
+	return fmaf((float)s, pd_f16_to_f32(dh) * x->d[r][b], acc);
+}
+
+/* ACC plus row R's blocks 8 B to 8 B + 7 times output C of the Q4_K
+ * super-block at O. */
+static float pd_i8_q4_k_unit(const struct pd_i8_rows *x, int r, int64_t b, const unsigned char *o, int c, float acc)
+{
+	uint16_t dh, mh;
+	float d, dmin;
+
+	memcpy(&dh, o + 2304 + 2 * c, 2);
+	memcpy(&mh, o + 2336 + 2 * c, 2);
+	d = pd_f16_to_f32(dh);
+	dmin = pd_f16_to_f32(mh);
+	for (int sb = 0; sb < 8; sb++) {
+		const int8_t *q = x->q[r] + b * 256 + sb * 32;
+		int64_t xb = b * 8 + sb;
+		float d1 = d * (float)o[2048 + sb * 16 + c], m1 = dmin * (float)o[2176 + sb * 16 + c];
+		int32_t s = 0;
+
+		for (int k = 0; k < 32; k++) {
+			unsigned char v = o[sb * 256 + (k / 8) * 64 + c * 4 + k % 4];
+
+			s += (int32_t)(k % 8 < 4 ? v & 0xF : v >> 4) * q[k];
+		}
+		acc = fmaf((float)s, d1 * x->d[r][xb], acc);
+		acc = fmaf(-m1, x->s[r][xb], acc);
+	}
+	return acc;
+}
+
+/* The tile of rows X by the groups at W0 and W1 (UNITS blocks, or Q4_K's
+ * super-blocks with K4, each): T[r * PD_I8_COLS + c]. */
+static void pd_i8_tile_portable(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1,
+				int64_t units, int k4, float *t)
+{
+	size_t ub = k4 ? PD_I8K_BLOCK : PD_I8_BLOCK;
+
 	for (int r = 0; r < PD_I8_MR; r++)
 		for (int g = 0; g < PD_I8_NG; g++)
 			for (int c = 0; c < 16; c++) {
 				float acc = 0;
 
-				for (int64_t b = 0; b < nb; b++) {
-					const unsigned char *o = (g ? w1 : w0) + (size_t)b * PD_I8_BLOCK;
-					const int8_t *q = x->q[r] + b * 32;
-					uint16_t dh;
-					int32_t s = x->c[r][b];
+				for (int64_t b = 0; b < units; b++) {
+					const unsigned char *o = (g ? w1 : w0) + (size_t)b * ub;
 
-					memcpy(&dh, o + 512 + 2 * c, 2);
-					for (int k = 0; k < 32; k++)
-						s += (int32_t)o[(k / 4) * 64 + c * 4 + k % 4] * q[k];
-					acc = fmaf((float)s, pd_f16_to_f32(dh) * x->d[r][b], acc);
+					acc = k4 ? pd_i8_q4_k_unit(x, r, b, o, c, acc) : pd_i8_q8_0_unit(x, r, b, o, c, acc);
 				}
 				t[r * PD_I8_COLS + g * 16 + c] = acc;
 			}
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
+/* The VNNI tiles' rows, written out (the registers are named, not indexed,
+ * so the compiler keeps them in registers): M applied to rows 0 to 5; the
+ * 12 f32 accumulators f<row><group>, zero; stored into T. */
+#define PD_I8_EACH_ROW(M) \
+	do {              \
+		M(0);     \
+		M(1);     \
+		M(2);     \
+		M(3);     \
+		M(4);     \
+		M(5);     \
+	} while (0)
+#define PD_I8_ACCUMULATORS                                                                      \
+	__m512 f00 = _mm512_setzero_ps(), f01 = f00, f10 = f00, f11 = f00, f20 = f00, f21 = f00; \
+	__m512 f30 = f00, f31 = f00, f40 = f00, f41 = f00, f50 = f00, f51 = f00
+#define PD_I8_STORE(r)                                          \
+	do {                                                    \
+		_mm512_storeu_ps(t + r * PD_I8_COLS, f##r##0);      \
+		_mm512_storeu_ps(t + r * PD_I8_COLS + 16, f##r##1); \
+	} while (0)
+
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void
 pd_i8_tile_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t)
 {
-	__m512 f00 = _mm512_setzero_ps(), f01 = f00, f10 = f00, f11 = f00, f20 = f00, f21 = f00;
-	__m512 f30 = f00, f31 = f00, f40 = f00, f41 = f00, f50 = f00, f51 = f00;
+	PD_I8_ACCUMULATORS;
 	const int8_t *x0 = x->q[0], *x1 = x->q[1], *x2 = x->q[2], *x3 = x->q[3], *x4 = x->q[4], *x5 = x->q[5];
 
 	for (int64_t b = 0; b < nb; b++, w0 += PD_I8_BLOCK, w1 += PD_I8_BLOCK) {
@@ -423,15 +494,10 @@ pd_i8_tile_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const unsig
 			__m512i a, v0 = _mm512_loadu_si512(w0 + k * 16), v1 = _mm512_loadu_si512(w1 + k * 16);
 
 #define PD_I8_ROW(r)                                                   \
-	a = _mm512_set1_epi32(*(const int32_t *)(x##r + b * 32 + k)); \
+	a = _mm512_set1_epi32(pd_i8_word(x##r + b * 32 + k));           \
 	i##r##0 = _mm512_dpbusd_epi32(i##r##0, v0, a);                 \
 	i##r##1 = _mm512_dpbusd_epi32(i##r##1, v1, a)
-			PD_I8_ROW(0);
-			PD_I8_ROW(1);
-			PD_I8_ROW(2);
-			PD_I8_ROW(3);
-			PD_I8_ROW(4);
-			PD_I8_ROW(5);
+			PD_I8_EACH_ROW(PD_I8_ROW);
 #undef PD_I8_ROW
 		}
 		d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + 512)));
@@ -442,64 +508,12 @@ pd_i8_tile_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const unsig
 		f##r##0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##r##0), _mm512_mul_ps(d0, s), f##r##0); \
 		f##r##1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##r##1), _mm512_mul_ps(d1, s), f##r##1); \
 	} while (0)
-		PD_I8_SCALE(0);
-		PD_I8_SCALE(1);
-		PD_I8_SCALE(2);
-		PD_I8_SCALE(3);
-		PD_I8_SCALE(4);
-		PD_I8_SCALE(5);
+		PD_I8_EACH_ROW(PD_I8_SCALE);
 #undef PD_I8_SCALE
 	}
-#define PD_I8_STORE(r)                                 \
-	_mm512_storeu_ps(t + r * PD_I8_COLS, f##r##0); \
-	_mm512_storeu_ps(t + r * PD_I8_COLS + 16, f##r##1)
-	PD_I8_STORE(0);
-	PD_I8_STORE(1);
-	PD_I8_STORE(2);
-	PD_I8_STORE(3);
-	PD_I8_STORE(4);
-	PD_I8_STORE(5);
-#undef PD_I8_STORE
+	PD_I8_EACH_ROW(PD_I8_STORE);
 }
 #endif
-
-/* Q4_K's tile: the rows X by the groups at W0 and W1 (nb super-blocks
- * each): T[r * PD_I8_COLS + c]. */
-static void pd_i8_tile_q4_k_portable(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1,
-				     int64_t nb, float *t)
-{
-	for (int r = 0; r < PD_I8_MR; r++)
-		for (int g = 0; g < PD_I8_NG; g++)
-			for (int c = 0; c < 16; c++) {
-				float acc = 0;
-
-				for (int64_t b = 0; b < nb; b++) {
-					const unsigned char *o = (g ? w1 : w0) + (size_t)b * PD_I8K_BLOCK;
-					uint16_t dh, mh;
-					float d, dmin;
-
-					memcpy(&dh, o + 2304 + 2 * c, 2);
-					memcpy(&mh, o + 2336 + 2 * c, 2);
-					d = pd_f16_to_f32(dh);
-					dmin = pd_f16_to_f32(mh);
-					for (int sb = 0; sb < 8; sb++) {
-						const int8_t *q = x->q[r] + b * 256 + sb * 32;
-						int64_t xb = b * 8 + sb;
-						float d1 = d * (float)o[2048 + sb * 16 + c], m1 = dmin * (float)o[2176 + sb * 16 + c];
-						int32_t s = 0;
-
-						for (int k = 0; k < 32; k++) {
-							unsigned char v = o[sb * 256 + (k / 8) * 64 + c * 4 + k % 4];
-
-							s += (int32_t)(k % 8 < 4 ? v & 0xF : v >> 4) * q[k];
-						}
-						acc = fmaf((float)s, d1 * x->d[r][xb], acc);
-						acc = fmaf(-m1, x->s[r][xb], acc);
-					}
-				}
-				t[r * PD_I8_COLS + g * 16 + c] = acc;
-			}
-}
 
 #if defined(__x86_64__) && defined(__GNUC__)
 /* A group's 16 six-bit values of a sub-block, times its f16 super-block
@@ -513,8 +527,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void
 pd_i8_tile_q4_k_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t)
 {
 	const __m512i low = _mm512_set1_epi8(0x0F);
-	__m512 f00 = _mm512_setzero_ps(), f01 = f00, f10 = f00, f11 = f00, f20 = f00, f21 = f00;
-	__m512 f30 = f00, f31 = f00, f40 = f00, f41 = f00, f50 = f00, f51 = f00;
+	PD_I8_ACCUMULATORS;
 
 	for (int64_t b = 0; b < nb; b++, w0 += PD_I8K_BLOCK, w1 += PD_I8K_BLOCK) {
 		__m512 dd0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + 2304)));
@@ -536,18 +549,13 @@ pd_i8_tile_q4_k_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const 
 				__m512i h1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), low);
 
 #define PD_I8K_ROW(r)                                                                      \
-	a = _mm512_set1_epi32(*(const int32_t *)(x->q[r] + xo + p * 8));                  \
+	a = _mm512_set1_epi32(pd_i8_word(x->q[r] + xo + p * 8));                            \
 	i##r##0 = _mm512_dpbusd_epi32(i##r##0, l0, a);                                     \
 	i##r##1 = _mm512_dpbusd_epi32(i##r##1, l1, a);                                     \
-	a = _mm512_set1_epi32(*(const int32_t *)(x->q[r] + xo + p * 8 + 4));              \
+	a = _mm512_set1_epi32(pd_i8_word(x->q[r] + xo + p * 8 + 4));                        \
 	i##r##0 = _mm512_dpbusd_epi32(i##r##0, h0, a);                                     \
 	i##r##1 = _mm512_dpbusd_epi32(i##r##1, h1, a)
-				PD_I8K_ROW(0);
-				PD_I8K_ROW(1);
-				PD_I8K_ROW(2);
-				PD_I8K_ROW(3);
-				PD_I8K_ROW(4);
-				PD_I8K_ROW(5);
+				PD_I8_EACH_ROW(PD_I8K_ROW);
 #undef PD_I8K_ROW
 			}
 			d0 = pd_i8_k_scale(w0 + 2048 + sb * 16, dd0);
@@ -562,25 +570,11 @@ pd_i8_tile_q4_k_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const 
 		f##r##0 = _mm512_fnmadd_ps(m0, sx, f##r##0);                                           \
 		f##r##1 = _mm512_fnmadd_ps(m1, sx, f##r##1);                                           \
 	} while (0)
-			PD_I8K_SCALE(0);
-			PD_I8K_SCALE(1);
-			PD_I8K_SCALE(2);
-			PD_I8K_SCALE(3);
-			PD_I8K_SCALE(4);
-			PD_I8K_SCALE(5);
+			PD_I8_EACH_ROW(PD_I8K_SCALE);
 #undef PD_I8K_SCALE
 		}
 	}
-#define PD_I8_STORE(r)                                 \
-	_mm512_storeu_ps(t + r * PD_I8_COLS, f##r##0); \
-	_mm512_storeu_ps(t + r * PD_I8_COLS + 16, f##r##1)
-	PD_I8_STORE(0);
-	PD_I8_STORE(1);
-	PD_I8_STORE(2);
-	PD_I8_STORE(3);
-	PD_I8_STORE(4);
-	PD_I8_STORE(5);
-#undef PD_I8_STORE
+	PD_I8_EACH_ROW(PD_I8_STORE);
 }
 #endif
 
@@ -629,10 +623,7 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 				pd_i8_tile_vnni(&xr, w0, w1, units, t);
 			else
 #endif
-			if (k4)
-				pd_i8_tile_q4_k_portable(&xr, w0, w1, units, t);
-			else
-				pd_i8_tile_portable(&xr, w0, w1, units, t);
+				pd_i8_tile_portable(&xr, w0, w1, units, k4, t);
 #if defined(__x86_64__) && defined(__GNUC__)
 			if (cpu->avx512)
 				pd_i8_post_avx512(t, nr, cols, y + r0 * ldy + j0, ldy, bias ? bias + j0 : NULL, scale, flags);

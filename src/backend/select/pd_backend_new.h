@@ -2,7 +2,7 @@
  * pd_backend_new.h - a backend by name: the one place that knows every
  * backend pdit was built with.
  *
- *   struct pd_backend_config cfg = { .compute = PD_BF16, .device = -1 };
+ *   struct pd_backend_config cfg = { .compute = PD_BF16, .device = -1, .quant_products = -1 };
  *   struct pd_backend *be;
  *   if (pd_backend_new(&be, "auto", &cfg)) ... pd_last_error() ...
  */

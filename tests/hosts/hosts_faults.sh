@@ -102,9 +102,10 @@ exit 1
 EOF
 chmod +x "$tmp/fault.sh"
 
-# a link down: --comm-timeout 3 + 10 s
+# a link down: --comm-timeout 3 + 10 s (caught by whichever transfer runs
+# then: a block's all-to-all, or the step's all-gather of the sequence)
 "$here/hosts.sh" -n 2 --slots 1 --tcp-retries 1 -- "$tmp/fault.sh" "2 hosts, Ulysses 2, host 1's link down" 2 "link 1" 13 \
-	"all-to-all #[0-9]+ on 'ulysses' \(2 ranks\): ranks missing: 1; not answering: 1;" -- \
+	"(all-to-all|all-gather) #[0-9]+ on '(ulysses|sequence)' \(2 ranks\): ranks missing: 1; not answering: 1;" -- \
 	--ulysses-degree 2 --comm-timeout 3 || fail=1
 if [ $quick -eq 0 ]; then
 	"$here/hosts.sh" -n 4 --slots 1 --tcp-retries 1 -- "$tmp/fault.sh" "4 hosts, PipeFusion 2 x Ulysses 2, host 3's link down" \

@@ -452,6 +452,43 @@ static void test_i8linear(struct pd_backend *be, struct pd_backend *portable)
 	free(sumabs);
 }
 
+/* The double-precision reference of query row I of head H against keys
+ * 0 to LIM - 1 (Q, K, V of row stride LD, heads of DH): scores q.k * SCALE
+ * plus BIAS[j] (NULL: none), softmax, times v into OUT [DH]; q, k and v
+ * rounded to bf16 first with BF16. S: scratch [LIM]. Returns the
+ * log-sum-exp. */
+static double ref_attention_row(const float *q, const float *k, const float *v, int ld, int i, int h, int Dh, int lim,
+				float scale, const float *bias, int bf16, double *s, double *out)
+{
+	double m = -INFINITY, l = 0;
+
+	for (int j = 0; j < lim; j++) {
+		double d = 0;
+
+		for (int c = 0; c < Dh; c++) {
+			double qv = q[i * ld + h * Dh + c], kv = k[j * ld + h * Dh + c];
+
+			if (bf16) {
+				qv = bf16_round((float)qv);
+				kv = bf16_round((float)kv);
+			}
+			d += qv * kv;
+		}
+		s[j] = d * scale + (bias ? bias[j] : 0);
+		m = fmax(m, s[j]);
+	}
+	for (int j = 0; j < lim; j++)
+		l += exp(s[j] - m);
+	for (int c = 0; c < Dh; c++) {
+		double o = 0;
+
+		for (int j = 0; j < lim; j++)
+			o += exp(s[j] - m) / l * (bf16 ? bf16_round(v[j * ld + h * Dh + c]) : v[j * ld + h * Dh + c]);
+		out[c] = o;
+	}
+	return m + log(l);
+}
+
 /* bf16: the reference rounds q, k, v to bf16; the probabilities are rounded
  * to bf16 before P V, which bounds the difference near 2^-8 relative.
  * STRIPS: heads of 64 or 128 (whole 64-column strips: where AVX-512 BF16
@@ -474,38 +511,10 @@ static void test_attention(struct pd_backend *be, int bf16, int strips)
 	char what[128];
 
 	be->ops->attention(be, out, ldo, lse, q, ld, k, ld, v, ld, Sq, Skv, H, Dh, scale);
-	for (int h = 0; h < H; h++) {
-		for (int i = 0; i < Sq; i++) {
-			double m = -INFINITY, l = 0;
-
-			for (int j = 0; j < Skv; j++) {
-				double d = 0;
-
-				for (int c = 0; c < Dh; c++) {
-					double qv = q[i * ld + h * Dh + c], kv = k[j * ld + h * Dh + c];
-
-					if (bf16) {
-						qv = bf16_round((float)qv);
-						kv = bf16_round((float)kv);
-					}
-					d += qv * kv;
-				}
-				s[j] = d * scale;
-				m = fmax(m, s[j]);
-			}
-			for (int j = 0; j < Skv; j++)
-				l += exp(s[j] - m);
-			for (int c = 0; c < Dh; c++) {
-				double o = 0;
-
-				for (int j = 0; j < Skv; j++)
-					o += exp(s[j] - m) / l * (bf16 ? bf16_round(v[j * ld + h * Dh + c])
-								       : v[j * ld + h * Dh + c]);
-				ref[(size_t)i * D + h * Dh + c] = o;
-			}
-			rlse[(size_t)h * Sq + i] = m + log(l);
-		}
-	}
+	for (int h = 0; h < H; h++)
+		for (int i = 0; i < Sq; i++)
+			rlse[(size_t)h * Sq + i] =
+				ref_attention_row(q, k, v, ld, i, h, Dh, Skv, scale, NULL, bf16, s, ref + (size_t)i * D + h * Dh);
 	snprintf(what, sizeof(what), "attention %s H=%d Dh=%d Sq=%d Skv=%d", bf16 ? "bf16" : "f32", H, Dh, Sq, Skv);
 	check_view(what, out, ref, Sq, D, ldo, bf16 ? 1e-2 : TOL);
 	snprintf(what, sizeof(what), "attention lse H=%d Sq=%d Skv=%d", H, Sq, Skv);
@@ -542,37 +551,10 @@ static void test_attention_masked(struct pd_backend *be, int bf16, int strips)
 				for (int j = 0, n = rnd_int(0, causal ? i : S - 1); j < n; j++)
 					bias[((size_t)h * S + i) * S + j] = -INFINITY;
 	be->ops->attention_masked(be, out, ldo, q, ld, k, ld, v, ld, S, H, Dh, scale, bias, causal);
-	for (int h = 0; h < H; h++) {
-		for (int i = 0; i < S; i++) {
-			int lim = causal ? i + 1 : S;
-			double m = -INFINITY, l = 0;
-
-			for (int j = 0; j < lim; j++) {
-				double d = 0;
-
-				for (int c = 0; c < Dh; c++) {
-					double qv = q[i * ld + h * Dh + c], kv = k[j * ld + h * Dh + c];
-
-					if (bf16) {
-						qv = bf16_round((float)qv);
-						kv = bf16_round((float)kv);
-					}
-					d += qv * kv;
-				}
-				sc[j] = d * scale + (bias ? bias[((size_t)h * S + i) * S + j] : 0);
-				m = fmax(m, sc[j]);
-			}
-			for (int j = 0; j < lim; j++)
-				l += exp(sc[j] - m);
-			for (int c = 0; c < Dh; c++) {
-				double o = 0;
-
-				for (int j = 0; j < lim; j++)
-					o += exp(sc[j] - m) / l * (bf16 ? bf16_round(v[j * ld + h * Dh + c]) : v[j * ld + h * Dh + c]);
-				ref[(size_t)i * D + h * Dh + c] = o;
-			}
-		}
-	}
+	for (int h = 0; h < H; h++)
+		for (int i = 0; i < S; i++)
+			ref_attention_row(q, k, v, ld, i, h, Dh, causal ? i + 1 : S, scale,
+					  bias ? bias + ((size_t)h * S + i) * S : NULL, bf16, sc, ref + (size_t)i * D + h * Dh);
 	snprintf(what, sizeof(what), "attention_masked %s H=%d Dh=%d S=%d bias=%d causal=%d", bf16 ? "bf16" : "f32", H,
 		 Dh, S, has_bias, causal);
 	check_view(what, out, ref, S, D, ldo, bf16 ? 1e-2 : TOL);

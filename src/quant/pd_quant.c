@@ -112,18 +112,6 @@ void pd_fp8_decode(int e5m2, const uint8_t *src, float *dst, int64_t n, float sc
 	}
 }
 
-/* ggml's get_scale_min_k4: the 6-bit scale and min of sub-block J. */
-static inline void pd_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
-{
-	if (j < 4) {
-		*d = q[j] & 63;
-		*m = q[j + 4] & 63;
-	} else {
-		*d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-		*m = (uint8_t)((q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4));
-	}
-}
-
 /* Q4_K's and Q5_K's scales and mins of sub-blocks IS and IS + 1 (a group
  * of 64), times the super-block's d and dmin. */
 static inline void pd_k_pair(const uint8_t *scales, int is, float d, float min, float *d1, float *m1, float *d2,

@@ -107,4 +107,18 @@ void pd_quant_encode(enum pd_qtype t, const float *src, void *dst, int64_t n);
  * first, PD_Q_F32 takes them as they are. SRC is rounded in place. */
 void pd_quant_encode_rows(enum pd_qtype t, enum pd_qtype via, float *src, int64_t rows, int64_t cols, void *dst);
 
+/* ggml's get_scale_min_k4: the 6-bit scale D and min M of sub-block J of
+ * a Q4_K or Q5_K super-block's 12 scale bytes Q (the decoders here and the
+ * CPU's int8 layout read them the same way). */
+static inline void pd_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
+{
+	if (j < 4) {
+		*d = q[j] & 63;
+		*m = q[j + 4] & 63;
+	} else {
+		*d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+		*m = (uint8_t)((q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4));
+	}
+}
+
 #endif /* PD_QUANT_H */

@@ -127,19 +127,6 @@ static void pd_i8_from_fp8(const unsigned char *src, int8_t *q, unsigned char *d
 	memcpy(d, &h, 2);
 }
 
-/* ggml's get_scale_min_k4 (pd_quant.c has its own): the 6-bit scale and
- * min of sub-block J of a Q4_K super-block's 12 bytes Q. */
-static void pd_i8_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
-{
-	if (j < 4) {
-		*d = q[j] & 63;
-		*m = q[j + 4] & 63;
-	} else {
-		*d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-		*m = (uint8_t)((q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4));
-	}
-}
-
 static void pd_i8_pack_q4_k(unsigned char *dst, int64_t n_out, int64_t n_in, const unsigned char *blocks,
 			    size_t row_bytes)
 {
@@ -158,7 +145,7 @@ static void pd_i8_pack_q4_k(unsigned char *dst, int64_t n_out, int64_t n_in, con
 				memcpy(o + 2304 + 2 * c, s, 2);
 				memcpy(o + 2336 + 2 * c, s + 2, 2);
 				for (int sb = 0; sb < 8; sb++) {
-					pd_i8_scale_min_k4(sb, s + 4, &o[2048 + sb * 16 + c], &o[2176 + sb * 16 + c]);
+					pd_scale_min_k4(sb, s + 4, &o[2048 + sb * 16 + c], &o[2176 + sb * 16 + c]);
 					for (int k = 0; k < 32; k++) {
 						/* value k of sub-block sb: ggml's nibble of byte 32 (sb / 2) + k */
 						int q = (s[16 + 32 * (sb / 2) + k] >> (4 * (sb % 2))) & 0xF;

@@ -124,18 +124,32 @@ static void ref_linear(double *ref, const float *x, int ldx, const float *w, int
 	}
 }
 
-/* The error of a linear layer's output is relative to its products' size:
- * through GELU a single strongly negative output is about 0 (1e-14 in
- * double, 0 in float), which alone would make any error look large. */
+/* The error of a linear layer's output is relative to its terms' size, the
+ * largest sum of |x w| (+ |b|, + |start|) over the outputs: f32 sums round
+ * against that, and an output that cancels to near 0 (a single output of a
+ * few terms, or one strongly negative through GELU) would make any error
+ * look large against itself. */
 static double linear_scale(const float *x, int ldx, const float *w, int ldw, const float *b, const float *start, int M,
 			   int K, int N, int bf16, int flags)
 {
-	double *pre = malloc(sizeof(double) * (size_t)M * N), m = 0;
+	double m = 0;
 
-	ref_linear(pre, x, ldx, w, ldw, b, start, M, K, N, bf16, flags & ~PD_LIN_GELU_TANH);
-	for (size_t i = 0; i < (size_t)M * N; i++)
-		m = fmax(m, fabs(pre[i]));
-	free(pre);
+	for (int r = 0; r < M; r++)
+		for (int n = 0; n < N; n++) {
+			double a = 0;
+
+			for (int k = 0; k < K; k++) {
+				double xv = bf16 ? bf16_round(x[(size_t)r * ldx + k]) : x[(size_t)r * ldx + k];
+				double wv = bf16 ? bf16_round(w[(size_t)n * ldw + k]) : w[(size_t)n * ldw + k];
+
+				a += fabs(xv * wv);
+			}
+			if (!(flags & PD_LIN_NO_BIAS))
+				a += fabs(b[n]);
+			if (flags & PD_LIN_ACCUMULATE)
+				a += fabs(start[(size_t)r * N + n]);
+			m = fmax(m, a);
+		}
 	return m;
 }
 

@@ -1,5 +1,5 @@
 /*
- * pd_backend.c - backend-independent helpers: sticky errors, loading weights.
+ * pd_backend.c - backend-independent helpers: sticky errors, buffers, adapters.
  */
 #include "pd_backend.h"
 #include "pd_util.h"
@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 void pd_backend_fail(struct pd_backend *be, const char *fmt, ...)
 {
@@ -96,4 +97,41 @@ struct pd_slice pd_slice_all(int64_t n_out, int64_t n_in)
 	struct pd_slice s = { 0, n_out, 0, n_in, 1 };
 
 	return s;
+}
+
+void pd_adapter_clear(struct pd_backend *be, struct pd_adapter *ad)
+{
+	if (ad->down)
+		be->ops->linear_free(be, ad->down);
+	if (ad->up)
+		be->ops->linear_free(be, ad->up);
+	memset(ad, 0, sizeof(*ad));
+}
+
+int pd_adapter_set(struct pd_backend *be, struct pd_adapter *ad, int64_t n_out, int64_t n_in, int64_t rank,
+		   const float *a, const float *b)
+{
+	pd_adapter_clear(be, ad);
+	if (rank <= 0 || be->failed)
+		return be->failed ? -1 : 0;
+	ad->down = be->ops->linear_new(be, rank, n_in, a, PD_F32, n_in, NULL);
+	ad->up = ad->down ? be->ops->linear_new(be, n_out, rank, b, PD_F32, rank, NULL) : NULL;
+	if (!ad->up) {
+		pd_adapter_clear(be, ad);
+		if (!be->failed)
+			pd_backend_fail(be, "cannot prepare an adapter of rank %lld", (long long)rank);
+		return -1;
+	}
+	ad->rank = rank;
+	return 0;
+}
+
+int pd_adapter_term(struct pd_backend *be, const struct pd_adapter *ad, float **t, size_t *cap, const float *x,
+		    int64_t ldx, int64_t rows, float *y, int64_t ldy, int flags)
+{
+	if (pd_backend_grow(be, t, cap, (size_t)(rows * ad->rank), "an adapter's products"))
+		return flags;
+	be->ops->linear(be, ad->down, x, ldx, rows, *t, ad->rank, PD_LIN_NO_BIAS);
+	be->ops->linear(be, ad->up, *t, ad->rank, rows, y, ldy, PD_LIN_NO_BIAS | (flags & PD_LIN_ACCUMULATE));
+	return flags | PD_LIN_ACCUMULATE;
 }

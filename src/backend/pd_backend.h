@@ -102,6 +102,14 @@ struct pd_backend_ops {
 	 * pd_quant_decode knows); the loader decodes the others at load. */
 	int (*keeps_q)(const struct pd_backend *be, enum pd_qtype t);
 	void (*linear_free)(struct pd_backend *be, struct pd_linear *l);
+	/* Puts a low-rank term beside layer L (LoRA adapters): from now on
+	 * its products are y = act(x W^T + b + (x A^T) B^T), A [rank, n_in]
+	 * and B [n_out, rank] f32 on the host (the adapters' scales already in
+	 * B), copied as plain weights (pd_adapter). W itself is untouched:
+	 * kept-quantized blocks stay as they are, and the term can change
+	 * between requests without reloading. Replaces an earlier term; rank
+	 * 0 removes it. 0, or -1 with the backend failed. */
+	int (*linear_adapt)(struct pd_backend *be, struct pd_linear *l, int64_t rank, const float *a, const float *b);
 	/* y[rows, n_out] = act(x[rows, n_in] W^T + b). */
 	void (*linear)(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx,
 		       int64_t rows, float *y, int64_t ldy, int flags);
@@ -311,6 +319,28 @@ static inline void pd_backend_sync(struct pd_backend *be)
 	if (be->ops->sync)
 		be->ops->sync(be);
 }
+
+/* A layer's low-rank term (linear_adapt) as two plain layers of the same
+ * backend, which every backend keeps in its struct pd_linear and runs with
+ * pd_adapter_term: the rank is small, so two products of its own kernels
+ * cost little next to the layer's. */
+struct pd_adapter {
+	struct pd_linear *down;         /* A [rank, n_in], or NULL: no term */
+	struct pd_linear *up;           /* B [n_out, rank] */
+	int64_t rank;                   /* A's rows */
+};
+
+/* Makes AD the term of A and B (rank 0: none), freeing the one it held. */
+int pd_adapter_set(struct pd_backend *be, struct pd_adapter *ad, int64_t n_out, int64_t n_in, int64_t rank,
+		   const float *a, const float *b);
+void pd_adapter_clear(struct pd_backend *be, struct pd_adapter *ad);
+/* The term's part of a layer's product, run ahead of it: y = (x A^T) B^T,
+ * or y += with PD_LIN_ACCUMULATE, through *T (a backend buffer of *CAP
+ * floats, grown here). Returns the flags the layer's own product then runs
+ * with: accumulating, so that its bias and GELU follow the sum as they
+ * would a merged weight's. */
+int pd_adapter_term(struct pd_backend *be, const struct pd_adapter *ad, float **t, size_t *cap, const float *x,
+		    int64_t ldx, int64_t rows, float *y, int64_t ldy, int flags);
 
 /* A part of a weight matrix [n_out, n_in]: rows [r0, r0+nr) and columns
  * [c0, c0+nc). Tensor parallelism takes its share of a weight this way

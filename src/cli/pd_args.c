@@ -66,6 +66,14 @@ static int pd_arg_set(const struct pd_arg *a, const char *v)
 	case PD_ARG_STRING:
 		*(const char **)a->dest = v;
 		break;
+	case PD_ARG_LIST: {
+		struct pd_arg_list *l = a->dest;
+
+		if (l->n == PD_ARG_LIST_MAX)
+			return pd_errorf("%s: at most %d", name, PD_ARG_LIST_MAX);
+		l->v[l->n++] = (char *)v;
+		break;
+	}
 	case PD_ARG_FLAG:
 		*(int *)a->dest = 1;
 		break;

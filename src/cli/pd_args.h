@@ -19,6 +19,14 @@ enum pd_arg_type {
 	PD_ARG_FLOAT,                   /* float */
 	PD_ARG_DOUBLE,                  /* double: a value the program computes with as Python does */
 	PD_ARG_STRING,                  /* const char * (borrowed from argv) */
+	PD_ARG_LIST,                    /* struct pd_arg_list: every value of a repeatable flag */
+};
+
+/* A repeatable flag's values, in order (borrowed from argv). */
+#define PD_ARG_LIST_MAX 16
+struct pd_arg_list {
+	char *v[PD_ARG_LIST_MAX];       /* argv's own strings (writable, as argv's are) */
+	int n;                          /* how many were given */
 };
 
 struct pd_arg {

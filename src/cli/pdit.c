@@ -84,23 +84,29 @@ static const char pd_forward_examples[] =
 	"      --config tests/golden/quant-tiny/flux/dequant-Q8_0/config.json \\\n"
 	"      --inputs tests/golden/quant-tiny/flux/forward-Q8_0-h64w48.safetensors --out out.safetensors\n"
 	"  pdit forward --transformer tests/golden/wan-tiny/model/transformer \\\n"
-	"      --inputs tests/golden/wan-tiny/forward-n9-h32w48.safetensors --out out.safetensors --dump\n";
+	"      --inputs tests/golden/wan-tiny/forward-n9-h32w48.safetensors --out out.safetensors --dump\n"
+	"  pdit forward --transformer tests/golden/edit-tiny/transformer-dev \\\n"
+	"      --lora tests/golden/edit-tiny/lora-dev-1344-kohya-0.safetensors:0.7 \\\n"
+	"      --lora tests/golden/edit-tiny/lora-dev-1344-peft-1.safetensors:-0.4 \\\n"
+	"      --inputs tests/golden/edit-tiny/lora-dev-1344.safetensors --out out.safetensors\n";
 
 static int pd_cmd_forward(int argc, char **argv)
 {
-	const char *tdir = NULL, *inputs = NULL, *outp = NULL, *dtype = "f32", *config = NULL, *backend = NULL,
-		   *qproducts = NULL;
-	int dump_all = 0, threads = 0, verbose = 0, n_pos, hr, rc;
+	struct pd_forward_options fo = { .dtype = "f32" };
+	struct pd_arg_list loras = { 0 };
+	int verbose = 0, n_pos, hr, rc;
 	const struct pd_arg opts[] = {
-		{ "--transformer", 0, PD_ARG_STRING, &tdir, "DIR|FILE", "transformer folder, or one file (safetensors, fp8, GGUF)", NULL },
-		{ "--config", 0, PD_ARG_STRING, &config, "FILE", "the transformer's config.json, for a single file without one", NULL },
-		{ "--inputs", 0, PD_ARG_STRING, &inputs, "FILE", "safetensors with the in.* tensors", NULL },
-		{ "--out", 'o', PD_ARG_STRING, &outp, "FILE", "safetensors to write (out.sample, and the dump)", NULL },
-		{ "--dump", 0, PD_ARG_FLAG, &dump_all, NULL, "also write every intermediate", NULL },
-		{ "--dtype", 0, PD_ARG_STRING, &dtype, "f32|bf16", "precision of matrix products (default f32)", NULL },
-		{ "--threads", 't', PD_ARG_COUNT, &threads, "N", "threads (default: all cores)", NULL },
-		{ "--backend", 0, PD_ARG_STRING, &backend, "cpu|cuda|auto", "what computes (default auto: CUDA where built and a GPU is present)", NULL },
-		{ "--quant-products", 0, PD_ARG_STRING, &qproducts, "int8|bf16|auto", "how layers kept quantized multiply: int8 dot products (fp8 converted to int8 blocks) or decoded (default auto: int8 for Q8_0 and Q4_K with --dtype bf16 on a CPU with AVX-512 VNNI)", NULL },
+		{ "--transformer", 0, PD_ARG_STRING, &fo.transformer, "DIR|FILE", "transformer folder, or one file (safetensors, fp8, GGUF)", NULL },
+		{ "--config", 0, PD_ARG_STRING, &fo.config, "FILE", "the transformer's config.json, for a single file without one", NULL },
+		{ "--inputs", 0, PD_ARG_STRING, &fo.inputs, "FILE", "safetensors with the in.* tensors", NULL },
+		{ "--out", 'o', PD_ARG_STRING, &fo.out, "FILE", "safetensors to write (out.sample, and the dump)", NULL },
+		{ "--dump", 0, PD_ARG_FLAG, &fo.dump, NULL, "also write every intermediate", NULL },
+		{ "--dtype", 0, PD_ARG_STRING, &fo.dtype, "f32|bf16", "precision of matrix products (default f32)", NULL },
+		{ "--threads", 't', PD_ARG_COUNT, &fo.threads, "N", "threads (default: all cores)", NULL },
+		{ "--backend", 0, PD_ARG_STRING, &fo.backend, "cpu|cuda|auto", "what computes (default auto: CUDA where built and a GPU is present)", NULL },
+		{ "--quant-products", 0, PD_ARG_STRING, &fo.quant_products, "int8|bf16|auto", "how layers kept quantized multiply: int8 dot products (fp8 converted to int8 blocks) or decoded (default auto: int8 for Q8_0 and Q4_K with --dtype bf16 on a CPU with AVX-512 VNNI)", NULL },
+		{ "--lora", 0, PD_ARG_LIST, &loras, "FILE[:SCALE]", "a LoRA adapter beside the layers, times SCALE (default 1); repeatable", NULL },
+		{ "--lora-lenient", 0, PD_ARG_FLAG, &fo.lora_lenient, NULL, "skip an adapter's keys of no layer of the model (-v lists them) instead of refusing the file", NULL },
 		{ "--verbose", 'v', PD_ARG_FLAG, &verbose, NULL, "more detail", NULL },
 		{ 0 },
 	};
@@ -115,11 +121,13 @@ static int pd_cmd_forward(int argc, char **argv)
 		return pd_cli_fail();
 	if (verbose)
 		pd_log_level = 2;
-	if (!tdir || !inputs || !outp) {
+	if (!fo.transformer || !fo.inputs || !fo.out) {
 		pd_errorf("forward needs --transformer DIR, --inputs FILE and --out FILE");
 		return pd_cli_fail();
 	}
-	rc = pd_forward_file(tdir, config, inputs, outp, dump_all, dtype, threads, backend, qproducts) ? pd_cli_fail() : 0;
+	for (int i = 0; i < loras.n; i++)
+		pd_lora_spec_parse(loras.v[i], &fo.loras[i]);
+	rc = pd_forward_file(&fo) ? pd_cli_fail() : 0;
 	return rc;
 }
 

@@ -43,6 +43,9 @@ struct pd_gen_args {
 	struct pd_cli_encoders enc;     /* the text encoders and tokenizers */
 	const char *config;             /* --config: a single-file transformer's config.json */
 	const char *quantize;           /* --quantize: the blocks' plain weights encoded at load */
+	struct pd_arg_list lora;        /* --lora FILE[:SCALE], as given */
+	struct pd_lora_spec loras[PD_MAX_LORAS]; /* and parsed (pd_gen_parse) */
+	int lora_lenient;               /* --lora-lenient */
 	/* what to make */
 	const char *prompt, *negative, *prompts_file;
 	int max_seq;                    /* --max-sequence-length (0: the family's) */

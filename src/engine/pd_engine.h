@@ -31,6 +31,7 @@ struct pd_engine {
 					 * checking the VAE) at open */
 	double encode_seconds;          /* encoding the prompts at open (0 for embeddings) */
 	enum pd_qtype quantize;         /* the blocks' plain weights encoded at load into this (PD_Q_F32: none) */
+	int n_loras;                    /* adapters in o.loras (their paths copied: the engine's) */
 	int degree[PD_AXIS_COUNT];      /* the mesh */
 	int mesh_auto;                  /* chosen by pdit, not given: 1 by rule, 2 by the cost model */
 	struct pd_par_options opt;      /* DistriFusion, warm-up, patches */

@@ -64,10 +64,12 @@ static void pd_store_dump(void *ctx, const char *name, int64_t index, const floa
 	memcpy(x->data + (index >= 0 ? index * n : 0), data, (size_t)n * sizeof(float));
 }
 
-int pd_forward_file(const char *transformer, const char *config, const char *inputs, const char *outp, int dump_all,
-		    const char *dtype, int threads, const char *backend, const char *quant_products)
+int pd_forward_file(const struct pd_forward_options *o)
 {
-	struct pd_backend_config cfg = { PD_F32, threads, -1, 0, -1 };
+	const char *transformer = o->transformer, *config = o->config, *outp = o->out;
+	int dump_all = o->dump;
+	struct pd_backend_config cfg = { PD_F32, o->threads, -1, 0, -1 };
+	struct pd_dit_shard sh = { .count = 1, .loras = o->loras, .lora_lenient = o->lora_lenient };
 	struct pd_backend *be = NULL;
 	struct pd_dit *m = NULL;
 	struct pd_st *st = NULL;
@@ -81,11 +83,13 @@ int pd_forward_file(const char *transformer, const char *config, const char *inp
 	int64_t C;
 	int rc = -1, saved = -1;
 
-	if (pd_out_check(outp) || pd_dtype_compute("--dtype", dtype, &dt) ||
-	    pd_backend_qproducts(quant_products, &cfg.quant_products) || pd_st_open(&st, inputs) ||
+	while (sh.n_loras < PD_MAX_LORAS && o->loras[sh.n_loras].path)
+		sh.n_loras++;
+	if (pd_out_check(outp) || pd_dtype_compute("--dtype", o->dtype ? o->dtype : "f32", &dt) ||
+	    pd_backend_qproducts(o->quant_products, &cfg.quant_products) || pd_st_open(&st, o->inputs) ||
 	    pd_family_find(transformer, config, &fam, &info) ||
-	    (cfg.compute = dt, pd_backend_new(&be, backend, &cfg)) ||
-	    (saved = pd_backend_enter(be), fam->load(&m, transformer, config, be, NULL)))
+	    (cfg.compute = dt, pd_backend_new(&be, o->backend, &cfg)) ||
+	    (saved = pd_backend_enter(be), fam->load(&m, transformer, config, be, &sh)))
 		goto out;
 	if (pd_forward_inputs_read(&in, st, fam, &m->info))
 		goto out;

@@ -387,6 +387,9 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 	e->mesh_ok = 1;
 	sh = pd_parallel_shard(&e->mesh, &e->info);
 	sh.quantize = e->quantize;
+	sh.loras = e->o.loras;
+	sh.n_loras = e->n_loras;
+	sh.lora_lenient = e->o.lora_lenient;
 	rc = pd_engine_backend_new(e, e->dt, pd_engine_threads(e->world, e->o.threads));
 	if (!rc) {
 		e->be->conv_compute = e->vae_dt;
@@ -448,6 +451,14 @@ int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct p
 	memset(e->o.tokenizer, 0, sizeof(e->o.tokenizer));
 	memset(e->o.encoder_files, 0, sizeof(e->o.encoder_files));
 	e->o.family = e->o.transformer_config = NULL;
+	/* the adapters' files are read at load: their names are kept */
+	memset(e->o.loras, 0, sizeof(e->o.loras));
+	for (int i = 0; i < PD_MAX_LORAS && o->loras[i].path; i++) {
+		e->o.loras[i] = o->loras[i];
+		if (!(e->o.loras[i].path = pd_strdup(o->loras[i].path)))
+			break;
+		e->n_loras = i + 1;
+	}
 	if (!plan) {
 		/* the mesh and the memory for one picture of the defaults */
 		pd_request_init(&dflt);
@@ -456,6 +467,8 @@ int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct p
 		plan = &dflt;
 	}
 	rc = pd_engine_configure(e, o);
+	if (!rc && e->n_loras < PD_MAX_LORAS && o->loras[e->n_loras].path)
+		rc = pd_errorf("out of memory for the adapters' names");
 	if (!rc)
 		rc = pd_engine_check_files(e, o->encode_only || (plan != &dflt && plan->n_prompts > 0));
 	if (o->encode_only) {
@@ -525,6 +538,8 @@ void pd_engine_close(struct pd_engine *e)
 	pd_scheduler_free(&e->sched);
 	pd_engine_request_free(e);
 	pd_model_paths_free(&e->mp);
+	for (int i = 0; i < e->n_loras; i++)
+		free((char *)e->o.loras[i].path);
 	free(e);
 	pd_log_use(&caller);
 }

@@ -105,6 +105,12 @@ struct pd_engine_options {
 	const char *quantize;           /* "q8_0", "q4_k", "fp8", ...: the transformer blocks' weights a file
 					 * stores as plain floats, encoded into that type at load and kept
 					 * so; NULL: as stored */
+	/* LoRA adapters put beside the transformer's layers as it loads
+	 * (--lora FILE[:SCALE]): in this order, a NULL path ends the list;
+	 * never merged, so kept-quantized weights stay so */
+	struct pd_lora_spec loras[PD_MAX_LORAS];
+	int lora_lenient;               /* an adapter's keys of no layer of the model are skipped (listed at log
+					 * level 2), not refused */
 	int threads;                    /* per process; 0: the cores divided among this machine's processes */
 	const char *quant_products;     /* how layers kept quantized multiply: "int8" (inputs quantized in
 					 * blocks of 32 as ggml's Q8_0, int8 dot products with Q8_0's and
@@ -439,12 +445,21 @@ void pd_bench_report_free(struct pd_bench_report *rep);
 /* One transformer call: pdit forward                                      */
 /* ----------------------------------------------------------------------- */
 
-/* The transformer at TRANSFORMER (CONFIG: a config.json for a single file
- * that carries none, or NULL) on the golden names of INPUTS (in.*), its
- * out.sample to OUT, with DUMP every intermediate too; DTYPE "f32" or
- * "bf16", THREADS 0: the caller's; BACKEND and QUANT_PRODUCTS as the
- * options' (NULL: auto). One process. */
-int pd_forward_file(const char *transformer, const char *config, const char *inputs, const char *out, int dump,
-		    const char *dtype, int threads, const char *backend, const char *quant_products);
+/* One transformer call on golden-style inputs (pdit forward). */
+struct pd_forward_options {
+	const char *transformer;        /* folder or one file */
+	const char *config;             /* a config.json for a single file that carries none, or NULL */
+	const char *inputs;             /* the in.* tensors (golden names) */
+	const char *out;                /* out.sample (and the dump) go here */
+	int dump;                       /* also every intermediate */
+	const char *dtype;              /* "f32" (NULL) or "bf16" */
+	int threads;                    /* 0: the caller's */
+	const char *backend;            /* as pd_engine_options' (NULL: auto) */
+	const char *quant_products;     /* as pd_engine_options' (NULL: auto) */
+	struct pd_lora_spec loras[PD_MAX_LORAS]; /* as pd_engine_options' */
+	int lora_lenient;               /* as pd_engine_options' */
+};
+/* One process. */
+int pd_forward_file(const struct pd_forward_options *o);
 
 #endif /* PDIT_H */

@@ -128,6 +128,10 @@ static struct pd_linear *pd_loader_linear_v(struct pd_loader *ld, int64_t n_out,
 	l = pd_linear_load(ld->be, w, s, b, ld->quantize);
 	if (!l)
 		goto fail;
+	if (ld->each_linear && ld->each_linear(ld->each_ctx, ld->be, l, base, s)) {
+		ld->be->ops->linear_free(ld->be, l);
+		goto fail;
+	}
 	return l;
 fail:
 	ld->failed = 1;

@@ -19,6 +19,13 @@ struct pd_loader {
 	/* plain float weights of linear layers encoded into this block type
 	 * and kept so, where their rows are whole blocks (PD_Q_F32: as stored) */
 	enum pd_qtype quantize;
+	/* Called with each linear layer as it loads (its NAME and the part S
+	 * of its weight this process holds), to put something beside it (a
+	 * model's adapters); NULL: nothing. Nonzero fails the load (after
+	 * leaving a message). */
+	int (*each_linear)(void *ctx, struct pd_backend *be, struct pd_linear *l, const char *name,
+			   const struct pd_slice *s);
+	void *each_ctx;                 /* its first argument */
 };
 
 /* NAME.weight [n_out, n_in] and NAME.bias [n_out]; NAME is a printf format. */

@@ -6,6 +6,8 @@
 #include "pd_util.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,4 +183,21 @@ void pd_model_paths_free(struct pd_model_paths *p)
 		free(p->tokenizer[i]);
 	}
 	memset(p, 0, sizeof(*p));
+}
+
+void pd_lora_spec_parse(char *arg, struct pd_lora_spec *out)
+{
+	char *colon = strrchr(arg, ':'), *end;
+	double v;
+
+	out->path = arg;
+	out->scale = 1.0f;
+	if (!colon || colon == arg || !colon[1])
+		return;
+	errno = 0;
+	v = strtod(colon + 1, &end);
+	if (*end || errno || !isfinite(v))
+		return;
+	*colon = 0;
+	out->scale = (float)v;
 }

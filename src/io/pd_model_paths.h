@@ -14,6 +14,20 @@
 /* Text encoders a family may have (SD3 has three). */
 #define PD_MAX_ENCODERS 4
 
+/* LoRA adapters a model may be loaded with (--lora, repeatable). */
+#define PD_MAX_LORAS 16
+
+/* An adapter file and its multiplier (--lora FILE[:SCALE]). */
+struct pd_lora_spec {
+	const char *path;               /* a .safetensors file */
+	float scale;                    /* its multiplier (1: as trained; negative reverses it) */
+};
+
+/* ARG as --lora takes it: FILE, or FILE:SCALE when what follows the last
+ * ':' is a number (then ARG's ':' is cut to end the path: ARG must be
+ * writable, as argv's strings are). */
+void pd_lora_spec_parse(char *arg, struct pd_lora_spec *out);
+
 /* The component flags as given (any may be NULL). */
 struct pd_model_flags {
 	const char *model;              /* --model DIR */

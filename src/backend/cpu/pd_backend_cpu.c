@@ -110,6 +110,7 @@ void pd_cpu_destroy(struct pd_backend *be)
 	struct pd_cpu *cpu = CPU(be);
 
 	pd_cpu_attn_free(cpu);
+	pd_cpu_free(be, cpu->adapt);
 	if (cpu->stream)
 		dnnl_stream_destroy(cpu->stream);
 	if (cpu->eng)
@@ -159,6 +160,7 @@ static const struct pd_backend_ops pd_cpu_ops = {
 	.linear_new = pd_cpu_linear_new,
 	.linear_new_q = pd_cpu_linear_new_q,
 	.linear_free = pd_cpu_linear_free,
+	.linear_adapt = pd_cpu_linear_adapt,
 	.linear = pd_cpu_linear,
 	.conv_new = pd_cpu_conv_new,
 	.conv_free = pd_cpu_conv_free,

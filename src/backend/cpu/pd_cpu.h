@@ -105,6 +105,8 @@ struct pd_cpu {
 	size_t xc_cap;                  /* its capacity in values */
 	float *xs;                      /* their blocks' scale * sum of values */
 	size_t xs_cap;                  /* its capacity in values */
+	float *adapt;                   /* an adapter's x A^T (pd_adapter_term; backend memory) */
+	size_t adapt_cap;               /* its capacity in floats */
 	int avx512bf16;                 /* the CPU has AVX-512 BF16 dot products (attention's own block
 					 * products) */
 	int bf16_f32;                   /* bf16 compute where oneDNN has no bf16 products (a CPU
@@ -154,6 +156,7 @@ struct pd_linear {
 	unsigned char *i8;              /* the weight in the int8 products' layout (pd_cpu_i8.c; blocks is
 					 * then NULL), or NULL: decoded for products */
 	int64_t i8_groups;              /* its groups of 16 output rows */
+	struct pd_adapter ad;           /* a low-rank term beside it (linear_adapt), or none */
 };
 
 struct pd_conv_prim {
@@ -271,6 +274,7 @@ void pd_cpu_copy2d(struct pd_backend *be, float *dst, int64_t ldd, const float *
 struct pd_linear *pd_cpu_linear_new(struct pd_backend *be, int64_t n_out, int64_t n_in, const void *w,
 				    enum pd_dtype wt, int64_t ldw, const float *bias);
 void pd_cpu_linear_free(struct pd_backend *be, struct pd_linear *l);
+int pd_cpu_linear_adapt(struct pd_backend *be, struct pd_linear *l, int64_t rank, const float *a, const float *b);
 /* A zeroed linear layer of that shape (NULL with the backend failed). */
 struct pd_linear *pd_cpu_linear_alloc(struct pd_backend *be, int64_t n_out, int64_t n_in);
 struct pd_linear *pd_cpu_linear_new_q(struct pd_backend *be, int64_t n_out, int64_t n_in, enum pd_qtype t,

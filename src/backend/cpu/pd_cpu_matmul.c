@@ -42,6 +42,7 @@ void pd_cpu_linear_free(struct pd_backend *be, struct pd_linear *l)
 {
 	if (!l)
 		return;
+	pd_adapter_clear(be, &l->ad);
 	be->weight_bytes -= l->bytes;
 	for (int i = 0; i < l->n_mm; i++)
 		pd_cpu_mm_destroy(&l->mm[i]);
@@ -308,6 +309,11 @@ void pd_cpu_round_bf16(const struct pd_cpu *cpu, float *dst, const float *src, i
 		pd_cpu_round_bf16_row(cpu, dst + r * cols, src + r * lds, cols);
 }
 
+int pd_cpu_linear_adapt(struct pd_backend *be, struct pd_linear *l, int64_t rank, const float *a, const float *b)
+{
+	return pd_adapter_set(be, &l->ad, l->n_out, l->n_in, rank, a, b);
+}
+
 void pd_cpu_linear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
 		   float *y, int64_t ldy, int flags)
 {
@@ -317,6 +323,8 @@ void pd_cpu_linear(struct pd_backend *be, struct pd_linear *l, const float *x, i
 
 	if (be->failed || rows == 0)
 		return;
+	if (l->ad.down)
+		flags = pd_adapter_term(be, &l->ad, &cpu->adapt, &cpu->adapt_cap, x, ldx, rows, y, ldy, flags);
 	be->flop += 2.0 * (double)rows * (double)l->n_in * (double)l->n_out;
 	if (l->q) {
 		pd_cpu_qlinear(be, l, x, ldx, rows, y, ldy, flags);

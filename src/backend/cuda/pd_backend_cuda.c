@@ -64,6 +64,9 @@ struct pd_cuda {
 	size_t col_bytes;
 	double *gn;                     /* group_stats' partial sums */
 	size_t gn_bytes;
+	float *adapt;                   /* an adapter's x A^T (pd_adapter_term: a buffer of the backend's
+					 * own, freed with it) */
+	size_t adapt_cap;               /* its capacity in floats */
 };
 
 struct pd_linear {
@@ -75,6 +78,7 @@ struct pd_linear {
 	float *table;                   /* fp8's 256 values (device) */
 	float *bias;                    /* [n_out] or NULL (device) */
 	size_t bytes;                   /* device memory held */
+	struct pd_adapter ad;           /* a low-rank term beside it (linear_adapt), or none */
 };
 
 struct pd_conv {
@@ -425,11 +429,18 @@ static void pd_cu_linear_free(struct pd_backend *be, struct pd_linear *l)
 	if (!l)
 		return;
 	cudaStreamSynchronize(CU(be)->stream);
+	pd_adapter_clear(be, &l->ad);
 	be->weight_bytes -= l->bytes;
 	cudaFree(l->w);
 	cudaFree(l->bias);
 	cudaFree(l->table);
 	free(l);
+}
+
+static int pd_cu_linear_adapt(struct pd_backend *be, struct pd_linear *l, int64_t rank, const float *a,
+			      const float *b)
+{
+	return pd_adapter_set(be, &l->ad, l->n_out, l->n_in, rank, a, b);
 }
 
 static void pd_cu_linear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
@@ -443,6 +454,8 @@ static void pd_cu_linear(struct pd_backend *be, struct pd_linear *l, const float
 
 	if (be->failed || rows <= 0)
 		return;
+	if (l->ad.down)
+		flags = pd_adapter_term(be, &l->ad, &cu->adapt, &cu->adapt_cap, x, ldx, rows, y, ldy, flags);
 	be->flop += 2.0 * (double)rows * (double)l->n_in * (double)l->n_out;
 	if (bf16) {
 		void *op = pd_cu_scratch(be, &cu->opa, &cu->opa_bytes, (size_t)(rows * l->n_in) * 2, "product operands");
@@ -856,6 +869,7 @@ static const struct pd_backend_ops pd_cuda_ops = {
 	.linear_new_q = pd_cu_linear_new_q,
 	.keeps_q = pd_cu_keeps_q,
 	.linear_free = pd_cu_linear_free,
+	.linear_adapt = pd_cu_linear_adapt,
 	.linear = pd_cu_linear,
 	.conv_new = pd_cu_conv_new,
 	.conv_free = pd_cu_conv_free,

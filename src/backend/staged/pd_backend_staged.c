@@ -133,6 +133,17 @@ static void pd_stg_linear_free(struct pd_backend *be, struct pd_linear *l)
 	RUN(be, c->ops->linear_free(c, l));
 }
 
+/* A and B are host memory, as linear_new's weights. */
+static int pd_stg_linear_adapt(struct pd_backend *be, struct pd_linear *l, int64_t rank, const float *a,
+			       const float *b)
+{
+	struct pd_backend *c = pd_in(be);
+	int rc = c->ops->linear_adapt(c, l, rank, a, b);
+
+	pd_back(be);
+	return rc;
+}
+
 static void pd_stg_linear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
 			  float *y, int64_t ldy, int flags)
 {
@@ -295,6 +306,7 @@ static const struct pd_backend_ops pd_staged_ops = {
 	.linear_new = pd_stg_linear_new,
 	.linear_new_q = pd_stg_linear_new_q,
 	.linear_free = pd_stg_linear_free,
+	.linear_adapt = pd_stg_linear_adapt,
 	.linear = pd_stg_linear,
 	.conv_new = pd_stg_conv_new,
 	.conv_free = pd_stg_conv_free,

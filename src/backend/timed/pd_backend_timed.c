@@ -186,6 +186,16 @@ static void pd_tm_linear_free(struct pd_backend *be, struct pd_linear *l)
 	PASS(be, c->ops->linear_free(c, l));
 }
 
+/* The term's products run inside the layer's time. */
+static int pd_tm_linear_adapt(struct pd_backend *be, struct pd_linear *l, int64_t rank, const float *a,
+			      const float *b)
+{
+	int rc = -1;
+
+	PASS(be, rc = c->ops->linear_adapt(c, l, rank, a, b));
+	return rc;
+}
+
 static void pd_tm_linear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
 			 float *y, int64_t ldy, int flags)
 {
@@ -386,6 +396,7 @@ static const struct pd_backend_ops pd_timed_ops = {
 	.linear_new_q = pd_tm_linear_new_q,
 	.keeps_q = pd_tm_keeps_q,
 	.linear_free = pd_tm_linear_free,
+	.linear_adapt = pd_tm_linear_adapt,
 	.linear = pd_tm_linear,
 	.conv_new = pd_tm_conv_new,
 	.conv_free = pd_tm_conv_free,

@@ -83,6 +83,22 @@ struct pd_dit_flops {
 };
 struct pd_dit_flops pd_dit_count_flops(const struct pd_dit_info *info, int64_t T, int64_t L);
 
+/* One linear layer of a model as single files and adapters name it: the
+ * name the model loads it by (diffusers'), and where the family's own
+ * checkpoint layout keeps it (Black Forest Labs' for FLUX: perhaps a part
+ * of a fused tensor, perhaps with its halves swapped). A family lists
+ * every linear layer of a model this way (pd_flux_linears). */
+struct pd_dit_linear {
+	char name[96];                  /* the model's name, without ".weight" */
+	char native[96];                /* the tensor holding it in the family's layout, without ".weight" */
+	int64_t r0;                     /* its first row there */
+	int64_t native_rows;            /* that tensor's rows (several layers' when fused) */
+	int64_t n_out, n_in;            /* its weight's shape */
+	int64_t roll;                   /* its row r is the native row r0 + (r + roll) mod n_out */
+};
+
+struct pd_lora_spec;
+
 /* The share of the model one process holds. Tensor parallel: shard RANK of
  * COUNT owns heads [RANK H/COUNT, (RANK+1) H/COUNT) and the same part of
  * every other split width (the family decides which rows and columns of
@@ -97,6 +113,11 @@ struct pd_dit_shard {
 	 * into this block type and kept so (pdit --quantize); PD_Q_F32 (0):
 	 * as stored. */
 	enum pd_qtype quantize;
+	/* LoRA adapters put beside the layers they touch as they load
+	 * (adapter/pd_lora.h), in this order; n_loras 0: none. */
+	const struct pd_lora_spec *loras;
+	int n_loras;
+	int lora_lenient;               /* keys of no layer of the model are skipped, not refused */
 };
 
 /* First Block Cache (ParaAttention's): after the first block, r = its

@@ -63,6 +63,11 @@ int pd_flux_config_parse(struct pd_flux_config *cfg, const struct pd_config *c);
  * (ComfyUI-GGUF's or stable-diffusion.cpp's) or fp8 safetensors. */
 int pd_flux_open_file(struct pd_st **st, const char *path, struct pd_flux_config *cfg, const char *config_json);
 
+/* Every linear layer of a model of config C, named as the model loads it
+ * and as Black Forest Labs' files hold it (*OUT malloc'd, *N entries):
+ * how those files and adapters in their names are read. */
+int pd_flux_linears(const struct pd_flux_config *c, struct pd_dit_linear **out, int *n);
+
 struct pd_flux;
 
 /* FLUX.1's pipeline side: 2x2 latent patches, (0, row, column) positions. */

@@ -30,11 +30,9 @@ struct pd_ff {
 	int failed;
 };
 
-/* NAME(.weight/.bias) of the view = rows [r0, r0 + nr) of SRC(.weight/.bias)
- * (all rows when nr is 0), rolled by ROLL. A missing weight is an error
- * unless OPTIONAL; a missing bias is left out. */
-static void pd_ff_map(struct pd_ff *f, const char *src, int i, const char *dst, int j, int64_t r0, int64_t nr,
-		      int64_t roll, int optional)
+/* Layer L(.weight/.bias) of the view = its rows of the file's tensor. A
+ * missing bias is left out. */
+static void pd_ff_map(struct pd_ff *f, const struct pd_dit_linear *l)
 {
 	static const char *const ext[2] = { ".weight", ".bias" };
 
@@ -42,22 +40,24 @@ static void pd_ff_map(struct pd_ff *f, const char *src, int i, const char *dst, 
 		char s[200], d[200];
 		const struct pd_st_tensor *t;
 
-		snprintf(s, sizeof(s), src, i);
-		strcat(s, ext[e]);
+		snprintf(s, sizeof(s), "%s%s", l->native, ext[e]);
 		t = pd_ff_get(f->base, f->pre, s, 0);
 		if (!t) {
-			if (e == 0 && !optional) {
+			if (e == 0) {
 				pd_errorf("%s: no %s%s (a FLUX transformer in Black Forest Labs' layout has one)",
 					  f->base->path, f->pre, s);
 				f->failed = 1;
 			}
-			if (e == 0)
-				return;
 			continue;
 		}
-		snprintf(d, sizeof(d), dst, j);
-		strcat(d, ext[e]);
-		if (pd_st_view_add(f->view, d, t, r0, nr ? nr : t->shape[0], roll, t->ndim, NULL))
+		if (t->shape[0] != l->native_rows) {
+			pd_errorf("%s: %s%s has %lld rows, not the %lld the model's sizes give", f->base->path, f->pre, s,
+				  (long long)t->shape[0], (long long)l->native_rows);
+			f->failed = 1;
+			return;
+		}
+		snprintf(d, sizeof(d), "%s%s", l->name, ext[e]);
+		if (pd_st_view_add(f->view, d, t, l->r0, l->n_out, l->roll, t->ndim, NULL))
 			f->failed = 1;
 	}
 }
@@ -156,11 +156,98 @@ static int pd_ff_config(struct pd_flux_config *c, const struct pd_st *st, const 
 	return rc;
 }
 
+/* Adds one layer to the table. */
+static void pd_fl_add(struct pd_dit_linear *t, int *n, const char *name, int i, const char *native, int64_t r0,
+		      int64_t native_rows, int64_t n_out, int64_t n_in, int64_t roll)
+{
+	struct pd_dit_linear *l = &t[(*n)++];
+
+	snprintf(l->name, sizeof(l->name), name, i);
+	snprintf(l->native, sizeof(l->native), native, i);
+	l->r0 = r0;
+	l->native_rows = native_rows;
+	l->n_out = n_out;
+	l->n_in = n_in;
+	l->roll = roll;
+}
+
+/* diffusers' convert_flux_transformer_checkpoint_to_diffusers as a table:
+ * fused q, k, v (and the single blocks' MLP input) split by rows, the final
+ * modulation's (shift, scale) read as (scale, shift). */
+int pd_flux_linears(const struct pd_flux_config *c, struct pd_dit_linear **out, int *n)
+{
+	int64_t D = c->dim, M = c->mlp_dim, T = 256;
+	int cap = 10 + 14 * c->num_layers + 6 * c->num_single_layers, k = 0;
+	struct pd_dit_linear *t = pd_calloc((size_t)cap, sizeof(*t), "the layers' names");
+
+	*out = NULL;
+	*n = 0;
+	if (!t)
+		return -1;
+	pd_fl_add(t, &k, "x_embedder", 0, "img_in", 0, D, D, c->in_channels, 0);
+	pd_fl_add(t, &k, "context_embedder", 0, "txt_in", 0, D, D, c->joint_attention_dim, 0);
+	pd_fl_add(t, &k, "time_text_embed.timestep_embedder.linear_1", 0, "time_in.in_layer", 0, D, D, T, 0);
+	pd_fl_add(t, &k, "time_text_embed.timestep_embedder.linear_2", 0, "time_in.out_layer", 0, D, D, D, 0);
+	pd_fl_add(t, &k, "time_text_embed.text_embedder.linear_1", 0, "vector_in.in_layer", 0, D, D,
+		  c->pooled_projection_dim, 0);
+	pd_fl_add(t, &k, "time_text_embed.text_embedder.linear_2", 0, "vector_in.out_layer", 0, D, D, D, 0);
+	if (c->guidance_embeds) {
+		pd_fl_add(t, &k, "time_text_embed.guidance_embedder.linear_1", 0, "guidance_in.in_layer", 0, D, D, T, 0);
+		pd_fl_add(t, &k, "time_text_embed.guidance_embedder.linear_2", 0, "guidance_in.out_layer", 0, D, D, D,
+			  0);
+	}
+	for (int i = 0; i < c->num_layers; i++) {
+		static const char *const q[3] = { "q", "k", "v" };
+		char name[96];
+
+		pd_fl_add(t, &k, "transformer_blocks.%d.norm1.linear", i, "double_blocks.%d.img_mod.lin", 0, 6 * D, 6 * D,
+			  D, 0);
+		pd_fl_add(t, &k, "transformer_blocks.%d.norm1_context.linear", i, "double_blocks.%d.txt_mod.lin", 0,
+			  6 * D, 6 * D, D, 0);
+		for (int j = 0; j < 3; j++) {
+			snprintf(name, sizeof(name), "transformer_blocks.%%d.attn.to_%s", q[j]);
+			pd_fl_add(t, &k, name, i, "double_blocks.%d.img_attn.qkv", j * D, 3 * D, D, D, 0);
+		}
+		for (int j = 0; j < 3; j++) {
+			snprintf(name, sizeof(name), "transformer_blocks.%%d.attn.add_%s_proj", q[j]);
+			pd_fl_add(t, &k, name, i, "double_blocks.%d.txt_attn.qkv", j * D, 3 * D, D, D, 0);
+		}
+		pd_fl_add(t, &k, "transformer_blocks.%d.attn.to_out.0", i, "double_blocks.%d.img_attn.proj", 0, D, D, D, 0);
+		pd_fl_add(t, &k, "transformer_blocks.%d.attn.to_add_out", i, "double_blocks.%d.txt_attn.proj", 0, D, D, D,
+			  0);
+		pd_fl_add(t, &k, "transformer_blocks.%d.ff.net.0.proj", i, "double_blocks.%d.img_mlp.0", 0, M, M, D, 0);
+		pd_fl_add(t, &k, "transformer_blocks.%d.ff.net.2", i, "double_blocks.%d.img_mlp.2", 0, D, D, M, 0);
+		pd_fl_add(t, &k, "transformer_blocks.%d.ff_context.net.0.proj", i, "double_blocks.%d.txt_mlp.0", 0, M, M,
+			  D, 0);
+		pd_fl_add(t, &k, "transformer_blocks.%d.ff_context.net.2", i, "double_blocks.%d.txt_mlp.2", 0, D, D, M, 0);
+	}
+	for (int i = 0; i < c->num_single_layers; i++) {
+		const char *l1 = "single_blocks.%d.linear1";
+
+		pd_fl_add(t, &k, "single_transformer_blocks.%d.norm.linear", i, "single_blocks.%d.modulation.lin", 0,
+			  3 * D, 3 * D, D, 0);
+		pd_fl_add(t, &k, "single_transformer_blocks.%d.attn.to_q", i, l1, 0, 3 * D + M, D, D, 0);
+		pd_fl_add(t, &k, "single_transformer_blocks.%d.attn.to_k", i, l1, D, 3 * D + M, D, D, 0);
+		pd_fl_add(t, &k, "single_transformer_blocks.%d.attn.to_v", i, l1, 2 * D, 3 * D + M, D, D, 0);
+		pd_fl_add(t, &k, "single_transformer_blocks.%d.proj_mlp", i, l1, 3 * D, 3 * D + M, M, D, 0);
+		pd_fl_add(t, &k, "single_transformer_blocks.%d.proj_out", i, "single_blocks.%d.linear2", 0, D, D, D + M,
+			  0);
+	}
+	/* forgetting the roll gives noise silently */
+	pd_fl_add(t, &k, "norm_out.linear", 0, "final_layer.adaLN_modulation.1", 0, 2 * D, 2 * D, D, D);
+	pd_fl_add(t, &k, "proj_out", 0, "final_layer.linear", 0, c->out_channels, c->out_channels, D, 0);
+	*out = t;
+	*n = k;
+	return 0;
+}
+
 int pd_flux_open_file(struct pd_st **out, const char *path, struct pd_flux_config *cfg, const char *config_json)
 {
 	struct pd_st *base = NULL;
 	const struct pd_st_tensor *t;
 	struct pd_ff f = { 0 };
+	struct pd_dit_linear *lin = NULL;
+	int n_lin = 0;
 	char pre[200];
 	int64_t D;
 
@@ -214,68 +301,43 @@ int pd_flux_open_file(struct pd_st **out, const char *path, struct pd_flux_confi
 	f.base = base;
 	f.pre = pre;
 	D = cfg->dim;
-	pd_ff_map(&f, "img_in", 0, "x_embedder", 0, 0, 0, 0, 0);
-	pd_ff_map(&f, "txt_in", 0, "context_embedder", 0, 0, 0, 0, 0);
-	pd_ff_map(&f, "time_in.in_layer", 0, "time_text_embed.timestep_embedder.linear_1", 0, 0, 0, 0, 0);
-	pd_ff_map(&f, "time_in.out_layer", 0, "time_text_embed.timestep_embedder.linear_2", 0, 0, 0, 0, 0);
-	pd_ff_map(&f, "vector_in.in_layer", 0, "time_text_embed.text_embedder.linear_1", 0, 0, 0, 0, 0);
-	pd_ff_map(&f, "vector_in.out_layer", 0, "time_text_embed.text_embedder.linear_2", 0, 0, 0, 0, 0);
-	pd_ff_map(&f, "guidance_in.in_layer", 0, "time_text_embed.guidance_embedder.linear_1", 0, 0, 0, 0, 1);
-	pd_ff_map(&f, "guidance_in.out_layer", 0, "time_text_embed.guidance_embedder.linear_2", 0, 0, 0, 0, 1);
+	{
+		/* the MLP's width from the weights (FLUX.1: 4 x dim) */
+		const struct pd_st_tensor *l1 = pd_ff_get(base, pre, "single_blocks.%d.linear1.weight", 0);
+
+		if (cfg->num_single_layers && (!l1 || l1->ndim != 2 || l1->shape[0] <= 3 * D)) {
+			pd_errorf("%s: single_blocks.0.linear1 has %lld rows, not more than 3 x %lld", path,
+				  l1 ? (long long)l1->shape[0] : 0LL, (long long)D);
+			f.failed = 1;
+		} else if (cfg->num_single_layers) {
+			cfg->mlp_dim = (int)(l1->shape[0] - 3 * D);
+		} else if ((l1 = pd_ff_get(base, pre, "double_blocks.%d.img_mlp.0.weight", 0)) && l1->ndim == 2) {
+			cfg->mlp_dim = (int)l1->shape[0];
+		}
+	}
+	if (!f.failed && pd_flux_linears(cfg, &lin, &n_lin))
+		f.failed = 1;
+	for (int k = 0; k < n_lin && !f.failed; k++)
+		pd_ff_map(&f, &lin[k]);
+	free(lin);
 	for (int i = 0; i < cfg->num_layers && !f.failed; i++) {
 		const char *q = "transformer_blocks.%d.";
 		char d[160];
 
 #define DST(x) (snprintf(d, sizeof(d), "%s%s", q, x), d)
-		pd_ff_map(&f, "double_blocks.%d.img_mod.lin", i, DST("norm1.linear"), i, 0, 0, 0, 0);
-		pd_ff_map(&f, "double_blocks.%d.txt_mod.lin", i, DST("norm1_context.linear"), i, 0, 0, 0, 0);
-		/* qkv [3D, D]: q, k, v by rows */
-		pd_ff_map(&f, "double_blocks.%d.img_attn.qkv", i, DST("attn.to_q"), i, 0, D, 0, 0);
-		pd_ff_map(&f, "double_blocks.%d.img_attn.qkv", i, DST("attn.to_k"), i, D, D, 0, 0);
-		pd_ff_map(&f, "double_blocks.%d.img_attn.qkv", i, DST("attn.to_v"), i, 2 * D, D, 0, 0);
-		pd_ff_map(&f, "double_blocks.%d.txt_attn.qkv", i, DST("attn.add_q_proj"), i, 0, D, 0, 0);
-		pd_ff_map(&f, "double_blocks.%d.txt_attn.qkv", i, DST("attn.add_k_proj"), i, D, D, 0, 0);
-		pd_ff_map(&f, "double_blocks.%d.txt_attn.qkv", i, DST("attn.add_v_proj"), i, 2 * D, D, 0, 0);
-		pd_ff_map(&f, "double_blocks.%d.img_attn.proj", i, DST("attn.to_out.0"), i, 0, 0, 0, 0);
-		pd_ff_map(&f, "double_blocks.%d.txt_attn.proj", i, DST("attn.to_add_out"), i, 0, 0, 0, 0);
-		pd_ff_map(&f, "double_blocks.%d.img_mlp.0", i, DST("ff.net.0.proj"), i, 0, 0, 0, 0);
-		pd_ff_map(&f, "double_blocks.%d.img_mlp.2", i, DST("ff.net.2"), i, 0, 0, 0, 0);
-		pd_ff_map(&f, "double_blocks.%d.txt_mlp.0", i, DST("ff_context.net.0.proj"), i, 0, 0, 0, 0);
-		pd_ff_map(&f, "double_blocks.%d.txt_mlp.2", i, DST("ff_context.net.2"), i, 0, 0, 0, 0);
 		pd_ff_scale(&f, "double_blocks.%d.img_attn.norm.query_norm.scale", i, DST("attn.norm_q.weight"));
 		pd_ff_scale(&f, "double_blocks.%d.img_attn.norm.key_norm.scale", i, DST("attn.norm_k.weight"));
 		pd_ff_scale(&f, "double_blocks.%d.txt_attn.norm.query_norm.scale", i, DST("attn.norm_added_q.weight"));
 		pd_ff_scale(&f, "double_blocks.%d.txt_attn.norm.key_norm.scale", i, DST("attn.norm_added_k.weight"));
-#undef DST
 	}
 	for (int i = 0; i < cfg->num_single_layers && !f.failed; i++) {
 		const char *q = "single_transformer_blocks.%d.";
-		const struct pd_st_tensor *l1 = pd_ff_get(base, pre, "single_blocks.%d.linear1.weight", i);
-		int64_t M = l1 ? l1->shape[0] - 3 * D : 0;
 		char d[160];
 
-#define DST(x) (snprintf(d, sizeof(d), "%s%s", q, x), d)
-		if (M < 1) {
-			pd_errorf("%s: single_blocks.%d.linear1 has %lld rows, fewer than 3 x %lld", path, i,
-				  l1 ? (long long)l1->shape[0] : 0LL, (long long)D);
-			f.failed = 1;
-			break;
-		}
-		pd_ff_map(&f, "single_blocks.%d.modulation.lin", i, DST("norm.linear"), i, 0, 0, 0, 0);
-		/* linear1 [3D + M, D]: q, k, v, then the MLP's first layer */
-		pd_ff_map(&f, "single_blocks.%d.linear1", i, DST("attn.to_q"), i, 0, D, 0, 0);
-		pd_ff_map(&f, "single_blocks.%d.linear1", i, DST("attn.to_k"), i, D, D, 0, 0);
-		pd_ff_map(&f, "single_blocks.%d.linear1", i, DST("attn.to_v"), i, 2 * D, D, 0, 0);
-		pd_ff_map(&f, "single_blocks.%d.linear1", i, DST("proj_mlp"), i, 3 * D, M, 0, 0);
-		pd_ff_map(&f, "single_blocks.%d.linear2", i, DST("proj_out"), i, 0, 0, 0, 0);
 		pd_ff_scale(&f, "single_blocks.%d.norm.query_norm.scale", i, DST("attn.norm_q.weight"));
 		pd_ff_scale(&f, "single_blocks.%d.norm.key_norm.scale", i, DST("attn.norm_k.weight"));
 #undef DST
 	}
-	/* the final modulation: (shift, scale) in the file, (scale, shift) in
-	 * diffusers, so the halves swap; forgetting it gives noise silently */
-	pd_ff_map(&f, "final_layer.adaLN_modulation.1", 0, "norm_out.linear", 0, 0, 0, D, 0);
-	pd_ff_map(&f, "final_layer.linear", 0, "proj_out", 0, 0, 0, 0, 0);
 	if (f.failed || pd_st_view_done(f.view)) {
 		pd_st_close(f.view);
 		return -1;

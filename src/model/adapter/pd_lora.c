@@ -1,0 +1,510 @@
+/*
+ * pd_lora.c - LoRA adapter files matched to a model's layers and put beside
+ * them (pd_lora.h says the layouts and the arithmetic).
+ */
+#include "pd_lora.h"
+#include "pd_safetensors.h"
+#include "pd_strmap.h"
+#include "pd_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { PD_LK_DOWN, PD_LK_UP, PD_LK_ALPHA };
+
+/* The key endings of a low-rank pair, in every layout. */
+static const struct {
+	const char *suffix;
+	int kind;
+} pd_lora_suffixes[] = {
+	{ ".lora_A.weight", PD_LK_DOWN },  { ".lora_B.weight", PD_LK_UP }, { ".lora_down.weight", PD_LK_DOWN },
+	{ ".lora_up.weight", PD_LK_UP },   { ".alpha", PD_LK_ALPHA },
+};
+
+/* Prefixes the files put before a module's name: ComfyUI's BFL names,
+ * diffusers' and PEFT's. */
+static const char *const pd_lora_prefixes[] = { "model.diffusion_model.", "diffusion_model.", "transformer.",
+						"base_model.model.", "unet." };
+
+/* kohya's names: the module's with '.' as '_' after one of these. */
+#define PD_KOHYA_NATIVE "lora_unet_"
+#define PD_KOHYA_OURS "lora_transformer_"
+
+/* The module part of KEY (*LEN bytes) and what the key holds; -1 when KEY
+ * is no part of a low-rank pair. */
+static int pd_lora_split(const char *key, size_t *len)
+{
+	size_t n = strlen(key);
+
+	for (size_t i = 0; i < sizeof(pd_lora_suffixes) / sizeof(pd_lora_suffixes[0]); i++) {
+		size_t k = strlen(pd_lora_suffixes[i].suffix);
+
+		if (n > k && !strcmp(key + n - k, pd_lora_suffixes[i].suffix)) {
+			*len = n - k;
+			return pd_lora_suffixes[i].kind;
+		}
+	}
+	return -1;
+}
+
+/* One adapter's term on one layer. */
+struct pd_lora_part {
+	int file;                       /* which file */
+	const struct pd_st_tensor *a;   /* down [rank, n_in] */
+	const struct pd_st_tensor *b;   /* up: [n_out, rank], or the fused native tensor's [native_rows, rank] */
+	int64_t b_r0;                   /* the layer's first row in b */
+	int64_t roll;                   /* the layer's row r is b's row b_r0 + (r + roll) mod n_out */
+	int64_t rank;                   /* a's rows */
+	float scale;                    /* multiplier * alpha / rank */
+	int next;                       /* the layer's next part, or -1 */
+};
+
+struct pd_lora {
+	int n_files;
+	struct pd_st **files;           /* the adapter files, mapped */
+	struct pd_dit_linear *layers;   /* the model's layers (a copy) */
+	int n_layers;
+	struct pd_strmap names;         /* "d:" name -> 2 layer; "n:" native and "k:" kohya -> 2 first + 1 */
+	struct pd_lora_part *parts;
+	int n_parts, cap_parts;
+	int *head, *tail;               /* per layer: its first and last part, or -1 */
+	int touched;                    /* layers with a part */
+	int applied;                    /* terms put beside layers */
+};
+
+static int pd_lora_put(struct pd_strmap *m, const char *tag, const char *name, int32_t v)
+{
+	char key[256];
+	int n = snprintf(key, sizeof(key), "%s%s", tag, name);
+	int32_t old;
+
+	if (n < 0 || (size_t)n >= sizeof(key))
+		return pd_errorf("layer name '%s' too long", name);
+	/* a fused native tensor is its first layer's */
+	if (pd_strmap_get(m, key, (size_t)n, &old))
+		return 0;
+	return pd_strmap_put(m, key, (size_t)n, v);
+}
+
+static int pd_lora_get(const struct pd_strmap *m, const char *tag, const char *name, size_t len, int32_t *v)
+{
+	char key[256];
+	int n = snprintf(key, sizeof(key), "%s%.*s", tag, (int)len, name);
+
+	return n > 0 && (size_t)n < sizeof(key) && pd_strmap_get(m, key, (size_t)n, v);
+}
+
+static void pd_lora_underscored(char *dst, size_t cap, const char *pre, const char *name)
+{
+	snprintf(dst, cap, "%s%s", pre, name);
+	for (char *p = dst + strlen(pre); *p; p++)
+		if (*p == '.')
+			*p = '_';
+}
+
+static int pd_lora_index(struct pd_lora *lo)
+{
+	char k[256];
+
+	if (pd_strmap_init(&lo->names, (size_t)lo->n_layers * 4))
+		return pd_errorf("out of memory for the adapters' names");
+	for (int i = 0; i < lo->n_layers; i++) {
+		const struct pd_dit_linear *l = &lo->layers[i];
+
+		pd_lora_underscored(k, sizeof(k), PD_KOHYA_OURS, l->name);
+		if (pd_lora_put(&lo->names, "d:", l->name, 2 * i) || pd_lora_put(&lo->names, "k:", k, 2 * i) ||
+		    pd_lora_put(&lo->names, "n:", l->native, 2 * i + 1))
+			return -1;
+		pd_lora_underscored(k, sizeof(k), PD_KOHYA_NATIVE, l->native);
+		if (pd_lora_put(&lo->names, "k:", k, 2 * i + 1))
+			return -1;
+	}
+	return 0;
+}
+
+/* The layer (2 i) or fused native group (2 i + 1) a module name M (LEN
+ * bytes) means, or -1. */
+static int32_t pd_lora_target(const struct pd_lora *lo, const char *m, size_t len)
+{
+	int32_t v;
+
+	if (pd_lora_get(&lo->names, "k:", m, len, &v))
+		return v;
+	for (int p = -1; p < (int)(sizeof(pd_lora_prefixes) / sizeof(pd_lora_prefixes[0])); p++) {
+		size_t pl = p < 0 ? 0 : strlen(pd_lora_prefixes[p]);
+
+		if (p >= 0 && (len <= pl || strncmp(m, pd_lora_prefixes[p], pl)))
+			continue;
+		if (pd_lora_get(&lo->names, "d:", m + pl, len - pl, &v) || pd_lora_get(&lo->names, "n:", m + pl, len - pl, &v))
+			return v;
+	}
+	return -1;
+}
+
+static int pd_lora_add_part(struct pd_lora *lo, int layer, const struct pd_lora_part *p)
+{
+	if (lo->n_parts == lo->cap_parts) {
+		int cap = lo->cap_parts ? 2 * lo->cap_parts : 64;
+		struct pd_lora_part *q = realloc(lo->parts, (size_t)cap * sizeof(*q));
+
+		if (!q)
+			return pd_errorf("out of memory for the adapters");
+		lo->parts = q;
+		lo->cap_parts = cap;
+	}
+	lo->parts[lo->n_parts] = *p;
+	lo->parts[lo->n_parts].next = -1;
+	if (lo->tail[layer] < 0) {
+		lo->head[layer] = lo->n_parts;
+		lo->touched++;
+	} else {
+		lo->parts[lo->tail[layer]].next = lo->n_parts;
+	}
+	lo->tail[layer] = lo->n_parts++;
+	return 0;
+}
+
+/* A module of one file: its pair and alpha. */
+struct pd_lora_mod {
+	const char *name;               /* the key's module part (not terminated: len) */
+	size_t len;
+	const struct pd_st_tensor *t[3]; /* down, up, alpha */
+};
+
+/* The pair of module MOD as parts of the layer or fused group V. */
+static int pd_lora_module(struct pd_lora *lo, int file, float mult, const struct pd_lora_mod *mod, int32_t v)
+{
+	const char *path = lo->files[file]->path;
+	const struct pd_st_tensor *a = mod->t[PD_LK_DOWN], *b = mod->t[PD_LK_UP], *al = mod->t[PD_LK_ALPHA];
+	int first = v / 2, group = v & 1;
+	const struct pd_dit_linear *l = &lo->layers[first];
+	int64_t rank, rows = group ? l->native_rows : l->n_out;
+	float alpha;
+
+	if (!a || !b)
+		return pd_errorf("%s: '%.*s' has %s but no %s", path, (int)mod->len, mod->name, a ? "a down (A) matrix" : "an up (B) matrix",
+				 a ? "up (B) matrix" : "down (A) matrix");
+	rank = a->ndim == 2 ? a->shape[0] : 0;
+	if (a->ndim != 2 || b->ndim != 2 || rank < 1 || b->shape[1] != rank || a->shape[1] != l->n_in ||
+	    b->shape[0] != rows)
+		return pd_errorf("%s: '%.*s' is [%lld, %lld] x [%lld, %lld]; the model's %s%s needs [%lld, r] x [r, %lld]",
+				 path, (int)mod->len, mod->name, b->ndim > 0 ? (long long)b->shape[0] : 0LL,
+				 b->ndim > 1 ? (long long)b->shape[1] : 0LL, a->ndim > 0 ? (long long)a->shape[0] : 0LL,
+				 a->ndim > 1 ? (long long)a->shape[1] : 0LL, group ? l->native : l->name,
+				 group ? " (fused)" : "", (long long)rows, (long long)l->n_in);
+	alpha = (float)rank;
+	if (al) {
+		if (al->numel != 1 || pd_st_read_f32(al, 0, 1, &alpha))
+			return pd_errorf("%s: '%s' is not one number", path, al->name);
+		if (!isfinite(alpha))
+			return pd_errorf("%s: '%s' is not a finite number", path, al->name);
+	}
+	for (int i = first; i < lo->n_layers; i++) {
+		const struct pd_dit_linear *li = &lo->layers[i];
+		struct pd_lora_part p = { file, a, b, group ? li->r0 : 0, li->roll, rank, mult * alpha / (float)rank, -1 };
+
+		if (i > first && (!group || strcmp(li->native, l->native)))
+			break;
+		if (pd_lora_add_part(lo, i, &p))
+			return -1;
+		if (!group)
+			break;
+	}
+	return 0;
+}
+
+static int pd_lora_mod_cmp(const void *x, const void *y)
+{
+	const struct pd_lora_mod *a = x, *b = y;
+	int c = strncmp(a->name, b->name, a->len < b->len ? a->len : b->len);
+
+	return c ? c : (a->len > b->len) - (a->len < b->len);
+}
+
+/* The keys of file F grouped by module (sorted: a module's keys are
+ * adjacent once sorted by module name). */
+static int pd_lora_modules(const struct pd_st *st, struct pd_lora_mod **out, int *n, int lenient, int *skipped)
+{
+	struct pd_lora_mod *m = pd_calloc((size_t)st->n_tensors + 1, sizeof(*m), "an adapter's keys");
+	int k = 0, w = 0;
+
+	*out = NULL;
+	*n = 0;
+	if (!m)
+		return -1;
+	for (int i = 0; i < st->n_tensors; i++) {
+		const struct pd_st_tensor *t = st->sorted[i];
+		size_t len;
+		int kind = pd_lora_split(t->name, &len);
+
+		if (kind < 0) {
+			if (!lenient) {
+				free(m);
+				return pd_errorf("%s: '%s' is not part of a low-rank pair (lora_A/lora_B, lora_down/lora_up, "
+						 "alpha); --lora-lenient skips such keys",
+						 st->path, t->name);
+			}
+			pd_log(2, "%s: skipped '%s' (not part of a low-rank pair)\n", st->path, t->name);
+			(*skipped)++;
+			continue;
+		}
+		m[k].name = t->name;
+		m[k].len = len;
+		m[k].t[kind] = t;
+		k++;
+	}
+	qsort(m, (size_t)k, sizeof(*m), pd_lora_mod_cmp);
+	for (int i = 0; i < k; i++) {
+		if (w > 0 && !pd_lora_mod_cmp(&m[w - 1], &m[i])) {
+			for (int j = 0; j < 3; j++)
+				if (m[i].t[j])
+					m[w - 1].t[j] = m[i].t[j];
+			continue;
+		}
+		m[w++] = m[i];
+	}
+	*out = m;
+	*n = w;
+	return 0;
+}
+
+int pd_lora_resolve(struct pd_lora **out, const struct pd_lora_spec *specs, int n, const struct pd_dit_linear *layers,
+		    int n_layers, int lenient)
+{
+	struct pd_lora *lo = pd_calloc(1, sizeof(*lo), "adapters");
+	struct pd_lora_mod *mods = NULL;
+	int n_mods = 0;
+
+	*out = NULL;
+	if (!lo)
+		return -1;
+	lo->files = pd_calloc((size_t)n + 1, sizeof(*lo->files), "adapters");
+	lo->layers = pd_calloc((size_t)n_layers + 1, sizeof(*lo->layers), "adapters");
+	lo->head = pd_calloc((size_t)n_layers + 1, sizeof(int), "adapters");
+	lo->tail = pd_calloc((size_t)n_layers + 1, sizeof(int), "adapters");
+	if (!lo->files || !lo->layers || !lo->head || !lo->tail)
+		goto fail;
+	memcpy(lo->layers, layers, (size_t)n_layers * sizeof(*layers));
+	lo->n_layers = n_layers;
+	for (int i = 0; i < n_layers; i++)
+		lo->head[i] = lo->tail[i] = -1;
+	if (pd_lora_index(lo))
+		goto fail;
+	for (int f = 0; f < n; f++) {
+		int skipped = 0, used = 0;
+
+		if (!isfinite(specs[f].scale)) {
+			pd_errorf("--lora %s: the scale is not a finite number", specs[f].path);
+			goto fail;
+		}
+		if (pd_st_open(&lo->files[f], specs[f].path))
+			goto fail;
+		lo->n_files++;
+		if (pd_lora_modules(lo->files[f], &mods, &n_mods, lenient, &skipped))
+			goto fail;
+		for (int i = 0; i < n_mods; i++) {
+			int32_t v = pd_lora_target(lo, mods[i].name, mods[i].len);
+
+			if (v < 0) {
+				if (!lenient) {
+					pd_errorf("%s: '%.*s' is no layer of this model (layouts read: diffusers/PEFT, kohya, "
+						  "Black Forest Labs' names); --lora-lenient skips such keys",
+						  specs[f].path, (int)mods[i].len, mods[i].name);
+					goto fail;
+				}
+				pd_log(2, "%s: skipped '%.*s' (no layer of this model)\n", specs[f].path, (int)mods[i].len,
+				       mods[i].name);
+				skipped++;
+				continue;
+			}
+			if (pd_lora_module(lo, f, specs[f].scale, &mods[i], v))
+				goto fail;
+			used++;
+		}
+		free(mods);
+		mods = NULL;
+		if (!used) {
+			pd_errorf("%s: no layer of this model is adapted (%d keys skipped)", specs[f].path, skipped);
+			goto fail;
+		}
+		if (skipped)
+			pd_log(1, "%s: %d keys of no layer skipped (-v lists them)\n", specs[f].path, skipped);
+	}
+	*out = lo;
+	return 0;
+fail:
+	free(mods);
+	pd_lora_free(lo);
+	return -1;
+}
+
+/* A read part of an adapter, checked for NaN and infinity. */
+static int pd_lora_finite(const struct pd_lora *lo, const struct pd_lora_part *p, const struct pd_st_tensor *t,
+			  const float *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!isfinite(v[i]))
+			return pd_errorf("%s: '%s' holds NaN or infinity", lo->files[p->file]->path, t->name);
+	return 0;
+}
+
+int pd_lora_apply(struct pd_lora *lo, struct pd_backend *be, struct pd_linear *l, const char *name,
+		  const struct pd_slice *s)
+{
+	int32_t v;
+	int64_t R = 0, off = 0, n_out;
+	float *a = NULL, *b = NULL, *row = NULL;
+	int rc = -1;
+
+	if (!lo || !pd_lora_get(&lo->names, "d:", name, strlen(name), &v) || (v & 1) || lo->head[v / 2] < 0)
+		return 0;
+	n_out = lo->layers[v / 2].n_out;
+	for (int i = lo->head[v / 2]; i >= 0; i = lo->parts[i].next)
+		R += lo->parts[i].rank;
+	if (!be->ops->linear_adapt)
+		return pd_errorf("the %s backend cannot put adapters beside its layers", be->ops->name);
+	a = pd_malloc((size_t)(R * s->nc) * sizeof(float), "an adapter");
+	b = pd_malloc((size_t)(R * s->nr) * sizeof(float), "an adapter");
+	row = pd_malloc((size_t)R * sizeof(float), "an adapter");
+	if (!a || !b || !row)
+		goto out;
+	for (int i = lo->head[v / 2]; i >= 0; i = lo->parts[i].next) {
+		const struct pd_lora_part *p = &lo->parts[i];
+
+		/* A's columns of the shard's input, B's rows of its output */
+		if (pd_st_read_block_f32(p->a, 0, p->rank, s->c0, s->nc, a + off * s->nc, s->nc) ||
+		    pd_lora_finite(lo, p, p->a, a + off * s->nc, (size_t)(p->rank * s->nc)))
+			goto out;
+		for (int64_t r = 0; r < s->nr; r++) {
+			int64_t src = p->b_r0 + (s->r0 + r + p->roll) % n_out;
+
+			if (pd_st_read_block_f32(p->b, src, 1, 0, p->rank, row, p->rank) ||
+			    pd_lora_finite(lo, p, p->b, row, (size_t)p->rank))
+				goto out;
+			for (int64_t k = 0; k < p->rank; k++)
+				b[r * R + off + k] = p->scale * row[k];
+		}
+		off += p->rank;
+	}
+	if (be->ops->linear_adapt(be, l, R, a, b)) {
+		pd_errorf("adapters on %s: %s", name, be->error);
+		goto out;
+	}
+	lo->applied++;
+	rc = 0;
+out:
+	free(a);
+	free(b);
+	free(row);
+	return rc;
+}
+
+int pd_lora_each_linear(void *ctx, struct pd_backend *be, struct pd_linear *l, const char *name,
+			const struct pd_slice *s)
+{
+	return pd_lora_apply(ctx, be, l, name, s);
+}
+
+int pd_lora_layers(const struct pd_lora *lo)
+{
+	return lo ? lo->touched : 0;
+}
+
+int pd_lora_applied(const struct pd_lora *lo)
+{
+	return lo ? lo->applied : 0;
+}
+
+double pd_lora_params(const struct pd_lora *lo)
+{
+	double n = 0;
+
+	for (int i = 0; lo && i < lo->n_layers; i++)
+		for (int j = lo->head[i]; j >= 0; j = lo->parts[j].next)
+			n += (double)lo->parts[j].rank * (double)(lo->layers[i].n_in + lo->layers[i].n_out);
+	return n;
+}
+
+void pd_lora_free(struct pd_lora *lo)
+{
+	if (!lo)
+		return;
+	for (int i = 0; i < lo->n_files; i++)
+		pd_st_close(lo->files[i]);
+	free(lo->files);
+	free(lo->layers);
+	free(lo->parts);
+	free(lo->head);
+	free(lo->tail);
+	pd_strmap_free(&lo->names);
+	free(lo);
+}
+
+/* The layout a module name M is in, by its look. */
+static const char *pd_lora_layout(const char *m, size_t len)
+{
+	if (len > strlen(PD_KOHYA_NATIVE) && !strncmp(m, PD_KOHYA_NATIVE, strlen(PD_KOHYA_NATIVE)))
+		return "kohya";
+	if (len > strlen(PD_KOHYA_OURS) && !strncmp(m, PD_KOHYA_OURS, strlen(PD_KOHYA_OURS)))
+		return "kohya (diffusers names)";
+	if (len > 15 && !strncmp(m, "diffusion_model.", 16))
+		return "native (ComfyUI)";
+	if (len > 12 && !strncmp(m, "transformer.", 12))
+		return "diffusers/PEFT";
+	return "unprefixed";
+}
+
+int pd_lora_describe(const char *path, struct pd_lora_about *ab)
+{
+	struct pd_st *st = NULL;
+	struct pd_lora_mod *m = NULL;
+	int n = 0, other = 0;
+
+	memset(ab, 0, sizeof(*ab));
+	if (pd_st_open(&st, path))
+		return -1;
+	if (pd_lora_modules(st, &m, &n, 1, &other)) {
+		pd_st_close(st);
+		return -1;
+	}
+	for (int i = 0; i < st->n_tensors; i++) {
+		size_t len;
+
+		if (pd_lora_split(st->sorted[i]->name, &len) < 0) {
+			snprintf(ab->first_other, sizeof(ab->first_other), "%s", st->sorted[i]->name);
+			break;
+		}
+	}
+	ab->other = other;
+	for (int i = 0; i < n; i++) {
+		const struct pd_st_tensor *a = m[i].t[PD_LK_DOWN], *b = m[i].t[PD_LK_UP], *al = m[i].t[PD_LK_ALPHA];
+		const char *lay = pd_lora_layout(m[i].name, m[i].len);
+		float alpha;
+
+		if (!strstr(ab->layout, lay) && strlen(ab->layout) + strlen(lay) + 2 < sizeof(ab->layout))
+			snprintf(ab->layout + strlen(ab->layout), sizeof(ab->layout) - strlen(ab->layout), "%s%s",
+				 ab->layout[0] ? " + " : "", lay);
+		if (!a || !b || a->ndim != 2 || b->ndim != 2)
+			continue;
+		if (!ab->modules)
+			snprintf(ab->example, sizeof(ab->example), "%.*s", (int)m[i].len, m[i].name);
+		if (!ab->modules || a->shape[0] < ab->rank_min)
+			ab->rank_min = (int)a->shape[0];
+		if (a->shape[0] > ab->rank_max)
+			ab->rank_max = (int)a->shape[0];
+		ab->modules++;
+		ab->params += (double)a->numel + (double)b->numel;
+		if (al && al->numel == 1 && !pd_st_read_f32(al, 0, 1, &alpha)) {
+			if (!ab->alphas || alpha < ab->alpha_min)
+				ab->alpha_min = alpha;
+			if (!ab->alphas || alpha > ab->alpha_max)
+				ab->alpha_max = alpha;
+			ab->alphas++;
+		}
+	}
+	free(m);
+	pd_st_close(st);
+	return 0;
+}

@@ -1,0 +1,90 @@
+/*
+ * pd_lora.h - LoRA adapters: files in the layouts people download, resolved
+ * against a model's linear layers and put beside them as they load.
+ *
+ *   struct pd_lora_spec spec = { "style.safetensors", 0.8f };
+ *   struct pd_lora *lo;
+ *   pd_lora_resolve(&lo, &spec, 1, layers, n_layers, 0);  // a family's table
+ *   ld.each_linear = pd_lora_each_linear;                  // as layers load:
+ *   ld.each_ctx = lo;                                      // pd_lora_apply on each
+ *   pd_lora_free(lo);
+ *
+ * A layer of weight W acts as W + sum_i scale_i (alpha_i / rank_i) B_i A_i
+ * (alpha = rank where a file has none, as PEFT reads it), computed beside
+ * the layer as x A^T B^T (struct pd_backend_ops.linear_adapt), never merged:
+ * kept-quantized weights stay as stored, the model is not copied, and a
+ * long-lived engine can change adapters without reloading. Several adapters
+ * on one layer are one term of their summed ranks.
+ *
+ * Layouts (told per key, so a file may mix them):
+ * - diffusers / PEFT / ai-toolkit: `transformer.<module>.lora_A.weight`
+ *   [r, in] and `.lora_B.weight` [out, r], with the model's own names;
+ * - kohya sd-scripts: `lora_unet_<native module, '.' as '_'>.lora_down.weight`,
+ *   `.lora_up.weight`, `.alpha` (and `lora_transformer_<module>` for
+ *   diffusers names), where a fused native tensor (FLUX's q, k, v) shares
+ *   one lora_down and its lora_up's rows split as the weight's do;
+ * - the family's native names (Black Forest Labs' as ComfyUI saves them):
+ *   `diffusion_model.<native module>.lora_A.weight`, `.lora_B.weight`, `.alpha`.
+ * A key no layer of the model has is refused with its name (or skipped,
+ * lenient).
+ *
+ * Tensor parallel: a column-parallel layer's shard takes its rows of B, a
+ * row-parallel one's its columns of A (the shards' terms add up in the
+ * layer's reduction as its products do).
+ */
+#ifndef PD_LORA_H
+#define PD_LORA_H
+
+#include <stdint.h>
+
+#include "pd_backend.h"
+#include "pd_dit.h"
+#include "pd_model_paths.h"
+
+/* struct pd_lora_spec (an adapter file and its multiplier): pd_model_paths.h */
+
+/* Adapters resolved against one model's layers. */
+struct pd_lora;
+
+/* Opens the files of SPECS[0..n) and matches every key to one of LAYERS
+ * (the family's table, pd_dit_linear), checking shapes: 0, or -1 with one
+ * message naming the file and key. LENIENT: keys of no layer are skipped
+ * (listed at log level 2) instead. */
+int pd_lora_resolve(struct pd_lora **out, const struct pd_lora_spec *specs, int n, const struct pd_dit_linear *layers,
+		    int n_layers, int lenient);
+
+/* Puts the adapters' term for layer NAME, part S of its weight (a
+ * tensor-parallel shard), beside L; nothing when no adapter touches it.
+ * 0, or -1 with a message (a NaN in an adapter names its file and key). */
+int pd_lora_apply(struct pd_lora *lo, struct pd_backend *be, struct pd_linear *l, const char *name,
+		  const struct pd_slice *s);
+/* The same for a loader's each_linear (CTX: the struct pd_lora). */
+int pd_lora_each_linear(void *ctx, struct pd_backend *be, struct pd_linear *l, const char *name,
+			const struct pd_slice *s);
+
+/* Layers the adapters touch (of the whole model), and terms put beside
+ * layers so far (a shard's, a stage's). */
+int pd_lora_layers(const struct pd_lora *lo);
+int pd_lora_applied(const struct pd_lora *lo);
+
+/* Parameters of the adapters' terms on the whole model (A and B of each
+ * layer touched), for the planner's memory count. */
+double pd_lora_params(const struct pd_lora *lo);
+
+void pd_lora_free(struct pd_lora *lo);
+
+/* What an adapter file holds, without a model (pdit inspect). */
+struct pd_lora_about {
+	char layout[64];                /* "kohya", "peft", "native" or several joined with '+' */
+	int modules;                    /* modules with a low-rank pair */
+	int rank_min, rank_max;         /* their ranks */
+	int alphas;                     /* modules with an alpha */
+	float alpha_min, alpha_max;     /* the alphas (when alphas > 0) */
+	double params;                  /* values of all the pairs */
+	int other;                      /* keys of no pair (refused unless lenient) */
+	char first_other[128];          /* the first of them */
+	char example[160];              /* one module's name as the file has it */
+};
+int pd_lora_describe(const char *path, struct pd_lora_about *a);
+
+#endif /* PD_LORA_H */

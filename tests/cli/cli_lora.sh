@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# LoRA adapters as a user applies them, against diffusers (tests/golden/edit-tiny):
+#   every forward case (diffusers/PEFT, kohya with alpha and fused q/k/v, Black
+#   Forest Labs' names, a stack of two layouts with a negative scale) through
+#   `pdit forward --lora FILE:SCALE`: out.sample within 1e-4, and pdit's run
+#   without the adapters within 1e-4 of out.sample_without_lora (so the
+#   adapters are what moves it); the whole-run case through `pdit generate
+#   --lora`: latents.final within 1e-4, the picture within 1 level;
+#   kept-quantized weights (Q8_0 GGUF, fp8, decoded products, f32) with an
+#   adapter equal to the same adapter on their dequantized weights within 1e-5;
+#   with MPIRUN: tensor parallel 2 and 4 (the adapters' B rows and A columns
+#   sharded with their layers), Ulysses 2, ring 2, PipeFusion 2, tensor 2 x
+#   Ulysses 2, and tensor 2 on the Q8_0 file, each equal to one process within
+#   1e-5;
+#   refusals, one line naming the file and nonzero with nothing written: a key of
+#   no layer (and --lora-lenient skipping it), shapes that do not fit the model,
+#   NaN in an adapter, a lone lora_A, a truncated file, a missing file.
+# usage: cli_lora.sh PDIT ST_COMPARE EDIT_GOLDEN FLUX_GOLDEN QUANT_GOLDEN [MPIRUN...]
+set -u
+pdit=$1 cmp=$2 g=$3 fg=$4 qg=$5
+shift 5
+mpirun=("$@")
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+meta() { "$cmp" meta "$1" "$2"; }
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fail=1; }
+# --lora FILE:SCALE for each of a case's adapters (its loras and scales lists)
+lora_args() {
+	python3 - "$g" "$(meta "$1" loras)" "$(meta "$1" scales)" << 'PY'
+import json, sys
+for f, s in zip(json.loads(sys.argv[2]), json.loads(sys.argv[3])):
+    print("--lora\n%s/%s:%r" % (sys.argv[1], f, s))
+PY
+}
+
+for f in "$g"/lora-dev-????.safetensors; do
+	name=$(basename "$f")
+	mapfile -t la < <(lora_args "$f")
+	tr=(--transformer "$fg/transformer-$(meta "$f" config)" --inputs "$f")
+	if "$pdit" forward "${tr[@]}" "${la[@]}" --out "$tmp/out.safetensors" > /dev/null 2> "$tmp/err" &&
+		"$cmp" tensors "$tmp/out.safetensors" "$f" 1e-4 out.sample > "$tmp/log"; then
+		ok "$name ($(meta "$f" layout), scales $(meta "$f" scales)): $(head -1 "$tmp/log")"
+	else
+		cat "$tmp/err" "$tmp/log"; bad "$name with its adapters"
+	fi
+	"$pdit" forward "${tr[@]}" --out "$tmp/plain.safetensors" > /dev/null 2>&1
+	if python3 - "$tmp/plain.safetensors" "$f" << 'PY'
+import json, struct, sys
+def rd(p, k):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); s, e = h[k]["data_offsets"]
+    return struct.unpack("<%df" % ((e - s) // 4), b[8 + n + s:8 + n + e])
+mine, ref, ref_plain = rd(sys.argv[1], "out.sample"), rd(sys.argv[2], "out.sample"), rd(sys.argv[2], "out.sample_without_lora")
+scale = max(abs(v) for v in ref_plain)
+plain_err = max(abs(a - b) for a, b in zip(mine, ref_plain)) / scale
+moved = max(abs(a - b) for a, b in zip(ref, ref_plain)) / scale
+print("without adapters %.2e of out.sample_without_lora; the adapters move it %.2e" % (plain_err, moved))
+sys.exit(0 if plain_err <= 1e-4 and moved > 1e-2 else 1)
+PY
+	then ok "$name without its adapters"; else bad "$name: without adapters, or adapters that change nothing"; fi
+done
+
+# the whole run
+f="$g/lora-pipeline-dev-1351.safetensors"
+mapfile -t la < <(lora_args "$f")
+gen=(--transformer "$fg/transformer-dev" --vae "$fg/vae-dev" --scheduler "$fg/scheduler-dev" --embeds "$f"
+     --steps "$(meta "$f" num_inference_steps)" -s "$(meta "$f" noise_seed)" --guidance "$(meta "$f" guidance_scale)"
+     -W "$(meta "$f" width)" -H "$(meta "$f" height)" "${la[@]}")
+if "$pdit" generate "${gen[@]}" --out-latents "$tmp/lat.safetensors" -o "$tmp/img.png" -q 2> "$tmp/err" &&
+	"$cmp" tensors "$tmp/lat.safetensors" "$f" 1e-4 latents.final > "$tmp/log" &&
+	"$cmp" png "$tmp/img.png" "$f" image.uint8 0 1 >> "$tmp/log"; then
+	ok "generate --lora on $(basename "$f"): $(head -1 "$tmp/log"); $(tail -1 "$tmp/log")"
+else
+	cat "$tmp/err" "$tmp/log"; bad "generate --lora on $(basename "$f")"
+fi
+
+# kept-quantized weights: the adapter beside their blocks, as on the decoded weights
+adapter="$g/lora-dev-1342-kohya.safetensors:0.8"
+for q in Q8_0.gguf fp8_e4m3fn_scaled.safetensors; do
+	t=${q%.*}
+	in=(--inputs "$qg/forward-$t-h64w48.safetensors" --lora "$adapter")
+	if "$pdit" forward --transformer "$qg/flux-tiny-dev-$q" --config "$qg/dequant-$t/config.json" "${in[@]}" \
+		--quant-products bf16 --out "$tmp/q.safetensors" > /dev/null 2> "$tmp/err" &&
+		"$pdit" forward --transformer "$qg/dequant-$t" "${in[@]}" --out "$tmp/d.safetensors" > /dev/null 2>> "$tmp/err" &&
+		"$cmp" tensors "$tmp/q.safetensors" "$tmp/d.safetensors" 1e-5 out.sample > "$tmp/log"; then
+		ok "an adapter on $q as on its dequantized weights: $(head -1 "$tmp/log")"
+	else
+		cat "$tmp/err" "$tmp/log"; bad "an adapter on $q"
+	fi
+done
+
+if [ ${#mpirun[@]} -gt 0 ]; then
+	while read -r np mesh; do
+		rm -f "$tmp/lat2.safetensors"
+		# shellcheck disable=SC2086
+		if "${mpirun[@]}" -np "$np" "$pdit" generate "${gen[@]}" $mesh --out-latents "$tmp/lat2.safetensors" \
+			-o "$tmp/img2.png" -q < /dev/null 2> "$tmp/err" &&
+			"$cmp" tensors "$tmp/lat2.safetensors" "$tmp/lat.safetensors" 1e-5 latents.final > "$tmp/log"; then
+			ok "generate --lora on $np processes ($mesh): one process's latents, $(head -1 "$tmp/log")"
+		else
+			cat "$tmp/err" "$tmp/log"; bad "generate --lora, $np processes, $mesh"
+		fi
+	done << 'EOF'
+2 --tensor-parallel-degree 2
+2 --ulysses-degree 2
+2 --ring-degree 2
+2 --pipefusion-degree 2 --warmup-steps 4
+4 --tensor-parallel-degree 4
+4 --tensor-parallel-degree 2 --ulysses-degree 2
+EOF
+	q=(--diffusion-model "$qg/flux-tiny-dev-Q8_0.gguf" --config "$qg/dequant-Q8_0/config.json" --vae "$fg/vae-dev"
+	   --scheduler "$fg/scheduler-dev" --embeds "$f" --steps 2 -s 5 --lora "$adapter" --quant-products bf16 -q)
+	if "$pdit" generate "${q[@]}" --out-latents "$tmp/q1.safetensors" -o "$tmp/q1.png" 2> "$tmp/err" &&
+		"${mpirun[@]}" -np 2 "$pdit" generate "${q[@]}" --tensor-parallel-degree 2 --out-latents "$tmp/q2.safetensors" \
+			-o "$tmp/q2.png" < /dev/null 2>> "$tmp/err" &&
+		"$cmp" tensors "$tmp/q2.safetensors" "$tmp/q1.safetensors" 1e-5 latents.final > "$tmp/log"; then
+		ok "an adapter on the Q8_0 file, tensor parallel 2: one process's latents, $(head -1 "$tmp/log")"
+	else
+		cat "$tmp/err" "$tmp/log"; bad "an adapter on the Q8_0 file, tensor parallel 2"
+	fi
+fi
+
+# refusals: one line naming the file, nonzero, nothing written
+python3 - "$tmp" << 'PY'
+import json, struct, sys
+def save(path, tensors, cut=0):
+    header, data = {}, b""
+    for k, (shape, vals) in tensors.items():
+        raw = struct.pack("<%df" % len(vals), *vals)
+        header[k] = {"dtype": "F32", "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    h = json.dumps(header).encode()
+    blob = struct.pack("<Q", len(h)) + h + data
+    open(path, "wb").write(blob[:len(blob) - cut] if cut else blob)
+d, r, D = sys.argv[1], 2, 64
+down = lambda n_in: ([r, n_in], [0.01] * (r * n_in))
+up = lambda n_out: ([n_out, r], [0.01] * (n_out * r))
+q = "transformer.transformer_blocks.0.attn.to_q"
+save(d + "/unknown.safetensors", {q + ".lora_A.weight": down(D), q + ".lora_B.weight": up(D),
+     "transformer.transformer_blocks.99.attn.to_q.lora_A.weight": down(D),
+     "transformer.transformer_blocks.99.attn.to_q.lora_B.weight": up(D)})
+save(d + "/shape.safetensors", {q + ".lora_A.weight": down(D + 1), q + ".lora_B.weight": up(D)})
+nan = down(D); nan[1][5] = float("nan")
+save(d + "/nan.safetensors", {q + ".lora_A.weight": nan, q + ".lora_B.weight": up(D)})
+save(d + "/lone.safetensors", {q + ".lora_A.weight": down(D)})
+save(d + "/trunc.safetensors", {q + ".lora_A.weight": down(D), q + ".lora_B.weight": up(D)}, cut=100)
+PY
+f="$g/lora-dev-1341.safetensors"
+expect() {
+	local what=$1 want=$2
+	shift 2
+	rm -f "$tmp/no.safetensors"
+	"$pdit" forward --transformer "$fg/transformer-dev" --inputs "$f" "$@" --out "$tmp/no.safetensors" > "$tmp/out" 2> "$tmp/err"
+	local rc=$?
+	if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$(grep -c '' "$tmp/err")" -eq 1 ] && grep -qF -- "$want" "$tmp/err" &&
+		[ ! -e "$tmp/no.safetensors" ]; then
+		ok "$what: $(cat "$tmp/err")"
+	else
+		echo "exit $rc:"; cat "$tmp/err"; bad "$what"
+	fi
+}
+expect "a key of no layer" "transformer.transformer_blocks.99.attn.to_q' is no layer" --lora "$tmp/unknown.safetensors"
+expect "shapes that do not fit" "$tmp/shape.safetensors" --lora "$tmp/shape.safetensors"
+expect "NaN in an adapter" "holds NaN" --lora "$tmp/nan.safetensors"
+expect "a lone lora_A" "no up (B) matrix" --lora "$tmp/lone.safetensors"
+expect "a truncated adapter" "$tmp/trunc.safetensors" --lora "$tmp/trunc.safetensors"
+expect "a missing adapter" "$tmp/none.safetensors" --lora "$tmp/none.safetensors"
+if "$pdit" forward --transformer "$fg/transformer-dev" --inputs "$f" --lora "$tmp/unknown.safetensors" --lora-lenient \
+	--out "$tmp/lenient.safetensors" > /dev/null 2> "$tmp/err" && grep -q "1 keys of no layer skipped" "$tmp/err"; then
+	ok "--lora-lenient skips the key of no layer and says so"
+else
+	cat "$tmp/err"; bad "--lora-lenient"
+fi
+exit $fail

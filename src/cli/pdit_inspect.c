@@ -5,6 +5,7 @@
  */
 #include "pd_args.h"
 #include "pd_gguf.h"
+#include "pd_lora.h"
 #include "pd_quant.h"
 #include "pd_safetensors.h"
 #include "pd_util.h"
@@ -22,12 +23,14 @@ static const char pd_inspect_usage[] =
 	"quantized files) or safetensors (a single file or a *.safetensors.index.json set;\n"
 	"a component folder: its weights):\n"
 	"the format, the metadata, and for every tensor its name, type, shape in torch\n"
-	"order (outermost first) and bytes. Every header field is checked first: a broken\n"
-	"file gets one line naming the defect and a nonzero exit.";
+	"order (outermost first) and bytes; a LoRA adapter also its layout, rank, alpha and\n"
+	"modules. Every header field is checked first: a broken file gets one line naming\n"
+	"the defect and a nonzero exit.";
 
 static const char pd_inspect_examples[] =
 	"  pdit inspect flux1-dev-Q8_0.gguf\n"
-	"  pdit inspect FLUX.1-dev/transformer\n";
+	"  pdit inspect FLUX.1-dev/transformer\n"
+	"  pdit inspect my-style-lora.safetensors\n";
 
 static void pd_print_shape(const int64_t *shape, int ndim)
 {
@@ -88,6 +91,32 @@ static int pd_inspect_gguf(const char *path)
 	return 0;
 }
 
+/* A LoRA adapter: its layout, rank, alpha and the modules it touches (the
+ * names as its layout has them; which layers they are shows against a
+ * model: pdit forward/generate --lora). */
+static void pd_inspect_lora(const char *path)
+{
+	struct pd_lora_about a;
+
+	if (pd_lora_describe(path, &a) || !a.modules)
+		return;
+	printf("LoRA adapter: %s layout, %d modules (such as %s), rank %d", a.layout, a.modules, a.example, a.rank_min);
+	if (a.rank_max != a.rank_min)
+		printf("..%d", a.rank_max);
+	if (a.alphas)
+		printf(", alpha %g", a.alpha_min);
+	if (a.alphas && a.alpha_max != a.alpha_min)
+		printf("..%g", a.alpha_max);
+	if (a.alphas && a.alphas < a.modules)
+		printf(" on %d of them (the others: alpha = rank)", a.alphas);
+	if (!a.alphas)
+		printf(", no alpha (alpha = rank)");
+	printf(", %.0f parameters\n", a.params);
+	if (a.other)
+		printf("  %d keys of no low-rank pair (such as %s): refused unless --lora-lenient\n", a.other,
+		       a.first_other);
+}
+
 static int pd_inspect_st(const char *path)
 {
 	struct pd_st *st;
@@ -99,6 +128,7 @@ static int pd_inspect_st(const char *path)
 	       st->n_tensors);
 	for (int i = 0; i < st->n_meta; i++)
 		printf("  %s = \"%s\"\n", st->meta_keys[i], st->meta_vals[i]);
+	pd_inspect_lora(path);
 	for (int i = 0; i < st->n_tensors; i++) {
 		const struct pd_st_tensor *t = st->sorted[i];
 

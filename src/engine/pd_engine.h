@@ -32,6 +32,8 @@ struct pd_engine {
 	double encode_seconds;          /* encoding the prompts at open (0 for embeddings) */
 	enum pd_qtype quantize;         /* the blocks' plain weights encoded at load into this (PD_Q_F32: none) */
 	int n_loras;                    /* adapters in o.loras (their paths copied: the engine's) */
+	struct pd_lora_spec on[PD_MAX_LORAS]; /* the adapters beside the model's layers now (paths copied) */
+	int n_on;                       /* how many */
 	int degree[PD_AXIS_COUNT];      /* the mesh */
 	int mesh_auto;                  /* chosen by pdit, not given: 1 by rule, 2 by the cost model */
 	struct pd_par_options opt;      /* DistriFusion, warm-up, patches */
@@ -170,5 +172,11 @@ int pd_engine_vae_decode(struct pd_engine *e, const float *packed, uint8_t *rgb)
 /* The transformer's memory goes (before a decode that needs it, or
  * check's reference). */
 void pd_engine_free_transformer(struct pd_engine *e);
+
+/* Puts the adapters RQ asks for (NULL, or none given: the options') beside
+ * the model's layers when they are not those there already: 0, or -1 with a
+ * message (none left on then). pd_engine_adapters_forget drops the record. */
+int pd_engine_adapters(struct pd_engine *e, const struct pd_request *rq);
+void pd_engine_adapters_forget(struct pd_engine *e);
 
 #endif /* PD_ENGINE_H */

@@ -9,6 +9,7 @@
 #include "pd_engine.h"
 #include "pd_backend_new.h"
 #include "pd_safetensors.h"
+#include "pd_lora.h"
 #include "pd_util.h"
 
 #include <math.h>
@@ -246,7 +247,8 @@ static int pd_check_reference(struct pd_engine *r, float *latents, struct pd_blo
 	struct pd_backend_config cfg = { r->dt, r->be->threads, r->o.device, 0, (int)r->be->qproducts };
 	int rc = -1;
 
-	if (pd_backend_new(&be, r->be->ops->name, &cfg) || r->fam->load(&m, r->mp.transformer, r->mp.config, be, NULL))
+	if (pd_backend_new(&be, r->be->ops->name, &cfg) || r->fam->load(&m, r->mp.transformer, r->mp.config, be, NULL) ||
+	    pd_lora_set(m, r->on, r->n_on, r->o.lora_lenient))
 		goto out;
 	run = pd_runner_local(m);
 	pd_log(1, "pdit: running the single-process reference\n");

@@ -6,6 +6,7 @@
 #include "pd_backend_new.h"
 #include "pd_families.h"
 #include "pd_forward.h"
+#include "pd_lora.h"
 #include "pd_st_writer.h"
 #include "pd_util.h"
 #include "pdit.h"
@@ -69,7 +70,7 @@ int pd_forward_file(const struct pd_forward_options *o)
 	const char *transformer = o->transformer, *config = o->config, *outp = o->out;
 	int dump_all = o->dump;
 	struct pd_backend_config cfg = { PD_F32, o->threads, -1, 0, -1 };
-	struct pd_dit_shard sh = { .count = 1, .loras = o->loras, .lora_lenient = o->lora_lenient };
+	int n_loras = 0;
 	struct pd_backend *be = NULL;
 	struct pd_dit *m = NULL;
 	struct pd_st *st = NULL;
@@ -83,13 +84,14 @@ int pd_forward_file(const struct pd_forward_options *o)
 	int64_t C;
 	int rc = -1, saved = -1;
 
-	while (sh.n_loras < PD_MAX_LORAS && o->loras[sh.n_loras].path)
-		sh.n_loras++;
+	while (n_loras < PD_MAX_LORAS && o->loras[n_loras].path)
+		n_loras++;
 	if (pd_out_check(outp) || pd_dtype_compute("--dtype", o->dtype ? o->dtype : "f32", &dt) ||
 	    pd_backend_qproducts(o->quant_products, &cfg.quant_products) || pd_st_open(&st, o->inputs) ||
 	    pd_family_find(transformer, config, &fam, &info) ||
 	    (cfg.compute = dt, pd_backend_new(&be, o->backend, &cfg)) ||
-	    (saved = pd_backend_enter(be), fam->load(&m, transformer, config, be, &sh)))
+	    (saved = pd_backend_enter(be), fam->load(&m, transformer, config, be, NULL)) ||
+	    pd_lora_set(m, o->loras, n_loras, o->lora_lenient))
 		goto out;
 	if (pd_forward_inputs_read(&in, st, fam, &m->info))
 		goto out;

@@ -13,6 +13,7 @@
 #include "pd_backend_new.h"
 #include "pd_plan.h"
 #include "pd_safetensors.h"
+#include "pd_lora.h"
 #include "pd_util.h"
 
 #include <math.h>
@@ -373,6 +374,43 @@ static int pd_engine_check_files(const struct pd_engine *e, int prompts)
 	return 0;
 }
 
+void pd_engine_adapters_forget(struct pd_engine *e)
+{
+	for (int i = 0; i < e->n_on; i++)
+		free((char *)e->on[i].path);
+	memset(e->on, 0, sizeof(e->on));
+	e->n_on = 0;
+}
+
+int pd_engine_adapters(struct pd_engine *e, const struct pd_request *rq)
+{
+	const struct pd_lora_spec *want = rq && rq->loras_given ? rq->loras : e->o.loras;
+	int n = 0, same;
+
+	while (n < PD_MAX_LORAS && want[n].path)
+		n++;
+	same = n == e->n_on;
+	for (int i = 0; i < n && same; i++)
+		same = !strcmp(want[i].path, e->on[i].path) && want[i].scale == e->on[i].scale;
+	if (same)
+		return 0;
+	pd_engine_adapters_forget(e);
+	if (pd_lora_set(e->m, want, n, e->o.lora_lenient))
+		return -1;
+	for (int i = 0; i < n; i++) {
+		e->on[i].scale = want[i].scale;
+		if (!(e->on[i].path = pd_strdup(want[i].path))) {
+			pd_lora_set(e->m, NULL, 0, 0);
+			pd_engine_adapters_forget(e);
+			return -1;
+		}
+		e->n_on = i + 1;
+	}
+	for (int i = 0; i < n; i++)
+		pd_log(1, "pdit: adapter %s x %g\n", want[i].path, want[i].scale);
+	return 0;
+}
+
 /* The mesh's communicators, the backend, the planned request's prompts,
  * this rank's weights. */
 static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
@@ -387,9 +425,6 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 	e->mesh_ok = 1;
 	sh = pd_parallel_shard(&e->mesh, &e->info);
 	sh.quantize = e->quantize;
-	sh.loras = e->o.loras;
-	sh.n_loras = e->n_loras;
-	sh.lora_lenient = e->o.lora_lenient;
 	rc = pd_engine_backend_new(e, e->dt, pd_engine_threads(e->world, e->o.threads));
 	if (!rc) {
 		e->be->conv_compute = e->vae_dt;
@@ -416,7 +451,7 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 	if (pd_fault("load", 0) || e->fam->load(&e->m, e->mp.transformer, e->mp.config, e->be, &sh))
 		return -1;
 	/* a broken VAE must not surface after minutes of denoising */
-	if (pd_engine_vae_setup(e))
+	if (pd_engine_adapters(e, NULL) || pd_engine_vae_setup(e))
 		return -1;
 	e->load_seconds = pd_now() - t0;
 	/* the numbers differ from decoded products': a run says so */
@@ -540,6 +575,7 @@ void pd_engine_close(struct pd_engine *e)
 	pd_model_paths_free(&e->mp);
 	for (int i = 0; i < e->n_loras; i++)
 		free((char *)e->o.loras[i].path);
+	pd_engine_adapters_forget(e);
 	free(e);
 	pd_log_use(&caller);
 }

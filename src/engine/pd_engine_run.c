@@ -305,6 +305,9 @@ static int pd_engine_run_scoped(struct pd_engine *e, const struct pd_request *rq
 	pd_backend_recover(e->be);
 	if (pd_engine_ready(e, rq))
 		return -1;
+	/* another request's adapters: the terms change, the weights stay */
+	if (pd_engine_agree(e, pd_engine_adapters(e, rq)))
+		return -1;
 	rc = e->init_rgb && !e->init ? pd_engine_init_picture(e) : 0;
 	if (pd_engine_agree(e, rc))
 		return -1;

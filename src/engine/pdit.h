@@ -231,6 +231,13 @@ struct pd_request {
 	 * request; the files win when both are given) */
 	const uint8_t *init_png, *mask_png;
 	size_t init_png_len, mask_png_len;
+	/* LoRA adapters of this request, in place of the engine's
+	 * (pd_engine_options.loras) when loras_given: a NULL path ends the
+	 * list (none at all: no adapter). The model is not reloaded: the
+	 * terms beside its layers change, and stay for the next request that
+	 * asks for the same. */
+	int loras_given;
+	struct pd_lora_spec loras[PD_MAX_LORAS];
 	double strength;                /* img2img: the share of the steps run, noise to picture (0, 1];
 					 * PD_DEFAULT: 0.75 (a double: N x strength as Python computes it) */
 	int height, width;              /* pixels, multiples of 16; PD_DEFAULT: the family's (FLUX 1024, Wan

@@ -12,6 +12,7 @@
 #   sharded with their layers), Ulysses 2, ring 2, PipeFusion 2, tensor 2 x
 #   Ulysses 2, and tensor 2 on the Q8_0 file, each equal to one process within
 #   1e-5;
+#   pdit inspect names each layout and the rank its file's metadata says;
 #   refusals, one line naming the file and nonzero with nothing written: a key of
 #   no layer (and --lora-lenient skipping it), shapes that do not fit the model,
 #   NaN in an adapter, a lone lora_A, a truncated file, a missing file.
@@ -59,6 +60,17 @@ print("without adapters %.2e of out.sample_without_lora; the adapters move it %.
 sys.exit(0 if plain_err <= 1e-4 and moved > 1e-2 else 1)
 PY
 	then ok "$name without its adapters"; else bad "$name: without adapters, or adapters that change nothing"; fi
+done
+
+# pdit inspect: the layout and the rank the file's metadata says
+for x in "kohya:kohya" "peft:diffusers/PEFT" "bfl:native (ComfyUI)"; do
+	a=$(ls "$g"/lora-dev-????-"${x%%:*}".safetensors | head -1)
+	if "$pdit" inspect "$a" > "$tmp/insp" 2>&1 &&
+		grep -q "^LoRA adapter: ${x#*:} layout, .* rank $(meta "$a" rank)[,.]" "$tmp/insp"; then
+		ok "pdit inspect $(basename "$a"): $(grep '^LoRA' "$tmp/insp")"
+	else
+		cat "$tmp/insp"; bad "pdit inspect $(basename "$a")"
+	fi
 done
 
 # the whole run

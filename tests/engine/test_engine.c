@@ -23,11 +23,17 @@
  *   - a request cancelled after its second step by rank 0 alone (its flag
  *     set from the step callback) stops on every rank with "cancelled", the
  *     engine alive; the same request run again gives its pictures (First
- *     Block Cache and true CFG on: no state carried over).
+ *     Block Cache and true CFG on: no state carried over);
+ *   - adapters per request (LoRA, no reload): one, two with one reversed,
+ *     none, each as a fresh engine opened with them makes it; a file of no
+ *     adapter refused, the engine usable.
  *
  *   test_engine [ulysses|pipefusion]
  */
 #include "pd_embeds.h"
+#include "pd_rng.h"
+#include "pd_safetensors.h"
+#include "pd_st_writer.h"
 #include "pdit.h"
 #include "pd_test.h"
 #include "pd_tiny.h"
@@ -89,6 +95,44 @@ static void on_line(void *ctx, int level, const char *line)
 	l->n++;
 	snprintf(l->last, sizeof(l->last), "%s", line);
 }
+/* A random diffusers/PEFT adapter of rank 3 on the layers NAMES of the
+ * model in DIR (their shapes read from its weights) into PATH. */
+static void write_adapter(const char *dir, const char *path, const char *const *names, int n, uint64_t seed)
+{
+	char *w = pd_strfmt("%s/transformer", dir);
+	struct pd_st *st = NULL;
+	struct pd_st_writer *out = pd_st_writer_new();
+	float *v[8] = { 0 };
+	struct pd_rng rng;
+	int ok = w && out && !pd_st_open_component(&st, w, "diffusion_pytorch_model");
+
+	pd_rng_seed(&rng, seed);
+	for (int i = 0; i < n && ok; i++) {
+		char name[160], key[200];
+		const struct pd_st_tensor *t;
+
+		snprintf(name, sizeof(name), "%s.weight", names[i]);
+		t = pd_st_get(st, name);
+		ok = t && t->ndim == 2;
+		for (int half = 0; half < 2 && ok; half++) {
+			int64_t shape[2] = { half ? t->shape[0] : 3, half ? 3 : t->shape[1] };
+			float *x = v[2 * i + half] = malloc((size_t)(shape[0] * shape[1]) * sizeof(float));
+
+			pd_rng_randn(&rng, x, (size_t)(shape[0] * shape[1]));
+			for (int64_t k = 0; k < shape[0] * shape[1]; k++)
+				x[k] *= 0.2f;
+			snprintf(key, sizeof(key), "transformer.%s.lora_%c.weight", names[i], half ? 'B' : 'A');
+			ok = !pd_st_writer_add(out, key, PD_F32, 2, shape, x);
+		}
+	}
+	PD_CHECK(ok && !pd_st_writer_save(out, path), "adapter %s: %s", path, pd_last_error());
+	for (int i = 0; i < 8; i++)
+		free(v[i]);
+	pd_st_writer_free(out);
+	pd_st_close(st);
+	free(w);
+}
+
 static const char *two[] = { "a lighthouse at dusk", "three green apples" };
 
 static void options(struct pd_engine_options *o, const char *dir, const char *mesh, int world)
@@ -324,6 +368,52 @@ int main(int argc, char **argv)
 			 "an encoding engine opened on %d processes (%s)", world->size, pd_last_error());
 		pd_engine_close(f);
 		o.encode_only = 0;
+	}
+	/* adapters per request, without reloading: one, two (one reversed),
+	 * none; each run as a fresh engine opened with them makes it, and the
+	 * adapters change the pictures */
+	{
+		static const char *const la[] = { "transformer_blocks.0.attn.to_q", "single_transformer_blocks.0.proj_out" };
+		static const char *const lb[] = { "transformer_blocks.0.ff.net.2", "norm_out.linear" };
+		char *fa = pd_strfmt("%s/a.safetensors", dir), *fb = pd_strfmt("%s/b.safetensors", dir);
+		struct pd_lora_spec sets[3][PD_MAX_LORAS] = { { { fa, 1.0f } }, { { fa, 0.7f }, { fb, -0.5f } }, { { 0 } } };
+		struct pd_result r[3];
+
+		if (world->rank == 0) {
+			write_adapter(dir, fa, la, 2, 5);
+			write_adapter(dir, fb, lb, 2, 6);
+		}
+		world->ops->barrier(world);
+		for (int k = 0; k < 3; k++) {
+			request(&rq, 0);
+			rq.loras_given = 1;
+			memcpy(rq.loras, sets[k], sizeof(rq.loras));
+			PD_CHECK(pd_engine_run(e, &rq, &r[k]) == 0, "adapters %d: %s", k, pd_last_error());
+		}
+		PD_CHECK(same(&mine[0], &r[2]), "a request without adapters after two with them differs from one before");
+		PD_CHECK(!same(&r[0], &r[2]) && !same(&r[0], &r[1]), "the adapters change nothing");
+		for (int k = 0; k < 3; k++) {
+			struct pd_engine_options oa = o;
+			struct pd_engine *f = NULL;
+			struct pd_result theirs;
+
+			memcpy(oa.loras, sets[k], sizeof(oa.loras));
+			request(&rq, 0);
+			PD_CHECK(pd_engine_open(&f, world, &oa, &rq) == 0 && pd_engine_run(f, &rq, &theirs) == 0,
+				 "fresh engine with adapters %d: %s", k, pd_last_error());
+			PD_CHECK(same(&r[k], &theirs), "adapters %d: differs from a fresh engine's", k);
+			pd_result_free(&theirs);
+			pd_engine_close(f);
+			pd_result_free(&r[k]);
+		}
+		/* an adapter that does not fit: the request fails, the next runs without */
+		request(&rq, 0);
+		rq.loras_given = 1;
+		rq.loras[0] = (struct pd_lora_spec){ file, 1.0f };
+		PD_CHECK(pd_engine_run(e, &rq, &(struct pd_result){ 0 }) == -1 && !pd_engine_dead(e),
+			 "a file of no adapter was taken as one");
+		free(fa);
+		free(fb);
 	}
 	/* each as a fresh engine makes it */
 	for (int k = 0; k < 4; k++) {

@@ -16,6 +16,8 @@
  *    order over up to a few hundred terms; TF32 must be off);
  *  - bf16 products and attention: 1e-2 (both round their inputs to bf16;
  *    the CPU also rounds attention's probabilities to bf16 on some paths).
+ * Layers with an adapter beside them are checked against a double-precision
+ * reference of their formula instead, with the products' tolerance.
  */
 #include "pd_backend.h"
 #include "pd_backend_new.h"
@@ -260,6 +262,122 @@ out:
 	free(wb);
 	free(bias);
 	free(blocks);
+}
+
+static double gelu_tanh(double v)
+{
+	return 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+}
+
+/* A layer with a low-rank term beside it (linear_adapt: LoRA) against a
+ * double-precision reference of act(x W^T + b + (x A^T) B^T (+ y)), not
+ * against the CPU backend: its meaning, on whatever backend; then the term
+ * replaced by one of another rank, then removed (rank 0). */
+static void test_linear_adapter(int flags, int quant)
+{
+	const struct pd_qtype_info *qi = pd_quant_info(PD_Q_Q8_0);
+	int64_t n_in = rnd(1, 300), n_out = rnd(1, 200), rows = rnd(1, 90), rank = rnd(1, 17);
+	int64_t ldx, ldy = n_out + rnd(0, 7);
+	float *w, *bias = host_randn((size_t)n_out, 1), *xh, *y0 = NULL, *a = NULL, *b = NULL;
+	float *x = NULL, *y = NULL, *got = NULL;
+	void *blocks = NULL;
+	struct pd_linear *l = NULL;
+	double *ref = NULL;
+	char what[200];
+
+	if (quant)
+		n_in = (n_in + qi->block_size - 1) / qi->block_size * qi->block_size;
+	ldx = n_in + rnd(0, 7);
+	w = host_randn((size_t)(n_out * n_in), 0.1f);
+	xh = host_randn((size_t)(rows * ldx), 1);
+	if (quant) {
+		size_t rb = pd_quant_row_bytes(qi, n_in);
+
+		blocks = malloc(rb * (size_t)n_out);
+		for (int64_t r = 0; r < n_out; r++) {
+			pd_quant_encode(PD_Q_Q8_0, w + r * n_in, (char *)blocks + r * rb, n_in);
+			/* the reference multiplies what the layer holds */
+			pd_quant_decode(PD_Q_Q8_0, (char *)blocks + r * rb, w + r * n_in, n_in);
+		}
+		l = B[1]->ops->linear_new_q ? B[1]->ops->linear_new_q(B[1], n_out, n_in, PD_Q_Q8_0, 1.0f, blocks,
+								       flags & PD_LIN_NO_BIAS ? NULL : bias)
+					    : NULL;
+		if (!l) {
+			printf("  (%s keeps no quantized weights: q8_0 adapter skipped)\n", be_name);
+			goto out;
+		}
+	} else {
+		l = B[1]->ops->linear_new(B[1], n_out, n_in, w, PD_F32, n_in, flags & PD_LIN_NO_BIAS ? NULL : bias);
+	}
+	PD_CHECK(l != NULL, "linear_new on %s", be_name);
+	if (!l)
+		goto out;
+	x = dev(1, xh, (size_t)(rows * ldx));
+	if (flags & PD_LIN_ACCUMULATE)
+		y0 = host_randn((size_t)(rows * ldy), 1);
+	ref = malloc((size_t)(rows * n_out) * sizeof(double));
+	got = malloc((size_t)(rows * ldy) * sizeof(float));
+	for (int round = 0; round < 3; round++) {
+		double err = 0, scale = 0;
+		int pad_kept = 1;
+
+		/* a term, another of another rank in its place, none */
+		if (round == 1)
+			rank = rnd(1, 17);
+		if (round == 2)
+			rank = 0;
+		free(a);
+		free(b);
+		a = host_randn((size_t)((rank ? rank : 1) * n_in), 0.1f);
+		b = host_randn((size_t)(n_out * (rank ? rank : 1)), 0.1f);
+		PD_CHECK(!B[1]->ops->linear_adapt(B[1], l, rank, a, b), "linear_adapt rank %lld on %s", (long long)rank,
+			 be_name);
+		pd_backend_release(B[1], y);
+		y = dev(1, y0, (size_t)(rows * ldy));
+		B[1]->ops->linear(B[1], l, x, ldx, rows, y, ldy, flags);
+		B[1]->ops->download(B[1], got, y, (size_t)(rows * ldy));
+		for (int64_t i = 0; i < rows; i++) {
+			const float *xi = xh + i * ldx;
+			double t[17];
+
+			for (int64_t k = 0; k < rank; k++) {
+				t[k] = 0;
+				for (int64_t c = 0; c < n_in; c++)
+					t[k] += (double)xi[c] * a[k * n_in + c];
+			}
+			for (int64_t j = 0; j < n_out; j++) {
+				double v = flags & PD_LIN_NO_BIAS ? 0 : bias[j];
+
+				for (int64_t c = 0; c < n_in; c++)
+					v += (double)xi[c] * w[j * n_in + c];
+				for (int64_t k = 0; k < rank; k++)
+					v += t[k] * b[j * rank + k];
+				if (flags & PD_LIN_ACCUMULATE)
+					v += y0[i * ldy + j];
+				ref[i * n_out + j] = flags & PD_LIN_GELU_TANH ? gelu_tanh(v) : v;
+				scale = fmax(scale, fabs(ref[i * n_out + j]));
+			}
+			for (int64_t j = 0; j < ldy; j++)
+				if (j < n_out)
+					err = fmax(err, fabs(got[i * ldy + j] - ref[i * n_out + j]));
+				else if (!(flags & PD_LIN_ACCUMULATE))
+					pad_kept &= isnan(got[i * ldy + j]);
+		}
+		snprintf(what, sizeof(what), "linear %lldx%lld, %lld rows, %s, an adapter of rank %lld%s%s%s",
+			 (long long)n_out, (long long)n_in, (long long)rows, quant ? "q8_0" : "f32", (long long)rank,
+			 flags & PD_LIN_GELU_TANH ? ", GELU" : "", flags & PD_LIN_NO_BIAS ? ", no bias" : "",
+			 flags & PD_LIN_ACCUMULATE ? ", accumulate" : "");
+		PD_CHECK(!pd_backend_check(B[1]), "%s on %s: backend failed: %s", what, be_name, B[1]->error);
+		PD_CHECK(pad_kept, "%s on %s: wrote past its columns", what, be_name);
+		PD_CHECK(err <= tol_products() * fmax(scale, 1e-30), "%s on %s: error %.3g above %.1g", what, be_name,
+			 err / fmax(scale, 1e-30), tol_products());
+	}
+out:
+	if (l)
+		B[1]->ops->linear_free(B[1], l);
+	pd_backend_release(B[1], x);
+	pd_backend_release(B[1], y);
+	free(w), free(bias), free(xh), free(y0), free(a), free(b), free(got), free(ref), free(blocks);
 }
 
 static void test_conv(void)
@@ -546,6 +664,9 @@ static void run(const char *name, enum pd_dtype dt, int rounds)
 		test_linear(PD_F32, PD_LIN_ACCUMULATE | PD_LIN_NO_BIAS, 0);
 		if (r == 0)
 			test_linear(PD_F32, 0, 1);
+		test_linear_adapter(0, 0);
+		test_linear_adapter(PD_LIN_GELU_TANH | PD_LIN_ACCUMULATE, 0);
+		test_linear_adapter(PD_LIN_NO_BIAS, r == 0);
 		test_conv();
 		test_norms();
 		test_attention();

@@ -401,10 +401,41 @@ out:
 	return rc;
 }
 
-int pd_lora_each_linear(void *ctx, struct pd_backend *be, struct pd_linear *l, const char *name,
-			const struct pd_slice *s)
+/* Takes every term off D's layers (rank 0). */
+static void pd_lora_clear(struct pd_dit *d)
 {
-	return pd_lora_apply(ctx, be, l, name, s);
+	for (int i = 0; i < d->n_held; i++)
+		if (d->held[i].adapted) {
+			d->be->ops->linear_adapt(d->be, d->held[i].l, 0, NULL, NULL);
+			d->held[i].adapted = 0;
+		}
+}
+
+int pd_lora_set(struct pd_dit *d, const struct pd_lora_spec *specs, int n, int lenient)
+{
+	struct pd_lora *lo = NULL;
+	int rc = 0;
+
+	if (n > 0 && !d->layers)
+		return pd_errorf("this model's family lists no layers for adapters");
+	if (n > 0 && !d->be->ops->linear_adapt)
+		return pd_errorf("the %s backend cannot put adapters beside its layers", d->be->ops->name);
+	/* every file is read and checked before a layer changes */
+	if (n > 0 && pd_lora_resolve(&lo, specs, n, d->layers, d->n_layers, lenient))
+		return -1;
+	pd_lora_clear(d);
+	for (int i = 0; i < d->n_held && lo && !rc; i++) {
+		int before = lo->applied;
+
+		rc = pd_lora_apply(lo, d->be, d->held[i].l, d->held[i].name, &d->held[i].s);
+		d->held[i].adapted = lo->applied > before;
+	}
+	if (rc)
+		pd_lora_clear(d);
+	else if (lo)
+		pd_log(2, "pdit: adapters on %d of the model's layers (%d terms here)\n", lo->touched, lo->applied);
+	pd_lora_free(lo);
+	return rc;
 }
 
 int pd_lora_layers(const struct pd_lora *lo)

@@ -3,11 +3,9 @@
  * against a model's linear layers and put beside them as they load.
  *
  *   struct pd_lora_spec spec = { "style.safetensors", 0.8f };
- *   struct pd_lora *lo;
- *   pd_lora_resolve(&lo, &spec, 1, layers, n_layers, 0);  // a family's table
- *   ld.each_linear = pd_lora_each_linear;                  // as layers load:
- *   ld.each_ctx = lo;                                      // pd_lora_apply on each
- *   pd_lora_free(lo);
+ *   pd_lora_set(dit, &spec, 1, 0);     // beside the loaded model's layers
+ *   ...                                // run it
+ *   pd_lora_set(dit, NULL, 0, 0);      // and without
  *
  * A layer of weight W acts as W + sum_i scale_i (alpha_i / rank_i) B_i A_i
  * (alpha = rank where a file has none, as PEFT reads it), computed beside
@@ -58,9 +56,12 @@ int pd_lora_resolve(struct pd_lora **out, const struct pd_lora_spec *specs, int 
  * 0, or -1 with a message (a NaN in an adapter names its file and key). */
 int pd_lora_apply(struct pd_lora *lo, struct pd_backend *be, struct pd_linear *l, const char *name,
 		  const struct pd_slice *s);
-/* The same for a loader's each_linear (CTX: the struct pd_lora). */
-int pd_lora_each_linear(void *ctx, struct pd_backend *be, struct pd_linear *l, const char *name,
-			const struct pd_slice *s);
+
+/* Puts the adapters SPECS[0..n) beside the layers model D holds (its
+ * pd_dit_held, matched through its pd_dit_linear table), in place of those
+ * there; n 0 removes them all. No reload: the layers' own weights are not
+ * touched. 0, or -1 with one message and no adapter left on D. */
+int pd_lora_set(struct pd_dit *d, const struct pd_lora_spec *specs, int n, int lenient);
 
 /* Layers the adapters touch (of the whole model), and terms put beside
  * layers so far (a shard's, a stage's). */

@@ -9,6 +9,7 @@
 #include "pd_util.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,6 +54,36 @@ void pd_dit_release(struct pd_dit *d)
 	free(d->scratch);
 	d->scratch = NULL;
 	d->scratch_cap = 0;
+	free(d->layers);
+	d->layers = NULL;
+	d->n_layers = 0;
+	free(d->held);
+	d->held = NULL;
+	d->n_held = d->cap_held = 0;
+}
+
+int pd_dit_hold_linear(void *ctx, struct pd_backend *be, struct pd_linear *l, const char *name,
+		       const struct pd_slice *s)
+{
+	struct pd_dit *d = ctx;
+	struct pd_dit_held *h;
+
+	(void)be;
+	if (d->n_held == d->cap_held) {
+		int cap = d->cap_held ? 2 * d->cap_held : 256;
+
+		h = realloc(d->held, (size_t)cap * sizeof(*h));
+		if (!h)
+			return pd_errorf("out of memory for the layers' names");
+		d->held = h;
+		d->cap_held = cap;
+	}
+	h = &d->held[d->n_held++];
+	memset(h, 0, sizeof(*h));
+	snprintf(h->name, sizeof(h->name), "%s", name);
+	h->s = *s;
+	h->l = l;
+	return 0;
 }
 
 int pd_fbcache_decide(struct pd_fbcache *c, const double *sums)
@@ -93,7 +124,8 @@ static int pd_fbcache_reserve(struct pd_dit *d, struct pd_fbcache *c, int64_t L,
 		c->rows = L;
 	}
 	if (w > d->scratch_cap) {
-		pd_dit_release(d);
+		free(d->scratch);
+		d->scratch_cap = 0;
 		d->scratch = pd_malloc(w * sizeof(float), "First Block Cache");
 		if (!d->scratch)
 			return -1;

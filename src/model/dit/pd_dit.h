@@ -97,7 +97,13 @@ struct pd_dit_linear {
 	int64_t roll;                   /* its row r is the native row r0 + (r + roll) mod n_out */
 };
 
-struct pd_lora_spec;
+/* A linear layer loaded here, as adapters find it again (pd_lora_set). */
+struct pd_dit_held {
+	char name[96];                  /* the model's name for it (pd_dit_linear.name) */
+	struct pd_slice s;              /* the part of its weight held here (a shard's) */
+	struct pd_linear *l;            /* the backend's layer (freed with the model) */
+	int adapted;                    /* an adapter's term is beside it */
+};
 
 /* The share of the model one process holds. Tensor parallel: shard RANK of
  * COUNT owns heads [RANK H/COUNT, (RANK+1) H/COUNT) and the same part of
@@ -113,11 +119,6 @@ struct pd_dit_shard {
 	 * into this block type and kept so (pdit --quantize); PD_Q_F32 (0):
 	 * as stored. */
 	enum pd_qtype quantize;
-	/* LoRA adapters put beside the layers they touch as they load
-	 * (adapter/pd_lora.h), in this order; n_loras 0: none. */
-	const struct pd_lora_spec *loras;
-	int n_loras;
-	int lora_lenient;               /* keys of no layer of the model are skipped, not refused */
 };
 
 /* First Block Cache (ParaAttention's): after the first block, r = its
@@ -391,7 +392,18 @@ struct pd_dit {
 					 * buffers come from it */
 	float *scratch;                 /* First Block Cache's two hidden states of a call (host) */
 	size_t scratch_cap;             /* its capacity in floats */
+	/* Adapters (model/adapter's pd_lora_set) find the layers here: */
+	struct pd_dit_linear *layers;   /* every linear layer of the whole model (the family's table);
+					 * NULL: the family lists none, and adapters are refused */
+	int n_layers;
+	struct pd_dit_held *held;       /* the linear layers loaded here (pd_dit_hold_linear) */
+	int n_held, cap_held;
 };
+
+/* For a family's loader (struct pd_loader's each_linear, CTX the struct
+ * pd_dit): records the layer L, its NAME and the part S held here. */
+int pd_dit_hold_linear(void *ctx, struct pd_backend *be, struct pd_linear *l, const char *name,
+		       const struct pd_slice *s);
 
 /* For a family's blocks: a hook's failure (RC not 0) becomes the backend's
  * sticky error, so the block-boundary checks see it like any other. */

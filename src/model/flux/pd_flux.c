@@ -5,7 +5,6 @@
  * numbers the golden README cites.
  */
 #include "pd_flux.h"
-#include "pd_lora.h"
 #include "pd_config.h"
 #include "pd_loader.h"
 #include "pd_util.h"
@@ -273,7 +272,6 @@ static int pd_flux_load_cfg(struct pd_flux **out, const char *dir, const char *c
 	struct pd_flux *m = pd_calloc(1, sizeof(*m), "model");
 	struct pd_st *st = NULL;
 	struct pd_loader ld = { 0 };
-	struct pd_lora *lora = NULL;
 	struct pd_flux_config *c;
 	struct pd_slice nout;
 	int64_t D;
@@ -318,17 +316,11 @@ static int pd_flux_load_cfg(struct pd_flux **out, const char *dir, const char *c
 	D = c->dim;
 	ld.st = st;
 	ld.be = be;
-	if (shard && shard->n_loras) {
-		struct pd_dit_linear *lin = NULL;
-		int n_lin = 0, rc = pd_flux_linears(c, &lin, &n_lin) ||
-				    pd_lora_resolve(&lora, shard->loras, shard->n_loras, lin, n_lin, shard->lora_lenient);
-
-		free(lin);
-		if (rc)
-			goto fail;
-		ld.each_linear = pd_lora_each_linear;
-		ld.each_ctx = lora;
-	}
+	/* the layers as adapters find them (pd_lora_set) */
+	if (pd_flux_linears(c, &m->dit.layers, &m->dit.n_layers))
+		goto fail;
+	ld.each_linear = pd_dit_hold_linear;
+	ld.each_ctx = &m->dit;
 	/* embedders are replicated: small, and needed by every shard whole;
 	 * every stage needs the time embedding for its modulations */
 	if (m->dit.shard.block_first == 0) {
@@ -363,14 +355,10 @@ static int pd_flux_load_cfg(struct pd_flux **out, const char *dir, const char *c
 	}
 	if (ld.failed)
 		goto fail;
-	if (lora)
-		pd_log(2, "adapters: %d of the model's layers, %d here\n", pd_lora_layers(lora), pd_lora_applied(lora));
-	pd_lora_free(lora);
 	pd_st_close(st);
 	*out = m;
 	return 0;
 fail:
-	pd_lora_free(lora);
 	pd_st_close(st);
 	pd_flux_free(m);
 	return -1;

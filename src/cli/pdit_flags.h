@@ -46,6 +46,7 @@ struct pd_gen_args {
 	struct pd_arg_list lora;        /* --lora FILE[:SCALE], as given */
 	struct pd_lora_spec loras[PD_MAX_LORAS]; /* and parsed (pd_gen_parse) */
 	int lora_lenient;               /* --lora-lenient */
+	const char *lora_dir;           /* --lora-model-dir */
 	/* what to make */
 	const char *prompt, *negative, *prompts_file;
 	int max_seq;                    /* --max-sequence-length (0: the family's) */

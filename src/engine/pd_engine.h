@@ -64,6 +64,8 @@ struct pd_engine {
 	char **prompts;                 /* its prompts (copies), NULL with embeddings from a file */
 	int n_prompts;
 	char *negative;                 /* its negative prompt (a copy), or NULL */
+	struct pd_lora_spec tags[PD_MAX_LORAS]; /* adapters its prompts name (<lora:NAME:SCALE>; paths malloc'd) */
+	int n_tags;                     /* how many */
 	int max_seq;                    /* T5 tokens per prompt */
 	struct pd_latent_shape ls;      /* latent geometry */
 	struct pd_gen_params p;         /* generation parameters */

@@ -384,11 +384,19 @@ void pd_engine_adapters_forget(struct pd_engine *e)
 
 int pd_engine_adapters(struct pd_engine *e, const struct pd_request *rq)
 {
-	const struct pd_lora_spec *want = rq && rq->loras_given ? rq->loras : e->o.loras;
+	const struct pd_lora_spec *given = rq && rq->loras_given ? rq->loras : e->o.loras;
+	struct pd_lora_spec want[2 * PD_MAX_LORAS];
 	int n = 0, same;
 
-	while (n < PD_MAX_LORAS && want[n].path)
+	/* the request's (or the engine's), then those its prompts name */
+	while (n < PD_MAX_LORAS && given[n].path) {
+		want[n] = given[n];
 		n++;
+	}
+	if (n + e->n_tags > PD_MAX_LORAS)
+		return pd_errorf("%d adapters with those the prompt names; at most %d", n + e->n_tags, PD_MAX_LORAS);
+	for (int i = 0; i < e->n_tags; i++)
+		want[n++] = e->tags[i];
 	same = n == e->n_on;
 	for (int i = 0; i < n && same; i++)
 		same = !strcmp(want[i].path, e->on[i].path) && want[i].scale == e->on[i].scale;
@@ -494,6 +502,7 @@ int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct p
 			break;
 		e->n_loras = i + 1;
 	}
+	e->o.lora_dir = o->lora_dir ? pd_strdup(o->lora_dir) : NULL;
 	if (!plan) {
 		/* the mesh and the memory for one picture of the defaults */
 		pd_request_init(&dflt);
@@ -502,8 +511,10 @@ int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct p
 		plan = &dflt;
 	}
 	rc = pd_engine_configure(e, o);
-	if (!rc && e->n_loras < PD_MAX_LORAS && o->loras[e->n_loras].path)
+	if (!rc && ((e->n_loras < PD_MAX_LORAS && o->loras[e->n_loras].path) || (o->lora_dir && !e->o.lora_dir)))
 		rc = pd_errorf("out of memory for the adapters' names");
+	if (!rc && o->lora_dir && !pd_is_dir(o->lora_dir))
+		rc = pd_errorf("--lora-model-dir %s: not a folder", o->lora_dir);
 	if (!rc)
 		rc = pd_engine_check_files(e, o->encode_only || (plan != &dflt && plan->n_prompts > 0));
 	if (o->encode_only) {
@@ -575,6 +586,7 @@ void pd_engine_close(struct pd_engine *e)
 	pd_model_paths_free(&e->mp);
 	for (int i = 0; i < e->n_loras; i++)
 		free((char *)e->o.loras[i].path);
+	free((char *)e->o.lora_dir);
 	pd_engine_adapters_forget(e);
 	free(e);
 	pd_log_use(&caller);

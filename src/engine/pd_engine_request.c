@@ -229,6 +229,73 @@ int pd_engine_encoders_given(const struct pd_engine *e)
 
 /* The prompt embeddings: read from a file, or shaped here for prompts and
  * filled by pd_engine_encode. */
+/* stable-diffusion.cpp's and A1111's <lora:NAME:SCALE> (SCALE 1 when left
+ * out) taken out of prompt P, in place: adapter DIR/NAME.safetensors. The
+ * first prompt's make e->tags; every other prompt of the run must name the
+ * same (one set of adapters a run). */
+static int pd_engine_lora_tags(struct pd_engine *e, char *p, int first)
+{
+	struct pd_lora_spec mine[PD_MAX_LORAS];
+	int n = 0, rc = -1;
+	char *t;
+
+	while ((t = strstr(p, "<lora:"))) {
+		char *end = strchr(t, '>'), *name = t + 6, *colon, *x;
+		double scale = 1;
+
+		if (!end) {
+			pd_errorf("the prompt's \"%.40s\" has no closing '>' (<lora:NAME:SCALE>)", t);
+			goto out;
+		}
+		*end = 0;
+		colon = strrchr(name, ':');
+		if (colon) {
+			scale = strtod(colon + 1, &x);
+			if (x == colon + 1 || *x || !isfinite(scale)) {
+				pd_errorf("<lora:%s>: the scale after ':' is not a number", name);
+				goto out;
+			}
+			*colon = 0;
+		}
+		if (!*name || strchr(name, '/') || name[0] == '.' || strlen(name) > 200) {
+			pd_errorf("<lora:%s>: an adapter's name is a file name in the adapters' folder", name);
+			goto out;
+		}
+		if (!e->o.lora_dir) {
+			pd_errorf("<lora:%s> in the prompt: give --lora-model-dir DIR, the adapters' folder", name);
+			goto out;
+		}
+		if (n == PD_MAX_LORAS) {
+			pd_errorf("the prompt names more than %d adapters", PD_MAX_LORAS);
+			goto out;
+		}
+		mine[n].scale = (float)scale;
+		mine[n].path = pd_strfmt("%s/%s%s", e->o.lora_dir, name,
+					 strstr(name, ".safetensors") ? "" : ".safetensors");
+		if (!mine[n].path)
+			goto out;
+		if (!pd_file_exists(mine[n++].path)) {
+			pd_errorf("<lora:%s>: no adapter of that name (%s.safetensors in the adapters' folder)", name, name);
+			goto out;
+		}
+		memmove(t, end + 1, strlen(end + 1) + 1);
+	}
+	if (first) {
+		memcpy(e->tags, mine, (size_t)n * sizeof(*mine));
+		e->n_tags = n;
+		return 0;
+	}
+	rc = n != e->n_tags ? -1 : 0;
+	for (int i = 0; i < n && !rc; i++)
+		rc = strcmp(mine[i].path, e->tags[i].path) || mine[i].scale != e->tags[i].scale ? -1 : 0;
+	if (rc)
+		pd_errorf("the prompts of one run name different adapters (<lora:...>): a run has one set");
+out:
+	for (int i = 0; i < n; i++)
+		free((char *)mine[i].path);
+	return rc;
+}
+
 static int pd_engine_inputs(struct pd_engine *e, const struct pd_request *rq)
 {
 	int64_t J, P;
@@ -257,6 +324,9 @@ static int pd_engine_inputs(struct pd_engine *e, const struct pd_request *rq)
 	for (e->n_prompts = 0; e->n_prompts < rq->n_prompts; e->n_prompts++)
 		if (!rq->prompts[e->n_prompts] || !(e->prompts[e->n_prompts] = pd_strdup(rq->prompts[e->n_prompts])))
 			return rq->prompts[e->n_prompts] ? -1 : pd_errorf("prompt %d is missing", e->n_prompts);
+	for (int i = 0; i < e->n_prompts; i++)
+		if (pd_engine_lora_tags(e, e->prompts[i], i == 0))
+			return -1;
 	if (rq->negative && !(e->negative = pd_strdup(rq->negative)))
 		return -1;
 	/* read from the encoders' configs once: the engine's files do not change */
@@ -296,6 +366,9 @@ void pd_engine_request_free(struct pd_engine *e)
 		free(e->prompts[i]);
 	free(e->prompts);
 	free(e->negative);
+	for (int i = 0; i < e->n_tags; i++)
+		free((char *)e->tags[i].path);
+	e->n_tags = 0;
 	free(e->init);
 	free(e->init_rgb);
 	free(e->mask_rgb);

@@ -111,6 +111,9 @@ struct pd_engine_options {
 	struct pd_lora_spec loras[PD_MAX_LORAS];
 	int lora_lenient;               /* an adapter's keys of no layer of the model are skipped (listed at log
 					 * level 2), not refused */
+	const char *lora_dir;           /* where <lora:NAME:SCALE> in a prompt finds NAME.safetensors
+					 * (--lora-model-dir, stable-diffusion.cpp's); NULL: such tags are
+					 * refused */
 	int threads;                    /* per process; 0: the cores divided among this machine's processes */
 	const char *quant_products;     /* how layers kept quantized multiply: "int8" (inputs quantized in
 					 * blocks of 32 as ggml's Q8_0, int8 dot products with Q8_0's and

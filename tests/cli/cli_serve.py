@@ -15,7 +15,9 @@
    job, the next one right; the page plays the video in headless Chromium. A1111's
    cfg_scale without a negative prompt is true CFG with "" and Forge's distilled_cfg_scale the guidance
    (generate's PNG); its other fields are accepted, those pdit does not honour named in the log, n_iter
-   honoured. The web page in headless Chromium: a prompt submitted,
+   honoured. Adapters per request (<lora:NAME:SCALE> in the prompt, --lora-model-dir): two requests with
+   different adapters, then none, each generate's PNG byte for byte, no reload; an unknown adapter
+   name and a path for a name get 400. The web page in headless Chromium: a prompt submitted,
    the picture shown is a PNG of the size asked for, its parameters beside it.
 2. Bad requests get a 4xx with a JSON error naming the field, and the server keeps answering: broken
    and truncated JSON, a misspelt field on OpenAI's route (A1111's logs it and goes on), wrong types, sizes not multiples of 16 or negative, n = 10^9, a 1 MB prompt,
@@ -155,6 +157,38 @@ def write_png(path, w, h, gray):
     with open(path, "wb") as f:
         f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) +
                 chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def write_adapters(model, folder):
+    """Two diffusers/PEFT adapters of rank 2 for the tiny model in MODEL (its shapes from its weights):
+    FOLDER/style.safetensors and FOLDER/other.safetensors."""
+    import random
+    import struct
+    tdir = os.path.join(model, "transformer")
+    shapes = {}
+    for f in os.listdir(tdir):
+        if f.endswith(".safetensors"):
+            raw = open(os.path.join(tdir, f), "rb").read(8)
+            n = struct.unpack("<Q", raw)[0]
+            with open(os.path.join(tdir, f), "rb") as h:
+                head = json.loads(h.read(8 + n)[8:])
+            shapes.update({k: v["shape"] for k, v in head.items() if k != "__metadata__"})
+    os.makedirs(folder, exist_ok=True)
+    rnd = random.Random(3)
+    for name, layers in (("style", ["transformer_blocks.0.attn.to_q", "single_transformer_blocks.0.proj_mlp"]),
+                         ("other", ["transformer_blocks.0.ff.net.2", "norm_out.linear"])):
+        header, data = {}, b""
+        for layer in layers:
+            out_f, in_f = shapes[layer + ".weight"]
+            for half, shape in (("A", [2, in_f]), ("B", [out_f, 2])):
+                vals = [rnd.gauss(0, 0.3) for _ in range(shape[0] * shape[1])]
+                blob = struct.pack("<%df" % len(vals), *vals)
+                header["transformer.%s.lora_%s.weight" % (layer, half)] = {
+                    "dtype": "F32", "shape": shape, "data_offsets": [len(data), len(data) + len(blob)]}
+                data += blob
+        h = json.dumps(header).encode()
+        with open(os.path.join(folder, name + ".safetensors"), "wb") as f:
+            f.write(struct.pack("<Q", len(h)) + h + data)
 
 
 def pngs_openai(answer):
@@ -636,7 +670,9 @@ def main():
                   "sampler_name": "euler"}
 
     print("1. one process: the pictures of pdit generate")
-    srv = Server(["--model", model, "--queue", "1", "--io-timeout", "2"])
+    loras = os.path.join(tmp, "loras")
+    write_adapters(model, loras)
+    srv = Server(["--model", model, "--queue", "1", "--io-timeout", "2", "--lora-model-dir", loras])
     out = subprocess.run(["curl", "-s", "-S", "--max-time", "120", srv.url("/v1/images/generations"),
                           "-H", "Content-Type: application/json", "-d", json.dumps(openai_body)],
                          capture_output=True, text=True)
@@ -723,6 +759,20 @@ def main():
            "GET /health: %s" % h)
     st, m = get(srv, "/v1/models")
     report(st == 200 and m["data"][0]["id"] == model, "GET /v1/models")
+    # adapters per request (<lora:NAME:SCALE> in the prompt, stable-diffusion.cpp's), no reload: two
+    # requests with different adapters, then none, each generate's PNG byte for byte
+    for prompt in ("a boat <lora:style:0.8>", "a boat <lora:style:0.5> <lora:other:-1.5>", "a boat"):
+        want = generate(model, os.path.join(tmp, "lora"), [prompt], [*boat_args, "--lora-model-dir", loras])
+        st, ans, _ = post(srv, "/sdapi/v1/txt2img", dict(a1111_body, prompt=prompt))
+        got = [base64.b64decode(x) for x in ans["images"]] if st == 200 else []
+        report(got == want and (got == boat) == (prompt == "a boat"),
+               "A1111, prompt %r: generate's PNG byte for byte, %s the adapter-less one (%s %s)"
+               % (prompt, "equal to" if prompt == "a boat" else "not", st, (ans or {}).get("error", "")))
+    st, ans, _ = post(srv, "/v1/images/generations", dict(openai_body, prompt="a fox <lora:nope:1>"))
+    st2, ans2, _ = post(srv, "/v1/images/generations", dict(openai_body, prompt="a fox <lora:../m/x:1>"))
+    report(st == 400 and "nope" in ans["error"]["message"] and st2 == 400,
+           "an unknown adapter -> %s (%s), a path for a name -> %s" % (st, (ans or {}).get("error", {}).get("message"),
+                                                                     st2))
 
     # another family through the same server: a Wan folder makes one-frame pictures, generate's
     wan = os.path.join(tmp, "wan")

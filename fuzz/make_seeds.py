@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the seed corpus of the fuzz targets into fuzz/corpus/ (committed; rerun to remake it).
 
-    fuzz/make_seeds.py PDIT
+    fuzz/make_seeds.py PDIT [lora]   (lora: only fuzz_lora's seeds)
 
 Valid inputs come from `pdit tiny --full` (made-up tokenizers in the real formats, small configs) and
 the golden configs; broken ones are those valid files cut, bent or stuffed in the ways the parsers
@@ -137,11 +137,50 @@ def main():
             (0, ["--height"]), (1, ["--", "-x", "--unknown", "-Hx", "--model"]), (2, ["--help"]),
             (0, ["-p", "", "-n", "\xff", "--prompts", "--max-sequence-length", "0", "--batch", "1e9"])]):
         put("args", "cmd-%02d" % i, bytes([cmd]) + b"\0".join(a.encode() for a in args))
-    for d in ("safetensors", "st_index", "config", "clip_files", "t5_model", "prompt", "args"):
+    lora_seeds()
+    for d in ("safetensors", "st_index", "config", "clip_files", "t5_model", "prompt", "args", "lora"):
         os.makedirs(os.path.join(HERE, "regressions", d), exist_ok=True)
         keep = os.path.join(HERE, "regressions", d, "README")
         if not os.path.exists(keep):
             open(keep, "w").write("Inputs that once crashed or hung fuzz_%s; each replays in CTest.\n" % d)
 
 
-main()
+def lora_seeds():
+    """Adapters for fuzz_lora's FLUX model (dim 8, MLP 16, one block of each kind) in every layout, and
+    the same bent: shapes that do not fit, a lone half, NaN, a key of no layer, an alpha not a number."""
+    f32 = lambda n, v=0.01: struct.pack("<%df" % n, *([v] * n))
+    pair = lambda a, b, r, n_in, n_out: {a: ("F32", [r, n_in], f32(r * n_in)), b: ("F32", [n_out, r], f32(n_out * r))}
+    peft = {}
+    for m, (o, i) in {"transformer_blocks.0.attn.to_q": (8, 8), "single_transformer_blocks.0.proj_out": (8, 24),
+                      "norm_out.linear": (16, 8), "x_embedder": (8, 4)}.items():
+        peft.update(pair("transformer.%s.lora_A.weight" % m, "transformer.%s.lora_B.weight" % m, 2, i, o))
+    put("lora", "peft", st(peft))
+    kohya = pair("lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight",
+                 "lora_unet_double_blocks_0_img_attn_qkv.lora_up.weight", 3, 8, 24)
+    kohya.update(pair("lora_unet_single_blocks_0_linear1.lora_down.weight",
+                      "lora_unet_single_blocks_0_linear1.lora_up.weight", 3, 8, 40))
+    kohya["lora_unet_double_blocks_0_img_attn_qkv.alpha"] = ("F32", [], f32(1, 1.5))
+    put("lora", "kohya", st(kohya))
+    bfl = pair("diffusion_model.final_layer.adaLN_modulation.1.lora_A.weight",
+               "diffusion_model.final_layer.adaLN_modulation.1.lora_B.weight", 2, 8, 16)
+    bfl.update(pair("diffusion_model.single_blocks.0.linear2.lora_A.weight",
+                    "diffusion_model.single_blocks.0.linear2.lora_B.weight", 2, 24, 8))
+    bfl["diffusion_model.single_blocks.0.linear2.alpha"] = ("BF16", [], b"\x80\x3f")
+    put("lora", "bfl", st(bfl))
+    put("lora", "bad-shape", st(pair("transformer.proj_out.lora_A.weight", "transformer.proj_out.lora_B.weight",
+                                     2, 9, 4)))
+    put("lora", "lone-half", st({"transformer.proj_out.lora_A.weight": ("F32", [2, 8], f32(16))}))
+    put("lora", "nan", st(pair("transformer.proj_out.lora_A.weight", "transformer.proj_out.lora_B.weight", 2, 8, 4)
+                          | {"transformer.proj_out.lora_A.weight": ("F32", [2, 8], f32(16, float("nan")))}))
+    put("lora", "no-layer", st(pair("transformer.blocks.7.q.lora_A.weight", "transformer.blocks.7.q.lora_B.weight",
+                                     2, 8, 8) | {"other.weight": ("F32", [1], f32(1))}))
+    put("lora", "alpha-not-one", st(kohya | {"lora_unet_double_blocks_0_img_attn_qkv.alpha": ("F32", [2], f32(2))}))
+    put("lora", "rank-zero", st(pair("transformer.proj_out.lora_A.weight", "transformer.proj_out.lora_B.weight",
+                                     0, 8, 4)))
+    put("lora", "truncated", st(peft)[:-40])
+
+
+if len(sys.argv) > 2 and sys.argv[2] == "lora":
+    lora_seeds()
+else:
+    main()

@@ -54,17 +54,14 @@ for ((round = 1; round <= rounds; round++)); do
 		[ "$k" = lora ] && args+=(--lora "$adapter")
 		echo "round $round/$rounds: $k" >&2
 		j=$("$pdit" bench "${args[@]}" 2> /dev/null < /dev/null) || { echo "$k failed" >&2; exit 1; }
-		for key in seconds_per_step peak_rss_mb weights_mb; do
-			field "$key" "$j" >> "$tmp/$k.$key"
-		done
+		record "$tmp" "$k" "$j"
 	done
 done
-med() { median < "$tmp/$1.$2"; }
 echo "| run | s/step (median) | × without | peak MB | × without | weights MB |"
 echo "|---|---|---|---|---|---|"
 for k in plain lora; do
-	awk -v k="$k" -v s="$(med "$k" seconds_per_step)" -v p="$(med "$k" peak_rss_mb)" -v w="$(med "$k" weights_mb)" \
-		-v S="$(med plain seconds_per_step)" -v P="$(med plain peak_rss_mb)" -v r="$rank" 'BEGIN {
+	awk -v k="$k" -v s="$(med "$tmp" "$k" seconds_per_step)" -v p="$(med "$tmp" "$k" peak_rss_mb)" -v w="$(med "$tmp" "$k" weights_mb)" \
+		-v S="$(med "$tmp" plain seconds_per_step)" -v P="$(med "$tmp" plain peak_rss_mb)" -v r="$rank" 'BEGIN {
 		printf "| %s | %.3f | %.3f | %.0f | %.3f | %.0f |\n", k == "lora" ? "rank " r " adapter" : "without", s, s / S, p, p / P, w
 	}'
 done

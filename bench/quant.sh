@@ -44,18 +44,15 @@ for ((round = 1; round <= rounds; round++)); do
 		echo "round $round/$rounds: $k" >&2
 		j=$("$pdit" bench "${args[@]}" -H "$size" -W "$size" --steps 3 --dtype bf16 --json 2> /dev/null < /dev/null) ||
 			{ echo "$k failed" >&2; exit 1; }
-		for key in seconds_per_step peak_rss_mb weights_mb; do
-			field "$key" "$j" >> "$tmp/$k.$key"
-		done
+		record "$tmp" "$k" "$j"
 	done
 done
-med() { median < "$tmp/$1.$2"; }
 echo "| weights | s/step (median) | × BF16 | peak MB | × BF16 | weights MB | × BF16 | peak ≤ 1.05 × weights + activations |"
 echo "|---|---|---|---|---|---|---|---|"
 for k in "${kinds[@]}"; do
-	sps=$(med "$k" seconds_per_step) peak=$(med "$k" peak_rss_mb) wts=$(med "$k" weights_mb)
-	awk -v k="$k" -v s="$sps" -v p="$peak" -v w="$wts" -v S="$(med bf16 seconds_per_step)" \
-		-v P="$(med bf16 peak_rss_mb)" -v W="$(med bf16 weights_mb)" 'BEGIN {
+	sps=$(med "$tmp" "$k" seconds_per_step) peak=$(med "$tmp" "$k" peak_rss_mb) wts=$(med "$tmp" "$k" weights_mb)
+	awk -v k="$k" -v s="$sps" -v p="$peak" -v w="$wts" -v S="$(med "$tmp" bf16 seconds_per_step)" \
+		-v P="$(med "$tmp" bf16 peak_rss_mb)" -v W="$(med "$tmp" bf16 weights_mb)" 'BEGIN {
 		bound = 1.05 * w + (P - W)
 		printf "| %s | %.3f | %.3f | %.0f | %.3f | %.0f | %.3f | %s (%.0f ≤ %.0f) |\n", k, s, s / S, p, p / P, w, w / W,
 			p <= bound ? "yes" : "no", p, bound }'

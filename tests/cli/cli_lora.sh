@@ -16,10 +16,14 @@
 #   refusals, one line naming the file and nonzero with nothing written: a key of
 #   no layer (and --lora-lenient skipping it), shapes that do not fit the model,
 #   NaN in an adapter, a lone lora_A, a truncated file, a missing file.
-# usage: cli_lora.sh PDIT ST_COMPARE EDIT_GOLDEN FLUX_GOLDEN QUANT_GOLDEN [MPIRUN...]
+#   Wan2.1: adapters in diffusers' names and in the original layout's (ComfyUI's
+#   prefix, kohya's lora_down/lora_up with alpha) through `pdit forward` on
+#   wan-tiny's forward case, each against the transformer with the same terms
+#   merged into its weights by Python here (not by pdit): out.sample within 1e-5;
+# usage: cli_lora.sh PDIT ST_COMPARE EDIT_GOLDEN FLUX_GOLDEN QUANT_GOLDEN WAN_GOLDEN [MPIRUN...]
 set -u
-pdit=$1 cmp=$2 g=$3 fg=$4 qg=$5
-shift 5
+pdit=$1 cmp=$2 g=$3 fg=$4 qg=$5 wg=$6
+shift 6
 mpirun=("$@")
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
@@ -132,6 +136,60 @@ EOF
 		cat "$tmp/err" "$tmp/log"; bad "an adapter on the Q8_0 file, tensor parallel 2"
 	fi
 fi
+
+# Wan2.1: the same terms in two layouts, against the weights with them merged
+python3 - "$wg/model/transformer" "$tmp" << 'PY'
+import json, os, random, shutil, struct, sys
+src, d = sys.argv[1], sys.argv[2]
+raw = open(os.path.join(src, "diffusion_pytorch_model.safetensors"), "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+def tensor(k):
+    s, e = head[k]["data_offsets"]
+    return list(struct.unpack("<%df" % ((e - s) // 4), raw[8 + n + s:8 + n + e]))
+def save(path, tensors):
+    h, blob = {}, b""
+    for k, (shape, vals) in tensors.items():
+        b = struct.pack("<%df" % len(vals), *vals)
+        h[k] = {"dtype": "F32", "shape": shape, "data_offsets": [len(blob), len(blob) + len(b)]}
+        blob += b
+    hj = json.dumps(h).encode()
+    open(path, "wb").write(struct.pack("<Q", len(hj)) + hj + blob)
+# (diffusers name, original name): self- and cross-attention, the MLP, the time projection
+layers = [("blocks.0.attn1.to_q", "blocks.0.self_attn.q"), ("blocks.1.attn2.to_v", "blocks.1.cross_attn.v"),
+          ("blocks.1.attn1.to_out.0", "blocks.1.self_attn.o"), ("blocks.0.ffn.net.2", "blocks.0.ffn.2"),
+          ("condition_embedder.time_proj", "time_projection.1")]
+rnd, r, alpha, scale = random.Random(7), 3, 1.5, 0.8
+peft, orig, merged = {}, {}, {k: (v["shape"], tensor(k)) for k, v in head.items() if k != "__metadata__"}
+for ours, native in layers:
+    o, i = head[ours + ".weight"]["shape"]
+    A = [rnd.gauss(0, 0.3) for _ in range(r * i)]
+    B = [rnd.gauss(0, 0.3) for _ in range(o * r)]
+    peft["transformer.%s.lora_A.weight" % ours] = ([r, i], A)
+    peft["transformer.%s.lora_B.weight" % ours] = ([o, r], [v * alpha / r for v in B])
+    orig["diffusion_model.%s.lora_down.weight" % native] = ([r, i], A)
+    orig["diffusion_model.%s.lora_up.weight" % native] = ([o, r], B)
+    orig["diffusion_model.%s.alpha" % native] = ([], [alpha])
+    W = merged[ours + ".weight"][1]
+    for a in range(o):
+        for c in range(i):
+            W[a * i + c] += scale * alpha / r * sum(B[a * r + k] * A[k * i + c] for k in range(r))
+save(d + "/wan-peft.safetensors", peft)
+save(d + "/wan-orig.safetensors", orig)
+os.makedirs(d + "/wan-merged")
+shutil.copy(os.path.join(src, "config.json"), d + "/wan-merged/config.json")
+save(d + "/wan-merged/diffusion_pytorch_model.safetensors", merged)
+PY
+wf="$wg/forward-n9-h32w48.safetensors"
+"$pdit" forward --transformer "$tmp/wan-merged" --inputs "$wf" --out "$tmp/wan-merged.safetensors" > /dev/null 2>&1
+"$pdit" forward --transformer "$wg/model/transformer" --inputs "$wf" --out "$tmp/wan-plain.safetensors" > /dev/null 2>&1
+for a in "wan-peft.safetensors:0.8" "wan-orig.safetensors:0.8"; do
+	if "$pdit" forward --transformer "$wg/model/transformer" --inputs "$wf" --lora "$tmp/$a" --out "$tmp/wan.safetensors" 		> /dev/null 2> "$tmp/err" && "$cmp" tensors "$tmp/wan.safetensors" "$tmp/wan-merged.safetensors" 1e-5 out.sample 		> "$tmp/log" && ! "$cmp" tensors "$tmp/wan-plain.safetensors" "$tmp/wan-merged.safetensors" 1e-3 out.sample 		> /dev/null; then
+		ok "Wan2.1, --lora $a: the merged weights' out.sample, $(head -1 "$tmp/log")"
+	else
+		cat "$tmp/err" "$tmp/log"; bad "Wan2.1, --lora $a"
+	fi
+done
 
 # refusals: one line naming the file, nonzero, nothing written
 python3 - "$tmp" << 'PY'

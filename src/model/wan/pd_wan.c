@@ -362,7 +362,11 @@ int pd_wan_load_dit(struct pd_dit **out, const char *path, const char *config, s
 	r = sh->rank;
 	first_stage = sh->block_first == 0;
 	last_stage = sh->block_first + sh->block_count == m->cfg.layers;
-	ld = (struct pd_loader){ .st = st, .be = be, .quantize = sh->quantize };
+	ld = (struct pd_loader){ .st = st, .be = be, .quantize = sh->quantize, .each_linear = pd_dit_hold_linear,
+				 .each_ctx = &m->dit };
+	/* the layers as adapters find them (pd_lora_set) */
+	if (pd_wan_linears(&m->cfg, &m->dit.layers, &m->dit.n_layers))
+		ld.failed = 1;
 	/* a pipeline stage reads what it runs: the patch and text embedders
 	 * for the first, the final layers for the last, the time embedding
 	 * (every block's modulation) for all */

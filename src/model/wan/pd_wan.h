@@ -51,6 +51,10 @@ int pd_wan_file_config(struct pd_wan_config *c, const struct pd_st *st);
 /* The weights at PATH (a folder or one file) under diffusers' names: as
  * they are, or a view renaming the original layout's. */
 int pd_wan_file_open(struct pd_st **out, const char *path);
+/* Every linear layer a model of config C loads by name, under the model's
+ * and the original layout's names (*OUT malloc'd, *N entries): what
+ * adapters in either are matched to. */
+int pd_wan_linears(const struct pd_wan_config *c, struct pd_dit_linear **out, int *n);
 /* The sizes the outside sees (pd_dit.h). */
 int pd_wan_dit_info(const struct pd_wan_config *c, struct pd_dit_info *info);
 

@@ -40,6 +40,56 @@ static const char *const pd_wf_block[][2] = {
 	{ "ffn.2", "ffn.net.2" },
 };
 
+/* Every linear layer a model of config C loads by name (the patch
+ * embedding and proj_out are read as tensors and reordered: adapters do not
+ * reach them), named as the model loads it and as Wan-AI's original layout
+ * holds it: renamed, never split. */
+int pd_wan_linears(const struct pd_wan_config *c, struct pd_dit_linear **out, int *n)
+{
+	int64_t D = c->dim, F = c->ffn_dim;
+	/* the pd_wf_top and pd_wf_block rows that are linear layers, with their shapes */
+	const struct {
+		int row, block;
+		int64_t n_out, n_in;
+	} lin[] = {
+		{ 1, 0, D, c->text_dim }, { 2, 0, D, D }, { 3, 0, D, c->freq_dim }, { 4, 0, D, D }, { 5, 0, 6 * D, D },
+		{ 0, 1, D, D }, { 1, 1, D, D }, { 2, 1, D, D }, { 3, 1, D, D },
+		{ 6, 1, D, D }, { 7, 1, D, D }, { 8, 1, D, D }, { 9, 1, D, D },
+		{ 13, 1, F, D }, { 14, 1, D, F },
+	};
+	int per = 0, top = 0, k = 0;
+	struct pd_dit_linear *t;
+
+	for (size_t i = 0; i < sizeof(lin) / sizeof(lin[0]); i++)
+		lin[i].block ? per++ : top++;
+	*out = NULL;
+	*n = 0;
+	t = pd_calloc((size_t)(top + per * c->layers), sizeof(*t), "the layers' names");
+	if (!t)
+		return -1;
+	for (int b = -1; b < c->layers; b++)
+		for (size_t i = 0; i < sizeof(lin) / sizeof(lin[0]); i++) {
+			const char *const *names = lin[i].block ? pd_wf_block[lin[i].row] : pd_wf_top[lin[i].row];
+			struct pd_dit_linear *l;
+
+			if ((b >= 0) != lin[i].block)
+				continue;
+			l = &t[k++];
+			if (b >= 0) {
+				snprintf(l->name, sizeof(l->name), "blocks.%d.%s", b, names[1]);
+				snprintf(l->native, sizeof(l->native), "blocks.%d.%s", b, names[0]);
+			} else {
+				snprintf(l->name, sizeof(l->name), "%s", names[1]);
+				snprintf(l->native, sizeof(l->native), "%s", names[0]);
+			}
+			l->n_out = l->native_rows = lin[i].n_out;
+			l->n_in = lin[i].n_in;
+		}
+	*out = t;
+	*n = k;
+	return 0;
+}
+
 /* The prefix before the original names ("model.diffusion_model." in
  * ComfyUI's files), or -1 when ST is not in the original layout. */
 static int pd_wf_prefix(const struct pd_st *st, char *pre, size_t n)

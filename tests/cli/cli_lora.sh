@@ -184,7 +184,10 @@ wf="$wg/forward-n9-h32w48.safetensors"
 "$pdit" forward --transformer "$tmp/wan-merged" --inputs "$wf" --out "$tmp/wan-merged.safetensors" > /dev/null 2>&1
 "$pdit" forward --transformer "$wg/model/transformer" --inputs "$wf" --out "$tmp/wan-plain.safetensors" > /dev/null 2>&1
 for a in "wan-peft.safetensors:0.8" "wan-orig.safetensors:0.8"; do
-	if "$pdit" forward --transformer "$wg/model/transformer" --inputs "$wf" --lora "$tmp/$a" --out "$tmp/wan.safetensors" 		> /dev/null 2> "$tmp/err" && "$cmp" tensors "$tmp/wan.safetensors" "$tmp/wan-merged.safetensors" 1e-5 out.sample 		> "$tmp/log" && ! "$cmp" tensors "$tmp/wan-plain.safetensors" "$tmp/wan-merged.safetensors" 1e-3 out.sample 		> /dev/null; then
+	if "$pdit" forward --transformer "$wg/model/transformer" --inputs "$wf" --lora "$tmp/$a" --out "$tmp/wan.safetensors" \
+		> /dev/null 2> "$tmp/err" && "$cmp" tensors "$tmp/wan.safetensors" "$tmp/wan-merged.safetensors" 1e-5 out.sample \
+		> "$tmp/log" && ! "$cmp" tensors "$tmp/wan-plain.safetensors" "$tmp/wan-merged.safetensors" 1e-3 out.sample \
+		> /dev/null 2>&1; then
 		ok "Wan2.1, --lora $a: the merged weights' out.sample, $(head -1 "$tmp/log")"
 	else
 		cat "$tmp/err" "$tmp/log"; bad "Wan2.1, --lora $a"

@@ -12,6 +12,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* ----------------------------------------------------------------------- */
 /* The mesh and memory                                                     */
@@ -146,6 +147,17 @@ static const char *pd_engine_mb(double mb, char buf[32])
 	return buf;
 }
 
+double pd_engine_adapter_bytes(const struct pd_engine *e)
+{
+	double n = 0;
+	struct stat sb;
+
+	for (int i = 0; i < e->n_loras; i++)
+		if (!stat(e->o.loras[i].path, &sb))
+			n += (double)sb.st_size;
+	return n;
+}
+
 int pd_engine_check_memory(const struct pd_engine *e, int decodes, int loaded)
 {
 	double MB = 1048576.0, avail = pd_mem_available_mb(), weights, act, vae = 0, enc, need;
@@ -162,8 +174,10 @@ int pd_engine_check_memory(const struct pd_engine *e, int decodes, int loaded)
 	pd_engine_plan_work(e, 1, decodes, &w);
 	if (pd_plan_cost(&w, &mc, &mesh, &cost))
 		return -1;
-	/* the lightest stage: low whichever stage a rank runs */
-	weights = cost.weights_min_gb * 1e9 / MB;
+	/* the lightest stage: low whichever stage a rank runs; plus the
+	 * adapters' files whole (what their terms hold at most: every rank's
+	 * share, in the file's precision or less) */
+	weights = cost.weights_min_gb * 1e9 / MB + pd_engine_adapter_bytes(e) / MB;
 	act = cost.activations_gb * 1e9 / MB;
 	/* the decode in bands over the data-parallel group, or whole */
 	if (w.vae_gflop > 0)
@@ -188,10 +202,11 @@ int pd_engine_check_memory(const struct pd_engine *e, int decodes, int loaded)
 				 "the VAE decode %s beside the loaded weights%s) and %s are available: choose a smaller "
 				 "size", e->p.width, e->p.height, t_need, local, local > 1 ? "es" : "", t_act, t_vae, kept,
 				 t_avail);
-	return pd_errorf("%dx%d needs at least %s on this machine (%d process%s, each: transformer weights %s + "
+	return pd_errorf("%dx%d needs at least %s on this machine (%d process%s, each: transformer weights%s %s + "
 			 "activations %s, or the VAE decode %s%s) and %s are available: choose a smaller size, or more "
 			 "machines with tensor, sequence, pipeline parallel or the banded decode",
-			 e->p.width, e->p.height, t_need, local, local > 1 ? "es" : "", t_w, t_act, t_vae, kept, t_avail);
+			 e->p.width, e->p.height, t_need, local, local > 1 ? "es" : "", e->n_loras ? " and adapters" : "", t_w,
+			 t_act, t_vae, kept, t_avail);
 }
 
 /* parallel = auto: rank 0 ranks the meshes as `pdit plan` does on this

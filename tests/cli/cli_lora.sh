@@ -91,6 +91,18 @@ else
 	cat "$tmp/err" "$tmp/log"; bad "generate --lora on $(basename "$f")"
 fi
 
+# the memory check counts the adapters' files (PDIT_MEM_AVAILABLE_MB: too little for anything, so
+# the refusal says what it counted)
+need() { PDIT_MEM_AVAILABLE_MB=0.01 "$pdit" generate "${gen[@]:0:12}" "$@" -o "$tmp/no.png" 2>&1 |
+	sed -n 's/.*transformer weights[a-z ]* \([0-9.]*\) MB.*/\1/p'; }
+w0=$(need) w1=$(need --lora "$g/lora-dev-1342-kohya.safetensors")
+if awk -v a="$w0" -v b="$w1" -v f="$(stat -c %s "$g/lora-dev-1342-kohya.safetensors")" \
+	'BEGIN { exit !(a > 0 && (b - a) * 1048576 > 0.9 * f && (b - a) * 1048576 < 1.1 * f) }'; then
+	ok "the memory check adds the adapter's file: weights $w0 MB, with the adapter $w1 MB"
+else
+	bad "the memory check and adapters: weights $w0 MB, with the adapter $w1 MB"
+fi
+
 # kept-quantized weights: the adapter beside their blocks, as on the decoded weights
 adapter="$g/lora-dev-1342-kohya.safetensors:0.8"
 for q in Q8_0.gguf fp8_e4m3fn_scaled.safetensors; do

@@ -46,7 +46,8 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 		{ "--init-latents", 0, PD_ARG_STRING, &a->init_latents, "FILE", "start from latents.init [B,L,C] or latents.init_unpacked instead of the seed", NULL },
 		{ "--init-img", 'i', PD_ARG_STRING, &a->init_img, "FILE", "img2img (FLUX): start from this PNG, encoded by the VAE; its size unless -W and -H are given", NULL },
 		{ "--strength", 0, PD_ARG_DOUBLE, &a->strength, "S", "img2img: how much of the picture is made anew, the share of the steps run (0 to 1; default 0.75)", &a->strength_seen },
-		{ "--mask", 0, PD_ARG_STRING, &a->mask, "FILE", "inpainting (with -i): a PNG of the picture's size, white where it is made anew, black where it is kept", NULL },
+		{ "--mask", 0, PD_ARG_STRING, &a->mask, "FILE", "inpainting (with -i): a PNG of the picture's size, white where it is made anew, black where it is kept; with a FLUX.1 Fill model, what it fills", NULL },
+		{ "--ref-image", 'r', PD_ARG_STRING, &a->ref_img, "FILE", "FLUX.1 Kontext: a reference picture (PNG, sides multiples of 16, its own size) the model edits or draws from", NULL },
 		{ "--dtype", 0, PD_ARG_STRING, &a->dtype, "f32|bf16", "precision of matrix products (default f32)", NULL },
 		{ "--vae-dtype", 0, PD_ARG_STRING, &a->vae_dtype, "f32|bf16", "precision of the VAE's convolutions (default f32; bf16: about 2x faster decoding, pixels within a few levels)", NULL },
 		{ "--quant-products", 0, PD_ARG_STRING, &a->quant_products, "int8|bf16|auto", "how layers kept quantized (GGUF, fp8, --quantize) multiply: int8 dot products on inputs quantized in blocks of 32 (Q8_0 and Q4_K weights as stored; fp8 e4m3 converted to int8 blocks at load, its small values rounded), or decoded to bf16 (default auto: int8 for Q8_0 and Q4_K with --dtype bf16 on a CPU with AVX-512 VNNI)", NULL },
@@ -303,6 +304,7 @@ int pd_gen_request(const struct pd_gen_args *a, struct pd_request *rq, char ***p
 	rq->init_latents = a->init_latents;
 	rq->init_image = a->init_img;
 	rq->mask_image = a->mask;
+	rq->ref_image = a->ref_img;
 	rq->strength = a->strength_seen ? a->strength : PD_DEFAULT;
 	if (a->strength_seen && !a->init_img)
 		return pd_errorf("--strength goes with -i/--init-img (the picture img2img starts from)");

@@ -53,6 +53,7 @@ struct pd_gen_args {
 	const char *embeds;             /* --embeds FILE instead of prompts */
 	const char *output, *out_latents, *init_latents; /* generate's files */
 	const char *init_img;           /* -i/--init-img: img2img's picture */
+	const char *ref_img;            /* -r/--ref-image: Kontext's reference picture */
 	const char *mask;               /* --mask: inpainting's mask */
 	double strength;                /* --strength */
 	int strength_seen;              /* given */

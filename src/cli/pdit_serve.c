@@ -629,6 +629,7 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 		rq.init_png_len = init_len;
 		rq.mask_png = mask_png;
 		rq.mask_png_len = mask_len;
+		rq.mask_alpha = p.mask_alpha;
 		/* every rank takes part in the cancel's agreement; rank 0's flag
 		 * is the job's (DELETE sets it) */
 		rq.cancel = job ? &job->cancel : &no_cancel;

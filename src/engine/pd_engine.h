@@ -74,8 +74,14 @@ struct pd_engine {
 	int init_w, init_h;             /* its size */
 	float strength;                 /* img2img's strength, or 0 */
 	uint8_t *mask_rgb;              /* inpainting's mask [init_h, init_w, 3], or NULL */
+	uint8_t *ref_rgb;               /* Kontext's reference picture [ref_h, ref_w, 3], or NULL */
+	int ref_w, ref_h;               /* its size */
+	float *ref, *ref_ids;           /* its tokens [ref_len, C] and their ids, once encoded (p.ref points here) */
+	int64_t ref_len;                /* how many */
 	struct pd_inpaint inpaint;      /* its latents, once the picture is encoded (p.inpaint points here) */
 	float *inpaint_buf;             /* what inpaint's pointers hold: image, noise, mask */
+	float *cond;                    /* FLUX.1 Fill's conditioning [B, L, ls.cond_channels] once the picture
+					 * is encoded (p.cond points here), or NULL */
 };
 
 /* The caller's log and thread count, put back when a call returns. */
@@ -162,6 +168,9 @@ int pd_engine_vae_setup(struct pd_engine *e);
 /* img2img: the prepared request's initial latents from its picture (the
  * backend ready: at run), on every process alike. */
 int pd_engine_init_picture(struct pd_engine *e);
+/* Kontext's reference picture encoded (the posterior's mode), packed, with
+ * its ids: e->ref, and the denoising's p.ref. */
+int pd_engine_ref_picture(struct pd_engine *e);
 /* The VAE loaded on this process (once). */
 int pd_engine_vae_load(struct pd_engine *e);
 /* The VAE's band hooks (pd_vae.h; the inert ones when HOOKS is NULL). */

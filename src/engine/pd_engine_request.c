@@ -79,7 +79,8 @@ static int pd_engine_read_picture(struct pd_engine *e, const char *path, struct 
 		int mw, mh;
 
 		if (r->mask_image ? pd_png_read(r->mask_image, &e->mask_rgb, &mw, &mh)
-				  : pd_png_decode(r->mask_png, r->mask_png_len, mask, &e->mask_rgb, &mw, &mh))
+		    : r->mask_alpha ? pd_png_decode_alpha_mask(r->mask_png, r->mask_png_len, mask, &e->mask_rgb, &mw, &mh)
+				    : pd_png_decode(r->mask_png, r->mask_png_len, mask, &e->mask_rgb, &mw, &mh))
 			return -1;
 		if (mw != e->init_w || mh != e->init_h)
 			return pd_errorf("--mask%s%s is %dx%d, the picture %dx%d: give a mask of the picture's size",
@@ -125,6 +126,75 @@ static int pd_engine_picture_schedule(struct pd_engine *e, double strength)
 	return 0;
 }
 
+int pd_engine_ref_picture(struct pd_engine *e)
+{
+	const struct pd_vae_kind *k = e->fam->vae;
+	struct pd_latent_shape rs;
+	int A = e->info.n_axes;
+	float *moments = NULL, *lat = NULL;
+	int64_t nl;
+	int rc = -1;
+
+	if ((!e->vae && k->load(&e->vae, e->mp.vae, e->be)) ||
+	    e->fam->latent_shape(&rs, &e->info, 1, e->ref_h, e->ref_w))
+		return -1;
+	nl = pd_latent_numel(&rs);
+	moments = pd_malloc((size_t)(2 * nl) * sizeof(float), "the reference's latents");
+	lat = pd_malloc((size_t)nl * sizeof(float), "the reference's latents");
+	e->ref = pd_malloc((size_t)(rs.tokens * rs.packed_channels) * sizeof(float), "the reference's tokens");
+	e->ref_ids = pd_malloc((size_t)(rs.tokens * A) * sizeof(float), "the reference's ids");
+	if (!moments || !lat || !e->ref || !e->ref_ids || k->encode(e->vae, e->ref_rgb, NULL, e->ref_h, e->ref_w, moments))
+		goto out;
+	/* FluxKontextPipeline: the mode (sample_mode="argmax"), no draw */
+	k->posterior(e->vae, moments, (size_t)nl, NULL, lat);
+	e->fam->pack(&rs, lat, e->ref);
+	/* its own grid, the first axis 1 (image_ids[..., 0] = 1) */
+	e->fam->image_ids(&rs, A, e->ref_ids);
+	for (int64_t t = 0; t < rs.tokens; t++)
+		e->ref_ids[t * A] = 1.0f;
+	e->ref_len = rs.tokens;
+	e->p.ref = e->ref;
+	e->p.ref_ids = e->ref_ids;
+	e->p.ref_len = rs.tokens;
+	rc = 0;
+out:
+	free(moments);
+	free(lat);
+	return rc;
+}
+
+/* A mask's pixel as diffusers' mask processors read it: PIL's grayscale
+ * (ITU-R 601-2 luma in 16-bit fixed point), / 255, binarized at 0.5. */
+static float pd_engine_mask_bit(const uint8_t *px)
+{
+	uint32_t l = ((uint32_t)px[0] * 19595 + (uint32_t)px[1] * 38470 + (uint32_t)px[2] * 7471 + 0x8000) >> 16;
+
+	return (float)l / 255.0f < 0.5f ? 0.0f : 1.0f;
+}
+
+/* FLUX.1 Fill's mask as FluxFillPipeline.prepare_mask_latents folds it:
+ * [H, W] viewed [h, 8, w, 8], permuted to [8, 8, h, w]: 64 channels a
+ * latent position (dy * 8 + dx), then packed as latents of 64 channels
+ * into OUT [L, 256]. */
+static int pd_engine_fill_mask(struct pd_engine *e, int f, float *out)
+{
+	struct pd_latent_shape m = e->ls;
+	float *u = pd_malloc((size_t)f * f * m.h * m.w * sizeof(float), "the folded mask");
+
+	if (!u)
+		return -1;
+	m.channels = f * f;
+	for (int dy = 0; dy < f; dy++)
+		for (int dx = 0; dx < f; dx++)
+			for (int y = 0; y < m.h; y++)
+				for (int x = 0; x < m.w; x++)
+					u[(((int64_t)dy * f + dx) * m.h + y) * m.w + x] = pd_engine_mask_bit(
+						e->mask_rgb + ((size_t)(y * f + dy) * e->init_w + (size_t)(x * f + dx)) * 3);
+	e->fam->pack(&m, u, out);
+	free(u);
+	return 0;
+}
+
 int pd_engine_init_picture(struct pd_engine *e)
 {
 	const struct pd_vae_kind *k = e->fam->vae;
@@ -132,7 +202,9 @@ int pd_engine_init_picture(struct pd_engine *e)
 	struct pd_scheduler s = e->sched;
 	int N = e->p.steps, first = e->p.first_step;
 	int64_t per = ls->tokens * ls->packed_channels, nl = pd_latent_numel(ls), B = e->e.batch;
-	float *moments = NULL, *eps = NULL, *noise = NULL, *lat = NULL, *init = NULL, sigma;
+	int64_t K = ls->cond_channels, L = ls->tokens, C = ls->packed_channels;
+	float *moments = NULL, *eps = NULL, *noise = NULL, *lat = NULL, *init = NULL, *fill = NULL, *part = NULL, sigma;
+	uint8_t *masked = NULL;
 	int rc = -1;
 
 	if (!e->vae && k->load(&e->vae, e->mp.vae, e->be))
@@ -152,9 +224,26 @@ int pd_engine_init_picture(struct pd_engine *e)
 	lat = pd_malloc((size_t)nl * sizeof(float), "the picture's latents");
 	init = pd_malloc((size_t)(B * per) * sizeof(float), "initial latents");
 	if (!moments || !eps || !noise || !lat || !init ||
-	    k->encode(e->vae, e->init_rgb, e->init_h, e->init_w, moments))
+	    k->encode(e->vae, e->init_rgb, NULL, e->init_h, e->init_w, moments))
 		goto out;
-	if (e->mask_rgb && !(e->inpaint_buf = pd_malloc((size_t)((2 * B + 1) * per) * sizeof(float), "inpainting")))
+	if (K > 0) {
+		/* FLUX.1 Fill: the masked picture's moments, the folded mask */
+		int f = k->scale(e->vae);
+
+		masked = pd_malloc((size_t)e->init_h * e->init_w, "the mask");
+		fill = pd_malloc((size_t)(2 * nl) * sizeof(float), "the masked picture's latents");
+		part = pd_malloc((size_t)(L * (K - C) + per) * sizeof(float), "the conditioning");
+		e->cond = pd_malloc((size_t)(B * L * K) * sizeof(float), "the conditioning");
+		if (!masked || !fill || !part || !e->cond)
+			goto out;
+		for (size_t i = 0; i < (size_t)e->init_h * e->init_w; i++)
+			masked[i] = (uint8_t)pd_engine_mask_bit(e->mask_rgb + 3 * i);
+		if (k->encode(e->vae, e->init_rgb, masked, e->init_h, e->init_w, fill) ||
+		    pd_engine_fill_mask(e, f, part + per))
+			goto out;
+	}
+	if (e->mask_rgb && K == 0 &&
+	    !(e->inpaint_buf = pd_malloc((size_t)((2 * B + 1) * per) * sizeof(float), "inpainting")))
 		goto out;
 	for (int64_t b = 0; b < B; b++) {
 		struct pd_rng g;
@@ -171,7 +260,22 @@ int pd_engine_init_picture(struct pd_engine *e)
 		for (int64_t i = 0; i < nl; i++)
 			lat[i] = sigma * noise[i] + (1.0f - sigma) * lat[i];
 		e->fam->pack(ls, lat, init + b * per);
+		if (K > 0) {
+			/* the masked picture's posterior, drawn next from the same
+			 * generator; then [its latents | the mask] a token */
+			float *dst = e->cond + b * L * K;
+
+			pd_rng_randn(&g, eps, (size_t)nl);
+			k->posterior(e->vae, fill, (size_t)nl, eps, lat);
+			e->fam->pack(ls, lat, part);
+			for (int64_t t = 0; t < L; t++) {
+				memcpy(dst + t * K, part + t * C, (size_t)C * sizeof(float));
+				memcpy(dst + t * K + C, part + per + t * (K - C), (size_t)(K - C) * sizeof(float));
+			}
+		}
 	}
+	if (K > 0)
+		e->p.cond = e->cond;
 	if (e->inpaint_buf) {
 		/* the mask as FluxInpaintPipeline prepares it: PIL's grayscale,
 		 * /255, binarized at 0.5, nearest to the latent grid, every latent
@@ -182,11 +286,8 @@ int pd_engine_init_picture(struct pd_engine *e)
 		for (int c = 0; c < ls->channels; c++)
 			for (int y = 0; y < ls->h; y++)
 				for (int x = 0; x < ls->w; x++) {
-					const uint8_t *px = e->mask_rgb + ((size_t)y * f * e->init_w + (size_t)x * f) * 3;
-					uint32_t l = ((uint32_t)px[0] * 19595 + (uint32_t)px[1] * 38470 + (uint32_t)px[2] * 7471 +
-						      0x8000) >> 16;
-
-					lat[((int64_t)c * ls->h + y) * ls->w + x] = (float)l / 255.0f < 0.5f ? 0.0f : 1.0f;
+					lat[((int64_t)c * ls->h + y) * ls->w + x] =
+						pd_engine_mask_bit(e->mask_rgb + ((size_t)y * f * e->init_w + (size_t)x * f) * 3);
 				}
 		e->fam->pack(ls, lat, mask);
 		e->inpaint.image = e->inpaint_buf;
@@ -203,6 +304,9 @@ out:
 	free(noise);
 	free(lat);
 	free(init);
+	free(fill);
+	free(part);
+	free(masked);
 	return rc;
 }
 
@@ -373,8 +477,19 @@ void pd_engine_request_free(struct pd_engine *e)
 	free(e->init_rgb);
 	free(e->mask_rgb);
 	free(e->inpaint_buf);
+	free(e->cond);
+	free(e->ref_rgb);
+	free(e->ref);
+	free(e->ref_ids);
+	e->ref_rgb = NULL;
+	e->ref = e->ref_ids = NULL;
+	e->ref_len = 0;
+	e->p.ref = e->p.ref_ids = NULL;
+	e->p.ref_len = 0;
 	e->mask_rgb = NULL;
 	e->inpaint_buf = NULL;
+	e->cond = NULL;
+	e->p.cond = NULL;
 	memset(&e->inpaint, 0, sizeof(e->inpaint));
 	e->p.inpaint = NULL;
 	e->prompts = NULL;
@@ -573,7 +688,25 @@ int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request *rq_in)
 					      "would silently run without true CFG)", rq->true_cfg_scale);
 	if (rq->init_latents && pd_engine_read_init(e, rq->init_latents))
 		return -1;
-	if (e->init_rgb && pd_engine_picture_schedule(e, rq->strength == PD_DEFAULT ? 0.75 : rq->strength))
+	if (rq->ref_image || rq->ref_png) {
+		const char *ref = rq->ref_image ? rq->ref_image : "the reference picture";
+
+		if (!e->fam->vae->encode)
+			return pd_errorf("-r/--ref-image: the %s family takes no picture in yet", e->fam->name);
+		if (!e->mp.vae)
+			return pd_errorf("-r/--ref-image needs the VAE to encode the picture: give --vae DIR");
+		if (rq->ref_image ? pd_png_read(ref, &e->ref_rgb, &e->ref_w, &e->ref_h)
+				  : pd_png_decode(rq->ref_png, rq->ref_png_len, ref, &e->ref_rgb, &e->ref_w, &e->ref_h))
+			return -1;
+		if (e->ref_w % 16 || e->ref_h % 16)
+			return pd_errorf("-r/--ref-image %s: %dx%d is no multiple of 16 (pdit does not resize yet)", ref,
+					 e->ref_w, e->ref_h);
+	}
+	if (e->ls.cond_channels > 0 && (!e->init_rgb || !e->mask_rgb))
+		return pd_errorf("%s is FLUX.1 Fill's transformer (in_channels %d): give -i/--init-img PICTURE and --mask "
+				 "MASK (white: what it fills)", e->mp.transformer, e->info.in_channels);
+	if (e->init_rgb && pd_engine_picture_schedule(e, rq->strength != PD_DEFAULT ? rq->strength
+							  : e->dflt.strength > 0 ? e->dflt.strength : 0.75))
 		return -1;
 	return 0;
 }

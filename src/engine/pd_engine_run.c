@@ -309,6 +309,8 @@ static int pd_engine_run_scoped(struct pd_engine *e, const struct pd_request *rq
 	if (pd_engine_agree(e, pd_engine_adapters(e, rq)))
 		return -1;
 	rc = e->init_rgb && !e->init ? pd_engine_init_picture(e) : 0;
+	if (!rc && e->ref_rgb && !e->ref)
+		rc = pd_engine_ref_picture(e);
 	if (pd_engine_agree(e, rc))
 		return -1;
 	rc = pd_engine_vae_setup(e);

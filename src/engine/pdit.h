@@ -228,12 +228,21 @@ struct pd_request {
 	 * it must then have), encoded by the VAE, its posterior sampled from
 	 * each picture's generator before the noise is drawn; or NULL */
 	const char *init_image;
+	/* FLUX.1 Kontext (FluxKontextPipeline): a reference picture (PNG,
+	 * sides multiples of 16, any size), encoded by the VAE (the
+	 * posterior's mode) and appended after the image tokens with position
+	 * ids whose first axis is 1; or NULL */
+	const char *ref_image;
+	const uint8_t *ref_png;         /* the same as PNG bytes (a service's request; the file wins) */
+	size_t ref_png_len;
 	const char *mask_image;         /* inpainting (with init_image): a PNG of its size, white where the
 					 * picture is made anew (FluxInpaintPipeline); or NULL */
 	/* the same pictures as PNG bytes instead of files (a service's
 	 * request; the files win when both are given) */
 	const uint8_t *init_png, *mask_png;
 	size_t init_png_len, mask_png_len;
+	int mask_alpha;                 /* mask_png's fully transparent pixels are the ones repainted
+					 * (OpenAI's images.edit), not its white ones */
 	/* LoRA adapters of this request, in place of the engine's
 	 * (pd_engine_options.loras) when loras_given: a NULL path ends the
 	 * list (none at all: no adapter). The model is not reloaded: the

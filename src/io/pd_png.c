@@ -125,8 +125,9 @@ int pd_png_write(const char *path, const uint8_t *rgb, int width, int height, co
 	return pd_out_commit(&o);
 }
 
-/* The rest of a read begun on IMG (NAME for the messages). */
-static int pd_png_finish(png_image *img, const char *path, uint8_t **rgb, int *width, int *height);
+/* The rest of a read begun on IMG (NAME for the messages); ALPHA_MASK: as
+ * pd_png_decode_alpha_mask. */
+static int pd_png_finish(png_image *img, const char *path, uint8_t **rgb, int *width, int *height, int alpha_mask);
 
 int pd_png_read(const char *path, uint8_t **rgb, int *width, int *height)
 {
@@ -136,10 +137,11 @@ int pd_png_read(const char *path, uint8_t **rgb, int *width, int *height)
 	img.version = PNG_IMAGE_VERSION;
 	if (!png_image_begin_read_from_file(&img, path))
 		return pd_errorf("%s: %s", path, img.message);
-	return pd_png_finish(&img, path, rgb, width, height);
+	return pd_png_finish(&img, path, rgb, width, height, 0);
 }
 
-int pd_png_decode(const uint8_t *png, size_t len, const char *name, uint8_t **rgb, int *width, int *height)
+static int pd_png_decode_as(const uint8_t *png, size_t len, const char *name, uint8_t **rgb, int *width, int *height,
+			    int alpha_mask)
 {
 	png_image img;
 
@@ -147,10 +149,21 @@ int pd_png_decode(const uint8_t *png, size_t len, const char *name, uint8_t **rg
 	img.version = PNG_IMAGE_VERSION;
 	if (len < 8 || !png_image_begin_read_from_memory(&img, png, len))
 		return pd_errorf("%s: %s", name, len < 8 ? "not a PNG" : img.message);
-	return pd_png_finish(&img, name, rgb, width, height);
+	return pd_png_finish(&img, name, rgb, width, height, alpha_mask);
 }
 
-static int pd_png_finish(png_image *img, const char *path, uint8_t **rgb, int *width, int *height)
+int pd_png_decode(const uint8_t *png, size_t len, const char *name, uint8_t **rgb, int *width, int *height)
+{
+	return pd_png_decode_as(png, len, name, rgb, width, height, 0);
+}
+
+int pd_png_decode_alpha_mask(const uint8_t *png, size_t len, const char *name, uint8_t **rgb, int *width,
+			     int *height)
+{
+	return pd_png_decode_as(png, len, name, rgb, width, height, 1);
+}
+
+static int pd_png_finish(png_image *img, const char *path, uint8_t **rgb, int *width, int *height, int alpha_mask)
 {
 	uint8_t *buf;
 
@@ -161,7 +174,7 @@ static int pd_png_finish(png_image *img, const char *path, uint8_t **rgb, int *w
 		png_image_free(img);
 		return pd_errorf("%s: a picture of %ux%u (at most 16384 a side)", path, w, h);
 	}
-	img->format = PNG_FORMAT_RGB;
+	img->format = alpha_mask ? PNG_FORMAT_RGBA : PNG_FORMAT_RGB;
 	buf = pd_malloc(PNG_IMAGE_SIZE(*img), path);
 	if (!buf) {
 		png_image_free(img);
@@ -170,6 +183,14 @@ static int pd_png_finish(png_image *img, const char *path, uint8_t **rgb, int *w
 	if (!png_image_finish_read(img, NULL, buf, 0, NULL)) {
 		free(buf);
 		return pd_errorf("%s: %s", path, img->message);
+	}
+	if (alpha_mask) {
+		/* RGBA in place into RGB: white where fully transparent */
+		for (size_t i = 0; i < (size_t)img->width * img->height; i++) {
+			uint8_t v = buf[4 * i + 3] == 0 ? 255 : 0;
+
+			buf[3 * i] = buf[3 * i + 1] = buf[3 * i + 2] = v;
+		}
 	}
 	*rgb = buf;
 	*width = (int)img->width;

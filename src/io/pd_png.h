@@ -22,5 +22,10 @@ int pd_png_read(const char *path, uint8_t **rgb, int *width, int *height);
 /* The same from LEN bytes in memory (a service's request); NAME in the
  * messages. */
 int pd_png_decode(const uint8_t *png, size_t len, const char *name, uint8_t **rgb, int *width, int *height);
+/* A mask in OpenAI's images.edit convention (fully transparent where the
+ * picture is edited) as the white-repaints RGB mask the pipelines read:
+ * white where alpha is 0, black elsewhere. */
+int pd_png_decode_alpha_mask(const uint8_t *png, size_t len, const char *name, uint8_t **rgb, int *width,
+			     int *height);
 
 #endif /* PD_PNG_H */

@@ -91,7 +91,8 @@ int pd_denoise(const struct pd_runner *run, const struct pd_dit_family *fam, con
 	/* the cache slot of the first branch this process runs (1: positive) */
 	int first_branch = branch == 0 ? 0 : 1;
 	float *img_ids = NULL, *txt_ids = NULL, *neg_ids = NULL, *noise = NULL, *pred = NULL, *pair = NULL;
-	float *tvec = NULL;
+	float *tvec = NULL, *xin = NULL, *ids_all = NULL, *out_all = NULL;
+	int64_t R = p->ref_len > 0 ? p->ref_len : 0;
 	struct pd_sched_state **st = NULL;
 	/* First Block Cache: one state per image and branch (0 negative, 1 positive) */
 	struct pd_fbcache *fbc = NULL;
@@ -100,6 +101,12 @@ int pd_denoise(const struct pd_runner *run, const struct pd_dit_family *fam, con
 	memset(&ls, 0, sizeof(ls));
 	if (fam->latent_shape(&ls, info, p->frames, p->height, p->width))
 		return -1;
+	if (R > 0 && ls.cond_channels > 0)
+		return pd_errorf("a reference picture (-r) and a model conditioned on a masked picture (FLUX.1 Fill) do not "
+				 "go together");
+	if (ls.cond_channels > 0 && !p->cond)
+		return pd_errorf("this transformer takes %d channels of conditioning a token (FLUX.1 Fill: the masked "
+				 "picture and its mask): give -i/--init-img and --mask", ls.cond_channels);
 	B = run->n_images < 0 ? e->batch : run->n_images;
 	if (p->fbcache_threshold > 0) {
 		fbc = pd_calloc((size_t)(2 * B + 1), sizeof(*fbc), "First Block Cache");
@@ -122,12 +129,27 @@ int pd_denoise(const struct pd_runner *run, const struct pd_dit_family *fam, con
 	pair = pd_malloc((size_t)((B + 1) * 2 * n) * sizeof(float), "predictions");
 	tvec = pd_malloc((size_t)(B + 1) * sizeof(float), "timesteps");
 	st = pd_calloc((size_t)(B + 1), sizeof(*st), "the sampler's state");
-	if (!img_ids || !txt_ids || !neg_ids || !noise || !pred || !pair || !tvec || !st)
+	/* a call's tokens: the latents, then the conditioning of each (Fill);
+	 * or the latents, then the reference's tokens (Kontext) */
+	if (ls.cond_channels > 0 || R > 0)
+		xin = pd_malloc((size_t)((L + R) * (C + ls.cond_channels)) * sizeof(float), "the transformer's input");
+	if (R > 0) {
+		ids_all = pd_malloc((size_t)((L + R) * info->n_axes) * sizeof(float), "ids");
+		out_all = pd_malloc((size_t)((L + R) * C) * sizeof(float), "predictions");
+	}
+	if (!img_ids || !txt_ids || !neg_ids || !noise || !pred || !pair || !tvec || !st ||
+	    ((ls.cond_channels > 0 || R > 0) && !xin) || (R > 0 && (!ids_all || !out_all)))
 		goto out;
 	for (int64_t b = 0; b < B; b++)
 		if (!(st[b] = pd_sched_state_new(s, (size_t)n)))
 			goto out;
 	fam->image_ids(&ls, info->n_axes, img_ids);
+	if (R > 0) {
+		/* FluxKontextPipeline: latent_ids = cat([latent_ids, image_ids]) */
+		memcpy(ids_all, img_ids, (size_t)(L * info->n_axes) * sizeof(float));
+		memcpy(ids_all + L * info->n_axes, p->ref_ids, (size_t)(R * info->n_axes) * sizeof(float));
+		memcpy(xin + n, p->ref, (size_t)(R * C) * sizeof(float));
+	}
 	pd_dump_host(dump, "sched.sigmas_in", s->sigmas_in, 1, (int64_t)s->steps);
 	pd_dump_host(dump, "sched.sigmas", s->sigmas, 1, (int64_t)s->steps + 1);
 	pd_dump_host(dump, "sched.timesteps", s->timesteps, 1, (int64_t)s->steps);
@@ -183,7 +205,25 @@ int pd_denoise(const struct pd_runner *run, const struct pd_dit_family *fam, con
 			};
 			/* PF:915-926: the negative call sees the same latents,
 			 * timestep and embedded guidance */
-			struct pd_dit_call nin = pin;
+			struct pd_dit_call nin;
+
+			if (ls.cond_channels > 0) {
+				/* FluxFillPipeline: cat((latents, masked_image_latents), dim=2) */
+				int64_t K = ls.cond_channels;
+
+				for (int64_t t = 0; t < L; t++) {
+					memcpy(xin + t * (C + K), latents + b * n + t * C, (size_t)C * sizeof(float));
+					memcpy(xin + t * (C + K) + C, p->cond + (g * L + t) * K, (size_t)K * sizeof(float));
+				}
+				pin.img = xin;
+			} else if (R > 0) {
+				/* FluxKontextPipeline: cat([latents, image_latents], dim=1) */
+				memcpy(xin, latents + b * n, (size_t)n * sizeof(float));
+				pin.img = xin;
+				pin.img_len = L + R;
+				pin.img_ids = ids_all;
+			}
+			nin = pin;
 
 			nin.cache = fbc ? &fbc[2 * b] : NULL;
 			nin.branch = 0;
@@ -191,15 +231,24 @@ int pd_denoise(const struct pd_runner *run, const struct pd_dit_family *fam, con
 			nin.txt = cfg_on ? e->neg_prompt + g * e->neg_txt_len * e->joint_dim : NULL;
 			nin.pooled = cfg_on ? e->neg_pooled + g * e->pooled_dim : NULL;
 			nin.txt_ids = neg_ids;
+			/* Kontext: noise_pred[:, :latents.size(1)], the image tokens' */
 			if (branch < 0) {
-				if (run->predict(run->predict_ctx, &pin, pos, md) ||
-				    (cfg_on && run->predict(run->predict_ctx, &nin, neg, NULL)))
+				if (run->predict(run->predict_ctx, &pin, R ? out_all : pos, md))
 					goto out;
+				if (R)
+					memcpy(pos, out_all, (size_t)n * sizeof(float));
+				if (cfg_on && run->predict(run->predict_ctx, &nin, R ? out_all : neg, NULL))
+					goto out;
+				if (cfg_on && R)
+					memcpy(neg, out_all, (size_t)n * sizeof(float));
 			} else {
 				float *mine = branch == 0 ? neg : pos;
 
-				if (run->predict(run->predict_ctx, branch == 0 ? &nin : &pin, mine, branch ? md : NULL))
+				if (run->predict(run->predict_ctx, branch == 0 ? &nin : &pin, R ? out_all : mine,
+						 branch ? md : NULL))
 					goto out;
+				if (R)
+					memcpy(mine, out_all, (size_t)n * sizeof(float));
 				if (run->cfg_exchange(run->cfg_ctx, mine, (size_t)n, pair + b * 2 * n))
 					goto out;
 			}
@@ -275,6 +324,9 @@ out:
 	free(pred);
 	free(pair);
 	free(tvec);
+	free(xin);
+	free(ids_all);
+	free(out_all);
 	for (int64_t b = 0; st && b < B; b++)
 		pd_sched_state_free(st[b]);
 	free(st);

@@ -41,6 +41,17 @@ struct pd_gen_params {
 	float fbcache_threshold;        /* First Block Cache: skip when the change is below this (0: off) */
 	int first_step;                 /* img2img: the schedule of STEPS from this step on (0: all of it) */
 	const struct pd_inpaint *inpaint; /* inpainting, or NULL */
+	/* [images, L, ls.cond_channels] what every call appends to each
+	 * token's latents (the shape's cond_channels: FLUX.1 Fill's masked
+	 * picture and mask), or NULL when the model takes none */
+	const float *cond;
+	/* FLUX.1 Kontext: reference tokens [ref_len, C] (packed latents) with
+	 * their position ids [ref_len, n_axes], appended after every call's
+	 * image tokens; only the image tokens' prediction is used. ref_len 0:
+	 * none */
+	const float *ref;
+	const float *ref_ids;
+	int64_t ref_len;
 };
 
 /* True when the run combines positive and negative predictions. */

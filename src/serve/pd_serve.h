@@ -37,6 +37,7 @@ enum pd_serve_api {
 	PD_API_A1111,                   /* POST /sdapi/v1/txt2img (stable-diffusion.cpp's server) */
 	PD_API_SDCPP_VIDEO,             /* POST /sdcpp/v1/vid_gen (stable-diffusion.cpp's native video job) */
 	PD_API_A1111_IMG2IMG,           /* POST /sdapi/v1/img2img (A1111's, as stable-diffusion.cpp's server takes it) */
+	PD_API_OPENAI_EDIT,             /* POST /v1/images/edits (OpenAI's images.edit: multipart/form-data) */
 };
 
 /* What one request asks for: one batch of pictures. Unset numbers are
@@ -61,6 +62,8 @@ struct pd_serve_params {
 	char *init_png;                 /* img2img: the picture, base64 of a PNG (a data URL's prefix
 					 * dropped), or NULL */
 	char *mask_png;                 /* inpainting: the mask likewise, or NULL */
+	int mask_alpha;                 /* the mask's fully transparent pixels are repainted (OpenAI's edits),
+					 * not its white ones */
 	float strength;                 /* img2img's denoising strength; < 0: not given */
 	/* A1111 fields given with a value pdit does not honour (sampler_name,
 	 * restore_faces, ...), ", "-separated for the job's log line; rank 0
@@ -85,6 +88,14 @@ struct pd_serve_params {
  * and the field's name in FIELD ("" for the whole body). */
 int pd_serve_params_parse(struct pd_serve_params *p, enum pd_serve_api api, const char *body, size_t len, int strict,
 			  char *field, size_t field_len);
+/* A multipart/form-data body (RFC 7578: OpenAI's SDKs' and curl -F's
+ * images.edit) of CONTENT_TYPE (its boundary) as the JSON object
+ * pd_serve_params_parse reads: file parts (image, mask) as base64 strings,
+ * the others as numbers where they read as one (but the text fields:
+ * prompt, size, ...), true and false as booleans, else strings. NULL with
+ * the message (and the part's name in FIELD) when the body is not one. */
+char *pd_serve_multipart_json(const char *content_type, const char *body, size_t len, char *field, size_t field_len);
+
 /* P as one JSON text that pd_serve_params_decode reads back exactly: how
  * rank 0 hands a job to the others (malloc'd, NULL when out of memory). */
 char *pd_serve_params_encode(const struct pd_serve_params *p);

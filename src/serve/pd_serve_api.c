@@ -12,13 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 /* A field of a dialect: its JSON name and what it sets. */
 enum pd_sf_kind { PD_SF_PROMPT, PD_SF_NEGATIVE, PD_SF_N, PD_SF_SIZE, PD_SF_WIDTH, PD_SF_HEIGHT, PD_SF_STEPS,
 		  PD_SF_SEED, PD_SF_GUIDANCE, PD_SF_TRUE_CFG, PD_SF_CFG, PD_SF_FBCACHE, PD_SF_FORMAT, PD_SF_N_ITER,
 		  PD_SF_FRAMES, PD_SF_FPS, PD_SF_VIDEO_FORMAT, PD_SF_FLOW_SHIFT, PD_SF_OBJECT, PD_SF_INIT_IMAGES,
-		  PD_SF_MASK, PD_SF_STRENGTH, PD_SF_IGNORED, PD_SF_NOTED };
+		  PD_SF_MASK, PD_SF_STRENGTH, PD_SF_EDIT_IMAGE, PD_SF_IGNORED, PD_SF_NOTED };
 
 /* A field inside an object field is named by its path ("sample_params.
  * sample_steps"), in the same table as its object (PD_SF_OBJECT). */
@@ -46,6 +47,28 @@ static const struct pd_serve_field pd_sf_openai[] = {
 	/* gpt-image-1's: what asks for something else is noted */
 	{ "background", PD_SF_NOTED, "auto|opaque" },
 	{ "moderation", PD_SF_NOTED, "*" },
+	{ "output_compression", PD_SF_NOTED, "*" },
+	{ "partial_images", PD_SF_NOTED, "0" },
+	{ "stream", PD_SF_NOTED, "" },
+	{ NULL, PD_SF_IGNORED, NULL },
+};
+
+/* OpenAI's images.edit (multipart, pd_serve_multipart_json): its picture
+ * and mask (fully transparent where it is edited), and pdit's fields as on
+ * images.generate. */
+static const struct pd_serve_field pd_sf_openai_edit[] = {
+	{ "prompt", PD_SF_PROMPT, NULL },           { "n", PD_SF_N, NULL },
+	{ "size", PD_SF_SIZE, NULL },               { "response_format", PD_SF_FORMAT, NULL },
+	{ "image", PD_SF_EDIT_IMAGE, NULL },        { "mask", PD_SF_MASK, NULL },
+	{ "model", PD_SF_IGNORED, NULL },           { "user", PD_SF_IGNORED, NULL },
+	{ "seed", PD_SF_SEED, NULL },               { "steps", PD_SF_STEPS, NULL },
+	{ "guidance", PD_SF_GUIDANCE, NULL },       { "negative_prompt", PD_SF_NEGATIVE, NULL },
+	{ "true_cfg_scale", PD_SF_TRUE_CFG, NULL }, { "fbcache_threshold", PD_SF_FBCACHE, NULL },
+	{ "strength", PD_SF_STRENGTH, NULL },
+	{ "quality", PD_SF_NOTED, "auto|standard" },
+	{ "background", PD_SF_NOTED, "auto|opaque" },
+	{ "input_fidelity", PD_SF_NOTED, "*" },
+	{ "output_format", PD_SF_NOTED, "png" },
 	{ "output_compression", PD_SF_NOTED, "*" },
 	{ "partial_images", PD_SF_NOTED, "0" },
 	{ "stream", PD_SF_NOTED, "" },
@@ -390,6 +413,11 @@ static int pd_sf_one(struct pd_serve_params *p, const struct pd_serve_field *f, 
 		return pd_sf_png(v->child, f->name, &p->init_png, field);
 	case PD_SF_MASK:
 		return cJSON_IsNull(v) ? 0 : pd_sf_png(v, f->name, &p->mask_png, field);
+	case PD_SF_EDIT_IMAGE:
+		/* one part, or the SDK's image[] list of one */
+		if (cJSON_IsArray(v) && cJSON_GetArraySize(v) > 1)
+			return pd_sf_fail(field, f->name, "%s: one picture a request (got several)%s", "");
+		return pd_sf_png(cJSON_IsArray(v) ? v->child : v, f->name, &p->init_png, field);
 	case PD_SF_STRENGTH:
 		return pd_sf_float(v, f->name, 0, 1, &p->strength, field);
 	case PD_SF_N_ITER:
@@ -478,8 +506,10 @@ int pd_serve_params_parse(struct pd_serve_params *p, enum pd_serve_api api, cons
 			  char *field, size_t field_len)
 {
 	const struct pd_serve_field *table = api == PD_API_OPENAI ? pd_sf_openai
+					   : api == PD_API_OPENAI_EDIT ? pd_sf_openai_edit
 					   : api == PD_API_A1111 ? pd_sf_a1111
 					   : api == PD_API_A1111_IMG2IMG ? pd_sf_a1111_img2img : pd_sf_sdcpp_video;
+	int openai = api == PD_API_OPENAI || api == PD_API_OPENAI_EDIT;
 	const char *bad = NULL;
 	cJSON *root;
 	int rc = -1, n_iter = 1, format = 0;
@@ -493,6 +523,7 @@ int pd_serve_params_parse(struct pd_serve_params *p, enum pd_serve_api api, cons
 	p->cfg_scale = -1;
 	p->video = api == PD_API_SDCPP_VIDEO;
 	p->strength = -1;
+	p->mask_alpha = api == PD_API_OPENAI_EDIT;
 	field[0] = 0;
 	root = cJSON_ParseWithLength(body, len);
 	if (!root)
@@ -501,7 +532,7 @@ int pd_serve_params_parse(struct pd_serve_params *p, enum pd_serve_api api, cons
 		pd_errorf("the body must be a JSON object");
 		goto out;
 	}
-	if (pd_sf_object(p, table, "", root, strict, api == PD_API_OPENAI, &n_iter, &format, &bad))
+	if (pd_sf_object(p, table, "", root, strict, openai, &n_iter, &format, &bad))
 		goto out;
 	if (format == 2 && !p->video) {
 		bad = "output_format";
@@ -529,6 +560,11 @@ int pd_serve_params_parse(struct pd_serve_params *p, enum pd_serve_api api, cons
 		pd_errorf("init_images is required (the picture img2img starts from)");
 		goto out;
 	}
+	if (api == PD_API_OPENAI_EDIT && !p->init_png) {
+		bad = "image";
+		pd_errorf("image is required (the picture to edit)");
+		goto out;
+	}
 	if (p->video && p->n > 1) {
 		bad = "n";
 		pd_errorf("n: a video request makes one video (got %d)", p->n);
@@ -546,7 +582,7 @@ int pd_serve_params_parse(struct pd_serve_params *p, enum pd_serve_api api, cons
 		goto out;
 	}
 	if ((int64_t)p->n * p->width * p->height > PD_SERVE_MAX_PIXELS) {
-		bad = api == PD_API_OPENAI ? "n" : "batch_size";
+		bad = openai ? "n" : "batch_size";
 		pd_errorf("%s: %d pictures of %dx%d are more than %d pixels a request", bad, p->n, p->width, p->height,
 			  PD_SERVE_MAX_PIXELS);
 		goto out;
@@ -559,6 +595,169 @@ out:
 	if (rc)
 		pd_serve_params_free(p);
 	return rc;
+}
+
+/* The value of parameter KEY (case-insensitive, perhaps quoted) of a
+ * header value H ("multipart/form-data; boundary=x", "form-data;
+ * name=\"image\""), into OUT; 0, or -1 when absent or too long. */
+static int pd_mp_param(const char *h, const char *end, const char *key, char *out, size_t cap)
+{
+	size_t k = strlen(key);
+
+	for (const char *p = h; p + k < end; p++) {
+		size_t n = 0;
+
+		if (strncasecmp(p, key, k) || p[k] != '=' || (p > h && p[-1] != ';' && p[-1] != ' '))
+			continue;
+		p += k + 1;
+		if (*p == '"') {
+			for (p++; p < end && *p != '"' && n + 1 < cap; p++)
+				out[n++] = *p;
+			if (p >= end || *p != '"')
+				return -1;
+		} else {
+			for (; p < end && *p != ';' && *p != ' ' && *p != '\r' && n + 1 < cap; p++)
+				out[n++] = *p;
+		}
+		out[n] = 0;
+		return n ? 0 : -1;
+	}
+	return -1;
+}
+
+/* Fields whose parts stay text, whatever they read as. */
+static int pd_mp_text(const char *name)
+{
+	static const char *const text[] = { "prompt", "negative_prompt", "size", "response_format", "model", "user",
+					    "quality", "background", "output_format", "moderation", "input_fidelity",
+					    "style", NULL };
+
+	for (int i = 0; text[i]; i++)
+		if (!strcmp(name, text[i]))
+			return 1;
+	return 0;
+}
+
+char *pd_serve_multipart_json(const char *content_type, const char *body, size_t len, char *field, size_t field_len)
+{
+	char boundary[128], delim[140], name[128] = "", file[8];
+	const char *p = body, *end = body + len;
+	cJSON *o = NULL;
+	char *text = NULL;
+	size_t dl;
+
+	field[0] = 0;
+	if (!content_type || strncasecmp(content_type, "multipart/form-data", 19) ||
+	    pd_mp_param(content_type, content_type + strlen(content_type), "boundary", boundary, sizeof(boundary))) {
+		pd_errorf("Content-Type must be multipart/form-data with a boundary (as images.edit sends it)");
+		return NULL;
+	}
+	dl = (size_t)snprintf(delim, sizeof(delim), "--%s", boundary);
+	o = cJSON_CreateObject();
+	if (!o)
+		return NULL;
+	/* the preamble, then "--B" CRLF part ... CRLF "--B" ... "--B--" */
+	p = memmem(p, (size_t)(end - p), delim, dl);
+	while (p) {
+		const char *hdr, *hend, *data, *next;
+		cJSON *v;
+
+		p += dl;
+		if (end - p >= 2 && p[0] == '-' && p[1] == '-')
+			break;          /* the closing delimiter */
+		if (end - p < 2 || p[0] != '\r' || p[1] != '\n')
+			goto bad;
+		hdr = p + 2;
+		hend = memmem(hdr, (size_t)(end - hdr), "\r\n\r\n", 4);
+		if (!hend)
+			goto bad;
+		data = hend + 4;
+		next = memmem(data, (size_t)(end - data), delim, dl);
+		if (!next || next - data < 2 || next[-2] != '\r' || next[-1] != '\n')
+			goto bad;
+		/* Content-Disposition: form-data; name="image"; filename="x.png" */
+		{
+			const char *cd = NULL;
+
+			for (const char *l = hdr; l < hend; l++)
+				if ((l == hdr || l[-1] == '\n') && !strncasecmp(l, "Content-Disposition:", 20))
+					cd = l + 20;
+			if (!cd) {
+				pd_errorf("a part without Content-Disposition");
+				goto fail;
+			}
+			{
+				const char *cde = memchr(cd, '\r', (size_t)(hend - cd + 2));
+
+				if (!cde)
+					cde = hend;
+				if (pd_mp_param(cd, cde, "name", name, sizeof(name))) {
+					pd_errorf("a part without a name");
+					goto fail;
+				}
+				file[0] = pd_mp_param(cd, cde, "filename", file, sizeof(file)) ? 0 : 1;
+			}
+		}
+		/* the SDKs' list form: image[] */
+		if (strlen(name) > 2 && !strcmp(name + strlen(name) - 2, "[]"))
+			name[strlen(name) - 2] = 0;
+		if (file[0] || !strcmp(name, "image") || !strcmp(name, "mask")) {
+			char *b64 = pd_base64((const uint8_t *)data, (size_t)(next - 2 - data));
+
+			v = b64 ? cJSON_CreateString(b64) : NULL;
+			free(b64);
+		} else {
+			char *s = pd_malloc((size_t)(next - 2 - data) + 1, "a form field"), *e;
+			double d;
+
+			if (!s)
+				goto fail;
+			memcpy(s, data, (size_t)(next - 2 - data));
+			s[next - 2 - data] = 0;
+			d = strtod(s, &e);
+			if (!pd_mp_text(name) && *s && !*e && isfinite(d))
+				v = cJSON_CreateNumber(d);
+			else if (!pd_mp_text(name) && (!strcmp(s, "true") || !strcmp(s, "false")))
+				v = cJSON_CreateBool(!strcmp(s, "true"));
+			else
+				v = cJSON_CreateString(s);
+			free(s);
+		}
+		if (!v)
+			goto fail;
+		if (cJSON_GetObjectItemCaseSensitive(o, name)) {
+			/* a repeated part: several pictures, which the field refuses */
+			cJSON *prev = cJSON_DetachItemFromObjectCaseSensitive(o, name), *arr = cJSON_CreateArray();
+
+			if (!arr) {
+				cJSON_Delete(prev);
+				cJSON_Delete(v);
+				goto fail;
+			}
+			if (cJSON_IsArray(prev)) {
+				cJSON_Delete(arr);
+				arr = prev;
+			} else {
+				cJSON_AddItemToArray(arr, prev);
+			}
+			cJSON_AddItemToArray(arr, v);
+			v = arr;
+		}
+		cJSON_AddItemToObject(o, name, v);
+		p = next;
+	}
+	if (!p)
+		goto bad;
+	text = cJSON_PrintUnformatted(o);
+	cJSON_Delete(o);
+	return text;
+bad:
+	pd_errorf("the body is not multipart/form-data of its boundary (a part cut short?)");
+fail:
+	if (name[0] && field_len)
+		snprintf(field, field_len, "%s", name);
+	cJSON_Delete(o);
+	return NULL;
 }
 
 void pd_serve_params_free(struct pd_serve_params *p)
@@ -591,6 +790,7 @@ char *pd_serve_params_encode(const struct pd_serve_params *p)
 	    cJSON_AddNumberToObject(o, "frames", p->frames) && cJSON_AddNumberToObject(o, "fps", p->fps) &&
 	    cJSON_AddNumberToObject(o, "frames_png", p->frames_png) &&
 	    cJSON_AddNumberToObject(o, "strength", p->strength) &&
+	    cJSON_AddNumberToObject(o, "mask_alpha", p->mask_alpha) &&
 	    (!p->init_png || cJSON_AddStringToObject(o, "init_png", p->init_png)) &&
 	    (!p->mask_png || cJSON_AddStringToObject(o, "mask_png", p->mask_png)))
 		text = cJSON_PrintUnformatted(o);
@@ -621,6 +821,7 @@ int pd_serve_params_decode(struct pd_serve_params *p, const char *text)
 	p->frames = (int)NUM("frames");
 	p->fps = (int)NUM("fps");
 	p->frames_png = (int)NUM("frames_png");
+	p->mask_alpha = (int)NUM("mask_alpha");
 	p->strength = (v = cJSON_GetObjectItemCaseSensitive(o, "strength")) && cJSON_IsNumber(v) ? (float)v->valuedouble
 												     : -1;
 #undef NUM
@@ -726,7 +927,7 @@ char *pd_serve_answer(const struct pd_serve_params *p, int n, uint8_t *const *pn
 
 	if (!ok)
 		return NULL;
-	if (p->api == PD_API_OPENAI) {
+	if (p->api == PD_API_OPENAI || p->api == PD_API_OPENAI_EDIT) {
 		ok = cJSON_AddNumberToObject(o, "created", (double)time(NULL)) != NULL;
 		list = cJSON_AddArrayToObject(o, "data");
 	} else {
@@ -741,7 +942,7 @@ char *pd_serve_answer(const struct pd_serve_params *p, int n, uint8_t *const *pn
 			ok = 0;
 			break;
 		}
-		if (p->api == PD_API_OPENAI) {
+		if (p->api == PD_API_OPENAI || p->api == PD_API_OPENAI_EDIT) {
 			item = cJSON_CreateObject();
 			ok = item && cJSON_AddStringToObject(item, "b64_json", b64) &&
 			     cJSON_AddStringToObject(item, "revised_prompt", p->prompt);
@@ -808,23 +1009,23 @@ char *pd_serve_error_json(const char *message, const char *type, const char *par
  * before "-n"). */
 static const struct {
 	const char *flag;
-	const char *field[4];           /* by enum pd_serve_api */
+	const char *field[5];           /* by enum pd_serve_api */
 } pd_serve_flag_fields[] = {
-	{ "-H/--height and -W/--width", { "size", "width and height", "width and height", "width and height" } },
-	{ "-n/--negative-prompt", { "negative_prompt", "negative_prompt", "negative_prompt", "negative_prompt" } },
-	{ "-p/--prompt", { "prompt", "prompt", "prompt", "prompt" } },
-	{ "-n \"...\"", { "negative_prompt", "negative_prompt", "negative_prompt", "negative_prompt" } },
-	{ "--true-cfg-scale", { "true_cfg_scale", "true_cfg_scale", "sample_params.guidance.txt_cfg", "true_cfg_scale" } },
-	{ "--fbcache-threshold", { "fbcache_threshold", "fbcache_threshold", "fbcache_threshold", "fbcache_threshold" } },
-	{ "--guidance", { "guidance", "guidance", "sample_params.guidance.txt_cfg", "guidance" } },
-	{ "--steps", { "steps", "steps", "sample_params.sample_steps", "steps" } },
-	{ "--batch", { "n", "batch_size", "n", "batch_size" } },
-	{ "--frames", { "frames", "frames", "video_frames", "frames" } },
-	{ "--fps", { "fps", "fps", "fps", "fps" } },
-	{ "--flow-shift", { "flow_shift", "flow_shift", "sample_params.flow_shift", "flow_shift" } },
-	{ "-i/--init-img", { "image", "init_images", "init_images", "init_images" } },
-	{ "--strength", { "strength", "denoising_strength", "strength", "denoising_strength" } },
-	{ "--mask", { "mask", "mask", "mask", "mask" } },
+	{ "-H/--height and -W/--width", { "size", "width and height", "width and height", "width and height", "size" } },
+	{ "-n/--negative-prompt", { "negative_prompt", "negative_prompt", "negative_prompt", "negative_prompt", "negative_prompt" } },
+	{ "-p/--prompt", { "prompt", "prompt", "prompt", "prompt", "prompt" } },
+	{ "-n \"...\"", { "negative_prompt", "negative_prompt", "negative_prompt", "negative_prompt", "negative_prompt" } },
+	{ "--true-cfg-scale", { "true_cfg_scale", "true_cfg_scale", "sample_params.guidance.txt_cfg", "true_cfg_scale", "true_cfg_scale" } },
+	{ "--fbcache-threshold", { "fbcache_threshold", "fbcache_threshold", "fbcache_threshold", "fbcache_threshold", "fbcache_threshold" } },
+	{ "--guidance", { "guidance", "guidance", "sample_params.guidance.txt_cfg", "guidance", "guidance" } },
+	{ "--steps", { "steps", "steps", "sample_params.sample_steps", "steps", "steps" } },
+	{ "--batch", { "n", "batch_size", "n", "batch_size", "n" } },
+	{ "--frames", { "frames", "frames", "video_frames", "frames", "frames" } },
+	{ "--fps", { "fps", "fps", "fps", "fps", "fps" } },
+	{ "--flow-shift", { "flow_shift", "flow_shift", "sample_params.flow_shift", "flow_shift", "flow_shift" } },
+	{ "-i/--init-img", { "image", "init_images", "init_images", "init_images", "image" } },
+	{ "--strength", { "strength", "denoising_strength", "strength", "denoising_strength", "strength" } },
+	{ "--mask", { "mask", "mask", "mask", "mask", "mask" } },
 };
 
 char *pd_serve_engine_error(enum pd_serve_api api, const char *msg, const char **param)

@@ -27,6 +27,14 @@ struct pd_conn {
 	unsigned long long seen;        /* body bytes received, kept or not */
 };
 
+/* images.edit's form (RFC 7578), as the SDKs and curl -F send it */
+static int pd_multipart_type(struct MHD_Connection *c)
+{
+	const char *t = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+
+	return t && strncasecmp(t, "multipart/form-data", 19) == 0;
+}
+
 void pd_serve_log(struct pd_serve *s, const char *fmt, ...)
 {
 	char line[1024];
@@ -140,7 +148,19 @@ static enum MHD_Result pd_generate(struct pd_serve *s, struct MHD_Connection *c,
 	double t0 = pd_now();
 
 	pd_peer(c, peer, sizeof(peer));
-	if (pd_serve_params_parse(&p, api, k->body ? k->body : "", k->len, s->o.strict, field, sizeof(field))) {
+	if (api == PD_API_OPENAI_EDIT && pd_multipart_type(c)) {
+		/* images.edit's form, read as the JSON object of its fields */
+		char *json = pd_serve_multipart_json(
+			MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE), k->body ? k->body : "",
+			k->len, field, sizeof(field));
+		int rc = !json || pd_serve_params_parse(&p, api, json, strlen(json), s->o.strict, field, sizeof(field));
+
+		free(json);
+		if (rc) {
+			pd_serve_log(s, "pdit: POST %s from %s -> 400 (%s)", url, peer, pd_last_error());
+			return pd_reply_error(c, 400, "invalid_request_error", field[0] ? field : NULL, pd_last_error(), 0);
+		}
+	} else if (pd_serve_params_parse(&p, api, k->body ? k->body : "", k->len, s->o.strict, field, sizeof(field))) {
 		pd_serve_log(s, "pdit: POST %s from %s -> 400 (%s)", url, peer, pd_last_error());
 		return pd_reply_error(c, 400, "invalid_request_error", field[0] ? field : NULL, pd_last_error(), 0);
 	}
@@ -365,6 +385,8 @@ static enum MHD_Result pd_handler(void *cls, struct MHD_Connection *c, const cha
 		gen = 1, api = PD_API_A1111;
 	else if (strcmp(url, "/sdapi/v1/img2img") == 0)
 		gen = 1, api = PD_API_A1111_IMG2IMG;
+	else if (strcmp(url, "/v1/images/edits") == 0)
+		gen = 1, api = PD_API_OPENAI_EDIT;
 	else if (strcmp(url, "/v1/jobs") == 0)
 		gen = 1, async = 1;
 	else if (strcmp(url, "/sdcpp/v1/vid_gen") == 0)
@@ -384,9 +406,11 @@ static enum MHD_Result pd_handler(void *cls, struct MHD_Connection *c, const cha
 					      "a valid \"Authorization: Bearer KEY\" header is required", 0);
 		if (gen && !post)
 			return pd_reply_error(c, 405, "invalid_request_error", NULL, "use POST", 0);
-		if (gen && !pd_json_type(c))
+		if (gen && !pd_json_type(c) && !(api == PD_API_OPENAI_EDIT && pd_multipart_type(c)))
 			return pd_reply_error(c, 415, "invalid_request_error", NULL,
-					      "Content-Type must be application/json", 0);
+					      api == PD_API_OPENAI_EDIT ? "Content-Type must be multipart/form-data (or "
+									  "application/json)"
+									: "Content-Type must be application/json", 0);
 		if (gen) {
 			const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 			const char *ex = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
@@ -535,7 +559,7 @@ int pd_serve_start(struct pd_serve **out, const struct pd_serve_options *o)
 
 		inet_ntop(AF_INET, &a.sin_addr, host, sizeof(host));
 		pd_serve_log(s, "pdit: serving %s on http://%s:%u (POST /v1/images/generations, /sdapi/v1/txt2img, "
-			     "/sdapi/v1/img2img, /v1/jobs, /sdcpp/v1/vid_gen; GET /, /health, /v1/models)", o->model ? o->model : "", host,
+			     "/sdapi/v1/img2img, /v1/images/edits, /v1/jobs, /sdcpp/v1/vid_gen; GET /, /health, /v1/models)", o->model ? o->model : "", host,
 			     di ? (unsigned)di->port : (unsigned)ntohs(a.sin_port));
 	}
 	*out = s;

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Pictures in, as a user runs them, against diffusers (tests/golden/edit-tiny):
-#   img2img (-i/--init-img, --strength) on every img2img case, and inpainting
-#   with an ordinary FLUX model (--mask) on every inpaint case: latents.final
-#   within 1e-4, the picture within 1 per pixel, the strength in the PNG's
-#   parameters; with MPIRUN, Ulysses 2 and data parallel 2 equal to one
-#   process within 1e-5;
+#   img2img (-i/--init-img, --strength) on every img2img case, inpainting
+#   with an ordinary FLUX model (--mask) on every inpaint case, and FLUX.1 Fill
+#   (a transformer of Fill's channel layout, -i and --mask, its default strength
+#   1) on the fill case: latents.final within 1e-4, the picture within 1 per
+#   pixel, the strength in the PNG's parameters; with MPIRUN, Ulysses 2 and
+#   ring 2 (and for Fill tensor 2 and PipeFusion 2) equal to one process
+#   within 1e-5; Fill without --mask refused; FLUX.1 Kontext (-r/--ref-image, a
+#   reference of another size) on the kontext case, the same tolerances, on
+#   Ulysses 2, ring 2, tensor 2 and PipeFusion 2 equal to one process;
 #   refusals, one line each and no picture: a picture of another size than
 #   -W/-H, a size no multiple of 16, --strength out of (0, 1] or without -i,
 #   a truncated PNG, a PNG declaring 100000 x 100000, a file that is no PNG,
@@ -21,16 +25,23 @@ meta() { "$cmp" meta "$1" "$2"; }
 ok() { echo "ok   $1"; }
 bad() { echo "FAIL $1"; fail=1; }
 
-for f in "$g"/img2img-*.safetensors "$g"/inpaint-*.safetensors; do
+for f in "$g"/img2img-*.safetensors "$g"/inpaint-*.safetensors "$g"/fill-*.safetensors; do
 	name=$(basename "$f")
 	cfg=$(meta "$f" config)
 	gs=$(meta "$f" guidance_scale)
+	kind=$(meta "$f" kind)
 	"$cmp" topng "$f" in.init_image "$tmp/init.png" || { bad "$name: its picture"; continue; }
-	args=(--transformer "$fg/transformer-$cfg" --vae "$fg/vae-$cfg" --scheduler "$fg/scheduler-$cfg" --embeds "$f"
-	      -i "$tmp/init.png" --strength "$(meta "$f" strength)" --steps "$(meta "$f" num_inference_steps)"
-	      -s "$(meta "$f" noise_seed)")
-	# inpainting: the mask (white repaints) as a gray PNG
-	if [ "$(meta "$f" kind)" = inpaint ]; then
+	# FLUX.1 Fill: edit-tiny's transformer of Fill's channel layout, dev's VAE and scheduler; its
+	# strength is FluxFillPipeline's default (1, the whole schedule)
+	if [ "$kind" = fill ]; then
+		args=(--transformer "$g/transformer-fill" --vae "$fg/vae-$(meta "$f" vae)" --scheduler "$fg/scheduler-dev")
+	else
+		args=(--transformer "$fg/transformer-$cfg" --vae "$fg/vae-$cfg" --scheduler "$fg/scheduler-$cfg"
+		      --strength "$(meta "$f" strength)")
+	fi
+	args+=(--embeds "$f" -i "$tmp/init.png" --steps "$(meta "$f" num_inference_steps)" -s "$(meta "$f" noise_seed)")
+	# inpainting and Fill: the mask (white repaints) as a gray PNG
+	if [ "$kind" = inpaint ] || [ "$kind" = fill ]; then
 		"$cmp" topng "$f" in.mask "$tmp/mask.png" || { bad "$name: its mask"; continue; }
 		args+=(--mask "$tmp/mask.png")
 	fi
@@ -41,17 +52,52 @@ for f in "$g"/img2img-*.safetensors "$g"/inpaint-*.safetensors; do
 	fi
 	"$cmp" tensors "$tmp/lat.safetensors" "$f" 1e-4 latents.final > "$tmp/log" || { cat "$tmp/log"; bad "$name: latents"; }
 	"$cmp" png "$tmp/img.png" "$f" image.uint8 0 1 > "$tmp/log" || { cat "$tmp/log"; bad "$name: picture"; }
-	grep -qa "strength: $(meta "$f" strength)" "$tmp/img.png" || bad "$name: no strength in the PNG's parameters"
-	ok "$(meta "$f" kind) $name: latents.final and the picture as diffusers' $(tail -1 "$tmp/log")"
+	st=$(meta "$f" strength)
+	[ "$kind" = fill ] && st=1
+	grep -qa "strength: $st" "$tmp/img.png" || bad "$name: no strength in the PNG's parameters"
+	ok "$kind $name: latents.final and the picture as diffusers' $(tail -1 "$tmp/log")"
 	if [ ${#mpirun[@]} -gt 0 ]; then
-		for mesh in "--ulysses-degree 2" "--ring-degree 2"; do
+		meshes=("--ulysses-degree 2" "--ring-degree 2")
+		# Fill on every kind of mesh: its conditioning travels with the tokens
+		[ "$kind" = fill ] && meshes+=("--tensor-parallel-degree 2" "--pipefusion-degree 2 --warmup-steps 4")
+		for mesh in "${meshes[@]}"; do
 			# shellcheck disable=SC2086
 			if "${mpirun[@]}" -np 2 "$pdit" generate "${args[@]}" $mesh --out-latents "$tmp/lat2.safetensors" \
 				-o "$tmp/img2.png" -q 2> "$tmp/err" &&
 				"$cmp" tensors "$tmp/lat2.safetensors" "$tmp/lat.safetensors" 1e-5 latents.init latents.final > "$tmp/log"; then
 				ok "$(meta "$f" kind) $name on 2 processes ($mesh): one process's latents"
 			else
-				cat "$tmp/err" "$tmp/log"; bad "img2img $name, $mesh"
+				cat "$tmp/err" "$tmp/log"; bad "$kind $name, $mesh"
+			fi
+		done
+	fi
+done
+
+# FLUX.1 Kontext: the reference picture (another size than the output) through -r/--ref-image
+for f in "$g"/kontext-*.safetensors; do
+	name=$(basename "$f")
+	"$cmp" topng "$f" in.ref_image "$tmp/ref.png" || { bad "$name: its reference"; continue; }
+	args=(--transformer "$fg/transformer-dev" --vae "$fg/vae-dev" --scheduler "$fg/scheduler-dev" --embeds "$f"
+	      -r "$tmp/ref.png" -W "$(meta "$f" width)" -H "$(meta "$f" height)" --guidance "$(meta "$f" guidance_scale)"
+	      --steps "$(meta "$f" num_inference_steps)" -s "$(meta "$f" noise_seed)")
+	rm -f "$tmp/img.png"
+	if "$pdit" generate "${args[@]}" --out-latents "$tmp/lat.safetensors" -o "$tmp/img.png" -q 2> "$tmp/err" &&
+		"$cmp" tensors "$tmp/lat.safetensors" "$f" 1e-4 latents.final > "$tmp/log" &&
+		"$cmp" png "$tmp/img.png" "$f" image.uint8 0 1 >> "$tmp/log"; then
+		ok "kontext $name (a $(meta "$f" ref_width)x$(meta "$f" ref_height) reference): latents.final and the picture as diffusers' $(tail -1 "$tmp/log")"
+	else
+		cat "$tmp/err" "$tmp/log"; bad "kontext $name"
+	fi
+	if [ ${#mpirun[@]} -gt 0 ]; then
+		# the sequence is the image's tokens and the reference's: split over the ranks together
+		for mesh in "--ulysses-degree 2" "--ring-degree 2" "--tensor-parallel-degree 2" "--pipefusion-degree 2 --warmup-steps 4"; do
+			# shellcheck disable=SC2086
+			if "${mpirun[@]}" -np 2 "$pdit" generate "${args[@]}" $mesh --out-latents "$tmp/lat2.safetensors" \
+				-o "$tmp/img2.png" -q < /dev/null 2> "$tmp/err" &&
+				"$cmp" tensors "$tmp/lat2.safetensors" "$tmp/lat.safetensors" 1e-5 latents.final > "$tmp/log"; then
+				ok "kontext $name on 2 processes ($mesh): one process's latents"
+			else
+				cat "$tmp/err" "$tmp/log"; bad "kontext $name, $mesh"
 			fi
 		done
 	fi
@@ -80,6 +126,9 @@ expect "--strength 1.5" "--strength must be above 0 and at most 1" -i "$tmp/init
 expect "--strength that runs no step" "runs none" -i "$tmp/init.png" --strength 1e-17
 expect "--strength without -i" "--strength goes with -i/--init-img" --strength 0.5
 expect "--mask without -i" "--mask goes with -i/--init-img" --mask "$tmp/init.png"
+base=(--transformer "$g/transformer-fill" --vae "$fg/vae-dev" --scheduler "$fg/scheduler-dev" --embeds "$f" --steps 2)
+expect "FLUX.1 Fill without --mask" "FLUX.1 Fill's transformer" -i "$tmp/init.png"
+base=(--transformer "$fg/transformer-dev" --vae "$fg/vae-dev" --scheduler "$fg/scheduler-dev" --embeds "$f" --steps 2)
 "$cmp" topng "$g/img2img-schnell-h48w96.safetensors" in.init_image "$tmp/w96.png"
 expect "a mask of another size than the picture" "--mask $tmp/w96.png is 96x48, the picture 48x64" -i "$tmp/init.png" \
 	--mask "$tmp/w96.png"

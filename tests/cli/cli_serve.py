@@ -17,7 +17,10 @@
    (generate's PNG); its other fields are accepted, those pdit does not honour named in the log, n_iter
    honoured. Adapters per request (<lora:NAME:SCALE> in the prompt, --lora-model-dir): two requests with
    different adapters, then none, each generate's PNG byte for byte, no reload; an unknown adapter
-   name and a path for a name get 400. The web page in headless Chromium: a prompt submitted,
+   name and a path for a name get 400. OpenAI's images.edit through curl -F (multipart: the picture, a
+   mask transparent where it repaints, pdit's fields): generate -i --mask's PNG byte for byte; no
+   picture, a mask of another size, a picture that is no PNG get 400 naming the field, text/plain 415.
+   The web page in headless Chromium: a prompt submitted,
    the picture shown is a PNG of the size asked for, its parameters beside it.
 2. Bad requests get a 4xx with a JSON error naming the field, and the server keeps answering: broken
    and truncated JSON, a misspelt field on OpenAI's route (A1111's logs it and goes on), wrong types, sizes not multiples of 16 or negative, n = 10^9, a 1 MB prompt,
@@ -146,6 +149,17 @@ def generate(model, out, prompts, extra, np=1):
     subprocess.run([*launch, PDIT, "generate", "--model", model, "--prompts", out + ".txt", "-o", out + "-%d.png", "-q",
                     *extra], check=True)
     return [open(out + "-%d.png" % b, "rb").read() for b in range(len(prompts))]
+
+
+def write_rgba_png(path, w, h, alpha):
+    """An RGBA PNG of W x H, black, whose pixel (x, y) has ALPHA(x, y): OpenAI's edit masks."""
+    import struct
+    import zlib
+    rows = b"".join(b"\0" + bytes(v for x in range(w) for v in (0, 0, 0, alpha(x, y))) for y in range(h))
+    chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 6, 0, 0, 0)) +
+                chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
 
 
 def write_png(path, w, h, gray):
@@ -733,6 +747,40 @@ def main():
     report(st == 200 and [base64.b64decode(x) for x in ans["images"]] == lake,
            "A1111 img2img with a mask (a data URL and plain base64): generate -i --mask's PNG byte for byte (%s %s)"
            % (st, (ans or {}).get("error", "")))
+    # OpenAI's images.edit through curl -F (multipart): the picture, a mask transparent where it is
+    # repainted, pdit's strength, steps and seed: the same PNG
+    amask = os.path.join(tmp, "mask-alpha.png")
+    write_rgba_png(amask, 48, 32, lambda x, y: 0 if x < 24 else 255)
+    form = ["-F", "image=@%s;type=image/png" % init, "-F", "mask=@%s;type=image/png" % amask, "-F", "prompt=a lake",
+            "-F", "strength=0.6", "-F", "steps=4", "-F", "seed=5", "-F", "response_format=b64_json", "-F", "model=pdit"]
+    out = subprocess.run(["curl", "-s", "-S", "--max-time", "120", srv.url("/v1/images/edits"), *form],
+                         capture_output=True, text=True)
+    try:
+        got = pngs_openai(json.loads(out.stdout))
+    except (ValueError, KeyError):
+        got = []
+    report(got == lake, "curl -F, OpenAI images.edit (multipart, a mask transparent where it repaints): generate -i "
+           "--mask's PNG byte for byte%s" % ("" if got == lake else " (%s)" % out.stdout[:200]))
+    small = os.path.join(tmp, "mask-alpha-small.png")
+    write_rgba_png(small, 16, 16, lambda x, y: 0)
+    bad = [("no image", [a for a in form if not a.startswith("image=")], "image"),
+           ("a mask of another size", [a if not a.startswith("mask=") else "mask=@" + small for a in form], "mask"),
+           ("an image that is no PNG", [a if not a.startswith("image=") else "image=not a picture" for a in form],
+            "image")]
+    for what, f, param in bad:
+        f = [x for x in f if x != "-F"]
+        args = [y for x in f for y in ("-F", x)]
+        r = subprocess.run(["curl", "-s", "--max-time", "60", "-w", "\n%{http_code}", srv.url("/v1/images/edits"),
+                            *args], capture_output=True, text=True)
+        body, _, code = r.stdout.rpartition("\n")
+        try:
+            err = json.loads(body)["error"]
+        except (ValueError, KeyError):
+            err = {}
+        report(code == "400" and err.get("param") == param, "images.edit, %s -> %s (%s: %s)"
+               % (what, code, err.get("param"), err.get("message")))
+    st, _, _ = post(srv, "/v1/images/edits", b"prompt=x", {"Content-Type": "text/plain"})
+    report(st == 415, "images.edit as text/plain -> %s" % st)
     bad_mask = os.path.join(tmp, "mask-small.png")
     write_png(bad_mask, 16, 16, lambda x, y: 255)
     st, ans, _ = post(srv, "/sdapi/v1/img2img", dict(i2i, init_images=["bm90IGEgcGljdHVyZQ=="]))
@@ -755,7 +803,7 @@ def main():
            pngs_openai(ans2) == fox, "the model folder moved away after loading: later requests read no file "
            "(the text encoders stay loaded), still generate's PNGs (%s, %s)" % (st, st2))
     st, h = get(srv, "/health")
-    report(st == 200 and h["status"] == "ok" and h["ranks"] == 1 and h["served"] == 10 and h["queue"] == 0,
+    report(st == 200 and h["status"] == "ok" and h["ranks"] == 1 and h["served"] == 11 and h["queue"] == 0,
            "GET /health: %s" % h)
     st, m = get(srv, "/v1/models")
     report(st == 200 and m["data"][0]["id"] == model, "GET /v1/models")

@@ -39,7 +39,8 @@ float *test_run_case(struct pd_comm *world, const struct pcase *c, const int *de
 	struct pd_embeds e = { 0 };
 	struct pd_scheduler s = { 0 };
 	struct pd_latent_shape ls;
-	struct pd_gen_params p = { 1, c->height, c->width, c->steps, c->guidance, c->cfg_scale, c->seed, c->fbcache, 0, NULL };
+	struct pd_gen_params p = { .frames = 1, .height = c->height, .width = c->width, .steps = c->steps, .guidance = c->guidance,
+				     .true_cfg_scale = c->cfg_scale, .seed = c->seed, .fbcache_threshold = c->fbcache };
 	struct pd_backend *be = NULL;
 	struct pd_dit *m = NULL;
 	struct pd_dit_info info;

@@ -217,7 +217,10 @@ struct pd_latent_shape {
 	int frames;                     /* latent frames (1: a picture) */
 	int h, w;                       /* latent rows and columns */
 	int64_t tokens;                 /* image tokens L */
-	int packed_channels;            /* channels of a token (the model's in_channels) */
+	int packed_channels;            /* channels of a token's latents (the model's out_channels) */
+	int cond_channels;              /* channels the transformer takes after a token's latents, the
+					 * pipeline's conditioning of every call (FLUX.1 Fill's masked
+					 * picture and mask); 0: none (in_channels = packed_channels) */
 };
 
 /* What a family's pipeline does around its transformer: how a latent
@@ -240,6 +243,9 @@ struct pd_dit_defaults {
 	const char *whose;              /* whose settings, for the log ("FLUX.1-dev's") */
 	int frames, height, width;      /* the picture or video made when the request does not say */
 	float guidance;                 /* the guidance scale when the request does not say */
+	double strength;                /* pictures in: the share of the steps run when the request does
+					 * not say (img2img's 0.75; a model conditioned on the picture, as
+					 * FLUX.1 Fill: 1) */
 	int guidance_cfg;               /* the guidance scale is classifier-free guidance over the
 					 * prompt and the negative prompt ("" when none is given), as
 					 * WanPipeline's guidance_scale; 0: a distilled scale the model

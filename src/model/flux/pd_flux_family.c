@@ -12,6 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* FLUX.1 Fill's conditioning of a token: the masked picture's packed
+ * latents (4 C) and its 2x2 patch of the mask folded 8x8 (4 x 64). */
+static int pd_flux_fill_channels(int latent_channels)
+{
+	return 4 * latent_channels + 4 * 64;
+}
+
 /* The VAE's latent is 1/8 of the picture and the tokens are its 2x2
  * patches: a picture is a multiple of 16 pixels each way. */
 static int pd_flux_latent_shape(struct pd_latent_shape *ls, const struct pd_dit_info *info, int frames, int height,
@@ -22,14 +29,21 @@ static int pd_flux_latent_shape(struct pd_latent_shape *ls, const struct pd_dit_
 	if (height < 16 || width < 16 || height % 16 || width % 16)
 		return pd_errorf("-H/--height and -W/--width must be positive multiples of 16 (got %dx%d)", height,
 				 width);
-	if (info->in_channels % 4)
-		return pd_errorf("the transformer's in_channels (%d) is not 4 x latent channels", info->in_channels);
-	ls->channels = info->in_channels / 4;
+	if (info->out_channels % 4)
+		return pd_errorf("the transformer's out_channels (%d) is not 4 x latent channels", info->out_channels);
+	ls->channels = info->out_channels / 4;
 	ls->frames = 1;
 	ls->h = 2 * (height / 16);
 	ls->w = 2 * (width / 16);
 	ls->tokens = (int64_t)(ls->h / 2) * (ls->w / 2);
-	ls->packed_channels = info->in_channels;
+	ls->packed_channels = info->out_channels;
+	ls->cond_channels = info->in_channels - info->out_channels;
+	/* FLUX.1 Fill: the masked picture's latents and the 8x8-folded mask,
+	 * both packed (FluxFillPipeline.prepare_mask_latents) */
+	if (ls->cond_channels && ls->cond_channels != pd_flux_fill_channels(ls->channels))
+		return pd_errorf("the transformer's in_channels (%d) are neither its out_channels (%d, FLUX.1) nor FLUX.1 "
+				 "Fill's %d", info->in_channels, info->out_channels,
+				 info->out_channels + pd_flux_fill_channels(ls->channels));
 	return 0;
 }
 
@@ -82,6 +96,8 @@ static void pd_flux_image_ids(const struct pd_latent_shape *ls, int n_axes, floa
  * not; dev runs 28 steps, schnell 4. */
 static void pd_flux_defaults(const struct pd_dit_info *info, struct pd_dit_defaults *d)
 {
+	int fill = info->in_channels != info->out_channels;
+
 	memset(d, 0, sizeof(*d));
 	d->steps = info->guidance ? 28 : 4;
 	d->shift = info->guidance ? 3.0 : 1.0;
@@ -94,6 +110,15 @@ static void pd_flux_defaults(const struct pd_dit_info *info, struct pd_dit_defau
 	d->frames = 1;
 	d->height = d->width = 1024;
 	d->guidance = 3.5f;
+	d->strength = 0.75;
+	if (fill) {
+		/* FluxFillPipeline's and FLUX.1-Fill-dev's card: 50 steps,
+		 * guidance 30, the whole schedule (strength 1) */
+		d->steps = 50;
+		d->guidance = 30.0f;
+		d->strength = 1.0;
+		d->whose = "FLUX.1-Fill-dev's";
+	}
 }
 
 static int pd_flux_probe(const char *path, const char *config, struct pd_dit_info *info)

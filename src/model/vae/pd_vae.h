@@ -139,8 +139,10 @@ struct pd_vae_kind {
 	int (*cost)(const char *dir, int frames, int h, int w, struct pd_vae_cost *out);
 	/* Pictures in (NULL where the kind has no encoder here): RGB [H, W, 3]
 	 * as its pipeline preprocesses it -> MOMENTS [2C, H/f, W/f], the
-	 * posterior's mean and log-variance (the encoder loads on first use) */
-	int (*encode)(void *vae, const uint8_t *rgb, int H, int W, float *moments);
+	 * posterior's mean and log-variance (the encoder loads on first use).
+	 * MASKED [H, W] (may be NULL): 1 where the picture is taken out first
+	 * (image x (1 - mask), FLUX.1 Fill's masked picture) */
+	int (*encode)(void *vae, const uint8_t *rgb, const uint8_t *masked, int H, int W, float *moments);
 	/* the latents a pipeline starts from (N of MOMENTS' halves): sampled
 	 * with EPS, or the mode (EPS NULL), scaled as the transformer takes them */
 	void (*posterior)(const void *vae, const float *moments, size_t n, const float *eps, float *latents);

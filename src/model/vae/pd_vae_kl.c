@@ -142,8 +142,9 @@ static int pd_vae_kl_cost(const char *dir, int frames, int lh, int lw, struct pd
 	return 0;
 }
 
-/* VaeImageProcessor: uint8 -> float32 / 255, then 2x - 1, channels first. */
-static int pd_vae_kl_encode(void *vae, const uint8_t *rgb, int H, int W, float *moments)
+/* VaeImageProcessor: uint8 -> float32 / 255, then 2x - 1, channels first;
+ * a masked picture as FluxFillPipeline makes it: image * (1 - mask). */
+static int pd_vae_kl_encode(void *vae, const uint8_t *rgb, const uint8_t *masked, int H, int W, float *moments)
 {
 	struct pd_vae *v = vae;
 	float *img;
@@ -156,8 +157,14 @@ static int pd_vae_kl_encode(void *vae, const uint8_t *rgb, int H, int W, float *
 		return -1;
 	for (int y = 0; y < H; y++)
 		for (int x = 0; x < W; x++)
-			for (int c = 0; c < 3; c++)
-				img[((size_t)c * H + y) * W + x] = 2.0f * ((float)rgb[((size_t)y * W + x) * 3 + c] / 255.0f) - 1.0f;
+			for (int c = 0; c < 3; c++) {
+				float v = 2.0f * ((float)rgb[((size_t)y * W + x) * 3 + c] / 255.0f) - 1.0f;
+
+				/* the product, signed zero and all */
+				if (masked)
+					v = v * (1.0f - (float)masked[(size_t)y * W + x]);
+				img[((size_t)c * H + y) * W + x] = v;
+			}
 	rc = pd_vae_encode(v, img, H, W, moments);
 	free(img);
 	return rc;

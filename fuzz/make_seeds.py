@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the seed corpus of the fuzz targets into fuzz/corpus/ (committed; rerun to remake it).
 
-    fuzz/make_seeds.py PDIT [lora]   (lora: only fuzz_lora's seeds)
+    fuzz/make_seeds.py PDIT [lora|pictures]   (only fuzz_lora's, or fuzz_png's and fuzz_multipart's seeds)
 
 Valid inputs come from `pdit tiny --full` (made-up tokenizers in the real formats, small configs) and
 the golden configs; broken ones are those valid files cut, bent or stuffed in the ways the parsers
@@ -138,7 +138,8 @@ def main():
             (0, ["-p", "", "-n", "\xff", "--prompts", "--max-sequence-length", "0", "--batch", "1e9"])]):
         put("args", "cmd-%02d" % i, bytes([cmd]) + b"\0".join(a.encode() for a in args))
     lora_seeds()
-    for d in ("safetensors", "st_index", "config", "clip_files", "t5_model", "prompt", "args", "lora"):
+    picture_seeds()
+    for d in ("safetensors", "st_index", "config", "clip_files", "t5_model", "prompt", "args", "lora", "png", "multipart"):
         os.makedirs(os.path.join(HERE, "regressions", d), exist_ok=True)
         keep = os.path.join(HERE, "regressions", d, "README")
         if not os.path.exists(keep):
@@ -180,7 +181,48 @@ def lora_seeds():
     put("lora", "truncated", st(peft)[:-40])
 
 
+def png_bytes(w, h, color_type, row, extra=b""):
+    """A PNG of W x H of COLOR_TYPE (0 gray, 2 RGB, 6 RGBA) whose rows are ROW(y)."""
+    import zlib
+    chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    raw = b"".join(b"\0" + row(y) for y in range(h))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, color_type, 0, 0, 0)) + extra +
+            chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+def picture_seeds():
+    """fuzz_png: pictures and masks in the colour types people send, and broken ones; fuzz_multipart: the
+    forms OpenAI's SDKs and curl -F send images.edit, and broken ones."""
+    rgb = png_bytes(16, 8, 2, lambda y: bytes((x * 16 + y) % 256 for x in range(48)))
+    put("png", "rgb", rgb)
+    put("png", "rgba-mask", png_bytes(8, 8, 6, lambda y: bytes(v for x in range(8) for v in (0, 0, 0, 0 if x < 4 else 255))))
+    put("png", "gray", png_bytes(8, 4, 0, lambda y: bytes(range(8))))
+    put("png", "truncated", rgb[: len(rgb) // 2])
+    put("png", "huge", png_bytes(100000, 100000, 2, lambda y: b"", b"")[:33] + b"\0" * 16)
+    put("png", "not-png", b"GIF89a not a png at all")
+    put("png", "bad-crc", rgb[:29] + b"\xff\xff\xff\xff" + rgb[33:])
+    b = "XyZbOuNdArY"
+    part = lambda name, data, fn=None: (("--%s\r\nContent-Disposition: form-data; name=\"%s\"%s\r\n%s\r\n" %
+                                        (b, name, '; filename="%s"' % fn if fn else "",
+                                         "Content-Type: image/png\r\n" if fn else "")).encode() + data + b"\r\n")
+    ct = ("multipart/form-data; boundary=%s\n" % b).encode()
+    form = part("image", rgb, "a.png") + part("prompt", b"a lake") + part("n", b"1") + part("size", b"16x8") + \
+        part("strength", b"0.6") + part("response_format", b"b64_json")
+    put("multipart", "edit", ct + form + ("--%s--\r\n" % b).encode())
+    put("multipart", "edit-mask-list", ct + part("image[]", rgb, "a.png") + part("mask", rgb, "m.png") +
+        part("prompt", b"x") + ("--%s--\r\n" % b).encode())
+    put("multipart", "two-images", ct + part("image", rgb, "a.png") + part("image", rgb, "b.png") +
+        part("prompt", b"x") + ("--%s--\r\n" % b).encode())
+    put("multipart", "unterminated", ct + form[:-10])
+    put("multipart", "no-boundary", b"multipart/form-data\n" + form)
+    put("multipart", "quoted-boundary", ('multipart/form-data; boundary="%s"\n' % b).encode() + form +
+        ("--%s--\r\n" % b).encode())
+    put("multipart", "no-disposition", ct + ("--%s\r\nX: y\r\n\r\nz\r\n--%s--\r\n" % (b, b)).encode())
+
+
 if len(sys.argv) > 2 and sys.argv[2] == "lora":
     lora_seeds()
+elif len(sys.argv) > 2 and sys.argv[2] == "pictures":
+    picture_seeds()
 else:
     main()

@@ -180,9 +180,9 @@ char *pd_cli_parameters(const char *source, uint64_t seed, const struct pd_resul
 	if (res->strength > 0)
 		snprintf(strength, sizeof(strength), "; strength: %g", res->strength);
 	return pd_strfmt("%spdit %s; seed: %llu; steps: %d%s; guidance: %g; true_cfg_scale: %g; size: %dx%d; frames: %d; "
-			 "model: %s; dtype: %s",
+			 "model: %s; dtype: %s%s",
 			 source, PDIT_VERSION, (unsigned long long)seed, res->steps, strength, res->guidance,
-			 res->true_cfg_scale, res->width, res->height, res->frames, model, dtype);
+			 res->true_cfg_scale, res->width, res->height, res->frames, model, dtype, res->made_from);
 }
 
 /* The pictures this rank holds, as PNGs carrying their parameters. */

@@ -188,6 +188,9 @@ void pd_engine_free_transformer(struct pd_engine *e);
  * the model's layers when they are not those there already: 0, or -1 with a
  * message (none left on then). pd_engine_adapters_forget drops the record. */
 int pd_engine_adapters(struct pd_engine *e, const struct pd_request *rq);
+/* What the prepared request's pictures are made from besides the prompt
+ * (the pictures in, the adapters) for their parameters text, into OUT. */
+void pd_engine_made_from(const struct pd_engine *e, char *out, size_t cap);
 /* Bytes of the options' adapter files (what the memory check adds). */
 double pd_engine_adapter_bytes(const struct pd_engine *e);
 void pd_engine_adapters_forget(struct pd_engine *e);

@@ -382,6 +382,75 @@ void pd_engine_adapters_forget(struct pd_engine *e)
 	e->n_on = 0;
 }
 
+/* FNV-1a over N bytes, continuing H. */
+static uint64_t pd_fnv(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 1099511628211ull;
+	return h;
+}
+
+/* FNV-1a of a file's bytes, 0 when it cannot be read. */
+static uint64_t pd_fnv_file(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	uint64_t h = 14695981039346656037ull;
+	char buf[65536];
+	size_t n;
+
+	if (!f)
+		return 0;
+	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+		h = pd_fnv(h, buf, n);
+	fclose(f);
+	return h;
+}
+
+void pd_engine_made_from(const struct pd_engine *e, char *out, size_t cap)
+{
+	size_t k = 0;
+
+#define PD_ADD(...)                                                                                                \
+	do {                                                                                                       \
+		int w_ = snprintf(out + k, k < cap ? cap - k : 0, __VA_ARGS__);                                    \
+		k += w_ > 0 ? (size_t)w_ : 0;                                                                      \
+	} while (0)
+	out[0] = 0;
+	if (e->init_rgb)
+		PD_ADD("; init image hash: %016llx", (unsigned long long)pd_fnv(14695981039346656037ull, e->init_rgb,
+										  (size_t)e->init_w * e->init_h * 3));
+	if (e->mask_rgb)
+		PD_ADD("; mask hash: %016llx", (unsigned long long)pd_fnv(14695981039346656037ull, e->mask_rgb,
+									    (size_t)e->init_w * e->init_h * 3));
+	if (e->ref_rgb)
+		PD_ADD("; reference image hash: %016llx", (unsigned long long)pd_fnv(14695981039346656037ull, e->ref_rgb,
+											(size_t)e->ref_w * e->ref_h * 3));
+	/* A1111's "Lora hashes" with the names as prompts name them (the file's
+	 * name without .safetensors), and the scales */
+	for (int i = 0; i < e->n_on; i++) {
+		const char *b = strrchr(e->on[i].path, '/');
+		size_t n;
+
+		b = b ? b + 1 : e->on[i].path;
+		n = strlen(b) > 12 && !strcmp(b + strlen(b) - 12, ".safetensors") ? strlen(b) - 12 : strlen(b);
+		PD_ADD("%s%.*s: %016llx", i ? ", " : "; Lora hashes: \"", (int)n, b,
+		       (unsigned long long)pd_fnv_file(e->on[i].path));
+	}
+	if (e->n_on)
+		PD_ADD("\"; loras: ");
+	for (int i = 0; i < e->n_on; i++) {
+		const char *b = strrchr(e->on[i].path, '/');
+
+		b = b ? b + 1 : e->on[i].path;
+		PD_ADD("%s%s:%g", i ? ", " : "", b, e->on[i].scale);
+	}
+#undef PD_ADD
+	if (k >= cap && cap > 4)
+		strcpy(out + cap - 4, "...");
+}
+
 int pd_engine_adapters(struct pd_engine *e, const struct pd_request *rq)
 {
 	const struct pd_lora_spec *given = rq && rq->loras_given ? rq->loras : e->o.loras;

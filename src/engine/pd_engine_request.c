@@ -331,8 +331,6 @@ int pd_engine_encoders_given(const struct pd_engine *e)
 	return 0;
 }
 
-/* The prompt embeddings: read from a file, or shaped here for prompts and
- * filled by pd_engine_encode. */
 /* stable-diffusion.cpp's and A1111's <lora:NAME:SCALE> (SCALE 1 when left
  * out) taken out of prompt P, in place: adapter DIR/NAME.safetensors. The
  * first prompt's make e->tags; every other prompt of the run must name the
@@ -400,6 +398,8 @@ out:
 	return rc;
 }
 
+/* The prompt embeddings: read from a file, or shaped here for prompts and
+ * filled by pd_engine_encode. */
 static int pd_engine_inputs(struct pd_engine *e, const struct pd_request *rq)
 {
 	int64_t J, P;

@@ -301,6 +301,12 @@ struct pd_result {
 					 * their extras (pd_result_save_embeds writes them) */
 	int64_t txt_len, txt_width;     /* want_embeds: text tokens per prompt and their width */
 	int64_t pooled_width;           /* want_embeds: the pooled embedding's width (0: none) */
+	/* What the pictures were made from besides the prompt and the
+	 * settings, for their parameters text ("; init image hash: ...;
+	 * Lora hashes: ..."): the pictures in (hashes of their pixels, so a
+	 * file and the same picture sent to the service agree) and the
+	 * adapters (names, scales, hashes of their files); "" when none */
+	char made_from[1024];
 };
 
 struct pd_engine;

@@ -55,6 +55,7 @@ for f in "$g"/img2img-*.safetensors "$g"/inpaint-*.safetensors "$g"/fill-*.safet
 	st=$(meta "$f" strength)
 	[ "$kind" = fill ] && st=1
 	grep -qa "strength: $st" "$tmp/img.png" || bad "$name: no strength in the PNG's parameters"
+	grep -qa "init image hash: [0-9a-f]\{16\}" "$tmp/img.png" || bad "$name: no init image hash in the PNG's parameters"
 	ok "$kind $name: latents.final and the picture as diffusers' $(tail -1 "$tmp/log")"
 	if [ ${#mpirun[@]} -gt 0 ]; then
 		meshes=("--ulysses-degree 2" "--ring-degree 2")
@@ -83,7 +84,8 @@ for f in "$g"/kontext-*.safetensors; do
 	rm -f "$tmp/img.png"
 	if "$pdit" generate "${args[@]}" --out-latents "$tmp/lat.safetensors" -o "$tmp/img.png" -q 2> "$tmp/err" &&
 		"$cmp" tensors "$tmp/lat.safetensors" "$f" 1e-4 latents.final > "$tmp/log" &&
-		"$cmp" png "$tmp/img.png" "$f" image.uint8 0 1 >> "$tmp/log"; then
+		"$cmp" png "$tmp/img.png" "$f" image.uint8 0 1 >> "$tmp/log" &&
+		grep -qa "reference image hash: [0-9a-f]\{16\}" "$tmp/img.png"; then
 		ok "kontext $name (a $(meta "$f" ref_width)x$(meta "$f" ref_height) reference): latents.final and the picture as diffusers' $(tail -1 "$tmp/log")"
 	else
 		cat "$tmp/err" "$tmp/log"; bad "kontext $name"

@@ -87,6 +87,13 @@ if "$pdit" generate "${gen[@]}" --out-latents "$tmp/lat.safetensors" -o "$tmp/im
 	"$cmp" tensors "$tmp/lat.safetensors" "$f" 1e-4 latents.final > "$tmp/log" &&
 	"$cmp" png "$tmp/img.png" "$f" image.uint8 0 1 >> "$tmp/log"; then
 	ok "generate --lora on $(basename "$f"): $(head -1 "$tmp/log"); $(tail -1 "$tmp/log")"
+	# the PNG's parameters name the adapter, its hash and scale (A1111's "Lora hashes")
+	if grep -qa 'Lora hashes: "lora-pipeline-dev-1351-kohya: [0-9a-f]\{16\}"; loras: lora-pipeline-dev-1351-kohya.safetensors:0.9' \
+		"$tmp/img.png"; then
+		ok "the PNG's parameters name the adapter, its hash and its scale"
+	else
+		bad "the PNG's parameters do not name the adapter"
+	fi
 else
 	cat "$tmp/err" "$tmp/log"; bad "generate --lora on $(basename "$f")"
 fi

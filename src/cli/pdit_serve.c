@@ -569,8 +569,8 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 		const char *prompt;
 		char *text = NULL;
 		uint64_t len = 0;
-		uint8_t *all = NULL, *init_png = NULL, *mask_png = NULL;
-		size_t init_len = 0, mask_len = 0;
+		uint8_t *all = NULL, *init_png = NULL, *mask_png = NULL, *ref_png = NULL;
+		size_t init_len = 0, mask_len = 0, ref_len = 0;
 		int failed;
 		double deadline;
 		static const int no_cancel;
@@ -618,9 +618,12 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 			hr = -1;
 		if (!hr && p.mask_png && pd_unbase64(p.mask_png, &mask_png, &mask_len))
 			hr = -1;
+		if (!hr && p.ref_png && pd_unbase64(p.ref_png, &ref_png, &ref_len))
+			hr = -1;
 		if (pd_cli_any_failed(world, hr)) {
 			free(init_png);
 			free(mask_png);
+			free(ref_png);
 			goto out;
 		}
 		prompt = p.prompt;
@@ -630,6 +633,8 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 		rq.mask_png = mask_png;
 		rq.mask_png_len = mask_len;
 		rq.mask_alpha = p.mask_alpha;
+		rq.ref_png = ref_png;
+		rq.ref_png_len = ref_len;
 		/* every rank takes part in the cancel's agreement; rank 0's flag
 		 * is the job's (DELETE sets it) */
 		rq.cancel = job ? &job->cancel : &no_cancel;
@@ -654,6 +659,7 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 			pd_serve_params_free(&p);
 			free(init_png);
 			free(mask_png);
+			free(ref_png);
 			goto dead;
 		}
 		if (job && !failed && job->cancel) {
@@ -697,6 +703,7 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 		free(all);
 		free(init_png);
 		free(mask_png);
+		free(ref_png);
 		pd_result_free(&res);
 		pd_serve_params_free(&p);
 	}

@@ -64,6 +64,8 @@ struct pd_serve_params {
 	char *mask_png;                 /* inpainting: the mask likewise, or NULL */
 	int mask_alpha;                 /* the mask's fully transparent pixels are repainted (OpenAI's edits),
 					 * not its white ones */
+	char *ref_png;                  /* FLUX.1 Kontext's reference picture (base64 PNG: pdit's ref_image
+					 * field), or NULL */
 	float strength;                 /* img2img's denoising strength; < 0: not given */
 	/* A1111 fields given with a value pdit does not honour (sampler_name,
 	 * restore_faces, ...), ", "-separated for the job's log line; rank 0

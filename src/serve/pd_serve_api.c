@@ -19,7 +19,7 @@
 enum pd_sf_kind { PD_SF_PROMPT, PD_SF_NEGATIVE, PD_SF_N, PD_SF_SIZE, PD_SF_WIDTH, PD_SF_HEIGHT, PD_SF_STEPS,
 		  PD_SF_SEED, PD_SF_GUIDANCE, PD_SF_TRUE_CFG, PD_SF_CFG, PD_SF_FBCACHE, PD_SF_FORMAT, PD_SF_N_ITER,
 		  PD_SF_FRAMES, PD_SF_FPS, PD_SF_VIDEO_FORMAT, PD_SF_FLOW_SHIFT, PD_SF_OBJECT, PD_SF_INIT_IMAGES,
-		  PD_SF_MASK, PD_SF_STRENGTH, PD_SF_EDIT_IMAGE, PD_SF_IGNORED, PD_SF_NOTED };
+		  PD_SF_MASK, PD_SF_STRENGTH, PD_SF_EDIT_IMAGE, PD_SF_REF_IMAGE, PD_SF_IGNORED, PD_SF_NOTED };
 
 /* A field inside an object field is named by its path ("sample_params.
  * sample_steps"), in the same table as its object (PD_SF_OBJECT). */
@@ -44,6 +44,7 @@ static const struct pd_serve_field pd_sf_openai[] = {
 	{ "true_cfg_scale", PD_SF_TRUE_CFG, NULL }, { "fbcache_threshold", PD_SF_FBCACHE, NULL },
 	{ "frames", PD_SF_FRAMES, NULL },           { "fps", PD_SF_FPS, NULL },
 	{ "output_format", PD_SF_VIDEO_FORMAT, NULL },
+	{ "ref_image", PD_SF_REF_IMAGE, NULL },     /* pdit's: FLUX.1 Kontext's reference */
 	/* gpt-image-1's: what asks for something else is noted */
 	{ "background", PD_SF_NOTED, "auto|opaque" },
 	{ "moderation", PD_SF_NOTED, "*" },
@@ -155,6 +156,7 @@ static const struct pd_serve_field pd_sf_a1111[] = {
 	{ "n_iter", PD_SF_N_ITER, NULL },           { "distilled_cfg_scale", PD_SF_GUIDANCE, NULL },
 	{ "guidance", PD_SF_GUIDANCE, NULL },       { "true_cfg_scale", PD_SF_TRUE_CFG, NULL },
 	{ "fbcache_threshold", PD_SF_FBCACHE, NULL },
+	{ "ref_image", PD_SF_REF_IMAGE, NULL },     /* pdit's: FLUX.1 Kontext's reference */
 	{ "sampler_name", PD_SF_NOTED, "euler" },
 	{ "sampler_index", PD_SF_NOTED, "euler" },
 	{ "scheduler", PD_SF_NOTED, "automatic" },
@@ -413,6 +415,8 @@ static int pd_sf_one(struct pd_serve_params *p, const struct pd_serve_field *f, 
 		return pd_sf_png(v->child, f->name, &p->init_png, field);
 	case PD_SF_MASK:
 		return cJSON_IsNull(v) ? 0 : pd_sf_png(v, f->name, &p->mask_png, field);
+	case PD_SF_REF_IMAGE:
+		return cJSON_IsNull(v) ? 0 : pd_sf_png(v, f->name, &p->ref_png, field);
 	case PD_SF_EDIT_IMAGE:
 		/* one part, or the SDK's image[] list of one */
 		if (cJSON_IsArray(v) && cJSON_GetArraySize(v) > 1)
@@ -766,7 +770,8 @@ void pd_serve_params_free(struct pd_serve_params *p)
 	free(p->negative);
 	free(p->init_png);
 	free(p->mask_png);
-	p->prompt = p->negative = p->init_png = p->mask_png = NULL;
+	free(p->ref_png);
+	p->prompt = p->negative = p->init_png = p->mask_png = p->ref_png = NULL;
 }
 
 char *pd_serve_params_encode(const struct pd_serve_params *p)
@@ -792,7 +797,8 @@ char *pd_serve_params_encode(const struct pd_serve_params *p)
 	    cJSON_AddNumberToObject(o, "strength", p->strength) &&
 	    cJSON_AddNumberToObject(o, "mask_alpha", p->mask_alpha) &&
 	    (!p->init_png || cJSON_AddStringToObject(o, "init_png", p->init_png)) &&
-	    (!p->mask_png || cJSON_AddStringToObject(o, "mask_png", p->mask_png)))
+	    (!p->mask_png || cJSON_AddStringToObject(o, "mask_png", p->mask_png)) &&
+	    (!p->ref_png || cJSON_AddStringToObject(o, "ref_png", p->ref_png)))
 		text = cJSON_PrintUnformatted(o);
 	cJSON_Delete(o);
 	return text;
@@ -838,6 +844,9 @@ int pd_serve_params_decode(struct pd_serve_params *p, const char *text)
 	v = cJSON_GetObjectItemCaseSensitive(o, "mask_png");
 	if (cJSON_IsString(v))
 		p->mask_png = pd_strdup(v->valuestring);
+	v = cJSON_GetObjectItemCaseSensitive(o, "ref_png");
+	if (cJSON_IsString(v))
+		p->ref_png = pd_strdup(v->valuestring);
 	cJSON_Delete(o);
 	if (!p->prompt) {
 		pd_serve_params_free(p);
@@ -1024,6 +1033,7 @@ static const struct {
 	{ "--fps", { "fps", "fps", "fps", "fps", "fps" } },
 	{ "--flow-shift", { "flow_shift", "flow_shift", "sample_params.flow_shift", "flow_shift", "flow_shift" } },
 	{ "-i/--init-img", { "image", "init_images", "init_images", "init_images", "image" } },
+	{ "-r/--ref-image", { "ref_image", "ref_image", "ref_image", "ref_image", "ref_image" } },
 	{ "--strength", { "strength", "denoising_strength", "strength", "denoising_strength", "strength" } },
 	{ "--mask", { "mask", "mask", "mask", "mask", "mask" } },
 };

@@ -19,7 +19,8 @@
    different adapters, then none, each generate's PNG byte for byte, no reload; an unknown adapter
    name and a path for a name get 400. OpenAI's images.edit through curl -F (multipart: the picture, a
    mask transparent where it repaints, pdit's fields): generate -i --mask's PNG byte for byte; no
-   picture, a mask of another size, a picture that is no PNG get 400 naming the field, text/plain 415.
+   picture, a mask of another size, a picture that is no PNG get 400 naming the field, text/plain 415;
+   A1111's txt2img with pdit's ref_image (FLUX.1 Kontext's reference): generate -r's PNG byte for byte.
    The web page in headless Chromium: a prompt submitted,
    the picture shown is a PNG of the size asked for, its parameters beside it.
 2. Bad requests get a 4xx with a JSON error naming the field, and the server keeps answering: broken
@@ -781,6 +782,14 @@ def main():
                % (what, code, err.get("param"), err.get("message")))
     st, _, _ = post(srv, "/v1/images/edits", b"prompt=x", {"Content-Type": "text/plain"})
     report(st == 415, "images.edit as text/plain -> %s" % st)
+    # FLUX.1 Kontext's reference picture (pdit's ref_image field): generate -r's PNG
+    kont = generate(model, os.path.join(tmp, "kontext"), ["a lake"],
+                    ["-r", init, "-W", "32", "-H", "48", "--steps", "2", "-s", "3"])
+    st, ans, _ = post(srv, "/sdapi/v1/txt2img", {"prompt": "a lake", "width": 32, "height": 48, "steps": 2, "seed": 3,
+                                                 "ref_image": b64(init)})
+    report(st == 200 and [base64.b64decode(x) for x in ans["images"]] == kont,
+           "A1111 txt2img with ref_image (FLUX.1 Kontext's reference): generate -r's PNG byte for byte (%s %s)"
+           % (st, (ans or {}).get("error", "")))
     bad_mask = os.path.join(tmp, "mask-small.png")
     write_png(bad_mask, 16, 16, lambda x, y: 255)
     st, ans, _ = post(srv, "/sdapi/v1/img2img", dict(i2i, init_images=["bm90IGEgcGljdHVyZQ=="]))
@@ -803,7 +812,7 @@ def main():
            pngs_openai(ans2) == fox, "the model folder moved away after loading: later requests read no file "
            "(the text encoders stay loaded), still generate's PNGs (%s, %s)" % (st, st2))
     st, h = get(srv, "/health")
-    report(st == 200 and h["status"] == "ok" and h["ranks"] == 1 and h["served"] == 11 and h["queue"] == 0,
+    report(st == 200 and h["status"] == "ok" and h["ranks"] == 1 and h["served"] == 12 and h["queue"] == 0,
            "GET /health: %s" % h)
     st, m = get(srv, "/v1/models")
     report(st == 200 and m["data"][0]["id"] == model, "GET /v1/models")

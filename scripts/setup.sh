@@ -37,6 +37,7 @@ if [ $test = 1 ]; then
 		curl chromium                                  # the serve tests' clients: curl, a browser for the page
 		iproute2 nftables                              # the hosts tests: namespaces, links, tc, packet loss
 		python3 python3-numpy python3-regex            # the independent NumPy references in the tests
+		python3-pil                                    # Pillow: the resize reference (cli_resize)
 		python3-sentencepiece                          # the T5 tokenizer's reference in the tests
 	)
 	# Node for the OpenAI JavaScript SDK client (Debian's, unless a node is already there)

@@ -7,6 +7,7 @@
 #include "pd_engine.h"
 #include "pd_par_data.h"
 #include "pd_png.h"
+#include "pd_resize.h"
 #include "pd_rng.h"
 #include "pd_safetensors.h"
 #include "pd_util.h"
@@ -60,8 +61,47 @@ out:
 	return rc;
 }
 
-/* img2img's picture, read before the request's size is settled: its
- * size is the request's unless R gives one, which it must then have. */
+/* *RGB [h, w, 3] resized to [oh, ow, 3] as diffusers' image processors
+ * resize (PIL's Lanczos); a MASK first made gray as their mask processors
+ * do (PIL's "L"), resized as one channel, and kept gray in RGB. */
+static int pd_engine_resize_rgb(uint8_t **rgb, int w, int h, int ow, int oh, int mask)
+{
+	size_t n = (size_t)w * h, on = (size_t)ow * oh;
+	uint8_t *gray = NULL, *out = pd_malloc(on * 3, "the resized picture");
+	int rc = -1;
+
+	if (!out)
+		return -1;
+	if (mask) {
+		gray = pd_malloc(n + on, "the resized mask");
+		if (!gray)
+			goto out;
+		for (size_t i = 0; i < n; i++) {
+			const uint8_t *px = *rgb + 3 * i;
+
+			gray[i] = (uint8_t)(((uint32_t)px[0] * 19595 + (uint32_t)px[1] * 38470 + (uint32_t)px[2] * 7471 +
+					     0x8000) >> 16);
+		}
+		if (pd_resize_lanczos(gray, w, h, 1, gray + n, ow, oh))
+			goto out;
+		for (size_t i = 0; i < on; i++)
+			out[3 * i] = out[3 * i + 1] = out[3 * i + 2] = gray[n + i];
+	} else if (pd_resize_lanczos(*rgb, w, h, 3, out, ow, oh)) {
+		goto out;
+	}
+	free(*rgb);
+	*rgb = out;
+	out = NULL;
+	rc = 0;
+out:
+	free(out);
+	free(gray);
+	return rc;
+}
+
+/* img2img's picture, read before the request's size is settled: the
+ * request's size when it gives one, else the picture's (rounded down to a
+ * multiple of 16); the picture resized to it. */
 static int pd_engine_read_picture(struct pd_engine *e, const char *path, struct pd_request *r)
 {
 	const char *mask = r->mask_image ? r->mask_image : "the mask";
@@ -86,22 +126,25 @@ static int pd_engine_read_picture(struct pd_engine *e, const char *path, struct 
 			return pd_errorf("--mask%s%s is %dx%d, the picture %dx%d: give a mask of the picture's size",
 					 r->mask_image ? " " : ": ", mask, mw, mh, e->init_w, e->init_h);
 	}
-	if (r->height == PD_DEFAULT && r->width == PD_DEFAULT) {
-		if (e->init_w % 16 || e->init_h % 16)
-			return pd_errorf("-i/--init-img %s: %dx%d is no multiple of 16: give -W and -H of a picture that "
-					 "is (pdit does not resize yet)", path, e->init_w, e->init_h);
-		r->width = e->init_w;
-		r->height = e->init_h;
-	} else if ((r->width != PD_DEFAULT && r->width != e->init_w) ||
-		   (r->height != PD_DEFAULT && r->height != e->init_h)) {
-		return pd_errorf("-i/--init-img %s is %dx%d, the request %dx%d: pdit does not resize yet (leave -W and "
-				 "-H out to take the picture's size)", path, e->init_w, e->init_h,
-				 r->width == PD_DEFAULT ? e->init_w : r->width, r->height == PD_DEFAULT ? e->init_h : r->height);
-	} else {
-		r->width = e->init_w;
-		r->height = e->init_h;
-	}
+	/* the request's size, or the picture's rounded down to a multiple of
+	 * 16 (VaeImageProcessor.get_default_height_width); the picture (and
+	 * the mask) resized to it as VaeImageProcessor.resize does */
+	r->width = r->width != PD_DEFAULT ? r->width : e->init_w - e->init_w % 16;
+	r->height = r->height != PD_DEFAULT ? r->height : e->init_h - e->init_h % 16;
 	r->frames = 1;
+	if (r->width < 16 || r->height < 16)
+		return pd_errorf("-i/--init-img %s: %dx%d is smaller than 16x16", path, e->init_w, e->init_h);
+	if (r->width % 16 || r->height % 16 || r->width > PD_MAX_SIDE || r->height > PD_MAX_SIDE)
+		return 0;       /* refused with the size's own message */
+	if (r->width != e->init_w || r->height != e->init_h) {
+		if (pd_engine_resize_rgb(&e->init_rgb, e->init_w, e->init_h, r->width, r->height, 0) ||
+		    (e->mask_rgb && pd_engine_resize_rgb(&e->mask_rgb, e->init_w, e->init_h, r->width, r->height, 1)))
+			return -1;
+		pd_log(2, "pdit: -i/--init-img %s: %dx%d resized to %dx%d (Lanczos, as PIL)\n", path, e->init_w,
+		       e->init_h, r->width, r->height);
+		e->init_w = r->width;
+		e->init_h = r->height;
+	}
 	return 0;
 }
 
@@ -698,9 +741,16 @@ int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request *rq_in)
 		if (rq->ref_image ? pd_png_read(ref, &e->ref_rgb, &e->ref_w, &e->ref_h)
 				  : pd_png_decode(rq->ref_png, rq->ref_png_len, ref, &e->ref_rgb, &e->ref_w, &e->ref_h))
 			return -1;
-		if (e->ref_w % 16 || e->ref_h % 16)
-			return pd_errorf("-r/--ref-image %s: %dx%d is no multiple of 16 (pdit does not resize yet)", ref,
-					 e->ref_w, e->ref_h);
+		/* FluxKontextPipeline: its size rounded down to a multiple of
+		 * 16, resized to it (no _auto_resize to a preferred size) */
+		if (e->ref_w < 16 || e->ref_h < 16)
+			return pd_errorf("-r/--ref-image %s: %dx%d is smaller than 16x16", ref, e->ref_w, e->ref_h);
+		if ((e->ref_w % 16 || e->ref_h % 16) &&
+		    pd_engine_resize_rgb(&e->ref_rgb, e->ref_w, e->ref_h, e->ref_w - e->ref_w % 16, e->ref_h - e->ref_h % 16,
+					 0))
+			return -1;
+		e->ref_w -= e->ref_w % 16;
+		e->ref_h -= e->ref_h % 16;
 	}
 	if (e->ls.cond_channels > 0 && (!e->init_rgb || !e->mask_rgb))
 		return pd_errorf("%s is FLUX.1 Fill's transformer (in_channels %d): give -i/--init-img PICTURE and --mask "

@@ -9,8 +9,10 @@
 #   within 1e-5; Fill without --mask refused; FLUX.1 Kontext (-r/--ref-image, a
 #   reference of another size) on the kontext case, the same tolerances, on
 #   Ulysses 2, ring 2, tensor 2 and PipeFusion 2 equal to one process;
-#   refusals, one line each and no picture: a picture of another size than
-#   -W/-H, a size no multiple of 16, --strength out of (0, 1] or without -i,
+#   a picture and mask of another size than -W/-H resized to it (Pillow's
+#   Lanczos: cli_resize);
+#   refusals, one line each and no picture: a picture under 16 pixels, a size
+#   no multiple of 16, --strength out of (0, 1] or without -i,
 #   a truncated PNG, a PNG declaring 100000 x 100000, a file that is no PNG,
 #   --mask without -i or of another size than the picture.
 # usage: cli_edit.sh PDIT ST_COMPARE EDIT_GOLDEN FLUX_GOLDEN [MPIRUN...]
@@ -122,7 +124,24 @@ expect() {
 		echo "exit $rc:"; cat "$tmp/err"; bad "$what"
 	fi
 }
-expect "a picture of another size than -W/-H" "is 48x64, the request 64x64" -i "$tmp/init.png" -W 64 -H 64
+# a picture of another size than -W/-H (and a mask of the picture's) is resized to the request, as
+# diffusers' processors do (cli_resize checks the resize against Pillow's): a 64x64 picture
+rm -f "$tmp/big.png"
+if "$pdit" generate "${base[@]}" -i "$tmp/init.png" --mask "$tmp/init.png" -W 64 -H 80 -o "$tmp/big.png" -q 2> "$tmp/err" &&
+	python3 -c "import struct,sys; d=open(sys.argv[1],'rb').read(24); sys.exit(struct.unpack('>II', d[16:24]) != (64, 80))" \
+		"$tmp/big.png"; then
+	ok "a 48x64 picture and mask with -W 64 -H 80: resized, a 64x80 picture"
+else
+	cat "$tmp/err"; bad "a picture of another size than -W/-H"
+fi
+python3 - "$tmp/small.png" << 'PY'
+import struct, sys, zlib
+chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+rows = b"".join(b"\0" + b"\x80" * 24 for _ in range(8))
+open(sys.argv[1], "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 8, 8, 8, 2, 0, 0, 0)) +
+                              chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+PY
+expect "a picture under 16 pixels" "smaller than 16x16" -i "$tmp/small.png"
 expect "--strength 0" "--strength must be above 0" -i "$tmp/init.png" --strength 0
 expect "--strength 1.5" "--strength must be above 0 and at most 1" -i "$tmp/init.png" --strength 1.5
 expect "--strength that runs no step" "runs none" -i "$tmp/init.png" --strength 1e-17
@@ -148,5 +167,4 @@ expect "a PNG declaring 100000 x 100000" "at most 16384" -i "$tmp/huge.png"
 echo "not a picture" > "$tmp/text.png"
 expect "a file that is no PNG" "$tmp/text.png" -i "$tmp/text.png"
 "$cmp" topng "$g/img2img-schnell-h48w96.safetensors" in.init_image "$tmp/w96.png"
-expect "a picture of another size than the embeddings' request" "is 96x48, the request 64x64" -i "$tmp/w96.png" -W 64 -H 64
 exit $fail

@@ -15,6 +15,7 @@
  *       writes a uint8 tensor [H, W, 3] as a PNG (a golden case's picture in)
  */
 #include "pd_png.h"
+#include "pd_resize.h"
 #include "pd_safetensors.h"
 #include "pd_test.h"
 #include "pd_util.h"
@@ -199,6 +200,33 @@ int main(int argc, char **argv)
 		pd_st_close(st);
 		return rc;
 	}
+	if (argc == 7 && strcmp(argv[1], "resize") == 0) {
+		/* IN.png resized to W x H by pdit's Lanczos (CHANNELS 1: its PIL
+		 * "L" gray first, as the mask processors do) into OUT.png */
+		uint8_t *rgb = NULL, *gray = NULL, *out = NULL;
+		int w, h, ow = atoi(argv[3]), oh = atoi(argv[4]), ch = atoi(argv[5]), rc = 1;
+
+		if (pd_png_read(argv[2], &rgb, &w, &h) || ow < 1 || oh < 1 || (ch != 1 && ch != 3)) {
+			fprintf(stderr, "resize: %s\n", pd_last_error());
+			free(rgb);
+			return 1;
+		}
+		gray = malloc((size_t)w * h + 1);
+		out = malloc((size_t)ow * oh * 3);
+		if (gray && out) {
+			for (size_t i = 0; i < (size_t)w * h; i++)
+				gray[i] = (uint8_t)(((uint32_t)rgb[3 * i] * 19595 + (uint32_t)rgb[3 * i + 1] * 38470 +
+						     (uint32_t)rgb[3 * i + 2] * 7471 + 0x8000) >> 16);
+			rc = pd_resize_lanczos(ch == 1 ? gray : rgb, w, h, ch, out, ow, oh);
+			for (size_t i = (size_t)ow * oh; !rc && ch == 1 && i-- > 0;)
+				out[3 * i] = out[3 * i + 1] = out[3 * i + 2] = out[i];
+			rc = rc || pd_png_write(argv[6], out, ow, oh, NULL, NULL);
+		}
+		free(rgb);
+		free(gray);
+		free(out);
+		return rc != 0;
+	}
 	if (argc == 4 && strcmp(argv[1], "meta") == 0) {
 		struct pd_st *st;
 		const char *v;
@@ -212,6 +240,6 @@ int main(int argc, char **argv)
 		return v ? 0 : 1;
 	}
 	fprintf(stderr, "usage: st_compare tensors GOT REF TOL [--all|NAME...] | png GOT REF TENSOR INDEX MAXDIFF | pngs A B MAXDIFF | "
-			"meta FILE KEY\n");
+			"meta FILE KEY | resize IN W H CHANNELS OUT\n");
 	return 2;
 }

@@ -201,6 +201,16 @@ def picture_seeds():
     put("png", "huge", png_bytes(100000, 100000, 2, lambda y: b"", b"")[:33] + b"\0" * 16)
     put("png", "not-png", b"GIF89a not a png at all")
     put("png", "bad-crc", rgb[:29] + b"\xff\xff\xff\xff" + rgb[33:])
+    try:
+        import io
+        from PIL import Image
+        buf = io.BytesIO()
+        Image.frombytes("RGB", (16, 8), bytes((i * 7) % 256 for i in range(16 * 8 * 3))).save(buf, "JPEG", quality=80)
+        put("png", "jpeg", buf.getvalue())
+        put("png", "jpeg-truncated", buf.getvalue()[: len(buf.getvalue()) // 2])
+        put("png", "jpeg-huge", buf.getvalue()[:163] + b"\xff\xff\xff\xff" + buf.getvalue()[167:])
+    except ImportError:
+        print("no Pillow: the JPEG seeds are not remade", file=sys.stderr)
     b = "XyZbOuNdArY"
     part = lambda name, data, fn=None: (("--%s\r\nContent-Disposition: form-data; name=\"%s\"%s\r\n%s\r\n" %
                                         (b, name, '; filename="%s"' % fn if fn else "",

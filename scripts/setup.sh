@@ -27,6 +27,7 @@ packages=(
 	libopenmpi-dev openmpi-bin                     # the MPI communicator
 	libcjson-dev                                   # config.json and safetensors headers
 	libpng-dev                                     # PNG output
+	libjpeg62-turbo-dev                            # JPEG pictures in
 	libavformat-dev libavcodec-dev libswscale-dev  # MP4 output (H.264 through Debian's libx264)
 	libutf8proc-dev                                # Unicode tables for the CLIP tokenizer
 	libmicrohttpd-dev                              # pdit serve's HTTP server

@@ -132,6 +132,24 @@ static int pd_png_finish(png_image *img, const char *path, uint8_t **rgb, int *w
 int pd_png_read(const char *path, uint8_t **rgb, int *width, int *height)
 {
 	png_image img;
+	unsigned char magic[3] = { 0 };
+	FILE *f = fopen(path, "rb");
+
+	/* a JPEG: the whole file through libjpeg */
+	if (f && fread(magic, 1, 3, f) == 3 && magic[0] == 0xff && magic[1] == 0xd8 && magic[2] == 0xff) {
+		char *data = NULL;
+		size_t len = 0;
+		int rc;
+
+		fclose(f);
+		if (pd_read_file(path, (size_t)1 << 30, &data, &len))
+			return -1;
+		rc = pd_jpeg_decode((const uint8_t *)data, len, path, rgb, width, height);
+		free(data);
+		return rc;
+	}
+	if (f)
+		fclose(f);
 
 	memset(&img, 0, sizeof(img));
 	img.version = PNG_IMAGE_VERSION;
@@ -145,6 +163,9 @@ static int pd_png_decode_as(const uint8_t *png, size_t len, const char *name, ui
 {
 	png_image img;
 
+	/* a JPEG (no alpha: a mask of OpenAI's kind is a PNG) */
+	if (!alpha_mask && len >= 3 && png[0] == 0xff && png[1] == 0xd8 && png[2] == 0xff)
+		return pd_jpeg_decode(png, len, name, rgb, width, height);
 	memset(&img, 0, sizeof(img));
 	img.version = PNG_IMAGE_VERSION;
 	if (len < 8 || !png_image_begin_read_from_memory(&img, png, len))

@@ -16,8 +16,12 @@ int pd_png_write(const char *path, const uint8_t *rgb, int width, int height, co
 int pd_png_encode(const uint8_t *rgb, int width, int height, const char *key, const char *text, uint8_t **out,
 		  size_t *len);
 
-/* Reads a PNG of any colour type as 8-bit RGB [height, width, 3] (*rgb
- * malloc'd); a declared size above 16384 a side is refused. */
+/* A JPEG (pd_jpeg.c) as 8-bit RGB, decoded as Pillow decodes it. */
+int pd_jpeg_decode(const uint8_t *data, size_t len, const char *name, uint8_t **rgb, int *width, int *height);
+
+/* Reads a PNG of any colour type (or a JPEG, told by its first bytes) as
+ * 8-bit RGB [height, width, 3] (*rgb malloc'd); a declared size above
+ * 16384 a side is refused. */
 int pd_png_read(const char *path, uint8_t **rgb, int *width, int *height);
 /* The same from LEN bytes in memory (a service's request); NAME in the
  * messages. */

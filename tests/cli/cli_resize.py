@@ -2,7 +2,8 @@
 """Pictures in at another size: pdit's Lanczos (what -i/--init-img, --mask and -r/--ref-image go through
 when the picture is not the request's size) against Pillow's Image.resize(LANCZOS), the resize diffusers'
 VaeImageProcessor runs: byte for byte, on fresh random pictures of random sizes (shrinking, enlarging,
-one side only, odd sizes), RGB and the masks' gray (PIL's "L" first, then resized).
+one side only, odd sizes), RGB and the masks' gray (PIL's "L" first, then resized); and JPEG pictures
+(baseline, 4:4:4, progressive, gray) decoded to Pillow's pixels.
 
     cli_resize.py ST_COMPARE
 """
@@ -42,4 +43,21 @@ for w, h, ow, oh in cases:
         print("  %-4s %dx%d -> %dx%d, %s: %s" % ("ok" if ok else "FAIL", w, h, ow, oh,
                                              "RGB" if channels == 3 else "gray (a mask)",
                                              "Pillow's bytes" if ok else "%d bytes differ %s" % (diff, r.stderr)))
+# JPEG in: pdit's decode (libjpeg's defaults) against Pillow's, as diffusers' load_image reads it
+for w, h, kw in ((64, 48, {"quality": 85}), (37, 21, {"quality": 95, "subsampling": 0}),
+                 (50, 30, {"quality": 70, "progressive": True}), (33, 17, {"quality": 80, "mode": "L"})):
+    mode = kw.pop("mode", "RGB")
+    img = Image.frombytes("RGB", (w, h), bytes(rnd.randint(0, 255) if (x // 4 + y // 4) % 2 else (x * 5 + c * 60) % 256
+                                               for y in range(h) for x in range(w) for c in range(3)))
+    if mode == "L":
+        img = img.convert("L")
+    src = os.path.join(tmp, "in.jpg")
+    img.save(src, "JPEG", **kw)
+    out = os.path.join(tmp, "out.png")
+    r = subprocess.run([CMP, "resize", src, str(w), str(h), "3", out], capture_output=True, text=True)
+    got = Image.open(out).convert("RGB").tobytes() if r.returncode == 0 else b""
+    ok = got == Image.open(src).convert("RGB").tobytes()
+    fails += not ok
+    print("  %-4s a %dx%d %s JPEG %s: %s" % ("ok" if ok else "FAIL", w, h, mode, kw,
+                                          "Pillow's pixels" if ok else "differs %s" % r.stderr))
 sys.exit(1 if fails else 0)

@@ -61,6 +61,12 @@ out:
 	return rc;
 }
 
+/* PIL's "L" of an RGB pixel: ITU-R 601-2 luma in 16-bit fixed point. */
+static uint8_t pd_engine_luma(const uint8_t *px)
+{
+	return (uint8_t)(((uint32_t)px[0] * 19595 + (uint32_t)px[1] * 38470 + (uint32_t)px[2] * 7471 + 0x8000) >> 16);
+}
+
 /* *RGB [h, w, 3] resized to [oh, ow, 3] as diffusers' image processors
  * resize (PIL's Lanczos); a MASK first made gray as their mask processors
  * do (PIL's "L"), resized as one channel, and kept gray in RGB. */
@@ -76,12 +82,8 @@ static int pd_engine_resize_rgb(uint8_t **rgb, int w, int h, int ow, int oh, int
 		gray = pd_malloc(n + on, "the resized mask");
 		if (!gray)
 			goto out;
-		for (size_t i = 0; i < n; i++) {
-			const uint8_t *px = *rgb + 3 * i;
-
-			gray[i] = (uint8_t)(((uint32_t)px[0] * 19595 + (uint32_t)px[1] * 38470 + (uint32_t)px[2] * 7471 +
-					     0x8000) >> 16);
-		}
+		for (size_t i = 0; i < n; i++)
+			gray[i] = pd_engine_luma(*rgb + 3 * i);
 		if (pd_resize_lanczos(gray, w, h, 1, gray + n, ow, oh))
 			goto out;
 		for (size_t i = 0; i < on; i++)
@@ -206,13 +208,11 @@ out:
 	return rc;
 }
 
-/* A mask's pixel as diffusers' mask processors read it: PIL's grayscale
- * (ITU-R 601-2 luma in 16-bit fixed point), / 255, binarized at 0.5. */
+/* A mask's pixel as diffusers' mask processors read it: PIL's grayscale,
+ * / 255, binarized at 0.5. */
 static float pd_engine_mask_bit(const uint8_t *px)
 {
-	uint32_t l = ((uint32_t)px[0] * 19595 + (uint32_t)px[1] * 38470 + (uint32_t)px[2] * 7471 + 0x8000) >> 16;
-
-	return (float)l / 255.0f < 0.5f ? 0.0f : 1.0f;
+	return (float)pd_engine_luma(px) / 255.0f < 0.5f ? 0.0f : 1.0f;
 }
 
 /* FLUX.1 Fill's mask as FluxFillPipeline.prepare_mask_latents folds it:

@@ -98,7 +98,8 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 		/* check and bench write nothing and start from the seed */
 		if (kind != PD_CMD_GENERATE && (common[i].dest == &a->output || common[i].dest == &a->out_latents ||
 						common[i].dest == &a->init_latents || common[i].dest == &a->init_img ||
-						common[i].dest == &a->strength || common[i].dest == &a->mask))
+						common[i].dest == &a->strength || common[i].dest == &a->mask ||
+						common[i].dest == &a->ref_img))
 			continue;
 		/* serve: what a picture is comes with each request */
 		if (kind == PD_CMD_SERVE &&

@@ -34,6 +34,7 @@ struct pd_engine {
 	int n_loras;                    /* adapters in o.loras (their paths copied: the engine's) */
 	struct pd_lora_spec on[PD_MAX_LORAS]; /* the adapters beside the model's layers now (paths copied) */
 	int n_on;                       /* how many */
+	uint64_t on_hash[PD_MAX_LORAS]; /* their files' FNV-1a, read once when they go on (PNG parameters) */
 	int degree[PD_AXIS_COUNT];      /* the mesh */
 	int mesh_auto;                  /* chosen by pdit, not given: 1 by rule, 2 by the cost model */
 	struct pd_par_options opt;      /* DistriFusion, warm-up, patches */

@@ -414,7 +414,7 @@ void pd_engine_made_from(const struct pd_engine *e, char *out, size_t cap)
 
 #define PD_ADD(...)                                                                                                \
 	do {                                                                                                       \
-		int w_ = snprintf(out + k, k < cap ? cap - k : 0, __VA_ARGS__);                                    \
+		int w_ = snprintf(out + (k < cap ? k : cap), k < cap ? cap - k : 0, __VA_ARGS__);                  \
 		k += w_ > 0 ? (size_t)w_ : 0;                                                                      \
 	} while (0)
 	out[0] = 0;
@@ -435,8 +435,7 @@ void pd_engine_made_from(const struct pd_engine *e, char *out, size_t cap)
 
 		b = b ? b + 1 : e->on[i].path;
 		n = strlen(b) > 12 && !strcmp(b + strlen(b) - 12, ".safetensors") ? strlen(b) - 12 : strlen(b);
-		PD_ADD("%s%.*s: %016llx", i ? ", " : "; Lora hashes: \"", (int)n, b,
-		       (unsigned long long)pd_fnv_file(e->on[i].path));
+		PD_ADD("%s%.*s: %016llx", i ? ", " : "; Lora hashes: \"", (int)n, b, (unsigned long long)e->on_hash[i]);
 	}
 	if (e->n_on)
 		PD_ADD("\"; loras: ");
@@ -481,6 +480,7 @@ int pd_engine_adapters(struct pd_engine *e, const struct pd_request *rq)
 			pd_engine_adapters_forget(e);
 			return -1;
 		}
+		e->on_hash[i] = pd_fnv_file(want[i].path);
 		e->n_on = i + 1;
 	}
 	for (int i = 0; i < n; i++)

@@ -179,6 +179,9 @@ int pd_engine_check_memory(const struct pd_engine *e, int decodes, int loaded)
 	 * share, in the file's precision or less) */
 	weights = cost.weights_min_gb * 1e9 / MB + pd_engine_adapter_bytes(e) / MB;
 	act = cost.activations_gb * 1e9 / MB;
+	/* Kontext's reference tokens lengthen every call's sequence */
+	if (e->ref_rgb && e->ls.tokens > 0)
+		act *= (double)(e->ls.tokens + (int64_t)(e->ref_w / 16) * (e->ref_h / 16)) / (double)e->ls.tokens;
 	/* the decode in bands over the data-parallel group, or whole */
 	if (w.vae_gflop > 0)
 		vae = (e->o.vae_parallel < 0 || e->world->size == 1 ? w.vae_map_gb : cost.vae_gb) * 1e9 / MB;

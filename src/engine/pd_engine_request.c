@@ -183,6 +183,12 @@ int pd_engine_ref_picture(struct pd_engine *e)
 	if ((!e->vae && k->load(&e->vae, e->mp.vae, e->be)) ||
 	    e->fam->latent_shape(&rs, &e->info, 1, e->ref_h, e->ref_w))
 		return -1;
+	/* PipeFusion cuts the sequence into bands of whole rows of the
+	 * picture's width: the reference's tokens must be whole rows too */
+	if (e->degree[PD_AXIS_PP] > 1 && rs.tokens % (e->ls.w / 2))
+		return pd_errorf("-r/--ref-image: PipeFusion splits whole rows of %d tokens, and the %dx%d reference's %lld "
+				 "tokens are not: give a reference whose width is the picture's (%d) or another mesh",
+				 e->ls.w / 2, e->ref_w, e->ref_h, (long long)rs.tokens, e->p.width);
 	nl = pd_latent_numel(&rs);
 	moments = pd_malloc((size_t)(2 * nl) * sizeof(float), "the reference's latents");
 	lat = pd_malloc((size_t)nl * sizeof(float), "the reference's latents");
@@ -752,6 +758,9 @@ int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request *rq_in)
 		e->ref_w -= e->ref_w % 16;
 		e->ref_h -= e->ref_h % 16;
 	}
+	if (e->ls.cond_channels > 0 && e->ref_rgb)
+		return pd_errorf("-r/--ref-image: %s is FLUX.1 Fill's transformer, which takes no reference picture",
+				 e->mp.transformer);
 	if (e->ls.cond_channels > 0 && (!e->init_rgb || !e->mask_rgb))
 		return pd_errorf("%s is FLUX.1 Fill's transformer (in_channels %d): give -i/--init-img PICTURE and --mask "
 				 "MASK (white: what it fills)", e->mp.transformer, e->info.in_channels);
@@ -796,6 +805,13 @@ int pd_engine_same_everywhere(struct pd_engine *e, const struct pd_request *rq)
 	}
 	if (e->init)
 		h = pd_engine_hash(h, e->init, (size_t)(x->batch * per) * sizeof(float));
+	/* pictures in each rank read itself: another file, another sequence */
+	if (e->init_rgb)
+		h = pd_engine_hash(h, e->init_rgb, (size_t)e->init_w * e->init_h * 3);
+	if (e->mask_rgb)
+		h = pd_engine_hash(h, e->mask_rgb, (size_t)e->init_w * e->init_h * 3);
+	if (e->ref_rgb)
+		h = pd_engine_hash(h, e->ref_rgb, (size_t)e->ref_w * e->ref_h * 3);
 	mine[0] = x->batch;
 	mine[1] = x->txt_len;
 	mine[2] = x->neg_prompt ? x->neg_txt_len : -1;

@@ -26,11 +26,12 @@ static void pd_jpeg_fail(j_common_ptr c)
 	longjmp(e->jump, 1);
 }
 
-/* warnings (a corrupt but decodable stream) stay quiet */
+/* warnings stay quiet, but a stream that ends early is an error, as
+ * Pillow makes it ("image file is truncated") */
 static void pd_jpeg_quiet(j_common_ptr c, int level)
 {
-	(void)c;
-	(void)level;
+	if (level < 0 && c->err->msg_code == JWRN_JPEG_EOF)
+		pd_jpeg_fail(c);
 }
 
 int pd_jpeg_decode(const uint8_t *data, size_t len, const char *name, uint8_t **rgb, int *width, int *height)

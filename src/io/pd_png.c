@@ -195,7 +195,9 @@ static int pd_png_finish(png_image *img, const char *path, uint8_t **rgb, int *w
 		png_image_free(img);
 		return pd_errorf("%s: a picture of %ux%u (at most 16384 a side)", path, w, h);
 	}
-	img->format = alpha_mask ? PNG_FORMAT_RGBA : PNG_FORMAT_RGB;
+	/* RGBA always: PIL's convert("RGB") drops the alpha, where libpng's
+	 * RGB output would composite the pixels onto black */
+	img->format = PNG_FORMAT_RGBA;
 	buf = pd_malloc(PNG_IMAGE_SIZE(*img), path);
 	if (!buf) {
 		png_image_free(img);
@@ -205,12 +207,15 @@ static int pd_png_finish(png_image *img, const char *path, uint8_t **rgb, int *w
 		free(buf);
 		return pd_errorf("%s: %s", path, img->message);
 	}
-	if (alpha_mask) {
-		/* RGBA in place into RGB: white where fully transparent */
-		for (size_t i = 0; i < (size_t)img->width * img->height; i++) {
+	/* RGBA in place into RGB: the colour, or for a mask of OpenAI's kind
+	 * white where fully transparent */
+	for (size_t i = 0; i < (size_t)img->width * img->height; i++) {
+		if (alpha_mask) {
 			uint8_t v = buf[4 * i + 3] == 0 ? 255 : 0;
 
 			buf[3 * i] = buf[3 * i + 1] = buf[3 * i + 2] = v;
+		} else {
+			memmove(buf + 3 * i, buf + 4 * i, 3);
 		}
 	}
 	*rgb = buf;

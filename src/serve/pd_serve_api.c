@@ -309,9 +309,11 @@ static int pd_sf_png(const cJSON *v, const char *name, char **out, const char **
 		return pd_sf_fail(field, name, "%s must be a base64 PNG (or a data: URL of one)%s", "");
 	if (strncmp(s, "data:", 5) == 0 && (comma = strchr(s, ',')))
 		s = comma + 1;
-	if (pd_unbase64(s, &bytes, &len) || len < 8 || memcmp(bytes, "\x89PNG\r\n\x1a\n", 8) != 0) {
+	/* a PNG, or a JPEG (the engine reads both) */
+	if (pd_unbase64(s, &bytes, &len) || len < 8 ||
+	    (memcmp(bytes, "\x89PNG\r\n\x1a\n", 8) != 0 && memcmp(bytes, "\xff\xd8\xff", 3) != 0)) {
 		free(bytes);
-		return pd_sf_fail(field, name, "%s is not a base64 PNG%s", "");
+		return pd_sf_fail(field, name, "%s is not a base64 PNG or JPEG%s", "");
 	}
 	free(bytes);
 	free(*out);
@@ -607,11 +609,15 @@ out:
 static int pd_mp_param(const char *h, const char *end, const char *key, char *out, size_t cap)
 {
 	size_t k = strlen(key);
+	int quoted = 0;
 
 	for (const char *p = h; p + k < end; p++) {
 		size_t n = 0;
 
-		if (strncasecmp(p, key, k) || p[k] != '=' || (p > h && p[-1] != ';' && p[-1] != ' '))
+		/* a quoted value (a file's name) holds no parameters */
+		if (*p == '"')
+			quoted = !quoted;
+		if (quoted || strncasecmp(p, key, k) || p[k] != '=' || (p > h && p[-1] != ';' && p[-1] != ' '))
 			continue;
 		p += k + 1;
 		if (*p == '"') {
@@ -644,7 +650,8 @@ static int pd_mp_text(const char *name)
 
 char *pd_serve_multipart_json(const char *content_type, const char *body, size_t len, char *field, size_t field_len)
 {
-	char boundary[128], delim[140], name[128] = "", file[8];
+	char boundary[128], delim[140], name[128] = "";
+	int file;
 	const char *p = body, *end = body + len;
 	cJSON *o = NULL;
 	char *text = NULL;
@@ -656,17 +663,23 @@ char *pd_serve_multipart_json(const char *content_type, const char *body, size_t
 		pd_errorf("Content-Type must be multipart/form-data with a boundary (as images.edit sends it)");
 		return NULL;
 	}
-	dl = (size_t)snprintf(delim, sizeof(delim), "--%s", boundary);
+	/* "\r\n--B": a part's bytes end only where a line starts the delimiter */
+	dl = (size_t)snprintf(delim, sizeof(delim), "\r\n--%s", boundary);
 	o = cJSON_CreateObject();
 	if (!o)
 		return NULL;
-	/* the preamble, then "--B" CRLF part ... CRLF "--B" ... "--B--" */
-	p = memmem(p, (size_t)(end - p), delim, dl);
+	/* the preamble, then "--B" CRLF part ... CRLF "--B" ... "--B--"; the
+	 * first delimiter may open the body (no CRLF before it) */
+	if ((size_t)(end - p) < dl - 2 || memcmp(p, delim + 2, dl - 2)) {
+		p = memmem(p, (size_t)(end - p), delim, dl);
+		p = p ? p + 2 : NULL;
+	}
+	/* P: at a delimiter's "--B" */
 	while (p) {
 		const char *hdr, *hend, *data, *next;
 		cJSON *v;
 
-		p += dl;
+		p += dl - 2;
 		if (end - p >= 2 && p[0] == '-' && p[1] == '-')
 			break;          /* the closing delimiter */
 		if (end - p < 2 || p[0] != '\r' || p[1] != '\n')
@@ -677,8 +690,9 @@ char *pd_serve_multipart_json(const char *content_type, const char *body, size_t
 			goto bad;
 		data = hend + 4;
 		next = memmem(data, (size_t)(end - data), delim, dl);
-		if (!next || next - data < 2 || next[-2] != '\r' || next[-1] != '\n')
+		if (!next)
 			goto bad;
+		next += 2;      /* at "--B"; the part's bytes end before its CRLF */
 		/* Content-Disposition: form-data; name="image"; filename="x.png" */
 		{
 			const char *cd = NULL;
@@ -699,13 +713,14 @@ char *pd_serve_multipart_json(const char *content_type, const char *body, size_t
 					pd_errorf("a part without a name");
 					goto fail;
 				}
-				file[0] = pd_mp_param(cd, cde, "filename", file, sizeof(file)) ? 0 : 1;
+				/* a file part, whatever its name's length */
+				file = memmem(cd, (size_t)(cde - cd), "filename=", 9) != NULL;
 			}
 		}
 		/* the SDKs' list form: image[] */
 		if (strlen(name) > 2 && !strcmp(name + strlen(name) - 2, "[]"))
 			name[strlen(name) - 2] = 0;
-		if (file[0] || !strcmp(name, "image") || !strcmp(name, "mask")) {
+		if (file || !strcmp(name, "image") || !strcmp(name, "mask")) {
 			char *b64 = pd_base64((const uint8_t *)data, (size_t)(next - 2 - data));
 
 			v = b64 ? cJSON_CreateString(b64) : NULL;

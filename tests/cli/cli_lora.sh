@@ -20,6 +20,8 @@
 #   prefix, kohya's lora_down/lora_up with alpha) through `pdit forward` on
 #   wan-tiny's forward case, each against the transformer with the same terms
 #   merged into its weights by Python here (not by pdit): out.sample within 1e-5;
+#   FLUX's final modulation adapted under diffusers' names and under Black
+#   Forest Labs' (its halves swapped) against weights merged by Python;
 # usage: cli_lora.sh PDIT ST_COMPARE EDIT_GOLDEN FLUX_GOLDEN QUANT_GOLDEN WAN_GOLDEN [MPIRUN...]
 set -u
 pdit=$1 cmp=$2 g=$3 fg=$4 qg=$5 wg=$6
@@ -210,6 +212,57 @@ for a in "wan-peft.safetensors:0.8" "wan-orig.safetensors:0.8"; do
 		ok "Wan2.1, --lora $a: the merged weights' out.sample, $(head -1 "$tmp/log")"
 	else
 		cat "$tmp/err" "$tmp/log"; bad "Wan2.1, --lora $a"
+	fi
+done
+
+# FLUX's final modulation: diffusers' norm_out.linear is (scale, shift), Black Forest Labs'
+# final_layer.adaLN_modulation.1 (shift, scale): an adapter in either names, against the weights with the
+# term merged by Python
+python3 - "$fg/transformer-dev" "$tmp" << 'PY'
+import json, os, random, shutil, struct, sys
+src, d = sys.argv[1], sys.argv[2]
+raw = open(os.path.join(src, "diffusion_pytorch_model.safetensors"), "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+def tensor(k):
+    s, e = head[k]["data_offsets"]
+    return list(struct.unpack("<%df" % ((e - s) // 4), raw[8 + n + s:8 + n + e]))
+def save(path, tensors):
+    h, blob = {}, b""
+    for k, (shape, vals) in tensors.items():
+        b = struct.pack("<%df" % len(vals), *vals)
+        h[k] = {"dtype": "F32", "shape": shape, "data_offsets": [len(blob), len(blob) + len(b)]}
+        blob += b
+    hj = json.dumps(h).encode()
+    open(path, "wb").write(struct.pack("<Q", len(hj)) + hj + blob)
+o, i = head["norm_out.linear.weight"]["shape"]
+r, rnd = 2, random.Random(11)
+A = [rnd.gauss(0, 0.3) for _ in range(r * i)]
+B = [rnd.gauss(0, 0.3) for _ in range(o * r)]
+half = o // 2
+B_bfl = B[half * r:] + B[:half * r]        # rows (shift, scale)
+save(d + "/final-peft.safetensors", {"transformer.norm_out.linear.lora_A.weight": ([r, i], A),
+                                     "transformer.norm_out.linear.lora_B.weight": ([o, r], B)})
+save(d + "/final-bfl.safetensors", {"diffusion_model.final_layer.adaLN_modulation.1.lora_A.weight": ([r, i], A),
+                                    "diffusion_model.final_layer.adaLN_modulation.1.lora_B.weight": ([o, r], B_bfl)})
+merged = {k: (v["shape"], tensor(k)) for k, v in head.items() if k != "__metadata__"}
+W = merged["norm_out.linear.weight"][1]
+for a in range(o):
+    for c in range(i):
+        W[a * i + c] += sum(B[a * r + k] * A[k * i + c] for k in range(r))
+os.makedirs(d + "/flux-merged")
+shutil.copy(os.path.join(src, "config.json"), d + "/flux-merged/config.json")
+save(d + "/flux-merged/diffusion_pytorch_model.safetensors", merged)
+PY
+ff="$g/lora-dev-1341.safetensors"
+"$pdit" forward --transformer "$tmp/flux-merged" --inputs "$ff" --out "$tmp/fm.safetensors" > /dev/null 2>&1
+for a in final-peft final-bfl; do
+	if "$pdit" forward --transformer "$fg/transformer-dev" --inputs "$ff" --lora "$tmp/$a.safetensors" \
+		--out "$tmp/f.safetensors" > /dev/null 2> "$tmp/err" &&
+		"$cmp" tensors "$tmp/f.safetensors" "$tmp/fm.safetensors" 1e-5 out.sample > "$tmp/log"; then
+		ok "FLUX's final modulation, $a: the merged weights' out.sample, $(head -1 "$tmp/log")"
+	else
+		cat "$tmp/err" "$tmp/log"; bad "FLUX's final modulation, $a"
 	fi
 done
 

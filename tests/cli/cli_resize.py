@@ -3,7 +3,8 @@
 when the picture is not the request's size) against Pillow's Image.resize(LANCZOS), the resize diffusers'
 VaeImageProcessor runs: byte for byte, on fresh random pictures of random sizes (shrinking, enlarging,
 one side only, odd sizes), RGB and the masks' gray (PIL's "L" first, then resized); and JPEG pictures
-(baseline, 4:4:4, progressive, gray) decoded to Pillow's pixels.
+(baseline, 4:4:4, progressive, gray) decoded to Pillow's pixels, a JPEG cut short refused as Pillow
+refuses it; a PNG with alpha read as Pillow's convert("RGB") (the alpha dropped).
 
     cli_resize.py ST_COMPARE
 """
@@ -60,4 +61,21 @@ for w, h, kw in ((64, 48, {"quality": 85}), (37, 21, {"quality": 95, "subsamplin
     fails += not ok
     print("  %-4s a %dx%d %s JPEG %s: %s" % ("ok" if ok else "FAIL", w, h, mode, kw,
                                           "Pillow's pixels" if ok else "differs %s" % r.stderr))
+# a PNG with alpha: its colours, the alpha dropped (PIL's convert("RGB"), not composited onto black)
+img = Image.frombytes("RGBA", (20, 12), bytes(rnd.randint(0, 255) for _ in range(20 * 12 * 4)))
+src = os.path.join(tmp, "alpha.png")
+img.save(src)
+r = subprocess.run([CMP, "resize", src, "20", "12", "3", out], capture_output=True, text=True)
+ok = r.returncode == 0 and Image.open(out).convert("RGB").tobytes() == img.convert("RGB").tobytes()
+fails += not ok
+print("  %-4s an RGBA PNG: Pillow's convert(\"RGB\") %s" % ("ok" if ok else "FAIL", r.stderr))
+# a JPEG cut short: refused, as Pillow refuses it
+src = os.path.join(tmp, "cut.jpg")
+Image.frombytes("RGB", (64, 48), bytes(rnd.randint(0, 255) for _ in range(64 * 48 * 3))).save(src, "JPEG")
+data = open(src, "rb").read()
+open(src, "wb").write(data[: len(data) * 2 // 3])
+r = subprocess.run([CMP, "resize", src, "64", "48", "3", out], capture_output=True, text=True)
+ok = r.returncode != 0 and "premature end" in r.stderr.lower()
+fails += not ok
+print("  %-4s a JPEG cut short: refused (%s)" % ("ok" if ok else "FAIL", r.stderr.strip()))
 sys.exit(1 if fails else 0)

@@ -183,6 +183,8 @@ static int pd_lora_module(struct pd_lora *lo, int file, float mult, const struct
 	int64_t rank, rows = group ? l->native_rows : l->n_out;
 	float alpha;
 
+	if (!a && !b)
+		return pd_errorf("%s: '%.*s' has an alpha but no down (A) or up (B) matrix", path, (int)mod->len, mod->name);
 	if (!a || !b)
 		return pd_errorf("%s: '%.*s' has %s but no %s", path, (int)mod->len, mod->name, a ? "a down (A) matrix" : "an up (B) matrix",
 				 a ? "up (B) matrix" : "down (A) matrix");
@@ -203,7 +205,10 @@ static int pd_lora_module(struct pd_lora *lo, int file, float mult, const struct
 	}
 	for (int i = first; i < lo->n_layers; i++) {
 		const struct pd_dit_linear *li = &lo->layers[i];
-		struct pd_lora_part p = { file, a, b, group ? li->r0 : 0, li->roll, rank, mult * alpha / (float)rank, -1 };
+		/* the model's own names are in its own row order: only a native
+		 * tensor's rows are fused or rolled */
+		struct pd_lora_part p = { file, a, b, group ? li->r0 : 0, group ? li->roll : 0, rank, mult * alpha / (float)rank,
+					  -1 };
 
 		if (i > first && (!group || strcmp(li->native, l->native)))
 			break;
@@ -383,8 +388,14 @@ int pd_lora_apply(struct pd_lora *lo, struct pd_backend *be, struct pd_linear *l
 			if (pd_st_read_block_f32(p->b, src, 1, 0, p->rank, row, p->rank) ||
 			    pd_lora_finite(lo, p, p->b, row, (size_t)p->rank))
 				goto out;
-			for (int64_t k = 0; k < p->rank; k++)
+			for (int64_t k = 0; k < p->rank; k++) {
 				b[r * R + off + k] = p->scale * row[k];
+				if (!isfinite(b[r * R + off + k])) {
+					pd_errorf("%s: '%s' times its scale %g is past float's range",
+						  lo->files[p->file]->path, p->b->name, p->scale);
+					goto out;
+				}
+			}
 		}
 		off += p->rank;
 	}
@@ -416,14 +427,18 @@ int pd_lora_set(struct pd_dit *d, const struct pd_lora_spec *specs, int n, int l
 	struct pd_lora *lo = NULL;
 	int rc = 0;
 
+	/* every file is read and checked before a layer changes; a failure
+	 * leaves no adapter on, as a success with none would */
 	if (n > 0 && !d->layers)
-		return pd_errorf("this model's family lists no layers for adapters");
-	if (n > 0 && !d->be->ops->linear_adapt)
-		return pd_errorf("the %s backend cannot put adapters beside its layers", d->be->ops->name);
-	/* every file is read and checked before a layer changes */
-	if (n > 0 && pd_lora_resolve(&lo, specs, n, d->layers, d->n_layers, lenient))
+		rc = pd_errorf("this model's family lists no layers for adapters");
+	else if (n > 0 && !d->be->ops->linear_adapt)
+		rc = pd_errorf("the %s backend cannot put adapters beside its layers", d->be->ops->name);
+	else if (n > 0)
+		rc = pd_lora_resolve(&lo, specs, n, d->layers, d->n_layers, lenient);
+	if (d->be->ops->linear_adapt)
+		pd_lora_clear(d);
+	if (rc)
 		return -1;
-	pd_lora_clear(d);
 	for (int i = 0; i < d->n_held && lo && !rc; i++) {
 		int before = lo->applied;
 

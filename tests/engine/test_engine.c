@@ -406,12 +406,20 @@ int main(int argc, char **argv)
 			pd_engine_close(f);
 			pd_result_free(&r[k]);
 		}
-		/* an adapter that does not fit: the request fails, the next runs without */
+		/* with an adapter on, a request naming a file of no adapter fails,
+		 * and the next without adapters runs without any (not the old one) */
 		request(&rq, 0);
 		rq.loras_given = 1;
+		memcpy(rq.loras, sets[0], sizeof(rq.loras));
+		PD_CHECK(pd_engine_run(e, &rq, &res) == 0, "adapters again: %s", pd_last_error());
+		pd_result_free(&res);
 		rq.loras[0] = (struct pd_lora_spec){ file, 1.0f };
 		PD_CHECK(pd_engine_run(e, &rq, &(struct pd_result){ 0 }) == -1 && !pd_engine_dead(e),
 			 "a file of no adapter was taken as one");
+		request(&rq, 0);
+		PD_CHECK(pd_engine_run(e, &rq, &res) == 0 && same(&mine[0], &res),
+			 "after a failed adapter change, a request without adapters ran with the old ones");
+		pd_result_free(&res);
 		free(fa);
 		free(fb);
 	}

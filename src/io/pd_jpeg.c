@@ -8,6 +8,7 @@
 #include "pd_util.h"
 
 #include <jpeglib.h>
+#include <jerror.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>

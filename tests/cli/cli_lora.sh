@@ -27,6 +27,7 @@ set -u
 pdit=$1 cmp=$2 g=$3 fg=$4 qg=$5 wg=$6
 shift 6
 mpirun=("$@")
+lib=$(cd "$(dirname "$0")/../lib" && pwd)
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 fail=0
@@ -159,29 +160,18 @@ EOF
 fi
 
 # Wan2.1: the same terms in two layouts, against the weights with them merged
-python3 - "$wg/model/transformer" "$tmp" << 'PY'
-import json, os, random, shutil, struct, sys
-src, d = sys.argv[1], sys.argv[2]
-raw = open(os.path.join(src, "diffusion_pytorch_model.safetensors"), "rb").read()
-n = struct.unpack("<Q", raw[:8])[0]
-head = json.loads(raw[8:8 + n])
-def tensor(k):
-    s, e = head[k]["data_offsets"]
-    return list(struct.unpack("<%df" % ((e - s) // 4), raw[8 + n + s:8 + n + e]))
-def save(path, tensors):
-    h, blob = {}, b""
-    for k, (shape, vals) in tensors.items():
-        b = struct.pack("<%df" % len(vals), *vals)
-        h[k] = {"dtype": "F32", "shape": shape, "data_offsets": [len(blob), len(blob) + len(b)]}
-        blob += b
-    hj = json.dumps(h).encode()
-    open(path, "wb").write(struct.pack("<Q", len(hj)) + hj + blob)
+python3 - "$lib" "$wg/model/transformer" "$tmp" << 'PY'
+import os, random, sys
+sys.path.insert(0, sys.argv[1])
+from st_tiny import load, merged_copy, save
+src, d = sys.argv[2], sys.argv[3]
+head, _ = load(os.path.join(src, "diffusion_pytorch_model.safetensors"))
 # (diffusers name, original name): self- and cross-attention, the MLP, the time projection
 layers = [("blocks.0.attn1.to_q", "blocks.0.self_attn.q"), ("blocks.1.attn2.to_v", "blocks.1.cross_attn.v"),
           ("blocks.1.attn1.to_out.0", "blocks.1.self_attn.o"), ("blocks.0.ffn.net.2", "blocks.0.ffn.2"),
           ("condition_embedder.time_proj", "time_projection.1")]
 rnd, r, alpha, scale = random.Random(7), 3, 1.5, 0.8
-peft, orig, merged = {}, {}, {k: (v["shape"], tensor(k)) for k, v in head.items() if k != "__metadata__"}
+peft, orig, deltas = {}, {}, {}
 for ours, native in layers:
     o, i = head[ours + ".weight"]["shape"]
     A = [rnd.gauss(0, 0.3) for _ in range(r * i)]
@@ -191,15 +181,11 @@ for ours, native in layers:
     orig["diffusion_model.%s.lora_down.weight" % native] = ([r, i], A)
     orig["diffusion_model.%s.lora_up.weight" % native] = ([o, r], B)
     orig["diffusion_model.%s.alpha" % native] = ([], [alpha])
-    W = merged[ours + ".weight"][1]
-    for a in range(o):
-        for c in range(i):
-            W[a * i + c] += scale * alpha / r * sum(B[a * r + k] * A[k * i + c] for k in range(r))
+    deltas[ours + ".weight"] = [scale * alpha / r * sum(B[a * r + k] * A[k * i + c] for k in range(r))
+                                for a in range(o) for c in range(i)]
 save(d + "/wan-peft.safetensors", peft)
 save(d + "/wan-orig.safetensors", orig)
-os.makedirs(d + "/wan-merged")
-shutil.copy(os.path.join(src, "config.json"), d + "/wan-merged/config.json")
-save(d + "/wan-merged/diffusion_pytorch_model.safetensors", merged)
+merged_copy(src, d + "/wan-merged", deltas)
 PY
 wf="$wg/forward-n9-h32w48.safetensors"
 "$pdit" forward --transformer "$tmp/wan-merged" --inputs "$wf" --out "$tmp/wan-merged.safetensors" > /dev/null 2>&1
@@ -218,23 +204,12 @@ done
 # FLUX's final modulation: diffusers' norm_out.linear is (scale, shift), Black Forest Labs'
 # final_layer.adaLN_modulation.1 (shift, scale): an adapter in either names, against the weights with the
 # term merged by Python
-python3 - "$fg/transformer-dev" "$tmp" << 'PY'
-import json, os, random, shutil, struct, sys
-src, d = sys.argv[1], sys.argv[2]
-raw = open(os.path.join(src, "diffusion_pytorch_model.safetensors"), "rb").read()
-n = struct.unpack("<Q", raw[:8])[0]
-head = json.loads(raw[8:8 + n])
-def tensor(k):
-    s, e = head[k]["data_offsets"]
-    return list(struct.unpack("<%df" % ((e - s) // 4), raw[8 + n + s:8 + n + e]))
-def save(path, tensors):
-    h, blob = {}, b""
-    for k, (shape, vals) in tensors.items():
-        b = struct.pack("<%df" % len(vals), *vals)
-        h[k] = {"dtype": "F32", "shape": shape, "data_offsets": [len(blob), len(blob) + len(b)]}
-        blob += b
-    hj = json.dumps(h).encode()
-    open(path, "wb").write(struct.pack("<Q", len(hj)) + hj + blob)
+python3 - "$lib" "$fg/transformer-dev" "$tmp" << 'PY'
+import os, random, sys
+sys.path.insert(0, sys.argv[1])
+from st_tiny import load, merged_copy, save
+src, d = sys.argv[2], sys.argv[3]
+head, _ = load(os.path.join(src, "diffusion_pytorch_model.safetensors"))
 o, i = head["norm_out.linear.weight"]["shape"]
 r, rnd = 2, random.Random(11)
 A = [rnd.gauss(0, 0.3) for _ in range(r * i)]
@@ -245,14 +220,8 @@ save(d + "/final-peft.safetensors", {"transformer.norm_out.linear.lora_A.weight"
                                      "transformer.norm_out.linear.lora_B.weight": ([o, r], B)})
 save(d + "/final-bfl.safetensors", {"diffusion_model.final_layer.adaLN_modulation.1.lora_A.weight": ([r, i], A),
                                     "diffusion_model.final_layer.adaLN_modulation.1.lora_B.weight": ([o, r], B_bfl)})
-merged = {k: (v["shape"], tensor(k)) for k, v in head.items() if k != "__metadata__"}
-W = merged["norm_out.linear.weight"][1]
-for a in range(o):
-    for c in range(i):
-        W[a * i + c] += sum(B[a * r + k] * A[k * i + c] for k in range(r))
-os.makedirs(d + "/flux-merged")
-shutil.copy(os.path.join(src, "config.json"), d + "/flux-merged/config.json")
-save(d + "/flux-merged/diffusion_pytorch_model.safetensors", merged)
+merged_copy(src, d + "/flux-merged", {"norm_out.linear.weight": [sum(B[a * r + k] * A[k * i + c] for k in range(r))
+                                                                 for a in range(o) for c in range(i)]})
 PY
 ff="$g/lora-dev-1341.safetensors"
 "$pdit" forward --transformer "$tmp/flux-merged" --inputs "$ff" --out "$tmp/fm.safetensors" > /dev/null 2>&1
@@ -267,18 +236,11 @@ for a in final-peft final-bfl; do
 done
 
 # refusals: one line naming the file, nonzero, nothing written
-python3 - "$tmp" << 'PY'
-import json, struct, sys
-def save(path, tensors, cut=0):
-    header, data = {}, b""
-    for k, (shape, vals) in tensors.items():
-        raw = struct.pack("<%df" % len(vals), *vals)
-        header[k] = {"dtype": "F32", "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
-        data += raw
-    h = json.dumps(header).encode()
-    blob = struct.pack("<Q", len(h)) + h + data
-    open(path, "wb").write(blob[:len(blob) - cut] if cut else blob)
-d, r, D = sys.argv[1], 2, 64
+python3 - "$lib" "$tmp" << 'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+from st_tiny import save
+d, r, D = sys.argv[2], 2, 64
 down = lambda n_in: ([r, n_in], [0.01] * (r * n_in))
 up = lambda n_out: ([n_out, r], [0.01] * (n_out * r))
 q = "transformer.transformer_blocks.0.attn.to_q"

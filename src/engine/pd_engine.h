@@ -192,6 +192,11 @@ int pd_engine_adapters(struct pd_engine *e, const struct pd_request *rq);
 /* What the prepared request's pictures are made from besides the prompt
  * (the pictures in, the adapters) for their parameters text, into OUT. */
 void pd_engine_made_from(const struct pd_engine *e, char *out, size_t cap);
+/* FNV-1a over N bytes, continuing H (PD_ENGINE_HASH_START to begin): what
+ * ranks compare their files by, and what the PNG parameters name pictures
+ * and adapters by. */
+#define PD_ENGINE_HASH_START 14695981039346656037ull
+uint64_t pd_engine_hash(uint64_t h, const void *p, size_t n);
 /* Bytes of the options' adapter files (what the memory check adds). */
 double pd_engine_adapter_bytes(const struct pd_engine *e);
 void pd_engine_adapters_forget(struct pd_engine *e);

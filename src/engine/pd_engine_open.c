@@ -382,28 +382,18 @@ void pd_engine_adapters_forget(struct pd_engine *e)
 	e->n_on = 0;
 }
 
-/* FNV-1a over N bytes, continuing H. */
-static uint64_t pd_fnv(uint64_t h, const void *p, size_t n)
-{
-	const unsigned char *b = p;
-
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ b[i]) * 1099511628211ull;
-	return h;
-}
-
 /* FNV-1a of a file's bytes, 0 when it cannot be read. */
 static uint64_t pd_fnv_file(const char *path)
 {
 	FILE *f = fopen(path, "rb");
-	uint64_t h = 14695981039346656037ull;
+	uint64_t h = PD_ENGINE_HASH_START;
 	char buf[65536];
 	size_t n;
 
 	if (!f)
 		return 0;
 	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
-		h = pd_fnv(h, buf, n);
+		h = pd_engine_hash(h, buf, n);
 	fclose(f);
 	return h;
 }
@@ -419,13 +409,13 @@ void pd_engine_made_from(const struct pd_engine *e, char *out, size_t cap)
 	} while (0)
 	out[0] = 0;
 	if (e->init_rgb)
-		PD_ADD("; init image hash: %016llx", (unsigned long long)pd_fnv(14695981039346656037ull, e->init_rgb,
+		PD_ADD("; init image hash: %016llx", (unsigned long long)pd_engine_hash(PD_ENGINE_HASH_START, e->init_rgb,
 										  (size_t)e->init_w * e->init_h * 3));
 	if (e->mask_rgb)
-		PD_ADD("; mask hash: %016llx", (unsigned long long)pd_fnv(14695981039346656037ull, e->mask_rgb,
+		PD_ADD("; mask hash: %016llx", (unsigned long long)pd_engine_hash(PD_ENGINE_HASH_START, e->mask_rgb,
 									    (size_t)e->init_w * e->init_h * 3));
 	if (e->ref_rgb)
-		PD_ADD("; reference image hash: %016llx", (unsigned long long)pd_fnv(14695981039346656037ull, e->ref_rgb,
+		PD_ADD("; reference image hash: %016llx", (unsigned long long)pd_engine_hash(PD_ENGINE_HASH_START, e->ref_rgb,
 											(size_t)e->ref_w * e->ref_h * 3));
 	/* A1111's "Lora hashes" with the names as prompts name them (the file's
 	 * name without .safetensors), and the scales */

@@ -764,14 +764,12 @@ int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request *rq_in)
 	if (e->ls.cond_channels > 0 && (!e->init_rgb || !e->mask_rgb))
 		return pd_errorf("%s is FLUX.1 Fill's transformer (in_channels %d): give -i/--init-img PICTURE and --mask "
 				 "MASK (white: what it fills)", e->mp.transformer, e->info.in_channels);
-	if (e->init_rgb && pd_engine_picture_schedule(e, rq->strength != PD_DEFAULT ? rq->strength
-							  : e->dflt.strength > 0 ? e->dflt.strength : 0.75))
+	if (e->init_rgb && pd_engine_picture_schedule(e, rq->strength != PD_DEFAULT ? rq->strength : e->dflt.strength))
 		return -1;
 	return 0;
 }
 
-/* FNV-1a over N bytes, continuing H. */
-static uint64_t pd_engine_hash(uint64_t h, const void *p, size_t n)
+uint64_t pd_engine_hash(uint64_t h, const void *p, size_t n)
 {
 	const unsigned char *b = p;
 
@@ -789,7 +787,7 @@ int pd_engine_same_everywhere(struct pd_engine *e, const struct pd_request *rq)
 	enum { N = 8 };
 	int64_t per = e->ls.tokens * e->ls.packed_channels, mine[N], *all;
 	const struct pd_embeds *x = &e->e;
-	uint64_t h = 14695981039346656037ull;
+	uint64_t h = PD_ENGINE_HASH_START;
 	int rc = 0;
 
 	if (e->world->size == 1)

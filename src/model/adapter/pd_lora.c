@@ -453,26 +453,6 @@ int pd_lora_set(struct pd_dit *d, const struct pd_lora_spec *specs, int n, int l
 	return rc;
 }
 
-int pd_lora_layers(const struct pd_lora *lo)
-{
-	return lo ? lo->touched : 0;
-}
-
-int pd_lora_applied(const struct pd_lora *lo)
-{
-	return lo ? lo->applied : 0;
-}
-
-double pd_lora_params(const struct pd_lora *lo)
-{
-	double n = 0;
-
-	for (int i = 0; lo && i < lo->n_layers; i++)
-		for (int j = lo->head[i]; j >= 0; j = lo->parts[j].next)
-			n += (double)lo->parts[j].rank * (double)(lo->layers[i].n_in + lo->layers[i].n_out);
-	return n;
-}
-
 void pd_lora_free(struct pd_lora *lo)
 {
 	if (!lo)

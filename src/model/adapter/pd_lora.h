@@ -63,15 +63,6 @@ int pd_lora_apply(struct pd_lora *lo, struct pd_backend *be, struct pd_linear *l
  * touched. 0, or -1 with one message and no adapter left on D. */
 int pd_lora_set(struct pd_dit *d, const struct pd_lora_spec *specs, int n, int lenient);
 
-/* Layers the adapters touch (of the whole model), and terms put beside
- * layers so far (a shard's, a stage's). */
-int pd_lora_layers(const struct pd_lora *lo);
-int pd_lora_applied(const struct pd_lora *lo);
-
-/* Parameters of the adapters' terms on the whole model (A and B of each
- * layer touched), for the planner's memory count. */
-double pd_lora_params(const struct pd_lora *lo);
-
 void pd_lora_free(struct pd_lora *lo);
 
 /* What an adapter file holds, without a model (pdit inspect). */

@@ -79,6 +79,8 @@ static void pd_wan_defaults(const struct pd_dit_info *info, struct pd_dit_defaul
 	d->width = 832;
 	d->guidance = 5.0f;
 	d->guidance_cfg = 1;
+	/* no picture in yet (its VAE kind has no encoder); img2img's share when one comes */
+	d->strength = 0.75;
 }
 
 /* The transformer is Wan's when its config names WanTransformer3DModel. */

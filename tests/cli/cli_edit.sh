@@ -4,9 +4,9 @@
 #   with an ordinary FLUX model (--mask) on every inpaint case, and FLUX.1 Fill
 #   (a transformer of Fill's channel layout, -i and --mask, its default strength
 #   1) on the fill case: latents.final within 1e-4, the picture within 1 per
-#   pixel, the strength in the PNG's parameters; with MPIRUN, Ulysses 2 and
-#   ring 2 (and for Fill tensor 2 and PipeFusion 2) equal to one process
-#   within 1e-5; Fill without --mask refused; FLUX.1 Kontext (-r/--ref-image, a
+#   pixel, the strength in the PNG's parameters; with MPIRUN, Ulysses 2,
+#   ring 2, tensor 2 and PipeFusion 2 equal to one process within 1e-5
+#   (cli_edit_meshes: true CFG and 4-process meshes); Fill without --mask refused; FLUX.1 Kontext (-r/--ref-image, a
 #   reference of another size) on the kontext case, the same tolerances, on
 #   Ulysses 2, ring 2, tensor 2 and PipeFusion 2 equal to one process;
 #   a picture and mask of another size than -W/-H resized to it (Pillow's
@@ -60,9 +60,9 @@ for f in "$g"/img2img-*.safetensors "$g"/inpaint-*.safetensors "$g"/fill-*.safet
 	grep -qa "init image hash: [0-9a-f]\{16\}" "$tmp/img.png" || bad "$name: no init image hash in the PNG's parameters"
 	ok "$kind $name: latents.final and the picture as diffusers' $(tail -1 "$tmp/log")"
 	if [ ${#mpirun[@]} -gt 0 ]; then
-		meshes=("--ulysses-degree 2" "--ring-degree 2")
-		# Fill on every kind of mesh: its conditioning travels with the tokens
-		[ "$kind" = fill ] && meshes+=("--tensor-parallel-degree 2" "--pipefusion-degree 2 --warmup-steps 4")
+		# the conditioning (Fill's) and the known region (inpainting's) travel with the tokens
+		meshes=("--ulysses-degree 2" "--ring-degree 2" "--tensor-parallel-degree 2"
+		        "--pipefusion-degree 2 --warmup-steps $(meta "$f" num_inference_steps)")
 		for mesh in "${meshes[@]}"; do
 			# shellcheck disable=SC2086
 			if "${mpirun[@]}" -np 2 "$pdit" generate "${args[@]}" $mesh --out-latents "$tmp/lat2.safetensors" \

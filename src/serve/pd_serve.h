@@ -38,6 +38,7 @@ enum pd_serve_api {
 	PD_API_SDCPP_VIDEO,             /* POST /sdcpp/v1/vid_gen (stable-diffusion.cpp's native video job) */
 	PD_API_A1111_IMG2IMG,           /* POST /sdapi/v1/img2img (A1111's, as stable-diffusion.cpp's server takes it) */
 	PD_API_OPENAI_EDIT,             /* POST /v1/images/edits (OpenAI's images.edit: multipart/form-data) */
+	PD_API_JOBS,                    /* POST /v1/jobs (pdit's: images.generate's fields, a picture, a mask, a strength) */
 };
 
 /* What one request asks for: one batch of pictures. Unset numbers are

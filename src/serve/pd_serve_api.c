@@ -76,6 +76,16 @@ static const struct pd_serve_field pd_sf_openai_edit[] = {
 	{ NULL, PD_SF_IGNORED, NULL },
 };
 
+/* pdit's job API (POST /v1/jobs, what the page sends): images.generate's
+ * fields, and a picture to start from, a mask in the command line's
+ * convention (white repaints: the page paints white on black) and the
+ * strength. */
+static const struct pd_serve_field pd_sf_jobs[] = {
+	{ "image", PD_SF_EDIT_IMAGE, NULL },        { "mask", PD_SF_MASK, NULL },
+	{ "strength", PD_SF_STRENGTH, NULL },
+	{ NULL, PD_SF_IGNORED, NULL },
+};
+
 /* A1111's img2img: its own fields here, the rest are txt2img's. The first
  * of init_images is the picture; a mask inpaints (white repaints). */
 static const struct pd_serve_field pd_sf_a1111_img2img[] = {
@@ -438,16 +448,36 @@ static int pd_sf_one(struct pd_serve_params *p, const struct pd_serve_field *f, 
 	return 0;
 }
 
-/* The field of TABLE that key KEY of object PATH ("" at the top) is. */
-static const struct pd_serve_field *pd_sf_find(const struct pd_serve_field *table, const char *path, const char *key)
+/* Each dialect's fields: its own, then those of the dialect it extends. */
+static const struct pd_sf_dialect {
+	const struct pd_serve_field *own;   /* looked up first */
+	const struct pd_serve_field *base;  /* then these, or NULL */
+} pd_sf_dialects[] = {
+	[PD_API_OPENAI] = { pd_sf_openai, NULL },
+	[PD_API_A1111] = { pd_sf_a1111, NULL },
+	[PD_API_SDCPP_VIDEO] = { pd_sf_sdcpp_video, NULL },
+	[PD_API_A1111_IMG2IMG] = { pd_sf_a1111_img2img, pd_sf_a1111 },
+	[PD_API_OPENAI_EDIT] = { pd_sf_openai_edit, NULL },
+	[PD_API_JOBS] = { pd_sf_jobs, pd_sf_openai },
+};
+
+/* The field of table T that key KEY of object PATH ("" at the top) is. */
+static const struct pd_serve_field *pd_sf_find_in(const struct pd_serve_field *t, const char *path, const char *key)
 {
 	size_t n = strlen(path);
 
-	for (const struct pd_serve_field *f = table; f->name; f++)
+	for (const struct pd_serve_field *f = t; f && f->name; f++)
 		if (n ? strncmp(f->name, path, n) == 0 && f->name[n] == '.' && strcmp(f->name + n + 1, key) == 0
 		      : !strchr(f->name, '.') && strcmp(f->name, key) == 0)
 			return f;
 	return NULL;
+}
+
+static const struct pd_serve_field *pd_sf_find(const struct pd_sf_dialect *d, const char *path, const char *key)
+{
+	const struct pd_serve_field *f = pd_sf_find_in(d->own, path, key);
+
+	return f ? f : pd_sf_find_in(d->base, path, key);
 }
 
 /* Names NAME in P->ignored (the job's log line). */
@@ -463,7 +493,7 @@ static void pd_sf_note(struct pd_serve_params *p, const char *path, const char *
 /* Object OBJ (at PATH in the body) into P. An unknown field is refused
  * with STRICT, or UNKNOWN_REFUSED (OpenAI's API answers 400 for an
  * argument it does not have), else named in the log. */
-static int pd_sf_object(struct pd_serve_params *p, const struct pd_serve_field *table, const char *path,
+static int pd_sf_object(struct pd_serve_params *p, const struct pd_sf_dialect *table, const char *path,
 			const cJSON *obj, int strict, int unknown_refused, int *n_iter, int *format, const char **bad)
 {
 	const cJSON *v;
@@ -471,9 +501,6 @@ static int pd_sf_object(struct pd_serve_params *p, const struct pd_serve_field *
 	cJSON_ArrayForEach(v, obj) {
 		const struct pd_serve_field *f = pd_sf_find(table, path, v->string);
 
-		/* img2img's fields are its own, then txt2img's */
-		if (!f && table == pd_sf_a1111_img2img)
-			f = pd_sf_find(pd_sf_a1111, path, v->string);
 		if (!f) {
 			if (!strict && !unknown_refused) {
 				pd_sf_note(p, path, v->string);
@@ -511,11 +538,8 @@ static int pd_sf_object(struct pd_serve_params *p, const struct pd_serve_field *
 int pd_serve_params_parse(struct pd_serve_params *p, enum pd_serve_api api, const char *body, size_t len, int strict,
 			  char *field, size_t field_len)
 {
-	const struct pd_serve_field *table = api == PD_API_OPENAI ? pd_sf_openai
-					   : api == PD_API_OPENAI_EDIT ? pd_sf_openai_edit
-					   : api == PD_API_A1111 ? pd_sf_a1111
-					   : api == PD_API_A1111_IMG2IMG ? pd_sf_a1111_img2img : pd_sf_sdcpp_video;
-	int openai = api == PD_API_OPENAI || api == PD_API_OPENAI_EDIT;
+	const struct pd_sf_dialect *table = &pd_sf_dialects[api];
+	int openai = api == PD_API_OPENAI || api == PD_API_OPENAI_EDIT || api == PD_API_JOBS;
 	const char *bad = NULL;
 	cJSON *root;
 	int rc = -1, n_iter = 1, format = 0;
@@ -569,6 +593,12 @@ int pd_serve_params_parse(struct pd_serve_params *p, enum pd_serve_api api, cons
 	if (api == PD_API_OPENAI_EDIT && !p->init_png) {
 		bad = "image";
 		pd_errorf("image is required (the picture to edit)");
+		goto out;
+	}
+	/* refused here, not when the job runs (an asynchronous job would fail after its 202) */
+	if ((p->strength >= 0 || p->mask_png) && !p->init_png) {
+		bad = p->mask_png ? "mask" : "strength";
+		pd_errorf("%s goes with image (the picture it starts from)", bad);
 		goto out;
 	}
 	if (p->video && p->n > 1) {
@@ -951,7 +981,7 @@ char *pd_serve_answer(const struct pd_serve_params *p, int n, uint8_t *const *pn
 
 	if (!ok)
 		return NULL;
-	if (p->api == PD_API_OPENAI || p->api == PD_API_OPENAI_EDIT) {
+	if (p->api == PD_API_OPENAI || p->api == PD_API_OPENAI_EDIT || p->api == PD_API_JOBS) {
 		ok = cJSON_AddNumberToObject(o, "created", (double)time(NULL)) != NULL;
 		list = cJSON_AddArrayToObject(o, "data");
 	} else {
@@ -966,7 +996,7 @@ char *pd_serve_answer(const struct pd_serve_params *p, int n, uint8_t *const *pn
 			ok = 0;
 			break;
 		}
-		if (p->api == PD_API_OPENAI || p->api == PD_API_OPENAI_EDIT) {
+		if (p->api == PD_API_OPENAI || p->api == PD_API_OPENAI_EDIT || p->api == PD_API_JOBS) {
 			item = cJSON_CreateObject();
 			ok = item && cJSON_AddStringToObject(item, "b64_json", b64) &&
 			     cJSON_AddStringToObject(item, "revised_prompt", p->prompt);
@@ -1033,24 +1063,24 @@ char *pd_serve_error_json(const char *message, const char *type, const char *par
  * before "-n"). */
 static const struct {
 	const char *flag;
-	const char *field[5];           /* by enum pd_serve_api */
+	const char *field[6];           /* by enum pd_serve_api */
 } pd_serve_flag_fields[] = {
-	{ "-H/--height and -W/--width", { "size", "width and height", "width and height", "width and height", "size" } },
-	{ "-n/--negative-prompt", { "negative_prompt", "negative_prompt", "negative_prompt", "negative_prompt", "negative_prompt" } },
-	{ "-p/--prompt", { "prompt", "prompt", "prompt", "prompt", "prompt" } },
-	{ "-n \"...\"", { "negative_prompt", "negative_prompt", "negative_prompt", "negative_prompt", "negative_prompt" } },
-	{ "--true-cfg-scale", { "true_cfg_scale", "true_cfg_scale", "sample_params.guidance.txt_cfg", "true_cfg_scale", "true_cfg_scale" } },
-	{ "--fbcache-threshold", { "fbcache_threshold", "fbcache_threshold", "fbcache_threshold", "fbcache_threshold", "fbcache_threshold" } },
-	{ "--guidance", { "guidance", "guidance", "sample_params.guidance.txt_cfg", "guidance", "guidance" } },
-	{ "--steps", { "steps", "steps", "sample_params.sample_steps", "steps", "steps" } },
-	{ "--batch", { "n", "batch_size", "n", "batch_size", "n" } },
-	{ "--frames", { "frames", "frames", "video_frames", "frames", "frames" } },
-	{ "--fps", { "fps", "fps", "fps", "fps", "fps" } },
-	{ "--flow-shift", { "flow_shift", "flow_shift", "sample_params.flow_shift", "flow_shift", "flow_shift" } },
-	{ "-i/--init-img", { "image", "init_images", "init_images", "init_images", "image" } },
-	{ "-r/--ref-image", { "ref_image", "ref_image", "ref_image", "ref_image", "ref_image" } },
-	{ "--strength", { "strength", "denoising_strength", "strength", "denoising_strength", "strength" } },
-	{ "--mask", { "mask", "mask", "mask", "mask", "mask" } },
+	{ "-H/--height and -W/--width", { "size", "width and height", "width and height", "width and height", "size", "size" } },
+	{ "-n/--negative-prompt", { "negative_prompt", "negative_prompt", "negative_prompt", "negative_prompt", "negative_prompt", "negative_prompt" } },
+	{ "-p/--prompt", { "prompt", "prompt", "prompt", "prompt", "prompt", "prompt" } },
+	{ "-n \"...\"", { "negative_prompt", "negative_prompt", "negative_prompt", "negative_prompt", "negative_prompt", "negative_prompt" } },
+	{ "--true-cfg-scale", { "true_cfg_scale", "true_cfg_scale", "sample_params.guidance.txt_cfg", "true_cfg_scale", "true_cfg_scale", "true_cfg_scale" } },
+	{ "--fbcache-threshold", { "fbcache_threshold", "fbcache_threshold", "fbcache_threshold", "fbcache_threshold", "fbcache_threshold", "fbcache_threshold" } },
+	{ "--guidance", { "guidance", "guidance", "sample_params.guidance.txt_cfg", "guidance", "guidance", "guidance" } },
+	{ "--steps", { "steps", "steps", "sample_params.sample_steps", "steps", "steps", "steps" } },
+	{ "--batch", { "n", "batch_size", "n", "batch_size", "n", "n" } },
+	{ "--frames", { "frames", "frames", "video_frames", "frames", "frames", "frames" } },
+	{ "--fps", { "fps", "fps", "fps", "fps", "fps", "fps" } },
+	{ "--flow-shift", { "flow_shift", "flow_shift", "sample_params.flow_shift", "flow_shift", "flow_shift", "flow_shift" } },
+	{ "-i/--init-img", { "image", "init_images", "init_images", "init_images", "image", "image" } },
+	{ "-r/--ref-image", { "ref_image", "ref_image", "ref_image", "ref_image", "ref_image", "ref_image" } },
+	{ "--strength", { "strength", "denoising_strength", "strength", "denoising_strength", "strength", "strength" } },
+	{ "--mask", { "mask", "mask", "mask", "mask", "mask", "mask" } },
 };
 
 char *pd_serve_engine_error(enum pd_serve_api api, const char *msg, const char **param)

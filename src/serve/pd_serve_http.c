@@ -388,7 +388,7 @@ static enum MHD_Result pd_handler(void *cls, struct MHD_Connection *c, const cha
 	else if (strcmp(url, "/v1/images/edits") == 0)
 		gen = 1, api = PD_API_OPENAI_EDIT;
 	else if (strcmp(url, "/v1/jobs") == 0)
-		gen = 1, async = 1;
+		gen = 1, async = 1, api = PD_API_JOBS;
 	else if (strcmp(url, "/sdcpp/v1/vid_gen") == 0)
 		gen = 1, async = 1, api = PD_API_SDCPP_VIDEO;
 	if (!k) {

@@ -210,7 +210,7 @@ def pngs_openai(answer):
     return [base64.b64decode(d["b64_json"]) for d in answer["data"]]
 
 
-def browser(srv, tmp):
+def browser(srv, tmp, init=None, model=None):
     """The page in headless Chromium, driven through its DevTools protocol by a small Node script."""
     exe = next((shutil.which(p) for p in ("chromium", "chromium-browser", "google-chrome") if shutil.which(p)), None)
     if not exe:
@@ -229,6 +229,40 @@ def browser(srv, tmp):
            if os.path.exists(shot) else False,
            "the page in headless Chromium: a %dx%d PNG shown, its parameters, a screenshot %s" % (
                w, h, r.stderr.strip()[-1500:] if r.returncode else ""))
+    if not init:
+        return
+    # a picture uploaded and a mask painted over it with the mouse: what the
+    # page sent, run by pdit generate -i --mask, is the picture it shows
+    r = subprocess.run(["node", js, exe, srv.url("/"), shot, "0", "0", "--image=" + init, "--strength=0.7"],
+                       capture_output=True, text=True, timeout=240)
+    try:
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        got = {}
+    sent = got.get("sent") or {}
+    shown = base64.b64decode(got.get("src", "").split(",", 1)[-1]) if got.get("src") else b""
+    mask = os.path.join(tmp, "page-mask.png")
+    painted = ""
+    if (sent.get("mask") or "").startswith("data:image/png;base64,"):
+        with open(mask, "wb") as f:
+            f.write(base64.b64decode(sent["mask"].split(",", 1)[1]))
+        try:
+            from PIL import Image
+            im = Image.open(mask).convert("L")
+            hist = im.histogram()
+            painted = "%dx%d, %d white and %d black pixels" % (im.width, im.height, hist[255], hist[0])
+            ok_mask = im.size == (48, 32) and hist[255] > 20 and hist[0] > 20
+        except ImportError:
+            ok_mask, painted = True, "(no PIL to look inside)"
+        want = generate(model, os.path.join(tmp, "page-edit"), ["a lighthouse at dusk"],
+                        ["-i", init, "--mask", mask, "--strength", "0.7", "--steps", "2", "-s", "5",
+                         "-W", "48", "-H", "32"])
+    else:
+        ok_mask, want = False, [None]
+    report(ok_mask and sent.get("size") == "48x32" and sent.get("strength") == 0.7 and shown == want[0],
+           "the page in headless Chromium: a picture uploaded (its size taken), a mask painted with the mouse "
+           "(%s), strength 0.7: generate -i --mask's PNG byte for byte %s" % (
+               painted or "no mask sent", got.get("error", "") or (r.stderr.strip()[-1500:] if r.returncode else "")))
 
 
 def wait_job(srv, jid, states, t=60):
@@ -790,6 +824,20 @@ def main():
     report(st == 200 and [base64.b64decode(x) for x in ans["images"]] == kont,
            "A1111 txt2img with ref_image (FLUX.1 Kontext's reference): generate -r's PNG byte for byte (%s %s)"
            % (st, (ans or {}).get("error", "")))
+    # pdit's job API (what the page sends): a picture, a mask in the command line's convention (white
+    # repaints) and strength in JSON; a picture that is none named
+    st, j, _ = post(srv, "/v1/jobs", {"prompt": "a lake", "image": b64(init), "mask": "data:image/png;base64," + b64(mask),
+                                      "strength": 0.6, "steps": 4, "seed": 5, "response_format": "b64_json"})
+    j = wait_job(srv, j.get("id"), ("done", "failed", "cancelled"), t=120) if st == 202 else j
+    got = [base64.b64decode(d["b64_json"]) for d in j["result"]["data"]] if j.get("status") == "done" else []
+    st2, ans2, _ = post(srv, "/v1/jobs", {"prompt": "a lake", "image": "bm90IGEgcGljdHVyZQ==", "strength": 0.6})
+    st3, ans3, _ = post(srv, "/v1/jobs", {"prompt": "a lake", "strength": 0.6})
+    report(got == lake and st2 == 400 and ans2["error"]["param"] == "image" and st3 == 400
+           and ans3["error"]["param"] == "strength" and "--" not in ans3["error"]["message"],
+           "POST /v1/jobs with image, mask and strength: generate -i --mask's PNG byte for byte; no picture -> %s "
+           "(%s), strength without one -> %s (%s: %s)" % (st2, ans2["error"]["param"], st3,
+                                                         ans3.get("error", {}).get("param"),
+                                                         ans3.get("error", {}).get("message")))
     bad_mask = os.path.join(tmp, "mask-small.png")
     write_png(bad_mask, 16, 16, lambda x, y: 255)
     st, ans, _ = post(srv, "/sdapi/v1/img2img", dict(i2i, init_images=["bm90IGEgcGljdHVyZQ=="]))
@@ -802,7 +850,7 @@ def main():
     st, ans, _ = post(srv, "/sdapi/v1/txt2img", dict(a1111_body, n_iter=2))
     report(st == 200 and len(ans["images"]) == 2 and base64.b64decode(ans["images"][0]) == boat[0],
            "A1111 n_iter 2: two pictures, the first generate's (%s)" % st)
-    browser(srv, tmp)
+    browser(srv, tmp, init, model)
     # nothing is read again: the folder moved away, the next requests are still generate's
     os.rename(model, model + "-away")
     st, ans, _ = post(srv, "/sdapi/v1/txt2img", a1111_body)
@@ -812,7 +860,7 @@ def main():
            pngs_openai(ans2) == fox, "the model folder moved away after loading: later requests read no file "
            "(the text encoders stay loaded), still generate's PNGs (%s, %s)" % (st, st2))
     st, h = get(srv, "/health")
-    report(st == 200 and h["status"] == "ok" and h["ranks"] == 1 and h["served"] == 12 and h["queue"] == 0,
+    report(st == 200 and h["status"] == "ok" and h["ranks"] == 1 and h["served"] == 14 and h["queue"] == 0,
            "GET /health: %s" % h)
     st, m = get(srv, "/v1/models")
     report(st == 200 and m["data"][0]["id"] == model, "GET /v1/models")

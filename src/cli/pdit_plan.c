@@ -69,7 +69,8 @@ int pd_cmd_plan(int argc, char **argv)
 	float cfg_scale = 1, guidance = -1, gflops = 0, memory = 0, bandwidth = 0, latency = 0, inter_bw = 0, inter_lat = 0;
 	float efficiency = 0.5f, mem_bw = 0, matmul = 0, weight_ns = -1;
 	const char *dtype = "bf16", *device = NULL, *link = NULL, *inter_link = NULL, *pos[1];
-	const char *diffusion_model = NULL, *config = NULL, *model = NULL, *transformer = NULL, *vae = NULL;
+	const char *diffusion_model = NULL, *config = NULL, *model = NULL, *transformer = NULL, *vae = NULL, *ref = NULL;
+	struct pd_arg_list lora = { 0 };
 	const struct pd_plan_preset *dev = NULL, *ln = NULL, *iln = NULL;
 	int n_pos, hr;
 	struct pd_cli_encoders enc;
@@ -107,6 +108,8 @@ int pd_cmd_plan(int argc, char **argv)
 		{ "--inter-link", 0, PD_ARG_STRING, &inter_link, "KIND", "link between nodes (default ib)", NULL },
 		{ "--inter-bandwidth", 0, PD_ARG_FLOAT, &inter_bw, "GB/s", "bandwidth between nodes per device, each way (overrides --inter-link's)", NULL },
 		{ "--inter-latency", 0, PD_ARG_FLOAT, &inter_lat, "US", "latency between nodes, microseconds (overrides --inter-link's)", NULL },
+		{ "--lora", 0, PD_ARG_LIST, &lora, "FILE[:SCALE]", "a LoRA adapter: its terms counted beside the layers, sharded as they are (repeatable)", NULL },
+		{ "--ref-image", 'r', PD_ARG_STRING, &ref, "FILE", "FLUX.1 Kontext's reference picture: its tokens join every call's sequence", NULL },
 		{ "--keep-encoders", 0, PD_ARG_FLAG, &keep_enc, NULL, "count the text encoders as held beside the transformer, as pdit serve keeps them (otherwise they are freed before it loads)", NULL },
 		{ "--json", 0, PD_ARG_FLAG, &json, NULL, "one JSON object per mesh, one a line", NULL },
 	};
@@ -166,6 +169,9 @@ int pd_cmd_plan(int argc, char **argv)
 		goto out;
 	o.dtype = dtype;
 	o.keep_encoders = keep_enc;
+	/* FILE:SCALE's ':' is cut where the path ends */
+	for (int i = 0; i < lora.n; i++)
+		pd_lora_spec_parse(lora.v[i], &o.loras[i]);
 	pd_request_init(&rq);
 	rq.height = height;
 	rq.width = width;
@@ -175,6 +181,7 @@ int pd_cmd_plan(int argc, char **argv)
 	rq.true_cfg_scale = cfg_scale;
 	rq.guidance = guidance;
 	rq.max_seq = txt;
+	rq.ref_image = ref;
 	if (pd_engine_work(&o, &rq, devices, &ew))
 		goto out;
 	if (dev) {
@@ -234,9 +241,13 @@ int pd_cmd_plan(int argc, char **argv)
 	}
 	steps = ew.steps;
 	if (!json) {
-		printf("pdit plan: %s, %dx%d%s%.0d (%lld text + %lld image tokens), %d %s%s%s, %d steps\n", ew.transformer,
+		char refs[64] = "";
+
+		if (w->ref_len)
+			snprintf(refs, sizeof(refs), " + %lld reference", (long long)w->ref_len);
+		printf("pdit plan: %s, %dx%d%s%.0d (%lld text + %lld image%s tokens), %d %s%s%s, %d steps\n", ew.transformer,
 		       ew.width, ew.height, ew.frames > 1 ? ", frames " : "", ew.frames > 1 ? ew.frames : 0, (long long)w->txt_len,
-		       (long long)w->img_len, batch, ew.frames > 1 ? "video" : "image", batch > 1 ? "s" : "",
+		       (long long)w->img_len, refs, batch, ew.frames > 1 ? "video" : "image", batch > 1 ? "s" : "",
 		       w->branches == 2 ? " x 2 branches" : "", steps);
 		printf("  %d device%s at %.0f GFLOP/s%s, %.0f GB%s; within a node %.1f GB/s, %.0f us", devices,
 		       devices > 1 ? "s" : "", mc.gflops,
@@ -252,6 +263,9 @@ int pd_cmd_plan(int argc, char **argv)
 			       "product pay more of it", mc.weight_s * 1e9);
 		if (dev)
 			printf("\n  %s: %.0f%% of its published %.0f TFLOP/s peak", dev->name, efficiency * 100, dev->a);
+		if (w->adapter_bytes > 0)
+			printf("\n  LoRA adapters %.1f MB at most, beside the layers: each rank holds its layers' share",
+			       w->adapter_bytes / 1e6);
 		if (w->encoders_gb > 0)
 			printf("\n  text encoders %.1f GB on one process per data-parallel group, before the transformer",
 			       w->encoders_gb);

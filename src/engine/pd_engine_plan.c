@@ -7,9 +7,11 @@
 #include "pd_engine.h"
 #include "pdit_plan.h"
 #include "pd_plan.h"
+#include "pd_png.h"
 #include "pd_util.h"
 #include "pd_vae.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -63,6 +65,8 @@ static int pd_engine_fill_work(const struct pd_model_paths *mp, const struct pd_
  * loading the VAE says why). */
 static void pd_engine_plan_work(const struct pd_engine *e, int branches, int vae, struct pd_plan_work *w)
 {
+	struct pd_latent_shape rs;
+
 	/* kept text encoders (a service) are held beside everything else */
 	if (pd_engine_fill_work(&e->mp, e->fam, &e->info, &e->ls, e->dt, e->e.txt_len, (int)e->e.batch, branches,
 				vae, e->o.keep_encoders, w)) {
@@ -70,6 +74,47 @@ static void pd_engine_plan_work(const struct pd_engine *e, int branches, int vae
 		w->vae_exchanges = 0;
 	}
 	w->encoders_kept = e->o.keep_encoders;
+	w->adapter_bytes = pd_engine_adapter_bytes(e);
+	if (e->ref_rgb && !e->fam->latent_shape(&rs, &e->info, 1, e->ref_h, e->ref_w))
+		w->ref_len = rs.tokens;
+}
+
+/* The bytes of the adapter files SPECS names (up to a NULL path): what
+ * their terms hold at most (every rank's share, in the file's precision or
+ * less). 0, or -1 with a message naming a file that is not there. */
+static int pd_engine_lora_bytes(const struct pd_lora_spec *specs, double *bytes)
+{
+	struct stat sb;
+
+	*bytes = 0;
+	for (int i = 0; i < PD_MAX_LORAS && specs[i].path; i++) {
+		if (stat(specs[i].path, &sb))
+			return pd_errorf("--lora %s: %s", specs[i].path, strerror(errno));
+		*bytes += (double)sb.st_size;
+	}
+	return 0;
+}
+
+/* W's reference tokens for Kontext's picture PATH (its size rounded down
+ * to 16, as the engine takes it); a PipeFusion mesh needs them whole rows
+ * of the picture's width, or W's limits allow none. */
+static int pd_engine_work_ref(const char *path, const struct pd_dit_family *fam, struct pd_engine_work *w)
+{
+	struct pd_latent_shape rs;
+	uint8_t *rgb = NULL;
+	int rw, rh;
+
+	if (pd_png_read(path, &rgb, &rw, &rh))
+		return -1;
+	free(rgb);
+	if (rw < 16 || rh < 16)
+		return pd_errorf("-r/--ref-image %s: %dx%d is smaller than 16x16", path, rw, rh);
+	if (fam->latent_shape(&rs, &w->info, 1, rh - rh % 16, rw - rw % 16))
+		return -1;
+	w->work.ref_len = rs.tokens;
+	if (w->work.img_w > 0 && rs.tokens % w->work.img_w)
+		w->lim.max_pp = 1;
+	return 0;
 }
 
 /* What a mesh of WORLD processes must allow for IMAGES pictures of the
@@ -115,6 +160,9 @@ int pd_engine_work(const struct pd_engine_options *o, const struct pd_request *r
 		goto out;
 	w->work.encoders_kept = o->keep_encoders;
 	pd_engine_fill_limits(&w->info, world, r.batch, w->work.branches == 2, &w->lim);
+	if (pd_engine_lora_bytes(o->loras, &w->work.adapter_bytes) ||
+	    (rq->ref_image && pd_engine_work_ref(rq->ref_image, fam, w)))
+		goto out;
 	if (!(w->transformer = pd_strdup(mp.transformer)))
 		goto out;
 	rc = 0;
@@ -150,12 +198,9 @@ static const char *pd_engine_mb(double mb, char buf[32])
 double pd_engine_adapter_bytes(const struct pd_engine *e)
 {
 	double n = 0;
-	struct stat sb;
 
-	for (int i = 0; i < e->n_loras; i++)
-		if (!stat(e->o.loras[i].path, &sb))
-			n += (double)sb.st_size;
-	return n;
+	/* (the files were read when the adapters went on) */
+	return pd_engine_lora_bytes(e->o.loras, &n) ? 0 : n;
 }
 
 int pd_engine_check_memory(const struct pd_engine *e, int decodes, int loaded)
@@ -174,14 +219,11 @@ int pd_engine_check_memory(const struct pd_engine *e, int decodes, int loaded)
 	pd_engine_plan_work(e, 1, decodes, &w);
 	if (pd_plan_cost(&w, &mc, &mesh, &cost))
 		return -1;
-	/* the lightest stage: low whichever stage a rank runs; plus the
-	 * adapters' files whole (what their terms hold at most: every rank's
-	 * share, in the file's precision or less) */
-	weights = cost.weights_min_gb * 1e9 / MB + pd_engine_adapter_bytes(e) / MB;
+	/* the lightest stage: low whichever stage a rank runs (its share of
+	 * the adapters with its layers; Kontext's reference tokens in the
+	 * activations) */
+	weights = cost.weights_min_gb * 1e9 / MB;
 	act = cost.activations_gb * 1e9 / MB;
-	/* Kontext's reference tokens lengthen every call's sequence */
-	if (e->ref_rgb && e->ls.tokens > 0)
-		act *= (double)(e->ls.tokens + (int64_t)(e->ref_w / 16) * (e->ref_h / 16)) / (double)e->ls.tokens;
 	/* the decode in bands over the data-parallel group, or whole */
 	if (w.vae_gflop > 0)
 		vae = (e->o.vae_parallel < 0 || e->world->size == 1 ? w.vae_map_gb : cost.vae_gb) * 1e9 / MB;

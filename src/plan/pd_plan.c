@@ -35,7 +35,7 @@ static int pd_plan_branches(const struct pd_plan_work *w, const struct pd_plan_m
 static void pd_plan_traffic(const struct pd_plan_work *w, const struct pd_plan_mesh *m, double bytes[PD_AXIS_COUNT],
 			    double msgs[PD_AXIS_COUNT], double rounds[PD_AXIS_COUNT])
 {
-	struct pd_par_step st = { w->info, w->txt_len, w->img_len, { 0 }, m->patches };
+	struct pd_par_step st = { w->info, w->txt_len, w->img_len + w->ref_len, { 0 }, m->patches };
 	struct pd_par_sends out = { { 0 }, { 0 }, { 0 } };
 	double scale = pd_plan_images(w, m) * pd_plan_branches(w, m);
 
@@ -167,11 +167,13 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 {
 	double kept;
 	const struct pd_dit_info *c = w->info;
-	struct pd_dit_flops fl = pd_dit_count_flops(c, w->txt_len, w->img_len);
+	/* the image's tokens and a reference's: one sequence for every method */
+	int64_t L = w->img_len + w->ref_len;
+	struct pd_dit_flops fl = pd_dit_count_flops(c, w->txt_len, L);
 	int world = 1, T = m->degree[PD_AXIS_TP], N = m->degree[PD_AXIS_PP];
 	int P = pd_mesh_seq_degree(m->degree), M = m->patches > 0 ? m->patches : N;
 	int node = mc->per_node > 0 && mc->per_node < mc->devices ? mc->per_node : mc->devices;
-	double S = (double)(w->txt_len + w->img_len), D = c->dim, GB = 1e9, work, rate;
+	double S = (double)(w->txt_len + L), D = c->dim, GB = 1e9, work, rate;
 	double fwd = pd_plan_images(w, m) * pd_plan_branches(w, m);
 	/* the processes that share one set of cores: a node's, or with nodes
 	 * that are namespaces of one machine, all of them */
@@ -204,6 +206,14 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 	}
 	out->weights_gb = params * w->weight_bytes / GB;
 	out->weights_min_gb = params_min * w->weight_bytes / GB;
+	/* adapters sit beside the layers: the rank's share of them is its
+	 * share of the weights */
+	if (w->adapter_bytes > 0) {
+		double all = pd_plan_params(c, 0, c->blocks, 1);
+
+		out->weights_gb += w->adapter_bytes * params / all / GB;
+		out->weights_min_gb += w->adapter_bytes * params_min / all / GB;
+	}
 	/* work of the busiest rank: its images and branches, split over the
 	 * tensor- and sequence-parallel degrees, and its stage's share of the
 	 * blocks (the layers outside the blocks counted with them) */
@@ -234,12 +244,12 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 		double sum = 0, bare_s, *patch = malloc(sizeof(double) * (size_t)(M + 2 * N)), *stage = patch + M;
 		double *bare = stage + N;
 		double alone = mc->gflops, elem_alone = elem_bw, capacity = N;
-		int bands = w->img_w > 0 && w->img_len % w->img_w == 0 && M <= w->img_len / w->img_w;
+		int bands = w->img_w > 0 && L % w->img_w == 0 && M <= L / w->img_w;
 
 		if (!patch)
 			return pd_errorf("out of memory");
 		for (int j = 0; j < M; j++) {
-			patch[j] = bands ? (double)pd_mesh_band_tokens(w->txt_len, w->img_len / w->img_w, w->img_w, M, j)
+			patch[j] = bands ? (double)pd_mesh_band_tokens(w->txt_len, L / w->img_w, w->img_w, M, j)
 					 : 1.0;
 			sum += patch[j];
 		}

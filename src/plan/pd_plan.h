@@ -21,11 +21,17 @@ struct pd_plan_work {
 	int64_t txt_len;                /* text tokens */
 	int64_t img_len;                /* image tokens (the family's latent_shape) */
 	int64_t img_w;                  /* of them, a row's (0: PipeFusion's bands taken as equal) */
+	int64_t ref_len;                /* reference tokens every call appends to the image's (FLUX.1
+					 * Kontext): in the sequence's work, exchanges and activations,
+					 * not predicted; whole rows of img_w where PipeFusion runs */
 	int images;                     /* images in the batch */
 	int branches;                   /* 2 with true CFG, else 1 */
 	double weight_bytes;            /* bytes per weight as held: 2 bf16, 4 f32, a quantized file's
 					 * averaged (pd_dit_weight_bytes) */
 	int compute_bytes;              /* the products' precision: 2 bf16, 4 f32 */
+	double adapter_bytes;           /* LoRA adapters' terms for the whole transformer, bytes at most
+					 * (their files): sharded and staged with the layers they sit
+					 * beside */
 	double vae_gflop;               /* the VAE decoder's work for one picture (0: no VAE known) */
 	double vae_map_gb;              /* its two largest feature maps for the whole picture, GB */
 	int vae_exchanges;              /* its 3x3 convolutions and GroupNorms: each an exchange

@@ -28,6 +28,9 @@
 9. Wan2.1 (random heads, frames and size): as 1, every mesh of 2 processes and five of 4 (one with
    tensor parallel, one with PipeFusion); a tensor-parallel degree that divides the heads but not the FFN is neither
    planned nor run.
+10. --lora: the adapter file's bytes in the weights a rank holds (its layers' share); -r: a Kontext
+   reference of the picture's size costs what a picture twice as tall does; one not of whole rows
+   leaves PipeFusion out.
 
     cli_plan.py PDIT MPIRUN...
 """
@@ -151,6 +154,57 @@ def wan_bytes(rnd, tmp):
     report(g.returncode != 0 and "does not divide the model's 50 MLP columns" in g.stderr and
            not os.path.exists(os.path.join(tmp, "x.mp4")), "--tensor-parallel-degree 4 refused: %s" %
            [x for x in g.stderr.splitlines() if "MLP" in x][:1])
+
+
+def write_png(path, w, h):
+    import struct
+    import zlib
+    chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) +
+                chunk(b"IDAT", zlib.compress(b"".join(b"\0" + b"\x80" * 3 * w for _ in range(h)))) +
+                chunk(b"IEND", b""))
+
+
+def adapters_and_references(m, H, W, T, tmp):
+    """10. A LoRA's file counted in the weights a rank holds (all of it on one rank, a tensor-parallel
+    rank less); a Kontext reference of the picture's size costs what a picture twice as tall does
+    (its tokens join every call's sequence: the same FLOPs, bytes and activations), and one whose
+    tokens are not whole rows of the picture's width leaves PipeFusion out."""
+    common = ("--model", m, "--devices", 2, "-H", H, "-W", W, "--txt-len", T, "--gflops", 100, "--dtype", "f32")
+    lora = os.path.join(tmp, "adapter.safetensors")
+    with open(lora, "wb") as f:
+        f.truncate(8 * 10**6)
+    bare = {x["mesh"]: x for x in plan_rows(*common)}
+    with_lora = {x["mesh"]: x for x in plan_rows(*common, "--lora", lora + ":0.8")}
+    one, tp = "dp=1 cfg=1 pp=1 ring=1 ulysses=2 tp=1", "dp=1 cfg=1 pp=1 ring=1 ulysses=1 tp=2"
+    if one in bare and tp in bare and bare.keys() == with_lora.keys():
+        d1 = with_lora[one]["weights_gb"] - bare[one]["weights_gb"]
+        d2 = with_lora[tp]["weights_gb"] - bare[tp]["weights_gb"]
+        report(abs(d1 - 0.008) < 1e-6 and 0.004 <= d2 < d1,
+               "--lora (an 8 MB file): +%.4g GB a Ulysses rank (all of it), +%.4g GB a tensor-parallel one" % (d1, d2))
+    else:
+        report(False, "plan with --lora: the meshes %s" % sorted(with_lora))
+    r = run(PDIT, "plan", *common, "--lora", os.path.join(tmp, "none.safetensors"))
+    report(r.returncode != 0 and "none.safetensors" in r.stderr, "--lora of no file: %s" % r.stderr.strip())
+    same, narrow = os.path.join(tmp, "ref.png"), os.path.join(tmp, "ref-narrow.png")
+    write_png(same, W, H)
+    write_png(narrow, W - 16, H + 7)
+    ref = {x["mesh"]: x for x in plan_rows(*common, "-r", same)}
+    tall = {x["mesh"]: x for x in plan_rows(*[a if a != H else 2 * H for a in common])}
+    keys = ("gflop_per_rank", "bytes_sent_per_rank_per_step", "activations_gb", "weights_gb")
+    ok = len(ref) > 0 and ref.keys() == tall.keys() and any(degrees(k)["pp"] > 1 for k in ref)
+    for k in ref.keys() & tall.keys():
+        ok &= all(abs(ref[k][f] - tall[k][f]) <= 1e-9 * max(1, abs(tall[k][f])) for f in keys)
+    report(ok, "-r, a %dx%d reference: every mesh's FLOPs, bytes, activations as a %dx%d picture's (%d meshes)"
+           % (W, H, W, 2 * H, len(ref)))
+    text = run(PDIT, "plan", *common, "-r", same).stdout
+    n = (W // 16) * (H // 16)
+    report(" + %d reference tokens" % n in text, "the plan's header counts the %d reference tokens" % n)
+    rows = plan_rows(*common, "-r", narrow)
+    report(len(rows) > 0 and all(degrees(x["mesh"])["pp"] == 1 for x in rows),
+           "-r, a %dx%d reference (not whole rows of %d tokens): no PipeFusion mesh among %d"
+           % (W - 16, H + 7, W // 16, len(rows)))
 
 
 def main():
@@ -386,6 +440,8 @@ def main():
             report(False, "pdit plan on a --full model, with and without --keep-encoders")
         # 9. Wan: a video model whose text is a cross-attention context
         wan_bytes(rnd, tmp)
+        # 10. adapters and Kontext's reference
+        adapters_and_references(m, H, W, T, tmp)
     if failures:
         print("%d failed" % len(failures))
         sys.exit(1)

@@ -20,12 +20,14 @@ static const char *const pd_phase_doing[] = {
 	[PD_PHASE_LOAD] = "loading",
 	[PD_PHASE_DENOISE] = "denoising",
 	[PD_PHASE_DECODE] = "decoding",
+	[PD_PHASE_PICTURES] = "encoding",
 };
 static const char *const pd_phase_did[] = {
 	[PD_PHASE_ENCODE] = "encoded",
 	[PD_PHASE_LOAD] = "loaded",
 	[PD_PHASE_DENOISE] = "denoised",
 	[PD_PHASE_DECODE] = "decoded",
+	[PD_PHASE_PICTURES] = "encoded",
 };
 
 /* "2 prompts", "the weights", "1 picture" */
@@ -34,8 +36,9 @@ static void pd_phase_what(const struct pd_progress *pg, char *buf, size_t len)
 	if (pg->phase == PD_PHASE_LOAD)
 		snprintf(buf, len, "the weights");
 	else
-		snprintf(buf, len, "%d %s%s", pg->total,
-			 pg->phase == PD_PHASE_ENCODE ? "prompt" : pg->videos ? "video" : "picture", pg->total == 1 ? "" : "s");
+		snprintf(buf, len, "%d %s%s%s", pg->total,
+			 pg->phase == PD_PHASE_ENCODE ? "prompt" : pg->videos && pg->phase == PD_PHASE_DECODE ? "video" : "picture",
+			 pg->total == 1 ? "" : "s", pg->phase == PD_PHASE_PICTURES ? " to latents" : "");
 }
 
 /* The display in use, for pd_cli_progress_clear (the error printers). */
@@ -166,6 +169,8 @@ void pd_cli_progress_summary(struct pd_cli_progress *p, double peak_mb)
 		k += (size_t)snprintf(part + k, sizeof(part) - k, "load %.1f s, ", p->phase_s[PD_PHASE_LOAD]);
 	if (p->phase_s[PD_PHASE_ENCODE] > 0 && k < sizeof(part))
 		k += (size_t)snprintf(part + k, sizeof(part) - k, "encode %.1f s, ", p->phase_s[PD_PHASE_ENCODE]);
+	if (p->phase_s[PD_PHASE_PICTURES] > 0 && k < sizeof(part))
+		k += (size_t)snprintf(part + k, sizeof(part) - k, "pictures in %.1f s, ", p->phase_s[PD_PHASE_PICTURES]);
 	if (p->steps > 0 && k < sizeof(part))
 		k += (size_t)snprintf(part + k, sizeof(part) - k, "%d steps %.1f s, ", p->steps,
 				      p->phase_s[PD_PHASE_DENOISE]);

@@ -79,7 +79,7 @@ struct pd_cli_progress {
 	int tty;                        /* stderr is a terminal: one line rewritten in place */
 	int open_line;                  /* that line has no newline yet */
 	double t_start;                 /* when the command began */
-	double phase_s[4];              /* seconds per phase (enum pd_phase), summed */
+	double phase_s[PD_PHASE_PICTURES + 1]; /* seconds per phase (enum pd_phase), summed */
 	int steps;                      /* denoising steps run */
 	double write_s;                 /* seconds writing the outputs */
 };

@@ -166,6 +166,12 @@ float *pd_engine_initial(const struct pd_engine *e);
 /* Who decodes the prepared request's pictures, the VAE loaded where it is
  * needed. */
 int pd_engine_vae_setup(struct pd_engine *e);
+/* The loaded VAE's hooks for encoding a picture of LATENT_ROWS latent rows:
+ * in bands over the replica as the decode is (each of its ranks gets the
+ * whole latents), or whole on every rank where the replica is one process,
+ * the VAE is not parallel (vae_parallel < 0) or there are more processes
+ * than rows. Every rank of the replica encodes together. 0, or -1. */
+int pd_engine_vae_encode_setup(struct pd_engine *e, int latent_rows);
 /* img2img: the prepared request's initial latents from its picture (the
  * backend ready: at run), on every process alike. */
 int pd_engine_init_picture(struct pd_engine *e);

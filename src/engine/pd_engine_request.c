@@ -181,7 +181,7 @@ int pd_engine_ref_picture(struct pd_engine *e)
 	int rc = -1;
 
 	if ((!e->vae && k->load(&e->vae, e->mp.vae, e->be)) ||
-	    e->fam->latent_shape(&rs, &e->info, 1, e->ref_h, e->ref_w))
+	    e->fam->latent_shape(&rs, &e->info, 1, e->ref_h, e->ref_w) || pd_engine_vae_encode_setup(e, (int)rs.h))
 		return -1;
 	/* PipeFusion cuts the sequence into bands of whole rows of the
 	 * picture's width: the reference's tokens must be whole rows too */
@@ -256,7 +256,7 @@ int pd_engine_init_picture(struct pd_engine *e)
 	uint8_t *masked = NULL;
 	int rc = -1;
 
-	if (!e->vae && k->load(&e->vae, e->mp.vae, e->be))
+	if ((!e->vae && k->load(&e->vae, e->mp.vae, e->be)) || pd_engine_vae_encode_setup(e, (int)ls->h))
 		return -1;
 	if (k->channels(e->vae) != ls->channels)
 		return pd_errorf("%s: the VAE's %d latent channels are not the transformer's %d", e->mp.vae,

@@ -78,10 +78,28 @@ int pd_engine_vae_setup(struct pd_engine *e)
 		if (pd_engine_vae_load(e))
 			return -1;
 		pd_engine_vae_hooks(e, &hooks);
+	} else {
+		/* (an encode's bands may be set: nothing here decodes) */
+		pd_engine_vae_hooks(e, NULL);
 	}
 	/* set up for this height: only now */
 	e->vae_bands = hooks.bands;
 	e->vae_rows = e->ls.h;
+	return 0;
+}
+
+int pd_engine_vae_encode_setup(struct pd_engine *e, int latent_rows)
+{
+	struct pd_vae_hooks hooks = pd_vae_whole;
+
+	/* the decode's hooks are set again before it */
+	pd_vae_par_free(&e->vae_par);
+	e->vae_rows = 0;
+	e->vae_bands = 0;
+	if (e->o.vae_parallel >= 0 && e->mesh.replica->size > 1 && e->mesh.replica->size <= latent_rows &&
+	    pd_vae_par_hooks(&e->vae_par, e->mesh.replica, e->be, latent_rows, &hooks))
+		return -1;
+	pd_engine_vae_hooks(e, &hooks);
 	return 0;
 }
 
@@ -308,11 +326,22 @@ static int pd_engine_run_scoped(struct pd_engine *e, const struct pd_request *rq
 	/* another request's adapters: the terms change, the weights stay */
 	if (pd_engine_agree(e, pd_engine_adapters(e, rq)))
 		return -1;
-	rc = e->init_rgb && !e->init ? pd_engine_init_picture(e) : 0;
-	if (!rc && e->ref_rgb && !e->ref)
-		rc = pd_engine_ref_picture(e);
-	if (pd_engine_agree(e, rc))
-		return -1;
+	{
+		/* the pictures in, through the VAE's encoder: what img2img adds
+		 * to its share of the steps */
+		int pics = (e->init_rgb && !e->init) + (e->ref_rgb && !e->ref);
+		double t_pic = pd_now();
+
+		if (pics)
+			pd_engine_progress(e, PD_PHASE_PICTURES, t_pic, 0, pics, 0);
+		rc = e->init_rgb && !e->init ? pd_engine_init_picture(e) : 0;
+		if (!rc && e->ref_rgb && !e->ref)
+			rc = pd_engine_ref_picture(e);
+		if (pd_engine_agree(e, rc))
+			return -1;
+		if (pics)
+			pd_engine_progress(e, PD_PHASE_PICTURES, t_pic, pics, pics, 1);
+	}
 	rc = pd_engine_vae_setup(e);
 	if (pd_engine_agree(e, rc))
 		return -1;

@@ -68,6 +68,8 @@ enum pd_phase {
 	PD_PHASE_LOAD,                  /* reading this process's weights */
 	PD_PHASE_DENOISE,               /* denoising steps: done of total */
 	PD_PHASE_DECODE,                /* the VAE: pictures done of total (this process's) */
+	PD_PHASE_PICTURES,              /* the VAE's encoder, on the pictures in (img2img, inpainting,
+					 * Fill, Kontext's reference): pictures done of total */
 };
 
 struct pd_progress {

@@ -22,6 +22,7 @@
 #   merged into its weights by Python here (not by pdit): out.sample within 1e-5;
 #   FLUX's final modulation adapted under diffusers' names and under Black
 #   Forest Labs' (its halves swapped) against weights merged by Python;
+#   XLabs' layout and fal's Kontext trainer's against weights merged by Python;
 # usage: cli_lora.sh PDIT ST_COMPARE EDIT_GOLDEN FLUX_GOLDEN QUANT_GOLDEN WAN_GOLDEN [MPIRUN...]
 set -u
 pdit=$1 cmp=$2 g=$3 fg=$4 qg=$5 wg=$6
@@ -234,6 +235,72 @@ for a in final-peft final-bfl; do
 		cat "$tmp/err" "$tmp/log"; bad "FLUX's final modulation, $a"
 	fi
 done
+
+# XLabs' layout (processor names: qkv_lora1 = to_q, to_k, to_v with up's rows stacked, no alpha) and fal's
+# Kontext trainer's (Black Forest Labs' names after base_model.model.), against the weights with the same
+# terms merged by Python as diffusers' converters split them
+python3 - "$lib" "$fg/transformer-dev" "$tmp" << 'PY'
+import os, random, sys
+sys.path.insert(0, sys.argv[1])
+from st_tiny import load, merged_copy, save
+src, d = sys.argv[2], sys.argv[3]
+head, _ = load(os.path.join(src, "diffusion_pytorch_model.safetensors"))
+shape = lambda k: head[k + ".weight"]["shape"]
+rnd, r = random.Random(5), 2
+def pair(o, i):
+    return [rnd.gauss(0, 0.2) for _ in range(r * i)], [rnd.gauss(0, 0.2) for _ in range(o * r)]
+def add(deltas, layer, A, B, rows, scale):
+    """LAYER's weight += scale * B[rows] A"""
+    o, i = shape(layer)
+    dv = [scale * sum(B[(rows + a) * r + k] * A[k * i + c] for k in range(r)) for a in range(o) for c in range(i)]
+    old = deltas.get(layer + ".weight")
+    deltas[layer + ".weight"] = dv if old is None else [x + y for x, y in zip(old, dv)]
+def run(deltas, A, B, layers, scale):
+    rows = 0
+    for layer in layers:
+        add(deltas, layer, A, B, rows, scale)
+        rows += shape(layer)[0]
+    return rows
+D = shape("transformer_blocks.0.attn.to_q")[0]
+xl, xd, scale = {}, {}, 0.7
+for proc, layers in (("double_blocks.0.processor.qkv_lora1", ["transformer_blocks.0.attn.to_%s" % q for q in "qkv"]),
+                     ("double_blocks.1.processor.qkv_lora2", ["transformer_blocks.1.attn.add_%s_proj" % q for q in "qkv"]),
+                     ("double_blocks.1.processor.proj_lora1", ["transformer_blocks.1.attn.to_out.0"]),
+                     ("double_blocks.0.processor.proj_lora2", ["transformer_blocks.0.attn.to_add_out"]),
+                     ("single_blocks.1.processor.qkv_lora", ["single_transformer_blocks.1.attn.to_%s" % q for q in "qkv"])):
+    o = sum(shape(l)[0] for l in layers)
+    A, B = pair(o, D)
+    xl[proc + ".down.weight"], xl[proc + ".up.weight"] = ([r, D], A), ([o, r], B)
+    run(xd, A, B, layers, scale)
+save(d + "/xlabs.safetensors", xl)
+merged_copy(src, d + "/xlabs-merged", xd)
+fal, fd = {}, {}
+for native, layers in (("double_blocks.1.img_attn.qkv", ["transformer_blocks.1.attn.to_%s" % q for q in "qkv"]),
+                       ("single_blocks.0.linear1", ["single_transformer_blocks.0.attn.to_%s" % q for q in "qkv"] +
+                        ["single_transformer_blocks.0.proj_mlp"]),
+                       ("final_layer.linear", ["proj_out"])):
+    o = sum(shape(l)[0] for l in layers)
+    A, B = pair(o, D)
+    fal["base_model.model." + native + ".lora_A.weight"] = ([r, D], A)
+    fal["base_model.model." + native + ".lora_B.weight"] = ([o, r], B)
+    run(fd, A, B, layers, 1.0)
+save(d + "/fal.safetensors", fal)
+merged_copy(src, d + "/fal-merged", fd)
+PY
+for a in xlabs:0.7 fal; do
+	m=${a%%:*}
+	"$pdit" forward --transformer "$tmp/$m-merged" --inputs "$ff" --out "$tmp/m.safetensors" > /dev/null 2>&1
+	if "$pdit" forward --transformer "$fg/transformer-dev" --inputs "$ff" --lora "$tmp/$m.safetensors${a#"$m"}" \
+		--out "$tmp/f.safetensors" > /dev/null 2> "$tmp/err" &&
+		"$cmp" tensors "$tmp/f.safetensors" "$tmp/m.safetensors" 1e-5 out.sample > "$tmp/log" &&
+		! "$cmp" tensors "$tmp/f.safetensors" "$tmp/fm.safetensors" 1e-3 out.sample > /dev/null 2>&1; then
+		ok "$m's layout: the merged weights' out.sample, $(head -1 "$tmp/log")"
+	else
+		cat "$tmp/err" "$tmp/log"; bad "$m's layout"
+	fi
+done
+"$pdit" inspect "$tmp/xlabs.safetensors" > "$tmp/out" 2>&1
+grep -q "XLabs" "$tmp/out" && ok "pdit inspect names XLabs' layout" || { cat "$tmp/out"; bad "pdit inspect on XLabs' layout"; }
 
 # refusals: one line naming the file, nonzero, nothing written
 python3 - "$lib" "$tmp" << 'PY'

@@ -14,6 +14,13 @@
 
 enum { PD_LK_DOWN, PD_LK_UP, PD_LK_ALPHA };
 
+/* What a module name means: one layer; the fused native tensor a layer is
+ * part of (the layers sharing its native name, up's rows as the tensor's);
+ * or a run of layers another layout names together (pd_dit_linear.alias:
+ * up's rows the run's stacked). Kept with the layer in one int32. */
+enum pd_lora_to { PD_LT_LAYER, PD_LT_GROUP, PD_LT_RUN };
+#define PD_LORA_TO(layer, to) ((int32_t)(4 * (layer) + (to)))
+
 /* The key endings of a low-rank pair, in every layout. */
 static const struct {
 	const char *suffix;
@@ -21,6 +28,8 @@ static const struct {
 } pd_lora_suffixes[] = {
 	{ ".lora_A.weight", PD_LK_DOWN },  { ".lora_B.weight", PD_LK_UP }, { ".lora_down.weight", PD_LK_DOWN },
 	{ ".lora_up.weight", PD_LK_UP },   { ".alpha", PD_LK_ALPHA },
+	/* XLabs' */
+	{ ".down.weight", PD_LK_DOWN },    { ".up.weight", PD_LK_UP },
 };
 
 /* Prefixes the files put before a module's name: ComfyUI's BFL names,
@@ -66,7 +75,9 @@ struct pd_lora {
 	struct pd_st **files;           /* the adapter files, mapped */
 	struct pd_dit_linear *layers;   /* the model's layers (a copy) */
 	int n_layers;
-	struct pd_strmap names;         /* "d:" name -> 2 layer; "n:" native and "k:" kohya -> 2 first + 1 */
+	struct pd_strmap names;         /* a module name -> where its pair goes (enum pd_lora_to): "d:"
+					 * ours and "k:" kohya's -> a layer, "n:" native and "k:" kohya's
+					 * -> its fused group, "x:" XLabs' -> a run of layers */
 	struct pd_lora_part *parts;
 	int n_parts, cap_parts;
 	int *head, *tail;               /* per layer: its first and last part, or -1 */
@@ -108,24 +119,25 @@ static int pd_lora_index(struct pd_lora *lo)
 {
 	char k[256];
 
-	if (pd_strmap_init(&lo->names, (size_t)lo->n_layers * 4))
+	if (pd_strmap_init(&lo->names, (size_t)lo->n_layers * 5))
 		return pd_errorf("out of memory for the adapters' names");
 	for (int i = 0; i < lo->n_layers; i++) {
 		const struct pd_dit_linear *l = &lo->layers[i];
 
 		pd_lora_underscored(k, sizeof(k), PD_KOHYA_OURS, l->name);
-		if (pd_lora_put(&lo->names, "d:", l->name, 2 * i) || pd_lora_put(&lo->names, "k:", k, 2 * i) ||
-		    pd_lora_put(&lo->names, "n:", l->native, 2 * i + 1))
+		if (pd_lora_put(&lo->names, "d:", l->name, PD_LORA_TO(i, PD_LT_LAYER)) ||
+		    pd_lora_put(&lo->names, "k:", k, PD_LORA_TO(i, PD_LT_LAYER)) ||
+		    pd_lora_put(&lo->names, "n:", l->native, PD_LORA_TO(i, PD_LT_GROUP)))
 			return -1;
 		pd_lora_underscored(k, sizeof(k), PD_KOHYA_NATIVE, l->native);
-		if (pd_lora_put(&lo->names, "k:", k, 2 * i + 1))
+		if (pd_lora_put(&lo->names, "k:", k, PD_LORA_TO(i, PD_LT_GROUP)) ||
+		    (l->alias[0] && pd_lora_put(&lo->names, "x:", l->alias, PD_LORA_TO(i, PD_LT_RUN))))
 			return -1;
 	}
 	return 0;
 }
 
-/* The layer (2 i) or fused native group (2 i + 1) a module name M (LEN
- * bytes) means, or -1. */
+/* Where a module name M (LEN bytes) puts its pair (PD_LORA_TO), or -1. */
 static int32_t pd_lora_target(const struct pd_lora *lo, const char *m, size_t len)
 {
 	int32_t v;
@@ -137,7 +149,8 @@ static int32_t pd_lora_target(const struct pd_lora *lo, const char *m, size_t le
 
 		if (p >= 0 && (len <= pl || strncmp(m, pd_lora_prefixes[p], pl)))
 			continue;
-		if (pd_lora_get(&lo->names, "d:", m + pl, len - pl, &v) || pd_lora_get(&lo->names, "n:", m + pl, len - pl, &v))
+		if (pd_lora_get(&lo->names, "d:", m + pl, len - pl, &v) || pd_lora_get(&lo->names, "n:", m + pl, len - pl, &v) ||
+		    pd_lora_get(&lo->names, "x:", m + pl, len - pl, &v))
 			return v;
 	}
 	return -1;
@@ -173,15 +186,18 @@ struct pd_lora_mod {
 	const struct pd_st_tensor *t[3]; /* down, up, alpha */
 };
 
-/* The pair of module MOD as parts of the layer or fused group V. */
+/* The pair of module MOD as parts of the layers V (PD_LORA_TO) means. */
 static int pd_lora_module(struct pd_lora *lo, int file, float mult, const struct pd_lora_mod *mod, int32_t v)
 {
 	const char *path = lo->files[file]->path;
 	const struct pd_st_tensor *a = mod->t[PD_LK_DOWN], *b = mod->t[PD_LK_UP], *al = mod->t[PD_LK_ALPHA];
-	int first = v / 2, group = v & 1;
+	int first = v / 4, to = v % 4, group = to == PD_LT_GROUP, count = to == PD_LT_RUN ? lo->layers[first].alias_count : 1;
 	const struct pd_dit_linear *l = &lo->layers[first];
-	int64_t rank, rows = group ? l->native_rows : l->n_out;
+	int64_t rank, rows = group ? l->native_rows : 0, r0 = 0;
 	float alpha;
+
+	for (int i = 0; !group && i < count && first + i < lo->n_layers; i++)
+		rows += lo->layers[first + i].n_out;
 
 	if (!a && !b)
 		return pd_errorf("%s: '%.*s' has an alpha but no down (A) or up (B) matrix", path, (int)mod->len, mod->name);
@@ -195,7 +211,8 @@ static int pd_lora_module(struct pd_lora *lo, int file, float mult, const struct
 				 path, (int)mod->len, mod->name, b->ndim > 0 ? (long long)b->shape[0] : 0LL,
 				 b->ndim > 1 ? (long long)b->shape[1] : 0LL, a->ndim > 0 ? (long long)a->shape[0] : 0LL,
 				 a->ndim > 1 ? (long long)a->shape[1] : 0LL, group ? l->native : l->name,
-				 group ? " (fused)" : "", (long long)rows, (long long)l->n_in);
+				 group ? " (fused)" : count > 1 ? " and the layers after it" : "", (long long)rows,
+				 (long long)l->n_in);
 	alpha = (float)rank;
 	if (al) {
 		if (al->numel != 1 || pd_st_read_f32(al, 0, 1, &alpha))
@@ -206,16 +223,15 @@ static int pd_lora_module(struct pd_lora *lo, int file, float mult, const struct
 	for (int i = first; i < lo->n_layers; i++) {
 		const struct pd_dit_linear *li = &lo->layers[i];
 		/* the model's own names are in its own row order: only a native
-		 * tensor's rows are fused or rolled */
-		struct pd_lora_part p = { file, a, b, group ? li->r0 : 0, group ? li->roll : 0, rank, mult * alpha / (float)rank,
+		 * tensor's rows are fused or rolled; a run's are its layers' in turn */
+		struct pd_lora_part p = { file, a, b, group ? li->r0 : r0, group ? li->roll : 0, rank, mult * alpha / (float)rank,
 					  -1 };
 
-		if (i > first && (!group || strcmp(li->native, l->native)))
+		if (group ? i > first && strcmp(li->native, l->native) : i >= first + count)
 			break;
 		if (pd_lora_add_part(lo, i, &p))
 			return -1;
-		if (!group)
-			break;
+		r0 += li->n_out;
 	}
 	return 0;
 }
@@ -315,7 +331,7 @@ int pd_lora_resolve(struct pd_lora **out, const struct pd_lora_spec *specs, int 
 			if (v < 0) {
 				if (!lenient) {
 					pd_errorf("%s: '%.*s' is no layer of this model (layouts read: diffusers/PEFT, kohya, "
-						  "Black Forest Labs' names); --lora-lenient skips such keys",
+						  "Black Forest Labs' names, XLabs'); --lora-lenient skips such keys",
 						  specs[f].path, (int)mods[i].len, mods[i].name);
 					goto fail;
 				}
@@ -363,10 +379,10 @@ int pd_lora_apply(struct pd_lora *lo, struct pd_backend *be, struct pd_linear *l
 	float *a = NULL, *b = NULL, *row = NULL;
 	int rc = -1;
 
-	if (!lo || !pd_lora_get(&lo->names, "d:", name, strlen(name), &v) || (v & 1) || lo->head[v / 2] < 0)
+	if (!lo || !pd_lora_get(&lo->names, "d:", name, strlen(name), &v) || v % 4 != PD_LT_LAYER || lo->head[v / 4] < 0)
 		return 0;
-	n_out = lo->layers[v / 2].n_out;
-	for (int i = lo->head[v / 2]; i >= 0; i = lo->parts[i].next)
+	n_out = lo->layers[v / 4].n_out;
+	for (int i = lo->head[v / 4]; i >= 0; i = lo->parts[i].next)
 		R += lo->parts[i].rank;
 	if (!be->ops->linear_adapt)
 		return pd_errorf("the %s backend cannot put adapters beside its layers", be->ops->name);
@@ -375,7 +391,7 @@ int pd_lora_apply(struct pd_lora *lo, struct pd_backend *be, struct pd_linear *l
 	row = pd_malloc((size_t)R * sizeof(float), "an adapter");
 	if (!a || !b || !row)
 		goto out;
-	for (int i = lo->head[v / 2]; i >= 0; i = lo->parts[i].next) {
+	for (int i = lo->head[v / 4]; i >= 0; i = lo->parts[i].next) {
 		const struct pd_lora_part *p = &lo->parts[i];
 
 		/* A's columns of the shard's input, B's rows of its output */
@@ -479,6 +495,11 @@ static const char *pd_lora_layout(const char *m, size_t len)
 		return "native (ComfyUI)";
 	if (len > 12 && !strncmp(m, "transformer.", 12))
 		return "diffusers/PEFT";
+	if (len > 17 && !strncmp(m, "base_model.model.", 17))
+		return "native (fal's Kontext trainer)";
+	for (size_t i = 0; i + 11 <= len; i++)
+		if (!strncmp(m + i, ".processor.", 11))
+			return "XLabs";
 	return "unprefixed";
 }
 

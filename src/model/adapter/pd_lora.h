@@ -22,7 +22,13 @@
  *   diffusers names), where a fused native tensor (FLUX's q, k, v) shares
  *   one lora_down and its lora_up's rows split as the weight's do;
  * - the family's native names (Black Forest Labs' as ComfyUI saves them):
- *   `diffusion_model.<native module>.lora_A.weight`, `.lora_B.weight`, `.alpha`.
+ *   `diffusion_model.<native module>.lora_A.weight`, `.lora_B.weight`, `.alpha`;
+ *   fal's Kontext trainer writes them after `base_model.model.`;
+ * - XLabs' (FLUX): `double_blocks.N.processor.qkv_lora1.down.weight`,
+ *   `.up.weight`, no alpha: each processor name stands for a run of the
+ *   model's layers (pd_dit_linear.alias; qkv_lora1 = to_q, to_k, to_v with
+ *   up's rows stacked), as diffusers' _convert_xlabs_flux_lora_to_diffusers
+ *   reads it.
  * A key no layer of the model has is refused with its name (or skipped,
  * lenient).
  *

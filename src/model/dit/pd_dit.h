@@ -95,6 +95,11 @@ struct pd_dit_linear {
 	int64_t native_rows;            /* that tensor's rows (several layers' when fused) */
 	int64_t n_out, n_in;            /* its weight's shape */
 	int64_t roll;                   /* its row r is the native row r0 + (r + roll) mod n_out */
+	char alias[64];                 /* the module name XLabs' adapters give the run of layers this
+					 * one begins ("double_blocks.0.processor.qkv_lora1": to_q, to_k,
+					 * to_v, their up matrices stacked, as diffusers converts them),
+					 * or "" */
+	int alias_count;                /* the layers of that run, in this table's order */
 };
 
 /* A linear layer loaded here, as adapters find it again (pd_lora_set). */

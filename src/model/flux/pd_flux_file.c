@@ -171,6 +171,14 @@ static void pd_fl_add(struct pd_dit_linear *t, int *n, const char *name, int i, 
 	l->roll = roll;
 }
 
+/* Names the run of COUNT layers ending the table at *N (its first is
+ * t[*n - count]) as XLabs' adapters do: PATTERN with block I. */
+static void pd_fl_alias(struct pd_dit_linear *t, int n, const char *pattern, int i, int count)
+{
+	snprintf(t[n - count].alias, sizeof(t[n - count].alias), pattern, i);
+	t[n - count].alias_count = count;
+}
+
 /* diffusers' convert_flux_transformer_checkpoint_to_diffusers as a table:
  * fused q, k, v (and the single blocks' MLP input) split by rows, the final
  * modulation's (shift, scale) read as (scale, shift). */
@@ -208,13 +216,17 @@ int pd_flux_linears(const struct pd_flux_config *c, struct pd_dit_linear **out, 
 			snprintf(name, sizeof(name), "transformer_blocks.%%d.attn.to_%s", q[j]);
 			pd_fl_add(t, &k, name, i, "double_blocks.%d.img_attn.qkv", j * D, 3 * D, D, D, 0);
 		}
+		pd_fl_alias(t, k, "double_blocks.%d.processor.qkv_lora1", i, 3);
 		for (int j = 0; j < 3; j++) {
 			snprintf(name, sizeof(name), "transformer_blocks.%%d.attn.add_%s_proj", q[j]);
 			pd_fl_add(t, &k, name, i, "double_blocks.%d.txt_attn.qkv", j * D, 3 * D, D, D, 0);
 		}
+		pd_fl_alias(t, k, "double_blocks.%d.processor.qkv_lora2", i, 3);
 		pd_fl_add(t, &k, "transformer_blocks.%d.attn.to_out.0", i, "double_blocks.%d.img_attn.proj", 0, D, D, D, 0);
+		pd_fl_alias(t, k, "double_blocks.%d.processor.proj_lora1", i, 1);
 		pd_fl_add(t, &k, "transformer_blocks.%d.attn.to_add_out", i, "double_blocks.%d.txt_attn.proj", 0, D, D, D,
 			  0);
+		pd_fl_alias(t, k, "double_blocks.%d.processor.proj_lora2", i, 1);
 		pd_fl_add(t, &k, "transformer_blocks.%d.ff.net.0.proj", i, "double_blocks.%d.img_mlp.0", 0, M, M, D, 0);
 		pd_fl_add(t, &k, "transformer_blocks.%d.ff.net.2", i, "double_blocks.%d.img_mlp.2", 0, D, D, M, 0);
 		pd_fl_add(t, &k, "transformer_blocks.%d.ff_context.net.0.proj", i, "double_blocks.%d.txt_mlp.0", 0, M, M,
@@ -229,9 +241,11 @@ int pd_flux_linears(const struct pd_flux_config *c, struct pd_dit_linear **out, 
 		pd_fl_add(t, &k, "single_transformer_blocks.%d.attn.to_q", i, l1, 0, 3 * D + M, D, D, 0);
 		pd_fl_add(t, &k, "single_transformer_blocks.%d.attn.to_k", i, l1, D, 3 * D + M, D, D, 0);
 		pd_fl_add(t, &k, "single_transformer_blocks.%d.attn.to_v", i, l1, 2 * D, 3 * D + M, D, D, 0);
+		pd_fl_alias(t, k, "single_blocks.%d.processor.qkv_lora", i, 3);
 		pd_fl_add(t, &k, "single_transformer_blocks.%d.proj_mlp", i, l1, 3 * D, 3 * D + M, M, D, 0);
 		pd_fl_add(t, &k, "single_transformer_blocks.%d.proj_out", i, "single_blocks.%d.linear2", 0, D, D, D + M,
 			  0);
+		pd_fl_alias(t, k, "single_blocks.%d.processor.proj_lora", i, 1);
 	}
 	/* forgetting the roll gives noise silently */
 	pd_fl_add(t, &k, "norm_out.linear", 0, "final_layer.adaLN_modulation.1", 0, 2 * D, 2 * D, D, D);

@@ -706,10 +706,12 @@ int pd_vae_encode(struct pd_vae *v, const float *img, int H, int W, float *momen
 {
 	struct pd_backend *be = v->be;
 	const struct pd_vae_config *c = &v->cfg;
+	const struct pd_vae_hooks *hk = &v->hooks;
 	struct pd_vae_enc *e = v->enc;
-	struct pd_vae_run r = { v, 0, H, NULL };
-	int f = pd_vae_scale(c), h = H, w = W, ch = c->block_out[0], top = c->block_out[c->n_blocks - 1];
-	size_t n, n_mid;
+	struct pd_vae_run r = { v, hk->bands > 1, H, NULL };
+	int f = pd_vae_scale(c), w = W, ch = c->block_out[0], top = c->block_out[c->n_blocks - 1], cmax = c->in_channels;
+	int hl = H / f, b0 = 0, bh = hl, h;
+	size_t n, n_mid, n_all[256];
 	float *buf[6] = { 0 }, *x;
 	int rc = -1;
 
@@ -717,16 +719,34 @@ int pd_vae_encode(struct pd_vae *v, const float *img, int H, int W, float *momen
 		return pd_errorf("VAE: the encoder is not loaded");
 	if (H < f || W < f || H % f || W % f)
 		return pd_errorf("VAE: a %dx%d picture does not encode: sides must be multiples of %d", W, H, f);
-	n = pd_vae_enc_size(c, H, W);
-	n_mid = (size_t)top * (H / f) * (W / f);
-	for (int i = 0; i < 6; i++)
-		buf[i] = pd_backend_alloc(be, i >= 3 ? n_mid : n, "VAE activations");
+	if (hk->bands > hl || hk->bands > 256)
+		return pd_errorf("VAE: %d bands for %d latent rows", hk->bands, hl);
+	/* a band is whole latent rows: its picture rows halve with every
+	 * downsampling and stay aligned, as the decoder's double */
+	if (r.banded) {
+		b0 = (int)pd_chunk_start(hl, hk->bands, hk->band);
+		bh = (int)pd_chunk_len(hl, hk->bands, hk->band);
+	}
+	h = bh * f;
+	for (int i = 0; i < c->n_blocks; i++)
+		cmax = c->block_out[i] > cmax ? c->block_out[i] : cmax;
+	n = pd_vae_enc_size(c, h, W);
+	n_mid = (size_t)top * hl * (W / f);
+	for (int i = 0; i < 6; i++) {
+		/* buf[1] and buf[2] take the halo rows of a band's input */
+		size_t m = i >= 3 ? n_mid : i > 0 && r.banded ? n + 2 * (size_t)cmax * (size_t)W : n;
+
+		buf[i] = pd_backend_alloc(be, m, "VAE activations");
+	}
 	r.stats = (double *)pd_backend_alloc(be, 4 * (size_t)c->groups, "GroupNorm statistics");
 	if (pd_backend_check(be))
 		goto out;
 	x = buf[0];
-	be->ops->upload(be, buf[1], img, (size_t)c->in_channels * H * W);
-	be->ops->conv(be, e->conv_in, buf[1], h, w, 0, x);
+	/* the band's rows of every channel, in the input layout */
+	for (int k = 0; k < c->in_channels; k++)
+		be->ops->upload(be, buf[1] + pd_in_offset(&r, w) + k * pd_in_cstride(&r, h, w),
+				img + ((int64_t)k * H + (int64_t)b0 * f) * W, (size_t)h * w);
+	pd_vae_conv3(&r, e->conv_in, c->in_channels, buf[1], h, w, x);
 	for (int i = 0; i < c->n_blocks; i++) {
 		struct pd_vae_down *d = &e->down[i];
 
@@ -737,25 +757,46 @@ int pd_vae_encode(struct pd_vae *v, const float *img, int H, int W, float *momen
 			/* stride 2 over the picture padded at its bottom and right
 			 * is the stride-1 convolution (padded all round) read at its
 			 * odd rows and columns: the same sums, four times the work
-			 * of the encoder's three smallest convolutions */
-			be->ops->conv(be, d->downconv, x, h, w, 0, buf[1]);
+			 * of the encoder's three smallest convolutions. A band
+			 * starts at an even row: its odd rows are the picture's,
+			 * and its last reads the next band's first (the halo). */
+			float *xin = x;
+
+			if (r.banded) {
+				be->ops->copy2d(be, buf[2] + pd_in_offset(&r, w), pd_in_cstride(&r, h, w), x, (int64_t)h * w,
+						ch, (int64_t)h * w);
+				xin = buf[2];
+			}
+			pd_vae_conv3(&r, d->downconv, ch, xin, h, w, buf[1]);
 			be->ops->copy2d(be, buf[2], w, buf[1] + w, 2 * (int64_t)w, (int64_t)ch * (h / 2), w);
 			be->ops->copy2d(be, x, 1, buf[2] + 1, 2, (int64_t)ch * (h / 2) * (w / 2), 1);
 			h /= 2;
 			w /= 2;
-			r.H = h;
+			r.H /= 2;
 		}
 		if (pd_backend_check(be))
 			goto out;
 	}
 	pd_vae_mid_fwd(&r, &e->mid, x, ch, h, w, buf);
-	pd_vae_group_norm(&r, buf[1], (int64_t)h * w, x, ch, h, w, e->norm_out_w, e->norm_out_b, 1);
-	be->ops->conv(be, e->conv_out, buf[1], h, w, 0, x);
+	pd_vae_group_norm(&r, buf[1] + pd_in_offset(&r, w), pd_in_cstride(&r, h, w), x, ch, h, w, e->norm_out_w,
+			  e->norm_out_b, 1);
+	pd_vae_conv3(&r, e->conv_out, ch, buf[1], h, w, x);
 	if (e->quant) {
 		be->ops->conv(be, e->quant, x, h, w, 0, buf[1]);
 		x = buf[1];
 	}
-	be->ops->download(be, moments, x, (size_t)2 * c->latent_channels * h * w);
+	if (!r.banded) {
+		be->ops->download(be, moments, x, (size_t)2 * c->latent_channels * h * w);
+	} else {
+		/* every band needs the whole latent (the pipeline starts from it on
+		 * every rank): a channel's bands gathered, in order, then read */
+		for (int b = 0; b < hk->bands; b++)
+			n_all[b] = (size_t)pd_chunk_len(hl, hk->bands, b) * w;
+		for (int k = 0; k < 2 * c->latent_channels && !be->failed; k++) {
+			pd_vae_fail_hook(&r, hk->gather(hk->ctx, x + (int64_t)k * h * w, (size_t)h * w, buf[3], n_all));
+			be->ops->download(be, moments + (int64_t)k * hl * w, buf[3], (size_t)hl * w);
+		}
+	}
 	rc = pd_backend_check(be);
 out:
 	pd_vae_run_release(&r, buf);

@@ -101,7 +101,9 @@ int pd_vae_load_encoder(struct pd_vae *v);
 /* IMG [in_channels, H, W] (host, in [-1, 1] as VaeImageProcessor makes it;
  * H and W multiples of the scale) -> MOMENTS [2 x latent_channels, H/f,
  * W/f] (host): the posterior's mean, then its log-variance (unclamped).
- * One process: the encoder does not band. */
+ * With the hooks' bands (pd_vae_set_hooks, for H/f latent rows), each band
+ * encodes its rows of the picture (every band holds the whole IMG) through
+ * the decoder's seams, and every band gets the whole MOMENTS. */
 int pd_vae_encode(struct pd_vae *v, const float *img, int H, int W, float *moments);
 /* The latents an image pipeline starts from, from MOMENTS of N values a
  * half: DiagonalGaussianDistribution's sample mean + exp(logvar / 2) x EPS

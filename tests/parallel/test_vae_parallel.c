@@ -15,6 +15,10 @@
  *
  *   mpirun -np N test_vae_parallel GOLDEN_DIR [WAN_DIR]
  *
+ * The encoder too (an img2img picture's latents on a mesh): each rank's
+ * banded moments against one process's (1e-5), on the tiny VAE and the
+ * golden dev VAE at latent heights that do not divide.
+ *
  * Every case runs twice: f32 convolutions, then bf16 ones (--vae-dtype
  * bf16). bf16 bands equal bf16 on one process as f32's do (the banded
  * decode cuts each convolution into chunks of a few rows too, so chunks
@@ -202,6 +206,77 @@ static void check_decode(const char *what, const struct decode *d, size_t n, con
 	free(other);
 }
 
+/* The encoder of the VAE at VDIR on IMG [3, H, W], into a new buffer of
+ * *N moments: on this process alone, or with BANDED in bands over the
+ * world (*HOOKS: the bands made). NULL on failure. */
+static float *run_encode(const char *vdir, const float *img, int H, int W, int banded, struct pd_vae_hooks *hooks,
+			 size_t *n)
+{
+	struct pd_backend *be = NULL;
+	struct pd_vae *v = NULL;
+	struct pd_vae_par par = { 0 };
+	float *m = NULL;
+
+	*hooks = (struct pd_vae_hooks){ 0, 1, NULL, NULL, NULL, NULL, NULL };
+	if (open_backend(&be, 0, banded || world->size > 2 ? 1 : 2))
+		return NULL;
+	if (!pd_vae_load(&v, vdir, be) && !pd_vae_load_encoder(v)) {
+		const struct pd_vae_config *c = pd_vae_get_config(v);
+		int f = pd_vae_scale(c);
+
+		*n = 2 * (size_t)c->latent_channels * (size_t)(H / f) * (size_t)(W / f);
+		m = malloc(*n * sizeof(float));
+		if (m && (!banded || !pd_vae_par_hooks(&par, world, be, H / f, hooks))) {
+			pd_poison(m, *n);
+			pd_vae_set_hooks(v, hooks);
+			if (pd_vae_encode(v, img, H, W, m)) {
+				free(m);
+				m = NULL;
+			}
+		} else {
+			free(m);
+			m = NULL;
+		}
+	}
+	pd_vae_par_free(&par);
+	pd_vae_free(v);
+	pd_backend_free(be);
+	return m;
+}
+
+/* The encoder in bands (an img2img picture's latents on a mesh): a random
+ * picture of LH x LW latent pixels' size through the VAE at VDIR, every
+ * rank's banded moments (each rank gets them whole) against one process's
+ * within TOL_ONE. */
+static void check_encode(const char *what, const char *vdir, int lh, int lw)
+{
+	int H = lh * 8, W = lw * 8;
+	float *img = malloc(sizeof(float) * (size_t)(3 * H * W)), *one = NULL, *bands = NULL;
+	struct pd_vae_hooks hooks;
+	size_t n = 0, n2 = 0;
+	struct pd_rng g;
+	double e = 1;
+
+	if (!img) {
+		PD_CHECK(0, "%s: out of memory", what);
+		return;
+	}
+	pd_rng_seed(&g, (uint64_t)(lh * 31 + lw));
+	for (int i = 0; i < 3 * H * W; i++)
+		img[i] = 2.0f * (float)pd_rng_u32(&g) / 4294967296.0f - 1.0f;
+	one = run_encode(vdir, img, H, W, 0, &hooks, &n);
+	bands = run_encode(vdir, img, H, W, 1, &hooks, &n2);
+	if (one && bands && n == n2)
+		e = pd_rel_err(bands, one, n);
+	if (world->rank == 0)
+		printf("  %-44s %s %d bands  vs one process %.2e\n", what, pd_dtype_name(conv_dt), hooks.bands, e);
+	PD_CHECK(one && bands && e <= TOL_ONE, "%s: encoded in %d bands on rank %d, %.3g from one process (%s)", what,
+		 hooks.bands, world->rank, e, one && bands ? "" : pd_last_error());
+	free(img);
+	free(one);
+	free(bands);
+}
+
 static void wan_golden_case(const char *dir, const char *file)
 {
 	char path[1024], vdir[1024];
@@ -301,7 +376,12 @@ static void run_cases(const char *dir, const char *wan_dir, char *tmp, int first
 		/* RGB, four blocks: 8x the latent */
 		check_decode(what, &(struct decode){ vdir, z, 0, hh, ww }, (size_t)3 * hh * 8 * ww * 8, NULL);
 		free(z);
+		/* and its encoder, a picture of that size */
+		snprintf(what, sizeof(what), "tiny VAE encoder, %d x %d latent", hh, ww);
+		check_encode(what, vdir, hh, ww);
 	}
+	snprintf(vdir, sizeof(vdir), "%s/vae-dev", dir);
+	check_encode("golden VAE encoder (dev), 9 x 6 latent", vdir, 9, 6);
 	if (!wan_dir)
 		return;
 	wan_golden_case(wan_dir, "vae-decode-n1-h48w64.safetensors");

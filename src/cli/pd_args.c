@@ -103,9 +103,10 @@ static const struct pd_arg *pd_arg_find(const struct pd_arg *args, const char *k
 }
 
 /* Options whose repetition is a mistake, not a change of mind: two -p
- * look like two pictures (--prompts FILE makes those). Any other option
- * given twice takes its last value. */
-static const char *const pd_arg_once[] = { "--prompt", "--negative-prompt" };
+ * look like two pictures (--prompts FILE makes those), two -r like two
+ * Kontext references (one is read). Any other option given twice takes
+ * its last value. */
+static const char *const pd_arg_once[] = { "--prompt", "--negative-prompt", "--ref-image", "--init-img", "--mask" };
 
 static int pd_arg_only_once(const struct pd_arg *a)
 {
@@ -165,8 +166,14 @@ int pd_args_parse(const char *cmd, const struct pd_arg *args, int argc, char **a
 				char name[64];
 
 				pd_arg_name(a, name, sizeof(name));
-				return pd_errorf("%s: %s given twice: give it once (several prompts: --prompts FILE, "
-						 "one a line)", cmd, name);
+				if (a->short_name == 'p' || a->short_name == 'n')
+					return pd_errorf("%s: %s given twice: give it once (several prompts: --prompts FILE, "
+							 "one a line)", cmd, name);
+				if (strcmp(a->long_name, "--ref-image") == 0)
+					return pd_errorf("%s: %s given twice: FLUX.1 Kontext takes one reference picture "
+							 "(as diffusers' FluxKontextPipeline)", cmd, name);
+				return pd_errorf("%s: %s given twice: a request starts from one picture and one mask",
+						 cmd, name);
 			}
 			given[a - args] = 1;
 		}

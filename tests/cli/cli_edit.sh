@@ -14,7 +14,7 @@
 #   refusals, one line each and no picture: a picture under 16 pixels, a size
 #   no multiple of 16, --strength out of (0, 1] or without -i,
 #   a truncated PNG, a PNG declaring 100000 x 100000, a file that is no PNG,
-#   --mask without -i or of another size than the picture.
+#   --mask without -i or of another size than the picture, -r or -i twice.
 # usage: cli_edit.sh PDIT ST_COMPARE EDIT_GOLDEN FLUX_GOLDEN [MPIRUN...]
 set -u
 pdit=$1 cmp=$2 g=$3 fg=$4
@@ -147,6 +147,8 @@ expect "--strength 1.5" "--strength must be above 0 and at most 1" -i "$tmp/init
 expect "--strength that runs no step" "runs none" -i "$tmp/init.png" --strength 1e-17
 expect "--strength without -i" "--strength goes with -i/--init-img" --strength 0.5
 expect "--mask without -i" "--mask goes with -i/--init-img" --mask "$tmp/init.png"
+expect "two references" "FLUX.1 Kontext takes one reference picture" -r "$tmp/init.png" -r "$tmp/init.png"
+expect "two init pictures" "-i/--init-img given twice" -i "$tmp/init.png" -i "$tmp/init.png"
 base=(--transformer "$g/transformer-fill" --vae "$fg/vae-dev" --scheduler "$fg/scheduler-dev" --embeds "$f" --steps 2)
 expect "FLUX.1 Fill without --mask" "FLUX.1 Fill's transformer" -i "$tmp/init.png"
 base=(--transformer "$fg/transformer-dev" --vae "$fg/vae-dev" --scheduler "$fg/scheduler-dev" --embeds "$f" --steps 2)

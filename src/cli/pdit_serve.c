@@ -86,6 +86,7 @@ struct pd_serve_args {
 	const char *listen, *api_key;   /* --listen HOST:PORT, --api-key KEY */
 	const char *pid_file;           /* --pid-file FILE */
 	int queue, strict, io_timeout, max_body_kb;
+	int lora_cache_mb;              /* --lora-cache MB */
 };
 
 static void pd_serve_flags(struct pd_serve_args *a, struct pd_arg *opts)
@@ -99,6 +100,7 @@ static void pd_serve_flags(struct pd_serve_args *a, struct pd_arg *opts)
 	a->max_body_kb = 256;
 	a->io_timeout = 10;
 	a->pid_file = NULL;
+	a->lora_cache_mb = 1024;
 	opts[n++] = (struct pd_arg){ "--listen", 0, PD_ARG_STRING, &a->listen, "HOST:PORT",
 				     "address to answer on (default 127.0.0.1:8080; port 0: any free one, printed)",
 				     NULL };
@@ -116,6 +118,10 @@ static void pd_serve_flags(struct pd_serve_args *a, struct pd_arg *opts)
 	opts[n++] = (struct pd_arg){ "--pid-file", 0, PD_ARG_STRING, &a->pid_file, "FILE",
 				     "write rank 0's pid to FILE while serving (removed at exit): SIGTERM to it "
 				     "stops cleanly under any launcher", NULL };
+	opts[n++] = (struct pd_arg){ "--lora-cache", 0, PD_ARG_INT, &a->lora_cache_mb, "MB",
+				     "adapter sets (--lora, <lora:NAME:SCALE> tags) whose terms stay on the host, "
+				     "so a request naming a set used before does not read its files again; the least "
+				     "recently used go past MB (default 1024; 0: none kept)", NULL };
 	memset(&opts[n], 0, sizeof(opts[n]));
 }
 
@@ -145,6 +151,7 @@ static int pd_cli_serve_parse(struct pd_comm *world, int argc, char **argv, stru
 		return -1;
 	o->one_request = 0;
 	o->keep_encoders = 1;
+	o->lora_cache_mb = a.lora_cache_mb;
 	memset(sv, 0, sizeof(*sv));
 	sv->listen = a.listen;
 	sv->api_key = a.api_key ? a.api_key : getenv("PDIT_API_KEY");
@@ -648,6 +655,13 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 		clock.srv = srv;
 		clock.job = job;
 		failed = pd_engine_run(e, &rq, &res);
+		if (!failed && job && res.adapters_cached) {
+			char line[96];
+
+			snprintf(line, sizeof(line), "pdit: job %llu: its adapters' terms from the cache (--lora-cache)",
+				 (unsigned long long)job->id);
+			pd_serve_log_line(NULL, line);
+		}
 		if (!failed)
 			failed = pd_serve_gather(world, &res, &all);
 		/* a lost transfer in the gather loses the job as a dead engine does */

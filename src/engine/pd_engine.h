@@ -35,6 +35,8 @@ struct pd_engine {
 	struct pd_lora_spec on[PD_MAX_LORAS]; /* the adapters beside the model's layers now (paths copied) */
 	int n_on;                       /* how many */
 	uint64_t on_hash[PD_MAX_LORAS]; /* their files' FNV-1a, read once when they go on (PNG parameters) */
+	struct pd_lora_cache *lora_cache; /* adapter sets built before (o.lora_cache_mb), or NULL */
+	int on_cached;                  /* the request's adapters went on from lora_cache */
 	int degree[PD_AXIS_COUNT];      /* the mesh */
 	int mesh_auto;                  /* chosen by pdit, not given: 1 by rule, 2 by the cost model */
 	struct pd_par_options opt;      /* DistriFusion, warm-up, patches */

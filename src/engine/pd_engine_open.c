@@ -458,10 +458,11 @@ int pd_engine_adapters(struct pd_engine *e, const struct pd_request *rq)
 	same = n == e->n_on;
 	for (int i = 0; i < n && same; i++)
 		same = !strcmp(want[i].path, e->on[i].path) && want[i].scale == e->on[i].scale;
+	e->on_cached = 0;
 	if (same)
 		return 0;
 	pd_engine_adapters_forget(e);
-	if (pd_lora_set(e->m, want, n, e->o.lora_lenient))
+	if (pd_lora_set_cached(e->m, e->lora_cache, want, n, e->o.lora_lenient, &e->on_cached))
 		return -1;
 	for (int i = 0; i < n; i++) {
 		e->on[i].scale = want[i].scale;
@@ -474,7 +475,8 @@ int pd_engine_adapters(struct pd_engine *e, const struct pd_request *rq)
 		e->n_on = i + 1;
 	}
 	for (int i = 0; i < n; i++)
-		pd_log(1, "pdit: adapter %s x %g\n", want[i].path, want[i].scale);
+		pd_log(1, "pdit: adapter %s x %g%s\n", want[i].path, want[i].scale,
+		       e->on_cached ? " (its terms from the cache)" : "");
 	return 0;
 }
 
@@ -574,6 +576,10 @@ int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct p
 		rc = pd_errorf("out of memory for the adapters' names");
 	if (!rc && o->lora_dir && !pd_is_dir(o->lora_dir))
 		rc = pd_errorf("--lora-model-dir %s: not a folder", o->lora_dir);
+	if (!rc && o->lora_cache_mb < 0)
+		rc = pd_errorf("--lora-cache must not be negative (got %d MB)", o->lora_cache_mb);
+	if (!rc && o->lora_cache_mb > 0)
+		rc = pd_lora_cache_new(&e->lora_cache, (size_t)o->lora_cache_mb << 20);
 	if (!rc)
 		rc = pd_engine_check_files(e, o->encode_only || (plan != &dflt && plan->n_prompts > 0));
 	if (o->encode_only) {
@@ -647,6 +653,7 @@ void pd_engine_close(struct pd_engine *e)
 		free((char *)e->o.loras[i].path);
 	free((char *)e->o.lora_dir);
 	pd_engine_adapters_forget(e);
+	pd_lora_cache_free(e->lora_cache);
 	free(e);
 	pd_log_use(&caller);
 }

@@ -378,6 +378,7 @@ static int pd_engine_run_scoped(struct pd_engine *e, const struct pd_request *rq
 	res->tokens = e->ls.tokens;
 	res->channels = e->ls.packed_channels;
 	pd_engine_made_from(e, res->made_from, sizeof(res->made_from));
+	res->adapters_cached = e->on_cached;
 	rc = 0;
 	if (rq->want_latents) {
 		res->init = pd_engine_initial(e);

@@ -116,6 +116,10 @@ struct pd_engine_options {
 	const char *lora_dir;           /* where <lora:NAME:SCALE> in a prompt finds NAME.safetensors
 					 * (--lora-model-dir, stable-diffusion.cpp's); NULL: such tags are
 					 * refused */
+	int lora_cache_mb;              /* adapter sets whose terms stay on the host, up to this many MB
+					 * (the least recently used go first), so a request that names a
+					 * set used before puts it back without reading its files (pdit
+					 * serve --lora-cache); 0: none kept */
 	int threads;                    /* per process; 0: the cores divided among this machine's processes */
 	const char *quant_products;     /* how layers kept quantized multiply: "int8" (inputs quantized in
 					 * blocks of 32 as ggml's Q8_0, int8 dot products with Q8_0's and
@@ -309,6 +313,8 @@ struct pd_result {
 	 * file and the same picture sent to the service agree) and the
 	 * adapters (names, scales, hashes of their files); "" when none */
 	char made_from[1024];
+	int adapters_cached;            /* this request's adapters went on from the engine's cache of
+					 * adapter sets (lora_cache_mb), not from their files */
 };
 
 struct pd_engine;

@@ -16,7 +16,8 @@
    cfg_scale without a negative prompt is true CFG with "" and Forge's distilled_cfg_scale the guidance
    (generate's PNG); its other fields are accepted, those pdit does not honour named in the log, n_iter
    honoured. Adapters per request (<lora:NAME:SCALE> in the prompt, --lora-model-dir): two requests with
-   different adapters, then none, each generate's PNG byte for byte, no reload; an unknown adapter
+   different adapters, then none, then the first again (its terms from the cache), each generate's PNG byte
+   for byte, no reload; an unknown adapter
    name and a path for a name get 400. OpenAI's images.edit through curl -F (multipart: the picture, a
    mask transparent where it repaints, pdit's fields): generate -i --mask's PNG byte for byte; no
    picture, a mask of another size, a picture that is no PNG get 400 naming the field, text/plain 415;
@@ -866,13 +867,18 @@ def main():
     report(st == 200 and m["data"][0]["id"] == model, "GET /v1/models")
     # adapters per request (<lora:NAME:SCALE> in the prompt, stable-diffusion.cpp's), no reload: two
     # requests with different adapters, then none, each generate's PNG byte for byte
-    for prompt in ("a boat <lora:style:0.8>", "a boat <lora:style:0.5> <lora:other:-1.5>", "a boat"):
+    # then the first set again: its terms from the server's cache (--lora-cache), the same PNG
+    for k, prompt in enumerate(("a boat <lora:style:0.8>", "a boat <lora:style:0.5> <lora:other:-1.5>", "a boat",
+                                "a boat <lora:style:0.8>")):
         want = generate(model, os.path.join(tmp, "lora"), [prompt], [*boat_args, "--lora-model-dir", loras])
+        seen = len(srv.lines)
         st, ans, _ = post(srv, "/sdapi/v1/txt2img", dict(a1111_body, prompt=prompt))
         got = [base64.b64decode(x) for x in ans["images"]] if st == 200 else []
-        report(got == want and (got == boat) == (prompt == "a boat"),
-               "A1111, prompt %r: generate's PNG byte for byte, %s the adapter-less one (%s %s)"
-               % (prompt, "equal to" if prompt == "a boat" else "not", st, (ans or {}).get("error", "")))
+        cached = any("its adapters' terms from the cache" in l for l in srv.lines[seen:])
+        report(got == want and (got == boat) == (prompt == "a boat") and cached == (k == 3),
+               "A1111, prompt %r: generate's PNG byte for byte, %s the adapter-less one%s (%s %s)"
+               % (prompt, "equal to" if prompt == "a boat" else "not", ", from the cache" if cached else "",
+                  st, (ans or {}).get("error", "")))
     st, ans, _ = post(srv, "/v1/images/generations", dict(openai_body, prompt="a fox <lora:nope:1>"))
     st2, ans2, _ = post(srv, "/v1/images/generations", dict(openai_body, prompt="a fox <lora:../m/x:1>"))
     report(st == 400 and "nope" in ans["error"]["message"] and st2 == 400,

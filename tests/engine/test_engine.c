@@ -25,6 +25,7 @@
  *     engine alive; the same request run again gives its pictures (First
  *     Block Cache and true CFG on: no state carried over);
  *   - adapters per request (LoRA, no reload): one, two with one reversed,
+ *     the first again from the engine's cache (a file changed on disk: read again),
  *     none, each as a fresh engine opened with them makes it; a file of no
  *     adapter refused, the engine usable.
  *
@@ -265,6 +266,9 @@ int main(int argc, char **argv)
 	o.log_level = 1;
 	o.log = on_line;
 	o.log_ctx = &lines;
+	/* adapter sets kept (the fresh engines compared with copy it: theirs
+	 * start empty) */
+	o.lora_cache_mb = 64;
 	PD_CHECK(pd_engine_open(&e, world, &o, NULL) == 0, "open: %s", pd_last_error());
 	o.log_level = 0;
 	o.log = NULL;
@@ -392,6 +396,37 @@ int main(int argc, char **argv)
 		}
 		PD_CHECK(same(&mine[0], &r[2]), "a request without adapters after two with them differs from one before");
 		PD_CHECK(!same(&r[0], &r[2]) && !same(&r[0], &r[1]), "the adapters change nothing");
+		/* the first set again: its terms from the cache, the same pictures;
+		 * its file changed on disk: read again, other pictures */
+		{
+			struct pd_result again, changed;
+
+			request(&rq, 0);
+			rq.loras_given = 1;
+			memcpy(rq.loras, sets[0], sizeof(rq.loras));
+			PD_CHECK(pd_engine_run(e, &rq, &again) == 0, "adapters again: %s", pd_last_error());
+			PD_CHECK(!r[0].adapters_cached && again.adapters_cached && same(&r[0], &again),
+				 "a set used before: from the cache %d (first %d), the same pictures %d", again.adapters_cached,
+				 r[0].adapters_cached, same(&r[0], &again));
+			request(&rq, 0);
+			PD_CHECK(pd_engine_run(e, &rq, &changed) == 0 && same(&mine[0], &changed), "none: %s", pd_last_error());
+			pd_result_free(&changed);
+			world->ops->barrier(world);
+			if (world->rank == 0)
+				write_adapter(dir, fa, la, 2, 7);
+			world->ops->barrier(world);
+			request(&rq, 0);
+			rq.loras_given = 1;
+			memcpy(rq.loras, sets[0], sizeof(rq.loras));
+			PD_CHECK(pd_engine_run(e, &rq, &changed) == 0 && !changed.adapters_cached && !same(&changed, &again),
+				 "a changed file: from the cache %d, the same pictures %d", changed.adapters_cached,
+				 same(&changed, &again));
+			pd_result_free(&again);
+			pd_result_free(&changed);
+			if (world->rank == 0)
+				write_adapter(dir, fa, la, 2, 5);
+			world->ops->barrier(world);
+		}
 		for (int k = 0; k < 3; k++) {
 			struct pd_engine_options oa = o;
 			struct pd_engine *f = NULL;

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 enum { PD_LK_DOWN, PD_LK_UP, PD_LK_ALPHA };
 
@@ -40,6 +41,16 @@ static const char *const pd_lora_prefixes[] = { "model.diffusion_model.", "diffu
 /* kohya's names: the module's with '.' as '_' after one of these. */
 #define PD_KOHYA_NATIVE "lora_unet_"
 #define PD_KOHYA_OURS "lora_transformer_"
+
+/* One layer's term as built (host), for the cache. */
+struct pd_lora_term {
+	int64_t rank;                   /* the summed ranks; 0: no term on this layer */
+	float *a, *b;                   /* A [rank, the shard's columns], B [the shard's rows, rank] */
+	size_t n_a, n_b;                /* their floats */
+};
+
+static int pd_lora_apply_keep(struct pd_lora *lo, struct pd_backend *be, struct pd_linear *l, const char *name,
+			      const struct pd_slice *s, struct pd_lora_term *keep);
 
 /* The module part of KEY (*LEN bytes) and what the key holds; -1 when KEY
  * is no part of a low-rank pair. */
@@ -374,6 +385,14 @@ static int pd_lora_finite(const struct pd_lora *lo, const struct pd_lora_part *p
 int pd_lora_apply(struct pd_lora *lo, struct pd_backend *be, struct pd_linear *l, const char *name,
 		  const struct pd_slice *s)
 {
+	return pd_lora_apply_keep(lo, be, l, name, s, NULL);
+}
+
+/* As pd_lora_apply; with KEEP, the term's host arrays are handed to it
+ * (rank 0 and no arrays when no adapter touches the layer). */
+static int pd_lora_apply_keep(struct pd_lora *lo, struct pd_backend *be, struct pd_linear *l, const char *name,
+			      const struct pd_slice *s, struct pd_lora_term *keep)
+{
 	int32_t v;
 	int64_t R = 0, off = 0, n_out;
 	float *a = NULL, *b = NULL, *row = NULL;
@@ -420,6 +439,14 @@ int pd_lora_apply(struct pd_lora *lo, struct pd_backend *be, struct pd_linear *l
 		goto out;
 	}
 	lo->applied++;
+	if (keep) {
+		keep->rank = R;
+		keep->a = a;
+		keep->b = b;
+		keep->n_a = (size_t)(R * s->nc);
+		keep->n_b = (size_t)(R * s->nr);
+		a = b = NULL;
+	}
 	rc = 0;
 out:
 	free(a);
@@ -438,7 +465,10 @@ static void pd_lora_clear(struct pd_dit *d)
 		}
 }
 
-int pd_lora_set(struct pd_dit *d, const struct pd_lora_spec *specs, int n, int lenient)
+/* pd_lora_set, and with KEPT (an array of d->n_held) the terms' host
+ * arrays handed to it, layer by layer. */
+static int pd_lora_build(struct pd_dit *d, const struct pd_lora_spec *specs, int n, int lenient,
+			 struct pd_lora_term *kept)
 {
 	struct pd_lora *lo = NULL;
 	int rc = 0;
@@ -458,7 +488,7 @@ int pd_lora_set(struct pd_dit *d, const struct pd_lora_spec *specs, int n, int l
 	for (int i = 0; i < d->n_held && lo && !rc; i++) {
 		int before = lo->applied;
 
-		rc = pd_lora_apply(lo, d->be, d->held[i].l, d->held[i].name, &d->held[i].s);
+		rc = pd_lora_apply_keep(lo, d->be, d->held[i].l, d->held[i].name, &d->held[i].s, kept ? &kept[i] : NULL);
 		d->held[i].adapted = lo->applied > before;
 	}
 	if (rc)
@@ -467,6 +497,173 @@ int pd_lora_set(struct pd_dit *d, const struct pd_lora_spec *specs, int n, int l
 		pd_log(2, "pdit: adapters on %d of the model's layers (%d terms here)\n", lo->touched, lo->applied);
 	pd_lora_free(lo);
 	return rc;
+}
+
+int pd_lora_set(struct pd_dit *d, const struct pd_lora_spec *specs, int n, int lenient)
+{
+	return pd_lora_build(d, specs, n, lenient, NULL);
+}
+
+/* ----------------------------------------------------------------------- */
+/* The cache of built terms                                                */
+/* ----------------------------------------------------------------------- */
+
+/* One adapter set's terms, as pd_lora_build made them. */
+struct pd_lora_entry {
+	char *key;                      /* the set (pd_lora_key) */
+	struct pd_lora_term *terms;     /* [n_held]: layer i of the model's held list; rank 0: none */
+	int n_held;                     /* the model's held layers when it was built */
+	size_t bytes;                   /* the arrays' */
+	uint64_t used;                  /* the cache's clock when last put on */
+};
+
+struct pd_lora_cache {
+	size_t max_bytes;               /* the limit: the entries' bytes stay within it */
+	size_t bytes;                   /* the entries' bytes now */
+	struct pd_lora_entry *e;        /* the entries */
+	int n, cap;
+	uint64_t clock;                 /* counts the sets put on */
+};
+
+int pd_lora_cache_new(struct pd_lora_cache **out, size_t max_bytes)
+{
+	*out = pd_calloc(1, sizeof(**out), "the adapters' cache");
+	if (!*out)
+		return -1;
+	(*out)->max_bytes = max_bytes;
+	return 0;
+}
+
+static void pd_lora_terms_free(struct pd_lora_term *t, int n)
+{
+	for (int i = 0; t && i < n; i++) {
+		free(t[i].a);
+		free(t[i].b);
+	}
+	free(t);
+}
+
+static void pd_lora_entry_drop(struct pd_lora_cache *c, int i)
+{
+	c->bytes -= c->e[i].bytes;
+	free(c->e[i].key);
+	pd_lora_terms_free(c->e[i].terms, c->e[i].n_held);
+	c->e[i] = c->e[--c->n];
+}
+
+void pd_lora_cache_free(struct pd_lora_cache *c)
+{
+	while (c && c->n > 0)
+		pd_lora_entry_drop(c, c->n - 1);
+	if (c)
+		free(c->e);
+	free(c);
+}
+
+/* The set SPECS[0..n) with LENIENT as a key: each file's path, size and
+ * modification time (a file changed on disk is another set) and its scale
+ * exactly; NULL when a file cannot be looked at (building it says why). */
+static char *pd_lora_key(const struct pd_lora_spec *specs, int n, int lenient)
+{
+	size_t cap = 64, k;
+	char *key;
+
+	for (int i = 0; i < n; i++)
+		cap += strlen(specs[i].path) + 96;
+	key = pd_malloc(cap, "an adapter set's key");
+	if (!key)
+		return NULL;
+	k = (size_t)snprintf(key, cap, "%d", lenient);
+	for (int i = 0; i < n; i++) {
+		struct stat sb;
+
+		if (stat(specs[i].path, &sb)) {
+			free(key);
+			return NULL;
+		}
+		k += (size_t)snprintf(key + k, cap - k, "\n%s\n%lld %lld.%09ld %a", specs[i].path, (long long)sb.st_size,
+				      (long long)sb.st_mtim.tv_sec, (long)sb.st_mtim.tv_nsec, (double)specs[i].scale);
+	}
+	return key;
+}
+
+int pd_lora_set_cached(struct pd_dit *d, struct pd_lora_cache *c, const struct pd_lora_spec *specs, int n, int lenient,
+		       int *hit)
+{
+	struct pd_lora_term *kept;
+	struct pd_lora_entry *en;
+	char *key;
+	size_t bytes = 0;
+
+	*hit = 0;
+	if (!c || n == 0 || !c->max_bytes || !d->be->ops->linear_adapt || !(key = pd_lora_key(specs, n, lenient)))
+		return pd_lora_set(d, specs, n, lenient);
+	for (int i = 0; i < c->n; i++) {
+		if (strcmp(c->e[i].key, key) || c->e[i].n_held != d->n_held)
+			continue;
+		free(key);
+		en = &c->e[i];
+		pd_lora_clear(d);
+		for (int j = 0; j < d->n_held; j++) {
+			const struct pd_lora_term *t = &en->terms[j];
+
+			if (!t->rank)
+				continue;
+			if (d->be->ops->linear_adapt(d->be, d->held[j].l, t->rank, t->a, t->b)) {
+				pd_errorf("adapters on %s: %s", d->held[j].name, d->be->error);
+				pd_lora_clear(d);
+				return -1;
+			}
+			d->held[j].adapted = 1;
+		}
+		en->used = ++c->clock;
+		*hit = 1;
+		return 0;
+	}
+	kept = pd_calloc((size_t)d->n_held + 1, sizeof(*kept), "the adapters' cache");
+	if (!kept) {
+		free(key);
+		return -1;
+	}
+	if (pd_lora_build(d, specs, n, lenient, kept)) {
+		pd_lora_terms_free(kept, d->n_held);
+		free(key);
+		return -1;
+	}
+	for (int j = 0; j < d->n_held; j++)
+		bytes += (kept[j].n_a + kept[j].n_b) * sizeof(float);
+	/* the least recently used make room; a set larger than the whole
+	 * cache is not kept */
+	while (bytes <= c->max_bytes && c->n > 0 && c->bytes + bytes > c->max_bytes) {
+		int old = 0;
+
+		for (int i = 1; i < c->n; i++)
+			old = c->e[i].used < c->e[old].used ? i : old;
+		pd_lora_entry_drop(c, old);
+	}
+	if (bytes <= c->max_bytes && c->n == c->cap) {
+		int cap = c->cap ? 2 * c->cap : 4;
+		struct pd_lora_entry *e = realloc(c->e, (size_t)cap * sizeof(*e));
+
+		if (e) {
+			c->e = e;
+			c->cap = cap;
+		}
+	}
+	/* not kept (too large, or no room for its entry): on, all the same */
+	if (bytes > c->max_bytes || c->n == c->cap) {
+		pd_lora_terms_free(kept, d->n_held);
+		free(key);
+		return 0;
+	}
+	c->e[c->n++] = (struct pd_lora_entry){ key, kept, d->n_held, bytes, ++c->clock };
+	c->bytes += bytes;
+	return 0;
+}
+
+size_t pd_lora_cache_bytes(const struct pd_lora_cache *c)
+{
+	return c ? c->bytes : 0;
 }
 
 void pd_lora_free(struct pd_lora *lo)

@@ -71,6 +71,21 @@ int pd_lora_set(struct pd_dit *d, const struct pd_lora_spec *specs, int n, int l
 
 void pd_lora_free(struct pd_lora *lo);
 
+/* Adapter sets built before, their terms kept on the host up to a size
+ * (the least recently used go first), so that a long-lived engine that
+ * switches between sets puts one back without reading and checking its
+ * files again. A set is its files (path, size, modification time: a file
+ * changed on disk is read again), their scales and the leniency. */
+struct pd_lora_cache;
+int pd_lora_cache_new(struct pd_lora_cache **out, size_t max_bytes);
+void pd_lora_cache_free(struct pd_lora_cache *c);
+/* pd_lora_set through cache C (NULL: none): a set C holds is put back from
+ * it (*HIT 1); another is built from its files and kept when it fits. */
+int pd_lora_set_cached(struct pd_dit *d, struct pd_lora_cache *c, const struct pd_lora_spec *specs, int n, int lenient,
+		       int *hit);
+/* The bytes C's sets hold now. */
+size_t pd_lora_cache_bytes(const struct pd_lora_cache *c);
+
 /* What an adapter file holds, without a model (pdit inspect). */
 struct pd_lora_about {
 	char layout[64];                /* "kohya", "peft", "native" or several joined with '+' */

@@ -209,6 +209,13 @@ def picture_seeds():
         put("png", "jpeg", buf.getvalue())
         put("png", "jpeg-truncated", buf.getvalue()[: len(buf.getvalue()) // 2])
         put("png", "jpeg-huge", buf.getvalue()[:163] + b"\xff\xff\xff\xff" + buf.getvalue()[167:])
+        # an EXIF orientation to turn by (a TIFF directory in APP1: its parser is fuzzed)
+        ex = Image.Exif()
+        ex[0x0112] = 6
+        buf = io.BytesIO()
+        Image.frombytes("RGB", (16, 8), bytes((i * 5) % 256 for i in range(16 * 8 * 3))).save(buf, "JPEG", quality=80,
+                                                                                            exif=ex.tobytes())
+        put("png", "jpeg-exif", buf.getvalue())
     except ImportError:
         print("no Pillow: the JPEG seeds are not remade", file=sys.stderr)
     b = "XyZbOuNdArY"

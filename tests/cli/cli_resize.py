@@ -3,8 +3,9 @@
 when the picture is not the request's size) against Pillow's Image.resize(LANCZOS), the resize diffusers'
 VaeImageProcessor runs: byte for byte, on fresh random pictures of random sizes (shrinking, enlarging,
 one side only, odd sizes), RGB and the masks' gray (PIL's "L" first, then resized); and JPEG pictures
-(baseline, 4:4:4, progressive, gray) decoded to Pillow's pixels, a JPEG cut short refused as Pillow
-refuses it; a PNG with alpha read as Pillow's convert("RGB") (the alpha dropped).
+(baseline, 4:4:4, progressive, gray) decoded to Pillow's pixels, turned by their EXIF orientation
+(1-8) as ImageOps.exif_transpose turns them, a JPEG cut short refused as Pillow refuses it, a progressive
+JPEG of 300 scans refused; a PNG with alpha read as Pillow's convert("RGB") (the alpha dropped).
 
     cli_resize.py ST_COMPARE
 """
@@ -14,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 
-from PIL import Image
+from PIL import Image, ImageOps
 
 CMP = sys.argv[1]
 fails = 0
@@ -61,6 +62,35 @@ for w, h, kw in ((64, 48, {"quality": 85}), (37, 21, {"quality": 95, "subsamplin
     fails += not ok
     print("  %-4s a %dx%d %s JPEG %s: %s" % ("ok" if ok else "FAIL", w, h, mode, kw,
                                           "Pillow's pixels" if ok else "differs %s" % r.stderr))
+# EXIF orientations 1-8: turned as diffusers' load_image turns them (ImageOps.exif_transpose), the sides
+# swapped for 5-8
+for o in range(1, 9):
+    img = Image.frombytes("RGB", (20, 12), bytes(rnd.randint(0, 255) for _ in range(20 * 12 * 3)))
+    src = os.path.join(tmp, "exif.jpg")
+    ex = Image.Exif()
+    ex[0x0112] = o
+    img.save(src, "JPEG", quality=90, exif=ex.tobytes())
+    want = ImageOps.exif_transpose(Image.open(src)).convert("RGB")
+    r = subprocess.run([CMP, "resize", src, str(want.width), str(want.height), "3", out], capture_output=True, text=True)
+    ok = r.returncode == 0 and Image.open(out).convert("RGB").tobytes() == want.tobytes()
+    fails += not ok
+    print("  %-4s a JPEG of EXIF orientation %d: Pillow's exif_transpose, %dx%d %s" % (
+        "ok" if ok else "FAIL", o, want.width, want.height, r.stderr.strip()))
+# a progressive JPEG whose first scan is repeated 300 times (libjpeg only warns): refused, not decoded
+# scan after scan
+img = Image.frombytes("RGB", (32, 32), bytes(rnd.randint(0, 255) for _ in range(32 * 32 * 3)))
+src = os.path.join(tmp, "scans.jpg")
+img.save(src, "JPEG", quality=80, progressive=True)
+data = open(src, "rb").read()
+i = data.index(b"\xff\xda")
+j = i + 2 + int.from_bytes(data[i + 2:i + 4], "big")
+while not (data[j] == 0xFF and data[j + 1] != 0 and not 0xD0 <= data[j + 1] <= 0xD7):
+    j += 1
+open(src, "wb").write(data[:j] + data[i:j] * 300 + data[j:])
+r = subprocess.run([CMP, "resize", src, "32", "32", "3", out], capture_output=True, text=True)
+ok = r.returncode != 0 and "scans" in r.stderr
+fails += not ok
+print("  %-4s a progressive JPEG of 300 repeated scans: refused (%s)" % ("ok" if ok else "FAIL", r.stderr.strip()))
 # a PNG with alpha: its colours, the alpha dropped (PIL's convert("RGB"), not composited onto black)
 img = Image.frombytes("RGBA", (20, 12), bytes(rnd.randint(0, 255) for _ in range(20 * 12 * 4)))
 src = os.path.join(tmp, "alpha.png")

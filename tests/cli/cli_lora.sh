@@ -15,7 +15,8 @@
 #   pdit inspect names each layout and the rank its file's metadata says;
 #   refusals, one line naming the file and nonzero with nothing written: a key of
 #   no layer (and --lora-lenient skipping it), shapes that do not fit the model,
-#   NaN in an adapter, a lone lora_A, a truncated file, a missing file.
+#   NaN in an adapter, a lone lora_A, one module's down matrix in two spellings, a truncated file, a
+#   missing file.
 #   Wan2.1: adapters in diffusers' names and in the original layout's (ComfyUI's
 #   prefix, kohya's lora_down/lora_up with alpha) through `pdit forward` on
 #   wan-tiny's forward case, each against the transformer with the same terms
@@ -318,6 +319,8 @@ save(d + "/shape.safetensors", {q + ".lora_A.weight": down(D + 1), q + ".lora_B.
 nan = down(D); nan[1][5] = float("nan")
 save(d + "/nan.safetensors", {q + ".lora_A.weight": nan, q + ".lora_B.weight": up(D)})
 save(d + "/lone.safetensors", {q + ".lora_A.weight": down(D)})
+save(d + "/twice.safetensors", {q + ".lora_A.weight": down(D), q + ".lora_down.weight": down(D),
+     q + ".lora_B.weight": up(D)})
 save(d + "/trunc.safetensors", {q + ".lora_A.weight": down(D), q + ".lora_B.weight": up(D)}, cut=100)
 PY
 f="$g/lora-dev-1341.safetensors"
@@ -338,6 +341,7 @@ expect "a key of no layer" "transformer.transformer_blocks.99.attn.to_q' is no l
 expect "shapes that do not fit" "$tmp/shape.safetensors" --lora "$tmp/shape.safetensors"
 expect "NaN in an adapter" "holds NaN" --lora "$tmp/nan.safetensors"
 expect "a lone lora_A" "no up (B) matrix" --lora "$tmp/lone.safetensors"
+expect "one module's down matrix twice (lora_A, lora_down)" "are the same part of one module" --lora "$tmp/twice.safetensors"
 expect "a truncated adapter" "$tmp/trunc.safetensors" --lora "$tmp/trunc.safetensors"
 expect "a missing adapter" "$tmp/none.safetensors" --lora "$tmp/none.safetensors"
 if "$pdit" forward --transformer "$fg/transformer-dev" --inputs "$f" --lora "$tmp/unknown.safetensors" --lora-lenient \

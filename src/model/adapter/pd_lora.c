@@ -290,9 +290,17 @@ static int pd_lora_modules(const struct pd_st *st, struct pd_lora_mod **out, int
 	qsort(m, (size_t)k, sizeof(*m), pd_lora_mod_cmp);
 	for (int i = 0; i < k; i++) {
 		if (w > 0 && !pd_lora_mod_cmp(&m[w - 1], &m[i])) {
-			for (int j = 0; j < 3; j++)
+			for (int j = 0; j < 3; j++) {
+				/* lora_A and lora_down of one module: which is meant? */
+				if (m[i].t[j] && m[w - 1].t[j]) {
+					pd_errorf("%s: '%s' and '%s' are the same part of one module; keep one", st->path,
+						  m[w - 1].t[j]->name, m[i].t[j]->name);
+					free(m);
+					return -1;
+				}
 				if (m[i].t[j])
 					m[w - 1].t[j] = m[i].t[j];
+			}
 			continue;
 		}
 		m[w++] = m[i];

@@ -63,6 +63,8 @@ struct pd_serve_params {
 	char *init_png;                 /* img2img: the picture, base64 of a PNG (a data URL's prefix
 					 * dropped), or NULL */
 	char *mask_png;                 /* inpainting: the mask likewise, or NULL */
+	int init_alpha;                 /* init_png has an alpha channel or a transparent colour (parsing
+					 * only: OpenAI's edit without a mask takes it as the mask) */
 	int mask_alpha;                 /* the mask's fully transparent pixels are repainted (OpenAI's edits),
 					 * not its white ones */
 	char *ref_png;                  /* FLUX.1 Kontext's reference picture (base64 PNG: pdit's ref_image

@@ -309,11 +309,50 @@ static int pd_sf_side(double v, const char *name, int *out, const char **field)
 
 /* A picture field: base64 of a PNG, or a data URL of one; kept as base64
  * (the job's text every process reads), checked here. */
-static int pd_sf_png(const cJSON *v, const char *name, char **out, const char **field)
+/* The size a PNG's or JPEG's header declares (B, N bytes); 0 when it says
+ * none (the engine's reader names what is wrong). *ALPHA: a PNG with an
+ * alpha channel or a transparent colour. */
+static int pd_sf_picture_size(const uint8_t *b, size_t n, uint64_t *w, uint64_t *h, int *alpha)
+{
+	*w = *h = 0;
+	*alpha = 0;
+	if (n >= 29 && b[0] == 0x89 && memcmp(b + 12, "IHDR", 4) == 0) {
+		*w = (uint64_t)b[16] << 24 | (uint64_t)b[17] << 16 | (uint64_t)b[18] << 8 | b[19];
+		*h = (uint64_t)b[20] << 24 | (uint64_t)b[21] << 16 | (uint64_t)b[22] << 8 | b[23];
+		*alpha = b[25] == 4 || b[25] == 6;
+		/* tRNS: a transparent colour or palette entries */
+		for (size_t i = 8; !*alpha && i + 8 <= n;) {
+			size_t len = (size_t)b[i] << 24 | (size_t)b[i + 1] << 16 | (size_t)b[i + 2] << 8 | b[i + 3];
+
+			if (memcmp(b + i + 4, "tRNS", 4) == 0)
+				*alpha = 1;
+			if (memcmp(b + i + 4, "IDAT", 4) == 0 || len > n)
+				break;
+			i += len + 12;
+		}
+		return 0;
+	}
+	/* JPEG: the frame header (SOFn, not DHT, JPG or DAC) after the markers before it */
+	for (size_t i = 2; i + 9 < n && b[i] == 0xff;) {
+		int m = b[i + 1];
+		size_t len = (size_t)b[i + 2] << 8 | b[i + 3];
+
+		if (m >= 0xc0 && m <= 0xcf && m != 0xc4 && m != 0xc8 && m != 0xcc) {
+			*h = (uint64_t)b[i + 5] << 8 | b[i + 6];
+			*w = (uint64_t)b[i + 7] << 8 | b[i + 8];
+			return 0;
+		}
+		i += 2 + len;
+	}
+	return 0;
+}
+
+static int pd_sf_png_alpha(const cJSON *v, const char *name, char **out, const char **field, int *alpha)
 {
 	const char *s = cJSON_GetStringValue(v), *comma;
 	uint8_t *bytes = NULL;
 	size_t len = 0;
+	uint64_t w, h;
 
 	if (!s)
 		return pd_sf_fail(field, name, "%s must be a base64 PNG (or a data: URL of one)%s", "");
@@ -325,10 +364,24 @@ static int pd_sf_png(const cJSON *v, const char *name, char **out, const char **
 		free(bytes);
 		return pd_sf_fail(field, name, "%s is not a base64 PNG or JPEG%s", "");
 	}
+	pd_sf_picture_size(bytes, len, &w, &h, alpha);
 	free(bytes);
+	/* whatever size the request asks for, the picture is decoded whole first */
+	if (w * h > PD_SERVE_MAX_PIXELS) {
+		*field = name;
+		return pd_errorf("%s: a picture of %llux%llu is more than %d pixels", name, (unsigned long long)w,
+				 (unsigned long long)h, PD_SERVE_MAX_PIXELS);
+	}
 	free(*out);
 	*out = pd_strdup(s);
 	return *out ? 0 : -1;
+}
+
+static int pd_sf_png(const cJSON *v, const char *name, char **out, const char **field)
+{
+	int alpha;
+
+	return pd_sf_png_alpha(v, name, out, field, &alpha);
 }
 
 static int pd_sf_one(struct pd_serve_params *p, const struct pd_serve_field *f, const cJSON *v, int *n_iter,
@@ -433,7 +486,7 @@ static int pd_sf_one(struct pd_serve_params *p, const struct pd_serve_field *f, 
 		/* one part, or the SDK's image[] list of one */
 		if (cJSON_IsArray(v) && cJSON_GetArraySize(v) > 1)
 			return pd_sf_fail(field, f->name, "%s: one picture a request (got several)%s", "");
-		return pd_sf_png(cJSON_IsArray(v) ? v->child : v, f->name, &p->init_png, field);
+		return pd_sf_png_alpha(cJSON_IsArray(v) ? v->child : v, f->name, &p->init_png, field, &p->init_alpha);
 	case PD_SF_STRENGTH:
 		return pd_sf_float(v, f->name, 0, 1, &p->strength, field);
 	case PD_SF_N_ITER:
@@ -595,6 +648,10 @@ int pd_serve_params_parse(struct pd_serve_params *p, enum pd_serve_api api, cons
 		pd_errorf("image is required (the picture to edit)");
 		goto out;
 	}
+	/* OpenAI's images.edit: without a mask, the picture's own transparent
+	 * pixels are what it edits */
+	if (api == PD_API_OPENAI_EDIT && !p->mask_png && p->init_alpha && !(p->mask_png = pd_strdup(p->init_png)))
+		goto out;
 	/* refused here, not when the job runs (an asynchronous job would fail after its 202) */
 	if ((p->strength >= 0 || p->mask_png) && !p->init_png) {
 		bad = p->mask_png ? "mask" : "strength";

@@ -797,6 +797,31 @@ def main():
         got = []
     report(got == lake, "curl -F, OpenAI images.edit (multipart, a mask transparent where it repaints): generate -i "
            "--mask's PNG byte for byte%s" % ("" if got == lake else " (%s)" % out.stdout[:200]))
+    # without a mask, OpenAI's rule: the picture's own transparent pixels are what is edited
+    try:
+        from PIL import Image
+        rgba = os.path.join(tmp, "boat-rgba.png")
+        im = Image.open(init).convert("RGBA")
+        im.putalpha(Image.frombytes("L", im.size, bytes(0 if x < 24 else 255 for y in range(im.height)
+                                                        for x in range(im.width))))
+        im.save(rgba)
+        fields = ["image=@%s;type=image/png" % rgba] + [a for a in form[1::2] if not a.startswith(("image=", "mask="))]
+        f2 = [y for x in fields for y in ("-F", x)]
+        out = subprocess.run(["curl", "-s", "-S", "--max-time", "120", srv.url("/v1/images/edits"), *f2],
+                             capture_output=True, text=True)
+        got = pngs_openai(json.loads(out.stdout))
+    except (ImportError, ValueError, KeyError) as e:
+        got, out = [], str(e)
+    report(got == lake, "images.edit without a mask, a picture transparent where it repaints: generate -i --mask's "
+           "PNG byte for byte%s" % ("" if got == lake else " (%s)" % str(out)[:200]))
+    # a picture declaring 5000 x 5000 (16M pixels at most, whatever the size asked): 400 before any decode
+    import struct
+    import zlib
+    chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    big = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 5000, 5000, 8, 2, 0, 0, 0)) + chunk(b"IEND", b"")
+    st, ans, _ = post(srv, "/v1/jobs", {"prompt": "x", "image": base64.b64encode(big).decode(), "size": "64x48"})
+    report(st == 400 and ans["error"]["param"] == "image" and "more than" in ans["error"]["message"],
+           "a picture of 5000x5000 -> %s (%s)" % (st, (ans or {}).get("error", {}).get("message")))
     small = os.path.join(tmp, "mask-alpha-small.png")
     write_rgba_png(small, 16, 16, lambda x, y: 0)
     bad = [("no image", [a for a in form if not a.startswith("image=")], "image"),
@@ -861,7 +886,7 @@ def main():
            pngs_openai(ans2) == fox, "the model folder moved away after loading: later requests read no file "
            "(the text encoders stay loaded), still generate's PNGs (%s, %s)" % (st, st2))
     st, h = get(srv, "/health")
-    report(st == 200 and h["status"] == "ok" and h["ranks"] == 1 and h["served"] == 14 and h["queue"] == 0,
+    report(st == 200 and h["status"] == "ok" and h["ranks"] == 1 and h["served"] == 15 and h["queue"] == 0,
            "GET /health: %s" % h)
     st, m = get(srv, "/v1/models")
     report(st == 200 and m["data"][0]["id"] == model, "GET /v1/models")

@@ -99,52 +99,17 @@ static const struct pd_added_token *pd_added_at(const struct pd_added_tokens *a,
 	return best;
 }
 
-/* Appends sentencepiece's ids of S[0..n) to *IDS. */
-static int pd_added_append_text(const struct pd_t5_tok *t, const char *s, size_t n, int32_t **ids, size_t *count,
-				size_t *cap)
+int pd_added_encode(const struct pd_added_tokens *a, const char *text,
+		    int (*encode)(const void *ctx, const char *piece, struct pd_ids *ids), const void *ctx,
+		    struct pd_ids *ids)
 {
-	char *piece;
-	int32_t *got = NULL;
-	size_t m = 0;
-	int rc;
+	size_t n = strlen(text), i = 0, seg = 0;
+	const struct pd_added_token *prev = NULL;
+	char *piece = pd_malloc(n + 1, "tokenizing");
+	int rc = -1;
 
-	if (n == 0)
-		return 0;
-	piece = pd_malloc(n + 1, "tokenizing");
 	if (!piece)
 		return -1;
-	memcpy(piece, s, n);
-	piece[n] = 0;
-	rc = pd_t5_tok_encode(t, piece, &got, &m);
-	free(piece);
-	if (rc)
-		return -1;
-	if (*count + m > *cap) {
-		size_t nc = (*count + m) * 2 + 16;
-		int32_t *g = realloc(*ids, nc * sizeof(int32_t));
-
-		if (!g) {
-			free(got);
-			return pd_errorf("out of memory tokenizing");
-		}
-		*ids = g;
-		*cap = nc;
-	}
-	memcpy(*ids + *count, got, m * sizeof(int32_t));
-	*count += m;
-	free(got);
-	return 0;
-}
-
-int pd_t5_tok_encode_added(const struct pd_t5_tok *t, const struct pd_added_tokens *a, const char *text,
-			   int32_t **ids_out, size_t *n_out)
-{
-	size_t n = strlen(text), count = 0, cap = 0, i = 0, seg = 0;
-	int32_t *ids = NULL;
-	const struct pd_added_token *prev = NULL;
-
-	*ids_out = NULL;
-	*n_out = 0;
 	while (i <= n) {
 		const struct pd_added_token *tok = i < n ? pd_added_at(a, text + i, n - i) : NULL;
 		size_t s0 = seg, s1 = i;
@@ -159,33 +124,55 @@ int pd_t5_tok_encode_added(const struct pd_t5_tok *t, const struct pd_added_toke
 			s0 = pd_unicode_lstrip(text, s0, s1);
 		if (tok && tok->lstrip)
 			s1 = pd_unicode_rstrip(text, s0, s1);
-		if (pd_added_append_text(t, text + s0, s1 - s0, &ids, &count, &cap))
-			goto fail;
+		if (s1 > s0) {
+			memcpy(piece, text + s0, s1 - s0);
+			piece[s1 - s0] = 0;
+			if (encode(ctx, piece, ids))
+				goto out;
+		}
 		if (!tok)
 			break;
-		if (count + 1 > cap) {
-			int32_t *g = realloc(ids, (cap * 2 + 16) * sizeof(int32_t));
-
-			if (!g) {
-				pd_errorf("out of memory tokenizing");
-				goto fail;
-			}
-			ids = g;
-			cap = cap * 2 + 16;
-		}
-		ids[count++] = tok->id;
+		if (pd_ids_push(ids, tok->id))
+			goto out;
 		i += tok->len;
 		seg = i;
 		prev = tok;
 	}
-	if (!ids)
-		ids = pd_malloc(sizeof(int32_t), "tokenizing");
-	if (!ids)
+	rc = 0;
+out:
+	free(piece);
+	return rc;
+}
+
+static int pd_added_t5_piece(const void *ctx, const char *piece, struct pd_ids *ids)
+{
+	int32_t *got = NULL;
+	size_t m = 0;
+
+	if (pd_t5_tok_encode(ctx, piece, &got, &m))
 		return -1;
-	*ids_out = ids;
-	*n_out = count;
+	for (size_t k = 0; k < m; k++)
+		if (pd_ids_push(ids, got[k])) {
+			free(got);
+			return -1;
+		}
+	free(got);
 	return 0;
-fail:
-	free(ids);
-	return -1;
+}
+
+int pd_t5_tok_encode_added(const struct pd_t5_tok *t, const struct pd_added_tokens *a, const char *text,
+			   int32_t **ids_out, size_t *n_out)
+{
+	struct pd_ids ids = { 0 };
+
+	*ids_out = NULL;
+	*n_out = 0;
+	if (pd_added_encode(a, text, pd_added_t5_piece, t, &ids) ||
+	    (!ids.v && !(ids.v = pd_malloc(sizeof(int32_t), "tokenizing")))) {
+		free(ids.v);
+		return -1;
+	}
+	*ids_out = ids.v;
+	*n_out = ids.n;
+	return 0;
 }

@@ -75,6 +75,17 @@ int pd_config_has(const struct pd_config *c, const char *key)
 	return pd_config_item(c, key) != NULL;
 }
 
+int pd_config_object(const struct pd_config *c, const char *key, struct pd_config *sub)
+{
+	const cJSON *j = pd_config_item(c, key);
+
+	if (!cJSON_IsObject(j))
+		return pd_errorf("%s: %s %s", c->path, key, j ? "is not an object" : "missing");
+	sub->path = c->path;
+	sub->json = (void *)j;
+	return 0;
+}
+
 int pd_config_int(const struct pd_config *c, const char *key, int required, int64_t def, int64_t lo,
 		  int64_t hi, int64_t *out)
 {

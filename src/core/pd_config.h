@@ -25,6 +25,9 @@ int pd_config_load_in(struct pd_config *c, const char *dir, const char *file, co
 void pd_config_free(struct pd_config *c);
 
 int pd_config_has(const struct pd_config *c, const char *key);
+/* The object at KEY as a config of its own in *SUB (borrowing C's: free
+ * C, not SUB). 0, or -1 with a message when it is absent or no object. */
+int pd_config_object(const struct pd_config *c, const char *key, struct pd_config *sub);
 /* Integer in [lo, hi]; when the key is absent, DEF is used unless
  * REQUIRED is set. */
 int pd_config_int(const struct pd_config *c, const char *key, int required, int64_t def, int64_t lo,

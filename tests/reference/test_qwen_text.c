@@ -3,10 +3,15 @@
  * (tests/golden/qwen-tiny's text cases): the pipeline's template around
  * each prompt (ASCII, quotes and digits, accents and a dash, CJK with a
  * line break and a tab) tokenized by Qwen2's tokenizer, the ids exact; the
- * same from a tokenizer.json written here from the folder's files.
+ * same from a tokenizer.json written here from the folder's files; the
+ * language model (Qwen2.5-VL's, pd_llm) on those ids: last_hidden_state
+ * and prompt_embeds (the first 34 rows dropped, as the pipeline does)
+ * within 1e-4, in f32 products (and on the backend PDIT_TEST_BACKEND
+ * names).
  *
  *   test_qwen_text QWEN_GOLDEN_DIR
  */
+#include "pd_llm.h"
 #include "pd_safetensors.h"
 #include "pd_test.h"
 #include "pd_tokenizer.h"
@@ -43,6 +48,22 @@ static void check_ids(const char *what, const struct pd_st *st, const int32_t *i
 	PD_CHECK((size_t)t->numel == n && bad == n, "%s: %zu ids, transformers' %lld; first difference at %zu (%d, not %lld)",
 		 what, n, (long long)t->numel, bad, bad < n ? ids[bad] : -1,
 		 bad < (size_t)t->numel ? (long long)want[bad] : -1LL);
+}
+
+/* OUT (N rows of D) against the case's tensor NAME from row FIRST, as a
+ * relative error within 1e-4. */
+static void check_rows(const char *what, const struct pd_st *st, const char *name, const float *out, int64_t n,
+		       int64_t first, int64_t d)
+{
+	const struct pd_st_tensor *t = pd_st_get(st, name);
+	float *want = t ? malloc((size_t)t->numel * sizeof(float)) : NULL;
+	double e = 1;
+
+	if (want && t->numel == (n - first) * d && !pd_st_read_f32(t, 0, (size_t)t->numel, want))
+		e = pd_rel_err(out + first * d, want, (size_t)t->numel);
+	printf("  %s: %s %.2e\n", what, name, e);
+	PD_CHECK(e <= 1e-4, "%s: %s differs from transformers' by %.3g", what, name, e);
+	free(want);
 }
 
 /* A tokenizer.json of the folder DIR's vocabulary, merges (as [a, b]
@@ -108,6 +129,9 @@ int main(int argc, char **argv)
 {
 	const char *dir = argc > 1 ? argv[1] : "tests/golden/qwen-tiny";
 	char *tdir = pd_strfmt("%s/model/tokenizer", dir), jdir[] = "/tmp/pdit-qwen-tok-XXXXXX";
+	char *edir = pd_strfmt("%s/model/text_encoder", dir);
+	struct pd_backend *be = NULL;
+	struct pd_llm *llm = NULL;
 	struct pd_qwen_tok tok, jtok;
 	int have_json;
 
@@ -115,6 +139,9 @@ int main(int argc, char **argv)
 	have_json = mkdtemp(jdir) && write_tokenizer_json(tdir, jdir) == 0 && pd_qwen_tok_load(&jtok, jdir) == 0;
 	PD_CHECK(have_json, "a tokenizer.json of the same: %s", pd_last_error());
 	PD_CHECK(tok.pad >= 0, "no pad token read (<|endoftext|>)");
+	PD_CHECK(pd_test_backend_new(&be, PD_F32, 2) == 0, "backend: %s", pd_last_error());
+	pd_backend_enter(be);
+	PD_CHECK(pd_llm_load(&llm, edir, be) == 0, "the language model: %s", pd_last_error());
 	for (int k = 0; k < 4; k++) {
 		char *path = pd_strfmt("%s/text-%d.safetensors", dir, k), *text = NULL;
 		struct pd_st *st = NULL;
@@ -128,10 +155,25 @@ int main(int argc, char **argv)
 		}
 		text = fill_template(pd_st_meta(st, "template"), pd_st_meta(st, "prompt"));
 		PD_CHECK(text != NULL, "%s: no template with {} or no prompt", path);
-		if (text && pd_qwen_tok_encode(&tok, text, &ids, &n) == 0)
+		if (text && pd_qwen_tok_encode(&tok, text, &ids, &n) == 0) {
+			int64_t D = llm ? pd_llm_get_config(llm)->hidden : 0, drop = atoi(pd_st_meta(st, "drop_idx"));
+			int64_t *ids64 = malloc(n * sizeof(int64_t) + 1);
+			float *out = malloc((size_t)(n * (size_t)D + 1) * sizeof(float));
+
 			check_ids(path, st, ids, n);
-		else
+			for (size_t i = 0; ids64 && i < n; i++)
+				ids64[i] = ids[i];
+			if (llm && ids64 && out && pd_llm_forward(llm, ids64, (int)n, out, NULL) == 0) {
+				check_rows(path, st, "last_hidden_state", out, (int64_t)n, 0, D);
+				check_rows(path, st, "prompt_embeds", out, (int64_t)n, drop, D);
+			} else {
+				PD_CHECK(0, "%s: the language model: %s", path, pd_last_error());
+			}
+			free(ids64);
+			free(out);
+		} else {
 			PD_CHECK(0, "%s: %s", path, pd_last_error());
+		}
 		free(ids);
 		ids = NULL;
 		if (text && have_json && pd_qwen_tok_encode(&jtok, text, &ids, &n) == 0)
@@ -142,6 +184,9 @@ int main(int argc, char **argv)
 		pd_st_close(st);
 		free(path);
 	}
+	pd_llm_free(llm);
+	pd_backend_free(be);
+	free(edir);
 	pd_qwen_tok_free(&tok);
 	if (have_json)
 		pd_qwen_tok_free(&jtok);

@@ -1,0 +1,52 @@
+/*
+ * pd_llm.h - a decoder-only language model as a text encoder: its last
+ * hidden state after the final norm, as the pipelines read it
+ * (Qwen-Image's text encoder is Qwen2.5-VL's language model; HunyuanVideo
+ * and the newer families use others of this shape).
+ *
+ * The Qwen2 decoder of transformers v4.43.4 (modeling_qwen2.py; Qwen2.5-VL's
+ * language model is the same for text): token embedding, per layer
+ * RMSNorm, grouped-query attention with q/k/v biases and rotary positions
+ * (rotate-half, theta from the config; Qwen2.5-VL's multimodal RoPE gives
+ * a text-only prompt the same position in its three sections, which is
+ * this), causal; RMSNorm, SiLU-gated MLP; the final RMSNorm.
+ *
+ * A prompt is encoded alone: under the causal mask a prompt's tokens never
+ * see the padding a batch puts after them, so its hidden states are the
+ * batch's on its own tokens.
+ *
+ * Weights: a transformers folder (config.json, model.safetensors or its
+ * shards) or one .safetensors file, the decoder under `model.`,
+ * `model.language_model.` or `language_model.model.` (the vision tower's
+ * weights, `visual.`, are never read); the token table is read a row at a
+ * time.
+ */
+#ifndef PD_LLM_H
+#define PD_LLM_H
+
+#include "pd_backend.h"
+#include "pd_dump.h"
+
+struct pd_llm_config {
+	int hidden;                     /* hidden_size */
+	int intermediate;               /* intermediate_size (the MLP) */
+	int layers;                     /* num_hidden_layers */
+	int heads;                      /* num_attention_heads */
+	int kv_heads;                   /* num_key_value_heads (grouped-query attention) */
+	int head_dim;                   /* hidden / heads unless the config says */
+	int vocab;                      /* vocab_size */
+	float eps;                      /* rms_norm_eps */
+	double theta;                   /* rope_theta */
+};
+
+struct pd_llm;
+
+int pd_llm_load(struct pd_llm **out, const char *path, struct pd_backend *be);
+const struct pd_llm_config *pd_llm_get_config(const struct pd_llm *m);
+/* IDS [n] (one prompt, positions 0..n-1) -> OUT [n, hidden], the last
+ * hidden state after the final norm. DUMP gets llm.embeddings and
+ * llm.layer.K. */
+int pd_llm_forward(struct pd_llm *m, const int64_t *ids, int n, float *out, const struct pd_dump *dump);
+void pd_llm_free(struct pd_llm *m);
+
+#endif /* PD_LLM_H */

@@ -339,8 +339,11 @@ struct pd_dit_family {
 	/* latent [C, frames, h, w] -> tokens [L, packed_channels], and back */
 	void (*pack)(const struct pd_latent_shape *ls, const float *unpacked, float *packed);
 	void (*unpack)(const struct pd_latent_shape *ls, const float *packed, float *unpacked);
-	/* position ids [L, n_axes] of the image tokens (text tokens: zeros) */
+	/* position ids [L, n_axes] of the image tokens */
 	void (*image_ids)(const struct pd_latent_shape *ls, int n_axes, float *ids);
+	/* position ids [txt_len, n_axes] of the text tokens beside LS's
+	 * image (Qwen-Image's follow the image's); NULL: zeros (FLUX) */
+	void (*text_ids)(const struct pd_latent_shape *ls, int64_t txt_len, int n_axes, float *ids);
 	/* the defaults for the model INFO describes */
 	void (*defaults)(const struct pd_dit_info *info, struct pd_dit_defaults *d);
 	/* The VAE its pipeline decodes with (model/vae's pd_vae.h; Wan's video

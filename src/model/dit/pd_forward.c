@@ -101,6 +101,92 @@ static int pd_forward_unpacked(struct pd_forward_inputs *in, const struct pd_st 
 	return 0;
 }
 
+/* Packed tokens without ids: placed by the family, the picture's size from
+ * the case's metadata (height and width in pixels, as the pipelines take
+ * them). */
+static int pd_forward_place(struct pd_forward_inputs *in, const struct pd_st *st, const struct pd_dit_family *fam,
+			    const struct pd_dit_info *info)
+{
+	const char *hm = pd_st_meta(st, "height"), *wm = pd_st_meta(st, "width");
+	int64_t A = info->n_axes;
+
+	if (!hm || !wm)
+		return pd_errorf("%s: no in.img_ids, and no height and width in its metadata to place the tokens", st->path);
+	if (fam->latent_shape(&in->ls, info, 1, atoi(hm), atoi(wm)))
+		return pd_errorf("%s: its height and width: %s", st->path, pd_last_error());
+	if (in->ls.tokens != in->img_len)
+		return pd_errorf("%s: in.hidden_states has %lld tokens; a %sx%s picture has %lld", st->path,
+				 (long long)in->img_len, wm, hm, (long long)in->ls.tokens);
+	in->img_ids = pd_malloc((size_t)(in->img_len * A + 1) * sizeof(float), "ids");
+	in->txt_ids = pd_calloc((size_t)(in->txt_len * A + 1), sizeof(float), "ids");
+	if (!in->img_ids || !in->txt_ids)
+		return -1;
+	fam->image_ids(&in->ls, (int)A, in->img_ids);
+	if (fam->text_ids)
+		fam->text_ids(&in->ls, in->txt_len, (int)A, in->txt_ids);
+	return 0;
+}
+
+/* The text mask in.encoder_hidden_states_mask [B, T] (nonzero: a token),
+ * when the case has one: padding at the end of every prompt alike, which
+ * no token may see; the text is cut to the tokens (the same attention, and
+ * their positions do not move). */
+static int pd_forward_text_mask(struct pd_forward_inputs *in, const struct pd_st *st, int64_t J)
+{
+	int64_t B = in->batch, T = in->txt_len, n = -1, ms[2] = { B, T };
+	const struct pd_st_tensor *t = pd_st_get(st, "in.encoder_hidden_states_mask");
+	float *mask = NULL;
+
+	if (!t)
+		return 0;
+	if (t->dtype == PD_I64 || t->dtype == PD_I32) {
+		/* the pipelines' masks are integers */
+		if (pd_st_require(st, "in.encoder_hidden_states_mask", 2, ms, &t) ||
+		    !(mask = pd_malloc((size_t)(B * T) * sizeof(float), "the text mask")))
+			return -1;
+		for (int64_t i = 0; i < B * T; i++) {
+			int64_t v;
+
+			if (t->dtype == PD_I64) {
+				memcpy(&v, (const char *)t->data + i * 8, 8);
+			} else {
+				int32_t v32;
+
+				memcpy(&v32, (const char *)t->data + i * 4, 4);
+				v = v32;
+			}
+			mask[i] = v != 0;
+		}
+	} else if (pd_st_load_f32(st, "in.encoder_hidden_states_mask", 2, ms, &mask)) {
+		return -1;
+	}
+	for (int64_t b = 0; b < B; b++) {
+		int64_t k = 0;
+
+		while (k < T && mask[b * T + k] != 0)
+			k++;
+		for (int64_t j = k; j < T; j++)
+			if (mask[b * T + j] != 0) {
+				free(mask);
+				return pd_errorf("%s: in.encoder_hidden_states_mask has a gap in prompt %lld: only padding at "
+						 "the end is read", st->path, (long long)b);
+			}
+		if (n >= 0 && k != n) {
+			free(mask);
+			return pd_errorf("%s: the prompts of in.encoder_hidden_states_mask have %lld and %lld tokens: give "
+					 "one prompt a case", st->path, (long long)n, (long long)k);
+		}
+		n = k;
+	}
+	free(mask);
+	if (n < 1)
+		return pd_errorf("%s: in.encoder_hidden_states_mask leaves no text token", st->path);
+	for (int64_t b = 1; b < B; b++)
+		memmove(in->txt + b * n * J, in->txt + b * T * J, (size_t)(n * J) * sizeof(float));
+	in->txt_len = n;
+	return 0;
+}
+
 int pd_forward_inputs_read(struct pd_forward_inputs *in, const struct pd_st *st, const struct pd_dit_family *fam,
 			   const struct pd_dit_info *info)
 {
@@ -142,17 +228,22 @@ int pd_forward_inputs_read(struct pd_forward_inputs *in, const struct pd_st *st,
 	} else {
 		int64_t hs[3] = { B, L, info->in_channels }, is[2] = { L, A }, ts[2] = { T, A };
 
-		if (pd_st_load_f32(st, "in.hidden_states", 3, hs, &in->img) ||
-		    pd_st_load_f32(st, "in.img_ids", 2, is, &in->img_ids) ||
-		    pd_st_load_f32(st, "in.txt_ids", 2, ts, &in->txt_ids))
+		if (pd_st_load_f32(st, "in.hidden_states", 3, hs, &in->img))
 			goto fail;
+		if (pd_st_get(st, "in.img_ids") || !fam->image_ids) {
+			if (pd_st_load_f32(st, "in.img_ids", 2, is, &in->img_ids) ||
+			    pd_st_load_f32(st, "in.txt_ids", 2, ts, &in->txt_ids))
+				goto fail;
+		} else if (pd_forward_place(in, st, fam, info)) {
+			goto fail;
+		}
 	}
 	{
 		int64_t es[3] = { B, T, info->txt_width }, ps[2] = { B, info->pooled_width };
 
 		if (pd_st_load_f32(st, "in.encoder_hidden_states", 3, es, &in->txt) ||
 		    (info->pooled_width > 0 && pd_st_load_f32(st, "in.pooled_projections", 2, ps, &in->pooled)) ||
-		    pd_read_batch_scalar(st, "in.timestep", B, &in->timestep))
+		    pd_read_batch_scalar(st, "in.timestep", B, &in->timestep) || pd_forward_text_mask(in, st, info->txt_width))
 			goto fail;
 	}
 	if (info->guidance) {

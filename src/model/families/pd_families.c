@@ -6,6 +6,7 @@
 #include "pd_config.h"
 #include "pd_safetensors.h"
 #include "pd_flux.h"
+#include "pd_qwen.h"
 #include "pd_wan.h"
 #include "pd_util.h"
 
@@ -15,6 +16,7 @@
 static const struct pd_dit_family *const pd_families[] = {
 	&pd_flux_family,
 	&pd_wan_family,
+	&pd_qwen_family,
 };
 
 /* The class a transformer's config names (diffusers' _class_name), "" when

@@ -54,6 +54,7 @@ struct pd_flux {
 	int64_t mlp;                    /* MLP columns held here: cfg.mlp_dim / shard.count */
 	struct pd_linear *x_embedder;   /* in_channels -> D */
 	struct pd_linear *context_embedder; /* joint_attention_dim -> D */
+	float *txt_norm;                /* Qwen-Image: the text's RMSNorm weight [joint_attention_dim], or NULL */
 	struct pd_linear *time1, *time2; /* timestep_embedder MLP */
 	struct pd_linear *guid1, *guid2; /* guidance_embedder MLP (dev only) */
 	struct pd_linear *text1, *text2; /* text_embedder (pooled) MLP */
@@ -95,18 +96,24 @@ int pd_flux_config_load(struct pd_flux_config *cfg, const char *dir)
 		pd_st_close(st);
 		return 0;
 	}
+	const char *cls = NULL;
+
 	if (pd_config_load_in(&c, dir, "config.json", "FLUX transformer"))
 		return -1;
-	rc = pd_flux_config_parse(cfg, &c);
+	rc = pd_config_string(&c, "_class_name", 0, "", &cls) ? -1
+	     : !strcmp(cls, "QwenImageTransformer2DModel") ? pd_flux_config_parse_qwen(cfg, &c)
+							   : pd_flux_config_parse(cfg, &c);
 	pd_config_free(&c);
 	return rc;
 }
 
+static int pd_flux_config_axes(struct pd_flux_config *cfg, const struct pd_config *cp);
+
 int pd_flux_config_parse(struct pd_flux_config *cfg, const struct pd_config *cp)
 {
 	struct pd_config c = *cp;
-	int64_t v, axes[PD_FLUX_MAX_AXES];
-	int rc = -1, n, sum = 0;
+	int64_t v;
+	int rc = -1;
 
 	memset(cfg, 0, sizeof(*cfg));
 #define GETI(key, req, def, lo, hi, field) \
@@ -132,6 +139,57 @@ int pd_flux_config_parse(struct pd_flux_config *cfg, const struct pd_config *cp)
 	}
 	if (pd_config_bool(&c, "guidance_embeds", 0, 0, &cfg->guidance_embeds))
 		goto out;
+	rc = pd_flux_config_axes(cfg, &c);
+out:
+	return rc;
+}
+
+int pd_flux_config_parse_qwen(struct pd_flux_config *cfg, const struct pd_config *cp)
+{
+	static const char *const unsupported[] = { "guidance_embeds", "use_additional_t_cond", "use_layer3d_rope",
+						   "zero_cond_t" };
+	struct pd_config c = *cp;
+	int64_t v;
+	int on;
+
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->qwen = 1;
+#define GETI(key, req, def, lo, hi, field) \
+	do { \
+		if (pd_config_int(&c, key, req, def, lo, hi, &v)) \
+			return -1; \
+		cfg->field = (int)v; \
+	} while (0)
+	GETI("in_channels", 1, 0, 1, 1 << 16, in_channels);
+	GETI("out_channels", 0, cfg->in_channels / 4, 1, 1 << 16, out_channels);
+	GETI("num_layers", 1, 0, 0, 1 << 12, num_layers);
+	GETI("num_attention_heads", 1, 0, 1, 1 << 12, heads);
+	GETI("attention_head_dim", 1, 0, 2, 1 << 14, head_dim);
+	GETI("joint_attention_dim", 1, 0, 1, 1 << 16, joint_attention_dim);
+#undef GETI
+	if (pd_config_int(&c, "patch_size", 0, 2, 1, 8, &v))
+		return -1;
+	/* proj_out writes a token's patch of every channel */
+	cfg->out_channels *= (int)(v * v);
+	/* the variants of later Qwen-Image models (Edit 2511's zero_cond_t,
+	 * ...) change the arithmetic: not read as this one */
+	for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++) {
+		if (pd_config_bool(&c, unsupported[i], 0, 0, &on))
+			return -1;
+		if (on)
+			return pd_errorf("%s: %s is not supported (Qwen-Image's transformer has it off)", c.path,
+					 unsupported[i]);
+	}
+	return pd_flux_config_axes(cfg, &c);
+}
+
+/* axes_dims_rope (summing to the head width) and the widths that follow. */
+static int pd_flux_config_axes(struct pd_flux_config *cfg, const struct pd_config *cp)
+{
+	struct pd_config c = *cp;
+	int64_t axes[PD_FLUX_MAX_AXES];
+	int rc = -1, n, sum = 0;
+
 	if (pd_config_int_array(&c, "axes_dims_rope", PD_FLUX_MAX_AXES, 2, 1 << 14, axes, &n))
 		goto out;
 	cfg->n_axes = n;
@@ -188,9 +246,12 @@ static void pd_flux_load_double(struct pd_loader *ld, const struct pd_flux *m, i
 	struct pd_slice out = pd_row_slice(m, D, r * m->dim, m->dim), ff1 = pd_col_slice(D, r * m->mlp, m->mlp);
 	struct pd_slice ff2 = pd_row_slice(m, D, r * m->mlp, m->mlp);
 	const char *p = "transformer_blocks";
+	/* the two layouts' names of the same layers (pd_flux_config.qwen) */
+	const char *n1 = c->qwen ? "img_mod.1" : "norm1.linear", *n1c = c->qwen ? "txt_mod.1" : "norm1_context.linear";
+	const char *ff = c->qwen ? "img_mlp" : "ff", *ffc = c->qwen ? "txt_mlp" : "ff_context";
 
-	b->norm1 = pd_loader_linear_slice(ld, 6 * D, D, &mod, "%s.%d.norm1.linear", p, i);
-	b->norm1_ctx = pd_loader_linear_slice(ld, 6 * D, D, &mod, "%s.%d.norm1_context.linear", p, i);
+	b->norm1 = pd_loader_linear_slice(ld, 6 * D, D, &mod, "%s.%d.%s", p, i, n1);
+	b->norm1_ctx = pd_loader_linear_slice(ld, 6 * D, D, &mod, "%s.%d.%s", p, i, n1c);
 	b->q = pd_loader_linear_slice(ld, D, D, &qkv, "%s.%d.attn.to_q", p, i);
 	b->k = pd_loader_linear_slice(ld, D, D, &qkv, "%s.%d.attn.to_k", p, i);
 	b->v = pd_loader_linear_slice(ld, D, D, &qkv, "%s.%d.attn.to_v", p, i);
@@ -203,10 +264,10 @@ static void pd_flux_load_double(struct pd_loader *ld, const struct pd_flux *m, i
 	b->norm_added_k = pd_loader_vector(ld, Dh, "%s.%d.attn.norm_added_k.weight", p, i);
 	b->out = pd_loader_linear_slice(ld, D, D, &out, "%s.%d.attn.to_out.0", p, i);
 	b->add_out = pd_loader_linear_slice(ld, D, D, &out, "%s.%d.attn.to_add_out", p, i);
-	b->ff1 = pd_loader_linear_slice(ld, M, D, &ff1, "%s.%d.ff.net.0.proj", p, i);
-	b->ff2 = pd_loader_linear_slice(ld, D, M, &ff2, "%s.%d.ff.net.2", p, i);
-	b->ff_ctx1 = pd_loader_linear_slice(ld, M, D, &ff1, "%s.%d.ff_context.net.0.proj", p, i);
-	b->ff_ctx2 = pd_loader_linear_slice(ld, D, M, &ff2, "%s.%d.ff_context.net.2", p, i);
+	b->ff1 = pd_loader_linear_slice(ld, M, D, &ff1, "%s.%d.%s.net.0.proj", p, i, ff);
+	b->ff2 = pd_loader_linear_slice(ld, D, M, &ff2, "%s.%d.%s.net.2", p, i, ff);
+	b->ff_ctx1 = pd_loader_linear_slice(ld, M, D, &ff1, "%s.%d.%s.net.0.proj", p, i, ffc);
+	b->ff_ctx2 = pd_loader_linear_slice(ld, D, M, &ff2, "%s.%d.%s.net.2", p, i, ffc);
 }
 
 static void pd_flux_load_single(struct pd_loader *ld, const struct pd_flux *m, int i, struct pd_flux_single *b)
@@ -237,7 +298,8 @@ static void pd_flux_load_single(struct pd_loader *ld, const struct pd_flux *m, i
 /* FLUX.1 uses an MLP of 4 x dim, but the weights are the authority. */
 static int pd_flux_mlp_dim(const struct pd_st *st, struct pd_flux_config *c)
 {
-	const struct pd_st_tensor *t = pd_st_get(st, "transformer_blocks.0.ff.net.0.proj.weight");
+	const struct pd_st_tensor *t = pd_st_get(st, c->qwen ? "transformer_blocks.0.img_mlp.net.0.proj.weight"
+						       : "transformer_blocks.0.ff.net.0.proj.weight");
 
 	if (!t)
 		t = pd_st_get(st, "single_transformer_blocks.0.proj_mlp.weight");
@@ -316,16 +378,19 @@ static int pd_flux_load_cfg(struct pd_flux **out, const char *dir, const char *c
 	D = c->dim;
 	ld.st = st;
 	ld.be = be;
-	/* the layers as adapters find them (pd_lora_set) */
-	if (pd_flux_linears(c, &m->dit.layers, &m->dit.n_layers))
+	/* the layers as adapters find them (pd_lora_set); Qwen-Image's are
+	 * not listed yet: its adapters are refused */
+	if (!c->qwen && pd_flux_linears(c, &m->dit.layers, &m->dit.n_layers))
 		goto fail;
 	ld.each_linear = pd_dit_hold_linear;
 	ld.each_ctx = &m->dit;
 	/* embedders are replicated: small, and needed by every shard whole;
 	 * every stage needs the time embedding for its modulations */
 	if (m->dit.shard.block_first == 0) {
-		m->x_embedder = pd_loader_linear(&ld, D, c->in_channels, "x_embedder");
-		m->context_embedder = pd_loader_linear(&ld, D, c->joint_attention_dim, "context_embedder");
+		m->x_embedder = pd_loader_linear(&ld, D, c->in_channels, c->qwen ? "img_in" : "x_embedder");
+		m->context_embedder = pd_loader_linear(&ld, D, c->joint_attention_dim, c->qwen ? "txt_in" : "context_embedder");
+		if (c->qwen)
+			m->txt_norm = pd_loader_vector(&ld, c->joint_attention_dim, "txt_norm.weight");
 	}
 	m->time1 = pd_loader_linear(&ld, D, PD_TIME_CHANNELS, "time_text_embed.timestep_embedder.linear_1");
 	m->time2 = pd_loader_linear(&ld, D, D, "time_text_embed.timestep_embedder.linear_2");
@@ -333,8 +398,10 @@ static int pd_flux_load_cfg(struct pd_flux **out, const char *dir, const char *c
 		m->guid1 = pd_loader_linear(&ld, D, PD_TIME_CHANNELS, "time_text_embed.guidance_embedder.linear_1");
 		m->guid2 = pd_loader_linear(&ld, D, D, "time_text_embed.guidance_embedder.linear_2");
 	}
-	m->text1 = pd_loader_linear(&ld, D, c->pooled_projection_dim, "time_text_embed.text_embedder.linear_1");
-	m->text2 = pd_loader_linear(&ld, D, D, "time_text_embed.text_embedder.linear_2");
+	if (c->pooled_projection_dim) {
+		m->text1 = pd_loader_linear(&ld, D, c->pooled_projection_dim, "time_text_embed.text_embedder.linear_1");
+		m->text2 = pd_loader_linear(&ld, D, D, "time_text_embed.text_embedder.linear_2");
+	}
 	if (m->dit.shard.block_first + m->dit.shard.block_count == pd_flux_blocks(c)) {
 		nout = pd_col_slice(D, m->dit.shard.rank * 2 * D / m->dit.shard.count, 2 * D / m->dit.shard.count);
 		m->norm_out = pd_loader_linear_slice(&ld, 2 * D, D, &nout, "norm_out.linear");
@@ -423,6 +490,7 @@ void pd_flux_free(struct pd_flux *m)
 #define VF(p) do { if (p) be->ops->free(be, (p)); } while (0)
 	LF(m->x_embedder);
 	LF(m->context_embedder);
+	VF(m->txt_norm);
 	LF(m->time1);
 	LF(m->time2);
 	LF(m->guid1);
@@ -500,7 +568,8 @@ int pd_flux_dit_info(const struct pd_flux_config *c, struct pd_dit_info *info)
 	/* x_embedder, context_embedder, time/guidance/text embedders, norm_out,
 	 * proj_out */
 	info->fixed_params = D * c->in_channels + D * c->joint_attention_dim + 2.0 * 256 * D + 2.0 * D * D +
-			     c->pooled_projection_dim * D + D * D + 2.0 * D * D + D * c->in_channels;
+			     (c->pooled_projection_dim ? c->pooled_projection_dim * D + D * D : 0) + 2.0 * D * D +
+			     D * c->out_channels;
 	info->img_flops = 2.0 * c->in_channels * D + 2.0 * D * c->out_channels;
 	info->txt_flops = 2.0 * c->joint_attention_dim * D;
 	/* the modulations are matrix-vector products: counted, if small */
@@ -853,12 +922,17 @@ static void pd_flux_temb(struct pd_flux *m, const struct pd_dit_call *in, float 
 		PD_FLUX_DUMP(NULL, "emb.guidance_embedder", e_g, D, 1, D, D);
 		be->ops->add(be, e_t, e_t, e_g, (size_t)D);
 	}
-	be->ops->upload(be, dproj, in->pooled, (size_t)c->pooled_projection_dim);
-	be->ops->linear(be, m->text1, dproj, c->pooled_projection_dim, 1, h, D, 0);
-	be->ops->silu(be, h, h, (size_t)D);
-	be->ops->linear(be, m->text2, h, D, 1, e_x, D, 0);
-	PD_FLUX_DUMP(NULL, "emb.text_embedder", e_x, D, 1, D, D);
-	be->ops->add(be, temb, e_t, e_x, (size_t)D);
+	if (c->pooled_projection_dim) {
+		be->ops->upload(be, dproj, in->pooled, (size_t)c->pooled_projection_dim);
+		be->ops->linear(be, m->text1, dproj, c->pooled_projection_dim, 1, h, D, 0);
+		be->ops->silu(be, h, h, (size_t)D);
+		be->ops->linear(be, m->text2, h, D, 1, e_x, D, 0);
+		PD_FLUX_DUMP(NULL, "emb.text_embedder", e_x, D, 1, D, D);
+		be->ops->add(be, temb, e_t, e_x, (size_t)D);
+	} else {
+		/* Qwen-Image: the time alone */
+		be->ops->copy2d(be, temb, D, e_t, D, 1, D);
+	}
 	PD_FLUX_DUMP(NULL, "emb.temb", temb, D, 1, D, D);
 	be->ops->silu(be, silu_temb, temb, (size_t)D);
 }
@@ -905,6 +979,10 @@ int pd_flux_forward_blocks(struct pd_flux *m, const struct pd_dit_call *in, int 
 		be->ops->linear(be, m->x_embedder, m->io, c->in_channels, L, m->x + T * D, D, 0);
 		if (T > 0) {
 			be->ops->upload(be, m->io, in->txt, (size_t)(T * c->joint_attention_dim));
+			/* Qwen-Image: RMSNorm of the text first */
+			if (m->txt_norm)
+				be->ops->rmsnorm_heads(be, m->io, c->joint_attention_dim, T, 1, c->joint_attention_dim,
+						       m->txt_norm, PD_FLUX_EPS);
 			be->ops->linear(be, m->context_embedder, m->io, c->joint_attention_dim, T, m->x, D, 0);
 		}
 		PD_FLUX_DUMP(NULL, "emb.x_embedder", m->x + T * D, D, L, D, L, D);

@@ -24,6 +24,8 @@
 #include "pd_dit.h"
 #include "pd_dump.h"
 
+struct pd_config;
+
 #define PD_FLUX_MAX_AXES 8
 
 struct pd_flux_config {
@@ -40,9 +42,19 @@ struct pd_flux_config {
 	int guidance_embeds;            /* has the distilled-guidance embedder (dev) */
 	int n_axes;                     /* RoPE axes (3 in FLUX.1) */
 	int axes_dims[PD_FLUX_MAX_AXES]; /* channels per RoPE axis, summing to head_dim */
+	/* Qwen-Image's transformer (QwenImageTransformer2DModel) is FLUX's
+	 * double-stream block without single blocks: its names (img_in,
+	 * txt_in, img_mod.1, txt_mod.1, img_mlp, txt_mlp), an RMSNorm of the
+	 * text before txt_in (txt_norm), no pooled or guidance embedding;
+	 * the same arithmetic otherwise (modulation chunks, q/k RMSNorm,
+	 * interleaved RoPE, [text, image] attention, final scale/shift) */
+	int qwen;
 };
 
-struct pd_config;
+/* Checks a diffusers QwenImageTransformer2DModel config already parsed
+ * (its proj_out writes patch_size^2 x out_channels: out_channels here). */
+int pd_flux_config_parse_qwen(struct pd_flux_config *cfg, const struct pd_config *c);
+
 struct pd_st;
 
 /* Reads and checks DIR/config.json (or a single file's sizes, as
@@ -72,6 +84,12 @@ struct pd_flux;
 
 /* FLUX.1's pipeline side: 2x2 latent patches, (0, row, column) positions. */
 extern const struct pd_dit_family pd_flux_family;
+/* FLUX's geometry, which Qwen-Image shares: the VAE's latent at 1/8 of the
+ * picture, its 2x2 patches the tokens (packed[(i w/2 + j), ch 4 + dy 2 +
+ * dx] = latent[ch, 2i + dy, 2j + dx]). */
+int pd_flux_latent_shape(struct pd_latent_shape *ls, const struct pd_dit_info *info, int frames, int height, int width);
+void pd_flux_pack(const struct pd_latent_shape *ls, const float *unpacked, float *packed);
+void pd_flux_unpack(const struct pd_latent_shape *ls, const float *packed, float *unpacked);
 
 /* The sizes the outside sees (pd_dit.h) of a model of config CFG. */
 int pd_flux_dit_info(const struct pd_flux_config *cfg, struct pd_dit_info *info);

@@ -21,7 +21,7 @@ static int pd_flux_fill_channels(int latent_channels)
 
 /* The VAE's latent is 1/8 of the picture and the tokens are its 2x2
  * patches: a picture is a multiple of 16 pixels each way. */
-static int pd_flux_latent_shape(struct pd_latent_shape *ls, const struct pd_dit_info *info, int frames, int height,
+int pd_flux_latent_shape(struct pd_latent_shape *ls, const struct pd_dit_info *info, int frames, int height,
 				int width)
 {
 	if (frames != 1)
@@ -49,7 +49,7 @@ static int pd_flux_latent_shape(struct pd_latent_shape *ls, const struct pd_dit_
 
 /* packed[(i * w/2 + j), ch * 4 + dy * 2 + dx] = latent[ch, 2i + dy, 2j + dx]
  * (PF:520-525). */
-static void pd_flux_pack(const struct pd_latent_shape *ls, const float *u, float *p)
+void pd_flux_pack(const struct pd_latent_shape *ls, const float *u, float *p)
 {
 	int hp = ls->h / 2, wp = ls->w / 2, C = ls->channels;
 
@@ -62,7 +62,7 @@ static void pd_flux_pack(const struct pd_latent_shape *ls, const float *u, float
 							u[((int64_t)ch * ls->h + 2 * i + dy) * ls->w + 2 * j + dx];
 }
 
-static void pd_flux_unpack(const struct pd_latent_shape *ls, const float *p, float *u)
+void pd_flux_unpack(const struct pd_latent_shape *ls, const float *p, float *u)
 {
 	int hp = ls->h / 2, wp = ls->w / 2, C = ls->channels;
 

@@ -1,0 +1,106 @@
+/*
+ * pd_qwen_family.c - Qwen-Image's side of the pipeline (QP = diffusers'
+ * pipelines/qwenimage/pipeline_qwenimage.py, QT = transformer_qwenimage.py
+ * at v0.40): the latent in FLUX's 2x2 patches, an image token's position
+ * (0, row, column) centred on the picture, a text token's on the diagonal
+ * after it.
+ */
+#include "pd_flux.h"
+#include "pd_qwen.h"
+#include "pd_util.h"
+#include "pd_wan_vae.h"
+
+#include <string.h>
+
+/* QT QwenEmbedRope with scale_rope: row r of the H patch rows sits at
+ * r - ceil(H/2), column c at c - ceil(W/2), the frame at 0. */
+static void pd_qwen_image_ids(const struct pd_latent_shape *ls, int n_axes, float *ids)
+{
+	int hp = ls->h / 2, wp = ls->w / 2;
+
+	for (int64_t n = 0; n < ls->tokens; n++) {
+		for (int a = 0; a < n_axes; a++)
+			ids[n * n_axes + a] = 0.0f;
+		if (n_axes > 1)
+			ids[n * n_axes + 1] = (float)(n / wp - (hp + 1) / 2);
+		if (n_axes > 2)
+			ids[n * n_axes + 2] = (float)(n % wp - (wp + 1) / 2);
+	}
+}
+
+/* QT: text token j at max(H//2, W//2) + j on every axis (the padded
+ * length's positions: a mask does not move them). */
+static void pd_qwen_text_ids(const struct pd_latent_shape *ls, int64_t txt_len, int n_axes, float *ids)
+{
+	int hp = ls->h / 2, wp = ls->w / 2, start = hp / 2 > wp / 2 ? hp / 2 : wp / 2;
+
+	for (int64_t j = 0; j < txt_len; j++)
+		for (int a = 0; a < n_axes; a++)
+			ids[j * n_axes + a] = (float)(start + j);
+}
+
+/* QP's defaults and the published scheduler_config.json: 50 steps, the
+ * exponential shift of the resolution (0.5 at 256 tokens, 0.9 at 8192),
+ * true CFG at 4 with a negative prompt; 1328^2, the model card's square
+ * size. */
+static void pd_qwen_defaults(const struct pd_dit_info *info, struct pd_dit_defaults *d)
+{
+	(void)info;
+	memset(d, 0, sizeof(*d));
+	d->steps = 50;
+	d->shift = 1.0;
+	d->dynamic_shift = 1;
+	d->base_shift = 0.5;
+	d->max_shift = 0.9;
+	d->base_seq = 256;
+	d->max_seq = 8192;
+	d->whose = "Qwen-Image's";
+	d->frames = 1;
+	d->height = d->width = 1328;
+	d->guidance = 4.0f;
+	d->strength = 0.75;
+}
+
+static int pd_qwen_probe(const char *path, const char *config, struct pd_dit_info *info)
+{
+	struct pd_flux_config c;
+
+	if (config || !pd_is_dir(path))
+		return pd_errorf("%s: Qwen-Image's transformer is read from its diffusers folder (single files are not "
+				 "read yet)", path);
+	if (pd_flux_config_load(&c, path))
+		return -1;
+	if (!c.qwen)
+		return pd_errorf("%s: not a QwenImageTransformer2DModel", path);
+	return pd_flux_dit_info(&c, info);
+}
+
+/* (single files are not read yet: the config's class tells a folder) */
+static int pd_qwen_file_is(const struct pd_st *st)
+{
+	(void)st;
+	return 0;
+}
+
+static const char *const pd_qwen_classes[] = { "QwenImageTransformer2DModel", NULL };
+
+const struct pd_dit_family pd_qwen_family = {
+	.name = "qwen-image",
+	.title = "Qwen-Image pictures",
+	.prediction = PD_PREDICT_FLOW,
+	.sampler = PD_SAMPLER_EULER,
+	.timestep_div = 1000.0f,
+	.probe = pd_qwen_probe,
+	.classes = pd_qwen_classes,
+	.file_is = pd_qwen_file_is,
+	.load = pd_flux_load_dit,
+	/* FLUX's geometry: 1/8 of the picture, 2x2 patches, 64 channels */
+	.latent_shape = pd_flux_latent_shape,
+	.pack = pd_flux_pack,
+	.unpack = pd_flux_unpack,
+	.image_ids = pd_qwen_image_ids,
+	.text_ids = pd_qwen_text_ids,
+	.defaults = pd_qwen_defaults,
+	.vae = &pd_wan_vae_kind,
+	.vae_scale = 8,
+};

@@ -10,6 +10,7 @@
 #include "pd_util.h"
 #include "pd_wan_vae.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* QT QwenEmbedRope with scale_rope: row r of the H patch rows sits at
@@ -82,6 +83,57 @@ static int pd_qwen_file_is(const struct pd_st *st)
 	return 0;
 }
 
+static int pd_qwen_prompt_widths(const struct pd_model_paths *mp, int64_t *txt_width, int64_t *pooled_width)
+{
+	*pooled_width = 0;
+	return pd_qwen_prompt_width(mp, txt_width);
+}
+
+/* QP's max_sequence_length */
+static int pd_qwen_default_max_seq(const struct pd_dit_info *info)
+{
+	(void)info;
+	return 512;
+}
+
+static int pd_qwen_encode(struct pd_embeds *e, void **held, const struct pd_model_paths *mp, struct pd_backend *be,
+			  char *const *prompts, int n, const char *negative, int max_seq, int64_t first, int64_t count,
+			  int keep_extra)
+{
+	struct pd_qwen_prompt_encoder *pe = held ? *held : NULL;
+	int rc;
+
+	if (!pe) {
+		pe = pd_calloc(1, sizeof(*pe), "the text encoder");
+		if (!pe || pd_qwen_prompt_encoder_load(pe, mp, be)) {
+			free(pe);
+			return -1;
+		}
+	}
+	rc = pd_qwen_prompt_embeds(e, pe, prompts, n, negative, max_seq, first, count, keep_extra);
+	if (held) {
+		*held = pe;
+	} else {
+		pd_qwen_prompt_encoder_free(pe);
+		free(pe);
+	}
+	return rc;
+}
+
+static void pd_qwen_encoders_free(void *held)
+{
+	if (held) {
+		pd_qwen_prompt_encoder_free(held);
+		free(held);
+	}
+}
+
+/* Qwen2.5-VL's language model and Qwen2's tokenizer; stable-diffusion.cpp
+ * takes its single file as --llm. */
+static const struct pd_encoder_spec pd_qwen_encoders[] = {
+	{ "Qwen2.5-VL", "llm", "vocab.json, merges.txt (or tokenizer.json)", 0, 0 },
+};
+
 static const char *const pd_qwen_classes[] = { "QwenImageTransformer2DModel", NULL };
 
 const struct pd_dit_family pd_qwen_family = {
@@ -103,4 +155,10 @@ const struct pd_dit_family pd_qwen_family = {
 	.defaults = pd_qwen_defaults,
 	.vae = &pd_wan_vae_kind,
 	.vae_scale = 8,
+	.encoders = pd_qwen_encoders,
+	.n_encoders = (int)(sizeof(pd_qwen_encoders) / sizeof(pd_qwen_encoders[0])),
+	.prompt_widths = pd_qwen_prompt_widths,
+	.default_max_seq = pd_qwen_default_max_seq,
+	.encode = pd_qwen_encode,
+	.encoders_free = pd_qwen_encoders_free,
 };

@@ -492,18 +492,22 @@ static int pd_engine_inputs(struct pd_engine *e, const struct pd_request *rq)
 		return pd_errorf("the text encoders make prompt embeddings of width %lld and pooled ones of %lld, but %s "
 				 "expects %d and %d", (long long)J, (long long)P, e->mp.transformer, e->info.txt_width,
 				 e->info.pooled_width);
-	/* zeros until encoded; shaped now so the mesh can be checked */
+	/* zeros until encoded; shaped now so the mesh can be checked: the
+	 * request's text length, or the prompts' own (every rank tokenizes) */
 	e->e.batch = e->n_prompts;
-	e->e.txt_len = e->max_seq;
+	e->e.txt_len = e->e.neg_txt_len = e->max_seq;
+	if (e->fam->text_lens && e->fam->text_lens(&e->mp, e->prompts, e->n_prompts, e->negative, e->max_seq,
+						   &e->e.txt_len, &e->e.neg_txt_len))
+		return -1;
 	e->e.joint_dim = J;
 	e->e.pooled_dim = P;
-	e->e.prompt = pd_calloc((size_t)(e->e.batch * e->max_seq * J) + 1, sizeof(float), "prompt embeddings");
+	e->e.prompt = pd_calloc((size_t)(e->e.batch * e->e.txt_len * J) + 1, sizeof(float), "prompt embeddings");
 	e->e.pooled = pd_calloc((size_t)(e->e.batch * P) + 1, sizeof(float), "prompt embeddings");
 	if (!e->e.prompt || !e->e.pooled)
 		return -1;
 	if (e->negative) {
-		e->e.neg_txt_len = e->max_seq;
-		e->e.neg_prompt = pd_calloc((size_t)(e->e.batch * e->max_seq * J) + 1, sizeof(float), "prompt embeddings");
+		e->e.neg_prompt = pd_calloc((size_t)(e->e.batch * e->e.neg_txt_len * J) + 1, sizeof(float),
+					    "prompt embeddings");
 		e->e.neg_pooled = pd_calloc((size_t)(e->e.batch * P) + 1, sizeof(float), "prompt embeddings");
 		if (!e->e.neg_prompt || !e->e.neg_pooled)
 			return -1;
@@ -558,7 +562,7 @@ void pd_engine_request_free(struct pd_engine *e)
 int pd_engine_encode(struct pd_engine *e, int failed)
 {
 	struct pd_comm *grp = e->mesh.replica;
-	int64_t first, count, J = e->e.joint_dim, P = e->e.pooled_dim, T = e->max_seq;
+	int64_t first, count, J = e->e.joint_dim, P = e->e.pooled_dim, T = e->e.txt_len, Tn = e->e.neg_txt_len;
 	int rc = failed;
 
 	double t_enc = pd_now();
@@ -583,13 +587,20 @@ int pd_engine_encode(struct pd_engine *e, int failed)
 		rc = e->fam->encode(&enc, e->o.keep_encoders ? &e->encoders : NULL, &e->mp, e->be, e->prompts, e->n_prompts,
 				    e->negative, (int)T, repeat ? 0 : first,
 				    repeat ? 1 : count, 0);
+		/* the encoders made the lengths shaped for (text_lens) */
+		if (!rc && (enc.txt_len != T || (e->negative && enc.neg_txt_len != Tn))) {
+			rc = pd_errorf("internal error: the text encoders made %lld rows (negative %lld), not %lld (%lld)",
+				       (long long)enc.txt_len, (long long)enc.neg_txt_len, (long long)T, (long long)Tn);
+			pd_embeds_free(&enc);
+		}
 		for (int64_t b = first; !rc && b < first + count; b++) {
 			int64_t src = repeat ? 0 : b;
 
 			memcpy(e->e.prompt + b * T * J, enc.prompt + src * T * J, (size_t)(T * J) * sizeof(float));
 			memcpy(e->e.pooled + b * P, enc.pooled + src * P, (size_t)P * sizeof(float));
 			if (e->negative) {
-				memcpy(e->e.neg_prompt + b * T * J, enc.neg_prompt + src * T * J, (size_t)(T * J) * sizeof(float));
+				memcpy(e->e.neg_prompt + b * Tn * J, enc.neg_prompt + src * Tn * J,
+				       (size_t)(Tn * J) * sizeof(float));
 				memcpy(e->e.neg_pooled + b * P, enc.neg_pooled + src * P, (size_t)P * sizeof(float));
 			}
 		}
@@ -605,7 +616,7 @@ int pd_engine_encode(struct pd_engine *e, int failed)
 	    (grp->ops->bcast(grp, e->e.prompt + first * T * J, (size_t)(count * T * J) * sizeof(float), 0) ||
 	     grp->ops->bcast(grp, e->e.pooled + first * P, (size_t)(count * P) * sizeof(float), 0) ||
 	     (e->negative &&
-	      (grp->ops->bcast(grp, e->e.neg_prompt + first * T * J, (size_t)(count * T * J) * sizeof(float), 0) ||
+	      (grp->ops->bcast(grp, e->e.neg_prompt + first * Tn * J, (size_t)(count * Tn * J) * sizeof(float), 0) ||
 	       grp->ops->bcast(grp, e->e.neg_pooled + first * P, (size_t)(count * P) * sizeof(float), 0))))) {
 		e->dead = 1;
 		return -1;
@@ -617,8 +628,9 @@ int pd_engine_encode(struct pd_engine *e, int failed)
 		size_t *bytes = pd_calloc((size_t)dp->size, sizeof(size_t), "counts");
 		float *bufs[4] = { e->e.prompt, e->e.pooled, e->negative ? e->e.neg_prompt : NULL,
 				   e->negative ? e->e.neg_pooled : NULL };
-		int64_t width[4] = { T * J, P, T * J, P };
-		float *tmp = pd_malloc((size_t)(e->e.batch * (T * J > P ? T * J : P)) * sizeof(float) + 1,
+		int64_t width[4] = { T * J, P, Tn * J, P };
+		int64_t wide = T > Tn ? T * J : Tn * J;
+		float *tmp = pd_malloc((size_t)(e->e.batch * (wide > P ? wide : P)) * sizeof(float) + 1,
 				       "prompt embeddings");
 		int rc2 = 0;
 

@@ -29,6 +29,26 @@ void pd_draw_noise(const struct pd_latent_shape *ls, uint64_t seed, float *unpac
 /* Denoising                                                               */
 /* ----------------------------------------------------------------------- */
 
+/* COMB [tokens, C] scaled per token to POS's norm: comb |pos| / |comb|,
+ * the norms over a token's channels in float32 (a token whose combination
+ * is zero stays zero, where diffusers would divide by it). */
+static void pd_cfg_renorm(float *comb, const float *pos, int64_t tokens, int64_t C)
+{
+	for (int64_t t = 0; t < tokens; t++) {
+		float np = 0, nc = 0;
+
+		for (int64_t c = 0; c < C; c++) {
+			np += pos[t * C + c] * pos[t * C + c];
+			nc += comb[t * C + c] * comb[t * C + c];
+		}
+		np = sqrtf(np);
+		nc = sqrtf(nc);
+		if (nc > 0)
+			for (int64_t c = 0; c < C; c++)
+				comb[t * C + c] = comb[t * C + c] * (np / nc);
+	}
+}
+
 /* FluxInpaintPipeline's loop, after step I of image G: the kept region
  * from the picture (scale_noise to sigma[i + 1] but after the last step),
  * (1 - m) x kept + m x latents, float32 operations in torch's order. */
@@ -144,6 +164,11 @@ int pd_denoise(const struct pd_runner *run, const struct pd_dit_family *fam, con
 		if (!(st[b] = pd_sched_state_new(s, (size_t)n)))
 			goto out;
 	fam->image_ids(&ls, info->n_axes, img_ids);
+	/* text beside the picture (Qwen-Image's), or at the origin (zeros) */
+	if (fam->text_ids) {
+		fam->text_ids(&ls, e->txt_len, info->n_axes, txt_ids);
+		fam->text_ids(&ls, e->neg_txt_len, info->n_axes, neg_ids);
+	}
 	if (R > 0) {
 		/* FluxKontextPipeline: latent_ids = cat([latent_ids, image_ids]) */
 		memcpy(ids_all, img_ids, (size_t)(L * info->n_axes) * sizeof(float));
@@ -262,6 +287,10 @@ int pd_denoise(const struct pd_runner *run, const struct pd_dit_family *fam, con
 					d = scale * d;
 					pred[b * n + k] = neg[k] + d;
 				}
+				/* QwenImagePipeline: each token's combination at the
+				 * positive prediction's norm (over its channels) */
+				if (fam->cfg_renorm)
+					pd_cfg_renorm(pred + b * n, pos, L, C);
 			} else {
 				memcpy(pred + b * n, pos, (size_t)n * sizeof(float));
 			}

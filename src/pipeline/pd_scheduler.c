@@ -20,6 +20,7 @@ void pd_scheduler_default(struct pd_scheduler *s, const struct pd_dit_defaults *
 	s->max_shift = d->max_shift;
 	s->base_seq = d->base_seq;
 	s->max_seq = d->max_seq;
+	s->shift_terminal = d->shift_terminal;
 	if (sampler == PD_SAMPLER_UNIPC) {
 		s->kind = PD_SCHED_UNIPC;
 		s->solver_order = 2;
@@ -64,8 +65,11 @@ int pd_scheduler_load(struct pd_scheduler *s, const char *dir)
 			goto out;
 		}
 	}
-	if (pd_config_has(&c, "shift_terminal")) {
-		pd_errorf("%s: \"shift_terminal\" is not supported", c.path);
+	/* (null: none) */
+	if (pd_config_double(&c, "shift_terminal", 0, 0.0, &s->shift_terminal))
+		goto out;
+	if (!(s->shift_terminal >= 0 && s->shift_terminal < 1)) {
+		pd_errorf("%s: shift_terminal must be in [0, 1)", c.path);
 		goto out;
 	}
 	if (pd_config_int(&c, "num_train_timesteps", 0, 1000, 1, 1000000, &v))
@@ -154,8 +158,17 @@ int pd_scheduler_set(struct pd_scheduler *s, int steps, int64_t image_seq_len)
 			out = num / den;
 		}
 		s->sigmas[i] = out;
-		s->timesteps[i] = out * (float)s->num_train_timesteps;
 	}
+	/* SCH stretch_shift_to_terminal: 1 - (1 - s) / ((1 - s_last) / (1 -
+	 * shift_terminal)), float32 */
+	if (s->shift_terminal > 0) {
+		float scale = (1.0f - s->sigmas[steps - 1]) / (float)(1.0 - s->shift_terminal);
+
+		for (int i = 0; i < steps; i++)
+			s->sigmas[i] = 1.0f - (1.0f - s->sigmas[i]) / scale;
+	}
+	for (int i = 0; i < steps; i++)
+		s->timesteps[i] = s->sigmas[i] * (float)s->num_train_timesteps;
 	s->sigmas[steps] = 0.0f;
 	return 0;
 }

@@ -39,6 +39,7 @@ struct pd_scheduler {
 	int linear_shift;               /* time_shift_type "linear" instead of "exponential" */
 	double base_shift, max_shift;   /* mu at base_seq and at max_seq tokens */
 	double base_seq, max_seq;       /* base_image_seq_len, max_image_seq_len */
+	double shift_terminal;          /* the shifted sigmas stretched so the last is this; 0: not */
 	/* UniPC (shift is its flow_shift): */
 	int solver_order;               /* 1 to PD_UNIPC_MAX_ORDER */
 	int lower_order_final;          /* lower orders for the last steps */
@@ -68,7 +69,7 @@ struct pd_sched_state *pd_sched_state_new(const struct pd_scheduler *s, size_t n
 void pd_sched_state_free(struct pd_sched_state *st);
 
 /* Reads DIR/scheduler_config.json; refuses options pdit does not implement
- * (Karras/exponential/beta sigmas, shift_terminal, stochastic sampling). */
+ * (Karras/exponential/beta sigmas, stochastic sampling). */
 int pd_scheduler_load(struct pd_scheduler *s, const char *dir);
 /* A family's schedule D and SAMPLER, for a model given without a
  * scheduler folder. */

@@ -3,13 +3,19 @@
 #   pdit encode --model on each text case (Qwen2's tokenizer on the
 #   pipeline's template, the language model, 34 tokens dropped): ids and
 #   masks exact, prompt_embeds within 1e-4;
+#   pdit generate --model on each pipeline case (with and without a negative
+#   prompt and true CFG, its norm rescale): latents.final within 1e-4, the
+#   picture within 1 level; with MPIRUN, Ulysses, ring, tensor, PipeFusion
+#   and CFG parallel on 2 processes equal to one process within 1e-5;
 #   pdit forward on each transformer case (a QwenImageTransformer2DModel
 #   folder; the image grid from the case's height and width, the text's
 #   padding from its mask): out.sample within 1e-4; a mask with a gap
 #   refused naming the tensor.
-# usage: cli_qwen.sh PDIT ST_COMPARE QWEN_GOLDEN
+# usage: cli_qwen.sh PDIT ST_COMPARE QWEN_GOLDEN [MPIRUN...]
 set -u
 pdit=$1 cmp=$2 g=$3
+shift 3
+mpirun=("$@")
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 fail=0
@@ -52,6 +58,39 @@ PY
 	else
 		cat "$tmp/err" "$tmp/log"; bad "pdit encode, $name"
 	fi
+done
+# pdit generate on each pipeline case (the prompt, a negative one with true CFG where the case has one):
+# latents.final within 1e-4 and the picture within 1 level; with MPIRUN the same on meshes of 2
+# processes (Ulysses, ring, tensor, PipeFusion, CFG parallel where there is true CFG) within 1e-5
+for f in "$g"/pipeline-*.safetensors; do
+	name=$(basename "$f")
+	args=(--model "$g/model" -p "$("$cmp" meta "$f" prompt)" -H "$("$cmp" meta "$f" height)" -W "$("$cmp" meta "$f" width)"
+	      --steps "$("$cmp" meta "$f" num_inference_steps)" -s "$("$cmp" meta "$f" noise_seed)")
+	meshes=("--ulysses-degree 2" "--ring-degree 2" "--tensor-parallel-degree 2"
+	        "--pipefusion-degree 2 --warmup-steps $("$cmp" meta "$f" num_inference_steps)")
+	if [ "$("$cmp" meta "$f" has_negative)" = true ]; then
+		args+=(-n "$("$cmp" meta "$f" negative_prompt)" --true-cfg-scale "$("$cmp" meta "$f" true_cfg_scale)")
+		meshes+=("--cfg-parallel")
+	fi
+	if "$pdit" generate "${args[@]}" --out-latents "$tmp/lat.safetensors" -o "$tmp/img.png" -q 2> "$tmp/err" &&
+		"$cmp" tensors "$tmp/lat.safetensors" "$f" 1e-4 latents.final > "$tmp/log" &&
+		"$cmp" png "$tmp/img.png" "$f" image.uint8 0 1 >> "$tmp/log"; then
+		ok "$name: latents.final and the picture as diffusers' $(head -1 "$tmp/log") $(tail -1 "$tmp/log")"
+	else
+		cat "$tmp/err" "$tmp/log"; bad "pdit generate, $name"
+		continue
+	fi
+	[ ${#mpirun[@]} -gt 0 ] || continue
+	for mesh in "${meshes[@]}"; do
+		# shellcheck disable=SC2086
+		if "${mpirun[@]}" -np 2 "$pdit" generate "${args[@]}" $mesh --out-latents "$tmp/lat2.safetensors" \
+			-o "$tmp/img2.png" -q < /dev/null 2> "$tmp/err" &&
+			"$cmp" tensors "$tmp/lat2.safetensors" "$tmp/lat.safetensors" 1e-5 latents.final > "$tmp/log"; then
+			ok "$name on 2 processes ($mesh): one process's latents"
+		else
+			cat "$tmp/err" "$tmp/log"; bad "$name, $mesh"
+		fi
+	done
 done
 # a text mask with a gap (a token after padding): refused, nothing written
 python3 - "$g/forward-1.safetensors" "$tmp/gap.safetensors" << 'PY'

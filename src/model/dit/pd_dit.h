@@ -245,6 +245,7 @@ struct pd_dit_defaults {
 	int dynamic_shift;              /* shift by the image token count instead (mu) */
 	double base_shift, max_shift;   /* mu at base_seq and at max_seq image tokens */
 	double base_seq, max_seq;       /* the token counts of base_shift and max_shift */
+	double shift_terminal;          /* the last sigma stretched to this (Qwen-Image's 0.02); 0: not */
 	const char *whose;              /* whose settings, for the log ("FLUX.1-dev's") */
 	int frames, height, width;      /* the picture or video made when the request does not say */
 	float guidance;                 /* the guidance scale when the request does not say */
@@ -344,6 +345,9 @@ struct pd_dit_family {
 	/* position ids [txt_len, n_axes] of the text tokens beside LS's
 	 * image (Qwen-Image's follow the image's); NULL: zeros (FLUX) */
 	void (*text_ids)(const struct pd_latent_shape *ls, int64_t txt_len, int n_axes, float *ids);
+	/* true CFG's combination neg + s (pos - neg) rescaled per token to
+	 * the positive prediction's norm (QwenImagePipeline) */
+	int cfg_renorm;
 	/* the defaults for the model INFO describes */
 	void (*defaults)(const struct pd_dit_info *info, struct pd_dit_defaults *d);
 	/* The VAE its pipeline decodes with (model/vae's pd_vae.h; Wan's video
@@ -368,6 +372,12 @@ struct pd_dit_family {
 		      char *const *prompts, int n, const char *negative, int max_seq, int64_t first, int64_t count,
 		      int keep_extra);
 	void (*encoders_free)(void *held);
+	/* The text rows PROMPTS[0..n) (one count for all) and NEGATIVE (may
+	 * be NULL) will have, the encoders not run (tokenizing only), for a
+	 * family whose text length follows the prompt (Qwen-Image: its tokens,
+	 * at most MAX_SEQ); NULL: MAX_SEQ for every prompt (padded text) */
+	int (*text_lens)(const struct pd_model_paths *mp, char *const *prompts, int n, const char *negative, int max_seq,
+			 int64_t *txt_len, int64_t *neg_len);
 	const struct pd_family_tiny *tiny; /* its random models (pdit tiny) */
 };
 

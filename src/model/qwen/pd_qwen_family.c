@@ -55,6 +55,7 @@ static void pd_qwen_defaults(const struct pd_dit_info *info, struct pd_dit_defau
 	d->max_shift = 0.9;
 	d->base_seq = 256;
 	d->max_seq = 8192;
+	d->shift_terminal = 0.02;
 	d->whose = "Qwen-Image's";
 	d->frames = 1;
 	d->height = d->width = 1328;
@@ -128,6 +129,37 @@ static void pd_qwen_encoders_free(void *held)
 	}
 }
 
+/* The prompts' own lengths: their tokens after the template's 34, at most
+ * MAX_SEQ (the tokenizer alone). */
+static int pd_qwen_text_lens(const struct pd_model_paths *mp, char *const *prompts, int n, const char *negative,
+			     int max_seq, int64_t *txt_len, int64_t *neg_len)
+{
+	struct pd_qwen_tok tok;
+	int rc = 0;
+
+	if (!mp->tokenizer[0])
+		return pd_errorf("no tokenizer folder: give --model DIR or --tokenizer DIR");
+	if (pd_qwen_tok_load(&tok, mp->tokenizer[0]))
+		return -1;
+	for (int b = 0; b < n + (negative != NULL) && !rc; b++) {
+		int64_t *ids = NULL, t;
+		int m = 0;
+
+		rc = pd_qwen_prompt_ids(&tok, b < n ? prompts[b] : negative, &ids, &m);
+		free(ids);
+		t = m - 34 < max_seq ? m - 34 : max_seq;
+		if (!rc && b == n)
+			*neg_len = t;
+		else if (!rc && b > 0 && t != *txt_len)
+			rc = pd_errorf("prompts %d and %d are %lld and %lld tokens: Qwen-Image's prompts in one batch must be "
+				       "as long (give one prompt a run)", b, b + 1, (long long)*txt_len, (long long)t);
+		else if (!rc)
+			*txt_len = t;
+	}
+	pd_qwen_tok_free(&tok);
+	return rc;
+}
+
 /* Qwen2.5-VL's language model and Qwen2's tokenizer; stable-diffusion.cpp
  * takes its single file as --llm. */
 static const struct pd_encoder_spec pd_qwen_encoders[] = {
@@ -152,6 +184,7 @@ const struct pd_dit_family pd_qwen_family = {
 	.unpack = pd_flux_unpack,
 	.image_ids = pd_qwen_image_ids,
 	.text_ids = pd_qwen_text_ids,
+	.cfg_renorm = 1,
 	.defaults = pd_qwen_defaults,
 	.vae = &pd_wan_vae_kind,
 	.vae_scale = 8,
@@ -161,4 +194,5 @@ const struct pd_dit_family pd_qwen_family = {
 	.default_max_seq = pd_qwen_default_max_seq,
 	.encode = pd_qwen_encode,
 	.encoders_free = pd_qwen_encoders_free,
+	.text_lens = pd_qwen_text_lens,
 };

@@ -263,8 +263,13 @@ static int pd_wan_vae_config(struct pd_wan_vae_config *c, const char *dir)
 	memset(c, 0, sizeof(*c));
 	if (pd_config_load_in(&j, dir, "config.json", "Wan VAE"))
 		return -1;
-	if (pd_config_string(&j, "_class_name", 0, "AutoencoderKLWan", &cls) || strcmp(cls, "AutoencoderKLWan") != 0) {
-		pd_errorf("%s: _class_name \"%s\" is not AutoencoderKLWan", j.path, cls ? cls : "?");
+	/* Qwen-Image's AutoencoderKLQwenImage is this decoder under another
+	 * name (the same layers and keys; its RMS norm's float32 upcast only
+	 * matters in half precision) */
+	if (pd_config_string(&j, "_class_name", 0, "AutoencoderKLWan", &cls) ||
+	    (strcmp(cls, "AutoencoderKLWan") != 0 && strcmp(cls, "AutoencoderKLQwenImage") != 0)) {
+		pd_errorf("%s: _class_name \"%s\" is neither AutoencoderKLWan nor AutoencoderKLQwenImage", j.path,
+			  cls ? cls : "?");
 		goto out;
 	}
 	if (pd_config_int(&j, "z_dim", 0, 16, 1, PD_WAN_VAE_MAX_Z, &v))

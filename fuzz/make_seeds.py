@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the seed corpus of the fuzz targets into fuzz/corpus/ (committed; rerun to remake it).
 
-    fuzz/make_seeds.py PDIT [lora|pictures]   (only fuzz_lora's, or fuzz_png's and fuzz_multipart's seeds)
+    fuzz/make_seeds.py PDIT [lora|pictures|qwen]   (only fuzz_lora's, fuzz_png's and fuzz_multipart's, or
+                                                    fuzz_qwen_files' and fuzz_llm's seeds)
 
 Valid inputs come from `pdit tiny --full` (made-up tokenizers in the real formats, small configs) and
 the golden configs; broken ones are those valid files cut, bent or stuffed in the ways the parsers
@@ -139,7 +140,9 @@ def main():
         put("args", "cmd-%02d" % i, bytes([cmd]) + b"\0".join(a.encode() for a in args))
     lora_seeds()
     picture_seeds()
-    for d in ("safetensors", "st_index", "config", "clip_files", "t5_model", "prompt", "args", "lora", "png", "multipart"):
+    qwen_seeds()
+    for d in ("safetensors", "st_index", "config", "clip_files", "t5_model", "prompt", "args", "lora", "png", "multipart",
+              "qwen_files", "llm"):
         os.makedirs(os.path.join(HERE, "regressions", d), exist_ok=True)
         keep = os.path.join(HERE, "regressions", d, "README")
         if not os.path.exists(keep):
@@ -237,8 +240,54 @@ def picture_seeds():
     put("multipart", "no-disposition", ct + ("--%s\r\nX: y\r\n\r\nz\r\n--%s--\r\n" % (b, b)).encode())
 
 
+def qwen_seeds():
+    """Qwen2's tokenizer files (qwen-tiny's, in both forms) and language-model files (a tiny random one of
+    Qwen2's names, inferred from its shapes), each valid, cut and bent."""
+    tok = os.path.join(ROOT, "tests", "golden", "qwen-tiny", "model", "tokenizer")
+    vocab, merges, config = (open(os.path.join(tok, f), "rb").read() for f in
+                             ("vocab.json", "merges.txt", "tokenizer_config.json"))
+    put("qwen_files", "valid", vocab + b"\n--merges--\n" + merges + b"\n--config--\n" + config)
+    put("qwen_files", "no-config", vocab + b"\n--merges--\n" + merges)
+    put("qwen_files", "cut-vocab", vocab[: len(vocab) // 3] + b"\n--merges--\n" + merges)
+    put("qwen_files", "bad-added", vocab + b"\n--merges--\n" + merges + b'\n--config--\n{"added_tokens_decoder": '
+        b'{"x": {"content": ""}, "7": {"content": 5}}}')
+    tj = {"model": {"type": "BPE", "vocab": json.loads(vocab),
+                    "merges": [l.split(" ") for l in merges.decode().splitlines() if l and not l.startswith("#")]},
+          "added_tokens": [{"id": 516, "content": "<|endoftext|>"}, {"id": 517, "content": "<|im_start|>"}]}
+    put("qwen_files", "tokenizer-json", b"--json--\n" + json.dumps(tj).encode())
+    put("qwen_files", "tokenizer-json-cut", b"--json--\n" + json.dumps(tj).encode()[:300])
+    D, F, V, r = 8, 16, 12, [0]
+
+    def f32(n):
+        r[0] += 1
+        return struct.pack("<%df" % n, *[((i * 7 + r[0]) % 13 - 6) / 20 for i in range(n)])
+    t = {"model.embed_tokens.weight": ("F32", [V, D], f32(V * D)), "model.norm.weight": ("F32", [D], f32(D))}
+    for name, shape in (("input_layernorm.weight", [D]), ("post_attention_layernorm.weight", [D]),
+                        ("self_attn.q_proj.weight", [D, D]), ("self_attn.q_proj.bias", [D]),
+                        ("self_attn.k_proj.weight", [D, D]), ("self_attn.k_proj.bias", [D]),
+                        ("self_attn.v_proj.weight", [D, D]), ("self_attn.v_proj.bias", [D]),
+                        ("self_attn.o_proj.weight", [D, D]), ("mlp.gate_proj.weight", [F, D]),
+                        ("mlp.up_proj.weight", [F, D]), ("mlp.down_proj.weight", [D, F])):
+        n = 1
+        for k in shape:
+            n *= k
+        t["model.layers.0." + name] = ("F32", shape, f32(n))
+    good = st(t)
+    put("llm", "valid", good)
+    put("llm", "truncated", good[: len(good) * 2 // 3])
+    put("llm", "no-layers", st({"model.embed_tokens.weight": ("F32", [V, D], f32(V * D))}))
+    bad = dict(t)
+    bad["model.layers.0.mlp.down_proj.weight"] = ("F32", [D + 1, F], f32((D + 1) * F))
+    put("llm", "bad-shape", st(bad))
+    bad = dict(t)
+    bad["model.layers.0.self_attn.k_proj.weight"] = ("F32", [3, D], f32(3 * D))
+    put("llm", "bad-heads", st(bad))
+
+
 if len(sys.argv) > 2 and sys.argv[2] == "lora":
     lora_seeds()
+elif len(sys.argv) > 2 and sys.argv[2] == "qwen":
+    qwen_seeds()
 elif len(sys.argv) > 2 and sys.argv[2] == "pictures":
     picture_seeds()
 else:

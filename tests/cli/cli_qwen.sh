@@ -7,6 +7,7 @@
 #   prompt and true CFG, its norm rescale): latents.final within 1e-4, the
 #   picture within 1 level; with MPIRUN, Ulysses, ring, tensor, PipeFusion
 #   and CFG parallel on 2 processes equal to one process within 1e-5;
+#   a LoRA (PEFT names, ComfyUI's prefix) against weights merged by Python;
 #   pdit forward on each transformer case (a QwenImageTransformer2DModel
 #   folder; the image grid from the case's height and width, the text's
 #   padding from its mask): out.sample within 1e-4; a mask with a gap
@@ -92,6 +93,38 @@ for f in "$g"/pipeline-*.safetensors; do
 		fi
 	done
 done
+# a LoRA on Qwen-Image's layers (diffusers/PEFT names, and ComfyUI's diffusion_model. prefix) against
+# the weights with the same terms merged by Python: out.sample within 1e-5
+lib=$(cd "$(dirname "$0")/../lib" && pwd)
+python3 - "$lib" "$g/model/transformer" "$tmp" << 'PY'
+import os, random, sys
+sys.path.insert(0, sys.argv[1])
+from st_tiny import load, merged_copy, save
+src, d = sys.argv[2], sys.argv[3]
+head, _ = load(os.path.join(src, "diffusion_pytorch_model.safetensors"))
+rnd, r, tensors, deltas = random.Random(3), 2, {}, {}
+for prefix, layer in (("transformer.", "transformer_blocks.0.attn.to_q"), ("transformer.", "txt_in"),
+                      ("diffusion_model.", "transformer_blocks.1.img_mlp.net.2"),
+                      ("diffusion_model.", "transformer_blocks.0.txt_mod.1")):
+    o, i = head[layer + ".weight"]["shape"]
+    A = [rnd.gauss(0, 0.2) for _ in range(r * i)]
+    B = [rnd.gauss(0, 0.2) for _ in range(o * r)]
+    tensors[prefix + layer + ".lora_A.weight"] = ([r, i], A)
+    tensors[prefix + layer + ".lora_B.weight"] = ([o, r], B)
+    deltas[layer + ".weight"] = [sum(B[a * r + k] * A[k * i + c] for k in range(r)) for a in range(o) for c in range(i)]
+save(d + "/qwen-lora.safetensors", tensors)
+merged_copy(src, d + "/qwen-merged", deltas)
+PY
+f="$g/forward-1.safetensors"
+"$pdit" forward --transformer "$tmp/qwen-merged" --inputs "$f" --out "$tmp/m.safetensors" > /dev/null 2>&1
+if "$pdit" forward --transformer "$g/model/transformer" --inputs "$f" --lora "$tmp/qwen-lora.safetensors" \
+	--out "$tmp/l.safetensors" > /dev/null 2> "$tmp/err" &&
+	"$cmp" tensors "$tmp/l.safetensors" "$tmp/m.safetensors" 1e-5 out.sample > "$tmp/log" &&
+	! "$cmp" tensors "$tmp/l.safetensors" "$f" 1e-3 out.sample > /dev/null 2>&1; then
+	ok "a LoRA on Qwen-Image's layers: the merged weights' out.sample, $(head -1 "$tmp/log")"
+else
+	cat "$tmp/err" "$tmp/log"; bad "a LoRA on Qwen-Image's layers"
+fi
 # a text mask with a gap (a token after padding): refused, nothing written
 python3 - "$g/forward-1.safetensors" "$tmp/gap.safetensors" << 'PY'
 import json, struct, sys

@@ -378,9 +378,8 @@ static int pd_flux_load_cfg(struct pd_flux **out, const char *dir, const char *c
 	D = c->dim;
 	ld.st = st;
 	ld.be = be;
-	/* the layers as adapters find them (pd_lora_set); Qwen-Image's are
-	 * not listed yet: its adapters are refused */
-	if (!c->qwen && pd_flux_linears(c, &m->dit.layers, &m->dit.n_layers))
+	/* the layers as adapters find them (pd_lora_set) */
+	if (pd_flux_linears(c, &m->dit.layers, &m->dit.n_layers))
 		goto fail;
 	ld.each_linear = pd_dit_hold_linear;
 	ld.each_ctx = &m->dit;

@@ -182,14 +182,52 @@ static void pd_fl_alias(struct pd_dit_linear *t, int n, const char *pattern, int
 /* diffusers' convert_flux_transformer_checkpoint_to_diffusers as a table:
  * fused q, k, v (and the single blocks' MLP input) split by rows, the final
  * modulation's (shift, scale) read as (scale, shift). */
+/* Qwen-Image's layout: the checkpoints people download (Qwen's, ComfyUI's)
+ * use diffusers' names, so a layer's native tensor is itself. */
+static int pd_flux_linears_qwen(const struct pd_flux_config *c, struct pd_dit_linear **out, int *n)
+{
+	static const char *const blk[] = { "img_mod.1", "txt_mod.1", "attn.to_q", "attn.to_k", "attn.to_v",
+					   "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_out.0",
+					   "attn.to_add_out", "img_mlp.net.0.proj", "img_mlp.net.2", "txt_mlp.net.0.proj",
+					   "txt_mlp.net.2" };
+	int64_t D = c->dim, M = c->mlp_dim;
+	int k = 0;
+	struct pd_dit_linear *t = pd_calloc((size_t)(8 + 14 * c->num_layers), sizeof(*t), "the layers' names");
+
+	if (!t)
+		return -1;
+	pd_fl_add(t, &k, "img_in", 0, "img_in", 0, D, D, c->in_channels, 0);
+	pd_fl_add(t, &k, "txt_in", 0, "txt_in", 0, D, D, c->joint_attention_dim, 0);
+	pd_fl_add(t, &k, "time_text_embed.timestep_embedder.linear_1", 0, "time_text_embed.timestep_embedder.linear_1", 0,
+		  D, D, 256, 0);
+	pd_fl_add(t, &k, "time_text_embed.timestep_embedder.linear_2", 0, "time_text_embed.timestep_embedder.linear_2", 0,
+		  D, D, D, 0);
+	for (int i = 0; i < c->num_layers; i++)
+		for (size_t j = 0; j < sizeof(blk) / sizeof(blk[0]); j++) {
+			char name[96];
+			int64_t o = j < 2 ? 6 * D : (j == 10 || j == 12) ? M : D, in = (j == 11 || j == 13) ? M : D;
+
+			snprintf(name, sizeof(name), "transformer_blocks.%%d.%s", blk[j]);
+			pd_fl_add(t, &k, name, i, name, 0, o, o, in, 0);
+		}
+	pd_fl_add(t, &k, "norm_out.linear", 0, "norm_out.linear", 0, 2 * D, 2 * D, D, 0);
+	pd_fl_add(t, &k, "proj_out", 0, "proj_out", 0, c->out_channels, c->out_channels, D, 0);
+	*out = t;
+	*n = k;
+	return 0;
+}
+
 int pd_flux_linears(const struct pd_flux_config *c, struct pd_dit_linear **out, int *n)
 {
 	int64_t D = c->dim, M = c->mlp_dim, T = 256;
 	int cap = 10 + 14 * c->num_layers + 6 * c->num_single_layers, k = 0;
-	struct pd_dit_linear *t = pd_calloc((size_t)cap, sizeof(*t), "the layers' names");
+	struct pd_dit_linear *t;
 
 	*out = NULL;
 	*n = 0;
+	if (c->qwen)
+		return pd_flux_linears_qwen(c, out, n);
+	t = pd_calloc((size_t)cap, sizeof(*t), "the layers' names");
 	if (!t)
 		return -1;
 	pd_fl_add(t, &k, "x_embedder", 0, "img_in", 0, D, D, c->in_channels, 0);

@@ -43,6 +43,10 @@ struct pd_tiny_opts {
 	int text_dim;                   /* its UMT5 width */
 	int umt5_layers, umt5_heads, umt5_ff; /* its UMT5 encoder */
 	int wan_vae_base;               /* its VAE's base_dim (96 in Wan2.1) */
+	/* Qwen-Image: heads, head_dim, layers as above; wan_vae_base its VAE */
+	int llm_width;                  /* its language model's hidden size (= the transformer's
+					 * joint_attention_dim) */
+	int llm_layers, llm_heads, llm_kv_heads, llm_ff; /* the language model */
 	/* embeddings file */
 	int batch;                      /* prompts */
 	int txt_len;                    /* text tokens */

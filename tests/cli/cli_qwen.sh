@@ -7,6 +7,8 @@
 #   prompt and true CFG, its norm rescale): latents.final within 1e-4, the
 #   picture within 1 level; with MPIRUN, Ulysses, ring, tensor, PipeFusion
 #   and CFG parallel on 2 processes equal to one process within 1e-5;
+#   a model of unseen random sizes (pdit tiny --family qwen) makes a picture,
+#   and its meshes equal one process;
 #   a LoRA (PEFT names, ComfyUI's prefix) against weights merged by Python;
 #   pdit forward on each transformer case (a QwenImageTransformer2DModel
 #   folder; the image grid from the case's height and width, the text's
@@ -93,6 +95,33 @@ for f in "$g"/pipeline-*.safetensors; do
 		fi
 	done
 done
+# a model of sizes the golden set does not have (pdit tiny --family qwen, random heads, widths, blocks,
+# language model): a picture from a prompt with a negative one, and on meshes of 2 processes the one
+# process's latents within 1e-5
+seed=${PDIT_TEST_SEED:-$((RANDOM))}
+heads=$((2 + seed % 3 * 2)) hd=$((16 * (1 + seed % 2))) layers=$((1 + seed % 3)) lh=$((2 + seed % 2 * 2))
+if "$pdit" tiny "$tmp/unseen" --family qwen --heads "$heads" --head-dim "$hd" --layers "$layers" --llm-width $((8 * lh)) \
+	--llm-heads "$lh" --llm-kv-heads $((lh / 2)) --seed "$seed" > /dev/null 2> "$tmp/err"; then
+	args=(--model "$tmp/unseen" -p "a red cat in the snow" -n "the text" --true-cfg-scale 3 -H 48 -W 80 --steps 2 -s 5)
+	if "$pdit" generate "${args[@]}" --out-latents "$tmp/u1.safetensors" -o "$tmp/u1.png" -q 2> "$tmp/err"; then
+		ok "an unseen Qwen-Image ($heads heads x $hd, $layers blocks, language model $((8 * lh)) wide, seed $seed): a picture"
+	else
+		cat "$tmp/err"; bad "an unseen Qwen-Image (seed $seed)"
+	fi
+	for mesh in "--ulysses-degree 2" "--tensor-parallel-degree 2" "--cfg-parallel"; do
+		[ ${#mpirun[@]} -gt 0 ] || break
+		# shellcheck disable=SC2086
+		if "${mpirun[@]}" -np 2 "$pdit" generate "${args[@]}" $mesh --out-latents "$tmp/u2.safetensors" -q \
+			< /dev/null 2> "$tmp/err" && "$cmp" tensors "$tmp/u2.safetensors" "$tmp/u1.safetensors" 1e-5 latents.final \
+			> "$tmp/log"; then
+			ok "the unseen Qwen-Image on 2 processes ($mesh): one process's latents"
+		else
+			cat "$tmp/err" "$tmp/log"; bad "the unseen Qwen-Image, $mesh (seed $seed)"
+		fi
+	done
+else
+	cat "$tmp/err"; bad "pdit tiny --family qwen (seed $seed)"
+fi
 # a LoRA on Qwen-Image's layers (diffusers/PEFT names, and ComfyUI's diffusion_model. prefix) against
 # the weights with the same terms merged by Python: out.sample within 1e-5
 lib=$(cd "$(dirname "$0")/../lib" && pwd)

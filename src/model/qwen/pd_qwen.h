@@ -15,6 +15,7 @@
 #include "pd_tokenizer.h"
 
 extern const struct pd_dit_family pd_qwen_family;
+extern const struct pd_family_tiny pd_qwen_tiny_models;
 
 /* The prompt side: Qwen2's tokenizer and the language model. */
 struct pd_qwen_prompt_encoder {

@@ -169,7 +169,7 @@ static const struct pd_encoder_spec pd_qwen_encoders[] = {
 static const char *const pd_qwen_classes[] = { "QwenImageTransformer2DModel", NULL };
 
 const struct pd_dit_family pd_qwen_family = {
-	.name = "qwen-image",
+	.name = "qwen",
 	.title = "Qwen-Image pictures",
 	.prediction = PD_PREDICT_FLOW,
 	.sampler = PD_SAMPLER_EULER,
@@ -195,4 +195,5 @@ const struct pd_dit_family pd_qwen_family = {
 	.encode = pd_qwen_encode,
 	.encoders_free = pd_qwen_encoders_free,
 	.text_lens = pd_qwen_text_lens,
+	.tiny = &pd_qwen_tiny_models,
 };

@@ -81,5 +81,9 @@ void pd_wan_unpatchify(const int *patch, int C, int F, int h, int w, const float
 
 /* Its random model folders (pdit tiny; pd_wan_tiny.c). */
 extern const struct pd_family_tiny pd_wan_tiny_models;
+struct pd_tiny_opts;
+/* A random Wan2.1 VAE folder (its decoder, o->wan_vae_base wide) whose
+ * config names the class CLS. */
+int pd_wan_tiny_vae(const char *dir, const struct pd_tiny_opts *o, const char *cls);
 
 #endif /* PD_WAN_H */

@@ -125,8 +125,9 @@ static void pd_wan_tiny_res(struct pd_tiny_writer *tw, int64_t ci, int64_t co, c
 
 /* AutoencoderKLWan's decoder as WanDecoder3d lays it out (dims base x
  * [4, 4, 4, 2, 1], each up block after the first starting from half the
- * channels, temporal upsamplers first); the encoder is not written. */
-static int pd_wan_tiny_vae(const char *dir, const struct pd_tiny_opts *o)
+ * channels, temporal upsamplers first), under the class CLS (Qwen-Image's
+ * AutoencoderKLQwenImage is the same); the encoder is not written. */
+int pd_wan_tiny_vae(const char *dir, const struct pd_tiny_opts *o, const char *cls)
 {
 	static const double mean[16] = { -0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508,
 					 0.4134, -0.0715, 0.5517, -0.3632, -0.1922, -0.9497, 0.2503, -0.2921 };
@@ -141,7 +142,7 @@ static int pd_wan_tiny_vae(const char *dir, const struct pd_tiny_opts *o)
 
 	if (!c)
 		return pd_errorf("out of memory");
-	cJSON_AddStringToObject(c, "_class_name", "AutoencoderKLWan");
+	cJSON_AddStringToObject(c, "_class_name", cls);
 	cJSON_AddStringToObject(c, "_diffusers_version", "0.40.0");
 	cJSON_AddItemToObject(c, "attn_scales", cJSON_CreateArray());
 	cJSON_AddNumberToObject(c, "base_dim", (double)b);
@@ -257,7 +258,7 @@ static int pd_wan_tiny(const char *dir, const struct pd_tiny_opts *o)
 		goto out;
 	}
 	if (t && v && tk && te && !pd_mkdirs(dir) && !pd_wan_tiny_rest(dir) && !pd_wan_tiny_transformer(t, o) &&
-	    !pd_wan_tiny_vae(v, o) && !pd_tiny_umt5_tokenizer(tk, &vocab) && !pd_wan_tiny_umt5(te, o, vocab))
+	    !pd_wan_tiny_vae(v, o, "AutoencoderKLWan") && !pd_tiny_umt5_tokenizer(tk, &vocab) && !pd_wan_tiny_umt5(te, o, vocab))
 		rc = 0;
 out:
 	free(t);

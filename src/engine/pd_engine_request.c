@@ -585,7 +585,7 @@ int pd_engine_encode(struct pd_engine *e, int failed)
 		int repeat = e->n_prompts < e->e.batch;
 
 		rc = e->fam->encode(&enc, e->o.keep_encoders ? &e->encoders : NULL, &e->mp, e->be, e->prompts, e->n_prompts,
-				    e->negative, (int)T, repeat ? 0 : first,
+				    e->negative, e->max_seq, repeat ? 0 : first,
 				    repeat ? 1 : count, 0);
 		/* the encoders made the lengths shaped for (text_lens) */
 		if (!rc && (enc.txt_len != T || (e->negative && enc.neg_txt_len != Tn))) {

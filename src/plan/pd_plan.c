@@ -378,6 +378,7 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 int pd_plan_encoder_gb(const char *path, double weight_bytes, double *gb)
 {
 	static const char *const tables[] = { "shared.weight", "embed_tokens.weight", "token_embedding.weight" };
+	/* (the token tables: only the prompt's rows are read) */
 	struct pd_st *st;
 	double bytes = 0;
 
@@ -392,6 +393,10 @@ int pd_plan_encoder_gb(const char *path, double weight_bytes, double *gb)
 
 		for (size_t k = 0; k < sizeof(tables) / sizeof(tables[0]); k++)
 			table |= len >= strlen(tables[k]) && strcmp(t->name + len - strlen(tables[k]), tables[k]) == 0;
+		/* never read either: a language model's head and a vision tower
+		 * (Qwen2.5-VL's, beside the language model Qwen-Image reads) */
+		table |= (len >= 14 && strcmp(t->name + len - 14, "lm_head.weight") == 0) || !strncmp(t->name, "visual.", 7) ||
+			 strstr(t->name, ".visual.") != NULL;
 		if (table)
 			continue;
 		/* a 2-D weight in a block format is held as stored */

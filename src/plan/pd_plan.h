@@ -140,7 +140,8 @@ void pd_plan_vae_cost(struct pd_plan_work *work, const struct pd_vae_cost *cost)
 /* The weights of the text encoder at PATH (a folder with model.safetensors
  * or its sharded index, or one file) as held, in GB: WEIGHT_BYTES per
  * element, those in a block format (fp8) as stored; the token table is
- * left out (only the prompt's rows are read). */
+ * left out (only the prompt's rows are read), and what is never read (a
+ * language model's lm_head, a vision tower). */
 int pd_plan_encoder_gb(const char *path, double weight_bytes, double *gb);
 
 /* A device or link preset: published peak figures. */

@@ -5,7 +5,8 @@
    through curl and through the OpenAI JavaScript SDK's images.generate (n = 2, a negative prompt
    with true CFG; tests/js, installed by scripts/setup.sh) and the A1111 request through urllib give
    PNGs byte for byte equal to `pdit generate`'s with the same arguments (pixels and the parameters
-   chunk); /health and /v1/models answer. A Wan2.1 folder served the same way: A1111's cfg_scale as its
+   chunk); /health and /v1/models answer. A Qwen-Image folder: negative prompts longer and shorter than
+   the prompt give generate's PNGs. A Wan2.1 folder served the same way: A1111's cfg_scale as its
    guidance, one frame, generate's PNG. Nothing is read again: with the model folder moved away after
    the first requests, later ones still give generate's PNGs (the text encoders stay loaded). Its videos:
    POST /v1/jobs with frames and fps gives pdit generate's MP4 byte for byte (GET /v1/jobs/ID/video and
@@ -928,6 +929,21 @@ def main():
            % (st, err.get("message"), err.get("param")))
     wsrv.stop()
     videos(wan, tmp)
+    # Qwen-Image through the service, its text encoder kept: two requests whose negative prompts are
+    # longer and shorter than the prompt (each its own length), generate's PNGs byte for byte
+    qwen = os.path.join(tmp, "qwen")
+    subprocess.run([PDIT, "tiny", qwen, "--family", "qwen"], check=True, capture_output=True)
+    qsrv = Server(["--model", qwen])
+    for k, neg in enumerate(("the blurry text of a photo, in color", "blur")):
+        png = os.path.join(tmp, "qwen-%d.png" % k)
+        subprocess.run([PDIT, "generate", "--model", qwen, "-p", "a red fox", "-n", neg, "--true-cfg-scale", "3", "-H",
+                        "32", "-W", "48", "--steps", "2", "-s", "4", "-o", png, "-q"], check=True)
+        st, ans, _ = post(qsrv, "/v1/images/generations", {"prompt": "a red fox", "negative_prompt": neg,
+                                                            "true_cfg_scale": 3, "size": "48x32", "steps": 2, "seed": 4})
+        got = pngs_openai(ans) if st == 200 else []
+        report(got == [open(png, "rb").read()], "a Qwen-Image folder, a negative prompt %s than the prompt: generate's "
+               "PNG byte for byte (%s %s)" % ("longer" if k == 0 else "shorter", st, (ans or {}).get("error", "")))
+    qsrv.stop()
 
     print("2. bad requests: 4xx naming the field, the server stays up")
     big = {"prompt": "x" * (1 << 20)}

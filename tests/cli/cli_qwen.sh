@@ -9,6 +9,8 @@
 #   and CFG parallel on 2 processes equal to one process within 1e-5;
 #   a model of unseen random sizes (pdit tiny --family qwen) makes a picture,
 #   and its meshes equal one process;
+#   the transformer in one file (ComfyUI's names and prefix; f32, and fp8
+#   against its decoded values) equal to the folder's run;
 #   a LoRA (PEFT names, ComfyUI's prefix) against weights merged by Python;
 #   pdit forward on each transformer case (a QwenImageTransformer2DModel
 #   folder; the image grid from the case's height and width, the text's
@@ -123,6 +125,66 @@ if "$pdit" tiny "$tmp/unseen" --family qwen --heads "$heads" --head-dim "$hd" --
 else
 	cat "$tmp/err"; bad "pdit tiny --family qwen (seed $seed)"
 fi
+# the transformer in one file as ComfyUI saves it (diffusers' names under model.diffusion_model.): in float32
+# the folder's out.sample within 1e-6; in fp8 e4m3 (kept so), the run of the same values decoded into a
+# folder within 1e-5; found as Qwen-Image's by its names alone
+/usr/bin/python3 - "$g/model/transformer" "$tmp" << 'PY'
+import json, os, struct, sys
+import numpy as np
+src, d = sys.argv[1], sys.argv[2]
+raw = open(os.path.join(src, "diffusion_pytorch_model.safetensors"), "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+vals = {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], np.float32).reshape(v["shape"])
+        for k, v in head.items() if k != "__metadata__"}
+def save(path, tensors):
+    h, blob = {}, b""
+    for k, (dt, arr) in tensors.items():
+        b = arr.tobytes()
+        h[k] = {"dtype": dt, "shape": list(arr.shape), "data_offsets": [len(blob), len(blob) + len(b)]}
+        blob += b
+    hj = json.dumps(h).encode()
+    open(path, "wb").write(struct.pack("<Q", len(hj)) + hj + blob)
+# every e4m3fn value, and the nearest code of each weight (2-D weights only, as ComfyUI's files)
+codes = np.arange(256, dtype=np.uint8)
+e, m, sgn = (codes >> 3) & 15, codes & 7, np.where(codes >= 128, -1.0, 1.0)
+dec = sgn * np.where(e == 0, m / 8.0 * 2.0 ** -6, (1 + m / 8.0) * 2.0 ** (e.astype(np.float64) - 7))
+valid = codes[(codes & 127) != 127]          # 0x7f and 0xff are NaN
+order = valid[np.argsort(dec[valid])]
+def to_fp8(a):
+    i = np.clip(np.searchsorted(dec[order], a.ravel()), 1, len(order) - 1)
+    lo, hi = order[i - 1], order[i]
+    pick = np.where(np.abs(dec[lo] - a.ravel()) <= np.abs(dec[hi] - a.ravel()), lo, hi)
+    return codes[pick].reshape(a.shape)
+pre = "model.diffusion_model."
+save(d + "/qwen-comfy.safetensors", {pre + k: ("F32", v) for k, v in vals.items()})
+f8, back = {}, {}
+for k, v in vals.items():
+    if v.ndim == 2:
+        c = to_fp8(v)
+        f8[pre + k] = ("F8_E4M3", c)
+        back[k] = ("F32", dec[c].astype(np.float32))
+    else:
+        f8[pre + k] = ("F32", v)
+        back[k] = ("F32", v)
+save(d + "/qwen-fp8.safetensors", f8)
+os.makedirs(d + "/qwen-dequant")
+open(d + "/qwen-dequant/config.json", "w").write(open(os.path.join(src, "config.json")).read())
+save(d + "/qwen-dequant/diffusion_pytorch_model.safetensors", back)
+PY
+f="$g/forward-1.safetensors"
+"$pdit" forward --transformer "$g/model/transformer" --inputs "$f" --out "$tmp/folder.safetensors" > /dev/null 2>&1
+"$pdit" forward --transformer "$tmp/qwen-dequant" --inputs "$f" --out "$tmp/dequant.safetensors" > /dev/null 2>&1
+for k in comfy:folder:1e-6 fp8:dequant:1e-5; do
+	IFS=: read -r file ref tol <<< "$k"
+	if "$pdit" forward --transformer "$tmp/qwen-$file.safetensors" --config "$g/model/transformer/config.json" \
+		--inputs "$f" --out "$tmp/single.safetensors" > /dev/null 2> "$tmp/err" &&
+		"$cmp" tensors "$tmp/single.safetensors" "$tmp/$ref.safetensors" "$tol" out.sample > "$tmp/log"; then
+		ok "one file ($file, model.diffusion_model.): the $ref run's out.sample, $(head -1 "$tmp/log")"
+	else
+		cat "$tmp/err" "$tmp/log"; bad "one file ($file)"
+	fi
+done
 # a LoRA on Qwen-Image's layers (diffusers/PEFT names, and ComfyUI's diffusion_model. prefix) against
 # the weights with the same terms merged by Python: out.sample within 1e-5
 lib=$(cd "$(dirname "$0")/../lib" && pwd)

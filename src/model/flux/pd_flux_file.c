@@ -293,6 +293,82 @@ int pd_flux_linears(const struct pd_flux_config *c, struct pd_dit_linear **out, 
 	return 0;
 }
 
+/* Qwen-Image's sizes from its tensors' shapes (Qwen-Image's RoPE axes
+ * (16, 56, 56) scaled to the head width: give --config for another). */
+static int pd_qwen_config_infer(struct pd_flux_config *c, const struct pd_st *st, const char *pre)
+{
+	const struct pd_st_tensor *ii = pd_ff_get(st, pre, "img_in.weight", 0), *ti = pd_ff_get(st, pre, "txt_in.weight", 0);
+	const struct pd_st_tensor *nq = pd_ff_get(st, pre, "transformer_blocks.%d.attn.norm_q.weight", 0);
+	const struct pd_st_tensor *po = pd_ff_get(st, pre, "proj_out.weight", 0);
+
+	memset(c, 0, sizeof(*c));
+	if (!ii || !ti || !nq || !po || ii->ndim != 2 || ti->ndim != 2 || nq->ndim != 1 || po->ndim != 2 || nq->shape[0] < 8 ||
+	    ii->shape[0] % nq->shape[0] || nq->shape[0] % 8)
+		return pd_errorf("%s: not a Qwen-Image transformer (img_in, txt_in, transformer_blocks.0.attn.norm_q, "
+				 "proj_out)", st->path);
+	c->qwen = 1;
+	c->dim = (int)ii->shape[0];
+	c->in_channels = (int)ii->shape[1];
+	c->joint_attention_dim = (int)ti->shape[1];
+	c->head_dim = (int)nq->shape[0];
+	c->heads = c->dim / c->head_dim;
+	c->out_channels = (int)po->shape[0];
+	c->n_axes = 3;
+	c->axes_dims[0] = c->head_dim / 8;
+	c->axes_dims[1] = c->axes_dims[2] = (c->head_dim - c->head_dim / 8) / 2;
+	if (c->axes_dims[1] % 2)
+		return pd_errorf("%s: a head of %d has no RoPE axes as Qwen-Image's: give --config FILE", st->path,
+				 c->head_dim);
+	while (pd_ff_get(st, pre, "transformer_blocks.%d.img_mod.1.weight", c->num_layers))
+		c->num_layers++;
+	c->mlp_dim = 4 * c->dim;
+	return 0;
+}
+
+/* A Qwen-Image transformer in one file (ComfyUI's, city96's GGUF): its
+ * names are diffusers', perhaps under a prefix ("model.diffusion_model.");
+ * *OUT a view of them without it. */
+static int pd_qwen_open_file(struct pd_st **out, struct pd_st *base, const char *pre, struct pd_flux_config *cfg,
+			     const char *config_json)
+{
+	struct pd_st *view = NULL;
+	size_t np = strlen(pre);
+	int rc = -1;
+
+	if (config_json) {
+		struct pd_config j;
+
+		rc = pd_config_load(&j, config_json);
+		if (!rc) {
+			rc = pd_flux_config_parse_qwen(cfg, &j);
+			pd_config_free(&j);
+		}
+	} else {
+		struct pd_config j;
+		int has = pd_st_meta_config(base, &j);
+
+		rc = has < 0 ? -1 : has ? pd_flux_config_parse_qwen(cfg, &j) : pd_qwen_config_infer(cfg, base, pre);
+		if (has > 0)
+			pd_config_free(&j);
+	}
+	if (rc || pd_st_view_new(&view, base)) {
+		pd_st_close(base);
+		return -1;
+	}
+	for (int i = 0; i < base->n_tensors && !rc; i++) {
+		const struct pd_st_tensor *t = base->sorted[i];
+
+		if (!strncmp(t->name, pre, np))
+			rc = t->ndim ? pd_st_view_add(view, t->name + np, t, 0, t->shape[0], 0, t->ndim, NULL) : 0;
+	}
+	if (rc || pd_st_view_done(view)) {
+		pd_st_close(view);
+		return -1;
+	}
+	*out = view;
+	return 0;
+}
+
 int pd_flux_open_file(struct pd_st **out, const char *path, struct pd_flux_config *cfg, const char *config_json)
 {
 	struct pd_st *base = NULL;
@@ -306,6 +382,12 @@ int pd_flux_open_file(struct pd_st **out, const char *path, struct pd_flux_confi
 	*out = NULL;
 	if (pd_st_open(&base, path))
 		return -1;
+	/* Qwen-Image's: an RMSNorm of the text, unlike FLUX */
+	t = pd_st_find_suffix(base, "txt_norm.weight");
+	if (t) {
+		snprintf(pre, sizeof(pre), "%.*s", (int)(strlen(t->name) - strlen("txt_norm.weight")), t->name);
+		return pd_qwen_open_file(out, base, pre, cfg, config_json);
+	}
 	t = pd_st_find_suffix(base, "img_in.weight");
 	if (!t) {
 		/* diffusers' names in one file, perhaps under a prefix */

@@ -7,6 +7,7 @@
  */
 #include "pd_flux.h"
 #include "pd_qwen.h"
+#include "pd_safetensors.h"
 #include "pd_util.h"
 #include "pd_wan_vae.h"
 
@@ -66,22 +67,32 @@ static void pd_qwen_defaults(const struct pd_dit_info *info, struct pd_dit_defau
 static int pd_qwen_probe(const char *path, const char *config, struct pd_dit_info *info)
 {
 	struct pd_flux_config c;
+	struct pd_st *st = NULL;
+	double params = 0, kept = 0, kept_bytes = 0;
 
-	if (config || !pd_is_dir(path))
-		return pd_errorf("%s: Qwen-Image's transformer is read from its diffusers folder (single files are not "
-				 "read yet)", path);
-	if (pd_flux_config_load(&c, path))
+	if (!pd_is_dir(path)) {
+		/* one file (ComfyUI's, GGUF): its sizes, and what it keeps quantized */
+		if (pd_flux_open_file(&st, path, &c, config))
+			return -1;
+		pd_st_weight_stats(st, &params, &kept, &kept_bytes);
+		pd_st_close(st);
+	} else if (pd_flux_config_load(&c, path)) {
 		return -1;
+	}
 	if (!c.qwen)
 		return pd_errorf("%s: not a QwenImageTransformer2DModel", path);
-	return pd_flux_dit_info(&c, info);
+	if (pd_flux_dit_info(&c, info))
+		return -1;
+	info->kept_fraction = params > 0 ? kept / params : 0;
+	info->kept_bytes = kept > 0 ? kept_bytes / kept : 0;
+	return 0;
 }
 
-/* (single files are not read yet: the config's class tells a folder) */
+/* A single file holds Qwen-Image's transformer when it has the text's
+ * RMSNorm beside the image's input (any prefix) */
 static int pd_qwen_file_is(const struct pd_st *st)
 {
-	(void)st;
-	return 0;
+	return pd_st_find_suffix(st, "txt_norm.weight") && pd_st_find_suffix(st, "img_in.weight");
 }
 
 static int pd_qwen_prompt_widths(const struct pd_model_paths *mp, int64_t *txt_width, int64_t *pooled_width)

@@ -11,6 +11,8 @@
 #   and its meshes equal one process;
 #   the transformer in one file (ComfyUI's names and prefix; f32, and fp8
 #   against its decoded values) equal to the folder's run;
+#   a Q8_0 GGUF pdit quantize writes (architecture qwen_image) against its
+#   dequantized weights;
 #   a LoRA (PEFT names, ComfyUI's prefix) against weights merged by Python;
 #   pdit forward on each transformer case (a QwenImageTransformer2DModel
 #   folder; the image grid from the case's height and width, the text's
@@ -185,6 +187,20 @@ for k in comfy:folder:1e-6 fp8:dequant:1e-5; do
 		cat "$tmp/err" "$tmp/log"; bad "one file ($file)"
 	fi
 done
+# a Q8_0 GGUF as city96's (pdit quantize: general.architecture qwen_image), kept quantized: its decoded
+# products equal the run of the same weights written back in f32 within 1e-5
+if "$pdit" quantize "$g/model/transformer" "$tmp/q8.gguf" --type q8_0 > /dev/null 2> "$tmp/err" &&
+	"$pdit" quantize "$tmp/q8.gguf" "$tmp/q8-f32.safetensors" --type f32 > /dev/null 2>> "$tmp/err" &&
+	"$pdit" inspect "$tmp/q8.gguf" 2>&1 | grep -q 'general.architecture = "qwen_image"' &&
+	"$pdit" forward --transformer "$tmp/q8.gguf" --config "$g/model/transformer/config.json" --inputs "$f" \
+		--quant-products bf16 --out "$tmp/q.safetensors" > /dev/null 2>> "$tmp/err" &&
+	"$pdit" forward --transformer "$tmp/q8-f32.safetensors" --config "$g/model/transformer/config.json" --inputs "$f" \
+		--out "$tmp/d.safetensors" > /dev/null 2>> "$tmp/err" &&
+	"$cmp" tensors "$tmp/q.safetensors" "$tmp/d.safetensors" 1e-5 out.sample > "$tmp/log"; then
+	ok "a Q8_0 GGUF (qwen_image): its dequantized weights' out.sample, $(head -1 "$tmp/log")"
+else
+	cat "$tmp/err" "$tmp/log"; bad "a Q8_0 GGUF"
+fi
 # a LoRA on Qwen-Image's layers (diffusers/PEFT names, and ComfyUI's diffusion_model. prefix) against
 # the weights with the same terms merged by Python: out.sample within 1e-5
 lib=$(cd "$(dirname "$0")/../lib" && pwd)

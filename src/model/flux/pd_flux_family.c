@@ -184,12 +184,13 @@ static int pd_flux_default_max_seq(const struct pd_dit_info *info)
 }
 
 
-/* Black Forest Labs' double_blocks or diffusers' transformer_blocks */
+/* Black Forest Labs' double_blocks or diffusers' transformer_blocks (not
+ * Qwen-Image's, which has an RMSNorm of the text) */
 static int pd_flux_names_are(const struct pd_st *st)
 {
 	static const char *const prefixes[] = { "double_blocks.", "transformer_blocks.", NULL };
 
-	return pd_dit_names_start(st, prefixes);
+	return pd_dit_names_start(st, prefixes) && !pd_st_find_suffix(st, "txt_norm.weight");
 }
 
 static const char *const pd_flux_classes[] = { "FluxTransformer2DModel", NULL };

@@ -179,8 +179,15 @@ static const struct pd_encoder_spec pd_qwen_encoders[] = {
 
 static const char *const pd_qwen_classes[] = { "QwenImageTransformer2DModel", NULL };
 
+/* city96's Qwen-Image GGUF files: general.architecture "qwen_image"; the
+ * modulations, as FLUX's, stay F32 */
+static const char *const pd_qwen_gguf_f32[] = { "_mod.", NULL };
+
 const struct pd_dit_family pd_qwen_family = {
 	.name = "qwen",
+	.gguf_arch = "qwen_image",
+	.gguf_f32 = pd_qwen_gguf_f32,
+	.names_are = pd_qwen_file_is,
 	.title = "Qwen-Image pictures",
 	.prediction = PD_PREDICT_FLOW,
 	.sampler = PD_SAMPLER_EULER,

@@ -2,7 +2,8 @@
 # Qwen-Image against diffusers (tests/golden/qwen-tiny), as a user runs it:
 #   pdit encode --model on each text case (Qwen2's tokenizer on the
 #   pipeline's template, the language model, 34 tokens dropped): ids and
-#   masks exact, prompt_embeds within 1e-4;
+#   masks exact, prompt_embeds within 1e-4; the language model from a GGUF
+#   in llama.cpp's names and from Qwen2.5-VL's newer single file (--llm);
 #   pdit generate --model on each pipeline case (with and without a negative
 #   prompt and true CFG, its norm rescale): latents.final within 1e-4, the
 #   picture within 1 level; with MPIRUN, Ulysses, ring, tensor, PipeFusion
@@ -233,6 +234,86 @@ if "$pdit" forward --transformer "$g/model/transformer" --inputs "$f" --lora "$t
 else
 	cat "$tmp/err" "$tmp/log"; bad "a LoRA on Qwen-Image's layers"
 fi
+# the language model as a GGUF file in llama.cpp's names (token_embd, blk.N.attn_q, ..., output_norm; its
+# sizes from the file's metadata) and as one safetensors file of Qwen2.5-VL's newer names
+# (model.language_model., a vision tower beside it), through --llm: text-0's prompt_embeds within 1e-4
+python3 - "$g/model/text_encoder" "$tmp" << 'PY'
+import json, os, struct, sys
+src, d = sys.argv[1], sys.argv[2]
+raw = open(os.path.join(src, "model.safetensors"), "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+cfg = json.load(open(os.path.join(src, "config.json")))
+data = lambda k: raw[8 + n + head[k]["data_offsets"][0]:8 + n + head[k]["data_offsets"][1]]
+names = {"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
+         "self_attn.o_proj.weight": "attn_output.weight", "mlp.gate_proj.weight": "ffn_gate.weight",
+         "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight"}
+for q in "qkv":
+    for wb in ("weight", "bias"):
+        names["self_attn.%s_proj.%s" % (q, wb)] = "attn_%s.%s" % (q, wb)
+tensors = []
+for k, v in head.items():
+    if k == "__metadata__" or v["dtype"] != "F32":
+        continue
+    if k == "model.embed_tokens.weight":
+        g = "token_embd.weight"
+    elif k == "model.norm.weight":
+        g = "output_norm.weight"
+    elif k == "lm_head.weight":
+        g = "output.weight"
+    elif k.startswith("model.layers."):
+        i, rest = k[len("model.layers."):].split(".", 1)
+        g = "blk.%s.%s" % (i, names[rest])
+    else:
+        continue
+    tensors.append((g, v["shape"], data(k)))
+s = lambda t: struct.pack("<Q", len(t.encode())) + t.encode()
+kv = [("general.architecture", 8, s("qwen2vl")), ("qwen2vl.embedding_length", 4, struct.pack("<I", cfg["hidden_size"])),
+      ("qwen2vl.block_count", 4, struct.pack("<I", cfg["num_hidden_layers"])),
+      ("qwen2vl.feed_forward_length", 4, struct.pack("<I", cfg["intermediate_size"])),
+      ("qwen2vl.attention.head_count", 4, struct.pack("<I", cfg["num_attention_heads"])),
+      ("qwen2vl.attention.head_count_kv", 4, struct.pack("<I", cfg["num_key_value_heads"])),
+      ("qwen2vl.attention.layer_norm_rms_epsilon", 6, struct.pack("<f", cfg["rms_norm_eps"])),
+      ("qwen2vl.rope.freq_base", 6, struct.pack("<f", cfg["rope_theta"]))]
+out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kv))
+for k, t, v in kv:
+    out += s(k) + struct.pack("<I", t) + v
+off, blob = 0, b""
+for name, shape, b in tensors:
+    out += s(name) + struct.pack("<I", len(shape)) + b"".join(struct.pack("<Q", x) for x in reversed(shape))
+    out += struct.pack("<IQ", 0, off)
+    pad = (-len(b)) % 32
+    blob += b + b"\0" * pad
+    off += len(b) + pad
+out += b"\0" * ((-len(out)) % 32)
+open(d + "/llm.gguf", "wb").write(out + blob)
+# Qwen2.5-VL's newer file: the decoder under model.language_model., a vision tower beside it
+h2, blob2 = {}, b""
+for k, v in head.items():
+    if k == "__metadata__":
+        continue
+    k2 = k.replace("model.", "model.language_model.", 1) if k.startswith("model.") else k
+    b = data(k)
+    h2[k2] = {"dtype": v["dtype"], "shape": v["shape"], "data_offsets": [len(blob2), len(blob2) + len(b)]}
+    blob2 += b
+vis = struct.pack("<4f", 9, 9, 9, 9)
+h2["model.visual.patch_embed.proj.weight"] = {"dtype": "F32", "shape": [2, 2], "data_offsets": [len(blob2), len(blob2) + 16]}
+blob2 += vis
+# (its sizes: a head of 8 is no Qwen2.5's, so the config goes with it as metadata)
+h2["__metadata__"] = {"config": json.dumps(cfg)}
+hj = json.dumps(h2).encode()
+open(d + "/llm-vl.safetensors", "wb").write(struct.pack("<Q", len(hj)) + hj + blob2)
+PY
+f="$g/text-0.safetensors"
+for file in llm.gguf llm-vl.safetensors; do
+	rm -f "$tmp/e.safetensors"
+	if "$pdit" encode --model "$g/model" --llm "$tmp/$file" -p "$("$cmp" meta "$f" prompt)" --out "$tmp/e.safetensors" \
+		> /dev/null 2> "$tmp/err" && "$cmp" tensors "$tmp/e.safetensors" "$f" 1e-4 prompt_embeds > "$tmp/log"; then
+		ok "--llm $file: prompt_embeds as transformers', $(head -1 "$tmp/log")"
+	else
+		cat "$tmp/err" "$tmp/log"; bad "--llm $file"
+	fi
+done
 # a text mask with a gap (a token after padding): refused, nothing written
 python3 - "$g/forward-1.safetensors" "$tmp/gap.safetensors" << 'PY'
 import json, struct, sys

@@ -113,6 +113,80 @@ static int pd_llm_config_infer(struct pd_llm_config *c, const struct pd_st *st, 
 	return 0;
 }
 
+/* llama.cpp's names of a language model's tensors (its GGUF files:
+ * convert_hf_to_gguf.py's Qwen2 mapping; q and k are not permuted for
+ * Qwen2's rotate-half RoPE) and transformers' */
+static const char *const pd_llm_gguf_names[][2] = {
+	{ "attn_norm.weight", "input_layernorm.weight" },
+	{ "attn_q.weight", "self_attn.q_proj.weight" },
+	{ "attn_q.bias", "self_attn.q_proj.bias" },
+	{ "attn_k.weight", "self_attn.k_proj.weight" },
+	{ "attn_k.bias", "self_attn.k_proj.bias" },
+	{ "attn_v.weight", "self_attn.v_proj.weight" },
+	{ "attn_v.bias", "self_attn.v_proj.bias" },
+	{ "attn_output.weight", "self_attn.o_proj.weight" },
+	{ "ffn_norm.weight", "post_attention_layernorm.weight" },
+	{ "ffn_gate.weight", "mlp.gate_proj.weight" },
+	{ "ffn_up.weight", "mlp.up_proj.weight" },
+	{ "ffn_down.weight", "mlp.down_proj.weight" },
+};
+
+/* A GGUF file in llama.cpp's names (token_embd, blk.N.attn_q, ...,
+ * output_norm) as a view under transformers' (model.embed_tokens, ...), and
+ * its sizes from its metadata (ARCH.embedding_length, ...). */
+static int pd_llm_gguf_view(struct pd_llm *m)
+{
+	struct pd_st *view = NULL, *base = m->st;
+	const char *arch = pd_st_meta(base, "general.architecture");
+	struct pd_llm_config *c = &m->cfg;
+	char key[128];
+	int rc = 0;
+
+#define PD_META(suffix) (snprintf(key, sizeof(key), "%s.%s", arch, suffix), pd_st_meta(base, key))
+	if (!arch || !PD_META("embedding_length") || !PD_META("block_count") || !PD_META("feed_forward_length") ||
+	    !PD_META("attention.head_count"))
+		return pd_errorf("%s: a GGUF file in llama.cpp's names without its sizes (general.architecture and its "
+				 "embedding_length, block_count, feed_forward_length, attention.head_count)", base->path);
+	c->hidden = atoi(PD_META("embedding_length"));
+	c->layers = atoi(PD_META("block_count"));
+	c->intermediate = atoi(PD_META("feed_forward_length"));
+	c->heads = atoi(PD_META("attention.head_count"));
+	c->kv_heads = PD_META("attention.head_count_kv") ? atoi(PD_META("attention.head_count_kv")) : c->heads;
+	c->eps = PD_META("attention.layer_norm_rms_epsilon") ? (float)atof(PD_META("attention.layer_norm_rms_epsilon")) : 1e-6f;
+	c->theta = PD_META("rope.freq_base") ? atof(PD_META("rope.freq_base")) : 1e6;
+#undef PD_META
+	if (c->hidden < 1 || c->layers < 0 || c->layers > 1024 || c->intermediate < 1 || c->heads < 1 || c->kv_heads < 1 ||
+	    c->hidden % c->heads || c->heads % c->kv_heads || (c->hidden / c->heads) % 2 || !(c->theta > 1) || !(c->eps > 0))
+		return pd_errorf("%s: its sizes do not make a language model (%d wide, %d heads over %d, %d layers)", base->path,
+				 c->hidden, c->heads, c->kv_heads, c->layers);
+	c->head_dim = c->hidden / c->heads;
+	if (pd_st_view_new(&view, base))
+		return -1;
+	m->st = view;
+	for (int i = 0; i < base->n_tensors && !rc; i++) {
+		const struct pd_st_tensor *t = base->sorted[i];
+		char name[160] = "";
+		int layer, off = 0;
+
+		if (!strcmp(t->name, "token_embd.weight"))
+			snprintf(name, sizeof(name), "model.embed_tokens.weight");
+		else if (!strcmp(t->name, "output_norm.weight"))
+			snprintf(name, sizeof(name), "model.norm.weight");
+		else if (sscanf(t->name, "blk.%d.%n", &layer, &off) == 1 && off > 0)
+			for (size_t k = 0; k < sizeof(pd_llm_gguf_names) / sizeof(pd_llm_gguf_names[0]); k++)
+				if (!strcmp(t->name + off, pd_llm_gguf_names[k][0]))
+					snprintf(name, sizeof(name), "model.layers.%d.%s", layer, pd_llm_gguf_names[k][1]);
+		/* (output.weight, the head, is never read) */
+		if (name[0] && t->ndim)
+			rc = pd_st_view_add(view, name, t, 0, t->shape[0], 0, t->ndim, NULL);
+	}
+	if (!rc && pd_st_view_done(view))
+		rc = -1;
+	if (!rc && pd_st_get(view, "model.embed_tokens.weight"))
+		c->vocab = (int)pd_st_get(view, "model.embed_tokens.weight")->shape[0];
+	return rc;
+}
+
 int pd_llm_load(struct pd_llm **out, const char *path, struct pd_backend *be)
 {
 	struct pd_llm *m = pd_calloc(1, sizeof(*m), "the language model");
@@ -126,6 +200,8 @@ int pd_llm_load(struct pd_llm **out, const char *path, struct pd_backend *be)
 		return -1;
 	m->be = be;
 	if (pd_st_open_path(&m->st, path, "model"))
+		goto fail;
+	if (pd_st_get(m->st, "token_embd.weight") && pd_llm_gguf_view(m))
 		goto fail;
 	/* the decoder's prefix: where its first layer and token table are */
 	for (size_t i = 0; i < sizeof(pres) / sizeof(pres[0]) && !t; i++) {
@@ -143,7 +219,9 @@ int pd_llm_load(struct pd_llm **out, const char *path, struct pd_backend *be)
 			  "model.layers.0.self_attn.q_proj.weight)", m->st->path);
 		goto fail;
 	}
-	if (pd_is_dir(path)) {
+	if (m->cfg.hidden) {
+		/* (a GGUF file's metadata gave the sizes) */
+	} else if (pd_is_dir(path)) {
 		struct pd_config j;
 		int rc;
 
@@ -153,8 +231,16 @@ int pd_llm_load(struct pd_llm **out, const char *path, struct pd_backend *be)
 		pd_config_free(&j);
 		if (rc)
 			goto fail;
-	} else if (pd_llm_config_infer(&m->cfg, m->st, m->pre)) {
-		goto fail;
+	} else {
+		/* one file: its "config" metadata entry, else its shapes */
+		struct pd_config j;
+		int has = pd_st_meta_config(m->st, &j), rc;
+
+		rc = has < 0 ? -1 : has ? pd_llm_config_parse(&m->cfg, &j) : pd_llm_config_infer(&m->cfg, m->st, m->pre);
+		if (has > 0)
+			pd_config_free(&j);
+		if (rc)
+			goto fail;
 	}
 	if (t->shape[0] != m->cfg.vocab || t->shape[1] != m->cfg.hidden) {
 		pd_errorf("%s: %sembed_tokens.weight is [%lld, %lld], the config says [%d, %d]", m->st->path, m->pre,

@@ -16,10 +16,12 @@
  * batch's on its own tokens.
  *
  * Weights: a transformers folder (config.json, model.safetensors or its
- * shards) or one .safetensors file, the decoder under `model.`,
- * `model.language_model.` or `language_model.model.` (the vision tower's
- * weights, `visual.`, are never read); the token table is read a row at a
- * time.
+ * shards) or one .safetensors file (its sizes from a "config" metadata
+ * entry, else its shapes with Qwen2.5's head width of 128), the decoder
+ * under `model.`, `model.language_model.` or `language_model.model.` (the
+ * vision tower's weights, `visual.`, are never read); or a GGUF file in
+ * llama.cpp's names (token_embd, blk.N.attn_q, ..., output_norm; the sizes
+ * from its metadata); the token table is read a row at a time.
  */
 #ifndef PD_LLM_H
 #define PD_LLM_H

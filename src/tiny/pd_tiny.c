@@ -333,6 +333,11 @@ int pd_tiny_vae_kl(const char *dir, const struct pd_tiny_opts *o)
 
 int pd_tiny_flow_scheduler(const char *dir, int dynamic)
 {
+	return pd_tiny_flow_scheduler_as(dir, dynamic, dynamic ? 3.0 : 1.0, 4096, 1.15, 0);
+}
+
+int pd_tiny_flow_scheduler_as(const char *dir, int dynamic, double shift, int max_seq, double max_shift, double terminal)
+{
 	cJSON *cfg = cJSON_CreateObject();
 	char *path;
 	int rc;
@@ -344,11 +349,14 @@ int pd_tiny_flow_scheduler(const char *dir, int dynamic)
 	cJSON_AddNumberToObject(cfg, "base_image_seq_len", 256);
 	cJSON_AddNumberToObject(cfg, "base_shift", 0.5);
 	cJSON_AddBoolToObject(cfg, "invert_sigmas", 0);
-	cJSON_AddNumberToObject(cfg, "max_image_seq_len", 4096);
-	cJSON_AddNumberToObject(cfg, "max_shift", 1.15);
+	cJSON_AddNumberToObject(cfg, "max_image_seq_len", max_seq);
+	cJSON_AddNumberToObject(cfg, "max_shift", max_shift);
 	cJSON_AddNumberToObject(cfg, "num_train_timesteps", 1000);
-	cJSON_AddNumberToObject(cfg, "shift", dynamic ? 3.0 : 1.0);
-	cJSON_AddNullToObject(cfg, "shift_terminal");
+	cJSON_AddNumberToObject(cfg, "shift", shift);
+	if (terminal > 0)
+		cJSON_AddNumberToObject(cfg, "shift_terminal", terminal);
+	else
+		cJSON_AddNullToObject(cfg, "shift_terminal");
 	cJSON_AddBoolToObject(cfg, "stochastic_sampling", 0);
 	cJSON_AddStringToObject(cfg, "time_shift_type", "exponential");
 	cJSON_AddBoolToObject(cfg, "use_beta_sigmas", 0);

@@ -116,6 +116,10 @@ int pd_tiny_vae_kl(const char *dir, const struct pd_tiny_opts *o);
 /* FlowMatchEulerDiscreteScheduler's folder as FLUX.1-dev's (DYNAMIC: its
  * shifting by resolution) or schnell's. */
 int pd_tiny_flow_scheduler(const char *dir, int dynamic);
+/* The same with another shift, max_image_seq_len and max_shift, and the
+ * last sigma stretched to TERMINAL (0: not): Qwen/Qwen-Image's 1, 8192,
+ * 0.9, 0.02. */
+int pd_tiny_flow_scheduler_as(const char *dir, int dynamic, double shift, int max_seq, double max_shift, double terminal);
 /* Random prompt embeddings (with negatives) of o->batch x o->txt_len. */
 int pd_tiny_embeds(const char *path, const struct pd_tiny_opts *o);
 /* Tokenizers in miniature, in their real formats: CLIP's BPE (vocab.json,

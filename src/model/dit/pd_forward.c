@@ -25,6 +25,20 @@ int pd_st_load_f32(const struct pd_st *st, const char *name, int ndim, const int
 	return 0;
 }
 
+/* Value I of an integer tensor T (I64 or I32). */
+static int64_t pd_st_int_at(const struct pd_st_tensor *t, int64_t i)
+{
+	int64_t v = 0;
+	int32_t v32;
+
+	if (t->dtype == PD_I64) {
+		memcpy(&v, (const char *)t->data + i * 8, 8);
+		return v;
+	}
+	memcpy(&v32, (const char *)t->data + i * 4, 4);
+	return v32;
+}
+
 /* A per-batch scalar stored as [1] or [B]: expanded to B values. */
 static int pd_read_batch_scalar(const struct pd_st *st, const char *name, int64_t B, float **out)
 {
@@ -40,19 +54,8 @@ static int pd_read_batch_scalar(const struct pd_st *st, const char *name, int64_
 		return -1;
 	if (t->dtype == PD_I64 || t->dtype == PD_I32) {
 		/* integer timesteps (Wan's pipeline passes them so) */
-		for (int64_t i = 0; i < t->numel; i++) {
-			int64_t v = 0;
-
-			if (t->dtype == PD_I64) {
-				memcpy(&v, (const char *)t->data + i * 8, 8);
-			} else {
-				int32_t v32;
-
-				memcpy(&v32, (const char *)t->data + i * 4, 4);
-				v = v32;
-			}
-			p[i] = (float)v;
-		}
+		for (int64_t i = 0; i < t->numel; i++)
+			p[i] = (float)pd_st_int_at(t, i);
 	} else if (pd_st_read_f32(t, 0, (size_t)t->numel, p)) {
 		free(p);
 		return -1;
@@ -144,19 +147,8 @@ static int pd_forward_text_mask(struct pd_forward_inputs *in, const struct pd_st
 		if (pd_st_require(st, "in.encoder_hidden_states_mask", 2, ms, &t) ||
 		    !(mask = pd_malloc((size_t)(B * T) * sizeof(float), "the text mask")))
 			return -1;
-		for (int64_t i = 0; i < B * T; i++) {
-			int64_t v;
-
-			if (t->dtype == PD_I64) {
-				memcpy(&v, (const char *)t->data + i * 8, 8);
-			} else {
-				int32_t v32;
-
-				memcpy(&v32, (const char *)t->data + i * 4, 4);
-				v = v32;
-			}
-			mask[i] = v != 0;
-		}
+		for (int64_t i = 0; i < B * T; i++)
+			mask[i] = pd_st_int_at(t, i) != 0;
 	} else if (pd_st_load_f32(st, "in.encoder_hidden_states_mask", 2, ms, &mask)) {
 		return -1;
 	}

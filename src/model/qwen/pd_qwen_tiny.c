@@ -242,30 +242,13 @@ static int pd_qwen_tiny_rest(const char *dir)
 		{ "transformer", "diffusers", "QwenImageTransformer2DModel" },
 		{ "vae", "diffusers", "AutoencoderKLQwenImage" },
 	};
-	cJSON *s = cJSON_CreateObject();
 	char *sdir = pd_strfmt("%s/scheduler", dir);
 	int rc;
 
-	if (!s || !sdir) {
-		cJSON_Delete(s);
-		free(sdir);
-		return pd_errorf("out of memory");
-	}
-	cJSON_AddStringToObject(s, "_class_name", "FlowMatchEulerDiscreteScheduler");
-	cJSON_AddStringToObject(s, "_diffusers_version", "0.40.0");
-	cJSON_AddNumberToObject(s, "base_image_seq_len", 256);
-	cJSON_AddNumberToObject(s, "base_shift", 0.5);
-	cJSON_AddBoolToObject(s, "invert_sigmas", 0);
-	cJSON_AddNumberToObject(s, "max_image_seq_len", 8192);
-	cJSON_AddNumberToObject(s, "max_shift", 0.9);
-	cJSON_AddNumberToObject(s, "num_train_timesteps", 1000);
-	cJSON_AddNumberToObject(s, "shift", 1.0);
-	cJSON_AddNumberToObject(s, "shift_terminal", 0.02);
-	cJSON_AddBoolToObject(s, "stochastic_sampling", 0);
-	cJSON_AddStringToObject(s, "time_shift_type", "exponential");
-	cJSON_AddBoolToObject(s, "use_dynamic_shifting", 1);
+	if (!sdir)
+		return -1;
 	rc = pd_tiny_model_index(dir, "QwenImagePipeline", parts, (int)(sizeof(parts) / sizeof(parts[0]))) |
-	     pd_tiny_save_json(sdir, "scheduler_config.json", s);
+	     pd_tiny_flow_scheduler_as(sdir, 1, 1.0, 8192, 0.9, 0.02);
 	free(sdir);
 	return rc ? -1 : 0;
 }

@@ -284,8 +284,8 @@ int pd_cmd_plan(int argc, char **argv)
 			printf("{\"mesh\": \"%s\", \"seconds_per_step\": %.6g, \"compute_seconds\": %.6g, \"comm_seconds\": %.6g, "
 			       "\"vae_seconds\": %.6g, \"seconds_per_run\": %.6g, \"gflop_per_rank\": %.6g, "
 			       "\"weight_seconds\": %.6g, \"bytes_sent_per_rank_per_step\": %.0f, \"rounds_per_step\": %d, "
-			       "\"bytes_between_nodes\": %.0f, \"memory_gb\": %.4g, \"weights_gb\": %.4g, "
-			       "\"activations_gb\": %.4g, \"encoders_gb\": %.4g, \"vae_gb\": %.4g, \"stale\": %s, "
+			       "\"bytes_between_nodes\": %.0f, \"memory_gb\": %.6g, \"weights_gb\": %.6g, "
+			       "\"activations_gb\": %.6g, \"encoders_gb\": %.6g, \"vae_gb\": %.6g, \"stale\": %s, "
 			       "\"fits\": %s}\n", name, c->seconds, c->compute_s, c->comm_s, c->vae_s,
 			       c->seconds * steps + c->vae_s, c->gflop, c->weight_extra_s, c->bytes, c->rounds, c->inter_bytes, c->memory_gb,
 			       c->weights_gb, c->activations_gb, w->encoders_gb, c->vae_gb, rows[i].stale ? "true" : "false",

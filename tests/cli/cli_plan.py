@@ -181,7 +181,7 @@ def adapters_and_references(m, H, W, T, tmp):
     if one in bare and tp in bare and bare.keys() == with_lora.keys():
         d1 = with_lora[one]["weights_gb"] - bare[one]["weights_gb"]
         d2 = with_lora[tp]["weights_gb"] - bare[tp]["weights_gb"]
-        report(abs(d1 - 0.008) < 1e-6 and 0.004 <= d2 < d1,
+        report(abs(d1 - 0.008) < 1e-5 and 0.004 <= d2 < d1,
                "--lora (an 8 MB file): +%.4g GB a Ulysses rank (all of it), +%.4g GB a tensor-parallel one" % (d1, d2))
     else:
         report(False, "plan with --lora: the meshes %s" % sorted(with_lora))

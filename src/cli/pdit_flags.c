@@ -38,7 +38,7 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 		{ "--flow-shift", 0, PD_ARG_FLOAT, &a->flow_shift, "S", "the sampler's shift instead of the scheduler folder's (Wan: 3 for 480p, 5 for 720p; FLUX: a static shift)", NULL },
 		{ "--steps", 0, PD_ARG_COUNT, &a->steps, "N", "denoising steps (default 28, or 4 for models without guidance embedding)", &a->steps_seen },
 		{ "--guidance", 0, PD_ARG_FLOAT, &a->guidance, "G", "FLUX: distilled guidance scale (default 3.5; dev-style models); Wan: classifier-free guidance with the negative prompt, \"\" unless -n (default 5)", &a->guidance_seen },
-		{ "--true-cfg-scale", 0, PD_ARG_FLOAT, &a->true_cfg_scale, "C", "true classifier-free guidance with the negative embeddings when > 1", NULL },
+		{ "--true-cfg-scale", 0, PD_ARG_FLOAT, &a->true_cfg_scale, "C", "true classifier-free guidance with the negative prompt when above 1 (default 1; Qwen-Image 4 when -n is given)", &a->true_cfg_seen },
 		{ "--seed", 's', PD_ARG_U64, &a->seed, "S", "seed of image 0 (default 42), as torch.Generator('cpu').manual_seed", NULL },
 		{ "--output", 'o', PD_ARG_STRING, &a->output, "FILE", "PNG to write (default output.png); a video: clip.mp4 (default output.mp4) or frame-%03d.png", &a->output_seen },
 		{ "--fps", 0, PD_ARG_COUNT, &a->fps, "N", "a video's frames a second (default 16)", NULL },
@@ -75,7 +75,7 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 	a->dtype = "f32";
 	a->guidance = -1; /* the family's */
 	a->fps = 16;
-	a->true_cfg_scale = 1.0f;
+	a->true_cfg_scale = -1;
 	a->seed = 42;
 	a->warmup_steps = 1;
 	a->comm_timeout = 1800;
@@ -328,6 +328,8 @@ int pd_gen_request(const struct pd_gen_args *a, struct pd_request *rq, char ***p
 				 "such as frame-%%03d.png", a->output);
 	if (a->guidance_seen && !(a->guidance >= 0))
 		return pd_errorf("--guidance must not be negative (got %g)", a->guidance);
+	if (a->true_cfg_seen && !(a->true_cfg_scale >= 0))
+		return pd_errorf("--true-cfg-scale must not be negative (got %g)", a->true_cfg_scale);
 	if (a->fps < 1 || a->fps > 240)
 		return pd_errorf("--fps must be between 1 and 240 (got %d)", a->fps);
 	rq->frames = a->frames;

@@ -66,7 +66,7 @@ int pd_cmd_plan(int argc, char **argv)
 	int height = PD_DEFAULT, width = PD_DEFAULT, frames = PD_DEFAULT, batch = 1, devices = 0, devices_seen = 0;
 	int per_node = 0, txt = PD_DEFAULT, json = 0, steps = PD_DEFAULT, keep_enc = 0, n, rc = 1;
 	int one_machine = 0;
-	float cfg_scale = 1, guidance = -1, gflops = 0, memory = 0, bandwidth = 0, latency = 0, inter_bw = 0, inter_lat = 0;
+	float cfg_scale = -1, guidance = -1, gflops = 0, memory = 0, bandwidth = 0, latency = 0, inter_bw = 0, inter_lat = 0;
 	float efficiency = 0.5f, mem_bw = 0, matmul = 0, weight_ns = -1;
 	const char *dtype = "bf16", *device = NULL, *link = NULL, *inter_link = NULL, *pos[1];
 	const char *diffusion_model = NULL, *config = NULL, *model = NULL, *transformer = NULL, *vae = NULL, *ref = NULL;
@@ -89,7 +89,7 @@ int pd_cmd_plan(int argc, char **argv)
 		{ "--frames", 0, PD_ARG_COUNT, &frames, "N", "video frames, 4k + 1 (Wan; default 81)", NULL },
 		{ "--steps", 0, PD_ARG_COUNT, &steps, "S", "denoising steps, for the seconds of a run with its decode (default 28, or 4 without guidance embedding)", NULL },
 		{ "--batch", 0, PD_ARG_COUNT, &batch, "B", "images (default 1)", NULL },
-		{ "--true-cfg-scale", 0, PD_ARG_FLOAT, &cfg_scale, "C", "true CFG when above 1: two branches, CFG parallel possible", NULL },
+		{ "--true-cfg-scale", 0, PD_ARG_FLOAT, &cfg_scale, "C", "true CFG when above 1: two branches, CFG parallel possible (default 1; Qwen-Image 4)", NULL },
 		{ "--guidance", 0, PD_ARG_FLOAT, &guidance, "G", "Wan: classifier-free guidance (default 5): above 1, two branches", NULL },
 		{ "--txt-len", 0, PD_ARG_COUNT, &txt, "N", "text tokens (default 512, or 256 without guidance embedding)", NULL },
 		{ "--dtype", 0, PD_ARG_STRING, &dtype, "f32|bf16", "precision of the weights and products (default bf16)", NULL },

@@ -38,7 +38,7 @@ void pd_request_init(struct pd_request *rq)
 	memset(rq, 0, sizeof(*rq));
 	rq->guidance = -1;
 	rq->height = rq->width = rq->frames = rq->steps = rq->batch = rq->max_seq = PD_DEFAULT;
-	rq->true_cfg_scale = 1.0f;
+	rq->true_cfg_scale = -1;
 	rq->strength = PD_DEFAULT;
 	rq->seed = 42;
 	rq->want_pictures = 1;

@@ -674,6 +674,13 @@ int pd_engine_request_defaults(const struct pd_dit_defaults *d, const char *fami
 	r->width = r->width == PD_DEFAULT ? d->width : r->width;
 	r->frames = r->frames == PD_DEFAULT ? d->frames : r->frames;
 	r->guidance = r->guidance >= 0 ? r->guidance : d->guidance;
+	/* The family's true CFG goes with a negative prompt: from prompts now,
+	 * from embeddings once they are read (pd_engine_prepare_local); a
+	 * plan, with neither, counts the family's usual run. */
+	if (r->true_cfg_scale < 0 && !d->guidance_cfg && (r->negative || !r->embeds))
+		r->true_cfg_scale = (r->negative || (!r->n_prompts && !r->prompts)) && d->true_cfg_scale > 1
+					    ? d->true_cfg_scale
+					    : 1;
 	if (d->guidance_cfg) {
 		if (r->true_cfg_scale > 1)
 			return pd_errorf("the %s family's --guidance is its classifier-free guidance: give --guidance %g, "
@@ -710,12 +717,14 @@ int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request *rq_in)
 		return pd_errorf("--steps must be between 1 and %d (got %d)", PD_MAX_STEPS, rq->steps);
 	if (rq->batch != PD_DEFAULT && (rq->batch < 1 || rq->batch > PD_MAX_BATCH))
 		return pd_errorf("--batch must be between 1 and %d (got %d)", PD_MAX_BATCH, rq->batch);
-	if (rq->true_cfg_scale < 0)
-		return pd_errorf("--true-cfg-scale must not be negative");
 	if (rq->frames < 1)
 		return pd_errorf("--frames must be positive (got %d)", rq->frames);
 	e->p.frames = rq->frames;
-	if (pd_engine_inputs(e, rq) || e->fam->latent_shape(&e->ls, &e->info, e->p.frames, rq->height, rq->width) ||
+	if (pd_engine_inputs(e, rq))
+		return -1;
+	if (rq->true_cfg_scale < 0)
+		rq->true_cfg_scale = e->e.neg_prompt && e->dflt.true_cfg_scale > 1 ? e->dflt.true_cfg_scale : 1;
+	if (e->fam->latent_shape(&e->ls, &e->info, e->p.frames, rq->height, rq->width) ||
 	    (rq->batch != PD_DEFAULT && pd_embeds_repeat(&e->e, rq->batch)))
 		return -1;
 	if (rq->want_pictures && !e->mp.vae && !rq->want_latents)

@@ -267,7 +267,9 @@ struct pd_request {
 					 * dynamic shifting); 0: the scheduler folder's */
 	float guidance;                 /* guidance scale, negative: the family's. FLUX: distilled (models
 					 * with guidance embedding, 3.5); Wan: classifier-free (5) */
-	float true_cfg_scale;           /* above 1 with a negative prompt: true CFG */
+	float true_cfg_scale;           /* above 1 with a negative prompt: true CFG; negative: the
+					 * family's when there is a negative prompt (Qwen-Image 4, as
+					 * QwenImagePipeline), else 1 (off) */
 	uint64_t seed;                  /* picture b is drawn from seed + b */
 	int batch;                      /* PD_DEFAULT: a picture per prompt; N: N copies of the first prompt */
 	float fbcache_threshold;        /* First Block Cache: 0 off, 0.05 to 0.12 usual */

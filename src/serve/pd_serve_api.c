@@ -602,7 +602,7 @@ int pd_serve_params_parse(struct pd_serve_params *p, enum pd_serve_api api, cons
 	p->n = 1;
 	p->seed = 42;
 	p->guidance = -1;
-	p->true_cfg_scale = 1;
+	p->true_cfg_scale = -1;
 	p->cfg_scale = -1;
 	p->video = api == PD_API_SDCPP_VIDEO;
 	p->strength = -1;

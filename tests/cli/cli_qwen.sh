@@ -9,7 +9,10 @@
 #   picture within 1 level; with MPIRUN, Ulysses, ring, tensor, PipeFusion
 #   and CFG parallel on 2 processes equal to one process within 1e-5;
 #   a model of unseen random sizes (pdit tiny --family qwen) makes a picture,
-#   and its meshes equal one process;
+#   and its meshes equal one process; with MPIRUN also data parallel,
+#   DistriFusion, First Block Cache and meshes of 4 processes (USP, TP4,
+#   CFG x Ulysses, data x tensor, CFG x PipeFusion, DistriFusion 4, ring 4
+#   with the cache), pictures decoded in bands;
 #   the transformer in one file (ComfyUI's names and prefix; f32, and fp8
 #   against its decoded values) equal to the folder's run;
 #   a Q8_0 GGUF pdit quantize writes (architecture qwen_image) against its
@@ -127,6 +130,43 @@ if "$pdit" tiny "$tmp/unseen" --family qwen --heads "$heads" --head-dim "$hd" --
 	done
 else
 	cat "$tmp/err"; bad "pdit tiny --family qwen (seed $seed)"
+fi
+# with MPIRUN, the methods not above and meshes of 4 processes on the golden model, true CFG on (two
+# branches of their own text lengths), two pictures: one process's latents within 1e-5 and its pictures
+# within 1 level (several processes decode in row bands); DistriFusion and PipeFusion during their exact
+# warm-up; First Block Cache against one process with the same threshold
+if [ ${#mpirun[@]} -gt 0 ]; then
+	args=(--model "$g/model" -p "a lighthouse at dusk" -n " " -H 64 -W 48 --steps 3 -s 11 --batch 2)
+	if "$pdit" generate "${args[@]}" --out-latents "$tmp/m1.safetensors" -o "$tmp/m1.png" -q 2> "$tmp/err" &&
+		"$pdit" generate "${args[@]}" --fbcache-threshold 0.2 --out-latents "$tmp/f1.safetensors" -q 2>> "$tmp/err"; then
+		ok "two pictures on one process (Qwen-Image's default true CFG 4 with -n)"
+	else
+		cat "$tmp/err"; bad "Qwen-Image, one process"
+	fi
+	while read -r np mesh; do
+		ref=m1
+		case $mesh in *fbcache*) ref=f1 ;; esac
+		# shellcheck disable=SC2086
+		if "${mpirun[@]}" -np "$np" "$pdit" generate "${args[@]}" $mesh --out-latents "$tmp/m2.safetensors" \
+			-o "$tmp/m2.png" -q < /dev/null 2> "$tmp/err" &&
+			"$cmp" tensors "$tmp/m2.safetensors" "$tmp/$ref.safetensors" 1e-5 latents.final > "$tmp/log" &&
+			{ [ $ref = f1 ] || { "$cmp" pngs "$tmp/m2-0.png" "$tmp/m1-0.png" 1 && "$cmp" pngs "$tmp/m2-1.png" "$tmp/m1-1.png" 1; }; } \
+			>> "$tmp/log"; then
+			ok "Qwen-Image on $np processes ($mesh): one process's latents and pictures"
+		else
+			cat "$tmp/err" "$tmp/log"; bad "Qwen-Image on $np processes, $mesh"
+		fi
+	done << 'MESHES'
+2 --data-parallel-degree 2
+2 --distrifusion-degree 2 --warmup-steps 3
+4 --ulysses-degree 2 --ring-degree 2
+4 --tensor-parallel-degree 4
+4 --cfg-parallel --ulysses-degree 2
+4 --data-parallel-degree 2 --tensor-parallel-degree 2
+4 --cfg-parallel --pipefusion-degree 2 --warmup-steps 3
+4 --distrifusion-degree 4 --warmup-steps 3
+4 --ring-degree 4 --fbcache-threshold 0.2
+MESHES
 fi
 # the transformer in one file as ComfyUI saves it (diffusers' names under model.diffusion_model.): in float32
 # the folder's out.sample within 1e-6; in fp8 e4m3 (kept so), the run of the same values decoded into a

@@ -249,6 +249,9 @@ struct pd_dit_defaults {
 	const char *whose;              /* whose settings, for the log ("FLUX.1-dev's") */
 	int frames, height, width;      /* the picture or video made when the request does not say */
 	float guidance;                 /* the guidance scale when the request does not say */
+	float true_cfg_scale;           /* true CFG's scale when the request does not say but gives a
+					 * negative prompt (QwenImagePipeline's 4; without one it runs
+					 * plain); 0: 1, off (FluxPipeline) */
 	double strength;                /* pictures in: the share of the steps run when the request does
 					 * not say (img2img's 0.75; a model conditioned on the picture, as
 					 * FLUX.1 Fill: 1) */

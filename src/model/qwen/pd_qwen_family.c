@@ -60,7 +60,7 @@ static void pd_qwen_defaults(const struct pd_dit_info *info, struct pd_dit_defau
 	d->whose = "Qwen-Image's";
 	d->frames = 1;
 	d->height = d->width = 1328;
-	d->guidance = 4.0f;
+	d->true_cfg_scale = 4.0f;
 	d->strength = 0.75;
 }
 

@@ -32,8 +32,9 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 		{ "--prompts", 0, PD_ARG_STRING, &a->prompts_file, "FILE", "one prompt a line: a batch (written as NAME-0.png, ...)", NULL },
 		{ "--max-sequence-length", 0, PD_ARG_COUNT, &a->max_seq, "N", "text tokens of the prompt (the family's default: FLUX 512, or 256 without guidance embedding; Wan 512)", NULL },
 		{ "--embeds", 0, PD_ARG_STRING, &a->embeds, "FILE", "instead of prompts: safetensors with prompt_embeds [B,T,J], pooled_prompt_embeds [B,P], optional negative_* (pdit encode writes them)", NULL },
-		{ "--height", 'H', PD_ARG_COUNT, &a->height, "PX", "image height, a multiple of 16 (default 1024; Wan 480)", NULL },
-		{ "--width", 'W', PD_ARG_COUNT, &a->width, "PX", "image width, a multiple of 16 (default 1024; Wan 832)", NULL },
+		{ "--height", 'H', PD_ARG_COUNT, &a->height, "PX", "image height, a multiple of 16 (default 1024; Wan 480; Qwen-Image 1328)", NULL },
+		{ "--width", 'W', PD_ARG_COUNT, &a->width, "PX", "image width, a multiple of 16 (default 1024; Wan 832; Qwen-Image 1328)", NULL },
+		{ "--aspect", 0, PD_ARG_STRING, &a->aspect, "W:H", "instead of -H and -W: the size the model's card gives the ratio (Qwen-Image 16:9: 1664x928), else the default size's area in that shape", NULL },
 		{ "--frames", 0, PD_ARG_COUNT, &a->frames, "N", "video frames, 4k + 1 (Wan; default 81)", &a->frames_seen },
 		{ "--flow-shift", 0, PD_ARG_FLOAT, &a->flow_shift, "S", "the sampler's shift instead of the scheduler folder's (Wan: 3 for 480p, 5 for 720p; FLUX: a static shift)", NULL },
 		{ "--steps", 0, PD_ARG_COUNT, &a->steps, "N", "denoising steps (default 28, or 4 for models without guidance embedding)", &a->steps_seen },
@@ -105,6 +106,7 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 		if (kind == PD_CMD_SERVE &&
 		    (common[i].dest == &a->prompt || common[i].dest == &a->negative || common[i].dest == &a->prompts_file ||
 		     common[i].dest == &a->embeds || common[i].dest == &a->height || common[i].dest == &a->width ||
+		     common[i].dest == &a->aspect ||
 		     common[i].dest == &a->frames || common[i].dest == &a->steps || common[i].dest == &a->guidance ||
 		     common[i].dest == &a->true_cfg_scale || common[i].dest == &a->seed || common[i].dest == &a->fps ||
 		     common[i].dest == &a->fbcache))
@@ -310,6 +312,7 @@ int pd_gen_request(const struct pd_gen_args *a, struct pd_request *rq, char ***p
 	if (a->strength_seen && !a->init_img)
 		return pd_errorf("--strength goes with -i/--init-img (the picture img2img starts from)");
 	rq->height = a->height;
+	rq->aspect = a->aspect;
 	rq->width = a->width;
 	if (a->output_seen && !pd_is_dir(a->output)) {
 		/* pictures are PNG, videos MP4 (or Matroska, QuickTime): a .jpg

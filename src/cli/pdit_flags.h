@@ -59,6 +59,7 @@ struct pd_gen_args {
 	int strength_seen;              /* given */
 	const char *dtype, *vae_dtype;  /* precisions */
 	int height, width, frames, steps, fps;
+	const char *aspect;             /* --aspect W:H, or NULL */
 	int frames_seen, steps_seen, output_seen, guidance_seen, true_cfg_seen; /* given (a given 0 is not "not given") */
 	float flow_shift, guidance, true_cfg_scale, fbcache, comm_timeout;
 	uint64_t seed;

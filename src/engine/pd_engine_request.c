@@ -668,8 +668,53 @@ int pd_engine_encode(struct pd_engine *e, int failed)
 /* Preparing a request                                                     */
 /* ----------------------------------------------------------------------- */
 
+/* ASPECT "W:H" as the family's card lists it, else the default size's
+ * area in that shape, sides rounded to multiples of 16. */
+static int pd_engine_aspect(const struct pd_dit_defaults *d, const char *aspect, int *width, int *height)
+{
+	double area = (double)d->width * d->height, w;
+	int rw = 0, rh = 0, used = 0;
+
+	if (sscanf(aspect, "%d:%d%n", &rw, &rh, &used) != 2 || aspect[used] || rw < 1 || rh < 1 || rw > 100 ||
+	    rh > 100 || rw > 8 * rh || rh > 8 * rw)
+		return pd_errorf("--aspect %s: give width to height as two whole numbers, such as 16:9 (each side at most "
+				 "8 times the other)", aspect);
+	for (const struct pd_dit_size *s = d->sizes; s && s->aspect; s++) {
+		int sw = 0, sh = 0;
+
+		if (sscanf(s->aspect, "%d:%d", &sw, &sh) == 2 && (int64_t)sw * rh == (int64_t)sh * rw) {
+			*width = s->width;
+			*height = s->height;
+			return 0;
+		}
+	}
+	w = sqrt(area * rw / rh);
+	*width = 16 * (int)lround(w / 16);
+	*height = 16 * (int)lround(area / w / 16);
+	*width = *width < 16 ? 16 : *width;
+	*height = *height < 16 ? 16 : *height;
+	return 0;
+}
+
+/* R's aspect as its height and width (once: before a picture in sets
+ * them from its own size). */
+static int pd_engine_request_aspect(const struct pd_dit_defaults *d, struct pd_request *r)
+{
+	if (!r->aspect)
+		return 0;
+	if (r->height != PD_DEFAULT || r->width != PD_DEFAULT)
+		return pd_errorf("--aspect %s goes instead of -H/--height and -W/--width: give one or the other",
+				 r->aspect);
+	if (pd_engine_aspect(d, r->aspect, &r->width, &r->height))
+		return -1;
+	r->aspect = NULL;
+	return 0;
+}
+
 int pd_engine_request_defaults(const struct pd_dit_defaults *d, const char *family, struct pd_request *r)
 {
+	if (pd_engine_request_aspect(d, r))
+		return -1;
 	r->height = r->height == PD_DEFAULT ? d->height : r->height;
 	r->width = r->width == PD_DEFAULT ? d->width : r->width;
 	r->frames = r->frames == PD_DEFAULT ? d->frames : r->frames;
@@ -702,6 +747,8 @@ int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request *rq_in)
 	pd_engine_request_free(e);
 	if ((rq->mask_image || rq->mask_png) && !rq->init_image && !rq->init_png)
 		return pd_errorf("--mask goes with -i/--init-img (the picture it repaints)");
+	if (pd_engine_request_aspect(&e->dflt, &r))
+		return -1;
 	if ((rq->init_image || rq->init_png) &&
 	    pd_engine_read_picture(e, rq->init_image ? rq->init_image : "the init picture", &r))
 		return -1;

@@ -260,6 +260,9 @@ struct pd_request {
 					 * PD_DEFAULT: 0.75 (a double: N x strength as Python computes it) */
 	int height, width;              /* pixels, multiples of 16; PD_DEFAULT: the family's (FLUX 1024, Wan
 					 * 480 x 832) */
+	const char *aspect;             /* instead of height and width, "W:H": the size the family's card
+					 * lists for it (Qwen-Image's 16:9 is 1664 x 928), or the default
+					 * size's area in that shape; NULL: not */
 	int frames;                     /* video frames (video families); PD_DEFAULT: the family's (a
 					 * picture; Wan 81) */
 	int steps;                      /* denoising steps; PD_DEFAULT: 28, or 4 without guidance embedding */

@@ -239,6 +239,12 @@ struct pd_vae_kind;
 /* How a family's pipeline runs a model when the request does not say:
  * its steps and its flow-matching schedule (as the published scheduler
  * folder sets it, for a model given without one). */
+/* A size a model card recommends for an aspect ratio. */
+struct pd_dit_size {
+	const char *aspect;             /* "16:9": width to height */
+	int width, height;              /* pixels, multiples of 16 */
+};
+
 struct pd_dit_defaults {
 	int steps;                      /* denoising steps */
 	double shift;                   /* static sigma shift */
@@ -248,6 +254,8 @@ struct pd_dit_defaults {
 	double shift_terminal;          /* the last sigma stretched to this (Qwen-Image's 0.02); 0: not */
 	const char *whose;              /* whose settings, for the log ("FLUX.1-dev's") */
 	int frames, height, width;      /* the picture or video made when the request does not say */
+	const struct pd_dit_size *sizes; /* the card's sizes by aspect ratio (aspect NULL ends), or NULL:
+					 * a ratio gets the default size's area */
 	float guidance;                 /* the guidance scale when the request does not say */
 	float true_cfg_scale;           /* true CFG's scale when the request does not say but gives a
 					 * negative prompt (QwenImagePipeline's 4; without one it runs

@@ -41,6 +41,13 @@ static void pd_qwen_text_ids(const struct pd_latent_shape *ls, int64_t txt_len, 
 			ids[j * n_axes + a] = (float)(start + j);
 }
 
+/* The model card's table; its 1140 is 1136 here, as QP floors a side to
+ * a multiple of 16 (with a warning) before making the latents. */
+static const struct pd_dit_size pd_qwen_sizes[] = {
+	{ "1:1", 1328, 1328 }, { "16:9", 1664, 928 },  { "9:16", 928, 1664 }, { "4:3", 1472, 1136 },
+	{ "3:4", 1136, 1472 }, { "3:2", 1584, 1056 }, { "2:3", 1056, 1584 }, { NULL, 0, 0 },
+};
+
 /* QP's defaults and the published scheduler_config.json: 50 steps, the
  * exponential shift of the resolution (0.5 at 256 tokens, 0.9 at 8192),
  * true CFG at 4 with a negative prompt; 1328^2, the model card's square
@@ -60,6 +67,7 @@ static void pd_qwen_defaults(const struct pd_dit_info *info, struct pd_dit_defau
 	d->whose = "Qwen-Image's";
 	d->frames = 1;
 	d->height = d->width = 1328;
+	d->sizes = pd_qwen_sizes;
 	d->true_cfg_scale = 4.0f;
 	d->strength = 0.75;
 }

@@ -90,6 +90,7 @@ static int pd_qwen_prompt_rows(struct pd_qwen_prompt_encoder *pe, const int64_t 
 	int64_t J = pd_llm_get_config(pe->llm)->hidden;
 	float *all = pd_malloc((size_t)n * (size_t)J * sizeof(float), "the language model's output");
 	int keep = n - PD_QWEN_DROP < max_seq ? n - PD_QWEN_DROP : max_seq;
+	double t0 = pd_now();
 
 	if (!all)
 		return -1;
@@ -97,6 +98,8 @@ static int pd_qwen_prompt_rows(struct pd_qwen_prompt_encoder *pe, const int64_t 
 		free(all);
 		return -1;
 	}
+	/* bench/qwen.sh reads this line for the encoder's rate */
+	pd_log(2, "pdit: the language model ran %d tokens in %.4f s\n", n, pd_now() - t0);
 	memcpy(out, all + (int64_t)PD_QWEN_DROP * J, (size_t)keep * (size_t)J * sizeof(float));
 	free(all);
 	*len = keep;
@@ -120,6 +123,9 @@ int pd_qwen_prompt_embeds(struct pd_embeds *e, struct pd_qwen_prompt_encoder *pe
 
 		if (pd_qwen_prompt_ids(&pe->tok, prompts[b], &ids[b], &lens[b]))
 			goto fail;
+		/* QP's tokenizer truncates at max_seq + 34: the causal model's
+		 * first rows do not see the rest, so only the work changes */
+		lens[b] = lens[b] > max_seq + PD_QWEN_DROP ? max_seq + PD_QWEN_DROP : lens[b];
 		t = lens[b] - PD_QWEN_DROP < max_seq ? lens[b] - PD_QWEN_DROP : max_seq;
 		if (T >= 0 && t != T) {
 			pd_errorf("prompts %d and %d are %lld and %lld tokens: Qwen-Image's prompts in one batch must be as "
@@ -139,6 +145,7 @@ int pd_qwen_prompt_embeds(struct pd_embeds *e, struct pd_qwen_prompt_encoder *pe
 	if (negative) {
 		if (pd_qwen_prompt_ids(&pe->tok, negative, &neg_ids, &nn))
 			goto fail;
+		nn = nn > max_seq + PD_QWEN_DROP ? max_seq + PD_QWEN_DROP : nn;
 		e->neg_txt_len = nn - PD_QWEN_DROP < max_seq ? nn - PD_QWEN_DROP : max_seq;
 		e->neg_prompt = pd_calloc((size_t)(n * e->neg_txt_len * J) + 1, sizeof(float), "prompt embeddings");
 		e->neg_pooled = pd_calloc(1, sizeof(float), "prompt embeddings");

@@ -1,7 +1,8 @@
 /*
  * fuzz_llm.c - a language model's single file (safetensors, its sizes
- * inferred from the shapes): when it loads, a few tokens run through it on
- * the CPU.
+ * inferred from the shapes; or a GGUF in llama.cpp's names, its sizes from
+ * the metadata, as pdit quantize writes the gguf-* seeds): when it loads, a
+ * few tokens run through it on the CPU.
  */
 #include "fuzz.h"
 #include "pd_backend_new.h"

@@ -12,6 +12,7 @@
  */
 #include "pd_args.h"
 #include "pd_gguf.h"
+#include "pd_llm.h"
 #include "pd_quant.h"
 #include "pd_safetensors.h"
 #include "pd_st_writer.h"
@@ -44,7 +45,11 @@ static const char pd_quantize_usage[] =
 	"                      q4_0/q5_0 (q4_k writes Q4_K throughout: the Q5_K layers of\n"
 	"                      ComfyUI's Q4_K_S are not written)\n"
 	"  fp8, f8_e5m2        safetensors with 2-D weights in F8_E4M3 (fp8) or F8_E5M2,\n"
-	"                      rounded to nearest, saturated; the rest BF16";
+	"                      rounded to nearest, saturated; the rest BF16\n"
+	"A language model (Qwen-Image's text_encoder folder, Qwen2.5-VL's single file)\n"
+	"to q8_0 ... q4_k becomes a GGUF in llama.cpp's names and metadata (token_embd,\n"
+	"blk.N.attn_q, ..., output_norm; qwen2vl.block_count, ...), its 2-D weights in T,\n"
+	"norms and biases F32, the head and the vision tower left out (--llm reads it)";
 
 static const char pd_quantize_examples[] =
 	"  pdit quantize flux1-dev.safetensors flux1-dev-Q8_0.gguf --type q8_0\n"
@@ -53,6 +58,7 @@ static const char pd_quantize_examples[] =
 	"  pdit quantize flux1-dev.safetensors flux1-dev-fp8.safetensors --type fp8\n"
 	"  pdit quantize flux1-dev-Q8_0.gguf flux1-dev-dequant.safetensors --type bf16\n"
 	"  pdit quantize wan2.1_t2v_1.3B_bf16.safetensors wan2.1-t2v-1.3b-Q8_0.gguf --type q8_0\n"
+	"  pdit quantize Qwen-Image/text_encoder qwen2.5-vl-7b-Q8_0.gguf --type q8_0\n"
 	"  pdit inspect flux1-dev-Q8_0.gguf\n";
 
 /* Progress of a long conversion (FLUX.1-dev to Q4_K takes minutes). */
@@ -208,6 +214,80 @@ static void pd_qz_gguf_type(const struct pd_st_tensor *t, const char *name, cons
 		*out = PD_Q_F16;
 }
 
+/* A language model (Qwen2's, Qwen2.5-VL's: a text_encoder folder, one
+ * file, a GGUF) as llama.cpp's GGUF files hold one: its names, its sizes as
+ * ARCH.* metadata, every 2-D weight of the decoder in TY's blocks (Q4_K
+ * throughout for q4_k; rows not whole blocks F16), norms and biases F32;
+ * the head and a vision tower left out, as the encoder never reads them. */
+static int pd_qz_llm(const struct pd_qz_type *ty, const char *in, const char *out)
+{
+	struct pd_llm *m = NULL;
+	struct pd_gguf_writer *gw = NULL;
+	struct pd_qz_fill *fills = NULL;
+	struct pd_qz_progress progress = { .t0 = pd_now() };
+	const struct pd_llm_config *c;
+	const struct pd_st *st;
+	const char *pre, *arch;
+	char key[96], name[128];
+	int rc = -1, written = 0, quantized = 0, skipped = 0;
+
+	if (pd_llm_open_weights(&m, in))
+		return -1;
+	c = pd_llm_get_config(m);
+	st = pd_llm_weights(m, &pre);
+	arch = c->vl ? "qwen2vl" : "qwen2";
+	gw = pd_gguf_writer_new();
+	fills = pd_calloc((size_t)st->n_tensors + 1, sizeof(*fills), "tensors");
+	if (!gw || !fills)
+		goto out;
+#define PD_U32(k, v) (snprintf(key, sizeof(key), "%s.%s", arch, k), pd_gguf_writer_u32(gw, key, (uint32_t)(v)))
+#define PD_F32(k, v) (snprintf(key, sizeof(key), "%s.%s", arch, k), pd_gguf_writer_f32(gw, key, (float)(v)))
+	if (pd_gguf_writer_str(gw, "general.architecture", arch) ||
+	    pd_gguf_writer_u32(gw, "general.quantization_version", 2) ||
+	    pd_gguf_writer_u32(gw, "general.file_type", ty->file_type) || PD_U32("embedding_length", c->hidden) ||
+	    PD_U32("block_count", c->layers) || PD_U32("feed_forward_length", c->intermediate) ||
+	    PD_U32("attention.head_count", c->heads) || PD_U32("attention.head_count_kv", c->kv_heads) ||
+	    PD_F32("attention.layer_norm_rms_epsilon", c->eps) || PD_F32("rope.freq_base", c->theta))
+		goto out;
+#undef PD_U32
+#undef PD_F32
+	for (int i = 0; i < st->n_tensors; i++) {
+		const struct pd_st_tensor *t = st->sorted[i];
+		struct pd_qz_fill *f = &fills[i];
+
+		if (!pd_llm_gguf_name(t->name, pre, name, sizeof(name))) {
+			skipped++;
+			continue;
+		}
+		if (!pd_dtype_is_float(t->dtype) || t->ndim < 1 || t->ndim > 2) {
+			pd_errorf("%s: tensor '%s' is not a float vector or matrix", in, t->name);
+			goto out;
+		}
+		f->t = t;
+		f->p = &progress;
+		progress.total += (double)t->numel;
+		f->via = f->q = PD_Q_F32;
+		if (t->ndim == 2) {
+			f->via = t->dtype == PD_BF16 && !t->q ? PD_Q_BF16 : PD_Q_F16;
+			f->q = t->shape[1] % pd_quant_info(ty->q)->block_size == 0 ? ty->q : PD_Q_F16;
+		}
+		quantized += f->q == ty->q;
+		if (pd_gguf_writer_add(gw, name, (int)f->q, t->ndim, t->shape, pd_qz_fill_q, f))
+			goto out;
+		written++;
+	}
+	if (pd_gguf_writer_save(gw, out))
+		goto out;
+	pd_log(1, "pdit: wrote %s (a language model in llama.cpp's %s layout: %d tensors, %d of them %s; %d the encoder "
+		  "never reads left out: the head, a vision tower)\n", out, arch, written, quantized, ty->name, skipped);
+	rc = 0;
+out:
+	free(fills);
+	pd_gguf_writer_free(gw);
+	pd_llm_free(m);
+	return rc;
+}
+
 int pd_cmd_quantize(int argc, char **argv)
 {
 	static const char prefix[] = "model.diffusion_model.";
@@ -253,8 +333,12 @@ int pd_cmd_quantize(int argc, char **argv)
 		pd_errorf("quantize: OUT must be another file than IN (%s)", pos[0]);
 		return pd_cli_fail();
 	}
+	if (pd_out_check(pos[1]))
+		return pd_cli_fail();
+	if (ty->mode == PD_QZ_GGUF && pd_llm_is(pos[0]))
+		return pd_qz_llm(ty, pos[0], pos[1]) ? pd_cli_fail() : 0;
 	/* a folder: its diffusers weights (one file or the shards of an index) */
-	if (pd_out_check(pos[1]) || pd_st_open_path(&st, pos[0], "diffusion_pytorch_model"))
+	if (pd_st_open_path(&st, pos[0], "diffusion_pytorch_model"))
 		return pd_cli_fail();
 	if (ty->mode == PD_QZ_GGUF)
 		gw = pd_gguf_writer_new();

@@ -99,6 +99,7 @@ struct pd_gguf_writer *pd_gguf_writer_new(void);
 void pd_gguf_writer_free(struct pd_gguf_writer *w);
 int pd_gguf_writer_str(struct pd_gguf_writer *w, const char *key, const char *value);
 int pd_gguf_writer_u32(struct pd_gguf_writer *w, const char *key, uint32_t value);
+int pd_gguf_writer_f32(struct pd_gguf_writer *w, const char *key, float value);
 /* A tensor of ggml type TYPE and torch-order SHAPE (NDIM 1..4; the row,
  * SHAPE[NDIM-1], a multiple of the type's block); CTX is borrowed. */
 int pd_gguf_writer_add(struct pd_gguf_writer *w, const char *name, int type, int ndim, const int64_t *shape,

@@ -14,9 +14,9 @@
 
 struct pd_gguf_wkv {
 	char *key;                      /* the key */
-	enum pd_gguf_vtype type;        /* PD_GGUF_STRING or PD_GGUF_U32 */
+	enum pd_gguf_vtype type;        /* PD_GGUF_STRING, PD_GGUF_U32 or PD_GGUF_F32 */
 	char *str;                      /* string value */
-	uint32_t u32;                   /* u32 value */
+	uint32_t u32;                   /* u32 value, or an f32's bits */
 };
 
 struct pd_gguf_wtensor {
@@ -100,6 +100,18 @@ int pd_gguf_writer_u32(struct pd_gguf_writer *w, const char *key, uint32_t value
 		return -1;
 	kv->type = PD_GGUF_U32;
 	kv->u32 = value;
+	return 0;
+}
+
+int pd_gguf_writer_f32(struct pd_gguf_writer *w, const char *key, float value)
+{
+	struct pd_gguf_wkv *kv = pd_gguf_writer_kv(w, key);
+
+	if (!kv)
+		return -1;
+	/* (written as its four bytes, as a u32's) */
+	kv->type = PD_GGUF_F32;
+	memcpy(&kv->u32, &value, sizeof(value));
 	return 0;
 }
 

@@ -18,6 +18,8 @@
 #   a Q8_0 GGUF pdit quantize writes (architecture qwen_image) against its
 #   dequantized weights;
 #   a LoRA (PEFT names, ComfyUI's prefix) against weights merged by Python;
+#   pdit quantize writes the text encoder as llama.cpp's GGUF (Q8_0, Q4_K),
+#   read kept quantized as its dequantized values;
 #   --aspect gives the model card's sizes;
 #   pdit forward on each transformer case (a QwenImageTransformer2DModel
 #   folder; the image grid from the case's height and width, the text's
@@ -358,6 +360,28 @@ for file in llm.gguf llm-vl.safetensors; do
 	else
 		cat "$tmp/err" "$tmp/log"; bad "--llm $file"
 	fi
+done
+# pdit quantize on a text encoder folder: a GGUF in llama.cpp's names and metadata (qwen2vl.*), its
+# 2-D weights in Q8_0 (the golden encoder) or Q4_K (one 256 wide, pdit tiny's), read kept quantized
+# through --llm: prompt_embeds equal to the run of the same values written back in f32 within 1e-5
+p0=$("$cmp" meta "$g/text-0.safetensors" prompt)
+"$pdit" tiny "$tmp/wide" --family qwen --llm-width 256 --llm-heads 2 --llm-kv-heads 1 > /dev/null 2>&1 ||
+	bad "pdit tiny --family qwen --llm-width 256"
+for c in "$g/model:q8_0" "$tmp/wide:q4_k"; do
+	m=${c%:*} q=${c##*:}
+	if "$pdit" quantize "$m/text_encoder" "$tmp/te.gguf" --type "$q" > /dev/null 2> "$tmp/err" &&
+		"$pdit" inspect "$tmp/te.gguf" > "$tmp/inspect" 2>&1 && grep -q 'general.architecture = "qwen2vl"' "$tmp/inspect" &&
+		grep -qi "blk.0.attn_q.weight  *$q " "$tmp/inspect" &&
+		"$pdit" quantize "$tmp/te.gguf" "$tmp/te-dq.safetensors" --type f32 > /dev/null 2>> "$tmp/err" &&
+		"$pdit" encode --model "$m" --llm "$tmp/te.gguf" -p "$p0" --out "$tmp/eq.safetensors" > /dev/null 2>> "$tmp/err" &&
+		"$pdit" encode --model "$m" --llm "$tmp/te-dq.safetensors" -p "$p0" --out "$tmp/ed.safetensors" > /dev/null \
+			2>> "$tmp/err" &&
+		"$cmp" tensors "$tmp/eq.safetensors" "$tmp/ed.safetensors" 1e-5 prompt_embeds > "$tmp/log"; then
+		ok "pdit quantize $(basename "$m")/text_encoder --type $q: llama.cpp's GGUF, kept $q, its f32 values' run $(head -1 "$tmp/log")"
+	else
+		cat "$tmp/err" "$tmp/log"; bad "pdit quantize text_encoder --type $q"
+	fi
+	rm -f "$tmp/te.gguf" "$tmp/te-dq.safetensors"
 done
 # the model card's sizes by ratio: --aspect 4:3 is its 1472 x 1140, floored to 1136 as diffusers does; with
 # -H refused, as a ratio that is not one

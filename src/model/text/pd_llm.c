@@ -187,22 +187,16 @@ static int pd_llm_gguf_view(struct pd_llm *m)
 	return rc;
 }
 
-int pd_llm_load(struct pd_llm **out, const char *path, struct pd_backend *be)
+/* PATH's weights, the decoder's prefix in them and its sizes into M. */
+static int pd_llm_find(struct pd_llm *m, const char *path)
 {
-	struct pd_llm *m = pd_calloc(1, sizeof(*m), "the language model");
-	struct pd_loader ld;
 	const struct pd_st_tensor *t = NULL;
 	static const char *const pres[] = { "model.language_model.", "language_model.model.", "model.", "" };
-	int64_t D, A, K, F;
 
-	*out = NULL;
-	if (!m)
-		return -1;
-	m->be = be;
 	if (pd_st_open_path(&m->st, path, "model"))
-		goto fail;
+		return -1;
 	if (pd_st_get(m->st, "token_embd.weight") && pd_llm_gguf_view(m))
-		goto fail;
+		return -1;
 	/* the decoder's prefix: where its first layer and token table are */
 	for (size_t i = 0; i < sizeof(pres) / sizeof(pres[0]) && !t; i++) {
 		char name[256];
@@ -214,23 +208,24 @@ int pd_llm_load(struct pd_llm **out, const char *path, struct pd_backend *be)
 			t = pd_st_get(m->st, name);
 		}
 	}
-	if (!t || t->ndim != 2) {
-		pd_errorf("%s: no decoder-only language model in it (no model.embed_tokens.weight beside "
-			  "model.layers.0.self_attn.q_proj.weight)", m->st->path);
-		goto fail;
-	}
+	if (!t || t->ndim != 2)
+		return pd_errorf("%s: no decoder-only language model in it (no model.embed_tokens.weight beside "
+				 "model.layers.0.self_attn.q_proj.weight)", m->st->path);
+	m->cfg.vl = strcmp(m->pre, "model.") != 0 && m->pre[0];
 	if (m->cfg.hidden) {
 		/* (a GGUF file's metadata gave the sizes) */
 	} else if (pd_is_dir(path)) {
 		struct pd_config j;
+		const char *type = "";
 		int rc;
 
 		if (pd_config_load_in(&j, path, "config.json", "language model"))
-			goto fail;
-		rc = pd_llm_config_parse(&m->cfg, &j);
+			return -1;
+		rc = pd_llm_config_parse(&m->cfg, &j) || pd_config_string(&j, "model_type", 0, "", &type);
+		m->cfg.vl |= !rc && strstr(type, "_vl") != NULL;
 		pd_config_free(&j);
 		if (rc)
-			goto fail;
+			return -1;
 	} else {
 		/* one file: its "config" metadata entry, else its shapes */
 		struct pd_config j;
@@ -240,13 +235,87 @@ int pd_llm_load(struct pd_llm **out, const char *path, struct pd_backend *be)
 		if (has > 0)
 			pd_config_free(&j);
 		if (rc)
-			goto fail;
+			return -1;
 	}
-	if (t->shape[0] != m->cfg.vocab || t->shape[1] != m->cfg.hidden) {
-		pd_errorf("%s: %sembed_tokens.weight is [%lld, %lld], the config says [%d, %d]", m->st->path, m->pre,
-			  (long long)t->shape[0], (long long)t->shape[1], m->cfg.vocab, m->cfg.hidden);
-		goto fail;
+	for (int i = 0; i < m->st->n_tensors && !m->cfg.vl; i++)
+		m->cfg.vl = strncmp(m->st->sorted[i]->name, "visual.", 7) == 0;
+	if (t->shape[0] != m->cfg.vocab || t->shape[1] != m->cfg.hidden)
+		return pd_errorf("%s: %sembed_tokens.weight is [%lld, %lld], the config says [%d, %d]", m->st->path,
+				 m->pre, (long long)t->shape[0], (long long)t->shape[1], m->cfg.vocab, m->cfg.hidden);
+	return 0;
+}
+
+int pd_llm_open_weights(struct pd_llm **out, const char *path)
+{
+	struct pd_llm *m = pd_calloc(1, sizeof(*m), "the language model");
+
+	*out = NULL;
+	if (!m)
+		return -1;
+	if (pd_llm_find(m, path)) {
+		pd_llm_free(m);
+		return -1;
 	}
+	*out = m;
+	return 0;
+}
+
+int pd_llm_is(const char *path)
+{
+	struct pd_st *st = NULL;
+	static const char *const pres[] = { "model.language_model.", "language_model.model.", "model.", "" };
+	int found = 0;
+
+	/* (its message, when it is not one, is replaced by the caller's next) */
+	if (pd_st_open_path(&st, path, "model"))
+		return 0;
+	found = pd_st_get(st, "token_embd.weight") && pd_st_get(st, "blk.0.attn_q.weight");
+	for (size_t i = 0; i < sizeof(pres) / sizeof(pres[0]) && !found; i++) {
+		char name[256];
+
+		snprintf(name, sizeof(name), "%slayers.0.self_attn.q_proj.weight", pres[i]);
+		found = pd_st_get(st, name) != NULL;
+	}
+	pd_st_close(st);
+	return found;
+}
+
+const struct pd_st *pd_llm_weights(const struct pd_llm *m, const char **pre)
+{
+	*pre = m->pre;
+	return m->st;
+}
+
+int pd_llm_gguf_name(const char *name, const char *pre, char *out, size_t len)
+{
+	size_t n = strlen(pre);
+	int layer, off = 0;
+
+	if (strncmp(name, pre, n) != 0)
+		return 0;
+	name += n;
+	if (!strcmp(name, "embed_tokens.weight"))
+		return snprintf(out, len, "token_embd.weight") > 0;
+	if (!strcmp(name, "norm.weight"))
+		return snprintf(out, len, "output_norm.weight") > 0;
+	if (sscanf(name, "layers.%d.%n", &layer, &off) != 1 || off == 0)
+		return 0;
+	for (size_t k = 0; k < sizeof(pd_llm_gguf_names) / sizeof(pd_llm_gguf_names[0]); k++)
+		if (!strcmp(name + off, pd_llm_gguf_names[k][1]))
+			return snprintf(out, len, "blk.%d.%s", layer, pd_llm_gguf_names[k][0]) > 0;
+	return 0;
+}
+
+int pd_llm_load(struct pd_llm **out, const char *path, struct pd_backend *be)
+{
+	struct pd_llm *m;
+	struct pd_loader ld;
+	int64_t D, A, K, F;
+
+	*out = NULL;
+	if (pd_llm_open_weights(&m, path))
+		return -1;
+	m->be = be;
 	D = m->cfg.hidden;
 	A = (int64_t)m->cfg.heads * m->cfg.head_dim;
 	K = (int64_t)m->cfg.kv_heads * m->cfg.head_dim;
@@ -297,7 +366,8 @@ void pd_llm_free(struct pd_llm *m)
 	if (!m)
 		return;
 	be = m->be;
-	for (int i = 0; m->layer && i < m->cfg.layers; i++) {
+	/* (pd_llm_open_weights: no backend, nothing on one) */
+	for (int i = 0; be && m->layer && i < m->cfg.layers; i++) {
 		struct pd_llm_layer *L = &m->layer[i];
 		struct pd_linear *lin[7] = { L->q, L->k, L->v, L->o, L->gate, L->up, L->down };
 
@@ -308,8 +378,10 @@ void pd_llm_free(struct pd_llm *m)
 		be->ops->free(be, L->ln_post);
 	}
 	free(m->layer);
-	be->ops->free(be, m->norm);
-	pd_llm_free_acts(m);
+	if (be) {
+		be->ops->free(be, m->norm);
+		pd_llm_free_acts(m);
+	}
 	if (m->st)
 		pd_st_close(m->st);
 	free(m);

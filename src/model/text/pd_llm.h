@@ -39,11 +39,26 @@ struct pd_llm_config {
 	int vocab;                      /* vocab_size */
 	float eps;                      /* rms_norm_eps */
 	double theta;                   /* rope_theta */
+	int vl;                         /* Qwen2-VL's or Qwen2.5-VL's (a vision tower beside it, or its
+					 * config's model_type): llama.cpp's qwen2vl, else qwen2 */
 };
 
 struct pd_llm;
+struct pd_st;
 
 int pd_llm_load(struct pd_llm **out, const char *path, struct pd_backend *be);
+/* PATH's weights and sizes only, as pd_llm_load finds them (no backend: for
+ * pdit quantize and inspect); pd_llm_free frees it. */
+int pd_llm_open_weights(struct pd_llm **out, const char *path);
+/* Whether PATH (a folder of model*.safetensors, one file, a GGUF) holds a
+ * decoder-only language model: 1 or 0. */
+int pd_llm_is(const char *path);
+/* The weights M reads, and the prefix of the decoder's names in them. */
+const struct pd_st *pd_llm_weights(const struct pd_llm *m, const char **pre);
+/* NAME (transformers', under PRE) as llama.cpp's GGUF files name it
+ * (token_embd.weight, blk.N.attn_q.weight, ..., output_norm.weight) into
+ * OUT: 1, or 0 when the encoder never reads it (the head, a vision tower). */
+int pd_llm_gguf_name(const char *name, const char *pre, char *out, size_t len);
 const struct pd_llm_config *pd_llm_get_config(const struct pd_llm *m);
 /* IDS [n] (one prompt, positions 0..n-1) -> OUT [n, hidden], the last
  * hidden state after the final norm. DUMP gets llm.embeddings and

@@ -135,8 +135,9 @@ int pd_cli_encoder_flags(struct pd_cli_encoders *c, struct pd_arg *opts, int n, 
 	}
 	for (int i = 0; i < k->n_files; i++, f++) {
 		snprintf(c->name[f], sizeof(c->name[f]), "--%s", k->files[i].name);
-		snprintf(c->help[f], sizeof(c->help[f]), "%s in one file (.safetensors, fp8 included), as "
-			 "stable-diffusion.cpp's --%s", k->files[i].help, k->files[i].name);
+		snprintf(c->help[f], sizeof(c->help[f]), "%s in one file (.safetensors, fp8 included%s), as "
+			 "stable-diffusion.cpp's --%s", k->files[i].help,
+			 strcmp(k->files[i].name, "llm") == 0 ? ", or a GGUF in llama.cpp's names" : "", k->files[i].name);
 		opts[n++] = (struct pd_arg){ c->name[f], 0, PD_ARG_STRING, &c->file[i], "FILE", c->help[f], NULL };
 	}
 	for (int i = 0; tokenizers && i < k->slots; i++, f++) {

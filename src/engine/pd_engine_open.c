@@ -301,7 +301,7 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
 	if (pd_engine_resolve(o, o->encode_only, &e->mp, &e->fam, &e->info, &e->info_ok))
 		return -1;
 	if (o->encode_only)
-		return e->fam->encode ? 0 :
+		return e->fam->prompt_encoder ? 0 :
 		       pd_errorf("the %s family takes embeddings: it has no text encoders to run", e->fam->name);
 	if (e->quantize != PD_Q_F32 && e->info.kept_fraction == 0) {
 		/* the estimates: the blocks' weights held as encoded */
@@ -640,8 +640,7 @@ void pd_engine_close(struct pd_engine *e)
 	if (e->vae)
 		e->fam->vae->free(e->vae);
 	pd_vae_par_free(&e->vae_par);
-	if (e->encoders)
-		e->fam->encoders_free(e->encoders);
+	pd_dit_encoders_free(e->fam, e->encoders);
 	pd_dit_free(e->m);
 	pd_backend_free(e->be);
 	if (e->mesh_ok)

@@ -466,7 +466,7 @@ static int pd_engine_inputs(struct pd_engine *e, const struct pd_request *rq)
 		return pd_errorf("--max-sequence-length must be between 1 and 512 (got %d)", rq->max_seq);
 	if (rq->n_prompts > PD_MAX_BATCH)
 		return pd_errorf("%d prompts; at most %d make one run", rq->n_prompts, PD_MAX_BATCH);
-	if (!e->fam->encode)
+	if (!e->fam->prompt_encoder)
 		return pd_errorf("the %s family takes embeddings, not prompts: give --embeds FILE", e->fam->name);
 	if (pd_engine_encoders_given(e))
 		return -1;
@@ -584,9 +584,8 @@ int pd_engine_encode(struct pd_engine *e, int failed)
 		 * every image of this group */
 		int repeat = e->n_prompts < e->e.batch;
 
-		rc = e->fam->encode(&enc, e->o.keep_encoders ? &e->encoders : NULL, &e->mp, e->be, e->prompts, e->n_prompts,
-				    e->negative, e->max_seq, repeat ? 0 : first,
-				    repeat ? 1 : count, 0);
+		rc = pd_dit_encode(e->fam, &enc, e->o.keep_encoders ? &e->encoders : NULL, &e->mp, e->be, e->prompts,
+				   e->n_prompts, e->negative, e->max_seq, repeat ? 0 : first, repeat ? 1 : count, 0);
 		/* the encoders made the lengths shaped for (text_lens) */
 		if (!rc && (enc.txt_len != T || (e->negative && enc.neg_txt_len != Tn))) {
 			rc = pd_errorf("internal error: the text encoders made %lld rows (negative %lld), not %lld (%lld)",

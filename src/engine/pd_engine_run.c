@@ -282,9 +282,8 @@ static int pd_engine_run_encode(struct pd_engine *e, const struct pd_request *rq
 	if (!emb)
 		return -1;
 	pd_backend_recover(e->be);
-	if (e->fam->encode(emb, e->o.keep_encoders ? &e->encoders : NULL, &e->mp, e->be, (char *const *)rq->prompts,
-			   rq->n_prompts, rq->negative, max_seq, 0,
-			   rq->n_prompts, 1)) {
+	if (pd_dit_encode(e->fam, emb, e->o.keep_encoders ? &e->encoders : NULL, &e->mp, e->be,
+			  (char *const *)rq->prompts, rq->n_prompts, rq->negative, max_seq, 0, rq->n_prompts, 1)) {
 		free(emb);
 		return -1;
 	}

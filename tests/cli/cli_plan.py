@@ -189,9 +189,12 @@ def adapters_and_references(m, H, W, T, tmp):
     report(r.returncode != 0 and "none.safetensors" in r.stderr, "--lora of no file: %s" % r.stderr.strip())
     same, narrow = os.path.join(tmp, "ref.png"), os.path.join(tmp, "ref-narrow.png")
     write_png(same, W, H)
-    write_png(narrow, W - 16, H + 7)
+    # (one row of W/16 - 1 tokens, rounded down from 23 pixels: never whole rows of W/16)
+    write_png(narrow, W - 16, 23)
     ref = {x["mesh"]: x for x in plan_rows(*common, "-r", same)}
-    tall = {x["mesh"]: x for x in plan_rows(*[a if a != H else 2 * H for a in common])}
+    tall_args = list(common)
+    tall_args[tall_args.index("-H") + 1] = 2 * H
+    tall = {x["mesh"]: x for x in plan_rows(*tall_args)}
     keys = ("gflop_per_rank", "bytes_sent_per_rank_per_step", "activations_gb", "weights_gb")
     ok = len(ref) > 0 and ref.keys() == tall.keys() and any(degrees(k)["pp"] > 1 for k in ref)
     for k in ref.keys() & tall.keys():
@@ -204,7 +207,7 @@ def adapters_and_references(m, H, W, T, tmp):
     rows = plan_rows(*common, "-r", narrow)
     report(len(rows) > 0 and all(degrees(x["mesh"])["pp"] == 1 for x in rows),
            "-r, a %dx%d reference (not whole rows of %d tokens): no PipeFusion mesh among %d"
-           % (W - 16, H + 7, W // 16, len(rows)))
+           % (W - 16, 23, W // 16, len(rows)))
 
 
 def main():

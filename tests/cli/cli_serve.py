@@ -900,6 +900,11 @@ def main():
         seen = len(srv.lines)
         st, ans, _ = post(srv, "/sdapi/v1/txt2img", dict(a1111_body, prompt=prompt))
         got = [base64.b64decode(x) for x in ans["images"]] if st == 200 else []
+        # (the log line is read from the server's stderr by another thread: it may come just after
+        # the answer; a request that did not use the cache never logs it, so the wait is bounded)
+        t_end = time.time() + (5 if k == 3 else 0.5)
+        while time.time() < t_end and not any("its adapters' terms from the cache" in l for l in srv.lines[seen:]):
+            time.sleep(0.05)
         cached = any("its adapters' terms from the cache" in l for l in srv.lines[seen:])
         report(got == want and (got == boat) == (prompt == "a boat") and cached == (k == 3),
                "A1111, prompt %r: generate's PNG byte for byte, %s the adapter-less one%s (%s %s)"

@@ -111,7 +111,7 @@ static void one_file(const char *dir, const char *name, struct pd_backend *be, s
 	p.seed = strtoull(meta(st, "generator_seed", "0"), NULL, 10);
 	p.true_cfg_scale = g;
 	if (pd_wan_family.latent_shape(&ls, &d->info, p.frames, p.height, p.width) ||
-	    pd_wan_family.encode(&e, NULL, &mp, be, (char *const *)&prompt, 1, negative, 512, 0, 1, 0)) {
+	    pd_dit_encode(&pd_wan_family, &e, NULL, &mp, be, (char *const *)&prompt, 1, negative, 512, 0, 1, 0)) {
 		PD_CHECK(0, "%s: %s", path, pd_last_error());
 		goto out;
 	}

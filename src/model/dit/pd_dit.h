@@ -299,6 +299,18 @@ struct pd_st;
 struct pd_tiny_opts;
 struct pd_tiny_flag;
 
+/* A family's prompt encoder: what pd_dit_encode loads, runs and frees. */
+struct pd_prompt_encoder_kind {
+	size_t size;                    /* bytes of the family's encoder (zeroed, then loaded) */
+	int (*load)(void *pe, const struct pd_model_paths *mp, struct pd_backend *be);
+	/* the embeddings of PROMPTS[first, first + count) of N (with
+	 * NEGATIVE's, when not NULL) in E, the other rows zero; with
+	 * KEEP_EXTRA what else the encoders saw and made (E's extras) */
+	int (*embeds)(struct pd_embeds *e, void *pe, char *const *prompts, int n, const char *negative, int max_seq,
+		      int64_t first, int64_t count, int keep_extra);
+	void (*free)(void *pe);         /* what load took (not PE itself) */
+};
+
 /* `pdit tiny` for a family (tiny/pd_tiny.h has the options and the shared
  * parts): a random model folder in DIR laid out as its published one; its
  * options' defaults (REAL: its real widths with few blocks, bf16); its own
@@ -376,13 +388,9 @@ struct pd_dit_family {
 	int n_encoders;                 /* at most PD_MAX_ENCODERS (pd_model_paths.h) */
 	int (*prompt_widths)(const struct pd_model_paths *mp, int64_t *txt_width, int64_t *pooled_width);
 	int (*default_max_seq)(const struct pd_dit_info *info); /* info NULL: no transformer known */
-	/* HELD (may be NULL): the encoders the first call loads are kept there
-	 * for the next (a long-lived engine reads their weights once);
-	 * NULL: loaded and freed by each call. encoders_free releases them. */
-	int (*encode)(struct pd_embeds *e, void **held, const struct pd_model_paths *mp, struct pd_backend *be,
-		      char *const *prompts, int n, const char *negative, int max_seq, int64_t first, int64_t count,
-		      int keep_extra);
-	void (*encoders_free)(void *held);
+	/* its prompt encoder (pd_dit_encode runs it, model/dit/pd_embeds.h), or
+	 * NULL: embeddings from files only */
+	const struct pd_prompt_encoder_kind *prompt_encoder;
 	/* The text rows PROMPTS[0..n) (one count for all) and NEGATIVE (may
 	 * be NULL) will have, the encoders not run (tokenizing only), for a
 	 * family whose text length follows the prompt (Qwen-Image: its tokens,

@@ -216,3 +216,38 @@ int pd_embeds_repeat(struct pd_embeds *e, int64_t n)
 	e->batch = n;
 	return 0;
 }
+
+int pd_dit_encode(const struct pd_dit_family *fam, struct pd_embeds *e, void **held, const struct pd_model_paths *mp,
+		  struct pd_backend *be, char *const *prompts, int n, const char *negative, int max_seq, int64_t first,
+		  int64_t count, int keep_extra)
+{
+	const struct pd_prompt_encoder_kind *k = fam->prompt_encoder;
+	void *pe = held ? *held : NULL;
+	int rc;
+
+	if (!k)
+		return pd_errorf("the %s family has no prompt encoder: give --embeds FILE", fam->name);
+	if (!pe) {
+		pe = pd_calloc(1, k->size, "the text encoders");
+		if (!pe || k->load(pe, mp, be)) {
+			free(pe);
+			return -1;
+		}
+	}
+	rc = k->embeds(e, pe, prompts, n, negative, max_seq, first, count, keep_extra);
+	if (held) {
+		*held = pe;
+	} else {
+		k->free(pe);
+		free(pe);
+	}
+	return rc;
+}
+
+void pd_dit_encoders_free(const struct pd_dit_family *fam, void *held)
+{
+	if (held && fam->prompt_encoder) {
+		fam->prompt_encoder->free(held);
+		free(held);
+	}
+}

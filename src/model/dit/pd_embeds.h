@@ -54,6 +54,14 @@ void *pd_embeds_add_extra(struct pd_embeds *e, const char *name, enum pd_dtype d
  * under theirs), with the prompts as metadata: a file generate --embeds
  * takes. PROMPTS[0..n) may be NULL. */
 int pd_embeds_save(const struct pd_embeds *e, const char *path, char *const *prompts, int n, const char *negative);
+/* FAM's prompt encoder over PROMPTS (pd_prompt_encoder_kind.embeds): the
+ * one in *HELD, or loaded, then kept in *HELD when HELD is given (a
+ * long-lived engine reads its weights once) or freed. */
+int pd_dit_encode(const struct pd_dit_family *fam, struct pd_embeds *e, void **held, const struct pd_model_paths *mp,
+		  struct pd_backend *be, char *const *prompts, int n, const char *negative, int max_seq, int64_t first,
+		  int64_t count, int keep_extra);
+/* What pd_dit_encode kept in HELD (may be NULL). */
+void pd_dit_encoders_free(const struct pd_dit_family *fam, void *held);
 /* Makes the batch N copies of its first prompt (benchmarks of data parallelism). */
 int pd_embeds_repeat(struct pd_embeds *e, int64_t n);
 

@@ -144,37 +144,12 @@ static int pd_flux_probe(const char *path, const char *config, struct pd_dit_inf
 }
 
 /* FluxPipeline.encode_prompt: CLIP's pooled output and T5's last state. */
-static int pd_flux_encode(struct pd_embeds *e, void **held, const struct pd_model_paths *mp, struct pd_backend *be,
-			  char *const *prompts, int n, const char *negative, int max_seq, int64_t first, int64_t count,
-			  int keep_extra)
-{
-	struct pd_flux_prompt_encoder *pe = held ? *held : NULL;
-	int rc;
-
-	if (!pe) {
-		pe = pd_calloc(1, sizeof(*pe), "the text encoders");
-		if (!pe || pd_flux_prompt_encoder_load(pe, mp, be)) {
-			free(pe);
-			return -1;
-		}
-	}
-	rc = pd_flux_prompt_embeds(e, pe, prompts, n, negative, max_seq, first, count, keep_extra);
-	if (held) {
-		*held = pe;
-	} else {
-		pd_flux_prompt_encoder_free(pe);
-		free(pe);
-	}
-	return rc;
-}
-
-static void pd_flux_encoders_free(void *held)
-{
-	if (held) {
-		pd_flux_prompt_encoder_free(held);
-		free(held);
-	}
-}
+static const struct pd_prompt_encoder_kind pd_flux_prompt_encoder = {
+	.size = sizeof(struct pd_flux_prompt_encoder),
+	.load = pd_flux_prompt_encoder_load,
+	.embeds = pd_flux_prompt_embeds,
+	.free = pd_flux_prompt_encoder_free,
+};
 
 /* 512 tokens for guidance-distilled (dev-style) models, 256 for the others
  * (schnell), as Black Forest Labs run them; 512 for encoders alone. */
@@ -224,7 +199,6 @@ const struct pd_dit_family pd_flux_family = {
 	.n_encoders = (int)(sizeof(pd_flux_encoders) / sizeof(pd_flux_encoders[0])),
 	.prompt_widths = pd_flux_prompt_widths,
 	.default_max_seq = pd_flux_default_max_seq,
-	.encode = pd_flux_encode,
-	.encoders_free = pd_flux_encoders_free,
+	.prompt_encoder = &pd_flux_prompt_encoder,
 	.tiny = &pd_flux_tiny_models,
 };

@@ -55,8 +55,9 @@ int pd_flux_prompt_widths(const struct pd_model_paths *mp, int64_t *joint_dim, i
 			       "embeddings.token_embedding.weight", 1, pooled_dim);
 }
 
-int pd_flux_prompt_encoder_load(struct pd_flux_prompt_encoder *pe, const struct pd_model_paths *mp, struct pd_backend *be)
+int pd_flux_prompt_encoder_load(void *p, const struct pd_model_paths *mp, struct pd_backend *be)
 {
+	struct pd_flux_prompt_encoder *pe = p;
 	memset(pe, 0, sizeof(*pe));
 	if (!mp->tokenizer[0] || !mp->tokenizer[1])
 		return pd_errorf("no %s folder: give --model DIR or --tokenizer%s DIR",
@@ -88,8 +89,9 @@ fail:
 	return -1;
 }
 
-void pd_flux_prompt_encoder_free(struct pd_flux_prompt_encoder *pe)
+void pd_flux_prompt_encoder_free(void *p)
 {
+	struct pd_flux_prompt_encoder *pe = p;
 	if (pe->loaded >= 1)
 		pd_clip_tok_free(&pe->clip_tok);
 	if (pe->loaded >= 2)
@@ -152,9 +154,10 @@ out:
 	return rc;
 }
 
-int pd_flux_prompt_embeds(struct pd_embeds *e, struct pd_flux_prompt_encoder *pe, char *const *prompts, int n,
+int pd_flux_prompt_embeds(struct pd_embeds *e, void *p, char *const *prompts, int n,
 		     const char *negative, int max_seq, int64_t first, int64_t count, int keep_extra)
 {
+	struct pd_flux_prompt_encoder *pe = p;
 	int64_t J = pd_t5_get_config(pe->t5)->d_model, P = pd_clip_get_config(pe->clip)->hidden;
 	int64_t s_c[2] = { n, 77 }, s_t[2] = { n, max_seq }, s_e[3] = { n, max_seq, J }, s_p[2] = { n, P };
 	int64_t *cids = NULL, *tids = NULL;

@@ -30,8 +30,8 @@ struct pd_flux_prompt_encoder {
 int pd_flux_prompt_widths(const struct pd_model_paths *mp, int64_t *joint_dim, int64_t *pooled_dim);
 
 /* Loads both tokenizers and both encoders; every component must be known. */
-int pd_flux_prompt_encoder_load(struct pd_flux_prompt_encoder *pe, const struct pd_model_paths *mp, struct pd_backend *be);
-void pd_flux_prompt_encoder_free(struct pd_flux_prompt_encoder *pe);
+int pd_flux_prompt_encoder_load(void *pe, const struct pd_model_paths *mp, struct pd_backend *be);
+void pd_flux_prompt_encoder_free(void *pe);
 
 /* One prompt: EMBEDS [max_seq, d_model], POOLED [hidden]; CLIP_IDS [77] and
  * T5_IDS [max_seq] receive the ids when not NULL. */
@@ -44,7 +44,7 @@ int pd_flux_prompt_encode(struct pd_flux_prompt_encoder *pe, const char *prompt,
  * KEEP_EXTRA, E's extras get the token ids and the encoders' outputs under
  * transformers' names (clip.input_ids, t5.input_ids, clip.pooler_output,
  * t5.last_hidden_state). */
-int pd_flux_prompt_embeds(struct pd_embeds *e, struct pd_flux_prompt_encoder *pe, char *const *prompts, int n,
+int pd_flux_prompt_embeds(struct pd_embeds *e, void *pe, char *const *prompts, int n,
 		     const char *negative, int max_seq, int64_t first, int64_t count, int keep_extra);
 
 /* The default max_sequence_length: 512 for guidance-distilled (dev-style)

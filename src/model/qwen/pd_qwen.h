@@ -24,9 +24,9 @@ struct pd_qwen_prompt_encoder {
 	int loaded;                     /* tok is loaded */
 };
 
-int pd_qwen_prompt_encoder_load(struct pd_qwen_prompt_encoder *pe, const struct pd_model_paths *mp,
+int pd_qwen_prompt_encoder_load(void *pe, const struct pd_model_paths *mp,
 				struct pd_backend *be);
-void pd_qwen_prompt_encoder_free(struct pd_qwen_prompt_encoder *pe);
+void pd_qwen_prompt_encoder_free(void *pe);
 /* The ids of PROMPT inside the pipeline's template (*IDS malloc'd, *N of
  * them; at most 1024 + 34 read, as the pipeline truncates). */
 int pd_qwen_prompt_ids(const struct pd_qwen_tok *tok, const char *prompt, int64_t **ids, int *n);
@@ -35,7 +35,7 @@ int pd_qwen_prompt_ids(const struct pd_qwen_tok *tok, const char *prompt, int64_
  * one batch must be as long (refused otherwise). KEEP_EXTRA: input_ids and
  * attention_mask of the whole template and prompt_embeds_mask, the
  * pipeline's names (prompt_embeds are the embeddings). */
-int pd_qwen_prompt_embeds(struct pd_embeds *e, struct pd_qwen_prompt_encoder *pe, char *const *prompts, int n,
+int pd_qwen_prompt_embeds(struct pd_embeds *e, void *pe, char *const *prompts, int n,
 			  const char *negative, int max_seq, int64_t first, int64_t count, int keep_extra);
 /* The embeddings' width (the language model's hidden size) from its config
  * or its header. */

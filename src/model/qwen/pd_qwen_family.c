@@ -116,37 +116,12 @@ static int pd_qwen_default_max_seq(const struct pd_dit_info *info)
 	return 512;
 }
 
-static int pd_qwen_encode(struct pd_embeds *e, void **held, const struct pd_model_paths *mp, struct pd_backend *be,
-			  char *const *prompts, int n, const char *negative, int max_seq, int64_t first, int64_t count,
-			  int keep_extra)
-{
-	struct pd_qwen_prompt_encoder *pe = held ? *held : NULL;
-	int rc;
-
-	if (!pe) {
-		pe = pd_calloc(1, sizeof(*pe), "the text encoder");
-		if (!pe || pd_qwen_prompt_encoder_load(pe, mp, be)) {
-			free(pe);
-			return -1;
-		}
-	}
-	rc = pd_qwen_prompt_embeds(e, pe, prompts, n, negative, max_seq, first, count, keep_extra);
-	if (held) {
-		*held = pe;
-	} else {
-		pd_qwen_prompt_encoder_free(pe);
-		free(pe);
-	}
-	return rc;
-}
-
-static void pd_qwen_encoders_free(void *held)
-{
-	if (held) {
-		pd_qwen_prompt_encoder_free(held);
-		free(held);
-	}
-}
+static const struct pd_prompt_encoder_kind pd_qwen_prompt_encoder = {
+	.size = sizeof(struct pd_qwen_prompt_encoder),
+	.load = pd_qwen_prompt_encoder_load,
+	.embeds = pd_qwen_prompt_embeds,
+	.free = pd_qwen_prompt_encoder_free,
+};
 
 /* The prompts' own lengths: their tokens after the template's 34, at most
  * MAX_SEQ (the tokenizer alone). */
@@ -218,8 +193,7 @@ const struct pd_dit_family pd_qwen_family = {
 	.n_encoders = (int)(sizeof(pd_qwen_encoders) / sizeof(pd_qwen_encoders[0])),
 	.prompt_widths = pd_qwen_prompt_widths,
 	.default_max_seq = pd_qwen_default_max_seq,
-	.encode = pd_qwen_encode,
-	.encoders_free = pd_qwen_encoders_free,
+	.prompt_encoder = &pd_qwen_prompt_encoder,
 	.text_lens = pd_qwen_text_lens,
 	.tiny = &pd_qwen_tiny_models,
 };

@@ -24,9 +24,10 @@ static const char pd_qwen_template[] =
 /* QP: tokenizer_max_length + the drop */
 #define PD_QWEN_MAX_IDS (1024 + PD_QWEN_DROP)
 
-int pd_qwen_prompt_encoder_load(struct pd_qwen_prompt_encoder *pe, const struct pd_model_paths *mp,
+int pd_qwen_prompt_encoder_load(void *p, const struct pd_model_paths *mp,
 				struct pd_backend *be)
 {
+	struct pd_qwen_prompt_encoder *pe = p;
 	memset(pe, 0, sizeof(*pe));
 	if (!mp->tokenizer[0])
 		return pd_errorf("no tokenizer folder: give --model DIR or --tokenizer DIR");
@@ -43,8 +44,9 @@ fail:
 	return -1;
 }
 
-void pd_qwen_prompt_encoder_free(struct pd_qwen_prompt_encoder *pe)
+void pd_qwen_prompt_encoder_free(void *p)
 {
+	struct pd_qwen_prompt_encoder *pe = p;
 	if (pe->loaded)
 		pd_qwen_tok_free(&pe->tok);
 	pd_llm_free(pe->llm);
@@ -106,9 +108,10 @@ static int pd_qwen_prompt_rows(struct pd_qwen_prompt_encoder *pe, const int64_t 
 	return 0;
 }
 
-int pd_qwen_prompt_embeds(struct pd_embeds *e, struct pd_qwen_prompt_encoder *pe, char *const *prompts, int n,
+int pd_qwen_prompt_embeds(struct pd_embeds *e, void *p, char *const *prompts, int n,
 			  const char *negative, int max_seq, int64_t first, int64_t count, int keep_extra)
 {
+	struct pd_qwen_prompt_encoder *pe = p;
 	int64_t J = pd_llm_get_config(pe->llm)->hidden, T = -1, full = 0;
 	int64_t **ids = pd_calloc((size_t)n + 1, sizeof(*ids), "token ids");
 	int *lens = pd_calloc((size_t)n + 1, sizeof(int), "token ids"), got, nn = 0;

@@ -105,37 +105,12 @@ static int pd_wan_default_max_seq(const struct pd_dit_info *info)
 	return 512;
 }
 
-static int pd_wan_encode(struct pd_embeds *e, void **held, const struct pd_model_paths *mp, struct pd_backend *be,
-			 char *const *prompts, int n, const char *negative, int max_seq, int64_t first, int64_t count,
-			 int keep_extra)
-{
-	struct pd_wan_prompt_encoder *pe = held ? *held : NULL;
-	int rc;
-
-	if (!pe) {
-		pe = pd_calloc(1, sizeof(*pe), "the text encoders");
-		if (!pe || pd_wan_prompt_encoder_load(pe, mp, be)) {
-			free(pe);
-			return -1;
-		}
-	}
-	rc = pd_wan_prompt_embeds(e, pe, prompts, n, negative, max_seq, first, count, keep_extra);
-	if (held) {
-		*held = pe;
-	} else {
-		pd_wan_prompt_encoder_free(pe);
-		free(pe);
-	}
-	return rc;
-}
-
-static void pd_wan_encoders_free(void *held)
-{
-	if (held) {
-		pd_wan_prompt_encoder_free(held);
-		free(held);
-	}
-}
+static const struct pd_prompt_encoder_kind pd_wan_prompt_encoder = {
+	.size = sizeof(struct pd_wan_prompt_encoder),
+	.load = pd_wan_prompt_encoder_load,
+	.embeds = pd_wan_prompt_embeds,
+	.free = pd_wan_prompt_encoder_free,
+};
 
 static int pd_wan_kind_load(void **vae, const char *path, struct pd_backend *be)
 {
@@ -267,7 +242,6 @@ const struct pd_dit_family pd_wan_family = {
 	.n_encoders = (int)(sizeof(pd_wan_encoders) / sizeof(pd_wan_encoders[0])),
 	.prompt_widths = pd_wan_prompt_widths,
 	.default_max_seq = pd_wan_default_max_seq,
-	.encode = pd_wan_encode,
-	.encoders_free = pd_wan_encoders_free,
+	.prompt_encoder = &pd_wan_prompt_encoder,
 	.tiny = &pd_wan_tiny_models,
 };

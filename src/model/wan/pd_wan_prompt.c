@@ -87,9 +87,10 @@ int pd_wan_prompt_width(const struct pd_model_paths *mp, int64_t *width)
 	return rc;
 }
 
-int pd_wan_prompt_encoder_load(struct pd_wan_prompt_encoder *pe, const struct pd_model_paths *mp,
+int pd_wan_prompt_encoder_load(void *p, const struct pd_model_paths *mp,
 			       struct pd_backend *be)
 {
+	struct pd_wan_prompt_encoder *pe = p;
 	memset(pe, 0, sizeof(*pe));
 	if (!mp->tokenizer[0])
 		return pd_errorf("no tokenizer folder: give --model DIR or --tokenizer DIR");
@@ -121,8 +122,9 @@ fail:
 	return -1;
 }
 
-void pd_wan_prompt_encoder_free(struct pd_wan_prompt_encoder *pe)
+void pd_wan_prompt_encoder_free(void *p)
 {
+	struct pd_wan_prompt_encoder *pe = p;
 	if (pe->loaded >= 1)
 		pd_t5_tok_free(&pe->tok);
 	if (pe->loaded >= 2)
@@ -161,9 +163,10 @@ out:
 	return rc;
 }
 
-int pd_wan_prompt_embeds(struct pd_embeds *e, struct pd_wan_prompt_encoder *pe, char *const *prompts, int n,
+int pd_wan_prompt_embeds(struct pd_embeds *e, void *p, char *const *prompts, int n,
 			 const char *negative, int len, int64_t first, int64_t count, int keep_extra)
 {
+	struct pd_wan_prompt_encoder *pe = p;
 	int64_t J = pd_t5_get_config(pe->umt5)->d_model, s_i[2] = { n, len };
 	int64_t *ids = NULL, *mask = NULL;
 

@@ -43,9 +43,9 @@ int pd_wan_prompt_ids(const struct pd_t5_tok *tok, const struct pd_added_tokens 
 /* UMT5's width (d_model) from text_encoder/config.json or its tensors. */
 int pd_wan_prompt_width(const struct pd_model_paths *mp, int64_t *width);
 
-int pd_wan_prompt_encoder_load(struct pd_wan_prompt_encoder *pe, const struct pd_model_paths *mp,
+int pd_wan_prompt_encoder_load(void *pe, const struct pd_model_paths *mp,
 			       struct pd_backend *be);
-void pd_wan_prompt_encoder_free(struct pd_wan_prompt_encoder *pe);
+void pd_wan_prompt_encoder_free(void *pe);
 
 /* One prompt (raw text): EMBEDS [len, d_model] as encode_prompt returns
  * it; IDS and MASK [len] when not NULL. */
@@ -56,7 +56,7 @@ int pd_wan_prompt_encode(struct pd_wan_prompt_encoder *pe, const char *prompt, i
  * pipeline's default negative prompt), encoding prompts [first, first +
  * count) only. With KEEP_EXTRA, E's extras get input_ids and
  * attention_mask (int64 [n, len]). */
-int pd_wan_prompt_embeds(struct pd_embeds *e, struct pd_wan_prompt_encoder *pe, char *const *prompts, int n,
+int pd_wan_prompt_embeds(struct pd_embeds *e, void *pe, char *const *prompts, int n,
 			 const char *negative, int len, int64_t first, int64_t count, int keep_extra);
 
 #endif /* PD_WAN_PROMPT_H */

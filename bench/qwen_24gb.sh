@@ -5,9 +5,10 @@
 # wide and a vocabulary of 152019 rows): the files are grown from the
 # Qwen-Image-width folder's 2 blocks and 2 layers (bench/gguf_grow.py copies
 # a block's bytes; random values of real sizes), then `pdit plan --memory
-# 24` says what fits and its estimate, and one `pdit generate` (1 step, no
-# true CFG) measures the process's peak against it. Needs about 35 GB of
-# disk under WORK and minutes of loading.
+# 24` says what fits and its estimate, and one `pdit generate` (2 steps,
+# the fewest Qwen-Image's scheduler takes; no true CFG) measures the
+# process's peak against it. Needs about 20 GB of disk under WORK and
+# minutes of loading.
 #
 #   bench/qwen_24gb.sh [HEIGHT] [WIDTH] [WORK]
 set -euo pipefail
@@ -38,8 +39,8 @@ echo "\$ pdit plan ${files[*]} --devices 1 --memory 24 -H 1328 -W 1328 --true-cf
 echo '```'
 est=$("$pdit" plan "${files[@]}" --devices 1 -H "$height" -W "$width" --true-cfg-scale 1 --gflops 400 --json 2> /dev/null |
 	sed -n 's/.*"memory_gb": \([0-9.e+-]*\).*/\1/p' | head -1)
-echo "measuring: pdit generate at ${width}x$height, 1 step, one process" >&2
-"$pdit" generate "${files[@]}" -p "a lighthouse on a cliff at dusk" -H "$height" -W "$width" --steps 1 --dtype bf16 \
+echo "measuring: pdit generate at ${width}x$height, 2 steps, one process" >&2
+"$pdit" generate "${files[@]}" -p "a lighthouse on a cliff at dusk" -H "$height" -W "$width" --steps 2 --dtype bf16 \
 	-o "$work/out.png" 2> "$work/log" < /dev/null
 peak=$(sed -n 's/.*peak memory \([0-9]*\) MB a process.*/\1/p' "$work/log" | tail -1)
 echo

@@ -780,6 +780,10 @@ int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request *rq_in)
 	e->p.height = rq->height;
 	e->p.width = rq->width;
 	e->p.steps = rq->steps == PD_DEFAULT ? e->dflt.steps : rq->steps;
+	/* (pd_scheduler_set refuses it too; said here before any loading) */
+	if (e->sched.shift_terminal > 0 && e->p.steps < 2)
+		return pd_errorf("--steps %d: this scheduler stretches its last sigma to shift_terminal %g (Qwen-Image's), "
+				 "which takes at least 2 steps", e->p.steps, e->sched.shift_terminal);
 	/* --flow-shift: the sampler's static shift, for this request */
 	if (rq->flow_shift < 0)
 		return pd_errorf("--flow-shift must be positive (got %g)", rq->flow_shift);

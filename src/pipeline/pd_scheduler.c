@@ -164,6 +164,11 @@ int pd_scheduler_set(struct pd_scheduler *s, int steps, int64_t image_seq_len)
 	if (s->shift_terminal > 0) {
 		float scale = (1.0f - s->sigmas[steps - 1]) / (float)(1.0 - s->shift_terminal);
 
+		/* one step: its only sigma is 1, and the stretch 0 / 0 (NaN
+		 * latents in diffusers too) */
+		if (!(scale > 0))
+			return pd_errorf("--steps %d: this scheduler stretches its last sigma to shift_terminal %g "
+					 "(Qwen-Image's), which takes at least 2 steps", steps, s->shift_terminal);
 		for (int i = 0; i < steps; i++)
 			s->sigmas[i] = 1.0f - (1.0f - s->sigmas[i]) / scale;
 	}

@@ -363,7 +363,8 @@ for file in llm.gguf llm-vl.safetensors; do
 done
 # pdit quantize on a text encoder folder: a GGUF in llama.cpp's names and metadata (qwen2vl.*), its
 # 2-D weights in Q8_0 (the golden encoder) or Q4_K (one 256 wide, pdit tiny's), read kept quantized
-# through --llm: prompt_embeds equal to the run of the same values written back in f32 within 1e-5
+# through --llm: prompt_embeds (pdit encode) and a picture's latents (pdit generate) equal to the runs of
+# the same values written back in f32 within 1e-5
 p0=$("$cmp" meta "$g/text-0.safetensors" prompt)
 "$pdit" tiny "$tmp/wide" --family qwen --llm-width 256 --llm-heads 2 --llm-kv-heads 1 > /dev/null 2>&1 ||
 	bad "pdit tiny --family qwen --llm-width 256"
@@ -376,7 +377,12 @@ for c in "$g/model:q8_0" "$tmp/wide:q4_k"; do
 		"$pdit" encode --model "$m" --llm "$tmp/te.gguf" -p "$p0" --out "$tmp/eq.safetensors" > /dev/null 2>> "$tmp/err" &&
 		"$pdit" encode --model "$m" --llm "$tmp/te-dq.safetensors" -p "$p0" --out "$tmp/ed.safetensors" > /dev/null \
 			2>> "$tmp/err" &&
-		"$cmp" tensors "$tmp/eq.safetensors" "$tmp/ed.safetensors" 1e-5 prompt_embeds > "$tmp/log"; then
+		"$cmp" tensors "$tmp/eq.safetensors" "$tmp/ed.safetensors" 1e-5 prompt_embeds > "$tmp/log" &&
+		"$pdit" generate --model "$m" --llm "$tmp/te.gguf" -p "$p0" -H 32 -W 32 --steps 2 --out-latents "$tmp/gq.safetensors" \
+			-o "$tmp/gq.png" -q 2>> "$tmp/err" &&
+		"$pdit" generate --model "$m" --llm "$tmp/te-dq.safetensors" -p "$p0" -H 32 -W 32 --steps 2 \
+			--out-latents "$tmp/gd.safetensors" -o "$tmp/gd.png" -q 2>> "$tmp/err" &&
+		"$cmp" tensors "$tmp/gq.safetensors" "$tmp/gd.safetensors" 1e-5 latents.final >> "$tmp/log"; then
 		ok "pdit quantize $(basename "$m")/text_encoder --type $q: llama.cpp's GGUF, kept $q, its f32 values' run $(head -1 "$tmp/log")"
 	else
 		cat "$tmp/err" "$tmp/log"; bad "pdit quantize text_encoder --type $q"
@@ -385,7 +391,7 @@ for c in "$g/model:q8_0" "$tmp/wide:q4_k"; do
 done
 # the model card's sizes by ratio: --aspect 4:3 is its 1472 x 1140, floored to 1136 as diffusers does; with
 # -H refused, as a ratio that is not one
-if "$pdit" generate --model "$g/model" -p "a lighthouse" --aspect 4:3 --steps 1 -o "$tmp/aspect.png" -q 2> "$tmp/err" &&
+if "$pdit" generate --model "$g/model" -p "a lighthouse" --aspect 4:3 --steps 2 -o "$tmp/aspect.png" -q 2> "$tmp/err" &&
 	[ "$(/usr/bin/python3 -c 'import sys; from PIL import Image; print("%dx%d" % Image.open(sys.argv[1]).size)' \
 		"$tmp/aspect.png")" = 1472x1136 ]; then
 	ok "--aspect 4:3: the card's 1472x1136"
@@ -401,6 +407,13 @@ for a in "--aspect 4:3 -H 64" "--aspect 4x3" "--aspect 0:1"; do
 		ok "$a refused: $(head -1 "$tmp/err")"
 	fi
 done
+# one step: the scheduler's stretch to shift_terminal would divide 0 by 0 (NaN in diffusers): refused
+if "$pdit" generate --model "$g/model" -p x -H 32 -W 32 --steps 1 -o "$tmp/one.png" 2> "$tmp/err" ||
+	! grep -q -- "--steps 1" "$tmp/err" || [ -e "$tmp/one.png" ]; then
+	cat "$tmp/err"; bad "--steps 1 not refused"
+else
+	ok "--steps 1 refused: $(head -1 "$tmp/err")"
+fi
 # a text mask with a gap (a token after padding): refused, nothing written
 python3 - "$g/forward-1.safetensors" "$tmp/gap.safetensors" << 'PY'
 import json, struct, sys

@@ -214,18 +214,15 @@ int pd_qwen_prompt_width(const struct pd_model_paths *mp, int64_t *width)
 		return pd_errorf("no language model: give --model DIR (with text_encoder/), --text-encoder DIR|FILE or "
 				 "--llm FILE");
 	if (!pd_is_dir(mp->encoder[0])) {
-		/* a single file's: its token table's width */
-		struct pd_st *st = NULL;
-		const struct pd_st_tensor *t;
+		/* a single file's (safetensors, GGUF): its sizes as the
+		 * encoder finds them, nothing loaded */
+		struct pd_llm *m;
 
-		if (pd_st_open_path(&st, mp->encoder[0], "model"))
+		if (pd_llm_open_weights(&m, mp->encoder[0]))
 			return -1;
-		t = pd_st_find_suffix(st, "embed_tokens.weight");
-		rc = t && t->ndim == 2 ? 0 : pd_errorf("%s: no language model token table (embed_tokens.weight)", st->path);
-		if (!rc)
-			*width = t->shape[1];
-		pd_st_close(st);
-		return rc;
+		*width = pd_llm_get_config(m)->hidden;
+		pd_llm_free(m);
+		return 0;
 	}
 	if (pd_config_load_in(&c, mp->encoder[0], "config.json", "language model"))
 		return -1;

@@ -60,6 +60,11 @@ struct pd_st;
 /* Reads and checks DIR/config.json (or a single file's sizes, as
  * pd_flux_open_file finds them). */
 int pd_flux_config_load(struct pd_flux_config *cfg, const char *dir);
+/* PATH's config (a folder's config.json, or a single file's: CONFIG, its
+ * metadata, or its shapes) into C and its sizes and kept-quantized share
+ * into INFO: the probe of FLUX.1 and of Qwen-Image, which shares the
+ * transformer. */
+int pd_flux_probe_config(const char *path, const char *config, struct pd_flux_config *c, struct pd_dit_info *info);
 /* Checks a diffusers transformer config already parsed. */
 int pd_flux_config_parse(struct pd_flux_config *cfg, const struct pd_config *c);
 

@@ -121,26 +121,33 @@ static void pd_flux_defaults(const struct pd_dit_info *info, struct pd_dit_defau
 	}
 }
 
-static int pd_flux_probe(const char *path, const char *config, struct pd_dit_info *info)
+int pd_flux_probe_config(const char *path, const char *config, struct pd_flux_config *c, struct pd_dit_info *info)
 {
-	struct pd_flux_config c;
 	struct pd_st *st = NULL;
 	double params = 0, kept = 0, kept_bytes = 0;
 
 	if (!pd_is_dir(path)) {
-		/* a single file: its sizes, and what it keeps quantized */
-		if (pd_flux_open_file(&st, path, &c, config))
+		/* a single file (BFL's, ComfyUI's, GGUF): its sizes, and what
+		 * it keeps quantized */
+		if (pd_flux_open_file(&st, path, c, config))
 			return -1;
 		pd_st_weight_stats(st, &params, &kept, &kept_bytes);
 		pd_st_close(st);
-	} else if (pd_flux_config_load(&c, path)) {
+	} else if (pd_flux_config_load(c, path)) {
 		return -1;
 	}
-	if (pd_flux_dit_info(&c, info))
+	if (pd_flux_dit_info(c, info))
 		return -1;
 	info->kept_fraction = params > 0 ? kept / params : 0;
 	info->kept_bytes = kept > 0 ? kept_bytes / kept : 0;
 	return 0;
+}
+
+static int pd_flux_probe(const char *path, const char *config, struct pd_dit_info *info)
+{
+	struct pd_flux_config c;
+
+	return pd_flux_probe_config(path, config, &c, info);
 }
 
 /* FluxPipeline.encode_prompt: CLIP's pooled output and T5's last state. */

@@ -75,25 +75,10 @@ static void pd_qwen_defaults(const struct pd_dit_info *info, struct pd_dit_defau
 static int pd_qwen_probe(const char *path, const char *config, struct pd_dit_info *info)
 {
 	struct pd_flux_config c;
-	struct pd_st *st = NULL;
-	double params = 0, kept = 0, kept_bytes = 0;
 
-	if (!pd_is_dir(path)) {
-		/* one file (ComfyUI's, GGUF): its sizes, and what it keeps quantized */
-		if (pd_flux_open_file(&st, path, &c, config))
-			return -1;
-		pd_st_weight_stats(st, &params, &kept, &kept_bytes);
-		pd_st_close(st);
-	} else if (pd_flux_config_load(&c, path)) {
+	if (pd_flux_probe_config(path, config, &c, info))
 		return -1;
-	}
-	if (!c.qwen)
-		return pd_errorf("%s: not a QwenImageTransformer2DModel", path);
-	if (pd_flux_dit_info(&c, info))
-		return -1;
-	info->kept_fraction = params > 0 ? kept / params : 0;
-	info->kept_bytes = kept > 0 ? kept_bytes / kept : 0;
-	return 0;
+	return c.qwen ? 0 : pd_errorf("%s: not a QwenImageTransformer2DModel", path);
 }
 
 /* A single file holds Qwen-Image's transformer when it has the text's

@@ -24,6 +24,7 @@
 #   FLUX's final modulation adapted under diffusers' names and under Black
 #   Forest Labs' (its halves swapped) against weights merged by Python;
 #   XLabs' layout and fal's Kontext trainer's against weights merged by Python;
+#   LyCORIS' plain low-rank names against the same adapter's PEFT file;
 # usage: cli_lora.sh PDIT ST_COMPARE EDIT_GOLDEN FLUX_GOLDEN QUANT_GOLDEN WAN_GOLDEN [MPIRUN...]
 set -u
 pdit=$1 cmp=$2 g=$3 fg=$4 qg=$5 wg=$6
@@ -302,6 +303,43 @@ for a in xlabs:0.7 fal; do
 done
 "$pdit" inspect "$tmp/xlabs.safetensors" > "$tmp/out" 2>&1
 grep -q "XLabs" "$tmp/out" && ok "pdit inspect names XLabs' layout" || { cat "$tmp/out"; bad "pdit inspect on XLabs' layout"; }
+
+# LyCORIS' plain low-rank names (lycoris_<diffusers module with _>.lora_down/lora_up, alpha): the PEFT
+# case's adapter renamed so (alpha = its rank: the same scale) gives the PEFT file's out.sample
+f=$g/lora-dev-1341.safetensors
+python3 - "$g/lora-dev-1341-peft.safetensors" "$tmp/lycoris.safetensors" << 'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+head, data = json.loads(b[8:8 + n]), b[8 + n:]
+out, blobs, off = {}, [], 0
+for k, v in sorted(head.items()):
+    if k == "__metadata__":
+        continue
+    mod, half = k[len("transformer."):].rsplit(".lora_", 1)
+    name = "lycoris_" + mod.replace(".", "_") + (".lora_down.weight" if half.startswith("A") else ".lora_up.weight")
+    s, e = v["data_offsets"]
+    blobs.append(data[s:e])
+    out[name] = {"dtype": v["dtype"], "shape": v["shape"], "data_offsets": [off, off + e - s]}
+    off += e - s
+    if half.startswith("A"):
+        alpha = struct.pack("<f", float(v["shape"][0]))
+        blobs.append(alpha)
+        out["lycoris_" + mod.replace(".", "_") + ".alpha"] = {"dtype": "F32", "shape": [], "data_offsets": [off, off + 4]}
+        off += 4
+h = json.dumps(out).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+PY
+tr=(--transformer "$fg/transformer-$(meta "$f" config)" --inputs "$f")
+if "$pdit" forward "${tr[@]}" --lora "$tmp/lycoris.safetensors" --out "$tmp/ly.safetensors" > /dev/null 2> "$tmp/err" &&
+	"$pdit" forward "${tr[@]}" --lora "$g/lora-dev-1341-peft.safetensors" --out "$tmp/pe.safetensors" > /dev/null 2>> "$tmp/err" &&
+	"$cmp" tensors "$tmp/ly.safetensors" "$tmp/pe.safetensors" 1e-6 out.sample > "$tmp/log" &&
+	"$pdit" inspect "$tmp/lycoris.safetensors" 2>&1 | grep -q "LyCORIS"; then
+	ok "LyCORIS' plain low-rank names: the PEFT file's out.sample, $(head -1 "$tmp/log"); pdit inspect names it"
+else
+	cat "$tmp/err" "$tmp/log"; bad "LyCORIS' plain low-rank names"
+fi
 
 # refusals: one line naming the file, nonzero, nothing written
 python3 - "$lib" "$tmp" << 'PY'

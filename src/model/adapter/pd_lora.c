@@ -41,6 +41,9 @@ static const char *const pd_lora_prefixes[] = { "model.diffusion_model.", "diffu
 /* kohya's names: the module's with '.' as '_' after one of these. */
 #define PD_KOHYA_NATIVE "lora_unet_"
 #define PD_KOHYA_OURS "lora_transformer_"
+/* LyCORIS' plain low-rank files (algo lora): kohya's names of diffusers'
+ * modules under its own prefix */
+#define PD_LYCORIS "lycoris_"
 
 /* One layer's term as built (host), for the cache. */
 struct pd_lora_term {
@@ -155,6 +158,14 @@ static int32_t pd_lora_target(const struct pd_lora *lo, const char *m, size_t le
 
 	if (pd_lora_get(&lo->names, "k:", m, len, &v))
 		return v;
+	if (len > strlen(PD_LYCORIS) && !strncmp(m, PD_LYCORIS, strlen(PD_LYCORIS))) {
+		char k[320];
+		int n = snprintf(k, sizeof(k), "%s%.*s", PD_KOHYA_OURS, (int)(len - strlen(PD_LYCORIS)),
+				 m + strlen(PD_LYCORIS));
+
+		if (n > 0 && (size_t)n < sizeof(k) && pd_lora_get(&lo->names, "k:", k, (size_t)n, &v))
+			return v;
+	}
 	for (int p = -1; p < (int)(sizeof(pd_lora_prefixes) / sizeof(pd_lora_prefixes[0])); p++) {
 		size_t pl = p < 0 ? 0 : strlen(pd_lora_prefixes[p]);
 
@@ -696,6 +707,8 @@ static const char *pd_lora_layout(const char *m, size_t len)
 		return "kohya";
 	if (len > strlen(PD_KOHYA_OURS) && !strncmp(m, PD_KOHYA_OURS, strlen(PD_KOHYA_OURS)))
 		return "kohya (diffusers names)";
+	if (len > strlen(PD_LYCORIS) && !strncmp(m, PD_LYCORIS, strlen(PD_LYCORIS)))
+		return "LyCORIS (plain low-rank)";
 	if (len > 15 && !strncmp(m, "diffusion_model.", 16))
 		return "native (ComfyUI)";
 	if (len > 12 && !strncmp(m, "transformer.", 12))

@@ -182,6 +182,10 @@ int pd_cmd_plan(int argc, char **argv)
 	rq.guidance = guidance;
 	rq.max_seq = txt;
 	rq.ref_image = ref;
+	/* a GPU holds quantized weights as the file does, not in this CPU's
+	 * int8 layout */
+	if (dev)
+		o.quant_products = "bf16";
 	if (pd_engine_work(&o, &rq, devices, &ew))
 		goto out;
 	if (dev) {

@@ -227,6 +227,26 @@ static void pd_cpu_name(char *buf, size_t len)
 		fclose(f);
 }
 
+int pd_backend_cpu_int8_fast(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	/* PDIT_NO_VNNI runs int8 products through the portable kernel (and
+	 * the VNNI kernel needs AVX-512 itself) */
+	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	       __builtin_cpu_supports("avx512vl") && !getenv("PDIT_NO_AVX512") &&
+	       __builtin_cpu_supports("avx512vnni") && !getenv("PDIT_NO_VNNI");
+#else
+	return 0;
+#endif
+}
+
+size_t pd_backend_cpu_held_bytes(enum pd_qtype t, int64_t n_out, int64_t n_in, int int8, int all_types)
+{
+	if (int8 && pd_cpu_i8_has(t, n_in) && (all_types || t != PD_Q_F8_E4M3))
+		return pd_cpu_i8_bytes(t, n_out, n_in);
+	return pd_quant_row_bytes(pd_quant_info(t), n_in) * (size_t)n_out;
+}
+
 int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threads)
 {
 	struct pd_cpu *cpu;
@@ -250,8 +270,7 @@ int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threa
 	cpu->avx512bf16 = cpu->avx512 && __builtin_cpu_supports("avx512bf16") && !getenv("PDIT_NO_AVX512_BF16");
 	/* PDIT_NO_AVX2 (with PDIT_NO_AVX512) leaves the portable C alone */
 	cpu->avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("PDIT_NO_AVX2");
-	/* PDIT_NO_VNNI runs int8 products through the portable kernel */
-	cpu->vnni = cpu->avx512 && __builtin_cpu_supports("avx512vnni") && !getenv("PDIT_NO_VNNI");
+	cpu->vnni = cpu->avx512 && pd_backend_cpu_int8_fast();
 	/* measured (bench/quant.sh): int8 products beat bf16 ones with VNNI */
 	cpu->be.int8_fast = cpu->vnni;
 #endif

@@ -8,10 +8,19 @@
 #define PD_BACKEND_CPU_H
 
 #include "pd_backend.h"
+#include "pd_quant.h"
 
 /* Creates the CPU backend. THREADS: how many it computes with inside
  * pd_backend_enter / pd_backend_leave (<= 0: the creating thread's OpenMP
  * setting); outside such a scope, the calling thread's setting. */
 int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threads);
+/* Whether this CPU's int8 products are faster than its bf16 ones (AVX-512
+ * VNNI, not turned off): what a backend's int8_fast will say, without one. */
+int pd_backend_cpu_int8_fast(void);
+/* Bytes a CPU backend holds for a kept-quantized weight of type T, N_OUT x
+ * N_IN, multiplied in int8 (the layout of pd_cpu_i8.c: Q4_K 2.8% above the
+ * file, fp8 6%; ALL_TYPES: fp8 too, as --quant-products int8_all) or, when
+ * its type has no int8 form or INT8 is 0, as the file holds it. */
+size_t pd_backend_cpu_held_bytes(enum pd_qtype t, int64_t n_out, int64_t n_in, int int8, int all_types);
 
 #endif /* PD_BACKEND_CPU_H */

@@ -224,7 +224,8 @@ int pd_st_view_new(struct pd_st **out, struct pd_st *base)
 	*out = NULL;
 	if (!v)
 		return -1;
-	v->base = base;
+	/* (v->base is set last: a view that fails is closed without closing
+	 * BASE, which the caller still holds) */
 	v->path = pd_strdup(base->path);
 	if (!v->path) {
 		pd_st_close(v);
@@ -246,6 +247,7 @@ int pd_st_view_new(struct pd_st **out, struct pd_st *base)
 			return -1;
 		}
 	}
+	v->base = base;
 	*out = v;
 	return 0;
 }

@@ -389,6 +389,16 @@ for c in "$g/model:q8_0" "$tmp/wide:q4_k"; do
 	fi
 	rm -f "$tmp/te.gguf" "$tmp/te-dq.safetensors"
 done
+# a GGUF language model of another architecture (llama's converter permutes q and k): refused naming it
+"$pdit" quantize "$g/model/text_encoder" "$tmp/te.gguf" --type q8_0 > /dev/null 2>&1
+/usr/bin/python3 -c 'import sys; b = open(sys.argv[1], "rb").read(); open(sys.argv[2], "wb").write(b.replace(b"qwen2vl", b"llama2x"))' \
+	"$tmp/te.gguf" "$tmp/llama.gguf"
+if "$pdit" encode --model "$g/model" --llm "$tmp/llama.gguf" -p x --out "$tmp/no.safetensors" 2> "$tmp/err" ||
+	! grep -q "architecture llama2x" "$tmp/err" || [ -e "$tmp/no.safetensors" ]; then
+	cat "$tmp/err"; bad "a llama2x GGUF language model not refused"
+else
+	ok "a GGUF language model of another architecture refused: $(head -1 "$tmp/err")"
+fi
 # the model card's sizes by ratio: --aspect 4:3 is its 1472 x 1140, floored to 1136 as diffusers does; with
 # -H refused, as a ratio that is not one
 if "$pdit" generate --model "$g/model" -p "a lighthouse" --aspect 4:3 --steps 2 -o "$tmp/aspect.png" -q 2> "$tmp/err" &&

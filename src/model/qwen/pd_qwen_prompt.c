@@ -118,7 +118,11 @@ int pd_qwen_prompt_embeds(struct pd_embeds *e, void *p, char *const *prompts, in
 	int64_t *neg_ids = NULL;
 
 	memset(e, 0, sizeof(*e));
-	if (!ids || !lens || max_seq < 1)
+	if (max_seq < 1) {
+		pd_errorf("--max-sequence-length must be at least 1 (got %d)", max_seq);
+		goto fail;
+	}
+	if (!ids || !lens)
 		goto fail;
 	/* every prompt's count first: the batch's rows are one length */
 	for (int b = 0; b < n; b++) {
@@ -128,7 +132,12 @@ int pd_qwen_prompt_embeds(struct pd_embeds *e, void *p, char *const *prompts, in
 			goto fail;
 		/* QP's tokenizer truncates at max_seq + 34: the causal model's
 		 * first rows do not see the rest, so only the work changes */
-		lens[b] = lens[b] > max_seq + PD_QWEN_DROP ? max_seq + PD_QWEN_DROP : lens[b];
+		if (lens[b] > max_seq + PD_QWEN_DROP) {
+			pd_log(1, "pdit: note: prompt %d is %d tokens in its template; the first %d are read "
+			       "(--max-sequence-length %d after the template's %d)\n", b + 1, lens[b], max_seq + PD_QWEN_DROP,
+			       max_seq, PD_QWEN_DROP);
+			lens[b] = max_seq + PD_QWEN_DROP;
+		}
 		t = lens[b] - PD_QWEN_DROP < max_seq ? lens[b] - PD_QWEN_DROP : max_seq;
 		if (T >= 0 && t != T) {
 			pd_errorf("prompts %d and %d are %lld and %lld tokens: Qwen-Image's prompts in one batch must be as "

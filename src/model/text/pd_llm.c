@@ -41,6 +41,18 @@ const struct pd_llm_config *pd_llm_get_config(const struct pd_llm *m)
 	return &m->cfg;
 }
 
+/* Sizes a forward pass can run with, whichever way they were read (a
+ * config, a file's shapes, GGUF metadata). */
+static int pd_llm_config_check(const struct pd_llm_config *c, const char *path)
+{
+	if (c->hidden < 1 || c->layers < 0 || c->layers > 1024 || c->intermediate < 1 || c->heads < 1 || c->kv_heads < 1 ||
+	    c->head_dim < 2 || c->head_dim % 2 || c->heads % c->kv_heads || c->vocab < 1 || !(c->theta > 1) || !(c->eps > 0))
+		return pd_errorf("%s: its sizes do not make a language model (%d wide, %d heads of %d over %d key/value "
+				 "heads, %d layers, %d tokens)", path, c->hidden, c->heads, c->head_dim, c->kv_heads, c->layers,
+				 c->vocab);
+	return 0;
+}
+
 /* The sizes from a config.json: Qwen2's own keys, or Qwen2.5-VL's, whose
  * newer files keep the language model's under text_config. */
 static int pd_llm_config_parse(struct pd_llm_config *c, const struct pd_config *root)
@@ -142,6 +154,12 @@ static int pd_llm_gguf_view(struct pd_llm *m)
 	char key[128];
 	int rc = 0;
 
+	/* llama.cpp's converter permutes q and k for llama's interleaved
+	 * RoPE; Qwen2's files keep transformers' order, which is what this
+	 * model computes */
+	if (arch && strcmp(arch, "qwen2") != 0 && strcmp(arch, "qwen2vl") != 0)
+		return pd_errorf("%s: a GGUF language model of architecture %s; pdit reads Qwen2's (qwen2, qwen2vl)",
+				 base->path, arch);
 #define PD_META(suffix) (snprintf(key, sizeof(key), "%s.%s", arch, suffix), pd_st_meta(base, key))
 	if (!arch || !PD_META("embedding_length") || !PD_META("block_count") || !PD_META("feed_forward_length") ||
 	    !PD_META("attention.head_count"))
@@ -239,6 +257,8 @@ static int pd_llm_find(struct pd_llm *m, const char *path)
 	}
 	for (int i = 0; i < m->st->n_tensors && !m->cfg.vl; i++)
 		m->cfg.vl = strncmp(m->st->sorted[i]->name, "visual.", 7) == 0;
+	if (pd_llm_config_check(&m->cfg, m->st->path))
+		return -1;
 	if (t->shape[0] != m->cfg.vocab || t->shape[1] != m->cfg.hidden)
 		return pd_errorf("%s: %sembed_tokens.weight is [%lld, %lld], the config says [%d, %d]", m->st->path,
 				 m->pre, (long long)t->shape[0], (long long)t->shape[1], m->cfg.vocab, m->cfg.hidden);

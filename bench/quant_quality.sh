@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Pictures of int8 products against those of decoded (bf16) products on the
-# same quantized weights: the FLUX-width model's transformer as Q8_0 and
-# Q4_K (bench/quant.sh writes them), one process, bf16 products, for each
+# same quantized weights: the FLUX-width model's transformer as Q8_0, Q4_K
+# and fp8 e4m3 (bench/quant.sh writes them; TYPES="q8_0 fp8" a subset; fp8's
+# int8 form also rounds its small weights), one process, bf16 products, for each
 # seed; each pair's PSNR and largest level difference (st_compare pngs),
 # the table of docs/quantization.md. The model's weights are random (pdit
 # tiny --flux-width) and its prompt embedding the one it ships: seeds give
@@ -24,8 +25,10 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "| weights | seed | PSNR int8 vs bf16 (dB) | largest level difference |"
 echo "|---|---|---|---|"
-for t in q8_0 q4_k; do
+read -r -a types <<< "${TYPES:-q8_0 q4_k fp8}"
+for t in "${types[@]}"; do
 	f=$qdir/flux-width-$t.gguf
+	[ "$t" != fp8 ] || f=$qdir/flux-width-$t.safetensors
 	[ -e "$f" ] || "$pdit" quantize "$model/transformer/diffusion_pytorch_model.safetensors" "$f" --type "$t" >&2
 	for s in "${seeds[@]}"; do
 		for qp in bf16 int8; do

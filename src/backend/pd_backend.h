@@ -52,12 +52,11 @@ struct pd_conv;         /* a prepared 2-D convolution kernel and its bias */
  * the layer is made. */
 enum pd_qproducts {
 	PD_QP_DECODE = 0,       /* its blocks decoded to the precision of the products (`compute`) */
-	PD_QP_INT8 = 1,         /* int8 dot products where the stored values are integers (Q8_0, Q4_K):
-				 * each input row quantized in blocks of 32 (symmetric, one f32 scale per
-				 * block, as ggml's Q8_0), int32 sums of a block scaled by both scales in
-				 * f32; other types decode */
-	PD_QP_INT8_ALL = 2,     /* also fp8 e4m3, converted to int8 blocks at load (its smaller values
-				 * rounded: what --quant-products int8 asks for) */
+	PD_QP_INT8 = 1,         /* int8 dot products: each input row quantized in blocks of 32
+				 * (symmetric, one f32 scale per block, as ggml's Q8_0), int32 sums of a
+				 * block scaled by both scales in f32; Q8_0 and Q4_K as stored, fp8 e4m3
+				 * converted to int8 blocks at load (values below a block's top four
+				 * binades rounded to 2^-7 of its largest); other types decode */
 };
 
 /* Flags of the linear operation. */

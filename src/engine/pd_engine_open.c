@@ -312,6 +312,8 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
 			blocks += e->info.block_params[b];
 		e->info.kept_fraction = blocks + e->info.fixed_params > 0 ? blocks / (blocks + e->info.fixed_params) : 0;
 		e->info.kept_bytes = (double)q->block_bytes / q->block_size;
+	} else if (pd_engine_held_layout(o, e->dt, e->mp.transformer, &e->info)) {
+		return -1;
 	}
 	e->fam->defaults(&e->info, &e->dflt);
 	if (e->mp.scheduler) {

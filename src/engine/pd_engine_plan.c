@@ -5,6 +5,7 @@
  * before anything big is read when it cannot fit.
  */
 #include "pd_backend_cpu.h"
+#include "pd_backend_new.h"
 #include "pd_engine.h"
 #include "pdit_plan.h"
 #include "pd_plan.h"
@@ -133,21 +134,20 @@ static void pd_engine_fill_limits(const struct pd_dit_info *info, int world, int
 	lim->max_pp = info->blocks;
 }
 
-/* A plan for this machine's CPU: its int8 products hold kept-quantized
- * weights in their own layout (Q4_K 2.8% above the file's bytes, fp8 6%),
- * so INFO's bytes per kept weight are those of the layout TRANSFORMER's
- * tensors will have (as pd_backend_new chooses the products: --quant-products
- * O's, or auto: int8 for Q8_0 and Q4_K with bf16 products where int8 is
- * faster). */
-static int pd_engine_work_held(const struct pd_engine_options *o, enum pd_dtype dt, const char *transformer,
-			       struct pd_dit_info *info)
+int pd_engine_held_layout(const struct pd_engine_options *o, enum pd_dtype dt, const char *transformer,
+			  struct pd_dit_info *info)
 {
-	const char *qp = o->quant_products;
-	int all = qp && !strcmp(qp, "int8"), int8 = all || ((!qp || !strcmp(qp, "auto")) && dt == PD_BF16 &&
-							       pd_backend_cpu_int8_fast());
+	const char *be = o->backend ? o->backend : "auto";
 	struct pd_st *st = NULL;
+	int qp, int8;
 	double stored = 0, held = 0;
 
+	if (pd_backend_qproducts(o->quant_products, &qp))
+		return -1;
+	/* a GPU holds them as stored */
+	if (!strcmp(be, "cuda") || (!strcmp(be, "auto") && pd_backend_gpus() > 0))
+		return 0;
+	int8 = pd_backend_qproducts_for(qp, pd_backend_cpu_int8_fast(), dt) == PD_QP_INT8;
 	if (!int8 || !(info->kept_fraction > 0) || !transformer)
 		return 0;
 	if (pd_st_open_path(&st, transformer, "diffusion_pytorch_model"))
@@ -160,7 +160,7 @@ static int pd_engine_work_held(const struct pd_engine_options *o, enum pd_dtype 
 		if (t->ndim != 2 || !pd_dtype_is_float(t->dtype) || !pd_st_block_format(t, &q, &scale))
 			continue;
 		stored += (double)pd_quant_row_bytes(pd_quant_info(q), t->shape[1]) * (double)t->shape[0];
-		held += (double)pd_backend_cpu_held_bytes(q, t->shape[0], t->shape[1], 1, all);
+		held += (double)pd_backend_cpu_held_bytes(q, t->shape[0], t->shape[1], 1);
 	}
 	pd_st_close(st);
 	if (stored > 0)
@@ -185,7 +185,7 @@ int pd_engine_work(const struct pd_engine_options *o, const struct pd_request *r
 		goto out;
 	fam->defaults(&w->info, &d);
 	if (pd_engine_request_defaults(&d, fam->name, &r) || fam->latent_shape(&ls, &w->info, r.frames, r.height, r.width) ||
-	    pd_engine_work_held(o, dt, mp.transformer, &w->info))
+	    pd_engine_held_layout(o, dt, mp.transformer, &w->info))
 		goto out;
 	w->height = r.height;
 	w->width = r.width;

@@ -125,9 +125,9 @@ struct pd_engine_options {
 					 * blocks of 32 as ggml's Q8_0, int8 dot products with Q8_0's and
 					 * Q4_K's values as stored, fp8 e4m3's converted to int8 blocks at
 					 * load), "bf16" (decoded to the products' precision), or "auto"
-					 * (NULL, the default: int8 for Q8_0 and Q4_K with bf16 products
-					 * where the backend's int8 products are faster, as a CPU with
-					 * AVX-512 VNNI; fp8 decoded) */
+					 * (NULL, the default: int8 with bf16 products where the
+					 * backend's int8 products are faster, as a CPU with AVX-512
+					 * VNNI; decoded elsewhere) */
 	const char *backend;            /* what computes: "cpu", "cuda", or "auto" (NULL, the default: CUDA
 					 * where pdit has it and a GPU is present, else the CPU) */
 	int device;                     /* the GPU of this process; -1 (the default): its local rank among

@@ -44,6 +44,17 @@ for v in Q8_0:flux-tiny-dev-Q8_0.gguf Q4_K_S:flux-tiny-dev-Q4_K_S.gguf fp8_e4m3f
 		! cmp -s "$tmp/$name-int8.safetensors" "$tmp/$name-bf16.safetensors" &&
 		ok "$file, int8 products: out.sample within $tol ($(awk '/out.sample/ {print $3}' "$tmp/log"))" ||
 		{ cat "$tmp/log"; bad "$file int8"; }
+	# auto with bf16 products: int8 on a CPU with AVX-512 VNNI (every
+	# type that has an int8 form, fp8 included), decoded without it
+	run "$name" "$file" bf16 "$tmp/$name-auto.safetensors"
+	want=bf16
+	grep -q avx512_vnni /proc/cpuinfo && grep -q avx512bw /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDIT_NO_AVX512:-}" ] &&
+		want=int8
+	cmp -s "$tmp/$name-auto.safetensors" "$tmp/$name-$want.safetensors" &&
+		ok "$file, auto with bf16 on this CPU: the $want products' output byte for byte" || bad "$file auto ($want expected)"
+	PDIT_NO_VNNI=1 run "$name" "$file" bf16 "$tmp/$name-auto.safetensors"
+	cmp -s "$tmp/$name-auto.safetensors" "$tmp/$name-bf16.safetensors" &&
+		ok "$file, auto without VNNI: decoded products, byte for byte" || bad "$file auto without VNNI"
 done
 run Q8_0 flux-tiny-dev-Q8_0-sdcpp.gguf f32 "$tmp/sdcpp.safetensors"
 "$cmp" tensors "$tmp/sdcpp.safetensors" "$tmp/Q8_0.safetensors" 0 --all > "$tmp/log" &&

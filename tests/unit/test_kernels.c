@@ -404,7 +404,7 @@ static void test_i8linear(struct pd_backend *be, struct pd_backend *portable)
 	for (int i = 0; i < M; i++)
 		x[(size_t)i * ldx + rnd_int(0, K - 1)] *= 40.0f;
 	rnd_blocks(t, blocks, bytes);
-	be->qproducts = portable->qproducts = PD_QP_INT8_ALL;
+	be->qproducts = portable->qproducts = PD_QP_INT8;
 	l = be->ops->linear_new_q(be, N, K, t, wscale, blocks, b);
 	lp = portable->ops->linear_new_q(portable, N, K, t, wscale, blocks, b);
 	PD_CHECK(l && lp && be->int8_layers == before + 1, "int8 linear_new_q %dx%d: %s %s", N, K, be->error,

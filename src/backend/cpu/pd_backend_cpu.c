@@ -240,9 +240,9 @@ int pd_backend_cpu_int8_fast(void)
 #endif
 }
 
-size_t pd_backend_cpu_held_bytes(enum pd_qtype t, int64_t n_out, int64_t n_in, int int8, int all_types)
+size_t pd_backend_cpu_held_bytes(enum pd_qtype t, int64_t n_out, int64_t n_in, int int8)
 {
-	if (int8 && pd_cpu_i8_has(t, n_in) && (all_types || t != PD_Q_F8_E4M3))
+	if (int8 && pd_cpu_i8_has(t, n_in))
 		return pd_cpu_i8_bytes(t, n_out, n_in);
 	return pd_quant_row_bytes(pd_quant_info(t), n_in) * (size_t)n_out;
 }

@@ -19,8 +19,8 @@ int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threa
 int pd_backend_cpu_int8_fast(void);
 /* Bytes a CPU backend holds for a kept-quantized weight of type T, N_OUT x
  * N_IN, multiplied in int8 (the layout of pd_cpu_i8.c: Q4_K 2.8% above the
- * file, fp8 6%; ALL_TYPES: fp8 too, as --quant-products int8 names it) or, when
- * its type has no int8 form or INT8 is 0, as the file holds it. */
-size_t pd_backend_cpu_held_bytes(enum pd_qtype t, int64_t n_out, int64_t n_in, int int8, int all_types);
+ * file, fp8 6%) or, when its type has no int8 form or INT8 is 0, as the file
+ * holds it. */
+size_t pd_backend_cpu_held_bytes(enum pd_qtype t, int64_t n_out, int64_t n_in, int int8);
 
 #endif /* PD_BACKEND_CPU_H */

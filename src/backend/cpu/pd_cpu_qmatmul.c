@@ -49,9 +49,7 @@ struct pd_linear *pd_cpu_linear_new_q(struct pd_backend *be, int64_t n_out, int6
 	l->qtype = t;
 	l->scale = scale;
 	l->row_bytes = pd_quant_row_bytes(q, n_in);
-	/* fp8's int8 form rounds its values: only when asked for by name */
-	int8 = pd_cpu_i8_has(t, n_in) &&
-	       (be->qproducts == PD_QP_INT8_ALL || (be->qproducts == PD_QP_INT8 && t != PD_Q_F8_E4M3));
+	int8 = be->qproducts == PD_QP_INT8 && pd_cpu_i8_has(t, n_in);
 	bytes = int8 ? pd_cpu_i8_bytes(t, n_out, n_in) : l->row_bytes * (size_t)n_out;
 	mem = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
 	if (bias)

@@ -24,12 +24,19 @@ int pd_backend_qproducts(const char *name, int *out)
 	if (!name || !strcmp(name, "auto"))
 		*out = -1;
 	else if (!strcmp(name, "int8"))
-		*out = PD_QP_INT8_ALL;
+		*out = PD_QP_INT8;
 	else if (!strcmp(name, "bf16"))
 		*out = PD_QP_DECODE;
 	else
 		return pd_errorf("--quant-products %s: unknown (int8, bf16 or auto)", name);
 	return 0;
+}
+
+enum pd_qproducts pd_backend_qproducts_for(int configured, int int8_fast, enum pd_dtype compute)
+{
+	if (configured >= 0)
+		return (enum pd_qproducts)configured;
+	return int8_fast && compute == PD_BF16 ? PD_QP_INT8 : PD_QP_DECODE;
 }
 
 int pd_backend_gpus(void)
@@ -88,8 +95,6 @@ int pd_backend_new(struct pd_backend **out, const char *name, const struct pd_ba
 {
 	if (pd_backend_new_untimed(out, name, cfg))
 		return -1;
-	(*out)->qproducts = cfg->quant_products >= 0                                   ? (enum pd_qproducts)cfg->quant_products
-			    : (*out)->int8_fast && (*out)->compute == PD_BF16 ? PD_QP_INT8
-									  : PD_QP_DECODE;
+	(*out)->qproducts = pd_backend_qproducts_for(cfg->quant_products, (*out)->int8_fast, (*out)->compute);
 	return cfg->timed ? pd_backend_timed_new(out, *out) : 0;
 }

@@ -18,8 +18,7 @@ struct pd_backend_config {
 					 * processes, modulo the GPUs there) */
 	int timed;                      /* each operation timed (backend/timed: pdit bench --op-times) */
 	int quant_products;             /* how kept-quantized layers multiply (enum pd_qproducts), or -1:
-					 * PD_QP_INT8 where the backend's int8 products are faster and
-					 * `compute` is bf16, else PD_QP_DECODE */
+					 * pd_backend_qproducts_for's choice */
 };
 
 /* NAME: "cpu", "cuda", "auto" (cuda where pdit was built with it and a GPU
@@ -27,7 +26,14 @@ struct pd_backend_config {
  * boundary); NULL means "auto". 0, or -1 with a message. */
 int pd_backend_new(struct pd_backend **out, const char *name, const struct pd_backend_config *cfg);
 
-/* "int8" (PD_QP_INT8_ALL), "bf16" (PD_QP_DECODE), "auto" or NULL (-1) as a
+/* How kept-quantized layers multiply: CONFIGURED (a pd_backend_config's
+ * quant_products) where it is set, else (auto) int8 where the backend's int8
+ * products are faster (INT8_FAST) and COMPUTE is bf16 (measured 0.71-0.81 of
+ * BF16's step for Q8_0, Q4_K and fp8 on AVX-512 VNNI; in f32 they would be
+ * the only rounded products), else decoded. The planner asks it too. */
+enum pd_qproducts pd_backend_qproducts_for(int configured, int int8_fast, enum pd_dtype compute);
+
+/* "int8" (PD_QP_INT8), "bf16" (PD_QP_DECODE), "auto" or NULL (-1) as a
  * pd_backend_config's quant_products, into *OUT; -1 with a message naming
  * --quant-products. */
 int pd_backend_qproducts(const char *name, int *out);

@@ -121,7 +121,7 @@ static int pd_check_gather(struct pd_engine *r, const struct pd_blocks *mine, co
 	struct pd_comm *w = r->world;
 	int P = r->mesh.sp->size, D = r->info.dim, nb = ref ? ref->n : 0, first, count;
 	/* a text context (Wan's) is no block output: image rows alone */
-	int64_t T = r->info.txt_context ? 0 : r->e.txt_len, L = r->ls.tokens, total = 0;
+	int64_t T = r->info.txt_context ? 0 : pd_embeds_len(&r->e, 0), L = r->ls.tokens, total = 0;
 	size_t *bytes = pd_calloc((size_t)w->size, sizeof(size_t), "counts"), send_bytes = 0;
 	float *send = NULL, *recv = NULL;
 	int32_t recorded = mine->n > 0;

@@ -496,9 +496,20 @@ static int pd_engine_inputs(struct pd_engine *e, const struct pd_request *rq)
 	 * request's text length, or the prompts' own (every rank tokenizes) */
 	e->e.batch = e->n_prompts;
 	e->e.txt_len = e->e.neg_txt_len = e->max_seq;
-	if (e->fam->text_lens && e->fam->text_lens(&e->mp, e->prompts, e->n_prompts, e->negative, e->max_seq,
-						   &e->e.txt_len, &e->e.neg_txt_len))
-		return -1;
+	if (e->fam->text_lens) {
+		/* each prompt its own length, the batch's rows the longest's */
+		int64_t *lens = pd_malloc((size_t)e->n_prompts * sizeof(int64_t), "text lengths");
+		int rc = !lens || e->fam->text_lens(&e->mp, e->prompts, e->n_prompts, e->negative, e->max_seq, lens,
+						    &e->e.neg_txt_len);
+
+		e->e.txt_len = 0;
+		for (int b = 0; !rc && b < e->n_prompts; b++)
+			e->e.txt_len = lens[b] > e->e.txt_len ? lens[b] : e->e.txt_len;
+		rc = rc || pd_embeds_set_lens(&e->e, lens);
+		free(lens);
+		if (rc)
+			return -1;
+	}
 	e->e.joint_dim = J;
 	e->e.pooled_dim = P;
 	e->e.prompt = pd_calloc((size_t)(e->e.batch * e->e.txt_len * J) + 1, sizeof(float), "prompt embeddings");
@@ -587,11 +598,15 @@ int pd_engine_encode(struct pd_engine *e, int failed)
 		rc = pd_dit_encode(e->fam, &enc, e->o.keep_encoders ? &e->encoders : NULL, &e->mp, e->be, e->prompts,
 				   e->n_prompts, e->negative, e->max_seq, repeat ? 0 : first, repeat ? 1 : count, 0);
 		/* the encoders made the lengths shaped for (text_lens) */
-		if (!rc && (enc.txt_len != T || (e->negative && enc.neg_txt_len != Tn))) {
-			rc = pd_errorf("internal error: the text encoders made %lld rows (negative %lld), not %lld (%lld)",
-				       (long long)enc.txt_len, (long long)enc.neg_txt_len, (long long)T, (long long)Tn);
-			pd_embeds_free(&enc);
-		}
+		for (int64_t b = first; !rc && b < first + count; b++)
+			if (enc.txt_len != T || pd_embeds_len(&enc, repeat ? 0 : b) != pd_embeds_len(&e->e, b) ||
+			    (e->negative && enc.neg_txt_len != Tn)) {
+				rc = pd_errorf("internal error: the text encoders made %lld of %lld rows (negative %lld), "
+					       "not %lld of %lld (%lld)", (long long)pd_embeds_len(&enc, repeat ? 0 : b),
+					       (long long)enc.txt_len, (long long)enc.neg_txt_len,
+					       (long long)pd_embeds_len(&e->e, b), (long long)T, (long long)Tn);
+				pd_embeds_free(&enc);
+			}
 		for (int64_t b = first; !rc && b < first + count; b++) {
 			int64_t src = repeat ? 0 : b;
 

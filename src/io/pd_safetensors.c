@@ -479,6 +479,19 @@ static int pd_st_elems(const struct pd_st_tensor *t, const unsigned char *base, 
 	}
 }
 
+int64_t pd_st_int_at(const struct pd_st_tensor *t, int64_t i)
+{
+	int64_t v = 0;
+	int32_t v32;
+
+	if (t->dtype == PD_I64) {
+		memcpy(&v, (const char *)t->data + i * 8, 8);
+		return v;
+	}
+	memcpy(&v32, (const char *)t->data + i * 4, 4);
+	return v32;
+}
+
 int pd_st_read_f32(const struct pd_st_tensor *t, size_t start, size_t count, float *dst)
 {
 	size_t rows, cols, rb;

@@ -214,7 +214,9 @@ int pd_denoise(const struct pd_runner *run, const struct pd_dit_family *fam, con
 			float *neg = pair + b * 2 * n, *pos = neg + n;
 			const struct pd_dump *md = i == 0 && b == 0 ? model_dump : NULL;
 			struct pd_dit_call pin = {
-				.txt_len = e->txt_len,
+				/* a shorter prompt of the batch: its own rows, the
+				 * padding never attended (QP's text mask) */
+				.txt_len = pd_embeds_len(e, g),
 				.img_len = L,
 				.img = latents + b * n,
 				.txt = e->prompt + g * e->txt_len * e->joint_dim,

@@ -9,7 +9,9 @@
 #   picture within 1 level; with MPIRUN, Ulysses, ring, tensor, PipeFusion
 #   and CFG parallel on 2 processes equal to one process within 1e-5;
 #   a model of unseen random sizes (pdit tiny --family qwen) makes a picture,
-#   and its meshes equal one process; with MPIRUN also data parallel,
+#   and its meshes equal one process; a batch of prompts of different
+#   lengths (padded, masked) gives each picture its prompt's run alone, from
+#   the prompts and from pdit encode's file; with MPIRUN also data parallel,
 #   DistriFusion, First Block Cache and meshes of 4 processes (USP, TP4,
 #   CFG x Ulysses, data x tensor, CFG x PipeFusion, DistriFusion 4, ring 4
 #   with the cache), pictures decoded in bands;
@@ -134,13 +136,83 @@ if "$pdit" tiny "$tmp/unseen" --family qwen --heads "$heads" --head-dim "$hd" --
 else
 	cat "$tmp/err"; bad "pdit tiny --family qwen (seed $seed)"
 fi
+# a batch of prompts of different lengths (QwenImagePipeline pads the shorter with zeros and masks
+# them, so no token sees the padding): pdit encode writes the padded embeddings and their mask, each
+# prompt's rows exactly its own encode's; generate gives each picture exactly the latents of its prompt
+# run alone with its seed (the batch's seed + its index), from the prompts and from the encoded file
+printf 'a lighthouse at dusk\na small red boat on a calm lake at noon, seen from the hill\n' > "$tmp/mixed.txt"
+margs=(--model "$g/model" -n "blurry" -H 64 -W 48 --steps 2)
+if "$pdit" encode --model "$g/model" --prompts "$tmp/mixed.txt" -n "blurry" --out "$tmp/me.safetensors" > /dev/null 2> "$tmp/err" &&
+	"$pdit" generate "${margs[@]}" --prompts "$tmp/mixed.txt" -s 7 --out-latents "$tmp/ml.safetensors" -q 2>> "$tmp/err" &&
+	"$pdit" generate --model "$g/model" --embeds "$tmp/me.safetensors" --true-cfg-scale 4 -H 64 -W 48 --steps 2 -s 7 \
+		--out-latents "$tmp/mle.safetensors" -q 2>> "$tmp/err"; then
+	for i in 0 1; do
+		p=$(sed -n "$((i + 1))p" "$tmp/mixed.txt")
+		"$pdit" encode --model "$g/model" -p "$p" --out "$tmp/me$i.safetensors" > /dev/null 2>> "$tmp/err" &&
+			"$pdit" generate "${margs[@]}" -p "$p" -s $((7 + i)) --out-latents "$tmp/ml$i.safetensors" -q 2>> "$tmp/err" ||
+			bad "Qwen-Image, prompt $i alone"
+	done
+	if /usr/bin/python3 - "$tmp" > "$tmp/log" 2>&1 << 'PY'
+import json, struct, sys
+import numpy as np
+def load(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    out = {}
+    for k, v in json.loads(raw[8:8 + n]).items():
+        if k != "__metadata__":
+            s, e = v["data_offsets"]
+            dt = {"F32": np.float32, "I64": np.int64}[v["dtype"]]
+            out[k] = np.frombuffer(raw[8 + n + s:8 + n + e], dt).reshape(v["shape"])
+    return out
+d = sys.argv[1]
+b = load(d + "/me.safetensors")
+lens = []
+for i in range(2):
+    one = load(d + "/me%d.safetensors" % i)["prompt_embeds"][0]
+    t = one.shape[0]
+    lens.append(t)
+    assert (b["prompt_embeds_mask"][i, :t] == 1).all() and (b["prompt_embeds_mask"][i, t:] == 0).all(), "mask %d" % i
+    assert np.array_equal(b["prompt_embeds"][i, :t], one), "prompt %d's rows" % i
+    assert (b["prompt_embeds"][i, t:] == 0).all(), "prompt %d's padding" % i
+assert lens[0] != lens[1] and b["prompt_embeds"].shape[1] == max(lens), lens
+lat = load(d + "/ml.safetensors")["latents.final"]
+for i in range(2):
+    assert np.array_equal(lat[i], load(d + "/ml%d.safetensors" % i)["latents.final"][0]), "picture %d" % i
+assert np.array_equal(lat, load(d + "/mle.safetensors")["latents.final"]), "from the encoded file"
+print("prompts of %d and %d tokens" % tuple(lens))
+# the same file with a token after the first prompt's padding, for the refusal below
+b = {k: np.array(v) for k, v in b.items()}
+b["prompt_embeds_mask"][0, -1] = 1
+h, blob = {}, b""
+for k, v in b.items():
+    h[k] = {"dtype": "I64" if v.dtype == np.int64 else "F32", "shape": list(v.shape),
+            "data_offsets": [len(blob), len(blob) + v.nbytes]}
+    blob += v.tobytes()
+hj = json.dumps(h).encode()
+open(d + "/gapped.safetensors", "wb").write(struct.pack("<Q", len(hj)) + hj + blob)
+PY
+	then
+		ok "Qwen-Image, a batch of prompts of different lengths: each picture its prompt's alone, byte for byte ($(cat "$tmp/log"))"
+		if ! "$pdit" generate --model "$g/model" --embeds "$tmp/gapped.safetensors" -H 64 -W 48 --steps 2 \
+			--out-latents "$tmp/gap-out.safetensors" -q 2> "$tmp/err" &&
+			grep -q "gapped.safetensors: prompt_embeds_mask has a gap in prompt 0" "$tmp/err" && [ ! -e "$tmp/gap-out.safetensors" ]; then
+			ok "an embeddings file whose mask has a token after padding: refused naming the file and the tensor"
+		else
+			cat "$tmp/err"; bad "a mask with a gap in --embeds"
+		fi
+	else
+		cat "$tmp/err" "$tmp/log"; bad "Qwen-Image, prompts of different lengths"
+	fi
+else
+	cat "$tmp/err"; bad "Qwen-Image, a batch of prompts of different lengths"
+fi
 # with MPIRUN, the methods not above and meshes of 4 processes on the golden model, true CFG on (two
-# branches of their own text lengths), two pictures: one process's latents within 1e-5 and its pictures
+# branches of their own text lengths), two prompts of different lengths: one process's latents within 1e-5 and its pictures
 # within 1 level (several processes decode in row bands); DistriFusion and PipeFusion during their exact
 # warm-up; First Block Cache against one process with the same threshold
 if [ ${#mpirun[@]} -gt 0 ]; then
-	printf 'a lighthouse at dusk\na lighthouse at dusk\n' > "$tmp/prompts.txt"
-	args=(--model "$g/model" --prompts "$tmp/prompts.txt" -n " " -H 64 -W 48 --steps 3 -s 11)
+	args=(--model "$g/model" --prompts "$tmp/mixed.txt" -n " " -H 64 -W 48 --steps 3 -s 11)
 	if "$pdit" generate "${args[@]}" --out-latents "$tmp/m1.safetensors" -o "$tmp/m1.png" -q 2> "$tmp/err" &&
 		"$pdit" generate "${args[@]}" --fbcache-threshold 1.1 --out-latents "$tmp/f1.safetensors" -q 2>> "$tmp/err"; then
 		ok "two pictures on one process (Qwen-Image's default true CFG 4 with -n)"

@@ -391,12 +391,13 @@ struct pd_dit_family {
 	/* its prompt encoder (pd_dit_encode runs it, model/dit/pd_embeds.h), or
 	 * NULL: embeddings from files only */
 	const struct pd_prompt_encoder_kind *prompt_encoder;
-	/* The text rows PROMPTS[0..n) (one count for all) and NEGATIVE (may
-	 * be NULL) will have, the encoders not run (tokenizing only), for a
-	 * family whose text length follows the prompt (Qwen-Image: its tokens,
-	 * at most MAX_SEQ); NULL: MAX_SEQ for every prompt (padded text) */
+	/* The text rows each of PROMPTS[0..n) (into LENS[n]) and NEGATIVE
+	 * (may be NULL) will have, the encoders not run (tokenizing only), for
+	 * a family whose text length follows the prompt (Qwen-Image: its
+	 * tokens, at most MAX_SEQ); NULL: MAX_SEQ for every prompt (padded
+	 * text) */
 	int (*text_lens)(const struct pd_model_paths *mp, char *const *prompts, int n, const char *negative, int max_seq,
-			 int64_t *txt_len, int64_t *neg_len);
+			 int64_t *lens, int64_t *neg_len);
 	const struct pd_family_tiny *tiny; /* its random models (pdit tiny) */
 };
 

@@ -31,10 +31,76 @@ static int pd_embeds_read(const struct pd_st_tensor *t, float **out)
 	return pd_st_read_f32(t, 0, (size_t)t->numel, *out);
 }
 
+int64_t pd_embeds_len(const struct pd_embeds *e, int64_t b)
+{
+	return e->lens ? e->lens[b] : e->txt_len;
+}
+
+int pd_embeds_set_lens(struct pd_embeds *e, const int64_t *lens)
+{
+	int64_t b = 0;
+
+	free(e->lens);
+	e->lens = NULL;
+	while (lens && b < e->batch && lens[b] == e->txt_len)
+		b++;
+	if (!lens || b == e->batch)
+		return 0;
+	e->lens = pd_malloc((size_t)e->batch * sizeof(int64_t), "text lengths");
+	if (!e->lens)
+		return -1;
+	memcpy(e->lens, lens, (size_t)e->batch * sizeof(int64_t));
+	return 0;
+}
+
+int pd_embeds_mask_lens(const struct pd_st *st, const char *name, int64_t B, int64_t T, int64_t *lens)
+{
+	const struct pd_st_tensor *t = pd_embeds_find(st, name);
+	float *m = NULL;
+
+	for (int64_t b = 0; b < B; b++)
+		lens[b] = T;
+	if (!t)
+		return 0;
+	if (t->ndim != 2 || t->shape[0] != B || t->shape[1] != T)
+		return pd_errorf("%s: %s must be [%lld, %lld] as its embeddings", st->path, t->name, (long long)B,
+				 (long long)T);
+	if (t->dtype == PD_I64 || t->dtype == PD_I32) {
+		m = pd_malloc((size_t)(B * T) * sizeof(float), t->name);
+		for (int64_t i = 0; m && i < B * T; i++)
+			m[i] = pd_st_int_at(t, i) != 0;
+	} else if (pd_embeds_read(t, &m)) {
+		free(m);
+		return -1;
+	}
+	if (!m)
+		return -1;
+	for (int64_t b = 0; b < B; b++) {
+		int64_t k = 0;
+
+		while (k < T && m[b * T + k] != 0)
+			k++;
+		for (int64_t j = k; j < T; j++)
+			if (m[b * T + j] != 0) {
+				free(m);
+				return pd_errorf("%s: %s has a gap in prompt %lld: only padding at the end is read", st->path,
+						 t->name, (long long)b);
+			}
+		if (k < 1) {
+			free(m);
+			return pd_errorf("%s: %s leaves prompt %lld no text token", st->path, t->name, (long long)b);
+		}
+		lens[b] = k;
+	}
+	free(m);
+	return 0;
+}
+
 int pd_embeds_load(struct pd_embeds *e, const char *path)
 {
 	struct pd_st *st;
 	const struct pd_st_tensor *p, *q, *np, *nq;
+	int64_t *lens = NULL;
 	int rc = -1;
 
 	memset(e, 0, sizeof(*e));
@@ -64,6 +130,10 @@ int pd_embeds_load(struct pd_embeds *e, const char *path)
 	e->pooled_dim = q->shape[1];
 	if (pd_embeds_read(p, &e->prompt) || pd_embeds_read(q, &e->pooled))
 		goto out;
+	lens = pd_malloc((size_t)(e->batch + (np ? np->shape[0] : 0)) * sizeof(int64_t), "text lengths");
+	if (!lens || pd_embeds_mask_lens(st, "prompt_embeds_mask", e->batch, e->txt_len, lens) ||
+	    pd_embeds_set_lens(e, lens))
+		goto out;
 	if (np) {
 		int64_t nb = np->shape[0];
 
@@ -73,7 +143,16 @@ int pd_embeds_load(struct pd_embeds *e, const char *path)
 				  (long long)e->joint_dim, (long long)e->pooled_dim);
 			goto out;
 		}
-		e->neg_txt_len = np->shape[1];
+		/* one negative length for every image: its rows before padding */
+		if (pd_embeds_mask_lens(st, "negative_prompt_embeds_mask", nb, np->shape[1], lens))
+			goto out;
+		for (int64_t b = 1; b < nb; b++)
+			if (lens[b] != lens[0]) {
+				pd_errorf("%s: the negative prompts of negative_prompt_embeds_mask have %lld and %lld "
+					  "tokens: one negative length a batch", path, (long long)lens[0], (long long)lens[b]);
+				goto out;
+			}
+		e->neg_txt_len = lens[0];
 		e->neg_prompt = pd_malloc((size_t)(e->batch * e->neg_txt_len * e->joint_dim) * sizeof(float), "embeds");
 		e->neg_pooled = pd_malloc((size_t)(e->batch * e->pooled_dim) * sizeof(float), "embeds");
 		if (!e->neg_prompt || !e->neg_pooled)
@@ -82,7 +161,7 @@ int pd_embeds_load(struct pd_embeds *e, const char *path)
 		for (int64_t b = 0; b < e->batch; b++) {
 			int64_t src = nb == 1 ? 0 : b;
 
-			if (pd_st_read_f32(np, (size_t)(src * e->neg_txt_len * e->joint_dim),
+			if (pd_st_read_f32(np, (size_t)(src * np->shape[1] * e->joint_dim),
 					   (size_t)(e->neg_txt_len * e->joint_dim),
 					   e->neg_prompt + b * e->neg_txt_len * e->joint_dim) ||
 			    pd_st_read_f32(nq, (size_t)(src * e->pooled_dim), (size_t)e->pooled_dim,
@@ -92,6 +171,7 @@ int pd_embeds_load(struct pd_embeds *e, const char *path)
 	}
 	rc = 0;
 out:
+	free(lens);
 	pd_st_close(st);
 	if (rc)
 		pd_embeds_free(e);
@@ -113,6 +193,7 @@ int pd_embeds_check(const struct pd_embeds *e, const struct pd_dit_info *info, c
 void pd_embeds_free(struct pd_embeds *e)
 {
 	free(e->prompt);
+	free(e->lens);
 	free(e->pooled);
 	free(e->neg_prompt);
 	free(e->neg_pooled);
@@ -155,7 +236,8 @@ int pd_embeds_save(const struct pd_embeds *e, const char *path, char *const *pro
 	struct pd_st_writer *w = pd_st_writer_new();
 	cJSON *list = cJSON_CreateArray();
 	char *meta = NULL;
-	int rc = -1;
+	int64_t *mask = NULL, s_m[2] = { e->batch, e->txt_len };
+	int rc = -1, has_mask = 0;
 
 	if (!w || !list) {
 		pd_errorf("out of memory writing %s", path);
@@ -168,10 +250,22 @@ int pd_embeds_save(const struct pd_embeds *e, const char *path, char *const *pro
 		pd_errorf("out of memory writing %s", path);
 		goto out;
 	}
-	for (int i = 0; i < e->n_extra; i++)
+	for (int i = 0; i < e->n_extra; i++) {
+		has_mask |= !strcmp(e->extra[i].name, "prompt_embeds_mask");
 		if (pd_st_writer_add(w, e->extra[i].name, e->extra[i].dtype, e->extra[i].ndim, e->extra[i].shape,
 				     e->extra[i].data))
 			goto out;
+	}
+	/* padded prompts: the mask that pd_embeds_load reads their lengths from */
+	if (e->lens && !has_mask) {
+		mask = pd_malloc((size_t)(e->batch * e->txt_len) * sizeof(int64_t), "the text mask");
+		if (!mask)
+			goto out;
+		for (int64_t i = 0; i < e->batch * e->txt_len; i++)
+			mask[i] = i % e->txt_len < e->lens[i / e->txt_len];
+		if (pd_st_writer_add(w, "prompt_embeds_mask", PD_I64, 2, s_m, mask))
+			goto out;
+	}
 	if (pd_st_writer_add(w, "prompt_embeds", PD_F32, 3, s_e, e->prompt) ||
 	    pd_st_writer_add(w, "pooled_prompt_embeds", PD_F32, 2, s_p, e->pooled) ||
 	    (e->neg_prompt && (pd_st_writer_add(w, "negative_prompt_embeds", PD_F32, 3, s_n, e->neg_prompt) ||
@@ -181,6 +275,7 @@ int pd_embeds_save(const struct pd_embeds *e, const char *path, char *const *pro
 		goto out;
 	rc = 0;
 out:
+	free(mask);
 	free(meta);
 	cJSON_Delete(list);
 	pd_st_writer_free(w);
@@ -208,6 +303,17 @@ int pd_embeds_repeat(struct pd_embeds *e, int64_t n)
 {
 	if (n < 1)
 		return pd_errorf("a batch needs at least one image");
+	/* every copy is the first prompt: its length */
+	if (e->lens) {
+		int64_t t = e->lens[0];
+
+		free(e->lens);
+		e->lens = pd_malloc((size_t)n * sizeof(int64_t), "text lengths");
+		if (!e->lens)
+			return -1;
+		for (int64_t b = 0; b < n; b++)
+			e->lens[b] = t;
+	}
 	if (pd_repeat_rows(&e->prompt, e->txt_len * e->joint_dim, n) ||
 	    pd_repeat_rows(&e->pooled, e->pooled_dim, n) ||
 	    pd_repeat_rows(&e->neg_prompt, e->neg_txt_len * e->joint_dim, n) ||

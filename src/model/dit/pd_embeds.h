@@ -30,6 +30,9 @@ struct pd_embeds {
 	int64_t joint_dim;              /* J */
 	int64_t pooled_dim;             /* P */
 	float *prompt;                  /* [B, T, J] prompt_embeds */
+	int64_t *lens;                  /* [B] each prompt's own text rows, the rest of its T zeros that
+					 * no call reads (a batch of prompts of different lengths, padded
+					 * as diffusers pads them with a mask), or NULL: T each */
 	float *pooled;                  /* [B, P] pooled_prompt_embeds */
 	int64_t neg_txt_len;            /* T of the negative prompt */
 	float *neg_prompt;              /* [B, Tn, J] negative_prompt_embeds, or NULL */
@@ -41,11 +44,24 @@ struct pd_embeds {
 /* Reads prompt_embeds [B, T, J] and pooled_prompt_embeds [B, P] (the golden
  * names in.prompt_embeds / in.pooled_prompt_embeds are accepted too), and
  * the negative pair when present (a batch of 1 is repeated for every
- * prompt). */
+ * prompt); prompt_embeds_mask [B, T] (padding at the end of a row) as the
+ * prompts' lengths, negative_prompt_embeds_mask as the negative's (one
+ * length for the batch). */
 int pd_embeds_load(struct pd_embeds *e, const char *path);
 /* Checks the widths against the transformer's config. */
 int pd_embeds_check(const struct pd_embeds *e, const struct pd_dit_info *info, const char *path);
 void pd_embeds_free(struct pd_embeds *e);
+/* The rows of mask NAME [B, T] in ST (nonzero: a token; also under the
+ * golden files' "in." + NAME) before its padding, into LENS[B]; no mask: T
+ * each. A token after padding is refused naming the file (only trailing
+ * padding is cut), as is a row of none. */
+struct pd_st;
+int pd_embeds_mask_lens(const struct pd_st *st, const char *name, int64_t B, int64_t T, int64_t *lens);
+/* The text rows prompt B's calls read. */
+int64_t pd_embeds_len(const struct pd_embeds *e, int64_t b);
+/* Sets E's lens from LENS[batch] (copied), or NULL where every one is
+ * txt_len; -1 with a message on out-of-memory. */
+int pd_embeds_set_lens(struct pd_embeds *e, const int64_t *lens);
 /* A new extra of SHAPE (zeros), or NULL with a message. With DATA not
  * NULL the extra is another name for DATA (E's own, freed with it). */
 void *pd_embeds_add_extra(struct pd_embeds *e, const char *name, enum pd_dtype dtype, int ndim, const int64_t *shape,

@@ -2,6 +2,7 @@
  * pd_forward.c - inputs of one transformer call under the golden names.
  */
 #include "pd_forward.h"
+#include "pd_embeds.h"
 #include "pd_util.h"
 
 #include <stdlib.h>
@@ -23,20 +24,6 @@ int pd_st_load_f32(const struct pd_st *st, const char *name, int ndim, const int
 	}
 	*out = p;
 	return 0;
-}
-
-/* Value I of an integer tensor T (I64 or I32). */
-static int64_t pd_st_int_at(const struct pd_st_tensor *t, int64_t i)
-{
-	int64_t v = 0;
-	int32_t v32;
-
-	if (t->dtype == PD_I64) {
-		memcpy(&v, (const char *)t->data + i * 8, 8);
-		return v;
-	}
-	memcpy(&v32, (const char *)t->data + i * 4, 4);
-	return v32;
 }
 
 /* A per-batch scalar stored as [1] or [B]: expanded to B values. */
@@ -136,43 +123,22 @@ static int pd_forward_place(struct pd_forward_inputs *in, const struct pd_st *st
  * their positions do not move). */
 static int pd_forward_text_mask(struct pd_forward_inputs *in, const struct pd_st *st, int64_t J)
 {
-	int64_t B = in->batch, T = in->txt_len, n = -1, ms[2] = { B, T };
-	const struct pd_st_tensor *t = pd_st_get(st, "in.encoder_hidden_states_mask");
-	float *mask = NULL;
+	int64_t B = in->batch, T = in->txt_len, n;
+	int64_t *lens = pd_malloc((size_t)B * sizeof(int64_t), "the text mask");
 
-	if (!t)
-		return 0;
-	if (t->dtype == PD_I64 || t->dtype == PD_I32) {
-		/* the pipelines' masks are integers */
-		if (pd_st_require(st, "in.encoder_hidden_states_mask", 2, ms, &t) ||
-		    !(mask = pd_malloc((size_t)(B * T) * sizeof(float), "the text mask")))
-			return -1;
-		for (int64_t i = 0; i < B * T; i++)
-			mask[i] = pd_st_int_at(t, i) != 0;
-	} else if (pd_st_load_f32(st, "in.encoder_hidden_states_mask", 2, ms, &mask)) {
+	if (!lens || pd_embeds_mask_lens(st, "in.encoder_hidden_states_mask", B, T, lens)) {
+		free(lens);
 		return -1;
 	}
-	for (int64_t b = 0; b < B; b++) {
-		int64_t k = 0;
-
-		while (k < T && mask[b * T + k] != 0)
-			k++;
-		for (int64_t j = k; j < T; j++)
-			if (mask[b * T + j] != 0) {
-				free(mask);
-				return pd_errorf("%s: in.encoder_hidden_states_mask has a gap in prompt %lld: only padding at "
-						 "the end is read", st->path, (long long)b);
-			}
-		if (n >= 0 && k != n) {
-			free(mask);
-			return pd_errorf("%s: the prompts of in.encoder_hidden_states_mask have %lld and %lld tokens: give "
-					 "one prompt a case", st->path, (long long)n, (long long)k);
+	n = lens[0];
+	for (int64_t b = 1; b < B; b++)
+		if (lens[b] != n) {
+			pd_errorf("%s: the prompts of in.encoder_hidden_states_mask have %lld and %lld tokens: give one "
+				  "prompt a case", st->path, (long long)n, (long long)lens[b]);
+			free(lens);
+			return -1;
 		}
-		n = k;
-	}
-	free(mask);
-	if (n < 1)
-		return pd_errorf("%s: in.encoder_hidden_states_mask leaves no text token", st->path);
+	free(lens);
 	for (int64_t b = 1; b < B; b++)
 		memmove(in->txt + b * n * J, in->txt + b * T * J, (size_t)(n * J) * sizeof(float));
 	in->txt_len = n;

@@ -30,11 +30,14 @@ void pd_qwen_prompt_encoder_free(void *pe);
 /* The ids of PROMPT inside the pipeline's template (*IDS malloc'd, *N of
  * them; at most 1024 + 34 read, as the pipeline truncates). */
 int pd_qwen_prompt_ids(const struct pd_qwen_tok *tok, const char *prompt, int64_t **ids, int *n);
+/* The text rows of a prompt of TOKENS ids in its template: those after the
+ * template's first 34, at most MAX_SEQ. */
+int64_t pd_qwen_text_rows(int tokens, int max_seq);
 /* E for PROMPTS[first, first + count) of N (and NEGATIVE, its own length):
- * the rows after the template's first 34, at most MAX_SEQ; the prompts of
- * one batch must be as long (refused otherwise). KEEP_EXTRA: input_ids and
- * attention_mask of the whole template and prompt_embeds_mask, the
- * pipeline's names (prompt_embeds are the embeddings). */
+ * each prompt's pd_qwen_text_rows, the shorter ones padded with zeros to
+ * the longest (E's lens). KEEP_EXTRA: input_ids and attention_mask of the
+ * whole template and prompt_embeds_mask, the pipeline's names
+ * (prompt_embeds are the embeddings). */
 int pd_qwen_prompt_embeds(struct pd_embeds *e, void *pe, char *const *prompts, int n,
 			  const char *negative, int max_seq, int64_t first, int64_t count, int keep_extra);
 /* The embeddings' width (the language model's hidden size) from its config

@@ -111,7 +111,7 @@ static const struct pd_prompt_encoder_kind pd_qwen_prompt_encoder = {
 /* The prompts' own lengths: their tokens after the template's 34, at most
  * MAX_SEQ (the tokenizer alone). */
 static int pd_qwen_text_lens(const struct pd_model_paths *mp, char *const *prompts, int n, const char *negative,
-			     int max_seq, int64_t *txt_len, int64_t *neg_len)
+			     int max_seq, int64_t *lens, int64_t *neg_len)
 {
 	struct pd_qwen_tok tok;
 	int rc = 0;
@@ -121,19 +121,13 @@ static int pd_qwen_text_lens(const struct pd_model_paths *mp, char *const *promp
 	if (pd_qwen_tok_load(&tok, mp->tokenizer[0]))
 		return -1;
 	for (int b = 0; b < n + (negative != NULL) && !rc; b++) {
-		int64_t *ids = NULL, t;
+		int64_t *ids = NULL;
 		int m = 0;
 
 		rc = pd_qwen_prompt_ids(&tok, b < n ? prompts[b] : negative, &ids, &m);
 		free(ids);
-		t = m - 34 < max_seq ? m - 34 : max_seq;
-		if (!rc && b == n)
-			*neg_len = t;
-		else if (!rc && b > 0 && t != *txt_len)
-			rc = pd_errorf("prompts %d and %d are %lld and %lld tokens: Qwen-Image's prompts in one batch must be "
-				       "as long (give one prompt a run)", b, b + 1, (long long)*txt_len, (long long)t);
-		else if (!rc)
-			*txt_len = t;
+		if (!rc)
+			*(b < n ? &lens[b] : neg_len) = pd_qwen_text_rows(m, max_seq);
 	}
 	pd_qwen_tok_free(&tok);
 	return rc;

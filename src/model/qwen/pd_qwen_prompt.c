@@ -91,7 +91,7 @@ static int pd_qwen_prompt_rows(struct pd_qwen_prompt_encoder *pe, const int64_t 
 {
 	int64_t J = pd_llm_get_config(pe->llm)->hidden;
 	float *all = pd_malloc((size_t)n * (size_t)J * sizeof(float), "the language model's output");
-	int keep = n - PD_QWEN_DROP < max_seq ? n - PD_QWEN_DROP : max_seq;
+	int keep = (int)pd_qwen_text_rows(n, max_seq);
 	double t0 = pd_now();
 
 	if (!all)
@@ -108,23 +108,29 @@ static int pd_qwen_prompt_rows(struct pd_qwen_prompt_encoder *pe, const int64_t 
 	return 0;
 }
 
+int64_t pd_qwen_text_rows(int tokens, int max_seq)
+{
+	return tokens - PD_QWEN_DROP < max_seq ? tokens - PD_QWEN_DROP : max_seq;
+}
+
 int pd_qwen_prompt_embeds(struct pd_embeds *e, void *p, char *const *prompts, int n,
 			  const char *negative, int max_seq, int64_t first, int64_t count, int keep_extra)
 {
 	struct pd_qwen_prompt_encoder *pe = p;
-	int64_t J = pd_llm_get_config(pe->llm)->hidden, T = -1, full = 0;
+	int64_t J = pd_llm_get_config(pe->llm)->hidden, T = 0, full = 0;
 	int64_t **ids = pd_calloc((size_t)n + 1, sizeof(*ids), "token ids");
 	int *lens = pd_calloc((size_t)n + 1, sizeof(int), "token ids"), got, nn = 0;
-	int64_t *neg_ids = NULL;
+	int64_t *neg_ids = NULL, *rows = pd_calloc((size_t)n + 1, sizeof(int64_t), "text lengths");
 
 	memset(e, 0, sizeof(*e));
 	if (max_seq < 1) {
 		pd_errorf("--max-sequence-length must be at least 1 (got %d)", max_seq);
 		goto fail;
 	}
-	if (!ids || !lens)
+	if (!ids || !lens || !rows)
 		goto fail;
-	/* every prompt's count first: the batch's rows are one length */
+	/* every prompt's count first: the batch's rows are the longest's, the
+	 * others padded (QP pads with zeros and a mask) */
 	for (int b = 0; b < n; b++) {
 		int64_t t;
 
@@ -138,13 +144,9 @@ int pd_qwen_prompt_embeds(struct pd_embeds *e, void *p, char *const *prompts, in
 			       max_seq, PD_QWEN_DROP);
 			lens[b] = max_seq + PD_QWEN_DROP;
 		}
-		t = lens[b] - PD_QWEN_DROP < max_seq ? lens[b] - PD_QWEN_DROP : max_seq;
-		if (T >= 0 && t != T) {
-			pd_errorf("prompts %d and %d are %lld and %lld tokens: Qwen-Image's prompts in one batch must be as "
-				  "long (give one prompt a run)", b, b + 1, (long long)T, (long long)t);
-			goto fail;
-		}
-		T = t;
+		t = pd_qwen_text_rows(lens[b], max_seq);
+		rows[b] = t;
+		T = t > T ? t : T;
 		full = lens[b] > full ? lens[b] : full;
 	}
 	e->batch = n;
@@ -152,13 +154,13 @@ int pd_qwen_prompt_embeds(struct pd_embeds *e, void *p, char *const *prompts, in
 	e->joint_dim = J;
 	e->prompt = pd_calloc((size_t)(n * T * J) + 1, sizeof(float), "prompt embeddings");
 	e->pooled = pd_calloc(1, sizeof(float), "prompt embeddings");
-	if (!e->prompt || !e->pooled)
+	if (!e->prompt || !e->pooled || pd_embeds_set_lens(e, rows))
 		goto fail;
 	if (negative) {
 		if (pd_qwen_prompt_ids(&pe->tok, negative, &neg_ids, &nn))
 			goto fail;
 		nn = nn > max_seq + PD_QWEN_DROP ? max_seq + PD_QWEN_DROP : nn;
-		e->neg_txt_len = nn - PD_QWEN_DROP < max_seq ? nn - PD_QWEN_DROP : max_seq;
+		e->neg_txt_len = pd_qwen_text_rows(nn, max_seq);
 		e->neg_prompt = pd_calloc((size_t)(n * e->neg_txt_len * J) + 1, sizeof(float), "prompt embeddings");
 		e->neg_pooled = pd_calloc(1, sizeof(float), "prompt embeddings");
 		if (!e->neg_prompt || !e->neg_pooled)
@@ -180,7 +182,7 @@ int pd_qwen_prompt_embeds(struct pd_embeds *e, void *p, char *const *prompts, in
 				xm[b * full + i] = i < lens[b];
 			}
 		for (int64_t i = 0; i < n * T; i++)
-			pm[i] = 1;
+			pm[i] = i % T < rows[i / T];
 	}
 	for (int64_t b = first; b < first + count && b < n; b++) {
 		pd_log(2, "pdit: encoding prompt %lld of %d\n", (long long)b + 1, n);
@@ -201,6 +203,7 @@ int pd_qwen_prompt_embeds(struct pd_embeds *e, void *p, char *const *prompts, in
 		free(ids[b]);
 	free(ids);
 	free(lens);
+	free(rows);
 	free(neg_ids);
 	return 0;
 fail:
@@ -208,6 +211,7 @@ fail:
 		free(ids[b]);
 	free(ids);
 	free(lens);
+	free(rows);
 	free(neg_ids);
 	pd_embeds_free(e);
 	return -1;

@@ -42,7 +42,7 @@ void pd_wan_unnormalize(const struct pd_wan_vae *v, const float *lat, int64_t n,
 struct pd_wdec {
 	struct pd_wan_vae *v;
 	struct pd_backend *be;
-	float *buf[5];                  /* each 4 frames of the widest stage */
+	float *buf[5];                  /* each 4 frames of the widest stage (one_chunk: 1) */
 	float *hx;                      /* bands: 4 input frames of a convolution with their halo rows */
 	float *qkv, *qt, *kt, *vt, *ot; /* the mid attention's, one frame (kt, vt: the whole frame's) */
 	float *host;                    /* dumps */
@@ -50,6 +50,10 @@ struct pd_wdec {
 	int chunk;                      /* the chunk being decoded */
 	const struct pd_vae_hooks *hk;  /* the bands' seam */
 	int halo;                       /* 1 with bands: rows a 3x3 convolution takes from its neighbours */
+	int one_chunk;                  /* the latents are one frame: one chunk, whose causal padding
+					 * (zeros through taps without bias) adds nothing and whose
+					 * frames no later chunk reads, so no convolution keeps a cache
+					 * (at 1328² the caches were 16.7 GB of the decode's 22) */
 	int lat_h;                      /* the whole latent's rows */
 };
 
@@ -85,6 +89,13 @@ static int pd_cconv_reset(struct pd_wdec *d, struct pd_cconv *c, int h, int w)
 
 	if (c->kt < 2)
 		return 0;
+	if (d->one_chunk) {
+		if (c->cache)
+			be->ops->free(be, c->cache);
+		c->cache = NULL;
+		c->cache_hw = 0;
+		return 0;
+	}
 	if (c->cache_hw != hw) {
 		if (c->cache)
 			be->ops->free(be, c->cache);
@@ -116,13 +127,16 @@ static void pd_cconv_run(struct pd_wdec *d, struct pd_cconv *c, const float *x, 
 		be->ops->conv(be, c->tap[c->kt - 1], x + t * fi, h, w, halo, y + t * fo);
 		for (int j = 1; j < c->kt; j++) {
 			int s = t - j;
-			const float *in = s >= 0 ? x + s * fi : c->cache + (2 + s) * fi;
+			const float *in = s >= 0 ? x + s * fi : c->cache ? c->cache + (2 + s) * fi : NULL;
 
+			/* no cache: the zero padding times a tap without bias */
+			if (!in)
+				continue;
 			be->ops->conv(be, c->tap[c->kt - 1 - j], in, h, w, halo, tmp);
 			be->ops->add(be, y + t * fo, y + t * fo, tmp, (size_t)fo);
 		}
 	}
-	if (c->kt < 2)
+	if (c->kt < 2 || !c->cache)
 		return;
 	/* the last two frames of [cache, x] */
 	if (T >= 2) {
@@ -339,13 +353,15 @@ int pd_wan_vae_decode(struct pd_wan_vae *v, const float *z_host, int F, int h, i
 	if (bands > 1 && dump)
 		return pd_errorf("the Wan VAE dumps its stages from one process only");
 	d.halo = bands > 1;
-	/* room for the band's frames with their halo rows at every stage */
-	wide = pd_wdec_widest(v, bh + 2 * d.halo, w);
+	d.one_chunk = F == 1;
+	/* room for the band's frames with their halo rows at every stage: a
+	 * chunk's 4 after the temporal upsamplers, the first chunk's 1 */
+	wide = pd_wdec_widest(v, bh + 2 * d.halo, w) * (d.one_chunk ? 1 : 4);
 	for (int i = 0; i < 5; i++)
-		if (!(d.buf[i] = pd_backend_alloc(be, (size_t)(4 * wide), "the VAE's activations")))
+		if (!(d.buf[i] = pd_backend_alloc(be, (size_t)wide, "the VAE's activations")))
 			goto out;
 	if (d.halo)
-		d.hx = pd_backend_alloc(be, (size_t)(4 * wide), "the VAE's halo rows");
+		d.hx = pd_backend_alloc(be, (size_t)wide, "the VAE's halo rows");
 	d.qkv = pd_backend_alloc(be, (size_t)(3 * C * hw0), "the VAE's attention");
 	d.qt = pd_backend_alloc(be, (size_t)(C * hw0), "the VAE's attention");
 	/* the whole frame's keys and values, and this band's after them */
@@ -354,7 +370,7 @@ int pd_wan_vae_decode(struct pd_wan_vae *v, const float *z_host, int F, int h, i
 	d.ot = pd_backend_alloc(be, (size_t)(C * hw0), "the VAE's attention");
 	z = pd_backend_alloc(be, (size_t)(zc * F * hw0), "latents");
 	pq = pd_backend_alloc(be, (size_t)(zc * F * hw0), "latents");
-	d.host = pd_malloc((size_t)(4 * wide > zc * F * hw0 ? 4 * wide : zc * F * hw0) * sizeof(float), "the VAE");
+	d.host = pd_malloc((size_t)(wide > zc * F * hw0 ? wide : zc * F * hw0) * sizeof(float), "the VAE");
 	frame = pd_malloc((size_t)(3 * HB * W) * sizeof(float), "a frame");
 	if (d.halo && band == 0)
 		whole = pd_malloc((size_t)(3 * H * W) * sizeof(float), "a frame");

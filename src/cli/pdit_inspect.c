@@ -5,6 +5,7 @@
  */
 #include "pd_args.h"
 #include "pd_gguf.h"
+#include "pd_llm.h"
 #include "pd_lora.h"
 #include "pd_quant.h"
 #include "pd_safetensors.h"
@@ -65,6 +66,22 @@ static void pd_print_kv(const struct pd_gguf_kv *kv)
 		break;
 	}
 	printf(" (%s)\n", pd_gguf_vtype_name(kv->type));
+}
+
+/* A decoder-only language model (a text encoder, read by --llm): its
+ * sizes, as the encoder reads them. */
+static void pd_inspect_llm(const char *path)
+{
+	struct pd_llm *m;
+	const struct pd_llm_config *c;
+
+	if (!pd_llm_is(path) || pd_llm_open_weights(&m, path))
+		return;
+	c = pd_llm_get_config(m);
+	printf("language model: %s decoder, %d layers %d wide, %d heads (%d of keys and values) of %d, a vocabulary of "
+	       "%d: a text encoder (Qwen-Image's: --llm FILE)\n", c->vl ? "Qwen2.5-VL's" : "Qwen2's", c->layers, c->hidden,
+	       c->heads, c->kv_heads, c->head_dim, c->vocab);
+	pd_llm_free(m);
 }
 
 static int pd_inspect_gguf(const char *path)
@@ -172,6 +189,8 @@ int pd_cmd_inspect(int argc, char **argv)
 			int rc = !path ? -1 : !pd_file_exists(path) ? 1 : pd_inspect_st(path);
 
 			free(path);
+			if (rc == 0)
+				pd_inspect_llm(pos[0]);
 			if (rc <= 0)
 				return rc ? pd_cli_fail() : 0;
 		}
@@ -185,5 +204,6 @@ int pd_cmd_inspect(int argc, char **argv)
 	}
 	if (pd_gguf_is(pos[0]) ? pd_inspect_gguf(pos[0]) : pd_inspect_st(pos[0]))
 		return pd_cli_fail();
+	pd_inspect_llm(pos[0]);
 	return 0;
 }

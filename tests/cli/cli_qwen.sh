@@ -445,6 +445,7 @@ for c in "$g/model:q8_0" "$tmp/wide:q4_k"; do
 	if "$pdit" quantize "$m/text_encoder" "$tmp/te.gguf" --type "$q" > /dev/null 2> "$tmp/err" &&
 		"$pdit" inspect "$tmp/te.gguf" > "$tmp/inspect" 2>&1 && grep -q 'general.architecture = "qwen2vl"' "$tmp/inspect" &&
 		grep -qi "blk.0.attn_q.weight  *$q " "$tmp/inspect" &&
+		grep -q "^language model: Qwen2.5-VL's decoder, .*--llm FILE" "$tmp/inspect" &&
 		"$pdit" quantize "$tmp/te.gguf" "$tmp/te-dq.safetensors" --type f32 > /dev/null 2>> "$tmp/err" &&
 		"$pdit" encode --model "$m" --llm "$tmp/te.gguf" -p "$p0" --out "$tmp/eq.safetensors" > /dev/null 2>> "$tmp/err" &&
 		"$pdit" encode --model "$m" --llm "$tmp/te-dq.safetensors" -p "$p0" --out "$tmp/ed.safetensors" > /dev/null \

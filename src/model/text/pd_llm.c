@@ -160,6 +160,7 @@ static int pd_llm_gguf_view(struct pd_llm *m)
 	if (arch && strcmp(arch, "qwen2") != 0 && strcmp(arch, "qwen2vl") != 0)
 		return pd_errorf("%s: a GGUF language model of architecture %s; pdit reads Qwen2's (qwen2, qwen2vl)",
 				 base->path, arch);
+	c->vl = !strcmp(arch, "qwen2vl");
 #define PD_META(suffix) (snprintf(key, sizeof(key), "%s.%s", arch, suffix), pd_st_meta(base, key))
 	if (!arch || !PD_META("embedding_length") || !PD_META("block_count") || !PD_META("feed_forward_length") ||
 	    !PD_META("attention.head_count"))
@@ -229,7 +230,7 @@ static int pd_llm_find(struct pd_llm *m, const char *path)
 	if (!t || t->ndim != 2)
 		return pd_errorf("%s: no decoder-only language model in it (no model.embed_tokens.weight beside "
 				 "model.layers.0.self_attn.q_proj.weight)", m->st->path);
-	m->cfg.vl = strcmp(m->pre, "model.") != 0 && m->pre[0];
+	m->cfg.vl |= strcmp(m->pre, "model.") != 0 && m->pre[0];
 	if (m->cfg.hidden) {
 		/* (a GGUF file's metadata gave the sizes) */
 	} else if (pd_is_dir(path)) {

@@ -882,6 +882,9 @@ int pd_engine_same_everywhere(struct pd_engine *e, const struct pd_request *rq)
 	if (rq->embeds) {
 		h = pd_engine_hash(h, x->prompt, (size_t)(x->batch * x->txt_len * x->joint_dim) * sizeof(float));
 		h = pd_engine_hash(h, x->pooled, (size_t)(x->batch * x->pooled_dim) * sizeof(float));
+		/* each prompt's own rows shape every call's sequence */
+		if (x->lens)
+			h = pd_engine_hash(h, x->lens, (size_t)x->batch * sizeof(int64_t));
 	}
 	if (rq->embeds && x->neg_prompt) {
 		h = pd_engine_hash(h, x->neg_prompt, (size_t)(x->batch * x->neg_txt_len * x->joint_dim) * sizeof(float));

@@ -472,6 +472,16 @@ if "$pdit" encode --model "$g/model" --llm "$tmp/llama.gguf" -p x --out "$tmp/no
 else
 	ok "a GGUF language model of another architecture refused: $(head -1 "$tmp/err")"
 fi
+# ... and one without general.architecture: inspected, and refused as a text encoder, naming the file
+/usr/bin/python3 -c 'import sys; b = open(sys.argv[1], "rb").read()
+open(sys.argv[2], "wb").write(b.replace(b"general.architecture", b"general.architecturx"))' "$tmp/te.gguf" "$tmp/noarch.gguf"
+if "$pdit" inspect "$tmp/noarch.gguf" > /dev/null 2>&1 &&
+	! "$pdit" encode --model "$g/model" --llm "$tmp/noarch.gguf" -p x --out "$tmp/no.safetensors" 2> "$tmp/err" &&
+	grep -q "noarch.gguf: a GGUF file in llama.cpp's names without its sizes" "$tmp/err" && [ ! -e "$tmp/no.safetensors" ]; then
+	ok "a GGUF language model without general.architecture: inspected, refused by --llm ($(head -1 "$tmp/err"))"
+else
+	cat "$tmp/err"; bad "a GGUF language model without general.architecture"
+fi
 # the model card's sizes by ratio: --aspect 4:3 is its 1472 x 1140, floored to 1136 as diffusers does; with
 # -H refused, as a ratio that is not one
 if "$pdit" generate --model "$g/model" -p "a lighthouse" --aspect 4:3 --steps 2 -o "$tmp/aspect.png" -q 2> "$tmp/err" &&

@@ -160,7 +160,7 @@ static int pd_llm_gguf_view(struct pd_llm *m)
 	if (arch && strcmp(arch, "qwen2") != 0 && strcmp(arch, "qwen2vl") != 0)
 		return pd_errorf("%s: a GGUF language model of architecture %s; pdit reads Qwen2's (qwen2, qwen2vl)",
 				 base->path, arch);
-	c->vl = !strcmp(arch, "qwen2vl");
+	c->vl = arch && !strcmp(arch, "qwen2vl");
 #define PD_META(suffix) (snprintf(key, sizeof(key), "%s.%s", arch, suffix), pd_st_meta(base, key))
 	if (!arch || !PD_META("embedding_length") || !PD_META("block_count") || !PD_META("feed_forward_length") ||
 	    !PD_META("attention.head_count"))

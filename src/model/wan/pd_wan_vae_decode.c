@@ -309,7 +309,8 @@ static int64_t pd_wdec_widest(const struct pd_wan_vae *v, int h, int w)
 	int64_t hw = (int64_t)h * w, m = (int64_t)v->cfg.z_dim * hw, c = v->mid_c;
 
 #define MAX(a) (m = (a) > m ? (a) : m)
-	MAX(c * hw);
+	/* the mid attention's normalised input and output, side by side */
+	MAX(2 * c * hw);
 	MAX((int64_t)v->conv_in.c_out * hw);
 	for (int j = 0; j < v->cfg.up_blocks; j++) {
 		const struct pd_wup *u = &v->up[j];

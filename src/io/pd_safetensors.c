@@ -481,15 +481,34 @@ static int pd_st_elems(const struct pd_st_tensor *t, const unsigned char *base, 
 
 int64_t pd_st_int_at(const struct pd_st_tensor *t, int64_t i)
 {
-	int64_t v = 0;
+	const char *p = (const char *)t->data + i * (int64_t)pd_dtype_size(t->dtype);
+	int64_t v64;
 	int32_t v32;
+	int16_t v16;
 
-	if (t->dtype == PD_I64) {
-		memcpy(&v, (const char *)t->data + i * 8, 8);
-		return v;
+	switch (t->dtype) {
+	case PD_I64:
+	case PD_U64:
+		memcpy(&v64, p, 8);
+		return v64;
+	case PD_I32:
+		memcpy(&v32, p, 4);
+		return v32;
+	case PD_U32:
+		memcpy(&v32, p, 4);
+		return (uint32_t)v32;
+	case PD_I16:
+		memcpy(&v16, p, 2);
+		return v16;
+	case PD_U16:
+		memcpy(&v16, p, 2);
+		return (uint16_t)v16;
+	case PD_I8:
+		return (int8_t)*p;
+	default:
+		/* U8, BOOL */
+		return (uint8_t)*p;
 	}
-	memcpy(&v32, (const char *)t->data + i * 4, 4);
-	return v32;
 }
 
 int pd_st_read_f32(const struct pd_st_tensor *t, size_t start, size_t count, float *dst)

@@ -116,7 +116,8 @@ const char *pd_st_meta(const struct pd_st *st, const char *key);
 struct pd_config;
 int pd_st_meta_config(const struct pd_st *st, struct pd_config *j);
 
-/* Value I of an integer tensor T (I64 or I32; a mask, token ids). */
+/* Value I of an integer or boolean tensor T (a mask, token ids): T's dtype
+ * must not be a floating one. */
 int64_t pd_st_int_at(const struct pd_st_tensor *t, int64_t i);
 
 /* Converts COUNT elements starting at element START to float32. */

@@ -181,16 +181,20 @@ for i in range(2):
     assert np.array_equal(lat[i], load(d + "/ml%d.safetensors" % i)["latents.final"][0]), "picture %d" % i
 assert np.array_equal(lat, load(d + "/mle.safetensors")["latents.final"]), "from the encoded file"
 print("prompts of %d and %d tokens" % tuple(lens))
-# the same file with a token after the first prompt's padding, for the refusal below
+def save(path, tensors):
+    h, blob = {}, b""
+    for k, v in tensors.items():
+        dt = {np.dtype(np.int64): "I64", np.dtype(np.bool_): "BOOL"}.get(v.dtype, "F32")
+        h[k] = {"dtype": dt, "shape": list(v.shape), "data_offsets": [len(blob), len(blob) + v.nbytes]}
+        blob += v.tobytes()
+    hj = json.dumps(h).encode()
+    open(path, "wb").write(struct.pack("<Q", len(hj)) + hj + blob)
 b = {k: np.array(v) for k, v in b.items()}
+# the mask as torch saves a boolean one, for the run below; then a token after the first prompt's
+# padding, for the refusal
+save(d + "/boolmask.safetensors", dict(b, prompt_embeds_mask=b["prompt_embeds_mask"] != 0))
 b["prompt_embeds_mask"][0, -1] = 1
-h, blob = {}, b""
-for k, v in b.items():
-    h[k] = {"dtype": "I64" if v.dtype == np.int64 else "F32", "shape": list(v.shape),
-            "data_offsets": [len(blob), len(blob) + v.nbytes]}
-    blob += v.tobytes()
-hj = json.dumps(h).encode()
-open(d + "/gapped.safetensors", "wb").write(struct.pack("<Q", len(hj)) + hj + blob)
+save(d + "/gapped.safetensors", b)
 PY
 	then
 		ok "Qwen-Image, a batch of prompts of different lengths: each picture its prompt's alone, byte for byte ($(cat "$tmp/log"))"
@@ -200,6 +204,12 @@ PY
 			ok "an embeddings file whose mask has a token after padding: refused naming the file and the tensor"
 		else
 			cat "$tmp/err"; bad "a mask with a gap in --embeds"
+		fi
+		if "$pdit" generate --model "$g/model" --embeds "$tmp/boolmask.safetensors" --true-cfg-scale 4 -H 64 -W 48 --steps 2 \
+			-s 7 --out-latents "$tmp/mlb.safetensors" -q 2> "$tmp/err" && cmp -s "$tmp/mlb.safetensors" "$tmp/mle.safetensors"; then
+			ok "the same embeddings with a boolean mask: the same latents"
+		else
+			cat "$tmp/err"; bad "a boolean prompt_embeds_mask"
 		fi
 	else
 		cat "$tmp/err" "$tmp/log"; bad "Qwen-Image, prompts of different lengths"

@@ -65,7 +65,8 @@ int pd_embeds_mask_lens(const struct pd_st *st, const char *name, int64_t B, int
 	if (t->ndim != 2 || t->shape[0] != B || t->shape[1] != T)
 		return pd_errorf("%s: %s must be [%lld, %lld] as its embeddings", st->path, t->name, (long long)B,
 				 (long long)T);
-	if (t->dtype == PD_I64 || t->dtype == PD_I32) {
+	if (!pd_dtype_is_float(t->dtype)) {
+		/* integers or booleans, as the pipelines and torch save masks */
 		m = pd_malloc((size_t)(B * T) * sizeof(float), t->name);
 		for (int64_t i = 0; m && i < B * T; i++)
 			m[i] = pd_st_int_at(t, i) != 0;

@@ -128,11 +128,12 @@ int pd_engine_choose_mesh(struct pd_engine *e);
 int pd_engine_check_memory(const struct pd_engine *e, int decodes, int loaded);
 /* A CPU's int8 products hold kept-quantized weights in their own layout
  * (Q4_K 2.8% above the file's bytes, fp8 6%): INFO's bytes per kept weight
- * made those of the layout TRANSFORMER's tensors will have under O's
+ * made those of the layout TRANSFORMER's tensors (or, QUANTIZE not
+ * PD_Q_F32, the blocks --quantize encodes at load) will have under O's
  * backend and products (chosen as pd_backend_new chooses them), for the
  * planner and the memory check. */
 int pd_engine_held_layout(const struct pd_engine_options *o, enum pd_dtype dt, const char *transformer,
-			  struct pd_dit_info *info);
+			  enum pd_qtype quantize, struct pd_dit_info *info);
 
 /* pd_engine_request.c */
 

@@ -135,7 +135,7 @@ static void pd_engine_fill_limits(const struct pd_dit_info *info, int world, int
 }
 
 int pd_engine_held_layout(const struct pd_engine_options *o, enum pd_dtype dt, const char *transformer,
-			  struct pd_dit_info *info)
+			  enum pd_qtype quantize, struct pd_dit_info *info)
 {
 	const char *be = o->backend ? o->backend : "auto";
 	struct pd_st *st = NULL;
@@ -150,6 +150,15 @@ int pd_engine_held_layout(const struct pd_engine_options *o, enum pd_dtype dt, c
 	int8 = pd_backend_qproducts_for(qp, pd_backend_cpu_int8_fast(), dt) == PD_QP_INT8;
 	if (!int8 || !(info->kept_fraction > 0) || !transformer)
 		return 0;
+	if (quantize != PD_Q_F32) {
+		/* encoded at load: the layout's ratio to TYPE's blocks at a
+		 * FLUX-wide square (the layout's padding is per 16 rows) */
+		int64_t n = 3072;
+
+		info->kept_bytes *= (double)pd_backend_cpu_held_bytes(quantize, n, n, 1) /
+				    ((double)pd_quant_row_bytes(pd_quant_info(quantize), n) * (double)n);
+		return 0;
+	}
 	if (pd_st_open_path(&st, transformer, "diffusion_pytorch_model"))
 		return -1;
 	for (int i = 0; i < st->n_tensors; i++) {
@@ -185,7 +194,7 @@ int pd_engine_work(const struct pd_engine_options *o, const struct pd_request *r
 		goto out;
 	fam->defaults(&w->info, &d);
 	if (pd_engine_request_defaults(&d, fam->name, &r) || fam->latent_shape(&ls, &w->info, r.frames, r.height, r.width) ||
-	    pd_engine_held_layout(o, dt, mp.transformer, &w->info))
+	    pd_engine_held_layout(o, dt, mp.transformer, PD_Q_F32, &w->info))
 		goto out;
 	w->height = r.height;
 	w->width = r.width;

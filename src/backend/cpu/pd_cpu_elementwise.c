@@ -73,21 +73,25 @@ void pd_cpu_sub(struct pd_backend *be, float *y, const float *a, const float *b,
 }
 
 /* A row's mean and 1 / sqrt(variance + eps), summed in double (two
- * passes, as torch's layer_norm keeps the mean apart from the spread). */
-static void pd_row_stats(const float *xr, int64_t dim, float eps, float *mean, float *rstd)
+ * passes, as torch's layer_norm keeps the mean apart from the spread).
+ * The mean comes as two floats, MEAN + LOW: x - mean is exact where x is
+ * near the mean (Sterbenz), so (x - mean) - low keeps the digits a mean
+ * rounded to float would lose there (up to half its ulp / sqrt(eps), 4e-5
+ * of the output at |mean| 2, eps 1e-5). */
+static void pd_row_stats(const float *xr, int64_t dim, float eps, float *mean, float *low, float *rstd)
 {
-	double sum = 0, sq = 0;
-	float m;
+	double sum = 0, sq = 0, md;
 
 	for (int64_t j = 0; j < dim; j++)
 		sum += xr[j];
-	m = (float)(sum / (double)dim);
+	md = sum / (double)dim;
 	for (int64_t j = 0; j < dim; j++) {
-		double d = (double)xr[j] - (double)m;
+		double d = (double)xr[j] - md;
 
 		sq += d * d;
 	}
-	*mean = m;
+	*mean = (float)md;
+	*low = (float)(md - (double)*mean);
 	*rstd = (float)(1.0 / sqrt(sq / (double)dim + (double)eps));
 }
 
@@ -100,11 +104,11 @@ void pd_cpu_layernorm(struct pd_backend *be, float *y, int64_t ldy, const float 
 	for (int64_t r = 0; r < rows; r++) {
 		const float *xr = x + r * ldx;
 		float *yr = y + r * ldy;
-		float mean, rstd;
+		float mean, low, rstd;
 
-		pd_row_stats(xr, dim, eps, &mean, &rstd);
+		pd_row_stats(xr, dim, eps, &mean, &low, &rstd);
 		for (int64_t j = 0; j < dim; j++) {
-			float t = (xr[j] - mean) * rstd;
+			float t = ((xr[j] - mean) - low) * rstd;
 
 			if (w)
 				t = t * w[j];
@@ -122,19 +126,19 @@ void pd_cpu_layernorm_mod(struct pd_backend *be, float *y, int64_t ldy, const fl
 	for (int64_t r = 0; r < rows; r++) {
 		const float *xr = x + r * ldx;
 		float *yr = y + r * ldy;
-		float mean, rstd;
+		float mean, low, rstd;
 
-		pd_row_stats(xr, dim, eps, &mean, &rstd);
+		pd_row_stats(xr, dim, eps, &mean, &low, &rstd);
 		if (scale) {
 			for (int64_t j = 0; j < dim; j++) {
-				float t = (xr[j] - mean) * rstd;
+				float t = ((xr[j] - mean) - low) * rstd;
 
 				t = t * (1.0f + scale[j]);
 				yr[j] = t + shift[j];
 			}
 		} else {
 			for (int64_t j = 0; j < dim; j++)
-				yr[j] = (xr[j] - mean) * rstd;
+				yr[j] = ((xr[j] - mean) - low) * rstd;
 		}
 	}
 }

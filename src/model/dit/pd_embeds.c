@@ -131,7 +131,8 @@ int pd_embeds_load(struct pd_embeds *e, const char *path)
 	e->pooled_dim = q->shape[1];
 	if (pd_embeds_read(p, &e->prompt) || pd_embeds_read(q, &e->pooled))
 		goto out;
-	lens = pd_malloc((size_t)(e->batch + (np ? np->shape[0] : 0)) * sizeof(int64_t), "text lengths");
+	/* the prompts' lengths, then the negative's (its batch is B or 1) */
+	lens = pd_malloc((size_t)e->batch * sizeof(int64_t), "text lengths");
 	if (!lens || pd_embeds_mask_lens(st, "prompt_embeds_mask", e->batch, e->txt_len, lens) ||
 	    pd_embeds_set_lens(e, lens))
 		goto out;

@@ -7,7 +7,7 @@
 #   record DIR RUN JSON  appends `pdit bench --json`'s seconds_per_step, peak_rss_mb and
 #                       weights_mb to DIR/RUN.KEY, one file a key
 #   med DIR RUN KEY     the median of what record appended
-pdit=build/pdit
+pdit=${PDIT:-build/pdit}	# PDIT=FILE: another build (a copy, for a long run while build/ changes)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 [ -x "$pdit" ] || { echo "build first: cmake -S . -B build && cmake --build build" >&2; exit 1; }
 

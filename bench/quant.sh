@@ -18,29 +18,28 @@ size=${1:-512} rounds=${2:-3} model=${3:-bench/flux-width} qdir=bench/quant
 bench_model "$model"
 mkdir -p "$qdir"
 src=$model/transformer/diffusion_pytorch_model.safetensors
-for v in q8_0:gguf q4_k:gguf fp8:safetensors; do
-	f=$qdir/flux-width-${v%%:*}.${v#*:}
-	[ -e "$f" ] || "$pdit" quantize "$src" "$f" --type "${v%%:*}" >&2
-done
+qfile() {	# TYPE: the transformer quantized to TYPE (written when missing)
+	local f=$qdir/flux-width-$1.gguf
+	[ "$1" != fp8 ] || f=$qdir/flux-width-$1.safetensors
+	[ -e "$f" ] || "$pdit" quantize "$src" "$f" --type "$1" >&2
+	echo "$f"
+}
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# KINDS="bf16 q8_0 ..." runs a subset
+# KINDS="bf16 q8_0 ..." runs a subset; any type pdit quantize writes (q8_0,
+# q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, fp8) on auto's products, TYPE-decoded
+# the same file decoded to bf16 for its products (what auto picks without
+# VNNI; fp8's values exact)
 read -r -a kinds <<< "${KINDS:-bf16 q8_0 q4_k fp8 q8_0-decoded fp8-decoded}"
+for k in "${kinds[@]}"; do
+	[ "$k" = bf16 ] || qfile "${k%-decoded}" > /dev/null
+done
 for ((round = 1; round <= rounds; round++)); do
 	for k in "${kinds[@]}"; do
 		args=(--model "$model")
-		case $k in
-		bf16) ;;
-		fp8) args+=(--diffusion-model "$qdir/flux-width-fp8.safetensors" --config "$model/transformer/config.json") ;;
-		# the same Q8_0 file decoded to bf16 for its products (what auto picks without VNNI)
-		q8_0-decoded) args+=(--diffusion-model "$qdir/flux-width-q8_0.gguf" --config "$model/transformer/config.json"
-			--quant-products bf16) ;;
-		# fp8 decoded to bf16 (its values exact; auto converts it to int8 blocks where int8 is faster)
-		fp8-decoded) args+=(--diffusion-model "$qdir/flux-width-fp8.safetensors" --config "$model/transformer/config.json"
-			--quant-products bf16) ;;
-		*) args+=(--diffusion-model "$qdir/flux-width-$k.gguf" --config "$model/transformer/config.json") ;;
-		esac
+		[ "$k" = bf16 ] || args+=(--diffusion-model "$(qfile "${k%-decoded}")" --config "$model/transformer/config.json")
+		[ "$k" = "${k%-decoded}" ] || args+=(--quant-products bf16)
 		echo "round $round/$rounds: $k" >&2
 		j=$("$pdit" bench "${args[@]}" -H "$size" -W "$size" --steps 3 --dtype bf16 --json 2> /dev/null < /dev/null) ||
 			{ echo "$k failed" >&2; exit 1; }

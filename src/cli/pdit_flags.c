@@ -22,7 +22,7 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 		{ "--scheduler", 0, PD_ARG_STRING, &a->scheduler, "DIR", "scheduler folder (overrides --model's)", NULL },
 		{ "--diffusion-model", 0, PD_ARG_STRING, &a->diffusion_model, "FILE", "transformer in one file: safetensors (Black Forest Labs' layout or diffusers'; BF16, F16, fp8, scaled fp8) or GGUF (ComfyUI-GGUF, stable-diffusion.cpp)", NULL },
 		{ "--config", 0, PD_ARG_STRING, &a->config, "FILE", "the transformer's config.json, for a single file that carries none (FLUX.1's sizes are inferred)", NULL },
-		{ "--quantize", 0, PD_ARG_STRING, &a->quantize, "TYPE", "encode the transformer blocks' BF16/F16/F32 weights at load into q8_0, q4_0, q4_1, q5_0, q5_1, q4_k or fp8 and keep them so (as pdit quantize writes them; quantized files need none)", NULL },
+		{ "--quantize", 0, PD_ARG_STRING, &a->quantize, "TYPE", "encode the transformer blocks' BF16/F16/F32 weights at load into q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k or fp8 and keep them so (as pdit quantize writes them; quantized files need none)", NULL },
 		{ "--lora", 0, PD_ARG_LIST, &a->lora, "FILE[:SCALE]", "a LoRA adapter (diffusers/PEFT, kohya or Black Forest Labs' names) beside the transformer's layers, times SCALE (default 1, negative reverses it); repeatable, applied in order; never merged, so quantized weights stay quantized", NULL },
 		{ "--lora-model-dir", 0, PD_ARG_STRING, &a->lora_dir, "DIR", "where <lora:NAME:SCALE> in a prompt finds NAME.safetensors (stable-diffusion.cpp's and A1111's tags; taken out of the prompt)", NULL },
 		{ "--lora-lenient", 0, PD_ARG_FLAG, &a->lora_lenient, NULL, "skip an adapter's keys of no layer of the model (-v lists them) instead of refusing the file", NULL },

@@ -34,16 +34,17 @@ static const char pd_quantize_usage[] =
 	"                      tensor decoded (scaled fp8 times its scales; its scale\n"
 	"                      tensors and marker left out); metadata kept\n"
 	"  q8_0, q4_0, q4_1,   a GGUF as ComfyUI-GGUF makes flux1-dev-Q8_0.gguf: 2-D weights\n"
-	"  q5_0, q5_1, q4_k    of the blocks in T, quantized as ggml does (q4_k: Q4_K_S;\n"
-	"                      rows not a multiple of 256 become F16), except the input and\n"
+	"  q5_0, q5_1, q4_k,   of the blocks in T, quantized as ggml does (q4_k: Q4_K_S,\n"
+	"  q5_k, q6_k          q5_k: Q5_K_S, q6_k: Q6_K; rows not a multiple of 256 become\n"
+	"                      F16), except the input and\n"
 	"                      output layers (img_in, txt_in, time_in, vector_in,\n"
 	"                      guidance_in, final_layer); other tensors F16, BF16 from a\n"
 	"                      BF16 file, 1-D and small ones F32; a model.diffusion_model.\n"
 	"                      prefix is dropped. Wan2.1 as city96's wan2.1-*-Q8_0.gguf:\n"
 	"                      patch, text and time embeddings and head kept, modulation\n"
 	"                      tables and the 5-D patch weight F32, ffn.2 in Q4_1/Q5_1 for\n"
-	"                      q4_0/q5_0 (q4_k writes Q4_K throughout: the Q5_K layers of\n"
-	"                      ComfyUI's Q4_K_S are not written)\n"
+	"                      q4_0/q5_0 (the K types are written throughout: the Q5_K\n"
+	"                      layers of ComfyUI's Q4_K_S, the Q6_K of its Q5_K_S, are not)\n"
 	"  fp8, f8_e5m2        safetensors with 2-D weights in F8_E4M3 (fp8) or F8_E5M2,\n"
 	"                      rounded to nearest, saturated; the rest BF16\n"
 	"A language model (Qwen-Image's text_encoder folder, Qwen2.5-VL's single file)\n"
@@ -146,6 +147,8 @@ static const struct pd_qz_type {
 	{ "q5_0", PD_QZ_GGUF, PD_Q_Q5_0, PD_F32, 8 },
 	{ "q5_1", PD_QZ_GGUF, PD_Q_Q5_1, PD_F32, 9 },
 	{ "q4_k", PD_QZ_GGUF, PD_Q_Q4_K, PD_F32, 14 },
+	{ "q5_k", PD_QZ_GGUF, PD_Q_Q5_K, PD_F32, 16 },
+	{ "q6_k", PD_QZ_GGUF, PD_Q_Q6_K, PD_F32, 18 },
 	{ "fp8", PD_QZ_FP8, PD_Q_F8_E4M3, PD_F8_E4M3, 0 },
 	{ "f8_e4m3fn", PD_QZ_FP8, PD_Q_F8_E4M3, PD_F8_E4M3, 0 },
 	{ "f8_e5m2", PD_QZ_FP8, PD_Q_F8_E5M2, PD_F8_E5M2, 0 },
@@ -294,7 +297,7 @@ int pd_cmd_quantize(int argc, char **argv)
 	const char *type = NULL, *pos[2];
 	const struct pd_arg opts[] = {
 		{ "--type", 0, PD_ARG_STRING, &type, "T",
-		  "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, fp8 or f8_e5m2 (required)", NULL },
+		  "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, fp8 or f8_e5m2 (required)", NULL },
 		{ 0 },
 	};
 	const struct pd_qz_type *ty = NULL;
@@ -318,14 +321,14 @@ int pd_cmd_quantize(int argc, char **argv)
 		return pd_cli_fail();
 	}
 	if (!type) {
-		pd_errorf("quantize needs --type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, fp8 or f8_e5m2)");
+		pd_errorf("quantize needs --type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, fp8 or f8_e5m2)");
 		return pd_cli_fail();
 	}
 	for (size_t i = 0; i < sizeof(pd_qz_types) / sizeof(pd_qz_types[0]); i++)
 		if (strcmp(type, pd_qz_types[i].name) == 0)
 			ty = &pd_qz_types[i];
 	if (!ty) {
-		pd_errorf("--type %s: pdit writes f32, f16, bf16 (safetensors), q8_0, q4_0, q4_1, q5_0, q5_1, q4_k "
+		pd_errorf("--type %s: pdit writes f32, f16, bf16 (safetensors), q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k "
 			  "(GGUF) or fp8, f8_e5m2 (safetensors)", type);
 		return pd_cli_fail();
 	}

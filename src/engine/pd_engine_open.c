@@ -289,7 +289,7 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
 		/* block types and fp8: f16 and bf16 are no quantization */
 		if (pd_quant_parse(o->quantize, &t) || !pd_quant_encodes(t) || !(q = pd_quant_info(t)) ||
 		    (q->block_size == 1 && t != PD_Q_F8_E4M3 && t != PD_Q_F8_E5M2))
-			return pd_errorf("--quantize %s: pdit encodes q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, fp8 or "
+			return pd_errorf("--quantize %s: pdit encodes q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, fp8 or "
 					 "f8_e5m2", o->quantize);
 		e->quantize = t;
 	}

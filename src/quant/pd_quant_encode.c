@@ -263,65 +263,196 @@ static inline void pd_scale_min(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
 	}
 }
 
+/* The 8 sub-blocks of 32 of a Q4_K or Q5_K super-block at X (ggml's
+ * quantize_row_q4_K_ref / q5_K_ref: levels 0..NMAX, make_qkx2_quants with
+ * RMIN and NSTEP): d, dmin and the 12 bytes of 6-bit scales and mins at Y,
+ * each value's level into L. */
+static void pd_enc_k_scales(const float *x, uint8_t *y, uint8_t *L, int nmax, float rmin, int nstep)
+{
+	uint8_t Laux[32], *scales = y + 4;
+	float weights[32], mins[QK_K / 32], sc[QK_K / 32], max_scale = 0, max_min = 0, inv_scale, inv_min;
+
+	for (int j = 0; j < QK_K / 32; ++j) {
+		float sum_x2 = 0, av_x;
+
+		for (int l = 0; l < 32; ++l)
+			sum_x2 += x[32 * j + l] * x[32 * j + l];
+		av_x = sqrtf(sum_x2 / 32);
+		for (int l = 0; l < 32; ++l)
+			weights[l] = av_x + fabsf(x[32 * j + l]);
+		sc[j] = pd_make_qkx2(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep, 0);
+		if (sc[j] > max_scale)
+			max_scale = sc[j];
+		if (mins[j] > max_min)
+			max_min = mins[j];
+	}
+	inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+	inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+	memset(scales, 0, 12);
+	for (int j = 0; j < QK_K / 32; ++j) {
+		uint8_t ls = (uint8_t)pd_nearest_int(inv_scale * sc[j]);
+		uint8_t lm = (uint8_t)pd_nearest_int(inv_min * mins[j]);
+
+		ls = PD_MIN(63, ls);
+		lm = PD_MIN(63, lm);
+		if (j < 4) {
+			scales[j] = ls;
+			scales[j + 4] = lm;
+		} else {
+			scales[j + 4] = (uint8_t)((ls & 0xF) | ((lm & 0xF) << 4));
+			scales[j - 4] |= (uint8_t)((ls >> 4) << 6);
+			scales[j - 0] |= (uint8_t)((lm >> 4) << 6);
+		}
+	}
+	pd_put_half(y, max_scale / 63.f);
+	pd_put_half(y + 2, max_min / 63.f);
+	for (int j = 0; j < QK_K / 32; ++j) {
+		uint8_t s, m;
+		float d, dm;
+
+		pd_scale_min(j, scales, &s, &m);
+		d = pd_get_half(y) * s;
+		if (!d)
+			continue;
+		dm = pd_get_half(y + 2) * m;
+		for (int ii = 0; ii < 32; ++ii) {
+			int l = pd_nearest_int((x[32 * j + ii] + dm) / d);
+
+			L[32 * j + ii] = (uint8_t)PD_MAX(0, PD_MIN(nmax, l));
+		}
+	}
+}
+
 /* block_q4_K: d, dmin, scales[12], qs[128] */
 static void pd_enc_q4_k(const float *x, uint8_t *y, int64_t nb)
 {
 	for (int64_t i = 0; i < nb; i++, x += QK_K, y += 144) {
-		uint8_t L[QK_K], Laux[32], *scales = y + 4, *q = y + 16;
-		float weights[32], mins[QK_K / 32], sc[QK_K / 32], max_scale = 0, max_min = 0, inv_scale, inv_min;
+		uint8_t L[QK_K], *q = y + 16;
 
-		for (int j = 0; j < QK_K / 32; ++j) {
-			float sum_x2 = 0, av_x;
-
-			for (int l = 0; l < 32; ++l)
-				sum_x2 += x[32 * j + l] * x[32 * j + l];
-			av_x = sqrtf(sum_x2 / 32);
-			for (int l = 0; l < 32; ++l)
-				weights[l] = av_x + fabsf(x[32 * j + l]);
-			sc[j] = pd_make_qkx2(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -1.f, 0.1f, 20, 0);
-			if (sc[j] > max_scale)
-				max_scale = sc[j];
-			if (mins[j] > max_min)
-				max_min = mins[j];
-		}
-		inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
-		inv_min = max_min > 0 ? 63.f / max_min : 0.f;
-		memset(scales, 0, 12);
-		for (int j = 0; j < QK_K / 32; ++j) {
-			uint8_t ls = (uint8_t)pd_nearest_int(inv_scale * sc[j]);
-			uint8_t lm = (uint8_t)pd_nearest_int(inv_min * mins[j]);
-
-			ls = PD_MIN(63, ls);
-			lm = PD_MIN(63, lm);
-			if (j < 4) {
-				scales[j] = ls;
-				scales[j + 4] = lm;
-			} else {
-				scales[j + 4] = (uint8_t)((ls & 0xF) | ((lm & 0xF) << 4));
-				scales[j - 4] |= (uint8_t)((ls >> 4) << 6);
-				scales[j - 0] |= (uint8_t)((lm >> 4) << 6);
-			}
-		}
-		pd_put_half(y, max_scale / 63.f);
-		pd_put_half(y + 2, max_min / 63.f);
-		for (int j = 0; j < QK_K / 32; ++j) {
-			uint8_t s, m;
-			float d, dm;
-
-			pd_scale_min(j, scales, &s, &m);
-			d = pd_get_half(y) * s;
-			if (!d)
-				continue;
-			dm = pd_get_half(y + 2) * m;
-			for (int ii = 0; ii < 32; ++ii) {
-				int l = pd_nearest_int((x[32 * j + ii] + dm) / d);
-
-				L[32 * j + ii] = (uint8_t)PD_MAX(0, PD_MIN(15, l));
-			}
-		}
+		pd_enc_k_scales(x, y, L, 15, -1.f, 20);
 		for (int j = 0; j < QK_K; j += 64, q += 32)
 			for (int l = 0; l < 32; ++l)
 				q[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
+	}
+}
+
+/* block_q5_K: d, dmin, scales[12], qh[32], qs[128] (quantize_row_q5_K_ref) */
+static void pd_enc_q5_k(const float *x, uint8_t *y, int64_t nb)
+{
+	for (int64_t i = 0; i < nb; i++, x += QK_K, y += 176) {
+		uint8_t L[QK_K], *qh = y + 16, *ql = y + 48, m1 = 1, m2 = 2;
+
+		pd_enc_k_scales(x, y, L, 31, -0.5f, 15);
+		memset(qh, 0, QK_K / 8);
+		for (int n = 0; n < QK_K; n += 64, ql += 32, m1 = (uint8_t)(m1 << 2), m2 = (uint8_t)(m2 << 2))
+			for (int j = 0; j < 32; ++j) {
+				int l1 = L[n + j], l2 = L[n + j + 32];
+
+				if (l1 > 15) {
+					l1 -= 16;
+					qh[j] |= m1;
+				}
+				if (l2 > 15) {
+					l2 -= 16;
+					qh[j] |= m2;
+				}
+				ql[j] = (uint8_t)(l1 | (l2 << 4));
+			}
+	}
+}
+
+/* ggml's make_qx_quants with rmse_type 1 (weights x^2) and no importance:
+ * the scale of N values with signed levels -NMAX..NMAX-1, searched over 19
+ * candidates; the levels plus NMAX into L. */
+static float pd_make_qx(int n, int nmax, const float *x, int8_t *L)
+{
+	float max = 0, amax = 0, iscale, sumlx = 0, suml2 = 0, scale, best;
+
+	for (int i = 0; i < n; ++i)
+		if (fabsf(x[i]) > amax) {
+			amax = fabsf(x[i]);
+			max = x[i];
+		}
+	if (amax < 1e-15f) {
+		memset(L, 0, (size_t)n);
+		return 0.f;
+	}
+	iscale = -nmax / max;
+	for (int i = 0; i < n; ++i) {
+		int l = PD_MAX(-nmax, PD_MIN(nmax - 1, pd_nearest_int(iscale * x[i])));
+		float w = x[i] * x[i];
+
+		L[i] = (int8_t)(l + nmax);
+		sumlx += w * x[i] * l;
+		suml2 += w * l * l;
+	}
+	scale = suml2 ? sumlx / suml2 : 0.0f;
+	best = scale * sumlx;
+	for (int is = -9; is <= 9; ++is) {
+		if (is == 0)
+			continue;
+		iscale = -(nmax + 0.1f * is) / max;
+		sumlx = suml2 = 0;
+		for (int i = 0; i < n; ++i) {
+			int l = PD_MAX(-nmax, PD_MIN(nmax - 1, pd_nearest_int(iscale * x[i])));
+			float w = x[i] * x[i];
+
+			sumlx += w * x[i] * l;
+			suml2 += w * l * l;
+		}
+		if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+			for (int i = 0; i < n; ++i)
+				L[i] = (int8_t)(nmax + PD_MAX(-nmax, PD_MIN(nmax - 1, pd_nearest_int(iscale * x[i]))));
+			scale = sumlx / suml2;
+			best = scale * sumlx;
+		}
+	}
+	return scale;
+}
+
+/* block_q6_K: ql[128], qh[64], scales[16] (int8), d (quantize_row_q6_K_ref) */
+static void pd_enc_q6_k(const float *x, uint8_t *y, int64_t nb)
+{
+	for (int64_t i = 0; i < nb; i++, x += QK_K, y += 210) {
+		int8_t L[QK_K], *sc = (int8_t *)(y + 192);
+		float scales[QK_K / 16], max_scale = 0, max_abs_scale = 0, iscale;
+		uint8_t *ql = y, *qh = y + 128;
+
+		for (int ib = 0; ib < QK_K / 16; ++ib) {
+			scales[ib] = pd_make_qx(16, 32, x + 16 * ib, L + 16 * ib);
+			if (fabsf(scales[ib]) > max_abs_scale) {
+				max_abs_scale = fabsf(scales[ib]);
+				max_scale = scales[ib];
+			}
+		}
+		if (max_abs_scale < 1e-15f) {
+			memset(y, 0, 210);
+			continue;
+		}
+		iscale = -128.f / max_scale;
+		pd_put_half(y + 208, 1 / iscale);
+		for (int ib = 0; ib < QK_K / 16; ++ib)
+			sc[ib] = (int8_t)PD_MIN(127, pd_nearest_int(iscale * scales[ib]));
+		for (int j = 0; j < QK_K / 16; ++j) {
+			float d = pd_get_half(y + 208) * sc[j];
+
+			if (!d)
+				continue;
+			for (int ii = 0; ii < 16; ++ii) {
+				int l = PD_MAX(-32, PD_MIN(31, pd_nearest_int(x[16 * j + ii] / d)));
+
+				L[16 * j + ii] = (int8_t)(l + 32);
+			}
+		}
+		for (int j = 0; j < QK_K; j += 128, ql += 64, qh += 32)
+			for (int l = 0; l < 32; ++l) {
+				int q1 = L[j + l] & 0xF, q2 = L[j + l + 32] & 0xF, q3 = L[j + l + 64] & 0xF, q4 = L[j + l + 96] & 0xF;
+
+				ql[l] = (uint8_t)(q1 | (q3 << 4));
+				ql[l + 32] = (uint8_t)(q2 | (q4 << 4));
+				qh[l] = (uint8_t)((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) | ((L[j + l + 64] >> 4) << 4) |
+						  ((L[j + l + 96] >> 4) << 6));
+			}
 	}
 }
 
@@ -398,7 +529,8 @@ int pd_quant_encodes(enum pd_qtype t)
 {
 	switch (t) {
 	case PD_Q_F32: case PD_Q_F16: case PD_Q_BF16: case PD_Q_Q8_0: case PD_Q_Q4_0: case PD_Q_Q4_1:
-	case PD_Q_Q5_0: case PD_Q_Q5_1: case PD_Q_Q4_K: case PD_Q_F8_E4M3: case PD_Q_F8_E5M2:
+	case PD_Q_Q5_0: case PD_Q_Q5_1: case PD_Q_Q4_K: case PD_Q_Q5_K: case PD_Q_Q6_K: case PD_Q_F8_E4M3:
+	case PD_Q_F8_E5M2:
 		return 1;
 	default:
 		return 0;
@@ -441,6 +573,12 @@ void pd_quant_encode(enum pd_qtype t, const float *src, void *dst, int64_t n)
 		break;
 	case PD_Q_Q4_K:
 		pd_enc_q4_k(src, y, nb);
+		break;
+	case PD_Q_Q5_K:
+		pd_enc_q5_k(src, y, nb);
+		break;
+	case PD_Q_Q6_K:
+		pd_enc_q6_k(src, y, nb);
 		break;
 	case PD_Q_F8_E4M3:
 	case PD_Q_F8_E5M2: {

@@ -286,11 +286,83 @@ static void test_qlinear(struct pd_backend *be, int bf16, int big, int plain_fp8
 	free(ref);
 }
 
+/* The integers of input block K0 (32 inputs) of a row of T at W, from
+ * ggml's block layouts (written out here apart from the backend's reading
+ * of them): V the values (Q5_0's q - 16, Q6_K's q - 32), SUB 1 but for
+ * Q6_K (2: two sub-blocks of 16 with their own scales); the scales
+ * through D (per sub-block) and the min through M (w = d v + m). */
+static void ref_i8_ints(enum pd_qtype t, const unsigned char *w, int k0, int *v, float *d, float *m, int *sub)
+{
+	const unsigned char *b;
+	int j = k0 % 8;
+
+	*sub = 1;
+	*m = 0;
+	switch (t) {
+	case PD_Q_Q8_0:
+		b = w + (size_t)k0 * 34;
+		for (int k = 0; k < 32; k++)
+			v[k] = (signed char)b[2 + k];
+		d[0] = pd_f16_to_f32((uint16_t)(b[0] | b[1] << 8));
+		break;
+	case PD_Q_Q5_0: {
+		uint32_t qh;
+
+		b = w + (size_t)k0 * 22;
+		qh = (uint32_t)b[2] | (uint32_t)b[3] << 8 | (uint32_t)b[4] << 16 | (uint32_t)b[5] << 24;
+		for (int k = 0; k < 32; k++)
+			v[k] = (int)(((b[6 + k % 16] >> (k < 16 ? 0 : 4)) & 0xF) | ((qh >> k) & 1) << 4) - 16;
+		d[0] = pd_f16_to_f32((uint16_t)(b[0] | b[1] << 8));
+		break;
+	}
+	case PD_Q_Q4_0:
+	case PD_Q_Q4_1:
+		b = w + (size_t)k0 * (t == PD_Q_Q4_0 ? 18 : 20);
+		for (int k = 0; k < 32; k++)
+			v[k] = (b[(t == PD_Q_Q4_0 ? 2 : 4) + k % 16] >> (k < 16 ? 0 : 4)) & 0xF;
+		d[0] = pd_f16_to_f32((uint16_t)(b[0] | b[1] << 8));
+		*m = t == PD_Q_Q4_0 ? -8.0f * d[0] : pd_f16_to_f32((uint16_t)(b[2] | b[3] << 8));
+		break;
+	case PD_Q_Q4_K:
+	case PD_Q_Q5_K: {
+		/* super-block k0 / 8, sub-block j (ggml's layouts) */
+		const unsigned char *sc;
+		int d6, m6;
+
+		b = w + (size_t)(k0 / 8) * (t == PD_Q_Q4_K ? 144 : 176);
+		sc = b + 4;
+		d6 = j < 4 ? sc[j] & 63 : (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
+		m6 = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+		for (int k = 0; k < 32; k++)
+			v[k] = t == PD_Q_Q4_K ? (b[16 + 32 * (j / 2) + k] >> (4 * (j % 2))) & 0xF :
+			       ((b[48 + 32 * (j / 2) + k] >> (4 * (j % 2))) & 0xF) | ((b[16 + k] >> j) & 1) << 4;
+		d[0] = pd_f16_to_f32((uint16_t)(b[0] | b[1] << 8)) * (float)d6;
+		*m = -pd_f16_to_f32((uint16_t)(b[2] | b[3] << 8)) * (float)m6;
+		break;
+	}
+	case PD_Q_Q6_K:
+		/* ql[128], qh[64], scales[16], d; input e in 128-halves of 4 quarters of 32 */
+		b = w + (size_t)(k0 / 8) * 210;
+		for (int k = 0; k < 32; k++) {
+			int e = j * 32 + k, c = e / 128, qt = e % 128 / 32, l = e % 32;
+			int lo = (b[64 * c + l + (qt % 2) * 32] >> (qt / 2 * 4)) & 0xF, hi = (b[128 + 32 * c + l] >> (2 * qt)) & 3;
+
+			v[k] = (lo | hi << 4) - 32;
+		}
+		*sub = 2;
+		d[0] = pd_f16_to_f32((uint16_t)(b[208] | b[209] << 8)) * (float)(signed char)b[192 + 2 * j];
+		d[1] = pd_f16_to_f32((uint16_t)(b[208] | b[209] << 8)) * (float)(signed char)b[192 + 2 * j + 1];
+		break;
+	default:
+		break;
+	}
+}
+
 /* The int8 products' arithmetic, written out from its definition
  * (pd_cpu_i8.c's header): each input block of 32 quantized with scale
  * amax / 127 and values rint(x / scale) in f32; a block's dot product with
- * the weight's integers (Q8_0's values, Q4_K's nibbles) exact, times the f32
- * product of the two scales (Q4_K: d * sc), minus Q4_K's dmin * m times
+ * the weight's integers (ref_i8_ints; Q6_K's per sub-block of 16) exact,
+ * times the f32 product of the two scales, plus the weight's min times
  * scale * sum of the block's integers (fp8 e4m3: its blocks as int8 times
  * a power of two, 2^(E - 6) for the largest exponent E, all times the
  * file's WSCALE); summed here in double (the backend
@@ -326,18 +398,12 @@ static void ref_i8(double *ref, double *sumabs, enum pd_qtype t, float wscale, c
 
 			for (int k0 = 0; k0 < nb; k0++) {
 				const unsigned char *w = blocks + (size_t)n * row;
-				long dot = 0;
-				float scale, mn = 0, sx = dx[k0] * (float)sq[k0];
+				float sx = dx[k0] * (float)sq[k0];
 
-				if (t == PD_Q_Q8_0) {
-					const unsigned char *blk = w + (size_t)k0 * 34;
-
-					for (int k = 0; k < 32; k++)
-						dot += (long)(signed char)blk[2 + k] * q[k0 * 32 + k];
-					scale = pd_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8)) * dx[k0];
-				} else if (t == PD_Q_F8_E4M3) {
+				if (t == PD_Q_F8_E4M3) {
 					/* e4m3 values as int8 times 2^(E - 6), E the largest one's exponent */
-					float v[32], amax = 0, p2 = 0;
+					float v[32], amax = 0, p2 = 0, scale;
+					long dot = 0;
 
 					pd_quant_decode(t, w + (size_t)k0 * 32, v, 32);
 					for (int k = 0; k < 32; k++)
@@ -347,20 +413,25 @@ static void ref_i8(double *ref, double *sumabs, enum pd_qtype t, float wscale, c
 					for (int k = 0; k < 32; k++)
 						dot += (long)(p2 > 0 ? rint(v[k] / p2) : 0) * q[k0 * 32 + k];
 					scale = p2 * dx[k0];
+					s += (double)dot * scale;
+					a += fabs((double)dot * scale);
 				} else {
-					/* Q4_K: super-block k0 / 8, sub-block j = k0 % 8 (ggml's layout) */
-					const unsigned char *sb = w + (size_t)(k0 / 8) * 144, *sc = sb + 4;
-					int j = k0 % 8, d6, m6;
+					int v[32], sub;
+					float d[2], mn;
 
-					d6 = j < 4 ? sc[j] & 63 : (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
-					m6 = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-					for (int k = 0; k < 32; k++)
-						dot += (long)((sb[16 + 32 * (j / 2) + k] >> (4 * (j % 2))) & 0xF) * q[k0 * 32 + k];
-					scale = pd_f16_to_f32((uint16_t)(sb[0] | sb[1] << 8)) * (float)d6 * dx[k0];
-					mn = pd_f16_to_f32((uint16_t)(sb[2] | sb[3] << 8)) * (float)m6;
+					ref_i8_ints(t, w, k0, v, d, &mn, &sub);
+					for (int h = 0; h < sub; h++) {
+						long dot = 0;
+						float scale = d[h] * dx[k0];
+
+						for (int k = h * 32 / sub; k < (h + 1) * 32 / sub; k++)
+							dot += (long)v[k] * q[k0 * 32 + k];
+						s += (double)dot * scale;
+						a += fabs((double)dot * scale);
+					}
+					s += (double)mn * sx;
+					a += fabs((double)mn * sx);
 				}
-				s += (double)dot * scale - (double)mn * sx;
-				a += fabs((double)dot * scale) + fabs((double)mn * sx);
 			}
 			s *= wscale;
 			a *= wscale;
@@ -377,23 +448,25 @@ static void ref_i8(double *ref, double *sumabs, enum pd_qtype t, float wscale, c
 	free(sq);
 }
 
-/* Q8_0, Q4_K and fp8 layers on int8 products (PD_QP_INT8) against ref_i8, on BE (the
+/* Layers of every type with an int8 form (Q8_0, Q5_0, Q4_0, Q4_1, Q4_K,
+ * Q5_K, Q6_K, fp8) on int8 products (PD_QP_INT8) against ref_i8, on BE (the
  * kernels the CPU has) and PORTABLE (the portable kernels, quantization
  * included), which must give the same bits; odd output counts (a last group
  * of 16 alone, padded rows), row counts off the tile's 6, strided views.
- * A type without an int8 form on the same backend decodes (no int8 layer
- * counted). */
+ * A type without an int8 form (Q5_1) on the same backend decodes (no int8
+ * layer counted). */
 static void test_i8linear(struct pd_backend *be, struct pd_backend *portable)
 {
-	static const enum pd_qtype types[] = { PD_Q_Q8_0, PD_Q_Q4_K, PD_Q_F8_E4M3 };
-	enum pd_qtype t = types[rnd_int(0, 2)];
+	static const enum pd_qtype types[] = { PD_Q_Q8_0, PD_Q_Q4_K, PD_Q_F8_E4M3, PD_Q_Q5_0,
+					       PD_Q_Q4_0, PD_Q_Q4_1, PD_Q_Q5_K, PD_Q_Q6_K };
+	enum pd_qtype t = types[rnd_int(0, 7)];
 	float wscale = t == PD_Q_F8_E4M3 && rnd_int(0, 1) ? 0.37f : 1.0f;
-	int K = t == PD_Q_Q4_K ? 256 * rnd_int(1, 5) : 32 * rnd_int(1, 40);
+	int K = pd_quant_info(t)->block_size == 256 ? 256 * rnd_int(1, 5) : 32 * rnd_int(1, 40);
 	int N = rnd_int(1, 150), M = rnd_int(1, 3) == 1 ? rnd_int(1, 7) : rnd_int(8, 140);
 	int ldx = K + rnd_int(0, 5), ldy = N + rnd_int(0, 5);
 	int flags_list[4] = { 0, PD_LIN_GELU_TANH, PD_LIN_NO_BIAS, PD_LIN_ACCUMULATE };
 	size_t bytes = (size_t)N * pd_quant_row_bytes(pd_quant_info(t), K);
-	unsigned char *blocks = malloc(bytes), *q4 = malloc((size_t)N * (size_t)(K / 32) * 18);
+	unsigned char *blocks = malloc(bytes), *q4 = malloc((size_t)N * (size_t)(K / 32) * 24);
 	float *x = rnd_buf((size_t)M * ldx, 1.0f), *b = rnd_buf((size_t)N, 0.1f);
 	double *ref = malloc(sizeof(double) * (size_t)M * N), *sumabs = malloc(sizeof(double) * (size_t)M * N);
 	struct pd_linear *l, *lp, *l4;
@@ -409,9 +482,9 @@ static void test_i8linear(struct pd_backend *be, struct pd_backend *portable)
 	lp = portable->ops->linear_new_q(portable, N, K, t, wscale, blocks, b);
 	PD_CHECK(l && lp && be->int8_layers == before + 1, "int8 linear_new_q %dx%d: %s %s", N, K, be->error,
 		 portable->error);
-	rnd_blocks(PD_Q_Q4_0, q4, (size_t)N * (size_t)(K / 32) * 18);
-	l4 = be->ops->linear_new_q(be, N, K, PD_Q_Q4_0, 1.0f, q4, b);
-	PD_CHECK(l4 && be->int8_layers == before + 1, "q4_0 with int8 products asked: decoded, not counted as int8");
+	rnd_blocks(PD_Q_Q5_1, q4, (size_t)N * (size_t)(K / 32) * 24);
+	l4 = be->ops->linear_new_q(be, N, K, PD_Q_Q5_1, 1.0f, q4, b);
+	PD_CHECK(l4 && be->int8_layers == before + 1, "q5_1 with int8 products asked: decoded, not counted as int8");
 	for (int fi = 0; l && lp && fi < 4; fi++) {
 		int flags = flags_list[fi];
 		float *y = nan_buf((size_t)M * ldy), *yp = nan_buf((size_t)M * ldy), *start = rnd_buf((size_t)M * N, 1.0f);

@@ -123,6 +123,7 @@ void pd_cpu_destroy(struct pd_backend *be)
 	free(cpu->xd);
 	free(cpu->xc);
 	free(cpu->xs);
+	free(cpu->xh);
 	free(cpu->csrc);
 	free(cpu->cdst);
 	free(cpu);

@@ -105,6 +105,8 @@ struct pd_cpu {
 	size_t xc_cap;                  /* its capacity in values */
 	float *xs;                      /* their blocks' scale * sum of values */
 	size_t xs_cap;                  /* its capacity in values */
+	int32_t *xh;                    /* their blocks' sums of each half (Q6_K's sub-blocks of 16) */
+	size_t xh_cap;                  /* its capacity in values */
 	float *adapt;                   /* an adapter's x A^T (pd_adapter_term; backend memory) */
 	size_t adapt_cap;               /* its capacity in floats */
 	int avx512bf16;                 /* the CPU has AVX-512 BF16 dot products (attention's own block
@@ -245,7 +247,8 @@ void pd_cpu_qlinear(struct pd_backend *be, struct pd_linear *l, const float *x, 
  * of type T with N_IN inputs has them; groups of 16 output rows and bytes of a [n_out, n_in] weight in
  * their layout; BLOCKS (n_out rows of ROW_BYTES) into DST of that size; the
  * input rows quantized in blocks of 32 (values in XQ [rows, n_in], scales
- * in XD, -128 * sums in XC, scale * sums in XS, [rows, n_in / 32]); the
+ * in XD, -128 * sums in XC, scale * sums in XS, [rows, n_in / 32]; the
+ * sums of each 16 in XH [rows, n_in / 16] unless it is NULL); the
  * product, as
  * pd_cpu_linear. */
 int pd_cpu_i8_has(enum pd_qtype t, int64_t n_in);
@@ -254,7 +257,7 @@ size_t pd_cpu_i8_bytes(enum pd_qtype t, int64_t n_out, int64_t n_in);
 void pd_cpu_i8_pack(unsigned char *dst, enum pd_qtype t, int64_t n_out, int64_t n_in, const unsigned char *blocks,
 		    size_t row_bytes);
 void pd_cpu_i8_quant_rows(const struct pd_cpu *cpu, const float *x, int64_t ldx, int64_t rows, int64_t n_in,
-			  int8_t *xq, float *xd, int32_t *xc, float *xs);
+			  int8_t *xq, float *xd, int32_t *xc, float *xs, int32_t *xh);
 void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
 		      float *y, int64_t ldy, int flags);
 /* oneDNN's gelu_tanh, for the products that are not oneDNN's. */

@@ -41,6 +41,42 @@
  *     32  d[column] as f16, 32 dmin[column] as f16
  * 2368 bytes per 4096 weights: 2.8% more than the file's 2304.
  *
+ * Q4_0 and Q4_1 (blocks of 32, w = d * q + m with q in 0..15; Q4_0's m is
+ * -8 d): the input's blocks, and
+ *
+ *   y[r, j] = sum over blocks b of (float)dot_b * (d * d_x) + m * (d_x * sum(q_x))
+ *
+ * (Q4_0's m = -8 d computed in f32, exact). For each group of 16 outputs,
+ * each block, 288 bytes (Q4_0: 4.5 bits a weight, as the file) or 320
+ * (Q4_1: 5, as the file):
+ *   256  q[k / 8][column][k % 4] in nibbles, as Q4_K's sub-blocks
+ *    32  d[column] as f16 (Q4_1: then 32 of m[column] as f16)
+ *
+ * Q5_0 (blocks of 32, w = d * (q - 16), q in 0..31) takes Q8_0's layout
+ * with its values q - 16: the same products, 544 bytes per 512 weights
+ * (8.5 bits a weight against the file's 5.5).
+ *
+ * Q5_K is Q4_K's arithmetic with 5-bit q, kept as bytes: for each group,
+ * each super-block, 4416 bytes (8.6 bits a weight against the file's 5.5):
+ *  4096  q[sub-block][k / 4][column][k % 4]  (Q8_0's order, unsigned)
+ *   128  sc, 128 m, 32 d, 32 dmin as Q4_K's
+ *
+ * Q6_K (super-blocks of 256 in 16 sub-blocks of 16, w = d * sc * (q - 32),
+ * q in 0..63, sc a signed byte): each input block of 32 holds two
+ * sub-blocks, each with its own sum
+ *
+ *   dot_h = sum over the 16 inputs of q * q_x - 32 * sum(q_x)
+ *
+ * exact in int32 (the input's sums of 16 taken when it is quantized), and
+ *
+ *   y[r, j] = sum over sub-blocks h of (float)dot_h * ((d * sc_h) * d_x)
+ *
+ * For each group, each super-block, 4384 bytes (8.6 bits a weight against
+ * the file's 6.6):
+ *  4096  q as Q5_K's
+ *   256  sc[sub-block][column] (signed)
+ *    32  d[column] as f16
+ *
  * fp8 e4m3 has no int8 form of its own: its blocks of 32 become Q8_0's
  * layout at load with a power-of-two scale, d = 2^(E - 6) for the block's
  * largest exponent E. e4m3's values are (8 + f) 2^(e - 3), so the 4 binades
@@ -62,6 +98,8 @@
 
 #define PD_I8_BLOCK 544
 #define PD_I8K_BLOCK 2368
+#define PD_I8K5_BLOCK 4416
+#define PD_I8K6_BLOCK 4384
 /* A tile: PD_I8_MR input rows by PD_I8_NG groups of 16 output rows, its
  * 12 int32 and 12 f32 accumulators in registers (measured on the AVX-512
  * EPYC with [1536, 3072] x [3072, 3072]: 6x2 and 5x2 equal, 4x3 within 1%,
@@ -73,23 +111,97 @@
  * from the cache. */
 #define PD_I8_ROWS_PER_TASK 96
 
-/* Inputs of one group's unit of T in the layout: a block (Q8_0, fp8) or
- * a super-block (Q4_K). */
+/* A K-quant: super-blocks of 256 inputs. */
+static int pd_i8_k(enum pd_qtype t)
+{
+	return t == PD_Q_Q4_K || t == PD_Q_Q5_K || t == PD_Q_Q6_K;
+}
+
+/* Inputs of one group's unit of T in the layout: a block (Q8_0, Q5_0,
+ * fp8, Q4_0, Q4_1) or a super-block (the K-quants). */
 static int64_t pd_i8_unit(enum pd_qtype t)
 {
-	return t == PD_Q_Q4_K ? 256 : 32;
+	return pd_i8_k(t) ? 256 : 32;
 }
 
 int pd_cpu_i8_has(enum pd_qtype t, int64_t n_in)
 {
 	/* fp8's blocks of 1 make any width: whole blocks of 32 inputs only */
-	return (t == PD_Q_Q8_0 || t == PD_Q_Q4_K || t == PD_Q_F8_E4M3) && n_in % pd_i8_unit(t) == 0;
+	return (t == PD_Q_Q8_0 || t == PD_Q_Q5_0 || t == PD_Q_Q4_0 || t == PD_Q_Q4_1 || t == PD_Q_Q4_K ||
+		t == PD_Q_Q5_K || t == PD_Q_Q6_K || t == PD_Q_F8_E4M3) &&
+	       n_in % pd_i8_unit(t) == 0;
 }
 
 /* Bytes of that unit. */
 static size_t pd_i8_unit_bytes(enum pd_qtype t)
 {
-	return t == PD_Q_Q4_K ? PD_I8K_BLOCK : PD_I8_BLOCK;
+	switch (t) {
+	case PD_Q_Q4_K: return PD_I8K_BLOCK;
+	case PD_Q_Q5_K: return PD_I8K5_BLOCK;
+	case PD_Q_Q6_K: return PD_I8K6_BLOCK;
+	case PD_Q_Q4_0: return 288;
+	case PD_Q_Q4_1: return 320;
+	default: return PD_I8_BLOCK;
+	}
+}
+
+/* The integers of block B (inputs 32 B to 32 B + 31) of a row of T at ROW
+ * into V, read from ggml's layouts as pd_quant_decode does: Q8_0's values,
+ * Q5_0's q - 16 (both signed); Q4_0's, Q4_1's, Q4_K's, Q5_K's and Q6_K's q
+ * (unsigned; Q6_K's - 32 is applied through the input's sums). */
+static void pd_i8_ints(enum pd_qtype t, const unsigned char *row, int64_t b, int *v)
+{
+	const unsigned char *s;
+	uint32_t qh;
+	int sb = (int)(b % 8);
+
+	switch (t) {
+	case PD_Q_Q8_0:
+		for (int k = 0; k < 32; k++)
+			v[k] = (signed char)row[b * 34 + 2 + k];
+		break;
+	case PD_Q_Q5_0:
+		s = row + b * 22;
+		qh = (uint32_t)s[2] | (uint32_t)s[3] << 8 | (uint32_t)s[4] << 16 | (uint32_t)s[5] << 24;
+		for (int j = 0; j < 16; j++) {
+			v[j] = (int)((s[6 + j] & 0xF) | (((qh >> j) << 4) & 0x10)) - 16;
+			v[j + 16] = (int)((s[6 + j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16;
+		}
+		break;
+	case PD_Q_Q4_0:
+	case PD_Q_Q4_1:
+		s = row + b * (t == PD_Q_Q4_0 ? 18 : 20) + (t == PD_Q_Q4_0 ? 2 : 4);
+		for (int j = 0; j < 16; j++) {
+			v[j] = s[j] & 0xF;
+			v[j + 16] = s[j] >> 4;
+		}
+		break;
+	case PD_Q_Q4_K:
+		s = row + (b / 8) * 144;
+		for (int k = 0; k < 32; k++)
+			v[k] = (s[16 + 32 * (sb / 2) + k] >> (4 * (sb % 2))) & 0xF;
+		break;
+	case PD_Q_Q5_K:
+		/* d, dmin, 12 bytes of scales, qh[32], qs[128] */
+		s = row + (b / 8) * 176;
+		for (int k = 0; k < 32; k++)
+			v[k] = ((s[48 + 32 * (sb / 2) + k] >> (4 * (sb % 2))) & 0xF) | (((s[16 + k] >> sb) & 1) << 4);
+		break;
+	case PD_Q_Q6_K:
+		/* ql[128], qh[64], scales[16], d: input e of the super-block in
+		 * its half c = e / 128, quarter j, lane l */
+		s = row + (b / 8) * 210;
+		for (int k = 0; k < 32; k++) {
+			int e = sb * 32 + k, c = e / 128, j = e % 128 / 32, l = e % 32;
+
+			v[k] = ((s[64 * c + l + 32 * (j & 1)] >> (4 * (j / 2))) & 0xF) |
+			       (((s[128 + 32 * c + l] >> (2 * j)) & 3) << 4);
+		}
+		break;
+	default:
+		memset(v, 0, 32 * sizeof(*v));
+		break;
+	}
 }
 
 int64_t pd_cpu_i8_groups(int64_t n_out)
@@ -127,32 +239,59 @@ static void pd_i8_from_fp8(const unsigned char *src, int8_t *q, unsigned char *d
 	memcpy(d, &h, 2);
 }
 
-static void pd_i8_pack_q4_k(unsigned char *dst, int64_t n_out, int64_t n_in, const unsigned char *blocks,
-			    size_t row_bytes)
+/* Output C's 32 unsigned values V of a block into the nibbles at O (Q4_K's
+ * sub-block order). */
+static void pd_i8_put_nibbles(unsigned char *o, int c, const int *v)
 {
-	int64_t nb = n_in / 256, groups = pd_cpu_i8_groups(n_out);
+	for (int k = 0; k < 32; k++)
+		o[(k / 8) * 64 + c * 4 + k % 4] |= (unsigned char)(k % 8 < 4 ? v[k] : v[k] << 4);
+}
+
+/* The K-quants (super-blocks of 256) and Q4_0/Q4_1 (blocks of 32). */
+static void pd_i8_pack_units(unsigned char *dst, enum pd_qtype t, int64_t n_out, int64_t n_in,
+			     const unsigned char *blocks, size_t row_bytes)
+{
+	int64_t units = n_in / pd_i8_unit(t), groups = pd_cpu_i8_groups(n_out);
+	size_t ub = pd_i8_unit_bytes(t), fb = (size_t)pd_quant_info(t)->block_bytes;
+	/* where the q values end and the scales start */
+	size_t qa = t == PD_Q_Q4_K ? 2048 : t == PD_Q_Q4_0 || t == PD_Q_Q4_1 ? 256 : 4096;
 
 #pragma omp parallel for schedule(static)
 	for (int64_t g = 0; g < groups; g++)
-		for (int64_t b = 0; b < nb; b++) {
-			unsigned char *o = dst + ((size_t)g * (size_t)nb + (size_t)b) * PD_I8K_BLOCK;
+		for (int64_t u = 0; u < units; u++) {
+			unsigned char *o = dst + ((size_t)g * (size_t)units + (size_t)u) * ub;
 
 			/* padding: q 0, scales 0 */
-			memset(o, 0, PD_I8K_BLOCK);
+			memset(o, 0, ub);
 			for (int c = 0; c < 16 && g * 16 + c < n_out; c++) {
-				const unsigned char *s = blocks + (size_t)(g * 16 + c) * row_bytes + (size_t)b * 144;
+				const unsigned char *row = blocks + (size_t)(g * 16 + c) * row_bytes, *s = row + (size_t)u * fb;
+				int v[32];
 
-				memcpy(o + 2304 + 2 * c, s, 2);
-				memcpy(o + 2336 + 2 * c, s + 2, 2);
+				if (t == PD_Q_Q4_0 || t == PD_Q_Q4_1) {
+					pd_i8_ints(t, row, u, v);
+					pd_i8_put_nibbles(o, c, v);
+					memcpy(o + qa + 2 * c, s, 2);
+					if (t == PD_Q_Q4_1)
+						memcpy(o + qa + 32 + 2 * c, s + 2, 2);
+					continue;
+				}
 				for (int sb = 0; sb < 8; sb++) {
-					pd_scale_min_k4(sb, s + 4, &o[2048 + sb * 16 + c], &o[2176 + sb * 16 + c]);
-					for (int k = 0; k < 32; k++) {
-						/* value k of sub-block sb: ggml's nibble of byte 32 (sb / 2) + k */
-						int q = (s[16 + 32 * (sb / 2) + k] >> (4 * (sb % 2))) & 0xF;
-						unsigned char *byte = &o[sb * 256 + (k / 8) * 64 + c * 4 + k % 4];
-
-						*byte |= (unsigned char)(k % 8 < 4 ? q : q << 4);
-					}
+					pd_i8_ints(t, row, u * 8 + sb, v);
+					if (t == PD_Q_Q4_K)
+						pd_i8_put_nibbles(o + sb * 256, c, v);
+					else
+						for (int k = 0; k < 32; k++)
+							o[sb * 512 + (k / 4) * 64 + c * 4 + k % 4] = (unsigned char)v[k];
+					if (t != PD_Q_Q6_K)
+						pd_scale_min_k4(sb, s + 4, &o[qa + sb * 16 + c], &o[qa + 128 + sb * 16 + c]);
+				}
+				if (t == PD_Q_Q6_K) {
+					for (int h = 0; h < 16; h++)
+						o[qa + h * 16 + c] = s[192 + h];
+					memcpy(o + qa + 256 + 2 * c, s + 208, 2);
+				} else {
+					memcpy(o + qa + 256 + 2 * c, s, 2);
+					memcpy(o + qa + 288 + 2 * c, s + 2, 2);
 				}
 			}
 		}
@@ -163,9 +302,10 @@ void pd_cpu_i8_pack(unsigned char *dst, enum pd_qtype t, int64_t n_out, int64_t 
 {
 	int64_t nb = n_in / 32, groups = pd_cpu_i8_groups(n_out);
 	int fp8 = t == PD_Q_F8_E4M3;
+	size_t fb = fp8 ? 32 : (size_t)pd_quant_info(t)->block_bytes;
 
-	if (t == PD_Q_Q4_K) {
-		pd_i8_pack_q4_k(dst, n_out, n_in, blocks, row_bytes);
+	if (t != PD_Q_Q8_0 && t != PD_Q_Q5_0 && !fp8) {
+		pd_i8_pack_units(dst, t, n_out, n_in, blocks, row_bytes);
 		return;
 	}
 #pragma omp parallel for schedule(static)
@@ -177,14 +317,18 @@ void pd_cpu_i8_pack(unsigned char *dst, enum pd_qtype t, int64_t n_out, int64_t 
 			memset(o, 128, 512);
 			memset(o + 512, 0, 32);
 			for (int c = 0; c < 16 && g * 16 + c < n_out; c++) {
-				const unsigned char *s = blocks + (size_t)(g * 16 + c) * row_bytes + (size_t)b * (fp8 ? 32 : 34);
+				const unsigned char *row = blocks + (size_t)(g * 16 + c) * row_bytes, *s = row + (size_t)b * fb;
 				int8_t q[32];
 
 				if (fp8) {
 					pd_i8_from_fp8(s, q, o + 512 + 2 * c);
 				} else {
+					int v[32];
+
+					pd_i8_ints(t, row, b, v);
 					memcpy(o + 512 + 2 * c, s, 2);
-					memcpy(q, s + 2, 32);
+					for (int k = 0; k < 32; k++)
+						q[k] = (int8_t)v[k];
 				}
 				for (int k = 0; k < 32; k++)
 					o[(k / 4) * 64 + c * 4 + k % 4] = (unsigned char)(q[k] + 128);
@@ -193,8 +337,8 @@ void pd_cpu_i8_pack(unsigned char *dst, enum pd_qtype t, int64_t n_out, int64_t 
 }
 
 /* One block of 32 inputs: its values, scale, -128 * their sum and scale
- * * their sum. */
-static void pd_i8_quant_block(const float *x, int8_t *q, float *d, int32_t *corr, float *sx)
+ * * their sum; the sums of its two halves into H unless NULL. */
+static void pd_i8_quant_block(const float *x, int8_t *q, float *d, int32_t *corr, float *sx, int32_t *h)
 {
 	float amax = 0, id;
 	int32_t sum = 0;
@@ -212,7 +356,11 @@ static void pd_i8_quant_block(const float *x, int8_t *q, float *d, int32_t *corr
 		v = v != v ? -127.0f : v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
 		q[k] = (int8_t)v;
 		sum += q[k];
+		if (h && k == 15)
+			h[0] = sum;
 	}
+	if (h)
+		h[1] = sum - h[0];
 	*corr = -128 * sum;
 	*sx = *d * (float)sum;
 }
@@ -220,7 +368,7 @@ static void pd_i8_quant_block(const float *x, int8_t *q, float *d, int32_t *corr
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static void pd_i8_quant_block_avx512(const float *x, int8_t *q,
 											   float *d, int32_t *corr,
-											   float *sx)
+											   float *sx, int32_t *h)
 {
 	int32_t sum;
 	__m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16), iv;
@@ -239,13 +387,17 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void pd_i8_quant_blo
 	_mm_storeu_si128((__m128i *)q, _mm512_cvtepi32_epi8(q0));
 	_mm_storeu_si128((__m128i *)(q + 16), _mm512_cvtepi32_epi8(q1));
 	sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+	if (h) {
+		h[0] = _mm512_reduce_add_epi32(q0);
+		h[1] = sum - h[0];
+	}
 	*corr = -128 * sum;
 	*sx = *d * (float)sum;
 }
 #endif
 
 void pd_cpu_i8_quant_rows(const struct pd_cpu *cpu, const float *x, int64_t ldx, int64_t rows, int64_t n_in,
-			  int8_t *xq, float *xd, int32_t *xc, float *xs)
+			  int8_t *xq, float *xd, int32_t *xc, float *xs, int32_t *xh)
 {
 	int64_t nb = n_in / 32;
 
@@ -257,12 +409,14 @@ void pd_cpu_i8_quant_rows(const struct pd_cpu *cpu, const float *x, int64_t ldx,
 
 #if defined(__x86_64__) && defined(__GNUC__)
 			if (cpu->avx512) {
-				pd_i8_quant_block_avx512(s, q, xd + r * nb + b, xc + r * nb + b, xs + r * nb + b);
+				pd_i8_quant_block_avx512(s, q, xd + r * nb + b, xc + r * nb + b, xs + r * nb + b,
+							 xh ? xh + 2 * (r * nb + b) : NULL);
 				continue;
 			}
 #endif
 			(void)cpu;
-			pd_i8_quant_block(s, q, xd + r * nb + b, xc + r * nb + b, xs + r * nb + b);
+			pd_i8_quant_block(s, q, xd + r * nb + b, xc + r * nb + b, xs + r * nb + b,
+					  xh ? xh + 2 * (r * nb + b) : NULL);
 		}
 }
 
@@ -372,80 +526,114 @@ static inline int32_t pd_i8_word(const int8_t *p)
 }
 
 /* A tile's inputs: PD_I8_MR rows (a short tile repeats its last) as
- * quantized values, their blocks' scales and corrections. */
+ * quantized values, their blocks' scales and sums. */
 struct pd_i8_rows {
 	const int8_t *q[PD_I8_MR];      /* [n_in] each */
 	const float *d[PD_I8_MR];       /* [n_in / 32] each */
 	const int32_t *c[PD_I8_MR];     /* [n_in / 32] each: -128 * sum(q) */
 	const float *s[PD_I8_MR];       /* [n_in / 32] each: scale * sum(q) */
+	const int32_t *h[PD_I8_MR];     /* [n_in / 16] each: sum(q) of each 16 (Q6_K only) */
 };
 
-/* ACC plus row R's block B times output C of the Q8_0 block at O. */
-static float pd_i8_q8_0_unit(const struct pd_i8_rows *x, int r, int64_t b, const unsigned char *o, int c, float acc)
+/* A group's f16 value for output C at P. */
+static float pd_i8_half(const unsigned char *p, int c)
+{
+	uint16_t h;
+
+	memcpy(&h, p + 2 * c, 2);
+	return pd_f16_to_f32(h);
+}
+
+/* Row R's block B (inputs 32 B on) times output C of the block's bytes at
+ * O, unsigned in Q8_0's order ([k / 4][column][k % 4]), or nibbles in
+ * Q4_K's ([k / 8][column][k % 4]) with NIBBLES; from S. */
+static int32_t pd_i8_dot(const struct pd_i8_rows *x, int r, int64_t b, const unsigned char *o, int c, int nibbles,
+			 int k0, int k1, int32_t s)
 {
 	const int8_t *q = x->q[r] + b * 32;
-	uint16_t dh;
-	int32_t s = x->c[r][b];
 
-	memcpy(&dh, o + 512 + 2 * c, 2);
-	for (int k = 0; k < 32; k++)
-		s += (int32_t)o[(k / 4) * 64 + c * 4 + k % 4] * q[k];
-	return fmaf((float)s, pd_f16_to_f32(dh) * x->d[r][b], acc);
-}
+	for (int k = k0; k < k1; k++) {
+		int v = nibbles ? o[(k / 8) * 64 + c * 4 + k % 4] : o[(k / 4) * 64 + c * 4 + k % 4];
 
-/* ACC plus row R's blocks 8 B to 8 B + 7 times output C of the Q4_K
- * super-block at O. */
-static float pd_i8_q4_k_unit(const struct pd_i8_rows *x, int r, int64_t b, const unsigned char *o, int c, float acc)
-{
-	uint16_t dh, mh;
-	float d, dmin;
-
-	memcpy(&dh, o + 2304 + 2 * c, 2);
-	memcpy(&mh, o + 2336 + 2 * c, 2);
-	d = pd_f16_to_f32(dh);
-	dmin = pd_f16_to_f32(mh);
-	for (int sb = 0; sb < 8; sb++) {
-		const int8_t *q = x->q[r] + b * 256 + sb * 32;
-		int64_t xb = b * 8 + sb;
-		float d1 = d * (float)o[2048 + sb * 16 + c], m1 = dmin * (float)o[2176 + sb * 16 + c];
-		int32_t s = 0;
-
-		for (int k = 0; k < 32; k++) {
-			unsigned char v = o[sb * 256 + (k / 8) * 64 + c * 4 + k % 4];
-
-			s += (int32_t)(k % 8 < 4 ? v & 0xF : v >> 4) * q[k];
-		}
-		acc = fmaf((float)s, d1 * x->d[r][xb], acc);
-		acc = fmaf(-m1, x->s[r][xb], acc);
+		if (nibbles)
+			v = k % 8 < 4 ? v & 0xF : v >> 4;
+		s += (int32_t)v * q[k];
 	}
-	return acc;
+	return s;
 }
 
-/* The tile of rows X by the groups at W0 and W1 (UNITS blocks, or Q4_K's
- * super-blocks with K4, each): T[r * PD_I8_COLS + c]. */
-static void pd_i8_tile_portable(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1,
-				int64_t units, int k4, float *t)
+/* ACC plus row R's inputs of unit B times output C of the unit at O
+ * (T's layout), in the VNNI kernels' order of operations. */
+static float pd_i8_unit_portable(enum pd_qtype t, const struct pd_i8_rows *x, int r, int64_t b,
+				 const unsigned char *o, int c, float acc)
 {
-	size_t ub = k4 ? PD_I8K_BLOCK : PD_I8_BLOCK;
+	switch (t) {
+	case PD_Q_Q4_0:
+	case PD_Q_Q4_1: {
+		float d = pd_i8_half(o + 256, c), m = t == PD_Q_Q4_1 ? pd_i8_half(o + 288, c) : d * -8.0f;
+
+		acc = fmaf((float)pd_i8_dot(x, r, b, o, c, 1, 0, 32, 0), d * x->d[r][b], acc);
+		return fmaf(m, x->s[r][b], acc);
+	}
+	case PD_Q_Q4_K:
+	case PD_Q_Q5_K: {
+		int nib = t == PD_Q_Q4_K;
+		const unsigned char *e = o + (nib ? 2048 : 4096);
+		float d = pd_i8_half(e + 256, c), dmin = pd_i8_half(e + 288, c);
+
+		for (int sb = 0; sb < 8; sb++) {
+			int64_t xb = b * 8 + sb;
+			float d1 = d * (float)e[sb * 16 + c], m1 = dmin * (float)e[128 + sb * 16 + c];
+
+			acc = fmaf((float)pd_i8_dot(x, r, xb, o + sb * (nib ? 256 : 512), c, nib, 0, 32, 0),
+				   d1 * x->d[r][xb], acc);
+			acc = fmaf(-m1, x->s[r][xb], acc);
+		}
+		return acc;
+	}
+	case PD_Q_Q6_K: {
+		float d = pd_i8_half(o + 4352, c);
+
+		for (int sb = 0; sb < 8; sb++)
+			for (int h = 0; h < 2; h++) {
+				int64_t xb = b * 8 + sb;
+				int32_t s = pd_i8_dot(x, r, xb, o + sb * 512, c, 0, 16 * h, 16 * h + 16,
+						      -32 * x->h[r][2 * xb + h]);
+
+				acc = fmaf((float)s, (d * (float)(int8_t)o[4096 + (sb * 2 + h) * 16 + c]) * x->d[r][xb], acc);
+			}
+		return acc;
+	}
+	default:
+		/* Q8_0's layout: q + 128, from -128 sum(q_x) */
+		return fmaf((float)pd_i8_dot(x, r, b, o, c, 0, 0, 32, x->c[r][b]), pd_i8_half(o + 512, c) * x->d[r][b],
+			    acc);
+	}
+}
+
+/* The tile of rows X by the groups at W0 and W1 (UNITS units of T each):
+ * T[r * PD_I8_COLS + c]. */
+static void pd_i8_tile_portable(enum pd_qtype t, const struct pd_i8_rows *x, const unsigned char *w0,
+				const unsigned char *w1, int64_t units, float *tile)
+{
+	size_t ub = pd_i8_unit_bytes(t);
 
 	for (int r = 0; r < PD_I8_MR; r++)
 		for (int g = 0; g < PD_I8_NG; g++)
 			for (int c = 0; c < 16; c++) {
 				float acc = 0;
 
-				for (int64_t b = 0; b < units; b++) {
-					const unsigned char *o = (g ? w1 : w0) + (size_t)b * ub;
-
-					acc = k4 ? pd_i8_q4_k_unit(x, r, b, o, c, acc) : pd_i8_q8_0_unit(x, r, b, o, c, acc);
-				}
-				t[r * PD_I8_COLS + g * 16 + c] = acc;
+				for (int64_t b = 0; b < units; b++)
+					acc = pd_i8_unit_portable(t, x, r, b, (g ? w1 : w0) + (size_t)b * ub, c, acc);
+				tile[r * PD_I8_COLS + g * 16 + c] = acc;
 			}
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
 /* The VNNI tiles' rows, written out (the registers are named, not indexed,
  * so the compiler keeps them in registers): M applied to rows 0 to 5; the
- * 12 f32 accumulators f<row><group>, zero; stored into T. */
+ * 12 f32 accumulators f<row><group>, zero, and the 12 int32 ones
+ * i<row><group>; stored into T. */
 #define PD_I8_EACH_ROW(M) \
 	do {              \
 		M(0);     \
@@ -457,108 +645,210 @@ static void pd_i8_tile_portable(const struct pd_i8_rows *x, const unsigned char 
 	} while (0)
 #define PD_I8_ACCUMULATORS                                                                      \
 	__m512 f00 = _mm512_setzero_ps(), f01 = f00, f10 = f00, f11 = f00, f20 = f00, f21 = f00; \
-	__m512 f30 = f00, f31 = f00, f40 = f00, f41 = f00, f50 = f00, f51 = f00
+	__m512 f30 = f00, f31 = f00, f40 = f00, f41 = f00, f50 = f00, f51 = f00;                  \
+	__m512i i00, i01, i10, i11, i20, i21, i30, i31, i40, i41, i50, i51
 #define PD_I8_STORE(r)                                          \
 	do {                                                    \
 		_mm512_storeu_ps(t + r * PD_I8_COLS, f##r##0);      \
 		_mm512_storeu_ps(t + r * PD_I8_COLS + 16, f##r##1); \
 	} while (0)
+/* Each row's int32 sums start from V(r). */
+#define PD_I8_START(V)                                                                                        \
+	do {                                                                                                  \
+		i00 = i01 = _mm512_set1_epi32(V(0));                                                          \
+		i10 = i11 = _mm512_set1_epi32(V(1));                                                          \
+		i20 = i21 = _mm512_set1_epi32(V(2));                                                          \
+		i30 = i31 = _mm512_set1_epi32(V(3));                                                          \
+		i40 = i41 = _mm512_set1_epi32(V(4));                                                          \
+		i50 = i51 = _mm512_set1_epi32(V(5));                                                          \
+	} while (0)
+#define PD_I8_ZERO(r) 0
+/* The int32 sums plus the inputs XO + 4 V to XO + 4 V + 3 of each row times
+ * the byte vectors at Q0 + 64 V and Q1 + 64 V (V from V0 to V1 - 1: Q8_0's
+ * order). */
+#define PD_I8_BYTES(q0, q1, xo, v0, v1)                                                                       \
+	for (int64_t v = v0, xo_ = (xo); v < v1; v++) {                                                      \
+		__m512i a, b0 = _mm512_loadu_si512((q0) + v * 64), b1 = _mm512_loadu_si512((q1) + v * 64);     \
+		PD_I8_EACH_ROW(PD_I8_DPBUSD);                                                                  \
+	}
+#define PD_I8_DPBUSD(r)                                                         \
+	a = _mm512_set1_epi32(pd_i8_word(x->q[r] + xo_ + v * 4));              \
+	i##r##0 = _mm512_dpbusd_epi32(i##r##0, b0, a);                          \
+	i##r##1 = _mm512_dpbusd_epi32(i##r##1, b1, a)
+/* The same for 32 inputs at XO whose values are nibbles (Q4_K's order:
+ * one load gives inputs 8 p to 8 p + 3 and the next 4). */
+#define PD_I8_NIBBLES(q0, q1, xo)                                                                              \
+	for (int64_t p = 0, xo_ = (xo); p < 4; p++) {                                                         \
+		__m512i a, n0 = _mm512_loadu_si512((q0) + p * 64), n1 = _mm512_loadu_si512((q1) + p * 64);      \
+		__m512i l0 = _mm512_and_si512(n0, low), l1 = _mm512_and_si512(n1, low);                         \
+		__m512i h0 = _mm512_and_si512(_mm512_srli_epi16(n0, 4), low);                                   \
+		__m512i h1 = _mm512_and_si512(_mm512_srli_epi16(n1, 4), low);                                   \
+		PD_I8_EACH_ROW(PD_I8_DPBUSD_NIBBLES);                                                           \
+	}
+#define PD_I8_DPBUSD_NIBBLES(r)                                                  \
+	a = _mm512_set1_epi32(pd_i8_word(x->q[r] + xo_ + p * 8));               \
+	i##r##0 = _mm512_dpbusd_epi32(i##r##0, l0, a);                           \
+	i##r##1 = _mm512_dpbusd_epi32(i##r##1, l1, a);                           \
+	a = _mm512_set1_epi32(pd_i8_word(x->q[r] + xo_ + p * 8 + 4));           \
+	i##r##0 = _mm512_dpbusd_epi32(i##r##0, h0, a);                           \
+	i##r##1 = _mm512_dpbusd_epi32(i##r##1, h1, a)
+/* f += (float)i * (D * the row's block scale), for block XB. */
+#define PD_I8_SCALE(r)                                                                                  \
+	do {                                                                                            \
+		__m512 s = _mm512_set1_ps(x->d[r][xb]);                                                 \
+		f##r##0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##r##0), _mm512_mul_ps(d0, s), f##r##0); \
+		f##r##1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##r##1), _mm512_mul_ps(d1, s), f##r##1); \
+	} while (0)
+/* f += M * the row's block scale * sum (block XB). */
+#define PD_I8_MIN(r)                                                      \
+	do {                                                              \
+		__m512 sx = _mm512_set1_ps(x->s[r][xb]);                  \
+		f##r##0 = _mm512_fmadd_ps(m0, sx, f##r##0);               \
+		f##r##1 = _mm512_fmadd_ps(m1, sx, f##r##1);               \
+	} while (0)
+#define PD_I8_CORR(r) x->c[r][xb]
+#define PD_I8_Q6_SUM(r) (-32 * x->h[r][2 * xb + hf])
 
+/* Q8_0's layout (Q8_0, Q5_0, fp8). */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void
 pd_i8_tile_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t)
 {
 	PD_I8_ACCUMULATORS;
-	const int8_t *x0 = x->q[0], *x1 = x->q[1], *x2 = x->q[2], *x3 = x->q[3], *x4 = x->q[4], *x5 = x->q[5];
 
-	for (int64_t b = 0; b < nb; b++, w0 += PD_I8_BLOCK, w1 += PD_I8_BLOCK) {
-		/* each row's sums start from its block's -128 sum(q_x) */
-		__m512i i00 = _mm512_set1_epi32(x->c[0][b]), i01 = i00, i10 = _mm512_set1_epi32(x->c[1][b]), i11 = i10;
-		__m512i i20 = _mm512_set1_epi32(x->c[2][b]), i21 = i20, i30 = _mm512_set1_epi32(x->c[3][b]), i31 = i30;
-		__m512i i40 = _mm512_set1_epi32(x->c[4][b]), i41 = i40, i50 = _mm512_set1_epi32(x->c[5][b]), i51 = i50;
+	for (int64_t xb = 0; xb < nb; xb++, w0 += PD_I8_BLOCK, w1 += PD_I8_BLOCK) {
 		__m512 d0, d1;
 
-		for (int k = 0; k < 32; k += 4) {
-			__m512i a, v0 = _mm512_loadu_si512(w0 + k * 16), v1 = _mm512_loadu_si512(w1 + k * 16);
-
-#define PD_I8_ROW(r)                                                   \
-	a = _mm512_set1_epi32(pd_i8_word(x##r + b * 32 + k));           \
-	i##r##0 = _mm512_dpbusd_epi32(i##r##0, v0, a);                 \
-	i##r##1 = _mm512_dpbusd_epi32(i##r##1, v1, a)
-			PD_I8_EACH_ROW(PD_I8_ROW);
-#undef PD_I8_ROW
-		}
+		/* each row's sums start from its block's -128 sum(q_x) */
+		PD_I8_START(PD_I8_CORR);
+		PD_I8_BYTES(w0, w1, xb * 32, 0, 8);
 		d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + 512)));
 		d1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + 512)));
-#define PD_I8_SCALE(r)                                                                                  \
-	do {                                                                                            \
-		__m512 s = _mm512_set1_ps(x->d[r][b]);                                                  \
-		f##r##0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##r##0), _mm512_mul_ps(d0, s), f##r##0); \
-		f##r##1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##r##1), _mm512_mul_ps(d1, s), f##r##1); \
-	} while (0)
 		PD_I8_EACH_ROW(PD_I8_SCALE);
-#undef PD_I8_SCALE
 	}
 	PD_I8_EACH_ROW(PD_I8_STORE);
 }
-#endif
 
-#if defined(__x86_64__) && defined(__GNUC__)
-/* A group's 16 six-bit values of a sub-block, times its f16 super-block
- * scale (as pd_quant_decode's d * sc). */
-__attribute__((target("avx512f"))) static inline __m512 pd_i8_k_scale(const unsigned char *sc, __m512 d)
+/* Q4_0 and Q4_1 (Q41): nibbles, d and m per block. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static inline __attribute__((always_inline)) void
+pd_i8_tile_q4_body(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t,
+		   const int q41)
 {
-	return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)sc))));
+	const __m512i low = _mm512_set1_epi8(0x0F);
+	const size_t ub = q41 ? 320 : 288;
+	PD_I8_ACCUMULATORS;
+
+	for (int64_t xb = 0; xb < nb; xb++, w0 += ub, w1 += ub) {
+		__m512 d0, d1, m0, m1;
+
+		PD_I8_START(PD_I8_ZERO);
+		PD_I8_NIBBLES(w0, w1, xb * 32);
+		d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + 256)));
+		d1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + 256)));
+		if (q41) {
+			m0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + 288)));
+			m1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + 288)));
+		} else {
+			m0 = _mm512_mul_ps(d0, _mm512_set1_ps(-8.0f));
+			m1 = _mm512_mul_ps(d1, _mm512_set1_ps(-8.0f));
+		}
+		PD_I8_EACH_ROW(PD_I8_SCALE);
+		PD_I8_EACH_ROW(PD_I8_MIN);
+	}
+	PD_I8_EACH_ROW(PD_I8_STORE);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void
+pd_i8_tile_q4_0_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t)
+{
+	pd_i8_tile_q4_body(x, w0, w1, nb, t, 0);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void
+pd_i8_tile_q4_1_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t)
+{
+	pd_i8_tile_q4_body(x, w0, w1, nb, t, 1);
+}
+
+/* A group's 16 six-bit values of a sub-block, times its f16 super-block
+ * scale (as pd_quant_decode's d * sc); signed bytes with SIGNED. */
+__attribute__((target("avx512f"))) static inline __m512 pd_i8_k_scale(const unsigned char *sc, __m512 d, int sgn)
+{
+	__m128i b = _mm_loadu_si128((const __m128i *)sc);
+
+	return _mm512_mul_ps(d, _mm512_cvtepi32_ps(sgn ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b)));
+}
+
+/* Q4_K (nibbles) and Q5_K (bytes, NIB 0). */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static inline __attribute__((always_inline)) void
+pd_i8_tile_k_body(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t,
+		  const int nib)
+{
+	const __m512i low = _mm512_set1_epi8(0x0F);
+	const size_t ub = nib ? PD_I8K_BLOCK : PD_I8K5_BLOCK, qa = nib ? 2048 : 4096;
+	PD_I8_ACCUMULATORS;
+
+	for (int64_t b = 0; b < nb; b++, w0 += ub, w1 += ub) {
+		__m512 dd0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + qa + 256)));
+		__m512 dd1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + qa + 256)));
+		__m512 dm0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + qa + 288)));
+		__m512 dm1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + qa + 288)));
+
+		for (int sb = 0; sb < 8; sb++) {
+			const int64_t xb = b * 8 + sb;
+			__m512 d0, d1, m0, m1;
+
+			PD_I8_START(PD_I8_ZERO);
+			if (nib) {
+				PD_I8_NIBBLES(w0 + sb * 256, w1 + sb * 256, xb * 32);
+			} else {
+				PD_I8_BYTES(w0 + sb * 512, w1 + sb * 512, xb * 32, 0, 8);
+			}
+			d0 = pd_i8_k_scale(w0 + qa + sb * 16, dd0, 0);
+			d1 = pd_i8_k_scale(w1 + qa + sb * 16, dd1, 0);
+			/* minus dmin * m: the product negated exactly */
+			m0 = _mm512_sub_ps(_mm512_setzero_ps(), pd_i8_k_scale(w0 + qa + 128 + sb * 16, dm0, 0));
+			m1 = _mm512_sub_ps(_mm512_setzero_ps(), pd_i8_k_scale(w1 + qa + 128 + sb * 16, dm1, 0));
+			PD_I8_EACH_ROW(PD_I8_SCALE);
+			PD_I8_EACH_ROW(PD_I8_MIN);
+		}
+	}
+	PD_I8_EACH_ROW(PD_I8_STORE);
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void
 pd_i8_tile_q4_k_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t)
 {
-	const __m512i low = _mm512_set1_epi8(0x0F);
+	pd_i8_tile_k_body(x, w0, w1, nb, t, 1);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void
+pd_i8_tile_q5_k_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t)
+{
+	pd_i8_tile_k_body(x, w0, w1, nb, t, 0);
+}
+
+/* Q6_K: each block of 32 inputs in its two sub-blocks of 16. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void
+pd_i8_tile_q6_k_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t)
+{
 	PD_I8_ACCUMULATORS;
 
-	for (int64_t b = 0; b < nb; b++, w0 += PD_I8K_BLOCK, w1 += PD_I8K_BLOCK) {
-		__m512 dd0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + 2304)));
-		__m512 dd1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + 2304)));
-		__m512 dm0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + 2336)));
-		__m512 dm1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + 2336)));
+	for (int64_t b = 0; b < nb; b++, w0 += PD_I8K6_BLOCK, w1 += PD_I8K6_BLOCK) {
+		__m512 dd0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + 4352)));
+		__m512 dd1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + 4352)));
 
 		for (int sb = 0; sb < 8; sb++) {
-			const int64_t xo = b * 256 + sb * 32, xb = b * 8 + sb;
-			const unsigned char *q0 = w0 + sb * 256, *q1 = w1 + sb * 256;
-			__m512i i00 = _mm512_setzero_si512(), i01 = i00, i10 = i00, i11 = i00, i20 = i00, i21 = i00;
-			__m512i i30 = i00, i31 = i00, i40 = i00, i41 = i00, i50 = i00, i51 = i00;
-			__m512 d0, d1, m0, m1;
+			const int64_t xb = b * 8 + sb;
 
-			for (int p = 0; p < 4; p++) {
-				__m512i v0 = _mm512_loadu_si512(q0 + p * 64), v1 = _mm512_loadu_si512(q1 + p * 64), a;
-				__m512i l0 = _mm512_and_si512(v0, low), l1 = _mm512_and_si512(v1, low);
-				__m512i h0 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), low);
-				__m512i h1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), low);
+			for (int hf = 0; hf < 2; hf++) {
+				__m512 d0 = pd_i8_k_scale(w0 + 4096 + (sb * 2 + hf) * 16, dd0, 1);
+				__m512 d1 = pd_i8_k_scale(w1 + 4096 + (sb * 2 + hf) * 16, dd1, 1);
 
-#define PD_I8K_ROW(r)                                                                      \
-	a = _mm512_set1_epi32(pd_i8_word(x->q[r] + xo + p * 8));                            \
-	i##r##0 = _mm512_dpbusd_epi32(i##r##0, l0, a);                                     \
-	i##r##1 = _mm512_dpbusd_epi32(i##r##1, l1, a);                                     \
-	a = _mm512_set1_epi32(pd_i8_word(x->q[r] + xo + p * 8 + 4));                        \
-	i##r##0 = _mm512_dpbusd_epi32(i##r##0, h0, a);                                     \
-	i##r##1 = _mm512_dpbusd_epi32(i##r##1, h1, a)
-				PD_I8_EACH_ROW(PD_I8K_ROW);
-#undef PD_I8K_ROW
+				/* the sums start from -32 sum(q_x) of the 16 inputs */
+				PD_I8_START(PD_I8_Q6_SUM);
+				PD_I8_BYTES(w0 + sb * 512, w1 + sb * 512, xb * 32, 4 * hf, 4 * hf + 4);
+				PD_I8_EACH_ROW(PD_I8_SCALE);
 			}
-			d0 = pd_i8_k_scale(w0 + 2048 + sb * 16, dd0);
-			d1 = pd_i8_k_scale(w1 + 2048 + sb * 16, dd1);
-			m0 = pd_i8_k_scale(w0 + 2176 + sb * 16, dm0);
-			m1 = pd_i8_k_scale(w1 + 2176 + sb * 16, dm1);
-#define PD_I8K_SCALE(r)                                                                                  \
-	do {                                                                                             \
-		__m512 s = _mm512_set1_ps(x->d[r][xb]), sx = _mm512_set1_ps(x->s[r][xb]);               \
-		f##r##0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##r##0), _mm512_mul_ps(d0, s), f##r##0); \
-		f##r##1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##r##1), _mm512_mul_ps(d1, s), f##r##1); \
-		f##r##0 = _mm512_fnmadd_ps(m0, sx, f##r##0);                                           \
-		f##r##1 = _mm512_fnmadd_ps(m1, sx, f##r##1);                                           \
-	} while (0)
-			PD_I8_EACH_ROW(PD_I8K_SCALE);
-#undef PD_I8K_SCALE
 		}
 	}
 	PD_I8_EACH_ROW(PD_I8_STORE);
@@ -571,17 +861,27 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 	struct pd_cpu *cpu = CPU(be);
 	int64_t nb = l->n_in / 32, pairs = (l->i8_groups + PD_I8_NG - 1) / PD_I8_NG, units = l->n_in / pd_i8_unit(l->qtype);
 	size_t ub = pd_i8_unit_bytes(l->qtype);
-	int k4 = l->qtype == PD_Q_Q4_K;
+	enum pd_qtype qt = l->qtype;
+	int halves = qt == PD_Q_Q6_K;
 	int64_t chunk = rows < PD_I8_ROWS_PER_TASK ? rows : PD_I8_ROWS_PER_TASK, chunks = (rows + chunk - 1) / chunk;
 	const float *bias = (flags & PD_LIN_NO_BIAS) ? NULL : l->bias_host;
 	float scale = l->scale;
+#if defined(__x86_64__) && defined(__GNUC__)
+	void (*tile)(const struct pd_i8_rows *, const unsigned char *, const unsigned char *, int64_t, float *) = NULL;
+
+	if (cpu->vnni)
+		tile = qt == PD_Q_Q4_K ? pd_i8_tile_q4_k_vnni : qt == PD_Q_Q5_K ? pd_i8_tile_q5_k_vnni :
+		       qt == PD_Q_Q6_K ? pd_i8_tile_q6_k_vnni : qt == PD_Q_Q4_0 ? pd_i8_tile_q4_0_vnni :
+		       qt == PD_Q_Q4_1 ? pd_i8_tile_q4_1_vnni : pd_i8_tile_vnni;
+#endif
 
 	if (pd_cpu_grow(be, (void **)&cpu->xq, &cpu->xq_cap, (size_t)(rows * l->n_in), 1) ||
 	    pd_cpu_grow(be, (void **)&cpu->xd, &cpu->xd_cap, (size_t)(rows * nb), sizeof(float)) ||
 	    pd_cpu_grow(be, (void **)&cpu->xc, &cpu->xc_cap, (size_t)(rows * nb), sizeof(int32_t)) ||
-	    pd_cpu_grow(be, (void **)&cpu->xs, &cpu->xs_cap, (size_t)(rows * nb), sizeof(float)))
+	    pd_cpu_grow(be, (void **)&cpu->xs, &cpu->xs_cap, (size_t)(rows * nb), sizeof(float)) ||
+	    (halves && pd_cpu_grow(be, (void **)&cpu->xh, &cpu->xh_cap, (size_t)(rows * nb * 2), sizeof(int32_t))))
 		return;
-	pd_cpu_i8_quant_rows(cpu, x, ldx, rows, l->n_in, cpu->xq, cpu->xd, cpu->xc, cpu->xs);
+	pd_cpu_i8_quant_rows(cpu, x, ldx, rows, l->n_in, cpu->xq, cpu->xd, cpu->xc, cpu->xs, halves ? cpu->xh : NULL);
 #pragma omp parallel for schedule(static)
 	for (int64_t task = 0; task < pairs * chunks; task++) {
 		int64_t p = task / chunks, r1 = (task % chunks + 1) * chunk < rows ? (task % chunks + 1) * chunk : rows;
@@ -602,15 +902,14 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 				xr.d[r] = cpu->xd + rr * nb;
 				xr.c[r] = cpu->xc + rr * nb;
 				xr.s[r] = cpu->xs + rr * nb;
+				xr.h[r] = halves ? cpu->xh + rr * nb * 2 : NULL;
 			}
 #if defined(__x86_64__) && defined(__GNUC__)
-			if (cpu->vnni && k4)
-				pd_i8_tile_q4_k_vnni(&xr, w0, w1, units, t);
-			else if (cpu->vnni)
-				pd_i8_tile_vnni(&xr, w0, w1, units, t);
+			if (tile)
+				tile(&xr, w0, w1, units, t);
 			else
 #endif
-				pd_i8_tile_portable(&xr, w0, w1, units, k4, t);
+				pd_i8_tile_portable(qt, &xr, w0, w1, units, t);
 #if defined(__x86_64__) && defined(__GNUC__)
 			if (cpu->avx512)
 				pd_i8_post_avx512(t, nr, cols, y + r0 * ldy + j0, ldy, bias ? bias + j0 : NULL, scale, flags);

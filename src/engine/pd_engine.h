@@ -31,6 +31,8 @@ struct pd_engine {
 					 * checking the VAE) at open */
 	double encode_seconds;          /* encoding the prompts at open (0 for embeddings) */
 	enum pd_qtype quantize;         /* the blocks' plain weights encoded at load into this (PD_Q_F32: none) */
+	double kept_stored;             /* info.kept_bytes as the file stores them (before the int8 layout) */
+	int int8_unfit;                 /* auto's int8 layout would not fit where the stored one does: decoded */
 	int n_loras;                    /* adapters in o.loras (their paths copied: the engine's) */
 	struct pd_lora_spec on[PD_MAX_LORAS]; /* the adapters beside the model's layers now (paths copied) */
 	int n_on;                       /* how many */
@@ -126,6 +128,10 @@ void pd_engine_encoder_kinds(const struct pd_dit_family *fam, char *buf, size_t 
 void pd_engine_limits(const struct pd_engine *e, struct pd_mesh_limits *lim);
 int pd_engine_choose_mesh(struct pd_engine *e);
 int pd_engine_check_memory(const struct pd_engine *e, int decodes, int loaded);
+/* The same before loading; where auto's int8 layout of the kept weights
+ * does not fit but the file's does, the products decode them (int8_unfit,
+ * said in the log). */
+int pd_engine_check_memory_layout(struct pd_engine *e, int decodes);
 /* A CPU's int8 products hold kept-quantized weights in their own layout
  * (Q4_K 2.8% above the file's bytes, fp8 6%): INFO's bytes per kept weight
  * made those of the layout TRANSFORMER's tensors (or, QUANTIZE not

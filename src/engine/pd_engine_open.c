@@ -316,6 +316,7 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
 		e->info.kept_fraction = blocks + e->info.fixed_params > 0 ? blocks / (blocks + e->info.fixed_params) : 0;
 		e->info.kept_bytes = (double)q->block_bytes / q->block_size;
 	}
+	e->kept_stored = e->info.kept_bytes;
 	if (pd_engine_held_layout(o, e->dt, e->mp.transformer, encoded, &e->info))
 		return -1;
 	e->fam->defaults(&e->info, &e->dflt);
@@ -513,7 +514,7 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 	/* auto's int8 products on every rank or on none: a mesh of CPUs with
 	 * and without VNNI multiplies alike */
 	if (!e->o.quant_products || !strcmp(e->o.quant_products, "auto")) {
-		int any = pd_comm_any(e->world, e->be->qproducts != PD_QP_INT8);
+		int any = pd_comm_any(e->world, e->be->qproducts != PD_QP_INT8 || e->int8_unfit);
 
 		if (any < 0)
 			return pd_errorf("cannot agree on the quantized layers' products with the other processes");
@@ -613,8 +614,7 @@ int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct p
 	}
 	if (pd_comm_agree(world, rc, &e->dead) || (plan != &dflt && pd_engine_same_everywhere(e, plan)))
 		goto fail;
-	rc = pd_engine_choose_mesh(e) ||
-	     (plan != &dflt && pd_engine_check_memory(e, plan->want_pictures, 0));
+	rc = pd_engine_choose_mesh(e) || (plan != &dflt && pd_engine_check_memory_layout(e, plan->want_pictures));
 	if (pd_comm_agree(world, rc, &e->dead))
 		goto fail;
 	e->o.parallel = NULL;

@@ -301,6 +301,31 @@ int pd_engine_check_memory(const struct pd_engine *e, int decodes, int loaded)
 			 t_act, t_vae, kept, t_avail);
 }
 
+int pd_engine_check_memory_layout(struct pd_engine *e, int decodes)
+{
+	double held = e->info.kept_bytes, n = e->info.fixed_params;
+	char t[32];
+
+	if (pd_engine_check_memory(e, decodes, 0) == 0)
+		return 0;
+	/* auto's int8 layout is larger than the file's for some types (Q5_K
+	 * 1.57x, Q6_K 1.3x): where only the file's fits, decode instead */
+	if ((e->o.quant_products && strcmp(e->o.quant_products, "auto")) || !(held > e->kept_stored))
+		return -1;
+	e->info.kept_bytes = e->kept_stored;
+	if (pd_engine_check_memory(e, decodes, 0)) {
+		e->info.kept_bytes = held;
+		return -1;
+	}
+	e->int8_unfit = 1;
+	for (int b = 0; b < e->info.blocks; b++)
+		n += e->info.block_params[b];
+	pd_log(1, "pdit: the quantized layers' int8 layout (%s more than the file's blocks) does not fit in this "
+		  "machine's memory: their products decode them instead (as --quant-products bf16)\n",
+	       pd_engine_mb(e->info.kept_fraction * n * (held - e->kept_stored) / 1048576.0, t));
+	return 0;
+}
+
 /* parallel = auto: rank 0 ranks the meshes as `pdit plan` does on this
  * machine (a product timed here, the processes of a node sharing its cores
  * and memory) and every rank takes its first choice; exact methods only

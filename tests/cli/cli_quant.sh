@@ -156,6 +156,62 @@ done
 [ $? -ne 0 ] && grep -q -- "--quantize bf16" "$tmp/err" && [ ! -e "$tmp/qc.png" ] && ok "--quantize bf16 refused" ||
 	{ cat "$tmp/err"; bad "--quantize bf16"; }
 
+# the other types with an int8 form (Q4_0, Q4_1, Q5_0, Q5_K, Q6_K): a FLUX
+# model 256 wide (its K-type rows whole super-blocks) quantized by pdit
+# quantize; int8 products against the decoded products' latents within
+# 3e-2 (measured 4e-3 to 7e-3 on the AVX-512 EPYC), computed otherwise, every
+# quantized layer counted in int8; the planner counts their layouts as the
+# backend holds them under auto (within 8%)
+"$pdit" tiny "$tmp/w256" --head-dim 64 > /dev/null 2>&1 || bad "pdit tiny --head-dim 64"
+wrun=(--model "$tmp/w256" --config "$tmp/w256/transformer/config.json" --embeds "$tmp/w256/embeds.safetensors"
+	-H 64 -W 48 --steps 2 -s 4 --dtype bf16)
+for t in q4_0 q4_1 q5_0 q5_k q6_k; do
+	"$pdit" quantize "$tmp/w256/transformer" "$tmp/w256-$t.gguf" --type $t > /dev/null 2>&1 || { bad "quantize $t"; continue; }
+	for qp in int8 bf16; do
+		"$pdit" generate "${wrun[@]}" --diffusion-model "$tmp/w256-$t.gguf" --quant-products $qp -o "$tmp/w.png" \
+			--out-latents "$tmp/w-$qp.safetensors" 2> "$tmp/err-$qp" || { cat "$tmp/err-$qp"; bad "generate $t $qp"; }
+	done
+	"$cmp" tensors "$tmp/w-int8.safetensors" "$tmp/w-bf16.safetensors" 3e-2 latents.final > "$tmp/log" &&
+		! cmp -s "$tmp/w-int8.safetensors" "$tmp/w-bf16.safetensors" &&
+		grep -q "quantized layers multiply in int8" "$tmp/err-int8" && ! grep -q "multiply in int8" "$tmp/err-bf16" &&
+		ok "$t (pdit quantize) on int8 products: the decoded products' latents within 3e-2 ($(awk '/latents.final/ {print $3}' "$tmp/log"))" ||
+		{ cat "$tmp/log" "$tmp/err-int8"; bad "$t on int8 products"; }
+done
+plan=$("$pdit" plan --diffusion-model "$tmp/w256-q6_k.gguf" --config "$tmp/w256/transformer/config.json" --dtype bf16 \
+	--devices 1 --gflops 100 -H 64 -W 48 --json | head -1 | sed 's/.*"weights_gb": \([^,]*\),.*/\1/')
+held=$("$pdit" bench "${wrun[@]}" --diffusion-model "$tmp/w256-q6_k.gguf" --steps 1 --json 2> /dev/null |
+	sed 's/.*"weights_mb": \([^,]*\),.*/\1/')
+awk -v p="$plan" -v h="$held" 'BEGIN { d = p * 1e9 / (h * 1048576); exit !(d > 0.92 && d < 1.08) }' &&
+	ok "q6_k --dtype bf16: the planner's weights ${plan} GB, the backend holds ${held} MiB" ||
+	bad "q6_k --dtype bf16: planner $plan GB, held $held MiB"
+# auto where the int8 layout (Q5_K's 1.57x the file's) does not fit in the
+# memory available but the file's does: decoded products (the latents of
+# --quant-products bf16, byte for byte), said in the log; with less, one
+# refusal naming the smaller need
+need() {	# PRODUCTS: the MB a Q5_K run needs, from the memory check's refusal
+	PDIT_MEM_AVAILABLE_MB=1 "$pdit" generate "${wrun[@]}" --diffusion-model "$tmp/w256-q5_k.gguf" --quant-products $1 \
+		-o "$tmp/m.png" 2>&1 | sed -n 's/.*needs at least \([0-9.]*\) MB.*/\1/p'
+}
+n8=$(need int8) n16=$(need bf16)
+mid=$(awk -v a="$n8" -v b="$n16" 'BEGIN { if (a > b) printf "%.3f", (a + b) / 2 }')
+if ! grep -q avx512_vnni /proc/cpuinfo || ! grep -q avx512bw /proc/cpuinfo || [ -n "${PDIT_NO_VNNI:-}${PDIT_NO_AVX512:-}" ]; then
+	ok "(auto decodes on this CPU without AVX-512 VNNI: the int8 layout's fallback not tried)"
+elif [ -n "$mid" ]; then
+	"$pdit" generate "${wrun[@]}" --diffusion-model "$tmp/w256-q5_k.gguf" --quant-products bf16 -o "$tmp/m.png" \
+		--out-latents "$tmp/m-bf16.safetensors" 2> /dev/null
+	PDIT_MEM_AVAILABLE_MB=$mid "$pdit" generate "${wrun[@]}" --diffusion-model "$tmp/w256-q5_k.gguf" -o "$tmp/m.png" \
+		--out-latents "$tmp/m-auto.safetensors" 2> "$tmp/err"
+	cmp -s "$tmp/m-auto.safetensors" "$tmp/m-bf16.safetensors" && grep -q "int8 layout .* does not fit" "$tmp/err" &&
+		ok "q5_k with $mid MB available (int8 needs $n8 MB, decoded $n16 MB): auto decodes, said in the log" ||
+		{ cat "$tmp/err"; bad "q5_k auto where int8's layout does not fit"; }
+	PDIT_MEM_AVAILABLE_MB=$(awk -v b="$n16" 'BEGIN { printf "%.3f", b * 0.9 }') "$pdit" generate "${wrun[@]}" \
+		--diffusion-model "$tmp/w256-q5_k.gguf" -o "$tmp/m2.png" 2> "$tmp/err"
+	[ $? -ne 0 ] && [ ! -e "$tmp/m2.png" ] && [ "$(grep -c "needs at least $n16 MB" "$tmp/err")" = 1 ] &&
+		ok "q5_k with less than the decoded run needs: refused, naming $n16 MB" || { cat "$tmp/err"; bad "q5_k refusal"; }
+else
+	bad "q5_k's int8 layout needs $n8 MB, decoded $n16 MB: more expected"
+fi
+
 # memory: the planner counts quantized weights as the backend holds them
 # (pdit bench's weights_mb, measured from the prepared layers; on a CPU with
 # int8 products Q4_K in their layout, 2.8% above the file): within 8% on

@@ -463,16 +463,31 @@ static void test_i8linear(struct pd_backend *be, struct pd_backend *portable)
 	float wscale = t == PD_Q_F8_E4M3 && rnd_int(0, 1) ? 0.37f : 1.0f;
 	int K = pd_quant_info(t)->block_size == 256 ? 256 * rnd_int(1, 5) : 32 * rnd_int(1, 40);
 	int N = rnd_int(1, 150), M = rnd_int(1, 3) == 1 ? rnd_int(1, 7) : rnd_int(8, 140);
-	int ldx = K + rnd_int(0, 5), ldy = N + rnd_int(0, 5);
-	int flags_list[4] = { 0, PD_LIN_GELU_TANH, PD_LIN_NO_BIAS, PD_LIN_ACCUMULATE };
-	size_t bytes = (size_t)N * pd_quant_row_bytes(pd_quant_info(t), K);
-	unsigned char *blocks = malloc(bytes), *q4 = malloc((size_t)N * (size_t)(K / 32) * 24);
-	float *x = rnd_buf((size_t)M * ldx, 1.0f), *b = rnd_buf((size_t)N, 0.1f);
-	double *ref = malloc(sizeof(double) * (size_t)M * N), *sumabs = malloc(sizeof(double) * (size_t)M * N);
+	int ldx, ldy, flags_list[4] = { 0, PD_LIN_GELU_TANH, PD_LIN_NO_BIAS, PD_LIN_ACCUMULATE };
+	size_t bytes;
+	unsigned char *blocks, *q4;
+	float *x, *b;
+	double *ref, *sumabs;
 	struct pd_linear *l, *lp, *l4;
 	int before = be->int8_layers;
 	char what[160];
 
+	/* now and then inputs of more than a panel (1 MB of quantized rows:
+	 * several panels of rows, the last shorter) */
+	if (rnd_int(0, 5) == 0) {
+		K = 1280;
+		N = rnd_int(1, 70);
+		M = rnd_int(820, 1000);
+	}
+	ldx = K + rnd_int(0, 5);
+	ldy = N + rnd_int(0, 5);
+	bytes = (size_t)N * pd_quant_row_bytes(pd_quant_info(t), K);
+	blocks = malloc(bytes);
+	q4 = malloc((size_t)N * (size_t)(K / 32) * 24);
+	x = rnd_buf((size_t)M * ldx, 1.0f);
+	b = rnd_buf((size_t)N, 0.1f);
+	ref = malloc(sizeof(double) * (size_t)M * N);
+	sumabs = malloc(sizeof(double) * (size_t)M * N);
 	/* outliers, as activations have them: one block's scale set by one value */
 	for (int i = 0; i < M; i++)
 		x[(size_t)i * ldx + rnd_int(0, K - 1)] *= 40.0f;

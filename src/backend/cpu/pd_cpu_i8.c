@@ -107,9 +107,11 @@
 #define PD_I8_MR 6
 #define PD_I8_NG 2
 #define PD_I8_COLS (16 * PD_I8_NG)
-/* Input rows per task: the tasks of one tile column reuse its weights
- * from the cache. */
-#define PD_I8_ROWS_PER_TASK 96
+/* Quantized input rows per task, about this many bytes of them (at least
+ * one tile): a task runs its rows by one pair of groups, whose weights stay
+ * in the core's cache; the tasks go panel by panel, so a thread's panel
+ * stays in cache while the weights stream past it. */
+#define PD_I8_PANEL_BYTES (1 << 20)
 
 /* A K-quant: super-blocks of 256 inputs. */
 static int pd_i8_k(enum pd_qtype t)
@@ -863,7 +865,7 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 	size_t ub = pd_i8_unit_bytes(l->qtype);
 	enum pd_qtype qt = l->qtype;
 	int halves = qt == PD_Q_Q6_K;
-	int64_t chunk = rows < PD_I8_ROWS_PER_TASK ? rows : PD_I8_ROWS_PER_TASK, chunks = (rows + chunk - 1) / chunk;
+	int64_t chunks = (rows * l->n_in + PD_I8_PANEL_BYTES - 1) / PD_I8_PANEL_BYTES, chunk;
 	const float *bias = (flags & PD_LIN_NO_BIAS) ? NULL : l->bias_host;
 	float scale = l->scale;
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -875,6 +877,10 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 		       qt == PD_Q_Q4_1 ? pd_i8_tile_q4_1_vnni : pd_i8_tile_vnni;
 #endif
 
+	/* panels of equal rows, whole tiles */
+	chunk = (rows + chunks - 1) / chunks;
+	chunk = (chunk + PD_I8_MR - 1) / PD_I8_MR * PD_I8_MR;
+	chunks = (rows + chunk - 1) / chunk;
 	if (pd_cpu_grow(be, (void **)&cpu->xq, &cpu->xq_cap, (size_t)(rows * l->n_in), 1) ||
 	    pd_cpu_grow(be, (void **)&cpu->xd, &cpu->xd_cap, (size_t)(rows * nb), sizeof(float)) ||
 	    pd_cpu_grow(be, (void **)&cpu->xc, &cpu->xc_cap, (size_t)(rows * nb), sizeof(int32_t)) ||
@@ -884,14 +890,14 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 	pd_cpu_i8_quant_rows(cpu, x, ldx, rows, l->n_in, cpu->xq, cpu->xd, cpu->xc, cpu->xs, halves ? cpu->xh : NULL);
 #pragma omp parallel for schedule(static)
 	for (int64_t task = 0; task < pairs * chunks; task++) {
-		int64_t p = task / chunks, r1 = (task % chunks + 1) * chunk < rows ? (task % chunks + 1) * chunk : rows;
+		int64_t p = task % pairs, c = task / pairs, r1 = (c + 1) * chunk < rows ? (c + 1) * chunk : rows;
 		/* an odd last group goes with itself (the copy computed, not stored) */
 		const unsigned char *w0 = l->i8 + (size_t)(p * PD_I8_NG) * (size_t)units * ub;
 		const unsigned char *w1 = p * PD_I8_NG + 1 < l->i8_groups ? w0 + (size_t)units * ub : w0;
 		int64_t j0 = p * PD_I8_COLS, cols = l->n_out - j0 < PD_I8_COLS ? l->n_out - j0 : PD_I8_COLS;
 		float t[PD_I8_MR * PD_I8_COLS];
 
-		for (int64_t r0 = task % chunks * chunk; r0 < r1; r0 += PD_I8_MR) {
+		for (int64_t r0 = c * chunk; r0 < r1; r0 += PD_I8_MR) {
 			struct pd_i8_rows xr;
 			int nr = r1 - r0 < PD_I8_MR ? (int)(r1 - r0) : PD_I8_MR;
 

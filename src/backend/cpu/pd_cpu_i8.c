@@ -792,8 +792,9 @@ pd_i8_tile_k_body(const struct pd_i8_rows *x, const unsigned char *w0, const uns
 	for (int64_t b = 0; b < nb; b++, w0 += ub, w1 += ub) {
 		__m512 dd0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + qa + 256)));
 		__m512 dd1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + qa + 256)));
-		__m512 dm0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + qa + 288)));
-		__m512 dm1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + qa + 288)));
+		/* -dmin: its products with m are -(dmin * m) exactly */
+		__m512 dm0 = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + qa + 288))));
+		__m512 dm1 = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + qa + 288))));
 
 		for (int sb = 0; sb < 8; sb++) {
 			const int64_t xb = b * 8 + sb;
@@ -807,9 +808,8 @@ pd_i8_tile_k_body(const struct pd_i8_rows *x, const unsigned char *w0, const uns
 			}
 			d0 = pd_i8_k_scale(w0 + qa + sb * 16, dd0, 0);
 			d1 = pd_i8_k_scale(w1 + qa + sb * 16, dd1, 0);
-			/* minus dmin * m: the product negated exactly */
-			m0 = _mm512_sub_ps(_mm512_setzero_ps(), pd_i8_k_scale(w0 + qa + 128 + sb * 16, dm0, 0));
-			m1 = _mm512_sub_ps(_mm512_setzero_ps(), pd_i8_k_scale(w1 + qa + 128 + sb * 16, dm1, 0));
+			m0 = pd_i8_k_scale(w0 + qa + 128 + sb * 16, dm0, 0);
+			m1 = pd_i8_k_scale(w1 + qa + 128 + sb * 16, dm1, 0);
 			PD_I8_EACH_ROW(PD_I8_SCALE);
 			PD_I8_EACH_ROW(PD_I8_MIN);
 		}

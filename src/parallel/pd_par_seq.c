@@ -12,13 +12,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+int64_t pd_seq_txt_rows(const struct pd_seq_par *p, const struct pd_dit_call *call, int j)
+{
+	/* a text context (Wan's) is whole on every rank and no attention row */
+	return p->model->info.txt_context ? 0 : pd_chunk_len(pd_dit_call_root(call)->txt_len, p->sp->size, j);
+}
+
 int64_t pd_seq_rows(const struct pd_seq_par *p, const struct pd_dit_call *call, int j)
 {
-	const struct pd_dit_call *w = pd_dit_call_root(call);
-	int P = p->sp->size;
-
-	/* a text context (Wan's) is whole on every rank and no attention row */
-	return (p->model->info.txt_context ? 0 : pd_chunk_len(w->txt_len, P, j)) + pd_chunk_len(w->img_len, P, j);
+	return pd_seq_txt_rows(p, call, j) + pd_chunk_len(pd_dit_call_root(call)->img_len, p->sp->size, j);
 }
 
 /* Several backend buffers sharing one capacity: each grown to N floats. */
@@ -42,7 +44,7 @@ static int pd_seq_attention(void *ctx, struct pd_backend *be, const struct pd_di
 {
 	struct pd_seq_par *p = ctx;
 	int U = p->U, R = p->R, ring_me = p->ring->rank;
-	int64_t ur[64], kv_rows[64], su = 0, max_kv = 0;
+	int64_t ur[64], ut[64], kv_rows[64], su = 0, max_kv = 0;
 	int64_t hu = (int64_t)(heads / U) * head_dim, W = (int64_t)heads * head_dim;
 	const float *aq = q, *ak = k, *av = v;
 	float *ao = out;
@@ -59,8 +61,10 @@ static int pd_seq_attention(void *ctx, struct pd_backend *be, const struct pd_di
 			int64_t n = pd_seq_rows(p, call, j * U + u);
 
 			kv_rows[j] += n;
-			if (j == ring_me)
+			if (j == ring_me) {
 				ur[u] = n;
+				ut[u] = pd_seq_txt_rows(p, call, j * U + u);
+			}
 		}
 		max_kv = kv_rows[j] > max_kv ? kv_rows[j] : max_kv;
 	}
@@ -74,7 +78,7 @@ static int pd_seq_attention(void *ctx, struct pd_backend *be, const struct pd_di
 		if (pd_seq_grow_all(be, ub, 4, &p->cap_u, (size_t)(su * hu)) ||
 		    pd_seq_grow_all(be, xb, 2, &p->cap_x, need_x))
 			return -1;
-		if (pd_ulysses_to_heads(p->ulysses, be, ur, q, k, v, ld, heads, head_dim, p->uq, p->uk, p->uv, p->xsend,
+		if (pd_ulysses_to_heads(p->ulysses, be, ur, ut, q, k, v, ld, heads, head_dim, p->uq, p->uk, p->uv, p->xsend,
 					p->xrecv, bs, br))
 			return -1;
 		aq = p->uq;
@@ -102,7 +106,8 @@ static int pd_seq_attention(void *ctx, struct pd_backend *be, const struct pd_di
 		if (pd_backend_check(be))
 			return -1;
 	}
-	if (U > 1 && pd_ulysses_to_tokens(p->ulysses, be, ur, p->uo, out, ldo, heads, head_dim, p->xrecv, bs, br))
+	if (U > 1 && pd_ulysses_to_tokens(p->ulysses, be, ur, ut, p->uo, out, ldo, heads, head_dim, p->xsend, p->xrecv,
+					  bs, br))
 		return -1;
 	return 0;
 }

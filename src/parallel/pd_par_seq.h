@@ -58,5 +58,8 @@ int pd_seq_predict(void *ctx, const struct pd_dit_call *in, float *out, const st
 /* Rows (text + image) of SP rank J for a part of CALL (its root is the
  * whole sequence). */
 int64_t pd_seq_rows(const struct pd_seq_par *p, const struct pd_dit_call *call, int j);
+/* The text rows among them (first: a rank's rows are its text chunk, then
+ * its image chunk). */
+int64_t pd_seq_txt_rows(const struct pd_seq_par *p, const struct pd_dit_call *call, int j);
 
 #endif /* PD_PAR_SEQ_H */

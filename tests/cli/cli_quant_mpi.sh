@@ -7,7 +7,8 @@
 # GGUF (blocks kept in every shard at tensor parallel 2, whose column
 # slices are whole blocks) tensor parallel 2 and data parallel over a batch
 # of 2, and on int8 products (bf16) tensor parallel, Ulysses, ring, data
-# parallel and PipeFusion.
+# parallel and PipeFusion; Ulysses 2 and 4 on a Q4_K file 256 wide (its
+# layers on int8 products) bit for bit.
 # usage: cli_quant_mpi.sh PDIT ST_COMPARE GOLDEN_DIR MPIRUN...
 set -u
 pdit=$1 cmp=$2 g=$3
@@ -47,7 +48,8 @@ check "Q8_0 GGUF, a batch of 2" 2 --data-parallel-degree 2
 # block boundaries (tensor parallel's row-parallel layers) quantizes as one
 # process does, and where the rest of the step is the same arithmetic the
 # latents are one process's bit for bit (Ulysses, data parallel, PipeFusion:
-# 0). Tensor parallel's sums of shards and ring attention's merged blocks
+# 0; Ulysses lays the gathered rows out in the sequence's order, so its
+# attention sums the keys as one process does). Tensor parallel's sums of shards and ring attention's merged blocks
 # differ from one process in the last f32 bits, as they do in f32; the next
 # layer's 8-bit rounding can turn such a difference into a step of its
 # input's 1/127, so those meshes are held to the int8 products' own
@@ -64,5 +66,19 @@ tol=2e-2
 for m in "2:--tensor-parallel-degree 2" "2:--ring-degree 2"; do
 	# shellcheck disable=SC2086
 	check "Q8_0 GGUF on int8 products" "${m%%:*}" ${m#*:}
+done
+# Ulysses where the 8-bit roundings would show a different order of the
+# keys: before the gathered rows took the sequence's order (each rank's text
+# chunk, then its image chunk, rank after rank), this file's latents moved by
+# 3e-3 at degree 2 and 4
+"$pdit" tiny "$tmp/w256" --head-dim 64 > /dev/null 2>&1 && "$pdit" quantize "$tmp/w256/transformer" "$tmp/w256.gguf" \
+	--type q4_k > /dev/null 2>&1 || bad "a Q4_K file 256 wide"
+run=(--model "$tmp/w256" --diffusion-model "$tmp/w256.gguf" --config "$tmp/w256/transformer/config.json"
+	--embeds "$tmp/w256/embeds.safetensors" -H 64 -W 48 --steps 2 -s 5 --dtype bf16 --quant-products int8 -q)
+"$pdit" generate "${run[@]}" -o "$tmp/one.png" --out-latents "$tmp/one.safetensors" || bad "one process, Q4_K 256 wide"
+tol=0
+for m in "2:--ulysses-degree 2" "4:--ulysses-degree 4"; do
+	# shellcheck disable=SC2086
+	check "Q4_K 256 wide on int8 products" "${m%%:*}" ${m#*:}
 done
 exit $fail

@@ -12,6 +12,9 @@
 # measured, and a rerun with the same SIZE and STEPS skips the pairs found
 # there: a 1024², 28-step table (about 20 minutes a pair on 2 cores) can be
 # run a few pairs at a time (at `nice -n 19` while the machine does other work).
+# The file knows nothing of the build or the machine: delete it when the
+# int8 or decoded arithmetic changes, or the model (a line says the CPU of
+# the run that printed the table).
 #
 #   bench/quant_quality.sh [SIZE] [STEPS] [SEEDS...]     (default 512 8 1 2 3 4)
 #   PROMPTS=N (default 1), TYPES="q8_0 q4_k fp8" (the default)
@@ -89,4 +92,4 @@ for t in "${types[@]}"; do
 		done
 	done
 done
-echo "(${size}², $steps steps, 1 process, bf16 products; $model; CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-))"
+echo "(${size}², $steps steps, 1 process, bf16 products; $model; this run's CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-))"

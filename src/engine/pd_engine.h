@@ -133,7 +133,7 @@ int pd_engine_check_memory(const struct pd_engine *e, int decodes, int loaded);
  * said in the log). */
 int pd_engine_check_memory_layout(struct pd_engine *e, int decodes);
 /* A CPU's int8 products hold kept-quantized weights in their own layout
- * (Q4_K 2.8% above the file's bytes, fp8 6%): INFO's bytes per kept weight
+ * (Q4_K 2.8% above the file's bytes, fp8 6%, Q6_K 30%, Q5_0 55%, Q5_K 57%): INFO's bytes per kept weight
  * made those of the layout TRANSFORMER's tensors (or, QUANTIZE not
  * PD_Q_F32, the blocks --quantize encodes at load) will have under O's
  * backend and products (chosen as pd_backend_new chooses them), for the

@@ -303,8 +303,7 @@ int pd_engine_check_memory(const struct pd_engine *e, int decodes, int loaded)
 
 int pd_engine_check_memory_layout(struct pd_engine *e, int decodes)
 {
-	double held = e->info.kept_bytes, n = e->info.fixed_params;
-	char t[32];
+	double held = e->info.kept_bytes;
 
 	if (pd_engine_check_memory(e, decodes, 0) == 0)
 		return 0;
@@ -318,11 +317,9 @@ int pd_engine_check_memory_layout(struct pd_engine *e, int decodes)
 		return -1;
 	}
 	e->int8_unfit = 1;
-	for (int b = 0; b < e->info.blocks; b++)
-		n += e->info.block_params[b];
-	pd_log(1, "pdit: the quantized layers' int8 layout (%s more than the file's blocks) does not fit in this "
-		  "machine's memory: their products decode them instead (as --quant-products bf16)\n",
-	       pd_engine_mb(e->info.kept_fraction * n * (held - e->kept_stored) / 1048576.0, t));
+	pd_log(1, "pdit: the quantized layers' int8 layout (%.2f x the file's blocks) does not fit in this machine's "
+		  "memory, the file's does: their products decode them instead (as --quant-products bf16)\n",
+	       held / e->kept_stored);
 	return 0;
 }
 

@@ -78,8 +78,8 @@ static int pd_seq_attention(void *ctx, struct pd_backend *be, const struct pd_di
 		if (pd_seq_grow_all(be, ub, 4, &p->cap_u, (size_t)(su * hu)) ||
 		    pd_seq_grow_all(be, xb, 2, &p->cap_x, need_x))
 			return -1;
-		if (pd_ulysses_to_heads(p->ulysses, be, ur, ut, q, k, v, ld, heads, head_dim, p->uq, p->uk, p->uv, p->xsend,
-					p->xrecv, bs, br))
+		if (pd_ulysses_to_heads(p->ulysses, be, ur, ut, q, k, v, ld, heads, head_dim, p->uq, p->uk, p->uv,
+					p->xsend, p->xrecv, bs, br))
 			return -1;
 		aq = p->uq;
 		ak = p->uk;

@@ -65,22 +65,27 @@ int pd_ulysses_to_tokens(struct pd_comm *u, struct pd_backend *be, const int64_t
 			 const float *uo, float *out, int64_t ldo, int heads, int head_dim, float *send, float *recv,
 			 size_t *bytes_s, size_t *bytes_r)
 {
-	int U = u->size, me = u->rank;
+	int U = u->size, me = u->rank, text = 0;
 	int64_t hw = (int64_t)(heads / U) * head_dim, mine = rows[me], off = 0;
 
-	/* each peer's rows back together, peer by peer */
+	for (int j = 0; txt && j < U; j++)
+		text |= txt[j] > 0;
+	/* each peer's rows back together, peer by peer (without text rows
+	 * they are already) */
 	for (int j = 0; j < U; j++) {
 		int64_t t0, tn, i0;
 
 		pd_ulysses_place(rows, txt, U, j, &t0, &tn, &i0);
-		if (tn > 0)
-			be->ops->copy2d(be, send + off * hw, hw, uo + t0 * hw, hw, tn, hw);
-		be->ops->copy2d(be, send + (off + tn) * hw, hw, uo + i0 * hw, hw, rows[j] - tn, hw);
+		if (text) {
+			if (tn > 0)
+				be->ops->copy2d(be, send + off * hw, hw, uo + t0 * hw, hw, tn, hw);
+			be->ops->copy2d(be, send + (off + tn) * hw, hw, uo + i0 * hw, hw, rows[j] - tn, hw);
+		}
 		bytes_s[j] = (size_t)(rows[j] * hw) * sizeof(float);
 		bytes_r[j] = (size_t)(mine * hw) * sizeof(float);
 		off += rows[j];
 	}
-	if (pd_backend_check(be) || u->ops->alltoallv(u, send, bytes_s, recv, bytes_r))
+	if (pd_backend_check(be) || u->ops->alltoallv(u, text ? send : uo, bytes_s, recv, bytes_r))
 		return -1;
 	/* peer j computed heads [j H/U, (j+1) H/U) of my rows */
 	for (int j = 0; j < U; j++)

@@ -363,7 +363,8 @@ static void pd_enc_q5_k(const float *x, uint8_t *y, int64_t nb)
 
 /* ggml's make_qx_quants with rmse_type 1 (weights x^2) and no importance:
  * the scale of N values with signed levels -NMAX..NMAX-1, searched over 19
- * candidates; the levels plus NMAX into L. */
+ * candidates; the levels plus NMAX into L (all 0 where every value is 0,
+ * as ggml leaves them). */
 static float pd_make_qx(int n, int nmax, const float *x, int8_t *L)
 {
 	float max = 0, amax = 0, iscale, sumlx = 0, suml2 = 0, scale, best;
@@ -446,12 +447,13 @@ static void pd_enc_q6_k(const float *x, uint8_t *y, int64_t nb)
 		}
 		for (int j = 0; j < QK_K; j += 128, ql += 64, qh += 32)
 			for (int l = 0; l < 32; ++l) {
-				int q1 = L[j + l] & 0xF, q2 = L[j + l + 32] & 0xF, q3 = L[j + l + 64] & 0xF, q4 = L[j + l + 96] & 0xF;
+				int q1 = L[j + l] & 0xF, q2 = L[j + l + 32] & 0xF;
+				int q3 = L[j + l + 64] & 0xF, q4 = L[j + l + 96] & 0xF;
 
 				ql[l] = (uint8_t)(q1 | (q3 << 4));
 				ql[l + 32] = (uint8_t)(q2 | (q4 << 4));
-				qh[l] = (uint8_t)((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) | ((L[j + l + 64] >> 4) << 4) |
-						  ((L[j + l + 96] >> 4) << 6));
+				qh[l] = (uint8_t)((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) |
+						  ((L[j + l + 64] >> 4) << 4) | ((L[j + l + 96] >> 4) << 6));
 			}
 	}
 }

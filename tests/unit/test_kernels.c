@@ -345,7 +345,8 @@ static void ref_i8_ints(enum pd_qtype t, const unsigned char *w, int k0, int *v,
 		b = w + (size_t)(k0 / 8) * 210;
 		for (int k = 0; k < 32; k++) {
 			int e = j * 32 + k, c = e / 128, qt = e % 128 / 32, l = e % 32;
-			int lo = (b[64 * c + l + (qt % 2) * 32] >> (qt / 2 * 4)) & 0xF, hi = (b[128 + 32 * c + l] >> (2 * qt)) & 3;
+			int lo = (b[64 * c + l + (qt % 2) * 32] >> (qt / 2 * 4)) & 0xF;
+			int hi = (b[128 + 32 * c + l] >> (2 * qt)) & 3;
 
 			v[k] = (lo | hi << 4) - 32;
 		}

@@ -266,7 +266,8 @@ static void pd_i8_pack_units(unsigned char *dst, enum pd_qtype t, int64_t n_out,
 			/* padding: q 0, scales 0 */
 			memset(o, 0, ub);
 			for (int c = 0; c < 16 && g * 16 + c < n_out; c++) {
-				const unsigned char *row = blocks + (size_t)(g * 16 + c) * row_bytes, *s = row + (size_t)u * fb;
+				const unsigned char *row = blocks + (size_t)(g * 16 + c) * row_bytes;
+				const unsigned char *s = row + (size_t)u * fb;
 				int v[32];
 
 				if (t == PD_Q_Q4_0 || t == PD_Q_Q4_1) {
@@ -279,13 +280,15 @@ static void pd_i8_pack_units(unsigned char *dst, enum pd_qtype t, int64_t n_out,
 				}
 				for (int sb = 0; sb < 8; sb++) {
 					pd_i8_ints(t, row, u * 8 + sb, v);
+					unsigned char *ob = o + sb * 512 + c * 4, *sc = o + qa + sb * 16 + c;
+
 					if (t == PD_Q_Q4_K)
 						pd_i8_put_nibbles(o + sb * 256, c, v);
 					else
 						for (int k = 0; k < 32; k++)
-							o[sb * 512 + (k / 4) * 64 + c * 4 + k % 4] = (unsigned char)v[k];
+							ob[(k / 4) * 64 + k % 4] = (unsigned char)v[k];
 					if (t != PD_Q_Q6_K)
-						pd_scale_min_k4(sb, s + 4, &o[qa + sb * 16 + c], &o[qa + 128 + sb * 16 + c]);
+						pd_scale_min_k4(sb, s + 4, sc, sc + 128);
 				}
 				if (t == PD_Q_Q6_K) {
 					for (int h = 0; h < 16; h++)
@@ -319,7 +322,8 @@ void pd_cpu_i8_pack(unsigned char *dst, enum pd_qtype t, int64_t n_out, int64_t 
 			memset(o, 128, 512);
 			memset(o + 512, 0, 32);
 			for (int c = 0; c < 16 && g * 16 + c < n_out; c++) {
-				const unsigned char *row = blocks + (size_t)(g * 16 + c) * row_bytes, *s = row + (size_t)b * fb;
+				const unsigned char *row = blocks + (size_t)(g * 16 + c) * row_bytes;
+				const unsigned char *s = row + (size_t)b * fb;
 				int8_t q[32];
 
 				if (fp8) {
@@ -546,9 +550,10 @@ static float pd_i8_half(const unsigned char *p, int c)
 	return pd_f16_to_f32(h);
 }
 
-/* Row R's block B (inputs 32 B on) times output C of the block's bytes at
- * O, unsigned in Q8_0's order ([k / 4][column][k % 4]), or nibbles in
- * Q4_K's ([k / 8][column][k % 4]) with NIBBLES; from S. */
+/* S plus row R's inputs 32 B + K0 to 32 B + K1 - 1 (of its block B) times
+ * output C's values at O: the block's bytes, unsigned, in Q8_0's order
+ * ([k / 4][column][k % 4]), or with NIBBLES its nibbles in Q4_K's ([k / 8]
+ * [column][k % 4]). */
 static int32_t pd_i8_dot(const struct pd_i8_rows *x, int r, int64_t b, const unsigned char *o, int c, int nibbles,
 			 int k0, int k1, int32_t s)
 {
@@ -602,7 +607,9 @@ static float pd_i8_unit_portable(enum pd_qtype t, const struct pd_i8_rows *x, in
 				int32_t s = pd_i8_dot(x, r, xb, o + sb * 512, c, 0, 16 * h, 16 * h + 16,
 						      -32 * x->h[r][2 * xb + h]);
 
-				acc = fmaf((float)s, (d * (float)(int8_t)o[4096 + (sb * 2 + h) * 16 + c]) * x->d[r][xb], acc);
+				float sc = (float)(int8_t)o[4096 + (sb * 2 + h) * 16 + c];
+
+				acc = fmaf((float)s, (d * sc) * x->d[r][xb], acc);
 			}
 		return acc;
 	}
@@ -667,9 +674,10 @@ static void pd_i8_tile_portable(enum pd_qtype t, const struct pd_i8_rows *x, con
 #define PD_I8_ZERO(r) 0
 /* The int32 sums plus the inputs XO + 4 V to XO + 4 V + 3 of each row times
  * the byte vectors at Q0 + 64 V and Q1 + 64 V (V from V0 to V1 - 1: Q8_0's
- * order). */
+ * order). PD_I8_DPBUSD is its step: it reads the loop's v, b0, b1 and xo_,
+ * the tile's x and int32 accumulators. */
 #define PD_I8_BYTES(q0, q1, xo, v0, v1)                                                                       \
-	for (int64_t v = v0, xo_ = (xo); v < v1; v++) {                                                      \
+	for (int64_t v = (v0), xo_ = (xo); v < (v1); v++) {                                                  \
 		__m512i a, b0 = _mm512_loadu_si512((q0) + v * 64), b1 = _mm512_loadu_si512((q1) + v * 64);     \
 		PD_I8_EACH_ROW(PD_I8_DPBUSD);                                                                  \
 	}
@@ -678,7 +686,8 @@ static void pd_i8_tile_portable(enum pd_qtype t, const struct pd_i8_rows *x, con
 	i##r##0 = _mm512_dpbusd_epi32(i##r##0, b0, a);                          \
 	i##r##1 = _mm512_dpbusd_epi32(i##r##1, b1, a)
 /* The same for 32 inputs at XO whose values are nibbles (Q4_K's order:
- * one load gives inputs 8 p to 8 p + 3 and the next 4). */
+ * one load gives inputs 8 p to 8 p + 3 and the next 4); it needs the
+ * caller's mask LOW (0x0F in every byte). */
 #define PD_I8_NIBBLES(q0, q1, xo)                                                                              \
 	for (int64_t p = 0, xo_ = (xo); p < 4; p++) {                                                         \
 		__m512i a, n0 = _mm512_loadu_si512((q0) + p * 64), n1 = _mm512_loadu_si512((q1) + p * 64);      \
@@ -694,14 +703,16 @@ static void pd_i8_tile_portable(enum pd_qtype t, const struct pd_i8_rows *x, con
 	a = _mm512_set1_epi32(pd_i8_word(x->q[r] + xo_ + p * 8 + 4));           \
 	i##r##0 = _mm512_dpbusd_epi32(i##r##0, h0, a);                           \
 	i##r##1 = _mm512_dpbusd_epi32(i##r##1, h1, a)
-/* f += (float)i * (D * the row's block scale), for block XB. */
+/* f += (float)i * (d * the row's block scale): the caller's d0 and d1
+ * (the two groups' weight scales) and input block XB. */
 #define PD_I8_SCALE(r)                                                                                  \
 	do {                                                                                            \
 		__m512 s = _mm512_set1_ps(x->d[r][xb]);                                                 \
 		f##r##0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##r##0), _mm512_mul_ps(d0, s), f##r##0); \
 		f##r##1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##r##1), _mm512_mul_ps(d1, s), f##r##1); \
 	} while (0)
-/* f += M * the row's block scale * sum (block XB). */
+/* f += m * the row's block scale * sum: the caller's m0 and m1 (the two
+ * groups' mins) and input block XB. */
 #define PD_I8_MIN(r)                                                      \
 	do {                                                              \
 		__m512 sx = _mm512_set1_ps(x->s[r][xb]);                  \
@@ -709,6 +720,8 @@ static void pd_i8_tile_portable(enum pd_qtype t, const struct pd_i8_rows *x, con
 		f##r##1 = _mm512_fmadd_ps(m1, sx, f##r##1);               \
 	} while (0)
 #define PD_I8_CORR(r) x->c[r][xb]
+/* Q6_K's sums start from -32 * the sum of the row's 16 inputs of the
+ * caller's half HF of block XB. */
 #define PD_I8_Q6_SUM(r) (-32 * x->h[r][2 * xb + hf])
 
 /* Q8_0's layout (Q8_0, Q5_0, fp8). */
@@ -771,8 +784,9 @@ pd_i8_tile_q4_1_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const 
 	pd_i8_tile_q4_body(x, w0, w1, nb, t, 1);
 }
 
-/* A group's 16 six-bit values of a sub-block, times its f16 super-block
- * scale (as pd_quant_decode's d * sc); signed bytes with SIGNED. */
+/* A group's 16 scales of a sub-block (Q4_K's and Q5_K's 6-bit ones, or
+ * with SGN Q6_K's signed bytes) times its f16 super-block scale, as
+ * pd_quant_decode's d * sc. */
 __attribute__((target("avx512f"))) static inline __m512 pd_i8_k_scale(const unsigned char *sc, __m512 d, int sgn)
 {
 	__m128i b = _mm_loadu_si128((const __m128i *)sc);
@@ -793,8 +807,11 @@ pd_i8_tile_k_body(const struct pd_i8_rows *x, const unsigned char *w0, const uns
 		__m512 dd0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + qa + 256)));
 		__m512 dd1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + qa + 256)));
 		/* -dmin: its products with m are -(dmin * m) exactly */
-		__m512 dm0 = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + qa + 288))));
-		__m512 dm1 = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + qa + 288))));
+		__m512 dm0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + qa + 288)));
+		__m512 dm1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + qa + 288)));
+
+		dm0 = _mm512_sub_ps(_mm512_setzero_ps(), dm0);
+		dm1 = _mm512_sub_ps(_mm512_setzero_ps(), dm1);
 
 		for (int sb = 0; sb < 8; sb++) {
 			const int64_t xb = b * 8 + sb;
@@ -861,11 +878,12 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 		      float *y, int64_t ldy, int flags)
 {
 	struct pd_cpu *cpu = CPU(be);
-	int64_t nb = l->n_in / 32, pairs = (l->i8_groups + PD_I8_NG - 1) / PD_I8_NG, units = l->n_in / pd_i8_unit(l->qtype);
+	int64_t nb = l->n_in / 32, pairs = (l->i8_groups + PD_I8_NG - 1) / PD_I8_NG;
+	int64_t units = l->n_in / pd_i8_unit(l->qtype);
 	size_t ub = pd_i8_unit_bytes(l->qtype);
 	enum pd_qtype qt = l->qtype;
 	int halves = qt == PD_Q_Q6_K;
-	int64_t chunks = (rows * l->n_in + PD_I8_PANEL_BYTES - 1) / PD_I8_PANEL_BYTES, chunk;
+	int64_t panels = (rows * l->n_in + PD_I8_PANEL_BYTES - 1) / PD_I8_PANEL_BYTES, panel;
 	const float *bias = (flags & PD_LIN_NO_BIAS) ? NULL : l->bias_host;
 	float scale = l->scale;
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -878,9 +896,9 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 #endif
 
 	/* panels of equal rows, whole tiles */
-	chunk = (rows + chunks - 1) / chunks;
-	chunk = (chunk + PD_I8_MR - 1) / PD_I8_MR * PD_I8_MR;
-	chunks = (rows + chunk - 1) / chunk;
+	panel = (rows + panels - 1) / panels;
+	panel = (panel + PD_I8_MR - 1) / PD_I8_MR * PD_I8_MR;
+	panels = (rows + panel - 1) / panel;
 	if (pd_cpu_grow(be, (void **)&cpu->xq, &cpu->xq_cap, (size_t)(rows * l->n_in), 1) ||
 	    pd_cpu_grow(be, (void **)&cpu->xd, &cpu->xd_cap, (size_t)(rows * nb), sizeof(float)) ||
 	    pd_cpu_grow(be, (void **)&cpu->xc, &cpu->xc_cap, (size_t)(rows * nb), sizeof(int32_t)) ||
@@ -889,15 +907,15 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 		return;
 	pd_cpu_i8_quant_rows(cpu, x, ldx, rows, l->n_in, cpu->xq, cpu->xd, cpu->xc, cpu->xs, halves ? cpu->xh : NULL);
 #pragma omp parallel for schedule(static)
-	for (int64_t task = 0; task < pairs * chunks; task++) {
-		int64_t p = task % pairs, c = task / pairs, r1 = (c + 1) * chunk < rows ? (c + 1) * chunk : rows;
+	for (int64_t task = 0; task < pairs * panels; task++) {
+		int64_t p = task % pairs, c = task / pairs, r1 = (c + 1) * panel < rows ? (c + 1) * panel : rows;
 		/* an odd last group goes with itself (the copy computed, not stored) */
 		const unsigned char *w0 = l->i8 + (size_t)(p * PD_I8_NG) * (size_t)units * ub;
 		const unsigned char *w1 = p * PD_I8_NG + 1 < l->i8_groups ? w0 + (size_t)units * ub : w0;
 		int64_t j0 = p * PD_I8_COLS, cols = l->n_out - j0 < PD_I8_COLS ? l->n_out - j0 : PD_I8_COLS;
 		float t[PD_I8_MR * PD_I8_COLS];
 
-		for (int64_t r0 = c * chunk; r0 < r1; r0 += PD_I8_MR) {
+		for (int64_t r0 = c * panel; r0 < r1; r0 += PD_I8_MR) {
 			struct pd_i8_rows xr;
 			int nr = r1 - r0 < PD_I8_MR ? (int)(r1 - r0) : PD_I8_MR;
 

@@ -360,8 +360,9 @@ static void ref_i8_ints(enum pd_qtype t, const unsigned char *w, int k0, int *v,
 }
 
 /* The int8 products' arithmetic, written out from its definition
- * (pd_cpu_i8.c's header): each input block of 32 quantized with scale
- * amax / 127 and values rint(x / scale) in f32; a block's dot product with
+ * (pd_cpu_i8.c's header): each input block of 32 (of 256 for the K-quants,
+ * as ggml's Q8_K) quantized with scale amax / 127 and values rint(x /
+ * scale) in f32; a block's dot product with
  * the weight's integers (ref_i8_ints; Q6_K's per sub-block of 16) exact,
  * times the f32 product of the two scales, plus the weight's min times
  * scale * sum of the block's integers (fp8 e4m3: its blocks as int8 times
@@ -372,7 +373,7 @@ static void ref_i8_ints(enum pd_qtype t, const unsigned char *w, int k0, int *v,
 static void ref_i8(double *ref, double *sumabs, enum pd_qtype t, float wscale, const float *x, int ldx,
 		   const unsigned char *blocks, const float *b, const float *start, int M, int K, int N, int flags)
 {
-	int nb = K / 32;
+	int nb = K / 32, qb = pd_quant_info(t)->block_size == 256 ? 8 : 1;
 	size_t row = pd_quant_row_bytes(pd_quant_info(t), K);
 	signed char *q = malloc((size_t)K);
 	float *dx = malloc(sizeof(float) * (size_t)nb);
@@ -382,8 +383,9 @@ static void ref_i8(double *ref, double *sumabs, enum pd_qtype t, float wscale, c
 		for (int k0 = 0; k0 < nb; k0++) {
 			float amax = 0, id;
 
-			for (int k = 0; k < 32; k++)
-				amax = fmaxf(amax, fabsf(x[(size_t)r * ldx + k0 * 32 + k]));
+			/* the scale of the quantization block (qb blocks of 32) it is in */
+			for (int k = 0; k < 32 * qb; k++)
+				amax = fmaxf(amax, fabsf(x[(size_t)r * ldx + k0 / qb * qb * 32 + k]));
 			dx[k0] = amax / 127.0f;
 			id = dx[k0] != 0 ? 1.0f / dx[k0] : 0.0f;
 			sq[k0] = 0;
@@ -430,7 +432,10 @@ static void ref_i8(double *ref, double *sumabs, enum pd_qtype t, float wscale, c
 						s += (double)dot * scale;
 						a += fabs((double)dot * scale);
 					}
-					s += (double)mn * sx;
+					/* K-quants: the min's product in int32 (exact), times dmin * d_x */
+					if (qb > 1)
+						sx = (float)((double)dx[k0] * (double)sq[k0]);
+					s += qb > 1 ? (double)mn * dx[k0] * (double)sq[k0] : (double)mn * sx;
 					a += fabs((double)mn * sx);
 				}
 			}

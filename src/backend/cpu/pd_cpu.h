@@ -99,9 +99,9 @@ struct pd_cpu {
 	int vnni;                       /* the CPU has AVX-512 VNNI int8 dot products (pd_cpu_i8.c) */
 	int8_t *xq;                     /* an int8 product's input rows, quantized (pd_cpu_i8.c) */
 	size_t xq_cap;                  /* its capacity in bytes */
-	float *xd;                      /* their blocks' scales */
+	float *xd;                      /* their blocks' scales (K-quants: their super-blocks') */
 	size_t xd_cap;                  /* its capacity in floats */
-	int32_t *xc;                    /* their blocks' -128 * sum of values */
+	int32_t *xc;                    /* their blocks' -128 * sum of values (K-quants: sums of 32 in int16 pairs) */
 	size_t xc_cap;                  /* its capacity in values */
 	float *xs;                      /* their blocks' scale * sum of values */
 	size_t xs_cap;                  /* its capacity in values */
@@ -247,9 +247,10 @@ void pd_cpu_qlinear(struct pd_backend *be, struct pd_linear *l, const float *x, 
  * of type T with N_IN inputs has them; groups of 16 output rows and bytes of a [n_out, n_in] weight in
  * their layout; BLOCKS (n_out rows of ROW_BYTES) into DST of that size; the
  * input rows quantized in blocks of 32 (values in XQ [rows, n_in], scales
- * in XD, -128 * sums in XC, scale * sums in XS, [rows, n_in / 32]; the
- * sums of each 16 in XH [rows, n_in / 16] unless it is NULL); the
- * product, as
+ * in XD, -128 * sums in XC, scale * sums in XS, [rows, n_in / 32]), or with
+ * SUPER in blocks of 256 (a row's scales first in its row of XD, its sums
+ * of 32 as int16 pairs first in its row of XC, XS untouched); the sums of
+ * each 16 in XH [rows, n_in / 16] unless it is NULL; the product, as
  * pd_cpu_linear. */
 int pd_cpu_i8_has(enum pd_qtype t, int64_t n_in);
 int64_t pd_cpu_i8_groups(int64_t n_out);
@@ -257,7 +258,7 @@ size_t pd_cpu_i8_bytes(enum pd_qtype t, int64_t n_out, int64_t n_in);
 void pd_cpu_i8_pack(unsigned char *dst, enum pd_qtype t, int64_t n_out, int64_t n_in, const unsigned char *blocks,
 		    size_t row_bytes);
 void pd_cpu_i8_quant_rows(const struct pd_cpu *cpu, const float *x, int64_t ldx, int64_t rows, int64_t n_in,
-			  int8_t *xq, float *xd, int32_t *xc, float *xs, int32_t *xh);
+			  int super, int8_t *xq, float *xd, int32_t *xc, float *xs, int32_t *xh);
 void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
 		      float *y, int64_t ldy, int flags);
 /* oneDNN's gelu_tanh, for the products that are not oneDNN's. */

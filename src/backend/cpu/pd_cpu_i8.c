@@ -14,10 +14,11 @@
  * taken when the input is quantized. The portable kernel does the same arithmetic in the same order: both give
  * the same bits, so a mesh of machines with and without VNNI agrees.
  *
- * The block quantization of a row depends only on its 32 values, so a
- * row split over processes (sequence parallel) or an input range split at
- * block boundaries (tensor parallel's row-parallel layers: the weight's
- * blocks are never cut) quantizes every block as one process does.
+ * The block quantization of a row depends only on its block's values (32,
+ * or 256 for the K-quants), so a row split over processes (sequence
+ * parallel) or an input range split at the weight's block boundaries
+ * (tensor parallel's row-parallel layers: the weight's blocks, and
+ * super-blocks, are never cut) quantizes every block as one process does.
  *
  * Layout (pd_linear.i8): output rows in groups of 16 (the last padded with
  * zero rows); for each group, for each block of 32 inputs, PD_I8_BLOCK
@@ -26,18 +27,28 @@
  *    32  d[column] as f16                the file's scales, unchanged
  * 544 bytes per 512 weights, as the file's Q8_0.
  *
- * Q4_K (super-blocks of 256 in 8 sub-blocks of 32, w = d * sc * q - dmin * m
- * with q in 0..15): the sub-blocks are the input's blocks, and
+ * The K-quants (super-blocks of 256 inputs with integer sub-block scales)
+ * take their input rows in blocks of 256, as ggml's dot products with
+ * them do (its Q8_K): one scale d_x = amax / 127 per 256 inputs, so a
+ * super-block's sub-block scales apply in int32 and its f32 work is done
+ * once per 256 inputs, not once per 32 (the kernels' cost beside
+ * vpdpbusd is that f32 work: 3 operations for every 8 vpdpbusd with
+ * blocks of 32).
  *
- *   y[r, j] = sum over sub-blocks b of (float)dot_b * (d1 * d_x) - m1 * (d_x * sum(q_x))
+ * Q4_K (8 sub-blocks of 32, w = d * sc * q - dmin * m with q in 0..15):
  *
- * with d1 = d * sc and m1 = dmin * m as pd_quant_decode computes them, a
- * fused multiply-add for each term. q is unsigned already: no correction.
- * For each group of 16 outputs, each super-block, PD_I8K_BLOCK bytes:
+ *   I = sum over sub-blocks b of sc_b * dot_b,  M = sum over b of m_b * sum_b(q_x)
+ *   y[r, j] = sum over super-blocks of (float)I * (d * d_x) - (float)M * (dmin * d_x)
+ *
+ * I and M exact in int32, two fused multiply-adds a super-block. q is
+ * unsigned already: no correction. M's terms go in pairs (vpdpwssd of the
+ * mins and the input's sums of 32 as int16). For each group of 16
+ * outputs, each super-block, PD_I8K_BLOCK bytes:
  *   2048  q[sub-block][k / 8][column][k % 4] in nibbles: the low one k % 8 < 4,
  *         the high one the next 4 (one load gives two vectors of 4 inputs)
- *    128  sc[sub-block][column]   the 6-bit scales
- *    128  m[sub-block][column]    the 6-bit mins
+ *    128  sc[sub-block][column]             the 6-bit scales
+ *    128  m[sub-block / 2][column][sub-block % 2]  the 6-bit mins (one
+ *         vpmovzxbw makes a pair's int16 for vpdpwssd)
  *     32  d[column] as f16, 32 dmin[column] as f16
  * 2368 bytes per 4096 weights: 2.8% more than the file's 2304.
  *
@@ -61,16 +72,13 @@
  *  4096  q[sub-block][k / 4][column][k % 4]  (Q8_0's order, unsigned)
  *   128  sc, 128 m, 32 d, 32 dmin as Q4_K's
  *
- * Q6_K (super-blocks of 256 in 16 sub-blocks of 16, w = d * sc * (q - 32),
- * q in 0..63, sc a signed byte): each input block of 32 holds two
- * sub-blocks, each with its own sum
+ * Q6_K (16 sub-blocks of 16, w = d * sc * (q - 32), q in 0..63, sc a
+ * signed byte):
  *
  *   dot_h = sum over the 16 inputs of q * q_x - 32 * sum(q_x)
+ *   y[r, j] = sum over super-blocks of (float)(sum over h of sc_h * dot_h) * (d * d_x)
  *
- * exact in int32 (the input's sums of 16 taken when it is quantized), and
- *
- *   y[r, j] = sum over sub-blocks h of (float)dot_h * ((d * sc_h) * d_x)
- *
+ * exact in int32 (the input's sums of 16 taken when it is quantized).
  * For each group, each super-block, 4384 bytes (8.6 bits a weight against
  * the file's 6.6):
  *  4096  q as Q5_K's
@@ -287,8 +295,13 @@ static void pd_i8_pack_units(unsigned char *dst, enum pd_qtype t, int64_t n_out,
 					else
 						for (int k = 0; k < 32; k++)
 							ob[(k / 4) * 64 + k % 4] = (unsigned char)v[k];
-					if (t != PD_Q_Q6_K)
-						pd_scale_min_k4(sb, s + 4, sc, sc + 128);
+					if (t != PD_Q_Q6_K) {
+						unsigned char mn;
+
+						/* the min in its pair */
+						pd_scale_min_k4(sb, s + 4, sc, &mn);
+						o[qa + 128 + (sb / 2) * 32 + c * 2 + sb % 2] = mn;
+					}
 				}
 				if (t == PD_Q_Q6_K) {
 					for (int h = 0; h < 16; h++)
@@ -402,11 +415,100 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void pd_i8_quant_blo
 }
 #endif
 
+/* From the sums of each 16 of 256 values S16: the sums of each 32 as
+ * int16 pairs into P (word k: sums 2k and 2k + 1, in the low and the high
+ * half, vpdpwssd's order; |sum| <= 32 * 127 fits), S16 into H unless
+ * NULL. */
+static void pd_i8_pair_sums(const int32_t *s16, int32_t *p, int32_t *h)
+{
+	for (int k = 0; k < 4; k++) {
+		uint32_t lo = (uint16_t)(int16_t)(s16[4 * k] + s16[4 * k + 1]);
+		uint32_t hi = (uint16_t)(int16_t)(s16[4 * k + 2] + s16[4 * k + 3]);
+
+		p[k] = (int32_t)(lo | hi << 16);
+	}
+	if (h)
+		memcpy(h, s16, 16 * sizeof(*h));
+}
+
+/* The K-quants' input: 256 values into Q, their scale amax / 127 into D,
+ * their sums into P and H as pd_i8_pair_sums puts them (a NaN as in
+ * pd_i8_quant_block). */
+static void pd_i8_quant_super(const float *x, int8_t *q, float *d, int32_t *p, int32_t *h)
+{
+	float amax = 0, id;
+	int32_t s16[16] = { 0 };
+
+	for (int k = 0; k < 256; k++)
+		amax = x[k] != x[k] || amax != amax ? NAN : fmaxf(amax, fabsf(x[k]));
+	*d = amax / 127.0f;
+	id = *d != 0 ? 1.0f / *d : 0.0f;
+	for (int k = 0; k < 256; k++) {
+		float v = nearbyintf(x[k] * id);
+
+		v = v != v ? -127.0f : v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+		q[k] = (int8_t)v;
+		s16[k / 16] += q[k];
+	}
+	pd_i8_pair_sums(s16, p, h);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void pd_i8_quant_super_avx512(const float *x, int8_t *q,
+											   float *d, int32_t *p,
+											   int32_t *h)
+{
+	__m512 m = _mm512_setzero_ps(), iv;
+	__m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+	__mmask16 nan = 0;
+	int32_t s16[16];
+	float amax, id;
+
+	for (int k = 0; k < 16; k++) {
+		__m512 v = _mm512_loadu_ps(x + 16 * k);
+
+		m = _mm512_max_ps(m, _mm512_abs_ps(v));
+		nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+	}
+	amax = nan ? NAN : _mm512_reduce_max_ps(m);
+	*d = amax / 127.0f;
+	id = *d != 0 ? 1.0f / *d : 0.0f;
+	iv = _mm512_set1_ps(id);
+	for (int k = 0; k < 16; k++) {
+		/* round to nearest even (the conversion's default mode) */
+		__m512i v = _mm512_min_epi32(
+			_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * k), iv)), lo), hi);
+
+		_mm_storeu_si128((__m128i *)(q + 16 * k), _mm512_cvtepi32_epi8(v));
+		s16[k] = _mm512_reduce_add_epi32(v);
+	}
+	pd_i8_pair_sums(s16, p, h);
+}
+#endif
+
 void pd_cpu_i8_quant_rows(const struct pd_cpu *cpu, const float *x, int64_t ldx, int64_t rows, int64_t n_in,
-			  int8_t *xq, float *xd, int32_t *xc, float *xs, int32_t *xh)
+			  int super, int8_t *xq, float *xd, int32_t *xc, float *xs, int32_t *xh)
 {
 	int64_t nb = n_in / 32;
 
+	if (super) {
+#pragma omp parallel for schedule(static)
+		for (int64_t r = 0; r < rows; r++)
+			for (int64_t u = 0; u < n_in / 256; u++) {
+				const float *s = x + r * ldx + u * 256;
+				int8_t *q = xq + r * n_in + u * 256;
+				int32_t *h = xh ? xh + r * nb * 2 + u * 16 : NULL;
+
+#if defined(__x86_64__) && defined(__GNUC__)
+				if (cpu->avx512) {
+					pd_i8_quant_super_avx512(s, q, xd + r * nb + u, xc + r * nb + u * 4, h);
+					continue;
+				}
+#endif
+				pd_i8_quant_super(s, q, xd + r * nb + u, xc + r * nb + u * 4, h);
+			}
+		return;
+	}
 #pragma omp parallel for schedule(static)
 	for (int64_t r = 0; r < rows; r++)
 		for (int64_t b = 0; b < nb; b++) {
@@ -535,9 +637,9 @@ static inline int32_t pd_i8_word(const int8_t *p)
  * quantized values, their blocks' scales and sums. */
 struct pd_i8_rows {
 	const int8_t *q[PD_I8_MR];      /* [n_in] each */
-	const float *d[PD_I8_MR];       /* [n_in / 32] each */
-	const int32_t *c[PD_I8_MR];     /* [n_in / 32] each: -128 * sum(q) */
-	const float *s[PD_I8_MR];       /* [n_in / 32] each: scale * sum(q) */
+	const float *d[PD_I8_MR];       /* [n_in / 32] each (K-quants: [n_in / 256]) */
+	const int32_t *c[PD_I8_MR];     /* [n_in / 32] each: -128 * sum(q) (K-quants: [n_in / 64], sums of 32 in int16 pairs) */
+	const float *s[PD_I8_MR];       /* [n_in / 32] each: scale * sum(q) (not the K-quants) */
 	const int32_t *h[PD_I8_MR];     /* [n_in / 16] each: sum(q) of each 16 (Q6_K only) */
 };
 
@@ -586,32 +688,31 @@ static float pd_i8_unit_portable(enum pd_qtype t, const struct pd_i8_rows *x, in
 	case PD_Q_Q5_K: {
 		int nib = t == PD_Q_Q4_K;
 		const unsigned char *e = o + (nib ? 2048 : 4096);
-		float d = pd_i8_half(e + 256, c), dmin = pd_i8_half(e + 288, c);
+		float d = pd_i8_half(e + 256, c), dmin = pd_i8_half(e + 288, c), dx = x->d[r][b];
+		int32_t is = 0, im = 0;
 
-		for (int sb = 0; sb < 8; sb++) {
-			int64_t xb = b * 8 + sb;
-			float d1 = d * (float)e[sb * 16 + c], m1 = dmin * (float)e[128 + sb * 16 + c];
+		for (int sb = 0; sb < 8; sb++)
+			is += (int32_t)e[sb * 16 + c] * pd_i8_dot(x, r, b * 8 + sb, o + sb * (nib ? 256 : 512), c, nib, 0, 32, 0);
+		for (int k = 0; k < 4; k++) {
+			uint32_t w = (uint32_t)x->c[r][b * 4 + k];
+			const unsigned char *m = e + 128 + k * 32 + c * 2;
 
-			acc = fmaf((float)pd_i8_dot(x, r, xb, o + sb * (nib ? 256 : 512), c, nib, 0, 32, 0),
-				   d1 * x->d[r][xb], acc);
-			acc = fmaf(-m1, x->s[r][xb], acc);
+			im += (int32_t)m[0] * (int16_t)(w & 0xFFFF) + (int32_t)m[1] * (int16_t)(w >> 16);
 		}
-		return acc;
+		acc = fmaf((float)is, d * dx, acc);
+		return fmaf(-(float)im, dmin * dx, acc);
 	}
 	case PD_Q_Q6_K: {
-		float d = pd_i8_half(o + 4352, c);
+		int32_t is = 0;
 
 		for (int sb = 0; sb < 8; sb++)
 			for (int h = 0; h < 2; h++) {
 				int64_t xb = b * 8 + sb;
-				int32_t s = pd_i8_dot(x, r, xb, o + sb * 512, c, 0, 16 * h, 16 * h + 16,
-						      -32 * x->h[r][2 * xb + h]);
 
-				float sc = (float)(int8_t)o[4096 + (sb * 2 + h) * 16 + c];
-
-				acc = fmaf((float)s, (d * sc) * x->d[r][xb], acc);
+				is += (int32_t)(int8_t)o[4096 + (sb * 2 + h) * 16 + c] *
+				      pd_i8_dot(x, r, xb, o + sb * 512, c, 0, 16 * h, 16 * h + 16, -32 * x->h[r][2 * xb + h]);
 			}
-		return acc;
+		return fmaf((float)is, pd_i8_half(o + 4352, c) * x->d[r][b], acc);
 	}
 	default:
 		/* Q8_0's layout: q + 128, from -128 sum(q_x) */
@@ -784,15 +885,52 @@ pd_i8_tile_q4_1_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const 
 	pd_i8_tile_q4_body(x, w0, w1, nb, t, 1);
 }
 
-/* A group's 16 scales of a sub-block (Q4_K's and Q5_K's 6-bit ones, or
- * with SGN Q6_K's signed bytes) times its f16 super-block scale, as
- * pd_quant_decode's d * sc. */
-__attribute__((target("avx512f"))) static inline __m512 pd_i8_k_scale(const unsigned char *sc, __m512 d, int sgn)
-{
-	__m128i b = _mm_loadu_si128((const __m128i *)sc);
-
-	return _mm512_mul_ps(d, _mm512_cvtepi32_ps(sgn ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b)));
-}
+/* The K-quants' kernels keep the tile's f32 sums in T (zero first, added
+ * to once a super-block) and 12 int32 sums s<row><group> of each
+ * super-block's scaled sub-block sums in registers beside the i's. */
+#define PD_I8_KSUMS __m512i s00, s01, s10, s11, s20, s21, s30, s31, s40, s41, s50, s51
+#define PD_I8_KSUMS_ZERO(r) s##r##0 = s##r##1 = _mm512_setzero_si512()
+#define PD_I8_T_ZERO(r) PD_I8_STORE_T(r, _mm512_setzero_ps(), _mm512_setzero_ps())
+#define PD_I8_STORE_T(r, v0, v1)                                \
+	do {                                                    \
+		_mm512_storeu_ps(t + r * PD_I8_COLS, v0);       \
+		_mm512_storeu_ps(t + r * PD_I8_COLS + 16, v1);  \
+	} while (0)
+/* s += i * the sub-block's scales SC0 and SC1 (the two groups', int32). */
+#define PD_I8_ISCALE(r)                                                                \
+	do {                                                                           \
+		s##r##0 = _mm512_add_epi32(s##r##0, _mm512_mullo_epi32(i##r##0, sc0)); \
+		s##r##1 = _mm512_add_epi32(s##r##1, _mm512_mullo_epi32(i##r##1, sc1)); \
+	} while (0)
+/* i += the mins' pair K (MP0, MP1) times the row's sums of 32 of pair K
+ * of super-block B. */
+#define PD_I8_MINS(r)                                                          \
+	do {                                                                   \
+		__m512i a = _mm512_set1_epi32(x->c[r][b * 4 + k]);             \
+		i##r##0 = _mm512_dpwssd_epi32(i##r##0, mp0, a);                 \
+		i##r##1 = _mm512_dpwssd_epi32(i##r##1, mp1, a);                 \
+	} while (0)
+/* T += (float)s * (d * d_x) - (float)i * (dmin * d_x), the caller's DD0,
+ * DD1 (d) and DM0, DM1 (dmin) of super-block B. */
+#define PD_I8_KTAIL(r)                                                                                        \
+	do {                                                                                                  \
+		__m512 dx = _mm512_set1_ps(x->d[r][b]);                                                       \
+		__m512 g0 = _mm512_loadu_ps(t + r * PD_I8_COLS), g1 = _mm512_loadu_ps(t + r * PD_I8_COLS + 16); \
+		g0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s##r##0), _mm512_mul_ps(dd0, dx), g0);                 \
+		g1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s##r##1), _mm512_mul_ps(dd1, dx), g1);                 \
+		g0 = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(i##r##0), _mm512_mul_ps(dm0, dx), g0);                \
+		g1 = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(i##r##1), _mm512_mul_ps(dm1, dx), g1);                \
+		PD_I8_STORE_T(r, g0, g1);                                                                     \
+	} while (0)
+/* The same without mins (Q6_K). */
+#define PD_I8_KTAIL6(r)                                                                                       \
+	do {                                                                                                  \
+		__m512 dx = _mm512_set1_ps(x->d[r][b]);                                                       \
+		__m512 g0 = _mm512_loadu_ps(t + r * PD_I8_COLS), g1 = _mm512_loadu_ps(t + r * PD_I8_COLS + 16); \
+		g0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s##r##0), _mm512_mul_ps(dd0, dx), g0);                 \
+		g1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s##r##1), _mm512_mul_ps(dd1, dx), g1);                 \
+		PD_I8_STORE_T(r, g0, g1);                                                                     \
+	} while (0)
 
 /* Q4_K (nibbles) and Q5_K (bytes, NIB 0). */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static inline __attribute__((always_inline)) void
@@ -801,21 +939,17 @@ pd_i8_tile_k_body(const struct pd_i8_rows *x, const unsigned char *w0, const uns
 {
 	const __m512i low = _mm512_set1_epi8(0x0F);
 	const size_t ub = nib ? PD_I8K_BLOCK : PD_I8K5_BLOCK, qa = nib ? 2048 : 4096;
-	PD_I8_ACCUMULATORS;
+	__m512i i00, i01, i10, i11, i20, i21, i30, i31, i40, i41, i50, i51;
+	PD_I8_KSUMS;
 
+	PD_I8_EACH_ROW(PD_I8_T_ZERO);
 	for (int64_t b = 0; b < nb; b++, w0 += ub, w1 += ub) {
-		__m512 dd0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + qa + 256)));
-		__m512 dd1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + qa + 256)));
-		/* -dmin: its products with m are -(dmin * m) exactly */
-		__m512 dm0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + qa + 288)));
-		__m512 dm1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + qa + 288)));
+		__m512 dd0, dd1, dm0, dm1;
 
-		dm0 = _mm512_sub_ps(_mm512_setzero_ps(), dm0);
-		dm1 = _mm512_sub_ps(_mm512_setzero_ps(), dm1);
-
+		PD_I8_EACH_ROW(PD_I8_KSUMS_ZERO);
 		for (int sb = 0; sb < 8; sb++) {
 			const int64_t xb = b * 8 + sb;
-			__m512 d0, d1, m0, m1;
+			__m512i sc0, sc1;
 
 			PD_I8_START(PD_I8_ZERO);
 			if (nib) {
@@ -823,15 +957,24 @@ pd_i8_tile_k_body(const struct pd_i8_rows *x, const unsigned char *w0, const uns
 			} else {
 				PD_I8_BYTES(w0 + sb * 512, w1 + sb * 512, xb * 32, 0, 8);
 			}
-			d0 = pd_i8_k_scale(w0 + qa + sb * 16, dd0, 0);
-			d1 = pd_i8_k_scale(w1 + qa + sb * 16, dd1, 0);
-			m0 = pd_i8_k_scale(w0 + qa + 128 + sb * 16, dm0, 0);
-			m1 = pd_i8_k_scale(w1 + qa + 128 + sb * 16, dm1, 0);
-			PD_I8_EACH_ROW(PD_I8_SCALE);
-			PD_I8_EACH_ROW(PD_I8_MIN);
+			sc0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w0 + qa + sb * 16)));
+			sc1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w1 + qa + sb * 16)));
+			PD_I8_EACH_ROW(PD_I8_ISCALE);
 		}
+		/* the mins' sums, in the i's */
+		PD_I8_START(PD_I8_ZERO);
+		for (int k = 0; k < 4; k++) {
+			__m512i mp0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(w0 + qa + 128 + k * 32)));
+			__m512i mp1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(w1 + qa + 128 + k * 32)));
+
+			PD_I8_EACH_ROW(PD_I8_MINS);
+		}
+		dd0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + qa + 256)));
+		dd1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + qa + 256)));
+		dm0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + qa + 288)));
+		dm1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + qa + 288)));
+		PD_I8_EACH_ROW(PD_I8_KTAIL);
 	}
-	PD_I8_EACH_ROW(PD_I8_STORE);
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void
@@ -850,27 +993,33 @@ pd_i8_tile_q5_k_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void
 pd_i8_tile_q6_k_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t)
 {
-	PD_I8_ACCUMULATORS;
+	__m512i i00, i01, i10, i11, i20, i21, i30, i31, i40, i41, i50, i51;
+	PD_I8_KSUMS;
 
+	PD_I8_EACH_ROW(PD_I8_T_ZERO);
 	for (int64_t b = 0; b < nb; b++, w0 += PD_I8K6_BLOCK, w1 += PD_I8K6_BLOCK) {
-		__m512 dd0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + 4352)));
-		__m512 dd1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + 4352)));
+		__m512 dd0, dd1;
 
+		PD_I8_EACH_ROW(PD_I8_KSUMS_ZERO);
 		for (int sb = 0; sb < 8; sb++) {
 			const int64_t xb = b * 8 + sb;
 
 			for (int hf = 0; hf < 2; hf++) {
-				__m512 d0 = pd_i8_k_scale(w0 + 4096 + (sb * 2 + hf) * 16, dd0, 1);
-				__m512 d1 = pd_i8_k_scale(w1 + 4096 + (sb * 2 + hf) * 16, dd1, 1);
+				__m512i sc0 = _mm512_cvtepi8_epi32(
+					_mm_loadu_si128((const __m128i *)(w0 + 4096 + (sb * 2 + hf) * 16)));
+				__m512i sc1 = _mm512_cvtepi8_epi32(
+					_mm_loadu_si128((const __m128i *)(w1 + 4096 + (sb * 2 + hf) * 16)));
 
 				/* the sums start from -32 sum(q_x) of the 16 inputs */
 				PD_I8_START(PD_I8_Q6_SUM);
 				PD_I8_BYTES(w0 + sb * 512, w1 + sb * 512, xb * 32, 4 * hf, 4 * hf + 4);
-				PD_I8_EACH_ROW(PD_I8_SCALE);
+				PD_I8_EACH_ROW(PD_I8_ISCALE);
 			}
 		}
+		dd0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + 4352)));
+		dd1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + 4352)));
+		PD_I8_EACH_ROW(PD_I8_KTAIL6);
 	}
-	PD_I8_EACH_ROW(PD_I8_STORE);
 }
 #endif
 
@@ -905,7 +1054,8 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 	    pd_cpu_grow(be, (void **)&cpu->xs, &cpu->xs_cap, (size_t)(rows * nb), sizeof(float)) ||
 	    (halves && pd_cpu_grow(be, (void **)&cpu->xh, &cpu->xh_cap, (size_t)(rows * nb * 2), sizeof(int32_t))))
 		return;
-	pd_cpu_i8_quant_rows(cpu, x, ldx, rows, l->n_in, cpu->xq, cpu->xd, cpu->xc, cpu->xs, halves ? cpu->xh : NULL);
+	pd_cpu_i8_quant_rows(cpu, x, ldx, rows, l->n_in, pd_i8_k(qt), cpu->xq, cpu->xd, cpu->xc, cpu->xs,
+			     halves ? cpu->xh : NULL);
 #pragma omp parallel for schedule(static)
 	for (int64_t task = 0; task < pairs * panels; task++) {
 		int64_t p = task % pairs, c = task / pairs, r1 = (c + 1) * panel < rows ? (c + 1) * panel : rows;

@@ -355,72 +355,96 @@ void pd_cpu_i8_pack(unsigned char *dst, enum pd_qtype t, int64_t n_out, int64_t 
 		}
 }
 
-/* One block of 32 inputs: its values, scale, -128 * their sum and scale
- * * their sum; the sums of its two halves into H unless NULL. */
-static void pd_i8_quant_block(const float *x, int8_t *q, float *d, int32_t *corr, float *sx, int32_t *h)
+/* N inputs (32 or 256) quantized as one block: their values into Q, their
+ * scale amax / 127 into D, the sums of each 16 values into S16. A NaN
+ * makes the block's scale NaN (its products NaN, as decoded products'
+ * would be) and its values -127, on both paths. */
+static void pd_i8_quant_values(const float *x, int n, int8_t *q, float *d, int32_t *s16)
 {
 	float amax = 0, id;
-	int32_t sum = 0;
 
-	/* a NaN makes the block's scale NaN (its products NaN, as decoded
-	 * products' would be), on both paths */
-	for (int k = 0; k < 32; k++)
+	for (int k = 0; k < n; k++)
 		amax = x[k] != x[k] || amax != amax ? NAN : fmaxf(amax, fabsf(x[k]));
 	*d = amax / 127.0f;
 	id = *d != 0 ? 1.0f / *d : 0.0f;
-	for (int k = 0; k < 32; k++) {
+	for (int k = 0; k < n; k++) {
 		float v = nearbyintf(x[k] * id);
 
 		/* NaN as the vector conversion makes it (then clamped) */
 		v = v != v ? -127.0f : v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
 		q[k] = (int8_t)v;
-		sum += q[k];
-		if (h && k == 15)
-			h[0] = sum;
+		s16[k / 16] = (k % 16 ? s16[k / 16] : 0) + q[k];
 	}
-	if (h)
-		h[1] = sum - h[0];
-	*corr = -128 * sum;
-	*sx = *d * (float)sum;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx512f,avx512bw,avx512vl"))) static void pd_i8_quant_block_avx512(const float *x, int8_t *q,
-											   float *d, int32_t *corr,
-											   float *sx, int32_t *h)
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void pd_i8_quant_values_avx512(const float *x, int n,
+											    int8_t *q, float *d,
+											    int32_t *s16)
 {
-	int32_t sum;
-	__m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16), iv;
-	__m512i q0, q1, lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
-	float amax, id;
+	__m512 m = _mm512_setzero_ps(), iv;
+	__m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+	__mmask16 nan = 0;
+	float id;
 
-	amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-	if (_mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(v1, v1, _CMP_UNORD_Q))
-		amax = NAN;
-	*d = amax / 127.0f;
+	for (int k = 0; k < n; k += 16) {
+		__m512 v = _mm512_loadu_ps(x + k);
+
+		m = _mm512_max_ps(m, _mm512_abs_ps(v));
+		nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+	}
+	*d = (nan ? NAN : _mm512_reduce_max_ps(m)) / 127.0f;
 	id = *d != 0 ? 1.0f / *d : 0.0f;
 	iv = _mm512_set1_ps(id);
-	/* round to nearest even (the conversion's default mode) */
-	q0 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v0, iv)), lo), hi);
-	q1 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v1, iv)), lo), hi);
-	_mm_storeu_si128((__m128i *)q, _mm512_cvtepi32_epi8(q0));
-	_mm_storeu_si128((__m128i *)(q + 16), _mm512_cvtepi32_epi8(q1));
-	sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-	if (h) {
-		h[0] = _mm512_reduce_add_epi32(q0);
-		h[1] = sum - h[0];
+	for (int k = 0; k < n; k += 16) {
+		/* round to nearest even (the conversion's default mode) */
+		__m512i v = _mm512_min_epi32(
+			_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + k), iv)), lo), hi);
+
+		_mm_storeu_si128((__m128i *)(q + k), _mm512_cvtepi32_epi8(v));
+		s16[k / 16] = _mm512_reduce_add_epi32(v);
 	}
-	*corr = -128 * sum;
-	*sx = *d * (float)sum;
 }
 #endif
 
-/* From the sums of each 16 of 256 values S16: the sums of each 32 as
- * int16 pairs into P (word k: sums 2k and 2k + 1, in the low and the high
- * half, vpdpwssd's order; |sum| <= 32 * 127 fits), S16 into H unless
- * NULL. */
-static void pd_i8_pair_sums(const int32_t *s16, int32_t *p, int32_t *h)
+/* pd_i8_quant_values, with VEC its AVX-512 form (the same bits). */
+static void pd_i8_quant(const float *x, int n, int vec, int8_t *q, float *d, int32_t *s16)
 {
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (vec) {
+		pd_i8_quant_values_avx512(x, n, q, d, s16);
+		return;
+	}
+#endif
+	(void)vec;
+	pd_i8_quant_values(x, n, q, d, s16);
+}
+
+/* One block of 32 inputs (VEC as pd_i8_quant's): its values,
+ * scale, -128 * their sum and scale * their sum; the sums of its two
+ * halves into H unless NULL. */
+static void pd_i8_quant_block(const float *x, int vec, int8_t *q, float *d, int32_t *corr, float *sx, int32_t *h)
+{
+	int32_t s16[2];
+
+	pd_i8_quant(x, 32, vec, q, d, s16);
+	if (h) {
+		h[0] = s16[0];
+		h[1] = s16[1];
+	}
+	*corr = -128 * (s16[0] + s16[1]);
+	*sx = *d * (float)(s16[0] + s16[1]);
+}
+
+/* The K-quants' input: 256 values (VEC as above) into Q, their scale into
+ * D, the sums of each 32 as int16 pairs into P (word k: sums 2k and
+ * 2k + 1, in the low and the high half, vpdpwssd's order; |sum| <= 32 *
+ * 127 fits) and of each 16 into H unless NULL. */
+static void pd_i8_quant_super(const float *x, int vec, int8_t *q, float *d, int32_t *p, int32_t *h)
+{
+	int32_t s16[16];
+
+	pd_i8_quant(x, 256, vec, q, d, s16);
 	for (int k = 0; k < 4; k++) {
 		uint32_t lo = (uint16_t)(int16_t)(s16[4 * k] + s16[4 * k + 1]);
 		uint32_t hi = (uint16_t)(int16_t)(s16[4 * k + 2] + s16[4 * k + 3]);
@@ -428,104 +452,28 @@ static void pd_i8_pair_sums(const int32_t *s16, int32_t *p, int32_t *h)
 		p[k] = (int32_t)(lo | hi << 16);
 	}
 	if (h)
-		memcpy(h, s16, 16 * sizeof(*h));
+		memcpy(h, s16, sizeof(s16));
 }
-
-/* The K-quants' input: 256 values into Q, their scale amax / 127 into D,
- * their sums into P and H as pd_i8_pair_sums puts them (a NaN as in
- * pd_i8_quant_block). */
-static void pd_i8_quant_super(const float *x, int8_t *q, float *d, int32_t *p, int32_t *h)
-{
-	float amax = 0, id;
-	int32_t s16[16] = { 0 };
-
-	for (int k = 0; k < 256; k++)
-		amax = x[k] != x[k] || amax != amax ? NAN : fmaxf(amax, fabsf(x[k]));
-	*d = amax / 127.0f;
-	id = *d != 0 ? 1.0f / *d : 0.0f;
-	for (int k = 0; k < 256; k++) {
-		float v = nearbyintf(x[k] * id);
-
-		v = v != v ? -127.0f : v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
-		q[k] = (int8_t)v;
-		s16[k / 16] += q[k];
-	}
-	pd_i8_pair_sums(s16, p, h);
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx512f,avx512bw,avx512vl"))) static void pd_i8_quant_super_avx512(const float *x, int8_t *q,
-											   float *d, int32_t *p,
-											   int32_t *h)
-{
-	__m512 m = _mm512_setzero_ps(), iv;
-	__m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
-	__mmask16 nan = 0;
-	int32_t s16[16];
-	float amax, id;
-
-	for (int k = 0; k < 16; k++) {
-		__m512 v = _mm512_loadu_ps(x + 16 * k);
-
-		m = _mm512_max_ps(m, _mm512_abs_ps(v));
-		nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-	}
-	amax = nan ? NAN : _mm512_reduce_max_ps(m);
-	*d = amax / 127.0f;
-	id = *d != 0 ? 1.0f / *d : 0.0f;
-	iv = _mm512_set1_ps(id);
-	for (int k = 0; k < 16; k++) {
-		/* round to nearest even (the conversion's default mode) */
-		__m512i v = _mm512_min_epi32(
-			_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * k), iv)), lo), hi);
-
-		_mm_storeu_si128((__m128i *)(q + 16 * k), _mm512_cvtepi32_epi8(v));
-		s16[k] = _mm512_reduce_add_epi32(v);
-	}
-	pd_i8_pair_sums(s16, p, h);
-}
-#endif
 
 void pd_cpu_i8_quant_rows(const struct pd_cpu *cpu, const float *x, int64_t ldx, int64_t rows, int64_t n_in,
 			  int super, int8_t *xq, float *xd, int32_t *xc, float *xs, int32_t *xh)
 {
 	int64_t nb = n_in / 32;
+	int vec = cpu->avx512;
 
 	if (super) {
 #pragma omp parallel for schedule(static)
 		for (int64_t r = 0; r < rows; r++)
-			for (int64_t u = 0; u < n_in / 256; u++) {
-				const float *s = x + r * ldx + u * 256;
-				int8_t *q = xq + r * n_in + u * 256;
-				int32_t *h = xh ? xh + r * nb * 2 + u * 16 : NULL;
-
-#if defined(__x86_64__) && defined(__GNUC__)
-				if (cpu->avx512) {
-					pd_i8_quant_super_avx512(s, q, xd + r * nb + u, xc + r * nb + u * 4, h);
-					continue;
-				}
-#endif
-				pd_i8_quant_super(s, q, xd + r * nb + u, xc + r * nb + u * 4, h);
-			}
+			for (int64_t u = 0; u < n_in / 256; u++)
+				pd_i8_quant_super(x + r * ldx + u * 256, vec, xq + r * n_in + u * 256, xd + r * nb + u,
+						  xc + r * nb + u * 4, xh ? xh + r * nb * 2 + u * 16 : NULL);
 		return;
 	}
 #pragma omp parallel for schedule(static)
 	for (int64_t r = 0; r < rows; r++)
-		for (int64_t b = 0; b < nb; b++) {
-			const float *s = x + r * ldx + b * 32;
-			int8_t *q = xq + r * n_in + b * 32;
-
-#if defined(__x86_64__) && defined(__GNUC__)
-			if (cpu->avx512) {
-				pd_i8_quant_block_avx512(s, q, xd + r * nb + b, xc + r * nb + b, xs + r * nb + b,
-							 xh ? xh + 2 * (r * nb + b) : NULL);
-				continue;
-			}
-#endif
-			(void)cpu;
-			pd_i8_quant_block(s, q, xd + r * nb + b, xc + r * nb + b, xs + r * nb + b,
-					  xh ? xh + 2 * (r * nb + b) : NULL);
-		}
+		for (int64_t b = 0; b < nb; b++)
+			pd_i8_quant_block(x + r * ldx + b * 32, vec, xq + r * n_in + b * 32, xd + r * nb + b,
+					  xc + r * nb + b, xs + r * nb + b, xh ? xh + 2 * (r * nb + b) : NULL);
 }
 
 /* GELU's tanh form, tanh from an exponential of our own (2^f by its
@@ -911,24 +859,18 @@ pd_i8_tile_q4_1_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const 
 		i##r##1 = _mm512_dpwssd_epi32(i##r##1, mp1, a);                 \
 	} while (0)
 /* T += (float)s * (d * d_x) - (float)i * (dmin * d_x), the caller's DD0,
- * DD1 (d) and DM0, DM1 (dmin) of super-block B. */
+ * DD1 (d), DM0, DM1 (dmin) and MINS (0: no min term, Q6_K) of
+ * super-block B. */
 #define PD_I8_KTAIL(r)                                                                                        \
 	do {                                                                                                  \
 		__m512 dx = _mm512_set1_ps(x->d[r][b]);                                                       \
 		__m512 g0 = _mm512_loadu_ps(t + r * PD_I8_COLS), g1 = _mm512_loadu_ps(t + r * PD_I8_COLS + 16); \
 		g0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s##r##0), _mm512_mul_ps(dd0, dx), g0);                 \
 		g1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s##r##1), _mm512_mul_ps(dd1, dx), g1);                 \
-		g0 = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(i##r##0), _mm512_mul_ps(dm0, dx), g0);                \
-		g1 = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(i##r##1), _mm512_mul_ps(dm1, dx), g1);                \
-		PD_I8_STORE_T(r, g0, g1);                                                                     \
-	} while (0)
-/* The same without mins (Q6_K). */
-#define PD_I8_KTAIL6(r)                                                                                       \
-	do {                                                                                                  \
-		__m512 dx = _mm512_set1_ps(x->d[r][b]);                                                       \
-		__m512 g0 = _mm512_loadu_ps(t + r * PD_I8_COLS), g1 = _mm512_loadu_ps(t + r * PD_I8_COLS + 16); \
-		g0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s##r##0), _mm512_mul_ps(dd0, dx), g0);                 \
-		g1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s##r##1), _mm512_mul_ps(dd1, dx), g1);                 \
+		if (mins) {                                                                                   \
+			g0 = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(i##r##0), _mm512_mul_ps(dm0, dx), g0);        \
+			g1 = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(i##r##1), _mm512_mul_ps(dm1, dx), g1);        \
+		}                                                                                             \
 		PD_I8_STORE_T(r, g0, g1);                                                                     \
 	} while (0)
 
@@ -939,6 +881,7 @@ pd_i8_tile_k_body(const struct pd_i8_rows *x, const unsigned char *w0, const uns
 {
 	const __m512i low = _mm512_set1_epi8(0x0F);
 	const size_t ub = nib ? PD_I8K_BLOCK : PD_I8K5_BLOCK, qa = nib ? 2048 : 4096;
+	const int mins = 1;
 	__m512i i00, i01, i10, i11, i20, i21, i30, i31, i40, i41, i50, i51;
 	PD_I8_KSUMS;
 
@@ -998,7 +941,9 @@ pd_i8_tile_q6_k_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const 
 
 	PD_I8_EACH_ROW(PD_I8_T_ZERO);
 	for (int64_t b = 0; b < nb; b++, w0 += PD_I8K6_BLOCK, w1 += PD_I8K6_BLOCK) {
-		__m512 dd0, dd1;
+		/* no mins: the i's are the last sub-block's, unused */
+		const int mins = 0;
+		__m512 dd0, dd1, dm0 = _mm512_setzero_ps(), dm1 = dm0;
 
 		PD_I8_EACH_ROW(PD_I8_KSUMS_ZERO);
 		for (int sb = 0; sb < 8; sb++) {
@@ -1018,7 +963,7 @@ pd_i8_tile_q6_k_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const 
 		}
 		dd0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + 4352)));
 		dd1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + 4352)));
-		PD_I8_EACH_ROW(PD_I8_KTAIL6);
+		PD_I8_EACH_ROW(PD_I8_KTAIL);
 	}
 }
 #endif

@@ -531,7 +531,8 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 	e->load_seconds = pd_now() - t0;
 	/* the numbers differ from decoded products': a run says so */
 	if (e->be->int8_layers)
-		pd_log(1, "pdit: %d quantized layers multiply in int8 (inputs quantized in blocks of 32; "
+		pd_log(1, "pdit: %d quantized layers multiply in int8 (inputs quantized in blocks of 32, of 256 "
+			  "for the K-quants; "
 			  "--quant-products bf16 decodes them instead)\n", e->be->int8_layers);
 	pd_engine_progress(e, PD_PHASE_LOAD, t0, 0, 0, 1);
 	if (pd_parallel_setup(&e->par, &e->mesh, e->m, e->e.batch, &e->opt))

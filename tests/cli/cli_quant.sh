@@ -25,7 +25,8 @@ run() {	# VARIANT FILE DTYPE OUT [FLAGS...]
 }
 # int8 products, against the same golden outputs: the inputs' 8-bit blocks
 # add to bf16's error (measured on the AVX-512 EPYC: Q8_0 1.0e-2, Q4_K_S
-# 6.8e-3, where bf16's products give 5.2e-3 and 4.1e-3); fp8 converted to
+# 8.4e-3 with its inputs in blocks of 256, where bf16's products give
+# 5.2e-3 and 4.1e-3); fp8 converted to
 # int8 blocks rounds its small values too (2.1e-2 and 1.9e-2 scaled, bf16
 # 6.8e-3 and 6.2e-3): out.sample within 2e-2 and 3e-2
 for v in Q8_0:flux-tiny-dev-Q8_0.gguf Q4_K_S:flux-tiny-dev-Q4_K_S.gguf fp8_e4m3fn:flux-tiny-dev-fp8_e4m3fn.safetensors \
@@ -126,7 +127,7 @@ cmp -s "$tmp/a-bf16.safetensors" "$tmp/b-bf16.safetensors" &&
 	bad "generate --dtype bf16 on a GGUF"
 # int8 products (the default with bf16 on a CPU with AVX-512 VNNI; asked
 # for here, so the portable kernel runs elsewhere): Q4_K's nibbles times
-# inputs quantized in blocks of 32, against the decoded products' latents
+# inputs quantized in blocks of 256, against the decoded products' latents
 # within 3e-2 (measured 1e-2 on the AVX-512 EPYC), and computed otherwise
 "$pdit" generate --dtype bf16 --quant-products int8 --diffusion-model "$q/flux-tiny-dev-Q4_K_S.gguf" \
 	--config "$q/dequant-Q4_K_S/config.json" "${common[@]}" -o "$tmp/a.png" --out-latents "$tmp/a-int8.safetensors" &&

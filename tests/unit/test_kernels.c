@@ -497,6 +497,11 @@ static void test_i8linear(struct pd_backend *be, struct pd_backend *portable)
 	/* outliers, as activations have them: one block's scale set by one value */
 	for (int i = 0; i < M; i++)
 		x[(size_t)i * ldx + rnd_int(0, K - 1)] *= 40.0f;
+	/* and the last row tiny: its blocks' scales below FLT_MIN, whose
+	 * inverses would overflow (both paths quantize them by 0; without a
+	 * bias its outputs are its own blocks' alone) */
+	for (int k = 0; M > 1 && k < K; k++)
+		x[(size_t)(M - 1) * ldx + k] *= 1e-37f;
 	rnd_blocks(t, blocks, bytes);
 	be->qproducts = portable->qproducts = PD_QP_INT8;
 	l = be->ops->linear_new_q(be, N, K, t, wscale, blocks, b);

@@ -96,6 +96,7 @@
 #include "pd_cpu.h"
 #include "pd_util.h"
 
+#include <float.h>
 #include <math.h>
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -109,7 +110,8 @@
 #define PD_I8K5_BLOCK 4416
 #define PD_I8K6_BLOCK 4384
 /* A tile: PD_I8_MR input rows by PD_I8_NG groups of 16 output rows, its
- * 12 int32 and 12 f32 accumulators in registers (measured on the AVX-512
+ * 12 int32 and 12 f32 accumulators in registers (the K-quants': 24 int32,
+ * the f32 sums in the tile's buffer) (measured on the AVX-512
  * EPYC with [1536, 3072] x [3072, 3072]: 6x2 and 5x2 equal, 4x3 within 1%,
  * 3x4 and 8x1 slower). */
 #define PD_I8_MR 6
@@ -358,7 +360,10 @@ void pd_cpu_i8_pack(unsigned char *dst, enum pd_qtype t, int64_t n_out, int64_t 
 /* N inputs (32 or 256) quantized as one block: their values into Q, their
  * scale amax / 127 into D, the sums of each 16 values into S16. A NaN
  * makes the block's scale NaN (its products NaN, as decoded products'
- * would be) and its values -127, on both paths. */
+ * would be). A scale below FLT_MIN (or NaN, or infinite) quantizes by 0:
+ * its inverse would overflow, which the scalar clamp and the vector
+ * conversion (inf to INT_MIN) take apart; NaN and infinite inputs then
+ * give -127 and the rest 0, on both paths. */
 static void pd_i8_quant_values(const float *x, int n, int8_t *q, float *d, int32_t *s16)
 {
 	float amax = 0, id;
@@ -366,7 +371,7 @@ static void pd_i8_quant_values(const float *x, int n, int8_t *q, float *d, int32
 	for (int k = 0; k < n; k++)
 		amax = x[k] != x[k] || amax != amax ? NAN : fmaxf(amax, fabsf(x[k]));
 	*d = amax / 127.0f;
-	id = *d != 0 ? 1.0f / *d : 0.0f;
+	id = *d >= FLT_MIN ? 1.0f / *d : 0.0f;
 	for (int k = 0; k < n; k++) {
 		float v = nearbyintf(x[k] * id);
 
@@ -394,7 +399,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void pd_i8_quant_val
 		nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
 	}
 	*d = (nan ? NAN : _mm512_reduce_max_ps(m)) / 127.0f;
-	id = *d != 0 ? 1.0f / *d : 0.0f;
+	id = *d >= FLT_MIN ? 1.0f / *d : 0.0f;
 	iv = _mm512_set1_ps(id);
 	for (int k = 0; k < n; k += 16) {
 		/* round to nearest even (the conversion's default mode) */

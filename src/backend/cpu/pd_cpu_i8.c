@@ -1001,7 +1001,7 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 	if (pd_cpu_grow(be, (void **)&cpu->xq, &cpu->xq_cap, (size_t)(rows * l->n_in), 1) ||
 	    pd_cpu_grow(be, (void **)&cpu->xd, &cpu->xd_cap, (size_t)(rows * nb), sizeof(float)) ||
 	    pd_cpu_grow(be, (void **)&cpu->xc, &cpu->xc_cap, (size_t)(rows * nb), sizeof(int32_t)) ||
-	    pd_cpu_grow(be, (void **)&cpu->xs, &cpu->xs_cap, (size_t)(rows * nb), sizeof(float)) ||
+	    (!pd_i8_k(qt) && pd_cpu_grow(be, (void **)&cpu->xs, &cpu->xs_cap, (size_t)(rows * nb), sizeof(float))) ||
 	    (halves && pd_cpu_grow(be, (void **)&cpu->xh, &cpu->xh_cap, (size_t)(rows * nb * 2), sizeof(int32_t))))
 		return;
 	pd_cpu_i8_quant_rows(cpu, x, ldx, rows, l->n_in, pd_i8_k(qt), cpu->xq, cpu->xd, cpu->xc, cpu->xs,

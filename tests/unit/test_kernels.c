@@ -15,6 +15,7 @@
 #include "pd_test.h"
 #include "pd_util.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -387,7 +388,8 @@ static void ref_i8(double *ref, double *sumabs, enum pd_qtype t, float wscale, c
 			for (int k = 0; k < 32 * qb; k++)
 				amax = fmaxf(amax, fabsf(x[(size_t)r * ldx + k0 / qb * qb * 32 + k]));
 			dx[k0] = amax / 127.0f;
-			id = dx[k0] != 0 ? 1.0f / dx[k0] : 0.0f;
+			/* a scale below FLT_MIN quantizes by 0 (its inverse would overflow) */
+			id = dx[k0] >= FLT_MIN ? 1.0f / dx[k0] : 0.0f;
 			sq[k0] = 0;
 			for (int k = 0; k < 32; k++) {
 				float v = rintf(x[(size_t)r * ldx + k0 * 32 + k] * id);

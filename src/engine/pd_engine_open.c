@@ -513,7 +513,7 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 	e->encode_seconds = pd_now() - t0;
 	/* auto's int8 products on every rank or on none: a mesh of CPUs with
 	 * and without VNNI multiplies alike */
-	if (!e->o.quant_products || !strcmp(e->o.quant_products, "auto")) {
+	if (pd_engine_products_auto(&e->o)) {
 		int any = pd_comm_any(e->world, e->be->qproducts != PD_QP_INT8 || e->int8_unfit);
 
 		if (any < 0)

@@ -309,7 +309,7 @@ int pd_engine_check_memory_layout(struct pd_engine *e, int decodes)
 		return 0;
 	/* auto's int8 layout is larger than the file's for some types (Q5_K
 	 * 1.57x, Q6_K 1.3x): where only the file's fits, decode instead */
-	if ((e->o.quant_products && strcmp(e->o.quant_products, "auto")) || !(held > e->kept_stored))
+	if (!pd_engine_products_auto(&e->o) || !(held > e->kept_stored))
 		return -1;
 	e->info.kept_bytes = e->kept_stored;
 	if (pd_engine_check_memory(e, decodes, 0)) {

@@ -16,8 +16,6 @@
 #include "pd_pipeline.h"
 #include "pdit.h"
 
-#include <string.h>
-
 struct pd_engine {
 	struct pd_comm *world;          /* all processes (borrowed) */
 	struct pd_engine_options o;     /* as opened (its strings are not kept: see mp) */
@@ -130,13 +128,11 @@ void pd_engine_encoder_kinds(const struct pd_dit_family *fam, char *buf, size_t 
 void pd_engine_limits(const struct pd_engine *e, struct pd_mesh_limits *lim);
 int pd_engine_choose_mesh(struct pd_engine *e);
 int pd_engine_check_memory(const struct pd_engine *e, int decodes, int loaded);
-/* Whether O leaves the quantized layers' products to auto (not given, or
- * "auto"): the engine may then choose for the run (every rank alike, and
- * decoded where the int8 layout does not fit). */
-static inline int pd_engine_products_auto(const struct pd_engine_options *o)
-{
-	return !o->quant_products || !strcmp(o->quant_products, "auto");
-}
+/* Whether O leaves the quantized layers' products to auto (as
+ * pd_backend_qproducts reads --quant-products): the engine may then choose
+ * for the run (every rank alike, and decoded where the int8 layout does
+ * not fit). O's value was checked when the engine opened. */
+int pd_engine_products_auto(const struct pd_engine_options *o);
 /* The same before loading; where auto's int8 layout of the kept weights
  * does not fit but the file's does, the products decode them (int8_unfit,
  * said in the log). */

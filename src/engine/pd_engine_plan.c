@@ -301,6 +301,13 @@ int pd_engine_check_memory(const struct pd_engine *e, int decodes, int loaded)
 			 t_act, t_vae, kept, t_avail);
 }
 
+int pd_engine_products_auto(const struct pd_engine_options *o)
+{
+	int qp = 0;
+
+	return pd_backend_qproducts(o->quant_products, &qp) == 0 && qp < 0;
+}
+
 int pd_engine_check_memory_layout(struct pd_engine *e, int decodes)
 {
 	double held = e->info.kept_bytes;

@@ -521,6 +521,8 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 		if (any)
 			e->be->qproducts = PD_QP_DECODE;
 	}
+	e->info.tp_whole_inputs &= e->be->qproducts == PD_QP_INT8;
+	sh.whole_inputs = e->info.tp_whole_inputs;
 	t0 = pd_now();
 	pd_engine_progress(e, PD_PHASE_LOAD, t0, 0, 0, 0);
 	if (pd_fault("load", 0) || e->fam->load(&e->m, e->mp.transformer, e->mp.config, e->be, &sh))

@@ -150,6 +150,9 @@ int pd_engine_held_layout(const struct pd_engine_options *o, enum pd_dtype dt, c
 	int8 = pd_backend_qproducts_for(qp, pd_backend_cpu_int8_fast(), dt) == PD_QP_INT8;
 	if (!int8 || !(info->kept_fraction > 0) || !transformer)
 		return 0;
+	/* int8 products' tensor parallel sums in one process's order where the
+	 * family can (pd_dit_shard.whole_inputs) */
+	info->tp_whole_inputs = info->blocks > 0 && info->block_row_inputs[0] > 0;
 	if (quantize != PD_Q_F32) {
 		/* encoded at load: the layout's ratio to TYPE's blocks at a
 		 * FLUX-wide square (the layout's padding is per 16 rows) */

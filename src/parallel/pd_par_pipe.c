@@ -698,7 +698,7 @@ static void pd_pipe_sends(const struct pd_par_step *s, struct pd_par_sends *out)
 		return;
 	pd_par_step_sizes(s, &A, &pred);
 	for (int st = 0; st < N; st++) {
-		int first, count, reduces = 0;
+		int first, count;
 
 		memset(b, 0, sizeof(b));
 		memset(n, 0, sizeof(n));
@@ -712,19 +712,14 @@ static void pd_pipe_sends(const struct pd_par_step *s, struct pd_par_sends *out)
 			b[PD_AXIS_PP] = pred * (N - 1);
 		}
 		pd_mesh_stage_blocks(c, N, st, &first, &count);
-		for (int k = first; k < first + count; k++)
-			reduces += c->block_reduces[k];
 		if (P > 1) {	/* K and V gathered per layer and patch (and the
 				 * last stage's prediction per patch) */
 			b[sp] += count * 2.0 * A / ((double)P * T) * (P - 1);
 			n[sp] = 2.0 * count * M + (st == N - 1 ? M : 0);
 			r[sp] = n[sp] * (P - 1);
 		}
-		if (T > 1) {	/* an all-reduce per row-parallel layer and patch,
-				 * and as many gathers of the modulation */
-			b[PD_AXIS_TP] += reduces * A / P * 2.0 * (T - 1) / T;
-			n[PD_AXIS_TP] = 2.0 * reduces * M;
-			r[PD_AXIS_TP] = n[PD_AXIS_TP] * (T - 1);
+		if (T > 1) {
+			pd_tp_block_sends(s, first, count, M, &b[PD_AXIS_TP], &n[PD_AXIS_TP], &r[PD_AXIS_TP]);
 			pd_tp_norm_sends(s, count, M, &b[PD_AXIS_TP], &n[PD_AXIS_TP], &r[PD_AXIS_TP]);
 		}
 		if (b[PD_AXIS_PP] + b[sp] + b[PD_AXIS_TP] > most) {

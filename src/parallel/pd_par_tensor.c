@@ -61,25 +61,44 @@ static int pd_tp_setup(struct pd_parallel *par, void *state, struct pd_dit *m, c
 	return 0;
 }
 
-/* The row-parallel all-reduces of every block (of the activation's
- * sequence share), and as many small gathers of the modulation. Inside
- * PipeFusion's stages they are PipeFusion's count. */
+/* Every block's row-parallel traffic (of the activation's sequence share).
+ * Inside PipeFusion's stages they are PipeFusion's count. */
 static void pd_tp_sends(const struct pd_par_step *s, struct pd_par_sends *out)
 {
-	int T = s->degree[PD_AXIS_TP], reduces = 0;
-	int P = s->degree[PD_AXIS_ULYSSES] * s->degree[PD_AXIS_RING];
-	double A, pred;
-
-	if (T <= 1 || s->degree[PD_AXIS_PP] > 1)
+	if (s->degree[PD_AXIS_TP] <= 1 || s->degree[PD_AXIS_PP] > 1)
 		return;
-	pd_par_step_sizes(s, &A, &pred);
-	for (int k = 0; k < s->info->blocks; k++)
-		reduces += s->info->block_reduces[k];
-	out->bytes[PD_AXIS_TP] += (double)reduces * A / P * 2.0 * (T - 1) / T;
-	out->msgs[PD_AXIS_TP] += 2.0 * reduces;
-	out->rounds[PD_AXIS_TP] += 2.0 * reduces * (T - 1);
+	pd_tp_block_sends(s, 0, s->info->blocks, 1, out->bytes + PD_AXIS_TP, out->msgs + PD_AXIS_TP,
+			  out->rounds + PD_AXIS_TP);
 	pd_tp_norm_sends(s, s->info->blocks, 1, out->bytes + PD_AXIS_TP, out->msgs + PD_AXIS_TP,
 			 out->rounds + PD_AXIS_TP);
+}
+
+void pd_tp_block_sends(const struct pd_par_step *s, int first, int count, int patches, double *bytes, double *msgs,
+		       double *rounds)
+{
+	const struct pd_dit_info *c = s->info;
+	int T = s->degree[PD_AXIS_TP];
+	int P = s->degree[PD_AXIS_ULYSSES] * s->degree[PD_AXIS_RING];
+	double A, pred, n = 0;
+
+	if (T <= 1)
+		return;
+	pd_par_step_sizes(s, &A, &pred);
+	for (int k = first; k < first + count; k++) {
+		if (c->tp_whole_inputs && c->block_row_inputs[k] > 0) {
+			/* each shard sends its share of the inputs and of the
+			 * outputs to the others: once, where a sum goes twice */
+			*bytes += (c->block_row_inputs[k] / c->dim + c->block_reduces[k]) * A / P * (T - 1) / T;
+			n += 3.0 * c->block_reduces[k] * patches;
+		} else {
+			/* an all-reduce per row-parallel layer and patch, and
+			 * as many gathers of the modulation */
+			*bytes += c->block_reduces[k] * A / P * 2.0 * (T - 1) / T;
+			n += 2.0 * c->block_reduces[k] * patches;
+		}
+	}
+	*msgs += n;
+	*rounds += n * (T - 1);
 }
 
 void pd_tp_norm_sends(const struct pd_par_step *s, int blocks, int patches, double *bytes, double *msgs,

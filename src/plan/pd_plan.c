@@ -348,6 +348,11 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 	/* memory: the activations pdit allocates, the stale K/V the
 	 * approximate methods keep */
 	out->activations_gb = S / P * (3.0 * D + 4.0 * D / T + (double)c->mlp_width / T + 256.0) * 4.0 / GB;
+	/* tensor parallel's whole inputs (pd_dit_shard.whole_inputs): two
+	 * layers' gathered rows at once, at most the MLP's width, and a gather's
+	 * staging buffer */
+	if (T > 1 && c->tp_whole_inputs)
+		out->activations_gb += (S / P * 2.0 * c->mlp_width + (double)PD_DIT_STAGE_FLOATS) * 4.0 / GB;
 	/* the K/V buffers are kept per image and branch the rank runs */
 	if (N > 1)
 		out->activations_gb += ceil((double)c->blocks / N) * 2.0 * S * D / T * 4.0 /

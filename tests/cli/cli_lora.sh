@@ -11,7 +11,7 @@
 #   with MPIRUN: tensor parallel 2 and 4 (the adapters' B rows and A columns
 #   sharded with their layers), Ulysses 2, ring 2, PipeFusion 2, tensor 2 x
 #   Ulysses 2, and tensor 2 on the Q8_0 file, each equal to one process within
-#   1e-5;
+#   1e-5 (on int8 products tensor 2 on the Q8_0 file bit for bit);
 #   pdit inspect names each layout and the rank its file's metadata says;
 #   refusals, one line naming the file and nonzero with nothing written: a key of
 #   no layer (and --lora-lenient skipping it), shapes that do not fit the model,
@@ -159,6 +159,17 @@ EOF
 		ok "an adapter on the Q8_0 file, tensor parallel 2: one process's latents, $(head -1 "$tmp/log")"
 	else
 		cat "$tmp/err" "$tmp/log"; bad "an adapter on the Q8_0 file, tensor parallel 2"
+	fi
+	# on int8 products tensor parallel gathers whole inputs (the adapters'
+	# A whole, B by the shard's output rows): one process's bits
+	q+=(--quant-products int8 --dtype bf16)
+	if "$pdit" generate "${q[@]}" --out-latents "$tmp/q1.safetensors" -o "$tmp/q1.png" 2> "$tmp/err" &&
+		"${mpirun[@]}" -np 2 "$pdit" generate "${q[@]}" --tensor-parallel-degree 2 --out-latents "$tmp/q2.safetensors" \
+			-o "$tmp/q2.png" < /dev/null 2>> "$tmp/err" &&
+		"$cmp" tensors "$tmp/q2.safetensors" "$tmp/q1.safetensors" 0 latents.final > "$tmp/log"; then
+		ok "an adapter on the Q8_0 file on int8 products, tensor parallel 2: one process's latents bit for bit"
+	else
+		cat "$tmp/err" "$tmp/log"; bad "an adapter on the Q8_0 file on int8 products, tensor parallel 2"
 	fi
 fi
 

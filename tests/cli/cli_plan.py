@@ -245,6 +245,18 @@ def main():
                 valid = prod == np_ and heads % (d["tp"] * d["ulysses"]) == 0 and (d["cfg"] == 1 or extra)
                 report(valid, "%s: a valid mesh" % x["mesh"])
                 bench_bytes("", np_, x, ["--model", m, "-H", H, "-W", W, *extra])
+        # tensor parallel on a quantized file: on int8 products (auto with bf16 on a VNNI CPU) its
+        # row-parallel layers gather their inputs and outputs instead of summing (more bytes),
+        # otherwise it sums; either way the run sends what the plan counts
+        q = os.path.join(tmp, "q8.gguf")
+        r = run(PDIT, "quantize", os.path.join(m, "transformer"), q, "--type", "q8_0")
+        report(r.returncode == 0, "a Q8_0 file of the model" + (": " + r.stderr.strip() if r.returncode else ""))
+        qargs = ["--diffusion-model", q, "--config", os.path.join(m, "transformer", "config.json"), "--dtype", "bf16"]
+        rows = plan_rows("--model", m, *qargs, "--devices", 2, "-H", H, "-W", W, "--txt-len", T, "--gflops", 100)
+        tp = [x for x in rows if degrees(x["mesh"])["tp"] == 2]
+        report(len(tp) == 1, "plan of the Q8_0 file: a tensor-parallel mesh")
+        for x in tp:
+            bench_bytes("Q8_0 ", 2, x, ["--model", m, *qargs, "-H", H, "-W", W])
         # 4. nodes
         for k, check in ((8, "nothing between nodes"), (1, "everything between nodes")):
             rows = plan_rows("--model", m, "--devices", 8, "-H", H, "-W", W, "--txt-len", T, "--device", "h100",

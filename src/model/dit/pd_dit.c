@@ -49,11 +49,110 @@ void pd_dit_shard_reduce(struct pd_dit *d, float *buf, size_t n)
 		pd_dit_hook_result(d, d->hooks.reduce(d->hooks.shard_ctx, buf, n));
 }
 
+/* The backend buffer *P of at least N floats (grown, its contents lost),
+ * or NULL with the backend failed. */
+static float *pd_dit_buffer(struct pd_dit *d, float **p, size_t *cap, size_t n)
+{
+	if (n <= *cap)
+		return *p;
+	if (*p)
+		d->be->ops->free(d->be, *p);
+	*cap = 0;
+	*p = d->be->ops->alloc(d->be, n);
+	if (!*p) {
+		pd_backend_fail(d->be, "out of memory for tensor parallel's gathered rows (%zu MB)",
+				n * sizeof(float) >> 20);
+		return NULL;
+	}
+	*cap = n;
+	return *p;
+}
+
+/* Rows per gather of rows WIDTH floats wide, and the staging buffer for them. */
+static int64_t pd_dit_stage_rows(struct pd_dit *d, int64_t rows, int64_t width)
+{
+	int64_t chunk = PD_DIT_STAGE_FLOATS / width;
+
+	if (chunk < 1)
+		chunk = 1;
+	if (chunk > rows)
+		chunk = rows;
+	return pd_dit_buffer(d, &d->stage, &d->stage_cap, (size_t)(chunk * width)) ? chunk : 0;
+}
+
+const float *pd_dit_rows_in(struct pd_dit *d, int slot, const float *x, int64_t ldx, int64_t rows, int64_t part,
+			    int64_t *ld)
+{
+	struct pd_backend *be = d->be;
+	int64_t T = d->shard.count, full = part * T, chunk;
+	float *whole;
+
+	*ld = ldx;
+	if (T <= 1 || !d->shard.whole_inputs || be->failed || rows == 0)
+		return x;
+	whole = pd_dit_buffer(d, &d->whole[slot], &d->whole_cap[slot], (size_t)(rows * full));
+	chunk = whole ? pd_dit_stage_rows(d, rows, full) : 0;
+	if (!chunk)
+		return x;
+	for (int64_t r0 = 0; r0 < rows && !be->failed; r0 += chunk) {
+		int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
+		const float *src = x + r0 * ldx;
+
+		/* a gather sends one contiguous part: a strided one is packed
+		 * into the rows it will fill */
+		if (ldx != part) {
+			be->ops->copy2d(be, whole + r0 * full, part, src, ldx, n, part);
+			src = whole + r0 * full;
+		}
+		pd_dit_hook_result(d, d->hooks.gather(d->hooks.shard_ctx, src, (size_t)(n * part), d->stage));
+		for (int64_t t = 0; t < T && !be->failed; t++)
+			be->ops->copy2d(be, whole + r0 * full + t * part, full, d->stage + t * n * part, part, n, part);
+	}
+	*ld = full;
+	return whole;
+}
+
+int64_t pd_dit_rows_width(const struct pd_dit *d, int64_t n_out)
+{
+	return d->shard.count > 1 && d->shard.whole_inputs ? n_out / d->shard.count : n_out;
+}
+
+void pd_dit_rows_out(struct pd_dit *d, float *y, int64_t rows, int64_t n_out)
+{
+	struct pd_backend *be = d->be;
+	int64_t T = d->shard.count, part = n_out / T, chunk;
+
+	if (!d->shard.whole_inputs) {
+		pd_dit_shard_reduce(d, y, (size_t)(rows * n_out));
+		return;
+	}
+	if (T <= 1 || be->failed || rows == 0 || !(chunk = pd_dit_stage_rows(d, rows, n_out)))
+		return;
+	/* Y's first rows x part floats are this shard's columns; the whole rows
+	 * are written over them from the last chunk back, so that a chunk's
+	 * rows never cover a part not yet sent */
+	for (int64_t r0 = (rows - 1) / chunk * chunk; r0 >= 0 && !be->failed; r0 -= chunk) {
+		int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
+
+		pd_dit_hook_result(d, d->hooks.gather(d->hooks.shard_ctx, y + r0 * part, (size_t)(n * part), d->stage));
+		for (int64_t t = 0; t < T && !be->failed; t++)
+			be->ops->copy2d(be, y + r0 * n_out + t * part, n_out, d->stage + t * n * part, part, n, part);
+	}
+}
+
 void pd_dit_release(struct pd_dit *d)
 {
 	free(d->scratch);
 	d->scratch = NULL;
 	d->scratch_cap = 0;
+	for (int i = 0; i < 3; i++) {
+		float **p = i < 2 ? &d->whole[i] : &d->stage;
+
+		if (*p && d->be)
+			d->be->ops->free(d->be, *p);
+		*p = NULL;
+	}
+	d->whole_cap[0] = d->whole_cap[1] = d->stage_cap = 0;
 	free(d->layers);
 	d->layers = NULL;
 	d->n_layers = 0;

@@ -51,6 +51,10 @@ struct pd_dit_info {
 	double block_cost[PD_DIT_MAX_BLOCKS];   /* FLOPs per token of its linear layers */
 	double block_params[PD_DIT_MAX_BLOCKS]; /* its weights, all of them split by tensor parallel */
 	int block_reduces[PD_DIT_MAX_BLOCKS];   /* row-parallel sums per call (and as many gathers) */
+	/* floats per token its row-parallel layers take in: what they gather
+	 * with whole inputs (pd_dit_shard.whole_inputs); 0 in every block: the
+	 * family has no such form and always sums its shards */
+	double block_row_inputs[PD_DIT_MAX_BLOCKS];
 	int block_passes[PD_DIT_MAX_BLOCKS];    /* elementwise passes over a row of its stream */
 	/* Per block, small all-reduces over the tensor-parallel shards besides
 	 * the row-parallel sums (Wan's RMSNorm across heads adds its rows'
@@ -65,6 +69,8 @@ struct pd_dit_info {
 	 * stored, the others in the compute precision (pd_dit_weight_bytes). */
 	double kept_fraction;           /* of the linear layers' weights, by count (0: none) */
 	double kept_bytes;              /* bytes per kept weight, averaged */
+	int tp_whole_inputs;            /* tensor parallel runs with whole inputs (pd_dit_shard.whole_inputs):
+					 * the engine's choice, which the planner counts */
 };
 
 /* Bytes a weight takes as the backend holds it, averaged: the kept ones as
@@ -124,6 +130,15 @@ struct pd_dit_shard {
 	 * into this block type and kept so (pdit --quantize); PD_Q_F32 (0):
 	 * as stored. */
 	enum pd_qtype quantize;
+	/* Row-parallel layers take their whole input rows, gathered from every
+	 * shard, and hold a share of the output rows (pd_dit_rows_in and
+	 * pd_dit_rows_out): each output sums its inputs as one process does.
+	 * Set for int8 products, whose 8-bit rounding of the next layer's input
+	 * can turn a last-bit difference of a sum over shards into a step of
+	 * 1/127 of a block. 0: a shard holds a share of the input columns and
+	 * the partial outputs are summed over the shards. Only a family whose
+	 * info has block_row_inputs reads it. */
+	int whole_inputs;
 };
 
 /* First Block Cache (ParaAttention's): after the first block, r = its
@@ -436,6 +451,11 @@ struct pd_dit {
 					 * buffers come from it */
 	float *scratch;                 /* First Block Cache's two hidden states of a call (host) */
 	size_t scratch_cap;             /* its capacity in floats */
+	/* Whole inputs (shard.whole_inputs), backend memory: */
+	float *whole[2];                /* the gathered inputs of up to two layers summed into one output */
+	size_t whole_cap[2];            /* their capacities in floats */
+	float *stage;                   /* what one gather receives, shard after shard */
+	size_t stage_cap;               /* its capacity in floats */
 	/* Adapters (model/adapter's pd_lora_set) find the layers here: */
 	struct pd_dit_linear *layers;   /* every linear layer of the whole model (the family's table);
 					 * NULL: the family lists none, and adapters are refused */
@@ -455,6 +475,32 @@ void pd_dit_hook_result(struct pd_dit *d, int rc);
 /* Sums a row-parallel layer's partial results over the tensor-parallel
  * shards (nothing with one shard, or after a failure). */
 void pd_dit_shard_reduce(struct pd_dit *d, float *buf, size_t n);
+
+/* A gather with whole inputs receives at most this many floats at a time
+ * (the rows go in chunks): its staging buffer stays small beside the
+ * activations. */
+#define PD_DIT_STAGE_FLOATS ((int64_t)1 << 22)
+
+/* A row-parallel layer, either way tensor parallel runs it
+ * (pd_dit_shard.whole_inputs):
+ *
+ *   x = pd_dit_rows_in(d, 0, part_in, ld_part, rows, part, &ldx);
+ *   linear(l, x, ldx, rows, y, pd_dit_rows_width(d, n_out));
+ *   pd_dit_rows_out(d, y, rows, n_out);
+ *
+ * rows_in returns the input to multiply: X itself (this shard's PART
+ * columns of ROWS rows, row stride ldx), or with whole inputs every shard's
+ * columns in shard order from the model's buffer SLOT (0 or 1: two inputs
+ * can be in use at once), row stride *LD. rows_width is the row stride of
+ * the layer's output before rows_out: N_OUT, or with whole inputs this
+ * shard's N_OUT / count rows of the weight. rows_out makes Y [rows, n_out]
+ * (row stride n_out) whole on every shard: the sum of the shards' partial
+ * outputs, or the shards' output columns gathered. Nothing with one shard;
+ * after a failure the backend stays failed and X is returned. */
+const float *pd_dit_rows_in(struct pd_dit *d, int slot, const float *x, int64_t ldx, int64_t rows, int64_t part,
+			    int64_t *ld);
+int64_t pd_dit_rows_width(const struct pd_dit *d, int64_t n_out);
+void pd_dit_rows_out(struct pd_dit *d, float *y, int64_t rows, int64_t n_out);
 
 /* For a family's names_are: whether one of ST's tensors, without the
  * prefix ComfyUI's files carry ("model.diffusion_model."), starts with

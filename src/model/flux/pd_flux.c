@@ -222,7 +222,9 @@ out:
 
 /* The slices of one shard: column-parallel layers keep rows [r0, r0+n) with
  * their bias; row-parallel ones keep the matching input columns, and the
- * bias on shard 0 only. */
+ * bias on shard 0 only, or with whole inputs (pd_dit_shard.whole_inputs)
+ * the shard's share of the output rows over every input column, with their
+ * bias. */
 static struct pd_slice pd_col_slice(int64_t n_in, int64_t r0, int64_t n)
 {
 	struct pd_slice s = { r0, n, 0, n_in, 1 };
@@ -230,11 +232,15 @@ static struct pd_slice pd_col_slice(int64_t n_in, int64_t r0, int64_t n)
 	return s;
 }
 
-static struct pd_slice pd_row_slice(const struct pd_flux *m, int64_t n_out, int64_t c0, int64_t n)
+/* Of a row-parallel layer whose input is columns [c0, c0 + n_in) of its
+ * weight (all shards' together); BIAS: the bias comes with this part. */
+static struct pd_slice pd_row_slice(const struct pd_flux *m, int64_t n_out, int64_t c0, int64_t n_in, int bias)
 {
-	struct pd_slice s = { 0, n_out, c0, n, m->dit.shard.rank == 0 };
+	int64_t r = m->dit.shard.rank, count = m->dit.shard.count;
+	struct pd_slice rows = { r * n_out / count, n_out / count, c0, n_in, bias };
+	struct pd_slice cols = { 0, n_out, c0 + r * n_in / count, n_in / count, bias && r == 0 };
 
-	return s;
+	return m->dit.shard.whole_inputs ? rows : cols;
 }
 
 static void pd_flux_load_double(struct pd_loader *ld, const struct pd_flux *m, int i, struct pd_flux_double *b)
@@ -243,8 +249,8 @@ static void pd_flux_load_double(struct pd_loader *ld, const struct pd_flux *m, i
 	int64_t D = c->dim, M = c->mlp_dim, Dh = c->head_dim, r = m->dit.shard.rank;
 	struct pd_slice qkv = pd_col_slice(D, r * m->dim, m->dim), mod = pd_col_slice(D, r * 6 * D / m->dit.shard.count,
 										       6 * D / m->dit.shard.count);
-	struct pd_slice out = pd_row_slice(m, D, r * m->dim, m->dim), ff1 = pd_col_slice(D, r * m->mlp, m->mlp);
-	struct pd_slice ff2 = pd_row_slice(m, D, r * m->mlp, m->mlp);
+	struct pd_slice out = pd_row_slice(m, D, 0, D, 1), ff1 = pd_col_slice(D, r * m->mlp, m->mlp);
+	struct pd_slice ff2 = pd_row_slice(m, D, 0, M, 1);
 	const char *p = "transformer_blocks";
 	/* the two layouts' names of the same layers (pd_flux_config.qwen) */
 	const char *n1 = c->qwen ? "img_mod.1" : "norm1.linear", *n1c = c->qwen ? "txt_mod.1" : "norm1_context.linear";
@@ -279,9 +285,8 @@ static void pd_flux_load_single(struct pd_loader *ld, const struct pd_flux *m, i
 	/* proj_out's input is [attention D | MLP M]: this shard's heads in the
 	 * first block and its MLP columns in the second, never one contiguous
 	 * range of D + M (a contiguous split has the right shapes and the wrong
-	 * columns); the bias comes once, with the attention part on shard 0 */
-	struct pd_slice out_a = pd_row_slice(m, D, r * m->dim, m->dim);
-	struct pd_slice out_m = { 0, D, D + r * m->mlp, m->mlp, 0 };
+	 * columns); the bias comes once, with the attention part */
+	struct pd_slice out_a = pd_row_slice(m, D, 0, D, 1), out_m = pd_row_slice(m, D, D, M, 0);
 	const char *p = "single_transformer_blocks";
 
 	b->norm = pd_loader_linear_slice(ld, 3 * D, D, &mod, "%s.%d.norm.linear", p, i);
@@ -345,6 +350,7 @@ static int pd_flux_load_cfg(struct pd_flux **out, const char *dir, const char *c
 	m->dit.shard.count = shard ? shard->count : 1;
 	m->dit.shard.block_first = shard ? shard->block_first : 0;
 	m->dit.shard.block_count = shard ? shard->block_count : 0;
+	m->dit.shard.whole_inputs = shard && shard->count > 1 ? shard->whole_inputs : 0;
 	c = &m->cfg;
 	if (pd_is_dir(dir) ? pd_flux_config_load(c, dir) || pd_st_open_component(&st, dir, "diffusion_pytorch_model")
 			  : pd_flux_open_file(&st, dir, c, config_json))
@@ -359,7 +365,7 @@ static int pd_flux_load_cfg(struct pd_flux **out, const char *dir, const char *c
 		goto fail;
 	}
 	if (m->dit.shard.count < 1 || m->dit.shard.rank < 0 || m->dit.shard.rank >= m->dit.shard.count ||
-	    c->heads % m->dit.shard.count || c->mlp_dim % m->dit.shard.count) {
+	    c->heads % m->dit.shard.count || c->mlp_dim % m->dit.shard.count || c->dim % m->dit.shard.count) {
 		pd_errorf("%s: %d heads and an MLP of %d cannot be split %d ways", dir, c->heads, c->mlp_dim,
 			  m->dit.shard.count);
 		goto fail;
@@ -559,6 +565,8 @@ int pd_flux_dit_info(const struct pd_flux_config *c, struct pd_dit_info *info)
 		/* a double block sums attention and feed-forward outputs, a
 		 * single block its one projection */
 		info->block_reduces[k] = dbl ? 2 : 1;
+		/* the attention's output and the MLP's, the same in both kinds */
+		info->block_row_inputs[k] = D + M;
 		/* two modulated LayerNorms (a read, a write) and two gated
 		 * residual adds (two reads, a write) per double block, one of
 		 * each per single block */
@@ -770,7 +778,7 @@ static void pd_flux_dump_norm1(struct pd_flux *m, const struct pd_dump *dump, co
 }
 
 /* The feed-forward input of one stream (rows [r0, r0+n)) and its output,
- * before the reduction over shards: proj = FF(LN(x) (1 + scale) + shift). */
+ * before pd_dit_rows_out: proj = FF(LN(x) (1 + scale) + shift). */
 static void pd_flux_ff(struct pd_flux *m, int64_t r0, int64_t n, const struct pd_mod6 *md, struct pd_linear *ff1,
 		       struct pd_linear *ff2, const struct pd_dump *dump, const char *norm_name)
 {
@@ -780,8 +788,12 @@ static void pd_flux_ff(struct pd_flux *m, int64_t r0, int64_t n, const struct pd
 	pd_flux_dump_ln(m, dump, norm_name, m->x + r0 * D, n, m->nx + r0 * D);
 	be->ops->layernorm_mod(be, m->nx + r0 * D, D, m->x + r0 * D, D, n, D, md->scale_mlp, md->shift_mlp,
 			       PD_FLUX_EPS);
+	const float *in;
+	int64_t ld, ldp = pd_dit_rows_width(&m->dit, D);
+
 	be->ops->linear(be, ff1, m->nx + r0 * D, D, n, m->wide, M, PD_LIN_GELU_TANH);
-	be->ops->linear(be, ff2, m->wide, M, n, m->proj + r0 * D, D, 0);
+	in = pd_dit_rows_in(&m->dit, 0, m->wide, M, n, M, &ld);
+	be->ops->linear(be, ff2, in, ld, n, m->proj + r0 * ldp, ldp, 0);
 }
 
 static void pd_flux_double_block(struct pd_flux *m, int i, int64_t T, int64_t L, const float *silu_temb,
@@ -790,6 +802,8 @@ static void pd_flux_double_block(struct pd_flux *m, int i, int64_t T, int64_t L,
 	struct pd_backend *be = m->be;
 	struct pd_flux_double *b = &m->dbl[i];
 	int64_t D = m->cfg.dim, S = T + L, W = m->dim, H = m->heads, Dh = m->cfg.head_dim;
+	int64_t ld, ldp = pd_dit_rows_width(&m->dit, D);
+	const float *in;
 	struct pd_mod6 mi, mt;
 	char p[64], name[128];
 
@@ -816,10 +830,11 @@ static void pd_flux_double_block(struct pd_flux *m, int i, int64_t T, int64_t L,
 	PD_FLUX_DUMP(p, "attn.norm_added_k", m->k, W, T, W, T, H, Dh);
 	pd_flux_attend(m, i, S, m->attn, W, dump, p);
 	/* TF:133-138: split back, output projections (row-parallel: one
-	 * reduction for both streams). */
-	be->ops->linear(be, b->out, m->attn + T * W, W, L, m->proj + T * D, D, 0);
-	be->ops->linear(be, b->add_out, m->attn, W, T, m->proj, D, 0);
-	pd_dit_shard_reduce(&m->dit, m->proj, (size_t)(S * D));
+	 * reduction or gather for both streams). */
+	in = pd_dit_rows_in(&m->dit, 0, m->attn, W, S, W, &ld);
+	be->ops->linear(be, b->out, in + T * ld, ld, L, m->proj + T * ldp, ldp, 0);
+	be->ops->linear(be, b->add_out, in, ld, T, m->proj, ldp, 0);
+	pd_dit_rows_out(&m->dit, m->proj, S, D);
 	PD_FLUX_DUMP(p, "attn.img_sdpa_flat", m->attn + T * W, W, L, W, L, W);
 	PD_FLUX_DUMP(p, "attn.txt_sdpa_flat", m->attn, W, T, W, T, W);
 	PD_FLUX_DUMP(p, "attn.img_out", m->proj + T * D, D, L, D, L, D);
@@ -831,7 +846,7 @@ static void pd_flux_double_block(struct pd_flux *m, int i, int64_t T, int64_t L,
 	pd_flux_ff(m, T, L, &mi, b->ff1, b->ff2, dump, name);
 	snprintf(name, sizeof(name), "%s.norm2_context", p);
 	pd_flux_ff(m, 0, T, &mt, b->ff_ctx1, b->ff_ctx2, dump, name);
-	pd_dit_shard_reduce(&m->dit, m->proj, (size_t)(S * D));
+	pd_dit_rows_out(&m->dit, m->proj, S, D);
 	PD_FLUX_DUMP(p, "ff", m->proj + T * D, D, L, D, L, D);
 	PD_FLUX_DUMP(p, "ff_context", m->proj, D, T, D, T, D);
 	be->ops->gated_add(be, m->x + T * D, D, m->proj + T * D, D, L, D, mi.gate_mlp);
@@ -846,8 +861,8 @@ static void pd_flux_single_block(struct pd_flux *m, int i, int64_t T, int64_t L,
 	struct pd_backend *be = m->be;
 	struct pd_flux_single *b = &m->sgl[i];
 	int64_t D = m->cfg.dim, A = m->dim, M = m->mlp, S = T + L;
-	int64_t H = m->heads, Dh = m->cfg.head_dim;
-	const float *shift = mod, *scale = mod + D, *gate = mod + 2 * D;
+	int64_t H = m->heads, Dh = m->cfg.head_dim, lda, ldm, ldp = pd_dit_rows_width(&m->dit, D);
+	const float *shift = mod, *scale = mod + D, *gate = mod + 2 * D, *in, *inm;
 	char p[64], name[128];
 
 	snprintf(p, sizeof(p), "single.%d", i);
@@ -869,9 +884,11 @@ static void pd_flux_single_block(struct pd_flux *m, int i, int64_t T, int64_t L,
 		pd_flux_dump_cat(m, dump, name, S, A, M);
 	}
 	/* proj_out(cat(attn, mlp)) = attention part + MLP part */
-	be->ops->linear(be, b->proj_attn, m->attn, A, S, m->proj, D, 0);
-	be->ops->linear(be, b->proj_mlp, m->wide, M, S, m->proj, D, PD_LIN_ACCUMULATE);
-	pd_dit_shard_reduce(&m->dit, m->proj, (size_t)(S * D));
+	in = pd_dit_rows_in(&m->dit, 0, m->attn, A, S, A, &lda);
+	inm = pd_dit_rows_in(&m->dit, 1, m->wide, M, S, M, &ldm);
+	be->ops->linear(be, b->proj_attn, in, lda, S, m->proj, ldp, 0);
+	be->ops->linear(be, b->proj_mlp, inm, ldm, S, m->proj, ldp, PD_LIN_ACCUMULATE);
+	pd_dit_rows_out(&m->dit, m->proj, S, D);
 	be->ops->gated_add(be, m->x, D, m->proj, D, S, D, gate);
 	PD_FLUX_DUMP(p, "out.encoder_hidden_states", m->x, D, T, D, T, D);
 	PD_FLUX_DUMP(p, "out.hidden_states", m->x + T * D, D, L, D, L, D);

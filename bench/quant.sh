@@ -30,16 +30,20 @@ trap 'rm -rf "$tmp"' EXIT
 # KINDS="bf16 q8_0 ..." runs a subset; any type pdit quantize writes (q8_0,
 # q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, fp8) on auto's products, TYPE-decoded
 # the same file decoded to bf16 for its products (what auto picks without
-# VNNI; fp8's values exact)
+# VNNI; fp8's values exact), TYPE-int8 on int8 products whatever the CPU
+# (--quant-products int8: the AVX2 or portable kernel without VNNI)
 read -r -a kinds <<< "${KINDS:-bf16 q8_0 q4_k fp8 q8_0-decoded fp8-decoded}"
 for k in "${kinds[@]}"; do
-	[ "$k" = bf16 ] || qfile "${k%-decoded}" > /dev/null
+	t=${k%-decoded} t=${t%-int8}
+	[ "$k" = bf16 ] || qfile "$t" > /dev/null
 done
 for ((round = 1; round <= rounds; round++)); do
 	for k in "${kinds[@]}"; do
 		args=(--model "$model")
-		[ "$k" = bf16 ] || args+=(--diffusion-model "$(qfile "${k%-decoded}")" --config "$model/transformer/config.json")
+		t=${k%-decoded} t=${t%-int8}
+		[ "$k" = bf16 ] || args+=(--diffusion-model "$(qfile "$t")" --config "$model/transformer/config.json")
 		[ "$k" = "${k%-decoded}" ] || args+=(--quant-products bf16)
+		[ "$k" = "${k%-int8}" ] || args+=(--quant-products int8)
 		echo "round $round/$rounds: $k" >&2
 		j=$("$pdit" bench "${args[@]}" -H "$size" -W "$size" --steps 3 --dtype bf16 --json 2> /dev/null < /dev/null) ||
 			{ echo "$k failed" >&2; exit 1; }

@@ -158,6 +158,7 @@ struct pd_linear {
 	unsigned char *i8;              /* the weight in the int8 products' layout (pd_cpu_i8.c; blocks is
 					 * then NULL), or NULL: decoded for products */
 	int64_t i8_groups;              /* its groups of 16 output rows */
+	int i8_avx2;                    /* its products take the AVX2 kernel (a CPU with AVX2, without VNNI) */
 	struct pd_adapter ad;           /* a low-rank term beside it (linear_adapt), or none */
 };
 
@@ -257,6 +258,9 @@ int64_t pd_cpu_i8_groups(int64_t n_out);
 size_t pd_cpu_i8_bytes(enum pd_qtype t, int64_t n_out, int64_t n_in);
 void pd_cpu_i8_pack(unsigned char *dst, enum pd_qtype t, int64_t n_out, int64_t n_in, const unsigned char *blocks,
 		    size_t row_bytes);
+/* Whether the AVX2 kernel takes the packed weight I8 of type T: Q8_0's
+ * layout (Q8_0, Q5_0, fp8) without a weight of -128. */
+int pd_cpu_i8_avx2_fits(enum pd_qtype t, const unsigned char *i8, int64_t n_out, int64_t n_in);
 void pd_cpu_i8_quant_rows(const struct pd_cpu *cpu, const float *x, int64_t ldx, int64_t rows, int64_t n_in,
 			  int super, int8_t *xq, float *xd, int32_t *xc, float *xs, int32_t *xh);
 void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,

@@ -357,6 +357,19 @@ void pd_cpu_i8_pack(unsigned char *dst, enum pd_qtype t, int64_t n_out, int64_t 
 		}
 }
 
+int pd_cpu_i8_avx2_fits(enum pd_qtype t, const unsigned char *i8, int64_t n_out, int64_t n_in)
+{
+	size_t blocks = (size_t)pd_cpu_i8_groups(n_out) * (size_t)(n_in / 32);
+
+	if (t != PD_Q_Q8_0 && t != PD_Q_Q5_0 && t != PD_Q_F8_E4M3)
+		return 0;
+	/* -128 is stored as 0; Q5_0's and fp8's values never are */
+	for (size_t b = 0; t == PD_Q_Q8_0 && b < blocks; b++)
+		if (memchr(i8 + b * PD_I8_BLOCK, 0, 512))
+			return 0;
+	return 1;
+}
+
 /* N inputs (32 or 256) quantized as one block: their values into Q, their
  * scale amax / 127 into D, the sums of each 16 values into S16. A NaN
  * makes the block's scale NaN (its products NaN, as decoded products'
@@ -797,6 +810,60 @@ pd_i8_tile_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const unsig
 	PD_I8_EACH_ROW(PD_I8_STORE);
 }
 
+/* Q8_0's layout on AVX2 without VNNI: vpmaddubsw with the input's sign
+ * moved onto the weight (ggml's trick: |x| unsigned times sign(w, x), a
+ * pair at most 2 x 127 x 127, never saturated), its pairs summed into
+ * int32 by vpmaddwd: the block's sums are VNNI's integers (without the
+ * +128 and its correction), and the scales apply in VNNI's order, so the
+ * bits are the same. -128 has no sign to take (its negation is no byte):
+ * a layer with such a weight runs the portable kernel (pd_cpu_i8_avx2).
+ * Two rows by 16 outputs at a time: 4 int32 and 4 f32 sums in registers
+ * of AVX2's 16. */
+__attribute__((target("avx2,fma,f16c"))) static void
+pd_i8_tile_avx2(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t)
+{
+	const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+
+	for (int g = 0; g < PD_I8_NG; g++)
+		for (int r = 0; r < PD_I8_MR; r += 2) {
+			const unsigned char *w = g ? w1 : w0;
+			__m256 f00 = _mm256_setzero_ps(), f01 = f00, f10 = f00, f11 = f00;
+
+			for (int64_t xb = 0; xb < nb; xb++, w += PD_I8_BLOCK) {
+				__m256i i00 = _mm256_setzero_si256(), i01 = i00, i10 = i00, i11 = i00;
+				__m256 d0, d1, s;
+
+				for (int v = 0; v < 8; v++) {
+					/* columns 0-7 and 8-15, 4 inputs each, signed */
+					__m256i b0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + v * 64)), flip);
+					__m256i b1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + v * 64 + 32)), flip);
+					__m256i a0 = _mm256_set1_epi32(pd_i8_word(x->q[r] + xb * 32 + v * 4));
+					__m256i a1 = _mm256_set1_epi32(pd_i8_word(x->q[r + 1] + xb * 32 + v * 4));
+					__m256i u0 = _mm256_sign_epi8(a0, a0), u1 = _mm256_sign_epi8(a1, a1);
+
+#define PD_I8_PAIRS(u, b, a) _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(b, a)), ones)
+					i00 = _mm256_add_epi32(i00, PD_I8_PAIRS(u0, b0, a0));
+					i01 = _mm256_add_epi32(i01, PD_I8_PAIRS(u0, b1, a0));
+					i10 = _mm256_add_epi32(i10, PD_I8_PAIRS(u1, b0, a1));
+					i11 = _mm256_add_epi32(i11, PD_I8_PAIRS(u1, b1, a1));
+#undef PD_I8_PAIRS
+				}
+				d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 512)));
+				d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 528)));
+				s = _mm256_set1_ps(x->d[r][xb]);
+				f00 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i00), _mm256_mul_ps(d0, s), f00);
+				f01 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i01), _mm256_mul_ps(d1, s), f01);
+				s = _mm256_set1_ps(x->d[r + 1][xb]);
+				f10 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i10), _mm256_mul_ps(d0, s), f10);
+				f11 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i11), _mm256_mul_ps(d1, s), f11);
+			}
+			_mm256_storeu_ps(t + r * PD_I8_COLS + g * 16, f00);
+			_mm256_storeu_ps(t + r * PD_I8_COLS + g * 16 + 8, f01);
+			_mm256_storeu_ps(t + (r + 1) * PD_I8_COLS + g * 16, f10);
+			_mm256_storeu_ps(t + (r + 1) * PD_I8_COLS + g * 16 + 8, f11);
+		}
+}
+
 /* Q4_0 and Q4_1 (Q41): nibbles, d and m per block. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static inline __attribute__((always_inline)) void
 pd_i8_tile_q4_body(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t,
@@ -992,6 +1059,8 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 		tile = qt == PD_Q_Q4_K ? pd_i8_tile_q4_k_vnni : qt == PD_Q_Q5_K ? pd_i8_tile_q5_k_vnni :
 		       qt == PD_Q_Q6_K ? pd_i8_tile_q6_k_vnni : qt == PD_Q_Q4_0 ? pd_i8_tile_q4_0_vnni :
 		       qt == PD_Q_Q4_1 ? pd_i8_tile_q4_1_vnni : pd_i8_tile_vnni;
+	else if (l->i8_avx2)
+		tile = pd_i8_tile_avx2;
 #endif
 
 	/* panels of equal rows, whole tiles */

@@ -113,6 +113,14 @@ void pd_tp_norm_sends(const struct pd_par_step *s, int blocks, int patches, doub
 
 	if (T <= 1 || c->tp_norm_reduces == 0)
 		return;
+	if (c->tp_whole_inputs && c->block_row_inputs[0] > 0) {
+		/* whole inputs: each sum's row gathered whole instead (D
+		 * floats, each shard's share sent once), one gather each */
+		*bytes += blocks * rows * c->dim * 4.0 * (T - 1) / T;
+		*msgs += (double)blocks * (c->tp_norm_img + c->tp_norm_txt) * patches;
+		*rounds += (double)blocks * (c->tp_norm_img + c->tp_norm_txt) * patches * (T - 1);
+		return;
+	}
 	*bytes += blocks * rows * 4.0 * 2.0 * (T - 1) / T;
 	*msgs += (double)blocks * c->tp_norm_reduces * patches;
 	*rounds += (double)blocks * c->tp_norm_reduces * patches * (T - 1);

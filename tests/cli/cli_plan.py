@@ -142,6 +142,15 @@ def wan_bytes(rnd, tmp):
             rows = [tp[0], pp[0]] + rnd.sample(rest, min(3, len(rest)))
         for x in rows:
             bench_bytes("Wan ", np_, x, ["--model", m, "-p", "a fox", *size, "--dtype", "f32"])
+    # a Q8_0 file on int8 products (with VNNI): tensor parallel gathers whole inputs and the
+    # RMSNorm's whole rows instead of summing
+    q = os.path.join(tmp, "wan-q8.gguf")
+    r = run(PDIT, "quantize", os.path.join(m, "transformer"), q, "--type", "q8_0")
+    report(r.returncode == 0, "a Q8_0 file of the Wan model" + (": " + r.stderr.strip() if r.returncode else ""))
+    qargs = ["--diffusion-model", q, "--config", os.path.join(m, "transformer", "config.json"), "--dtype", "bf16"]
+    for x in [x for x in plan_rows("--model", m, *qargs, "--devices", 2, *size, "--gflops", 100)
+              if degrees(x["mesh"])["tp"] == 2]:
+        bench_bytes("Wan Q8_0 ", 2, x, ["--model", m, "-p", "a fox", *qargs, *size])
     # tensor parallel splits the FFN too: a degree that divides the heads but not the FFN is no mesh
     m2 = os.path.join(tmp, "wan-ffn")
     r = run(PDIT, "tiny", m2, "--family", "wan", "--heads", 4, "--head-dim", 8, "--layers", 1, "--ffn-dim", 50,

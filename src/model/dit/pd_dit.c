@@ -80,20 +80,18 @@ static int64_t pd_dit_stage_rows(struct pd_dit *d, int64_t rows, int64_t width)
 	return pd_dit_buffer(d, &d->stage, &d->stage_cap, (size_t)(chunk * width)) ? chunk : 0;
 }
 
-const float *pd_dit_rows_in(struct pd_dit *d, int slot, const float *x, int64_t ldx, int64_t rows, int64_t part,
-			    int64_t *ld)
+float *pd_dit_gather_cols(struct pd_dit *d, int slot, const float *x, int64_t ldx, int64_t rows, int64_t part)
 {
 	struct pd_backend *be = d->be;
 	int64_t T = d->shard.count, full = part * T, chunk;
 	float *whole;
 
-	*ld = ldx;
-	if (T <= 1 || !d->shard.whole_inputs || be->failed || rows == 0)
-		return x;
+	if (be->failed || rows == 0)
+		return NULL;
 	whole = pd_dit_buffer(d, &d->whole[slot], &d->whole_cap[slot], (size_t)(rows * full));
 	chunk = whole ? pd_dit_stage_rows(d, rows, full) : 0;
 	if (!chunk)
-		return x;
+		return NULL;
 	for (int64_t r0 = 0; r0 < rows && !be->failed; r0 += chunk) {
 		int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
 		const float *src = x + r0 * ldx;
@@ -108,7 +106,18 @@ const float *pd_dit_rows_in(struct pd_dit *d, int slot, const float *x, int64_t 
 		for (int64_t t = 0; t < T && !be->failed; t++)
 			be->ops->copy2d(be, whole + r0 * full + t * part, full, d->stage + t * n * part, part, n, part);
 	}
-	*ld = full;
+	return be->failed ? NULL : whole;
+}
+
+const float *pd_dit_rows_in(struct pd_dit *d, int slot, const float *x, int64_t ldx, int64_t rows, int64_t part,
+			    int64_t *ld)
+{
+	float *whole;
+
+	*ld = ldx;
+	if (d->shard.count <= 1 || !d->shard.whole_inputs || !(whole = pd_dit_gather_cols(d, slot, x, ldx, rows, part)))
+		return x;
+	*ld = part * d->shard.count;
 	return whole;
 }
 

@@ -59,7 +59,8 @@ struct pd_dit_info {
 	/* Per block, small all-reduces over the tensor-parallel shards besides
 	 * the row-parallel sums (Wan's RMSNorm across heads adds its rows'
 	 * sums of squares): how many, and the floats they carry per image and
-	 * per text row. */
+	 * per text row (with whole inputs, each such sum's row is gathered
+	 * whole instead, dim floats). */
 	int tp_norm_reduces;
 	double tp_norm_img, tp_norm_txt;
 	double fixed_params;            /* weights outside the blocks, held whole (embedders, final layers) */
@@ -500,6 +501,10 @@ void pd_dit_shard_reduce(struct pd_dit *d, float *buf, size_t n);
 const float *pd_dit_rows_in(struct pd_dit *d, int slot, const float *x, int64_t ldx, int64_t rows, int64_t part,
 			    int64_t *ld);
 int64_t pd_dit_rows_width(const struct pd_dit *d, int64_t n_out);
+/* Every shard's PART columns of ROWS rows of X (row stride ldx), in shard
+ * order, into the model's buffer SLOT (row stride part x count), which it
+ * returns; NULL with the backend failed (or nothing to gather). */
+float *pd_dit_gather_cols(struct pd_dit *d, int slot, const float *x, int64_t ldx, int64_t rows, int64_t part);
 void pd_dit_rows_out(struct pd_dit *d, float *y, int64_t rows, int64_t n_out);
 
 /* For a family's names_are: whether one of ST's tensors, without the

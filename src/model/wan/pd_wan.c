@@ -200,6 +200,8 @@ int pd_wan_dit_info(const struct pd_wan_config *c, struct pd_dit_info *info)
 		info->block_cost[i] = 2 * (6 * D * D + 2 * D * F);
 		info->block_params[i] = 8 * D * D + 2 * D * F;
 		info->block_reduces[i] = 3;
+		/* the self- and cross-attention's outputs, the FFN's middle */
+		info->block_row_inputs[i] = 2 * D + F;
 		info->block_passes[i] = 12;
 	}
 	/* self-attention's q and k, cross-attention's q and the text's k */
@@ -316,7 +318,7 @@ int pd_wan_load_dit(struct pd_dit **out, const char *path, const char *config, s
 	struct pd_loader ld;
 	struct pd_dit_shard *sh;
 	int64_t D, F, E, P, PO, TC, W, r;
-	int first_stage, last_stage;
+	int first_stage, last_stage, whole;
 
 	*out = NULL;
 	if (!m)
@@ -360,6 +362,7 @@ int pd_wan_load_dit(struct pd_dit **out, const char *path, const char *config, s
 	TC = m->cfg.freq_dim;
 	W = m->W;
 	r = sh->rank;
+	whole = sh->count > 1 && sh->whole_inputs;
 	first_stage = sh->block_first == 0;
 	last_stage = sh->block_first + sh->block_count == m->cfg.layers;
 	ld = (struct pd_loader){ .st = st, .be = be, .quantize = sh->quantize, .each_linear = pd_dit_hold_linear,
@@ -427,10 +430,22 @@ int pd_wan_load_dit(struct pd_dit **out, const char *path, const char *config, s
 	for (int i = sh->block_first; i < sh->block_first + sh->block_count && !ld.failed; i++) {
 		struct pd_wan_block *b = &m->blk[i];
 		/* column-parallel: this shard's heads (rows) with their bias;
-		 * row-parallel: the matching input columns, the bias once */
+		 * row-parallel: the matching input columns, the bias once, or
+		 * with whole inputs (pd_dit_shard.whole_inputs) this shard's
+		 * share of the output rows over every column, with their bias
+		 * (and the RMSNorms across heads whole: each shard normalises
+		 * the gathered rows as one process does) */
+		int64_t Dp = D / sh->count;
 		struct pd_slice col = { r * W, W, 0, D, 1 }, row = { 0, D, r * W, W, r == 0 };
 		struct pd_slice ff1 = { r * m->F, m->F, 0, D, 1 }, ff2 = { 0, D, r * m->F, m->F, r == 0 };
+		struct pd_slice row_w = { r * Dp, Dp, 0, D, 1 }, ff2_w = { r * Dp, Dp, 0, m->cfg.ffn_dim, 1 };
+		int64_t nw0 = whole ? 0 : r * W, nw = whole ? D : W;
 		char name[96];
+
+		if (whole) {
+			row = row_w;
+			ff2 = ff2_w;
+		}
 
 		snprintf(name, sizeof(name), "blocks.%d.scale_shift_table", i);
 		b->table = pd_wan_table(&ld, name, 6, D);
@@ -438,14 +453,14 @@ int pd_wan_load_dit(struct pd_dit **out, const char *path, const char *config, s
 		b->k = pd_loader_linear_slice(&ld, D, D, &col, "blocks.%d.attn1.to_k", i);
 		b->v = pd_loader_linear_slice(&ld, D, D, &col, "blocks.%d.attn1.to_v", i);
 		b->o = pd_loader_linear_slice(&ld, D, D, &row, "blocks.%d.attn1.to_out.0", i);
-		b->norm_q = pd_loader_vector_part(&ld, D, r * W, W, "blocks.%d.attn1.norm_q.weight", i);
-		b->norm_k = pd_loader_vector_part(&ld, D, r * W, W, "blocks.%d.attn1.norm_k.weight", i);
+		b->norm_q = pd_loader_vector_part(&ld, D, nw0, nw, "blocks.%d.attn1.norm_q.weight", i);
+		b->norm_k = pd_loader_vector_part(&ld, D, nw0, nw, "blocks.%d.attn1.norm_k.weight", i);
 		b->cq = pd_loader_linear_slice(&ld, D, D, &col, "blocks.%d.attn2.to_q", i);
 		b->ck = pd_loader_linear_slice(&ld, D, D, &col, "blocks.%d.attn2.to_k", i);
 		b->cv = pd_loader_linear_slice(&ld, D, D, &col, "blocks.%d.attn2.to_v", i);
 		b->co = pd_loader_linear_slice(&ld, D, D, &row, "blocks.%d.attn2.to_out.0", i);
-		b->cnorm_q = pd_loader_vector_part(&ld, D, r * W, W, "blocks.%d.attn2.norm_q.weight", i);
-		b->cnorm_k = pd_loader_vector_part(&ld, D, r * W, W, "blocks.%d.attn2.norm_k.weight", i);
+		b->cnorm_q = pd_loader_vector_part(&ld, D, nw0, nw, "blocks.%d.attn2.norm_q.weight", i);
+		b->cnorm_k = pd_loader_vector_part(&ld, D, nw0, nw, "blocks.%d.attn2.norm_k.weight", i);
 		b->norm2_w = pd_loader_vector(&ld, D, "blocks.%d.norm2.weight", i);
 		b->norm2_b = pd_loader_vector(&ld, D, "blocks.%d.norm2.bias", i);
 		b->ff1 = pd_loader_linear_slice(&ld, F, D, &ff1, "blocks.%d.ffn.net.0.proj", i);
@@ -539,9 +554,25 @@ static void pd_wan_time(struct pd_wan *m, const struct pd_dit_call *in, const st
 	pd_wan_dump(m, dump, "emb.timestep_proj", tproj, 6 * D, 1, 6 * D);
 }
 
+/* With whole inputs: the shards' columns of A [n, W] gathered, normalised
+ * over the whole row as one process does (WF: the norm's weights, whole),
+ * this shard's columns taken back. */
+static void pd_wan_norm_whole(struct pd_wan *m, float *a, int64_t n, const float *wf)
+{
+	struct pd_backend *be = m->be;
+	int64_t W = m->W, D = m->cfg.dim;
+	float *full = pd_dit_gather_cols(&m->dit, 0, a, W, n, W);
+
+	if (!full)
+		return;
+	be->ops->rmsnorm_heads(be, full, D, n, 1, (int)D, wf, m->cfg.eps);
+	be->ops->copy2d(be, a, W, full + m->dit.shard.rank * W, D, n, W);
+}
+
 /* RMSNorm across heads (TW:113-116) of A [na, W] with WA and, when NB > 0,
  * of B [nb, W] with WB, in place. Split over shards, each row's sum of
- * squares is added over them first (one all-reduce for both). */
+ * squares is added over them first (one all-reduce for both), or with
+ * whole inputs the rows are gathered and normalised whole. */
 static void pd_wan_norm_heads(struct pd_wan *m, float *a, int64_t na, const float *wa, float *b, int64_t nb,
 			      const float *wb)
 {
@@ -552,6 +583,12 @@ static void pd_wan_norm_heads(struct pd_wan *m, float *a, int64_t na, const floa
 		be->ops->rmsnorm_heads(be, a, W, na, 1, (int)W, wa, m->cfg.eps);
 		if (nb > 0)
 			be->ops->rmsnorm_heads(be, b, W, nb, 1, (int)W, wb, m->cfg.eps);
+		return;
+	}
+	if (m->dit.shard.whole_inputs) {
+		pd_wan_norm_whole(m, a, na, wa);
+		if (nb > 0)
+			pd_wan_norm_whole(m, b, nb, wb);
 		return;
 	}
 	be->ops->row_sumsq(be, m->sq, a, W, na, W);
@@ -569,6 +606,8 @@ static void pd_wan_block(struct pd_wan *m, const struct pd_dit_call *call, int i
 	struct pd_backend *be = m->be;
 	struct pd_wan_block *b = &m->blk[i];
 	int64_t D = m->cfg.dim, F = m->F, H = m->H, W = m->W, Dh = m->cfg.head_dim;
+	int64_t ld, ldp = pd_dit_rows_width(&m->dit, D);
+	const float *in;
 	float *mod = m->vec + 8 * D;
 	const float *shift, *scale, *gate, *c_shift, *c_scale, *c_gate;
 	float sc = 1.0f / sqrtf((float)Dh);
@@ -599,8 +638,9 @@ static void pd_wan_block(struct pd_wan *m, const struct pd_dit_call *call, int i
 	} else {
 		be->ops->attention(be, m->attn, W, NULL, m->q, W, m->k, W, m->v, W, L, L, (int)H, (int)Dh, sc);
 	}
-	be->ops->linear(be, b->o, m->attn, W, L, m->proj, D, 0);
-	pd_dit_shard_reduce(&m->dit, m->proj, (size_t)(L * D));
+	in = pd_dit_rows_in(&m->dit, 0, m->attn, W, L, W, &ld);
+	be->ops->linear(be, b->o, in, ld, L, m->proj, ldp, 0);
+	pd_dit_rows_out(&m->dit, m->proj, L, D);
 	be->ops->gated_add(be, m->x, D, m->proj, D, L, D, gate);
 	/* cross-attention to every text row, the zero-padded ones too (TW:487-492) */
 	be->ops->layernorm(be, m->nx, D, m->x, D, L, D, b->norm2_w, b->norm2_b, m->cfg.eps);
@@ -615,16 +655,18 @@ static void pd_wan_block(struct pd_wan *m, const struct pd_dit_call *call, int i
 		if (m->dit.shard.count == 1) {
 			be->ops->linear(be, b->co, m->attn, W, L, m->x, D, PD_LIN_ACCUMULATE);
 		} else {
-			be->ops->linear(be, b->co, m->attn, W, L, m->proj, D, 0);
-			pd_dit_shard_reduce(&m->dit, m->proj, (size_t)(L * D));
+			in = pd_dit_rows_in(&m->dit, 0, m->attn, W, L, W, &ld);
+			be->ops->linear(be, b->co, in, ld, L, m->proj, ldp, 0);
+			pd_dit_rows_out(&m->dit, m->proj, L, D);
 			be->ops->add(be, m->x, m->x, m->proj, (size_t)(L * D));
 		}
 	}
 	/* feed-forward (TW:494-500) */
 	be->ops->layernorm_mod(be, m->nx, D, m->x, D, L, D, c_scale, c_shift, m->cfg.eps);
 	be->ops->linear(be, b->ff1, m->nx, D, L, m->wide, F, PD_LIN_GELU_TANH);
-	be->ops->linear(be, b->ff2, m->wide, F, L, m->proj, D, 0);
-	pd_dit_shard_reduce(&m->dit, m->proj, (size_t)(L * D));
+	in = pd_dit_rows_in(&m->dit, 0, m->wide, F, L, F, &ld);
+	be->ops->linear(be, b->ff2, in, ld, L, m->proj, ldp, 0);
+	pd_dit_rows_out(&m->dit, m->proj, L, D);
 	be->ops->gated_add(be, m->x, D, m->proj, D, L, D, c_gate);
 	/* the name pdit check compares blocks by (diffusers': block.i.out) */
 	snprintf(name, sizeof(name), "block.%d.out.hidden_states", i);

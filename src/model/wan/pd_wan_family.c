@@ -83,14 +83,25 @@ static void pd_wan_defaults(const struct pd_dit_info *info, struct pd_dit_defaul
 	d->strength = 0.75;
 }
 
-/* The transformer is Wan's when its config names WanTransformer3DModel. */
+/* The transformer is Wan's when its config names WanTransformer3DModel;
+ * a single file's header says what it keeps quantized (as FLUX's probe). */
 static int pd_wan_family_probe(const char *path, const char *config, struct pd_dit_info *info)
 {
 	struct pd_wan_config c;
+	struct pd_st *st = NULL;
+	double params = 0, kept = 0, kept_bytes = 0;
 
-	if (pd_wan_probe(path, config, &c))
+	if (pd_wan_probe(path, config, &c) || pd_wan_dit_info(&c, info))
 		return -1;
-	return pd_wan_dit_info(&c, info);
+	if (pd_is_dir(path))
+		return 0;
+	if (pd_wan_file_open(&st, path))
+		return -1;
+	pd_st_weight_stats(st, &params, &kept, &kept_bytes);
+	pd_st_close(st);
+	info->kept_fraction = params > 0 ? kept / params : 0;
+	info->kept_bytes = kept > 0 ? kept_bytes / kept : 0;
+	return 0;
 }
 
 static int pd_wan_prompt_widths(const struct pd_model_paths *mp, int64_t *txt_width, int64_t *pooled_width)

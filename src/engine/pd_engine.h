@@ -137,6 +137,11 @@ int pd_engine_products_auto(const struct pd_engine_options *o);
  * does not fit but the file's does, the products decode them (int8_unfit,
  * said in the log). */
 int pd_engine_check_memory_layout(struct pd_engine *e, int decodes);
+/* What --quantize QUANTIZE (PD_Q_F32: none) encodes at load, in INFO: where
+ * the file keeps no quantized weights, the blocks' weights held as encoded
+ * (kept_fraction, kept_bytes); returns the type pd_engine_held_layout
+ * takes (PD_Q_F32 where nothing is encoded). */
+enum pd_qtype pd_engine_encoded_info(enum pd_qtype quantize, struct pd_dit_info *info);
 /* A CPU's int8 products hold kept-quantized weights in their own layout
  * (Q4_K 2.8% above the file's bytes, fp8 6%, Q6_K 30%, Q5_0 55%, Q5_K 57%): INFO's bytes per kept weight
  * made those of the layout TRANSFORMER's tensors (or, QUANTIZE not

@@ -303,19 +303,8 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
 	if (o->encode_only)
 		return e->fam->prompt_encoder ? 0 :
 		       pd_errorf("the %s family takes embeddings: it has no text encoders to run", e->fam->name);
-	enum pd_qtype encoded = PD_Q_F32;
+	enum pd_qtype encoded = pd_engine_encoded_info(e->quantize, &e->info);
 
-	if (e->quantize != PD_Q_F32 && e->info.kept_fraction == 0) {
-		/* the estimates: the blocks' weights held as encoded */
-		const struct pd_qtype_info *q = pd_quant_info(e->quantize);
-		double blocks = 0;
-
-		encoded = e->quantize;
-		for (int b = 0; b < e->info.blocks; b++)
-			blocks += e->info.block_params[b];
-		e->info.kept_fraction = blocks + e->info.fixed_params > 0 ? blocks / (blocks + e->info.fixed_params) : 0;
-		e->info.kept_bytes = (double)q->block_bytes / q->block_size;
-	}
 	e->kept_stored = e->info.kept_bytes;
 	if (pd_engine_held_layout(o, e->dt, e->mp.transformer, encoded, &e->info))
 		return -1;

@@ -134,6 +134,20 @@ static void pd_engine_fill_limits(const struct pd_dit_info *info, int world, int
 	lim->max_pp = info->blocks;
 }
 
+enum pd_qtype pd_engine_encoded_info(enum pd_qtype quantize, struct pd_dit_info *info)
+{
+	const struct pd_qtype_info *q = pd_quant_info(quantize);
+	double blocks = 0;
+
+	if (quantize == PD_Q_F32 || !q || info->kept_fraction != 0)
+		return PD_Q_F32;
+	for (int b = 0; b < info->blocks; b++)
+		blocks += info->block_params[b];
+	info->kept_fraction = blocks + info->fixed_params > 0 ? blocks / (blocks + info->fixed_params) : 0;
+	info->kept_bytes = (double)q->block_bytes / q->block_size;
+	return quantize;
+}
+
 int pd_engine_held_layout(const struct pd_engine_options *o, enum pd_dtype dt, const char *transformer,
 			  enum pd_qtype quantize, struct pd_dit_info *info)
 {
@@ -188,6 +202,7 @@ int pd_engine_work(const struct pd_engine_options *o, const struct pd_request *r
 	struct pd_dit_defaults d = { 0 };
 	struct pd_request r = *rq;
 	struct pd_latent_shape ls;
+	enum pd_qtype quantize;
 	enum pd_dtype dt;
 	int rc = -1, info_ok;
 
@@ -196,8 +211,14 @@ int pd_engine_work(const struct pd_engine_options *o, const struct pd_request *r
 	    pd_engine_resolve(o, 0, &mp, &fam, &w->info, &info_ok))
 		goto out;
 	fam->defaults(&w->info, &d);
+	/* --quantize's blocks as the run will hold them (an unknown type is
+	 * the run's error to give) */
+	if (!o->quantize || pd_quant_parse(o->quantize, &quantize) || !pd_quant_encodes(quantize) ||
+	    (pd_quant_info(quantize)->block_size == 1 && quantize != PD_Q_F8_E4M3 && quantize != PD_Q_F8_E5M2))
+		quantize = PD_Q_F32;
+	quantize = pd_engine_encoded_info(quantize, &w->info);
 	if (pd_engine_request_defaults(&d, fam->name, &r) || fam->latent_shape(&ls, &w->info, r.frames, r.height, r.width) ||
-	    pd_engine_held_layout(o, dt, mp.transformer, PD_Q_F32, &w->info))
+	    pd_engine_held_layout(o, dt, mp.transformer, quantize, &w->info))
 		goto out;
 	w->height = r.height;
 	w->width = r.width;

@@ -87,9 +87,10 @@ void pd_tp_block_sends(const struct pd_par_step *s, int first, int count, int pa
 	for (int k = first; k < first + count; k++) {
 		if (c->tp_whole_inputs && c->block_row_inputs[k] > 0) {
 			/* each shard sends its share of the inputs and of the
-			 * outputs to the others: once, where a sum goes twice */
+			 * outputs to the others: once, where a sum goes twice
+			 * (and the modulation's gathers as below) */
 			*bytes += (c->block_row_inputs[k] / c->dim + c->block_reduces[k]) * A / P * (T - 1) / T;
-			n += 3.0 * c->block_reduces[k] * patches;
+			n += (2.0 * c->block_reduces[k] + c->block_row_gathers[k]) * patches;
 		} else {
 			/* an all-reduce per row-parallel layer and patch, and
 			 * as many gathers of the modulation */

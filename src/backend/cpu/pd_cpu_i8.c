@@ -361,6 +361,13 @@ int pd_cpu_i8_avx2_fits(enum pd_qtype t, const unsigned char *i8, int64_t n_out,
 {
 	size_t blocks = (size_t)pd_cpu_i8_groups(n_out) * (size_t)(n_in / 32);
 
+#if defined(__x86_64__) && defined(__GNUC__)
+	/* the kernel converts the f16 scales itself */
+	if (!__builtin_cpu_supports("f16c"))
+		return 0;
+#else
+	return 0;
+#endif
 	if (t != PD_Q_Q8_0 && t != PD_Q_Q5_0 && t != PD_Q_F8_E4M3)
 		return 0;
 	/* -128 is stored as 0; Q5_0's and fp8's values never are */

@@ -55,6 +55,7 @@ struct pd_dit_info {
 	 * with whole inputs (pd_dit_shard.whole_inputs); 0 in every block: the
 	 * family has no such form and always sums its shards */
 	double block_row_inputs[PD_DIT_MAX_BLOCKS];
+	int block_row_gathers[PD_DIT_MAX_BLOCKS]; /* and the gathers of those inputs per call */
 	int block_passes[PD_DIT_MAX_BLOCKS];    /* elementwise passes over a row of its stream */
 	/* Per block, small all-reduces over the tensor-parallel shards besides
 	 * the row-parallel sums (Wan's RMSNorm across heads adds its rows'

@@ -366,8 +366,8 @@ static int pd_flux_load_cfg(struct pd_flux **out, const char *dir, const char *c
 	}
 	if (m->dit.shard.count < 1 || m->dit.shard.rank < 0 || m->dit.shard.rank >= m->dit.shard.count ||
 	    c->heads % m->dit.shard.count || c->mlp_dim % m->dit.shard.count || c->dim % m->dit.shard.count) {
-		pd_errorf("%s: %d heads and an MLP of %d cannot be split %d ways", dir, c->heads, c->mlp_dim,
-			  m->dit.shard.count);
+		pd_errorf("%s: %d heads, a width of %d and an MLP of %d cannot be split %d ways", dir, c->heads, c->dim,
+			  c->mlp_dim, m->dit.shard.count);
 		goto fail;
 	}
 	m->heads = c->heads / m->dit.shard.count;
@@ -565,8 +565,10 @@ int pd_flux_dit_info(const struct pd_flux_config *c, struct pd_dit_info *info)
 		/* a double block sums attention and feed-forward outputs, a
 		 * single block its one projection */
 		info->block_reduces[k] = dbl ? 2 : 1;
-		/* the attention's output and the MLP's, the same in both kinds */
+		/* the attention's output and the MLP's, the same in both kinds
+		 * (a double block gathers each stream's MLP apart) */
 		info->block_row_inputs[k] = D + M;
+		info->block_row_gathers[k] = dbl ? 3 : 2;
 		/* two modulated LayerNorms (a read, a write) and two gated
 		 * residual adds (two reads, a write) per double block, one of
 		 * each per single block */

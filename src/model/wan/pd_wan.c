@@ -202,6 +202,7 @@ int pd_wan_dit_info(const struct pd_wan_config *c, struct pd_dit_info *info)
 		info->block_reduces[i] = 3;
 		/* the self- and cross-attention's outputs, the FFN's middle */
 		info->block_row_inputs[i] = 2 * D + F;
+		info->block_row_gathers[i] = 3;
 		info->block_passes[i] = 12;
 	}
 	/* self-attention's q and k, cross-attention's q and the text's k */
@@ -362,7 +363,7 @@ int pd_wan_load_dit(struct pd_dit **out, const char *path, const char *config, s
 	TC = m->cfg.freq_dim;
 	W = m->W;
 	r = sh->rank;
-	whole = sh->count > 1 && sh->whole_inputs;
+	whole = sh->whole_inputs = sh->count > 1 && sh->whole_inputs;
 	first_stage = sh->block_first == 0;
 	last_stage = sh->block_first + sh->block_count == m->cfg.layers;
 	ld = (struct pd_loader){ .st = st, .be = be, .quantize = sh->quantize, .each_linear = pd_dit_hold_linear,

@@ -86,6 +86,8 @@ float *pd_dit_gather_cols(struct pd_dit *d, int slot, const float *x, int64_t ld
 	int64_t T = d->shard.count, full = part * T, chunk;
 	float *whole;
 
+	/* a gather sends one contiguous part: the families' parts are */
+	PD_ASSERT(ldx == part);
 	if (be->failed || rows == 0)
 		return NULL;
 	whole = pd_dit_buffer(d, &d->whole[slot], &d->whole_cap[slot], (size_t)(rows * full));
@@ -94,15 +96,8 @@ float *pd_dit_gather_cols(struct pd_dit *d, int slot, const float *x, int64_t ld
 		return NULL;
 	for (int64_t r0 = 0; r0 < rows && !be->failed; r0 += chunk) {
 		int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
-		const float *src = x + r0 * ldx;
 
-		/* a gather sends one contiguous part: a strided one is packed
-		 * into the rows it will fill */
-		if (ldx != part) {
-			be->ops->copy2d(be, whole + r0 * full, part, src, ldx, n, part);
-			src = whole + r0 * full;
-		}
-		pd_dit_hook_result(d, d->hooks.gather(d->hooks.shard_ctx, src, (size_t)(n * part), d->stage));
+		pd_dit_hook_result(d, d->hooks.gather(d->hooks.shard_ctx, x + r0 * part, (size_t)(n * part), d->stage));
 		for (int64_t t = 0; t < T && !be->failed; t++)
 			be->ops->copy2d(be, whole + r0 * full + t * part, full, d->stage + t * n * part, part, n, part);
 	}

@@ -491,7 +491,7 @@ void pd_dit_shard_reduce(struct pd_dit *d, float *buf, size_t n);
  *   pd_dit_rows_out(d, y, rows, n_out);
  *
  * rows_in returns the input to multiply: X itself (this shard's PART
- * columns of ROWS rows, row stride ldx), or with whole inputs every shard's
+ * columns of ROWS rows, row stride ldx = part), or with whole inputs every shard's
  * columns in shard order from the model's buffer SLOT (0 or 1: two inputs
  * can be in use at once), row stride *LD. rows_width is the row stride of
  * the layer's output before rows_out: N_OUT, or with whole inputs this
@@ -502,9 +502,10 @@ void pd_dit_shard_reduce(struct pd_dit *d, float *buf, size_t n);
 const float *pd_dit_rows_in(struct pd_dit *d, int slot, const float *x, int64_t ldx, int64_t rows, int64_t part,
 			    int64_t *ld);
 int64_t pd_dit_rows_width(const struct pd_dit *d, int64_t n_out);
-/* Every shard's PART columns of ROWS rows of X (row stride ldx), in shard
- * order, into the model's buffer SLOT (row stride part x count), which it
- * returns; NULL with the backend failed (or nothing to gather). */
+/* Every shard's PART columns of ROWS rows of X (contiguous: row stride
+ * ldx = part), in shard order, into the model's buffer SLOT (row stride
+ * part x count), which it returns; NULL with the backend failed (or
+ * nothing to gather). */
 float *pd_dit_gather_cols(struct pd_dit *d, int slot, const float *x, int64_t ldx, int64_t rows, int64_t part);
 void pd_dit_rows_out(struct pd_dit *d, float *y, int64_t rows, int64_t n_out);
 

@@ -785,14 +785,12 @@ static void pd_flux_ff(struct pd_flux *m, int64_t r0, int64_t n, const struct pd
 		       struct pd_linear *ff2, const struct pd_dump *dump, const char *norm_name)
 {
 	struct pd_backend *be = m->be;
-	int64_t D = m->cfg.dim, M = m->mlp;
+	int64_t D = m->cfg.dim, M = m->mlp, ld, ldp = pd_dit_rows_width(&m->dit, D);
+	const float *in;
 
 	pd_flux_dump_ln(m, dump, norm_name, m->x + r0 * D, n, m->nx + r0 * D);
 	be->ops->layernorm_mod(be, m->nx + r0 * D, D, m->x + r0 * D, D, n, D, md->scale_mlp, md->shift_mlp,
 			       PD_FLUX_EPS);
-	const float *in;
-	int64_t ld, ldp = pd_dit_rows_width(&m->dit, D);
-
 	be->ops->linear(be, ff1, m->nx + r0 * D, D, n, m->wide, M, PD_LIN_GELU_TANH);
 	in = pd_dit_rows_in(&m->dit, 0, m->wide, M, n, M, &ld);
 	be->ops->linear(be, ff2, in, ld, n, m->proj + r0 * ldp, ldp, 0);

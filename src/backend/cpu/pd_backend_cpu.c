@@ -272,6 +272,13 @@ int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threa
 	/* PDIT_NO_AVX2 (with PDIT_NO_AVX512) leaves the portable C alone */
 	cpu->avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("PDIT_NO_AVX2");
 	cpu->vnni = cpu->avx512 && pd_backend_cpu_int8_fast();
+	/* PDIT_NO_VNNI leaves int8 products to the AVX2 (and portable) kernel */
+	if (!cpu->vnni && cpu->avx2 && __builtin_cpu_supports("f16c") && !getenv("PDIT_NO_VNNI")) {
+		if (__builtin_cpu_supports("avxvnni"))
+			cpu->vnni256 = 1;
+		else if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"))
+			cpu->vnni256 = 2;
+	}
 	/* measured (bench/quant.sh): int8 products beat bf16 ones with VNNI */
 	cpu->be.int8_fast = cpu->vnni;
 #endif

@@ -97,6 +97,8 @@ struct pd_cpu {
 	int avx512;                     /* the CPU has AVX-512 F/BW/VL (softmax kernel, decoders) */
 	int avx2;                       /* the CPU has AVX2 and FMA (softmax kernel where no AVX-512) */
 	int vnni;                       /* the CPU has AVX-512 VNNI int8 dot products (pd_cpu_i8.c) */
+	int vnni256;                    /* without vnni, 256-bit ones (Q8_0's layout): 1 AVX-VNNI, 2 AVX-512
+					 * VNNI's 256-bit form (AVX-512 turned off for pdit), 0 none */
 	int8_t *xq;                     /* an int8 product's input rows, quantized (pd_cpu_i8.c) */
 	size_t xq_cap;                  /* its capacity in bytes */
 	float *xd;                      /* their blocks' scales (K-quants: their super-blocks') */

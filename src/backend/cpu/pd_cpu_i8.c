@@ -871,6 +871,69 @@ pd_i8_tile_avx2(const struct pd_i8_rows *x, const unsigned char *w0, const unsig
 		}
 }
 
+/* Q8_0's layout with 256-bit VNNI, where the 512-bit kernels are not used:
+ * vpdpbusd on 8 outputs at a time, the sums started from the block's
+ * -128 sum(q_x) as pd_i8_tile_vnni's (the same integers and f32 order, so
+ * the same bits). Three rows by 16 outputs at a time: 6 int32 and 6 f32
+ * sums in registers. One body, two encodings: AVX-VNNI's (client CPUs
+ * without AVX-512) and AVX-512 VNNI's 256-bit form (AVX-512 turned off for
+ * pdit, as the tests run it here). */
+#define PD_I8_TILE_256(DPBUSD)                                                                                 \
+	for (int g = 0; g < PD_I8_NG; g++)                                                                     \
+		for (int r = 0; r < PD_I8_MR; r += 3) {                                                        \
+			const unsigned char *w = g ? w1 : w0;                                                  \
+			__m256 f[3][2];                                                                        \
+                                                                                                               \
+			for (int k = 0; k < 3; k++)                                                            \
+				f[k][0] = f[k][1] = _mm256_setzero_ps();                                       \
+			for (int64_t xb = 0; xb < nb; xb++, w += PD_I8_BLOCK) {                                \
+				__m256i i[3][2];                                                               \
+				__m256 d0, d1;                                                                 \
+                                                                                                               \
+				for (int k = 0; k < 3; k++)                                                    \
+					i[k][0] = i[k][1] = _mm256_set1_epi32(x->c[r + k][xb]);                \
+				for (int v = 0; v < 8; v++) {                                                  \
+					__m256i b0 = _mm256_loadu_si256((const __m256i *)(w + v * 64));        \
+					__m256i b1 = _mm256_loadu_si256((const __m256i *)(w + v * 64 + 32));   \
+                                                                                                               \
+					for (int k = 0; k < 3; k++) {                                          \
+						__m256i a = _mm256_set1_epi32(                                 \
+							pd_i8_word(x->q[r + k] + xb * 32 + v * 4));            \
+                                                                                                               \
+						i[k][0] = DPBUSD(i[k][0], b0, a);                              \
+						i[k][1] = DPBUSD(i[k][1], b1, a);                              \
+					}                                                                      \
+				}                                                                              \
+				d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 512)));             \
+				d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 528)));             \
+				for (int k = 0; k < 3; k++) {                                                  \
+					__m256 s = _mm256_set1_ps(x->d[r + k][xb]);                            \
+                                                                                                               \
+					f[k][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[k][0]), _mm256_mul_ps(d0, s), \
+								  f[k][0]);                                    \
+					f[k][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[k][1]), _mm256_mul_ps(d1, s), \
+								  f[k][1]);                                    \
+				}                                                                              \
+			}                                                                                      \
+			for (int k = 0; k < 3; k++) {                                                          \
+				_mm256_storeu_ps(t + (r + k) * PD_I8_COLS + g * 16, f[k][0]);                  \
+				_mm256_storeu_ps(t + (r + k) * PD_I8_COLS + g * 16 + 8, f[k][1]);              \
+			}                                                                                      \
+		}
+
+__attribute__((target("avx2,fma,f16c,avxvnni"))) static void
+pd_i8_tile_avxvnni(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t)
+{
+	PD_I8_TILE_256(_mm256_dpbusd_avx_epi32)
+}
+
+__attribute__((target("avx2,fma,f16c,avx512vl,avx512vnni"))) static void
+pd_i8_tile_vnni256(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t)
+{
+	PD_I8_TILE_256(_mm256_dpbusd_epi32)
+}
+#undef PD_I8_TILE_256
+
 /* Q4_0 and Q4_1 (Q41): nibbles, d and m per block. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static inline __attribute__((always_inline)) void
 pd_i8_tile_q4_body(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t,
@@ -1066,6 +1129,8 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 		tile = qt == PD_Q_Q4_K ? pd_i8_tile_q4_k_vnni : qt == PD_Q_Q5_K ? pd_i8_tile_q5_k_vnni :
 		       qt == PD_Q_Q6_K ? pd_i8_tile_q6_k_vnni : qt == PD_Q_Q4_0 ? pd_i8_tile_q4_0_vnni :
 		       qt == PD_Q_Q4_1 ? pd_i8_tile_q4_1_vnni : pd_i8_tile_vnni;
+	else if (cpu->vnni256 && (qt == PD_Q_Q8_0 || qt == PD_Q_Q5_0 || qt == PD_Q_F8_E4M3))
+		tile = cpu->vnni256 == 1 ? pd_i8_tile_avxvnni : pd_i8_tile_vnni256;
 	else if (l->i8_avx2)
 		tile = pd_i8_tile_avx2;
 #endif

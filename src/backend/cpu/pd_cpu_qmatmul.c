@@ -64,7 +64,8 @@ struct pd_linear *pd_cpu_linear_new_q(struct pd_backend *be, int64_t n_out, int6
 		l->i8 = mem;
 		l->i8_groups = pd_cpu_i8_groups(n_out);
 		pd_cpu_i8_pack(l->i8, t, n_out, n_in, blocks, l->row_bytes);
-		l->i8_avx2 = CPU(be)->avx2 && !CPU(be)->vnni && pd_cpu_i8_avx2_fits(t, l->i8, n_out, n_in);
+		l->i8_avx2 = CPU(be)->avx2 && !CPU(be)->vnni && !CPU(be)->vnni256 &&
+			     pd_cpu_i8_avx2_fits(t, l->i8, n_out, n_in);
 		be->int8_layers++;
 	} else {
 		l->blocks = mem;

@@ -129,6 +129,12 @@ static int pd_i8_k(enum pd_qtype t)
 	return t == PD_Q_Q4_K || t == PD_Q_Q5_K || t == PD_Q_Q6_K;
 }
 
+/* Q8_0's layout: Q8_0, Q5_0 (q - 16) and fp8 (converted at load). */
+static int pd_i8_q8_layout(enum pd_qtype t)
+{
+	return t == PD_Q_Q8_0 || t == PD_Q_Q5_0 || t == PD_Q_F8_E4M3;
+}
+
 /* Inputs of one group's unit of T in the layout: a block (Q8_0, Q5_0,
  * fp8, Q4_0, Q4_1) or a super-block (the K-quants). */
 static int64_t pd_i8_unit(enum pd_qtype t)
@@ -324,7 +330,7 @@ void pd_cpu_i8_pack(unsigned char *dst, enum pd_qtype t, int64_t n_out, int64_t 
 	int fp8 = t == PD_Q_F8_E4M3;
 	size_t fb = fp8 ? 32 : (size_t)pd_quant_info(t)->block_bytes;
 
-	if (t != PD_Q_Q8_0 && t != PD_Q_Q5_0 && !fp8) {
+	if (!pd_i8_q8_layout(t)) {
 		pd_i8_pack_units(dst, t, n_out, n_in, blocks, row_bytes);
 		return;
 	}
@@ -368,7 +374,7 @@ int pd_cpu_i8_avx2_fits(enum pd_qtype t, const unsigned char *i8, int64_t n_out,
 #else
 	return 0;
 #endif
-	if (t != PD_Q_Q8_0 && t != PD_Q_Q5_0 && t != PD_Q_F8_E4M3)
+	if (!pd_i8_q8_layout(t))
 		return 0;
 	/* -128 is stored as 0; Q5_0's and fp8's values never are */
 	for (size_t b = 0; t == PD_Q_Q8_0 && b < blocks; b++)
@@ -1129,7 +1135,7 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 		tile = qt == PD_Q_Q4_K ? pd_i8_tile_q4_k_vnni : qt == PD_Q_Q5_K ? pd_i8_tile_q5_k_vnni :
 		       qt == PD_Q_Q6_K ? pd_i8_tile_q6_k_vnni : qt == PD_Q_Q4_0 ? pd_i8_tile_q4_0_vnni :
 		       qt == PD_Q_Q4_1 ? pd_i8_tile_q4_1_vnni : pd_i8_tile_vnni;
-	else if (cpu->vnni256 && (qt == PD_Q_Q8_0 || qt == PD_Q_Q5_0 || qt == PD_Q_F8_E4M3))
+	else if (cpu->vnni256 && pd_i8_q8_layout(qt))
 		tile = cpu->vnni256 == 1 ? pd_i8_tile_avxvnni : pd_i8_tile_vnni256;
 	else if (l->i8_avx2)
 		tile = pd_i8_tile_avx2;

@@ -500,17 +500,21 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 	if (pd_engine_encode(e, rc))
 		return -1;
 	e->encode_seconds = pd_now() - t0;
-	/* auto's int8 products on every rank or on none: a mesh of CPUs with
+	/* auto's products alike on every rank, the least any rank's CPU
+	 * takes (decoded, int8 for Q8_0's layout, int8): a mesh of CPUs with
 	 * and without VNNI multiplies alike */
 	if (pd_engine_products_auto(&e->o)) {
-		int any = pd_comm_any(e->world, e->be->qproducts != PD_QP_INT8 || e->int8_unfit);
+		int dec = pd_comm_any(e->world, e->be->qproducts == PD_QP_DECODE || e->int8_unfit);
+		int q8 = dec ? 0 : pd_comm_any(e->world, e->be->qproducts == PD_QP_INT8_Q8);
 
-		if (any < 0)
+		if (dec < 0 || q8 < 0)
 			return pd_errorf("cannot agree on the quantized layers' products with the other processes");
-		if (any)
+		if (dec)
 			e->be->qproducts = PD_QP_DECODE;
+		else if (q8)
+			e->be->qproducts = PD_QP_INT8_Q8;
 	}
-	e->info.tp_whole_inputs &= e->be->qproducts == PD_QP_INT8;
+	e->info.tp_whole_inputs &= e->be->qproducts != PD_QP_DECODE;
 	sh.whole_inputs = e->info.tp_whole_inputs;
 	t0 = pd_now();
 	pd_engine_progress(e, PD_PHASE_LOAD, t0, 0, 0, 0);
@@ -523,8 +527,10 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 	/* the numbers differ from decoded products': a run says so */
 	if (e->be->int8_layers)
 		pd_log(1, "pdit: %d quantized layers multiply in int8 (inputs quantized in blocks of 32, of 256 "
-			  "for the K-quants; "
-			  "--quant-products bf16 decodes them instead)\n", e->be->int8_layers);
+			  "for the K-quants; %s"
+			  "--quant-products bf16 decodes them instead)\n", e->be->int8_layers,
+		       e->be->qproducts == PD_QP_INT8_Q8 ? "Q8_0, Q5_0 and fp8 only: this CPU's int8 kernels for the "
+							   "other types are no faster than decoding; " : "");
 	pd_engine_progress(e, PD_PHASE_LOAD, t0, 0, 0, 1);
 	if (pd_parallel_setup(&e->par, &e->mesh, e->m, e->e.batch, &e->opt))
 		return -1;

@@ -153,7 +153,8 @@ int pd_engine_held_layout(const struct pd_engine_options *o, enum pd_dtype dt, c
 {
 	const char *be = o->backend ? o->backend : "auto";
 	struct pd_st *st = NULL;
-	int qp, int8;
+	int qp, int8 = 0;
+	enum pd_qproducts qpr;
 	double stored = 0, held = 0;
 
 	if (pd_backend_qproducts(o->quant_products, &qp))
@@ -161,20 +162,18 @@ int pd_engine_held_layout(const struct pd_engine_options *o, enum pd_dtype dt, c
 	/* a GPU holds them as stored */
 	if (!strcmp(be, "cuda") || (!strcmp(be, "auto") && pd_backend_gpus() > 0))
 		return 0;
-	int8 = pd_backend_qproducts_for(qp, pd_backend_cpu_int8_fast(), dt) == PD_QP_INT8;
-	if (!int8 || !(info->kept_fraction > 0) || !transformer)
+	qpr = pd_backend_qproducts_for(qp, pd_backend_cpu_int8_auto(), dt);
+	if (qpr == PD_QP_DECODE || !(info->kept_fraction > 0) || !transformer)
 		return 0;
-	/* int8 products' tensor parallel sums in one process's order where the
-	 * family can (pd_dit_shard.whole_inputs) */
-	info->tp_whole_inputs = info->blocks > 0 && info->block_row_inputs[0] > 0;
 	if (quantize != PD_Q_F32) {
 		/* encoded at load: the layout's ratio to TYPE's blocks at a
 		 * FLUX-wide square (the layout's padding is per 16 rows) */
 		int64_t n = 3072;
 
-		info->kept_bytes *= (double)pd_backend_cpu_held_bytes(quantize, n, n, 1) /
+		info->kept_bytes *= (double)pd_backend_cpu_held_bytes(quantize, n, n, qpr) /
 				    ((double)pd_quant_row_bytes(pd_quant_info(quantize), n) * (double)n);
-		return 0;
+		int8 = pd_backend_cpu_int8_takes(qpr, quantize, n);
+		goto whole;
 	}
 	if (pd_st_open_path(&st, transformer, "diffusion_pytorch_model"))
 		return -1;
@@ -186,11 +185,16 @@ int pd_engine_held_layout(const struct pd_engine_options *o, enum pd_dtype dt, c
 		if (t->ndim != 2 || !pd_dtype_is_float(t->dtype) || !pd_st_block_format(t, &q, &scale))
 			continue;
 		stored += (double)pd_quant_row_bytes(pd_quant_info(q), t->shape[1]) * (double)t->shape[0];
-		held += (double)pd_backend_cpu_held_bytes(q, t->shape[0], t->shape[1], 1);
+		held += (double)pd_backend_cpu_held_bytes(q, t->shape[0], t->shape[1], qpr);
+		int8 |= pd_backend_cpu_int8_takes(qpr, q, t->shape[1]);
 	}
 	pd_st_close(st);
 	if (stored > 0)
 		info->kept_bytes *= held / stored;
+whole:
+	/* int8 products' tensor parallel sums in one process's order where the
+	 * family can (pd_dit_shard.whole_inputs): where any layer is int8 */
+	info->tp_whole_inputs = int8 && info->blocks > 0 && info->block_row_inputs[0] > 0;
 	return 0;
 }
 

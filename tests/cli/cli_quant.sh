@@ -46,13 +46,34 @@ for v in Q8_0:flux-tiny-dev-Q8_0.gguf Q4_K_S:flux-tiny-dev-Q4_K_S.gguf fp8_e4m3f
 		ok "$file, int8 products: out.sample within $tol ($(awk '/out.sample/ {print $3}' "$tmp/log"))" ||
 		{ cat "$tmp/log"; bad "$file int8"; }
 	# auto with bf16 products: int8 on a CPU with AVX-512 VNNI (every
-	# type that has an int8 form, fp8 included), decoded without it
+	# type that has an int8 form, fp8 included); with 256-bit VNNI only
+	# (AVX-VNNI, or AVX-512 VNNI with AVX-512 off) int8 for Q8_0's layout
+	# (Q8_0, fp8), the K-quants decoded; decoded without VNNI
 	run "$name" "$file" bf16 "$tmp/$name-auto.safetensors"
-	want=bf16
-	grep -q avx512_vnni /proc/cpuinfo && grep -q avx512bw /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDIT_NO_AVX512:-}" ] &&
+	want=bf16 q8=0
+	case $name in Q8_0 | fp8*) q8=1 ;; esac
+	if [ -n "${PDIT_NO_VNNI:-}" ]; then
+		:
+	elif grep -q avx512_vnni /proc/cpuinfo && grep -q avx512bw /proc/cpuinfo && [ -z "${PDIT_NO_AVX512:-}" ]; then
 		want=int8
+	elif grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo && grep -q f16c /proc/cpuinfo && [ -z "${PDIT_NO_AVX2:-}" ] &&
+		[ $q8 = 1 ]; then
+		want=int8
+	fi
 	cmp -s "$tmp/$name-auto.safetensors" "$tmp/$name-$want.safetensors" &&
 		ok "$file, auto with bf16 on this CPU: the $want products' output byte for byte" || bad "$file auto ($want expected)"
+	# here the 512-bit kernels' CPU runs the 256-bit ones with AVX-512 off
+	if grep -q avx512_vnni /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDIT_NO_AVX2:-}" ]; then
+		want=bf16 other=int8
+		[ $q8 = 1 ] && want=int8 other=bf16
+		for qp in auto int8 bf16; do
+			PDIT_NO_AVX512=1 run "$name" "$file" bf16 "$tmp/$name-n512-$qp.safetensors" --quant-products $qp
+		done
+		cmp -s "$tmp/$name-n512-auto.safetensors" "$tmp/$name-n512-$want.safetensors" &&
+			! cmp -s "$tmp/$name-n512-auto.safetensors" "$tmp/$name-n512-$other.safetensors" &&
+			ok "$file, auto with 256-bit VNNI only: the $want products' output byte for byte" ||
+			bad "$file auto with 256-bit VNNI ($want expected)"
+	fi
 	PDIT_NO_VNNI=1 run "$name" "$file" bf16 "$tmp/$name-auto.safetensors"
 	cmp -s "$tmp/$name-auto.safetensors" "$tmp/$name-bf16.safetensors" &&
 		ok "$file, auto without VNNI: decoded products, byte for byte" || bad "$file auto without VNNI"
@@ -185,6 +206,36 @@ held=$("$pdit" bench "${wrun[@]}" --diffusion-model "$tmp/w256-q6_k.gguf" --step
 awk -v p="$plan" -v h="$held" 'BEGIN { d = p * 1e9 / (h * 1048576); exit !(d > 0.92 && d < 1.08) }' &&
 	ok "q6_k --dtype bf16: the planner's weights ${plan} GB, the backend holds ${held} MiB" ||
 	bad "q6_k --dtype bf16: planner $plan GB, held $held MiB"
+# a file of two types (Q5_0's double blocks, Q4_K's single blocks) where the
+# CPU has 256-bit VNNI only (here: AVX-512 off): auto multiplies the Q5_0
+# layers in int8 and decodes the Q4_K ones (latents unlike both int8's and
+# bf16's, the int8 layers counted), and the planner counts each type's
+# layout (Q5_0's int8 layout is 1.55x its blocks; within 8%)
+"$pdit" quantize "$tmp/w256/transformer" "$tmp/w256-q4_k.gguf" --type q4_k > /dev/null 2>&1 &&
+	"$py" "$(dirname "$0")/../../bench/gguf_grow.py" "$tmp/w256-q5_0.gguf" "$tmp/w256-mix.gguf" \
+		--take "$tmp/w256-q4_k.gguf:single_transformer_blocks." > /dev/null || bad "a file of Q5_0 and Q4_K"
+if grep -q avx512_vnni /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDIT_NO_AVX2:-}" ]; then
+	n50=$("$pdit" inspect "$tmp/w256-mix.gguf" | grep -c " q5_0 ")
+	for qp in auto int8 bf16; do
+		PDIT_NO_AVX512=1 "$pdit" generate "${wrun[@]}" --diffusion-model "$tmp/w256-mix.gguf" --quant-products $qp \
+			-o "$tmp/w.png" --out-latents "$tmp/mix-$qp.safetensors" 2> "$tmp/err-$qp" ||
+			{ cat "$tmp/err-$qp"; bad "generate mix $qp"; }
+	done
+	grep -q "^pdit: $n50 quantized layers multiply in int8" "$tmp/err-auto" &&
+		! cmp -s "$tmp/mix-auto.safetensors" "$tmp/mix-int8.safetensors" &&
+		! cmp -s "$tmp/mix-auto.safetensors" "$tmp/mix-bf16.safetensors" &&
+		ok "Q5_0 + Q4_K with 256-bit VNNI only: auto takes int8 for the $n50 Q5_0 layers, decodes Q4_K's" ||
+		{ cat "$tmp/err-auto"; bad "Q5_0 + Q4_K on auto with 256-bit VNNI"; }
+	plan=$(PDIT_NO_AVX512=1 "$pdit" plan --diffusion-model "$tmp/w256-mix.gguf" --config "$tmp/w256/transformer/config.json" \
+		--dtype bf16 --devices 1 --gflops 100 -H 64 -W 48 --json | head -1 | sed 's/.*"weights_gb": \([^,]*\),.*/\1/')
+	held=$(PDIT_NO_AVX512=1 "$pdit" bench "${wrun[@]}" --diffusion-model "$tmp/w256-mix.gguf" --steps 1 --json 2> /dev/null |
+		sed 's/.*"weights_mb": \([^,]*\),.*/\1/')
+	awk -v p="$plan" -v h="$held" 'BEGIN { d = p * 1e9 / (h * 1048576); exit !(d > 0.92 && d < 1.08) }' &&
+		ok "Q5_0 + Q4_K with 256-bit VNNI only: the planner's weights ${plan} GB, the backend holds ${held} MiB" ||
+		bad "Q5_0 + Q4_K with 256-bit VNNI only: planner $plan GB, held $held MiB"
+else
+	ok "(no VNNI here: auto's choice per type with 256-bit VNNI not tried)"
+fi
 # auto where the int8 layout (Q5_K's 1.57x the file's) does not fit in the
 # memory available but the file's does: decoded products (the latents of
 # --quant-products bf16, byte for byte), said in the log; with less, one

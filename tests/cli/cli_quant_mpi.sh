@@ -9,7 +9,9 @@
 # of 2, and on int8 products (bf16) tensor parallel (alone and inside
 # PipeFusion's stages), Ulysses, data parallel and PipeFusion bit for bit,
 # ring within int8's tolerance; Ulysses 2 and 4 and tensor parallel 2 on a
-# Q4_K file 256 wide (its layers on int8 products) bit for bit.
+# Q4_K file 256 wide (its layers on int8 products) bit for bit; tensor
+# parallel 2 bit for bit on a file of Q5_0 and Q4_K layers whose auto
+# products, with 256-bit VNNI only, are int8 for Q5_0 and decoded for Q4_K.
 # usage: cli_quant_mpi.sh PDIT ST_COMPARE GOLDEN_DIR MPIRUN...
 set -u
 pdit=$1 cmp=$2 g=$3
@@ -83,4 +85,23 @@ for m in "2:--ulysses-degree 2" "4:--ulysses-degree 4" "2:--tensor-parallel-degr
 	# shellcheck disable=SC2086
 	check "Q4_K 256 wide on int8 products" "${m%%:*}" ${m#*:}
 done
+# a file of Q5_0 and Q4_K layers on auto with 256-bit VNNI only (here:
+# AVX-512 off): the Q5_0 layers in int8, the Q4_K ones decoded; tensor
+# parallel still gathers whole inputs for the int8 ones, bit for bit
+if grep -q avx512_vnni /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDIT_NO_AVX2:-}" ]; then
+	for t in q5_0 q4_k; do
+		"$pdit" quantize "$tmp/w256/transformer" "$tmp/w256-$t.gguf" --type $t > /dev/null 2>&1 || bad "quantize $t"
+	done
+	/usr/bin/python3 "$(dirname "$0")/../../bench/gguf_grow.py" "$tmp/w256-q5_0.gguf" "$tmp/w256-mix.gguf" \
+		--take "$tmp/w256-q4_k.gguf:single_transformer_blocks." > /dev/null || bad "a file of Q5_0 and Q4_K"
+	run=(--model "$tmp/w256" --diffusion-model "$tmp/w256-mix.gguf" --config "$tmp/w256/transformer/config.json"
+		--embeds "$tmp/w256/embeds.safetensors" -H 64 -W 48 --steps 2 -s 5 --dtype bf16)
+	export PDIT_NO_AVX512=1
+	"$pdit" generate "${run[@]}" -o "$tmp/one.png" --out-latents "$tmp/one.safetensors" 2> "$tmp/err" &&
+		grep -q "^pdit: [1-9][0-9]* quantized layers multiply in int8 .*Q5_0" "$tmp/err" ||
+		{ cat "$tmp/err"; bad "one process, Q5_0 + Q4_K on auto with AVX-512 off"; }
+	run+=(-q)
+	check "Q5_0 + Q4_K on auto with 256-bit VNNI" 2 --tensor-parallel-degree 2
+	unset PDIT_NO_AVX512
+fi
 exit $fail

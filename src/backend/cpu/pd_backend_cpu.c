@@ -228,11 +228,12 @@ static void pd_cpu_name(char *buf, size_t len)
 		fclose(f);
 }
 
-int pd_backend_cpu_int8_fast(void)
+/* This CPU's 512-bit VNNI kernels, in use. */
+static int pd_cpu_vnni512(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-	/* PDIT_NO_VNNI runs int8 products through the portable kernel (and
-	 * the VNNI kernel needs AVX-512 itself) */
+	/* PDIT_NO_VNNI runs int8 products through the AVX2 and portable
+	 * kernels (and the VNNI kernel needs AVX-512 itself) */
 	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
 	       __builtin_cpu_supports("avx512vl") && !getenv("PDIT_NO_AVX512") &&
 	       __builtin_cpu_supports("avx512vnni") && !getenv("PDIT_NO_VNNI");
@@ -241,9 +242,37 @@ int pd_backend_cpu_int8_fast(void)
 #endif
 }
 
-size_t pd_backend_cpu_held_bytes(enum pd_qtype t, int64_t n_out, int64_t n_in, int int8)
+/* Without those, its 256-bit VNNI (Q8_0's layout): 1 AVX-VNNI, 2 AVX-512
+ * VNNI's 256-bit form (AVX-512 turned off for pdit); 0 none. */
+static int pd_cpu_vnni256(void)
 {
-	if (int8 && pd_cpu_i8_has(t, n_in))
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (pd_cpu_vnni512() || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
+	    !__builtin_cpu_supports("f16c") || getenv("PDIT_NO_AVX2") || getenv("PDIT_NO_VNNI"))
+		return 0;
+	if (__builtin_cpu_supports("avxvnni"))
+		return 1;
+	if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"))
+		return 2;
+#endif
+	return 0;
+}
+
+enum pd_qproducts pd_backend_cpu_int8_auto(void)
+{
+	/* measured (bench/quant.sh): VNNI's int8 products beat bf16 ones; the
+	 * AVX2 kernel's do not (1.005 x BF16's step for Q8_0, decoded 1.019) */
+	return pd_cpu_vnni512() ? PD_QP_INT8 : pd_cpu_vnni256() ? PD_QP_INT8_Q8 : PD_QP_DECODE;
+}
+
+int pd_backend_cpu_int8_takes(enum pd_qproducts qp, enum pd_qtype t, int64_t n_in)
+{
+	return pd_cpu_i8_has(t, n_in) && (qp == PD_QP_INT8 || (qp == PD_QP_INT8_Q8 && pd_cpu_i8_q8_layout(t)));
+}
+
+size_t pd_backend_cpu_held_bytes(enum pd_qtype t, int64_t n_out, int64_t n_in, enum pd_qproducts qp)
+{
+	if (pd_backend_cpu_int8_takes(qp, t, n_in))
 		return pd_cpu_i8_bytes(t, n_out, n_in);
 	return pd_quant_row_bytes(pd_quant_info(t), n_in) * (size_t)n_out;
 }
@@ -271,16 +300,9 @@ int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threa
 	cpu->avx512bf16 = cpu->avx512 && __builtin_cpu_supports("avx512bf16") && !getenv("PDIT_NO_AVX512_BF16");
 	/* PDIT_NO_AVX2 (with PDIT_NO_AVX512) leaves the portable C alone */
 	cpu->avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("PDIT_NO_AVX2");
-	cpu->vnni = cpu->avx512 && pd_backend_cpu_int8_fast();
-	/* PDIT_NO_VNNI leaves int8 products to the AVX2 (and portable) kernel */
-	if (!cpu->vnni && cpu->avx2 && __builtin_cpu_supports("f16c") && !getenv("PDIT_NO_VNNI")) {
-		if (__builtin_cpu_supports("avxvnni"))
-			cpu->vnni256 = 1;
-		else if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"))
-			cpu->vnni256 = 2;
-	}
-	/* measured (bench/quant.sh): int8 products beat bf16 ones with VNNI */
-	cpu->be.int8_fast = cpu->vnni;
+	cpu->vnni = cpu->avx512 && pd_cpu_vnni512();
+	cpu->vnni256 = pd_cpu_vnni256();
+	cpu->be.int8_auto = pd_backend_cpu_int8_auto();
 #endif
 	/* PDIT_QPANEL_MB lets the tests cut small weights into many panels */
 	cpu->qpanel_bytes = PD_QPANEL_BYTES;

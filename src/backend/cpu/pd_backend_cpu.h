@@ -14,13 +14,18 @@
  * pd_backend_enter / pd_backend_leave (<= 0: the creating thread's OpenMP
  * setting); outside such a scope, the calling thread's setting. */
 int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threads);
-/* Whether this CPU's int8 products are faster than its bf16 ones (AVX-512
- * VNNI, not turned off): what a backend's int8_fast will say, without one. */
-int pd_backend_cpu_int8_fast(void);
+/* Where this CPU's int8 products beat its bf16 ones (AVX-512 VNNI: every
+ * type, PD_QP_INT8; 256-bit VNNI only: Q8_0's layout, PD_QP_INT8_Q8; none
+ * or turned off: PD_QP_DECODE): what a backend's int8_auto will say,
+ * without one. */
+enum pd_qproducts pd_backend_cpu_int8_auto(void);
+/* Whether a CPU backend multiplies a kept-quantized weight of type T,
+ * N_IN inputs wide, in int8 under QP (its products as chosen). */
+int pd_backend_cpu_int8_takes(enum pd_qproducts qp, enum pd_qtype t, int64_t n_in);
 /* Bytes a CPU backend holds for a kept-quantized weight of type T, N_OUT x
- * N_IN, multiplied in int8 (the layout of pd_cpu_i8.c: Q4_K 2.8% above the
- * file, fp8 6%) or, when its type has no int8 form or INT8 is 0, as the file
- * holds it. */
-size_t pd_backend_cpu_held_bytes(enum pd_qtype t, int64_t n_out, int64_t n_in, int int8);
+ * N_IN, under QP: in the int8 layout where it multiplies in int8 (that of
+ * pd_cpu_i8.c: Q4_K 2.8% above the file, fp8 6%), else as the file holds
+ * it. */
+size_t pd_backend_cpu_held_bytes(enum pd_qtype t, int64_t n_out, int64_t n_in, enum pd_qproducts qp);
 
 #endif /* PD_BACKEND_CPU_H */

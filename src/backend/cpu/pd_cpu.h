@@ -256,6 +256,9 @@ void pd_cpu_qlinear(struct pd_backend *be, struct pd_linear *l, const float *x, 
  * each 16 in XH [rows, n_in / 16] unless it is NULL; the product, as
  * pd_cpu_linear. */
 int pd_cpu_i8_has(enum pd_qtype t, int64_t n_in);
+/* Whether T takes Q8_0's layout (Q8_0, Q5_0 as q - 16, fp8 converted at
+ * load): the one the AVX2 and 256-bit VNNI kernels multiply. */
+int pd_cpu_i8_q8_layout(enum pd_qtype t);
 int64_t pd_cpu_i8_groups(int64_t n_out);
 size_t pd_cpu_i8_bytes(enum pd_qtype t, int64_t n_out, int64_t n_in);
 void pd_cpu_i8_pack(unsigned char *dst, enum pd_qtype t, int64_t n_out, int64_t n_in, const unsigned char *blocks,

@@ -129,8 +129,7 @@ static int pd_i8_k(enum pd_qtype t)
 	return t == PD_Q_Q4_K || t == PD_Q_Q5_K || t == PD_Q_Q6_K;
 }
 
-/* Q8_0's layout: Q8_0, Q5_0 (q - 16) and fp8 (converted at load). */
-static int pd_i8_q8_layout(enum pd_qtype t)
+int pd_cpu_i8_q8_layout(enum pd_qtype t)
 {
 	return t == PD_Q_Q8_0 || t == PD_Q_Q5_0 || t == PD_Q_F8_E4M3;
 }
@@ -330,7 +329,7 @@ void pd_cpu_i8_pack(unsigned char *dst, enum pd_qtype t, int64_t n_out, int64_t 
 	int fp8 = t == PD_Q_F8_E4M3;
 	size_t fb = fp8 ? 32 : (size_t)pd_quant_info(t)->block_bytes;
 
-	if (!pd_i8_q8_layout(t)) {
+	if (!pd_cpu_i8_q8_layout(t)) {
 		pd_i8_pack_units(dst, t, n_out, n_in, blocks, row_bytes);
 		return;
 	}
@@ -374,7 +373,7 @@ int pd_cpu_i8_avx2_fits(enum pd_qtype t, const unsigned char *i8, int64_t n_out,
 #else
 	return 0;
 #endif
-	if (!pd_i8_q8_layout(t))
+	if (!pd_cpu_i8_q8_layout(t))
 		return 0;
 	/* -128 is stored as 0; Q5_0's and fp8's values never are */
 	for (size_t b = 0; t == PD_Q_Q8_0 && b < blocks; b++)
@@ -1135,7 +1134,7 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 		tile = qt == PD_Q_Q4_K ? pd_i8_tile_q4_k_vnni : qt == PD_Q_Q5_K ? pd_i8_tile_q5_k_vnni :
 		       qt == PD_Q_Q6_K ? pd_i8_tile_q6_k_vnni : qt == PD_Q_Q4_0 ? pd_i8_tile_q4_0_vnni :
 		       qt == PD_Q_Q4_1 ? pd_i8_tile_q4_1_vnni : pd_i8_tile_vnni;
-	else if (cpu->vnni256 && pd_i8_q8_layout(qt))
+	else if (cpu->vnni256 && pd_cpu_i8_q8_layout(qt))
 		tile = cpu->vnni256 == 1 ? pd_i8_tile_avxvnni : pd_i8_tile_vnni256;
 	else if (l->i8_avx2)
 		tile = pd_i8_tile_avx2;

@@ -14,6 +14,7 @@
  * packed layers round theirs: a quantized layer computes with the weights a
  * decoded-at-load layer would hold.
  */
+#include "pd_backend_cpu.h"
 #include "pd_cpu.h"
 #include "pd_util.h"
 
@@ -49,7 +50,7 @@ struct pd_linear *pd_cpu_linear_new_q(struct pd_backend *be, int64_t n_out, int6
 	l->qtype = t;
 	l->scale = scale;
 	l->row_bytes = pd_quant_row_bytes(q, n_in);
-	int8 = be->qproducts == PD_QP_INT8 && pd_cpu_i8_has(t, n_in);
+	int8 = pd_backend_cpu_int8_takes(be->qproducts, t, n_in);
 	bytes = int8 ? pd_cpu_i8_bytes(t, n_out, n_in) : l->row_bytes * (size_t)n_out;
 	mem = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
 	if (bias)

@@ -32,11 +32,11 @@ int pd_backend_qproducts(const char *name, int *out)
 	return 0;
 }
 
-enum pd_qproducts pd_backend_qproducts_for(int configured, int int8_fast, enum pd_dtype compute)
+enum pd_qproducts pd_backend_qproducts_for(int configured, enum pd_qproducts int8_auto, enum pd_dtype compute)
 {
 	if (configured >= 0)
 		return (enum pd_qproducts)configured;
-	return int8_fast && compute == PD_BF16 ? PD_QP_INT8 : PD_QP_DECODE;
+	return compute == PD_BF16 ? int8_auto : PD_QP_DECODE;
 }
 
 int pd_backend_gpus(void)
@@ -95,6 +95,6 @@ int pd_backend_new(struct pd_backend **out, const char *name, const struct pd_ba
 {
 	if (pd_backend_new_untimed(out, name, cfg))
 		return -1;
-	(*out)->qproducts = pd_backend_qproducts_for(cfg->quant_products, (*out)->int8_fast, (*out)->compute);
+	(*out)->qproducts = pd_backend_qproducts_for(cfg->quant_products, (*out)->int8_auto, (*out)->compute);
 	return cfg->timed ? pd_backend_timed_new(out, *out) : 0;
 }

@@ -8,7 +8,8 @@
 # every step warm (alone, x Ulysses 2, x tensor parallel 2, with First
 # Block Cache), a Q8_0 GGUF under tensor parallel 2 and Ulysses 2 x
 # PipeFusion 2, and on int8 products tensor parallel 2 (alone and inside
-# PipeFusion 2's stages) bit for bit; PipeFusion with patches near it; pdit check says PASS for
+# PipeFusion 2's stages) and Ulysses 2 bit for bit, ring 2 within int8's 2e-2;
+# PipeFusion with patches near it; pdit check says PASS for
 # ring, data-parallel, tensor-parallel and PipeFusion meshes; the video
 # decoded in 2 row bands gives one process's frames.
 # usage: cli_wan_mpi.sh PDIT ST_COMPARE WAN_TINY_DIR MPIRUN...
@@ -76,6 +77,12 @@ tol=0
 mesh "Q8_0 on int8 products, tensor parallel 2" q8i 2 "${q8i[@]}" --tensor-parallel-degree 2
 mesh "Q8_0 on int8 products, tensor parallel 2 x PipeFusion 2, every step warm" q8i 4 "${q8i[@]}" \
 	--tensor-parallel-degree 2 --pipefusion-degree 2 --warmup-steps 3
+# Ulysses' gathered rows in the sequence's order: one process's softmax
+# order, bit for bit; ring's merged key blocks move last f32 bits that
+# 8-bit roundings carry (1.2e-2 here): int8's tolerance
+mesh "Q8_0 on int8 products, Ulysses 2" q8i 2 "${q8i[@]}" --ulysses-degree 2
+tol=2e-2
+mesh "Q8_0 on int8 products, ring 2" q8i 2 "${q8i[@]}" --ring-degree 2
 tol=1e-5
 
 # PipeFusion's patches after the warm-up attend to a step-old video: near

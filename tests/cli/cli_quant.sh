@@ -62,8 +62,9 @@ for v in Q8_0:flux-tiny-dev-Q8_0.gguf Q4_K_S:flux-tiny-dev-Q4_K_S.gguf fp8_e4m3f
 	fi
 	cmp -s "$tmp/$name-auto.safetensors" "$tmp/$name-$want.safetensors" &&
 		ok "$file, auto with bf16 on this CPU: the $want products' output byte for byte" || bad "$file auto ($want expected)"
-	# here the 512-bit kernels' CPU runs the 256-bit ones with AVX-512 off
-	if grep -q avx512_vnni /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDIT_NO_AVX2:-}" ]; then
+	# AVX-512 off: 256-bit VNNI only (AVX-512 VNNI's 256-bit form here,
+	# AVX-VNNI where the CPU has no AVX-512)
+	if grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDIT_NO_AVX2:-}" ]; then
 		want=bf16 other=int8
 		[ $q8 = 1 ] && want=int8 other=bf16
 		for qp in auto int8 bf16; do
@@ -214,7 +215,7 @@ awk -v p="$plan" -v h="$held" 'BEGIN { d = p * 1e9 / (h * 1048576); exit !(d > 0
 "$pdit" quantize "$tmp/w256/transformer" "$tmp/w256-q4_k.gguf" --type q4_k > /dev/null 2>&1 &&
 	"$py" "$(dirname "$0")/../../bench/gguf_grow.py" "$tmp/w256-q5_0.gguf" "$tmp/w256-mix.gguf" \
 		--take "$tmp/w256-q4_k.gguf:single_transformer_blocks." > /dev/null || bad "a file of Q5_0 and Q4_K"
-if grep -q avx512_vnni /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDIT_NO_AVX2:-}" ]; then
+if grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDIT_NO_AVX2:-}" ]; then
 	n50=$("$pdit" inspect "$tmp/w256-mix.gguf" | grep -c " q5_0 ")
 	for qp in auto int8 bf16; do
 		PDIT_NO_AVX512=1 "$pdit" generate "${wrun[@]}" --diffusion-model "$tmp/w256-mix.gguf" --quant-products $qp \

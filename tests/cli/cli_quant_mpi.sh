@@ -88,7 +88,7 @@ done
 # a file of Q5_0 and Q4_K layers on auto with 256-bit VNNI only (here:
 # AVX-512 off): the Q5_0 layers in int8, the Q4_K ones decoded; tensor
 # parallel still gathers whole inputs for the int8 ones, bit for bit
-if grep -q avx512_vnni /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDIT_NO_AVX2:-}" ]; then
+if grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDIT_NO_AVX2:-}" ]; then
 	for t in q5_0 q4_k; do
 		"$pdit" quantize "$tmp/w256/transformer" "$tmp/w256-$t.gguf" --type $t > /dev/null 2>&1 || bad "quantize $t"
 	done

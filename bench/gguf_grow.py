@@ -101,8 +101,8 @@ def main():
     ap.add_argument("--rows", action="append", default=[])
     ap.add_argument("--take", action="append", default=[])
     a = ap.parse_args()
-    if (a.pattern is None) != (a.blocks is None):
-        sys.exit("--pattern and --blocks go together")
+    if (a.pattern is None) != (a.blocks is None) or (a.key and a.blocks is None):
+        sys.exit("--pattern and --blocks go together (and --key needs them)")
     g = Gguf(a.src)
     kvs = []
     for k, t, v in g.kvs:
@@ -119,7 +119,11 @@ def main():
         takes.append((Gguf(path), prefix))
     rows = dict((r.split(":")[0], int(r.split(":")[1])) for r in a.rows)
     out = []  # (name, dims, type, file, offset, bytes, repeat)
+    taken = set()
     for name in g.names:
+        first = a.pattern.format(0) if a.pattern is not None else None
+        if first and not name.startswith(first) and any(name.startswith(a.pattern.format(b)) for b in range(1, 4096)):
+            continue
         dims, t, off, nbytes = g.tensors[name]
         src = g
         for other, prefix in takes:
@@ -128,20 +132,20 @@ def main():
                     sys.exit("%s: no %s of dims %s" % (other.path, name, dims))
                 src = other
                 dims, t, off, nbytes = other.tensors[name]
-        if a.pattern is not None:
-            first = a.pattern.format(0)
-            if name.startswith(first):
-                for b in range(a.blocks):
-                    out.append((a.pattern.format(b) + name[len(first):], dims, t, src, off, nbytes, 1))
-                continue
-            if any(name.startswith(a.pattern.format(b)) for b in range(1, 4096)):
-                continue
+                taken.add(prefix)
+        if first and name.startswith(first):
+            for b in range(a.blocks):
+                out.append((a.pattern.format(b) + name[len(first):], dims, t, src, off, nbytes, 1))
+            continue
         if name in rows:
             # ggml's dims: [columns, rows]
             reps = rows[name] // dims[1]
             out.append((name, [dims[0], dims[1] * reps], t, src, off, nbytes, reps))
         else:
             out.append((name, dims, t, src, off, nbytes, 1))
+    for other, prefix in takes:
+        if prefix not in taken:
+            sys.exit("--take %s:%s: no tensor of %s starts with it" % (other.path, prefix, a.src))
     align = g.align
     with open(a.dst, "wb") as f:
         f.write(b"GGUF" + struct.pack("<IQQ", g.version, len(out), len(kvs)))

@@ -145,6 +145,46 @@ static int pd_engine_threads(struct pd_comm *world, int requested)
 	return cores / local > 1 ? (int)(cores / local) : 1;
 }
 
+/* The order of auto's choices: each includes the int8 layers of those
+ * before it. */
+static int pd_engine_qp_level(enum pd_qproducts qp)
+{
+	return qp == PD_QP_INT8 ? 2 : qp == PD_QP_INT8_Q8 ? 1 : 0;
+}
+
+/* Every rank alike, in one exchange: auto's products the least any rank's
+ * CPU takes (decoded, int8 for Q8_0's layout, int8), so a mesh of CPUs with
+ * and without VNNI multiplies alike; and tensor parallel's whole inputs
+ * only where every rank would gather them (a rank lowered from int8 to
+ * Q8_0's layout may be left without an int8 layer, and shards that split
+ * a layer differently would not meet). */
+static int pd_engine_products_agree(struct pd_engine *e)
+{
+	int mine[2], *all, low = 2, whole = 1;
+
+	mine[0] = e->int8_unfit ? 0 : pd_engine_qp_level(e->be->qproducts);
+	mine[1] = e->info.tp_whole_inputs && e->be->qproducts != PD_QP_DECODE;
+	all = pd_malloc(sizeof(mine) * (size_t)e->world->size, "the products' agreement");
+	if (pd_engine_agree(e, !all)) {
+		free(all);
+		return -1;
+	}
+	if (pd_comm_allgather(e->world, mine, sizeof(mine), all)) {
+		e->dead = 1;
+		free(all);
+		return pd_errorf("cannot agree on the quantized layers' products with the other processes");
+	}
+	for (int r = 0; r < e->world->size; r++) {
+		low = all[2 * r] < low ? all[2 * r] : low;
+		whole &= all[2 * r + 1];
+	}
+	free(all);
+	if (pd_engine_products_auto(&e->o))
+		e->be->qproducts = low == 2 ? PD_QP_INT8 : low == 1 ? PD_QP_INT8_Q8 : PD_QP_DECODE;
+	e->info.tp_whole_inputs = whole && e->be->qproducts != PD_QP_DECODE;
+	return 0;
+}
+
 /* The backend O asks for, computing in DT with THREADS (CPU), said in the
  * log: what computes on each process is the first thing a slow run is
  * asked about. */
@@ -500,21 +540,8 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 	if (pd_engine_encode(e, rc))
 		return -1;
 	e->encode_seconds = pd_now() - t0;
-	/* auto's products alike on every rank, the least any rank's CPU
-	 * takes (decoded, int8 for Q8_0's layout, int8): a mesh of CPUs with
-	 * and without VNNI multiplies alike */
-	if (pd_engine_products_auto(&e->o)) {
-		int dec = pd_comm_any(e->world, e->be->qproducts == PD_QP_DECODE || e->int8_unfit);
-		int q8 = dec ? 0 : pd_comm_any(e->world, e->be->qproducts == PD_QP_INT8_Q8);
-
-		if (dec < 0 || q8 < 0)
-			return pd_errorf("cannot agree on the quantized layers' products with the other processes");
-		if (dec)
-			e->be->qproducts = PD_QP_DECODE;
-		else if (q8)
-			e->be->qproducts = PD_QP_INT8_Q8;
-	}
-	e->info.tp_whole_inputs &= e->be->qproducts != PD_QP_DECODE;
+	if (pd_engine_products_agree(e))
+		return -1;
 	sh.whole_inputs = e->info.tp_whole_inputs;
 	t0 = pd_now();
 	pd_engine_progress(e, PD_PHASE_LOAD, t0, 0, 0, 0);
@@ -529,8 +556,8 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 		pd_log(1, "pdit: %d quantized layers multiply in int8 (inputs quantized in blocks of 32, of 256 "
 			  "for the K-quants; %s"
 			  "--quant-products bf16 decodes them instead)\n", e->be->int8_layers,
-		       e->be->qproducts == PD_QP_INT8_Q8 ? "Q8_0, Q5_0 and fp8 only: this CPU's int8 kernels for the "
-							   "other types are no faster than decoding; " : "");
+		       e->be->qproducts == PD_QP_INT8_Q8 ? "Q8_0, Q5_0 and fp8 only: int8 kernels for the other types are "
+							   "no faster than decoding on this run's CPUs; " : "");
 	pd_engine_progress(e, PD_PHASE_LOAD, t0, 0, 0, 1);
 	if (pd_parallel_setup(&e->par, &e->mesh, e->m, e->e.batch, &e->opt))
 		return -1;

@@ -103,5 +103,19 @@ if grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDI
 	run+=(-q)
 	check "Q5_0 + Q4_K on auto with 256-bit VNNI" 2 --tensor-parallel-degree 2
 	unset PDIT_NO_AVX512
+	# ranks whose CPUs choose differently (AVX-512 off on rank 0 only): every
+	# rank takes the lesser choice, on the Q4_K file decoded products whose
+	# shards sum (a rank gathering whole inputs while the other sums would
+	# not meet): the latents of both ranks with AVX-512 off, bit for bit
+	run=(--model "$tmp/w256" --diffusion-model "$tmp/w256.gguf" --config "$tmp/w256/transformer/config.json"
+		--embeds "$tmp/w256/embeds.safetensors" -H 64 -W 48 --steps 2 -s 5 --dtype bf16 -q
+		--tensor-parallel-degree 2 -o "$tmp/m.png")
+	timeout 120 "${mpirun[@]}" -np 2 env PDIT_NO_AVX512=1 "$pdit" generate "${run[@]}" --out-latents "$tmp/one.safetensors" ||
+		bad "tensor parallel 2, Q4_K 256 wide on auto with AVX-512 off"
+	timeout 120 "${mpirun[@]}" -np 1 env PDIT_NO_AVX512=1 "$pdit" generate "${run[@]}" --out-latents "$tmp/m.safetensors" : \
+		-np 1 "$pdit" generate "${run[@]}" --out-latents "$tmp/m.safetensors" 2> "$tmp/err" &&
+		"$cmp" tensors "$tmp/m.safetensors" "$tmp/one.safetensors" 0 --all > "$tmp/log" &&
+		ok "tensor parallel 2 on ranks that choose differently (Q4_K, auto): both ranks' choice, bit for bit" ||
+		{ cat "$tmp/err" "$tmp/log"; bad "tensor parallel 2 on ranks that choose differently"; }
 fi
 exit $fail

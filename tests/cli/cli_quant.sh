@@ -241,28 +241,41 @@ fi
 # memory available but the file's does: decoded products (the latents of
 # --quant-products bf16, byte for byte), said in the log; with less, one
 # refusal naming the smaller need
-need() {	# PRODUCTS: the MB a Q5_K run needs, from the memory check's refusal
-	PDIT_MEM_AVAILABLE_MB=1 "$pdit" generate "${wrun[@]}" --diffusion-model "$tmp/w256-q5_k.gguf" --quant-products $1 \
-		-o "$tmp/m.png" 2>&1 | sed -n 's/.*needs at least \([0-9.]*\) MB.*/\1/p'
-}
-n8=$(need int8) n16=$(need bf16)
-mid=$(awk -v a="$n8" -v b="$n16" 'BEGIN { if (a > b) printf "%.3f", (a + b) / 2 }')
-if ! grep -q avx512_vnni /proc/cpuinfo || ! grep -q avx512bw /proc/cpuinfo || [ -n "${PDIT_NO_VNNI:-}${PDIT_NO_AVX512:-}" ]; then
-	ok "(auto decodes on this CPU without AVX-512 VNNI: the int8 layout's fallback not tried)"
-elif [ -n "$mid" ]; then
-	"$pdit" generate "${wrun[@]}" --diffusion-model "$tmp/w256-q5_k.gguf" --quant-products bf16 -o "$tmp/m.png" \
+# (Q5_K on AVX-512 VNNI; Q5_0, whose int8 layout is 1.55x its blocks,
+# with 256-bit VNNI only)
+fallback() {	# TYPE [VAR=VALUE...]: on w256-TYPE.gguf, pdit run with the VARs set
+	local t=$1 f=$tmp/w256-$1.gguf n8 n16 mid
+	shift
+	# the MB a run needs, from the memory check's refusal
+	n8=$(env "$@" PDIT_MEM_AVAILABLE_MB=1 "$pdit" generate "${wrun[@]}" --diffusion-model "$f" --quant-products int8 \
+		-o "$tmp/m.png" 2>&1 | sed -n 's/.*needs at least \([0-9.]*\) MB.*/\1/p')
+	n16=$(env "$@" PDIT_MEM_AVAILABLE_MB=1 "$pdit" generate "${wrun[@]}" --diffusion-model "$f" --quant-products bf16 \
+		-o "$tmp/m.png" 2>&1 | sed -n 's/.*needs at least \([0-9.]*\) MB.*/\1/p')
+	mid=$(awk -v a="$n8" -v b="$n16" 'BEGIN { if (a > b) printf "%.3f", (a + b) / 2 }')
+	if [ -z "$mid" ]; then
+		bad "$t's int8 layout needs $n8 MB, decoded $n16 MB: more expected"
+		return
+	fi
+	env "$@" "$pdit" generate "${wrun[@]}" --diffusion-model "$f" --quant-products bf16 -o "$tmp/m.png" \
 		--out-latents "$tmp/m-bf16.safetensors" 2> /dev/null
-	PDIT_MEM_AVAILABLE_MB=$mid "$pdit" generate "${wrun[@]}" --diffusion-model "$tmp/w256-q5_k.gguf" -o "$tmp/m.png" \
+	env "$@" PDIT_MEM_AVAILABLE_MB="$mid" "$pdit" generate "${wrun[@]}" --diffusion-model "$f" -o "$tmp/m.png" \
 		--out-latents "$tmp/m-auto.safetensors" 2> "$tmp/err"
 	cmp -s "$tmp/m-auto.safetensors" "$tmp/m-bf16.safetensors" && grep -q "int8 layout .* does not fit" "$tmp/err" &&
-		ok "q5_k with $mid MB available (int8 needs $n8 MB, decoded $n16 MB): auto decodes, said in the log" ||
-		{ cat "$tmp/err"; bad "q5_k auto where int8's layout does not fit"; }
-	PDIT_MEM_AVAILABLE_MB=$(awk -v b="$n16" 'BEGIN { printf "%.3f", b * 0.9 }') "$pdit" generate "${wrun[@]}" \
-		--diffusion-model "$tmp/w256-q5_k.gguf" -o "$tmp/m2.png" 2> "$tmp/err"
+		ok "$t${*:+ ($*)} with $mid MB available (int8 needs $n8 MB, decoded $n16 MB): auto decodes, said in the log" ||
+		{ cat "$tmp/err"; bad "$t${*:+ ($*)} auto where int8's layout does not fit"; }
+	rm -f "$tmp/m2.png"
+	env "$@" PDIT_MEM_AVAILABLE_MB="$(awk -v b="$n16" 'BEGIN { printf "%.3f", b * 0.9 }')" "$pdit" generate "${wrun[@]}" \
+		--diffusion-model "$f" -o "$tmp/m2.png" 2> "$tmp/err"
 	[ $? -ne 0 ] && [ ! -e "$tmp/m2.png" ] && [ "$(grep -c "needs at least $n16 MB" "$tmp/err")" = 1 ] &&
-		ok "q5_k with less than the decoded run needs: refused, naming $n16 MB" || { cat "$tmp/err"; bad "q5_k refusal"; }
+		ok "$t${*:+ ($*)} with less than the decoded run needs: refused, naming $n16 MB" || { cat "$tmp/err"; bad "$t${*:+ ($*)} refusal"; }
+}
+if ! grep -q avx512_vnni /proc/cpuinfo || ! grep -q avx512bw /proc/cpuinfo || [ -n "${PDIT_NO_VNNI:-}${PDIT_NO_AVX512:-}" ]; then
+	ok "(auto decodes the K-quants on this CPU without AVX-512 VNNI: their int8 layout's fallback not tried)"
 else
-	bad "q5_k's int8 layout needs $n8 MB, decoded $n16 MB: more expected"
+	fallback q5_k
+fi
+if grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDIT_NO_AVX2:-}" ]; then
+	fallback q5_0 PDIT_NO_AVX512=1
 fi
 
 # memory: the planner counts quantized weights as the backend holds them

@@ -300,9 +300,10 @@ int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threa
 	cpu->avx512bf16 = cpu->avx512 && __builtin_cpu_supports("avx512bf16") && !getenv("PDIT_NO_AVX512_BF16");
 	/* PDIT_NO_AVX2 (with PDIT_NO_AVX512) leaves the portable C alone */
 	cpu->avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("PDIT_NO_AVX2");
-	cpu->vnni = cpu->avx512 && pd_cpu_vnni512();
+	cpu->vnni = pd_cpu_vnni512();
 	cpu->vnni256 = pd_cpu_vnni256();
-	cpu->be.int8_auto = pd_backend_cpu_int8_auto();
+	/* pd_backend_cpu_int8_auto's choice, from the probes just made */
+	cpu->be.int8_auto = cpu->vnni ? PD_QP_INT8 : cpu->vnni256 ? PD_QP_INT8_Q8 : PD_QP_DECODE;
 #endif
 	/* PDIT_QPANEL_MB lets the tests cut small weights into many panels */
 	cpu->qpanel_bytes = PD_QPANEL_BYTES;

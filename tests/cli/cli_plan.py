@@ -266,6 +266,26 @@ def main():
         report(len(tp) == 1, "plan of the Q8_0 file: a tensor-parallel mesh")
         for x in tp:
             bench_bytes("Q8_0 ", 2, x, ["--model", m, *qargs, "-H", H, "-W", W])
+        # the products named: int8 gathers the row-parallel layers' inputs whole, decoded (bf16)
+        # products sum their shards and hold the file's blocks; each run sends what its plan counts
+        named = {}
+        for qp in ("int8", "bf16"):
+            rows = plan_rows("--model", m, *qargs, "--devices", 2, "-H", H, "-W", W, "--txt-len", T, "--gflops", 100,
+                             "--quant-products", qp)
+            named[qp] = [x for x in rows if degrees(x["mesh"])["tp"] == 2]
+            for x in named[qp]:
+                bench_bytes("Q8_0 %s products " % qp, 2, x, ["--model", m, *qargs, "-H", H, "-W", W,
+                                                             "--quant-products", qp])
+        report(len(named["int8"]) == len(named["bf16"]) == 1 and
+               named["int8"][0]["bytes_sent_per_rank_per_step"] > named["bf16"][0]["bytes_sent_per_rank_per_step"],
+               "plan --quant-products: tensor parallel sends more on int8 products (%s) than decoded (%s)" %
+               ([x["bytes_sent_per_rank_per_step"] for x in named["int8"]],
+                [x["bytes_sent_per_rank_per_step"] for x in named["bf16"]]))
+        for bad, word in ((["--quant-products", "int4"], "int4"), (["--quant-products", "int8", "--device", "h100"],
+                                                                    "GPU")):
+            r = run(PDIT, "plan", "--model", m, *qargs, "--devices", 2, "-H", H, "-W", W, *bad)
+            report(r.returncode != 0 and "--quant-products" in r.stderr and word in r.stderr,
+                   "plan %s refused: %s" % (" ".join(map(str, bad)), r.stderr.strip()))
         # 4. nodes
         for k, check in ((8, "nothing between nodes"), (1, "everything between nodes")):
             rows = plan_rows("--model", m, "--devices", 8, "-H", H, "-W", W, "--txt-len", T, "--device", "h100",

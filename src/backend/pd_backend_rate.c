@@ -3,6 +3,7 @@
  * bench compares its steps with and what pdit plan predicts from.
  */
 #include "pd_backend_rate.h"
+#include "pd_quant.h"
 #include "pd_rng.h"
 #include "pd_util.h"
 
@@ -86,6 +87,64 @@ double pd_backend_rate_matmul_weights(struct pd_backend *be, int64_t M, int64_t 
 	b = (low[1] - low[0] * (double)ms[1] / (double)M) / (1.0 - (double)ms[1] / (double)M);
 	*per_weight = low[1] > 0 && b > 0 ? b / ((double)K * (double)N) : 0;
 	return 2.0 * (double)M * (double)K * (double)N / sec[0] / 1e9;
+}
+
+double pd_backend_rate_blocks(struct pd_backend *be, enum pd_qtype t, int64_t M, int64_t K, int64_t N)
+{
+	const struct pd_qtype_info *q = pd_quant_info(t);
+	struct pd_linear *l[2] = { NULL, NULL };
+	float *w = NULL, *x = NULL, *y = NULL;
+	void *blocks = NULL;
+	double sec[2][5], ratio = 0;
+	struct pd_rng g;
+
+	if (!q || q->block_size < 1 || K % q->block_size || !be->ops->linear_new_q)
+		return 0;
+	w = pd_malloc((size_t)(N * K) * sizeof(float), "matmul");
+	blocks = w ? pd_malloc(pd_quant_row_bytes(q, K) * (size_t)N, "matmul") : NULL;
+	if (!blocks)
+		goto out;
+	pd_rng_seed(&g, 3);
+	pd_rng_randn(&g, w, (size_t)(N * K));
+	l[0] = be->ops->linear_new(be, N, K, w, PD_F32, K, NULL);
+	/* (encoding rounds W in place: the plain layer is made first) */
+	pd_quant_encode_rows(t, PD_Q_F32, w, N, K, blocks);
+	l[1] = be->ops->linear_new_q(be, N, K, t, 1.0f, blocks, NULL);
+	x = pd_backend_alloc(be, (size_t)(M * K), "matmul");
+	y = pd_backend_alloc(be, (size_t)(M * N), "matmul");
+	if (!l[0] || !l[1] || !x || !y)
+		goto out;
+	pd_rng_randn(&g, w, (size_t)(M * K) < (size_t)(N * K) ? (size_t)(M * K) : (size_t)(N * K));
+	be->ops->upload(be, x, w, (size_t)(M * K) < (size_t)(N * K) ? (size_t)(M * K) : (size_t)(N * K));
+	/* a warm-up each, then the two interleaved: a shared machine's drift
+	 * reaches them alike */
+	for (int i = -1; i < 5; i++)
+		for (int k = 0; k < 2; k++) {
+			double t0;
+
+			pd_backend_sync(be);
+			t0 = pd_now();
+			be->ops->linear(be, l[k], x, K, M, y, N, PD_LIN_NO_BIAS);
+			pd_backend_sync(be);
+			if (i >= 0)
+				sec[k][i] = pd_now() - t0;
+		}
+	if (!be->failed) {
+		double plain = pd_median_sort(sec[0], 5), kept = pd_median_sort(sec[1], 5);
+
+		ratio = kept > 0 ? plain / kept : 0;
+	}
+out:
+	if (x)
+		be->ops->free(be, x);
+	if (y)
+		be->ops->free(be, y);
+	for (int k = 0; k < 2; k++)
+		if (l[k])
+			be->ops->linear_free(be, l[k]);
+	free(blocks);
+	free(w);
+	return ratio;
 }
 
 /* The compute rate of one matrix product of shape M x K x N (rows, inner,

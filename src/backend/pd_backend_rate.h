@@ -19,5 +19,10 @@ double pd_backend_rate_elementwise(struct pd_backend *be, int64_t rows, int64_t 
  * taken as rows x a per-row time + weights x this (0 when lost in the
  * timings' noise). */
 double pd_backend_rate_matmul_weights(struct pd_backend *be, int64_t M, int64_t K, int64_t N, double *per_weight);
+/* How much faster the M x K x N product runs with its weights kept in T's
+ * blocks (as the backend's qproducts multiplies them) than with plain
+ * ones: the ratio of the two products' median times, timed interleaved; 0
+ * where T cannot be timed at that shape (K not a multiple of its blocks). */
+double pd_backend_rate_blocks(struct pd_backend *be, enum pd_qtype t, int64_t M, int64_t K, int64_t N);
 
 #endif /* PD_BACKEND_RATE_H */

@@ -67,7 +67,7 @@ int pd_cmd_plan(int argc, char **argv)
 	int per_node = 0, txt = PD_DEFAULT, json = 0, steps = PD_DEFAULT, keep_enc = 0, n, rc = 1;
 	int one_machine = 0;
 	float cfg_scale = -1, guidance = -1, gflops = 0, memory = 0, bandwidth = 0, latency = 0, inter_bw = 0, inter_lat = 0;
-	float efficiency = 0.5f, mem_bw = 0, matmul = 0, weight_ns = -1;
+	float efficiency = 0.5f, mem_bw = 0, matmul = 0, weight_ns = -1, int8_speed = -1;
 	const char *dtype = "bf16", *device = NULL, *link = NULL, *inter_link = NULL, *qprod = NULL, *pos[1];
 	const char *diffusion_model = NULL, *config = NULL, *model = NULL, *transformer = NULL, *vae = NULL, *ref = NULL;
 	struct pd_arg_list lora = { 0 };
@@ -98,6 +98,7 @@ int pd_cmd_plan(int argc, char **argv)
 		{ "--gflops", 0, PD_ARG_FLOAT, &gflops, "R", "whole-step GFLOP/s of one device (default: measured here, shared cores)", NULL },
 		{ "--memory", 0, PD_ARG_FLOAT, &memory, "GB", "memory per device (default: the preset's, or this machine's, shared)", NULL },
 		{ "--matmul-gflops", 0, PD_ARG_FLOAT, &matmul, "R", "this machine's bf16 product rate, all cores (instead of timing one: to compare with a bench run's; the weights' part of a product is still timed unless --weight-ns is given, and the elementwise kernels, a tenth of a second)", NULL },
+		{ "--int8-speed", 0, PD_ARG_FLOAT, &int8_speed, "X", "how many times a bf16 product's rate the layers on int8 products run (instead of timing one of the file's type against a bf16 one; as printed by an earlier plan)", NULL },
 		{ "--weight-ns", 0, PD_ARG_FLOAT, &weight_ns, "NS", "what a product spends per weight whatever its rows here, nanoseconds, all cores (instead of timing it with the product; as printed by an earlier plan)", NULL },
 		{ "--memory-bandwidth", 0, PD_ARG_FLOAT, &mem_bw, "GB/s", "a device's memory bandwidth (default: the preset's; none here)", NULL },
 		{ "--per-node", 0, PD_ARG_COUNT, &per_node, "K", "devices per node (default: all on one)", NULL },
@@ -152,6 +153,15 @@ int pd_cmd_plan(int argc, char **argv)
 			pd_errorf("give --device or --gflops, not both");
 		return pd_cli_fail();
 	}
+	if (!(int8_speed > 0 || int8_speed == -1)) {
+		pd_errorf("--int8-speed must be above 0 (got %g)", int8_speed);
+		return pd_cli_fail();
+	}
+	if (device && (int8_speed > 0 || (qprod && !strcmp(qprod, "int8")))) {
+		pd_errorf("%s with --device %s: a GPU decodes the quantized layers (bf16)",
+			  int8_speed > 0 ? "--int8-speed" : "--quant-products int8", device);
+		return pd_cli_fail();
+	}
 	if ((one_machine || weight_ns >= 0) && (device || gflops > 0)) {
 		pd_errorf("%s plans for this machine's processes: give it without --device and --gflops",
 			  one_machine ? "--one-machine" : "--weight-ns");
@@ -159,11 +169,6 @@ int pd_cmd_plan(int argc, char **argv)
 	}
 	if (diffusion_model && transformer) {
 		pd_errorf("give --transformer or --diffusion-model, not both");
-		return pd_cli_fail();
-	}
-	/* (an unknown value is refused where the work is read) */
-	if (device && qprod && !strcmp(qprod, "int8")) {
-		pd_errorf("--quant-products int8 with --device %s: a GPU decodes the quantized layers (bf16)", device);
 		return pd_cli_fail();
 	}
 	pd_engine_options_init(&o);
@@ -200,6 +205,7 @@ int pd_cmd_plan(int argc, char **argv)
 	} else if (gflops > 0) {
 		mc.gflops = gflops;
 		mc.mem_gb = memory;
+		mc.int8_speed = int8_speed > 0 ? int8_speed : 0;
 	} else {
 		double t0 = pd_now();
 
@@ -207,6 +213,10 @@ int pd_cmd_plan(int argc, char **argv)
 		pd_log(1, "pdit: timing a %s matrix product on this machine (--device or --gflops skip it)...\n",
 		       dtype);
 		if (pd_plan_machine_here(&mc, w, devices, devices, 3, matmul, weight_ns >= 0 ? weight_ns * 1e-9 : -1))
+			goto out;
+		if (int8_speed > 0)
+			mc.int8_speed = int8_speed;
+		else if (pd_plan_machine_int8(&mc, w))
 			goto out;
 		pd_log(1, "pdit: timed in %.1f s\n", pd_now() - t0);
 		if (memory > 0)
@@ -270,6 +280,9 @@ int pd_cmd_plan(int argc, char **argv)
 		if (mc.weight_s > 0)
 			printf("\n  a product spends %.3g ns a weight (all cores) whatever its rows: ranks with fewer rows a "
 			       "product pay more of it", mc.weight_s * 1e9);
+		if (mc.int8_speed > 0 && w->info->int8_fraction > 0)
+			printf("\n  the layers on int8 products (%.0f%% of the weights) run at %.2f x a bf16 product's rate",
+			       100 * w->info->kept_fraction * w->info->int8_fraction, mc.int8_speed);
 		if (dev)
 			printf("\n  %s: %.0f%% of its published %.0f TFLOP/s peak", dev->name, efficiency * 100, dev->a);
 		if (w->adapter_bytes > 0)
@@ -295,10 +308,10 @@ int pd_cmd_plan(int argc, char **argv)
 			       "\"weight_seconds\": %.6g, \"bytes_sent_per_rank_per_step\": %.0f, \"rounds_per_step\": %d, "
 			       "\"bytes_between_nodes\": %.0f, \"memory_gb\": %.6g, \"weights_gb\": %.6g, "
 			       "\"activations_gb\": %.6g, \"encoders_gb\": %.6g, \"vae_gb\": %.6g, \"stale\": %s, "
-			       "\"fits\": %s}\n", name, c->seconds, c->compute_s, c->comm_s, c->vae_s,
+			       "\"fits\": %s, \"int8_speed\": %.6g}\n", name, c->seconds, c->compute_s, c->comm_s, c->vae_s,
 			       c->seconds * steps + c->vae_s, c->gflop, c->weight_extra_s, c->bytes, c->rounds, c->inter_bytes, c->memory_gb,
 			       c->weights_gb, c->activations_gb, w->encoders_gb, c->vae_gb, rows[i].stale ? "true" : "false",
-			       c->fits ? "true" : "false");
+			       c->fits ? "true" : "false", w->info->int8_fraction > 0 ? mc.int8_speed : 0);
 		else
 			printf("%-44s %6s %9.3f %9.3f %9.3f %9.3f %9.2f %11.1f %11.1f %9.2f%s\n", name,
 			       rows[i].stale ? "stale" : "exact", c->seconds, c->compute_s, c->comm_s, c->vae_s,

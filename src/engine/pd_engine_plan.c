@@ -155,7 +155,7 @@ int pd_engine_held_layout(const struct pd_engine_options *o, enum pd_dtype dt, c
 	struct pd_st *st = NULL;
 	int qp, int8 = 0;
 	enum pd_qproducts qpr;
-	double stored = 0, held = 0;
+	double stored = 0, held = 0, kept = 0, by_type[PD_Q_F8_E5M2 + 1] = { 0 };
 
 	if (pd_backend_qproducts(o->quant_products, &qp))
 		return -1;
@@ -173,6 +173,8 @@ int pd_engine_held_layout(const struct pd_engine_options *o, enum pd_dtype dt, c
 		info->kept_bytes *= (double)pd_backend_cpu_held_bytes(quantize, n, n, qpr) /
 				    ((double)pd_quant_row_bytes(pd_quant_info(quantize), n) * (double)n);
 		int8 = pd_backend_cpu_int8_takes(qpr, quantize, n);
+		info->int8_fraction = int8;
+		info->int8_type = quantize;
 		goto whole;
 	}
 	if (pd_st_open_path(&st, transformer, "diffusion_pytorch_model"))
@@ -186,11 +188,21 @@ int pd_engine_held_layout(const struct pd_engine_options *o, enum pd_dtype dt, c
 			continue;
 		stored += (double)pd_quant_row_bytes(pd_quant_info(q), t->shape[1]) * (double)t->shape[0];
 		held += (double)pd_backend_cpu_held_bytes(q, t->shape[0], t->shape[1], qpr);
-		int8 |= pd_backend_cpu_int8_takes(qpr, q, t->shape[1]);
+		kept += (double)t->shape[0] * (double)t->shape[1];
+		if (pd_backend_cpu_int8_takes(qpr, q, t->shape[1]) && (int)q <= PD_Q_F8_E5M2) {
+			int8 = 1;
+			by_type[q] += (double)t->shape[0] * (double)t->shape[1];
+		}
 	}
 	pd_st_close(st);
 	if (stored > 0)
 		info->kept_bytes *= held / stored;
+	info->int8_fraction = 0;
+	for (int q = 0; q <= PD_Q_F8_E5M2; q++) {
+		info->int8_fraction += kept > 0 ? by_type[q] / kept : 0;
+		if (by_type[q] > by_type[info->int8_type])
+			info->int8_type = q;
+	}
 whole:
 	/* int8 products' tensor parallel sums in one process's order where the
 	 * family can (pd_dit_shard.whole_inputs): where any layer is int8 */

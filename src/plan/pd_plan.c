@@ -175,6 +175,12 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 	int node = mc->per_node > 0 && mc->per_node < mc->devices ? mc->per_node : mc->devices;
 	double S = (double)(w->txt_len + L), D = c->dim, GB = 1e9, work, rate;
 	double fwd = pd_plan_images(w, m) * pd_plan_branches(w, m);
+	/* the layers on int8 products run int8_speed times the rate: their
+	 * weights' share of the linear work (a stand-in for their work), the
+	 * rest of it and attention as timed */
+	double lin_q = mc->int8_speed > 0 ? fl.linear * c->kept_fraction * c->int8_fraction : 0;
+	double slow = fl.linear + fl.attention > 0 ?
+		(fl.linear - lin_q + (lin_q > 0 ? lin_q / mc->int8_speed : 0) + fl.attention) / (fl.linear + fl.attention) : 1;
 	/* the processes that share one set of cores: a node's, or with nodes
 	 * that are namespaces of one machine, all of them */
 	int sharers = mc->shared ? (mc->one_machine ? mc->devices : node) : 1;
@@ -226,7 +232,7 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 	 * whole-step rate) */
 	if (T > 1 && elem_bw > 0)
 		pass_bytes = S / P * D * 4.0 * pd_plan_images(w, m) * pd_plan_branches(w, m) * (1.0 - 1.0 / T);
-	out->compute_s = out->gflop / rate + (pass_bytes > 0 ? passes * pass_bytes / (elem_bw / sharers) : 0);
+	out->compute_s = out->gflop * slow / rate + (pass_bytes > 0 ? passes * pass_bytes / (elem_bw / sharers) : 0);
 	/* a product pays for its weights whatever its rows (weight_s): the
 	 * rate holds that at the whole sequence's rows, one product a layer
 	 * and forward pass; a rank of sequence parallel runs 1/P of the rows
@@ -270,7 +276,7 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 			int first, count;
 
 			pd_mesh_stage_blocks(c, N, st, &first, &count);
-			bare[st] = work * pd_plan_share(c, first, count) / 1e9 / alone +
+			bare[st] = work * slow * pd_plan_share(c, first, count) / 1e9 / alone +
 				   (pass_bytes > 0 ? pd_plan_passes(c, first, count) * pass_bytes / elem_alone : 0);
 			/* each of the M patches (1/(P M) of the rows) runs through
 			 * the stage's weights: M - 1/P products' weights beyond

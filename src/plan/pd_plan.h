@@ -64,6 +64,8 @@ struct pd_plan_machine {
 					 * (norms, gated residuals) that tensor parallel repeats on every
 					 * shard (a node's, when shared); 0: mem_bw */
 	double vae_gflops;              /* the VAE decode's rate, GFLOP/s (0: gflops) */
+	double int8_speed;              /* how many times the rate the layers on int8 products run
+					 * (pd_dit_info.int8_fraction; 0: as the rate) */
 	double weight_s;                /* seconds a product spends per weight whatever its rows (a
 					 * node's, all its cores): decoding bf16 or quantized weights to
 					 * the product's precision, reading them. gflops holds it at the
@@ -169,5 +171,11 @@ const struct pd_plan_preset *pd_plan_preset_find(const struct pd_plan_preset *p,
  * a node; shared-memory links). 0, or -1 with a message. */
 int pd_plan_machine_here(struct pd_plan_machine *mc, const struct pd_plan_work *w, int devices, int per_node,
 			 int timings, double matmul, double weight_s);
+
+/* MC's int8_speed where some of W's layers multiply in int8 (bf16
+ * products): their type's product against a bf16 one at the model's widest
+ * shape, timed here (left as it is where none are, or where it cannot be
+ * timed). 0, or -1 with a message. */
+int pd_plan_machine_int8(struct pd_plan_machine *mc, const struct pd_plan_work *w);
 
 #endif /* PD_PLAN_H */

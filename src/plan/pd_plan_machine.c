@@ -96,3 +96,22 @@ int pd_plan_machine_here(struct pd_plan_machine *mc, const struct pd_plan_work *
 	mc->wake_s = 2.5e-3;
 	return 0;
 }
+
+int pd_plan_machine_int8(struct pd_plan_machine *mc, const struct pd_plan_work *w)
+{
+	struct pd_backend *be = NULL;
+	double r;
+
+	if (!(w->info->int8_fraction > 0) || w->compute_bytes != 2)
+		return 0;
+	if (pd_backend_cpu_new(&be, PD_BF16, 0))
+		return -1;
+	/* the type's kernel is the same under either int8 choice of auto */
+	be->qproducts = PD_QP_INT8;
+	r = pd_backend_rate_blocks(be, (enum pd_qtype)w->info->int8_type, w->txt_len + w->img_len, w->info->dim,
+				   w->info->mlp_width);
+	pd_backend_free(be);
+	if (r > 0)
+		mc->int8_speed = r;
+	return 0;
+}

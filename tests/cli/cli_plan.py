@@ -281,10 +281,31 @@ def main():
                "plan --quant-products: tensor parallel sends more on int8 products (%s) than decoded (%s)" %
                ([x["bytes_sent_per_rank_per_step"] for x in named["int8"]],
                 [x["bytes_sent_per_rank_per_step"] for x in named["bf16"]]))
+        # the int8 layers' speed (given: a timed one is a timing): their weights' share of the linear
+        # work runs that many times the rate, attention and the rest as before; none on decoded products
+        comp = {}
+        for qp, s in (("int8", 1), ("int8", 2), ("int8", 4), ("bf16", 2)):
+            rows = plan_rows("--model", m, *qargs, "--devices", 1, "-H", H, "-W", W, "--txt-len", T, "--gflops", 100,
+                             "--quant-products", qp, "--int8-speed", s)
+            comp[qp, s] = rows[0] if len(rows) == 1 else None
+        ok = all(comp.values())
+        if ok:
+            c1, c2, c4, d2 = (comp[k]["compute_seconds"] for k in (("int8", 1), ("int8", 2), ("int8", 4), ("bf16", 2)))
+            # t(s) = a + b / s: from s = 1 and 2, s = 4 follows
+            b = 2 * (c1 - c2)
+            ok = c1 > c2 > c4 > c1 / 4 and abs(c4 - (c1 - b + b / 4)) <= 1e-5 * c1 and d2 == c1 and \
+                comp["int8", 2]["int8_speed"] == 2 and comp["bf16", 2]["int8_speed"] == 0
+        report(ok, "plan --int8-speed: the int8 layers' work at that speed, the rest as the rate (compute %s)" %
+               {"%s %s" % k: v and v["compute_seconds"] for k, v in comp.items()})
+        rows = plan_rows("--model", m, *qargs, "--devices", 1, "-H", H, "-W", W, "--txt-len", T, "--quant-products",
+                         "int8", "--matmul-gflops", 100, "--weight-ns", 0)
+        report(len(rows) == 1 and rows[0]["int8_speed"] > 0, "plan on this machine times the int8 layers' "
+               "products (%s x a bf16 product's rate)" % [x["int8_speed"] for x in rows])
         for bad, word in ((["--quant-products", "int4"], "int4"), (["--quant-products", "int8", "--device", "h100"],
-                                                                    "GPU")):
+                                                                    "GPU"), (["--int8-speed", 2, "--device", "h100"],
+                                                                             "GPU"), (["--int8-speed", 0], "above 0")):
             r = run(PDIT, "plan", "--model", m, *qargs, "--devices", 2, "-H", H, "-W", W, *bad)
-            report(r.returncode != 0 and "--quant-products" in r.stderr and word in r.stderr,
+            report(r.returncode != 0 and bad[0] in r.stderr and word in r.stderr,
                    "plan %s refused: %s" % (" ".join(map(str, bad)), r.stderr.strip()))
         # 4. nodes
         for k, check in ((8, "nothing between nodes"), (1, "everything between nodes")):

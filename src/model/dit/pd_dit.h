@@ -73,6 +73,9 @@ struct pd_dit_info {
 	double kept_bytes;              /* bytes per kept weight, averaged */
 	int tp_whole_inputs;            /* tensor parallel runs with whole inputs (pd_dit_shard.whole_inputs):
 					 * the engine's choice, which the planner counts */
+	double int8_fraction;           /* of the kept weights, by count, those whose products are int8
+					 * (the engine's choice; 0: none), which the planner times */
+	int int8_type;                  /* the block format (enum pd_qtype) of most of them */
 };
 
 /* Bytes a weight takes as the backend holds it, averaged: the kept ones as

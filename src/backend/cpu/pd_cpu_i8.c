@@ -939,6 +939,171 @@ pd_i8_tile_vnni256(const struct pd_i8_rows *x, const unsigned char *w0, const un
 }
 #undef PD_I8_TILE_256
 
+/* The 256-bit kernels of the other types: each type's 512-bit kernel's
+ * integers and f32 order on 8 outputs at a time, so the same bits; three
+ * rows by 16 outputs a pass, the f32 sums in registers, one body for both
+ * encodings as PD_I8_TILE_256's. PD_I8_SUMS256 adds to the int32 sums
+ * i[3][2] the inputs XO + 4 V0 to XO + 4 V1 - 1 of rows R to R + 2 times
+ * the weights at O, bytes in Q8_0's order or (NIB) nibbles in Q4_K's (the
+ * low nibbles of load V / 2 for even V, the high for odd). */
+#define PD_I8_SUMS256(DPBUSD, o, xo, v0, v1, nib)                                                              \
+	for (int v = (v0); v < (v1); v++)                                                                      \
+		for (int h = 0; h < 2; h++) {                                                                  \
+			__m256i q = _mm256_loadu_si256((const __m256i *)((o) + ((nib) ? v / 2 : v) * 64 + h * 32)); \
+                                                                                                               \
+			if (nib)                                                                               \
+				q = _mm256_and_si256(v % 2 ? _mm256_srli_epi16(q, 4) : q, low);                \
+			for (int k = 0; k < 3; k++)                                                            \
+				i[k][h] = DPBUSD(i[k][h], q, _mm256_set1_epi32(pd_i8_word(                     \
+					x->q[r + k] + (xo) + ((nib) ? (v / 2) * 8 + (v % 2) * 4 : v * 4))));   \
+		}
+#define PD_I8_PASS256_BEGIN                                                                                    \
+	const __m256i low = _mm256_set1_epi8(0x0F);                                                            \
+                                                                                                               \
+	(void)low;                                                                                             \
+	for (int g = 0; g < PD_I8_NG; g++)                                                                     \
+		for (int r = 0; r < PD_I8_MR; r += 3) {                                                        \
+			const unsigned char *w = g ? w1 : w0;                                                  \
+			__m256 f[3][2];                                                                        \
+			__m256i i[3][2];                                                                       \
+                                                                                                               \
+			for (int k = 0; k < 3; k++)                                                            \
+				f[k][0] = f[k][1] = _mm256_setzero_ps();
+#define PD_I8_PASS256_END                                                                                      \
+			for (int k = 0; k < 3; k++) {                                                          \
+				_mm256_storeu_ps(t + (r + k) * PD_I8_COLS + g * 16, f[k][0]);                  \
+				_mm256_storeu_ps(t + (r + k) * PD_I8_COLS + g * 16 + 8, f[k][1]);              \
+			}                                                                                      \
+		}
+#define PD_I8_ZERO256(a)                                                                                       \
+	for (int k = 0; k < 3; k++)                                                                            \
+		a[k][0] = a[k][1] = _mm256_setzero_si256()
+
+/* Q4_0 and Q4_1 (Q41): pd_i8_tile_q4_body's. */
+#define PD_I8_TILE_Q4_256(DPBUSD, q41)                                                                         \
+	PD_I8_PASS256_BEGIN                                                                                    \
+	for (int64_t xb = 0; xb < nb; xb++, w += (q41) ? 320 : 288) {                                          \
+		__m256 d[2], m[2];                                                                             \
+                                                                                                               \
+		PD_I8_ZERO256(i);                                                                              \
+		PD_I8_SUMS256(DPBUSD, w, xb * 32, 0, 8, 1)                                                     \
+		for (int h = 0; h < 2; h++) {                                                                  \
+			d[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 256 + h * 16)));           \
+			m[h] = (q41) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 288 + h * 16)))    \
+				     : _mm256_mul_ps(d[h], _mm256_set1_ps(-8.0f));                              \
+		}                                                                                              \
+		for (int k = 0; k < 3; k++) {                                                                  \
+			__m256 s = _mm256_set1_ps(x->d[r + k][xb]);                                            \
+                                                                                                               \
+			for (int h = 0; h < 2; h++)                                                            \
+				f[k][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[k][h]), _mm256_mul_ps(d[h], s), f[k][h]); \
+		}                                                                                              \
+		for (int k = 0; k < 3; k++) {                                                                  \
+			__m256 sx = _mm256_set1_ps(x->s[r + k][xb]);                                           \
+                                                                                                               \
+			for (int h = 0; h < 2; h++)                                                            \
+				f[k][h] = _mm256_fmadd_ps(m[h], sx, f[k][h]);                                   \
+		}                                                                                              \
+	}                                                                                                      \
+	PD_I8_PASS256_END
+
+/* Q4_K (NIB 1: nibbles) and Q5_K (NIB 0: bytes): pd_i8_tile_k_body's; Q6_K
+ * (Q6): pd_i8_tile_q6_k_vnni's. */
+#define PD_I8_TILE_K256(DPBUSD, DPWSSD, nib, q6)                                                               \
+	PD_I8_PASS256_BEGIN                                                                                    \
+	const size_t qa = (q6) ? 4096 : (nib) ? 2048 : 4096;                                                   \
+                                                                                                               \
+	for (int64_t b = 0; b < nb; b++, w += (q6) ? PD_I8K6_BLOCK : (nib) ? PD_I8K_BLOCK : PD_I8K5_BLOCK) {   \
+		__m256i s[3][2];                                                                               \
+		__m256 dd[2], dm[2];                                                                           \
+                                                                                                               \
+		PD_I8_ZERO256(s);                                                                              \
+		for (int sb = 0; sb < 8; sb++) {                                                               \
+			const int64_t xb = b * 8 + sb;                                                         \
+                                                                                                               \
+			for (int hf = 0; hf < ((q6) ? 2 : 1); hf++) {                                          \
+				__m256i sc[2];                                                                 \
+                                                                                                               \
+				for (int h = 0; h < 2; h++) {                                                  \
+					__m128i c8 = _mm_loadl_epi64((const __m128i *)(w + qa + ((q6) ? (sb * 2 + hf) * 16 : sb * 16) + h * 8)); \
+                                                                                                               \
+					sc[h] = (q6) ? _mm256_cvtepi8_epi32(c8) : _mm256_cvtepu8_epi32(c8);    \
+				}                                                                              \
+				/* Q6_K's sums start from -32 sum(q_x) of the half's 16 inputs */              \
+				for (int k = 0; k < 3; k++)                                                    \
+					i[k][0] = i[k][1] = _mm256_set1_epi32((q6) ? -32 * x->h[r + k][2 * xb + hf] : 0); \
+				PD_I8_SUMS256(DPBUSD, w + sb * ((nib) ? 256 : 512), xb * 32, (q6) ? 4 * hf : 0, \
+					      (q6) ? 4 * hf + 4 : 8, nib)                                      \
+				for (int k = 0; k < 3; k++)                                                    \
+					for (int h = 0; h < 2; h++)                                            \
+						s[k][h] = _mm256_add_epi32(s[k][h], _mm256_mullo_epi32(i[k][h], sc[h])); \
+			}                                                                                      \
+		}                                                                                              \
+		/* the mins' sums, in the i's (none for Q6_K) */                                               \
+		PD_I8_ZERO256(i);                                                                              \
+		for (int kk = 0; kk < ((q6) ? 0 : 4); kk++)                                                    \
+			for (int h = 0; h < 2; h++) {                                                          \
+				__m256i mp = _mm256_cvtepu8_epi16(                                             \
+					_mm_loadu_si128((const __m128i *)(w + qa + 128 + kk * 32 + h * 16)));  \
+                                                                                                               \
+				for (int k = 0; k < 3; k++)                                                    \
+					i[k][h] = DPWSSD(i[k][h], mp, _mm256_set1_epi32(x->c[r + k][b * 4 + kk])); \
+			}                                                                                      \
+		for (int h = 0; h < 2; h++) {                                                                  \
+			dd[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + ((q6) ? 4352 : qa + 256) + h * 16))); \
+			dm[h] = (q6) ? _mm256_setzero_ps()                                                     \
+				     : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + qa + 288 + h * 16))); \
+		}                                                                                              \
+		for (int k = 0; k < 3; k++) {                                                                  \
+			__m256 dx = _mm256_set1_ps(x->d[r + k][b]);                                            \
+                                                                                                               \
+			for (int h = 0; h < 2; h++)                                                            \
+				f[k][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[k][h]), _mm256_mul_ps(dd[h], dx), f[k][h]); \
+			for (int h = 0; !(q6) && h < 2; h++)                                                   \
+				f[k][h] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(i[k][h]), _mm256_mul_ps(dm[h], dx), f[k][h]); \
+		}                                                                                              \
+	}                                                                                                      \
+	PD_I8_PASS256_END
+
+/* Each type's tile in one encoding: SUFFIX, its TARGET, its vpdpbusd and
+ * vpdpwssd. */
+#define PD_I8_TILES_256(SUFFIX, TARGET, DPBUSD, DPWSSD)                                                        \
+	__attribute__((target(TARGET))) static void pd_i8_tile_q4_0_##SUFFIX(                                  \
+		const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t) \
+	{                                                                                                      \
+		PD_I8_TILE_Q4_256(DPBUSD, 0)                                                                   \
+	}                                                                                                      \
+	__attribute__((target(TARGET))) static void pd_i8_tile_q4_1_##SUFFIX(                                  \
+		const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t) \
+	{                                                                                                      \
+		PD_I8_TILE_Q4_256(DPBUSD, 1)                                                                   \
+	}                                                                                                      \
+	__attribute__((target(TARGET))) static void pd_i8_tile_q4_k_##SUFFIX(                                  \
+		const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t) \
+	{                                                                                                      \
+		PD_I8_TILE_K256(DPBUSD, DPWSSD, 1, 0)                                                          \
+	}                                                                                                      \
+	__attribute__((target(TARGET))) static void pd_i8_tile_q5_k_##SUFFIX(                                  \
+		const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t) \
+	{                                                                                                      \
+		PD_I8_TILE_K256(DPBUSD, DPWSSD, 0, 0)                                                          \
+	}                                                                                                      \
+	__attribute__((target(TARGET))) static void pd_i8_tile_q6_k_##SUFFIX(                                  \
+		const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t) \
+	{                                                                                                      \
+		PD_I8_TILE_K256(DPBUSD, DPWSSD, 0, 1)                                                          \
+	}
+
+PD_I8_TILES_256(avxvnni, "avx2,fma,f16c,avxvnni", _mm256_dpbusd_avx_epi32, _mm256_dpwssd_avx_epi32)
+PD_I8_TILES_256(vnni256, "avx2,fma,f16c,avx512vl,avx512vnni", _mm256_dpbusd_epi32, _mm256_dpwssd_epi32)
+#undef PD_I8_TILES_256
+#undef PD_I8_TILE_K256
+#undef PD_I8_TILE_Q4_256
+#undef PD_I8_ZERO256
+#undef PD_I8_PASS256_END
+#undef PD_I8_PASS256_BEGIN
+#undef PD_I8_SUMS256
+
 /* Q4_0 and Q4_1 (Q41): nibbles, d and m per block. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static inline __attribute__((always_inline)) void
 pd_i8_tile_q4_body(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t,
@@ -1136,6 +1301,14 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 		       qt == PD_Q_Q4_1 ? pd_i8_tile_q4_1_vnni : pd_i8_tile_vnni;
 	else if (cpu->vnni256 && pd_cpu_i8_q8_layout(qt))
 		tile = cpu->vnni256 == 1 ? pd_i8_tile_avxvnni : pd_i8_tile_vnni256;
+	else if (cpu->vnni256 == 1)
+		tile = qt == PD_Q_Q4_K ? pd_i8_tile_q4_k_avxvnni : qt == PD_Q_Q5_K ? pd_i8_tile_q5_k_avxvnni :
+		       qt == PD_Q_Q6_K ? pd_i8_tile_q6_k_avxvnni : qt == PD_Q_Q4_0 ? pd_i8_tile_q4_0_avxvnni :
+		       qt == PD_Q_Q4_1 ? pd_i8_tile_q4_1_avxvnni : NULL;
+	else if (cpu->vnni256)
+		tile = qt == PD_Q_Q4_K ? pd_i8_tile_q4_k_vnni256 : qt == PD_Q_Q5_K ? pd_i8_tile_q5_k_vnni256 :
+		       qt == PD_Q_Q6_K ? pd_i8_tile_q6_k_vnni256 : qt == PD_Q_Q4_0 ? pd_i8_tile_q4_0_vnni256 :
+		       qt == PD_Q_Q4_1 ? pd_i8_tile_q4_1_vnni256 : NULL;
 	else if (l->i8_avx2)
 		tile = pd_i8_tile_avx2;
 #endif

@@ -60,4 +60,4 @@ for k in "${kinds[@]}"; do
 		printf "| %s | %.3f | %.3f | %.0f | %.3f | %.0f | %.3f | %s (%.0f ≤ %.0f) |\n", k, s, s / S, p, p / P, w, w / W,
 			p <= bound ? "yes" : "no", p, bound }'
 done
-echo "(${size}², $rounds rounds interleaved, 1 process, bf16 products (quantized layers: --quant-products auto, int8 with AVX-512 VNNI, for Q8_0's layout with 256-bit VNNI only; *-decoded: bf16), 3 timed steps after 1 warm-up; $model)"
+echo "(${size}², $rounds rounds interleaved, 1 process, bf16 products (quantized layers: --quant-products auto, int8 with VNNI (AVX-512 or 256-bit); *-decoded: bf16), 3 timed steps after 1 warm-up; $model)"

@@ -59,9 +59,6 @@ enum pd_qproducts {
 				 * integers, fp8 e4m3 converted to int8 blocks at load (values below a
 				 * block's top four binades rounded to 2^-7 of its largest); other
 				 * types decode */
-	PD_QP_INT8_Q8 = 2,      /* int8 for Q8_0's layout (Q8_0, Q5_0, fp8), the other types
-				 * decoded: auto's choice where the CPU's int8 kernels beat its
-				 * bf16 products only for that layout (256-bit VNNI) */
 };
 
 /* Flags of the linear operation. */
@@ -246,9 +243,8 @@ struct pd_backend {
 	enum pd_qproducts qproducts;            /* how its kept-quantized layers multiply (set before they
 						 * are made) */
 	enum pd_qproducts int8_auto;            /* what `auto` chooses here with bf16 products: PD_QP_INT8
-						 * where int8 products beat bf16 ones for every type
-						 * (AVX-512 VNNI), PD_QP_INT8_Q8 where only Q8_0's layout's
-						 * do (256-bit VNNI), PD_QP_DECODE elsewhere */
+						 * where int8 products beat bf16 ones (VNNI, 512- or
+						 * 256-bit), PD_QP_DECODE elsewhere */
 	int int8_layers;                        /* layers made so far that multiply in int8 */
 	int failed;                             /* set by the first failing operation */
 	char error[512];                        /* its message */

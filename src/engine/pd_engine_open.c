@@ -145,24 +145,16 @@ static int pd_engine_threads(struct pd_comm *world, int requested)
 	return cores / local > 1 ? (int)(cores / local) : 1;
 }
 
-/* The order of auto's choices: each includes the int8 layers of those
- * before it. */
-static int pd_engine_qp_level(enum pd_qproducts qp)
-{
-	return qp == PD_QP_INT8 ? 2 : qp == PD_QP_INT8_Q8 ? 1 : 0;
-}
-
-/* Every rank alike, in one exchange: auto's products the least any rank's
- * CPU takes (decoded, int8 for Q8_0's layout, int8), so a mesh of CPUs with
- * and without VNNI multiplies alike; and tensor parallel's whole inputs
- * only where every rank would gather them (a rank lowered from int8 to
- * Q8_0's layout may be left without an int8 layer, and shards that split
- * a layer differently would not meet). */
+/* Every rank alike, in one exchange: auto's products int8 only where
+ * every rank's CPU takes them, so a mesh of CPUs with and without VNNI
+ * multiplies alike; and tensor parallel's whole inputs only where every
+ * rank would gather them (shards that split a layer differently would not
+ * meet). */
 static int pd_engine_products_agree(struct pd_engine *e)
 {
-	int mine[2], *all, low = 2, whole = 1;
+	int mine[2], *all, low = 1, whole = 1;
 
-	mine[0] = e->int8_unfit ? 0 : pd_engine_qp_level(e->be->qproducts);
+	mine[0] = !e->int8_unfit && e->be->qproducts == PD_QP_INT8;
 	mine[1] = e->info.tp_whole_inputs && e->be->qproducts != PD_QP_DECODE;
 	all = pd_malloc(sizeof(mine) * (size_t)e->world->size, "the products' agreement");
 	if (pd_engine_agree(e, !all)) {
@@ -180,7 +172,7 @@ static int pd_engine_products_agree(struct pd_engine *e)
 	}
 	free(all);
 	if (pd_engine_products_auto(&e->o))
-		e->be->qproducts = low == 2 ? PD_QP_INT8 : low == 1 ? PD_QP_INT8_Q8 : PD_QP_DECODE;
+		e->be->qproducts = low ? PD_QP_INT8 : PD_QP_DECODE;
 	e->info.tp_whole_inputs = whole && e->be->qproducts != PD_QP_DECODE;
 	return 0;
 }
@@ -554,10 +546,7 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 	/* the numbers differ from decoded products': a run says so */
 	if (e->be->int8_layers)
 		pd_log(1, "pdit: %d quantized layers multiply in int8 (inputs quantized in blocks of 32, of 256 "
-			  "for the K-quants; %s"
-			  "--quant-products bf16 decodes them instead)\n", e->be->int8_layers,
-		       e->be->qproducts == PD_QP_INT8_Q8 ? "Q8_0, Q5_0 and fp8 only: int8 kernels for the other types are "
-							   "no faster than decoding on this run's CPUs; " : "");
+			  "for the K-quants; --quant-products bf16 decodes them instead)\n", e->be->int8_layers);
 	pd_engine_progress(e, PD_PHASE_LOAD, t0, 0, 0, 1);
 	if (pd_parallel_setup(&e->par, &e->mesh, e->m, e->e.batch, &e->opt))
 		return -1;

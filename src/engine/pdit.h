@@ -128,8 +128,7 @@ struct pd_engine_options {
 					 * int8 blocks at load), "bf16" (decoded to the products' precision), or "auto"
 					 * (NULL, the default: int8 with bf16 products where the
 					 * backend's int8 products are faster, as a CPU with AVX-512
-					 * VNNI; with AVX-VNNI only, int8 for Q8_0, Q5_0 and fp8 and
-					 * the other types decoded; decoded elsewhere) */
+					 * VNNI or AVX-VNNI; decoded elsewhere) */
 	const char *backend;            /* what computes: "cpu", "cuda", or "auto" (NULL, the default: CUDA
 					 * where pdit has it and a GPU is present, else the CPU) */
 	int device;                     /* the GPU of this process; -1 (the default): its local rank among

@@ -45,19 +45,16 @@ for v in Q8_0:flux-tiny-dev-Q8_0.gguf Q4_K_S:flux-tiny-dev-Q4_K_S.gguf fp8_e4m3f
 		! cmp -s "$tmp/$name-int8.safetensors" "$tmp/$name-bf16.safetensors" &&
 		ok "$file, int8 products: out.sample within $tol ($(awk '/out.sample/ {print $3}' "$tmp/log"))" ||
 		{ cat "$tmp/log"; bad "$file int8"; }
-	# auto with bf16 products: int8 on a CPU with AVX-512 VNNI (every
-	# type that has an int8 form, fp8 included); with 256-bit VNNI only
-	# (AVX-VNNI, or AVX-512 VNNI with AVX-512 off) int8 for Q8_0's layout
-	# (Q8_0, fp8), the K-quants decoded; decoded without VNNI
+	# auto with bf16 products: int8 on a CPU with VNNI, AVX-512's or
+	# 256-bit (AVX-VNNI, or AVX-512 VNNI with AVX-512 off), every type that
+	# has an int8 form (fp8 included); decoded without VNNI
 	run "$name" "$file" bf16 "$tmp/$name-auto.safetensors"
-	want=bf16 q8=0
-	case $name in Q8_0 | fp8*) q8=1 ;; esac
+	want=bf16
 	if [ -n "${PDIT_NO_VNNI:-}" ]; then
 		:
 	elif grep -q avx512_vnni /proc/cpuinfo && grep -q avx512bw /proc/cpuinfo && [ -z "${PDIT_NO_AVX512:-}" ]; then
 		want=int8
-	elif grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo && grep -q f16c /proc/cpuinfo && [ -z "${PDIT_NO_AVX2:-}" ] &&
-		[ $q8 = 1 ]; then
+	elif grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo && grep -q f16c /proc/cpuinfo && [ -z "${PDIT_NO_AVX2:-}" ]; then
 		want=int8
 	fi
 	cmp -s "$tmp/$name-auto.safetensors" "$tmp/$name-$want.safetensors" &&
@@ -65,8 +62,7 @@ for v in Q8_0:flux-tiny-dev-Q8_0.gguf Q4_K_S:flux-tiny-dev-Q4_K_S.gguf fp8_e4m3f
 	# AVX-512 off: 256-bit VNNI only (AVX-512 VNNI's 256-bit form here,
 	# AVX-VNNI where the CPU has no AVX-512)
 	if grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDIT_NO_AVX2:-}" ]; then
-		want=bf16 other=int8
-		[ $q8 = 1 ] && want=int8 other=bf16
+		want=int8 other=bf16
 		for qp in auto int8 bf16; do
 			PDIT_NO_AVX512=1 run "$name" "$file" bf16 "$tmp/$name-n512-$qp.safetensors" --quant-products $qp
 		done
@@ -208,24 +204,24 @@ awk -v p="$plan" -v h="$held" 'BEGIN { d = p * 1e9 / (h * 1048576); exit !(d > 0
 	ok "q6_k --dtype bf16: the planner's weights ${plan} GB, the backend holds ${held} MiB" ||
 	bad "q6_k --dtype bf16: planner $plan GB, held $held MiB"
 # a file of two types (Q5_0's double blocks, Q4_K's single blocks) where the
-# CPU has 256-bit VNNI only (here: AVX-512 off): auto multiplies the Q5_0
-# layers in int8 and decodes the Q4_K ones (latents unlike both int8's and
-# bf16's, the int8 layers counted), and the planner counts each type's
-# layout (Q5_0's int8 layout is 1.55x its blocks; within 8%)
+# CPU has 256-bit VNNI only (here: AVX-512 off): auto multiplies both in
+# int8 (the latents of --quant-products int8, byte for byte, every layer
+# counted), and the planner counts each type's layout (Q5_0's int8 layout
+# is 1.55x its blocks, Q4_K's 1.03x; within 8%)
 "$pdit" quantize "$tmp/w256/transformer" "$tmp/w256-q4_k.gguf" --type q4_k > /dev/null 2>&1 &&
 	"$py" "$(dirname "$0")/../../bench/gguf_grow.py" "$tmp/w256-q5_0.gguf" "$tmp/w256-mix.gguf" \
 		--take "$tmp/w256-q4_k.gguf:single_transformer_blocks." > /dev/null || bad "a file of Q5_0 and Q4_K"
 if grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDIT_NO_AVX2:-}" ]; then
-	n50=$("$pdit" inspect "$tmp/w256-mix.gguf" | grep -c " q5_0 ")
 	for qp in auto int8 bf16; do
 		PDIT_NO_AVX512=1 "$pdit" generate "${wrun[@]}" --diffusion-model "$tmp/w256-mix.gguf" --quant-products $qp \
 			-o "$tmp/w.png" --out-latents "$tmp/mix-$qp.safetensors" 2> "$tmp/err-$qp" ||
 			{ cat "$tmp/err-$qp"; bad "generate mix $qp"; }
 	done
-	grep -q "^pdit: $n50 quantized layers multiply in int8" "$tmp/err-auto" &&
-		! cmp -s "$tmp/mix-auto.safetensors" "$tmp/mix-int8.safetensors" &&
+	n50=$(sed -n 's/^pdit: \([0-9]*\) quantized layers multiply in int8.*/\1/p' "$tmp/err-int8")
+	[ -n "$n50" ] && grep -q "^pdit: $n50 quantized layers multiply in int8" "$tmp/err-auto" &&
+		cmp -s "$tmp/mix-auto.safetensors" "$tmp/mix-int8.safetensors" &&
 		! cmp -s "$tmp/mix-auto.safetensors" "$tmp/mix-bf16.safetensors" &&
-		ok "Q5_0 + Q4_K with 256-bit VNNI only: auto takes int8 for the $n50 Q5_0 layers, decodes Q4_K's" ||
+		ok "Q5_0 + Q4_K with 256-bit VNNI only: auto takes int8 for all $n50 quantized layers, as int8 does" ||
 		{ cat "$tmp/err-auto"; bad "Q5_0 + Q4_K on auto with 256-bit VNNI"; }
 	plan=$(PDIT_NO_AVX512=1 "$pdit" plan --diffusion-model "$tmp/w256-mix.gguf" --config "$tmp/w256/transformer/config.json" \
 		--dtype bf16 --devices 1 --gflops 100 -H 64 -W 48 --json | head -1 | sed 's/.*"weights_gb": \([^,]*\),.*/\1/')
@@ -235,7 +231,7 @@ if grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDI
 		ok "Q5_0 + Q4_K with 256-bit VNNI only: the planner's weights ${plan} GB, the backend holds ${held} MiB" ||
 		bad "Q5_0 + Q4_K with 256-bit VNNI only: planner $plan GB, held $held MiB"
 else
-	ok "(no VNNI here: auto's choice per type with 256-bit VNNI not tried)"
+	ok "(no VNNI here: auto on a mixed file with 256-bit VNNI not tried)"
 fi
 # auto where the int8 layout (Q5_K's 1.57x the file's) does not fit in the
 # memory available but the file's does: decoded products (the latents of
@@ -269,8 +265,8 @@ fallback() {	# TYPE [VAR=VALUE...]: on w256-TYPE.gguf, pdit run with the VARs se
 	[ $? -ne 0 ] && [ ! -e "$tmp/m2.png" ] && [ "$(grep -c "needs at least $n16 MB" "$tmp/err")" = 1 ] &&
 		ok "$t${*:+ ($*)} with less than the decoded run needs: refused, naming $n16 MB" || { cat "$tmp/err"; bad "$t${*:+ ($*)} refusal"; }
 }
-if ! grep -q avx512_vnni /proc/cpuinfo || ! grep -q avx512bw /proc/cpuinfo || [ -n "${PDIT_NO_VNNI:-}${PDIT_NO_AVX512:-}" ]; then
-	ok "(auto decodes the K-quants on this CPU without AVX-512 VNNI: their int8 layout's fallback not tried)"
+if ! grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo || [ -n "${PDIT_NO_VNNI:-}${PDIT_NO_AVX2:-}" ]; then
+	ok "(auto decodes on this CPU without VNNI: the int8 layout's fallback not tried)"
 else
 	fallback q5_k
 fi

@@ -14,10 +14,9 @@
  * pd_backend_enter / pd_backend_leave (<= 0: the creating thread's OpenMP
  * setting); outside such a scope, the calling thread's setting. */
 int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threads);
-/* Where this CPU's int8 products beat its bf16 ones (AVX-512 VNNI: every
- * type, PD_QP_INT8; 256-bit VNNI only: Q8_0's layout, PD_QP_INT8_Q8; none
- * or turned off: PD_QP_DECODE): what a backend's int8_auto will say,
- * without one. */
+/* Where this CPU's int8 products beat its bf16 ones (VNNI, 512- or
+ * 256-bit: PD_QP_INT8; none or turned off: PD_QP_DECODE): what a
+ * backend's int8_auto will say, without one. */
 enum pd_qproducts pd_backend_cpu_int8_auto(void);
 /* Whether a CPU backend multiplies a kept-quantized weight of type T,
  * N_IN inputs wide, in int8 under QP (its products as chosen). */

@@ -97,8 +97,8 @@ struct pd_cpu {
 	int avx512;                     /* the CPU has AVX-512 F/BW/VL (softmax kernel, decoders) */
 	int avx2;                       /* the CPU has AVX2 and FMA (softmax kernel where no AVX-512) */
 	int vnni;                       /* the CPU has AVX-512 VNNI int8 dot products (pd_cpu_i8.c) */
-	int vnni256;                    /* without vnni, 256-bit ones (Q8_0's layout): 1 AVX-VNNI, 2 AVX-512
-					 * VNNI's 256-bit form (AVX-512 turned off for pdit), 0 none */
+	int vnni256;                    /* without vnni, 256-bit ones: 1 AVX-VNNI, 2 AVX-512 VNNI's 256-bit
+					 * form (AVX-512 turned off for pdit), 0 none */
 	int8_t *xq;                     /* an int8 product's input rows, quantized (pd_cpu_i8.c) */
 	size_t xq_cap;                  /* its capacity in bytes */
 	float *xd;                      /* their blocks' scales (K-quants: their super-blocks') */
@@ -257,7 +257,7 @@ void pd_cpu_qlinear(struct pd_backend *be, struct pd_linear *l, const float *x, 
  * pd_cpu_linear. */
 int pd_cpu_i8_has(enum pd_qtype t, int64_t n_in);
 /* Whether T takes Q8_0's layout (Q8_0, Q5_0 as q - 16, fp8 converted at
- * load): the one the AVX2 and 256-bit VNNI kernels multiply. */
+ * load): the one the AVX2 kernel multiplies. */
 int pd_cpu_i8_q8_layout(enum pd_qtype t);
 int64_t pd_cpu_i8_groups(int64_t n_out);
 size_t pd_cpu_i8_bytes(enum pd_qtype t, int64_t n_out, int64_t n_in);

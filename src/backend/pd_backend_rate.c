@@ -93,29 +93,29 @@ double pd_backend_rate_blocks(struct pd_backend *be, enum pd_qtype t, int64_t M,
 {
 	const struct pd_qtype_info *q = pd_quant_info(t);
 	struct pd_linear *l[2] = { NULL, NULL };
-	float *w = NULL, *x = NULL, *y = NULL;
+	float *w = NULL, *h = NULL, *x = NULL, *y = NULL;
 	void *blocks = NULL;
 	double sec[2][5], ratio = 0;
 	struct pd_rng g;
 
-	if (!q || q->block_size < 1 || K % q->block_size || !be->ops->linear_new_q)
+	if (!q || q->block_size < 1 || K % q->block_size || !pd_quant_encodes(t) || !be->ops->linear_new_q)
 		return 0;
 	w = pd_malloc((size_t)(N * K) * sizeof(float), "matmul");
-	blocks = w ? pd_malloc(pd_quant_row_bytes(q, K) * (size_t)N, "matmul") : NULL;
+	h = w ? pd_malloc((size_t)(M * K) * sizeof(float), "matmul") : NULL;
+	blocks = h ? pd_malloc(pd_quant_row_bytes(q, K) * (size_t)N, "matmul") : NULL;
 	if (!blocks)
 		goto out;
 	pd_rng_seed(&g, 3);
 	pd_rng_randn(&g, w, (size_t)(N * K));
 	l[0] = be->ops->linear_new(be, N, K, w, PD_F32, K, NULL);
-	/* (encoding rounds W in place: the plain layer is made first) */
 	pd_quant_encode_rows(t, PD_Q_F32, w, N, K, blocks);
 	l[1] = be->ops->linear_new_q(be, N, K, t, 1.0f, blocks, NULL);
 	x = pd_backend_alloc(be, (size_t)(M * K), "matmul");
 	y = pd_backend_alloc(be, (size_t)(M * N), "matmul");
 	if (!l[0] || !l[1] || !x || !y)
 		goto out;
-	pd_rng_randn(&g, w, (size_t)(M * K) < (size_t)(N * K) ? (size_t)(M * K) : (size_t)(N * K));
-	be->ops->upload(be, x, w, (size_t)(M * K) < (size_t)(N * K) ? (size_t)(M * K) : (size_t)(N * K));
+	pd_rng_randn(&g, h, (size_t)(M * K));
+	be->ops->upload(be, x, h, (size_t)(M * K));
 	/* a warm-up each, then the two interleaved: a shared machine's drift
 	 * reaches them alike */
 	for (int i = -1; i < 5; i++)
@@ -143,6 +143,7 @@ out:
 		if (l[k])
 			be->ops->linear_free(be, l[k]);
 	free(blocks);
+	free(h);
 	free(w);
 	return ratio;
 }

@@ -97,7 +97,7 @@ int pd_cmd_plan(int argc, char **argv)
 		{ "--efficiency", 0, PD_ARG_FLOAT, &efficiency, "F", "with --device: the fraction of peak a whole step reaches (default 0.5: xDiT's one-H100 FLUX.1-dev figure)", NULL },
 		{ "--gflops", 0, PD_ARG_FLOAT, &gflops, "R", "whole-step GFLOP/s of one device (default: measured here, shared cores)", NULL },
 		{ "--memory", 0, PD_ARG_FLOAT, &memory, "GB", "memory per device (default: the preset's, or this machine's, shared)", NULL },
-		{ "--matmul-gflops", 0, PD_ARG_FLOAT, &matmul, "R", "this machine's bf16 product rate, all cores (instead of timing one: to compare with a bench run's; the weights' part of a product is still timed unless --weight-ns is given, and the elementwise kernels, a tenth of a second)", NULL },
+		{ "--matmul-gflops", 0, PD_ARG_FLOAT, &matmul, "R", "this machine's bf16 product rate, all cores (instead of timing one: to compare with a bench run's; the weights' part of a product is still timed unless --weight-ns is given, the elementwise kernels, a tenth of a second, and the int8 layers' product unless --int8-speed is given)", NULL },
 		{ "--int8-speed", 0, PD_ARG_FLOAT, &int8_speed, "X", "how many times a bf16 product's rate the layers on int8 products run (instead of timing one of the file's type against a bf16 one; as printed by an earlier plan)", NULL },
 		{ "--weight-ns", 0, PD_ARG_FLOAT, &weight_ns, "NS", "what a product spends per weight whatever its rows here, nanoseconds, all cores (instead of timing it with the product; as printed by an earlier plan)", NULL },
 		{ "--memory-bandwidth", 0, PD_ARG_FLOAT, &mem_bw, "GB/s", "a device's memory bandwidth (default: the preset's; none here)", NULL },
@@ -155,6 +155,10 @@ int pd_cmd_plan(int argc, char **argv)
 	}
 	if (!(int8_speed > 0 || int8_speed == -1)) {
 		pd_errorf("--int8-speed must be above 0 (got %g)", int8_speed);
+		return pd_cli_fail();
+	}
+	if (qprod && strcmp(qprod, "int8") && strcmp(qprod, "bf16") && strcmp(qprod, "auto")) {
+		pd_errorf("--quant-products %s: unknown (int8, bf16 or auto)", qprod);
 		return pd_cli_fail();
 	}
 	if (device && (int8_speed > 0 || (qprod && !strcmp(qprod, "int8")))) {
@@ -281,8 +285,8 @@ int pd_cmd_plan(int argc, char **argv)
 			printf("\n  a product spends %.3g ns a weight (all cores) whatever its rows: ranks with fewer rows a "
 			       "product pay more of it", mc.weight_s * 1e9);
 		if (mc.int8_speed > 0 && w->info->int8_fraction > 0)
-			printf("\n  the layers on int8 products (%.0f%% of the weights) run at %.2f x a bf16 product's rate",
-			       100 * w->info->kept_fraction * w->info->int8_fraction, mc.int8_speed);
+			printf("\n  the layers on int8 products (%.0f%% of the weights) run at %.2f x a %s product's rate",
+			       100 * w->info->kept_fraction * w->info->int8_fraction, mc.int8_speed, dtype);
 		if (dev)
 			printf("\n  %s: %.0f%% of its published %.0f TFLOP/s peak", dev->name, efficiency * 100, dev->a);
 		if (w->adapter_bytes > 0)

@@ -147,7 +147,8 @@ enum pd_qtype pd_engine_encoded_info(enum pd_qtype quantize, struct pd_dit_info 
  * made those of the layout TRANSFORMER's tensors (or, QUANTIZE not
  * PD_Q_F32, the blocks --quantize encodes at load) will have under O's
  * backend and products (chosen as pd_backend_new chooses them), for the
- * planner and the memory check. */
+ * planner and the memory check; and INFO's int8_fraction and int8_type
+ * (which of them multiply in int8, the planner's timing). */
 int pd_engine_held_layout(const struct pd_engine_options *o, enum pd_dtype dt, const char *transformer,
 			  enum pd_qtype quantize, struct pd_dit_info *info);
 

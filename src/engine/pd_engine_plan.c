@@ -198,6 +198,7 @@ int pd_engine_held_layout(const struct pd_engine_options *o, enum pd_dtype dt, c
 	if (stored > 0)
 		info->kept_bytes *= held / stored;
 	info->int8_fraction = 0;
+	info->int8_type = 0;
 	for (int q = 0; q <= PD_Q_F8_E5M2; q++) {
 		info->int8_fraction += kept > 0 ? by_type[q] / kept : 0;
 		if (by_type[q] > by_type[info->int8_type])
@@ -372,7 +373,8 @@ int pd_engine_check_memory_layout(struct pd_engine *e, int decodes)
 
 /* parallel = auto: rank 0 ranks the meshes as `pdit plan` does on this
  * machine (a product timed here, the processes of a node sharing its cores
- * and memory) and every rank takes its first choice; exact methods only
+ * and memory; int8 layers not timed apart: their speed moves the ranking
+ * little) and every rank takes its first choice; exact methods only
  * unless STALE. */
 static int pd_engine_plan_mesh(struct pd_engine *e, const struct pd_mesh_limits *lim, int stale)
 {

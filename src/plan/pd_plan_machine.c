@@ -106,10 +106,14 @@ int pd_plan_machine_int8(struct pd_plan_machine *mc, const struct pd_plan_work *
 		return 0;
 	if (pd_backend_cpu_new(&be, PD_BF16, 0))
 		return -1;
-	/* the type's kernel is the same under either int8 choice of auto */
+	/* the kernel a run on int8 products takes here; at the MLP's second
+	 * shape where its first does not take the type's blocks */
 	be->qproducts = PD_QP_INT8;
 	r = pd_backend_rate_blocks(be, (enum pd_qtype)w->info->int8_type, w->txt_len + w->img_len, w->info->dim,
 				   w->info->mlp_width);
+	if (!(r > 0))
+		r = pd_backend_rate_blocks(be, (enum pd_qtype)w->info->int8_type, w->txt_len + w->img_len,
+					   w->info->mlp_width, w->info->dim);
 	pd_backend_free(be);
 	if (r > 0)
 		mc->int8_speed = r;

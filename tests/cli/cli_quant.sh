@@ -217,11 +217,11 @@ if grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDI
 			-o "$tmp/w.png" --out-latents "$tmp/mix-$qp.safetensors" 2> "$tmp/err-$qp" ||
 			{ cat "$tmp/err-$qp"; bad "generate mix $qp"; }
 	done
-	n50=$(sed -n 's/^pdit: \([0-9]*\) quantized layers multiply in int8.*/\1/p' "$tmp/err-int8")
-	[ -n "$n50" ] && grep -q "^pdit: $n50 quantized layers multiply in int8" "$tmp/err-auto" &&
+	n8=$(sed -n 's/^pdit: \([0-9]*\) quantized layers multiply in int8.*/\1/p' "$tmp/err-int8")
+	[ -n "$n8" ] && grep -q "^pdit: $n8 quantized layers multiply in int8" "$tmp/err-auto" &&
 		cmp -s "$tmp/mix-auto.safetensors" "$tmp/mix-int8.safetensors" &&
 		! cmp -s "$tmp/mix-auto.safetensors" "$tmp/mix-bf16.safetensors" &&
-		ok "Q5_0 + Q4_K with 256-bit VNNI only: auto takes int8 for all $n50 quantized layers, as int8 does" ||
+		ok "Q5_0 + Q4_K with 256-bit VNNI only: auto takes int8 for all $n8 quantized layers, as int8 does" ||
 		{ cat "$tmp/err-auto"; bad "Q5_0 + Q4_K on auto with 256-bit VNNI"; }
 	plan=$(PDIT_NO_AVX512=1 "$pdit" plan --diffusion-model "$tmp/w256-mix.gguf" --config "$tmp/w256/transformer/config.json" \
 		--dtype bf16 --devices 1 --gflops 100 -H 64 -W 48 --json | head -1 | sed 's/.*"weights_gb": \([^,]*\),.*/\1/')
@@ -237,7 +237,7 @@ fi
 # memory available but the file's does: decoded products (the latents of
 # --quant-products bf16, byte for byte), said in the log; with less, one
 # refusal naming the smaller need
-# (Q5_K on AVX-512 VNNI; Q5_0, whose int8 layout is 1.55x its blocks,
+# (Q5_K on this CPU's VNNI; Q5_0, whose int8 layout is 1.55x its blocks,
 # with 256-bit VNNI only)
 fallback() {	# TYPE [VAR=VALUE...]: on w256-TYPE.gguf, pdit run with the VARs set
 	local t=$1 f=$tmp/w256-$1.gguf n8 n16 mid

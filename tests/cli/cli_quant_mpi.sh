@@ -10,8 +10,9 @@
 # PipeFusion's stages), Ulysses, data parallel and PipeFusion bit for bit,
 # ring within int8's tolerance; Ulysses 2 and 4 and tensor parallel 2 on a
 # Q4_K file 256 wide (its layers on int8 products) bit for bit; tensor
-# parallel 2 bit for bit on a file of Q5_0 and Q4_K layers whose auto
-# products, with 256-bit VNNI only, are int8 for Q5_0 and decoded for Q4_K.
+# parallel 2 bit for bit on a file of Q5_0 and Q4_K layers on auto with
+# 256-bit VNNI only (both types int8), and on ranks of which one has no
+# VNNI (both decode).
 # usage: cli_quant_mpi.sh PDIT ST_COMPARE GOLDEN_DIR MPIRUN...
 set -u
 pdit=$1 cmp=$2 g=$3

@@ -29,7 +29,7 @@ int pd_backend_new(struct pd_backend **out, const char *name, const struct pd_ba
 /* How kept-quantized layers multiply: CONFIGURED (a pd_backend_config's
  * quant_products) where it is set, else (auto) the backend's INT8_AUTO
  * where COMPUTE is bf16 (measured 0.71-0.81 of BF16's step for Q8_0, Q4_K
- * and fp8 on AVX-512 VNNI, 0.55 for Q8_0 on 256-bit VNNI; in f32 they would
+ * and fp8 on AVX-512 VNNI, 0.55-0.67 for every type on 256-bit VNNI; in f32 they would
  * be the only rounded products), else decoded. The planner asks it too. */
 enum pd_qproducts pd_backend_qproducts_for(int configured, enum pd_qproducts int8_auto, enum pd_dtype compute);
 

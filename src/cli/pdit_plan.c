@@ -157,10 +157,6 @@ int pd_cmd_plan(int argc, char **argv)
 		pd_errorf("--int8-speed must be above 0 (got %g)", int8_speed);
 		return pd_cli_fail();
 	}
-	if (qprod && strcmp(qprod, "int8") && strcmp(qprod, "bf16") && strcmp(qprod, "auto")) {
-		pd_errorf("--quant-products %s: unknown (int8, bf16 or auto)", qprod);
-		return pd_cli_fail();
-	}
 	if (device && (int8_speed > 0 || (qprod && !strcmp(qprod, "int8")))) {
 		pd_errorf("%s with --device %s: a GPU decodes the quantized layers (bf16)",
 			  int8_speed > 0 ? "--int8-speed" : "--quant-products int8", device);
@@ -199,7 +195,7 @@ int pd_cmd_plan(int argc, char **argv)
 	rq.ref_image = ref;
 	/* a GPU holds quantized weights as the file does, not in this CPU's
 	 * int8 layout */
-	o.quant_products = dev ? "bf16" : qprod;
+	o.quant_products = dev && (!qprod || !strcmp(qprod, "auto")) ? "bf16" : qprod;
 	if (pd_engine_work(&o, &rq, devices, &ew))
 		goto out;
 	if (dev) {

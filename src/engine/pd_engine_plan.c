@@ -189,10 +189,8 @@ int pd_engine_held_layout(const struct pd_engine_options *o, enum pd_dtype dt, c
 		stored += (double)pd_quant_row_bytes(pd_quant_info(q), t->shape[1]) * (double)t->shape[0];
 		held += (double)pd_backend_cpu_held_bytes(q, t->shape[0], t->shape[1], qpr);
 		kept += (double)t->shape[0] * (double)t->shape[1];
-		if (pd_backend_cpu_int8_takes(qpr, q, t->shape[1]) && (int)q <= PD_Q_F8_E5M2) {
-			int8 = 1;
+		if (pd_backend_cpu_int8_takes(qpr, q, t->shape[1]) && (int)q <= PD_Q_F8_E5M2)
 			by_type[q] += (double)t->shape[0] * (double)t->shape[1];
-		}
 	}
 	pd_st_close(st);
 	if (stored > 0)
@@ -204,6 +202,7 @@ int pd_engine_held_layout(const struct pd_engine_options *o, enum pd_dtype dt, c
 		if (by_type[q] > by_type[info->int8_type])
 			info->int8_type = q;
 	}
+	int8 = info->int8_fraction > 0;
 whole:
 	/* int8 products' tensor parallel sums in one process's order where the
 	 * family can (pd_dit_shard.whole_inputs): where any layer is int8 */

@@ -111,7 +111,7 @@ int pd_cmd_plan(int argc, char **argv)
 		{ "--inter-latency", 0, PD_ARG_FLOAT, &inter_lat, "US", "latency between nodes, microseconds (overrides --inter-link's)", NULL },
 		{ "--lora", 0, PD_ARG_LIST, &lora, "FILE[:SCALE]", "a LoRA adapter: its terms counted beside the layers, sharded as they are (repeatable)", NULL },
 		{ "--ref-image", 'r', PD_ARG_STRING, &ref, "FILE", "FLUX.1 Kontext's reference picture: its tokens join every call's sequence", NULL },
-		{ "--quant-products", 0, PD_ARG_STRING, &qprod, "int8|bf16|auto", "as a run's: how the layers kept quantized (GGUF, fp8) will multiply, which sets the bytes they hold and what tensor parallel sends (int8 gathers its inputs whole); default auto, as a run on this CPU would choose (a mesh that fits only with the file's blocks runs decoded: bf16 shows it); with --device: bf16, the GPU's only form", NULL },
+		{ "--quant-products", 0, PD_ARG_STRING, &qprod, "int8|bf16|auto", "as a run's: how the layers kept quantized (GGUF, fp8) will multiply, which sets the bytes they hold and what tensor parallel sends (int8 gathers its inputs whole); default auto, as a run on this CPU would choose (a mesh that fits only with the file's blocks is planned as a run takes it: decoded, marked so); with --device: bf16, the GPU's only form", NULL },
 		{ "--keep-encoders", 0, PD_ARG_FLAG, &keep_enc, NULL, "count the text encoders as held beside the transformer, as pdit serve keeps them (otherwise they are freed before it loads)", NULL },
 		{ "--json", 0, PD_ARG_FLAG, &json, NULL, "one JSON object per mesh, one a line", NULL },
 	};
@@ -308,15 +308,16 @@ int pd_cmd_plan(int argc, char **argv)
 			       "\"weight_seconds\": %.6g, \"bytes_sent_per_rank_per_step\": %.0f, \"rounds_per_step\": %d, "
 			       "\"bytes_between_nodes\": %.0f, \"memory_gb\": %.6g, \"weights_gb\": %.6g, "
 			       "\"activations_gb\": %.6g, \"encoders_gb\": %.6g, \"vae_gb\": %.6g, \"stale\": %s, "
-			       "\"fits\": %s, \"int8_speed\": %.6g}\n", name, c->seconds, c->compute_s, c->comm_s, c->vae_s,
+			       "\"fits\": %s, \"decoded\": %s, \"int8_speed\": %.6g}\n", name, c->seconds, c->compute_s, c->comm_s, c->vae_s,
 			       c->seconds * steps + c->vae_s, c->gflop, c->weight_extra_s, c->bytes, c->rounds, c->inter_bytes, c->memory_gb,
 			       c->weights_gb, c->activations_gb, w->encoders_gb, c->vae_gb, rows[i].stale ? "true" : "false",
-			       c->fits ? "true" : "false", w->info->int8_fraction > 0 ? mc.int8_speed : 0);
+			       c->fits ? "true" : "false", c->decoded ? "true" : "false",
+			       w->info->int8_fraction > 0 && !c->decoded ? mc.int8_speed : 0);
 		else
 			printf("%-44s %6s %9.3f %9.3f %9.3f %9.3f %9.2f %11.1f %11.1f %9.2f%s\n", name,
 			       rows[i].stale ? "stale" : "exact", c->seconds, c->compute_s, c->comm_s, c->vae_s,
 			       c->seconds * steps + c->vae_s, c->bytes / 1e6, c->inter_bytes / 1e6, c->memory_gb,
-			       c->fits ? "" : "  does not fit");
+			       !c->fits ? "  does not fit" : c->decoded ? "  decoded: int8's layout does not fit" : "");
 	}
 	rc = 0;
 out:

@@ -31,7 +31,6 @@ struct pd_engine {
 					 * checking the VAE) at open */
 	double encode_seconds;          /* encoding the prompts at open (0 for embeddings) */
 	enum pd_qtype quantize;         /* the blocks' plain weights encoded at load into this (PD_Q_F32: none) */
-	double kept_stored;             /* info.kept_bytes as the file stores them (before the int8 layout) */
 	int int8_unfit;                 /* auto's int8 layout would not fit where the stored one does: decoded */
 	int n_loras;                    /* adapters in o.loras (their paths copied: the engine's) */
 	struct pd_lora_spec on[PD_MAX_LORAS]; /* the adapters beside the model's layers now (paths copied) */

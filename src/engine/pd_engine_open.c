@@ -337,7 +337,6 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
 		       pd_errorf("the %s family takes embeddings: it has no text encoders to run", e->fam->name);
 	enum pd_qtype encoded = pd_engine_encoded_info(e->quantize, &e->info);
 
-	e->kept_stored = e->info.kept_bytes;
 	if (pd_engine_held_layout(o, e->dt, e->mp.transformer, encoded, &e->info))
 		return -1;
 	e->fam->defaults(&e->info, &e->dflt);

@@ -156,9 +156,11 @@ int pd_engine_held_layout(const struct pd_engine_options *o, enum pd_dtype dt, c
 	int qp, int8 = 0;
 	enum pd_qproducts qpr;
 	double stored = 0, held = 0, kept = 0, by_type[PD_Q_F8_E5M2 + 1] = { 0 };
+	double stored_bytes = info->kept_bytes;
 
 	if (pd_backend_qproducts(o->quant_products, &qp))
 		return -1;
+	info->kept_bytes_stored = 0;
 	/* a GPU holds them as stored */
 	if (!strcmp(be, "cuda") || (!strcmp(be, "auto") && pd_backend_gpus() > 0))
 		return 0;
@@ -204,6 +206,9 @@ int pd_engine_held_layout(const struct pd_engine_options *o, enum pd_dtype dt, c
 	}
 	int8 = info->int8_fraction > 0;
 whole:
+	/* auto falls back on the file's blocks where only they fit */
+	if (qp < 0 && info->kept_bytes > stored_bytes)
+		info->kept_bytes_stored = stored_bytes;
 	/* int8 products' tensor parallel sums in one process's order where the
 	 * family can (pd_dit_shard.whole_inputs): where any layer is int8 */
 	info->tp_whole_inputs = int8 && info->blocks > 0 && info->block_row_inputs[0] > 0;
@@ -350,15 +355,15 @@ int pd_engine_products_auto(const struct pd_engine_options *o)
 
 int pd_engine_check_memory_layout(struct pd_engine *e, int decodes)
 {
-	double held = e->info.kept_bytes;
+	double held = e->info.kept_bytes, stored = e->info.kept_bytes_stored;
 
 	if (pd_engine_check_memory(e, decodes, 0) == 0)
 		return 0;
 	/* auto's int8 layout is larger than the file's for some types (Q5_K
 	 * 1.57x, Q6_K 1.3x): where only the file's fits, decode instead */
-	if (!pd_engine_products_auto(&e->o) || !(held > e->kept_stored))
+	if (!(stored > 0))
 		return -1;
-	e->info.kept_bytes = e->kept_stored;
+	e->info.kept_bytes = stored;
 	if (pd_engine_check_memory(e, decodes, 0)) {
 		e->info.kept_bytes = held;
 		return -1;
@@ -366,7 +371,7 @@ int pd_engine_check_memory_layout(struct pd_engine *e, int decodes)
 	e->int8_unfit = 1;
 	pd_log(1, "pdit: the quantized layers' int8 layout (%.2f x the file's blocks) does not fit in this machine's "
 		  "memory, the file's does: their products decode them instead (as --quant-products bf16)\n",
-	       held / e->kept_stored);
+	       held / stored);
 	return 0;
 }
 

@@ -162,8 +162,8 @@ out:
 	return t;
 }
 
-int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc, const struct pd_plan_mesh *m,
-		 struct pd_plan_cost *out)
+static int pd_plan_cost_held(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
+			     const struct pd_plan_mesh *m, struct pd_plan_cost *out)
 {
 	double kept;
 	const struct pd_dit_info *c = w->info;
@@ -382,6 +382,38 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 				 encoding * w->encoders_gb) <= mc->mem_gb;
 	} else {
 		out->fits = mc->mem_gb <= 0 || out->memory_gb <= mc->mem_gb;
+	}
+	return 0;
+}
+
+int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc, const struct pd_plan_mesh *m,
+		 struct pd_plan_cost *out)
+{
+	const struct pd_dit_info *c = w->info;
+	struct pd_dit_info file;
+	struct pd_plan_work wf;
+	struct pd_plan_cost cf;
+
+	if (pd_plan_cost_held(w, mc, m, out))
+		return -1;
+	if (out->fits || !(c->kept_bytes_stored > 0))
+		return 0;
+	/* as a run does where auto's int8 layout does not fit but the file's
+	 * blocks do (pd_engine_check_memory_layout): decoded products, their
+	 * shards summed, no int8 speed */
+	file = *c;
+	file.kept_bytes = c->kept_bytes_stored;
+	file.kept_bytes_stored = 0;
+	file.int8_fraction = 0;
+	file.tp_whole_inputs = 0;
+	wf = *w;
+	wf.info = &file;
+	wf.weight_bytes = w->weight_bytes - c->kept_fraction * (c->kept_bytes - c->kept_bytes_stored);
+	if (pd_plan_cost_held(&wf, mc, m, &cf))
+		return -1;
+	if (cf.fits) {
+		*out = cf;
+		out->decoded = 1;
 	}
 	return 0;
 }

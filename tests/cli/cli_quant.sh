@@ -238,7 +238,47 @@ fi
 # --quant-products bf16, byte for byte), said in the log; with less, one
 # refusal naming the smaller need
 # (Q5_K on this CPU's VNNI; Q5_0, whose int8 layout is 1.55x its blocks,
-# with 256-bit VNNI only)
+# with 256-bit VNNI only). The planner plans it so: at a memory between the
+# two layouts' needs, a mesh under auto that fits only with the file's
+# blocks is marked decoded, counted as --quant-products bf16 counts it
+# (memory, bytes sent, time), the others as int8
+plan_fallback() {	# GB TYPE [VAR=VALUE...]: plan-{int8,bf16,auto}.json, 2 processes of GB each
+	local gb=$1 t=$2
+	shift 2
+	for qp in int8 bf16 auto; do
+		env "$@" "$pdit" plan --diffusion-model "$tmp/w256-$t.gguf" --config "$tmp/w256/transformer/config.json" \
+			--dtype bf16 --devices 2 --gflops 100 --int8-speed 2 -H 64 -W 48 --json --quant-products $qp \
+			--memory "$gb" > "$tmp/plan-$qp.json" 2>&1 || { cat "$tmp/plan-$qp.json"; bad "plan $t $qp"; return 1; }
+	done
+}
+plan_check() {	# TYPE [VAR=VALUE...]: plan_fallback at a memory between a mesh's two needs
+	local t=$1 mid
+	shift
+	plan_fallback 1000 "$t" "$@" || return
+	# tensor parallel 2's need on int8 and decoded (its gathers make int8's the larger)
+	mid=$("$py" -c 'import json, sys
+rows = {q: {r["mesh"]: r for r in map(json.loads, open(sys.argv[1] + "/plan-" + q + ".json"))} for q in ("int8", "bf16")}
+m = [k for k in rows["int8"] if "tp=2" in k][0]
+a, b = rows["int8"][m]["memory_gb"], rows["bf16"][m]["memory_gb"]
+print("%.9f" % ((a + b) / 2) if a > b else "")' "$tmp")
+	[ -n "$mid" ] || { bad "plan $t: tensor parallel's int8 need not above its decoded one"; return; }
+	plan_fallback "$mid" "$t" "$@" || return
+	"$py" -c 'import json, sys
+rows = {q: {r["mesh"]: r for r in map(json.loads, open(sys.argv[1] + "/plan-" + q + ".json"))} for q in ("int8", "bf16", "auto")}
+keys = ("memory_gb", "weights_gb", "bytes_sent_per_rank_per_step", "seconds_per_step", "fits")
+n = 0
+for m, a in rows["auto"].items():
+    i, d = rows["int8"][m], rows["bf16"][m]
+    want = d if a["decoded"] else i
+    assert all(a[k] == want[k] for k in keys), (m, a, want)
+    assert a["decoded"] == (not i["fits"] and d["fits"]), (m, a, i, d)
+    assert not a["decoded"] or a["int8_speed"] == 0, a
+    n += a["decoded"]
+assert rows["auto"][[k for k in rows["auto"] if "tp=2" in k][0]]["decoded"]
+print(n)' "$tmp" > "$tmp/n" 2>&1 &&
+		ok "plan $t${*:+ ($*)} at $mid GB: auto plans $(cat "$tmp/n") mesh(es) decoded where only the file's blocks fit, as bf16 counts them, the rest as int8" ||
+		{ cat "$tmp/n"; bad "plan $t${*:+ ($*)}: auto where int8's layout does not fit"; }
+}
 fallback() {	# TYPE [VAR=VALUE...]: on w256-TYPE.gguf, pdit run with the VARs set
 	local t=$1 f=$tmp/w256-$1.gguf n8 n16 mid
 	shift
@@ -269,6 +309,7 @@ if ! grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo || [ -n "${PDIT_NO_VNNI:-}${P
 	ok "(auto decodes on this CPU without VNNI: the int8 layout's fallback not tried)"
 else
 	fallback q5_k
+	plan_check q5_k
 fi
 if grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDIT_NO_AVX2:-}" ]; then
 	fallback q5_0 PDIT_NO_AVX512=1

@@ -71,6 +71,9 @@ struct pd_dit_info {
 	 * stored, the others in the compute precision (pd_dit_weight_bytes). */
 	double kept_fraction;           /* of the linear layers' weights, by count (0: none) */
 	double kept_bytes;              /* bytes per kept weight, averaged */
+	double kept_bytes_stored;       /* kept_bytes as the file stores them where auto's int8 layout
+					 * holds more (0: no such layout): a run decodes them instead
+					 * where only the file's fit, and the planner counts that */
 	int tp_whole_inputs;            /* tensor parallel runs with whole inputs (pd_dit_shard.whole_inputs):
 					 * the engine's choice, which the planner counts */
 	double int8_fraction;           /* of the kept weights, by count, those whose products are int8

@@ -12,6 +12,47 @@
 /* row counts one timing may compare */
 #define PD_RATE_MAX_ROWS 2
 
+/* The products of layer L[k] on MS[k] rows of X (K wide) into Y (N wide)
+ * for k < N: a warm-up each, then RUNS rounds of all of them interleaved
+ * (a shared machine's drift reaches them alike; a device's queue drained
+ * around each), seconds in T[k * RUNS + round]. */
+static void pd_rate_interleaved(struct pd_backend *be, struct pd_linear *const *l, const int64_t *ms, int n,
+				const float *x, int64_t K, float *y, int64_t N, int runs, double *t)
+{
+	for (int i = -1; i < runs; i++)
+		for (int k = 0; k < n; k++) {
+			double t0;
+
+			pd_backend_sync(be);
+			t0 = pd_now();
+			be->ops->linear(be, l[k], x, K, ms[k], y, N, PD_LIN_NO_BIAS);
+			pd_backend_sync(be);
+			if (i >= 0)
+				t[k * runs + i] = pd_now() - t0;
+		}
+}
+
+/* Random inputs of M rows and K columns on the backend, and an output of M
+ * x N: 0, or -1 with neither made. */
+static int pd_rate_buffers(struct pd_backend *be, struct pd_rng *g, int64_t M, int64_t K, int64_t N, float **x,
+			   float **y)
+{
+	/* random data: zeros would run faster than real inputs */
+	float *h = pd_malloc((size_t)(M * K) * sizeof(float), "matmul");
+
+	*x = h ? pd_backend_alloc(be, (size_t)(M * K), "matmul") : NULL;
+	*y = *x ? pd_backend_alloc(be, (size_t)(M * N), "matmul") : NULL;
+	if (*y) {
+		pd_rng_randn(g, h, (size_t)(M * K));
+		be->ops->upload(be, *x, h, (size_t)(M * K));
+	} else if (*x) {
+		be->ops->free(be, *x);
+		*x = NULL;
+	}
+	free(h);
+	return *y ? 0 : -1;
+}
+
 /* Median seconds of the product of each of the NM row counts in MS (0 where
  * it could not run), one weight made for all of them; the fastest of the
  * runs in LOW when not NULL. */
@@ -20,7 +61,7 @@ static void pd_rate_matmul_times(struct pd_backend *be, const int64_t *ms, int n
 {
 	int64_t M = 0;
 	float *w, *x = NULL, *y = NULL;
-	struct pd_linear *l = NULL;
+	struct pd_linear *l[PD_RATE_MAX_ROWS] = { NULL };
 	double t[7 * PD_RATE_MAX_ROWS];
 	struct pd_rng g;
 
@@ -36,26 +77,11 @@ static void pd_rate_matmul_times(struct pd_backend *be, const int64_t *ms, int n
 	pd_rng_seed(&g, 1);
 	/* random data: zeros would run faster than real weights */
 	pd_rng_randn(&g, w, (size_t)(N * K));
-	l = be->ops->linear_new(be, N, K, w, PD_F32, K, NULL);
-	x = pd_backend_alloc(be, (size_t)(M * K), "matmul");
-	y = pd_backend_alloc(be, (size_t)(M * N), "matmul");
-	if (l && x && y) {
-		pd_rng_randn(&g, w, (size_t)(M * K) < (size_t)(N * K) ? (size_t)(M * K) : (size_t)(N * K));
-		be->ops->upload(be, x, w, (size_t)(M * K) < (size_t)(N * K) ? (size_t)(M * K) : (size_t)(N * K));
-		for (int k = 0; k < nm; k++)
-			be->ops->linear(be, l, x, K, ms[k], y, N, PD_LIN_NO_BIAS);	/* warm-up */
-		/* the row counts interleaved: a shared machine's drift
-		 * reaches them alike; a device's queue drained around each */
-		for (int i = 0; i < 7; i++)
-			for (int k = 0; k < nm; k++) {
-				double t0;
-
-				pd_backend_sync(be);
-				t0 = pd_now();
-				be->ops->linear(be, l, x, K, ms[k], y, N, PD_LIN_NO_BIAS);
-				pd_backend_sync(be);
-				t[k * 7 + i] = pd_now() - t0;
-			}
+	l[0] = be->ops->linear_new(be, N, K, w, PD_F32, K, NULL);
+	if (l[0] && !pd_rate_buffers(be, &g, M, K, N, &x, &y)) {
+		for (int k = 1; k < nm; k++)
+			l[k] = l[0];
+		pd_rate_interleaved(be, l, ms, nm, x, K, y, N, 7, t);
 		for (int k = 0; k < nm; k++) {
 			sec[k] = be->failed ? 0 : pd_median_sort(t + k * 7, 7);
 			if (low)
@@ -66,7 +92,7 @@ static void pd_rate_matmul_times(struct pd_backend *be, const int64_t *ms, int n
 		be->ops->free(be, x);
 	if (y)
 		be->ops->free(be, y);
-	be->ops->linear_free(be, l);
+	be->ops->linear_free(be, l[0]);
 	free(w);
 }
 
@@ -93,16 +119,16 @@ double pd_backend_rate_blocks(struct pd_backend *be, enum pd_qtype t, int64_t M,
 {
 	const struct pd_qtype_info *q = pd_quant_info(t);
 	struct pd_linear *l[2] = { NULL, NULL };
-	float *w = NULL, *h = NULL, *x = NULL, *y = NULL;
+	float *w = NULL, *x = NULL, *y = NULL;
 	void *blocks = NULL;
-	double sec[2][5], ratio = 0;
+	double sec[2 * 5], ratio = 0;
+	int64_t ms[2] = { M, M };
 	struct pd_rng g;
 
 	if (!q || q->block_size < 1 || K % q->block_size || !pd_quant_encodes(t) || !be->ops->linear_new_q)
 		return 0;
 	w = pd_malloc((size_t)(N * K) * sizeof(float), "matmul");
-	h = w ? pd_malloc((size_t)(M * K) * sizeof(float), "matmul") : NULL;
-	blocks = h ? pd_malloc(pd_quant_row_bytes(q, K) * (size_t)N, "matmul") : NULL;
+	blocks = w ? pd_malloc(pd_quant_row_bytes(q, K) * (size_t)N, "matmul") : NULL;
 	if (!blocks)
 		goto out;
 	pd_rng_seed(&g, 3);
@@ -110,27 +136,11 @@ double pd_backend_rate_blocks(struct pd_backend *be, enum pd_qtype t, int64_t M,
 	l[0] = be->ops->linear_new(be, N, K, w, PD_F32, K, NULL);
 	pd_quant_encode_rows(t, PD_Q_F32, w, N, K, blocks);
 	l[1] = be->ops->linear_new_q(be, N, K, t, 1.0f, blocks, NULL);
-	x = pd_backend_alloc(be, (size_t)(M * K), "matmul");
-	y = pd_backend_alloc(be, (size_t)(M * N), "matmul");
-	if (!l[0] || !l[1] || !x || !y)
+	if (!l[0] || !l[1] || pd_rate_buffers(be, &g, M, K, N, &x, &y))
 		goto out;
-	pd_rng_randn(&g, h, (size_t)(M * K));
-	be->ops->upload(be, x, h, (size_t)(M * K));
-	/* a warm-up each, then the two interleaved: a shared machine's drift
-	 * reaches them alike */
-	for (int i = -1; i < 5; i++)
-		for (int k = 0; k < 2; k++) {
-			double t0;
-
-			pd_backend_sync(be);
-			t0 = pd_now();
-			be->ops->linear(be, l[k], x, K, M, y, N, PD_LIN_NO_BIAS);
-			pd_backend_sync(be);
-			if (i >= 0)
-				sec[k][i] = pd_now() - t0;
-		}
+	pd_rate_interleaved(be, l, ms, 2, x, K, y, N, 5, sec);
 	if (!be->failed) {
-		double plain = pd_median_sort(sec[0], 5), kept = pd_median_sort(sec[1], 5);
+		double plain = pd_median_sort(sec, 5), kept = pd_median_sort(sec + 5, 5);
 
 		ratio = kept > 0 ? plain / kept : 0;
 	}
@@ -143,7 +153,6 @@ out:
 		if (l[k])
 			be->ops->linear_free(be, l[k]);
 	free(blocks);
-	free(h);
 	free(w);
 	return ratio;
 }

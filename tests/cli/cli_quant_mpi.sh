@@ -119,5 +119,19 @@ if grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDI
 		"$cmp" tensors "$tmp/m.safetensors" "$tmp/one.safetensors" 0 --all > "$tmp/log" &&
 		ok "tensor parallel 2 on ranks that choose differently (Q4_K, auto): both ranks' choice, bit for bit" ||
 		{ cat "$tmp/err" "$tmp/log"; bad "tensor parallel 2 on ranks that choose differently"; }
+	# a rank with 512-bit VNNI beside one with 256-bit only (AVX-512 off on
+	# rank 1): both multiply in int8, their kernels' integers and f32 order
+	# alike (as are the elementwise kernels' and attention's of either
+	# width): one process's latents on int8, bit for bit
+	run=(--model "$tmp/w256" --diffusion-model "$tmp/w256.gguf" --config "$tmp/w256/transformer/config.json"
+		--embeds "$tmp/w256/embeds.safetensors" -H 64 -W 48 --steps 2 -s 5 --dtype bf16 -o "$tmp/m.png")
+	"$pdit" generate "${run[@]}" -q --quant-products int8 --out-latents "$tmp/one.safetensors" ||
+		bad "one process, Q4_K 256 wide on int8"
+	timeout 120 "${mpirun[@]}" -np 2 sh -c '[ "${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-}}" != 1 ] || export PDIT_NO_AVX512=1
+		exec "$0" "$@"' "$pdit" generate "${run[@]}" --tensor-parallel-degree 2 --out-latents "$tmp/m.safetensors" \
+		2> "$tmp/err" && grep -q "^pdit: [1-9][0-9]* quantized layers multiply in int8" "$tmp/err" &&
+		"$cmp" tensors "$tmp/m.safetensors" "$tmp/one.safetensors" 0 --all > "$tmp/log" &&
+		ok "tensor parallel 2 on a 512-bit and a 256-bit VNNI rank (Q4_K, auto): int8, one process's bits" ||
+		{ cat "$tmp/err" "$tmp/log"; bad "tensor parallel 2 on a 512-bit and a 256-bit VNNI rank"; }
 fi
 exit $fail

@@ -353,25 +353,34 @@ int pd_engine_products_auto(const struct pd_engine_options *o)
 	return pd_backend_qproducts(o->quant_products, &qp) == 0 && qp < 0;
 }
 
+/* Auto's fallback taken (e->info.kept_bytes_stored > 0), WHY said in the
+ * log: the file's blocks held and decoded. */
+static void pd_engine_decode_kept(struct pd_engine *e, const char *why)
+{
+	pd_log(1, "pdit: the quantized layers' int8 layout (%.2f x the file's blocks) %s, the file's does: their "
+		  "products decode them instead (as --quant-products bf16)\n",
+	       e->info.kept_bytes / e->info.kept_bytes_stored, why);
+	pd_dit_info_as_stored(&e->info);
+	e->int8_unfit = 1;
+}
+
 int pd_engine_check_memory_layout(struct pd_engine *e, int decodes)
 {
-	double held = e->info.kept_bytes, stored = e->info.kept_bytes_stored;
+	struct pd_dit_info held = e->info;
 
 	if (pd_engine_check_memory(e, decodes, 0) == 0)
 		return 0;
 	/* auto's int8 layout is larger than the file's for some types (Q5_K
 	 * 1.57x, Q6_K 1.3x): where only the file's fits, decode instead */
-	if (!(stored > 0))
+	if (!(held.kept_bytes_stored > 0))
 		return -1;
-	e->info.kept_bytes = stored;
+	pd_dit_info_as_stored(&e->info);
 	if (pd_engine_check_memory(e, decodes, 0)) {
-		e->info.kept_bytes = held;
+		e->info = held;
 		return -1;
 	}
-	e->int8_unfit = 1;
-	pd_log(1, "pdit: the quantized layers' int8 layout (%.2f x the file's blocks) does not fit in this machine's "
-		  "memory, the file's does: their products decode them instead (as --quant-products bf16)\n",
-	       held / stored);
+	e->info = held;
+	pd_engine_decode_kept(e, "does not fit in this machine's memory");
 	return 0;
 }
 
@@ -382,8 +391,8 @@ int pd_engine_check_memory_layout(struct pd_engine *e, int decodes)
  * unless STALE. */
 static int pd_engine_plan_mesh(struct pd_engine *e, const struct pd_mesh_limits *lim, int stale)
 {
-	/* ok, the degrees */
-	int msg[PD_AXIS_COUNT + 1] = { 0 };
+	/* ok, the degrees, and whether the mesh fits only decoded */
+	int msg[PD_AXIS_COUNT + 2] = { 0 };
 
 	if (e->world->size == 1) {
 		for (int x = 0; x < PD_AXIS_COUNT; x++)
@@ -403,6 +412,7 @@ static int pd_engine_plan_mesh(struct pd_engine *e, const struct pd_mesh_limits 
 				if (rows[i].cost.fits && (stale || !rows[i].stale)) {
 					msg[0] = 1;
 					memcpy(msg + 1, rows[i].mesh.degree, sizeof(rows[i].mesh.degree));
+					msg[PD_AXIS_COUNT + 1] = rows[i].cost.decoded;
 				}
 			if (!msg[0])
 				pd_errorf("--parallel %s: no %smesh of %d processes fits this machine's memory (see pdit plan)",
@@ -415,6 +425,10 @@ static int pd_engine_plan_mesh(struct pd_engine *e, const struct pd_mesh_limits 
 	if (!msg[0])
 		return e->world->rank == 0 ? -1 : pd_errorf("--parallel: rank 0 could not choose a mesh");
 	memcpy(e->degree, msg + 1, sizeof(e->degree));
+	/* on every rank alike, before anything is loaded (the memory check
+	 * of a request would find the same) */
+	if (msg[PD_AXIS_COUNT + 1] && e->info.kept_bytes_stored > 0)
+		pd_engine_decode_kept(e, "does not fit on the mesh chosen");
 	return 0;
 }
 

@@ -398,23 +398,18 @@ int pd_plan_cost(const struct pd_plan_work *w, const struct pd_plan_machine *mc,
 		return -1;
 	if (out->fits || !(c->kept_bytes_stored > 0))
 		return 0;
-	/* as a run does where auto's int8 layout does not fit but the file's
-	 * blocks do (pd_engine_check_memory_layout): decoded products, their
-	 * shards summed, no int8 speed */
+	/* as a run does where auto's int8 layout does not fit
+	 * (pd_engine_check_memory_layout): the file's blocks, decoded (and
+	 * where they do not fit either, its refusal names their need) */
 	file = *c;
-	file.kept_bytes = c->kept_bytes_stored;
-	file.kept_bytes_stored = 0;
-	file.int8_fraction = 0;
-	file.tp_whole_inputs = 0;
+	pd_dit_info_as_stored(&file);
 	wf = *w;
 	wf.info = &file;
-	wf.weight_bytes = w->weight_bytes - c->kept_fraction * (c->kept_bytes - c->kept_bytes_stored);
+	wf.weight_bytes = pd_dit_weight_bytes(&file, w->compute_bytes);
 	if (pd_plan_cost_held(&wf, mc, m, &cf))
 		return -1;
-	if (cf.fits) {
-		*out = cf;
-		out->decoded = 1;
-	}
+	*out = cf;
+	out->decoded = 1;
 	return 0;
 }
 

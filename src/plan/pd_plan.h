@@ -106,9 +106,10 @@ struct pd_plan_cost {
 	double memory_gb;               /* the rank's peak: weights and activations, or the text
 					 * encoders or the decode where they are larger */
 	int fits;                       /* memory_gb within the machine's memory (1 when unlimited) */
-	int decoded;                    /* fits only with the quantized layers held as the file stores
-					 * them: a run on auto's products decodes them (timed as the
-					 * rate, not int8_speed), not their larger int8 layout */
+	int decoded;                    /* auto's larger int8 layout does not fit: counted with the
+					 * quantized layers held as the file stores them and decoded (timed
+					 * at the rate, not int8_speed), as a run falls back (fits says
+					 * whether that fits) */
 };
 
 /* A mesh and what it costs. */

@@ -271,7 +271,7 @@ for m, a in rows["auto"].items():
     i, d = rows["int8"][m], rows["bf16"][m]
     want = d if a["decoded"] else i
     assert all(a[k] == want[k] for k in keys), (m, a, want)
-    assert a["decoded"] == (not i["fits"] and d["fits"]), (m, a, i, d)
+    assert a["decoded"] == (not i["fits"]), (m, a, i, d)
     assert not a["decoded"] or a["int8_speed"] == 0, a
     n += a["decoded"]
 assert rows["auto"][[k for k in rows["auto"] if "tp=2" in k][0]]["decoded"]

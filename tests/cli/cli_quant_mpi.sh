@@ -123,15 +123,44 @@ if grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDI
 	# rank 1): both multiply in int8, their kernels' integers and f32 order
 	# alike (as are the elementwise kernels' and attention's of either
 	# width): one process's latents on int8, bit for bit
-	run=(--model "$tmp/w256" --diffusion-model "$tmp/w256.gguf" --config "$tmp/w256/transformer/config.json"
+	if grep -q avx512_vnni /proc/cpuinfo && [ -z "${PDIT_NO_AVX512:-}" ]; then
+		run=(--model "$tmp/w256" --diffusion-model "$tmp/w256.gguf" --config "$tmp/w256/transformer/config.json"
+			--embeds "$tmp/w256/embeds.safetensors" -H 64 -W 48 --steps 2 -s 5 --dtype bf16 -o "$tmp/m.png")
+		"$pdit" generate "${run[@]}" -q --quant-products int8 --out-latents "$tmp/one.safetensors" ||
+			bad "one process, Q4_K 256 wide on int8"
+		timeout 120 "${mpirun[@]}" -np 2 sh -c '[ "${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-}}" != 1 ] || export PDIT_NO_AVX512=1
+			exec "$0" "$@"' "$pdit" generate "${run[@]}" --tensor-parallel-degree 2 --out-latents "$tmp/m.safetensors" \
+			2> "$tmp/err" && grep -q "^pdit: [1-9][0-9]* quantized layers multiply in int8" "$tmp/err" &&
+			"$cmp" tensors "$tmp/m.safetensors" "$tmp/one.safetensors" 0 --all > "$tmp/log" &&
+			ok "tensor parallel 2 on a 512-bit and a 256-bit VNNI rank (Q4_K, auto): int8, one process's bits" ||
+			{ cat "$tmp/err" "$tmp/log"; bad "tensor parallel 2 on a 512-bit and a 256-bit VNNI rank"; }
+	else
+		ok "(no AVX-512 VNNI here: a 512-bit rank beside a 256-bit one not tried)"
+	fi
+	# --parallel auto where no mesh fits with auto's int8 layout (Q5_K's,
+	# 1.57x the file's blocks) but some fit with the file's: the mesh chosen
+	# runs decoded on every rank, said in the log: --quant-products bf16's
+	# latents on that mesh, bit for bit
+	"$pdit" quantize "$tmp/w256/transformer" "$tmp/w256-q5_k.gguf" --type q5_k > /dev/null 2>&1 || bad "quantize q5_k"
+	run=(--model "$tmp/w256" --diffusion-model "$tmp/w256-q5_k.gguf" --config "$tmp/w256/transformer/config.json"
 		--embeds "$tmp/w256/embeds.safetensors" -H 64 -W 48 --steps 2 -s 5 --dtype bf16 -o "$tmp/m.png")
-	"$pdit" generate "${run[@]}" -q --quant-products int8 --out-latents "$tmp/one.safetensors" ||
-		bad "one process, Q4_K 256 wide on int8"
-	timeout 120 "${mpirun[@]}" -np 2 sh -c '[ "${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-}}" != 1 ] || export PDIT_NO_AVX512=1
-		exec "$0" "$@"' "$pdit" generate "${run[@]}" --tensor-parallel-degree 2 --out-latents "$tmp/m.safetensors" \
-		2> "$tmp/err" && grep -q "^pdit: [1-9][0-9]* quantized layers multiply in int8" "$tmp/err" &&
+	timeout 120 "${mpirun[@]}" -np 2 env PDIT_MEM_AVAILABLE_MB=12 "$pdit" generate "${run[@]}" --parallel auto \
+		--out-latents "$tmp/m.safetensors" 2> "$tmp/err" || bad "--parallel auto, Q5_K where only decoded fits"
+	flags=() mesh=$(sed -n 's/.*mesh \(dp=[^(]*\) (chosen by the cost model.*/\1/p' "$tmp/err")
+	for kv in $mesh; do
+		case $kv in
+		ring=*) flags+=(--ring-degree "${kv#*=}") ;;
+		ulysses=*) flags+=(--ulysses-degree "${kv#*=}") ;;
+		tp=*) flags+=(--tensor-parallel-degree "${kv#*=}") ;;
+		*=1) ;;
+		*) flags+=(--unexpected "$kv") ;;
+		esac
+	done
+	timeout 120 "${mpirun[@]}" -np 2 "$pdit" generate "${run[@]}" "${flags[@]}" --quant-products bf16 -q \
+		--out-latents "$tmp/one.safetensors" &&
+		grep -q "int8 layout .* does not fit on the mesh chosen, the file's does" "$tmp/err" &&
 		"$cmp" tensors "$tmp/m.safetensors" "$tmp/one.safetensors" 0 --all > "$tmp/log" &&
-		ok "tensor parallel 2 on a 512-bit and a 256-bit VNNI rank (Q4_K, auto): int8, one process's bits" ||
-		{ cat "$tmp/err" "$tmp/log"; bad "tensor parallel 2 on a 512-bit and a 256-bit VNNI rank"; }
+		ok "--parallel auto where only the file's blocks fit ($mesh): decoded, --quant-products bf16's bits" ||
+		{ cat "$tmp/err" "$tmp/log"; bad "--parallel auto where only the file's blocks fit ($mesh)"; }
 fi
 exit $fail

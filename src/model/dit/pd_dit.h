@@ -81,6 +81,18 @@ struct pd_dit_info {
 	int int8_type;                  /* the block format (enum pd_qtype) of most of them */
 };
 
+/* INFO as auto's fallback where only the file's blocks fit in memory
+ * (kept_bytes_stored > 0): the kept weights held as stored and decoded
+ * for their products, so no int8 layers and tensor parallel summing its
+ * shards. */
+static inline void pd_dit_info_as_stored(struct pd_dit_info *info)
+{
+	info->kept_bytes = info->kept_bytes_stored;
+	info->kept_bytes_stored = 0;
+	info->int8_fraction = 0;
+	info->tp_whole_inputs = 0;
+}
+
 /* Bytes a weight takes as the backend holds it, averaged: the kept ones as
  * stored, the others at PLAIN (the compute precision's size). */
 static inline double pd_dit_weight_bytes(const struct pd_dit_info *info, double plain)

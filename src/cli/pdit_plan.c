@@ -260,7 +260,7 @@ int pd_cmd_plan(int argc, char **argv)
 	}
 	steps = ew.steps;
 	if (!json) {
-		char refs[64] = "";
+		char refs[64] = "", mem[32];
 
 		if (w->ref_len)
 			snprintf(refs, sizeof(refs), " + %lld reference", (long long)w->ref_len);
@@ -268,9 +268,11 @@ int pd_cmd_plan(int argc, char **argv)
 		       ew.width, ew.height, ew.frames > 1 ? ", frames " : "", ew.frames > 1 ? ew.frames : 0, (long long)w->txt_len,
 		       (long long)w->img_len, refs, batch, ew.frames > 1 ? "video" : "image", batch > 1 ? "s" : "",
 		       w->branches == 2 ? " x 2 branches" : "", steps);
-		printf("  %d device%s at %.0f GFLOP/s%s, %.0f GB%s; within a node %.1f GB/s, %.0f us", devices,
+		/* (a memory below 10 GB, as the tests give, in its digits) */
+		snprintf(mem, sizeof(mem), mc.mem_gb >= 10 ? "%.0f" : "%.2g", mc.mem_gb);
+		printf("  %d device%s at %.0f GFLOP/s%s, %s GB%s; within a node %.1f GB/s, %.0f us", devices,
 		       devices > 1 ? "s" : "", mc.gflops,
-		       mc.shared ? " shared (this machine)" : " each", mc.mem_gb,
+		       mc.shared ? " shared (this machine)" : " each", mem,
 		       mc.shared ? " shared" : " each", mc.bw_intra / 1e9, mc.lat_intra * 1e6);
 		if (mc.per_node < devices)
 			printf("; %d a node, between nodes %.1f GB/s, %.0f us", mc.per_node, mc.bw_inter / 1e9,

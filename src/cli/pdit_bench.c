@@ -146,11 +146,11 @@ static void pd_bench_print(const struct pd_bench_args *a, const struct pd_engine
 		       "\"load_seconds\": %.6g, \"load_mb_per_second\": %.6g, \"vae_dtype\": \"%s\", "
 		       "\"vae_bands\": %d, \"vae_seconds\": %.6g, \"vae_gflop\": %.9g, \"vae_gflops\": %.6g, "
 		       "\"vae_matmul_gflops\": %.6g, \"vae_ratio\": %.6g, \"quant_products\": \"%s\", "
-		       "\"int8_layers\": %d",
+		       "\"int8_layers\": %d, \"ring_attention\": \"%s\"",
 		       w_mb, act_mb, w_mb + act_mb, rss_max / (w_mb + act_mb), (unsigned long long)r->allocations,
 		       r->rank[big].load_s, r->rank[big].load_s > 0 ? w_mb / r->rank[big].load_s : 0, ab->vae_dtype,
 		       r->vae_bands, vae_s, r->vae_gflop, vae_rate, vae_mm, vae_ratio, ab->quant_products,
-		       ab->int8_layers);
+		       ab->int8_layers, ab->ring_attention);
 		if (a->e2e)
 			printf(", \"e2e\": {\"open_seconds\": %.6g, \"load_seconds\": %.6g, \"encode_seconds\": %.6g, "
 			       "\"steps\": %d, \"steps_seconds\": %.6g, \"decode_seconds\": %.6g, \"total_seconds\": %.6g}",
@@ -179,6 +179,8 @@ static void pd_bench_print(const struct pd_bench_args *a, const struct pd_engine
 	if (ab->int8_layers)
 		printf("  quantized products              int8 (%d layers on rank 0; --quant-products bf16 decodes)\n",
 		       ab->int8_layers);
+	if (ab->ring_attention[0])
+		printf("  ring attention                  %s\n", ab->ring_attention);
 	printf("  bytes sent per rank per step    %.1f MB (largest rank)\n", (double)r->bytes_max / 1e6);
 	if (P > 1) {
 		double lo = r->rank[0].wait_s, hi = r->rank[0].wait_s;

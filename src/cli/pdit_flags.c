@@ -52,6 +52,7 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 		{ "--dtype", 0, PD_ARG_STRING, &a->dtype, "f32|bf16", "precision of matrix products (default f32)", NULL },
 		{ "--vae-dtype", 0, PD_ARG_STRING, &a->vae_dtype, "f32|bf16", "precision of the VAE's convolutions (default f32; bf16: about 2x faster decoding, pixels within a few levels)", NULL },
 		{ "--quant-products", 0, PD_ARG_STRING, &a->quant_products, "int8|bf16|auto", "how layers kept quantized (GGUF, fp8, --quantize) multiply: int8 dot products on inputs quantized in blocks of 32 (of 256 for Q4_K, Q5_K and Q6_K; Q8_0, Q4_0, Q4_1 and Q4_K weights as stored, Q5_0, Q5_K and Q6_K as bytes; fp8 e4m3 converted to int8 blocks at load, its small values rounded), or decoded to bf16 (default auto: int8 with --dtype bf16 on a CPU with AVX-512 VNNI or AVX-VNNI; bf16 keeps fp8 values exact)", NULL },
+		{ "--ring-attention", 0, PD_ARG_STRING, &a->ring_attention, "merged|gathered|auto", "ring attention's form: merged (each chunk's partial result merged as the next travels: transfers behind the work, K/V memory O(S/R), one process's result within f32's last bits) or gathered (every chunk's K/V gathered in the sequence's order and attended once: one process's result bit for bit, K/V memory O(S)); default auto: gathered on int8 products, whose 8-bit roundings would turn the last bits into steps, else merged", NULL },
 		{ "--threads", 't', PD_ARG_COUNT, &a->threads, "N", "threads per process (default: the cores divided among the processes)", NULL },
 		{ "--backend", 0, PD_ARG_STRING, &a->backend, "cpu|cuda|auto", "what computes (default auto: CUDA where pdit was built with it and a GPU is present, else the CPU)", NULL },
 		{ "--device", 0, PD_ARG_INT, &a->device, "N", "the GPU of this process (default: its local rank on its machine, modulo the GPUs there)", &a->device_seen },
@@ -252,6 +253,7 @@ int pd_gen_engine_options(const struct pd_gen_args *a, struct pd_engine_options 
 	pd_engine_options_init(o);
 	o->backend = a->backend;
 	o->quant_products = a->quant_products;
+	o->ring_attention = a->ring_attention;
 	o->comm = a->comm;
 	o->device = a->device_seen ? a->device : -1;
 	o->model = a->model;

@@ -67,6 +67,7 @@ struct pd_gen_args {
 	int threads, verbose, quiet;
 	const char *backend;            /* --backend cpu|cuda|auto */
 	const char *quant_products;     /* --quant-products int8|bf16|auto */
+	const char *ring_attention;     /* --ring-attention merged|gathered|auto */
 	int device, device_seen;        /* --device N: this process's GPU */
 	const char *comm;               /* --comm mpi|nccl|auto */
 	/* the mesh: a degree per axis (pd_axis.h; -1 not given, a switch's 0

@@ -19,7 +19,8 @@ static const char pd_plan_usage[] =
 	"usage: pdit plan --model DIR --devices N [-H 1024 -W 1024] [--steps S] [--batch B] [--true-cfg-scale C]\n"
 	"                 [--device h100|h200|a100|l40 | --gflops R] [--memory GB] [--per-node K [--one-machine]]\n"
 	"                 [--link nvlink|pcie|ib|ethernet|shm | --bandwidth GB/s --latency US]\n"
-	"                 [--inter-link KIND | --inter-bandwidth GB/s --inter-latency US] [--quant-products Q] [--json]\n"
+	"                 [--inter-link KIND | --inter-bandwidth GB/s --inter-latency US] [--quant-products Q]\n"
+	"                 [--ring-attention merged|gathered|auto] [--json]\n"
 	"\n"
 	"Lists every valid mesh of N processes for the model and size, ranked by the\n"
 	"predicted seconds per denoising step, with the work, the bytes sent and the\n"
@@ -68,7 +69,7 @@ int pd_cmd_plan(int argc, char **argv)
 	int one_machine = 0;
 	float cfg_scale = -1, guidance = -1, gflops = 0, memory = 0, bandwidth = 0, latency = 0, inter_bw = 0, inter_lat = 0;
 	float efficiency = 0.5f, mem_bw = 0, matmul = 0, weight_ns = -1, int8_speed = -1;
-	const char *dtype = "bf16", *device = NULL, *link = NULL, *inter_link = NULL, *qprod = NULL, *pos[1];
+	const char *dtype = "bf16", *device = NULL, *link = NULL, *inter_link = NULL, *qprod = NULL, *ring = NULL, *pos[1];
 	const char *diffusion_model = NULL, *config = NULL, *model = NULL, *transformer = NULL, *vae = NULL, *ref = NULL;
 	struct pd_arg_list lora = { 0 };
 	const struct pd_plan_preset *dev = NULL, *ln = NULL, *iln = NULL;
@@ -112,6 +113,7 @@ int pd_cmd_plan(int argc, char **argv)
 		{ "--lora", 0, PD_ARG_LIST, &lora, "FILE[:SCALE]", "a LoRA adapter: its terms counted beside the layers, sharded as they are (repeatable)", NULL },
 		{ "--ref-image", 'r', PD_ARG_STRING, &ref, "FILE", "FLUX.1 Kontext's reference picture: its tokens join every call's sequence", NULL },
 		{ "--quant-products", 0, PD_ARG_STRING, &qprod, "int8|bf16|auto", "as a run's: how the layers kept quantized (GGUF, fp8) will multiply, which sets the bytes they hold and what tensor parallel sends (int8 gathers its inputs whole); default auto, as a run on this CPU would choose (a mesh that fits only with the file's blocks is planned as a run takes it: decoded, marked so); with --device: bf16, the GPU's only form", NULL },
+		{ "--ring-attention", 0, PD_ARG_STRING, &ring, "merged|gathered|auto", "as a run's: ring attention's form, gathered holding the whole sequence's K/V (default auto: gathered where the layers multiply in int8)", NULL },
 		{ "--keep-encoders", 0, PD_ARG_FLAG, &keep_enc, NULL, "count the text encoders as held beside the transformer, as pdit serve keeps them (otherwise they are freed before it loads)", NULL },
 		{ "--json", 0, PD_ARG_FLAG, &json, NULL, "one JSON object per mesh, one a line", NULL },
 	};
@@ -196,6 +198,7 @@ int pd_cmd_plan(int argc, char **argv)
 	/* a GPU holds quantized weights as the file does, not in this CPU's
 	 * int8 layout */
 	o.quant_products = dev && (!qprod || !strcmp(qprod, "auto")) ? "bf16" : qprod;
+	o.ring_attention = ring;
 	if (pd_engine_work(&o, &rq, devices, &ew))
 		goto out;
 	if (dev) {

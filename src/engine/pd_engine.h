@@ -150,6 +150,9 @@ enum pd_qtype pd_engine_encoded_info(enum pd_qtype quantize, struct pd_dit_info 
  * (which of them multiply in int8, the planner's timing). */
 int pd_engine_held_layout(const struct pd_engine_options *o, enum pd_dtype dt, const char *transformer,
 			  enum pd_qtype quantize, struct pd_dit_info *info);
+/* pd_engine_options.ring_attention NAME as *FORM: 1 gathered, 0 merged,
+ * -1 auto; -1 with a message naming the flag where it is none of them. */
+int pd_engine_ring_form(const char *name, int *form);
 
 /* pd_engine_request.c */
 

@@ -89,6 +89,7 @@ void pd_engine_about(const struct pd_engine *e, struct pd_engine_about *a)
 	a->vae_dtype = e->vae_dt == PD_BF16 ? "bf16" : "f32";
 	a->quant_products = e->be && e->be->int8_layers > 0 ? "int8" : "bf16";
 	a->int8_layers = e->be ? e->be->int8_layers : 0;
+	a->ring_attention = e->degree[PD_AXIS_RING] <= 1 ? "" : e->opt.ring_gathered ? "gathered" : "merged";
 	a->load_seconds = e->load_seconds;
 	a->encode_seconds = e->encode_seconds;
 }
@@ -147,15 +148,19 @@ static int pd_engine_threads(struct pd_comm *world, int requested)
 
 /* Every rank alike, in one exchange: auto's products int8 only where
  * every rank's CPU takes them, so a mesh of CPUs with and without VNNI
- * multiplies alike; and tensor parallel's whole inputs only where every
- * rank would gather them (shards that split a layer differently would not
- * meet). */
+ * multiplies alike; tensor parallel's whole inputs only where every rank
+ * would gather them (shards that split a layer differently would not
+ * meet); ring's gathered form only where every rank takes it (its
+ * exchange is another). */
 static int pd_engine_products_agree(struct pd_engine *e)
 {
-	int mine[2], *all, low = 1, whole = 1;
+	int mine[3], *all, low = 1, whole = 1, gathered = 1, ring = -1;
 
 	mine[0] = !e->int8_unfit && e->be->qproducts == PD_QP_INT8;
 	mine[1] = e->info.tp_whole_inputs && e->be->qproducts != PD_QP_DECODE;
+	/* (a name already read by pd_engine_held_layout) */
+	pd_engine_ring_form(e->o.ring_attention, &ring);
+	mine[2] = e->info.ring_gathered && (ring > 0 || e->be->qproducts != PD_QP_DECODE);
 	all = pd_malloc(sizeof(mine) * (size_t)e->world->size, "the products' agreement");
 	if (pd_engine_agree(e, !all)) {
 		free(all);
@@ -167,13 +172,16 @@ static int pd_engine_products_agree(struct pd_engine *e)
 		return pd_errorf("cannot agree on the quantized layers' products with the other processes");
 	}
 	for (int r = 0; r < e->world->size; r++) {
-		low = all[2 * r] < low ? all[2 * r] : low;
-		whole &= all[2 * r + 1];
+		low = all[3 * r] < low ? all[3 * r] : low;
+		whole &= all[3 * r + 1];
+		gathered &= all[3 * r + 2];
 	}
 	free(all);
 	if (pd_engine_products_auto(&e->o))
 		e->be->qproducts = low ? PD_QP_INT8 : PD_QP_DECODE;
 	e->info.tp_whole_inputs = whole && e->be->qproducts != PD_QP_DECODE;
+	e->info.ring_gathered = gathered && (ring > 0 || e->be->qproducts != PD_QP_DECODE);
+	e->opt.ring_gathered = e->info.ring_gathered;
 	return 0;
 }
 
@@ -309,6 +317,7 @@ void pd_engine_encoder_kinds(const struct pd_dit_family *fam, char *buf, size_t 
 static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_options *o)
 {
 	const char *dtype = o->dtype ? o->dtype : "f32";
+	int ring;
 
 	if (pd_dtype_compute("--dtype", dtype, &e->dt) ||
 	    pd_dtype_compute("--vae-dtype", o->vae_dtype ? o->vae_dtype : "f32", &e->vae_dt))
@@ -325,6 +334,8 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
 					 "f8_e5m2", o->quantize);
 		e->quantize = t;
 	}
+	if (pd_engine_ring_form(o->ring_attention, &ring))
+		return -1;
 	if (!(o->comm_timeout >= 0))
 		return pd_errorf("--comm-timeout must be 0 (wait forever) or a number of seconds (got %g)", o->comm_timeout);
 	e->world->timeout_s = o->comm_timeout;
@@ -546,6 +557,12 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 	if (e->be->int8_layers)
 		pd_log(1, "pdit: %d quantized layers multiply in int8 (inputs quantized in blocks of 32, of 256 "
 			  "for the K-quants; --quant-products bf16 decodes them instead)\n", e->be->int8_layers);
+	/* (auto's choice, not one the user made) */
+	if (e->opt.ring_gathered && e->mesh.degree[PD_AXIS_RING] > 1 &&
+	    (!e->o.ring_attention || !strcmp(e->o.ring_attention, "auto")))
+		pd_log(1, "pdit: ring attention gathers every chunk's keys and values and attends once, as one "
+			  "process does (int8 products would turn its merges' last bits into roundings; "
+			  "--ring-attention merged overlaps the transfers instead)\n");
 	pd_engine_progress(e, PD_PHASE_LOAD, t0, 0, 0, 1);
 	if (pd_parallel_setup(&e->par, &e->mesh, e->m, e->e.batch, &e->opt))
 		return -1;

@@ -148,19 +148,33 @@ enum pd_qtype pd_engine_encoded_info(enum pd_qtype quantize, struct pd_dit_info 
 	return quantize;
 }
 
+int pd_engine_ring_form(const char *name, int *form)
+{
+	if (!name || !strcmp(name, "auto"))
+		*form = -1;
+	else if (!strcmp(name, "gathered"))
+		*form = 1;
+	else if (!strcmp(name, "merged"))
+		*form = 0;
+	else
+		return pd_errorf("--ring-attention %s: unknown (merged, gathered or auto)", name);
+	return 0;
+}
+
 int pd_engine_held_layout(const struct pd_engine_options *o, enum pd_dtype dt, const char *transformer,
 			  enum pd_qtype quantize, struct pd_dit_info *info)
 {
 	const char *be = o->backend ? o->backend : "auto";
 	struct pd_st *st = NULL;
-	int qp, int8 = 0;
+	int qp, int8 = 0, ring;
 	enum pd_qproducts qpr;
 	double stored = 0, held = 0, kept = 0, by_type[PD_Q_F8_E5M2 + 1] = { 0 };
 	double stored_bytes = info->kept_bytes;
 
-	if (pd_backend_qproducts(o->quant_products, &qp))
+	if (pd_backend_qproducts(o->quant_products, &qp) || pd_engine_ring_form(o->ring_attention, &ring))
 		return -1;
 	info->kept_bytes_stored = 0;
+	info->ring_gathered = ring > 0;
 	/* a GPU holds them as stored */
 	if (!strcmp(be, "cuda") || (!strcmp(be, "auto") && pd_backend_gpus() > 0))
 		return 0;
@@ -212,6 +226,9 @@ whole:
 	/* int8 products' tensor parallel sums in one process's order where the
 	 * family can (pd_dit_shard.whole_inputs): where any layer is int8 */
 	info->tp_whole_inputs = int8 && info->blocks > 0 && info->block_row_inputs[0] > 0;
+	/* and auto's ring attends as one process does (pd_ring_attention_gathered) */
+	if (ring < 0)
+		info->ring_gathered = int8;
 	return 0;
 }
 

@@ -129,6 +129,14 @@ struct pd_engine_options {
 					 * (NULL, the default: int8 with bf16 products where the
 					 * backend's int8 products are faster, as a CPU with AVX-512
 					 * VNNI or AVX-VNNI; decoded elsewhere) */
+	const char *ring_attention;     /* ring attention's form: "merged" (each chunk's partial result
+					 * merged by its log-sum-exp while the next travels: the transfers
+					 * overlap the work, K/V memory O(S/R), one process's result within
+					 * f32's last bits), "gathered" (every chunk's K/V gathered in the
+					 * sequence's order, one attention: one process's result bit for
+					 * bit, K/V memory O(S)), or "auto" (NULL, the default: gathered
+					 * on int8 products, whose 8-bit roundings turn last bits into
+					 * steps of 1/127, else merged) */
 	const char *backend;            /* what computes: "cpu", "cuda", or "auto" (NULL, the default: CUDA
 					 * where pdit has it and a GPU is present, else the CPU) */
 	int device;                     /* the GPU of this process; -1 (the default): its local rank among
@@ -367,6 +375,8 @@ struct pd_engine_about {
 	const char *quant_products;     /* how its quantized layers multiply: "int8" (some do) or "bf16"
 					 * (decoded, or none is quantized) */
 	int int8_layers;                /* layers of this process that multiply in int8 */
+	const char *ring_attention;     /* "merged" or "gathered" (pd_engine_options.ring_attention) where
+					 * the mesh has ring attention, else "" */
 	double load_seconds;            /* reading this process's weights at open */
 	double encode_seconds;          /* encoding the planned request's prompts at open */
 };

@@ -47,3 +47,48 @@ int pd_ring_attention(struct pd_comm *ring, struct pd_backend *be, float *out, i
 	}
 	return pd_backend_check(be);
 }
+
+/* One of K and V: my rows SRC gathered from every chunk into DST [S, W] in
+ * the sequence's order (every chunk's text rows, then every image row),
+ * through STAGE where the chunks have text rows, else straight. */
+static int pd_ring_gather(struct pd_comm *ring, struct pd_backend *be, float *dst, const float *src, int64_t ld,
+			  const int64_t *kv_rows, const int64_t *kv_txt, int64_t txt, int64_t W, float *send,
+			  float *stage, size_t *bytes)
+{
+	int R = ring->size, r = ring->rank;
+	int64_t at = 0, ti = 0, ii = 0;
+
+	be->ops->copy2d(be, send, W, src, ld, kv_rows[r], W);
+	if (pd_backend_check(be) || ring->ops->allgatherv(ring, send, bytes[r], txt ? stage : dst, bytes))
+		return -1;
+	for (int j = 0; txt && j < R; j++) {
+		int64_t n = kv_rows[j], t = kv_txt[j];
+
+		be->ops->copy2d(be, dst + ti * W, W, stage + at * W, W, t, W);
+		be->ops->copy2d(be, dst + (txt + ii) * W, W, stage + (at + t) * W, W, n - t, W);
+		at += n;
+		ti += t;
+		ii += n - t;
+	}
+	return 0;
+}
+
+int pd_ring_attention_gathered(struct pd_comm *ring, struct pd_backend *be, float *out, int64_t ldo, const float *q,
+			       int64_t ldq, int64_t sq, const float *k, const float *v, int64_t ldkv,
+			       const int64_t *kv_rows, const int64_t *kv_txt, int heads, int head_dim, float *send,
+			       float *stage, float *kf, float *vf, size_t *bytes)
+{
+	int64_t W = (int64_t)heads * head_dim, S = 0, txt = 0;
+
+	for (int j = 0; j < ring->size; j++) {
+		S += kv_rows[j];
+		txt += kv_txt ? kv_txt[j] : 0;
+		bytes[j] = (size_t)(kv_rows[j] * W) * sizeof(float);
+	}
+	if (pd_ring_gather(ring, be, kf, k, ldkv, kv_rows, kv_txt, txt, W, send, stage, bytes) ||
+	    pd_ring_gather(ring, be, vf, v, ldkv, kv_rows, kv_txt, txt, W, send, stage, bytes))
+		return -1;
+	be->ops->attention(be, out, ldo, NULL, q, ldq, kf, W, vf, W, sq, S, heads, head_dim,
+			   1.0f / sqrtf((float)head_dim));
+	return pd_backend_check(be);
+}

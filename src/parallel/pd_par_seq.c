@@ -44,7 +44,7 @@ static int pd_seq_attention(void *ctx, struct pd_backend *be, const struct pd_di
 {
 	struct pd_seq_par *p = ctx;
 	int U = p->U, R = p->R, ring_me = p->ring->rank;
-	int64_t ur[64], ut[64], kv_rows[64], su = 0, max_kv = 0;
+	int64_t ur[64], ut[64], kv_rows[64], kv_txt[64], su = 0, max_kv = 0, all_kv = 0;
 	int64_t hu = (int64_t)(heads / U) * head_dim, W = (int64_t)heads * head_dim;
 	const float *aq = q, *ak = k, *av = v;
 	float *ao = out;
@@ -57,16 +57,19 @@ static int pd_seq_attention(void *ctx, struct pd_backend *be, const struct pd_di
 	/* rows of each Ulysses peer, and of each ring rank's gathered chunk */
 	for (int j = 0; j < R; j++) {
 		kv_rows[j] = 0;
+		kv_txt[j] = 0;
 		for (int u = 0; u < U; u++) {
 			int64_t n = pd_seq_rows(p, call, j * U + u);
 
 			kv_rows[j] += n;
+			kv_txt[j] += pd_seq_txt_rows(p, call, j * U + u);
 			if (j == ring_me) {
 				ur[u] = n;
 				ut[u] = pd_seq_txt_rows(p, call, j * U + u);
 			}
 		}
 		max_kv = kv_rows[j] > max_kv ? kv_rows[j] : max_kv;
+		all_kv += kv_rows[j];
 	}
 	su = kv_rows[ring_me];
 	PD_ASSERT(ur[p->ulysses->rank] == rows);
@@ -88,7 +91,22 @@ static int pd_seq_attention(void *ctx, struct pd_backend *be, const struct pd_di
 		lda = hu;
 		ldo_a = hu;
 	}
-	if (R > 1) {
+	if (R > 1 && p->gathered) {
+		float **fb[] = { &p->kf, &p->vf };
+		size_t gb[64];
+		int64_t any_txt = 0;
+
+		for (int j = 0; j < R; j++)
+			any_txt += kv_txt[j];
+		if (pd_backend_grow(be, &p->gsend, &p->cap_gs, (size_t)(su * hu) + 1, "sequence-parallel buffers") ||
+		    (any_txt && pd_backend_grow(be, &p->grecv, &p->cap_gr, (size_t)(all_kv * hu),
+						"sequence-parallel buffers")) ||
+		    pd_seq_grow_all(be, fb, 2, &p->cap_f, (size_t)(all_kv * hu)))
+			return -1;
+		if (pd_ring_attention_gathered(p->ring, be, ao, ldo_a, aq, lda, su, ak, av, lda, kv_rows, kv_txt,
+					       heads / U, head_dim, p->gsend, p->grecv, p->kf, p->vf, gb))
+			return -1;
+	} else if (R > 1) {
 		float **kb[] = { &p->kv[0], &p->kv[1] };
 		float **qb[] = { &p->part, &p->lse, &p->plse };
 		/* part is [su, hu]; the log-sum-exps [heads/U, su] are no larger */
@@ -113,7 +131,7 @@ static int pd_seq_attention(void *ctx, struct pd_backend *be, const struct pd_di
 }
 
 int pd_seq_init(struct pd_seq_par *p, struct pd_dit *model, struct pd_comm *sp, struct pd_comm *sp_data,
-		struct pd_comm *ulysses, struct pd_comm *ring, struct pd_dit_hooks *hooks)
+		struct pd_comm *ulysses, struct pd_comm *ring, int gathered, struct pd_dit_hooks *hooks)
 {
 	memset(p, 0, sizeof(*p));
 	p->model = model;
@@ -124,6 +142,7 @@ int pd_seq_init(struct pd_seq_par *p, struct pd_dit *model, struct pd_comm *sp, 
 	p->ring = ring;
 	p->U = ulysses->size;
 	p->R = ring->size;
+	p->gathered = gathered;
 	p->out_width = model->info.out_channels;
 	p->bytes = pd_calloc(2 * (size_t)sp->size, sizeof(size_t), "counts");
 	if (!p->bytes)
@@ -136,7 +155,8 @@ int pd_seq_init(struct pd_seq_par *p, struct pd_dit *model, struct pd_comm *sp, 
 
 void pd_seq_free(struct pd_seq_par *p)
 {
-	float *bufs[] = { p->uq, p->uk, p->uv, p->uo, p->xsend, p->xrecv, p->kv[0], p->kv[1], p->part, p->lse, p->plse };
+	float *bufs[] = { p->uq, p->uk, p->uv, p->uo, p->xsend, p->xrecv, p->kv[0], p->kv[1], p->part, p->lse, p->plse,
+			  p->gsend, p->grecv, p->kf, p->vf };
 
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		pd_backend_release(p->be, bufs[i]);
@@ -181,7 +201,6 @@ static int pd_seq_setup(struct pd_parallel *par, void *state, struct pd_dit *m, 
 	struct pd_mesh *mesh = par->mesh;
 	struct pd_comm *sp, *u, *r;
 
-	(void)opt;
 	/* PipeFusion splits its pieces over the same ranks itself */
 	if (mesh->sp->size <= 1 || pd_parallel_state(par, &pd_par_method_pipefusion))
 		return 1;
@@ -190,7 +209,7 @@ static int pd_seq_setup(struct pd_parallel *par, void *state, struct pd_dit *m, 
 	sp = pd_parallel_data_comm(par, mesh->sp);
 	u = pd_parallel_data_comm(par, mesh->axis[PD_AXIS_ULYSSES]);
 	r = pd_parallel_data_comm(par, mesh->axis[mesh->degree[PD_AXIS_DISTRI] > 1 ? PD_AXIS_DISTRI : PD_AXIS_RING]);
-	if (!sp || !u || !r || pd_seq_init(state, m, mesh->sp, sp, u, r, &par->hooks))
+	if (!sp || !u || !r || pd_seq_init(state, m, mesh->sp, sp, u, r, opt && opt->ring_gathered, &par->hooks))
 		return -1;
 	par->runner.predict = pd_seq_predict;
 	par->runner.predict_ctx = state;
@@ -224,8 +243,9 @@ static void pd_seq_sends(const struct pd_par_step *s, struct pd_par_sends *out)
 		out->rounds[PD_AXIS_ULYSSES] += 2 * layers * (U - 1);
 	}
 	if (R > 1) {
+		/* the same bytes in one collective a layer where it is gathered */
 		out->bytes[PD_AXIS_RING] += layers * 2.0 * A / ((double)U * R * T) * (R - 1);
-		out->msgs[PD_AXIS_RING] += layers * (R - 1);
+		out->msgs[PD_AXIS_RING] += s->info->ring_gathered ? layers : layers * (R - 1);
 		out->rounds[PD_AXIS_RING] += layers * (R - 1);
 	}
 	out->bytes[sp] += pred / P * (P - 1);

@@ -30,6 +30,8 @@ struct pd_seq_par {
 	struct pd_comm *ring;           /* the R ranks with the same Ulysses index, for the backend's
 					 * buffers (borrowed) */
 	int U, R;                       /* degrees */
+	int gathered;                   /* ring attention in its gathered form, one process's result
+					 * (pd_ring_attention_gathered; pd_par_options.ring_gathered) */
 	int64_t out_width;              /* prediction channels */
 	float *local_out;               /* [image chunk, out_width] */
 	size_t local_cap;               /* its capacity in floats */
@@ -40,14 +42,18 @@ struct pd_seq_par {
 	float *xsend, *xrecv;           /* all-to-all buffers */
 	float *kv[2];                   /* ring: the chunk being used and the one arriving */
 	float *part, *lse, *plse;       /* ring: a partial output and the log-sum-exps */
-	size_t cap_u, cap_x, cap_kv, cap_q;
+	float *gsend, *grecv;           /* gathered ring: my chunk's K (then V), and every chunk's as
+					 * received (only where chunks have text rows) */
+	float *kf, *vf;                 /* gathered ring: the sequence's K and V in its order */
+	size_t cap_u, cap_x, cap_kv, cap_q, cap_gs, cap_gr, cap_f;
 };
 
 /* Sets up P for the mesh's sequence-parallel groups and installs the
  * attention hook into HOOKS. SP carries host memory; SP_DATA, ULYSSES and
- * RING carry the model backend's buffers (pd_parallel_data_comm). */
+ * RING carry the model backend's buffers (pd_parallel_data_comm). GATHERED:
+ * ring attention in its gathered form. */
 int pd_seq_init(struct pd_seq_par *p, struct pd_dit *model, struct pd_comm *sp, struct pd_comm *sp_data,
-		struct pd_comm *ulysses, struct pd_comm *ring, struct pd_dit_hooks *hooks);
+		struct pd_comm *ulysses, struct pd_comm *ring, int gathered, struct pd_dit_hooks *hooks);
 void pd_seq_free(struct pd_seq_par *p);
 
 /* One transformer call on the whole-sequence input IN: this rank computes

@@ -29,6 +29,9 @@ struct pd_par_options {
 	int pipefusion;                 /* PipeFusion's schedule even with one stage (patches in turn) */
 	int nccl;                       /* device buffers through NCCL (pd_comm_nccl_new) rather than
 					 * staged through the host, where the backend has a device queue */
+	int ring_gathered;              /* ring attention gathers every chunk's K/V and attends once
+					 * (pd_ring_attention_gathered): one process's result, where int8
+					 * products would turn the merges' last bits into roundings */
 };
 
 struct pd_parallel {

@@ -359,6 +359,11 @@ static int pd_plan_cost_held(const struct pd_plan_work *w, const struct pd_plan_
 	 * staging buffer */
 	if (T > 1 && c->tp_whole_inputs)
 		out->activations_gb += (S / P * 2.0 * c->mlp_width + (double)PD_DIT_STAGE_FLOATS) * 4.0 / GB;
+	/* ring's gathered form: the sequence's K and V in order, and as
+	 * received where text rows must move first */
+	if (m->degree[PD_AXIS_RING] > 1 && N <= 1 && c->ring_gathered)
+		out->activations_gb += (c->txt_context ? 2.0 : 3.0) * S * D / ((double)m->degree[PD_AXIS_ULYSSES] * T) *
+				       4.0 / GB;
 	/* the K/V buffers are kept per image and branch the rank runs */
 	if (N > 1)
 		out->activations_gb += ceil((double)c->blocks / N) * 2.0 * S * D / T * 4.0 /

@@ -109,6 +109,7 @@ def bench_bytes(label, np_, x, bench_args):
     got, want = j["bytes_sent_per_rank_per_step"], x["bytes_sent_per_rank_per_step"]
     report(j["mesh"] == x["mesh"] and abs(got - want) <= 0.02 * max(want, 1),
            "%s%s: bench sent %d bytes per rank and step, plan predicted %d" % (label, x["mesh"], got, want))
+    return j
 
 
 def wan_bytes(rnd, tmp):
@@ -281,6 +282,27 @@ def main():
                "plan --quant-products: tensor parallel sends more on int8 products (%s) than decoded (%s)" %
                ([x["bytes_sent_per_rank_per_step"] for x in named["int8"]],
                 [x["bytes_sent_per_rank_per_step"] for x in named["bf16"]]))
+        # ring attention's forms (auto: gathered on int8 products): the same bytes; the gathered
+        # one's whole-sequence K/V counted (an upper bound: the merged form's chunk buffers are not
+        # taken off), so the plan adds at least what bench's backend held more
+        form, held = {}, {}
+        for f in ("merged", "gathered"):
+            rows = plan_rows("--model", m, *qargs, "--devices", 2, "-H", H, "-W", W, "--txt-len", T, "--gflops", 100,
+                             "--quant-products", "int8", "--ring-attention", f)
+            form[f] = dict((x["mesh"], x) for x in rows)
+            ring = [x for x in rows if degrees(x["mesh"]).get("ring", 1) == 2]
+            j = ring and bench_bytes("Q8_0 int8 products, ring %s " % f, 2, ring[0],
+                                     ["--model", m, *qargs, "-H", H, "-W", W, "--quant-products", "int8",
+                                      "--ring-attention", f])
+            report(bool(j) and j["ring_attention"] == f, "bench --ring-attention %s: %s" % (f, j and j["ring_attention"]))
+            held[f] = (ring[0]["activations_gb"] * 1e3, j["activations_mb"]) if j else (0, 1e9)
+        report(held["gathered"][0] - held["merged"][0] >= held["gathered"][1] - held["merged"][1] > 0,
+               "plan --ring-attention gathered adds %.3f MB of activations, bench's backend held %.3f MB more" %
+               (held["gathered"][0] - held["merged"][0], held["gathered"][1] - held["merged"][1]))
+        more = [k for k in form["merged"] if form["gathered"][k]["activations_gb"] > form["merged"][k]["activations_gb"]]
+        report(len(form["merged"]) > 2 and form["merged"].keys() == form["gathered"].keys() and
+               [degrees(k)["ring"] for k in more] == [2] * len(more) and len(more) == 1,
+               "plan --ring-attention gathered holds more only on the ring mesh (%s)" % more)
         # the int8 layers' speed (given: a timed one is a timing): their weights' share of the linear
         # work runs that many times the rate, attention and the rest as before; none on decoded products
         comp = {}

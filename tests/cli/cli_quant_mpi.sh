@@ -7,8 +7,8 @@
 # GGUF (blocks kept in every shard at tensor parallel 2, whose column
 # slices are whole blocks) tensor parallel 2 and data parallel over a batch
 # of 2, and on int8 products (bf16) tensor parallel (alone and inside
-# PipeFusion's stages), Ulysses, data parallel and PipeFusion bit for bit,
-# ring within int8's tolerance; Ulysses 2 and 4 and tensor parallel 2 on a
+# PipeFusion's stages), Ulysses, data parallel, PipeFusion, ring 2 and 3
+# and ring 2 x Ulysses 2 (ring gathered) bit for bit; Ulysses 2 and 4 and tensor parallel 2 on a
 # Q4_K file 256 wide (its layers on int8 products) bit for bit; tensor
 # parallel 2 bit for bit on a file of Q5_0 and Q4_K layers on auto with
 # 256-bit VNNI only (both types int8), and on ranks of which one has no
@@ -47,6 +47,10 @@ run=(--diffusion-model "$q/flux-tiny-dev-Q8_0.gguf" --config "$q/dequant-Q8_0/co
 "$pdit" generate "${run[@]}" -o "$tmp/one.png" --out-latents "$tmp/one.safetensors" || bad "one process, Q8_0"
 check "Q8_0 GGUF, a batch of 2" 2 --tensor-parallel-degree 2
 check "Q8_0 GGUF, a batch of 2" 2 --data-parallel-degree 2
+# ring's gathered form asked for on f32 products (auto merges there):
+# within 1e-5 (not one process's bits: the decoded products' f32 sums
+# depend on the rows a rank multiplies)
+check "Q8_0 GGUF, a batch of 2" 2 --ring-degree 2 --ring-attention gathered
 # int8 products (bf16 compute): each input block is quantized from its own
 # 32 values, so a split of the rows (sequence parallel) or of the columns
 # at block boundaries (tensor parallel's column-parallel layers) quantizes
@@ -59,19 +63,43 @@ check "Q8_0 GGUF, a batch of 2" 2 --data-parallel-degree 2
 # (with sums of shards: 5.4e-3 here). Ring attention's merged blocks differ
 # from one process in the last f32 bits, as they do in f32; the next
 # layer's 8-bit rounding can turn such a difference into a step of its
-# input's 1/127, so ring is held to the int8 products' own tolerance
-# against the golden run (2e-2; measured 5.8e-3 here, and bf16's decoded
-# products 7e-4 to 2.4e-3 for the same reason)
+# input's 1/127 (5.8e-3 here), so on int8 products ring takes its gathered
+# form: every chunk's K/V in the sequence's order, one attention as one
+# process's, bit for bit, said in the log
+run_f32=("${run[@]:0:${#run[@]}-1}")	# without its last word, -q
 run+=(--dtype bf16 --quant-products int8)
 "$pdit" generate "${run[@]}" -o "$tmp/one.png" --out-latents "$tmp/one.safetensors" || bad "one process, int8"
 tol=0
 for m in "2:--ulysses-degree 2" "2:--data-parallel-degree 2" "2:--pipefusion-degree 2 --warmup-steps 3" \
-	"2:--tensor-parallel-degree 2" "4:--tensor-parallel-degree 2 --pipefusion-degree 2 --warmup-steps 3"; do
+	"2:--tensor-parallel-degree 2" "4:--tensor-parallel-degree 2 --pipefusion-degree 2 --warmup-steps 3" \
+	"2:--ring-degree 2" "3:--ring-degree 3" "4:--ring-degree 2 --ulysses-degree 2"; do
 	# shellcheck disable=SC2086
 	check "Q8_0 GGUF on int8 products" "${m%%:*}" ${m#*:}
 done
+# said in the log; on f32's decoded products ring merges (its overlap and
+# O(S/R) memory: within 1e-5 of one process, checked above), nothing said
+for p in int8:1 f32:0; do
+	flags=(--dtype bf16 --quant-products int8)
+	[ "${p%:*}" = int8 ] || flags=()
+	"${mpirun[@]}" -np 2 "$pdit" generate "${run_f32[@]}" "${flags[@]}" --ring-degree 2 -o "$tmp/m.png" 2> "$tmp/err" &&
+		[ "$(grep -c "^pdit: ring attention gathers every chunk's keys and values" "$tmp/err")" = "${p#*:}" ] &&
+		ok "ring 2 on ${p%:*} products: its gathered form said in the log ${p#*:} time(s)" ||
+		{ cat "$tmp/err"; bad "ring 2 on ${p%:*} products: the log"; }
+done
+# the merged form asked for on int8 products: within int8's tolerance
+# (5.8e-3 here), and bench's JSON names each form
 tol=2e-2
-check "Q8_0 GGUF on int8 products" 2 --ring-degree 2
+check "Q8_0 GGUF on int8 products, merged" 2 --ring-degree 2 --ring-attention merged
+for f in int8:auto:gathered int8:merged:merged f32:auto:merged f32:gathered:gathered; do
+	flags=(--dtype bf16 --quant-products int8)
+	[ "${f%%:*}" = int8 ] || flags=()
+	g=${f#*:}
+	"${mpirun[@]}" -np 2 "$pdit" bench "${run_f32[@]}" "${flags[@]}" --ring-degree 2 --ring-attention "${g%:*}" \
+		--steps 1 --warmup 0 --json > "$tmp/bench.json" 2> "$tmp/err" &&
+		grep -q "\"ring_attention\": \"${g#*:}\"" "$tmp/bench.json" &&
+		ok "bench --json, --ring-attention ${g%:*} on ${f%%:*} products: \"ring_attention\": \"${g#*:}\"" ||
+		{ cat "$tmp/err" "$tmp/bench.json"; bad "bench --json, --ring-attention ${g%:*} on ${f%%:*} products"; }
+done
 # Ulysses where the 8-bit roundings would show a different order of the
 # keys: before the gathered rows took the sequence's order (each rank's text
 # chunk, then its image chunk, rank after rank), this file's latents moved by

@@ -13,6 +13,10 @@
  * 1e-5 relative (f32) and, for golden cases, the golden latents.final within
  * 1e-4. The cases' text and image lengths (5, 7, 9 and 12, 15, 18 tokens)
  * do not divide most degrees, down to chunks with no text token at all.
+ * The first ring mesh without Ulysses and the first with it (neither with
+ * tensor parallel, whose shards' sums are not one process's) run again with
+ * ring attention in its gathered form (pd_ring_attention_gathered), which
+ * must give the single-process latents bit for bit.
  */
 #include "pd_mesh.h"
 #include "test_run.h"
@@ -53,7 +57,7 @@ static float *golden_latents(const char *path, int64_t n)
 static void test_case(const struct pcase *c)
 {
 	struct pd_mesh_limits lim;
-	int meshes[256][PD_AXIS_COUNT], n_mesh, n_distri, n_all = 0;
+	int meshes[256][PD_AXIS_COUNT], n_mesh, n_distri, n_all = 0, gathered = 0;
 	float *one, *gold = NULL;
 	int64_t n = 0;
 
@@ -94,6 +98,21 @@ static void test_case(const struct pcase *c)
 		PD_CHECK(e2 <= TOL_GOLDEN, "%s, mesh %s: %.3g from the golden file (> %g)", c->name, desc, e2,
 			 TOL_GOLDEN);
 		free(par);
+		/* (tensor parallel sums its shards here: not one process's bits) */
+		if (meshes[k][PD_AXIS_RING] > 1 && meshes[k][PD_AXIS_PP] == 1 && meshes[k][PD_AXIS_TP] == 1 &&
+		    !(gathered & (1 << (meshes[k][PD_AXIS_ULYSSES] > 1)))) {
+			struct pcase g = *c;
+
+			gathered |= 1 << (meshes[k][PD_AXIS_ULYSSES] > 1);
+			g.ring_gathered = 1;
+			par = test_run_case(world, &g, meshes[k], &np, NULL);
+			e1 = par && np == n ? pd_max_abs_err(par, one, (size_t)n) : INFINITY;
+			if (world->rank == 0)
+				printf("  %-28s %-44s gathered ring: largest difference %.2e\n", c->name, desc, e1);
+			PD_CHECK(e1 == 0, "%s, mesh %s, ring gathered: %.3g from the single-process run (not 0)", c->name,
+				 desc, e1);
+			free(par);
+		}
 	}
 	PD_CHECK(n_mesh > 0 || world->size == 1, "%s: no mesh to test", c->name);
 	free(one);

@@ -73,7 +73,8 @@ float *test_run_case(struct pd_comm *world, const struct pcase *c, const int *de
 		if (pd_mesh_create(&mesh, world, degree))
 			goto out;
 		/* PDIT_TEST_NCCL: a GPU's buffers through NCCL (one GPU a rank) */
-		struct pd_par_options opt = { c->warmup, c->patches, c->pipe_one_stage, getenv("PDIT_TEST_NCCL") != NULL };
+		struct pd_par_options opt = { c->warmup, c->patches, c->pipe_one_stage, getenv("PDIT_TEST_NCCL") != NULL,
+					      c->ring_gathered };
 
 		sh = pd_parallel_shard(&mesh, &info);
 		if (pd_flux_load_dit(&m, c->tdir, NULL, be, &sh) || pd_parallel_setup(&par, &mesh, m, e.batch, &opt))

@@ -21,6 +21,7 @@ struct pcase {
 	int warmup;                     /* DistriFusion's and PipeFusion's exact steps */
 	int patches;                    /* PipeFusion's patches (0: as many as stages) */
 	int pipe_one_stage;             /* run PipeFusion's schedule even on one stage */
+	int ring_gathered;              /* ring attention in its gathered form (pd_par_options) */
 };
 
 /* Runs C on DEGREE (NULL: this process alone, whatever the world) and

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Ring attention's two forms on int8 products: `pdit bench` on the FLUX-width
 # model's Q8_0 file (written by `pdit quantize` when missing), --ring-degree
-# DEGREE processes, bf16 products, --ring-attention merged (each chunk's
+# DEGREE processes, bf16 compute, --ring-attention merged (each chunk's
 # partial result merged as the next travels) against gathered (auto's form
 # on int8 products: every chunk's K/V gathered, one attention; one process's
 # latents bit for bit), ROUNDS interleaved rounds (the machine is shared and

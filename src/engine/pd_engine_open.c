@@ -89,7 +89,9 @@ void pd_engine_about(const struct pd_engine *e, struct pd_engine_about *a)
 	a->vae_dtype = e->vae_dt == PD_BF16 ? "bf16" : "f32";
 	a->quant_products = e->be && e->be->int8_layers > 0 ? "int8" : "bf16";
 	a->int8_layers = e->be ? e->be->int8_layers : 0;
-	a->ring_attention = e->degree[PD_AXIS_RING] <= 1 ? "" : e->opt.ring_gathered ? "gathered" : "merged";
+	/* (PipeFusion's stages attend over their own K/V buffers) */
+	a->ring_attention = e->degree[PD_AXIS_RING] <= 1 || e->degree[PD_AXIS_PP] > 1 ? "" :
+			    e->opt.ring_gathered ? "gathered" : "merged";
 	a->load_seconds = e->load_seconds;
 	a->encode_seconds = e->encode_seconds;
 }
@@ -158,9 +160,10 @@ static int pd_engine_products_agree(struct pd_engine *e)
 
 	mine[0] = !e->int8_unfit && e->be->qproducts == PD_QP_INT8;
 	mine[1] = e->info.tp_whole_inputs && e->be->qproducts != PD_QP_DECODE;
-	/* (a name already read by pd_engine_held_layout) */
+	/* (a name already read by pd_engine_held_layout); auto's form where
+	 * every rank multiplies in int8, a form asked for as asked */
 	pd_engine_ring_form(e->o.ring_attention, &ring);
-	mine[2] = e->info.ring_gathered && (ring > 0 || e->be->qproducts != PD_QP_DECODE);
+	mine[2] = ring >= 0 ? ring : e->info.ring_gathered && e->be->qproducts != PD_QP_DECODE;
 	all = pd_malloc(sizeof(mine) * (size_t)e->world->size, "the products' agreement");
 	if (pd_engine_agree(e, !all)) {
 		free(all);
@@ -180,7 +183,7 @@ static int pd_engine_products_agree(struct pd_engine *e)
 	if (pd_engine_products_auto(&e->o))
 		e->be->qproducts = low ? PD_QP_INT8 : PD_QP_DECODE;
 	e->info.tp_whole_inputs = whole && e->be->qproducts != PD_QP_DECODE;
-	e->info.ring_gathered = gathered && (ring > 0 || e->be->qproducts != PD_QP_DECODE);
+	e->info.ring_gathered = gathered ? (ring > 0 ? 2 : 1) : 0;
 	e->opt.ring_gathered = e->info.ring_gathered;
 	return 0;
 }
@@ -558,8 +561,7 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 		pd_log(1, "pdit: %d quantized layers multiply in int8 (inputs quantized in blocks of 32, of 256 "
 			  "for the K-quants; --quant-products bf16 decodes them instead)\n", e->be->int8_layers);
 	/* (auto's choice, not one the user made) */
-	if (e->opt.ring_gathered && e->mesh.degree[PD_AXIS_RING] > 1 &&
-	    (!e->o.ring_attention || !strcmp(e->o.ring_attention, "auto")))
+	if (e->info.ring_gathered == 1 && e->mesh.degree[PD_AXIS_RING] > 1 && e->mesh.degree[PD_AXIS_PP] <= 1)
 		pd_log(1, "pdit: ring attention gathers every chunk's keys and values and attends once, as one "
 			  "process does (int8 products would turn its merges' last bits into roundings; "
 			  "--ring-attention merged overlaps the transfers instead)\n");

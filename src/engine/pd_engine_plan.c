@@ -174,7 +174,7 @@ int pd_engine_held_layout(const struct pd_engine_options *o, enum pd_dtype dt, c
 	if (pd_backend_qproducts(o->quant_products, &qp) || pd_engine_ring_form(o->ring_attention, &ring))
 		return -1;
 	info->kept_bytes_stored = 0;
-	info->ring_gathered = ring > 0;
+	info->ring_gathered = ring > 0 ? 2 : 0;
 	/* a GPU holds them as stored */
 	if (!strcmp(be, "cuda") || (!strcmp(be, "auto") && pd_backend_gpus() > 0))
 		return 0;

@@ -243,10 +243,10 @@ static void pd_seq_sends(const struct pd_par_step *s, struct pd_par_sends *out)
 		out->rounds[PD_AXIS_ULYSSES] += 2 * layers * (U - 1);
 	}
 	if (R > 1) {
-		/* the same bytes in one collective a layer where it is gathered */
+		/* the same bytes in two collectives a layer (K, V) where it is gathered */
 		out->bytes[PD_AXIS_RING] += layers * 2.0 * A / ((double)U * R * T) * (R - 1);
-		out->msgs[PD_AXIS_RING] += s->info->ring_gathered ? layers : layers * (R - 1);
-		out->rounds[PD_AXIS_RING] += layers * (R - 1);
+		out->msgs[PD_AXIS_RING] += s->info->ring_gathered ? 2 * layers : layers * (R - 1);
+		out->rounds[PD_AXIS_RING] += (s->info->ring_gathered ? 2 : 1) * layers * (R - 1);
 	}
 	out->bytes[sp] += pred / P * (P - 1);
 	out->msgs[sp] += 1;

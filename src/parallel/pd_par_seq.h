@@ -45,7 +45,8 @@ struct pd_seq_par {
 	float *gsend, *grecv;           /* gathered ring: my chunk's K (then V), and every chunk's as
 					 * received (only where chunks have text rows) */
 	float *kf, *vf;                 /* gathered ring: the sequence's K and V in its order */
-	size_t cap_u, cap_x, cap_kv, cap_q, cap_gs, cap_gr, cap_f;
+	size_t cap_u, cap_x, cap_kv, cap_q; /* capacities (floats) of uq..uo, xsend/xrecv, kv, part..plse */
+	size_t cap_gs, cap_gr, cap_f;   /* and of gsend, grecv, kf/vf */
 };
 
 /* Sets up P for the mesh's sequence-parallel groups and installs the

@@ -329,7 +329,9 @@ static int pd_plan_cost_held(const struct pd_plan_work *w, const struct pd_plan_
 				out->comm_s += t;
 			else if (pd_axes[a].overlap == PD_OVERLAP_STEP)
 				hidden += t;
-			else if (pd_axes[a].overlap == PD_OVERLAP_ATTENTION && N == 1)
+			/* (ring's gathered form waits for its gathers) */
+			else if (pd_axes[a].overlap == PD_OVERLAP_ATTENTION && N == 1 &&
+				 !(a == PD_AXIS_RING && c->ring_gathered))
 				out->comm_s += fmax(0, t - fl.attention * pd_plan_images(w, m) * pd_plan_branches(w, m) /
 							     ((double)T * P) / 1e9 / rate);
 			else
@@ -360,10 +362,12 @@ static int pd_plan_cost_held(const struct pd_plan_work *w, const struct pd_plan_
 	if (T > 1 && c->tp_whole_inputs)
 		out->activations_gb += (S / P * 2.0 * c->mlp_width + (double)PD_DIT_STAGE_FLOATS) * 4.0 / GB;
 	/* ring's gathered form: the sequence's K and V in order, and as
-	 * received where text rows must move first */
+	 * received where text rows must move first (a context text is no
+	 * key of the sequence), and my chunk sent; the merged form's two
+	 * chunks not taken off */
 	if (m->degree[PD_AXIS_RING] > 1 && N <= 1 && c->ring_gathered)
-		out->activations_gb += (c->txt_context ? 2.0 : 3.0) * S * D / ((double)m->degree[PD_AXIS_ULYSSES] * T) *
-				       4.0 / GB;
+		out->activations_gb += ((c->txt_context ? 2.0 * L : 3.0 * S) / m->degree[PD_AXIS_ULYSSES] +
+					(c->txt_context ? L : S) / P) * D / T * 4.0 / GB;
 	/* the K/V buffers are kept per image and branch the rank runs */
 	if (N > 1)
 		out->activations_gb += ceil((double)c->blocks / N) * 2.0 * S * D / T * 4.0 /

@@ -1036,7 +1036,8 @@ def main():
 
     # a waiting client that hangs up cancels its job; the next request is right. The job's last log line
     # comes from the connection's thread after the engine has let it go (/health's running 0 before it):
-    # wait for that line, not for running
+    # wait for that line, not for running (and not for any job's last line: the request before may log
+    # its own after its answer)
     seen = len(srv.lines)
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=15)
     b = json.dumps({"prompt": "left", "size": "64x64", "steps": 1000}).encode()
@@ -1047,10 +1048,10 @@ def main():
         time.sleep(0.02)
     time.sleep(0.2)
     s.close()
-    ended = lambda: [l for l in srv.lines[seen:] if " -> " in l and " in " in l]
+    ended = lambda: [l for l in srv.lines[seen:] if " -> " in l and "client left" in l]
     while time.time() < t_end and not ended():
         time.sleep(0.02)
-    left = [l for l in ended() if "client left" in l]
+    left = ended()
     report(len(left) == 1 and time.time() < t_end, "a client that hangs up: its job cancelled (%s)"
            % (left[0].strip() if left else "not logged"))
     st, ans, _ = post(srv, "/sdapi/v1/txt2img", a1111_body)

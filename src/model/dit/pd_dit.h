@@ -76,8 +76,9 @@ struct pd_dit_info {
 					 * where only the file's fit, and the planner counts that */
 	int tp_whole_inputs;            /* tensor parallel runs with whole inputs (pd_dit_shard.whole_inputs):
 					 * the engine's choice, which the planner counts */
-	int ring_gathered;              /* ring attention in its gathered form (pd_par_options.ring_gathered),
-					 * for int8 products: the engine's choice, which the planner counts */
+	int ring_gathered;              /* ring attention in its gathered form (pd_par_options.ring_gathered):
+					 * 1 auto's choice for int8 products, 2 asked for (--ring-attention
+					 * gathered), 0 merged; the engine's choice, which the planner counts */
 	double int8_fraction;           /* of the kept weights, by count, those whose products are int8
 					 * (the engine's choice; 0: none), which the planner times */
 	int int8_type;                  /* the block format (enum pd_qtype) of most of them */
@@ -93,7 +94,9 @@ static inline void pd_dit_info_as_stored(struct pd_dit_info *info)
 	info->kept_bytes_stored = 0;
 	info->int8_fraction = 0;
 	info->tp_whole_inputs = 0;
-	info->ring_gathered = 0;
+	/* auto's gathered ring was for the int8 products */
+	if (info->ring_gathered == 1)
+		info->ring_gathered = 0;
 }
 
 /* Bytes a weight takes as the backend holds it, averaged: the kept ones as

@@ -16,7 +16,9 @@
  * The first ring mesh without Ulysses and the first with it (neither with
  * tensor parallel, whose shards' sums are not one process's) run again with
  * ring attention in its gathered form (pd_ring_attention_gathered), which
- * must give the single-process latents bit for bit.
+ * must give the single-process latents bit for bit on the CPU (staged or
+ * not), and within 1e-5 on a GPU, whose libraries may choose their product
+ * kernels by the rows a rank has.
  */
 #include "pd_mesh.h"
 #include "test_run.h"
@@ -58,6 +60,8 @@ static void test_case(const struct pcase *c)
 {
 	struct pd_mesh_limits lim;
 	int meshes[256][PD_AXIS_COUNT], n_mesh, n_distri, n_all = 0, gathered = 0;
+	const char *tb = getenv("PDIT_TEST_BACKEND");
+	int exact = !tb || !*tb || !strcmp(tb, "cpu") || !strcmp(tb, "staged");
 	float *one, *gold = NULL;
 	int64_t n = 0;
 
@@ -106,11 +110,13 @@ static void test_case(const struct pcase *c)
 			gathered |= 1 << (meshes[k][PD_AXIS_ULYSSES] > 1);
 			g.ring_gathered = 1;
 			par = test_run_case(world, &g, meshes[k], &np, NULL);
-			e1 = par && np == n ? pd_max_abs_err(par, one, (size_t)n) : INFINITY;
+			e1 = par && np == n ? (exact ? pd_max_abs_err(par, one, (size_t)n) : pd_rel_err(par, one, (size_t)n))
+					    : INFINITY;
 			if (world->rank == 0)
-				printf("  %-28s %-44s gathered ring: largest difference %.2e\n", c->name, desc, e1);
-			PD_CHECK(e1 == 0, "%s, mesh %s, ring gathered: %.3g from the single-process run (not 0)", c->name,
-				 desc, e1);
+				printf("  %-28s %-44s gathered ring: %s %.2e\n", c->name, desc,
+				       exact ? "largest difference" : "vs one process", e1);
+			PD_CHECK(exact ? e1 == 0 : e1 <= TOL_ONE, "%s, mesh %s, ring gathered: %.3g from the single-process "
+				 "run (> %g)", c->name, desc, e1, exact ? 0 : TOL_ONE);
 			free(par);
 		}
 	}

@@ -32,6 +32,8 @@ struct pd_engine {
 	double encode_seconds;          /* encoding the prompts at open (0 for embeddings) */
 	enum pd_qtype quantize;         /* the blocks' plain weights encoded at load into this (PD_Q_F32: none) */
 	int int8_unfit;                 /* auto's int8 layout would not fit where the stored one does: decoded */
+	int ring_form;                  /* o.ring_attention read (pd_engine_ring_form): 1 gathered, 0 merged,
+					 * -1 auto */
 	int n_loras;                    /* adapters in o.loras (their paths copied: the engine's) */
 	struct pd_lora_spec on[PD_MAX_LORAS]; /* the adapters beside the model's layers now (paths copied) */
 	int n_on;                       /* how many */

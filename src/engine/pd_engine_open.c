@@ -156,13 +156,12 @@ static int pd_engine_threads(struct pd_comm *world, int requested)
  * exchange is another). */
 static int pd_engine_products_agree(struct pd_engine *e)
 {
-	int mine[3], *all, low = 1, whole = 1, gathered = 1, ring = -1;
+	int mine[3], *all, low = 1, whole = 1, gathered = 1, ring = e->ring_form;
 
 	mine[0] = !e->int8_unfit && e->be->qproducts == PD_QP_INT8;
 	mine[1] = e->info.tp_whole_inputs && e->be->qproducts != PD_QP_DECODE;
-	/* (a name already read by pd_engine_held_layout); auto's form where
-	 * every rank multiplies in int8, a form asked for as asked */
-	pd_engine_ring_form(e->o.ring_attention, &ring);
+	/* auto's form where every rank multiplies in int8, a form asked for as
+	 * asked */
 	mine[2] = ring >= 0 ? ring : e->info.ring_gathered && e->be->qproducts != PD_QP_DECODE;
 	all = pd_malloc(sizeof(mine) * (size_t)e->world->size, "the products' agreement");
 	if (pd_engine_agree(e, !all)) {
@@ -320,7 +319,6 @@ void pd_engine_encoder_kinds(const struct pd_dit_family *fam, char *buf, size_t 
 static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_options *o)
 {
 	const char *dtype = o->dtype ? o->dtype : "f32";
-	int ring;
 
 	if (pd_dtype_compute("--dtype", dtype, &e->dt) ||
 	    pd_dtype_compute("--vae-dtype", o->vae_dtype ? o->vae_dtype : "f32", &e->vae_dt))
@@ -337,7 +335,7 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
 					 "f8_e5m2", o->quantize);
 		e->quantize = t;
 	}
-	if (pd_engine_ring_form(o->ring_attention, &ring))
+	if (pd_engine_ring_form(o->ring_attention, &e->ring_form))
 		return -1;
 	if (!(o->comm_timeout >= 0))
 		return pd_errorf("--comm-timeout must be 0 (wait forever) or a number of seconds (got %g)", o->comm_timeout);

@@ -44,7 +44,7 @@ static int pd_seq_attention(void *ctx, struct pd_backend *be, const struct pd_di
 {
 	struct pd_seq_par *p = ctx;
 	int U = p->U, R = p->R, ring_me = p->ring->rank;
-	int64_t ur[64], ut[64], kv_rows[64], kv_txt[64], su = 0, max_kv = 0, all_kv = 0;
+	int64_t ur[64], ut[64], kv_rows[64], kv_txt[64], su = 0, max_kv = 0, all_kv = 0, all_txt = 0;
 	int64_t hu = (int64_t)(heads / U) * head_dim, W = (int64_t)heads * head_dim;
 	const float *aq = q, *ak = k, *av = v;
 	float *ao = out;
@@ -59,17 +59,18 @@ static int pd_seq_attention(void *ctx, struct pd_backend *be, const struct pd_di
 		kv_rows[j] = 0;
 		kv_txt[j] = 0;
 		for (int u = 0; u < U; u++) {
-			int64_t n = pd_seq_rows(p, call, j * U + u);
+			int64_t n = pd_seq_rows(p, call, j * U + u), t = pd_seq_txt_rows(p, call, j * U + u);
 
 			kv_rows[j] += n;
-			kv_txt[j] += pd_seq_txt_rows(p, call, j * U + u);
+			kv_txt[j] += t;
 			if (j == ring_me) {
 				ur[u] = n;
-				ut[u] = pd_seq_txt_rows(p, call, j * U + u);
+				ut[u] = t;
 			}
 		}
 		max_kv = kv_rows[j] > max_kv ? kv_rows[j] : max_kv;
 		all_kv += kv_rows[j];
+		all_txt += kv_txt[j];
 	}
 	su = kv_rows[ring_me];
 	PD_ASSERT(ur[p->ulysses->rank] == rows);
@@ -94,12 +95,9 @@ static int pd_seq_attention(void *ctx, struct pd_backend *be, const struct pd_di
 	if (R > 1 && p->gathered) {
 		float **fb[] = { &p->kf, &p->vf };
 		size_t gb[64];
-		int64_t any_txt = 0;
 
-		for (int j = 0; j < R; j++)
-			any_txt += kv_txt[j];
 		if (pd_backend_grow(be, &p->gsend, &p->cap_gs, (size_t)(su * hu) + 1, "sequence-parallel buffers") ||
-		    (any_txt && pd_backend_grow(be, &p->grecv, &p->cap_gr, (size_t)(all_kv * hu),
+		    (all_txt && pd_backend_grow(be, &p->grecv, &p->cap_gr, (size_t)(all_kv * hu),
 						"sequence-parallel buffers")) ||
 		    pd_seq_grow_all(be, fb, 2, &p->cap_f, (size_t)(all_kv * hu)))
 			return -1;

@@ -12,9 +12,12 @@
 # measured, and a rerun with the same SIZE and STEPS skips the pairs found
 # there: a 1024², 28-step table (about 20 minutes a pair on 2 cores) can be
 # run a few pairs at a time (at `nice -n 19` while the machine does other work).
-# The file knows nothing of the build or the machine: delete it when the
-# int8 or decoded arithmetic changes, or the model (a line says the CPU of
-# the run that printed the table).
+# The file knows nothing of the build or the machine: delete it (or its
+# type's lines) when the int8 or decoded arithmetic changes, or the model (a
+# line says the CPU of the run that printed the table). Each decoded picture
+# is kept too (bench/quant/decoded-TYPE-SIZE-STEPS-pPROMPT-sSEED.png), so a
+# change of the int8 arithmetic alone reruns only the int8 half of each
+# pair: delete them when the decoded arithmetic changes.
 #
 #   bench/quant_quality.sh [SIZE] [STEPS] [SEEDS...]     (default 512 8 1 2 3 4)
 #   PROMPTS=N (default 1), TYPES="q8_0 q4_k fp8" (the default)
@@ -71,13 +74,18 @@ for t in "${types[@]}"; do
 		e=$(embeds "$p")
 		for s in "${seeds[@]}"; do
 			! grep -q "^| $t | $p | $s |" "$kept" || continue
+			dec=$qdir/decoded-$t-$size-$steps-p$p-s$s.png
 			for qp in bf16 int8; do
+				o=$tmp/$qp.png
+				[ "$qp" = int8 ] || o=$dec
+				[ ! -e "$o" ] || continue
 				echo "$t prompt $p seed $s: $qp ($(date +%H:%M))" >&2
 				"$pdit" generate --model "$model" --diffusion-model "$f" --config "$model/transformer/config.json" \
 					--embeds "$e" -H "$size" -W "$size" --steps "$steps" -s "$s" --dtype bf16 \
 					--quant-products "$qp" -o "$tmp/$qp.png" -q < /dev/null
+				[ "$qp" = int8 ] || mv "$tmp/$qp.png" "$dec"
 			done
-			line=$("$cmp" pngs "$tmp/int8.png" "$tmp/bf16.png" 255)
+			line=$("$cmp" pngs "$tmp/int8.png" "$dec" 255)
 			psnr=$(sed 's/.*PSNR \([^ ]*\) dB.*/\1/' <<< "$line") maxd=$(sed 's/.*pixels within \([0-9]*\).*/\1/' <<< "$line")
 			echo "| $t | $p | $s | $psnr | $maxd |" >> "$kept"
 		done

@@ -54,7 +54,8 @@ enum pd_qproducts {
 	PD_QP_DECODE = 0,       /* its blocks decoded to the precision of the products (`compute`) */
 	PD_QP_INT8 = 1,         /* int8 dot products: each input row quantized in blocks of 32
 				 * (symmetric, one f32 scale per block, as ggml's Q8_0; 256 for the
-				 * K-quants, as its Q8_K), int32 sums scaled by both scales in f32;
+				 * K-quants, as its Q8_K, and for Q8_0 layers a multiple of 256
+				 * wide), int32 sums scaled by both scales in f32;
 				 * Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K and Q6_K in int8 forms of their
 				 * integers, fp8 e4m3 converted to int8 blocks at load (values below a
 				 * block's top four binades rounded to 2^-7 of its largest); other

@@ -556,8 +556,9 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 	e->load_seconds = pd_now() - t0;
 	/* the numbers differ from decoded products': a run says so */
 	if (e->be->int8_layers)
-		pd_log(1, "pdit: %d quantized layers multiply in int8 (inputs quantized in blocks of 32, of 256 "
-			  "for the K-quants; --quant-products bf16 decodes them instead)\n", e->be->int8_layers);
+		pd_log(1, "pdit: %d quantized layers multiply in int8 (inputs quantized in blocks of 256 for "
+			  "Q8_0 and the K-quants, of 32 for the other types and Q8_0 layers of other widths; "
+			  "--quant-products bf16 decodes them instead)\n", e->be->int8_layers);
 	/* (auto's choice, not one the user made) */
 	if (e->info.ring_gathered == 1 && e->mesh.degree[PD_AXIS_RING] > 1 && e->mesh.degree[PD_AXIS_PP] <= 1)
 		pd_log(1, "pdit: ring attention gathers every chunk's keys and values and attends once, as one "

@@ -122,8 +122,9 @@ struct pd_engine_options {
 					 * serve --lora-cache); 0: none kept */
 	int threads;                    /* per process; 0: the cores divided among this machine's processes */
 	const char *quant_products;     /* how layers kept quantized multiply: "int8" (inputs quantized in
-					 * blocks of 32 as ggml's Q8_0, of 256 for the K-quants as its
-					 * Q8_K, int8 dot products with the weights' integers (Q8_0,
+					 * blocks of 256 for Q8_0 (layers a multiple of 256 wide) and
+					 * the K-quants, as ggml's Q8_K, of 32 for the other types as
+					 * its Q8_0, int8 dot products with the weights' integers (Q8_0,
 					 * Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K), fp8 e4m3's converted to
 					 * int8 blocks at load), "bf16" (decoded to the products' precision), or "auto"
 					 * (NULL, the default: int8 with bf16 products where the

@@ -9,7 +9,8 @@
 # of 2, and on int8 products (bf16) tensor parallel (alone and inside
 # PipeFusion's stages), Ulysses, data parallel, PipeFusion, ring 2 and 3
 # and ring 2 x Ulysses 2 (ring gathered) bit for bit; Ulysses 2 and 4 and tensor parallel 2 on a
-# Q4_K file 256 wide (its layers on int8 products) and ring 2 there bit for bit; tensor
+# Q4_K file 256 wide (its layers on int8 products) and ring 2 there bit for bit, tensor
+# parallel 2, Ulysses 2 and ring 2 on that model as Q8_0 (inputs in blocks of 256); tensor
 # parallel 2 bit for bit on a file of Q5_0 and Q4_K layers on auto with
 # 256-bit VNNI only (both types int8), and on ranks of which one has no
 # VNNI (both decode).
@@ -115,6 +116,16 @@ tol=0
 for m in "2:--ulysses-degree 2" "4:--ulysses-degree 4" "2:--tensor-parallel-degree 2" "2:--ring-degree 2"; do
 	# shellcheck disable=SC2086
 	check "Q4_K 256 wide on int8 products" "${m%%:*}" ${m#*:}
+done
+# the same model as Q8_0: its layers' inputs in blocks of 256 (a multiple
+# of 256 wide), whatever the mesh
+"$pdit" quantize "$tmp/w256/transformer" "$tmp/w256-q8.gguf" --type q8_0 > /dev/null 2>&1 || bad "a Q8_0 file 256 wide"
+run=(--model "$tmp/w256" --diffusion-model "$tmp/w256-q8.gguf" --config "$tmp/w256/transformer/config.json"
+	--embeds "$tmp/w256/embeds.safetensors" -H 64 -W 48 --steps 2 -s 5 --dtype bf16 --quant-products int8 -q)
+"$pdit" generate "${run[@]}" -o "$tmp/one.png" --out-latents "$tmp/one.safetensors" || bad "one process, Q8_0 256 wide"
+for m in "2:--tensor-parallel-degree 2" "2:--ulysses-degree 2" "2:--ring-degree 2"; do
+	# shellcheck disable=SC2086
+	check "Q8_0 256 wide on int8 products" "${m%%:*}" ${m#*:}
 done
 # a file of Q5_0 and Q4_K layers on auto with 256-bit VNNI only (here:
 # AVX-512 off): both types in int8 by the 256-bit kernels; tensor parallel

@@ -81,7 +81,7 @@ gen q8 --diffusion-model "$tmp/q8.gguf" --config "$tmp/wan.json" &&
 	{ cat "$tmp/log"; bad "Q8_0 far from the golden latents"; }
 gen q8b --diffusion-model "$tmp/q8.gguf" --config "$tmp/wan.json" --dtype bf16 --quant-products bf16 &&
 	gen q8dqb --diffusion-model "$tmp/q8-dq.safetensors" --config "$tmp/wan.json" --dtype bf16 && same q8b q8dqb 1e-5
-# int8 products (inputs quantized in blocks of 32): the golden run within
+# int8 products (inputs quantized in blocks of 32: this model is 64 wide): the golden run within
 # Q8_0's own 2e-2, and the decoded products' run within 3e-2 (measured
 # 1.2e-2 on the AVX-512 EPYC: 8-bit inputs through 30 layers and 4 steps)
 gen q8i --diffusion-model "$tmp/q8.gguf" --config "$tmp/wan.json" --dtype bf16 --quant-products int8 &&

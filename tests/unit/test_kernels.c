@@ -362,7 +362,7 @@ static void ref_i8_ints(enum pd_qtype t, const unsigned char *w, int k0, int *v,
 
 /* The int8 products' arithmetic, written out from its definition
  * (pd_cpu_i8.c's header): each input block of 32 (of 256 for the K-quants,
- * as ggml's Q8_K) quantized with scale amax / 127 and values rint(x /
+ * as ggml's Q8_K, and for Q8_0 layers of a multiple of 256 inputs) quantized with scale amax / 127 and values rint(x /
  * scale) in f32; a block's dot product with
  * the weight's integers (ref_i8_ints; Q6_K's per sub-block of 16) exact,
  * times the f32 product of the two scales, plus the weight's min times
@@ -374,7 +374,7 @@ static void ref_i8_ints(enum pd_qtype t, const unsigned char *w, int k0, int *v,
 static void ref_i8(double *ref, double *sumabs, enum pd_qtype t, float wscale, const float *x, int ldx,
 		   const unsigned char *blocks, const float *b, const float *start, int M, int K, int N, int flags)
 {
-	int nb = K / 32, qb = pd_quant_info(t)->block_size == 256 ? 8 : 1;
+	int nb = K / 32, qb = pd_quant_info(t)->block_size == 256 || (t == PD_Q_Q8_0 && K % 256 == 0) ? 8 : 1;
 	size_t row = pd_quant_row_bytes(pd_quant_info(t), K);
 	signed char *q = malloc((size_t)K);
 	float *dx = malloc(sizeof(float) * (size_t)nb);
@@ -469,7 +469,9 @@ static void test_i8linear(struct pd_backend *be, struct pd_backend *portable)
 					       PD_Q_Q4_0, PD_Q_Q4_1, PD_Q_Q5_K, PD_Q_Q6_K };
 	enum pd_qtype t = types[rnd_int(0, 7)];
 	float wscale = t == PD_Q_F8_E4M3 && rnd_int(0, 1) ? 0.37f : 1.0f;
-	int K = pd_quant_info(t)->block_size == 256 ? 256 * rnd_int(1, 5) : 32 * rnd_int(1, 40);
+	/* Q8_0 half the time a multiple of 256 (its inputs then in blocks of 256) */
+	int K = pd_quant_info(t)->block_size == 256 || (t == PD_Q_Q8_0 && rnd_int(0, 1)) ? 256 * rnd_int(1, 5) :
+										     32 * rnd_int(1, 40);
 	int N = rnd_int(1, 150), M = rnd_int(1, 3) == 1 ? rnd_int(1, 7) : rnd_int(8, 140);
 	int ldx, ldy, flags_list[4] = { 0, PD_LIN_GELU_TANH, PD_LIN_NO_BIAS, PD_LIN_ACCUMULATE };
 	size_t bytes;

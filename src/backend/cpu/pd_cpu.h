@@ -250,11 +250,13 @@ void pd_cpu_qlinear(struct pd_backend *be, struct pd_linear *l, const float *x, 
  * of type T with N_IN inputs has them; groups of 16 output rows and bytes of a [n_out, n_in] weight in
  * their layout; BLOCKS (n_out rows of ROW_BYTES) into DST of that size; the
  * input rows quantized in blocks of 32 (values in XQ [rows, n_in], scales
- * in XD, -128 * sums in XC, scale * sums in XS, [rows, n_in / 32]), or with
- * SUPER in blocks of 256 (a row's scales first in its row of XD, its sums
- * of 32 as int16 pairs first in its row of XC, XS untouched); the sums of
- * each 16 in XH [rows, n_in / 16] unless it is NULL; the product, as
- * pd_cpu_linear. */
+ * in XD, -128 * sums in XC, scale * sums in XS, [rows, n_in / 32]), with
+ * SUPER 1 (the K-quants) in blocks of 256 (a row's scales first in its row
+ * of XD, its sums of 32 as int16 pairs first in its row of XC, XS
+ * untouched), with SUPER 2 (a wide Q8_0 layer) in blocks of 256 (a row's
+ * scales first in its row of XD, XC as with blocks of 32, XS untouched);
+ * the sums of each 16 in XH [rows, n_in / 16] unless it is NULL; the
+ * product, as pd_cpu_linear. */
 int pd_cpu_i8_has(enum pd_qtype t, int64_t n_in);
 /* Whether T takes Q8_0's layout (Q8_0, Q5_0 as q - 16, fp8 converted at
  * load): the one the AVX2 kernel multiplies. */

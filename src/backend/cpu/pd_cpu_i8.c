@@ -2,23 +2,37 @@
  * pd_cpu_i8.c - products of kept-quantized layers in int8 (PD_QP_INT8).
  *
  * A Q8_0 weight is int8 values in blocks of 32 inputs with one scale each.
- * Each input row is quantized the same way (ggml's quantize_row_q8_0:
+ * Each input row is quantized in blocks too (ggml's quantize_row_q8_0:
  * scale amax / 127, values rounded to the nearest, ties to even), so a
  * block's dot product is exact in int32 and
  *
  *   y[r, j] = sum over blocks b, in order, of (float)dot_b * (d_w[j, b] * d_x[r, b])
  *
- * accumulated in f32 with one fused multiply-add per block. AVX-512 VNNI's
+ * accumulated in f32 with one fused multiply-add per block. That is three
+ * f32 operations (convert, the scales' product, the sum) for every 8
+ * vpdpbusd, which bound the kernel: a Q8_0 layer whose inputs are a
+ * multiple of 256 ("wide", pd_i8_wide) takes its input rows in blocks of
+ * 256 instead, one scale d_x per 8 of the weight's blocks, and
+ *
+ *   g[r, j, u] = sum over the 8 blocks b of block u, in order, of (float)dot_b * d_w[j, b]
+ *   y[r, j] = sum over u, in order, of g[r, j, u] * d_x[r, u]
+ *
+ * two f32 operations a block and one each 256 inputs (measured on the
+ * AVX-512 EPYC at 1024²: the layers' rate 1.47x BF16's matmul with blocks
+ * of 32, 1.6x without the scales' product). The error that adds: a block
+ * of 32 quantized with the scale of its 256 (as ggml's Q8_K for the
+ * K-quants; docs/quantization.md has the pictures). AVX-512 VNNI's
  * vpdpbusd multiplies unsigned by signed bytes: weights are kept plus 128
  * (the layout's bytes) and each block's sum starts from -128 * sum(q_x),
  * taken when the input is quantized. The portable kernel does the same arithmetic in the same order: both give
  * the same bits, so a mesh of machines with and without VNNI agrees.
  *
  * The block quantization of a row depends only on its block's values (32,
- * or 256 for the K-quants), so a row split over processes (sequence
- * parallel) or an input range split at the weight's block boundaries
- * (tensor parallel's row-parallel layers: the weight's blocks, and
- * super-blocks, are never cut) quantizes every block as one process does.
+ * or 256 for the K-quants and wide Q8_0 layers), so a row split over
+ * processes (sequence parallel) quantizes every block as one process does;
+ * tensor parallel on int8 products gathers whole input rows for its
+ * row-parallel layers (pd_dit_shard.whole_inputs), so their blocks, and
+ * whether a layer is wide, are those of the whole layer.
  *
  * Layout (pd_linear.i8): output rows in groups of 16 (the last padded with
  * zero rows); for each group, for each block of 32 inputs, PD_I8_BLOCK
@@ -132,6 +146,14 @@ static int pd_i8_k(enum pd_qtype t)
 int pd_cpu_i8_q8_layout(enum pd_qtype t)
 {
 	return t == PD_Q_Q8_0 || t == PD_Q_Q5_0 || t == PD_Q_F8_E4M3;
+}
+
+/* Whether a Q8_0 layer of N_IN inputs takes them in blocks of 256 (the
+ * header's "wide"): the layer's whole inputs decide, never a shard's, as
+ * tensor parallel on int8 products gathers whole input rows. */
+static int pd_i8_wide(enum pd_qtype t, int64_t n_in)
+{
+	return t == PD_Q_Q8_0 && n_in % 256 == 0;
 }
 
 /* Inputs of one group's unit of T in the layout: a block (Q8_0, Q5_0,
@@ -485,12 +507,31 @@ static void pd_i8_quant_super(const float *x, int vec, int8_t *q, float *d, int3
 		memcpy(h, s16, sizeof(s16));
 }
 
+/* A wide Q8_0 input: 256 values (VEC as above) into Q, their scale into
+ * D, -128 * the sum of each 32 into CORR[8]. */
+static void pd_i8_quant_wide(const float *x, int vec, int8_t *q, float *d, int32_t *corr)
+{
+	int32_t s16[16];
+
+	pd_i8_quant(x, 256, vec, q, d, s16);
+	for (int k = 0; k < 8; k++)
+		corr[k] = -128 * (s16[2 * k] + s16[2 * k + 1]);
+}
+
 void pd_cpu_i8_quant_rows(const struct pd_cpu *cpu, const float *x, int64_t ldx, int64_t rows, int64_t n_in,
 			  int super, int8_t *xq, float *xd, int32_t *xc, float *xs, int32_t *xh)
 {
 	int64_t nb = n_in / 32;
 	int vec = cpu->avx512;
 
+	if (super == 2) {
+#pragma omp parallel for schedule(static)
+		for (int64_t r = 0; r < rows; r++)
+			for (int64_t u = 0; u < n_in / 256; u++)
+				pd_i8_quant_wide(x + r * ldx + u * 256, vec, xq + r * n_in + u * 256, xd + r * nb + u,
+						 xc + r * nb + u * 8);
+		return;
+	}
 	if (super) {
 #pragma omp parallel for schedule(static)
 		for (int64_t r = 0; r < rows; r++)
@@ -699,20 +740,36 @@ static float pd_i8_unit_portable(enum pd_qtype t, const struct pd_i8_rows *x, in
 	}
 }
 
-/* The tile of rows X by the groups at W0 and W1 (UNITS units of T each):
- * T[r * PD_I8_COLS + c]. */
-static void pd_i8_tile_portable(enum pd_qtype t, const struct pd_i8_rows *x, const unsigned char *w0,
+/* ACC plus row R's wide inputs U (a wide Q8_0 layer's 256) times output
+ * C of the 8 blocks at O, in pd_i8_tile_wide_vnni's order. */
+static float pd_i8_wide_portable(const struct pd_i8_rows *x, int r, int64_t u, const unsigned char *o, int c,
+				 float acc)
+{
+	float g = 0;
+
+	for (int64_t b = u * 8; b < u * 8 + 8; b++, o += PD_I8_BLOCK)
+		g = fmaf((float)pd_i8_dot(x, r, b, o, c, 0, 0, 32, x->c[r][b]), pd_i8_half(o + 512, c), g);
+	return fmaf(g, x->d[r][u], acc);
+}
+
+/* The tile of rows X by the groups at W0 and W1 (UNITS units of T each;
+ * WIDE: UNITS wide inputs of a wide Q8_0 layer): T[r * PD_I8_COLS + c]. */
+static void pd_i8_tile_portable(enum pd_qtype t, int wide, const struct pd_i8_rows *x, const unsigned char *w0,
 				const unsigned char *w1, int64_t units, float *tile)
 {
-	size_t ub = pd_i8_unit_bytes(t);
+	size_t ub = wide ? 8 * PD_I8_BLOCK : pd_i8_unit_bytes(t);
 
 	for (int r = 0; r < PD_I8_MR; r++)
 		for (int g = 0; g < PD_I8_NG; g++)
 			for (int c = 0; c < 16; c++) {
 				float acc = 0;
 
-				for (int64_t b = 0; b < units; b++)
-					acc = pd_i8_unit_portable(t, x, r, b, (g ? w1 : w0) + (size_t)b * ub, c, acc);
+				for (int64_t b = 0; b < units; b++) {
+					const unsigned char *o = (g ? w1 : w0) + (size_t)b * ub;
+
+					acc = wide ? pd_i8_wide_portable(x, r, b, o, c, acc) :
+						     pd_i8_unit_portable(t, x, r, b, o, c, acc);
+				}
 				tile[r * PD_I8_COLS + g * 16 + c] = acc;
 			}
 }
@@ -822,11 +879,37 @@ pd_i8_tile_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const unsig
 	PD_I8_EACH_ROW(PD_I8_STORE);
 }
 
-/* Q8_0's layout on AVX2 without VNNI: vpmaddubsw with the input's sign
+/* The int32 sums of rows R and R + 1 of block XB by the 16 outputs at W
+ * (Q8_0's layout) on AVX2 without VNNI: vpmaddubsw with the input's sign
  * moved onto the weight (ggml's trick: |x| unsigned times sign(w, x), a
  * pair at most 2 x 127 x 127, never saturated), its pairs summed into
- * int32 by vpmaddwd: the block's sums are VNNI's integers (without the
- * +128 and its correction), and the scales apply in VNNI's order, so the
+ * int32 by vpmaddwd: VNNI's integers without the +128 and its correction.
+ * I: row R's columns 0-7 and 8-15, then row R + 1's. */
+__attribute__((target("avx2,fma,f16c"))) static inline __attribute__((always_inline)) void
+pd_i8_avx2_sums(const struct pd_i8_rows *x, int r, int64_t xb, const unsigned char *w, __m256i *i)
+{
+	const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+
+	i[0] = i[1] = i[2] = i[3] = _mm256_setzero_si256();
+	for (int v = 0; v < 8; v++) {
+		/* columns 0-7 and 8-15, 4 inputs each, signed */
+		__m256i b0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + v * 64)), flip);
+		__m256i b1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + v * 64 + 32)), flip);
+		__m256i a0 = _mm256_set1_epi32(pd_i8_word(x->q[r] + xb * 32 + v * 4));
+		__m256i a1 = _mm256_set1_epi32(pd_i8_word(x->q[r + 1] + xb * 32 + v * 4));
+		__m256i u0 = _mm256_sign_epi8(a0, a0), u1 = _mm256_sign_epi8(a1, a1);
+
+#define PD_I8_PAIRS(u, b, a) _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(b, a)), ones)
+		i[0] = _mm256_add_epi32(i[0], PD_I8_PAIRS(u0, b0, a0));
+		i[1] = _mm256_add_epi32(i[1], PD_I8_PAIRS(u0, b1, a0));
+		i[2] = _mm256_add_epi32(i[2], PD_I8_PAIRS(u1, b0, a1));
+		i[3] = _mm256_add_epi32(i[3], PD_I8_PAIRS(u1, b1, a1));
+#undef PD_I8_PAIRS
+	}
+}
+
+/* Q8_0's layout on AVX2 without VNNI (pd_i8_avx2_sums): the block's sums
+ * are VNNI's integers, and the scales apply in VNNI's order, so the
  * bits are the same. -128 has no sign to take (its negation is no byte):
  * a layer with such a weight runs the portable kernel (pd_cpu_i8_avx2).
  * Two rows by 16 outputs at a time: 4 int32 and 4 f32 sums in registers
@@ -834,45 +917,68 @@ pd_i8_tile_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const unsig
 __attribute__((target("avx2,fma,f16c"))) static void
 pd_i8_tile_avx2(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t)
 {
-	const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
-
 	for (int g = 0; g < PD_I8_NG; g++)
 		for (int r = 0; r < PD_I8_MR; r += 2) {
 			const unsigned char *w = g ? w1 : w0;
 			__m256 f00 = _mm256_setzero_ps(), f01 = f00, f10 = f00, f11 = f00;
 
 			for (int64_t xb = 0; xb < nb; xb++, w += PD_I8_BLOCK) {
-				__m256i i00 = _mm256_setzero_si256(), i01 = i00, i10 = i00, i11 = i00;
+				__m256i i[4];
 				__m256 d0, d1, s;
 
-				for (int v = 0; v < 8; v++) {
-					/* columns 0-7 and 8-15, 4 inputs each, signed */
-					__m256i b0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + v * 64)), flip);
-					__m256i b1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + v * 64 + 32)), flip);
-					__m256i a0 = _mm256_set1_epi32(pd_i8_word(x->q[r] + xb * 32 + v * 4));
-					__m256i a1 = _mm256_set1_epi32(pd_i8_word(x->q[r + 1] + xb * 32 + v * 4));
-					__m256i u0 = _mm256_sign_epi8(a0, a0), u1 = _mm256_sign_epi8(a1, a1);
-
-#define PD_I8_PAIRS(u, b, a) _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(b, a)), ones)
-					i00 = _mm256_add_epi32(i00, PD_I8_PAIRS(u0, b0, a0));
-					i01 = _mm256_add_epi32(i01, PD_I8_PAIRS(u0, b1, a0));
-					i10 = _mm256_add_epi32(i10, PD_I8_PAIRS(u1, b0, a1));
-					i11 = _mm256_add_epi32(i11, PD_I8_PAIRS(u1, b1, a1));
-#undef PD_I8_PAIRS
-				}
+				pd_i8_avx2_sums(x, r, xb, w, i);
 				d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 512)));
 				d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 528)));
 				s = _mm256_set1_ps(x->d[r][xb]);
-				f00 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i00), _mm256_mul_ps(d0, s), f00);
-				f01 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i01), _mm256_mul_ps(d1, s), f01);
+				f00 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[0]), _mm256_mul_ps(d0, s), f00);
+				f01 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[1]), _mm256_mul_ps(d1, s), f01);
 				s = _mm256_set1_ps(x->d[r + 1][xb]);
-				f10 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i10), _mm256_mul_ps(d0, s), f10);
-				f11 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i11), _mm256_mul_ps(d1, s), f11);
+				f10 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[2]), _mm256_mul_ps(d0, s), f10);
+				f11 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[3]), _mm256_mul_ps(d1, s), f11);
 			}
 			_mm256_storeu_ps(t + r * PD_I8_COLS + g * 16, f00);
 			_mm256_storeu_ps(t + r * PD_I8_COLS + g * 16 + 8, f01);
 			_mm256_storeu_ps(t + (r + 1) * PD_I8_COLS + g * 16, f10);
 			_mm256_storeu_ps(t + (r + 1) * PD_I8_COLS + g * 16 + 8, f11);
+		}
+}
+
+/* A wide Q8_0 layer's (NU wide inputs) on AVX2 without VNNI: the block
+ * sums of pd_i8_tile_avx2, the f32 order of pd_i8_tile_wide_vnni (the f32
+ * sums in T, each wide input's in registers). */
+__attribute__((target("avx2,fma,f16c"))) static void
+pd_i8_tile_wide_avx2(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nu,
+		     float *t)
+{
+	for (int g = 0; g < PD_I8_NG; g++)
+		for (int r = 0; r < PD_I8_MR; r += 2) {
+			const unsigned char *w = g ? w1 : w0;
+			float *t0 = t + r * PD_I8_COLS + g * 16, *t1 = t0 + PD_I8_COLS;
+
+			memset(t0, 0, 16 * sizeof(float));
+			memset(t1, 0, 16 * sizeof(float));
+			for (int64_t u = 0; u < nu; u++) {
+				__m256 g00 = _mm256_setzero_ps(), g01 = g00, g10 = g00, g11 = g00, dx;
+
+				for (int64_t xb = u * 8; xb < u * 8 + 8; xb++, w += PD_I8_BLOCK) {
+					__m256i i[4];
+					__m256 d0, d1;
+
+					pd_i8_avx2_sums(x, r, xb, w, i);
+					d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 512)));
+					d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 528)));
+					g00 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[0]), d0, g00);
+					g01 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[1]), d1, g01);
+					g10 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[2]), d0, g10);
+					g11 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[3]), d1, g11);
+				}
+				dx = _mm256_set1_ps(x->d[r][u]);
+				_mm256_storeu_ps(t0, _mm256_fmadd_ps(g00, dx, _mm256_loadu_ps(t0)));
+				_mm256_storeu_ps(t0 + 8, _mm256_fmadd_ps(g01, dx, _mm256_loadu_ps(t0 + 8)));
+				dx = _mm256_set1_ps(x->d[r + 1][u]);
+				_mm256_storeu_ps(t1, _mm256_fmadd_ps(g10, dx, _mm256_loadu_ps(t1)));
+				_mm256_storeu_ps(t1 + 8, _mm256_fmadd_ps(g11, dx, _mm256_loadu_ps(t1 + 8)));
+			}
 		}
 }
 
@@ -926,6 +1032,57 @@ pd_i8_tile_avx2(const struct pd_i8_rows *x, const unsigned char *w0, const unsig
 			}                                                                                      \
 		}
 
+/* A wide Q8_0 layer's (NU wide inputs) in pd_i8_tile_wide_vnni's order:
+ * the f32 sums in T, each wide input's g[3][2] in registers (15 of AVX2's
+ * 16 with the i's, the weights and the input). */
+#define PD_I8_TILE_WIDE_256(DPBUSD)                                                                            \
+	for (int g = 0; g < PD_I8_NG; g++)                                                                     \
+		for (int r = 0; r < PD_I8_MR; r += 3) {                                                        \
+			const unsigned char *w = g ? w1 : w0;                                                  \
+			float *tr = t + r * PD_I8_COLS + g * 16;                                               \
+                                                                                                               \
+			for (int k = 0; k < 3; k++)                                                            \
+				memset(tr + k * PD_I8_COLS, 0, 16 * sizeof(float));                            \
+			for (int64_t u = 0; u < nu; u++) {                                                     \
+				__m256 gs[3][2];                                                               \
+                                                                                                               \
+				for (int k = 0; k < 3; k++)                                                    \
+					gs[k][0] = gs[k][1] = _mm256_setzero_ps();                             \
+				for (int64_t xb = u * 8; xb < u * 8 + 8; xb++, w += PD_I8_BLOCK) {             \
+					__m256i i[3][2];                                                       \
+					__m256 d0, d1;                                                         \
+                                                                                                               \
+					for (int k = 0; k < 3; k++)                                            \
+						i[k][0] = i[k][1] = _mm256_set1_epi32(x->c[r + k][xb]);        \
+					for (int v = 0; v < 8; v++) {                                          \
+						__m256i b0 = _mm256_loadu_si256((const __m256i *)(w + v * 64)); \
+						__m256i b1 = _mm256_loadu_si256((const __m256i *)(w + v * 64 + 32)); \
+                                                                                                               \
+						for (int k = 0; k < 3; k++) {                                  \
+							__m256i a = _mm256_set1_epi32(                         \
+								pd_i8_word(x->q[r + k] + xb * 32 + v * 4));    \
+                                                                                                               \
+							i[k][0] = DPBUSD(i[k][0], b0, a);                      \
+							i[k][1] = DPBUSD(i[k][1], b1, a);                      \
+						}                                                              \
+					}                                                                      \
+					d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 512)));     \
+					d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 528)));     \
+					for (int k = 0; k < 3; k++) {                                          \
+						gs[k][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[k][0]), d0, gs[k][0]); \
+						gs[k][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[k][1]), d1, gs[k][1]); \
+					}                                                                      \
+				}                                                                              \
+				for (int k = 0; k < 3; k++) {                                                  \
+					__m256 dx = _mm256_set1_ps(x->d[r + k][u]);                            \
+					float *o = tr + k * PD_I8_COLS;                                        \
+                                                                                                               \
+					_mm256_storeu_ps(o, _mm256_fmadd_ps(gs[k][0], dx, _mm256_loadu_ps(o))); \
+					_mm256_storeu_ps(o + 8, _mm256_fmadd_ps(gs[k][1], dx, _mm256_loadu_ps(o + 8))); \
+				}                                                                              \
+			}                                                                                      \
+		}
+
 __attribute__((target("avx2,fma,f16c,avxvnni"))) static void
 pd_i8_tile_avxvnni(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t)
 {
@@ -937,6 +1094,21 @@ pd_i8_tile_vnni256(const struct pd_i8_rows *x, const unsigned char *w0, const un
 {
 	PD_I8_TILE_256(_mm256_dpbusd_epi32)
 }
+
+__attribute__((target("avx2,fma,f16c,avxvnni"))) static void
+pd_i8_tile_wide_avxvnni(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nu,
+			float *t)
+{
+	PD_I8_TILE_WIDE_256(_mm256_dpbusd_avx_epi32)
+}
+
+__attribute__((target("avx2,fma,f16c,avx512vl,avx512vnni"))) static void
+pd_i8_tile_wide_vnni256(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nu,
+			float *t)
+{
+	PD_I8_TILE_WIDE_256(_mm256_dpbusd_epi32)
+}
+#undef PD_I8_TILE_WIDE_256
 #undef PD_I8_TILE_256
 
 /* The 256-bit kernels of the other types: each type's 512-bit kernel's
@@ -1278,6 +1450,47 @@ pd_i8_tile_q6_k_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const 
 		PD_I8_EACH_ROW(PD_I8_KTAIL);
 	}
 }
+
+/* A wide Q8_0 layer (NU wide inputs of 256): the tile's f32 sums in T (zero
+ * first, added to once a wide input), each wide input's g in 12 f32
+ * registers g<row><group> beside the i's. */
+#define PD_I8_G_ZERO(r) g##r##0 = g##r##1 = _mm512_setzero_ps()
+/* g += (float)i * the block's weight scales D0 and D1 */
+#define PD_I8_G(r)                                                              \
+	do {                                                                    \
+		g##r##0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##r##0), d0, g##r##0); \
+		g##r##1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##r##1), d1, g##r##1); \
+	} while (0)
+/* T += g * the row's scale of wide input U */
+#define PD_I8_G_TAIL(r)                                                                                       \
+	do {                                                                                                  \
+		__m512 dx = _mm512_set1_ps(x->d[r][u]);                                                       \
+		PD_I8_STORE_T(r, _mm512_fmadd_ps(g##r##0, dx, _mm512_loadu_ps(t + r * PD_I8_COLS)),            \
+			      _mm512_fmadd_ps(g##r##1, dx, _mm512_loadu_ps(t + r * PD_I8_COLS + 16)));         \
+	} while (0)
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void
+pd_i8_tile_wide_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nu, float *t)
+{
+	__m512i i00, i01, i10, i11, i20, i21, i30, i31, i40, i41, i50, i51;
+	__m512 g00, g01, g10, g11, g20, g21, g30, g31, g40, g41, g50, g51;
+
+	PD_I8_EACH_ROW(PD_I8_T_ZERO);
+	for (int64_t u = 0; u < nu; u++) {
+		PD_I8_EACH_ROW(PD_I8_G_ZERO);
+		for (int64_t xb = u * 8; xb < u * 8 + 8; xb++, w0 += PD_I8_BLOCK, w1 += PD_I8_BLOCK) {
+			__m512 d0, d1;
+
+			/* each row's sums start from its block's -128 sum(q_x) */
+			PD_I8_START(PD_I8_CORR);
+			PD_I8_BYTES(w0, w1, xb * 32, 0, 8);
+			d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + 512)));
+			d1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + 512)));
+			PD_I8_EACH_ROW(PD_I8_G);
+		}
+		PD_I8_EACH_ROW(PD_I8_G_TAIL);
+	}
+}
 #endif
 
 void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
@@ -1285,17 +1498,21 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 {
 	struct pd_cpu *cpu = CPU(be);
 	int64_t nb = l->n_in / 32, pairs = (l->i8_groups + PD_I8_NG - 1) / PD_I8_NG;
-	int64_t units = l->n_in / pd_i8_unit(l->qtype);
-	size_t ub = pd_i8_unit_bytes(l->qtype);
 	enum pd_qtype qt = l->qtype;
-	int halves = qt == PD_Q_Q6_K;
+	int wide = pd_i8_wide(qt, l->n_in), halves = qt == PD_Q_Q6_K;
+	/* a group's bytes; the tiles' units (a wide layer's: its wide inputs) */
+	size_t gbytes = (size_t)(l->n_in / pd_i8_unit(qt)) * pd_i8_unit_bytes(qt);
+	int64_t units = wide ? l->n_in / 256 : l->n_in / pd_i8_unit(qt);
 	int64_t panels = (rows * l->n_in + PD_I8_PANEL_BYTES - 1) / PD_I8_PANEL_BYTES, panel;
 	const float *bias = (flags & PD_LIN_NO_BIAS) ? NULL : l->bias_host;
 	float scale = l->scale;
 #if defined(__x86_64__) && defined(__GNUC__)
 	void (*tile)(const struct pd_i8_rows *, const unsigned char *, const unsigned char *, int64_t, float *) = NULL;
 
-	if (cpu->vnni)
+	if (wide)
+		tile = cpu->vnni ? pd_i8_tile_wide_vnni : cpu->vnni256 == 1 ? pd_i8_tile_wide_avxvnni :
+		       cpu->vnni256 ? pd_i8_tile_wide_vnni256 : l->i8_avx2 ? pd_i8_tile_wide_avx2 : NULL;
+	else if (cpu->vnni)
 		tile = qt == PD_Q_Q4_K ? pd_i8_tile_q4_k_vnni : qt == PD_Q_Q5_K ? pd_i8_tile_q5_k_vnni :
 		       qt == PD_Q_Q6_K ? pd_i8_tile_q6_k_vnni : qt == PD_Q_Q4_0 ? pd_i8_tile_q4_0_vnni :
 		       qt == PD_Q_Q4_1 ? pd_i8_tile_q4_1_vnni : pd_i8_tile_vnni;
@@ -1323,14 +1540,14 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 	    (!pd_i8_k(qt) && pd_cpu_grow(be, (void **)&cpu->xs, &cpu->xs_cap, (size_t)(rows * nb), sizeof(float))) ||
 	    (halves && pd_cpu_grow(be, (void **)&cpu->xh, &cpu->xh_cap, (size_t)(rows * nb * 2), sizeof(int32_t))))
 		return;
-	pd_cpu_i8_quant_rows(cpu, x, ldx, rows, l->n_in, pd_i8_k(qt), cpu->xq, cpu->xd, cpu->xc, cpu->xs,
+	pd_cpu_i8_quant_rows(cpu, x, ldx, rows, l->n_in, wide ? 2 : pd_i8_k(qt), cpu->xq, cpu->xd, cpu->xc, cpu->xs,
 			     halves ? cpu->xh : NULL);
 #pragma omp parallel for schedule(static)
 	for (int64_t task = 0; task < pairs * panels; task++) {
 		int64_t p = task % pairs, c = task / pairs, r1 = (c + 1) * panel < rows ? (c + 1) * panel : rows;
 		/* an odd last group goes with itself (the copy computed, not stored) */
-		const unsigned char *w0 = l->i8 + (size_t)(p * PD_I8_NG) * (size_t)units * ub;
-		const unsigned char *w1 = p * PD_I8_NG + 1 < l->i8_groups ? w0 + (size_t)units * ub : w0;
+		const unsigned char *w0 = l->i8 + (size_t)(p * PD_I8_NG) * gbytes;
+		const unsigned char *w1 = p * PD_I8_NG + 1 < l->i8_groups ? w0 + gbytes : w0;
 		int64_t j0 = p * PD_I8_COLS, cols = l->n_out - j0 < PD_I8_COLS ? l->n_out - j0 : PD_I8_COLS;
 		float t[PD_I8_MR * PD_I8_COLS];
 
@@ -1352,7 +1569,7 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 				tile(&xr, w0, w1, units, t);
 			else
 #endif
-				pd_i8_tile_portable(qt, &xr, w0, w1, units, t);
+				pd_i8_tile_portable(qt, wide, &xr, w0, w1, units, t);
 #if defined(__x86_64__) && defined(__GNUC__)
 			if (cpu->avx512)
 				pd_i8_post_avx512(t, nr, cols, y + r0 * ldy + j0, ldy, bias ? bias + j0 : NULL, scale, flags);

@@ -17,11 +17,11 @@
  *   g[r, j, u] = sum over the 8 blocks b of block u, in order, of (float)dot_b * d_w[j, b]
  *   y[r, j] = sum over u, in order, of g[r, j, u] * d_x[r, u]
  *
- * two f32 operations a block and one each 256 inputs (measured on the
- * AVX-512 EPYC at 1024²: the layers' rate 1.47x BF16's matmul with blocks
- * of 32, 1.6x without the scales' product). The error that adds: a block
- * of 32 quantized with the scale of its 256 (as ggml's Q8_K for the
- * K-quants; docs/quantization.md has the pictures). AVX-512 VNNI's
+ * two f32 operations a block and one each 256 inputs (on the AVX-512
+ * EPYC at 1024², pdit bench --op-times: the layers at 1.56-1.64x the bf16
+ * matmul rate, 1.47-1.52x with blocks of 32). The error that adds: a
+ * block of 32 quantized with the scale of its 256, as ggml's Q8_K for the
+ * K-quants (docs/quantization.md has the pictures). AVX-512 VNNI's
  * vpdpbusd multiplies unsigned by signed bytes: weights are kept plus 128
  * (the layout's bytes) and each block's sum starts from -128 * sum(q_x),
  * taken when the input is quantized. The portable kernel does the same arithmetic in the same order: both give

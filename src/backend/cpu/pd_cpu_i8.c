@@ -860,6 +860,16 @@ static void pd_i8_tile_portable(enum pd_qtype t, int wide, const struct pd_i8_ro
  * caller's half HF of block XB. */
 #define PD_I8_Q6_SUM(r) (-32 * x->h[r][2 * xb + hf])
 
+/* Q8_0's block XB at W0 and W1: the int32 sums of each row, started from
+ * its block's -128 sum(q_x), and the two groups' weight scales D0, D1. */
+#define PD_I8_Q8_BLOCK                                                                          \
+	do {                                                                                    \
+		PD_I8_START(PD_I8_CORR);                                                        \
+		PD_I8_BYTES(w0, w1, xb * 32, 0, 8);                                             \
+		d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + 512)));          \
+		d1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + 512)));          \
+	} while (0)
+
 /* Q8_0's layout (Q8_0, Q5_0, fp8). */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void
 pd_i8_tile_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t)
@@ -869,11 +879,7 @@ pd_i8_tile_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const unsig
 	for (int64_t xb = 0; xb < nb; xb++, w0 += PD_I8_BLOCK, w1 += PD_I8_BLOCK) {
 		__m512 d0, d1;
 
-		/* each row's sums start from its block's -128 sum(q_x) */
-		PD_I8_START(PD_I8_CORR);
-		PD_I8_BYTES(w0, w1, xb * 32, 0, 8);
-		d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + 512)));
-		d1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + 512)));
+		PD_I8_Q8_BLOCK;
 		PD_I8_EACH_ROW(PD_I8_SCALE);
 	}
 	PD_I8_EACH_ROW(PD_I8_STORE);
@@ -982,6 +988,27 @@ pd_i8_tile_wide_avx2(const struct pd_i8_rows *x, const unsigned char *w0, const 
 		}
 }
 
+/* The 256-bit kernels' int32 sums of rows R to R + 2 of Q8_0's block XB by
+ * the 16 outputs at W into I[3][2] (columns 0-7 and 8-15), started from
+ * the block's -128 sum(q_x), and its weight scales into D0 and D1. */
+#define PD_I8_Q8_SUMS256(DPBUSD)                                                                               \
+	do {                                                                                                   \
+		for (int k = 0; k < 3; k++)                                                                    \
+			i[k][0] = i[k][1] = _mm256_set1_epi32(x->c[r + k][xb]);                                \
+		for (int v = 0; v < 8; v++) {                                                                  \
+			__m256i b0 = _mm256_loadu_si256((const __m256i *)(w + v * 64));                        \
+			__m256i b1 = _mm256_loadu_si256((const __m256i *)(w + v * 64 + 32));                   \
+                                                                                                               \
+			for (int k = 0; k < 3; k++) {                                                          \
+				__m256i a = _mm256_set1_epi32(pd_i8_word(x->q[r + k] + xb * 32 + v * 4));      \
+                                                                                                               \
+				i[k][0] = DPBUSD(i[k][0], b0, a);                                              \
+				i[k][1] = DPBUSD(i[k][1], b1, a);                                              \
+			}                                                                                      \
+		}                                                                                              \
+		d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 512)));                             \
+		d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 528)));                             \
+	} while (0)
 /* Q8_0's layout with 256-bit VNNI, where the 512-bit kernels are not used:
  * vpdpbusd on 8 outputs at a time, the sums started from the block's
  * -128 sum(q_x) as pd_i8_tile_vnni's (the same integers and f32 order, so
@@ -1001,22 +1028,7 @@ pd_i8_tile_wide_avx2(const struct pd_i8_rows *x, const unsigned char *w0, const 
 				__m256i i[3][2];                                                               \
 				__m256 d0, d1;                                                                 \
                                                                                                                \
-				for (int k = 0; k < 3; k++)                                                    \
-					i[k][0] = i[k][1] = _mm256_set1_epi32(x->c[r + k][xb]);                \
-				for (int v = 0; v < 8; v++) {                                                  \
-					__m256i b0 = _mm256_loadu_si256((const __m256i *)(w + v * 64));        \
-					__m256i b1 = _mm256_loadu_si256((const __m256i *)(w + v * 64 + 32));   \
-                                                                                                               \
-					for (int k = 0; k < 3; k++) {                                          \
-						__m256i a = _mm256_set1_epi32(                                 \
-							pd_i8_word(x->q[r + k] + xb * 32 + v * 4));            \
-                                                                                                               \
-						i[k][0] = DPBUSD(i[k][0], b0, a);                              \
-						i[k][1] = DPBUSD(i[k][1], b1, a);                              \
-					}                                                                      \
-				}                                                                              \
-				d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 512)));             \
-				d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 528)));             \
+				PD_I8_Q8_SUMS256(DPBUSD);                                                      \
 				for (int k = 0; k < 3; k++) {                                                  \
 					__m256 s = _mm256_set1_ps(x->d[r + k][xb]);                            \
                                                                                                                \
@@ -1052,22 +1064,7 @@ pd_i8_tile_wide_avx2(const struct pd_i8_rows *x, const unsigned char *w0, const 
 					__m256i i[3][2];                                                       \
 					__m256 d0, d1;                                                         \
                                                                                                                \
-					for (int k = 0; k < 3; k++)                                            \
-						i[k][0] = i[k][1] = _mm256_set1_epi32(x->c[r + k][xb]);        \
-					for (int v = 0; v < 8; v++) {                                          \
-						__m256i b0 = _mm256_loadu_si256((const __m256i *)(w + v * 64)); \
-						__m256i b1 = _mm256_loadu_si256((const __m256i *)(w + v * 64 + 32)); \
-                                                                                                               \
-						for (int k = 0; k < 3; k++) {                                  \
-							__m256i a = _mm256_set1_epi32(                         \
-								pd_i8_word(x->q[r + k] + xb * 32 + v * 4));    \
-                                                                                                               \
-							i[k][0] = DPBUSD(i[k][0], b0, a);                      \
-							i[k][1] = DPBUSD(i[k][1], b1, a);                      \
-						}                                                              \
-					}                                                                      \
-					d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 512)));     \
-					d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 528)));     \
+					PD_I8_Q8_SUMS256(DPBUSD);                                              \
 					for (int k = 0; k < 3; k++) {                                          \
 						gs[k][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[k][0]), d0, gs[k][0]); \
 						gs[k][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[k][1]), d1, gs[k][1]); \
@@ -1110,6 +1107,7 @@ pd_i8_tile_wide_vnni256(const struct pd_i8_rows *x, const unsigned char *w0, con
 }
 #undef PD_I8_TILE_WIDE_256
 #undef PD_I8_TILE_256
+#undef PD_I8_Q8_SUMS256
 
 /* The 256-bit kernels of the other types: each type's 512-bit kernel's
  * integers and f32 order on 8 outputs at a time, so the same bits; three
@@ -1481,11 +1479,7 @@ pd_i8_tile_wide_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const 
 		for (int64_t xb = u * 8; xb < u * 8 + 8; xb++, w0 += PD_I8_BLOCK, w1 += PD_I8_BLOCK) {
 			__m512 d0, d1;
 
-			/* each row's sums start from its block's -128 sum(q_x) */
-			PD_I8_START(PD_I8_CORR);
-			PD_I8_BYTES(w0, w1, xb * 32, 0, 8);
-			d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + 512)));
-			d1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + 512)));
+			PD_I8_Q8_BLOCK;
 			PD_I8_EACH_ROW(PD_I8_G);
 		}
 		PD_I8_EACH_ROW(PD_I8_G_TAIL);

@@ -17,7 +17,7 @@
 # line says the CPU of the run that printed the table). Each decoded picture
 # is kept too (bench/quant/decoded-TYPE-SIZE-STEPS-pPROMPT-sSEED.png), so a
 # change of the int8 arithmetic alone reruns only the int8 half of each
-# pair: delete them when the decoded arithmetic changes.
+# pair: delete them when the decoded arithmetic or the model changes.
 #
 #   bench/quant_quality.sh [SIZE] [STEPS] [SEEDS...]     (default 512 8 1 2 3 4)
 #   PROMPTS=N (default 1), TYPES="q8_0 q4_k fp8" (the default)
@@ -76,9 +76,8 @@ for t in "${types[@]}"; do
 			! grep -q "^| $t | $p | $s |" "$kept" || continue
 			dec=$qdir/decoded-$t-$size-$steps-p$p-s$s.png
 			for qp in bf16 int8; do
-				o=$tmp/$qp.png
-				[ "$qp" = int8 ] || o=$dec
-				[ ! -e "$o" ] || continue
+				# the int8 picture always made anew, the decoded one once
+				[ "$qp" = int8 ] || [ ! -e "$dec" ] || continue
 				echo "$t prompt $p seed $s: $qp ($(date +%H:%M))" >&2
 				"$pdit" generate --model "$model" --diffusion-model "$f" --config "$model/transformer/config.json" \
 					--embeds "$e" -H "$size" -W "$size" --steps "$steps" -s "$s" --dtype bf16 \

@@ -53,7 +53,8 @@ check "Q8_0 GGUF, a batch of 2" 2 --data-parallel-degree 2
 # depend on the rows a rank multiplies)
 check "Q8_0 GGUF, a batch of 2" 2 --ring-degree 2 --ring-attention gathered
 # int8 products (bf16 compute): each input block is quantized from its own
-# 32 values, so a split of the rows (sequence parallel) or of the columns
+# 32 values (256 where a Q8_0 layer is a multiple of 256 wide: this
+# model's MLP output layers), so a split of the rows (sequence parallel) or of the columns
 # at block boundaries (tensor parallel's column-parallel layers) quantizes
 # as one process does, and where the rest of the step is the same
 # arithmetic the latents are one process's bit for bit (0). Ulysses lays

@@ -365,7 +365,9 @@ static void ref_i8_ints(enum pd_qtype t, const unsigned char *w, int k0, int *v,
  * as ggml's Q8_K, and for Q8_0 layers of a multiple of 256 inputs) quantized with scale amax / 127 and values rint(x /
  * scale) in f32; a block's dot product with
  * the weight's integers (ref_i8_ints; Q6_K's per sub-block of 16) exact,
- * times the f32 product of the two scales, plus the weight's min times
+ * times the f32 product of the two scales (a wide Q8_0 layer sums the
+ * products with the weight's scales over 256 inputs first, then times the
+ * input's: another f32 order, within the tolerance below), plus the weight's min times
  * scale * sum of the block's integers (fp8 e4m3: its blocks as int8 times
  * a power of two, 2^(E - 6) for the largest exponent E, all times the
  * file's WSCALE); summed here in double (the backend
@@ -467,7 +469,8 @@ static void test_i8linear(struct pd_backend *be, struct pd_backend *portable)
 {
 	static const enum pd_qtype types[] = { PD_Q_Q8_0, PD_Q_Q4_K, PD_Q_F8_E4M3, PD_Q_Q5_0,
 					       PD_Q_Q4_0, PD_Q_Q4_1, PD_Q_Q5_K, PD_Q_Q6_K };
-	enum pd_qtype t = types[rnd_int(0, 7)];
+	/* Q8_0 a third of the time (its layers a multiple of 256 wide half of those) */
+	enum pd_qtype t = rnd_int(0, 3) ? types[rnd_int(0, 7)] : PD_Q_Q8_0;
 	float wscale = t == PD_Q_F8_E4M3 && rnd_int(0, 1) ? 0.37f : 1.0f;
 	/* Q8_0 half the time a multiple of 256 (its inputs then in blocks of 256) */
 	int K = pd_quant_info(t)->block_size == 256 || (t == PD_Q_Q8_0 && rnd_int(0, 1)) ? 256 * rnd_int(1, 5) :
@@ -485,7 +488,8 @@ static void test_i8linear(struct pd_backend *be, struct pd_backend *portable)
 	/* now and then inputs of more than a panel (1 MB of quantized rows:
 	 * several panels of rows, the last shorter) */
 	if (rnd_int(0, 5) == 0) {
-		K = 1280;
+		/* a Q8_0 layer wide or not (the K-quants' whole super-blocks) */
+		K = pd_quant_info(t)->block_size == 256 || rnd_int(0, 1) ? 1280 : 1312;
 		N = rnd_int(1, 70);
 		M = rnd_int(820, 1000);
 	}

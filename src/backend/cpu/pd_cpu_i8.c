@@ -656,9 +656,9 @@ static inline int32_t pd_i8_word(const int8_t *p)
  * quantized values, their blocks' scales and sums. */
 struct pd_i8_rows {
 	const int8_t *q[PD_I8_MR];      /* [n_in] each */
-	const float *d[PD_I8_MR];       /* [n_in / 32] each (K-quants: [n_in / 256]) */
+	const float *d[PD_I8_MR];       /* [n_in / 32] each (K-quants, wide Q8_0: [n_in / 256]) */
 	const int32_t *c[PD_I8_MR];     /* [n_in / 32] each: -128 * sum(q) (K-quants: [n_in / 64], sums of 32 in int16 pairs) */
-	const float *s[PD_I8_MR];       /* [n_in / 32] each: scale * sum(q) (not the K-quants) */
+	const float *s[PD_I8_MR];       /* [n_in / 32] each: scale * sum(q) (not the K-quants, nor wide Q8_0) */
 	const int32_t *h[PD_I8_MR];     /* [n_in / 16] each: sum(q) of each 16 (Q6_K only) */
 };
 
@@ -1045,8 +1045,9 @@ pd_i8_tile_wide_avx2(const struct pd_i8_rows *x, const unsigned char *w0, const 
 		}
 
 /* A wide Q8_0 layer's (NU wide inputs) in pd_i8_tile_wide_vnni's order:
- * the f32 sums in T, each wide input's g[3][2] in registers (15 of AVX2's
- * 16 with the i's, the weights and the input). */
+ * the f32 sums in T, each wide input's g[3][2] in registers beside the 6
+ * i's (with the weights and the input 15 of AVX2's 16, the block's scales
+ * d0 and d1 taking the weights' registers after the vpdpbusd). */
 #define PD_I8_TILE_WIDE_256(DPBUSD)                                                                            \
 	for (int g = 0; g < PD_I8_NG; g++)                                                                     \
 		for (int r = 0; r < PD_I8_MR; r += 3) {                                                        \

@@ -249,15 +249,21 @@ void pd_cpu_qlinear(struct pd_backend *be, struct pd_linear *l, const float *x, 
 /* Int8 products of kept-quantized layers (pd_cpu_i8.c). Whether a weight
  * of type T with N_IN inputs has them; groups of 16 output rows and bytes of a [n_out, n_in] weight in
  * their layout; BLOCKS (n_out rows of ROW_BYTES) into DST of that size; the
- * input rows quantized in blocks of 32 (values in XQ [rows, n_in], scales
+ * input rows quantized (INPUTS PD_I8_IN_32) in blocks of 32 (values in XQ [rows, n_in], scales
  * in XD, -128 * sums in XC, scale * sums in XS, [rows, n_in / 32]), with
- * SUPER 1 (the K-quants) in blocks of 256 (a row's scales first in its row
+ * INPUTS PD_I8_IN_SUPER (the K-quants) in blocks of 256 (a row's scales first in its row
  * of XD, its sums of 32 as int16 pairs first in its row of XC, XS
- * untouched), with SUPER 2 (a wide Q8_0 layer) in blocks of 256 (a row's
+ * untouched), with PD_I8_IN_WIDE (a wide Q8_0 layer) in blocks of 256 (a row's
  * scales first in its row of XD, XC as with blocks of 32, XS untouched);
  * the sums of each 16 in XH [rows, n_in / 16] unless it is NULL; the
  * product, as pd_cpu_linear. */
 int pd_cpu_i8_has(enum pd_qtype t, int64_t n_in);
+/* How pd_cpu_i8_quant_rows blocks the input rows. */
+enum pd_i8_inputs {
+	PD_I8_IN_32 = 0,        /* blocks of 32 (Q8_0 of other widths, Q5_0, Q4_0, Q4_1, fp8) */
+	PD_I8_IN_SUPER = 1,     /* blocks of 256, sums of 32 as int16 pairs (the K-quants) */
+	PD_I8_IN_WIDE = 2,      /* blocks of 256, -128 * sums of 32 (a wide Q8_0 layer) */
+};
 /* Whether T takes Q8_0's layout (Q8_0, Q5_0 as q - 16, fp8 converted at
  * load): the one the AVX2 kernel multiplies. */
 int pd_cpu_i8_q8_layout(enum pd_qtype t);
@@ -269,7 +275,7 @@ void pd_cpu_i8_pack(unsigned char *dst, enum pd_qtype t, int64_t n_out, int64_t 
  * layout (Q8_0, Q5_0, fp8) without a weight of -128. */
 int pd_cpu_i8_avx2_fits(enum pd_qtype t, const unsigned char *i8, int64_t n_out, int64_t n_in);
 void pd_cpu_i8_quant_rows(const struct pd_cpu *cpu, const float *x, int64_t ldx, int64_t rows, int64_t n_in,
-			  int super, int8_t *xq, float *xd, int32_t *xc, float *xs, int32_t *xh);
+			  enum pd_i8_inputs inputs, int8_t *xq, float *xd, int32_t *xc, float *xs, int32_t *xh);
 void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
 		      float *y, int64_t ldy, int flags);
 /* oneDNN's gelu_tanh, for the products that are not oneDNN's. */

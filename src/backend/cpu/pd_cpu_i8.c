@@ -519,12 +519,12 @@ static void pd_i8_quant_wide(const float *x, int vec, int8_t *q, float *d, int32
 }
 
 void pd_cpu_i8_quant_rows(const struct pd_cpu *cpu, const float *x, int64_t ldx, int64_t rows, int64_t n_in,
-			  int super, int8_t *xq, float *xd, int32_t *xc, float *xs, int32_t *xh)
+			  enum pd_i8_inputs inputs, int8_t *xq, float *xd, int32_t *xc, float *xs, int32_t *xh)
 {
 	int64_t nb = n_in / 32;
 	int vec = cpu->avx512;
 
-	if (super == 2) {
+	if (inputs == PD_I8_IN_WIDE) {
 #pragma omp parallel for schedule(static)
 		for (int64_t r = 0; r < rows; r++)
 			for (int64_t u = 0; u < n_in / 256; u++)
@@ -532,7 +532,7 @@ void pd_cpu_i8_quant_rows(const struct pd_cpu *cpu, const float *x, int64_t ldx,
 						 xc + r * nb + u * 8);
 		return;
 	}
-	if (super) {
+	if (inputs == PD_I8_IN_SUPER) {
 #pragma omp parallel for schedule(static)
 		for (int64_t r = 0; r < rows; r++)
 			for (int64_t u = 0; u < n_in / 256; u++)
@@ -1535,7 +1535,7 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 	    (!pd_i8_k(qt) && pd_cpu_grow(be, (void **)&cpu->xs, &cpu->xs_cap, (size_t)(rows * nb), sizeof(float))) ||
 	    (halves && pd_cpu_grow(be, (void **)&cpu->xh, &cpu->xh_cap, (size_t)(rows * nb * 2), sizeof(int32_t))))
 		return;
-	pd_cpu_i8_quant_rows(cpu, x, ldx, rows, l->n_in, wide ? 2 : pd_i8_k(qt), cpu->xq, cpu->xd, cpu->xc, cpu->xs,
+	pd_cpu_i8_quant_rows(cpu, x, ldx, rows, l->n_in, wide ? PD_I8_IN_WIDE : pd_i8_k(qt) ? PD_I8_IN_SUPER : PD_I8_IN_32, cpu->xq, cpu->xd, cpu->xc, cpu->xs,
 			     halves ? cpu->xh : NULL);
 #pragma omp parallel for schedule(static)
 	for (int64_t task = 0; task < pairs * panels; task++) {

@@ -66,6 +66,10 @@ enum pd_qproducts {
 #define PD_LIN_GELU_TANH 0x1    /* apply GELU (tanh approximation) to the output */
 #define PD_LIN_NO_BIAS   0x2    /* leave the bias out (row-parallel layers add it after the reduction) */
 #define PD_LIN_ACCUMULATE 0x4   /* y += x W^T (+ b) instead of y = ... */
+#define PD_LIN_SAME_INPUT 0x8   /* the caller's promise: x is what the previous linear call on this
+				 * backend read (the same address, stride and rows, not written
+				 * since), as q, k and v read one input: a backend may reuse what
+				 * it made of it (the CPU: its bf16 operand, its int8 rows) */
 
 struct pd_backend_ops {
 	const char *name;

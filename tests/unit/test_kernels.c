@@ -579,6 +579,110 @@ static void test_i8linear(struct pd_backend *be, struct pd_backend *portable)
 	free(sumabs);
 }
 
+/* PD_LIN_SAME_INPUT (q, k and v reading one input: the CPU converts or
+ * quantizes it once). Layers of every kind of input the CPU makes (a bf16
+ * operand for plain and decoded layers; int8 rows in blocks of 32, in the
+ * K-quants' super-blocks with and without Q6_K's halves, in a wide Q8_0
+ * layer's 256) on one input, in a random order, each after the first with
+ * the flag: each gives the bits it gives alone. Then what was made must not
+ * be reused: after a call without the flag (the input rewritten at the same
+ * address), for fewer rows, at another address, or after a layer whose
+ * adapter makes its own calls. BE: bf16 products. */
+static void test_same_input(struct pd_backend *be)
+{
+	enum { NL = 7 };
+	static const enum pd_qtype types[NL] = { PD_Q_F32, PD_Q_Q8_0, PD_Q_Q4_K, PD_Q_Q6_K,
+						 PD_Q_Q4_0, PD_Q_Q8_0, PD_Q_Q5_K };
+	/* layer 5 decodes (a bf16 operand), the others of a block type multiply in int8 */
+	int K = 256 * rnd_int(1, 3), N = rnd_int(1, 60), M = rnd_int(9, 80), ldx = K + rnd_int(0, 5);
+	float *x = rnd_buf((size_t)M * ldx, 1.0f), *x2 = rnd_buf((size_t)M * ldx, 1.0f);
+	float *xo = rnd_buf((size_t)M * ldx, 1.0f), *w = rnd_buf((size_t)N * K, 0.1f), *b = rnd_buf((size_t)N, 0.1f);
+	float *ref[NL], *ref2[NL], *refo[NL], *y = nan_buf((size_t)M * N);
+	float *a = rnd_buf((size_t)3 * K, 0.1f), *ab = rnd_buf((size_t)N * 3, 0.1f);
+	struct pd_linear *l[NL] = { NULL }, *ad;
+	int order[NL];
+	size_t out = sizeof(float) * (size_t)M * N;
+
+	for (int i = 0; i < NL; i++) {
+		enum pd_qtype t = types[i];
+		size_t bytes;
+		unsigned char *blocks;
+
+		if (t == PD_Q_F32) {
+			l[i] = be->ops->linear_new(be, N, K, w, PD_F32, K, b);
+			continue;
+		}
+		bytes = (size_t)N * pd_quant_row_bytes(pd_quant_info(t), K);
+		blocks = malloc(bytes);
+		rnd_blocks(t, blocks, bytes);
+		be->qproducts = i == 5 ? PD_QP_DECODE : PD_QP_INT8;
+		l[i] = be->ops->linear_new_q(be, N, K, t, 1.0f, blocks, b);
+		free(blocks);
+	}
+	be->qproducts = PD_QP_DECODE;
+	ad = be->ops->linear_new(be, N, K, w, PD_F32, K, b);
+	PD_CHECK(ad && !be->ops->linear_adapt(be, ad, 3, a, ab), "same input: layers: %s", be->error);
+	for (int i = 0; i < NL; i++) {
+		PD_CHECK(l[i] != NULL, "same input: layer %d: %s", i, be->error);
+		if (!l[i] || !ad)
+			goto out;
+	}
+	/* each alone, on each input */
+	for (int i = 0; i < NL; i++) {
+		ref[i] = nan_buf((size_t)M * N), ref2[i] = nan_buf((size_t)M * N), refo[i] = nan_buf((size_t)M * N);
+		be->ops->linear(be, l[i], x, ldx, M, ref[i], N, 0);
+		be->ops->linear(be, l[i], x2, ldx, M, ref2[i], N, 0);
+		be->ops->linear(be, l[i], xo, ldx, M, refo[i], N, 0);
+		order[i] = i;
+	}
+	for (int i = NL - 1; i > 0; i--) {
+		int j = rnd_int(0, i), s = order[i];
+
+		order[i] = order[j], order[j] = s;
+	}
+	for (int k = 0; k < NL; k++) {
+		int i = order[k];
+
+		be->ops->linear(be, l[i], x, ldx, M, y, N, k ? PD_LIN_SAME_INPUT : 0);
+		PD_CHECK(!memcmp(y, ref[i], out), "same input: layer %d (%s) %dth of %d in a row (K=%d M=%d N=%d)", i,
+			 types[i] == PD_Q_F32 ? "plain" : pd_quant_info(types[i])->name, k + 1, NL, K, M, N);
+	}
+	/* x rewritten in place (x2's values): a call without the flag makes it anew, and the next with the flag */
+	memcpy(x, x2, sizeof(float) * (size_t)M * ldx);
+	for (int k = 0; k < 2; k++) {
+		int i = order[k];
+
+		be->ops->linear(be, l[i], x, ldx, M, y, N, k ? PD_LIN_SAME_INPUT : 0);
+		PD_CHECK(!memcmp(y, ref2[i], out), "same input: layer %d after its input was rewritten (%s flag)", i,
+			 k ? "with the" : "without");
+	}
+	/* the flag where the rows differ: the last row made from another input,
+	 * the others from x, then all of x with the flag: made anew */
+	be->ops->linear(be, l[order[2]], xo, ldx, M, y, N, 0);
+	be->ops->linear(be, l[order[2]], x, ldx, M - 1, y, N, 0);
+	be->ops->linear(be, l[order[2]], x, ldx, M, y, N, PD_LIN_SAME_INPUT);
+	PD_CHECK(!memcmp(y, ref2[order[2]], out), "same input: layer %d after fewer rows", order[2]);
+	/* and at another address */
+	be->ops->linear(be, l[order[3]], xo, ldx, M, y, N, PD_LIN_SAME_INPUT);
+	PD_CHECK(!memcmp(y, refo[order[3]], out), "same input: layer %d at another address", order[3]);
+	/* after a layer with an adapter on the same input: its own calls make other inputs */
+	be->ops->linear(be, ad, xo, ldx, M, y, N, PD_LIN_SAME_INPUT);
+	for (int k = 0; k < NL; k++) {
+		be->ops->linear(be, l[order[k]], xo, ldx, M, y, N, PD_LIN_SAME_INPUT);
+		PD_CHECK(!memcmp(y, refo[order[k]], out), "same input: layer %d after an adapted layer", order[k]);
+	}
+	for (int i = 0; i < NL; i++)
+		free(ref[i]), free(ref2[i]), free(refo[i]);
+out:
+	for (int i = 0; i < NL; i++)
+		if (l[i])
+			be->ops->linear_free(be, l[i]);
+	if (ad)
+		be->ops->linear_free(be, ad);
+	PD_CHECK(!be->failed, "same input: backend error: %s", be->error);
+	free(x), free(x2), free(xo), free(w), free(b), free(y), free(a), free(ab);
+}
+
 /* The double-precision reference of query row I of head H against keys
  * 0 to LIM - 1 (Q, K, V of row stride LD, heads of DH): scores q.k * SCALE
  * plus BIAS[j] (NULL: none), softmax, times v into OUT [DH]; q, k and v
@@ -1064,6 +1168,7 @@ int main(int argc, char **argv)
 		test_qlinear(bf16q, 1, round % 2, 1);
 		for (int k = 0; k < 3; k++)
 			test_i8linear(bf16, bf16p);
+		test_same_input(round % 2 ? bf16p : bf16);
 		test_attention(round % 2 ? f32p : f32, 0, round % 3 == 0);
 		test_attention(round % 2 ? bf16p : bf16, 1, 0);
 		test_attention(bf16, 1, 1);

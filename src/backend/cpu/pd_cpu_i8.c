@@ -1495,6 +1495,7 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 	int64_t nb = l->n_in / 32, pairs = (l->i8_groups + PD_I8_NG - 1) / PD_I8_NG;
 	enum pd_qtype qt = l->qtype;
 	int wide = pd_i8_wide(qt, l->n_in), halves = qt == PD_Q_Q6_K;
+	enum pd_i8_inputs inputs = wide ? PD_I8_IN_WIDE : pd_i8_k(qt) ? PD_I8_IN_SUPER : PD_I8_IN_32;
 	/* a group's bytes; the tiles' units (a wide layer's: its wide inputs) */
 	size_t gbytes = (size_t)(l->n_in / pd_i8_unit(qt)) * pd_i8_unit_bytes(qt);
 	int64_t units = wide ? l->n_in / 256 : l->n_in / pd_i8_unit(qt);
@@ -1535,8 +1536,9 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 	    (!pd_i8_k(qt) && pd_cpu_grow(be, (void **)&cpu->xs, &cpu->xs_cap, (size_t)(rows * nb), sizeof(float))) ||
 	    (halves && pd_cpu_grow(be, (void **)&cpu->xh, &cpu->xh_cap, (size_t)(rows * nb * 2), sizeof(int32_t))))
 		return;
-	pd_cpu_i8_quant_rows(cpu, x, ldx, rows, l->n_in, wide ? PD_I8_IN_WIDE : pd_i8_k(qt) ? PD_I8_IN_SUPER : PD_I8_IN_32, cpu->xq, cpu->xd, cpu->xc, cpu->xs,
-			     halves ? cpu->xh : NULL);
+	if (!pd_cpu_input_kept(cpu, &cpu->xq_in, x, ldx, rows, l->n_in, inputs + (halves ? 8 : 0)))
+		pd_cpu_i8_quant_rows(cpu, x, ldx, rows, l->n_in, inputs, cpu->xq, cpu->xd, cpu->xc, cpu->xs,
+				     halves ? cpu->xh : NULL);
 #pragma omp parallel for schedule(static)
 	for (int64_t task = 0; task < pairs * panels; task++) {
 		int64_t p = task % pairs, c = task / pairs, r1 = (c + 1) * panel < rows ? (c + 1) * panel : rows;

@@ -314,8 +314,18 @@ int pd_cpu_linear_adapt(struct pd_backend *be, struct pd_linear *l, int64_t rank
 	return pd_adapter_set(be, &l->ad, l->n_out, l->n_in, rank, a, b);
 }
 
-void pd_cpu_linear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
-		   float *y, int64_t ldy, int flags)
+int pd_cpu_input_kept(const struct pd_cpu *cpu, struct pd_cpu_input *rec, const float *x, int64_t ldx, int64_t rows,
+		      int64_t n_in, int kind)
+{
+	if (rec->x == x && rec->ldx == ldx && rec->rows == rows && rec->n_in == n_in && rec->epoch == cpu->in_epoch &&
+	    (rec->kind == kind || rec->kind == (kind | 8)))
+		return 1;
+	*rec = (struct pd_cpu_input){ x, ldx, rows, n_in, kind, cpu->in_epoch };
+	return 0;
+}
+
+static void pd_cpu_linear_run(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
+			      float *y, int64_t ldy, int flags)
 {
 	struct pd_cpu *cpu = CPU(be);
 	struct pd_mm *mm;
@@ -336,7 +346,8 @@ void pd_cpu_linear(struct pd_backend *be, struct pd_linear *l, const float *x, i
 	if (be->compute == PD_BF16) {
 		if (pd_cpu_grow(be, &cpu->bf16, &cpu->bf16_cap, (size_t)(rows * l->n_in), pd_cpu_operand_size(be)))
 			return;
-		pd_cpu_operand(be, cpu->bf16, x, rows, l->n_in, ldx);
+		if (!pd_cpu_input_kept(cpu, &cpu->bf16_in, x, ldx, rows, l->n_in, 0))
+			pd_cpu_operand(be, cpu->bf16, x, rows, l->n_in, ldx);
 		src = cpu->bf16;
 	}
 	DNNL_TRY(be, dnnl_memory_set_data_handle(mm->src, (void *)src), fail);
@@ -355,4 +366,17 @@ void pd_cpu_linear(struct pd_backend *be, struct pd_linear *l, const float *x, i
 	}
 fail:
 	return;
+}
+
+void pd_cpu_linear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
+		   float *y, int64_t ldy, int flags)
+{
+	struct pd_cpu *cpu = CPU(be);
+
+	/* A call that cannot promise its input unchanged makes stale whatever
+	 * was made of earlier inputs (an adapter's own calls below included). */
+	if (!(flags & PD_LIN_SAME_INPUT) || cpu->last_in.x != x || cpu->last_in.ldx != ldx || cpu->last_in.rows != rows)
+		cpu->in_epoch++;
+	pd_cpu_linear_run(be, l, x, ldx, rows, y, ldy, flags & ~PD_LIN_SAME_INPUT);
+	cpu->last_in = (struct pd_cpu_input){ x, ldx, rows, l->n_in, 0, cpu->in_epoch };
 }

@@ -715,16 +715,17 @@ static void pd_flux_dump_ln(struct pd_flux *m, const struct pd_dump *dump, const
 }
 
 /* q, k, v (this shard's heads) for rows [r0, r0+n) of the joint sequence
- * from nx, then per-head RMSNorm with the given weights. */
+ * from nx, then per-head RMSNorm with the given weights. READ: the
+ * previous linear call read these rows (they are converted once). */
 static void pd_flux_qkv(struct pd_flux *m, int64_t r0, int64_t n, struct pd_linear *lq, struct pd_linear *lk,
-			struct pd_linear *lv, const float *wq, const float *wk)
+			struct pd_linear *lv, const float *wq, const float *wk, int read)
 {
 	struct pd_backend *be = m->be;
 	int64_t D = m->cfg.dim, W = m->dim;
 
-	be->ops->linear(be, lq, m->nx + r0 * D, D, n, m->q + r0 * W, W, 0);
-	be->ops->linear(be, lk, m->nx + r0 * D, D, n, m->k + r0 * W, W, 0);
-	be->ops->linear(be, lv, m->nx + r0 * D, D, n, m->v + r0 * W, W, 0);
+	be->ops->linear(be, lq, m->nx + r0 * D, D, n, m->q + r0 * W, W, read ? PD_LIN_SAME_INPUT : 0);
+	be->ops->linear(be, lk, m->nx + r0 * D, D, n, m->k + r0 * W, W, PD_LIN_SAME_INPUT);
+	be->ops->linear(be, lv, m->nx + r0 * D, D, n, m->v + r0 * W, W, PD_LIN_SAME_INPUT);
 	be->ops->rmsnorm_heads(be, m->q + r0 * W, W, n, m->heads, m->cfg.head_dim, wq, PD_FLUX_EPS);
 	be->ops->rmsnorm_heads(be, m->k + r0 * W, W, n, m->heads, m->cfg.head_dim, wk, PD_FLUX_EPS);
 }
@@ -822,8 +823,8 @@ static void pd_flux_double_block(struct pd_flux *m, int i, int64_t T, int64_t L,
 		pd_flux_dump_norm1(m, dump, name, 0, T, &mt);
 	}
 	/* TF:98-115: image and text q/k/v, per-head RMSNorm, joint (text first). */
-	pd_flux_qkv(m, T, L, b->q, b->k, b->v, b->norm_q, b->norm_k);
-	pd_flux_qkv(m, 0, T, b->add_q, b->add_k, b->add_v, b->norm_added_q, b->norm_added_k);
+	pd_flux_qkv(m, T, L, b->q, b->k, b->v, b->norm_q, b->norm_k, 0);
+	pd_flux_qkv(m, 0, T, b->add_q, b->add_k, b->add_v, b->norm_added_q, b->norm_added_k, 0);
 	PD_FLUX_DUMP(p, "attn.norm_q", m->q + T * W, W, L, W, L, H, Dh);
 	PD_FLUX_DUMP(p, "attn.norm_k", m->k + T * W, W, L, W, L, H, Dh);
 	PD_FLUX_DUMP(p, "attn.norm_added_q", m->q, W, T, W, T, H, Dh);
@@ -873,7 +874,7 @@ static void pd_flux_single_block(struct pd_flux *m, int i, int64_t T, int64_t L,
 	PD_FLUX_DUMP(p, "norm.gate", gate, D, 1, D, D);
 	/* TF:396-407: mlp = GELU(proj_mlp(nx)), attention in parallel with it */
 	be->ops->linear(be, b->mlp, m->nx, D, S, m->wide, M, PD_LIN_GELU_TANH);
-	pd_flux_qkv(m, 0, S, b->q, b->k, b->v, b->norm_q, b->norm_k);
+	pd_flux_qkv(m, 0, S, b->q, b->k, b->v, b->norm_q, b->norm_k, 1);
 	PD_FLUX_DUMP(p, "mlp_act", m->wide, M, S, M, S, M);
 	PD_FLUX_DUMP(p, "attn.norm_q", m->q, A, S, A, S, H, Dh);
 	PD_FLUX_DUMP(p, "attn.norm_k", m->k, A, S, A, S, H, Dh);

@@ -282,8 +282,8 @@ int pd_clip_forward(struct pd_clip *m, const int64_t *ids, int n, float *last, f
 		/* pre-norm layer (545-559): x += out_proj(Attn(LN1 x)); x += fc2(quick_gelu(fc1(LN2 x))) */
 		be->ops->layernorm(be, m->h, D, m->x, D, n, D, L->ln1_w, L->ln1_b, m->cfg.eps);
 		be->ops->linear(be, L->q, m->h, D, n, m->q, D, 0);
-		be->ops->linear(be, L->k, m->h, D, n, m->k, D, 0);
-		be->ops->linear(be, L->v, m->h, D, n, m->v, D, 0);
+		be->ops->linear(be, L->k, m->h, D, n, m->k, D, PD_LIN_SAME_INPUT);
+		be->ops->linear(be, L->v, m->h, D, n, m->v, D, PD_LIN_SAME_INPUT);
 		be->ops->attention_masked(be, m->a, D, m->q, D, m->k, D, m->v, D, n, m->cfg.heads, (int)hd,
 					  1.0f / sqrtf((float)hd), NULL, 1);
 		be->ops->linear(be, L->o, m->a, D, n, m->x, D, PD_LIN_ACCUMULATE);

@@ -520,8 +520,8 @@ int pd_llm_forward(struct pd_llm *m, const int64_t *ids, int n, float *out, cons
 		be->ops->copy2d(be, m->h, D, m->x, D, n, D);
 		be->ops->rmsnorm_heads(be, m->h, D, n, 1, (int)D, L->ln_in, m->cfg.eps);
 		be->ops->linear(be, L->q, m->h, D, n, m->q, A, 0);
-		be->ops->linear(be, L->k, m->h, D, n, m->k, K, 0);
-		be->ops->linear(be, L->v, m->h, D, n, m->v, K, 0);
+		be->ops->linear(be, L->k, m->h, D, n, m->k, K, PD_LIN_SAME_INPUT);
+		be->ops->linear(be, L->v, m->h, D, n, m->v, K, PD_LIN_SAME_INPUT);
 		pd_llm_rotate(m, m->q, n);
 		for (int64_t h = 0; h < m->cfg.heads; h++) {
 			be->ops->copy2d(be, m->kq + h * hd, A, m->k + (h / group) * hd, K, n, hd);
@@ -536,7 +536,7 @@ int pd_llm_forward(struct pd_llm *m, const int64_t *ids, int n, float *out, cons
 		be->ops->rmsnorm_heads(be, m->h, D, n, 1, (int)D, L->ln_post, m->cfg.eps);
 		be->ops->linear(be, L->gate, m->h, D, n, m->g, F, 0);
 		be->ops->silu(be, m->g, m->g, (size_t)(n * F));
-		be->ops->linear(be, L->up, m->h, D, n, m->u, F, 0);
+		be->ops->linear(be, L->up, m->h, D, n, m->u, F, PD_LIN_SAME_INPUT);
 		be->ops->mul(be, m->g, m->g, m->u, (size_t)(n * F));
 		be->ops->linear(be, L->down, m->g, F, n, m->x, D, PD_LIN_ACCUMULATE);
 		if (pd_backend_check(be))

@@ -346,15 +346,15 @@ int pd_t5_forward(struct pd_t5 *m, const int64_t *ids, int n, float *out, const 
 		be->ops->copy2d(be, m->h, D, m->x, D, n, D);
 		be->ops->rmsnorm_heads(be, m->h, D, n, 1, (int)D, B->ln0, m->cfg.eps);
 		be->ops->linear(be, B->q, m->h, D, n, m->q, A, 0);
-		be->ops->linear(be, B->k, m->h, D, n, m->k, A, 0);
-		be->ops->linear(be, B->v, m->h, D, n, m->v, A, 0);
+		be->ops->linear(be, B->k, m->h, D, n, m->k, A, PD_LIN_SAME_INPUT);
+		be->ops->linear(be, B->v, m->h, D, n, m->v, A, PD_LIN_SAME_INPUT);
 		be->ops->attention_masked(be, m->a, A, m->q, A, m->k, A, m->v, A, n, (int)H, m->cfg.d_kv, 1.0f, m->bias, 0);
 		be->ops->linear(be, B->o, m->a, A, n, m->x, D, PD_LIN_ACCUMULATE);
 		/* x += wo(gelu_new(wi_0 RMS x) * wi_1 RMS x) (293-318) */
 		be->ops->copy2d(be, m->h, D, m->x, D, n, D);
 		be->ops->rmsnorm_heads(be, m->h, D, n, 1, (int)D, B->ln1, m->cfg.eps);
 		be->ops->linear(be, B->wi0, m->h, D, n, m->g, F, PD_LIN_GELU_TANH);
-		be->ops->linear(be, B->wi1, m->h, D, n, m->u, F, 0);
+		be->ops->linear(be, B->wi1, m->h, D, n, m->u, F, PD_LIN_SAME_INPUT);
 		be->ops->mul(be, m->g, m->g, m->u, (size_t)(n * F));
 		be->ops->linear(be, B->wo, m->g, F, n, m->x, D, PD_LIN_ACCUMULATE);
 		if (pd_backend_check(be))

@@ -626,8 +626,8 @@ static void pd_wan_block(struct pd_wan *m, const struct pd_dit_call *call, int i
 	 * q, k, v hold this shard's heads */
 	be->ops->layernorm_mod(be, m->nx, D, m->x, D, L, D, scale, shift, m->cfg.eps);
 	be->ops->linear(be, b->q, m->nx, D, L, m->q, W, 0);
-	be->ops->linear(be, b->k, m->nx, D, L, m->k, W, 0);
-	be->ops->linear(be, b->v, m->nx, D, L, m->v, W, 0);
+	be->ops->linear(be, b->k, m->nx, D, L, m->k, W, PD_LIN_SAME_INPUT);
+	be->ops->linear(be, b->v, m->nx, D, L, m->v, W, PD_LIN_SAME_INPUT);
 	pd_wan_norm_heads(m, m->q, L, b->norm_q, m->k, L, b->norm_k);
 	be->ops->rope(be, m->q, W, L, (int)H, (int)Dh, m->cos, m->sin);
 	be->ops->rope(be, m->k, W, L, (int)H, (int)Dh, m->cos, m->sin);
@@ -648,7 +648,7 @@ static void pd_wan_block(struct pd_wan *m, const struct pd_dit_call *call, int i
 	be->ops->linear(be, b->cq, m->nx, D, L, m->q, W, 0);
 	if (T > 0) {
 		be->ops->linear(be, b->ck, m->ctx, D, T, m->k, W, 0);
-		be->ops->linear(be, b->cv, m->ctx, D, T, m->v, W, 0);
+		be->ops->linear(be, b->cv, m->ctx, D, T, m->v, W, PD_LIN_SAME_INPUT);
 	}
 	pd_wan_norm_heads(m, m->q, L, b->cnorm_q, m->k, T, b->cnorm_k);
 	if (T > 0) {

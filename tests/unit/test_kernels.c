@@ -587,17 +587,21 @@ static void test_i8linear(struct pd_backend *be, struct pd_backend *portable)
  * the flag: each gives the bits it gives alone. Then what was made must not
  * be reused: after a call without the flag (the input rewritten at the same
  * address), for fewer rows, at another address, or after a layer whose
- * adapter makes its own calls. BE: bf16 products. */
+ * adapter makes its own calls; and it must be (the promise broken on
+ * purpose: the old bits where the input was made in the kind a layer
+ * takes). Few rows now and then (decoded layers' dot-product path, which
+ * makes no operand). BE: bf16 products. */
 static void test_same_input(struct pd_backend *be)
 {
 	enum { NL = 7 };
 	static const enum pd_qtype types[NL] = { PD_Q_F32, PD_Q_Q8_0, PD_Q_Q4_K, PD_Q_Q6_K,
 						 PD_Q_Q4_0, PD_Q_Q8_0, PD_Q_Q5_K };
 	/* layer 5 decodes (a bf16 operand), the others of a block type multiply in int8 */
-	int K = 256 * rnd_int(1, 3), N = rnd_int(1, 60), M = rnd_int(9, 80), ldx = K + rnd_int(0, 5);
+	int K = 256 * rnd_int(1, 3), N = rnd_int(1, 60), M = rnd_int(0, 3) ? rnd_int(9, 80) : rnd_int(2, 8);
+	int ldx = K + rnd_int(0, 5);
 	float *x = rnd_buf((size_t)M * ldx, 1.0f), *x2 = rnd_buf((size_t)M * ldx, 1.0f);
 	float *xo = rnd_buf((size_t)M * ldx, 1.0f), *w = rnd_buf((size_t)N * K, 0.1f), *b = rnd_buf((size_t)N, 0.1f);
-	float *ref[NL], *ref2[NL], *refo[NL], *y = nan_buf((size_t)M * N);
+	float *ref[NL], *ref2[NL], *refo[NL], *y = nan_buf((size_t)M * N), *refad = nan_buf((size_t)M * N);
 	float *a = rnd_buf((size_t)3 * K, 0.1f), *ab = rnd_buf((size_t)N * 3, 0.1f);
 	struct pd_linear *l[NL] = { NULL }, *ad;
 	int order[NL];
@@ -635,6 +639,7 @@ static void test_same_input(struct pd_backend *be)
 		be->ops->linear(be, l[i], xo, ldx, M, refo[i], N, 0);
 		order[i] = i;
 	}
+	be->ops->linear(be, ad, xo, ldx, M, refad, N, 0);
 	for (int i = NL - 1; i > 0; i--) {
 		int j = rnd_int(0, i), s = order[i];
 
@@ -667,10 +672,26 @@ static void test_same_input(struct pd_backend *be)
 	PD_CHECK(!memcmp(y, refo[order[3]], out), "same input: layer %d at another address", order[3]);
 	/* after a layer with an adapter on the same input: its own calls make other inputs */
 	be->ops->linear(be, ad, xo, ldx, M, y, N, PD_LIN_SAME_INPUT);
+	PD_CHECK(!memcmp(y, refad, out), "same input: the adapted layer");
 	for (int k = 0; k < NL; k++) {
 		be->ops->linear(be, l[order[k]], xo, ldx, M, y, N, PD_LIN_SAME_INPUT);
 		PD_CHECK(!memcmp(y, refo[order[k]], out), "same input: layer %d after an adapted layer", order[k]);
 	}
+	/* and what is kept is used: the promise broken on purpose (xo rewritten
+	 * with x2's values), a layer whose input was made gives the old bits
+	 * (Q4_K from Q6_K's rows, which hold more; plain from the bf16 operand),
+	 * one that needs another blocking the new bits */
+	be->ops->linear(be, l[3], xo, ldx, M, y, N, 0);
+	be->ops->linear(be, l[0], xo, ldx, M, y, N, PD_LIN_SAME_INPUT);
+	memcpy(xo, x2, sizeof(float) * (size_t)M * ldx);
+	be->ops->linear(be, l[2], xo, ldx, M, y, N, PD_LIN_SAME_INPUT);
+	PD_CHECK(!memcmp(y, refo[2], out), "same input: q4_k did not take q6_k's rows");
+	be->ops->linear(be, l[0], xo, ldx, M, y, N, PD_LIN_SAME_INPUT);
+	PD_CHECK(!memcmp(y, refo[0], out), "same input: the plain layer did not take the kept operand");
+	be->ops->linear(be, l[1], xo, ldx, M, y, N, PD_LIN_SAME_INPUT);
+	PD_CHECK(!memcmp(y, ref2[1], out), "same input: q8_0 (blocks of 256, -128 sums) took q6_k's rows");
+	be->ops->linear(be, l[3], xo, ldx, M, y, N, PD_LIN_SAME_INPUT);
+	PD_CHECK(!memcmp(y, ref2[3], out), "same input: q6_k took q8_0's rows");
 	for (int i = 0; i < NL; i++)
 		free(ref[i]), free(ref2[i]), free(refo[i]);
 out:
@@ -680,7 +701,7 @@ out:
 	if (ad)
 		be->ops->linear_free(be, ad);
 	PD_CHECK(!be->failed, "same input: backend error: %s", be->error);
-	free(x), free(x2), free(xo), free(w), free(b), free(y), free(a), free(ab);
+	free(x), free(x2), free(xo), free(w), free(b), free(y), free(a), free(ab), free(refad);
 }
 
 /* The double-precision reference of query row I of head H against keys

@@ -80,8 +80,8 @@ struct pd_attn_gemm {
 struct pd_cpu_input {
 	const float *x;                 /* the rows' address (NULL: holds nothing) */
 	int64_t ldx, rows, n_in;        /* their stride, count and width */
-	int kind;                       /* how they were made (bf16: 0; int8: enum pd_i8_inputs, + 8
-					 * with the halves' sums) */
+	int kind;                       /* how they were made (bf16: 0; int8: enum pd_i8_inputs, | 8
+					 * with the halves' sums, which serve a kind without them too) */
 	uint64_t epoch;                 /* pd_cpu.in_epoch when made */
 };
 
@@ -119,11 +119,13 @@ struct pd_cpu {
 	size_t xs_cap;                  /* its capacity in values */
 	int32_t *xh;                    /* their blocks' sums of each half (Q6_K's sub-blocks of 16) */
 	size_t xh_cap;                  /* its capacity in values */
-	struct pd_cpu_input last_in;    /* the rows the previous linear call read (x, ldx, rows) */
-	uint64_t in_epoch;              /* bumped by each linear call without PD_LIN_SAME_INPUT for
-					 * last_in: what was made before is stale */
-	struct pd_cpu_input bf16_in;    /* what bf16 holds */
-	struct pd_cpu_input xq_in;      /* what xq, xd, xc, xs and xh hold */
+	const float *last_x;            /* the rows the previous linear call read: their address, */
+	int64_t last_ldx, last_rows;    /* stride and count */
+	uint64_t in_epoch;              /* bumped by each linear call that does not promise (with
+					 * PD_LIN_SAME_INPUT) to read last_x's rows unchanged: what
+					 * the scratches below hold from before is stale */
+	struct pd_cpu_input bf16_in;    /* what bf16 holds (one input at a time) */
+	struct pd_cpu_input xq_in;      /* what xq, xd, xc, xs and xh hold (one input, one kind) */
 	float *adapt;                   /* an adapter's x A^T (pd_adapter_term; backend memory) */
 	size_t adapt_cap;               /* its capacity in floats */
 	int avx512bf16;                 /* the CPU has AVX-512 BF16 dot products (attention's own block
@@ -254,7 +256,7 @@ void pd_cpu_operand(struct pd_backend *be, void *dst, const float *src, int64_t 
 /* Whether REC holds X's ROWS (stride LDX, width N_IN) made as KIND (or as
  * KIND | 8, which holds more) since the last linear call without
  * PD_LIN_SAME_INPUT; if not, REC is set to them: the caller makes them now. */
-int pd_cpu_input_kept(const struct pd_cpu *cpu, struct pd_cpu_input *rec, const float *x, int64_t ldx, int64_t rows,
+int pd_cpu_input_kept(struct pd_cpu *cpu, struct pd_cpu_input *rec, const float *x, int64_t ldx, int64_t rows,
 		      int64_t n_in, int kind);
 /* The matmul of L for ROWS rows and COLS output columns (a quantized
  * layer's panel), with these strides and PD_LIN_* flags. */

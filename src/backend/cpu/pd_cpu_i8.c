@@ -1536,7 +1536,8 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 	    (!pd_i8_k(qt) && pd_cpu_grow(be, (void **)&cpu->xs, &cpu->xs_cap, (size_t)(rows * nb), sizeof(float))) ||
 	    (halves && pd_cpu_grow(be, (void **)&cpu->xh, &cpu->xh_cap, (size_t)(rows * nb * 2), sizeof(int32_t))))
 		return;
-	if (!pd_cpu_input_kept(cpu, &cpu->xq_in, x, ldx, rows, l->n_in, inputs + (halves ? 8 : 0)))
+	_Static_assert(PD_I8_IN_WIDE < 8, "pd_cpu_input.kind keeps 8 for the halves' sums");
+	if (!pd_cpu_input_kept(cpu, &cpu->xq_in, x, ldx, rows, l->n_in, (int)inputs | (halves ? 8 : 0)))
 		pd_cpu_i8_quant_rows(cpu, x, ldx, rows, l->n_in, inputs, cpu->xq, cpu->xd, cpu->xc, cpu->xs,
 				     halves ? cpu->xh : NULL);
 #pragma omp parallel for schedule(static)

@@ -314,7 +314,7 @@ int pd_cpu_linear_adapt(struct pd_backend *be, struct pd_linear *l, int64_t rank
 	return pd_adapter_set(be, &l->ad, l->n_out, l->n_in, rank, a, b);
 }
 
-int pd_cpu_input_kept(const struct pd_cpu *cpu, struct pd_cpu_input *rec, const float *x, int64_t ldx, int64_t rows,
+int pd_cpu_input_kept(struct pd_cpu *cpu, struct pd_cpu_input *rec, const float *x, int64_t ldx, int64_t rows,
 		      int64_t n_in, int kind)
 {
 	if (rec->x == x && rec->ldx == ldx && rec->rows == rows && rec->n_in == n_in && rec->epoch == cpu->in_epoch &&
@@ -375,8 +375,8 @@ void pd_cpu_linear(struct pd_backend *be, struct pd_linear *l, const float *x, i
 
 	/* A call that cannot promise its input unchanged makes stale whatever
 	 * was made of earlier inputs (an adapter's own calls below included). */
-	if (!(flags & PD_LIN_SAME_INPUT) || cpu->last_in.x != x || cpu->last_in.ldx != ldx || cpu->last_in.rows != rows)
+	if (!(flags & PD_LIN_SAME_INPUT) || cpu->last_x != x || cpu->last_ldx != ldx || cpu->last_rows != rows)
 		cpu->in_epoch++;
 	pd_cpu_linear_run(be, l, x, ldx, rows, y, ldy, flags & ~PD_LIN_SAME_INPUT);
-	cpu->last_in = (struct pd_cpu_input){ x, ldx, rows, l->n_in, 0, cpu->in_epoch };
+	cpu->last_x = x, cpu->last_ldx = ldx, cpu->last_rows = rows;
 }

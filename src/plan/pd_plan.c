@@ -364,10 +364,14 @@ static int pd_plan_cost_held(const struct pd_plan_work *w, const struct pd_plan_
 	/* ring's gathered form: the sequence's K and V in order, and as
 	 * received where text rows must move first (a context text is no
 	 * key of the sequence), and my chunk sent; the merged form's two
-	 * chunks not taken off */
+	 * chunks not taken off; and attention's copies of the keys and values
+	 * it reads (the CPU's head-major operands, f32 at most), as many more
+	 * as keys than a chunk's: on a small model those outgrow the chunks */
 	if (m->degree[PD_AXIS_RING] > 1 && N <= 1 && c->ring_gathered)
 		out->activations_gb += ((c->txt_context ? 2.0 * L : 3.0 * S) / m->degree[PD_AXIS_ULYSSES] +
-					(c->txt_context ? L : S) / P) * D / T * 4.0 / GB;
+					(c->txt_context ? L : S) / P +
+					2.0 * (c->txt_context ? L : S) / m->degree[PD_AXIS_ULYSSES] *
+						(1.0 - 1.0 / m->degree[PD_AXIS_RING])) * D / T * 4.0 / GB;
 	/* the K/V buffers are kept per image and branch the rank runs */
 	if (N > 1)
 		out->activations_gb += ceil((double)c->blocks / N) * 2.0 * S * D / T * 4.0 /

@@ -259,6 +259,10 @@ void pd_cpu_operand(struct pd_backend *be, void *dst, const float *src, int64_t 
  * is set to them: the caller makes them now. */
 int pd_cpu_input_kept(struct pd_cpu *cpu, struct pd_cpu_input *rec, const float *x, int64_t ldx, int64_t rows,
 		      int64_t n_in, int kind);
+/* X's ROWS (stride LDX, width N_IN) as the bf16 products' operand, in the
+ * scratch bf16, made unless it holds them (pd_cpu_input_kept); NULL with
+ * the backend failed. */
+const void *pd_cpu_input_operand(struct pd_backend *be, const float *x, int64_t ldx, int64_t rows, int64_t n_in);
 /* The matmul of L for ROWS rows and COLS output columns (a quantized
  * layer's panel), with these strides and PD_LIN_* flags. */
 int pd_cpu_mm_create(struct pd_backend *be, const struct pd_linear *l, struct pd_mm *mm, int64_t rows,

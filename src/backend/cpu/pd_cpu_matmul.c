@@ -324,6 +324,17 @@ int pd_cpu_input_kept(struct pd_cpu *cpu, struct pd_cpu_input *rec, const float 
 	return 0;
 }
 
+const void *pd_cpu_input_operand(struct pd_backend *be, const float *x, int64_t ldx, int64_t rows, int64_t n_in)
+{
+	struct pd_cpu *cpu = CPU(be);
+
+	if (pd_cpu_grow(be, &cpu->bf16, &cpu->bf16_cap, (size_t)(rows * n_in), pd_cpu_operand_size(be)))
+		return NULL;
+	if (!pd_cpu_input_kept(cpu, &cpu->bf16_in, x, ldx, rows, n_in, 0))
+		pd_cpu_operand(be, cpu->bf16, x, rows, n_in, ldx);
+	return cpu->bf16;
+}
+
 static void pd_cpu_linear_run(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
 			      float *y, int64_t ldy, int flags)
 {
@@ -343,13 +354,8 @@ static void pd_cpu_linear_run(struct pd_backend *be, struct pd_linear *l, const 
 	mm = pd_cpu_mm_get(be, l, rows, l->n_out, ldx, ldy, flags);
 	if (!mm)
 		return;
-	if (be->compute == PD_BF16) {
-		if (pd_cpu_grow(be, &cpu->bf16, &cpu->bf16_cap, (size_t)(rows * l->n_in), pd_cpu_operand_size(be)))
-			return;
-		if (!pd_cpu_input_kept(cpu, &cpu->bf16_in, x, ldx, rows, l->n_in, 0))
-			pd_cpu_operand(be, cpu->bf16, x, rows, l->n_in, ldx);
-		src = cpu->bf16;
-	}
+	if (be->compute == PD_BF16 && !(src = pd_cpu_input_operand(be, x, ldx, rows, l->n_in)))
+		return;
 	DNNL_TRY(be, dnnl_memory_set_data_handle(mm->src, (void *)src), fail);
 	DNNL_TRY(be, dnnl_memory_set_data_handle(mm->dst, y), fail);
 	{

@@ -331,11 +331,8 @@ void pd_cpu_qlinear(struct pd_backend *be, struct pd_linear *l, const float *x, 
 		return;
 	if (bf16) {
 		if (pd_cpu_grow(be, (void **)&cpu->qrow, &cpu->qrow_cap, (size_t)nt * (size_t)l->n_in, sizeof(float)) ||
-		    pd_cpu_grow(be, &cpu->bf16, &cpu->bf16_cap, (size_t)(rows * l->n_in), es))
+		    !(src = pd_cpu_input_operand(be, x, ldx, rows, l->n_in)))
 			return;
-		if (!pd_cpu_input_kept(cpu, &cpu->bf16_in, x, ldx, rows, l->n_in, 0))
-			pd_cpu_operand(be, cpu->bf16, x, rows, l->n_in, ldx);
-		src = cpu->bf16;
 	}
 	if (dense && pd_cpu_grow(be, (void **)&cpu->qout, &cpu->qout_cap, (size_t)(rows * l->panel), sizeof(float)))
 		return;

@@ -67,10 +67,11 @@ void pd_cli_abort(struct pd_comm *world)
 static const char pd_forward_usage[] =
 	"usage: pdit forward --transformer DIR --inputs FILE --out FILE [--dump] [options]\n"
 	"\n"
-	"One transformer call (FLUX or Wan2.1), for tests and debugging. The inputs\n"
-	"file holds the golden names: in.hidden_states, packed [B,L,C] with in.img_ids\n"
-	"[L,3] and in.txt_ids [T,3] (FLUX's files) or latents [B,C,F,h,w] (Wan's),\n"
-	"in.encoder_hidden_states [B,T,J], in.pooled_projections [B,P] (FLUX),\n"
+	"One transformer call (FLUX, Qwen-Image or Wan2.1), for tests and debugging.\n"
+	"The inputs file holds the golden names: in.hidden_states, packed [B,L,C] with\n"
+	"in.img_ids [L,3] and in.txt_ids [T,3] (FLUX's files) or latents [B,C,F,h,w]\n"
+	"(Wan's), in.encoder_hidden_states [B,T,J] (with in.encoder_hidden_states_mask\n"
+	"[B,T] for Qwen-Image's padded prompts), in.pooled_projections [B,P] (FLUX),\n"
 	"in.timestep (what the transformer receives), in.guidance (models with guidance\n"
 	"embeddings). The output holds out.sample in the input's shape; --dump adds\n"
 	"every intermediate under the golden names (emb.temb,\n"
@@ -384,7 +385,7 @@ static int pd_cmd_tiny(int argc, char **argv)
 static void pd_usage(FILE *f)
 {
 	fprintf(f,
-		"pdit %s - diffusion transformers (FLUX.1, Wan2.1) in one C program\n"
+		"pdit %s - diffusion transformers (FLUX.1, Qwen-Image, Wan2.1) in one C program\n"
 		"\n"
 		"usage: [mpirun -np N] pdit COMMAND [options]     (pdit COMMAND --help for each)\n"
 		"\n"

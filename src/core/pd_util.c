@@ -37,6 +37,29 @@ int pd_errorf(const char *fmt, ...)
 	return -1;
 }
 
+int pd_error_prefix(const char *fmt, ...)
+{
+	char prefix[256], old[sizeof(pd_error_buf)];
+	size_t k, n;
+	va_list ap;
+
+	/* the message is copied first: it is the buffer written; a long one
+	 * loses its end */
+	va_start(ap, fmt);
+	vsnprintf(prefix, sizeof(prefix), fmt, ap);
+	va_end(ap);
+	memcpy(old, pd_error_buf, sizeof(old));
+	k = strlen(prefix);
+	memcpy(pd_error_buf, prefix, k);
+	memcpy(pd_error_buf + k, ": ", 2);
+	k += 2;
+	n = strnlen(old, sizeof(old) - 1);
+	n = n < sizeof(pd_error_buf) - 1 - k ? n : sizeof(pd_error_buf) - 1 - k;
+	memcpy(pd_error_buf + k, old, n);
+	pd_error_buf[k + n] = 0;
+	return -1;
+}
+
 const char *pd_last_error(void)
 {
 	return pd_error_buf;

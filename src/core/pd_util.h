@@ -26,6 +26,10 @@ void pd_abort_assert(const char *expr, const char *file, int line);
  * function can end with `return pd_errorf(...)`. */
 int pd_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Puts "PREFIX: " (printf format) before the recorded message, so that a
+ * caller names the flag or file a callee's message belongs to; returns -1. */
+int pd_error_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* The last recorded message ("" when none). Thread-local. */
 const char *pd_last_error(void);
 

@@ -409,6 +409,15 @@ static int pd_engine_check_files(const struct pd_engine *e, int prompts)
 			return -1;
 		pd_st_close(st);
 	}
+	/* an adapter is read after the prompts are encoded: a wrong name is
+	 * told before that work */
+	for (int i = 0; i < e->n_loras && !e->o.encode_only; i++) {
+		struct pd_st *st;
+
+		if (pd_st_open(&st, e->o.loras[i].path))
+			return pd_error_prefix("--lora");
+		pd_st_close(st);
+	}
 	return 0;
 }
 

@@ -114,13 +114,13 @@ static int pd_engine_read_picture(struct pd_engine *e, const char *path, struct 
 		return pd_errorf("-i/--init-img: the %s family takes no picture in yet", e->fam->name);
 	if (r->frames != PD_DEFAULT && r->frames != 1)
 		return pd_errorf("-i/--init-img starts a picture, not a video of %d frames", r->frames);
-	if (r->init_image ? pd_png_read(path, &e->init_rgb, &e->init_w, &e->init_h)
+	if (r->init_image ? pd_png_read(path, &e->init_rgb, &e->init_w, &e->init_h) && pd_error_prefix("-i/--init-img")
 			  : pd_png_decode(r->init_png, r->init_png_len, path, &e->init_rgb, &e->init_w, &e->init_h))
 		return -1;
 	if (r->mask_image || r->mask_png) {
 		int mw, mh;
 
-		if (r->mask_image ? pd_png_read(r->mask_image, &e->mask_rgb, &mw, &mh)
+		if (r->mask_image ? pd_png_read(r->mask_image, &e->mask_rgb, &mw, &mh) && pd_error_prefix("--mask")
 		    : r->mask_alpha ? pd_png_decode_alpha_mask(r->mask_png, r->mask_png_len, mask, &e->mask_rgb, &mw, &mh)
 				    : pd_png_decode(r->mask_png, r->mask_png_len, mask, &e->mask_rgb, &mw, &mh))
 			return -1;
@@ -830,7 +830,7 @@ int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request *rq_in)
 			return pd_errorf("-r/--ref-image: the %s family takes no picture in yet", e->fam->name);
 		if (!e->mp.vae)
 			return pd_errorf("-r/--ref-image needs the VAE to encode the picture: give --vae DIR");
-		if (rq->ref_image ? pd_png_read(ref, &e->ref_rgb, &e->ref_w, &e->ref_h)
+		if (rq->ref_image ? pd_png_read(ref, &e->ref_rgb, &e->ref_w, &e->ref_h) && pd_error_prefix("-r/--ref-image")
 				  : pd_png_decode(rq->ref_png, rq->ref_png_len, ref, &e->ref_rgb, &e->ref_w, &e->ref_h))
 			return -1;
 		/* FluxKontextPipeline: its size rounded down to a multiple of

@@ -1,6 +1,6 @@
 /*
  * pdit.h - the pdit engine: a diffusion transformer of any family it knows
- * (FLUX.1, Wan2.1: pd_family_names) from prompts to pictures and videos, on
+ * (FLUX.1, Qwen-Image, Wan2.1: pd_family_names) from prompts to pictures and videos, on
  * one process or on a mesh of them, opened once and asked for any number
  * of them.
  *

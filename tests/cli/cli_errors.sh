@@ -156,6 +156,17 @@ fi
 printf '# a README\n\nnot weights at all, but long enough to have a header length\n' > "$tmp/README.md"
 expect "inspect a text file" "$tmp/README.md: not a safetensors or GGUF file" "$pdit" inspect "$tmp/README.md"
 expect "inspect a folder without weights" "a folder without" "$pdit" inspect "$tmp/full/scheduler"
+# the files of pictures and adapters are named with their flag; an adapter's before any prompt is encoded
+# (one line: no "encoded" line before it)
+expect "a missing adapter" "--lora: $tmp/none.safetensors: No such file" "$pdit" generate --model "$tmp/full" \
+	-p "a fox" -H 32 -W 32 --steps 1 --lora "$tmp/none.safetensors" -o "$tmp/o.png"
+expect "a missing init picture" "-i/--init-img: $tmp/none.png: No such file" "$pdit" generate "${run[@]}" \
+	-i "$tmp/none.png"
+"$pdit" generate "${run[@]}" -o "$tmp/pic.png" -q || { echo "FAIL: a picture to start from"; fail=1; }
+expect "a mask that is no picture" "--mask: $tmp/README.md: Not a PNG" "$pdit" generate "${run[@]}" \
+	-i "$tmp/pic.png" --mask "$tmp/README.md"
+expect "a reference that is no picture" "-r/--ref-image: $tmp/README.md: Not a PNG" "$pdit" generate "${run[@]}" \
+	-r "$tmp/README.md"
 
 [ -e "$tmp/o.png" ] && { echo "FAIL: a picture was written by a failing run"; fail=1; }
 ls "$tmp"/*.tmp > /dev/null 2>&1 && { echo "FAIL: temporary files left behind"; fail=1; }

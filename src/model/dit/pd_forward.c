@@ -103,7 +103,7 @@ static int pd_forward_place(struct pd_forward_inputs *in, const struct pd_st *st
 	if (!hm || !wm)
 		return pd_errorf("%s: no in.img_ids, and no height and width in its metadata to place the tokens", st->path);
 	if (fam->latent_shape(&in->ls, info, 1, atoi(hm), atoi(wm)))
-		return pd_errorf("%s: its height and width: %s", st->path, pd_last_error());
+		return pd_error_prefix("%s: its height and width", st->path);
 	if (in->ls.tokens != in->img_len)
 		return pd_errorf("%s: in.hidden_states has %lld tokens; a %sx%s picture has %lld", st->path,
 				 (long long)in->img_len, wm, hm, (long long)in->ls.tokens);

@@ -378,7 +378,7 @@ static int pd_flux_load_cfg(struct pd_flux **out, const char *dir, const char *c
 	m->dit.local_width = m->dim;
 	m->dit.be = be;
 	if (pd_flux_dit_info(c, &m->dit.info)) {
-		pd_errorf("%s: %s", dir, pd_last_error());
+		pd_error_prefix("%s", dir);
 		goto fail;
 	}
 	D = c->dim;

@@ -147,7 +147,9 @@ def check_ops(label, j):
 
 
 def main():
-    rnd = random.Random(int.from_bytes(os.urandom(4), "little"))
+    seed = int(os.environ.get("PDIT_TEST_SEED") or int.from_bytes(os.urandom(4), "little"))
+    print("seed %d (PDIT_TEST_SEED to repeat)" % seed)
+    rnd = random.Random(seed)
     heads = rnd.choice([2, 4, 6])
     hd = rnd.choice([8, 16, 24])
     layers, singles = rnd.randint(1, 3), rnd.randint(1, 3)

@@ -299,16 +299,23 @@ def cancel_running(srv, body, want):
     report(st == 200 and pngs_openai(ans) == want, "the request after the cancel: generate's PNGs")
 
 
+def event_stream(srv, jid, max_time):
+    """curl on a job's events, returned once the stream is connected (its
+    first line read): a job must not move on before the stream sees it."""
+    ev = subprocess.Popen(["curl", "-sN", "--max-time", str(max_time), srv.url("/v1/jobs/%s/events" % jid)],
+                          stdout=subprocess.PIPE, text=True)
+    return ev, ev.stdout.readline()
+
+
 def jobs_api(srv, body, want, tmp):
     st, j, _ = post(srv, "/v1/jobs", body)
     report(st == 202 and j["status"] in ("queued", "running") and j["id"], "POST /v1/jobs -> %s, id %s" % (st, j.get("id")))
-    ev = subprocess.Popen(["curl", "-sN", "--max-time", "60", srv.url("/v1/jobs/%s/events" % j["id"])],
-                          stdout=subprocess.PIPE, text=True)
+    ev, first = event_stream(srv, j["id"], 60)
     done = wait_job(srv, j["id"], ("done", "failed", "cancelled"))
     got = pngs_openai(done["result"]) if done["status"] == "done" else []
     report(got == want and "seed: 7" in done["parameters"] and done["step"] == done["steps"] == 2,
            "GET /v1/jobs/ID: done, step 2 of 2, generate's PNGs, the parameters")
-    out = ev.communicate(timeout=60)[0]
+    out = first + ev.communicate(timeout=60)[0]
     events = [l[7:] for l in out.splitlines() if l.startswith("event: ")]
     report(events and events[-1] == "end" and '"status":"done"' in out.split("event: end")[-1],
            "its event stream: %d events, the last '%s'" % (len(events), events[-1] if events else None))
@@ -543,12 +550,11 @@ def videos(wan, tmp):
     # during the decode ends it when the decode ends, the next one is right
     long_body = {"prompt": "a long kite", "size": "96x96", "steps": 1, "frames": 81}
     st, j, _ = post(srv, "/v1/jobs", long_body)
-    ev = subprocess.Popen(["curl", "-sN", "--max-time", "300", srv.url("/v1/jobs/%s/events" % j["id"])],
-                          stdout=subprocess.PIPE, text=True)
+    ev, first = event_stream(srv, j["id"], 300)
     seen = wait_job_phase(srv, j["id"], "decoding")
     st_del, _, _ = post_method(srv, "DELETE", "/v1/jobs/%s" % j["id"])
     end = wait_job(srv, j["id"], ("done", "failed", "cancelled"), t=300)
-    out = ev.communicate(timeout=60)[0]
+    out = first + ev.communicate(timeout=60)[0]
     report(seen and st_del == 202 and end.get("status") == "cancelled" and raw(srv, "/v1/jobs/%s/video" % j["id"])[0] == 404,
            "DELETE during the decode (phase decoding seen: %s) -> %s: the job %s, no video" % (seen, st_del, end.get("status")))
     # the stream starts from the job's state when it connects: on a busy

@@ -54,7 +54,7 @@ int pd_cmd_encode(struct pd_comm *world, int argc, char **argv)
 		{ "--prompt", 'p', PD_ARG_STRING, &a.prompt, "TEXT", "the prompt", NULL },
 		{ "--prompts", 0, PD_ARG_STRING, &a.prompts_file, "FILE", "one prompt a line", NULL },
 		{ "--negative-prompt", 'n', PD_ARG_STRING, &a.negative, "TEXT", "also encode a negative prompt (for --true-cfg-scale)", NULL },
-		{ "--max-sequence-length", 0, PD_ARG_COUNT, &a.max_seq, "N", "T5 tokens (default 512, 256 for models without guidance embedding)", NULL },
+		{ "--max-sequence-length", 0, PD_ARG_COUNT, &a.max_seq, "N", "text tokens of the prompt (the family's default: FLUX 512, or 256 without guidance embedding; Wan 512; Qwen-Image up to 512, each prompt its own length)", NULL },
 		{ "--out", 'o', PD_ARG_STRING, &a.out, "FILE", "safetensors file to write", NULL },
 		{ "--dtype", 0, PD_ARG_STRING, &a.dtype, "f32|bf16", "precision of matrix products (default f32)", NULL },
 		{ "--threads", 't', PD_ARG_COUNT, &a.threads, "N", "threads (default: all cores)", NULL },

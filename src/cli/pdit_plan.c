@@ -85,10 +85,10 @@ int pd_cmd_plan(int argc, char **argv)
 		{ "--vae", 0, PD_ARG_STRING, &vae, "DIR", "VAE folder (overrides --model's)", NULL },
 		{ NULL, 0, PD_ARG_STRING, &enc, NULL, NULL, NULL }, /* the text encoders' weights go here */
 		{ "--devices", 'N', PD_ARG_COUNT, &devices, "N", "processes (GPUs, or CPU processes on this machine); required", &devices_seen },
-		{ "--height", 'H', PD_ARG_COUNT, &height, "PX", "image height, a multiple of 16 (default 1024; Wan 480)", NULL },
-		{ "--width", 'W', PD_ARG_COUNT, &width, "PX", "image width, a multiple of 16 (default 1024; Wan 832)", NULL },
+		{ "--height", 'H', PD_ARG_COUNT, &height, "PX", "image height, a multiple of 16 (default 1024; Wan 480; Qwen-Image 1328)", NULL },
+		{ "--width", 'W', PD_ARG_COUNT, &width, "PX", "image width, a multiple of 16 (default 1024; Wan 832; Qwen-Image 1328)", NULL },
 		{ "--frames", 0, PD_ARG_COUNT, &frames, "N", "video frames, 4k + 1 (Wan; default 81)", NULL },
-		{ "--steps", 0, PD_ARG_COUNT, &steps, "S", "denoising steps, for the seconds of a run with its decode (default 28, or 4 without guidance embedding)", NULL },
+		{ "--steps", 0, PD_ARG_COUNT, &steps, "S", "denoising steps, for the seconds of a run with its decode (default: FLUX 28, or 4 without guidance embedding; Wan and Qwen-Image 50)", NULL },
 		{ "--batch", 0, PD_ARG_COUNT, &batch, "B", "images (default 1)", NULL },
 		{ "--true-cfg-scale", 0, PD_ARG_FLOAT, &cfg_scale, "C", "true CFG when above 1: two branches, CFG parallel possible (default 1; Qwen-Image 4)", NULL },
 		{ "--guidance", 0, PD_ARG_FLOAT, &guidance, "G", "Wan: classifier-free guidance (default 5): above 1, two branches", NULL },

@@ -25,7 +25,7 @@ int pd_flux_latent_shape(struct pd_latent_shape *ls, const struct pd_dit_info *i
 				int width)
 {
 	if (frames != 1)
-		return pd_errorf("--frames %d: FLUX makes pictures (one frame)", frames);
+		return pd_errorf("--frames %d: this model makes pictures (one frame; video is Wan2.1's)", frames);
 	if (height < 16 || width < 16 || height % 16 || width % 16)
 		return pd_errorf("-H/--height and -W/--width must be positive multiples of 16 (got %dx%d)", height,
 				 width);

@@ -298,15 +298,33 @@ int pd_out_check(const char *path)
 
 int pd_out_open(struct pd_out_file *o, const char *path)
 {
+	struct stat st;
+	const char *target = path;
+
 	o->path = path;
 	o->f = NULL;
-	o->tmp = pd_strfmt("%s.tmp", path);
-	if (!o->tmp)
-		return -1;
-	if (pd_is_dir(path)) {
-		free(o->tmp);
-		o->tmp = NULL;
+	o->tmp = o->real = NULL;
+	if (pd_is_dir(path))
 		return pd_errorf("cannot write %s: it is a folder", path);
+	if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && (o->real = realpath(path, NULL)))
+		target = o->real;
+	/* a device, a pipe, or a link to where nothing is yet: in place */
+	if (lstat(target, &st) == 0 && !S_ISREG(st.st_mode)) {
+		o->f = fopen(path, "wb");
+		if (!o->f) {
+			int rc = pd_errorf("cannot write %s: %s", path, strerror(errno));
+
+			free(o->real);
+			o->real = NULL;
+			return rc;
+		}
+		return 0;
+	}
+	o->tmp = pd_strfmt("%s.tmp", target);
+	if (!o->tmp) {
+		free(o->real);
+		o->real = NULL;
+		return -1;
 	}
 	pd_out_track(o->tmp, 1);
 	o->f = fopen(o->tmp, "wb");
@@ -316,7 +334,8 @@ int pd_out_open(struct pd_out_file *o, const char *path)
 
 		pd_out_track(o->tmp, 0);
 		free(o->tmp);
-		o->tmp = NULL;
+		free(o->real);
+		o->tmp = o->real = NULL;
 		return rc;
 	}
 	return 0;
@@ -333,12 +352,14 @@ void pd_out_abort(struct pd_out_file *o)
 {
 	if (o->f)
 		fclose(o->f);
-	if (o->tmp)
+	if (o->tmp) {
 		unlink(o->tmp);
-	pd_out_track(o->tmp, 0);
+		pd_out_track(o->tmp, 0);
+	}
 	free(o->tmp);
+	free(o->real);
 	o->f = NULL;
-	o->tmp = NULL;
+	o->tmp = o->real = NULL;
 }
 
 int pd_out_commit(struct pd_out_file *o)
@@ -349,18 +370,21 @@ int pd_out_commit(struct pd_out_file *o)
 	 * old file or the whole new one */
 	if (pd_fault("write", 0))
 		rc = -1;
-	else if (fflush(o->f) || fsync(fileno(o->f)))
+	else if (fflush(o->f) || (o->tmp && fsync(fileno(o->f))))
 		rc = pd_errorf("%s: write failed: %s", o->path, strerror(errno));
 	if (fclose(o->f) && !rc)
 		rc = pd_errorf("%s: write failed: %s", o->path, strerror(errno));
 	o->f = NULL;
-	if (!rc && rename(o->tmp, o->path))
-		rc = pd_errorf("cannot write %s: %s", o->path, strerror(errno));
-	if (rc)
-		unlink(o->tmp);
-	pd_out_track(o->tmp, 0);
+	if (o->tmp) {
+		if (!rc && rename(o->tmp, o->real ? o->real : o->path))
+			rc = pd_errorf("cannot write %s: %s", o->path, strerror(errno));
+		if (rc)
+			unlink(o->tmp);
+		pd_out_track(o->tmp, 0);
+	}
 	free(o->tmp);
-	o->tmp = NULL;
+	free(o->real);
+	o->tmp = o->real = NULL;
 	return rc;
 }
 

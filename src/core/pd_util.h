@@ -81,10 +81,14 @@ int pd_mkdirs(const char *path);
 
 /* Output files are written to PATH.tmp and renamed when complete, so an
  * interrupted run never leaves a half-written file under the requested name
- * and an existing file is only replaced by a complete one. */
+ * and an existing file is only replaced by a complete one. A symbolic link
+ * keeps pointing where it did: its target is the file replaced. What is no
+ * file (/dev/null, a pipe, a terminal) is written in place: a rename would
+ * put a plain file where the device was. */
 struct pd_out_file {
-	FILE *f;                        /* open on the temporary name */
-	char *tmp;                      /* PATH.tmp */
+	FILE *f;                        /* open on the temporary name, or on PATH itself (tmp NULL) */
+	char *tmp;                      /* PATH.tmp (or the link's target's), NULL when written in place */
+	char *real;                     /* the target of PATH when it is a link (owned), else NULL */
 	const char *path;               /* the final name (borrowed) */
 };
 int pd_out_open(struct pd_out_file *o, const char *path);

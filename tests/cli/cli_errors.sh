@@ -156,6 +156,22 @@ fi
 printf '# a README\n\nnot weights at all, but long enough to have a header length\n' > "$tmp/README.md"
 expect "inspect a text file" "$tmp/README.md: not a safetensors or GGUF file" "$pdit" inspect "$tmp/README.md"
 expect "inspect a folder without weights" "a folder without" "$pdit" inspect "$tmp/full/scheduler"
+# outputs that are no plain file: a pipe and a device written in place, a link's target replaced, the
+# link kept (a temporary renamed over them would put a plain file there: /dev/null as root)
+mkfifo "$tmp/pipe" && { timeout 60 cat "$tmp/pipe" > "$tmp/piped" & }
+"$pdit" generate "${run[@]}" -o "$tmp/pipe" -q
+wait
+ln -s target.png "$tmp/link.png"
+"$pdit" generate "${run[@]}" -o "$tmp/link.png" -q
+nodev=1
+mknod "$tmp/null" c 1 3 2> /dev/null && nodev=0 && "$pdit" generate "${run[@]}" -o "$tmp/n.png" --out-latents "$tmp/null" -q
+if [ -p "$tmp/pipe" ] && [ "$(head -c 4 "$tmp/piped" | od -An -c | tr -d ' ')" = "211PNG" ] && [ -L "$tmp/link.png" ] &&
+	[ "$(head -c 4 "$tmp/target.png" | od -An -c | tr -d ' ')" = "211PNG" ] && { [ $nodev = 1 ] || [ -c "$tmp/null" ]; }; then
+	echo "ok   a pipe and a device written in place, a link's target written (device checked: $((1 - nodev)))"
+else
+	echo "FAIL outputs that are no plain file: $(ls -l "$tmp/pipe" "$tmp/link.png" "$tmp/null" 2>&1 | tr '\n' ' ')"; fail=1
+fi
+rm -f "$tmp/n.png"
 # the files of pictures and adapters are named with their flag; an adapter's before any prompt is encoded
 # (one line: no "encoded" line before it)
 expect "a missing adapter" "--lora: $tmp/none.safetensors: No such file" "$pdit" generate --model "$tmp/full" \

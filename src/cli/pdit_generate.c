@@ -72,23 +72,50 @@ static void pd_report_memory(struct pd_comm *world)
 	free(all);
 }
 
-/* Every output can be written, before any weight is read: -o's pattern
- * and folder, --out-latents. The batch is not known yet with --embeds:
- * both names of one picture and of several are tried. */
+/* Frame F of video B of IMAGES as PNGs: OUT is a frame pattern, "-B"
+ * put before its extension for a batch. */
+static char *pd_frame_name(const char *out, int64_t b, int64_t images, int f)
+{
+	const char *dot = strrchr(out, '.');
+	char *pattern = images == 1 ? pd_strdup(out)
+		      : dot && !strchr(dot, '/') ? pd_strfmt("%.*s-%lld%s", (int)(dot - out), out, (long long)b, dot)
+						 : pd_strfmt("%s-%lld", out, (long long)b);
+	char *name = pattern ? pd_strfmt(pattern, f) : NULL;
+
+	free(pattern);
+	return name;
+}
+
+/* Whether -o is a pattern of a video's frames (a %d in a picture's name
+ * numbers the frames of a video; in a video's name, the videos). */
+static int pd_frames_pattern(const char *out)
+{
+	return pd_pattern_ok(out) && !pd_video_is_video_name(out);
+}
+
+/* Every output can be written, before any weight is read: each name -o
+ * makes (every picture's, every frame's where the frames are given),
+ * --out-latents. The batch is not known yet with --embeds: both names of
+ * one picture and of several are tried. */
 static int pd_gen_check_outputs(const struct pd_gen_args *a, int pictures)
 {
-	int rc = 0;
+	int frames = a->frames_seen && a->frames > 1 ? a->frames : 1, rc = 0;
 
 	if (strchr(a->output, '%') && !pd_pattern_ok(a->output))
 		return pd_errorf("-o/--output %s: the one pattern it takes is a single %%d or %%03d (the picture's number, "
-				 "or a video's frame)",
+				 "a video's frame, or in a .mp4 name the video's number)",
 				 a->output);
 	for (int k = 0; k < 2 && !rc; k++) {
 		int64_t batch = k ? 2 : pictures > 0 ? pictures : 1;
-		char *name = pd_output_name(a->output, 0, batch);
 
-		rc = !name || pd_out_check(name) ? -1 : 0;
-		free(name);
+		for (int64_t b = 0; b < batch && !rc; b++)
+			for (int f = 0; f < (frames > 1 && pd_frames_pattern(a->output) ? frames : 1) && !rc; f++) {
+				char *name = frames > 1 && pd_frames_pattern(a->output) ? pd_frame_name(a->output, b, batch, f)
+											: pd_output_name(a->output, b, batch);
+
+				rc = !name || pd_out_check(name) ? -1 : 0;
+				free(name);
+			}
 		if (pictures > 0)
 			break;
 	}
@@ -136,21 +163,13 @@ static int pd_write_video(const struct pd_gen_args *a, const struct pd_result *r
 	const char *out = a->output_seen ? a->output : "output.mp4";
 	int rc = 0;
 
-	if (pd_pattern_ok(out)) {
-		const char *dot = strrchr(out, '.');
-		char *pattern = res->images == 1 ? pd_strdup(out)
-			      : dot && !strchr(dot, '/') ? pd_strfmt("%.*s-%lld%s", (int)(dot - out), out, (long long)b, dot)
-							 : pd_strfmt("%s-%lld", out, (long long)b);
-
-		if (!pattern)
-			return -1; /* pd_strfmt said why */
+	if (pd_frames_pattern(out)) {
 		for (int f = 0; f < res->frames && !rc; f++) {
-			char *name = pd_strfmt(pattern, f);
+			char *name = pd_frame_name(out, b, res->images, f);
 
 			rc = !name ? -1 : pd_png_write(name, rgb + (size_t)f * frame, res->width, res->height, "parameters", text);
 			free(name);
 		}
-		free(pattern);
 		return rc;
 	}
 	{

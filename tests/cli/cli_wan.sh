@@ -96,6 +96,18 @@ expect "zero frames" "--frames must be at least 1 (got 0)" --frames 0 --out-late
 expect "true CFG scale on Wan" "give --guidance 4" --true-cfg-scale 4 --frames 5 --out-latents "$tmp/bad.safetensors"
 expect "a video as one PNG" "a video is written as .mp4" --frames 5 -o "$tmp/bad.png"
 expect "bad frame pattern" "a single %d or %03d" --frames 5 -o "$tmp/frame-%s.png"
+# a frame's name that is a folder: refused before anything is computed or written
+mkdir -p "$tmp/ff/fr-003.png"
+expect "a frame's name taken by a folder" "fr-003.png: it is a folder" --frames 5 -o "$tmp/ff/fr-%03d.png"
+[ -e "$tmp/ff/fr-000.png" ] && { echo "FAIL frames written before the refusal"; fail=1; }
+# a %d in a video's name numbers the videos: MP4s, not PNG frames
+if printf 'a cat\na dog\n' > "$tmp/two.txt" &&
+	"$pdit" generate --model "$m" --prompts "$tmp/two.txt" -H 32 -W 32 --steps 1 --frames 5 -o "$tmp/v-%d.mp4" -q &&
+	[ "$(head -c 8 "$tmp/v-1.mp4" | tail -c 4)" = ftyp ] && [ "$(head -c 8 "$tmp/v-0.mp4" | tail -c 4)" = ftyp ]; then
+	echo "ok   -o v-%d.mp4 with two prompts: v-0.mp4 and v-1.mp4, videos"
+else
+	echo "FAIL -o v-%d.mp4: $(ls "$tmp" | grep '^v-' | tr '\n' ' ')"; fail=1
+fi
 expect "bad fps" "--fps must be at least 1 (got 0)" --frames 5 --fps 0 -o "$tmp/bad.mp4"
 expect "bad flow shift" "--flow-shift must be positive" --flow-shift -1 --frames 5 --out-latents "$tmp/bad.safetensors"
 # the text encoders' flags follow the family's list: Wan has one encoder (UMT5, --t5xxl)

@@ -86,7 +86,7 @@ static const char pd_forward_examples[] =
 	"      --inputs tests/golden/quant-tiny/flux/forward-Q8_0-h64w48.safetensors --out out.safetensors\n"
 	"  pdit forward --transformer tests/golden/wan-tiny/model/transformer \\\n"
 	"      --inputs tests/golden/wan-tiny/forward-n9-h32w48.safetensors --out out.safetensors --dump\n"
-	"  pdit forward --transformer tests/golden/edit-tiny/transformer-dev \\\n"
+	"  pdit forward --transformer tests/golden/flux-tiny/transformer-dev \\\n"
 	"      --lora tests/golden/edit-tiny/lora-dev-1344-kohya-0.safetensors:0.7 \\\n"
 	"      --lora tests/golden/edit-tiny/lora-dev-1344-peft-1.safetensors:-0.4 \\\n"
 	"      --inputs tests/golden/edit-tiny/lora-dev-1344.safetensors --out out.safetensors\n";

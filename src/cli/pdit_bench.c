@@ -53,8 +53,9 @@ static void pd_bench_flags(struct pd_bench_args *a, struct pd_arg *opts)
 {
 	int n = pd_gen_flags(&a->gen, opts, PD_CMD_BENCH);
 
-	a->warmup = a->json = a->vae_time = a->e2e = a->op_times = 0;
-	opts[n++] = (struct pd_arg){ "--warmup", 0, PD_ARG_INT, &a->warmup, "N", "untimed steps first (default 1)",
+	a->json = a->vae_time = a->e2e = a->op_times = 0;
+	a->warmup = 1;
+	opts[n++] = (struct pd_arg){ "--warmup", 0, PD_ARG_COUNT, &a->warmup, "N", "untimed steps first, at least one (default 1)",
 				     NULL };
 	opts[n++] = (struct pd_arg){ "--json", 0, PD_ARG_FLAG, &a->json, NULL,
 				     "print one JSON object instead of the table", NULL };
@@ -246,8 +247,6 @@ int pd_cmd_bench(struct pd_comm *world, int argc, char **argv)
 		a.gen.steps = 3;
 		a.gen.steps_seen = 1;
 	}
-	if (!hr && a.warmup <= 0)
-		a.warmup = 1;
 	if (a.e2e)
 		a.vae_time = 1;
 	t_start = pd_now();

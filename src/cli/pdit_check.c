@@ -30,7 +30,8 @@ static const char pd_check_examples[] =
 struct pd_check_args {
 	struct pd_gen_args gen;         /* the shared flags */
 	const char *golden;             /* --golden FILE, or NULL: one process */
-	float tolerance;                /* --tolerance (0: the engine's default) */
+	float tolerance;                /* --tolerance (below 0: the engine's default; 0: equal bits) */
+	int tolerance_seen;             /* --tolerance given */
 };
 
 static void pd_check_flags(struct pd_check_args *a, struct pd_arg *opts)
@@ -38,11 +39,13 @@ static void pd_check_flags(struct pd_check_args *a, struct pd_arg *opts)
 	int n = pd_gen_flags(&a->gen, opts, PD_CMD_CHECK);
 
 	a->golden = NULL;
-	a->tolerance = 0;
+	a->tolerance = -1;
+	a->tolerance_seen = 0;
 	opts[n++] = (struct pd_arg){ "--golden", 0, PD_ARG_STRING, &a->golden, "FILE",
 				     "compare with FILE's latents.final instead of a single-process run", NULL };
 	opts[n++] = (struct pd_arg){ "--tolerance", 0, PD_ARG_FLOAT, &a->tolerance, "T",
-				     "largest relative difference that passes (default 1e-5, 2e-2 with bf16)", NULL };
+				     "largest relative difference that passes (default 1e-5, 2e-2 with bf16; 0: equal bits)",
+				     &a->tolerance_seen };
 	memset(&opts[n], 0, sizeof(opts[n]));
 }
 
@@ -92,6 +95,8 @@ int pd_cmd_check(struct pd_comm *world, int argc, char **argv)
 	hr = pd_gen_parse(world, &a.gen, opts, "check", pd_check_usage, pd_check_examples, argc, argv);
 	if (hr == 1)
 		return 0;
+	if (!hr && a.tolerance_seen && !(a.tolerance >= 0))
+		hr = pd_errorf("--tolerance must not be negative (got %g; 0 asks for equal bits)", a.tolerance);
 	hr = hr || pd_gen_engine_options(&a.gen, &o, 0) || pd_gen_request(&a.gen, &rq, &prompts, &n_prompts);
 	rq.want_pictures = 0;
 	if (pd_cli_any_failed(world, hr))

@@ -330,8 +330,8 @@ int pd_gen_request(const struct pd_gen_args *a, struct pd_request *rq, char ***p
 	}
 	if (a->frames_seen && a->frames > 1 && a->output_seen && !strchr(a->output, '%') &&
 	    !pd_video_is_video_name(a->output))
-		return pd_errorf("-o/--output %s: a video is written as .mp4, .mkv or .mov, or as frames with a pattern "
-				 "such as frame-%%03d.png", a->output);
+		return pd_errorf("-o/--output %s: --frames %d makes a video, written as .mp4, .mkv or .mov, or as frames "
+				 "with a pattern such as frame-%%03d.png", a->output, a->frames);
 	if (a->guidance_seen && !(a->guidance >= 0))
 		return pd_errorf("--guidance must not be negative (got %g)", a->guidance);
 	if (a->true_cfg_seen && !(a->true_cfg_scale >= 0))

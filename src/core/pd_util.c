@@ -207,6 +207,32 @@ int pd_read_file(const char *path, size_t max_bytes, char **out, size_t *len)
 	return 0;
 }
 
+int64_t pd_utf8_bad(const char *s, size_t n)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	size_t i = 0;
+
+	while (i < n) {
+		unsigned c = u[i];
+		size_t k = c < 0x80 ? 0 : (c & 0xe0) == 0xc0 ? 1 : (c & 0xf0) == 0xe0 ? 2 : (c & 0xf8) == 0xf0 ? 3 : 4;
+		uint32_t cp = k == 0 ? c : k == 1 ? c & 0x1f : k == 2 ? c & 0x0f : c & 0x07;
+
+		if (k == 4 || i + k >= n)
+			return (int64_t)i;
+		for (size_t j = 1; j <= k; j++) {
+			if ((u[i + j] & 0xc0) != 0x80)
+				return (int64_t)i;
+			cp = cp << 6 | (u[i + j] & 0x3f);
+		}
+		/* the shortest form only; no surrogates; Unicode's range */
+		if ((k == 1 && cp < 0x80) || (k == 2 && cp < 0x800) || (k == 3 && cp < 0x10000) ||
+		    (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+			return (int64_t)i;
+		i += k + 1;
+	}
+	return -1;
+}
+
 int pd_file_exists(const char *path)
 {
 	struct stat st;

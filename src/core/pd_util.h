@@ -72,6 +72,11 @@ char *pd_strdup(const char *s);
 /* Heap string from a printf format (NULL on allocation failure). */
 char *pd_strfmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* The offset of the first byte of S[0..N) that is no part of well-formed
+ * UTF-8 (an overlong form, a surrogate, past U+10FFFF, a cut sequence), or
+ * -1 when all of it is. */
+int64_t pd_utf8_bad(const char *s, size_t n);
+
 /* Reads a whole (small) file; appends a NUL. Caps the size at max_bytes. */
 int pd_read_file(const char *path, size_t max_bytes, char **out, size_t *len);
 int pd_file_exists(const char *path);

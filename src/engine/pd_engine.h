@@ -182,6 +182,10 @@ void pd_engine_request_free(struct pd_engine *e);
 /* Every text encoder the family needs (its list: not optional), and its
  * tokenizer, known; -1 naming the flags that give them. */
 int pd_engine_encoders_given(const struct pd_engine *e);
+/* Whether the N PROMPTS and NEGATIVE (may be NULL) are UTF-8 text, as the
+ * pipelines' Python strings are: other bytes each tokenizer would read its
+ * own way. 0, or -1 naming the prompt and the byte. */
+int pd_engine_text_ok(const char *const *prompts, int n, const char *negative);
 
 /* pd_engine_run.c */
 

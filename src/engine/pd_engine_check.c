@@ -433,7 +433,7 @@ int pd_engine_check(struct pd_engine *e, const struct pd_request *rq, const char
 
 	memset(rep, 0, sizeof(*rep));
 	rep->pass = 1;
-	rep->tolerance = tolerance > 0 ? tolerance : e->dt == PD_BF16 ? 2e-2 : 1e-5;
+	rep->tolerance = tolerance >= 0 ? tolerance : e->dt == PD_BF16 ? 2e-2 : 1e-5;
 	/* the reference runs below compute as the engine does */
 	pd_engine_enter(e, &scope);
 	rc = pd_engine_check_scoped(e, rq, golden, rep);

@@ -359,6 +359,21 @@ out:
 	return rc;
 }
 
+int pd_engine_text_ok(const char *const *prompts, int n, const char *negative)
+{
+	for (int i = 0; i <= n; i++) {
+		const char *t = i < n ? prompts[i] : negative;
+		int64_t bad = t ? pd_utf8_bad(t, strlen(t)) : -1;
+
+		if (bad >= 0)
+			return i < n ? pd_errorf("-p/--prompt: prompt %d is not UTF-8 text (byte 0x%02x at %lld)", i,
+						 (unsigned char)t[bad], (long long)bad)
+				     : pd_errorf("-n/--negative-prompt: not UTF-8 text (byte 0x%02x at %lld)",
+						 (unsigned char)t[bad], (long long)bad);
+	}
+	return 0;
+}
+
 int pd_engine_encoders_given(const struct pd_engine *e)
 {
 	for (int i = 0; i < e->fam->n_encoders && i < PD_MAX_ENCODERS; i++) {
@@ -477,6 +492,8 @@ static int pd_engine_inputs(struct pd_engine *e, const struct pd_request *rq)
 	for (e->n_prompts = 0; e->n_prompts < rq->n_prompts; e->n_prompts++)
 		if (!rq->prompts[e->n_prompts] || !(e->prompts[e->n_prompts] = pd_strdup(rq->prompts[e->n_prompts])))
 			return rq->prompts[e->n_prompts] ? -1 : pd_errorf("prompt %d is missing", e->n_prompts);
+	if (pd_engine_text_ok((const char *const *)e->prompts, e->n_prompts, rq->negative))
+		return -1;
 	for (int i = 0; i < e->n_prompts; i++)
 		if (pd_engine_lora_tags(e, e->prompts[i], i == 0))
 			return -1;

@@ -275,7 +275,7 @@ static int pd_engine_run_encode(struct pd_engine *e, const struct pd_request *rq
 	for (int b = 0; b < rq->n_prompts; b++)
 		if (!rq->prompts[b])
 			return pd_errorf("prompt %d is missing", b);
-	if (pd_engine_encoders_given(e))
+	if (pd_engine_text_ok(rq->prompts, rq->n_prompts, rq->negative) || pd_engine_encoders_given(e))
 		return -1;
 	max_seq = rq->max_seq == PD_DEFAULT ? e->fam->default_max_seq(e->info_ok ? &e->info : NULL) : rq->max_seq;
 	emb = pd_calloc(1, sizeof(*emb), "prompt embeddings");

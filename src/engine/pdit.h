@@ -427,8 +427,8 @@ struct pd_check_report {
  * and compares with one process: the first step's block outputs and the
  * final latents against the same computation on rank 0 alone; with GOLDEN
  * (a safetensors file: latents.final, and latents.init when present) the
- * final latents and the noise against it instead. TOLERANCE 0: 1e-5, or
- * 2e-2 with bf16 products. The engine's transformer is freed on the way
+ * final latents and the noise against it instead. TOLERANCE below 0: 1e-5,
+ * or 2e-2 with bf16 products; 0: equal bits. The engine's transformer is freed on the way
  * (the reference needs the memory): no request can follow (pd_engine_run
  * refuses). Collective; 0
  * with REP filled (free it), or -1 with a message. */

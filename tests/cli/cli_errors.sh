@@ -156,6 +156,27 @@ fi
 printf '# a README\n\nnot weights at all, but long enough to have a header length\n' > "$tmp/README.md"
 expect "inspect a text file" "$tmp/README.md: not a safetensors or GGUF file" "$pdit" inspect "$tmp/README.md"
 expect "inspect a folder without weights" "a folder without" "$pdit" inspect "$tmp/full/scheduler"
+# text that is no UTF-8 (the pipelines' prompts are Python strings): refused naming the line or the flag,
+# before anything is encoded; a NUL in a prompts file no longer cuts the prompt
+printf 'a fox\n\xff\xfe a dog\n' > "$tmp/latin.txt"
+printf 'a fox\na\0dog\n' > "$tmp/nul.txt"
+printf 'caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x90\x88\n' > "$tmp/utf8.txt"
+expect "a prompts line that is no UTF-8" "$tmp/latin.txt:2: not UTF-8 text (byte 0xff at column 1)" \
+	"$pdit" generate --model "$tmp/full" --prompts "$tmp/latin.txt" -H 32 -W 32 --steps 1 -o "$tmp/o.png"
+expect "a NUL in a prompts line" "$tmp/nul.txt:2: a NUL byte" \
+	"$pdit" generate --model "$tmp/full" --prompts "$tmp/nul.txt" -H 32 -W 32 --steps 1 -o "$tmp/o.png"
+expect "an overlong form in -p" "-p/--prompt: prompt 0 is not UTF-8 text (byte 0xc0 at 2)" \
+	"$pdit" generate --model "$tmp/full" -p "$(printf 'a \xc0\xaf')" -H 32 -W 32 --steps 1 -o "$tmp/o.png"
+expect "a surrogate in -n" "-n/--negative-prompt: not UTF-8 text" "$pdit" generate --model "$tmp/full" -p "a fox" \
+	-n "$(printf 'x\xed\xa0\x80')" --true-cfg-scale 2 -H 32 -W 32 --steps 1 -o "$tmp/o.png"
+expect "pdit encode, a prompt that is no UTF-8" "-p/--prompt: prompt 0 is not UTF-8 text" \
+	"$pdit" encode --model "$tmp/full" -p "$(printf '\xff')" -o "$tmp/e.safetensors"
+if "$pdit" generate --model "$tmp/full" --prompts "$tmp/utf8.txt" -H 32 -W 32 --steps 1 -o "$tmp/u.png" -q; then
+	echo "ok   a prompt of two-, three- and four-byte characters"
+else
+	echo "FAIL well-formed UTF-8 refused"; fail=1
+fi
+rm -f "$tmp/u.png"
 # outputs that are no plain file: a pipe and a device written in place, a link's target replaced, the
 # link kept (a temporary renamed over them would put a plain file there: /dev/null as root)
 mkfifo "$tmp/pipe" && { timeout 60 cat "$tmp/pipe" > "$tmp/piped" & }

@@ -94,7 +94,7 @@ expect() {
 expect "frames not 4k + 1" "9 or 13 are" --frames 10 --out-latents "$tmp/bad.safetensors"
 expect "zero frames" "--frames must be at least 1 (got 0)" --frames 0 --out-latents "$tmp/bad.safetensors"
 expect "true CFG scale on Wan" "give --guidance 4" --true-cfg-scale 4 --frames 5 --out-latents "$tmp/bad.safetensors"
-expect "a video as one PNG" "a video is written as .mp4" --frames 5 -o "$tmp/bad.png"
+expect "a video as one PNG" "--frames 5 makes a video, written as .mp4" --frames 5 -o "$tmp/bad.png"
 expect "bad frame pattern" "a single %d or %03d" --frames 5 -o "$tmp/frame-%s.png"
 # a frame's name that is a folder: refused before anything is computed or written
 mkdir -p "$tmp/ff/fr-003.png"

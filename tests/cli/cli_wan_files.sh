@@ -94,6 +94,11 @@ gen q8i --diffusion-model "$tmp/q8.gguf" --config "$tmp/wan.json" --dtype bf16 -
 "$pdit" quantize "$tmp/comfy.safetensors" "$tmp/q4.gguf" --type q4_0 2> /dev/null &&
 	"$pdit" inspect "$tmp/q4.gguf" > "$tmp/insp" && grep -q "blocks.1.ffn.2.weight *q4_1" "$tmp/insp" &&
 	grep -q "blocks.1.ffn.0.weight *q4_0" "$tmp/insp" && ok "q4_0: ffn.2 in Q4_1, ffn.0 in Q4_0" || bad "q4_0 types"
+# the same rule on the diffusers folder's names (ffn.net.2)
+"$pdit" quantize "$m/transformer" "$tmp/q4d.gguf" --type q5_0 2> /dev/null &&
+	"$pdit" inspect "$tmp/q4d.gguf" > "$tmp/insp" && grep -q "blocks.1.ffn.net.2.weight *q5_1" "$tmp/insp" &&
+	grep -q "blocks.1.ffn.net.0.proj.weight *q5_0" "$tmp/insp" && ok "q5_0 of the folder: ffn.net.2 in Q5_1" ||
+	{ grep "ffn" "$tmp/insp"; bad "q5_0 types of the folder"; }
 
 # fp8: the prefix and the config metadata kept
 "$pdit" quantize "$tmp/comfy.safetensors" "$tmp/fp8.safetensors" --type fp8 2> /dev/null &&

@@ -184,7 +184,8 @@ int pd_embeds_check(const struct pd_embeds *e, const struct pd_dit_info *info, c
 {
 	/* named as the diffusers configs name the widths */
 	if (e->joint_dim != info->txt_width)
-		return pd_errorf("%s: prompt_embeds width %lld does not match the transformer's joint_attention_dim %d",
+		return pd_errorf("%s: prompt_embeds width %lld does not match the transformer's text width %d "
+				 "(joint_attention_dim in FLUX's and Qwen-Image's config, text_dim in Wan's)",
 				 path, (long long)e->joint_dim, info->txt_width);
 	if (e->pooled_dim != info->pooled_width)
 		return pd_errorf("%s: pooled_prompt_embeds width %lld does not match the transformer's "

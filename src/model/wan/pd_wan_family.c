@@ -223,9 +223,10 @@ static const struct pd_encoder_spec pd_wan_encoders[] = {
 };
 
 /* convert.py's keys_hiprec (the modulation tables, under diffusers' name
- * too) and lcpp.patch's rule for the FFN's second layer */
+ * too) and lcpp.patch's rule for the FFN's second layer (under diffusers'
+ * name too) */
 static const char *const pd_wan_gguf_f32[] = { ".modulation", "scale_shift_table", NULL };
-static const char *const pd_wan_gguf_q_1[] = { ".ffn.2.weight", NULL };
+static const char *const pd_wan_gguf_q_1[] = { ".ffn.2.weight", ".ffn.net.2.weight", NULL };
 
 const struct pd_dit_family pd_wan_family = {
 	.name = "wan",

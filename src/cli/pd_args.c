@@ -29,8 +29,10 @@ static int pd_arg_set(const struct pd_arg *a, const char *v)
 	case PD_ARG_COUNT: {
 		long x = strtol(v, &end, 10);
 
-		if (!*v || *end || errno || x < -2147483647L || x > 2147483647L)
+		if (!*v || *end)
 			return pd_errorf("%s expects an integer, got '%s'", name, v);
+		if (errno || x < -2147483647L || x > 2147483647L)
+			return pd_errorf("%s is out of range: %s (at most 2147483647)", name, v);
 		if (a->type == PD_ARG_COUNT && x < 1)
 			return pd_errorf("%s must be at least 1 (got %ld); leave it out for the default", name, x);
 		*(int *)a->dest = (int)x;
@@ -42,8 +44,10 @@ static int pd_arg_set(const struct pd_arg *a, const char *v)
 		if (*v == '-')
 			return pd_errorf("%s expects a non-negative integer, got '%s'", name, v);
 		x = strtoull(v, &end, 10);
-		if (!*v || *end || errno)
+		if (!*v || *end)
 			return pd_errorf("%s expects a non-negative integer, got '%s'", name, v);
+		if (errno)
+			return pd_errorf("%s is out of range: %s (at most 18446744073709551615)", name, v);
 		*(uint64_t *)a->dest = (uint64_t)x;
 		break;
 	}

@@ -344,8 +344,10 @@ static int pd_cmd_tiny(int argc, char **argv)
 	}
 	if (no_guidance)
 		o.guidance = 0;
-	if (vae_ch && sscanf(vae_ch, "%d,%d,%d,%d", &o.vae_blocks[0], &o.vae_blocks[1], &o.vae_blocks[2],
-			     &o.vae_blocks[3]) != 4) {
+	int used = 0;
+
+	if (vae_ch && (sscanf(vae_ch, "%d,%d,%d,%d%n", &o.vae_blocks[0], &o.vae_blocks[1], &o.vae_blocks[2],
+			      &o.vae_blocks[3], &used) != 4 || vae_ch[used])) {
 		pd_errorf("--vae-channels needs four numbers, like 16,32,32,32");
 		return pd_cli_fail();
 	}
@@ -369,6 +371,12 @@ static int pd_cmd_tiny(int argc, char **argv)
 	    o.in_channels < 4 || o.in_channels % 4 || o.joint_dim < 1 || o.pooled_dim < 1 || o.batch < 1 ||
 	    o.txt_len < 1) {
 		pd_errorf("tiny: sizes must be positive (--head-dim even and >= 4, --in-channels a multiple of 4)");
+		return pd_cli_fail();
+	}
+	/* FLUX's blocks are of two kinds; the other families' of one */
+	if ((strcmp(family, "flux") == 0 ? o.layers + o.single_layers : o.layers) < 1) {
+		pd_errorf(strcmp(family, "flux") == 0 ? "--layers and --single-layers: a model needs at least one block"
+						      : "--layers: a model needs at least one block");
 		return pd_cli_fail();
 	}
 	if (pd_tiny_replace(pos[0], family, &o, force))

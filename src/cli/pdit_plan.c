@@ -139,14 +139,37 @@ int pd_cmd_plan(int argc, char **argv)
 		pd_errorf("--devices must be between 1 and 4096 (got %d)", devices);
 		return pd_cli_fail();
 	}
-	/* the counts are PD_DEFAULT or at least 1 (the parser refuses the rest) */
-	if ((height > 0 && height % 16) || (width > 0 && width % 16) || height > 16384 || width > 16384 ||
-	    frames > 100000 || batch > 4096 || txt > 4096 || steps > 10000 || !(gflops >= 0) ||
-	    !(memory >= 0) || !(mem_bw >= 0) || !(matmul >= 0) || !(weight_ns >= 0 || weight_ns == -1) || !(bandwidth >= 0) || !(latency >= 0) || !(inter_bw >= 0) || !(inter_lat >= 0) ||
-	    !(efficiency > 0 && efficiency <= 1)) {
-		pd_errorf("plan: sizes must be multiples of 16 up to 16384, --batch 1..4096, --steps up to 10000, "
-			  "--efficiency in (0, 1], and rates, memory, bandwidths and latencies not negative");
-		return pd_cli_fail();
+	/* the counts are PD_DEFAULT or at least 1 (the parser refuses the rest);
+	 * each bad value named with its flag */
+	{
+		const struct {
+			int bad;
+			const char *flag, *rule;
+			double got;
+		} lim[] = {
+			{ (height > 0 && height % 16) || height > 16384, "-H/--height", "a multiple of 16 up to 16384", height },
+			{ (width > 0 && width % 16) || width > 16384, "-W/--width", "a multiple of 16 up to 16384", width },
+			{ frames > 100000, "--frames", "at most 100000", frames },
+			{ batch > 4096, "--batch", "at most 4096", batch },
+			{ txt > 4096, "--txt-len", "at most 4096", txt },
+			{ steps > 10000, "--steps", "at most 10000", steps },
+			{ !(efficiency > 0 && efficiency <= 1), "--efficiency", "above 0 and at most 1", efficiency },
+			{ !(gflops >= 0), "--gflops", "not negative", gflops },
+			{ !(memory >= 0), "--memory", "not negative", memory },
+			{ !(mem_bw >= 0), "--memory-bandwidth", "not negative", mem_bw },
+			{ !(matmul >= 0), "--matmul-gflops", "not negative", matmul },
+			{ !(weight_ns >= 0 || weight_ns == -1), "--weight-ns", "not negative", weight_ns },
+			{ !(bandwidth >= 0), "--bandwidth", "not negative", bandwidth },
+			{ !(latency >= 0), "--latency", "not negative", latency },
+			{ !(inter_bw >= 0), "--inter-bandwidth", "not negative", inter_bw },
+			{ !(inter_lat >= 0), "--inter-latency", "not negative", inter_lat },
+		};
+
+		for (size_t i = 0; i < sizeof(lim) / sizeof(lim[0]); i++)
+			if (lim[i].bad) {
+				pd_errorf("%s must be %s (got %g)", lim[i].flag, lim[i].rule, lim[i].got);
+				return pd_cli_fail();
+			}
 	}
 	if ((device && gflops > 0) || (device && !(dev = pd_plan_preset_find(pd_plan_devices, device, "--device"))) ||
 	    (link && !(ln = pd_plan_preset_find(pd_plan_links, link, "--link"))) ||

@@ -336,13 +336,40 @@ int pd_cmd_quantize(int argc, char **argv)
 		pd_errorf("quantize: OUT must be another file than IN (%s)", pos[0]);
 		return pd_cli_fail();
 	}
+	/* the name says what the file is: pdit and other programs read by it */
+	if (ty->mode == PD_QZ_GGUF ? pd_ends_with(pos[1], ".safetensors") : pd_ends_with(pos[1], ".gguf")) {
+		pd_errorf("quantize: --type %s writes %s: give OUT a %s name, not %s", type,
+			  ty->mode == PD_QZ_GGUF ? "a GGUF file" : "safetensors",
+			  ty->mode == PD_QZ_GGUF ? ".gguf" : ".safetensors", pos[1]);
+		return pd_cli_fail();
+	}
 	if (pd_out_check(pos[1]))
 		return pd_cli_fail();
 	if (ty->mode == PD_QZ_GGUF && pd_llm_is(pos[0]))
 		return pd_qz_llm(ty, pos[0], pos[1]) ? pd_cli_fail() : 0;
-	/* a folder: its diffusers weights (one file or the shards of an index) */
-	if (pd_st_open_path(&st, pos[0], "diffusion_pytorch_model"))
+	/* a folder: its diffusers weights (one file or the shards of an
+	 * index), or a text encoder's (model.safetensors) */
+	if (pd_st_open_path(&st, pos[0], "diffusion_pytorch_model")) {
+		char *alt = pd_is_dir(pos[0]) ? pd_strfmt("%s/model.safetensors", pos[0]) : NULL;
+		char *alt_index = pd_is_dir(pos[0]) ? pd_strfmt("%s/model.safetensors.index.json", pos[0]) : NULL;
+		int other = (alt && pd_file_exists(alt)) || (alt_index && pd_file_exists(alt_index));
+
+		free(alt);
+		free(alt_index);
+		if (!other || pd_st_open_path(&st, pos[0], "model"))
+			return pd_cli_fail();
+	}
+	/* a VAE alone: pdit reads VAEs as published (a diffusers folder with
+	 * its config, or the single file's layout), never from a converted
+	 * file (a checkpoint holding a transformer beside its VAE converts) */
+	pd_weights_gguf_rules(st, &rules);
+	if (!rules.arch && (pd_st_find_suffix(st, "decoder.conv_in.weight") ||
+			    pd_st_find_suffix(st, "decoder.conv_in.conv.weight") || pd_st_find_suffix(st, "decoder.conv1.weight"))) {
+		pd_errorf("%s is a VAE: pdit quantize converts transformers and language models; a VAE loads as it is "
+			  "published (--vae DIR|FILE)", pos[0]);
+		pd_st_close(st);
 		return pd_cli_fail();
+	}
 	if (ty->mode == PD_QZ_GGUF)
 		gw = pd_gguf_writer_new();
 	else

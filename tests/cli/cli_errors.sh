@@ -156,6 +156,27 @@ fi
 printf '# a README\n\nnot weights at all, but long enough to have a header length\n' > "$tmp/README.md"
 expect "inspect a text file" "$tmp/README.md: not a safetensors or GGUF file" "$pdit" inspect "$tmp/README.md"
 expect "inspect a folder without weights" "a folder without" "$pdit" inspect "$tmp/full/scheduler"
+# pdit quantize: a name of the other format, a VAE (no command loads a converted one); a text
+# encoder's folder (model.safetensors) converts
+expect "quantize: a GGUF named .safetensors" "--type q8_0 writes a GGUF file: give OUT a .gguf name" \
+	"$pdit" quantize "$tmp/full/transformer" "$tmp/q.safetensors" --type q8_0
+expect "quantize: safetensors named .gguf" "--type bf16 writes safetensors: give OUT a .safetensors name" \
+	"$pdit" quantize "$tmp/full/transformer" "$tmp/q.gguf" --type bf16
+expect "quantize a VAE" "$tmp/full/vae is a VAE" "$pdit" quantize "$tmp/full/vae" "$tmp/v.gguf" --type q8_0
+if "$pdit" quantize "$tmp/full/text_encoder_2" "$tmp/t5.safetensors" --type bf16 > /dev/null 2>&1 && [ -s "$tmp/t5.safetensors" ]; then
+	echo "ok   quantize a text encoder's folder to bf16"
+else
+	echo "FAIL quantize a text encoder's folder to bf16"; fail=1
+fi
+for f in q.safetensors q.gguf v.gguf; do [ -e "$tmp/$f" ] && { echo "FAIL quantize left $f"; fail=1; }; done
+# pdit tiny: a model of no block, a fifth VAE width
+expect "tiny without blocks" "a model needs at least one block" "$pdit" tiny "$tmp/t0b" --layers 0 --single-layers 0
+expect "tiny, five VAE widths" "--vae-channels needs four numbers" "$pdit" tiny "$tmp/t5w" --vae-channels 8,16,16,16,16
+expect "a count out of range" "-H/--height is out of range: 99999999999" "$pdit" generate "${run[@]}" -H 99999999999
+expect "plan: a height not of 16" "-H/--height must be a multiple of 16 up to 16384 (got 17)" \
+	"$pdit" plan --model "$tmp/m" --devices 2 -H 17
+expect "check: a negative tolerance" "--tolerance must not be negative" "$pdit" check "${run[@]:0:10}" --tolerance -1
+expect "bench: no warm-up step" "--warmup must be at least 1 (got 0)" "$pdit" bench "${run[@]:0:8}" --warmup 0
 # text that is no UTF-8 (the pipelines' prompts are Python strings): refused naming the line or the flag,
 # before anything is encoded; a NUL in a prompts file no longer cuts the prompt
 printf 'a fox\n\xff\xfe a dog\n' > "$tmp/latin.txt"

@@ -42,7 +42,7 @@ awk -v s="$(med seconds_per_step)" -v a="$(med achieved_gflops)" -v m="$(med mat
 
 if [ "${VAE:-0}" = 1 ]; then
 	echo "decoding once" >&2
-	j=$("$pdit" bench --model "$model" "${prompt[@]}" "${size[@]}" --steps 1 --warmup 0 --dtype bf16 --vae-time --json \
+	j=$("$pdit" bench --model "$model" "${prompt[@]}" "${size[@]}" --steps 1 --warmup 1 --dtype bf16 --vae-time --json \
 		2> /dev/null < /dev/null) || { echo "the decode failed" >&2; exit 1; }
 	echo
 	echo "VAE decode of the $frames frames: $(field vae_seconds "$j") s (one run, f32 convolutions)"

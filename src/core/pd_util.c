@@ -315,7 +315,8 @@ int pd_out_check(const char *path)
 	else if (pd_is_dir(path))
 		rc = pd_errorf("cannot write %s: it is a folder", path);
 	else if (!pd_is_dir(slash ? dir : "."))
-		rc = pd_errorf("cannot write %s: the folder %s does not exist", path, dir);
+		rc = access(dir, F_OK) == 0 ? pd_errorf("cannot write %s: %s is not a folder", path, dir)
+					    : pd_errorf("cannot write %s: the folder %s does not exist", path, dir);
 	else if (access(slash ? dir : ".", W_OK | X_OK))
 		rc = pd_errorf("cannot write %s: the folder %s is not writable", path, slash ? dir : ".");
 	free(dir);

@@ -97,7 +97,7 @@ for f in int8:auto:gathered int8:merged:merged f32:auto:merged f32:gathered:gath
 	[ "${f%%:*}" = int8 ] || flags=()
 	g=${f#*:}
 	"${mpirun[@]}" -np 2 "$pdit" bench "${run_f32[@]}" "${flags[@]}" --ring-degree 2 --ring-attention "${g%:*}" \
-		--steps 1 --warmup 0 --json > "$tmp/bench.json" 2> "$tmp/err" &&
+		--steps 1 --warmup 1 --json > "$tmp/bench.json" 2> "$tmp/err" &&
 		grep -q "\"ring_attention\": \"${g#*:}\"" "$tmp/bench.json" &&
 		ok "bench --json, --ring-attention ${g%:*} on ${f%%:*} products: \"ring_attention\": \"${g#*:}\"" ||
 		{ cat "$tmp/err" "$tmp/bench.json"; bad "bench --json, --ring-attention ${g%:*} on ${f%%:*} products"; }

@@ -373,12 +373,6 @@ static int pd_cmd_tiny(int argc, char **argv)
 		pd_errorf("tiny: sizes must be positive (--head-dim even and >= 4, --in-channels a multiple of 4)");
 		return pd_cli_fail();
 	}
-	/* FLUX's blocks are of two kinds; the other families' of one */
-	if ((strcmp(family, "flux") == 0 ? o.layers + o.single_layers : o.layers) < 1) {
-		pd_errorf(strcmp(family, "flux") == 0 ? "--layers and --single-layers: a model needs at least one block"
-						      : "--layers: a model needs at least one block");
-		return pd_cli_fail();
-	}
 	if (pd_tiny_replace(pos[0], family, &o, force))
 		return pd_cli_interrupted() ? pd_cli_stop_interrupted() : pd_cli_fail();
 	pd_tiny_model_summary(family, &o, summary, sizeof(summary));

@@ -207,6 +207,10 @@ static int pd_flux_tiny(const char *dir, const struct pd_tiny_opts *o)
 		pd_errorf("tiny: invalid sizes");
 		goto out;
 	}
+	if (o->layers + o->single_layers < 1) {
+		pd_errorf("--layers and --single-layers: a model needs at least one block");
+		goto out;
+	}
 	for (int i = 0; i < 4; i++) {
 		if (o->vae_blocks[i] < 1 || o->vae_blocks[i] % o->vae_groups) {
 			pd_errorf("tiny: VAE channels must be multiples of the group count");

@@ -267,6 +267,10 @@ static int pd_qwen_tiny(const char *dir, const struct pd_tiny_opts *o)
 			  "a multiple of its heads, its heads of its key/value heads)");
 		goto out;
 	}
+	if (o->layers < 1) {
+		pd_errorf("--layers: a model needs at least one block");
+		goto out;
+	}
 	if (t && v && tk && te && !pd_mkdirs(dir) && !pd_qwen_tiny_rest(dir) && !pd_qwen_tiny_transformer(t, o) &&
 	    !pd_wan_tiny_vae(v, o, "AutoencoderKLQwenImage") && !pd_qwen_tiny_tokenizer(tk, &vocab) &&
 	    !pd_qwen_tiny_llm(te, o, vocab))

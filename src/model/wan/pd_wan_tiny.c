@@ -257,6 +257,10 @@ static int pd_wan_tiny(const char *dir, const struct pd_tiny_opts *o)
 		pd_errorf("tiny: invalid Wan sizes");
 		goto out;
 	}
+	if (o->layers < 1) {
+		pd_errorf("--layers: a model needs at least one block");
+		goto out;
+	}
 	if (t && v && tk && te && !pd_mkdirs(dir) && !pd_wan_tiny_rest(dir) && !pd_wan_tiny_transformer(t, o) &&
 	    !pd_wan_tiny_vae(v, o, "AutoencoderKLWan") && !pd_tiny_umt5_tokenizer(tk, &vocab) && !pd_wan_tiny_umt5(te, o, vocab))
 		rc = 0;

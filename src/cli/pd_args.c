@@ -31,8 +31,11 @@ static int pd_arg_set(const struct pd_arg *a, const char *v)
 
 		if (!*v || *end)
 			return pd_errorf("%s expects an integer, got '%s'", name, v);
+		if (x < -2147483647L && a->type == PD_ARG_COUNT)
+			return pd_errorf("%s must be at least 1 (got %s)", name, v);
 		if (errno || x < -2147483647L || x > 2147483647L)
-			return pd_errorf("%s is out of range: %s (at most 2147483647)", name, v);
+			return pd_errorf("%s is out of range: %s (%s 2147483647)", name, v,
+					 a->type == PD_ARG_COUNT ? "at most" : "from -2147483647 to");
 		if (a->type == PD_ARG_COUNT && x < 1)
 			return pd_errorf("%s must be at least 1 (got %ld); leave it out for the default", name, x);
 		*(int *)a->dest = (int)x;

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char pd_gen_usage[] =
 	"usage: [mpirun -np N] pdit generate (--model DIR | --transformer DIR|--diffusion-model FILE ...)\n"
@@ -113,7 +114,13 @@ static int pd_gen_check_outputs(const struct pd_gen_args *a, int pictures)
 				char *name = frames > 1 && pd_frames_pattern(a->output) ? pd_frame_name(a->output, b, batch, f)
 											: pd_output_name(a->output, b, batch);
 
+				struct stat st;
+
 				rc = !name || pd_out_check(name) ? -1 : 0;
+				/* the muxer rewinds to write the sizes */
+				if (!rc && pd_video_is_video_name(name) && stat(name, &st) == 0 && S_ISFIFO(st.st_mode))
+					rc = pd_errorf("cannot write %s: a video is written where it can be rewound (a "
+						       "file or /dev/null), not a pipe", name);
 				free(name);
 			}
 		if (pictures > 0)

@@ -349,14 +349,21 @@ int pd_cmd_quantize(int argc, char **argv)
 		return pd_qz_llm(ty, pos[0], pos[1]) ? pd_cli_fail() : 0;
 	/* a folder: its diffusers weights (one file or the shards of an
 	 * index), or a text encoder's (model.safetensors) */
-	if (pd_st_open_path(&st, pos[0], "diffusion_pytorch_model")) {
+	{
+		/* a folder of model.safetensors and no diffusers file: a text encoder's */
+		char *dif = pd_is_dir(pos[0]) ? pd_strfmt("%s/diffusion_pytorch_model.safetensors", pos[0]) : NULL;
+		char *dif_index = pd_is_dir(pos[0]) ? pd_strfmt("%s/diffusion_pytorch_model.safetensors.index.json", pos[0])
+						     : NULL;
 		char *alt = pd_is_dir(pos[0]) ? pd_strfmt("%s/model.safetensors", pos[0]) : NULL;
 		char *alt_index = pd_is_dir(pos[0]) ? pd_strfmt("%s/model.safetensors.index.json", pos[0]) : NULL;
-		int other = (alt && pd_file_exists(alt)) || (alt_index && pd_file_exists(alt_index));
+		int other = !(dif && pd_file_exists(dif)) && !(dif_index && pd_file_exists(dif_index)) &&
+			    ((alt && pd_file_exists(alt)) || (alt_index && pd_file_exists(alt_index)));
 
+		free(dif);
+		free(dif_index);
 		free(alt);
 		free(alt_index);
-		if (!other || pd_st_open_path(&st, pos[0], "model"))
+		if (pd_st_open_path(&st, pos[0], other ? "model" : "diffusion_pytorch_model"))
 			return pd_cli_fail();
 	}
 	/* a VAE alone: pdit reads VAEs as published (a diffusers folder with

@@ -325,18 +325,36 @@ int pd_out_check(const char *path)
 
 int pd_out_open(struct pd_out_file *o, const char *path)
 {
-	struct stat st;
+	struct stat st, lst;
 	const char *target = path;
+	int found = stat(path, &st) == 0, link = lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode);
 
 	o->path = path;
 	o->f = NULL;
 	o->tmp = o->real = NULL;
-	if (pd_is_dir(path))
+	if (found && S_ISDIR(st.st_mode))
 		return pd_errorf("cannot write %s: it is a folder", path);
-	if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && (o->real = realpath(path, NULL)))
+	if (link && found && S_ISREG(st.st_mode) && !(o->real = realpath(path, NULL)))
+		return pd_errorf("cannot write %s: where its link leads: %s", path, strerror(errno));
+	if (link && !found) {
+		/* a link to where nothing is yet: its target, read as the link
+		 * reads it (relative to the link's folder) */
+		char to[4096];
+		ssize_t n = readlink(path, to, sizeof(to) - 1);
+		const char *slash = strrchr(path, '/');
+
+		if (n < 0 || n == (ssize_t)sizeof(to) - 1)
+			return pd_errorf("cannot write %s: where its link leads: %s", path,
+					 n < 0 ? strerror(errno) : "a name too long");
+		to[n] = 0;
+		o->real = to[0] == '/' || !slash ? pd_strdup(to) : pd_strfmt("%.*s/%s", (int)(slash - path), path, to);
+		if (!o->real)
+			return -1;
+	}
+	if (o->real)
 		target = o->real;
-	/* a device, a pipe, or a link to where nothing is yet: in place */
-	if (lstat(target, &st) == 0 && !S_ISREG(st.st_mode)) {
+	/* a device or a pipe (or a link to one): in place */
+	if (found && !S_ISREG(st.st_mode)) {
 		o->f = fopen(path, "wb");
 		if (!o->f) {
 			int rc = pd_errorf("cannot write %s: %s", path, strerror(errno));

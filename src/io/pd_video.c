@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 int pd_video_is_video_name(const char *path)
 {
@@ -112,6 +113,12 @@ int pd_video_write(const char *path, const uint8_t *rgb, int frames, int width, 
 	if (pd_out_open(&o, path))
 		return -1;
 	opened = 1;
+	/* the muxer goes back to write the sizes: a pipe cannot take that */
+	if (!o.tmp && lseek(fileno(o.f), 0, SEEK_CUR) < 0) {
+		pd_out_abort(&o);
+		return pd_errorf("cannot write %s: a video is written where it can be rewound (a file or /dev/null), "
+				 "not a pipe", path);
+	}
 	if ((av = avformat_alloc_output_context2(&fc, of, NULL, NULL)) < 0 || !(st = avformat_new_stream(fc, NULL)) ||
 	    !(cc = avcodec_alloc_context3(codec)))
 		goto fail;

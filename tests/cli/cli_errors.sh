@@ -200,20 +200,34 @@ fi
 rm -f "$tmp/u.png"
 # outputs that are no plain file: a pipe and a device written in place, a link's target replaced, the
 # link kept (a temporary renamed over them would put a plain file there: /dev/null as root)
-mkfifo "$tmp/pipe" && { timeout 60 cat "$tmp/pipe" > "$tmp/piped" & }
-"$pdit" generate "${run[@]}" -o "$tmp/pipe" -q
+# (the reader outlives the writer: neither waits for ever)
+mkfifo "$tmp/pipe" && { timeout 300 cat "$tmp/pipe" > "$tmp/piped" & }
+timeout 120 "$pdit" generate "${run[@]}" -o "$tmp/pipe" -q; rc_pipe=$?
+[ $rc_pipe -eq 0 ] || timeout 5 cat /dev/null > "$tmp/pipe"   # lets the reader go
 wait
-ln -s target.png "$tmp/link.png"
-"$pdit" generate "${run[@]}" -o "$tmp/link.png" -q
-nodev=1
-mknod "$tmp/null" c 1 3 2> /dev/null && nodev=0 && "$pdit" generate "${run[@]}" -o "$tmp/n.png" --out-latents "$tmp/null" -q
-if [ -p "$tmp/pipe" ] && [ "$(head -c 4 "$tmp/piped" | od -An -c | tr -d ' ')" = "211PNG" ] && [ -L "$tmp/link.png" ] &&
-	[ "$(head -c 4 "$tmp/target.png" | od -An -c | tr -d ' ')" = "211PNG" ] && { [ $nodev = 1 ] || [ -c "$tmp/null" ]; }; then
-	echo "ok   a pipe and a device written in place, a link's target written (device checked: $((1 - nodev)))"
+mkdir "$tmp/away" && echo old > "$tmp/away/old.png"
+ln -s target.png "$tmp/link.png" && ln -s away/old.png "$tmp/link2.png"
+"$pdit" generate "${run[@]}" -o "$tmp/link.png" -q && "$pdit" generate "${run[@]}" -o "$tmp/link2.png" -q; rc_link=$?
+# /tmp may be mounted nodev: the device then is one made where it can be opened, or none
+nodev=1 rc_dev=0
+if mknod "$tmp/null" c 1 3 2> /dev/null && echo x > "$tmp/null" 2> /dev/null; then
+	nodev=0
+	"$pdit" generate "${run[@]}" -o "$tmp/n.png" --out-latents "$tmp/null" -q; rc_dev=$?
+fi
+png() { [ "$(head -c 4 "$1" | od -An -c | tr -d ' ')" = "211PNG" ]; }
+if [ $rc_pipe -eq 0 ] && [ -p "$tmp/pipe" ] && png "$tmp/piped" && [ $rc_link -eq 0 ] && [ -L "$tmp/link.png" ] &&
+	png "$tmp/target.png" && [ -L "$tmp/link2.png" ] && png "$tmp/away/old.png" && [ $rc_dev -eq 0 ] &&
+	{ [ $nodev = 1 ] || [ -c "$tmp/null" ]; } && ! ls "$tmp"/*.tmp "$tmp"/away/*.tmp > /dev/null 2>&1; then
+	echo "ok   a pipe and a device written in place, links' targets replaced (device checked: $((1 - nodev)))"
 else
-	echo "FAIL outputs that are no plain file: $(ls -l "$tmp/pipe" "$tmp/link.png" "$tmp/null" 2>&1 | tr '\n' ' ')"; fail=1
+	echo "FAIL outputs that are no plain file (pipe $rc_pipe, links $rc_link, device $rc_dev):" \
+		"$(ls -l "$tmp/pipe" "$tmp/link.png" "$tmp/link2.png" "$tmp/null" 2>&1 | tr '\n' ' ')"; fail=1
 fi
 rm -f "$tmp/n.png"
+# a video is rewound to write its sizes: a pipe is refused before any work
+mkfifo "$tmp/v.mp4"
+expect "a video into a pipe" "a video is written where it can be rewound" "$pdit" generate "${run[@]}" --frames 5 \
+	-o "$tmp/v.mp4"
 # the files of pictures and adapters are named with their flag; an adapter's before any prompt is encoded
 # (one line: no "encoded" line before it)
 expect "a missing adapter" "--lora: $tmp/none.safetensors: No such file" "$pdit" generate --model "$tmp/full" \

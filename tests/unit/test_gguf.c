@@ -415,6 +415,7 @@ static void check_bf16_decoders(void)
 	PD_CHECK(pd_quant_decode_bf16_avx512(PD_Q_Q8_0, NULL, NULL, 0) == -1 &&
 			 pd_quant_decode_bf16_avx512(PD_Q_F8_E5M2, NULL, NULL, 0) == -1,
 		 "a bf16 decoder claimed for Q8_0 or e5m2");
+	printf("  fp8 decoder: seed %u (PDIT_TEST_SEED to repeat)\n", seed);
 	srand(seed);
 	/* the tail (scalar): both NaNs, -0, subnormals, the largest, one fresh */
 	static const uint8_t tail[7] = { 0x7f, 0xff, 0x80, 0x01, 0x87, 0x7e, 0 };

@@ -510,7 +510,7 @@ def main():
                 (["--devices", 2, "--dtype", "f16"], "--dtype must be"),
                 (["--devices", 2, "--gflops", 10, "--memory", 0.0000001], "fits in"),
                 (["--devices", 0], "--devices must be"),
-                (["--devices", 2, "-H", 20], "multiples of 16")):
+                (["--devices", 2, "-H", 20], "-H/--height must be a multiple of 16")):
             r = run(PDIT, "plan", "--model", m, "--txt-len", T, *args)
             report(r.returncode != 0 and want in r.stderr and r.stderr.count("\n") == 1,
                    "refused %s: %s" % (args, r.stderr.strip()))

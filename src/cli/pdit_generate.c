@@ -94,25 +94,26 @@ static int pd_frames_pattern(const char *out)
 	return pd_pattern_ok(out) && !pd_video_is_video_name(out);
 }
 
-/* Every output can be written, before any weight is read: each name -o
- * makes (every picture's, every frame's where the frames are given),
- * --out-latents. The batch is not known yet with --embeds: both names of
- * one picture and of several are tried. */
-static int pd_gen_check_outputs(const struct pd_gen_args *a, int pictures)
+/* Every output can be written, before any work: each name OUT (-o's, or
+ * the default) makes for PICTURES of FRAMES each, --out-latents. Called
+ * before any weight is read with what the flags say (the batch is not
+ * known yet with --embeds: both names of one picture and of several are
+ * tried), and again once the engine knows the frames. */
+static int pd_gen_check_outputs(const struct pd_gen_args *a, const char *out, int pictures, int frames)
 {
-	int frames = a->frames_seen && a->frames > 1 ? a->frames : 1, rc = 0;
+	int rc = 0;
 
-	if (strchr(a->output, '%') && !pd_pattern_ok(a->output))
+	if (strchr(out, '%') && !pd_pattern_ok(out))
 		return pd_errorf("-o/--output %s: the one pattern it takes is a single %%d or %%03d (the picture's number, "
 				 "a video's frame, or in a .mp4 name the video's number)",
-				 a->output);
+				 out);
 	for (int k = 0; k < 2 && !rc; k++) {
 		int64_t batch = k ? 2 : pictures > 0 ? pictures : 1;
 
 		for (int64_t b = 0; b < batch && !rc; b++)
-			for (int f = 0; f < (frames > 1 && pd_frames_pattern(a->output) ? frames : 1) && !rc; f++) {
-				char *name = frames > 1 && pd_frames_pattern(a->output) ? pd_frame_name(a->output, b, batch, f)
-											: pd_output_name(a->output, b, batch);
+			for (int f = 0; f < (frames > 1 && pd_frames_pattern(out) ? frames : 1) && !rc; f++) {
+				char *name = frames > 1 && pd_frames_pattern(out) ? pd_frame_name(out, b, batch, f)
+										  : pd_output_name(out, b, batch);
 
 				struct stat st;
 
@@ -129,7 +130,7 @@ static int pd_gen_check_outputs(const struct pd_gen_args *a, int pictures)
 	if (!rc && a->out_latents && pd_out_check(a->out_latents))
 		rc = -1;
 	if (!rc && a->out_latents) {
-		char *name = pd_output_name(a->output, 0, pictures > 0 ? pictures : 1);
+		char *name = pd_output_name(out, 0, pictures > 0 ? pictures : 1);
 
 		if (name && strcmp(name, a->out_latents) == 0)
 			rc = pd_errorf("--out-latents %s is also -o's picture: give them different names", a->out_latents);
@@ -263,7 +264,8 @@ int pd_cmd_generate(struct pd_comm *world, int argc, char **argv)
 		return 0;
 	pd_cli_progress_init(&prog, 0);
 	hr = hr || pd_gen_engine_options(&a, &o, 1) || pd_gen_request(&a, &rq, &prompts, &n_prompts) ||
-	     pd_gen_check_outputs(&a, rq.batch > 0 ? rq.batch : a.embeds ? 0 : rq.n_prompts);
+	     pd_gen_check_outputs(&a, a.output, rq.batch > 0 ? rq.batch : a.embeds ? 0 : rq.n_prompts,
+				  a.frames_seen && a.frames > 1 ? a.frames : 1);
 	if (pd_cli_any_failed(world, hr))
 		goto out;
 	/* rank 0 shows the run; the others only say what went wrong */
@@ -285,6 +287,13 @@ int pd_cmd_generate(struct pd_comm *world, int argc, char **argv)
 		pd_gen_failed(world, e);
 		goto out;
 	}
+	/* the frames are known now (the family's default when not given);
+	 * every rank writes its own pictures, so every rank agrees */
+	if (pd_cli_any_failed(world, about.frames > 1 && !a.frames_seen &&
+					     pd_gen_check_outputs(&a, a.output_seen ? a.output : "output.mp4",
+								  rq.batch > 0 ? rq.batch : a.embeds ? 0 : rq.n_prompts,
+								  about.frames)))
+		goto out;
 	if (pd_engine_run(e, &rq, &res)) {
 		pd_gen_failed(world, e);
 		goto out;
@@ -302,11 +311,15 @@ int pd_cmd_generate(struct pd_comm *world, int argc, char **argv)
 	prog.write_s = pd_now() - t_write;
 	/* every rank's pictures are written: rank 0 names them all */
 	for (int64_t b = 0; !rc && world->rank == 0 && b < res.images && res.bands > 0; b++) {
-		char *name = pd_output_name(a.output, b, res.images);
+		const char *out = a.output_seen || res.frames == 1 ? a.output : "output.mp4";
+		int frames = res.frames > 1 && pd_frames_pattern(out);
+		char *name = frames ? pd_frame_name(out, b, res.images, 0) : pd_output_name(out, b, res.images);
+		char *last = frames ? pd_frame_name(out, b, res.images, res.frames - 1) : NULL;
 
-		if (name)
-			pd_log(1, "pdit: wrote %s\n", name);
+		if (name && (!frames || last))
+			pd_log(1, frames ? "pdit: wrote %s ... %s\n" : "pdit: wrote %s\n", name, last);
 		free(name);
+		free(last);
 	}
 	/* collectives: on what every rank shares, not on the log level */
 	if (!rc && a.verbose)

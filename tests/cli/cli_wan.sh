@@ -100,6 +100,10 @@ expect "bad frame pattern" "a single %d or %03d" --frames 5 -o "$tmp/frame-%s.pn
 mkdir -p "$tmp/ff/fr-003.png"
 expect "a frame's name taken by a folder" "fr-003.png: it is a folder" --frames 5 -o "$tmp/ff/fr-%03d.png"
 [ -e "$tmp/ff/fr-000.png" ] && { echo "FAIL frames written before the refusal"; fail=1; }
+# the same with the family's 81 frames (no --frames): checked once the engine knows them, before a step
+mkdir -p "$tmp/fd/fr-050.png"
+expect "frame 50 of the default 81 taken by a folder" "fr-050.png: it is a folder" -q -o "$tmp/fd/fr-%03d.png"
+[ -e "$tmp/fd/fr-000.png" ] && { echo "FAIL default frames written before the refusal"; fail=1; }
 # a %d in a video's name numbers the videos: MP4s, not PNG frames
 if printf 'a cat\na dog\n' > "$tmp/two.txt" &&
 	"$pdit" generate --model "$m" --prompts "$tmp/two.txt" -H 32 -W 32 --steps 1 --frames 5 -o "$tmp/v-%d.mp4" -q &&

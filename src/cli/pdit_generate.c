@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 static const char pd_gen_usage[] =
 	"usage: [mpirun -np N] pdit generate (--model DIR | --transformer DIR|--diffusion-model FILE ...)\n"
@@ -101,7 +100,7 @@ static int pd_frames_pattern(const char *out)
  * tried), and again once the engine knows the frames. */
 static int pd_gen_check_outputs(const struct pd_gen_args *a, const char *out, int pictures, int frames)
 {
-	int rc = 0;
+	int per_video = frames > 1 && pd_frames_pattern(out) ? frames : 1, rc = 0;
 
 	if (strchr(out, '%') && !pd_pattern_ok(out))
 		return pd_errorf("-o/--output %s: the one pattern it takes is a single %%d or %%03d (the picture's number, "
@@ -111,17 +110,10 @@ static int pd_gen_check_outputs(const struct pd_gen_args *a, const char *out, in
 		int64_t batch = k ? 2 : pictures > 0 ? pictures : 1;
 
 		for (int64_t b = 0; b < batch && !rc; b++)
-			for (int f = 0; f < (frames > 1 && pd_frames_pattern(out) ? frames : 1) && !rc; f++) {
-				char *name = frames > 1 && pd_frames_pattern(out) ? pd_frame_name(out, b, batch, f)
-										  : pd_output_name(out, b, batch);
+			for (int f = 0; f < per_video && !rc; f++) {
+				char *name = per_video > 1 ? pd_frame_name(out, b, batch, f) : pd_output_name(out, b, batch);
 
-				struct stat st;
-
-				rc = !name || pd_out_check(name) ? -1 : 0;
-				/* the muxer rewinds to write the sizes */
-				if (!rc && pd_video_is_video_name(name) && stat(name, &st) == 0 && S_ISFIFO(st.st_mode))
-					rc = pd_errorf("cannot write %s: a video is written where it can be rewound (a "
-						       "file or /dev/null), not a pipe", name);
+				rc = !name || pd_out_check(name) || pd_video_out_check(name) ? -1 : 0;
 				free(name);
 			}
 		if (pictures > 0)

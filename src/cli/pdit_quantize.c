@@ -349,23 +349,12 @@ int pd_cmd_quantize(int argc, char **argv)
 		return pd_qz_llm(ty, pos[0], pos[1]) ? pd_cli_fail() : 0;
 	/* a folder: its diffusers weights (one file or the shards of an
 	 * index), or a text encoder's (model.safetensors) */
-	{
-		/* a folder of model.safetensors and no diffusers file: a text encoder's */
-		char *dif = pd_is_dir(pos[0]) ? pd_strfmt("%s/diffusion_pytorch_model.safetensors", pos[0]) : NULL;
-		char *dif_index = pd_is_dir(pos[0]) ? pd_strfmt("%s/diffusion_pytorch_model.safetensors.index.json", pos[0])
-						     : NULL;
-		char *alt = pd_is_dir(pos[0]) ? pd_strfmt("%s/model.safetensors", pos[0]) : NULL;
-		char *alt_index = pd_is_dir(pos[0]) ? pd_strfmt("%s/model.safetensors.index.json", pos[0]) : NULL;
-		int other = !(dif && pd_file_exists(dif)) && !(dif_index && pd_file_exists(dif_index)) &&
-			    ((alt && pd_file_exists(alt)) || (alt_index && pd_file_exists(alt_index)));
-
-		free(dif);
-		free(dif_index);
-		free(alt);
-		free(alt_index);
-		if (pd_st_open_path(&st, pos[0], other ? "model" : "diffusion_pytorch_model"))
-			return pd_cli_fail();
-	}
+	if (pd_st_open_path(&st, pos[0],
+			    pd_is_dir(pos[0]) && !pd_st_has_component(pos[0], "diffusion_pytorch_model") &&
+					    pd_st_has_component(pos[0], "model")
+				    ? "model"
+				    : "diffusion_pytorch_model"))
+		return pd_cli_fail();
 	/* a VAE alone: pdit reads VAEs as published (a diffusers folder with
 	 * its config, or the single file's layout), never from a converted
 	 * file (a checkpoint holding a transformer beside its VAE converts) */
@@ -384,8 +373,6 @@ int pd_cmd_quantize(int argc, char **argv)
 	fills = pd_calloc((size_t)st->n_tensors + 1, sizeof(*fills), "tensors");
 	if ((!w && !gw) || !fills)
 		goto out;
-	if (gw)
-		pd_weights_gguf_rules(st, &rules);
 	if (gw && ((rules.arch && pd_gguf_writer_str(gw, "general.architecture", rules.arch)) ||
 		   pd_gguf_writer_u32(gw, "general.quantization_version", 2) ||
 		   pd_gguf_writer_u32(gw, "general.file_type", ty->file_type)))

@@ -25,14 +25,16 @@ int pd_prompt_read_file(const char *path, char ***out, int *n)
 		char *nl = memchr(p, '\n', (size_t)(end - p)), **g;
 		size_t l = nl ? (size_t)(nl - p) : (size_t)(end - p);
 		int64_t bad;
+		int nul;
 
 		line = p;
 		p = nl ? nl + 1 : end;
 		no++;
 		line[l] = 0;
-		if (memchr(line, 0, l) || (bad = pd_utf8_bad(line, l)) >= 0) {
-			int rc = memchr(line, 0, l) ? pd_errorf("%s:%d: a NUL byte in the line", path, no)
-						    : pd_errorf("%s:%d: not UTF-8 text (byte 0x%02x at column %lld)", path, no,
+		nul = memchr(line, 0, l) != NULL;
+		if (nul || (bad = pd_utf8_bad(line, l)) >= 0) {
+			int rc = nul ? pd_errorf("%s:%d: a NUL byte in the line", path, no)
+				     : pd_errorf("%s:%d: not UTF-8 text (byte 0x%02x at column %lld)", path, no,
 								(unsigned char)line[bad], (long long)bad + 1);
 
 			free(text);

@@ -195,26 +195,45 @@ int pd_st_open(struct pd_st **out, const char *path)
 	return 0;
 }
 
-int pd_st_open_component(struct pd_st **out, const char *dir, const char *stem)
+/* DIR's weights under STEM: the single file's name, else the index's (both
+ * made; *HAS which exists: 1, 2, or 0). */
+static int pd_st_component_names(const char *dir, const char *stem, char **single, char **index, int *has)
 {
-	char *single = pd_strfmt("%s/%s.safetensors", dir, stem);
-	char *index = pd_strfmt("%s/%s.safetensors.index.json", dir, stem);
-	int rc;
-
-	if (!single || !index) {
-		free(single);
-		free(index);
+	*single = pd_strfmt("%s/%s.safetensors", dir, stem);
+	*index = pd_strfmt("%s/%s.safetensors.index.json", dir, stem);
+	if (!*single || !*index) {
+		free(*single);
+		free(*index);
 		return -1;
 	}
-	if (pd_file_exists(single))
-		rc = pd_st_open(out, single);
-	else if (pd_file_exists(index))
-		rc = pd_st_open(out, index);
-	else
-		rc = pd_errorf("%s: no %s.safetensors (or its .index.json) in this directory", dir, stem);
+	*has = pd_file_exists(*single) ? 1 : pd_file_exists(*index) ? 2 : 0;
+	return 0;
+}
+
+int pd_st_open_component(struct pd_st **out, const char *dir, const char *stem)
+{
+	char *single, *index;
+	int has, rc;
+
+	if (pd_st_component_names(dir, stem, &single, &index, &has))
+		return -1;
+	rc = has ? pd_st_open(out, has == 1 ? single : index)
+		 : pd_errorf("%s: no %s.safetensors (or its .index.json) in this directory", dir, stem);
 	free(single);
 	free(index);
 	return rc;
+}
+
+int pd_st_has_component(const char *dir, const char *stem)
+{
+	char *single, *index;
+	int has = 0;
+
+	if (pd_st_component_names(dir, stem, &single, &index, &has) == 0) {
+		free(single);
+		free(index);
+	}
+	return has != 0;
 }
 
 int pd_st_view_new(struct pd_st **out, struct pd_st *base)

@@ -77,6 +77,8 @@ int pd_st_open(struct pd_st **out, const char *path);
 /* Opens DIR/STEM.safetensors or, failing that, DIR/STEM.safetensors.index.json
  * (how diffusers and transformers name a component's weights). */
 int pd_st_open_component(struct pd_st **out, const char *dir, const char *stem);
+/* Whether DIR holds a component's weights under STEM (either name above). */
+int pd_st_has_component(const char *dir, const char *stem);
 
 /* Views: the tensors of BASE under other names, as row ranges, reshaped,
  * with halves swapped (pd_st_tensor.roll): how a checkpoint in another

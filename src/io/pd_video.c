@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int pd_video_is_video_name(const char *path)
@@ -17,6 +18,19 @@ int pd_video_is_video_name(const char *path)
 	const char *dot = strrchr(path, '.');
 
 	return dot && (strcasecmp(dot, ".mp4") == 0 || strcasecmp(dot, ".mkv") == 0 || strcasecmp(dot, ".mov") == 0);
+}
+
+static int pd_video_no_pipe(const char *path)
+{
+	return pd_errorf("cannot write %s: a video is written where it can be rewound (a file or /dev/null), not a pipe",
+			 path);
+}
+
+int pd_video_out_check(const char *path)
+{
+	struct stat st;
+
+	return pd_video_is_video_name(path) && stat(path, &st) == 0 && S_ISFIFO(st.st_mode) ? pd_video_no_pipe(path) : 0;
 }
 
 #ifndef PDIT_VIDEO
@@ -116,8 +130,7 @@ int pd_video_write(const char *path, const uint8_t *rgb, int frames, int width, 
 	/* the muxer goes back to write the sizes: a pipe cannot take that */
 	if (!o.tmp && lseek(fileno(o.f), 0, SEEK_CUR) < 0) {
 		pd_out_abort(&o);
-		return pd_errorf("cannot write %s: a video is written where it can be rewound (a file or /dev/null), "
-				 "not a pipe", path);
+		return pd_video_no_pipe(path);
 	}
 	if ((av = avformat_alloc_output_context2(&fc, of, NULL, NULL)) < 0 || !(st = avformat_new_stream(fc, NULL)) ||
 	    !(cc = avcodec_alloc_context3(codec)))

@@ -17,6 +17,9 @@
 /* Whether PATH names a container pd_video_write can write (.mp4, .mkv,
  * .mov). */
 int pd_video_is_video_name(const char *path);
+/* Whether PATH, a video's name, can take one before the work: not a pipe
+ * (the muxer rewinds to write the sizes). 0, or -1 naming PATH. */
+int pd_video_out_check(const char *path);
 
 /* RGB [frames, height, width, 3] (8 bits) at FPS frames a second into
  * PATH; META: key, value, ..., NULL (the container's tags). Even sizes

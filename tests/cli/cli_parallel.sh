@@ -34,6 +34,16 @@ else
 	echo "$out"; bad "pdit check on USP 2x2 (exit $rc)"
 fi
 
+# --tolerance 0 asks for equal bits (it meant the default 1e-5): tensor parallel sums its shards in
+# another order than one process, so differences of ~1e-7 now fail
+out=$("${mpirun[@]}" -np 2 "$pdit" check "${run[@]}" --tensor-parallel-degree 2 --tolerance 0 2> /dev/null)
+rc=$?
+if [ $rc -eq 1 ] && grep -q '^FAIL$' <<< "$out" && grep -q 'tolerance 0$' <<< "$out"; then
+	ok "pdit check --tolerance 0 on tensor parallel 2: FAIL (equal bits asked)"
+else
+	echo "$out"; bad "pdit check --tolerance 0 (exit $rc)"
+fi
+
 # true CFG on a CFG pair x Ulysses 2
 "$pdit" generate "${run[@]}" --true-cfg-scale 3 -o "$tmp/cfg1.png" 2> /dev/null || bad "generate with true CFG"
 "${mpirun[@]}" -np 4 "$pdit" generate "${run[@]}" --true-cfg-scale 3 --cfg-parallel --ulysses-degree 2 \

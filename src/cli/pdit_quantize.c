@@ -21,6 +21,8 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 
 static const char pd_quantize_usage[] =
 	"usage: pdit quantize IN OUT --type T\n"
@@ -168,6 +170,24 @@ static int pd_ends_with(const char *s, const char *suffix)
 	size_t n = strlen(s), k = strlen(suffix);
 
 	return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* The same, whatever the letters' case: for a file's extension
+ * (model.GGUF). */
+static int pd_ends_with_ci(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), k = strlen(suffix);
+
+	return n >= k && strcasecmp(s + n - k, suffix) == 0;
+}
+
+/* Whether paths A and B name one file (./a.gguf and a.gguf, a link). */
+static int pd_qz_same_file(const char *a, const char *b)
+{
+	struct stat sa, sb;
+
+	return strcmp(a, b) == 0 ||
+	       (stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino);
 }
 
 /* A 2-D weight: what fp8 and the block types replace. */
@@ -332,12 +352,12 @@ int pd_cmd_quantize(int argc, char **argv)
 			  "(GGUF) or fp8, f8_e5m2 (safetensors)", type);
 		return pd_cli_fail();
 	}
-	if (strcmp(pos[0], pos[1]) == 0) {
+	if (pd_qz_same_file(pos[0], pos[1])) {
 		pd_errorf("quantize: OUT must be another file than IN (%s)", pos[0]);
 		return pd_cli_fail();
 	}
 	/* the name says what the file is: pdit and other programs read by it */
-	if (ty->mode == PD_QZ_GGUF ? pd_ends_with(pos[1], ".safetensors") : pd_ends_with(pos[1], ".gguf")) {
+	if (ty->mode == PD_QZ_GGUF ? pd_ends_with_ci(pos[1], ".safetensors") : pd_ends_with_ci(pos[1], ".gguf")) {
 		pd_errorf("quantize: --type %s writes %s: give OUT a %s name, not %s", type,
 			  ty->mode == PD_QZ_GGUF ? "a GGUF file" : "safetensors",
 			  ty->mode == PD_QZ_GGUF ? ".gguf" : ".safetensors", pos[1]);

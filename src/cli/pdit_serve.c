@@ -434,6 +434,13 @@ struct pd_serve_clock {
 	struct pd_serve_job *job;       /* rank 0: the running job */
 };
 
+/* The service's check of a request's frames and size before it is queued
+ * (the engine's rule; CTX is the engine). */
+static int pd_serve_shape_ok(void *ctx, int frames, int height, int width)
+{
+	return pd_engine_shape_ok(ctx, frames, height, width);
+}
+
 static void pd_serve_on_progress(void *ctx, const struct pd_progress *p)
 {
 	struct pd_serve_clock *c = ctx;
@@ -552,7 +559,7 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 			.strict = sv.strict, .io_timeout = sv.io_timeout, .model = sv.model, .mesh = about.mesh_short,
 			.ranks = world->size, .log = pd_serve_log_line, .default_width = about.default_width,
 			.default_height = about.default_height, .default_steps = about.default_steps,
-			.default_frames = about.default_frames,
+			.default_frames = about.default_frames, .shape_ok = pd_serve_shape_ok, .shape_ctx = e,
 		};
 
 		hr = pd_serve_start(&srv, &so);

@@ -68,6 +68,13 @@ int pd_engine_cancelled(const struct pd_engine *e)
 	return e->cancelled;
 }
 
+int pd_engine_shape_ok(const struct pd_engine *e, int frames, int height, int width)
+{
+	struct pd_latent_shape ls;
+
+	return e->fam->latent_shape(&ls, &e->info, frames, height, width) ? -1 : 0;
+}
+
 void pd_engine_about(const struct pd_engine *e, struct pd_engine_about *a)
 {
 	memset(a, 0, sizeof(*a));

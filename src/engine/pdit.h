@@ -382,6 +382,11 @@ struct pd_engine_about {
 	double encode_seconds;          /* encoding the planned request's prompts at open */
 };
 void pd_engine_about(const struct pd_engine *e, struct pd_engine_about *a);
+/* 0 when the model makes a picture or video of FRAMES x HEIGHT x WIDTH
+ * (the family's rule: FLUX one frame, Wan 4k + 1), else -1 with the
+ * message pd_engine_run would give. Reads only what open fixed, so a
+ * service's threads may ask while a request runs. */
+int pd_engine_shape_ok(const struct pd_engine *e, int frames, int height, int width);
 
 /* A long-lived engine's log level and progress callback from now on (a
  * service shows loading, then logs its requests its own way). */

@@ -101,8 +101,13 @@ int pd_model_paths_resolve(struct pd_model_paths *p, const struct pd_model_flags
 		char *path;
 		int rc = 0;
 
+		if (!pd_is_dir(f->model) && pd_file_exists(f->model))
+			/* stable-diffusion.cpp's -m takes one file: say where pdit takes it */
+			return pd_errorf("--model %s: not a folder (--model takes a diffusers folder; a transformer in "
+					 "one file goes to --diffusion-model, beside --vae and the text encoders' flags)",
+					 f->model);
 		if (!pd_is_dir(f->model))
-			return pd_errorf("--model %s: not a folder", f->model);
+			return pd_errorf("--model %s: no such folder", f->model);
 		path = pd_strfmt("%s/model_index.json", f->model);
 		if (!path)
 			return -1;

@@ -180,7 +180,8 @@ int pd_st_file_open(struct pd_st_file **out, const char *path)
 	}
 	f->size = (size_t)sb.st_size;
 	if (f->size < 8) {
-		pd_errorf("%s: truncated safetensors file (%zu bytes, no header)", path, f->size);
+		/* a GGUF's magic is 4 bytes: an empty .gguf is as likely */
+		pd_errorf("%s: %zu bytes: too short for a safetensors or GGUF file (empty or cut short)", path, f->size);
 		goto out;
 	}
 	f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);

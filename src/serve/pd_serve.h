@@ -145,6 +145,12 @@ struct pd_serve_options {
 	/* the model's own width, height, steps and video frames: what a
 	 * request that leaves them out runs, for the log and the jobs' steps */
 	int default_width, default_height, default_steps, default_frames;
+	/* 0 when the model makes FRAMES x HEIGHT x WIDTH, else -1 with the
+	 * engine's message (in flags; the request's fields are put in): a
+	 * request it refuses gets 400 before it is queued, as one of /v1/jobs
+	 * would otherwise be accepted and fail later. NULL: no check here */
+	int (*shape_ok)(void *ctx, int frames, int height, int width);
+	void *shape_ctx;                /* shape_ok's first argument */
 	/* receives each log line (request and answer, one line each) */
 	void (*log)(void *ctx, const char *line);
 	void *log_ctx;                  /* log's first argument */

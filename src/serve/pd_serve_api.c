@@ -295,6 +295,19 @@ static int pd_sf_text(const cJSON *v, const char *name, char **out, const char *
 }
 
 /* A side: a multiple of 16 up to PD_SERVE_MAX_SIDE. */
+/* The number the digits at S write (one at least; no sign, no space) into
+ * *V, held at 1e9 once past it, so that a side of any length is read whole
+ * ("100000x100000" is too large, not malformed): the first byte after them,
+ * or NULL where S has no digit. */
+static const char *pd_sf_digits(const char *s, double *v)
+{
+	if (!(*s >= '0' && *s <= '9'))
+		return NULL;
+	for (*v = 0; *s >= '0' && *s <= '9'; s++)
+		*v = *v < 1e9 ? *v * 10 + (*s - '0') : *v;
+	return s;
+}
+
 static int pd_sf_side(double v, const char *name, int *out, const char **field)
 {
 	if (v < 16 || v > PD_SERVE_MAX_SIDE || fmod(v, 16) != 0) {
@@ -400,17 +413,18 @@ static int pd_sf_one(struct pd_serve_params *p, const struct pd_serve_field *f, 
 		p->n = (int)d;
 		return 0;
 	case PD_SF_SIZE: {
-		unsigned w, h;
-		char tail;
+		const char *s;
+		double side[2] = { 0, 0 };
 
 		if (!cJSON_IsString(v))
 			return pd_sf_fail(field, f->name, "%s must be a string such as \"1024x1024\"%s", "");
 		if (strcmp(v->valuestring, "auto") == 0)
 			return 0;
-		if (sscanf(v->valuestring, "%5ux%5u%c", &w, &h, &tail) != 2)
+		s = pd_sf_digits(v->valuestring, &side[0]);
+		if (!s || *s != 'x' || !(s = pd_sf_digits(s + 1, &side[1])) || *s)
 			return pd_sf_fail(field, f->name, "%s must be \"WIDTHxHEIGHT\" (such as \"1024x1024\") or \"auto\"%s",
 					  "");
-		return pd_sf_side(w, f->name, &p->width, field) || pd_sf_side(h, f->name, &p->height, field);
+		return pd_sf_side(side[0], f->name, &p->width, field) || pd_sf_side(side[1], f->name, &p->height, field);
 	}
 	case PD_SF_WIDTH:
 	case PD_SF_HEIGHT:

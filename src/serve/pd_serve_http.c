@@ -169,6 +169,19 @@ static enum MHD_Result pd_generate(struct pd_serve *s, struct MHD_Connection *c,
 	h = p.height ? p.height : s->o.default_height;
 	steps = p.steps ? p.steps : s->o.default_steps;
 	n = p.n, seed = (unsigned long long)p.seed;
+	/* a picture's size is its init picture's where the request has none:
+	 * the model's own then stands in, for the frames' rule */
+	if (s->o.shape_ok && s->o.shape_ok(s->o.shape_ctx, p.video ? (p.frames ? p.frames : s->o.default_frames) : 1, h, w)) {
+		const char *param;
+		char *msg = pd_serve_engine_error(api, pd_last_error(), &param);
+		enum MHD_Result r;
+
+		pd_serve_log(s, "pdit: POST %s from %s -> 400 (%s)", url, peer, msg ? msg : pd_last_error());
+		r = pd_reply_error(c, 400, "invalid_request_error", param, msg ? msg : pd_last_error(), 0);
+		free(msg);
+		pd_serve_params_free(&p);
+		return r;
+	}
 	frames[0] = 0;
 	if (p.video)
 		snprintf(frames, sizeof(frames), ", a video of %d frames", p.frames ? p.frames : s->o.default_frames);

@@ -91,6 +91,13 @@ expect "missing VAE config" "vae/config.json" "$pdit" generate "${run[@]}" --mod
 rm -r "$tmp/m3/scheduler"
 expect "model_index names a missing folder" "scheduler" "$pdit" generate "${run[@]}" --model "$tmp/m3"
 
+# a file given to --model (stable-diffusion.cpp's -m), a folder that is not there, an empty .gguf
+: > "$tmp/empty.gguf"
+expect "a file as --model" "--diffusion-model" "$pdit" generate "${run[@]}" --model "$tmp/empty.gguf"
+expect "no --model folder" "no such folder" "$pdit" generate "${run[@]}" --model "$tmp/nothere"
+expect "an empty .gguf" "too short for a safetensors or GGUF file" "$pdit" generate "${run[@]}" \
+	--diffusion-model "$tmp/empty.gguf"
+
 # corrupt safetensors: truncated, and a header that lies
 cp -r "$tmp/m" "$tmp/m4"
 w="$tmp/m4/transformer/diffusion_pytorch_model.safetensors"
@@ -168,7 +175,13 @@ if "$pdit" quantize "$tmp/full/text_encoder_2" "$tmp/t5.safetensors" --type bf16
 else
 	echo "FAIL quantize a text encoder's folder to bf16"; fail=1
 fi
-for f in q.safetensors q.gguf v.gguf; do [ -e "$tmp/$f" ] && { echo "FAIL quantize left $f"; fail=1; }; done
+expect "quantize: a GGUF named .SafeTensors" "give OUT a .gguf name" \
+	"$pdit" quantize "$tmp/full/transformer" "$tmp/q.SafeTensors" --type q8_0
+# IN again under another name: it would be replaced by its own conversion
+ln -s t5.safetensors "$tmp/t5-link.safetensors"
+expect "quantize: OUT is IN through a link" "OUT must be another file than IN" \
+	"$pdit" quantize "$tmp/t5-link.safetensors" "$tmp/t5.safetensors" --type f16
+for f in q.safetensors q.gguf v.gguf q.SafeTensors; do [ -e "$tmp/$f" ] && { echo "FAIL quantize left $f"; fail=1; }; done
 # pdit tiny: a model of no block, a fifth VAE width
 expect "tiny without blocks" "a model needs at least one block" "$pdit" tiny "$tmp/t0b" --layers 0 --single-layers 0
 expect "tiny, five VAE widths" "--vae-channels needs four numbers" "$pdit" tiny "$tmp/t5w" --vae-channels 8,16,16,16,16

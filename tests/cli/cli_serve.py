@@ -535,16 +535,15 @@ def videos(wan, tmp):
     report(st == 400 and ans["error"]["param"] == "output_format" and st2 == 400 and
            ans2["error"]["param"] == "sample_params.sample_steps", "vid_gen: output_format webm -> %s (%s), "
            "sample_params.sample_steps 0 -> %s (%s)" % (st, ans["error"]["param"], st2, ans2["error"]["param"]))
-    st, ack, _ = post(srv, "/sdcpp/v1/vid_gen", dict(sd, video_frames=6))
-    j = {}
-    while st == 202 and time.time() < t_end + 60:
-        j = get(srv, ack["poll_url"])[1]
-        if j.get("status") in ("completed", "failed", "cancelled"):
-            break
-        time.sleep(0.05)
-    msg = (j.get("error") or {}).get("message", "")
-    report(j.get("status") == "failed" and "video_frames" in msg and "--" not in msg,
-           "vid_gen video_frames 6: failed, %s" % msg)
+    # the family's frames rule before the job is queued (it was accepted, then failed)
+    st, ans, _ = post(srv, "/sdcpp/v1/vid_gen", dict(sd, video_frames=6))
+    err = (ans or {}).get("error") or {}
+    st2, ans2, _ = post(srv, "/v1/jobs", dict(body, frames=6))
+    err2 = (ans2 or {}).get("error") or {}
+    report(st == 400 and err.get("param") == "video_frames" and "video_frames" in err.get("message", "") and
+           "--" not in err.get("message", "") and st2 == 400 and err2.get("param") == "frames",
+           "vid_gen video_frames 6 -> %s (%s), /v1/jobs frames 6 -> %s (%s)" % (st, err.get("message"), st2,
+                                                                             err2.get("message")))
 
     # a long video: its progress through the steps and the decode; a cancel
     # during the decode ends it when the decode ends, the next one is right
@@ -1017,6 +1016,13 @@ def main():
            % (code, sent))
     st, ans, _ = post(srv, "/sdapi/v1/txt2img", {"prompt": "a", "width": -64, "height": 64})
     report(st == 400 and ans["error"]["param"] == "width", "A1111 width -64 -> 400 (width)")
+    st, ans, _ = post(srv, "/v1/images/generations", {"prompt": "a", "size": "100000x100000"})
+    report(st == 400 and "4096" in (ans or {}).get("error", {}).get("message", ""),
+           "size 100000x100000 -> %s, called too large (%s)" % (st, (ans or {}).get("error", {}).get("message")))
+    # a job the model cannot make is refused, not accepted to fail later
+    st, ans, _ = post(srv, "/v1/jobs", {"prompt": "a", "size": "32x32", "frames": 5})
+    report(st == 400 and (ans or {}).get("error", {}).get("param") == "frames",
+           "/v1/jobs frames 5 on FLUX -> %s (%s)" % (st, (ans or {}).get("error", {}).get("message")))
     st, ans, _ = post(srv, "/v1/images/generations", b'{"prompt": "a"}', {"Content-Type": "text/plain"})
     report(st == 415, "Content-Type text/plain -> %s" % st)
     st, ans, _ = post(srv, "/v1/nothing", {"prompt": "a"})

@@ -40,6 +40,10 @@ if ! nvidia-smi > "$out/nvidia-smi.txt" 2>&1; then
 	exit 1
 fi
 head -15 "$out/nvidia-smi.txt"
+# the host's processor: issue 39's int8 products want an AMX machine, and
+# this one may be it (AMX-INT8 tiles: amx_int8 below)
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores;" \
+	"flags: $(grep -m1 -o -w -E 'avx512_vnni|avx512_bf16|avx_vnni|amx_tile|amx_int8|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 
 # --- the kit ------------------------------------------------------------
 kit=/tmp/pdit-kit

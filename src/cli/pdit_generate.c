@@ -132,7 +132,8 @@ static int pd_gen_check_outputs(const struct pd_gen_args *a, const char *out, in
 }
 
 /* Prompt B of an embeddings file, from the "prompts" list pdit encode
- * writes into its metadata (malloc'd), or NULL. */
+ * writes into its metadata (malloc'd), or NULL: also where it is no UTF-8
+ * text (another program's file), which the picture's parameters must be. */
 static char *pd_embeds_prompt(const char *path, int64_t b)
 {
 	struct pd_st *st = NULL;
@@ -146,7 +147,7 @@ static char *pd_embeds_prompt(const char *path, int64_t b)
 	list = meta ? cJSON_Parse(meta) : NULL;
 	/* a batch of one prompt repeated (--batch) names its first */
 	item = cJSON_IsArray(list) ? cJSON_GetArrayItem(list, b < cJSON_GetArraySize(list) ? (int)b : 0) : NULL;
-	if (cJSON_IsString(item))
+	if (cJSON_IsString(item) && pd_utf8_bad(item->valuestring, strlen(item->valuestring)) < 0)
 		out = pd_strdup(item->valuestring);
 	cJSON_Delete(list);
 	pd_st_close(st);

@@ -365,11 +365,14 @@ int pd_engine_text_ok(const char *const *prompts, int n, const char *negative)
 		const char *t = i < n ? prompts[i] : negative;
 		int64_t bad = t ? pd_utf8_bad(t, strlen(t)) : -1;
 
+		/* counted from 1, as the prompts file's columns */
+		if (bad >= 0 && i < n && n > 1)
+			return pd_errorf("-p/--prompt: prompt %d is not UTF-8 text (byte 0x%02x at byte %lld)", i,
+					 (unsigned char)t[bad], (long long)bad + 1);
 		if (bad >= 0)
-			return i < n ? pd_errorf("-p/--prompt: prompt %d is not UTF-8 text (byte 0x%02x at %lld)", i,
-						 (unsigned char)t[bad], (long long)bad)
-				     : pd_errorf("-n/--negative-prompt: not UTF-8 text (byte 0x%02x at %lld)",
-						 (unsigned char)t[bad], (long long)bad);
+			return pd_errorf("%s: not UTF-8 text (byte 0x%02x at byte %lld)",
+					 i < n ? "-p/--prompt" : "-n/--negative-prompt", (unsigned char)t[bad],
+					 (long long)bad + 1);
 	}
 	return 0;
 }

@@ -199,11 +199,11 @@ expect "a prompts line that is no UTF-8" "$tmp/latin.txt:2: not UTF-8 text (byte
 	"$pdit" generate --model "$tmp/full" --prompts "$tmp/latin.txt" -H 32 -W 32 --steps 1 -o "$tmp/o.png"
 expect "a NUL in a prompts line" "$tmp/nul.txt:2: a NUL byte" \
 	"$pdit" generate --model "$tmp/full" --prompts "$tmp/nul.txt" -H 32 -W 32 --steps 1 -o "$tmp/o.png"
-expect "an overlong form in -p" "-p/--prompt: prompt 0 is not UTF-8 text (byte 0xc0 at 2)" \
+expect "an overlong form in -p" "-p/--prompt: not UTF-8 text (byte 0xc0 at byte 3)" \
 	"$pdit" generate --model "$tmp/full" -p "$(printf 'a \xc0\xaf')" -H 32 -W 32 --steps 1 -o "$tmp/o.png"
 expect "a surrogate in -n" "-n/--negative-prompt: not UTF-8 text" "$pdit" generate --model "$tmp/full" -p "a fox" \
 	-n "$(printf 'x\xed\xa0\x80')" --true-cfg-scale 2 -H 32 -W 32 --steps 1 -o "$tmp/o.png"
-expect "pdit encode, a prompt that is no UTF-8" "-p/--prompt: prompt 0 is not UTF-8 text" \
+expect "pdit encode, a prompt that is no UTF-8" "-p/--prompt: not UTF-8 text" \
 	"$pdit" encode --model "$tmp/full" -p "$(printf '\xff')" -o "$tmp/e.safetensors"
 if "$pdit" generate --model "$tmp/full" --prompts "$tmp/utf8.txt" -H 32 -W 32 --steps 1 -o "$tmp/u.png" -q; then
 	echo "ok   a prompt of two-, three- and four-byte characters"
@@ -211,6 +211,16 @@ else
 	echo "FAIL well-formed UTF-8 refused"; fail=1
 fi
 rm -f "$tmp/u.png"
+# an embeddings file whose prompts (its metadata) are no UTF-8: the picture's parameters name the file instead
+"$pdit" encode --model "$tmp/full" -p "a fox" -o "$tmp/fox.safetensors" > /dev/null 2>&1 &&
+	perl -pi -e 's/a fox/a f\xffx/' "$tmp/fox.safetensors" &&
+	"$pdit" generate --model "$tmp/full" --embeds "$tmp/fox.safetensors" -H 32 -W 32 --steps 1 -o "$tmp/fox.png" -q
+if [ -s "$tmp/fox.png" ] && grep -q "fox.safetensors (prompt 0)" "$tmp/fox.png" &&
+	! LC_ALL=C grep -a -q $'f\xffx' "$tmp/fox.png"; then
+	echo "ok   an embeddings file's prompt that is no UTF-8 is left out of the picture's parameters"
+else
+	echo "FAIL an embeddings file's prompt that is no UTF-8"; fail=1
+fi
 # outputs that are no plain file: a pipe and a device written in place, a link's target replaced, the
 # link kept (a temporary renamed over them would put a plain file there: /dev/null as root)
 # (the reader outlives the writer: neither waits for ever)

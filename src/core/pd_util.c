@@ -39,7 +39,7 @@ int pd_errorf(const char *fmt, ...)
 
 int pd_error_prefix(const char *fmt, ...)
 {
-	char prefix[256], old[sizeof(pd_error_buf)];
+	char prefix[sizeof(pd_error_buf)], old[sizeof(pd_error_buf)];
 	size_t k, n;
 	va_list ap;
 
@@ -49,7 +49,9 @@ int pd_error_prefix(const char *fmt, ...)
 	vsnprintf(prefix, sizeof(prefix), fmt, ap);
 	va_end(ap);
 	memcpy(old, pd_error_buf, sizeof(old));
+	/* a prefix as long as the buffer (a long path) keeps room for ": " */
 	k = strlen(prefix);
+	k = k < sizeof(pd_error_buf) - 3 ? k : sizeof(pd_error_buf) - 3;
 	memcpy(pd_error_buf, prefix, k);
 	memcpy(pd_error_buf + k, ": ", 2);
 	k += 2;

@@ -80,7 +80,7 @@ static void test_broken(void)
 	p = tmp_path("empty.safetensors");
 	write_raw(p, "", 0, 0);
 	truncate(p, 5);
-	expect_refused("shorter than the length field", p, "truncated");
+	expect_refused("shorter than the length field", p, "too short");
 
 	p = tmp_path("trunc.safetensors");
 	write_raw(p, ok, -1, 10);
@@ -318,6 +318,38 @@ static void test_mutations(unsigned seed)
 	free(buf);
 }
 
+/* The messages' helpers: a prefix as long as the message buffer (a long
+ * path) is cut, never written past it, and keeps ": "; pd_utf8_bad finds
+ * the first byte of each kind of ill-formed UTF-8. */
+static void test_messages(void)
+{
+	static char path[3000];
+	struct {
+		const char *s;
+		long long want;
+	} u[] = {
+		{ "plain", -1 },          { "caf\xc3\xa9", -1 },          { "\xf0\x9f\xa6\x8a fox", -1 },
+		{ "ab\xff", 2 },          { "a\xc0\xaf", 1 },             { "x\xed\xa0\x80", 1 },
+		{ "\xf4\x90\x80\x80", 0 }, { "cut \xe2\x82", 4 },        { "\xe0\x80\xaf", 0 },
+		{ "\xef\xbf\xbf end", -1 }, { "\x80", 0 },
+	};
+
+	memset(path, 'p', sizeof(path) - 1);
+	pd_errorf("the message");
+	PD_CHECK(pd_error_prefix("%s", path) == -1, "pd_error_prefix returns -1");
+	PD_CHECK(strncmp(pd_last_error(), path, 100) == 0 && strlen(pd_last_error()) < sizeof(path) &&
+			 strstr(pd_last_error(), ": ") != NULL,
+		 "a long prefix: '%.40s...' (%zu bytes)", pd_last_error(), strlen(pd_last_error()));
+	path[600] = 0;
+	pd_errorf("the message");
+	pd_error_prefix("--flag %s", path);
+	PD_CHECK(strncmp(pd_last_error(), "--flag ppp", 10) == 0 && strstr(pd_last_error(), path) != NULL,
+		 "a 600-byte prefix whole: '%.60s...'", pd_last_error());
+	for (size_t i = 0; i < sizeof(u) / sizeof(u[0]); i++)
+		PD_CHECK(pd_utf8_bad(u[i].s, strlen(u[i].s)) == u[i].want, "pd_utf8_bad case %zu: %lld, want %lld", i,
+			 (long long)pd_utf8_bad(u[i].s, strlen(u[i].s)), u[i].want);
+}
+
 int main(void)
 {
 	const char *given = getenv("PDIT_TEST_SEED");
@@ -329,6 +361,7 @@ int main(void)
 		perror("mkdtemp");
 		return 1;
 	}
+	test_messages();
 	test_broken();
 	test_roundtrip();
 	test_shards();

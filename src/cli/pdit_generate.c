@@ -131,6 +131,24 @@ static int pd_gen_check_outputs(const struct pd_gen_args *a, const char *out, in
 	return rc;
 }
 
+/* The prompts in an embeddings file (prompt_embeds' first size), for the
+ * output names checked before the work; 0 where it cannot tell (the
+ * engine then says what is wrong with the file). */
+static int pd_embeds_batch(const char *path)
+{
+	struct pd_st *st = NULL;
+	const struct pd_st_tensor *t;
+	int n = 0;
+
+	if (pd_st_open(&st, path))
+		return 0;
+	t = pd_st_get(st, "prompt_embeds");
+	if (t && t->ndim == 3 && t->shape[0] >= 1 && t->shape[0] <= PD_MAX_BATCH)
+		n = (int)t->shape[0];
+	pd_st_close(st);
+	return n;
+}
+
 /* Prompt B of an embeddings file, from the "prompts" list pdit encode
  * writes into its metadata (malloc'd), or NULL: also where it is no UTF-8
  * text (another program's file), which the picture's parameters must be. */
@@ -248,7 +266,7 @@ int pd_cmd_generate(struct pd_comm *world, int argc, char **argv)
 	struct pd_cli_progress prog;
 	struct pd_arg opts[PD_GEN_MAX_FLAGS];
 	char **prompts = NULL;
-	int n_prompts = 0, hr, rc = 1;
+	int n_prompts = 0, embeds_batch = 0, hr, rc = 1;
 	double t_write, peak;
 
 	pd_gen_flags(&a, opts, PD_CMD_GENERATE);
@@ -256,8 +274,10 @@ int pd_cmd_generate(struct pd_comm *world, int argc, char **argv)
 	if (hr == 1)
 		return 0;
 	pd_cli_progress_init(&prog, 0);
-	hr = hr || pd_gen_engine_options(&a, &o, 1) || pd_gen_request(&a, &rq, &prompts, &n_prompts) ||
-	     pd_gen_check_outputs(&a, a.output, rq.batch > 0 ? rq.batch : a.embeds ? 0 : rq.n_prompts,
+	hr = hr || pd_gen_engine_options(&a, &o, 1) || pd_gen_request(&a, &rq, &prompts, &n_prompts);
+	if (!hr && a.embeds)
+		embeds_batch = pd_embeds_batch(a.embeds);
+	hr = hr || pd_gen_check_outputs(&a, a.output, rq.batch > 0 ? rq.batch : a.embeds ? embeds_batch : rq.n_prompts,
 				  a.frames_seen && a.frames > 1 ? a.frames : 1);
 	if (pd_cli_any_failed(world, hr))
 		goto out;
@@ -284,7 +304,7 @@ int pd_cmd_generate(struct pd_comm *world, int argc, char **argv)
 	 * every rank writes its own pictures, so every rank agrees */
 	if (pd_cli_any_failed(world, about.frames > 1 && !a.frames_seen &&
 					     pd_gen_check_outputs(&a, a.output_seen ? a.output : "output.mp4",
-								  rq.batch > 0 ? rq.batch : a.embeds ? 0 : rq.n_prompts,
+								  rq.batch > 0 ? rq.batch : a.embeds ? embeds_batch : rq.n_prompts,
 								  about.frames)))
 		goto out;
 	if (pd_engine_run(e, &rq, &res)) {

@@ -221,6 +221,13 @@ if [ -s "$tmp/fox.png" ] && grep -q "fox.safetensors (prompt 0)" "$tmp/fox.png" 
 else
 	echo "FAIL an embeddings file's prompt that is no UTF-8"; fail=1
 fi
+# the third picture of an embeddings file's batch has a folder for its name: refused before the work
+printf 'a\nb\nc\n' > "$tmp/three.txt"
+mkdir -p "$tmp/three" "$tmp/three/x-2.png"
+"$pdit" encode --model "$tmp/full" --prompts "$tmp/three.txt" -o "$tmp/three.safetensors" > /dev/null 2>&1
+expect "--embeds of 3, picture 2's name a folder" "three/x-2.png: it is a folder" \
+	"$pdit" generate --model "$tmp/full" --embeds "$tmp/three.safetensors" -H 32 -W 32 --steps 1 -o "$tmp/three/x.png"
+[ -e "$tmp/three/x-0.png" ] && { echo "FAIL --embeds of 3: picture 0 written before the refusal"; fail=1; }
 # outputs that are no plain file: a pipe and a device written in place, a link's target replaced, the
 # link kept (a temporary renamed over them would put a plain file there: /dev/null as root)
 # (the reader outlives the writer: neither waits for ever)

@@ -31,21 +31,25 @@ trap 'rm -rf "$tmp"' EXIT
 # q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, fp8) on auto's products, TYPE-decoded
 # the same file decoded to bf16 for its products (what auto picks without
 # VNNI; fp8's values exact), TYPE-int8 on int8 products whatever the CPU
-# (--quant-products int8: the AVX2 or portable kernel without VNNI)
+# (--quant-products int8: the AVX2 or portable kernel without VNNI),
+# TYPE-vnni on int8 products with AMX turned off (PDIT_NO_AMX: on an AMX
+# Xeon, KINDS="bf16 q8_0 q8_0-vnni" times the AMX kernel beside VNNI's)
 read -r -a kinds <<< "${KINDS:-bf16 q8_0 q4_k fp8 q8_0-decoded fp8-decoded}"
 for k in "${kinds[@]}"; do
-	t=${k%-decoded} t=${t%-int8}
+	t=${k%-decoded} t=${t%-int8} t=${t%-vnni}
 	[ "$k" = bf16 ] || qfile "$t" > /dev/null
 done
 for ((round = 1; round <= rounds; round++)); do
 	for k in "${kinds[@]}"; do
 		args=(--model "$model")
-		t=${k%-decoded} t=${t%-int8}
+		t=${k%-decoded} t=${t%-int8} t=${t%-vnni}
 		[ "$k" = bf16 ] || args+=(--diffusion-model "$(qfile "$t")" --config "$model/transformer/config.json")
 		[ "$k" = "${k%-decoded}" ] || args+=(--quant-products bf16)
 		[ "$k" = "${k%-int8}" ] || args+=(--quant-products int8)
+		pre=()
+		[ "$k" = "${k%-vnni}" ] || { args+=(--quant-products int8); pre=(env PDIT_NO_AMX=1); }
 		echo "round $round/$rounds: $k" >&2
-		j=$("$pdit" bench "${args[@]}" -H "$size" -W "$size" --steps 3 --dtype bf16 --json 2> /dev/null < /dev/null) ||
+		j=$("${pre[@]}" "$pdit" bench "${args[@]}" -H "$size" -W "$size" --steps 3 --dtype bf16 --json 2> /dev/null < /dev/null) ||
 			{ echo "$k failed" >&2; exit 1; }
 		record "$tmp" "$k" "$j"
 	done
@@ -60,4 +64,4 @@ for k in "${kinds[@]}"; do
 		printf "| %s | %.3f | %.3f | %.0f | %.3f | %.0f | %.3f | %s (%.0f ≤ %.0f) |\n", k, s, s / S, p, p / P, w, w / W,
 			p <= bound ? "yes" : "no", p, bound }'
 done
-echo "(${size}², $rounds rounds interleaved, 1 process, bf16 products (quantized layers: --quant-products auto, int8 with VNNI (AVX-512 or 256-bit); *-decoded: bf16), 3 timed steps after 1 warm-up; $model)"
+echo "(${size}², $rounds rounds interleaved, 1 process, bf16 products (quantized layers: --quant-products auto, int8 with VNNI (AVX-512 or 256-bit) or AMX; *-decoded: bf16; *-vnni: int8 without AMX), 3 timed steps after 1 warm-up; $model)"

@@ -304,6 +304,14 @@ int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threa
 	cpu->avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("PDIT_NO_AVX2");
 	cpu->vnni = pd_cpu_vnni512();
 	cpu->vnni256 = pd_cpu_vnni256();
+	cpu->amx = cpu->vnni ? pd_cpu_amx_int8() : 0;
+	/* the logs say which kernels the int8 products take */
+	if (cpu->amx) {
+		size_t n = strlen(cpu->be.device);
+
+		snprintf(cpu->be.device + n, sizeof(cpu->be.device) - n, " (AMX-INT8%s)",
+			 cpu->amx == 2 ? " emulated" : "");
+	}
 	/* pd_backend_cpu_int8_auto's choice, from the probes just made */
 	cpu->be.int8_auto = cpu->vnni || cpu->vnni256 ? PD_QP_INT8 : PD_QP_DECODE;
 #endif

@@ -109,6 +109,8 @@ struct pd_cpu {
 	int vnni;                       /* the CPU has AVX-512 VNNI int8 dot products (pd_cpu_i8.c) */
 	int vnni256;                    /* without vnni, 256-bit ones: 1 AVX-VNNI, 2 AVX-512 VNNI's 256-bit
 					 * form (AVX-512 turned off for pdit), 0 none */
+	int amx;                        /* with vnni, AMX-INT8 tiles for Q8_0's layout (pd_cpu_amx.c): 1
+					 * the CPU's, 2 emulated (PDIT_AMX_EMULATE, the tests), 0 none */
 	int8_t *xq;                     /* an int8 product's input rows, quantized (pd_cpu_i8.c) */
 	size_t xq_cap;                  /* its capacity in bytes */
 	float *xd;                      /* their blocks' scales (K-quants: their super-blocks') */
@@ -291,8 +293,11 @@ enum pd_i8_inputs {
 	PD_I8_IN_SUPER = 1,     /* blocks of 256, sums of 32 as int16 pairs (the K-quants) */
 	PD_I8_IN_WIDE = 2,      /* blocks of 256, -128 * sums of 32 (a wide Q8_0 layer) */
 };
+/* Bytes of a group's block of 32 inputs in Q8_0's layout (pd_cpu_i8.c's
+ * header): 512 of weights, 32 of f16 scales. */
+#define PD_I8_BLOCK 544
 /* Whether T takes Q8_0's layout (Q8_0, Q5_0 as q - 16, fp8 converted at
- * load): the one the AVX2 kernel multiplies. */
+ * load): the one the AVX2 and AMX kernels multiply. */
 int pd_cpu_i8_q8_layout(enum pd_qtype t);
 int64_t pd_cpu_i8_groups(int64_t n_out);
 size_t pd_cpu_i8_bytes(enum pd_qtype t, int64_t n_out, int64_t n_in);
@@ -305,6 +310,19 @@ void pd_cpu_i8_quant_rows(const struct pd_cpu *cpu, const float *x, int64_t ldx,
 			  enum pd_i8_inputs inputs, int8_t *xq, float *xd, int32_t *xc, float *xs, int32_t *xh);
 void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
 		      float *y, int64_t ldy, int flags);
+/* AMX-INT8 for the int8 products (pd_cpu_amx.c): 1 where the CPU and the
+ * system have it (asking Linux for the tiles' state), 2 emulated
+ * (PDIT_AMX_EMULATE=1 on a CPU with AVX-512 VNNI: the kernel's code, its
+ * tile instructions in C), 0 not (or PDIT_NO_AMX). */
+int pd_cpu_amx_int8(void);
+/* The f32 sums of NR (1 to 16) input rows by two groups of 16 outputs, on
+ * AMX (the CPU's, AMX 1, or emulated, 2): the rows' quantized values XQ
+ * (N_IN a row), scales XD and -128 * sums XC (n_in / 32 a row, as
+ * pd_cpu_i8_quant_rows makes them), the groups at W0 and W1 in Q8_0's
+ * layout (WIDE: a layer of blocks of 256), into T[r * 32 + column]: the
+ * VNNI kernel's bits. */
+void pd_cpu_amx_tile(int amx, const int8_t *xq, int64_t n_in, const float *xd, const int32_t *xc, int nr,
+		     const unsigned char *w0, const unsigned char *w1, int wide, float *t);
 /* oneDNN's gelu_tanh, for the products that are not oneDNN's. */
 static inline float pd_cpu_gelu_tanh(float x)
 {

@@ -39,7 +39,9 @@
  * bytes:
  *   512  q + 128 [k / 4][column][k % 4]  a 64-byte vector of 16 columns x 4 inputs per vpdpbusd
  *    32  d[column] as f16                the file's scales, unchanged
- * 544 bytes per 512 weights, as the file's Q8_0.
+ * 544 bytes per 512 weights, as the file's Q8_0. Its 512 bytes are also
+ * AMX's B operand as they are: on a CPU with AMX-INT8 this layout's
+ * products take pd_cpu_amx.c's tiles, 16 input rows at a time.
  *
  * The K-quants (super-blocks of 256 inputs with integer sub-block scales)
  * take their input rows in blocks of 256, as ggml's dot products with
@@ -119,7 +121,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PD_I8_BLOCK 544
 #define PD_I8K_BLOCK 2368
 #define PD_I8K5_BLOCK 4416
 #define PD_I8K6_BLOCK 4384
@@ -1502,6 +1503,8 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 	int64_t panels = (rows * l->n_in + PD_I8_PANEL_BYTES - 1) / PD_I8_PANEL_BYTES, panel;
 	const float *bias = (flags & PD_LIN_NO_BIAS) ? NULL : l->bias_host;
 	float scale = l->scale;
+	/* AMX's tiles take 16 rows, Q8_0's layout */
+	int amx = cpu->amx && pd_cpu_i8_q8_layout(qt) ? cpu->amx : 0, mr = amx ? 16 : PD_I8_MR;
 #if defined(__x86_64__) && defined(__GNUC__)
 	void (*tile)(const struct pd_i8_rows *, const unsigned char *, const unsigned char *, int64_t, float *) = NULL;
 
@@ -1528,7 +1531,7 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 
 	/* panels of equal rows, whole tiles */
 	panel = (rows + panels - 1) / panels;
-	panel = (panel + PD_I8_MR - 1) / PD_I8_MR * PD_I8_MR;
+	panel = (panel + mr - 1) / mr * mr;
 	panels = (rows + panel - 1) / panel;
 	if (pd_cpu_grow(be, (void **)&cpu->xq, &cpu->xq_cap, (size_t)(rows * l->n_in), 1) ||
 	    pd_cpu_grow(be, (void **)&cpu->xd, &cpu->xd_cap, (size_t)(rows * nb), sizeof(float)) ||
@@ -1547,13 +1550,13 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 		const unsigned char *w0 = l->i8 + (size_t)(p * PD_I8_NG) * gbytes;
 		const unsigned char *w1 = p * PD_I8_NG + 1 < l->i8_groups ? w0 + gbytes : w0;
 		int64_t j0 = p * PD_I8_COLS, cols = l->n_out - j0 < PD_I8_COLS ? l->n_out - j0 : PD_I8_COLS;
-		float t[PD_I8_MR * PD_I8_COLS];
+		float t[16 * PD_I8_COLS];
 
-		for (int64_t r0 = c * panel; r0 < r1; r0 += PD_I8_MR) {
+		for (int64_t r0 = c * panel; r0 < r1; r0 += mr) {
 			struct pd_i8_rows xr;
-			int nr = r1 - r0 < PD_I8_MR ? (int)(r1 - r0) : PD_I8_MR;
+			int nr = r1 - r0 < mr ? (int)(r1 - r0) : mr;
 
-			for (int r = 0; r < PD_I8_MR; r++) {
+			for (int r = 0; r < PD_I8_MR && !amx; r++) {
 				int64_t rr = r0 + (r < nr ? r : nr - 1);
 
 				xr.q[r] = cpu->xq + rr * l->n_in;
@@ -1563,7 +1566,10 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 				xr.h[r] = halves ? cpu->xh + rr * nb * 2 : NULL;
 			}
 #if defined(__x86_64__) && defined(__GNUC__)
-			if (tile)
+			if (amx)
+				pd_cpu_amx_tile(amx, cpu->xq + r0 * l->n_in, l->n_in, cpu->xd + r0 * nb, cpu->xc + r0 * nb,
+						nr, w0, w1, wide, t);
+			else if (tile)
 				tile(&xr, w0, w1, units, t);
 			else
 #endif

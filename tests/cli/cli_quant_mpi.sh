@@ -128,6 +128,23 @@ for m in "2:--tensor-parallel-degree 2" "2:--ulysses-degree 2" "2:--ring-degree 
 	# shellcheck disable=SC2086
 	check "Q8_0 256 wide on int8 products" "${m%%:*}" ${m#*:}
 done
+# a rank with AMX-INT8 beside one without (rank 0's tiles emulated where the
+# CPU has none, turned off where it has them): the same integers and f32
+# order, one process's latents bit for bit
+if grep -q avx512_vnni /proc/cpuinfo && [ -z "${PDIT_NO_AVX512:-}" ]; then
+	# (rank 0's log names its device: the AMX one; the run without -q)
+	amx="0 PDIT_AMX_EMULATE"
+	grep -q amx_int8 /proc/cpuinfo && amx="1 PDIT_NO_AMX"
+	timeout 120 "${mpirun[@]}" -np 2 sh -c '[ "${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-}}" != "${0% *}" ] ||
+		export "${0#* }=1"; exec "$@"' "$amx" "$pdit" generate "${run[@]:0:${#run[@]}-1}" --tensor-parallel-degree 2 \
+		-v -o "$tmp/m.png" --out-latents "$tmp/m.safetensors" 2> "$tmp/err" &&
+		grep -q "^pdit: rank 0 computes on cpu (.*AMX-INT8" "$tmp/err" &&
+		"$cmp" tensors "$tmp/m.safetensors" "$tmp/one.safetensors" 0 --all > "$tmp/log" &&
+		ok "tensor parallel 2 on an AMX rank and a VNNI one (Q8_0 256 wide, int8): one process's bits" ||
+		{ cat "$tmp/err" "$tmp/log"; bad "tensor parallel 2 on an AMX rank and a VNNI one"; }
+else
+	ok "(no AVX-512 VNNI here: an AMX rank not tried)"
+fi
 # a file of Q5_0 and Q4_K layers on auto with 256-bit VNNI only (here:
 # AVX-512 off): both types in int8 by the 256-bit kernels; tensor parallel
 # gathers whole inputs, bit for bit

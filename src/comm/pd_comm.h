@@ -27,6 +27,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum pd_comm_type { PD_COMM_F32, PD_COMM_F64, PD_COMM_I32, PD_COMM_I64 };
 enum pd_comm_op { PD_COMM_SUM, PD_COMM_MAX, PD_COMM_MIN };
 
@@ -141,5 +145,9 @@ int pd_comm_agree(struct pd_comm *c, int failed, int *dead);
 
 /* Equal contributions of BYTES bytes from each rank. */
 int pd_comm_allgather(struct pd_comm *c, const void *send, size_t bytes, void *recv);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* PD_COMM_H */

@@ -14,6 +14,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define PD_ASSERT(x) \
 	do { \
 		if (!(x)) \
@@ -43,7 +47,12 @@ struct pd_log_sink {
 	void (*write)(void *ctx, int level, const char *line);
 	void *ctx;                      /* write's first argument */
 };
-extern _Thread_local int pd_log_level; /* this thread's sink's level */
+/* this thread's sink's level (C++ spells _Thread_local its own way) */
+#ifdef __cplusplus
+extern thread_local int pd_log_level;
+#else
+extern _Thread_local int pd_log_level;
+#endif
 void pd_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Makes S this thread's sink and returns the one it replaces. */
 struct pd_log_sink pd_log_use(const struct pd_log_sink *s);
@@ -142,5 +151,9 @@ float pd_bf16_to_f32(uint16_t h);
 uint16_t pd_f32_to_bf16(float f);
 float pd_f16_to_f32(uint16_t h);
 uint16_t pd_f32_to_f16(float f);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* PD_UTIL_H */

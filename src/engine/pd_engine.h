@@ -62,8 +62,13 @@ struct pd_engine {
 	int widths_read;                /* prompt_width and pooled_width are known */
 	int64_t prompt_width, pooled_width; /* the encoders' embedding widths (read once) */
 	int requests;                   /* requests run */
+	int busy;                       /* pd_engine_run is running (a second caller is refused) */
 	/* The request being run (or prepared at open for PLAN). */
 	const struct pd_request *ready; /* the request prepared and encoded, NULL: none */
+	struct pd_request ready_rq;     /* *ready as it was prepared, and a digest of its texts: a
+					 * request at that address that differs (another caller's
+					 * struct there since) is prepared anew */
+	uint64_t ready_text;
 	const struct pd_request *running; /* the request being denoised (its step callback) */
 	double t_denoise;               /* when its denoising began (progress) */
 	struct pd_embeds e;             /* its prompt embeddings */
@@ -177,6 +182,9 @@ int pd_engine_prepare(struct pd_engine *e, const struct pd_request *rq);
 int pd_engine_encode(struct pd_engine *e, int failed);
 /* RQ prepared and encoded, unless open did it already (the plan's). */
 int pd_engine_ready(struct pd_engine *e, const struct pd_request *rq);
+/* Marks RQ, prepared and encoded now, as the one the next run may take
+ * without preparing it again. */
+void pd_engine_set_ready(struct pd_engine *e, const struct pd_request *rq);
 /* The request's state, released before the next one. */
 void pd_engine_request_free(struct pd_engine *e);
 /* Every text encoder the family needs (its list: not optional), and its

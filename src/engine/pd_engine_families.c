@@ -22,7 +22,7 @@ const char *const *pd_family_names(void)
 
 const char *pd_family_title(const char *name)
 {
-	for (int i = 0; pd_family_at(i); i++)
+	for (int i = 0; name && pd_family_at(i); i++)
 		if (strcmp(pd_family_at(i)->name, name) == 0)
 			return pd_family_at(i)->title;
 	return "";

@@ -346,6 +346,13 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
 		return -1;
 	if (!(o->comm_timeout >= 0))
 		return pd_errorf("--comm-timeout must be 0 (wait forever) or a number of seconds (got %g)", o->comm_timeout);
+	/* OpenMP and oneDNN make a pool of that many; tens of thousands
+	 * crashed oneDNN's setup */
+	if (o->threads < 0 || o->threads > PD_MAX_THREADS)
+		return pd_errorf("-t/--threads must be from 1 to %d, or 0 for the default (got %d)", PD_MAX_THREADS,
+				 o->threads);
+	if (o->vae_parallel < -1 || o->vae_parallel > 1)
+		return pd_errorf("--vae-parallel must be -1, 0 or 1 (got %d)", o->vae_parallel);
 	e->world->timeout_s = o->comm_timeout;
 	if (o->encode_only && e->world->size > 1)
 		return pd_errorf("encoding runs on one process (this job has %d)", e->world->size);
@@ -590,12 +597,17 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct pd_engine_options *o,
 		   const struct pd_request *plan)
 {
-	struct pd_engine *e = pd_calloc(1, sizeof(*e), "engine");
+	struct pd_engine *e;
 	struct pd_engine_scope scope;
 	struct pd_request dflt;
 	int rc;
 
+	/* a caller's mistake, told rather than crashed on (no collective yet:
+	 * every process makes the same one) */
+	if (!out || !world || !o)
+		return pd_errorf("pd_engine_open: %s is NULL", !out ? "out" : !world ? "world" : "the options");
 	*out = NULL;
+	e = pd_calloc(1, sizeof(*e), "engine");
 	if (!e)
 		return pd_comm_agree(world, 1, NULL);
 	e->world = world;
@@ -669,7 +681,8 @@ int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct p
 	if (pd_comm_agree(world, rc, &e->dead))
 		goto fail;
 	/* the plan's prompts are encoded: its first run goes straight on */
-	e->ready = plan != &dflt ? plan : NULL;
+	if (plan != &dflt)
+		pd_engine_set_ready(e, plan);
 	*out = e;
 	pd_engine_leave(&scope);
 	return 0;

@@ -781,6 +781,22 @@ int pd_engine_prepare_local(struct pd_engine *e, const struct pd_request *rq_in)
 	pd_engine_request_free(e);
 	if ((rq->mask_image || rq->mask_png) && !rq->init_image && !rq->init_png)
 		return pd_errorf("--mask goes with -i/--init-img (the picture it repaints)");
+	if (rq->strength != PD_DEFAULT && !rq->init_image && !rq->init_png)
+		return pd_errorf("--strength goes with -i/--init-img (the picture img2img starts from)");
+	if (!rq->prompts && rq->n_prompts > 0 && !rq->embeds)
+		return pd_errorf("%d prompts asked for, but the request's prompts are NULL", rq->n_prompts);
+	{
+		/* NaN passes every "negative: the family's" test: refused by
+		 * name, as the command line refuses it */
+		const char *bad = !isfinite(rq->guidance) ? "--guidance" :
+				  !isfinite(rq->true_cfg_scale) ? "--true-cfg-scale" :
+				  !isfinite(rq->flow_shift) ? "--flow-shift" :
+				  !isfinite(rq->fbcache_threshold) ? "--fbcache-threshold" :
+				  !isfinite(rq->strength) ? "--strength" : NULL;
+
+		if (bad)
+			return pd_errorf("%s must be a finite number", bad);
+	}
 	if (pd_engine_request_aspect(&e->dflt, &r))
 		return -1;
 	if ((rq->init_image || rq->init_png) &&
@@ -974,12 +990,38 @@ int pd_engine_prepare(struct pd_engine *e, const struct pd_request *rq)
 }
 
 
+/* FNV-1a over RQ's prompts and negative prompt (what its struct only
+ * points to). */
+static uint64_t pd_request_texts(const struct pd_request *rq)
+{
+	uint64_t h = 14695981039346656037ull;
+
+	for (int i = 0; i <= rq->n_prompts; i++) {
+		const char *s = i < rq->n_prompts ? (rq->prompts ? rq->prompts[i] : NULL) : rq->negative;
+
+		for (; s && *s; s++)
+			h = (h ^ (unsigned char)*s) * 1099511628211ull;
+		/* a separator, and whether the text was there */
+		h = (h ^ (s ? 0x100u : 0x200u)) * 1099511628211ull;
+	}
+	return h;
+}
+
+void pd_engine_set_ready(struct pd_engine *e, const struct pd_request *rq)
+{
+	e->ready = rq;
+	e->ready_rq = *rq;
+	e->ready_text = pd_request_texts(rq);
+}
+
 int pd_engine_ready(struct pd_engine *e, const struct pd_request *rq)
 {
 	int rc = 0;
 
-	/* the plan's request was prepared and encoded at open */
-	if (e->ready != rq) {
+	/* the plan's request was prepared and encoded at open: taken when it
+	 * is that struct, unchanged (the same address alone may be another
+	 * caller's struct since) */
+	if (e->ready != rq || memcmp(&e->ready_rq, rq, sizeof(*rq)) != 0 || e->ready_text != pd_request_texts(rq)) {
 		e->ready = NULL;
 		rc = pd_engine_prepare(e, rq) || pd_engine_encode(e, 0) ? -1 : 0;
 	}

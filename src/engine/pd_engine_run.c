@@ -412,14 +412,25 @@ int pd_engine_run(struct pd_engine *e, const struct pd_request *rq, struct pd_re
 	struct pd_engine_scope scope;
 	int rc;
 
+	if (!e || !rq || !res)
+		return pd_errorf("pd_engine_run: %s is NULL", !e ? "the engine" : !rq ? "the request" : "the result");
+	/* one request at a time: a second thread's call is refused, not run
+	 * over the first's buffers */
+	if (__atomic_exchange_n(&e->busy, 1, __ATOMIC_ACQUIRE)) {
+		memset(res, 0, sizeof(*res));
+		return pd_errorf("pd_engine_run: the engine is running another request (one at a time)");
+	}
 	pd_engine_enter(e, &scope);
 	rc = pd_engine_run_scoped(e, rq, res);
 	pd_engine_leave(&scope);
+	__atomic_store_n(&e->busy, 0, __ATOMIC_RELEASE);
 	return rc;
 }
 
 void pd_result_free(struct pd_result *res)
 {
+	if (!res)
+		return;
 	if (res->embeds)
 		pd_embeds_free(res->embeds);
 	free(res->embeds);
@@ -445,6 +456,8 @@ int pd_engine_save_latents(const struct pd_engine *e, const struct pd_result *re
 	float *init = NULL, *fin = NULL;
 	int nd = 3, rc = -1;
 
+	if (!path)
+		return pd_errorf("pd_engine_save_latents: no file name (NULL)");
 	if (!res->latents || !res->init)
 		return pd_errorf("no latents to write: the request did not ask for them (want_latents)");
 	if (!(w = pd_st_writer_new()))

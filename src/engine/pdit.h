@@ -22,7 +22,7 @@
  *   rq.n_prompts = 1;
  *   rq.height = rq.width = 512;
  *   if (pd_engine_run(e, &rq, &res) == 0 && res.rgb)
- *           ... res.rgb: [res.n_pictures, height, width, 3] ...
+ *           ... res.rgb: [res.n_pictures, frames, height, width, 3] ...
  *   pd_result_free(&res);
  *   pd_engine_close(e);
  *   pd_comm_world_finalize(world);
@@ -37,10 +37,17 @@
  * is the lowest process that failed: its message is the cause, the others
  * say which process failed.
  *
- * The library never exits the process and leaves no process-wide setting
- * changed: the transfer deadline is the engine's communicators', and its
- * log level and thread count hold on the calling thread only while one of
- * its calls runs (the caller's own come back when it returns).
+ * The library never exits the process but in one case, and leaves no
+ * process-wide setting changed: the transfer deadline is the engine's
+ * communicators', and its log level and thread count hold on the calling
+ * thread only while one of its calls runs (the caller's own come back when
+ * it returns). The one case: under MPI, a process that has waited past
+ * comm_timeout (1800 s by default) for the others says who is missing on
+ * stderr and stops the whole job (MPI_Abort), as a collective stuck in MPI
+ * cannot be left any other way. On a CPU with AMX-INT8, opening asks Linux
+ * for the tiles' state (arch_prctl, as oneDNN does): granted to the process
+ * for good. One engine runs one request at a time (a second thread's
+ * pd_engine_run is refused); two engines may run on two threads.
  */
 #ifndef PDIT_H
 #define PDIT_H
@@ -53,6 +60,11 @@
 #include "pd_model_paths.h"
 #include "pd_util.h"
 
+/* installed for programs in C or C++ */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 struct pd_embeds;
 
 /* Bounds that keep every size product far from overflow: 1M image tokens,
@@ -60,6 +72,7 @@ struct pd_embeds;
 #define PD_MAX_SIDE 16384
 #define PD_MAX_STEPS 10000
 #define PD_MAX_BATCH 4096
+#define PD_MAX_THREADS 1024
 
 /* What the engine is doing, for a progress display: each phase reports
  * its start (done 0), its progress and its end (finished). */
@@ -120,7 +133,8 @@ struct pd_engine_options {
 					 * (the least recently used go first), so a request that names a
 					 * set used before puts it back without reading its files (pdit
 					 * serve --lora-cache); 0: none kept */
-	int threads;                    /* per process; 0: the cores divided among this machine's processes */
+	int threads;                    /* per process, at most PD_MAX_THREADS; 0: the cores divided among
+					 * this machine's processes */
 	const char *quant_products;     /* how layers kept quantized multiply: "int8" (inputs quantized in
 					 * blocks of 256 for Q8_0 (layers a multiple of 256 wide) and
 					 * the K-quants, as ggml's Q8_K, of 32 for the other types as
@@ -156,7 +170,8 @@ struct pd_engine_options {
 	int op_times;                   /* time each backend operation (pdit bench --op-times: the
 					 * report's ops; a device is waited for after each) */
 	double comm_timeout;            /* seconds a process waits for the others before the job is reported
-					 * and stopped; 0: forever */
+					 * and stopped (MPI_Abort: every process ends); 0: forever;
+					 * pd_engine_options_init: 1800 */
 	/* The mesh: a degree per axis (pd_axis.h; 0: not given; none given:
 	 * pdit chooses; CFG parallel is degree 2 on PD_AXIS_CFG; DistriFusion's
 	 * and the ring's exclude each other), or parallel = "auto" /
@@ -192,7 +207,7 @@ struct pd_gguf_rules {
 };
 void pd_weights_gguf_rules(const struct pd_st *st, struct pd_gguf_rules *r);
 
-/* The model families pdit knows, NULL-terminated ("flux", "wan"), and
+/* The model families pdit knows, NULL-terminated ("flux", "qwen", "wan"), and
  * what each makes (for help). */
 const char *const *pd_family_names(void);
 const char *pd_family_title(const char *name);
@@ -235,7 +250,7 @@ struct pd_request {
 	int n_prompts;
 	const char *negative;           /* the negative prompt of every picture (true CFG), or NULL */
 	int max_seq;                    /* text tokens; PD_DEFAULT: the family's (FLUX 512, or 256 without
-					 * guidance embedding; Wan 512) */
+					 * guidance embedding; Qwen-Image and Wan 512) */
 	const char *embeds;             /* instead of prompts: a safetensors file of embeddings
 					 * (prompt_embeds, pooled_prompt_embeds, optional negative_*) */
 	const char *init_latents;       /* start from latents.init of this file instead of the noise */
@@ -268,14 +283,15 @@ struct pd_request {
 	struct pd_lora_spec loras[PD_MAX_LORAS];
 	double strength;                /* img2img: the share of the steps run, noise to picture (0, 1];
 					 * PD_DEFAULT: 0.75 (a double: N x strength as Python computes it) */
-	int height, width;              /* pixels, multiples of 16; PD_DEFAULT: the family's (FLUX 1024, Wan
-					 * 480 x 832) */
+	int height, width;              /* pixels, multiples of 16; PD_DEFAULT: the family's (FLUX 1024,
+					 * Qwen-Image 1328, Wan 480 x 832) */
 	const char *aspect;             /* instead of height and width, "W:H": the size the family's card
 					 * lists for it (Qwen-Image's 16:9 is 1664 x 928), or the default
 					 * size's area in that shape; NULL: not */
 	int frames;                     /* video frames (video families); PD_DEFAULT: the family's (a
 					 * picture; Wan 81) */
-	int steps;                      /* denoising steps; PD_DEFAULT: 28, or 4 without guidance embedding */
+	int steps;                      /* denoising steps; PD_DEFAULT: the family's (FLUX 28, or 4 without
+					 * guidance embedding; Qwen-Image and Wan 50) */
 	double flow_shift;              /* the sampler's static shift (Wan's flow_shift; FLUX without its
 					 * dynamic shifting); 0: the scheduler folder's */
 	float guidance;                 /* guidance scale, negative: the family's. FLUX: distilled (models
@@ -335,6 +351,8 @@ struct pd_result {
 struct pd_engine;
 
 void pd_engine_options_init(struct pd_engine_options *o);
+/* Every count and size PD_DEFAULT, guidance, true_cfg_scale and strength
+ * the family's, seed 42, want_pictures 1, the rest 0 or NULL. */
 void pd_request_init(struct pd_request *rq);
 
 /* Loads the model on every process of WORLD (each its share of it). PLAN
@@ -357,7 +375,7 @@ int pd_engine_cancelled(const struct pd_engine *e);
 /* What an open engine runs, for a command's messages and a service's
  * answers. The strings live as long as the engine. */
 struct pd_engine_about {
-	const char *family;             /* the model family ("flux", "wan") */
+	const char *family;             /* the model family ("flux", "qwen", "wan") */
 	const char *model;              /* the model folder, or the transformer's path without one */
 	int guidance_is_cfg;            /* the family's guidance scale is classifier-free guidance over
 					 * the negative prompt (Wan): a client's cfg_scale is its
@@ -516,5 +534,9 @@ struct pd_forward_options {
 };
 /* One process. */
 int pd_forward_file(const struct pd_forward_options *o);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* PDIT_H */

@@ -11,6 +11,10 @@
 #ifndef PD_MODEL_H
 #define PD_MODEL_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Text encoders a family may have (SD3 has three). */
 #define PD_MAX_ENCODERS 4
 
@@ -67,5 +71,9 @@ void pd_model_paths_free(struct pd_model_paths *p);
  * commands name them ("text_encoder_2", "--text-encoder-2"). */
 void pd_model_encoder_names(int i, char *component, char *flag, int len);
 void pd_model_tokenizer_names(int i, char *component, char *flag, int len);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* PD_MODEL_H */

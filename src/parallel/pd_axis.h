@@ -12,6 +12,10 @@
 #ifndef PD_AXIS_H
 #define PD_AXIS_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum pd_axis {
 	PD_AXIS_TP,                     /* tensor parallel: heads and MLP columns (Megatron) */
 	PD_AXIS_ULYSSES,                /* sequence parallel, all-to-all between tokens and heads */
@@ -44,5 +48,9 @@ struct pd_axis_info {
 
 /* The axes, by enum pd_axis. */
 extern const struct pd_axis_info pd_axes[PD_AXIS_COUNT];
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* PD_AXIS_H */

@@ -46,6 +46,36 @@ else
 	bad "pkg-config build: ${flags:-no flags} $(cat cc.log 2> /dev/null | head -5)"
 fi
 
+# a C++ program including <pdit/pdit.h>, linked the same way: it opens no
+# model, it must only build and call in (extern "C", thread_local)
+cat > cxx.cc << 'CXX'
+#include <pdit/pdit.h>
+#include <cstdio>
+int main()
+{
+	struct pd_engine_options o;
+	struct pd_engine *e = nullptr;
+
+	pd_engine_options_init(&o);
+	o.model = "no-such-folder";
+	struct pd_comm *world = nullptr;
+	if (pd_comm_self_new(&world) || pd_engine_open(&e, world, &o, nullptr) == 0)
+		return 1;
+	std::printf("%s\n", pd_last_error());
+	return pd_log_level == 1 ? 0 : 1;
+}
+CXX
+if command -v g++ > /dev/null; then
+	if g++ -std=c++17 -Wall -Wextra -o cxx cxx.cc $flags 2> cxx.log &&
+		LD_LIBRARY_PATH=$libdir ./cxx > cxx.out 2>&1 && grep -q "no-such-folder" cxx.out; then
+		ok "a C++ program includes <pdit/pdit.h> and calls the library: $(cat cxx.out)"
+	else
+		bad "C++: $(head -5 cxx.log) $(cat cxx.out 2> /dev/null)"
+	fi
+else
+	ok "(no g++ here: the C++ build not tried)"
+fi
+
 # and through CMake's find_package
 mkdir app
 cp "$src/examples/pdit_example.c" app/

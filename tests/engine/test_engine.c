@@ -39,6 +39,7 @@
 #include "pd_test.h"
 #include "pd_tiny.h"
 
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +63,23 @@ static void on_step(void *ctx, int step, int steps)
 	s->total = steps;
 	s->threads = omp_get_max_threads();
 	s->log_level = pd_log_level;
+}
+
+/* A second pd_engine_run from inside the first (its step callback: what a
+ * second thread's call meets): refused at once, on every rank alike. */
+struct nested {
+	struct pd_engine *e;            /* the engine running */
+	const struct pd_request *rq;    /* a request to ask again */
+	int refused;                    /* calls refused with "one at a time" */
+};
+
+static void on_step_nested(void *ctx, int step, int steps)
+{
+	struct nested *n = ctx;
+	struct pd_result r;
+
+	(void)step, (void)steps;
+	n->refused += pd_engine_run(n->e, n->rq, &r) == -1 && strstr(pd_last_error(), "one at a time") != NULL;
 }
 
 /* Rank 0 raises its cancel flag after step 1 (from 0); the other ranks
@@ -315,6 +333,74 @@ int main(int argc, char **argv)
 			PD_CHECK(pd_engine_run(e, &zero, &(struct pd_result){ 0 }) == -1 && !pd_engine_dead(e),
 				 "a request with %s 0 was accepted", names[i]);
 		}
+	}
+	/* values a library caller can give that the command line's parser
+	 * never lets through: refused by name, the engine usable */
+	{
+		struct pd_request v = rq;
+		struct pd_result r;
+		const char *want[] = { "--guidance", "--true-cfg-scale", "--flow-shift", "--fbcache-threshold",
+				       "--strength", "--strength goes with", "prompts are NULL" };
+
+		for (int i = 0; i < 7; i++) {
+			v = rq;
+			if (i == 0)
+				v.guidance = NAN;
+			else if (i == 1)
+				v.true_cfg_scale = INFINITY;
+			else if (i == 2)
+				v.flow_shift = NAN;
+			else if (i == 3)
+				v.fbcache_threshold = NAN;
+			else if (i == 4)
+				v.strength = NAN;
+			else if (i == 5)
+				v.strength = 0.5;
+			else
+				v.prompts = NULL;
+			/* (the other ranks say which rank failed) */
+			PD_CHECK(pd_engine_run(e, &v, &r) == -1 && (world->rank || strstr(pd_last_error(), want[i])) &&
+					 !pd_engine_dead(e),
+				 "value %d: '%s', want '%s'", i, pd_last_error(), want[i]);
+		}
+		PD_CHECK(pd_engine_run(NULL, &rq, &r) == -1 && pd_engine_run(e, NULL, &r) == -1 &&
+				 pd_engine_run(e, &rq, NULL) == -1,
+			 "pd_engine_run with a NULL argument: refused");
+		pd_result_free(NULL);
+	}
+	/* a second run while one runs (here from its step callback) */
+	{
+		struct nested n = { e, &rq, 0 };
+		struct pd_result r;
+
+		rq.on_step = on_step_nested;
+		rq.step_ctx = &n;
+		PD_CHECK(pd_engine_run(e, &rq, &r) == 0 && n.refused == rq.steps && same(&mine[3], &r),
+			 "a run inside a run: %d of %d refused (%s)", n.refused, rq.steps, pd_last_error());
+		pd_result_free(&r);
+		rq.on_step = NULL;
+		rq.step_ctx = NULL;
+	}
+	/* the plan's struct changed before its first run (another request at
+	 * its address): that request runs, not what open prepared */
+	{
+		struct pd_engine *e2 = NULL;
+		struct pd_engine_options o2;
+		struct pd_request plan;
+		struct pd_result r = { 0 };
+
+		options(&o2, dir, mesh, world->size);
+		o2.threads = PD_MAX_THREADS + 1;
+		PD_CHECK(pd_engine_open(&e2, world, &o2, NULL) == -1 && (world->rank || strstr(pd_last_error(), "-t/--threads")),
+			 "threads %d: '%s'", o2.threads, pd_last_error());
+		o2.threads = 1;
+		request(&plan, 0);
+		PD_CHECK(pd_engine_open(&e2, world, &o2, &plan) == 0, "open with a plan: %s", pd_last_error());
+		request(&plan, 3);
+		PD_CHECK(e2 && pd_engine_run(e2, &plan, &r) == 0 && same(&mine[3], &r),
+			 "a changed plan struct: its own pictures (%s)", pd_last_error());
+		pd_result_free(&r);
+		pd_engine_close(e2);
 	}
 	PD_CHECK(lines.n > 0 && strncmp(lines.last, "pdit: ", 6) == 0, "the log sink got %d lines (last '%s')",
 		 lines.n, lines.last);

@@ -349,8 +349,8 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
 	/* OpenMP and oneDNN make a pool of that many; tens of thousands
 	 * crashed oneDNN's setup */
 	if (o->threads < 0 || o->threads > PD_MAX_THREADS)
-		return pd_errorf("-t/--threads must be from 1 to %d, or 0 for the default (got %d)", PD_MAX_THREADS,
-				 o->threads);
+		return pd_errorf("-t/--threads must be %s %d (got %d)", o->threads < 0 ? "at least" : "at most",
+				 o->threads < 0 ? 1 : PD_MAX_THREADS, o->threads);
 	if (o->vae_parallel < -1 || o->vae_parallel > 1)
 		return pd_errorf("--vae-parallel must be -1, 0 or 1 (got %d)", o->vae_parallel);
 	e->world->timeout_s = o->comm_timeout;

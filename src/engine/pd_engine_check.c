@@ -245,9 +245,12 @@ static int pd_check_reference(struct pd_engine *r, float *latents, struct pd_blo
 	struct pd_dump dump = { pd_blocks_dump, blocks, 0 };
 	/* on the backend the mesh runs on: the check is of the methods */
 	struct pd_backend_config cfg = { r->dt, r->be->threads, r->o.device, 0, (int)r->be->qproducts };
+	/* the whole model, its weights as the mesh holds them (--quantize's
+	 * blocks too: a reference of other weights failed every check) */
+	struct pd_dit_shard whole = { .rank = 0, .count = 1, .quantize = r->quantize };
 	int rc = -1;
 
-	if (pd_backend_new(&be, r->be->ops->name, &cfg) || r->fam->load(&m, r->mp.transformer, r->mp.config, be, NULL) ||
+	if (pd_backend_new(&be, r->be->ops->name, &cfg) || r->fam->load(&m, r->mp.transformer, r->mp.config, be, &whole) ||
 	    pd_lora_set(m, r->on, r->n_on, r->o.lora_lenient))
 		goto out;
 	run = pd_runner_local(m);

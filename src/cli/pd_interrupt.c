@@ -8,6 +8,7 @@
 #include "pd_util.h"
 #include "pdit_cli.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -22,6 +23,9 @@ static volatile sig_atomic_t pd_int_launcher;    /* a signal came from the paren
 static volatile sig_atomic_t pd_int_done;        /* the command's work is written: a signal ends it quietly */
 static int pd_int_rank, pd_int_size;
 static int pd_int_tty;                  /* stderr is a terminal: clear a progress line first */
+static char pd_int_pid_file[4096];      /* removed when a signal ends the process (pdit serve's
+					 * --pid-file), or empty */
+static char pd_int_soft_note[160];      /* said on a first signal a long-lived command defers */
 
 /* Raw system calls: the sanitizers wrap write and _exit with code of their
  * own, which a handler should not run in the middle of whatever it
@@ -55,6 +59,9 @@ static void pd_int_say_ended(const char *waiting)
 
 static void pd_int_exit(int code)
 {
+	/* a pid file naming a dead process tells a service manager a lie */
+	if (pd_int_pid_file[0])
+		syscall(SYS_unlinkat, AT_FDCWD, pd_int_pid_file, 0);
 	syscall(SYS_exit_group, code);
 	_exit(code);
 }
@@ -79,6 +86,10 @@ static void pd_int_handler(int sig, siginfo_t *si, void *uc)
 	 * stops it now */
 	if (pd_int_soft && !pd_int_signal) {
 		pd_int_signal = sig;
+		/* said now: the running request may take minutes. mpirun's
+		 * signal reaches every rank: rank 0 speaks for them */
+		if ((pd_int_rank == 0 || !pd_int_launcher) && sig != SIGUSR1)
+			pd_int_say(pd_int_soft_note);
 		return;
 	}
 	pd_int_signal = sig;
@@ -152,7 +163,26 @@ static void pd_int_stop_handler(int sig, siginfo_t *si, void *uc)
 
 void pd_cli_signals_deferred(void)
 {
+	snprintf(pd_int_soft_note, sizeof(pd_int_soft_note), pd_int_rank == 0 ?
+		 "pdit: stopping after the running request (a second signal stops at once)\n" :
+		 "pdit: rank %d: a signal to this rank alone does not stop the job: signal rank 0 or mpirun "
+		 "(a second one ends it at once)\n", pd_int_rank);
 	pd_int_soft = 1;
+}
+
+void pd_cli_signal_removes(const char *path)
+{
+	size_t n = path ? strlen(path) : 0;
+
+	/* a handler may run at any moment: it sees an empty name, or the
+	 * whole one (its first byte written last) */
+	pd_int_pid_file[0] = 0;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	if (n == 0 || n >= sizeof(pd_int_pid_file))
+		return;
+	memcpy(pd_int_pid_file + 1, path + 1, n);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	pd_int_pid_file[0] = path[0];
 }
 
 void pd_cli_catch_stop_request(void)

@@ -48,6 +48,9 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv);
 /* The first signal only sets the flag (pd_cli_interrupted): a long-lived
  * command stops at its own pace; a second one stops the process now. */
 void pd_cli_signals_deferred(void);
+/* PATH (or NULL: none) is removed when a signal ends the process: pdit
+ * serve's --pid-file, which must not outlive the process it names. */
+void pd_cli_signal_removes(const char *path);
 /* SIGUSR1 (which mpirun passes on to every rank) asks rank 0 to stop
  * after the running request, the others to follow it: pdit serve's clean
  * stop under a service manager. */

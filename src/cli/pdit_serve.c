@@ -569,6 +569,8 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 			hr = pd_pid_file_write(sv.pid_file);
 			pid_written = !hr;
 			watch.pid_file = pid_written ? sv.pid_file : NULL;
+			/* a second signal's hard stop removes it too */
+			pd_cli_signal_removes(watch.pid_file);
 		}
 	}
 	if (pd_cli_any_failed(world, hr))
@@ -740,6 +742,7 @@ dead:
 	if (srv)
 		pd_serve_stop(srv, "a process of the job failed: the server is stopping");
 	srv = NULL;
+	pd_cli_signal_removes(NULL);
 	if (pid_written)
 		unlink(sv.pid_file);
 	pid_written = 0;
@@ -753,6 +756,7 @@ out:
 		pd_serve_log_line(NULL, "pdit: stopping: queued requests get 503");
 		pd_serve_stop(srv, "the server is stopping");
 	}
+	pd_cli_signal_removes(NULL);
 	if (pid_written)
 		unlink(sv.pid_file);
 	pd_engine_close(e);

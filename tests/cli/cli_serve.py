@@ -696,6 +696,32 @@ def clean_stop(model, tmp):
         report(good, "%s: the running request %s, the queued one %s, exit %s, the pid file removed: %s%s"
                % (how, res.get("long"), res.get("waiting"), rc, not os.path.exists(pf),
                   "" if good else "\n" + "".join(srv.lines[-20:])))
+    # a second SIGTERM stops at once (130): the first is said at once, the pid file goes with the process
+    srv = Server(["--model", model, "--pid-file", pf])
+    res = {}
+
+    def run1(name, body):
+        try:
+            res[name] = post(srv, "/v1/images/generations", body, timeout=300)[0]
+        except (OSError, urllib.error.URLError) as e:
+            res[name] = str(e)
+
+    t1, t2 = one_running_one_queued(srv, run1, "long", "waiting", steps=100000)
+    os.kill(srv.p.pid, signal.SIGTERM)
+    t_end = time.time() + 30
+    while time.time() < t_end and not any("stopping after the running request" in l for l in srv.lines):
+        time.sleep(0.05)
+    said = any("stopping after the running request" in l for l in srv.lines)
+    os.kill(srv.p.pid, signal.SIGTERM)
+    try:
+        rc = srv.p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        srv.p.kill()
+        rc = None
+    t1.join(30)
+    t2.join(30)
+    report(said and rc == 130 and not os.path.exists(pf), "two SIGTERMs: the first said at once (%s), exit %s, the "
+           "pid file removed: %s" % (said, rc, not os.path.exists(pf)))
     # a pid file naming a live process is another server's: refused at start
     with open(pf, "w") as f:
         f.write("%d\n" % os.getpid())

@@ -164,7 +164,7 @@ static void pd_int_stop_handler(int sig, siginfo_t *si, void *uc)
 void pd_cli_signals_deferred(void)
 {
 	snprintf(pd_int_soft_note, sizeof(pd_int_soft_note), pd_int_rank == 0 ?
-		 "pdit: stopping after the running request (a second signal stops at once)\n" :
+		 "pdit: stopping: a running request finishes first (a second signal stops at once)\n" :
 		 "pdit: rank %d: a signal to this rank alone does not stop the job: signal rank 0 or mpirun "
 		 "(a second one ends it at once)\n", pd_int_rank);
 	pd_int_soft = 1;

@@ -10,6 +10,7 @@
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 /* A connection's request body as it arrives. */
 struct pd_conn {
@@ -531,8 +533,24 @@ static int pd_parse_listen(const char *listen, struct sockaddr_in *a)
 int pd_serve_check_listen(const char *listen)
 {
 	struct sockaddr_in a;
+	int fd, one = 1, rc;
 
-	return pd_parse_listen(listen, &a);
+	if (pd_parse_listen(listen, &a))
+		return -1;
+	/* a port in use, or an address of another machine, told before the
+	 * weights load (minutes for a real model), not after; bound as
+	 * libmicrohttpd binds it, then let go */
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return 0;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	rc = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 ? 0 : errno;
+	close(fd);
+	if (rc == EADDRINUSE)
+		return pd_errorf("--listen %s: cannot listen there: the port is in use", listen);
+	if (rc == EADDRNOTAVAIL)
+		return pd_errorf("--listen %s: cannot listen there: not this machine's address", listen);
+	return rc ? pd_errorf("--listen %s: cannot listen there: %s", listen, strerror(rc)) : 0;
 }
 
 int pd_serve_start(struct pd_serve **out, const struct pd_serve_options *o)

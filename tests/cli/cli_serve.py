@@ -709,9 +709,9 @@ def clean_stop(model, tmp):
     t1, t2 = one_running_one_queued(srv, run1, "long", "waiting", steps=100000)
     os.kill(srv.p.pid, signal.SIGTERM)
     t_end = time.time() + 30
-    while time.time() < t_end and not any("stopping after the running request" in l for l in srv.lines):
+    while time.time() < t_end and not any("stopping: a running request finishes first" in l for l in srv.lines):
         time.sleep(0.05)
-    said = any("stopping after the running request" in l for l in srv.lines)
+    said = any("stopping: a running request finishes first" in l for l in srv.lines)
     os.kill(srv.p.pid, signal.SIGTERM)
     try:
         rc = srv.p.wait(timeout=60)
@@ -1135,6 +1135,11 @@ def main():
     report(r.returncode != 0 and r.stderr.count("\n") == 1 and "--api-key" in r.stderr,
            "0.0.0.0 without a key: %s" % r.stderr.strip())
     srv = Server(["--model", model, "--strict"])
+    # its port again: refused before the weights load (no "loaded" line), one line naming --listen
+    r = subprocess.run([PDIT, "serve", "--model", model, "--listen", "127.0.0.1:%d" % srv.port], capture_output=True,
+                       text=True, timeout=60)
+    report(r.returncode != 0 and r.stderr.count("\n") == 1 and "--listen" in r.stderr and "in use" in r.stderr,
+           "a port in use, before loading: %s" % r.stderr.strip())
     st, ans, _ = post(srv, "/sdapi/v1/txt2img", dict(a1111_body, colour="red"))
     report(st == 400 and ans["error"]["param"] == "colour", "--strict: an unknown field -> %s (%s)" % (st, ans["error"]["param"]))
     st, ans, _ = post(srv, "/sdapi/v1/txt2img", dict(a1111_body, restore_faces=True))

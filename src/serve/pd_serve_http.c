@@ -227,7 +227,8 @@ static enum MHD_Result pd_generate(struct pd_serve *s, struct MHD_Connection *c,
 	body = job->body;
 	job->body = NULL;
 	pd_serve_log(s, "pdit: job %llu -> %d in %.3f s (waited %.3f s, engine %.3f s)%s", (unsigned long long)job->id,
-		     status, pd_now() - t0, job->t_start > 0 ? job->t_start - job->t_submit : 0, job->engine_s,
+		     /* a job never started (503 at a stop) waited all along */
+		     status, pd_now() - t0, (job->t_start > 0 ? job->t_start : pd_now()) - job->t_submit, job->engine_s,
 		     gone ? " (the client left: cancelled)" : "");
 	pd_jobs_release(s, job);
 	return pd_reply(c, status, body, 0);

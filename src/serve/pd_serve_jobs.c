@@ -461,12 +461,27 @@ void pd_serve_attach_video(struct pd_serve *s, struct pd_serve_job *job, uint8_t
 void pd_serve_finish(struct pd_serve *s, struct pd_serve_job *job, enum pd_job_state state, int status, char *body,
 		     char *info, double engine_s)
 {
+	/* a job of /v1/jobs has no waiting connection to log its end: said
+	 * here, with a failure's reason (the answer's message) */
+	char line[512] = "";
+	cJSON *err = job->async && body && status != 200 ? cJSON_Parse(body) : NULL;
+	const cJSON *msg = cJSON_GetObjectItem(cJSON_GetObjectItem(err, "error"), "message");
+
 	pthread_mutex_lock(&s->mu);
 	job->engine_s = engine_s;
 	s->running = 0;
 	pd_jobs_end(s, job, state, status, body, info);
+	if (job->async)
+		snprintf(line, sizeof(line), "pdit: job %llu -> %d in %.3f s (waited %.3f s, engine %.3f s)%s%s%s",
+			 (unsigned long long)job->id, status, job->t_end - job->t_submit,
+			 (job->t_start > 0 ? job->t_start : job->t_end) - job->t_submit, engine_s,
+			 cJSON_IsString(msg) ? " (" : "", cJSON_IsString(msg) ? msg->valuestring : "",
+			 cJSON_IsString(msg) ? ")" : "");
 	pd_jobs_trim(s);
 	pthread_mutex_unlock(&s->mu);
+	cJSON_Delete(err);
+	if (line[0])
+		pd_serve_log(s, "%s", line);
 }
 
 void pd_serve_abort(struct pd_serve *s, const char *why, double wait)

@@ -295,6 +295,13 @@ def cancel_running(srv, body, want):
     report(st == 202 and j["status"] == "cancelled" and 2 <= j["step"] < 1000 and
            "cancelled after step" in j["result"]["error"]["message"],
            "DELETE a running job: %s, %s after step %s of %s" % (st, j["status"], j["step"], j["steps"]))
+    # its end is logged, with the reason (no connection waits on a /v1/jobs job to log it)
+    t_end = time.time() + 10
+    while time.time() < t_end and not any("job %s -> 409" % jid in l and "cancelled after step" in l
+                                          for l in srv.lines):
+        time.sleep(0.05)
+    report(any("job %s -> 409" % jid in l and "cancelled after step" in l for l in srv.lines),
+           "the cancelled /v1/jobs job's end in the log")
     st, ans, _ = post(srv, "/v1/images/generations", body)
     report(st == 200 and pngs_openai(ans) == want, "the request after the cancel: generate's PNGs")
 

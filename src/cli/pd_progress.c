@@ -35,6 +35,9 @@ static void pd_phase_what(const struct pd_progress *pg, char *buf, size_t len)
 {
 	if (pg->phase == PD_PHASE_LOAD)
 		snprintf(buf, len, "the weights");
+	else if (pg->phase == PD_PHASE_DECODE && pg->all > pg->total)
+		/* rank 0's share: the others decode theirs */
+		snprintf(buf, len, "%d of the %d %ss here", pg->total, pg->all, pg->videos ? "video" : "picture");
 	else
 		snprintf(buf, len, "%d %s%s%s", pg->total,
 			 pg->phase == PD_PHASE_ENCODE ? "prompt" : pg->videos && pg->phase == PD_PHASE_DECODE ? "video" : "picture",

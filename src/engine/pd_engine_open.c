@@ -118,7 +118,8 @@ void pd_engine_set_progress(struct pd_engine *e, void (*on_progress)(void *ctx, 
 /* Tells the caller where a phase stands: begun at T0, DONE of TOTAL. */
 void pd_engine_progress(struct pd_engine *e, enum pd_phase phase, double t0, int done, int total, int finished)
 {
-	struct pd_progress p = { phase, done, total, pd_now() - t0, finished, e->p.frames > 1 };
+	struct pd_progress p = { phase, done, total, pd_now() - t0, finished, e->p.frames > 1,
+				 phase == PD_PHASE_DECODE ? (int)e->e.batch : 0 };
 
 	if (e->o.on_progress)
 		e->o.on_progress(e->o.progress_ctx, &p);

@@ -91,6 +91,8 @@ struct pd_progress {
 	double elapsed;                 /* seconds since the phase began */
 	int finished;                   /* the phase is over (elapsed: its whole time) */
 	int videos;                     /* decoding: the pictures are videos */
+	int all;                        /* decoding: the request's pictures, of which total are this
+					 * process's (data parallel decodes each group's own) */
 };
 
 /* What an engine loads and how it runs, fixed for its life. */

@@ -87,7 +87,7 @@ static const char *pd_mesh_problem(const int degree[PD_AXIS_COUNT], const struct
 	if (prod != lim->world) {
 		if (lim->world == 1)
 			snprintf(buf, len, "the degrees multiply to %ld, but this is one process: start %ld with "
-				 "mpirun -np %ld pdit ...", prod, prod, prod);
+				 "mpirun -np %ld pdit (the same flags)", prod, prod, prod);
 		else
 			snprintf(buf, len, "the degrees multiply to %ld, but there are %d processes", prod, lim->world);
 		return buf;

@@ -340,15 +340,17 @@ static ssize_t pd_events_read(void *cls, uint64_t pos, char *buf, size_t max)
 			/* quiet: a comment keeps the connection (and proxies) from closing it */
 			ev->len = (size_t)snprintf(ev->pending, sizeof(ev->pending), ": waiting\n\n");
 		} else {
-			int end = j->state >= PD_JOB_DONE || s->stopping;
+			int end = j->state >= PD_JOB_DONE || s->stopping, running = j->state == PD_JOB_RUNNING;
 
+			/* a phase only while it runs, as GET /v1/jobs/ID says it */
 			ev->len = (size_t)snprintf(ev->pending, sizeof(ev->pending),
-						   "event: %s\ndata: {\"id\":\"%llu\",\"status\":\"%s\",\"phase\":\"%s\","
+						   "event: %s\ndata: {\"id\":\"%llu\",\"status\":\"%s\",\"phase\":%s%s%s,"
 						   "\"step\":%d,\"steps\":%d,\"decoded\":%d,\"to_decode\":%d,"
 						   "\"queue_position\":%d}\n\n",
 						   end ? "end" : "progress", (unsigned long long)j->id,
 						   s->stopping && j->state < PD_JOB_DONE ? "stopping" : pd_job_names[j->state],
-						   pd_phase_names[j->phase], j->step, j->steps, j->decoded, j->to_decode,
+						   running ? "\"" : "", running ? pd_phase_names[j->phase] : "null", running ? "\"" : "",
+						   j->step, j->steps, j->decoded, j->to_decode,
 						   j->state == PD_JOB_QUEUED ? pd_jobs_position(s, j) : 0);
 			ev->sent_step = j->step;
 			ev->sent_phase = j->phase;

@@ -569,8 +569,10 @@ def videos(wan, tmp):
     first = evs[0] if evs else {}
     report(bool(evs) and ('"phase":"denoising"' in out or (first.get("phase") == "decoding" and
                                                         first.get("step") == first.get("steps"))) and
-           '"phase":"decoding"' in out and "event: end" in out,
-           "its event stream shows the steps (or, joined after them, all done) and the decode (%s)" %
+           '"phase":"decoding"' in out and "event: end" in out and
+           all(e.get("phase") is None for e in evs if e.get("status") in ("done", "failed", "cancelled")),
+           "its event stream shows the steps (or, joined after them, all done) and the decode, no phase at the "
+           "end (%s)" %
            " ".join(sorted(set("%s/%s" % (e.get("phase"), e.get("status")) for e in evs)) +
                     (["end"] if "event: end" in out else [])))
     st, j, _ = post(srv, "/v1/jobs", body)

@@ -61,7 +61,7 @@ int pd_gen_flags(struct pd_gen_args *a, struct pd_arg *opts, enum pd_cmd_kind ki
 		{ "--parallel", 0, PD_ARG_STRING, &a->parallel, "auto", "choose the mesh as pdit plan ranks them: auto among the exact methods, auto-stale also PipeFusion and DistriFusion", NULL },
 		{ NULL, 0, PD_ARG_INT, a->degree, NULL, NULL, NULL }, /* the mesh's axes go here */
 		{ "--num-patches", 0, PD_ARG_COUNT, &a->patches, "M", "PipeFusion: row bands per step (default: as many as stages)", NULL },
-		{ "--warmup-steps", 0, PD_ARG_INT, &a->warmup_steps, "W", "DistriFusion, PipeFusion: the first W steps exact, on fresh keys and values (default 1)", NULL },
+		{ "--warmup-steps", 0, PD_ARG_INT, &a->warmup_steps, "W", "DistriFusion, PipeFusion: the first W steps exact, on fresh keys and values (default 1)", &a->warmup_seen },
 		{ "--fbcache-threshold", 0, PD_ARG_FLOAT, &a->fbcache, "T", "First Block Cache: skip the other blocks when the first block's change is below T (0: off; 0.05 to 0.12 usual)", NULL },
 		{ "--vae-parallel", 0, PD_ARG_FLAG, &a->vae_parallel, NULL, "decode each picture in row bands over its data-parallel group (the default with more than one process)", NULL },
 		{ "--no-vae-parallel", 0, PD_ARG_FLAG, &a->no_vae_parallel, NULL, "decode each picture on one process instead", NULL },
@@ -275,6 +275,11 @@ int pd_gen_engine_options(const struct pd_gen_args *a, struct pd_engine_options 
 	for (int x = 0; x < PD_AXIS_COUNT; x++)
 		o->degree[x] = pd_axes[x].is_switch ? (a->degree[x] ? pd_axes[x].max : 0) : a->degree[x] > 0 ? a->degree[x] : 0;
 	o->parallel = a->parallel;
+	/* said, not ignored: the other meshes' steps are all exact */
+	if (a->warmup_seen && a->degree[PD_AXIS_DISTRI] <= 1 && a->degree[PD_AXIS_PP] <= 1 &&
+	    !(a->parallel && strncmp(a->parallel, "auto", 4) == 0))
+		return pd_errorf("--warmup-steps goes with --distrifusion-degree or --pipefusion-degree (or --parallel "
+				 "auto-stale): their stale steps; other meshes run every step exact");
 	o->warmup_steps = a->warmup_steps;
 	o->patches = a->patches;
 	o->vae_parallel = a->no_vae_parallel ? -1 : a->vae_parallel ? 1 : 0;

@@ -57,6 +57,7 @@ struct pd_gen_args {
 	const char *mask;               /* --mask: inpainting's mask */
 	double strength;                /* --strength */
 	int strength_seen;              /* given */
+	int warmup_seen;                /* --warmup-steps given */
 	const char *dtype, *vae_dtype;  /* precisions */
 	int height, width, frames, steps, fps;
 	const char *aspect;             /* --aspect W:H, or NULL */

@@ -326,7 +326,7 @@ int pd_denoise(const struct pd_runner *run, const struct pd_dit_family *fam, con
 		if (run->on_step && run->on_step(run->step_ctx, i))
 			goto out;
 		/* the engine's progress shows steps; this is the detail */
-		pd_log(2, "step %d/%d  %.2f s/step\n", i + 1, s->steps, pd_now() - t0);
+		pd_log(2, "pdit: step %d/%d took %.2f s\n", i + 1, s->steps, pd_now() - t0);
 	}
 	pd_dump_host(dump, "latents.final", latents, 3, B, L, C);
 	if (fbc) {

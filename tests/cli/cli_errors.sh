@@ -134,7 +134,10 @@ expect "a negative deadline" "--comm-timeout must be" "$pdit" generate "${run[@]
 # forward: missing inputs
 expect "patches without PipeFusion" "--num-patches needs --pipefusion-degree" "$pdit" generate "${run[@]}" \
 	--num-patches 3
-expect "negative warm-up" "--warmup-steps must not be negative" "$pdit" generate "${run[@]}" --warmup-steps -1
+expect "negative warm-up" "--warmup-steps must not be negative" "$pdit" generate "${run[@]}" --warmup-steps -1 \
+	--pipefusion-degree 2
+expect "warm-up without a stale method" "--warmup-steps goes with --distrifusion-degree or --pipefusion-degree" \
+	"$pdit" generate "${run[@]}" --warmup-steps 2 --ulysses-degree 2
 expect "DistriFusion and ring together" "cannot both be given" "$pdit" generate "${run[@]}" \
 	--distrifusion-degree 2 --ring-degree 2
 expect "vae parallel both ways" "contradict" "$pdit" generate "${run[@]}" --vae-parallel --no-vae-parallel

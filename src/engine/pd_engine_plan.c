@@ -354,11 +354,11 @@ int pd_engine_check_memory(const struct pd_engine *e, int decodes, int loaded)
 	if (loaded)
 		return pd_errorf("%dx%d needs at least %s more on this machine (%d process%s, each: activations %s and "
 				 "the VAE decode %s beside the loaded weights%s) and %s are available: choose a smaller "
-				 "size", e->p.width, e->p.height, t_need, local, local > 1 ? "es" : "", t_act, t_vae, kept,
+				 "-H/--height and -W/--width", e->p.width, e->p.height, t_need, local, local > 1 ? "es" : "", t_act, t_vae, kept,
 				 t_avail);
 	return pd_errorf("%dx%d needs at least %s on this machine (%d process%s, each: transformer weights%s %s + "
-			 "activations %s, or the VAE decode %s%s) and %s are available: choose a smaller size, or more "
-			 "machines with tensor, sequence, pipeline parallel or the banded decode",
+			 "activations %s, or the VAE decode %s%s) and %s are available: choose a smaller -H/--height "
+			 "and -W/--width, or more machines with tensor, sequence, pipeline parallel or the banded decode",
 			 e->p.width, e->p.height, t_need, local, local > 1 ? "es" : "", e->n_loras ? " and adapters" : "", t_w,
 			 t_act, t_vae, kept, t_avail);
 }

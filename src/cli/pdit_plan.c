@@ -277,9 +277,10 @@ int pd_cmd_plan(int argc, char **argv)
 
 		/* (the text encoders' part only when there are any) */
 		if (w->encoders_gb > 0)
-			snprintf(enc, sizeof(enc), ", or the text encoders %.1f", w->encoders_gb);
-		pd_errorf("no mesh of %d process(es) fits in %.1f GB %s: the smallest needs %.1f GB a process (weights %.1f, "
-			  "activations %.1f%s); add devices or memory, or lower the size", devices, mc.mem_gb,
+			snprintf(enc, sizeof(enc), ", or the text encoders %.3g", w->encoders_gb);
+		/* three figures: a small model's 0.04 GB is not "0.0" */
+		pd_errorf("no mesh of %d process(es) fits in %.3g GB %s: the smallest needs %.3g GB a process (weights %.3g, "
+			  "activations %.3g%s); add devices or memory, or lower the size", devices, mc.mem_gb,
 			  mc.shared ? "shared by the processes" : "per device", rows[0].cost.memory_gb,
 			  rows[0].cost.weights_gb, rows[0].cost.activations_gb, enc);
 		goto out;

@@ -325,7 +325,9 @@ struct pd_result {
 	int steps;                      /* the schedule's steps (img2img runs its last steps x strength) */
 	float strength;                 /* img2img's strength, or 0 */
 	int frames;                     /* video frames (1: pictures) */
-	float guidance, true_cfg_scale; /* the scales used */
+	float guidance, true_cfg_scale; /* the scales used: guidance the distilled one (FLUX's embedding; 0
+					 * where the model has none), true_cfg_scale the classifier-free
+					 * one over the negative prompt (Wan's guidance lands here: 5) */
 	uint64_t seed;                  /* of picture 0 */
 	int64_t tokens, channels;       /* latent tokens and channels per picture (packed) */
 	float *latents;                 /* [images, tokens, channels] final latents, or NULL */

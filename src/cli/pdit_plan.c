@@ -348,6 +348,11 @@ int pd_cmd_plan(int argc, char **argv)
 			       c->seconds * steps + c->vae_s, c->bytes / 1e6, c->inter_bytes / 1e6, c->memory_gb,
 			       !c->fits ? "  does not fit" : c->decoded ? "  decoded: int8's layout does not fit" : "");
 	}
+	/* what a process's peak memory holds besides (a tiny model's runs
+	 * peak near 0.2 GB: pdit generate's "peak memory" line) */
+	if (!json)
+		printf("(GB/rank: weights, activations and the decode; each process also holds about 0.2 GB of code, "
+		       "libraries and buffers)\n");
 	rc = 0;
 out:
 	if (rc)

@@ -36,10 +36,8 @@ static int pd_arg_set(const struct pd_arg *a, const char *v)
 		if (errno || x < -2147483647L || x > 2147483647L)
 			return pd_errorf("%s is out of range: %s (%s 2147483647)", name, v,
 					 a->type == PD_ARG_COUNT ? "at most" : "from -2147483647 to");
-		/* a count held at 0 before parsing has no default: the command asks for it */
 		if (a->type == PD_ARG_COUNT && x < 1)
-			return pd_errorf("%s must be at least 1 (got %ld)%s", name, x,
-					 *(int *)a->dest >= 1 ? "; leave it out for the default" : "");
+			return pd_errorf("%s must be at least 1 (got %ld); leave it out for the default", name, x);
 		*(int *)a->dest = (int)x;
 		break;
 	}

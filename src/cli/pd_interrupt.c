@@ -86,9 +86,10 @@ static void pd_int_handler(int sig, siginfo_t *si, void *uc)
 	 * stops it now */
 	if (pd_int_soft && !pd_int_signal) {
 		pd_int_signal = sig;
-		/* said now: the running request may take minutes. mpirun's
-		 * signal reaches every rank: rank 0 speaks for them */
-		if ((pd_int_rank == 0 || !pd_int_launcher) && sig != SIGUSR1)
+		/* said now: the running request may take minutes. A signal
+		 * from mpirun under a job of several ranks ends the job (the
+		 * service's watcher answers 503 and exits): nothing to promise */
+		if (!pd_int_launcher || pd_int_size == 1)
 			pd_int_say(pd_int_soft_note);
 		return;
 	}
@@ -164,7 +165,7 @@ static void pd_int_stop_handler(int sig, siginfo_t *si, void *uc)
 void pd_cli_signals_deferred(void)
 {
 	snprintf(pd_int_soft_note, sizeof(pd_int_soft_note), pd_int_rank == 0 ?
-		 "pdit: stopping: a running request finishes first (a second signal stops at once)\n" :
+		 "pdit: stopping (the running request, if any, finishes first; a second signal stops at once)\n" :
 		 "pdit: rank %d: a signal to this rank alone does not stop the job: signal rank 0 or mpirun "
 		 "(a second one ends it at once)\n", pd_int_rank);
 	pd_int_soft = 1;

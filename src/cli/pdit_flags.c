@@ -277,7 +277,7 @@ int pd_gen_engine_options(const struct pd_gen_args *a, struct pd_engine_options 
 	o->parallel = a->parallel;
 	/* said, not ignored: the other meshes' steps are all exact */
 	if (a->warmup_seen && a->degree[PD_AXIS_DISTRI] <= 1 && a->degree[PD_AXIS_PP] <= 1 &&
-	    !(a->parallel && strncmp(a->parallel, "auto", 4) == 0))
+	    !(a->parallel && strcmp(a->parallel, "auto-stale") == 0))
 		return pd_errorf("--warmup-steps goes with --distrifusion-degree or --pipefusion-degree (or --parallel "
 				 "auto-stale): their stale steps; other meshes run every step exact");
 	o->warmup_steps = a->warmup_steps;

@@ -84,7 +84,8 @@ int pd_cmd_plan(int argc, char **argv)
 		{ "--config", 0, PD_ARG_STRING, &config, "FILE", "the transformer's config.json, for a single file that carries none (FLUX.1's sizes are inferred)", NULL },
 		{ "--vae", 0, PD_ARG_STRING, &vae, "DIR", "VAE folder (overrides --model's)", NULL },
 		{ NULL, 0, PD_ARG_STRING, &enc, NULL, NULL, NULL }, /* the text encoders' weights go here */
-		{ "--devices", 'N', PD_ARG_COUNT, &devices, "N", "processes (GPUs, or CPU processes on this machine); required", &devices_seen },
+		/* an int, its range checked below: a count's message offers a default it has not */
+		{ "--devices", 'N', PD_ARG_INT, &devices, "N", "processes (GPUs, or CPU processes on this machine); required", &devices_seen },
 		{ "--height", 'H', PD_ARG_COUNT, &height, "PX", "image height, a multiple of 16 (default 1024; Wan 480; Qwen-Image 1328)", NULL },
 		{ "--width", 'W', PD_ARG_COUNT, &width, "PX", "image width, a multiple of 16 (default 1024; Wan 832; Qwen-Image 1328)", NULL },
 		{ "--frames", 0, PD_ARG_COUNT, &frames, "N", "video frames, 4k + 1 (Wan; default 81)", NULL },
@@ -136,7 +137,7 @@ int pd_cmd_plan(int argc, char **argv)
 		return pd_cli_fail();
 	}
 	if (devices < 1 || devices > 4096) {
-		pd_errorf("--devices must be between 1 and 4096 (got %d)", devices);
+		pd_errorf("-N/--devices must be between 1 and 4096 (got %d)", devices);
 		return pd_cli_fail();
 	}
 	/* the counts are PD_DEFAULT or at least 1 (the parser refuses the rest);

@@ -519,7 +519,9 @@ int pd_cmd_serve(struct pd_comm *world, int argc, char **argv)
 	hr = pd_cli_serve_parse(world, argc, argv, &o, &sv);
 	if (hr == 1)
 		return 0;
-	if (!hr)
+	/* rank 0 listens: the port is its machine's (another rank's host may
+	 * not have the address, or have the port taken) */
+	if (!hr && world->rank == 0)
 		hr = pd_serve_check_listen(sv.listen);
 	if (!hr && world->rank == 0 && sv.pid_file)
 		hr = pd_pid_file_check(sv.pid_file);
@@ -742,9 +744,9 @@ dead:
 	if (srv)
 		pd_serve_stop(srv, "a process of the job failed: the server is stopping");
 	srv = NULL;
-	pd_cli_signal_removes(NULL);
 	if (pid_written)
 		unlink(sv.pid_file);
+	pd_cli_signal_removes(NULL);
 	pid_written = 0;
 	pd_cli_abort(world);
 out:
@@ -756,9 +758,9 @@ out:
 		pd_serve_log_line(NULL, "pdit: stopping: queued requests get 503");
 		pd_serve_stop(srv, "the server is stopping");
 	}
-	pd_cli_signal_removes(NULL);
 	if (pid_written)
 		unlink(sv.pid_file);
+	pd_cli_signal_removes(NULL);
 	pd_engine_close(e);
 	pd_cli_progress_end(&prog);
 	return rc;

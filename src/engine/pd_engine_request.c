@@ -990,38 +990,68 @@ int pd_engine_prepare(struct pd_engine *e, const struct pd_request *rq)
 }
 
 
-/* FNV-1a over RQ's prompts and negative prompt (what its struct only
- * points to). */
+/* H with N bytes at P (FNV-1a), then whether they were there. */
+static uint64_t pd_fnv(uint64_t h, const void *p, size_t n)
+{
+	for (size_t i = 0; p && i < n; i++)
+		h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
+	return (h ^ (p ? 0x100u : 0x200u)) * 1099511628211ull;
+}
+
+/* A digest of what RQ's struct only points to and preparing it reads: the
+ * prompts, the file names, the pictures' bytes, the adapters' names. */
 static uint64_t pd_request_texts(const struct pd_request *rq)
 {
+	const char *names[] = { rq->negative, rq->embeds, rq->init_latents, rq->init_image, rq->ref_image,
+				rq->mask_image, rq->aspect };
 	uint64_t h = 14695981039346656037ull;
 
-	for (int i = 0; i <= rq->n_prompts; i++) {
-		const char *s = i < rq->n_prompts ? (rq->prompts ? rq->prompts[i] : NULL) : rq->negative;
+	for (int i = 0; i < rq->n_prompts; i++) {
+		const char *s = rq->prompts ? rq->prompts[i] : NULL;
 
-		for (; s && *s; s++)
-			h = (h ^ (unsigned char)*s) * 1099511628211ull;
-		/* a separator, and whether the text was there */
-		h = (h ^ (s ? 0x100u : 0x200u)) * 1099511628211ull;
+		h = pd_fnv(h, s, s ? strlen(s) : 0);
 	}
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		h = pd_fnv(h, names[i], names[i] ? strlen(names[i]) : 0);
+	h = pd_fnv(h, rq->init_png, rq->init_png_len);
+	h = pd_fnv(h, rq->mask_png, rq->mask_png_len);
+	h = pd_fnv(h, rq->ref_png, rq->ref_png_len);
+	for (int i = 0; rq->loras_given && i < PD_MAX_LORAS && rq->loras[i].path; i++)
+		h = pd_fnv(h, rq->loras[i].path, strlen(rq->loras[i].path));
 	return h;
+}
+
+/* RQ without what preparing it does not read (the run's callbacks, its
+ * cancel flag, whether latents come back): a caller may set those
+ * between open and the plan's run. */
+static void pd_request_prepared(struct pd_request *r, const struct pd_request *rq)
+{
+	/* bytes, padding too (compared with memcmp; a padding byte that
+	 * changed only costs a second preparation) */
+	memcpy(r, rq, sizeof(*r));
+	r->on_step = NULL;
+	r->step_ctx = NULL;
+	r->cancel = NULL;
+	r->want_latents = 0;
 }
 
 void pd_engine_set_ready(struct pd_engine *e, const struct pd_request *rq)
 {
 	e->ready = rq;
-	e->ready_rq = *rq;
+	pd_request_prepared(&e->ready_rq, rq);
 	e->ready_text = pd_request_texts(rq);
 }
 
 int pd_engine_ready(struct pd_engine *e, const struct pd_request *rq)
 {
+	struct pd_request now;
 	int rc = 0;
 
 	/* the plan's request was prepared and encoded at open: taken when it
 	 * is that struct, unchanged (the same address alone may be another
 	 * caller's struct since) */
-	if (e->ready != rq || memcmp(&e->ready_rq, rq, sizeof(*rq)) != 0 || e->ready_text != pd_request_texts(rq)) {
+	pd_request_prepared(&now, rq);
+	if (e->ready != rq || memcmp(&e->ready_rq, &now, sizeof(now)) != 0 || e->ready_text != pd_request_texts(rq)) {
 		e->ready = NULL;
 		rc = pd_engine_prepare(e, rq) || pd_engine_encode(e, 0) ? -1 : 0;
 	}

@@ -448,7 +448,8 @@ int pd_result_save_embeds(const struct pd_result *res, const char *path, char *c
 	return pd_embeds_save(res->embeds, path, prompts, n, negative);
 }
 
-int pd_engine_save_latents(const struct pd_engine *e, const struct pd_result *res, const char *path)
+/* The latents' file, once its arguments are known not NULL. */
+static int pd_engine_save_latents_to(const struct pd_engine *e, const struct pd_result *res, const char *path)
 {
 	const struct pd_latent_shape *ls = &e->ls;
 	int64_t shape[5] = { res->images, res->tokens, res->channels }, per = res->tokens * res->channels;
@@ -456,8 +457,6 @@ int pd_engine_save_latents(const struct pd_engine *e, const struct pd_result *re
 	float *init = NULL, *fin = NULL;
 	int nd = 3, rc = -1;
 
-	if (!path)
-		return pd_errorf("pd_engine_save_latents: no file name (NULL)");
 	if (!res->latents || !res->init)
 		return pd_errorf("no latents to write: the request did not ask for them (want_latents)");
 	if (!(w = pd_st_writer_new()))
@@ -484,4 +483,11 @@ out:
 	free(init);
 	free(fin);
 	return rc;
+}
+
+int pd_engine_save_latents(const struct pd_engine *e, const struct pd_result *res, const char *path)
+{
+	if (!e || !res || !path)
+		return pd_errorf("pd_engine_save_latents: %s is NULL", !e ? "the engine" : !res ? "the result" : "the file name");
+	return pd_engine_save_latents_to(e, res, path);
 }

@@ -363,7 +363,10 @@ void pd_request_init(struct pd_request *rq);
  * (may be NULL) is the request the mesh is chosen and the memory checked
  * for; its prompts are encoded before the transformer is read, so the text
  * encoders and the transformer are never in memory together for it. Run it
- * first and unchanged (the same struct): that run uses what open prepared. */
+ * first and unchanged (the same struct; its on_step, step_ctx, cancel and
+ * want_latents may be set since): that run uses what open prepared. A
+ * request that differs is prepared and encoded at its run, the
+ * transformer loaded beside the encoders. */
 int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct pd_engine_options *o,
 		   const struct pd_request *plan);
 int pd_engine_run(struct pd_engine *e, const struct pd_request *rq, struct pd_result *res);

@@ -718,9 +718,9 @@ def clean_stop(model, tmp):
     t1, t2 = one_running_one_queued(srv, run1, "long", "waiting", steps=100000)
     os.kill(srv.p.pid, signal.SIGTERM)
     t_end = time.time() + 30
-    while time.time() < t_end and not any("stopping: a running request finishes first" in l for l in srv.lines):
+    while time.time() < t_end and not any("the running request, if any, finishes first" in l for l in srv.lines):
         time.sleep(0.05)
-    said = any("stopping: a running request finishes first" in l for l in srv.lines)
+    said = any("the running request, if any, finishes first" in l for l in srv.lines)
     os.kill(srv.p.pid, signal.SIGTERM)
     try:
         rc = srv.p.wait(timeout=60)

@@ -108,35 +108,49 @@ static void pd_amx_emu_dpbsud(struct pd_amx_emu *e, int c, int a, int b)
 		}
 }
 
-/* The tile operations: on the tiles (E NULL) or on their emulation. The
- * tiles' numbers are literal (the instructions name their registers). */
+/* The four tile instructions, written out: GCC's intrinsics are inline
+ * assembly usable anywhere, clang's are builtins that need the AMX target
+ * on the function, which the emulated copy must not have (the fuzzing
+ * build compiles this file with clang). The tiles' numbers are literal. */
+#define PD_AMX_ASM_LOAD(tile, p, stride)                                                          \
+	__asm__ volatile("{tileloadd (%0,%1,1), %%tmm" #tile "|tileloadd tmm" #tile ", [%0+%1*1]}" \
+			 ::"r"((const void *)(p)), "r"((long)(stride)) : "memory")
+#define PD_AMX_ASM_STORE(tile, p, stride)                                                             \
+	__asm__ volatile("{tilestored %%tmm" #tile ", (%0,%1,1)|tilestored [%0+%1*1], tmm" #tile "}" \
+			 ::"r"((void *)(p)), "r"((long)(stride)) : "memory")
+#define PD_AMX_ASM_ZERO(tile) __asm__ volatile("{tilezero %%tmm" #tile "|tilezero tmm" #tile "}" ::)
+/* C (tmm C) += A (signed) x B (unsigned) */
+#define PD_AMX_ASM_DPBSUD(c, a, b)                                                                             \
+	__asm__ volatile("{tdpbsud %%tmm" #b ", %%tmm" #a ", %%tmm" #c "|tdpbsud tmm" #c ", tmm" #a ", tmm" #b "}" ::)
+
+/* The tile operations: on the tiles (E NULL) or on their emulation. */
 #define PD_AMX_LOAD(e, tile, p, stride)                      \
 	do {                                                 \
 		if (e)                                       \
 			pd_amx_emu_load(e, tile, p, stride); \
 		else                                         \
-			_tile_loadd(tile, p, stride);        \
+			PD_AMX_ASM_LOAD(tile, p, stride);    \
 	} while (0)
 #define PD_AMX_STORE(e, tile, p, stride)                      \
 	do {                                                  \
 		if (e)                                        \
 			pd_amx_emu_store(e, tile, p, stride); \
 		else                                          \
-			_tile_stored(tile, p, stride);        \
+			PD_AMX_ASM_STORE(tile, p, stride);    \
 	} while (0)
 #define PD_AMX_ZERO(e, tile)                                         \
 	do {                                                         \
 		if (e)                                               \
 			memset((e)->t[tile], 0, sizeof((e)->t[tile])); \
 		else                                                 \
-			_tile_zero(tile);                            \
+			PD_AMX_ASM_ZERO(tile);                       \
 	} while (0)
 #define PD_AMX_DPBSUD(e, c, a, b)                      \
 	do {                                           \
 		if (e)                                 \
 			pd_amx_emu_dpbsud(e, c, a, b); \
 		else                                   \
-			_tile_dpbsud(c, a, b);         \
+			PD_AMX_ASM_DPBSUD(c, a, b);    \
 	} while (0)
 
 /* The tile's sums: rows NR (1 to 16) of the quantized inputs XQ (N_IN

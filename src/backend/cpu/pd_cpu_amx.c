@@ -68,18 +68,18 @@ int pd_cpu_amx_int8(void)
 #if defined(__x86_64__) && defined(__GNUC__)
 /* ldtilecfg's 64 bytes (palette 1). */
 struct pd_amx_cfg {
-	uint8_t palette;                /* 1: 8 tiles of up to 16 rows of 64 bytes */
-	uint8_t start_row;              /* 0 (a restarted instruction's row) */
-	uint8_t reserved[14];           /* 0 */
-	uint16_t colsb[16];             /* each tile's bytes a row */
-	uint8_t rows[16];               /* each tile's rows */
+	uint8_t palette; /* 1: 8 tiles of up to 16 rows of 64 bytes */
+	uint8_t start_row; /* 0 (a restarted instruction's row) */
+	uint8_t reserved[14]; /* 0 */
+	uint16_t colsb[16]; /* each tile's bytes a row */
+	uint8_t rows[16]; /* each tile's rows */
 };
 
 /* The tiles in memory, for the emulation: the registers' bytes and the
  * shapes the configuration gave them. */
 struct pd_amx_emu {
-	unsigned char t[8][16][64];     /* tile, row, byte */
-	const struct pd_amx_cfg *cfg;   /* the shapes */
+	unsigned char t[8][16][64]; /* tile, row, byte */
+	const struct pd_amx_cfg *cfg; /* the shapes */
 };
 
 static void pd_amx_emu_load(struct pd_amx_emu *e, int tile, const void *p, int64_t stride)
@@ -112,45 +112,49 @@ static void pd_amx_emu_dpbsud(struct pd_amx_emu *e, int c, int a, int b)
  * assembly usable anywhere, clang's are builtins that need the AMX target
  * on the function, which the emulated copy must not have (the fuzzing
  * build compiles this file with clang). The tiles' numbers are literal. */
-#define PD_AMX_ASM_LOAD(tile, p, stride)                                                          \
-	__asm__ volatile("{tileloadd (%0,%1,1), %%tmm" #tile "|tileloadd tmm" #tile ", [%0+%1*1]}" \
-			 ::"r"((const void *)(p)), "r"((long)(stride)) : "memory")
-#define PD_AMX_ASM_STORE(tile, p, stride)                                                             \
-	__asm__ volatile("{tilestored %%tmm" #tile ", (%0,%1,1)|tilestored [%0+%1*1], tmm" #tile "}" \
-			 ::"r"((void *)(p)), "r"((long)(stride)) : "memory")
+#define PD_AMX_ASM_LOAD(tile, p, stride) \
+	__asm__ volatile("{tileloadd (%0,%1,1), %%tmm" #tile "|tileloadd tmm" #tile \
+			 ", [%0+%1*1]}" ::"r"((const void *)(p)), \
+			 "r"((long)(stride)) \
+			 : "memory")
+#define PD_AMX_ASM_STORE(tile, p, stride) \
+	__asm__ volatile("{tilestored %%tmm" #tile ", (%0,%1,1)|tilestored [%0+%1*1], tmm" #tile \
+			 "}" ::"r"((void *)(p)), \
+			 "r"((long)(stride)) \
+			 : "memory")
 #define PD_AMX_ASM_ZERO(tile) __asm__ volatile("{tilezero %%tmm" #tile "|tilezero tmm" #tile "}" ::)
 /* C (tmm C) += A (signed) x B (unsigned) */
-#define PD_AMX_ASM_DPBSUD(c, a, b)                                                                             \
+#define PD_AMX_ASM_DPBSUD(c, a, b) \
 	__asm__ volatile("{tdpbsud %%tmm" #b ", %%tmm" #a ", %%tmm" #c "|tdpbsud tmm" #c ", tmm" #a ", tmm" #b "}" ::)
 
 /* The tile operations: on the tiles (E NULL) or on their emulation. */
-#define PD_AMX_LOAD(e, tile, p, stride)                      \
-	do {                                                 \
-		if (e)                                       \
+#define PD_AMX_LOAD(e, tile, p, stride) \
+	do { \
+		if (e) \
 			pd_amx_emu_load(e, tile, p, stride); \
-		else                                         \
-			PD_AMX_ASM_LOAD(tile, p, stride);    \
+		else \
+			PD_AMX_ASM_LOAD(tile, p, stride); \
 	} while (0)
-#define PD_AMX_STORE(e, tile, p, stride)                      \
-	do {                                                  \
-		if (e)                                        \
+#define PD_AMX_STORE(e, tile, p, stride) \
+	do { \
+		if (e) \
 			pd_amx_emu_store(e, tile, p, stride); \
-		else                                          \
-			PD_AMX_ASM_STORE(tile, p, stride);    \
+		else \
+			PD_AMX_ASM_STORE(tile, p, stride); \
 	} while (0)
-#define PD_AMX_ZERO(e, tile)                                         \
-	do {                                                         \
-		if (e)                                               \
+#define PD_AMX_ZERO(e, tile) \
+	do { \
+		if (e) \
 			memset((e)->t[tile], 0, sizeof((e)->t[tile])); \
-		else                                                 \
-			PD_AMX_ASM_ZERO(tile);                       \
+		else \
+			PD_AMX_ASM_ZERO(tile); \
 	} while (0)
-#define PD_AMX_DPBSUD(e, c, a, b)                      \
-	do {                                           \
-		if (e)                                 \
+#define PD_AMX_DPBSUD(e, c, a, b) \
+	do { \
+		if (e) \
 			pd_amx_emu_dpbsud(e, c, a, b); \
-		else                                   \
-			PD_AMX_ASM_DPBSUD(c, a, b);    \
+		else \
+			PD_AMX_ASM_DPBSUD(c, a, b); \
 	} while (0)
 
 /* The tile's sums: rows NR (1 to 16) of the quantized inputs XQ (N_IN
@@ -158,10 +162,9 @@ static void pd_amx_emu_dpbsud(struct pd_amx_emu *e, int c, int a, int b)
  * by the groups at W0 and W1 (Q8_0's layout; WIDE: a layer in blocks of
  * 256), into T[r * 32 + column]. The tiles: 0 and 1 the groups' sums, 2
  * the inputs, 3 and 4 the groups' weights. */
-__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __attribute__((always_inline)) void pd_amx_body(struct pd_amx_emu *e, const int8_t *xq, int64_t n_in,
-							      const float *xd, const int32_t *xc, int nr,
-							      const unsigned char *w0, const unsigned char *w1,
-							      int wide, float *t)
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __attribute__((always_inline)) void pd_amx_body(
+	struct pd_amx_emu *e, const int8_t *xq, int64_t n_in, const float *xd, const int32_t *xc, int nr,
+	const unsigned char *w0, const unsigned char *w1, int wide, float *t)
 {
 	int64_t nb = n_in / 32, per = wide ? 8 : 1;
 	struct pd_amx_cfg cfg;
@@ -199,8 +202,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __attribute__
 			PD_AMX_STORE(e, 1, ci[1], 64);
 			for (int r = 0; r < nr; r++) {
 				__m512i corr = _mm512_set1_epi32(xc[r * nb + xb]);
-				__m512 i0 = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_load_si512(ci[0] + r * 16), corr));
-				__m512 i1 = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_load_si512(ci[1] + r * 16), corr));
+				__m512 i0 =
+					_mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_load_si512(ci[0] + r * 16), corr));
+				__m512 i1 =
+					_mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_load_si512(ci[1] + r * 16), corr));
 				float *o = wide ? g + r * 32 : t + r * 32;
 
 				if (wide) {
@@ -209,17 +214,18 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __attribute__
 				} else {
 					__m512 s = _mm512_set1_ps(xd[r * nb + xb]);
 
-					_mm512_storeu_ps(o, _mm512_fmadd_ps(i0, _mm512_mul_ps(d0, s), _mm512_loadu_ps(o)));
-					_mm512_storeu_ps(o + 16,
-							 _mm512_fmadd_ps(i1, _mm512_mul_ps(d1, s), _mm512_loadu_ps(o + 16)));
+					_mm512_storeu_ps(o,
+							 _mm512_fmadd_ps(i0, _mm512_mul_ps(d0, s), _mm512_loadu_ps(o)));
+					_mm512_storeu_ps(o + 16, _mm512_fmadd_ps(i1, _mm512_mul_ps(d1, s),
+										 _mm512_loadu_ps(o + 16)));
 				}
 			}
 		}
 		for (int r = 0; wide && r < nr; r++) {
 			__m512 dx = _mm512_set1_ps(xd[r * nb + u]);
 
-			_mm512_storeu_ps(t + r * 32, _mm512_fmadd_ps(_mm512_load_ps(g + r * 32), dx,
-								     _mm512_loadu_ps(t + r * 32)));
+			_mm512_storeu_ps(t + r * 32,
+					 _mm512_fmadd_ps(_mm512_load_ps(g + r * 32), dx, _mm512_loadu_ps(t + r * 32)));
 			_mm512_storeu_ps(t + r * 32 + 16, _mm512_fmadd_ps(_mm512_load_ps(g + r * 32 + 16), dx,
 									  _mm512_loadu_ps(t + r * 32 + 16)));
 		}
@@ -228,16 +234,18 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __attribute__
 		__asm__ volatile("tilerelease" ::);
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
-pd_amx_tiles(const int8_t *xq, int64_t n_in, const float *xd, const int32_t *xc, int nr, const unsigned char *w0,
-	     const unsigned char *w1, int wide, float *t)
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void pd_amx_tiles(const int8_t *xq, int64_t n_in,
+									      const float *xd, const int32_t *xc,
+									      int nr, const unsigned char *w0,
+									      const unsigned char *w1, int wide,
+									      float *t)
 {
 	pd_amx_body(NULL, xq, n_in, xd, xc, nr, w0, w1, wide, t);
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
-pd_amx_tiles_emulated(const int8_t *xq, int64_t n_in, const float *xd, const int32_t *xc, int nr,
-		      const unsigned char *w0, const unsigned char *w1, int wide, float *t)
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void pd_amx_tiles_emulated(
+	const int8_t *xq, int64_t n_in, const float *xd, const int32_t *xc, int nr, const unsigned char *w0,
+	const unsigned char *w1, int wide, float *t)
 {
 	struct pd_amx_emu e;
 

@@ -111,6 +111,9 @@ static enum MHD_Result pd_health(struct pd_serve *s, struct MHD_Connection *c)
 	     cJSON_AddNumberToObject(o, "queue", s->queued - (!s->running && s->queued > 0)) &&
 	     cJSON_AddNumberToObject(o, "queue_max", s->o.queue_max) &&
 	     cJSON_AddNumberToObject(o, "running", s->running) &&
+	     /* a process stopped mid-request shows here long before the
+	      * transfer deadline (--comm-timeout) ends the job */
+	     cJSON_AddNumberToObject(o, "since_progress_s", s->running ? pd_now() - s->t_moved : 0) &&
 	     cJSON_AddNumberToObject(o, "served", (double)s->served);
 	pthread_mutex_unlock(&s->mu);
 	if (ok)

@@ -28,6 +28,8 @@ struct pd_serve {
 	uint64_t next_id;               /* the next job's id */
 	uint64_t served;                /* jobs done */
 	double busy_s;                  /* seconds the done jobs took, for Retry-After */
+	double t_moved;                 /* when the running job last moved (began, a step, the decode):
+					 * /health's since_progress_s, which a stuck process shows */
 };
 
 void pd_serve_log(struct pd_serve *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

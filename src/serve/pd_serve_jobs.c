@@ -422,7 +422,7 @@ int pd_serve_next(struct pd_serve *s, struct pd_serve_job **job, double timeout)
 			s->tail = NULL;
 		(*job)->next = NULL;
 		(*job)->state = PD_JOB_RUNNING;
-		(*job)->t_start = pd_now();
+		(*job)->t_start = s->t_moved = pd_now();
 		(*job)->steps = (*job)->params.steps ? (*job)->params.steps : s->o.default_steps;
 		s->queued--;
 		s->running = 1;
@@ -437,6 +437,7 @@ void pd_serve_progress(struct pd_serve *s, struct pd_serve_job *job, int step, i
 	pthread_mutex_lock(&s->mu);
 	job->step = step + 1;
 	job->steps = steps;
+	s->t_moved = pd_now();
 	pthread_cond_broadcast(&s->changed_cv);
 	pthread_mutex_unlock(&s->mu);
 }
@@ -447,6 +448,7 @@ void pd_serve_phase(struct pd_serve *s, struct pd_serve_job *job, enum pd_job_ph
 	job->phase = phase;
 	job->decoded = done;
 	job->to_decode = total;
+	s->t_moved = pd_now();
 	pthread_cond_broadcast(&s->changed_cv);
 	pthread_mutex_unlock(&s->mu);
 }

@@ -692,6 +692,16 @@ def clean_stop(model, tmp):
         except (OSError, ValueError):
             pid = None
         rank0 = rank_pid(srv.p.pid, 0)
+        if how.startswith("SIGUSR1"):
+            # rank 1 stopped mid-request: /health's since_progress_s grows (its status stays "ok")
+            rank1 = rank_pid(srv.p.pid, 1)
+            moving = get(srv, "/health")[1].get("since_progress_s", -1)
+            os.kill(rank1, signal.SIGSTOP)
+            time.sleep(2.5)
+            stalled = get(srv, "/health")[1].get("since_progress_s", -1)
+            os.kill(rank1, signal.SIGCONT)
+            report(0 <= moving < 2 and stalled >= 2, "/health while a rank is stopped: since_progress_s %.2f, then "
+                   "%.2f" % (moving, stalled))
         os.kill(srv.p.pid, signal.SIGUSR1) if how.startswith("SIGUSR1") else os.kill(pid or srv.p.pid, signal.SIGTERM)
         try:
             rc = srv.p.wait(timeout=150)

@@ -434,6 +434,17 @@ def one_running_one_queued(srv, run, first, second, steps=1000):
     return t1, t2
 
 
+def statuses_into(srv, res):
+    """A RUN for one_running_one_queued: each request's HTTP status (or its
+    connection's error) into RES under its name."""
+    def run(name, body):
+        try:
+            res[name] = post(srv, "/v1/images/generations", body, timeout=300)[0]
+        except (OSError, urllib.error.URLError) as e:
+            res[name] = str(e)
+    return run
+
+
 def rank_pid(mpirun_pid, rank):
     """The pid of RANK among mpirun's children (from their environment)."""
     for line in subprocess.run(["pgrep", "-P", str(mpirun_pid)], capture_output=True, text=True).stdout.split():
@@ -679,14 +690,7 @@ def clean_stop(model, tmp):
     for how in ("SIGUSR1 to mpirun (the example unit's stop)", "SIGTERM to the pid in --pid-file"):
         srv = Server(["--model", model, "--ulysses-degree", "2", "--pid-file", pf], mpi=2)
         res = {}
-
-        def run(name, body):
-            try:
-                res[name] = post(srv, "/v1/images/generations", body, timeout=300)[0]
-            except (OSError, urllib.error.URLError) as e:
-                res[name] = str(e)
-
-        t1, t2 = one_running_one_queued(srv, run, "long", "waiting", steps=400)
+        t1, t2 = one_running_one_queued(srv, statuses_into(srv, res), "long", "waiting", steps=400)
         try:
             pid = int(open(pf).read())
         except (OSError, ValueError):
@@ -718,14 +722,7 @@ def clean_stop(model, tmp):
     # a second SIGTERM stops at once (130): the first is said at once, the pid file goes with the process
     srv = Server(["--model", model, "--pid-file", pf])
     res = {}
-
-    def run1(name, body):
-        try:
-            res[name] = post(srv, "/v1/images/generations", body, timeout=300)[0]
-        except (OSError, urllib.error.URLError) as e:
-            res[name] = str(e)
-
-    t1, t2 = one_running_one_queued(srv, run1, "long", "waiting", steps=100000)
+    t1, t2 = one_running_one_queued(srv, statuses_into(srv, res), "long", "waiting", steps=100000)
     os.kill(srv.p.pid, signal.SIGTERM)
     t_end = time.time() + 30
     while time.time() < t_end and not any("the running request, if any, finishes first" in l for l in srv.lines):

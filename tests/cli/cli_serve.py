@@ -706,12 +706,8 @@ def clean_stop(model, tmp):
             os.kill(rank1, signal.SIGCONT)
             report(0 <= moving < 2 and stalled >= 2, "/health while a rank is stopped: since_progress_s %.2f, then "
                    "%.2f" % (moving, stalled))
-        os.kill(srv.p.pid, signal.SIGUSR1) if how.startswith("SIGUSR1") else os.kill(pid or srv.p.pid, signal.SIGTERM)
-        try:
-            rc = srv.p.wait(timeout=150)
-        except subprocess.TimeoutExpired:
-            srv.p.kill()
-            rc = None
+        rc = srv.stop(signal.SIGUSR1, timeout=150) if how.startswith("SIGUSR1") else \
+            srv.stop(signal.SIGTERM, rank0_pid=pid, timeout=150)
         t1.join(30)
         t2.join(30)
         report(pid is not None and pid == rank0, "--pid-file holds rank 0's pid (%s, rank 0: %s)" % (pid, rank0))
@@ -728,12 +724,7 @@ def clean_stop(model, tmp):
     while time.time() < t_end and not any("the running request, if any, finishes first" in l for l in srv.lines):
         time.sleep(0.05)
     said = any("the running request, if any, finishes first" in l for l in srv.lines)
-    os.kill(srv.p.pid, signal.SIGTERM)
-    try:
-        rc = srv.p.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        srv.p.kill()
-        rc = None
+    rc = srv.stop(signal.SIGTERM, timeout=60)
     t1.join(30)
     t2.join(30)
     report(said and rc == 130 and not os.path.exists(pf), "two SIGTERMs: the first said at once (%s), exit %s, the "

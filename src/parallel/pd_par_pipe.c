@@ -483,6 +483,14 @@ int pd_pipe_predict(void *ctx, const struct pd_dit_call *in, float *out, const s
 		return pd_errorf("PipeFusion: %lld image tokens are not whole rows of %lld", (long long)L,
 				 (long long)wp);
 	hp = L / wp;
+	/* bands are whole rows: fewer than asked, said once (the first
+	 * stage's first rank) */
+	if (!warm && p->patches > hp && !p->told_rows) {
+		p->told_rows = 1;
+		if (p->stage == 0 && j == 0)
+			pd_log(1, "pdit: note: --num-patches %d is more than the image's %lld token rows: PipeFusion runs "
+			       "%lld bands a step\n", p->patches, (long long)hp, (long long)hp);
+	}
 	pieces = warm ? 1 : (int)(p->patches < hp ? p->patches : hp);
 	if (pieces < 1)
 		pieces = 1;

@@ -60,6 +60,7 @@ struct pd_pipe {
 	int stage, stages;              /* this stage and how many */
 	int first, count;               /* this stage's blocks */
 	int patches;                    /* M */
+	int told_rows;                  /* said once that M is more than the image's token rows */
 	int warmup;                     /* W */
 	int64_t width;                  /* local attention width (heads here x head_dim) */
 	struct pd_pipe_call *calls;     /* per (image, branch) key/value buffers */

@@ -68,6 +68,10 @@ fi
 	2> "$tmp/err" || { cat "$tmp/err"; bad "PipeFusion generate"; }
 "$cmp" pngs "$tmp/one.png" "$tmp/pp.png" 1 && ok "PipeFusion 2 stages, every step warm: the one-process picture" ||
 	bad "PipeFusion picture differs"
+# more patches than the image's token rows (80 pixels: 5): said once, the run goes on with 5 bands
+"${mpirun[@]}" -np 2 "$pdit" generate "${run[@]}" --pipefusion-degree 2 --num-patches 64 -o "$tmp/pp64.png" \
+	2> "$tmp/err" && [ "$(grep -c "num-patches 64 is more than the image's 5 token rows" "$tmp/err")" = 1 ] &&
+	ok "PipeFusion --num-patches 64 on 5 token rows: said once, 5 bands" || { cat "$tmp/err"; bad "PipeFusion 64 patches"; }
 out=$("${mpirun[@]}" -np 4 "$pdit" check "${run[@]}" --pipefusion-degree 2 --ulysses-degree 2 --num-patches 3 \
 	--warmup-steps 3 2> /dev/null)
 rc=$?

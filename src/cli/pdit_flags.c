@@ -316,9 +316,8 @@ int pd_gen_request(const struct pd_gen_args *a, struct pd_request *rq, char ***p
 	rq->init_image = a->init_img;
 	rq->mask_image = a->mask;
 	rq->ref_image = a->ref_img;
+	/* (strength without a picture: the engine's refusal) */
 	rq->strength = a->strength_seen ? a->strength : PD_DEFAULT;
-	if (a->strength_seen && !a->init_img)
-		return pd_errorf("--strength goes with -i/--init-img (the picture img2img starts from)");
 	rq->height = a->height;
 	rq->aspect = a->aspect;
 	rq->width = a->width;

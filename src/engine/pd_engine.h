@@ -180,6 +180,9 @@ int pd_engine_prepare(struct pd_engine *e, const struct pd_request *rq);
  * group) and shares them; FAILED: this rank failed before, every rank goes
  * through the agreement all the same. */
 int pd_engine_encode(struct pd_engine *e, int failed);
+/* 0 when THREADS (0: the default) is a thread count a backend can make,
+ * else -1 naming -t/--threads (open's and forward's rule). */
+int pd_engine_threads_ok(int threads);
 /* RQ prepared and encoded, unless open did it already (the plan's). */
 int pd_engine_ready(struct pd_engine *e, const struct pd_request *rq);
 /* Marks RQ, prepared and encoded now, as the one the next run may take

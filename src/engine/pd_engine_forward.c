@@ -4,6 +4,7 @@
  * golden names, for tests and debugging.
  */
 #include "pd_backend_new.h"
+#include "pd_engine.h"
 #include "pd_families.h"
 #include "pd_forward.h"
 #include "pd_lora.h"
@@ -86,9 +87,8 @@ int pd_forward_file(const struct pd_forward_options *o)
 
 	while (n_loras < PD_MAX_LORAS && o->loras[n_loras].path)
 		n_loras++;
-	if (o->threads < 0 || o->threads > PD_MAX_THREADS)
-		return pd_errorf("-t/--threads must be %s %d (got %d)", o->threads < 0 ? "at least" : "at most",
-				 o->threads < 0 ? 1 : PD_MAX_THREADS, o->threads);
+	if (pd_engine_threads_ok(o->threads))
+		return -1;
 	if (pd_out_check(outp) || pd_dtype_compute("--dtype", o->dtype ? o->dtype : "f32", &dt) ||
 	    pd_backend_qproducts(o->quant_products, &cfg.quant_products) || pd_st_open(&st, o->inputs) ||
 	    pd_family_find(transformer, config, &fam, &info) ||

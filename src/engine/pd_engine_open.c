@@ -142,6 +142,16 @@ int pd_engine_agree_waiting(struct pd_engine *e, int failed)
 	return rc;
 }
 
+int pd_engine_threads_ok(int threads)
+{
+	/* OpenMP and oneDNN make a pool of that many; tens of thousands
+	 * crashed oneDNN's setup */
+	if (threads < 0 || threads > PD_MAX_THREADS)
+		return pd_errorf("-t/--threads must be %s %d (got %d)", threads < 0 ? "at least" : "at most",
+				 threads < 0 ? 1 : PD_MAX_THREADS, threads);
+	return 0;
+}
+
 /* Threads per process: as asked, else the cores divided among the
  * processes on this machine. */
 static int pd_engine_threads(struct pd_comm *world, int requested)
@@ -347,11 +357,8 @@ static int pd_engine_configure(struct pd_engine *e, const struct pd_engine_optio
 		return -1;
 	if (!(o->comm_timeout >= 0))
 		return pd_errorf("--comm-timeout must be 0 (wait forever) or a number of seconds (got %g)", o->comm_timeout);
-	/* OpenMP and oneDNN make a pool of that many; tens of thousands
-	 * crashed oneDNN's setup */
-	if (o->threads < 0 || o->threads > PD_MAX_THREADS)
-		return pd_errorf("-t/--threads must be %s %d (got %d)", o->threads < 0 ? "at least" : "at most",
-				 o->threads < 0 ? 1 : PD_MAX_THREADS, o->threads);
+	if (pd_engine_threads_ok(o->threads))
+		return -1;
 	if (o->vae_parallel < -1 || o->vae_parallel > 1)
 		return pd_errorf("--vae-parallel must be -1, 0 or 1 (got %d)", o->vae_parallel);
 	e->world->timeout_s = o->comm_timeout;

@@ -990,12 +990,10 @@ int pd_engine_prepare(struct pd_engine *e, const struct pd_request *rq)
 }
 
 
-/* H with N bytes at P (FNV-1a), then whether they were there. */
+/* H with N bytes at P (pd_engine_hash), then whether they were there. */
 static uint64_t pd_fnv(uint64_t h, const void *p, size_t n)
 {
-	for (size_t i = 0; p && i < n; i++)
-		h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
-	return (h ^ (p ? 0x100u : 0x200u)) * 1099511628211ull;
+	return pd_engine_hash(p ? pd_engine_hash(h, p, n) : h, p ? "+" : "-", 1);
 }
 
 /* A digest of what RQ's struct only points to and preparing it reads: the
@@ -1004,7 +1002,7 @@ static uint64_t pd_request_texts(const struct pd_request *rq)
 {
 	const char *names[] = { rq->negative, rq->embeds, rq->init_latents, rq->init_image, rq->ref_image,
 				rq->mask_image, rq->aspect };
-	uint64_t h = 14695981039346656037ull;
+	uint64_t h = PD_ENGINE_HASH_START;
 
 	for (int i = 0; i < rq->n_prompts; i++) {
 		const char *s = rq->prompts ? rq->prompts[i] : NULL;

@@ -310,6 +310,8 @@ void pd_cpu_i8_quant_rows(const struct pd_cpu *cpu, const float *x, int64_t ldx,
 			  enum pd_i8_inputs inputs, int8_t *xq, float *xd, int32_t *xc, float *xs, int32_t *xh);
 void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
 		      float *y, int64_t ldy, int flags);
+/* Input rows an AMX tile takes (pd_cpu_amx_tile's NR at most). */
+#define PD_AMX_ROWS 16
 /* AMX-INT8 for the int8 products (pd_cpu_amx.c): 1 where the CPU and the
  * system have it (asking Linux for the tiles' state), 2 emulated
  * (PDIT_AMX_EMULATE=1 on a CPU with AVX-512 VNNI: the kernel's code, its

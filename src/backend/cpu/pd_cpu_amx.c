@@ -78,7 +78,7 @@ struct pd_amx_cfg {
 /* The tiles in memory, for the emulation: the registers' bytes and the
  * shapes the configuration gave them. */
 struct pd_amx_emu {
-	unsigned char t[8][16][64]; /* tile, row, byte */
+	unsigned char t[8][PD_AMX_ROWS][64]; /* tile, row, byte */
 	const struct pd_amx_cfg *cfg; /* the shapes */
 };
 
@@ -168,8 +168,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __attribute__
 {
 	int64_t nb = n_in / 32, per = wide ? 8 : 1;
 	struct pd_amx_cfg cfg;
-	int32_t ci[2][16 * 16] __attribute__((aligned(64)));
-	float g[16 * 32] __attribute__((aligned(64)));
+	int32_t ci[2][PD_AMX_ROWS * 16] __attribute__((aligned(64)));
+	float g[PD_AMX_ROWS * 32] __attribute__((aligned(64)));
 
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.palette = 1;

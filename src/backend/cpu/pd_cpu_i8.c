@@ -132,6 +132,8 @@
 #define PD_I8_MR 6
 #define PD_I8_NG 2
 #define PD_I8_COLS (16 * PD_I8_NG)
+/* a tile's sums, either kernel's: AMX's rows are the more */
+_Static_assert(PD_AMX_ROWS >= PD_I8_MR, "pd_cpu_i8_linear's tile buffer holds PD_AMX_ROWS rows");
 /* Quantized input rows per task, about this many bytes of them (at least
  * one tile): a task runs its rows by one pair of groups, whose weights stay
  * in the core's cache; the tasks go panel by panel, so a thread's panel
@@ -1504,7 +1506,7 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 	const float *bias = (flags & PD_LIN_NO_BIAS) ? NULL : l->bias_host;
 	float scale = l->scale;
 	/* AMX's tiles take 16 rows, Q8_0's layout */
-	int amx = cpu->amx && pd_cpu_i8_q8_layout(qt) ? cpu->amx : 0, mr = amx ? 16 : PD_I8_MR;
+	int amx = cpu->amx && pd_cpu_i8_q8_layout(qt) ? cpu->amx : 0, mr = amx ? PD_AMX_ROWS : PD_I8_MR;
 #if defined(__x86_64__) && defined(__GNUC__)
 	void (*tile)(const struct pd_i8_rows *, const unsigned char *, const unsigned char *, int64_t, float *) = NULL;
 
@@ -1550,7 +1552,7 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 		const unsigned char *w0 = l->i8 + (size_t)(p * PD_I8_NG) * gbytes;
 		const unsigned char *w1 = p * PD_I8_NG + 1 < l->i8_groups ? w0 + gbytes : w0;
 		int64_t j0 = p * PD_I8_COLS, cols = l->n_out - j0 < PD_I8_COLS ? l->n_out - j0 : PD_I8_COLS;
-		float t[16 * PD_I8_COLS];
+		float t[PD_AMX_ROWS * PD_I8_COLS];
 
 		for (int64_t r0 = c * panel; r0 < r1; r0 += mr) {
 			struct pd_i8_rows xr;

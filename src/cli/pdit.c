@@ -5,6 +5,7 @@
  * is printed here as one line "pdit: <message>" before a nonzero exit.
  */
 #include "pd_args.h"
+#include "pd_engine_tools.h"
 #include "pd_tiny.h"
 #include "pd_util.h"
 #include "pdit_cli.h"

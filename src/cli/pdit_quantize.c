@@ -11,6 +11,7 @@
  *    rest BF16).
  */
 #include "pd_args.h"
+#include "pd_engine_tools.h"
 #include "pd_gguf.h"
 #include "pd_llm.h"
 #include "pd_quant.h"

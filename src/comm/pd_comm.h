@@ -27,6 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pd_api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -92,28 +94,29 @@ struct pd_comm {
 
 /* The world: MPI when a launcher (mpirun, srun) started this process,
  * otherwise a single process without MPI. */
-int pd_comm_world_init(int *argc, char ***argv, struct pd_comm **world);
-void pd_comm_world_finalize(struct pd_comm *world);
+PD_API int pd_comm_world_init(int *argc, char ***argv, struct pd_comm **world);
+PD_API void pd_comm_world_finalize(struct pd_comm *world);
 
 /* A communicator of this process alone (work one rank does by itself, such
  * as encoding prompts); free it with its ops->free. */
-int pd_comm_self_new(struct pd_comm **out);
+PD_API int pd_comm_self_new(struct pd_comm **out);
 
 /* Processes of this job on this machine (for dividing the cores). */
-int pd_comm_local_size(struct pd_comm *world);
+PD_API int pd_comm_local_size(struct pd_comm *world);
 
 /* What this process waits for in communication now ("all-to-all #44 on
  * 'ulysses' (2 ranks)"), or "" when it is not waiting: one buffer for the
  * process's life, always NUL-terminated, so a signal handler may read it
  * (a job ended by mpirun because a host was lost says where each rank
  * stood). */
-const char *pd_comm_activity(void);
+PD_API const char *pd_comm_activity(void);
 
 /* A communicator over BE's buffers, on top of INNER (borrowed; its rank,
  * size and name): every operation copies what it sends out of BE's memory
  * into pinned host buffers, runs INNER's, and copies what it receives back
  * into BE's memory. Only BE's buffers may be passed to it. Freed with its
- * ops->free (INNER stays). */
+ * ops->free (INNER stays). Inside pdit only (a backend is no public type):
+ * not exported from libpdit.so, nor is pd_comm_nccl_new. */
 struct pd_backend;
 int pd_comm_staged_new(struct pd_comm *inner, struct pd_backend *be, struct pd_comm **out);
 
@@ -124,7 +127,7 @@ int pd_comm_staged_new(struct pd_comm *inner, struct pd_backend *be, struct pd_c
  * refuses (two processes on one GPU). */
 int pd_comm_nccl_new(struct pd_comm *host, void *stream, struct pd_comm **out);
 /* Whether pdit was built with NCCL. */
-int pd_comm_nccl_available(void);
+PD_API int pd_comm_nccl_available(void);
 
 /* Convenience wrappers. */
 static inline int pd_comm_allreduce_f32(struct pd_comm *c, float *buf, size_t n)
@@ -135,16 +138,16 @@ static inline int pd_comm_allreduce_f32(struct pd_comm *c, float *buf, size_t n)
 /* 1 when any rank passes a nonzero FAILED, so all ranks agree to stop
  * together (only where every rank reaches the same point). -1 on a
  * communication failure. */
-int pd_comm_any(struct pd_comm *c, int failed);
+PD_API int pd_comm_any(struct pd_comm *c, int failed);
 
 /* After a phase every rank goes through: 0 when no rank failed, else -1 on
  * every rank, c->failed_rank set to the lowest failing rank, whose own
  * message stays; the others' message names that rank. *DEAD (may be NULL)
  * is set when the agreement itself could not be made. */
-int pd_comm_agree(struct pd_comm *c, int failed, int *dead);
+PD_API int pd_comm_agree(struct pd_comm *c, int failed, int *dead);
 
 /* Equal contributions of BYTES bytes from each rank. */
-int pd_comm_allgather(struct pd_comm *c, const void *send, size_t bytes, void *recv);
+PD_API int pd_comm_allgather(struct pd_comm *c, const void *send, size_t bytes, void *recv);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
 /*
- * pd_util.h - errors, logging, checked allocation, number formats.
+ * pd_util.h - errors, logging (pd_api.h: the calls a program shares),
+ * checked allocation, output files, number formats.
  *
  * Error convention used by every pdit library function: return 0 on success
  * and -1 on failure after recording one human-readable line with
@@ -14,6 +15,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "pd_api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -25,37 +28,6 @@ extern "C" {
 	} while (0)
 
 void pd_abort_assert(const char *expr, const char *file, int line);
-
-/* Records the message (printf format) and returns -1, so that a failing
- * function can end with `return pd_errorf(...)`. */
-int pd_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* Puts "PREFIX: " (printf format) before the recorded message, so that a
- * caller names the flag or file a callee's message belongs to; returns -1. */
-int pd_error_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* The last recorded message ("" when none). Thread-local. */
-const char *pd_last_error(void);
-
-/* Log levels: 0 quiet (errors only), 1 normal progress, 2 verbose (-v).
- * The level and where lines go belong to the calling thread, so that an
- * engine (or one request of a server) sets its own around its work and
- * puts the caller's back after it; a thread starts at level 1, on stderr. */
-struct pd_log_sink {
-	int level;                      /* lines of this level and below are kept */
-	/* receives each kept line (NULL: stderr) */
-	void (*write)(void *ctx, int level, const char *line);
-	void *ctx;                      /* write's first argument */
-};
-/* this thread's sink's level (C++ spells _Thread_local its own way) */
-#ifdef __cplusplus
-extern thread_local int pd_log_level;
-#else
-extern _Thread_local int pd_log_level;
-#endif
-void pd_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Makes S this thread's sink and returns the one it replaces. */
-struct pd_log_sink pd_log_use(const struct pd_log_sink *s);
 
 /* Fault injection for the failure tests: with PDIT_INJECT_FAULT set to
  * "SITE:INDEX" or "SITE:INDEX:RANK", pd_fault(SITE, INDEX) records

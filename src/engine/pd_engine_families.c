@@ -3,6 +3,7 @@
  * through pdit.h: their names, the text encoders' flags they take, and
  * their tiny random models.
  */
+#include "pd_engine_tools.h"
 #include "pd_families.h"
 #include "pd_tiny.h"
 #include "pd_util.h"

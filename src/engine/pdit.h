@@ -58,7 +58,7 @@
 #include "pd_axis.h"
 #include "pd_comm.h"
 #include "pd_model_paths.h"
-#include "pd_util.h"
+#include "pd_api.h"
 
 /* installed for programs in C or C++ */
 #ifdef __cplusplus
@@ -196,23 +196,10 @@ struct pd_engine_options {
 					 * first pd_family_names lists, FLUX) */
 };
 
-/* How the GGUF files of the family whose transformer the opened weights
- * ST hold are written (pdit quantize): ComfyUI-GGUF's convert.py and
- * city96's lcpp.patch, per family. All NULL when ST holds no transformer
- * pdit knows (a text encoder, a VAE). */
-struct pd_st;
-struct pd_gguf_rules {
-	const char *arch;               /* general.architecture ("flux", "wan") */
-	const char *const *keep_f32;    /* tensors whose names hold one of these stay F32 (NULL-ended) */
-	const char *const *q_1;         /* weights whose names hold one of these take Q4_1/Q5_1 for
-					 * Q4_0/Q5_0 (NULL-ended) */
-};
-void pd_weights_gguf_rules(const struct pd_st *st, struct pd_gguf_rules *r);
-
 /* The model families pdit knows, NULL-terminated ("flux", "qwen", "wan"), and
  * what each makes (for help). */
-const char *const *pd_family_names(void);
-const char *pd_family_title(const char *name);
+PD_API const char *const *pd_family_names(void);
+PD_API const char *pd_family_title(const char *name);
 
 /* What the families' text encoders are, for a command's flags and help:
  * the most any family has (each a slot, --text-encoder[-N] and
@@ -228,19 +215,7 @@ struct pd_encoders_known {
 		char help[160];         /* "flux's T5, wan's UMT5" */
 	} files[2 * PD_MAX_ENCODERS];
 };
-void pd_encoders_known(struct pd_encoders_known *k);
-
-/* pdit tiny: a family's random model folders (tiny/pd_tiny.h has the
- * options). FAMILY NULL: the first. Its options' defaults (REAL: its real
- * widths with few blocks, bf16), or -1 with a message naming the families;
- * its own flags (NULL-named end); the folder DIR written. */
-struct pd_tiny_opts;
-struct pd_tiny_flag;
-int pd_tiny_model_defaults(const char *family, int real, struct pd_tiny_opts *o);
-const struct pd_tiny_flag *pd_tiny_model_flags(const char *family);
-int pd_tiny_model(const char *family, const char *dir, const struct pd_tiny_opts *o);
-/* What O makes of FAMILY, in a few words, into BUF. */
-void pd_tiny_model_summary(const char *family, const struct pd_tiny_opts *o, char *buf, size_t len);
+PD_API void pd_encoders_known(struct pd_encoders_known *k);
 
 /* A request's count or size left to pdit (the family's default): "not
  * given" is never 0, which is refused like any size below 1. */
@@ -354,10 +329,10 @@ struct pd_result {
 
 struct pd_engine;
 
-void pd_engine_options_init(struct pd_engine_options *o);
+PD_API void pd_engine_options_init(struct pd_engine_options *o);
 /* Every count and size PD_DEFAULT, guidance, true_cfg_scale and strength
  * the family's, seed 42, want_pictures 1, the rest 0 or NULL. */
-void pd_request_init(struct pd_request *rq);
+PD_API void pd_request_init(struct pd_request *rq);
 
 /* Loads the model on every process of WORLD (each its share of it). PLAN
  * (may be NULL) is the request the mesh is chosen and the memory checked
@@ -367,17 +342,17 @@ void pd_request_init(struct pd_request *rq);
  * want_latents may be set since): that run uses what open prepared. A
  * request that differs is prepared and encoded at its run, the
  * transformer loaded beside the encoders. */
-int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct pd_engine_options *o,
+PD_API int pd_engine_open(struct pd_engine **out, struct pd_comm *world, const struct pd_engine_options *o,
 		   const struct pd_request *plan);
-int pd_engine_run(struct pd_engine *e, const struct pd_request *rq, struct pd_result *res);
-void pd_result_free(struct pd_result *res);
-void pd_engine_close(struct pd_engine *e);
+PD_API int pd_engine_run(struct pd_engine *e, const struct pd_request *rq, struct pd_result *res);
+PD_API void pd_result_free(struct pd_result *res);
+PD_API void pd_engine_close(struct pd_engine *e);
 
 /* True once a collective failure has left the engine unusable. */
-int pd_engine_dead(const struct pd_engine *e);
+PD_API int pd_engine_dead(const struct pd_engine *e);
 /* True when the last request stopped because it was cancelled (its cancel
  * flag): the engine is ready for the next. */
-int pd_engine_cancelled(const struct pd_engine *e);
+PD_API int pd_engine_cancelled(const struct pd_engine *e);
 
 /* What an open engine runs, for a command's messages and a service's
  * answers. The strings live as long as the engine. */
@@ -406,26 +381,26 @@ struct pd_engine_about {
 	double load_seconds;            /* reading this process's weights at open */
 	double encode_seconds;          /* encoding the planned request's prompts at open */
 };
-void pd_engine_about(const struct pd_engine *e, struct pd_engine_about *a);
+PD_API void pd_engine_about(const struct pd_engine *e, struct pd_engine_about *a);
 /* 0 when the model makes a picture or video of FRAMES x HEIGHT x WIDTH
  * (the family's rule: FLUX one frame, Wan 4k + 1), else -1 with the
  * message pd_engine_run would give. Reads only what open fixed, so a
  * service's threads may ask while a request runs. */
-int pd_engine_shape_ok(const struct pd_engine *e, int frames, int height, int width);
+PD_API int pd_engine_shape_ok(const struct pd_engine *e, int frames, int height, int width);
 
 /* A long-lived engine's log level and progress callback from now on (a
  * service shows loading, then logs its requests its own way). */
-void pd_engine_set_log_level(struct pd_engine *e, int level);
-void pd_engine_set_progress(struct pd_engine *e, void (*on_progress)(void *ctx, const struct pd_progress *p),
+PD_API void pd_engine_set_log_level(struct pd_engine *e, int level);
+PD_API void pd_engine_set_progress(struct pd_engine *e, void (*on_progress)(void *ctx, const struct pd_progress *p),
 			    void *ctx);
 
 /* The result's latents.init and latents.final to PATH (safetensors): packed
  * [B, L, C] as FluxPipeline holds them, or [B, C, F, h, w] as a video
  * pipeline does (about.latents_unpacked). Needs want_latents. */
-int pd_engine_save_latents(const struct pd_engine *e, const struct pd_result *res, const char *path);
+PD_API int pd_engine_save_latents(const struct pd_engine *e, const struct pd_result *res, const char *path);
 /* The embeddings of a want_embeds result to PATH, with PROMPTS[N] and
  * NEGATIVE in its metadata (what --embeds reads back). */
-int pd_result_save_embeds(const struct pd_result *res, const char *path, char *const *prompts, int n,
+PD_API int pd_result_save_embeds(const struct pd_result *res, const char *path, char *const *prompts, int n,
 			  const char *negative);
 
 /* ----------------------------------------------------------------------- */
@@ -462,9 +437,9 @@ struct pd_check_report {
  * (the reference needs the memory): no request can follow (pd_engine_run
  * refuses). Collective; 0
  * with REP filled (free it), or -1 with a message. */
-int pd_engine_check(struct pd_engine *e, const struct pd_request *rq, const char *golden, double tolerance,
+PD_API int pd_engine_check(struct pd_engine *e, const struct pd_request *rq, const char *golden, double tolerance,
 		    struct pd_check_report *rep);
-void pd_check_report_free(struct pd_check_report *rep);
+PD_API void pd_check_report_free(struct pd_check_report *rep);
 
 /* What each process reports of a bench run. */
 struct pd_bench_rank {
@@ -517,9 +492,9 @@ struct pd_bench_report {
  * rank 0. With VAE the transformer is freed before the decode, and no
  * request can follow (pd_engine_run refuses). Collective; 0 with REP
  * filled (free it), or -1 with a message. */
-int pd_engine_bench(struct pd_engine *e, const struct pd_request *rq, int warmup, int vae, int banded,
+PD_API int pd_engine_bench(struct pd_engine *e, const struct pd_request *rq, int warmup, int vae, int banded,
 		    struct pd_bench_report *rep);
-void pd_bench_report_free(struct pd_bench_report *rep);
+PD_API void pd_bench_report_free(struct pd_bench_report *rep);
 
 /* ----------------------------------------------------------------------- */
 /* One transformer call: pdit forward                                      */
@@ -540,7 +515,7 @@ struct pd_forward_options {
 	int lora_lenient;               /* as pd_engine_options' */
 };
 /* One process. */
-int pd_forward_file(const struct pd_forward_options *o);
+PD_API int pd_forward_file(const struct pd_forward_options *o);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,8 @@
 #ifndef PD_MODEL_H
 #define PD_MODEL_H
 
+#include "pd_api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -30,7 +32,7 @@ struct pd_lora_spec {
 /* ARG as --lora takes it: FILE, or FILE:SCALE when what follows the last
  * ':' is a number (then ARG's ':' is cut to end the path: ARG must be
  * writable, as argv's strings are). */
-void pd_lora_spec_parse(char *arg, struct pd_lora_spec *out);
+PD_API void pd_lora_spec_parse(char *arg, struct pd_lora_spec *out);
 
 /* The component flags as given (any may be NULL). */
 struct pd_model_flags {
@@ -60,17 +62,17 @@ struct pd_model_paths {
  * that is a JSON object; a component it names must exist; every named path
  * must exist, as a folder where only a folder will do. A transformer is
  * required unless NO_TRANSFORMER (pdit encode). */
-int pd_model_paths_resolve(struct pd_model_paths *p, const struct pd_model_flags *f, int no_transformer);
+PD_API int pd_model_paths_resolve(struct pd_model_paths *p, const struct pd_model_flags *f, int no_transformer);
 /* Text encoder slot I's weights at PATH instead (a single file named by
  * FLAG, which must exist): refused when the slot's flag was given too
  * (GIVEN). */
-int pd_model_paths_encoder(struct pd_model_paths *p, int i, const char *path, const char *flag, int given);
-void pd_model_paths_free(struct pd_model_paths *p);
+PD_API int pd_model_paths_encoder(struct pd_model_paths *p, int i, const char *path, const char *flag, int given);
+PD_API void pd_model_paths_free(struct pd_model_paths *p);
 
 /* Slot I's component folder and flag names as diffusers and pdit's
  * commands name them ("text_encoder_2", "--text-encoder-2"). */
-void pd_model_encoder_names(int i, char *component, char *flag, int len);
-void pd_model_tokenizer_names(int i, char *component, char *flag, int len);
+PD_API void pd_model_encoder_names(int i, char *component, char *flag, int len);
+PD_API void pd_model_tokenizer_names(int i, char *component, char *flag, int len);
 
 #ifdef __cplusplus
 }

@@ -26,6 +26,20 @@ cfg=$(find "$p" -name pditConfig.cmake | head -1)
 [ -n "$lib" ] && [ -n "$pc" ] && [ -n "$cfg" ] && ok "libpdit.so, pdit.pc and pditConfig.cmake" ||
 	bad "library '$lib', pkg-config '$pc', CMake package '$cfg'"
 
+# The library's interface is what the installed headers mark PD_API:
+# exactly those names exported, each of them defined (a program linking one
+# of them links), and no internal helper (pd_malloc, pd_fault) among them.
+if [ -n "$lib" ] && command -v nm > /dev/null; then
+	nm -D --defined-only "$lib" | awk '{print $NF}' | sort -u > exported
+	cat "$p"/include/pdit/*.h | tr -s ' \t\n' ' ' | grep -o 'PD_API [^(;]*' |
+		grep -o 'pd_[a-z0-9_]*$' | sort -u > declared
+	if [ -s declared ] && cmp -s exported declared && ! grep -qx 'pd_malloc\|pd_fault' exported; then
+		ok "libpdit.so exports the $(wc -l < declared) names the installed headers mark PD_API, no others"
+	else
+		bad "exports against PD_API declarations: $(diff declared exported | grep '^[<>]' | head -8 | tr '\n' ' ')"
+	fi
+fi
+
 # the installed command, from another folder
 cd "$tmp"
 if "$p/bin/pdit" tiny m --full > /dev/null 2>&1 &&

@@ -31,6 +31,8 @@
  *
  *   test_engine [ulysses|pipefusion]
  */
+#include "pd_engine_tools.h"
+#include "pd_util.h"
 #include "pd_embeds.h"
 #include "pd_rng.h"
 #include "pd_safetensors.h"

@@ -13,6 +13,7 @@
  *                    process's within 1e-5
  *   threshold 10     skips every step after the first
  */
+#include "pd_engine_tools.h"
 #include "pd_mesh.h"
 #include "pd_test.h"
 #include "pd_tiny.h"

@@ -20,6 +20,7 @@
  * not), and within 1e-5 on a GPU, whose libraries may choose their product
  * kernels by the rows a rank has.
  */
+#include "pd_engine_tools.h"
 #include "pd_mesh.h"
 #include "test_run.h"
 #include "pd_par_data.h"

@@ -25,6 +25,7 @@
  * are checked as well); bf16 is within 2e-2 of the golden result and
  * differs from f32 (its own kernels ran).
  */
+#include "pd_engine_tools.h"
 #include "pd_backend_cpu.h"
 #include "pd_par_vae.h"
 #include "pd_rng.h"

@@ -477,6 +477,26 @@ static double pd_status_kb(const char *key)
 	return kb;
 }
 
+int pd_env_on(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && v[0] && strcmp(v, "0") != 0;
+}
+
+long pd_env_long(const char *name, long lo, long hi, long dflt)
+{
+	const char *v = getenv(name);
+	char *end;
+	long x;
+
+	if (!v || !v[0])
+		return dflt;
+	errno = 0;
+	x = strtol(v, &end, 10);
+	return *end || errno || x < lo || x > hi ? dflt : x;
+}
+
 double pd_mem_available_mb(void)
 {
 	FILE *f;

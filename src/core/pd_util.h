@@ -106,6 +106,13 @@ static inline int64_t pd_chunk_len(int64_t n, int p, int i)
 	return n / p + (i < n % p);
 }
 
+/* The environment's switches (docs/environment.md): whether NAME is set to
+ * anything but "" or "0" (PDIT_NO_AMX=0 leaves AMX on); NAME's whole
+ * decimal number when it lies in [LO, HI], else DFLT (unset, not a
+ * number, out of range). */
+int pd_env_on(const char *name);
+long pd_env_long(const char *name, long lo, long hi, long dflt);
+
 double pd_now(void);
 /* The median of V[0..n) (n > 0), sorting V in place. */
 double pd_median_sort(double *v, int n);

@@ -42,8 +42,15 @@ if [ -n "$loose" ]; then
 	echo "FAIL: source files outside the rooms: $loose"
 	fail=1
 fi
+# every PDIT_* variable the code reads has its row in docs/environment.md
+envs=$(grep -rhoE '(getenv|pd_env_on|pd_env_long)\("PDIT_[A-Z0-9_]+"' "$src" | grep -oE 'PDIT_[A-Z0-9_]+' | sort -u)
+[ -n "$envs" ] || { echo "FAIL: no PDIT_ variable read under $src"; fail=1; }
+for v in $envs; do
+	grep -q "^| \`$v\`" "$src/../docs/environment.md" ||
+		{ echo "FAIL: $v is read but has no row in docs/environment.md"; fail=1; }
+done
 # the check itself can fail: it must see a FLUX identifier where there is one
 grep -qE '\bpd_flux_' "$src/model/flux/pd_flux.h" || { echo "FAIL: the pattern finds nothing in model/flux"; fail=1; }
 grep -qE '\be->' "$src/engine/pd_engine_run.c" || { echo "FAIL: the e-> pattern finds nothing in engine/"; fail=1; }
-[ $fail = 0 ] && echo "ok: no FLUX identifier in parallel, pipeline, plan, engine; cli/ and serve/ on pdit.h alone, naming no family ($fams); no loose source file"
+[ $fail = 0 ] && echo "ok: no FLUX identifier in parallel, pipeline, plan, engine; cli/ and serve/ on pdit.h alone, naming no family ($fams); no loose source file; $(echo $envs | wc -w) PDIT_ variables documented"
 exit $fail

@@ -350,6 +350,32 @@ static void test_messages(void)
 			 (long long)pd_utf8_bad(u[i].s, strlen(u[i].s)), u[i].want);
 }
 
+/* The environment's switches: "0" and "" are off (PDIT_NO_AMX=0 once
+ * turned AMX off); a number counts only whole and in range. */
+static void test_env(void)
+{
+	static const struct {
+		const char *v;          /* NULL: unset */
+		int on;
+		long num;               /* pd_env_long(.., 1, 100, 7) */
+	} e[] = {
+		{ NULL, 0, 7 }, { "", 0, 7 },    { "0", 0, 7 },    { "1", 1, 1 },    { "yes", 1, 7 },
+		{ "100", 1, 100 }, { "101", 1, 7 }, { "-5", 1, 7 }, { "12x", 1, 7 }, { "99999999999999999999", 1, 7 },
+	};
+
+	for (size_t i = 0; i < sizeof(e) / sizeof(e[0]); i++) {
+		if (e[i].v)
+			setenv("PDIT_TEST_SWITCH", e[i].v, 1);
+		else
+			unsetenv("PDIT_TEST_SWITCH");
+		PD_CHECK(pd_env_on("PDIT_TEST_SWITCH") == e[i].on, "pd_env_on '%s': %d", e[i].v ? e[i].v : "(unset)",
+			 pd_env_on("PDIT_TEST_SWITCH"));
+		PD_CHECK(pd_env_long("PDIT_TEST_SWITCH", 1, 100, 7) == e[i].num, "pd_env_long '%s': %ld, want %ld",
+			 e[i].v ? e[i].v : "(unset)", pd_env_long("PDIT_TEST_SWITCH", 1, 100, 7), e[i].num);
+	}
+	unsetenv("PDIT_TEST_SWITCH");
+}
+
 int main(void)
 {
 	const char *given = getenv("PDIT_TEST_SEED");
@@ -362,6 +388,7 @@ int main(void)
 		return 1;
 	}
 	test_messages();
+	test_env();
 	test_broken();
 	test_roundtrip();
 	test_shards();

@@ -9,6 +9,7 @@
 #include "pd_cpu.h"
 #include "pd_util.h"
 
+#include <limits.h>
 #include <math.h>
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -235,8 +236,8 @@ static int pd_cpu_vnni512(void)
 	/* PDIT_NO_VNNI runs int8 products through the AVX2 and portable
 	 * kernels (and the VNNI kernel needs AVX-512 itself) */
 	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-	       __builtin_cpu_supports("avx512vl") && !getenv("PDIT_NO_AVX512") &&
-	       __builtin_cpu_supports("avx512vnni") && !getenv("PDIT_NO_VNNI");
+	       __builtin_cpu_supports("avx512vl") && !pd_env_on("PDIT_NO_AVX512") &&
+	       __builtin_cpu_supports("avx512vnni") && !pd_env_on("PDIT_NO_VNNI");
 #else
 	return 0;
 #endif
@@ -248,7 +249,7 @@ static int pd_cpu_vnni256(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
 	if (pd_cpu_vnni512() || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
-	    !__builtin_cpu_supports("f16c") || getenv("PDIT_NO_AVX2") || getenv("PDIT_NO_VNNI"))
+	    !__builtin_cpu_supports("f16c") || pd_env_on("PDIT_NO_AVX2") || pd_env_on("PDIT_NO_VNNI"))
 		return 0;
 	if (__builtin_cpu_supports("avxvnni"))
 		return 1;
@@ -297,11 +298,11 @@ int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threa
 #if defined(__x86_64__) && defined(__GNUC__)
 	/* PDIT_NO_AVX512 lets the tests run the portable kernels here too */
 	cpu->avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-		      __builtin_cpu_supports("avx512vl") && !getenv("PDIT_NO_AVX512");
+		      __builtin_cpu_supports("avx512vl") && !pd_env_on("PDIT_NO_AVX512");
 	/* PDIT_NO_AVX512_BF16 takes attention's block products back to oneDNN */
-	cpu->avx512bf16 = cpu->avx512 && __builtin_cpu_supports("avx512bf16") && !getenv("PDIT_NO_AVX512_BF16");
+	cpu->avx512bf16 = cpu->avx512 && __builtin_cpu_supports("avx512bf16") && !pd_env_on("PDIT_NO_AVX512_BF16");
 	/* PDIT_NO_AVX2 (with PDIT_NO_AVX512) leaves the portable C alone */
-	cpu->avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("PDIT_NO_AVX2");
+	cpu->avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !pd_env_on("PDIT_NO_AVX2");
 	cpu->vnni = pd_cpu_vnni512();
 	cpu->vnni256 = pd_cpu_vnni256();
 	cpu->amx = cpu->vnni ? pd_cpu_amx_int8() : 0;
@@ -316,38 +317,25 @@ int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threa
 	cpu->be.int8_auto = cpu->vnni || cpu->vnni256 ? PD_QP_INT8 : PD_QP_DECODE;
 #endif
 	/* PDIT_QPANEL_MB lets the tests cut small weights into many panels */
-	cpu->qpanel_bytes = PD_QPANEL_BYTES;
-	if (getenv("PDIT_QPANEL_MB") && atoi(getenv("PDIT_QPANEL_MB")) > 0 && atoi(getenv("PDIT_QPANEL_MB")) < 4096)
-		cpu->qpanel_bytes = (size_t)atoi(getenv("PDIT_QPANEL_MB")) << 20;
+	cpu->qpanel_bytes = (size_t)pd_env_long("PDIT_QPANEL_MB", 1, 4095, PD_QPANEL_BYTES >> 20) << 20;
 	/* PDIT_QDENSE_ROWS lets the tests take the strided products too */
-	cpu->qdense_rows = PD_QDENSE_ROWS;
-	if (getenv("PDIT_QDENSE_ROWS") && atoi(getenv("PDIT_QDENSE_ROWS")) >= 0)
-		cpu->qdense_rows = atoi(getenv("PDIT_QDENSE_ROWS"));
+	cpu->qdense_rows = (int)pd_env_long("PDIT_QDENSE_ROWS", 0, INT_MAX, PD_QDENSE_ROWS);
 	/* PDIT_ATTN_QBLOCK and PDIT_ATTN_KBLOCK set attention's blocks (the
 	 * tests make them small; benchmarks of the choice) */
-	cpu->attn_qblock = PD_ATTN_QBLOCK;
-	cpu->attn_kblock = PD_ATTN_KBLOCK;
-	if (getenv("PDIT_ATTN_QBLOCK") && atoi(getenv("PDIT_ATTN_QBLOCK")) >= 1 && atoi(getenv("PDIT_ATTN_QBLOCK")) <= 65536)
-		cpu->attn_qblock = atoi(getenv("PDIT_ATTN_QBLOCK"));
-	if (getenv("PDIT_ATTN_KBLOCK") && atoi(getenv("PDIT_ATTN_KBLOCK")) >= 1 && atoi(getenv("PDIT_ATTN_KBLOCK")) <= 65536)
-		cpu->attn_kblock = atoi(getenv("PDIT_ATTN_KBLOCK"));
+	cpu->attn_qblock = (int)pd_env_long("PDIT_ATTN_QBLOCK", 1, 65536, PD_ATTN_QBLOCK);
+	cpu->attn_kblock = (int)pd_env_long("PDIT_ATTN_KBLOCK", 1, 65536, PD_ATTN_KBLOCK);
 	/* PDIT_ATTN_PACK_KB lets the tests pack attention's heads in many groups */
-	cpu->attn_pack_bytes = PD_ATTN_PACK_BYTES;
-	if (getenv("PDIT_ATTN_PACK_KB") && atoi(getenv("PDIT_ATTN_PACK_KB")) > 0 &&
-	    atoi(getenv("PDIT_ATTN_PACK_KB")) < (1 << 22))
-		cpu->attn_pack_bytes = (size_t)atoi(getenv("PDIT_ATTN_PACK_KB")) << 10;
+	cpu->attn_pack_bytes = (size_t)pd_env_long("PDIT_ATTN_PACK_KB", 1, (1 << 22) - 1, PD_ATTN_PACK_BYTES >> 10) << 10;
 	/* PDIT_CONV_CHUNK_KB lets the tests cut small pictures into many chunks */
-	cpu->conv_chunk_bytes = PD_CONV_CHUNK_BYTES;
-	if (getenv("PDIT_CONV_CHUNK_KB") && atoi(getenv("PDIT_CONV_CHUNK_KB")) > 0 &&
-	    atoi(getenv("PDIT_CONV_CHUNK_KB")) < (1 << 22))
-		cpu->conv_chunk_bytes = (size_t)atoi(getenv("PDIT_CONV_CHUNK_KB")) << 10;
+	cpu->conv_chunk_bytes = (size_t)pd_env_long("PDIT_CONV_CHUNK_KB", 1, (1 << 22) - 1, PD_CONV_CHUNK_BYTES >> 10)
+				<< 10;
 	if (dnnl_engine_create(&cpu->eng, dnnl_cpu, 0) != dnnl_success ||
 	    dnnl_stream_create(&cpu->stream, cpu->eng, dnnl_stream_default_flags) != dnnl_success) {
 		pd_cpu_destroy(&cpu->be);
 		return pd_errorf("cannot create the oneDNN CPU engine");
 	}
 	/* PDIT_BF16_AS_F32 lets the tests run that path on any CPU */
-	cpu->bf16_f32 = compute == PD_BF16 && ((getenv("PDIT_BF16_AS_F32") && strcmp(getenv("PDIT_BF16_AS_F32"), "0")) ||
+	cpu->bf16_f32 = compute == PD_BF16 && (pd_env_on("PDIT_BF16_AS_F32") ||
 					       !pd_cpu_has_bf16_products(cpu));
 	if (cpu->bf16_f32)
 		cpu->be.note = "bf16 products run as f32 products of bf16 values here (oneDNN 2.6 has bf16 ones "

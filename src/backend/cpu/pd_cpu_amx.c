@@ -24,6 +24,7 @@
  * instructions is the code a Xeon runs.
  */
 #include "pd_cpu.h"
+#include "pd_util.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -39,9 +40,9 @@ int pd_cpu_amx_int8(void)
 #if defined(__x86_64__) && defined(__GNUC__)
 	unsigned a, b, c, d, lo, hi;
 
-	if (getenv("PDIT_NO_AMX"))
+	if (pd_env_on("PDIT_NO_AMX"))
 		return 0;
-	if (getenv("PDIT_AMX_EMULATE") && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw"))
+	if (pd_env_on("PDIT_AMX_EMULATE") && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw"))
 		return 2;
 	/* CPUID 7: EDX bit 24 AMX-TILE, bit 25 AMX-INT8 */
 	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25)) ||

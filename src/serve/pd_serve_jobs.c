@@ -488,16 +488,41 @@ void pd_serve_finish(struct pd_serve *s, struct pd_serve_job *job, enum pd_job_s
 		pd_serve_log(s, "%s", line);
 }
 
+/* Ends J with 503 at a stop. A job of /v1/jobs has no connection whose
+ * thread logs its end: its id goes into IDS (N of them), for one line. */
+static void pd_jobs_end_stopped(struct pd_serve *s, struct pd_serve_job *j, const char *why, char *ids, size_t len,
+				int *n)
+{
+	size_t used = strlen(ids);
+
+	pd_jobs_end(s, j, PD_JOB_FAILED, 503, pd_serve_error_json(why, "server_error", NULL), NULL);
+	if (!j->async)
+		return;
+	if (used + 24 < len)
+		snprintf(ids + used, len - used, "%s%llu", *n ? ", " : "", (unsigned long long)j->id);
+	else if (used + 4 < len && !strstr(ids, "..."))
+		snprintf(ids + used, len - used, "...");
+	(*n)++;
+}
+
+static void pd_jobs_log_stopped(struct pd_serve *s, const char *ids, int n)
+{
+	if (n)
+		pd_serve_log(s, "pdit: %s %s of /v1/jobs -> 503 (the server is stopping)", n > 1 ? "jobs" : "job", ids);
+}
+
 void pd_serve_abort(struct pd_serve *s, const char *why, double wait)
 {
 	struct timespec until;
 	double t;
+	char ids[400] = "";
+	int n = 0;
 
 	pthread_mutex_lock(&s->mu);
 	s->stopping = 1;
 	for (struct pd_serve_job *j = s->jobs; j; j = j->older)
 		if (j->state < PD_JOB_DONE)
-			pd_jobs_end(s, j, PD_JOB_FAILED, 503, pd_serve_error_json(why, "server_error", NULL), NULL);
+			pd_jobs_end_stopped(s, j, why, ids, sizeof(ids), &n);
 	s->head = s->tail = NULL;
 	s->queued = 0;
 	pthread_cond_broadcast(&s->changed_cv);
@@ -508,12 +533,15 @@ void pd_serve_abort(struct pd_serve *s, const char *why, double wait)
 	while (s->active > 0 && pthread_cond_timedwait(&s->changed_cv, &s->mu, &until) == 0)
 		;
 	pthread_mutex_unlock(&s->mu);
+	pd_jobs_log_stopped(s, ids, n);
 }
 
 void pd_serve_stop(struct pd_serve *s, const char *why)
 {
 	struct pd_serve_job *j;
 	MHD_socket listen_fd;
+	char ids[400] = "";
+	int n = 0;
 
 	if (!s)
 		return;
@@ -522,13 +550,13 @@ void pd_serve_stop(struct pd_serve *s, const char *why)
 	while ((j = s->head)) {
 		s->head = j->next;
 		s->queued--;
-		pd_jobs_end(s, j, PD_JOB_FAILED, 503, pd_serve_error_json(why, "server_error", NULL), NULL);
+		pd_jobs_end_stopped(s, j, why, ids, sizeof(ids), &n);
 	}
 	s->tail = NULL;
 	/* the loop has stopped: a job it held is over too */
 	for (j = s->jobs; j; j = j->older)
 		if (j->state == PD_JOB_RUNNING)
-			pd_jobs_end(s, j, PD_JOB_FAILED, 503, pd_serve_error_json(why, "server_error", NULL), NULL);
+			pd_jobs_end_stopped(s, j, why, ids, sizeof(ids), &n);
 	pthread_cond_broadcast(&s->changed_cv);
 	/* every answer out before the sockets close (stopping the daemon shuts
 	 * them): no new connections, then the requests under way complete
@@ -543,6 +571,7 @@ void pd_serve_stop(struct pd_serve *s, const char *why)
 			;
 	}
 	pthread_mutex_unlock(&s->mu);
+	pd_jobs_log_stopped(s, ids, n);
 	MHD_stop_daemon(s->daemon);
 	/* quiesce handed the listening socket over: closed, new clients are refused */
 	if (listen_fd != MHD_INVALID_SOCKET)

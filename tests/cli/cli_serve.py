@@ -310,8 +310,17 @@ def event_stream(srv, jid, max_time):
     """curl on a job's events, returned once the stream is connected (its
     first line read): a job must not move on before the stream sees it."""
     ev = subprocess.Popen(["curl", "-sN", "--max-time", str(max_time), srv.url("/v1/jobs/%s/events" % jid)],
-                          stdout=subprocess.PIPE, text=True)
-    return ev, ev.stdout.readline()
+                          stdout=subprocess.PIPE, bufsize=0)
+    # a byte at a time: communicate(timeout=) reads the pipe itself, so
+    # what a buffered readline took past the line would be lost (once all
+    # of a stream's events before its end)
+    line = b""
+    while not line.endswith(b"\n"):
+        c = os.read(ev.stdout.fileno(), 1)
+        if not c:
+            break
+        line += c
+    return ev, line.decode()
 
 
 def jobs_api(srv, body, want, tmp):
@@ -322,7 +331,7 @@ def jobs_api(srv, body, want, tmp):
     got = pngs_openai(done["result"]) if done["status"] == "done" else []
     report(got == want and "seed: 7" in done["parameters"] and done["step"] == done["steps"] == 2,
            "GET /v1/jobs/ID: done, step 2 of 2, generate's PNGs, the parameters")
-    out = first + ev.communicate(timeout=60)[0]
+    out = first + ev.communicate(timeout=60)[0].decode()
     events = [l[7:] for l in out.splitlines() if l.startswith("event: ")]
     report(events and events[-1] == "end" and '"status":"done"' in out.split("event: end")[-1],
            "its event stream: %d events, the last '%s'" % (len(events), events[-1] if events else None))
@@ -571,7 +580,7 @@ def videos(wan, tmp):
     seen = wait_job_phase(srv, j["id"], "decoding")
     st_del, _, _ = post_method(srv, "DELETE", "/v1/jobs/%s" % j["id"])
     end = wait_job(srv, j["id"], ("done", "failed", "cancelled"), t=300)
-    out = first + ev.communicate(timeout=60)[0]
+    out = first + ev.communicate(timeout=60)[0].decode()
     report(seen and st_del == 202 and end.get("status") == "cancelled" and raw(srv, "/v1/jobs/%s/video" % j["id"])[0] == 404,
            "DELETE during the decode (phase decoding seen: %s) -> %s: the job %s, no video" % (seen, st_del, end.get("status")))
     # the stream starts from the job's state when it connects: on a busy
@@ -1164,7 +1173,20 @@ def main():
     page = urllib.request.urlopen(srv.url("/"), timeout=10).read().decode()
     report("<form" in page and "/v1/jobs" in page and "http://" not in page and "https://" not in page
            and "<script src" not in page, "GET /: a self-contained page (%d bytes)" % len(page))
-    srv.stop()
+    # SIGTERM with a /v1/jobs job running and one queued: the running one
+    # ends (200), the queued one's 503 is logged by its id (no connection
+    # waits on it to log its end)
+    st, a, _ = post(srv, "/v1/jobs", {"prompt": "long", "size": "64x64", "steps": 40})
+    wait_job(srv, a["id"], ("running",))
+    st, b, _ = post(srv, "/v1/jobs", {"prompt": "queued", "size": "64x64", "steps": 1})
+    rc = srv.stop(signal.SIGTERM, timeout=150)
+    t_end = time.time() + 10
+    said = lambda: [l.strip() for l in srv.lines if "job %s of /v1/jobs -> 503" % b["id"] in l]
+    while time.time() < t_end and not said():
+        time.sleep(0.05)
+    report(rc == 0 and said() and any("job %s -> 200" % a["id"] in l for l in srv.lines),
+           "SIGTERM: the running /v1/jobs job ends 200, the queued one's 503 logged: %s (exit %s)"
+           % (said()[0] if said() else "not logged", rc))
 
     print("6. load")
     load(model)

@@ -293,6 +293,7 @@ int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threa
 	cpu->be.compute = compute;
 	cpu->be.conv_compute = PD_F32;
 	cpu->be.host_memory = 1;
+	cpu->be.int8_products = 1;
 	cpu->be.threads = threads > 0 ? threads : omp_get_max_threads();
 	pd_cpu_name(cpu->be.device, sizeof(cpu->be.device));
 #if defined(__x86_64__) && defined(__GNUC__)

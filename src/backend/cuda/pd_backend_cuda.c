@@ -73,6 +73,7 @@ struct pd_linear {
 	int64_t n_out, n_in;
 	void *w;                        /* [n_out, n_in] bf16 or f32 (plain), or the file's blocks */
 	int qtype;                      /* -1 plain; 0 Q8_0, 1 Q4_0, 2 one-byte codes (fp8) */
+	int bf16;                       /* plain: w is bf16 (compute was bf16 at creation), else f32 */
 	int64_t row_bytes;              /* a row of blocks */
 	float scale;                    /* the blocks' scale (scaled fp8) */
 	float *table;                   /* fp8's 256 values (device) */
@@ -237,6 +238,14 @@ static void pd_cu_copy2d(struct pd_backend *be, float *dst, int64_t ldd, const f
 {
 	if (be->failed || rows <= 0 || cols <= 0)
 		return;
+	/* the VAE encoder takes every other value of a row (1-float rows by
+	 * the million): a kernel, where the copy engine's 2-D copy would
+	 * crawl; wide rows go to the copy engine */
+	if (cols < 64) {
+		pd_cuda_copy2d(CU(be)->stream, dst, ldd, src, lds, rows, cols);
+		pd_cu_launched(be, "copy2d");
+		return;
+	}
 	pd_cu_ok(be, cudaMemcpy2DAsync(dst, (size_t)ldd * sizeof(float), src, (size_t)lds * sizeof(float),
 				       (size_t)cols * sizeof(float), (size_t)rows, cudaMemcpyDeviceToDevice, CU(be)->stream),
 		 "copy2d");
@@ -353,6 +362,7 @@ static struct pd_linear *pd_cu_linear_new(struct pd_backend *be, int64_t n_out, 
 	l->n_out = n_out;
 	l->n_in = n_in;
 	l->qtype = -1;
+	l->bf16 = bf16;
 	l->w = pd_cu_put(be, host, n * esz, "a weight");
 	l->bias = bias ? pd_cu_put(be, bias, (size_t)n_out * sizeof(float), "a bias") : NULL;
 	free(host);
@@ -390,6 +400,12 @@ static struct pd_linear *pd_cu_linear_new_q(struct pd_backend *be, int64_t n_out
 		return NULL;
 	if (!qi || pd_cu_qkind(t) < 0) {
 		pd_backend_fail(be, "CUDA: %s weights are decoded at load, not kept", qi ? qi->name : "unknown");
+		return NULL;
+	}
+	/* the CPU's refusal: the kernels take whole blocks a row */
+	if (!qi->decodes || n_out <= 0 || n_in <= 0 || n_in % qi->block_size) {
+		pd_backend_fail(be, "a [%lld, %lld] weight cannot be kept as %s", (long long)n_out, (long long)n_in,
+				qi->name);
 		return NULL;
 	}
 	rb = pd_quant_row_bytes(qi, n_in);
@@ -454,6 +470,13 @@ static void pd_cu_linear(struct pd_backend *be, struct pd_linear *l, const float
 
 	if (be->failed || rows <= 0)
 		return;
+	/* a plain weight is stored in its creation's type: read as the other,
+	 * the product would run past it */
+	if (l->qtype < 0 && l->bf16 != bf16) {
+		pd_backend_fail(be, "CUDA: a linear layer made for %s products run with %s ones", l->bf16 ? "bf16" : "f32",
+				bf16 ? "bf16" : "f32");
+		return;
+	}
 	if (l->ad.down)
 		flags = pd_adapter_term(be, &l->ad, &cu->adapt, &cu->adapt_cap, x, ldx, rows, y, ldy, flags);
 	be->flop += 2.0 * (double)rows * (double)l->n_in * (double)l->n_out;
@@ -549,6 +572,10 @@ static void pd_cu_conv(struct pd_backend *be, struct pd_conv *c, const float *x,
 
 	if (be->failed || h <= 0 || w <= 0)
 		return;
+	if (halo < 0 || halo > (c->k - 1) / 2) {
+		pd_backend_fail(be, "convolution: halo of %d rows for a %dx%d kernel", halo, c->k, c->k);
+		return;
+	}
 	band = (int)(PD_CUDA_COL_BYTES / ((size_t)K * (size_t)w * esz));
 	be->flop += 2.0 * c->c_out * c->c_in * c->k * c->k * (double)h * w;
 	band = band < 1 ? 1 : band > h ? h : band;

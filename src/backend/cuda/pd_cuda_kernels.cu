@@ -77,6 +77,19 @@ __global__ static void k_binary(float *y, const float *a, const float *b, int64_
 	PD_FOR(i, n) y[i] = op == 0 ? a[i] * b[i] : op == 1 ? a[i] + b[i] : a[i] - b[i];
 }
 
+/* one element a thread over [rows, cols] */
+__global__ static void k_copy2d(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows, int64_t cols)
+{
+	PD_FOR(i, rows * cols) y[(i / cols) * ldy + i % cols] = x[(i / cols) * ldx + i % cols];
+}
+
+extern "C" void pd_cuda_copy2d(cudaStream_t s, float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows,
+			       int64_t cols)
+{
+	if (rows > 0 && cols > 0)
+		k_copy2d<<<pd_blocks(rows * cols), PD_THREADS, 0, s>>>(y, ldy, x, ldx, rows, cols);
+}
+
 extern "C" void pd_cuda_fill(cudaStream_t s, float *y, float v, int64_t n)
 {
 	if (n > 0)
@@ -207,30 +220,34 @@ extern "C" void pd_cuda_dequant(cudaStream_t s, void *dst, int bf16, const void 
 /* ----------------------------------------------------------------------- */
 
 /* One block a row: the mean, then the spread about it, in double (the
- * CPU's two passes); MODE 0 layernorm (w, b may be NULL), 1 layernorm_mod
- * (scale and shift both NULL: plain). */
+ * CPU's two passes), the mean kept as two floats MEAN + LOW as the CPU
+ * keeps it (pd_row_stats: a float mean alone moves outputs by up to 4e-5);
+ * MODE 0 layernorm (w, b may be NULL), 1 layernorm_mod (scale and shift
+ * both NULL: plain). */
 __global__ static void k_layernorm(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t dim, const float *w,
 				   const float *b, float eps, int mode)
 {
 	__shared__ double sh[32];
 	const float *xr = x + blockIdx.x * ldx;
 	float *yr = y + blockIdx.x * ldy;
-	double sum = 0, sq = 0;
-	float mean, rstd;
+	double sum = 0, sq = 0, md;
+	float mean, low, rstd;
 
 	for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
 		sum += xr[j];
 	sum = pd_block_sum(sum, sh);
-	mean = (float)(sum / (double)dim);
+	md = sum / (double)dim;
+	mean = (float)md;
+	low = (float)(md - (double)mean);
 	for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-		double d = (double)xr[j] - (double)mean;
+		double d = (double)xr[j] - md;
 
 		sq += d * d;
 	}
 	sq = pd_block_sum(sq, sh);
 	rstd = (float)(1.0 / sqrt(sq / (double)dim + (double)eps));
 	for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-		float t = (xr[j] - mean) * rstd;
+		float t = ((xr[j] - mean) - low) * rstd;
 
 		if (mode == 0) {
 			if (w)

@@ -16,6 +16,9 @@ extern "C" {
 #endif
 
 void pd_cuda_fill(cudaStream_t s, float *y, float v, int64_t n);
+/* y [rows, cols] of row stride ldy = x of row stride ldx (narrow rows: a
+ * copy engine's 2-D copy moves a few bytes a row slowly) */
+void pd_cuda_copy2d(cudaStream_t s, float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows, int64_t cols);
 /* OP 0: SiLU, 1: quick GELU */
 void pd_cuda_unary(cudaStream_t s, float *y, const float *x, int64_t n, int op);
 /* OP 0: a * b, 1: a + b, 2: a - b */

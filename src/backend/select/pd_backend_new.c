@@ -95,6 +95,13 @@ int pd_backend_new(struct pd_backend **out, const char *name, const struct pd_ba
 {
 	if (pd_backend_new_untimed(out, name, cfg))
 		return -1;
+	if (cfg->quant_products == PD_QP_INT8 && !(*out)->int8_products) {
+		pd_errorf("--quant-products int8: the %s backend has no int8 products (its quantized layers are "
+			  "decoded for bf16 or f32 products); bf16 or auto", (*out)->ops->name);
+		pd_backend_free(*out);
+		*out = NULL;
+		return -1;
+	}
 	(*out)->qproducts = pd_backend_qproducts_for(cfg->quant_products, (*out)->int8_auto, (*out)->compute);
 	return cfg->timed ? pd_backend_timed_new(out, *out) : 0;
 }

@@ -354,6 +354,7 @@ int pd_backend_staged_new(struct pd_backend **out, enum pd_dtype compute, int th
 	s->be.threads = cpu->threads;
 	s->be.note = cpu->note;
 	s->be.int8_auto = cpu->int8_auto;
+	s->be.int8_products = cpu->int8_products;
 	s->be.host_memory = 0;
 	snprintf(s->be.device, sizeof(s->be.device), "%.90s, behind a device boundary", cpu->device);
 	*out = &s->be;

@@ -236,7 +236,9 @@ if wants meshes; then
 	mpirun=$kit/usr/bin/mpirun
 	ktimed 30 "$mpirun" -np 2 true > "$work/mpirun.txt" 2>&1
 	rc=$?
-	if [ $rc != 0 ]; then
+	if [ $rc = 125 ]; then
+		verdict meshes "FAIL (no time left)"
+	elif [ $rc != 0 ]; then
 		head -20 "$work/mpirun.txt"
 		# asked for and not run: a failure of the run, not a pass
 		verdict meshes "FAIL (Open MPI from the kit does not start here, $(why $rc): $(grep -v -m1 -E '^-*$' "$work/mpirun.txt"))"

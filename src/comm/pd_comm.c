@@ -8,10 +8,12 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #ifdef PDIT_MPI
 int pd_comm_mpi_world_init(int *argc, char ***argv, struct pd_comm **world);
 void pd_comm_mpi_finalize(void);
+void pd_comm_mpi_cpu_share(struct pd_cpu_share *s);
 int pd_comm_mpi_local_size(struct pd_comm *world);
 const char *pd_comm_mpi_activity(void);
 #else
@@ -39,6 +41,13 @@ static int pd_comm_mpi_local_size(struct pd_comm *world)
 {
 	(void)world;
 	return 1;
+}
+
+void pd_comm_cpu_alone(struct pd_cpu_share *s);
+
+static void pd_comm_mpi_cpu_share(struct pd_cpu_share *s)
+{
+	pd_comm_cpu_alone(s);
 }
 
 static const char *pd_comm_mpi_activity(void)
@@ -83,6 +92,24 @@ void pd_comm_world_finalize(struct pd_comm *world)
 int pd_comm_local_size(struct pd_comm *world)
 {
 	return world->impl ? pd_comm_mpi_local_size(world) : 1;
+}
+
+void pd_comm_cpu_alone(struct pd_cpu_share *s)
+{
+	long online = sysconf(_SC_NPROCESSORS_ONLN);
+
+	s->cpus = pd_cpus_here();
+	s->sharing = 1;
+	s->used = s->cpus;
+	s->online = online > 0 ? (int)online : s->cpus;
+}
+
+void pd_comm_cpu_share(struct pd_comm *world, struct pd_cpu_share *s)
+{
+	if (world->impl)
+		pd_comm_mpi_cpu_share(s);
+	else
+		pd_comm_cpu_alone(s);
 }
 
 const char *pd_comm_activity(void)

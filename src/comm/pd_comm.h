@@ -104,6 +104,17 @@ PD_API int pd_comm_self_new(struct pd_comm **out);
 /* Processes of this job on this machine (for dividing the cores). */
 PD_API int pd_comm_local_size(struct pd_comm *world);
 
+/* This process's part of its machine's processors, counted once at start
+ * (the world's first call): what its threads may run on. */
+struct pd_cpu_share {
+	int cpus;                       /* CPUs its affinity allows (a cpuset, taskset, mpirun's binding) */
+	int sharing;                    /* processes of this job on this machine whose CPUs meet those
+					 * (itself counted) */
+	int used;                       /* CPUs the job's processes on this machine may use together */
+	int online;                     /* CPUs online on the machine */
+};
+PD_API void pd_comm_cpu_share(struct pd_comm *world, struct pd_cpu_share *s);
+
 /* What this process waits for in communication now ("all-to-all #44 on
  * 'ulysses' (2 ranks)"), or "" when it is not waiting: one buffer for the
  * process's life, always NUL-terminated, so a signal handler may read it

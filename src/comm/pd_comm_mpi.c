@@ -20,6 +20,7 @@
 
 #include <limits.h>
 #include <mpi.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,8 @@
 int pd_comm_mpi_world_init(int *argc, char ***argv, struct pd_comm **world);
 void pd_comm_mpi_finalize(void);
 int pd_comm_mpi_local_size(struct pd_comm *world);
+void pd_comm_mpi_cpu_share(struct pd_cpu_share *s);
+void pd_comm_cpu_alone(struct pd_cpu_share *s);
 
 /* A request holds the MPI request and, for non-blocking collectives, the
  * count arrays MPI reads until the operation completes. */
@@ -109,6 +112,8 @@ static MPI_Comm pd_watch = MPI_COMM_NULL;       /* duplicate of the world for th
  * part: a later caller may be alone (one rank on an error path must not
  * start a collective). */
 static int pd_local_size = 1;
+/* Its share of the machine's CPUs, counted there too. */
+static struct pd_cpu_share pd_share;
 static char pd_state[PD_STATE_LEN];            /* what this rank waits for, as it answers */
 
 /* Answers every question that has arrived: this rank's state. */
@@ -584,6 +589,39 @@ fail:
 	return -1;
 }
 
+/* The machine's processes' affinity masks, gathered over NODE (its LOCAL
+ * processes): which meet this one's, and what they cover together. Where a
+ * mask cannot be read, every process is taken to share the machine (the
+ * cores divided among them, as before masks were read). */
+static void pd_mpi_cpu_share(MPI_Comm node, int local)
+{
+	cpu_set_t mine, every, both;
+	cpu_set_t *all = malloc(sizeof(cpu_set_t) * (size_t)local);
+	int ok = all && sched_getaffinity(0, sizeof(mine), &mine) == 0, all_ok = 0;
+
+	/* every process takes part in both, whatever it has */
+	if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, node) != MPI_SUCCESS ||
+	    (all_ok && MPI_Allgather(&mine, (int)sizeof(mine), MPI_BYTE, all, (int)sizeof(mine), MPI_BYTE, node) !=
+			       MPI_SUCCESS))
+		all_ok = 0;
+	if (!all_ok) {
+		pd_share.sharing = local;
+		pd_share.cpus = pd_share.used = pd_share.online;
+		free(all);
+		return;
+	}
+	CPU_ZERO(&every);
+	pd_share.sharing = 0;
+	for (int r = 0; r < local; r++) {
+		CPU_AND(&both, &mine, &all[r]);
+		pd_share.sharing += CPU_COUNT(&both) > 0;
+		CPU_OR(&every, &every, &all[r]);
+	}
+	pd_share.cpus = CPU_COUNT(&mine);
+	pd_share.used = CPU_COUNT(&every);
+	free(all);
+}
+
 int pd_comm_mpi_world_init(int *argc, char ***argv, struct pd_comm **world)
 {
 	int provided, inited = 0;
@@ -598,8 +636,10 @@ int pd_comm_mpi_world_init(int *argc, char ***argv, struct pd_comm **world)
 	{
 		MPI_Comm node;
 
+		pd_comm_cpu_alone(&pd_share);
 		if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
 			MPI_Comm_size(node, &pd_local_size);
+			pd_mpi_cpu_share(node, pd_local_size);
 			MPI_Comm_free(&node);
 		}
 	}
@@ -630,4 +670,9 @@ int pd_comm_mpi_local_size(struct pd_comm *world)
 {
 	(void)world;
 	return pd_local_size;
+}
+
+void pd_comm_mpi_cpu_share(struct pd_cpu_share *s)
+{
+	*s = pd_share;
 }

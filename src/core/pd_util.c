@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <ftw.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -522,6 +523,17 @@ double pd_mem_available_mb(void)
 		}
 	fclose(f);
 	return kb / 1024.0;
+}
+
+int pd_cpus_here(void)
+{
+	cpu_set_t set;
+	long online = sysconf(_SC_NPROCESSORS_ONLN);
+
+	/* a cpuset, taskset or mpirun's binding: the threads run there only */
+	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+		return CPU_COUNT(&set);
+	return online > 0 ? (int)online : 1;
 }
 
 double pd_peak_rss_mb(void)

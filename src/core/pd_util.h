@@ -116,6 +116,9 @@ long pd_env_long(const char *name, long lo, long hi, long dflt);
 double pd_now(void);
 /* The median of V[0..n) (n > 0), sorting V in place. */
 double pd_median_sort(double *v, int n);
+/* The CPUs this process may run on: its affinity mask's (a container's
+ * cpuset, taskset, mpirun's binding), else every CPU online. */
+int pd_cpus_here(void);
 /* Peak resident set size of this process in MiB (from /proc/self/status). */
 double pd_peak_rss_mb(void);
 /* MemAvailable of /proc/meminfo in MB, or PDIT_MEM_AVAILABLE_MB when set

@@ -152,18 +152,36 @@ int pd_engine_threads_ok(int threads)
 	return 0;
 }
 
-/* Threads per process: as asked, else the cores divided among the
- * processes on this machine. */
+/* Threads per process: as asked, else the CPUs it may run on divided
+ * among the processes of this machine that may run there too (a cpuset or
+ * mpirun's binding counted: threads beyond the CPUs a process is bound to
+ * only take turns on them). */
 static int pd_engine_threads(struct pd_comm *world, int requested)
 {
-	long cores = sysconf(_SC_NPROCESSORS_ONLN);
-	int local = pd_comm_local_size(world);
+	struct pd_cpu_share s;
 
 	if (requested > 0)
 		return requested;
-	if (cores < 1)
-		cores = 1;
-	return cores / local > 1 ? (int)(cores / local) : 1;
+	pd_comm_cpu_share(world, &s);
+	return s.sharing > 0 && s.cpus / s.sharing > 1 ? s.cpus / s.sharing : 1;
+}
+
+/* Said once (rank 0, its machine): a job whose processes are bound to
+ * fewer CPUs than the machine has. Open MPI binds each process to one
+ * core with -np 2 or fewer (to a socket above), which leaves a large
+ * machine's cores idle. */
+static void pd_engine_say_binding(struct pd_engine *e, int threads)
+{
+	struct pd_cpu_share s;
+
+	pd_comm_cpu_share(e->world, &s);
+	if (e->world->rank != 0 || e->world->size < 2 || e->be->queue || s.used >= s.online)
+		return;
+	pd_log(1, "pdit: note: the %d process%s on this machine may run on %d of its %d CPUs (%d thread%s each): "
+		  "mpirun binds each process to one core with -np 2 or fewer, to a socket above; where that is "
+		  "the cause, mpirun --bind-to none lets them use every CPU (a container's cpuset is not)\n",
+	       pd_comm_local_size(e->world), pd_comm_local_size(e->world) == 1 ? "" : "es", s.used, s.online, threads,
+	       threads == 1 ? "" : "s");
 }
 
 /* Every rank alike, in one exchange: auto's products int8 only where
@@ -569,6 +587,7 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 		/* the weights are laid out for the threads that will run them */
 		scope->be = e->be;
 		scope->threads = pd_backend_enter(e->be);
+		pd_engine_say_binding(e, e->be->threads);
 	}
 	t0 = pd_now();
 	if (pd_engine_encode(e, rc))

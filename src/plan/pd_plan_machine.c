@@ -83,7 +83,7 @@ int pd_plan_machine_here(struct pd_plan_machine *mc, const struct pd_plan_work *
 	mc->devices = devices;
 	mc->per_node = per_node;
 	mc->shared = 1;
-	mc->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+	mc->cores = pd_cpus_here();
 	/* a tenth kept back: the libraries, MPI's buffers and oneDNN's scratch
 	 * the estimate leaves out (bench measures peaks 1.02-1.1 of it), and
 	 * the page cache the mapped weights are read through */

@@ -6,6 +6,7 @@
 
 #include "pd_util.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -97,11 +98,16 @@ int pd_comm_local_size(struct pd_comm *world)
 void pd_comm_cpu_alone(struct pd_cpu_share *s)
 {
 	long online = sysconf(_SC_NPROCESSORS_ONLN);
+	cpu_set_t init;
 
 	s->cpus = pd_cpus_here();
 	s->sharing = 1;
 	s->used = s->cpus;
 	s->online = online > 0 ? (int)online : s->cpus;
+	/* a container's processes may use its cpuset, not the host's CPUs:
+	 * what its first process (pid 1) may run on */
+	if (sched_getaffinity(1, sizeof(init), &init) == 0 && CPU_COUNT(&init) > 0 && CPU_COUNT(&init) < s->online)
+		s->online = CPU_COUNT(&init);
 }
 
 void pd_comm_cpu_share(struct pd_comm *world, struct pd_cpu_share *s)

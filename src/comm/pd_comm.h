@@ -111,7 +111,8 @@ struct pd_cpu_share {
 	int sharing;                    /* processes of this job on this machine whose CPUs meet those
 					 * (itself counted) */
 	int used;                       /* CPUs the job's processes on this machine may use together */
-	int online;                     /* CPUs online on the machine */
+	int online;                     /* CPUs the machine gives its processes: online, or a
+					 * container's cpuset (what its pid 1 may run on) */
 };
 PD_API void pd_comm_cpu_share(struct pd_comm *world, struct pd_cpu_share *s);
 

@@ -589,36 +589,59 @@ fail:
 	return -1;
 }
 
-/* The machine's processes' affinity masks, gathered over NODE (its LOCAL
- * processes): which meet this one's, and what they cover together. Where a
- * mask cannot be read, every process is taken to share the machine (the
- * cores divided among them, as before masks were read). */
+/* Every process's affinity mask, gathered over the world (not over NODE,
+ * the LOCAL processes of this machine, just split: a transfer on a
+ * communicator a peer has not finished making reaches Open MPI 4.1's
+ * matching before the peer knows it, which crashed over TCP), then those
+ * of NODE's members: which meet this one's, what they cover together.
+ * Where a mask cannot be read, every process is taken to share the
+ * machine (the cores divided among them, as before masks were read). */
 static void pd_mpi_cpu_share(MPI_Comm node, int local)
 {
 	cpu_set_t mine, every, both;
-	cpu_set_t *all = malloc(sizeof(cpu_set_t) * (size_t)local);
-	int ok = all && sched_getaffinity(0, sizeof(mine), &mine) == 0, all_ok = 0;
+	cpu_set_t *all = NULL;
+	int size = 1, ok, all_ok = 0, *members = malloc(2 * sizeof(int) * (size_t)local);
+	MPI_Group wg = MPI_GROUP_NULL, ng = MPI_GROUP_NULL;
 
+	MPI_Comm_size(MPI_COMM_WORLD, &size);
+	all = malloc(sizeof(cpu_set_t) * (size_t)size);
+	ok = all && members && sched_getaffinity(0, sizeof(mine), &mine) == 0 &&
+	     MPI_Comm_group(MPI_COMM_WORLD, &wg) == MPI_SUCCESS && MPI_Comm_group(node, &ng) == MPI_SUCCESS;
+	if (ok) {
+		/* NODE's ranks 0..local-1 as world ranks: no transfer */
+		for (int i = 0; i < local; i++)
+			members[i] = i;
+		ok = MPI_Group_translate_ranks(ng, local, members, wg, members + local) == MPI_SUCCESS;
+	}
 	/* every process takes part in both, whatever it has */
-	if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, node) != MPI_SUCCESS ||
-	    (all_ok && MPI_Allgather(&mine, (int)sizeof(mine), MPI_BYTE, all, (int)sizeof(mine), MPI_BYTE, node) !=
-			       MPI_SUCCESS))
+	if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD) != MPI_SUCCESS ||
+	    (all_ok && MPI_Allgather(&mine, (int)sizeof(mine), MPI_BYTE, all, (int)sizeof(mine), MPI_BYTE,
+				     MPI_COMM_WORLD) != MPI_SUCCESS))
 		all_ok = 0;
-	if (!all_ok) {
+	if (all_ok) {
+		CPU_ZERO(&every);
+		pd_share.sharing = 0;
+		for (int i = 0; i < local; i++) {
+			int r = members[local + i];
+
+			if (r < 0 || r >= size)
+				continue;
+			CPU_AND(&both, &mine, &all[r]);
+			pd_share.sharing += CPU_COUNT(&both) > 0;
+			CPU_OR(&every, &every, &all[r]);
+		}
+		pd_share.cpus = CPU_COUNT(&mine);
+		pd_share.used = CPU_COUNT(&every);
+	}
+	if (!all_ok || pd_share.sharing < 1) {
 		pd_share.sharing = local;
 		pd_share.cpus = pd_share.used = pd_share.online;
-		free(all);
-		return;
 	}
-	CPU_ZERO(&every);
-	pd_share.sharing = 0;
-	for (int r = 0; r < local; r++) {
-		CPU_AND(&both, &mine, &all[r]);
-		pd_share.sharing += CPU_COUNT(&both) > 0;
-		CPU_OR(&every, &every, &all[r]);
-	}
-	pd_share.cpus = CPU_COUNT(&mine);
-	pd_share.used = CPU_COUNT(&every);
+	if (wg != MPI_GROUP_NULL)
+		MPI_Group_free(&wg);
+	if (ng != MPI_GROUP_NULL)
+		MPI_Group_free(&ng);
+	free(members);
 	free(all);
 }
 
@@ -674,5 +697,9 @@ int pd_comm_mpi_local_size(struct pd_comm *world)
 
 void pd_comm_mpi_cpu_share(struct pd_cpu_share *s)
 {
-	*s = pd_share;
+	/* counted at the world's start; a process that never started one alone */
+	if (pd_share.sharing > 0)
+		*s = pd_share;
+	else
+		pd_comm_cpu_alone(s);
 }

@@ -17,6 +17,7 @@
 #include "pd_util.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,6 +163,15 @@ static int pd_engine_threads(struct pd_comm *world, int requested)
 
 	if (requested > 0)
 		return requested;
+	/* OMP_PROC_BIND or OMP_PLACES: OpenMP pinned this thread to its
+	 * first place before main, so its mask is no measure; the CPUs the
+	 * process started with (OpenMP counted them first) are shared among
+	 * the machine's processes, as before masks were read */
+	if (omp_get_proc_bind() != omp_proc_bind_false) {
+		int local = pd_comm_local_size(world);
+
+		return omp_get_num_procs() / local > 1 ? omp_get_num_procs() / local : 1;
+	}
 	pd_comm_cpu_share(world, &s);
 	return s.sharing > 0 && s.cpus / s.sharing > 1 ? s.cpus / s.sharing : 1;
 }
@@ -175,7 +185,8 @@ static void pd_engine_say_binding(struct pd_engine *e, int threads)
 	struct pd_cpu_share s;
 
 	pd_comm_cpu_share(e->world, &s);
-	if (e->world->rank != 0 || e->world->size < 2 || e->be->queue || s.used >= s.online)
+	if (e->world->rank != 0 || e->world->size < 2 || e->be->queue || s.used >= s.online ||
+	    omp_get_proc_bind() != omp_proc_bind_false)
 		return;
 	pd_log(1, "pdit: note: the %d process%s on this machine may run on %d of its %d CPUs (%d thread%s each): "
 		  "mpirun binds each process to one core with -np 2 or fewer, to a socket above; where that is "

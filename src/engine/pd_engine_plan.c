@@ -422,9 +422,18 @@ static int pd_engine_plan_mesh(struct pd_engine *e, const struct pd_mesh_limits 
 		struct pd_plan_row *rows = NULL;
 		int n = 0;
 
+		struct pd_cpu_share cs;
+		int here;
+
 		pd_engine_plan_work(e, lim->cfg_possible ? 2 : 1, 1, &w);
-		if (pd_plan_machine_here(&mc, &w, e->world->size, pd_comm_local_size(e->world), 1, 0, -1) == 0 &&
-		    pd_plan_list(&w, &mc, lim, &rows, &n) == 0) {
+		pd_comm_cpu_share(e->world, &cs);
+		here = pd_plan_machine_here(&mc, &w, e->world->size, pd_comm_local_size(e->world), 1, 0, -1);
+		/* the job's processes here run on the CPUs their masks cover
+		 * together, not on rank 0's alone (one core under mpirun's
+		 * default binding) */
+		if (here == 0 && cs.used > 0)
+			mc.cores = cs.used;
+		if (here == 0 && pd_plan_list(&w, &mc, lim, &rows, &n) == 0) {
 			for (int i = 0; i < n && !msg[0]; i++)
 				if (rows[i].cost.fits && (stale || !rows[i].stale)) {
 					msg[0] = 1;

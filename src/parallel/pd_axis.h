@@ -12,6 +12,8 @@
 #ifndef PD_AXIS_H
 #define PD_AXIS_H
 
+#include "pd_api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -47,7 +49,7 @@ struct pd_axis_info {
 };
 
 /* The axes, by enum pd_axis. */
-extern const struct pd_axis_info pd_axes[PD_AXIS_COUNT];
+extern PD_API const struct pd_axis_info pd_axes[PD_AXIS_COUNT];
 
 #ifdef __cplusplus
 }

@@ -40,20 +40,26 @@ fi
 # mpirun's binding counted: two processes bound to one core take one
 # thread each and are told how to use the machine (they took every core's
 # worth of threads each, taking turns on the one); alone under taskset, one
-if [ "$(getconf _NPROCESSORS_ONLN)" -ge 2 ]; then
+if [ "$(nproc)" -ge 2 ]; then
 	"${mpirun[@]}" -np 2 --bind-to core --cpu-set 0 "$pdit" generate --model "$tmp/full" -p "a fox" -H 64 -W 64 \
 		--steps 1 -o "$tmp/bound.png" -v > /dev/null 2> "$tmp/err"
-	grep -q "may run on 1 of its $(getconf _NPROCESSORS_ONLN) CPUs (1 thread each).*--bind-to none" "$tmp/err" &&
+	grep -q "may run on 1 of its $(nproc) CPUs (1 thread each).*--bind-to none" "$tmp/err" &&
 		grep -q "1 thread each" "$tmp/err" && ok "two processes bound to one core: 1 thread each, the binding said" ||
 		{ cat "$tmp/err"; bad "two processes bound to one core"; }
 	"${mpirun[@]}" -np 2 --bind-to none "$pdit" generate --model "$tmp/full" -p "a fox" -H 64 -W 64 --steps 1 \
 		-o "$tmp/unbound.png" -v > /dev/null 2> "$tmp/err"
-	! grep -q "may run on" "$tmp/err" && grep -q "$(($(getconf _NPROCESSORS_ONLN) / 2)) threads\? each" "$tmp/err" &&
+	! grep -q "may run on" "$tmp/err" && grep -q "$(($(nproc) / 2)) threads\? each" "$tmp/err" &&
 		ok "unbound: the cores divided between the two, no note" || { cat "$tmp/err"; bad "two unbound processes"; }
 	taskset -c 0 "$pdit" generate --model "$tmp/full" -p "a fox" -H 64 -W 64 --steps 1 -o "$tmp/one.png" -v \
 		> /dev/null 2> "$tmp/err"
 	grep -q "computing on cpu.*, 1 thread$" "$tmp/err" && ok "alone under taskset -c 0: 1 thread" ||
 		{ cat "$tmp/err"; bad "taskset -c 0"; }
+	# OpenMP pins the main thread to its first place before main where
+	# OMP_PROC_BIND is set: that one CPU is no measure of the process's
+	OMP_PROC_BIND=true "$pdit" generate --model "$tmp/full" -p "a fox" -H 64 -W 64 --steps 1 -o "$tmp/bind.png" -v \
+		> /dev/null 2> "$tmp/err"
+	grep -q "computing on cpu.*, $(nproc) threads$" "$tmp/err" && ok "alone with OMP_PROC_BIND=true: $(nproc) threads" ||
+		{ cat "$tmp/err"; bad "OMP_PROC_BIND=true"; }
 fi
 
 # 8. data parallel: rank 0 speaks for every group

@@ -32,7 +32,7 @@ cfg=$(find "$p" -name pditConfig.cmake | head -1)
 if [ -n "$lib" ] && command -v nm > /dev/null; then
 	nm -D --defined-only "$lib" | awk '{print $NF}' | sort -u > exported
 	cat "$p"/include/pdit/*.h | tr -s ' \t\n' ' ' | grep -o 'PD_API [^(;]*' |
-		grep -o 'pd_[a-z0-9_]*$' | sort -u > declared
+		sed 's/\[[^]]*\]$//' | grep -o 'pd_[a-z0-9_]*$' | sort -u > declared
 	if [ -s declared ] && cmp -s exported declared && ! grep -qx 'pd_malloc\|pd_fault' exported; then
 		ok "libpdit.so exports the $(wc -l < declared) names the installed headers mark PD_API, no others"
 	else

@@ -190,7 +190,7 @@ static void pd_engine_say_binding(struct pd_engine *e, int threads)
 		return;
 	pd_log(1, "pdit: note: the %d process%s on this machine may run on %d of its %d CPUs (%d thread%s each): "
 		  "mpirun binds each process to one core with -np 2 or fewer, to a socket above; where that is "
-		  "the cause, mpirun --bind-to none lets them use every CPU (a container's cpuset is not)\n",
+		  "the cause, mpirun --bind-to none lets them use every CPU (it cannot widen a container's cpuset)\n",
 	       pd_comm_local_size(e->world), pd_comm_local_size(e->world) == 1 ? "" : "es", s.used, s.online, threads,
 	       threads == 1 ? "" : "s");
 }

@@ -157,22 +157,28 @@ int pd_engine_threads_ok(int threads)
  * among the processes of this machine that may run there too (a cpuset or
  * mpirun's binding counted: threads beyond the CPUs a process is bound to
  * only take turns on them). */
+/* The communicator's count of this process's CPUs, but where
+ * OMP_PROC_BIND or OMP_PLACES is set: OpenMP pinned this thread to its
+ * first place before main, so the masks are no measure; then the CPUs the
+ * process started with (OpenMP counted them first), shared by every
+ * process of the machine, and no binding to speak of. */
+static void pd_engine_cpu_share(struct pd_comm *world, struct pd_cpu_share *s)
+{
+	pd_comm_cpu_share(world, s);
+	if (omp_get_proc_bind() != omp_proc_bind_false) {
+		s->cpus = omp_get_num_procs();
+		s->sharing = pd_comm_local_size(world);
+		s->used = s->online;
+	}
+}
+
 static int pd_engine_threads(struct pd_comm *world, int requested)
 {
 	struct pd_cpu_share s;
 
 	if (requested > 0)
 		return requested;
-	/* OMP_PROC_BIND or OMP_PLACES: OpenMP pinned this thread to its
-	 * first place before main, so its mask is no measure; the CPUs the
-	 * process started with (OpenMP counted them first) are shared among
-	 * the machine's processes, as before masks were read */
-	if (omp_get_proc_bind() != omp_proc_bind_false) {
-		int local = pd_comm_local_size(world);
-
-		return omp_get_num_procs() / local > 1 ? omp_get_num_procs() / local : 1;
-	}
-	pd_comm_cpu_share(world, &s);
+	pd_engine_cpu_share(world, &s);
 	return s.sharing > 0 && s.cpus / s.sharing > 1 ? s.cpus / s.sharing : 1;
 }
 
@@ -184,9 +190,8 @@ static void pd_engine_say_binding(struct pd_engine *e, int threads)
 {
 	struct pd_cpu_share s;
 
-	pd_comm_cpu_share(e->world, &s);
-	if (e->world->rank != 0 || e->world->size < 2 || e->be->queue || s.used >= s.online ||
-	    omp_get_proc_bind() != omp_proc_bind_false)
+	pd_engine_cpu_share(e->world, &s);
+	if (e->world->rank != 0 || e->world->size < 2 || e->be->queue || s.used >= s.online)
 		return;
 	pd_log(1, "pdit: note: the %d process%s on this machine may run on %d of its %d CPUs (%d thread%s each): "
 		  "mpirun binds each process to one core with -np 2 or fewer, to a socket above; where that is "

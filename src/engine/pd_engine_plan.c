@@ -420,10 +420,8 @@ static int pd_engine_plan_mesh(struct pd_engine *e, const struct pd_mesh_limits 
 		struct pd_plan_work w;
 		struct pd_plan_machine mc;
 		struct pd_plan_row *rows = NULL;
-		int n = 0;
-
 		struct pd_cpu_share cs;
-		int here;
+		int n = 0, here;
 
 		pd_engine_plan_work(e, lim->cfg_possible ? 2 : 1, 1, &w);
 		pd_comm_cpu_share(e->world, &cs);

@@ -69,18 +69,18 @@ int pd_cpu_amx_int8(void)
 #if defined(__x86_64__) && defined(__GNUC__)
 /* ldtilecfg's 64 bytes (palette 1). */
 struct pd_amx_cfg {
-	uint8_t palette; /* 1: 8 tiles of up to 16 rows of 64 bytes */
-	uint8_t start_row; /* 0 (a restarted instruction's row) */
-	uint8_t reserved[14]; /* 0 */
-	uint16_t colsb[16]; /* each tile's bytes a row */
-	uint8_t rows[16]; /* each tile's rows */
+	uint8_t palette;                /* 1: 8 tiles of up to 16 rows of 64 bytes */
+	uint8_t start_row;              /* 0 (a restarted instruction's row) */
+	uint8_t reserved[14];           /* 0 */
+	uint16_t colsb[16];             /* each tile's bytes a row */
+	uint8_t rows[16];               /* each tile's rows */
 };
 
 /* The tiles in memory, for the emulation: the registers' bytes and the
  * shapes the configuration gave them. */
 struct pd_amx_emu {
 	unsigned char t[8][PD_AMX_ROWS][64]; /* tile, row, byte */
-	const struct pd_amx_cfg *cfg; /* the shapes */
+	const struct pd_amx_cfg *cfg;   /* the shapes */
 };
 
 static void pd_amx_emu_load(struct pd_amx_emu *e, int tile, const void *p, int64_t stride)

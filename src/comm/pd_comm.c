@@ -2,7 +2,7 @@
  * pd_comm.c - choosing the world communicator, and helpers over any
  * implementation.
  */
-#include "pd_comm.h"
+#include "pd_comm_impl.h"
 
 #include "pd_util.h"
 
@@ -11,13 +11,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#ifdef PDIT_MPI
-int pd_comm_mpi_world_init(int *argc, char ***argv, struct pd_comm **world);
-void pd_comm_mpi_finalize(void);
-void pd_comm_mpi_cpu_share(struct pd_cpu_share *s);
-int pd_comm_mpi_local_size(struct pd_comm *world);
-const char *pd_comm_mpi_activity(void);
-#else
+#ifndef PDIT_MPI
 /* Built without MPI (-DPDIT_MPI=OFF): a launcher's job of one process still
  * runs; more are refused, since each would compute the whole picture alone. */
 static int pd_comm_mpi_world_init(int *argc, char ***argv, struct pd_comm **world)
@@ -43,8 +37,6 @@ static int pd_comm_mpi_local_size(struct pd_comm *world)
 	(void)world;
 	return 1;
 }
-
-void pd_comm_cpu_alone(struct pd_cpu_share *s);
 
 static void pd_comm_mpi_cpu_share(struct pd_cpu_share *s)
 {

@@ -123,22 +123,8 @@ PD_API void pd_comm_cpu_share(struct pd_comm *world, struct pd_cpu_share *s);
  * stood). */
 PD_API const char *pd_comm_activity(void);
 
-/* A communicator over BE's buffers, on top of INNER (borrowed; its rank,
- * size and name): every operation copies what it sends out of BE's memory
- * into pinned host buffers, runs INNER's, and copies what it receives back
- * into BE's memory. Only BE's buffers may be passed to it. Freed with its
- * ops->free (INNER stays). Inside pdit only (a backend is no public type):
- * not exported from libpdit.so, nor is pd_comm_nccl_new. */
-struct pd_backend;
-int pd_comm_staged_new(struct pd_comm *inner, struct pd_backend *be, struct pd_comm **out);
-
-/* A communicator over NCCL beside HOST (borrowed; bootstrapped over it,
- * every rank of HOST calls this together), on the CUDA stream STREAM (the
- * backend's queue): it takes device buffers as they are, one GPU a
- * process. -1 with a message where pdit was built without NCCL or NCCL
- * refuses (two processes on one GPU). */
-int pd_comm_nccl_new(struct pd_comm *host, void *stream, struct pd_comm **out);
-/* Whether pdit was built with NCCL. */
+/* Whether pdit was built with NCCL (the staged and NCCL communicators,
+ * over a backend's memory, are pdit's own: pd_comm_impl.h). */
 PD_API int pd_comm_nccl_available(void);
 
 /* Convenience wrappers. */

@@ -15,7 +15,7 @@
  * outside communication, stuck, or gone) and what the rest wait for, and
  * aborts the job.
  */
-#include "pd_comm.h"
+#include "pd_comm_impl.h"
 #include "pd_util.h"
 
 #include <limits.h>
@@ -25,12 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-int pd_comm_mpi_world_init(int *argc, char ***argv, struct pd_comm **world);
-void pd_comm_mpi_finalize(void);
-int pd_comm_mpi_local_size(struct pd_comm *world);
-void pd_comm_mpi_cpu_share(struct pd_cpu_share *s);
-void pd_comm_cpu_alone(struct pd_cpu_share *s);
 
 /* A request holds the MPI request and, for non-blocking collectives, the
  * count arrays MPI reads until the operation completes. */

@@ -19,7 +19,7 @@
  * that never arrives (NCCL waits on the device); several processes on one
  * GPU (NCCL refuses them: the engine chooses the staged communicator then).
  */
-#include "pd_comm.h"
+#include "pd_comm_impl.h"
 #include "pd_util.h"
 
 #include <cuda_runtime.h>

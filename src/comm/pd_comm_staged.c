@@ -12,7 +12,7 @@
  * gathers of every layer in flight for a whole step: the pool grows to
  * what a step holds at once).
  */
-#include "pd_comm.h"
+#include "pd_comm_impl.h"
 #include "pd_backend.h"
 #include "pd_util.h"
 

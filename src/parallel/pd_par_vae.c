@@ -2,6 +2,7 @@
  * pd_par_vae.c - the parallel VAE decode's halo, sum and gather.
  */
 #include "pd_par_vae.h"
+#include "pd_comm_impl.h"
 #include "pd_util.h"
 
 #include <stdlib.h>

@@ -2,6 +2,7 @@
  * pd_parallel.c - the parallel methods assembled on a mesh.
  */
 #include "pd_parallel.h"
+#include "pd_comm_impl.h"
 #include "pd_util.h"
 
 #include <stdlib.h>

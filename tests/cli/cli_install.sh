@@ -38,6 +38,19 @@ if [ -n "$lib" ] && command -v nm > /dev/null; then
 	else
 		bad "exports against PD_API declarations: $(diff declared exported | grep '^[<>]' | head -8 | tr '\n' ' ')"
 	fi
+	# and every function the installed headers declare is one of them (a
+	# declaration without PD_API compiles in a program and fails at its
+	# link): the compiler lists the declarations, static inline ones aside
+	for h in "$p"/include/pdit/*.h; do echo "#include <pdit/$(basename "$h")>"; done > all.c
+	if cc -I"$p/include" -fsyntax-only -aux-info aux.txt all.c 2> aux.log; then
+		grep -F "$p/include/" aux.txt | grep -v ' static ' | grep -o 'pd_[a-z0-9_]* *(' | tr -d ' (' |
+			sort -u > functions
+		missing=$(comm -23 functions exported | tr '\n' ' ')
+		[ -s functions ] && [ -z "$missing" ] && ok "each of the $(wc -l < functions) functions the installed headers declare is exported" ||
+			bad "declared in the installed headers, not exported: '$missing'"
+	else
+		bad "the installed headers do not compile alone: $(head -3 aux.log)"
+	fi
 fi
 
 # the installed command, from another folder

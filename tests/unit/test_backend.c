@@ -21,7 +21,7 @@
  */
 #include "pd_backend.h"
 #include "pd_backend_new.h"
-#include "pd_comm.h"
+#include "pd_comm_impl.h"
 #include "pd_quant.h"
 #include "pd_rng.h"
 #include "pd_test.h"

@@ -3,7 +3,7 @@
 # machine has the CUDA toolkit and PyTorch but none of Debian's packages,
 # so the build made here travels with the libraries it loads.
 #
-#   scripts/device-kit.sh        # builds build-device/ (CUDA on, FFmpeg off), writes devkit/kit.tar.xz
+#   scripts/device-kit.sh        # builds build-device/ (CUDA on, FFmpeg and the HTTP service off), writes devkit/kit.tar.xz
 #
 # then, with the device tool: run scripts/device-check.sh carrying devkit.
 # The kit holds pdit, the test programs the check runs, every shared library
@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 dir=build-device
 kit=devkit
 command -v nvcc > /dev/null || { echo "device-kit: nvcc is not on PATH (the CUDA toolkit is needed)" >&2; exit 1; }
-cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPDIT_WERROR=ON -DPDIT_CUDA=ON -DPDIT_VIDEO=OFF > /dev/null
+cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPDIT_WERROR=ON -DPDIT_CUDA=ON -DPDIT_VIDEO=OFF -DPDIT_SERVE=OFF > /dev/null
 cmake --build "$dir" -j "$(nproc)"
 
 stage=$(mktemp -d)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Bad input ends in one line naming the problem and a nonzero exit, and
 # leaves no file behind under the requested name.
-# usage: cli_errors.sh PDIT GOLDEN_DIR
+# usage: cli_errors.sh PDIT GOLDEN_DIR [SERVE]   (SERVE 0: built with -DPDIT_SERVE=OFF)
 set -u
-pdit=$1 g=$2
+pdit=$1 g=$2 serve=${3:-1}
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 fail=0
@@ -60,8 +60,14 @@ expect "forward's zero threads" "-t/--threads must be at least 1 (got 0)" "$pdit
 expect "a .jpg output" "-o/--output $tmp/o.jpg: pdit writes pictures as PNG" "$pdit" generate "${run[@]}" -o "$tmp/o.jpg"
 [ -e "$tmp/o.jpg" ] && { echo "FAIL a .jpg output: $tmp/o.jpg written"; fail=1; }
 # the address is checked before the weights are read (a bad port, then a missing model: the port's line)
-expect "serve's port 99999" "--listen 127.0.0.1:99999: the port must be 0 to 65535" "$pdit" serve --model "$tmp/none" \
-	--listen 127.0.0.1:99999
+if [ "$serve" = 1 ]; then
+	expect "serve's port 99999" "--listen 127.0.0.1:99999: the port must be 0 to 65535" "$pdit" serve --model "$tmp/none" \
+		--listen 127.0.0.1:99999
+else
+	# without the HTTP service: said before the weights load (a missing model: the service's line)
+	expect "serve without its HTTP service" "built without its HTTP service (-DPDIT_SERVE=OFF)" "$pdit" serve \
+		--model "$tmp/none" --listen 127.0.0.1:0
+fi
 # Ctrl-C once the pictures are written and "done" said: exit 0, no "interrupted"
 PDIT_INJECT_FAULT=exit:0:hang "$pdit" generate "${run[@]}" -o "$tmp/late.png" 2> "$tmp/late.err" &
 late=$!

@@ -153,7 +153,7 @@ if [ -n "$missing" ]; then
 	exit 1
 fi
 pdit=$kit/bin/pdit
-kitenv timeout -k 5 30 "$pdit" --version 2>&1 | head -1
+kitenv timeout -k 5 30 "$pdit" --version 2>&1 | head -5
 verdict kit "PASS ($(du -h devkit/kit.tar.xz | cut -f1))"
 g=tests/golden
 

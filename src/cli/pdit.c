@@ -6,6 +6,7 @@
  */
 #include "pd_args.h"
 #include "pd_engine_tools.h"
+#include "pd_serve.h"
 #include "pd_tiny.h"
 #include "pd_util.h"
 #include "pdit_cli.h"
@@ -405,6 +406,7 @@ static void pd_usage(FILE *f)
 		"  tiny       write a small random model folder to try pdit with\n"
 		"  inspect    what a weights file holds: GGUF or safetensors, metadata, every tensor\n"
 		"  quantize   a weights file to GGUF (Q8_0 ... Q4_K), fp8, or plain f32/f16/bf16\n"
+		"  --version  this version, and what it was built with (CUDA, MPI, NCCL, FFmpeg, serve)\n"
 		"\n"
 		"example:\n"
 		"  pdit tiny tiny-model --full && pdit generate --model tiny-model \\\n"
@@ -471,7 +473,8 @@ int pd_dispatch(struct pd_comm *world, int argc, char **argv)
 	}
 	if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
 		if (world->rank == 0)
-			printf("pdit %s\n", PDIT_VERSION);
+			printf("pdit %s\n%s\nserve: %s\n", PDIT_VERSION, pd_build_about(),
+			       pd_serve_built() ? "HTTP (libmicrohttpd)" : "none (-DPDIT_SERVE=ON with libmicrohttpd)");
 		return 0;
 	}
 	if (world->rank == 0)

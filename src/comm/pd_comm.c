@@ -82,6 +82,15 @@ void pd_comm_world_finalize(struct pd_comm *world)
 		pd_comm_mpi_finalize();
 }
 
+int pd_comm_mpi_available(void)
+{
+#ifdef PDIT_MPI
+	return 1;
+#else
+	return 0;
+#endif
+}
+
 int pd_comm_local_size(struct pd_comm *world)
 {
 	return world->impl ? pd_comm_mpi_local_size(world) : 1;

@@ -123,6 +123,9 @@ PD_API void pd_comm_cpu_share(struct pd_comm *world, struct pd_cpu_share *s);
  * stood). */
 PD_API const char *pd_comm_activity(void);
 
+/* Whether pdit was built with Open MPI (-DPDIT_MPI): without it, one
+ * process. */
+PD_API int pd_comm_mpi_available(void);
 /* Whether pdit was built with NCCL (the staged and NCCL communicators,
  * over a backend's memory, are pdit's own: pd_comm_impl.h). */
 PD_API int pd_comm_nccl_available(void);

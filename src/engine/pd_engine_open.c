@@ -11,6 +11,8 @@
  */
 #include "pd_engine.h"
 #include "pd_backend_new.h"
+#include "pd_comm.h"
+#include "pd_video.h"
 #include "pd_plan.h"
 #include "pd_safetensors.h"
 #include "pd_lora.h"
@@ -22,6 +24,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+const char *pd_build_about(void)
+{
+	static char about[512];
+
+	snprintf(about, sizeof(about), "backends: cpu%s\ncommunicators: %s\nvideos: %s",
+		 pd_backend_cuda_built() ? ", cuda" : " (cuda: -DPDIT_CUDA=ON with the CUDA toolkit)",
+		 !pd_comm_mpi_available() ? "one process (mpi: -DPDIT_MPI=ON with Open MPI)"
+		 : pd_comm_nccl_available() ? "mpi, nccl"
+		 : pd_backend_cuda_built() ? "mpi (nccl: the toolkit's NCCL)" : "mpi",
+		 pd_video_built() ? "MP4, MKV, MOV (FFmpeg)" : "none, frames as PNG (-DPDIT_VIDEO=ON with FFmpeg)");
+	return about;
+}
 
 void pd_engine_options_init(struct pd_engine_options *o)
 {

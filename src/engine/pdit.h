@@ -201,6 +201,12 @@ struct pd_engine_options {
 PD_API const char *const *pd_family_names(void);
 PD_API const char *pd_family_title(const char *name);
 
+/* What this pdit was built with, for --version: a line each for the
+ * backends, the communicators and the videos, those left out named with
+ * the CMake option that brings them ("videos: none (-DPDIT_VIDEO=OFF ...)").
+ * Static text, no trailing newline. */
+PD_API const char *pd_build_about(void);
+
 /* What the families' text encoders are, for a command's flags and help:
  * the most any family has (each a slot, --text-encoder[-N] and
  * --tokenizer[-N]), which family's encoder each slot is, and the single

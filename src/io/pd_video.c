@@ -34,6 +34,11 @@ int pd_video_out_check(const char *path)
 }
 
 #ifndef PDIT_VIDEO
+int pd_video_built(void)
+{
+	return 0;
+}
+
 void pd_video_quiet(void)
 {
 }
@@ -50,6 +55,11 @@ int pd_video_write(const char *path, const uint8_t *rgb, int frames, int width, 
 #include <libavformat/avformat.h>
 #include <libavutil/opt.h>
 #include <libswscale/swscale.h>
+
+int pd_video_built(void)
+{
+	return 1;
+}
 
 void pd_video_quiet(void)
 {

@@ -14,6 +14,9 @@
 
 #include <stdint.h>
 
+/* Whether pdit was built with FFmpeg (-DPDIT_VIDEO), which pd_video_write
+ * needs. */
+int pd_video_built(void);
 /* Whether PATH names a container pd_video_write can write (.mp4, .mkv,
  * .mov). */
 int pd_video_is_video_name(const char *path);

@@ -198,6 +198,8 @@ struct pd_serve_job {
 
 struct pd_serve;
 
+/* Whether pdit serve's HTTP side was built (-DPDIT_SERVE). */
+int pd_serve_built(void);
 /* Whether LISTEN is a HOST:PORT pd_serve_start can take (checked before a
  * model loads): 0, or -1 with the message. */
 int pd_serve_check_listen(const char *listen);

@@ -534,6 +534,11 @@ static int pd_parse_listen(const char *listen, struct sockaddr_in *a)
 	return 0;
 }
 
+int pd_serve_built(void)
+{
+	return 1;
+}
+
 int pd_serve_check_listen(const char *listen)
 {
 	struct sockaddr_in a;

@@ -10,6 +10,11 @@
 
 #include <stdlib.h>
 
+int pd_serve_built(void)
+{
+	return 0;
+}
+
 int pd_serve_check_listen(const char *listen)
 {
 	(void)listen;

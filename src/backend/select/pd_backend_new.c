@@ -48,6 +48,15 @@ int pd_backend_gpus(void)
 #endif
 }
 
+int pd_backend_cuda_built(void)
+{
+#ifdef PDIT_CUDA
+	return 1;
+#else
+	return 0;
+#endif
+}
+
 int pd_backend_local_rank(void)
 {
 	static const char *const vars[] = { "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",

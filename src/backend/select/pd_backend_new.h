@@ -43,6 +43,8 @@ int pd_backend_known(const char *name);
 
 /* GPUs the CUDA backend sees here (0 without CUDA, a driver or a device). */
 int pd_backend_gpus(void);
+/* Whether the CUDA backend was built (-DPDIT_CUDA, the toolkit found). */
+int pd_backend_cuda_built(void);
 
 /* This process's rank among the job's processes on its machine, from the
  * launcher's environment (Open MPI, MPICH, Slurm); 0 without one. */

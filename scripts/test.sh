@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: a normal optimised build (build/), an
 # AddressSanitizer + UndefinedBehaviorSanitizer build (build-asan/), and a
-# build without MPI (build-nompi/: the one-process tests). About 30 minutes
+# build without MPI and without the HTTP service (build-nompi/: the
+# one-process tests; serve's refusal, which the GPU kit's build has too:
+# one process's serve runs in the other two). About 30 minutes
 # on 2 cores; `ctest --test-dir build -L unit` is the quick subset, and the
 # labels unit, golden, cli, mpi, hosts and fuzz select the others.
 set -euo pipefail
@@ -17,7 +19,7 @@ for variant in release asan nompi; do
 	# toolkit is); the other two leave it out: no GPU runs it here, and the
 	# CUDA runtime's own allocations at start would read as leaks
 	asan) dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DPDIT_SANITIZE=ON -DPDIT_CUDA=OFF -DPDIT_SHARED=OFF) ;;
-	nompi) dir=build-nompi; flags=(-DCMAKE_BUILD_TYPE=Release -DPDIT_MPI=OFF -DPDIT_CUDA=OFF -DPDIT_SHARED=OFF) ;;
+	nompi) dir=build-nompi; flags=(-DCMAKE_BUILD_TYPE=Release -DPDIT_MPI=OFF -DPDIT_SERVE=OFF -DPDIT_CUDA=OFF -DPDIT_SHARED=OFF) ;;
 	esac
 	echo "=== $variant build ($dir)"
 	gen=()

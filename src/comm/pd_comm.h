@@ -1,17 +1,18 @@
 /*
  * pd_comm.h - the communicator interface: the collectives and point-to-point
  * transfers the parallel methods need, with one implementation per file
- * (pd_comm_mpi.c now; an NCCL one can sit beside it).
+ * (pd_comm_mpi.c, pd_comm_self.c; inside pdit the staged and NCCL ones over
+ * a backend's device buffers).
  *
  *   struct pd_comm *world;
  *   pd_comm_world_init(&argc, &argv, &world);   // size 1 without mpirun/srun
  *   world->ops->allreduce(world, buf, n, PD_COMM_F32, PD_COMM_SUM);
  *   pd_comm_world_finalize(world);
  *
- * Buffers are host memory. A backend whose memory is not (a GPU's) hands
- * its buffers to a staged communicator (pd_comm_staged_new), which copies
- * them through pinned host buffers around the host communicator's
- * operations. Sizes are in bytes except where a count of
+ * Buffers are host memory. Inside pdit, a backend whose memory is not (a
+ * GPU's) hands its buffers to a staged communicator, which copies them
+ * through pinned host buffers around the host communicator's operations,
+ * or to NCCL's. Sizes are in bytes except where a count of
  * typed elements is asked for. Every operation returns 0 or -1 with a
  * message; MPI's own errors abort the job (MPI_ERRORS_ARE_FATAL), which is
  * what the caller would do anyway.
@@ -126,8 +127,8 @@ PD_API const char *pd_comm_activity(void);
 /* Whether pdit was built with Open MPI (-DPDIT_MPI): without it, one
  * process. */
 PD_API int pd_comm_mpi_available(void);
-/* Whether pdit was built with NCCL (the staged and NCCL communicators,
- * over a backend's memory, are pdit's own: pd_comm_impl.h). */
+/* Whether pdit was built with NCCL (used inside pdit for device buffers,
+ * one GPU a process; not installed as an interface). */
 PD_API int pd_comm_nccl_available(void);
 
 /* Convenience wrappers. */

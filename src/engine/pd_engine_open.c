@@ -20,22 +20,30 @@
 
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-const char *pd_build_about(void)
-{
-	static char about[512];
+static char pd_about[512];
 
-	snprintf(about, sizeof(about), "backends: cpu%s\ncommunicators: %s\nvideos: %s",
+static void pd_build_about_once(void)
+{
+	snprintf(pd_about, sizeof(pd_about), "backends: cpu%s\ncommunicators: %s\nvideos: %s",
 		 pd_backend_cuda_built() ? ", cuda" : " (cuda: -DPDIT_CUDA=ON with the CUDA toolkit)",
 		 !pd_comm_mpi_available() ? "one process (mpi: -DPDIT_MPI=ON with Open MPI)"
 		 : pd_comm_nccl_available() ? "mpi, nccl"
-		 : pd_backend_cuda_built() ? "mpi (nccl: the toolkit's NCCL)" : "mpi",
+		 : pd_backend_cuda_built() ? "mpi (nccl: not found beside the CUDA toolkit)" : "mpi",
 		 pd_video_built() ? "MP4, MKV, MOV (FFmpeg)" : "none, frames as PNG (-DPDIT_VIDEO=ON with FFmpeg)");
-	return about;
+}
+
+const char *pd_build_about(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+	pthread_once(&once, pd_build_about_once);
+	return pd_about;
 }
 
 void pd_engine_options_init(struct pd_engine_options *o)

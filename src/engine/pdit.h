@@ -203,8 +203,8 @@ PD_API const char *pd_family_title(const char *name);
 
 /* What this pdit was built with, for --version: a line each for the
  * backends, the communicators and the videos, those left out named with
- * the CMake option that brings them ("videos: none (-DPDIT_VIDEO=OFF ...)").
- * Static text, no trailing newline. */
+ * the CMake option that brings them ("videos: none, frames as PNG
+ * (-DPDIT_VIDEO=ON with FFmpeg)"). Made once; no trailing newline. */
 PD_API const char *pd_build_about(void);
 
 /* What the families' text encoders are, for a command's flags and help:

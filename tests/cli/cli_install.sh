@@ -9,8 +9,11 @@
 #   cli_install.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
 build=$1 src=$2
+build=$(cd "$build" && pwd) src=$(cd "$src" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# every file the checks write is the temporary folder's
+cd "$tmp" || exit 1
 fail=0
 ok() { echo "  ok   $1"; }
 bad() { echo "  FAIL $1"; fail=1; }
@@ -42,7 +45,9 @@ if [ -n "$lib" ] && command -v nm > /dev/null; then
 	# declaration without PD_API compiles in a program and fails at its
 	# link): the compiler lists the declarations, static inline ones aside
 	for h in "$p"/include/pdit/*.h; do echo "#include <pdit/$(basename "$h")>"; done > all.c
-	if cc -I"$p/include" -fsyntax-only -aux-info aux.txt all.c 2> aux.log; then
+	if ! cc -aux-info /dev/null -fsyntax-only -x c /dev/null 2> /dev/null; then
+		echo "  skip the declarations' check: this cc has no -aux-info (GCC's)"
+	elif cc -I"$p/include" -fsyntax-only -aux-info aux.txt all.c 2> aux.log; then
 		grep -F "$p/include/" aux.txt | grep -v ' static ' | grep -o 'pd_[a-z0-9_]* *(' | tr -d ' (' |
 			sort -u > functions
 		missing=$(comm -23 functions exported | tr '\n' ' ')
@@ -54,7 +59,6 @@ if [ -n "$lib" ] && command -v nm > /dev/null; then
 fi
 
 # the installed command, from another folder
-cd "$tmp"
 if "$p/bin/pdit" tiny m --full > /dev/null 2>&1 &&
 	"$p/bin/pdit" generate --model m -p "a red fox" -H 64 -W 64 --steps 2 -o fox.png -q &&
 	[ "$(head -c 8 fox.png | od -An -tx1 | tr -d ' ')" = 89504e470d0a1a0a ]; then

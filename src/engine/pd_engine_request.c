@@ -388,8 +388,9 @@ int pd_engine_encoders_given(const struct pd_engine *e)
 		pd_model_encoder_names(i, comp, flag, (int)sizeof(comp));
 		pd_model_tokenizer_names(i, tcomp, tflag, (int)sizeof(tcomp));
 		if (!e->mp.encoder[i])
-			return pd_errorf("no %s text encoder: give --model DIR (with model_index.json naming %s), %s DIR|FILE%s%s%s",
-					 x->kind, comp, flag, x->file ? " or --" : "", x->file ? x->file : "", x->file ? " FILE" : "");
+			return pd_errorf("no %s text encoder: give --model DIR (with model_index.json naming %s), %s DIR|FILE%s%s%s, "
+					 "or --embeds FILE (prompts pdit encode wrote)",
+					 x->kind, comp, flag, x->file ? ", --" : "", x->file ? x->file : "", x->file ? " FILE" : "");
 		if (!e->mp.tokenizer[i])
 			return pd_errorf("no %s tokenizer: give --model DIR (with model_index.json naming %s) or %s DIR%s%s%s",
 					 x->kind, tcomp, tflag, x->tokenizer ? " (" : "", x->tokenizer ? x->tokenizer : "",

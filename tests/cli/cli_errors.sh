@@ -47,6 +47,9 @@ for f in "-H/--height -H" "-W/--width -W" "--frames --frames" "-t/--threads -t" 
 	expect "zero ${f##* }" "${f% *} must be at least 1 (got 0)" "$pdit" generate "${run[@]}" ${f##* } 0
 done
 expect "negative threads" "-t/--threads must be at least 1 (got -2)" "$pdit" generate "${run[@]}" -t -2
+# a model without text encoders (pdit tiny's default): the flags that give one, or prompts encoded before
+expect "a prompt without a text encoder" "--clip_l FILE, or --embeds FILE" "$pdit" generate --model "$tmp/m" -p "a fox" \
+	-H 32 -W 32 --steps 1 -o "$tmp/o.png"
 expect "bench's zero batch" "--batch must be at least 1 (got 0)" "$pdit" bench --model "$tmp/m" --batch 0
 expect "check's zero width" "-W/--width must be at least 1 (got 0)" "$pdit" check --model "$tmp/m" -W 0
 expect "serve's zero threads" "-t/--threads must be at least 1 (got 0)" "$pdit" serve --model "$tmp/m" -t 0

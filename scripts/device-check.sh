@@ -12,7 +12,9 @@
 # and every program in it a timeout within that share, so that a hang costs
 # one part, not the run.
 #   1. conformance: every backend operation on CUDA against the CPU backend,
-#      and the staged (pinned) and NCCL communicators on device buffers
+#      and the staged (pinned) and NCCL communicators on device buffers; the
+#      fused attention kernel against the chunked path at FLUX.1's 4608
+#      tokens, each one's time (which of the two bf16 attention should be)
 #   2. golden: flux-tiny, wan-tiny on CUDA against diffusers (f32 and bf16;
 #      the tests' own tolerances), quant-tiny's GGUF and fp8 files through
 #      pdit forward (f32: every tensor within 1e-4; bf16: out.sample 2e-2)
@@ -167,7 +169,7 @@ if wants conformance; then
 		tail -3 "$work/conformance.txt"
 		verdict conformance "PASS"
 	else
-		grep -E "FAIL|conforms|seed|NCCL" "$work/conformance.txt" | head -40
+		grep -E "FAIL|conforms|seed|NCCL|^attention" "$work/conformance.txt" | head -40
 		tail -5 "$work/conformance.txt"
 		verdict conformance "FAIL ($(why $rc))"
 	fi

@@ -9,10 +9,12 @@
  * (weights are bf16 from load) and accumulates in f32 (CUBLAS_COMPUTE_32F
  * over bf16 inputs); f32 compute runs f32 products with the default math
  * mode, never TF32 (the exactness mode: the golden tolerances of f32).
- * Attention is done in query chunks: scores by a batched product over the
- * heads, a softmax kernel (log-sum-exp for ring attention, bias and causal
- * mask for the text encoders), probabilities times values by a second
- * batched product; the chunk bounds the scores' memory. Convolutions are
+ * Attention in bf16 with heads of 64 or 128 channels is fused (a flash
+ * kernel: the scores stay in registers; PDIT_CUDA_NO_FLASH=1 turns it off).
+ * Otherwise, and in f32, it is done in query chunks: scores by a batched
+ * product over the heads, a softmax kernel (log-sum-exp for ring attention,
+ * bias and causal mask for the text encoders), probabilities times values
+ * by a second batched product; the chunk bounds the scores' memory. Convolutions are
  * column blocks (im2col) of a band of rows times the kernel.
  *
  * Quantized weights: Q8_0, Q4_0 and fp8 stay as the file has them in device
@@ -45,6 +47,7 @@ struct pd_cuda_block {
 struct pd_cuda {
 	struct pd_backend be;           /* the interface; must stay first */
 	int device;                     /* the GPU */
+	int flash;                      /* bf16 attention fused where the heads fit (not PDIT_CUDA_NO_FLASH) */
 	cudaStream_t stream;            /* every operation's */
 	cublasHandle_t blas;            /* on that stream */
 	struct pd_cuda_block *blocks;   /* live allocations */
@@ -635,6 +638,12 @@ static void pd_cu_attention_impl(struct pd_backend *be, float *out, int64_t ldo,
 		V = b + (sq + skv) * W * 2;
 		lq = lk = lv = W;
 	}
+	if (bf16 && cu->flash && !bias && !causal && pd_cuda_flash_fits(hd)) {
+		/* no scores in memory: nothing to chunk */
+		pd_cuda_flash(cu->stream, Q, Kp, V, W, out, ldo, lse, sq, sq, skv, heads, hd, scale);
+		pd_cu_launched(be, "attention");
+		return;
+	}
 	if (!pd_cu_scratch(be, &cu->scores, &cu->scores_bytes, (size_t)heads * (size_t)qc * (size_t)skv * 4,
 			   "attention scores") ||
 	    !pd_cu_scratch(be, &cu->probs, &cu->probs_bytes, (size_t)heads * (size_t)qc * (size_t)skv * (bf16 ? 2 : 4),
@@ -964,6 +973,7 @@ int pd_backend_cuda_new(struct pd_backend **out, enum pd_dtype compute, int devi
 	cu->be.host_memory = 0;
 	cu->be.threads = 1;
 	cu->device = device;
+	cu->flash = !pd_env_on("PDIT_CUDA_NO_FLASH");
 	if (cudaSetDevice(device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess ||
 	    cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking) != cudaSuccess) {
 		(void)cudaGetLastError();

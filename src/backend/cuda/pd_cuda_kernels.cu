@@ -484,6 +484,32 @@ extern "C" void pd_cuda_lse_merge(cudaStream_t s, float *out, int64_t ldo, float
 }
 
 /* ----------------------------------------------------------------------- */
+/* Flash attention                                                         */
+/* ----------------------------------------------------------------------- */
+
+#include "pd_cuda_flash.cuh"
+
+extern "C" int pd_cuda_flash_fits(int hd)
+{
+	return hd == 64 || hd == 128;
+}
+
+extern "C" void pd_cuda_flash(cudaStream_t s, const void *q, const void *k, const void *v, int64_t W, float *out,
+			      int64_t ldo, float *lse, int64_t lse_ld, int64_t sq, int64_t skv, int heads, int hd,
+			      float scale)
+{
+	dim3 grid((unsigned)((sq + PD_FA_ROWS - 1) / PD_FA_ROWS), (unsigned)heads);
+	const __nv_bfloat16 *Q = (const __nv_bfloat16 *)q, *K = (const __nv_bfloat16 *)k, *V = (const __nv_bfloat16 *)v;
+
+	if (sq <= 0 || skv <= 0)
+		return;
+	if (hd == 128)
+		k_flash<128><<<grid, 128, 0, s>>>(Q, K, V, W, out, ldo, lse, lse_ld, sq, skv, scale);
+	else
+		k_flash<64><<<grid, 128, 0, s>>>(Q, K, V, W, out, ldo, lse, lse_ld, sq, skv, scale);
+}
+
+/* ----------------------------------------------------------------------- */
 /* The VAEs'                                                               */
 /* ----------------------------------------------------------------------- */
 

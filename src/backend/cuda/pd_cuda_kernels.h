@@ -46,6 +46,13 @@ void pd_cuda_gated_add(cudaStream_t s, float *x, int64_t ldx, const float *y, in
 /* softmax of scaled scores S [heads][sq][skv] into P, LSE at [h * lse_ld + row0 + i] */
 void pd_cuda_softmax(cudaStream_t s, const float *S, void *P, int bf16, float *lse, int64_t lse_ld, int heads,
 		     int64_t sq, int64_t skv, int64_t row0, const float *bias, int64_t bias_s, int causal);
+/* Whether pd_cuda_flash takes heads of HD channels (64, 128). */
+int pd_cuda_flash_fits(int hd);
+/* Attention of Q [sq, W] over K, V [skv, W] (packed bf16, head h at columns
+ * h * hd), SCALE times the scores, fused (the scores stay in registers):
+ * OUT f32 of row stride LDO, LSE at [h * lse_ld + i] (may be NULL). */
+void pd_cuda_flash(cudaStream_t s, const void *q, const void *k, const void *v, int64_t W, float *out, int64_t ldo,
+		   float *lse, int64_t lse_ld, int64_t sq, int64_t skv, int heads, int hd, float scale);
 void pd_cuda_lse_merge(cudaStream_t s, float *out, int64_t ldo, float *lse, const float *part, int64_t ldp,
 		       const float *plse, int64_t sq, int heads, int hd);
 /* device bytes group_stats needs for its partial sums */

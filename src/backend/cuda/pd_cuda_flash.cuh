@@ -1,0 +1,188 @@
+/*
+ * pd_cuda_flash.cuh - the fused attention kernel (k_flash), included by
+ * pd_cuda_kernels.cu, whose launcher runs it; and by the emulation test
+ * (tests/unit/test_flash_emu.cpp), which runs this same source on the CPU
+ * with threads for its lanes, so that its indexing, masking and online
+ * softmax are checked where no GPU is.
+ */
+#ifndef PD_CUDA_FLASH_CUH
+#define PD_CUDA_FLASH_CUH
+
+/* One block of 4 warps attends 64 query rows of one head, each warp 16 of
+ * them, over the keys in tiles of 64 (FlashAttention-2's forward): the
+ * scores of a tile (bf16 tensor-core products, f32 accumulators) never
+ * leave the registers; each row keeps its running maximum M and sum L (in
+ * log2 units: exp2 of prescaled scores), rescales its outputs when M grows,
+ * and divides by L at the end, writing the log-sum-exp (natural units) for
+ * ring attention's merge. The probabilities enter the second product as
+ * bf16 (the chunked path rounds them too), the scores stay f32.
+ *
+ * Register layouts are mma.m16n8k16's (PTX ISA, "matrix fragments"): with
+ * g = lane / 4 and t = lane % 4, A's registers hold (row g, columns 2t..2t+1),
+ * (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..); B's hold (k 2t..2t+1, n g)
+ * and (k 2t + 8.., n g); C's hold (row g, columns 2t, 2t + 1) and (g + 8,
+ * the same). A score tile's C registers are therefore the probabilities'
+ * A registers for the second product, without a trip through memory. */
+#define PD_FA_ROWS 64
+#define PD_FA_KEYS 64
+
+#ifndef PD_CUDA_EMULATE
+/* C += A B for one warp's 16x16 A, 16x8 B (bf16) and 16x8 C (f32); the
+ * emulation (tests/unit/cuda_emu.h) computes it from the same registers */
+__device__ static inline void pd_mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+		     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+#endif
+
+/* two floats as bf16 in one register, the first in the low half */
+__device__ static inline uint32_t pd_pack_bf16(float lo, float hi)
+{
+	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+
+	return *(uint32_t *)&v;
+}
+
+/* two bf16 values from separate places, the first in the low half */
+__device__ static inline uint32_t pd_pack_2(const __nv_bfloat16 *lo, const __nv_bfloat16 *hi)
+{
+	return (uint32_t)*(const uint16_t *)lo | ((uint32_t)*(const uint16_t *)hi << 16);
+}
+
+/* Q, K, V packed bf16 [rows, W] (head h at columns h * D); OUT f32 of row
+ * stride LDO; LSE [heads][lse_ld] or NULL. D: 64 or 128. */
+template <int D>
+__global__ static void __launch_bounds__(128) k_flash(const __nv_bfloat16 *Q, const __nv_bfloat16 *K,
+						       const __nv_bfloat16 *V, int64_t W, float *out, int64_t ldo,
+						       float *lse, int64_t lse_ld, int64_t sq, int64_t skv, float scale)
+{
+	/* rows padded by 8 values: a warp's reads of 8 rows fall in distinct banks */
+	__shared__ __align__(16) __nv_bfloat16 ks[PD_FA_KEYS][D + 8];
+	__shared__ __align__(16) __nv_bfloat16 vs[PD_FA_KEYS][D + 8];
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+	const int64_t h = blockIdx.y, r0 = (int64_t)blockIdx.x * PD_FA_ROWS + warp * 16;
+	const int64_t ra = r0 + g, rb = r0 + g + 8;
+	const float l2e = 1.4426950408889634f, sl2 = scale * l2e;
+	uint32_t qa[D / 16][4];
+	float o[D / 8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
+
+	/* this warp's 16 query rows as A registers, zeros past the last row */
+	for (int kk = 0; kk < D / 16; kk++) {
+		const __nv_bfloat16 *qa0 = Q + ra * W + h * D + kk * 16 + 2 * t, *qb0 = Q + rb * W + h * D + kk * 16 + 2 * t;
+
+		qa[kk][0] = ra < sq ? *(const uint32_t *)qa0 : 0u;
+		qa[kk][1] = rb < sq ? *(const uint32_t *)qb0 : 0u;
+		qa[kk][2] = ra < sq ? *(const uint32_t *)(qa0 + 8) : 0u;
+		qa[kk][3] = rb < sq ? *(const uint32_t *)(qb0 + 8) : 0u;
+	}
+	for (int dn = 0; dn < D / 8; dn++)
+		o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+
+	for (int64_t k0 = 0; k0 < skv; k0 += PD_FA_KEYS) {
+		float s[PD_FA_KEYS / 8][4];
+
+		/* the tile's keys and values into shared memory, 8 values a load,
+		 * zeros past the last key */
+		__syncthreads();
+		for (int e = threadIdx.x; e < PD_FA_KEYS * D / 8; e += blockDim.x) {
+			int row = e / (D / 8), c8 = (e % (D / 8)) * 8;
+			int64_t key = k0 + row;
+			uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+
+			if (key < skv) {
+				kv = *(const uint4 *)(K + key * W + h * D + c8);
+				vv = *(const uint4 *)(V + key * W + h * D + c8);
+			}
+			*(uint4 *)&ks[row][c8] = kv;
+			*(uint4 *)&vs[row][c8] = vv;
+		}
+		__syncthreads();
+
+		/* S [16 rows, 64 keys] = Q K^T */
+		for (int nt = 0; nt < PD_FA_KEYS / 8; nt++)
+			s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+		for (int kk = 0; kk < D / 16; kk++)
+			for (int nt = 0; nt < PD_FA_KEYS / 8; nt++) {
+				const __nv_bfloat16 *kr = &ks[nt * 8 + g][kk * 16 + 2 * t];
+
+				pd_mma_bf16(s[nt], qa[kk], *(const uint32_t *)kr, *(const uint32_t *)(kr + 8));
+			}
+
+		/* scaled to log2 units, keys past the last masked; each row's
+		 * maximum over the quad of lanes that holds it */
+		float mx[2] = { -INFINITY, -INFINITY };
+
+		for (int nt = 0; nt < PD_FA_KEYS / 8; nt++)
+			for (int c = 0; c < 4; c++) {
+				int64_t key = k0 + nt * 8 + 2 * t + (c & 1);
+
+				s[nt][c] = key < skv ? s[nt][c] * sl2 : -INFINITY;
+				mx[c >> 1] = fmaxf(mx[c >> 1], s[nt][c]);
+			}
+		float corr[2];
+
+		for (int i = 0; i < 2; i++) {
+			mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+			mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+			mx[i] = fmaxf(mx[i], m[i]);
+			/* the first tile has a key: its maximum is finite */
+			corr[i] = exp2f(m[i] - mx[i]);
+			m[i] = mx[i];
+			l[i] *= corr[i];
+		}
+		for (int dn = 0; dn < D / 8; dn++) {
+			o[dn][0] *= corr[0];
+			o[dn][1] *= corr[0];
+			o[dn][2] *= corr[1];
+			o[dn][3] *= corr[1];
+		}
+
+		/* O += P V, 16 keys a step: P's A registers from two score tiles */
+		for (int j = 0; j < PD_FA_KEYS / 16; j++) {
+			uint32_t pa[4];
+			float p[2][4];
+
+			for (int u = 0; u < 2; u++)
+				for (int c = 0; c < 4; c++) {
+					p[u][c] = exp2f(s[2 * j + u][c] - m[c >> 1]);
+					l[c >> 1] += p[u][c];
+				}
+			pa[0] = pd_pack_bf16(p[0][0], p[0][1]);
+			pa[1] = pd_pack_bf16(p[0][2], p[0][3]);
+			pa[2] = pd_pack_bf16(p[1][0], p[1][1]);
+			pa[3] = pd_pack_bf16(p[1][2], p[1][3]);
+			for (int dn = 0; dn < D / 8; dn++) {
+				const int kr = j * 16 + 2 * t, d = dn * 8 + g;
+
+				pd_mma_bf16(o[dn], pa, pd_pack_2(&vs[kr][d], &vs[kr + 1][d]),
+					    pd_pack_2(&vs[kr + 8][d], &vs[kr + 9][d]));
+			}
+		}
+	}
+
+	/* each row's sum over its quad, then the outputs and log-sum-exp */
+	for (int i = 0; i < 2; i++) {
+		l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+		l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+	}
+	for (int i = 0; i < 2; i++) {
+		int64_t r = i ? rb : ra;
+		float inv = 1.0f / l[i];
+
+		if (r >= sq)
+			continue;
+		for (int dn = 0; dn < D / 8; dn++) {
+			float *y = out + r * ldo + h * D + dn * 8 + 2 * t;
+
+			y[0] = o[dn][2 * i] * inv;
+			y[1] = o[dn][2 * i + 1] * inv;
+		}
+		if (lse && t == 0)
+			lse[h * lse_ld + r] = (m[i] + log2f(l[i])) / l2e;
+	}
+}
+
+#endif /* PD_CUDA_FLASH_CUH */

@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include <vector>
+
 static uint64_t rng_state;
 static int failed;
 
@@ -114,7 +116,9 @@ static void one_case(int hd, int heads, int64_t sq, int64_t skv, int with_lse)
 			if (with_lse) {
 				double l = lse[(size_t)(h * sq + i)], r = m + log(sum);
 
-				lerr = fabs(l - r) / (1 + fabs(r)) > lerr || isnan(l) ? (isnan(l) ? INFINITY : fabs(l - r) / (1 + fabs(r))) : lerr;
+				lerr = fabs(l - r) / (1 + fabs(r)) > lerr || isnan(l)
+					       ? (isnan(l) ? INFINITY : fabs(l - r) / (1 + fabs(r)))
+					       : lerr;
 			}
 		}
 	for (int64_t i = 0; i < sq; i++)

@@ -28,7 +28,7 @@
 
 #ifndef PD_CUDA_EMULATE
 /* C += A B for one warp's 16x16 A, 16x8 B (bf16) and 16x8 C (f32); the
- * emulation (tests/unit/cuda_emu.h) computes it from the same registers */
+ * emulation (tests/emu/cuda_emu.h) computes it from the same registers */
 __device__ static inline void pd_mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1)
 {
 	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
@@ -49,15 +49,15 @@ __device__ static inline uint32_t pd_pack_bf16(float lo, float hi)
 /* two bf16 values from separate places, the first in the low half */
 __device__ static inline uint32_t pd_pack_2(const __nv_bfloat16 *lo, const __nv_bfloat16 *hi)
 {
-	return (uint32_t)*(const uint16_t *)lo | ((uint32_t)*(const uint16_t *)hi << 16);
+	return (uint32_t) * (const uint16_t *)lo | ((uint32_t) * (const uint16_t *)hi << 16);
 }
 
 /* Q, K, V packed bf16 [rows, W] (head h at columns h * D); OUT f32 of row
  * stride LDO; LSE [heads][lse_ld] or NULL. D: 64 or 128. */
 template <int D>
-__global__ static void __launch_bounds__(128) k_flash(const __nv_bfloat16 *Q, const __nv_bfloat16 *K,
-						       const __nv_bfloat16 *V, int64_t W, float *out, int64_t ldo,
-						       float *lse, int64_t lse_ld, int64_t sq, int64_t skv, float scale)
+__global__ static void __launch_bounds__(128)
+	k_flash(const __nv_bfloat16 *Q, const __nv_bfloat16 *K, const __nv_bfloat16 *V, int64_t W, float *out,
+		int64_t ldo, float *lse, int64_t lse_ld, int64_t sq, int64_t skv, float scale)
 {
 	/* rows padded by 8 values: a warp's reads of 8 rows fall in distinct banks */
 	__shared__ __align__(16) __nv_bfloat16 ks[PD_FA_KEYS][D + 8];
@@ -71,7 +71,8 @@ __global__ static void __launch_bounds__(128) k_flash(const __nv_bfloat16 *Q, co
 
 	/* this warp's 16 query rows as A registers, zeros past the last row */
 	for (int kk = 0; kk < D / 16; kk++) {
-		const __nv_bfloat16 *qa0 = Q + ra * W + h * D + kk * 16 + 2 * t, *qb0 = Q + rb * W + h * D + kk * 16 + 2 * t;
+		const __nv_bfloat16 *qa0 = Q + ra * W + h * D + kk * 16 + 2 * t,
+				    *qb0 = Q + rb * W + h * D + kk * 16 + 2 * t;
 
 		qa[kk][0] = ra < sq ? *(const uint32_t *)qa0 : 0u;
 		qa[kk][1] = rb < sq ? *(const uint32_t *)qb0 : 0u;

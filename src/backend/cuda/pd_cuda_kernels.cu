@@ -12,7 +12,19 @@
 
 #include "pd_cuda_kernels.h"
 
+/* A launch: on a GPU, NAME<<<GRID, BLOCK, 0, S>>>(...); in the emulation
+ * (tests/emu/cuda_emu.h, which defines both) on the CPU, the threads of a
+ * _COOP kernel (barriers, shuffles, tensor-core products) together, the
+ * others' one after another. */
+#ifndef PD_CUDA_EMULATE
+#define PD_LAUNCH(k, grid, block, s, ...) k<<<grid, block, 0, s>>>(__VA_ARGS__)
+#define PD_LAUNCH_COOP PD_LAUNCH
+#endif
+
+/* threads a block (the emulation runs fewer: each is a host thread) */
+#ifndef PD_THREADS
 #define PD_THREADS 256
+#endif
 
 static unsigned pd_blocks(int64_t n)
 {
@@ -22,7 +34,8 @@ static unsigned pd_blocks(int64_t n)
 }
 
 /* grid-stride loop over N elements */
-#define PD_FOR(i, n) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+#define PD_FOR(i, n) \
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
 __device__ static float pd_sigmoid_mul(float x, float a)
 {
@@ -87,25 +100,25 @@ extern "C" void pd_cuda_copy2d(cudaStream_t s, float *y, int64_t ldy, const floa
 			       int64_t cols)
 {
 	if (rows > 0 && cols > 0)
-		k_copy2d<<<pd_blocks(rows * cols), PD_THREADS, 0, s>>>(y, ldy, x, ldx, rows, cols);
+		PD_LAUNCH(k_copy2d, pd_blocks(rows * cols), PD_THREADS, s, y, ldy, x, ldx, rows, cols);
 }
 
 extern "C" void pd_cuda_fill(cudaStream_t s, float *y, float v, int64_t n)
 {
 	if (n > 0)
-		k_fill<<<pd_blocks(n), PD_THREADS, 0, s>>>(y, v, n);
+		PD_LAUNCH(k_fill, pd_blocks(n), PD_THREADS, s, y, v, n);
 }
 
 extern "C" void pd_cuda_unary(cudaStream_t s, float *y, const float *x, int64_t n, int op)
 {
 	if (n > 0)
-		k_unary<<<pd_blocks(n), PD_THREADS, 0, s>>>(y, x, n, op);
+		PD_LAUNCH(k_unary, pd_blocks(n), PD_THREADS, s, y, x, n, op);
 }
 
 extern "C" void pd_cuda_binary(cudaStream_t s, float *y, const float *a, const float *b, int64_t n, int op)
 {
 	if (n > 0)
-		k_binary<<<pd_blocks(n), PD_THREADS, 0, s>>>(y, a, b, n, op);
+		PD_LAUNCH(k_binary, pd_blocks(n), PD_THREADS, s, y, a, b, n, op);
 }
 
 /* ----------------------------------------------------------------------- */
@@ -125,7 +138,7 @@ __global__ static void k_to_bf16(__nv_bfloat16 *y, const float *x, int64_t rows,
 extern "C" void pd_cuda_to_bf16(cudaStream_t s, void *y, const float *x, int64_t rows, int64_t cols, int64_t ldx)
 {
 	if (rows * cols > 0)
-		k_to_bf16<<<pd_blocks(rows * cols), PD_THREADS, 0, s>>>((__nv_bfloat16 *)y, x, rows, cols, ldx);
+		PD_LAUNCH(k_to_bf16, pd_blocks(rows * cols), PD_THREADS, s, (__nv_bfloat16 *)y, x, rows, cols, ldx);
 }
 
 /* oneDNN's gelu_tanh, as the CPU backend applies it */
@@ -151,7 +164,7 @@ extern "C" void pd_cuda_bias_act(cudaStream_t s, float *y, int64_t ldy, int64_t 
 				 int gelu)
 {
 	if (rows * cols > 0 && (bias || gelu))
-		k_bias_act<<<pd_blocks(rows * cols), PD_THREADS, 0, s>>>(y, ldy, rows, cols, bias, gelu);
+		PD_LAUNCH(k_bias_act, pd_blocks(rows * cols), PD_THREADS, s, y, ldy, rows, cols, bias, gelu);
 }
 
 /* Channel bias of a convolution's output [c, n] (row stride ld). */
@@ -168,7 +181,7 @@ __global__ static void k_channel_bias(float *y, int64_t ld, int c, int64_t n, co
 extern "C" void pd_cuda_channel_bias(cudaStream_t s, float *y, int64_t ld, int c, int64_t n, const float *bias)
 {
 	if ((int64_t)c * n > 0 && bias)
-		k_channel_bias<<<pd_blocks((int64_t)c * n), PD_THREADS, 0, s>>>(y, ld, c, n, bias);
+		PD_LAUNCH(k_channel_bias, pd_blocks((int64_t)c * n), PD_THREADS, s, y, ld, c, n, bias);
 }
 
 /* Quantized weights into the products' operand: Q8_0 blocks (ggml: an f16
@@ -211,8 +224,8 @@ extern "C" void pd_cuda_dequant(cudaStream_t s, void *dst, int bf16, const void 
 				float scale, int64_t rows, int64_t cols, int64_t row_bytes)
 {
 	if (rows * cols > 0)
-		k_dequant<<<pd_blocks(rows * cols), PD_THREADS, 0, s>>>(dst, bf16, (const uint8_t *)src, type, table, scale,
-									 rows, cols, row_bytes);
+		PD_LAUNCH(k_dequant, pd_blocks(rows * cols), PD_THREADS, s, dst, bf16, (const uint8_t *)src, type,
+			  table, scale, rows, cols, row_bytes);
 }
 
 /* ----------------------------------------------------------------------- */
@@ -263,11 +276,12 @@ extern "C" void pd_cuda_layernorm(cudaStream_t s, float *y, int64_t ldy, const f
 				  int64_t dim, const float *w, const float *b, float eps, int mode)
 {
 	if (rows > 0)
-		k_layernorm<<<(unsigned)rows, PD_THREADS, 0, s>>>(y, ldy, x, ldx, dim, w, b, eps, mode);
+		PD_LAUNCH_COOP(k_layernorm, (unsigned)rows, PD_THREADS, s, y, ldy, x, ldx, dim, w, b, eps, mode);
 }
 
 /* One warp a (row, head). */
-__global__ static void k_rmsnorm_heads(float *x, int64_t ldx, int64_t rows, int heads, int hd, const float *w, float eps)
+__global__ static void k_rmsnorm_heads(float *x, int64_t ldx, int64_t rows, int heads, int hd, const float *w,
+				       float eps)
 {
 	int64_t task = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
 	int lane = threadIdx.x & 31;
@@ -293,8 +307,8 @@ extern "C" void pd_cuda_rmsnorm_heads(cudaStream_t s, float *x, int64_t ldx, int
 	int64_t n = rows * heads * 32;
 
 	if (n > 0)
-		k_rmsnorm_heads<<<(unsigned)((n + PD_THREADS - 1) / PD_THREADS), PD_THREADS, 0, s>>>(x, ldx, rows, heads, hd,
-													  w, eps);
+		PD_LAUNCH_COOP(k_rmsnorm_heads, (unsigned)((n + PD_THREADS - 1) / PD_THREADS), PD_THREADS, s, x, ldx,
+			       rows, heads, hd, w, eps);
 }
 
 __global__ static void k_row_sumsq(float *sumsq, const float *x, int64_t ldx, int64_t cols)
@@ -313,7 +327,7 @@ __global__ static void k_row_sumsq(float *sumsq, const float *x, int64_t ldx, in
 extern "C" void pd_cuda_row_sumsq(cudaStream_t s, float *sumsq, const float *x, int64_t ldx, int64_t rows, int64_t cols)
 {
 	if (rows > 0)
-		k_row_sumsq<<<(unsigned)rows, PD_THREADS, 0, s>>>(sumsq, x, ldx, cols);
+		PD_LAUNCH_COOP(k_row_sumsq, (unsigned)rows, PD_THREADS, s, sumsq, x, ldx, cols);
 }
 
 __global__ static void k_rms_apply(float *x, int64_t ldx, int64_t rows, int64_t cols, const float *sumsq, int64_t n,
@@ -329,11 +343,11 @@ __global__ static void k_rms_apply(float *x, int64_t ldx, int64_t rows, int64_t 
 	}
 }
 
-extern "C" void pd_cuda_rms_apply(cudaStream_t s, float *x, int64_t ldx, int64_t rows, int64_t cols,
-				  const float *sumsq, int64_t n, const float *w, float eps)
+extern "C" void pd_cuda_rms_apply(cudaStream_t s, float *x, int64_t ldx, int64_t rows, int64_t cols, const float *sumsq,
+				  int64_t n, const float *w, float eps)
 {
 	if (rows * cols > 0)
-		k_rms_apply<<<pd_blocks(rows * cols), PD_THREADS, 0, s>>>(x, ldx, rows, cols, sumsq, n, w, eps);
+		PD_LAUNCH(k_rms_apply, pd_blocks(rows * cols), PD_THREADS, s, x, ldx, rows, cols, sumsq, n, w, eps);
 }
 
 __global__ static void k_rope(float *x, int64_t ldx, int64_t rows, int heads, int hd, const float *cs, const float *sn)
@@ -361,7 +375,7 @@ extern "C" void pd_cuda_rope(cudaStream_t s, float *x, int64_t ldx, int64_t rows
 	int64_t n = rows * heads * (hd / 2);
 
 	if (n > 0)
-		k_rope<<<pd_blocks(n), PD_THREADS, 0, s>>>(x, ldx, rows, heads, hd, cs, sn);
+		PD_LAUNCH(k_rope, pd_blocks(n), PD_THREADS, s, x, ldx, rows, heads, hd, cs, sn);
 }
 
 __global__ static void k_gated_add(float *x, int64_t ldx, const float *y, int64_t ldy, int64_t rows, int64_t dim,
@@ -380,7 +394,7 @@ extern "C" void pd_cuda_gated_add(cudaStream_t s, float *x, int64_t ldx, const f
 				  int64_t dim, const float *gate)
 {
 	if (rows * dim > 0)
-		k_gated_add<<<pd_blocks(rows * dim), PD_THREADS, 0, s>>>(x, ldx, y, ldy, rows, dim, gate);
+		PD_LAUNCH(k_gated_add, pd_blocks(rows * dim), PD_THREADS, s, x, ldx, y, ldy, rows, dim, gate);
 }
 
 /* ----------------------------------------------------------------------- */
@@ -391,8 +405,8 @@ extern "C" void pd_cuda_gated_add(cudaStream_t s, float *x, int64_t ldx, const f
  * [heads][s][s] and the causal mask (query row0 + i sees keys j <= row0 +
  * i), softmax into P (f32 or bf16, the same layout), log-sum-exp into LSE
  * [heads][lse_ld] at row0 + i (may be NULL). */
-__global__ static void k_softmax(const float *S, void *P, int bf16, float *lse, int64_t lse_ld, int64_t sq,
-				 int64_t skv, int64_t row0, const float *bias, int64_t bias_s, int causal)
+__global__ static void k_softmax(const float *S, void *P, int bf16, float *lse, int64_t lse_ld, int64_t sq, int64_t skv,
+				 int64_t row0, const float *bias, int64_t bias_s, int causal)
 {
 	__shared__ double shd[32];
 	__shared__ float shf[32];
@@ -446,8 +460,8 @@ extern "C" void pd_cuda_softmax(cudaStream_t s, const float *S, void *P, int bf1
 				int causal)
 {
 	if (heads * sq > 0)
-		k_softmax<<<(unsigned)(heads * sq), PD_THREADS, 0, s>>>(S, P, bf16, lse, lse_ld, sq, skv, row0, bias, bias_s,
-									  causal);
+		PD_LAUNCH_COOP(k_softmax, (unsigned)(heads * sq), PD_THREADS, s, S, P, bf16, lse, lse_ld, sq, skv, row0,
+			       bias, bias_s, causal);
 }
 
 __global__ static void k_lse_merge(float *out, int64_t ldo, float *lse, const float *part, int64_t ldp,
@@ -480,7 +494,8 @@ extern "C" void pd_cuda_lse_merge(cudaStream_t s, float *out, int64_t ldo, float
 				  const float *plse, int64_t sq, int heads, int hd)
 {
 	if (sq * heads > 0)
-		k_lse_merge<<<pd_blocks(sq * heads), PD_THREADS, 0, s>>>(out, ldo, lse, part, ldp, plse, sq, heads, hd);
+		PD_LAUNCH(k_lse_merge, pd_blocks(sq * heads), PD_THREADS, s, out, ldo, lse, part, ldp, plse, sq, heads,
+			  hd);
 }
 
 /* ----------------------------------------------------------------------- */
@@ -504,9 +519,9 @@ extern "C" void pd_cuda_flash(cudaStream_t s, const void *q, const void *k, cons
 	if (sq <= 0 || skv <= 0)
 		return;
 	if (hd == 128)
-		k_flash<128><<<grid, 128, 0, s>>>(Q, K, V, W, out, ldo, lse, lse_ld, sq, skv, scale);
+		PD_LAUNCH_COOP(k_flash<128>, grid, 128, s, Q, K, V, W, out, ldo, lse, lse_ld, sq, skv, scale);
 	else
-		k_flash<64><<<grid, 128, 0, s>>>(Q, K, V, W, out, ldo, lse, lse_ld, sq, skv, scale);
+		PD_LAUNCH_COOP(k_flash<64>, grid, 128, s, Q, K, V, W, out, ldo, lse, lse_ld, sq, skv, scale);
 }
 
 /* ----------------------------------------------------------------------- */
@@ -521,7 +536,8 @@ __global__ static void k_group_partial(const float *x, int64_t per_group, double
 {
 	__shared__ double sh[32];
 	int g = blockIdx.x, ck = blockIdx.y;
-	int64_t len = (per_group + PD_GN_CHUNKS - 1) / PD_GN_CHUNKS, a = ck * len, b = a + len < per_group ? a + len : per_group;
+	int64_t len = (per_group + PD_GN_CHUNKS - 1) / PD_GN_CHUNKS, a = ck * len,
+		b = a + len < per_group ? a + len : per_group;
 	const float *xg = x + (int64_t)g * per_group;
 	double sum = 0, sq = 0;
 
@@ -564,13 +580,13 @@ extern "C" void pd_cuda_group_stats(cudaStream_t s, const float *x, int c, int64
 
 	if (groups < 1)
 		return;
-	k_group_partial<<<grid, PD_THREADS, 0, s>>>(x, (int64_t)(c / groups) * hw, scratch);
-	k_group_final<<<(unsigned)((groups + 63) / 64), 64, 0, s>>>(scratch, groups, stats);
+	PD_LAUNCH_COOP(k_group_partial, grid, PD_THREADS, s, x, (int64_t)(c / groups) * hw, scratch);
+	PD_LAUNCH(k_group_final, (unsigned)((groups + 63) / 64), 64, s, scratch, groups, stats);
 }
 
 __global__ static void k_group_apply(float *y, int64_t ycs, const float *x, int c, int64_t hw, int groups,
-				     const double *stats, double count, const float *gamma, const float *beta, float eps,
-				     int silu)
+				     const double *stats, double count, const float *gamma, const float *beta,
+				     float eps, int silu)
 {
 	int cpg = c / groups;
 
@@ -591,8 +607,8 @@ extern "C" void pd_cuda_group_apply(cudaStream_t s, float *y, int64_t ycs, const
 				    const float *beta, float eps, int silu)
 {
 	if ((int64_t)c * hw > 0 && groups > 0)
-		k_group_apply<<<pd_blocks((int64_t)c * hw), PD_THREADS, 0, s>>>(y, ycs, x, c, hw, groups, stats, count,
-										 gamma, beta, eps, silu);
+		PD_LAUNCH(k_group_apply, pd_blocks((int64_t)c * hw), PD_THREADS, s, y, ycs, x, c, hw, groups, stats,
+			  count, gamma, beta, eps, silu);
 }
 
 __global__ static void k_rms_channels(float *y, const float *x, int c, int64_t hw, const float *gamma, int silu)
@@ -619,7 +635,7 @@ extern "C" void pd_cuda_rms_channels(cudaStream_t s, float *y, const float *x, i
 				     int silu)
 {
 	if (hw > 0)
-		k_rms_channels<<<pd_blocks(hw), PD_THREADS, 0, s>>>(y, x, c, hw, gamma, silu);
+		PD_LAUNCH(k_rms_channels, pd_blocks(hw), PD_THREADS, s, y, x, c, hw, gamma, silu);
 }
 
 __global__ static void k_upsample2x(float *y, int64_t ycs, const float *x, int c, int h, int w)
@@ -639,7 +655,7 @@ extern "C" void pd_cuda_upsample2x(cudaStream_t s, float *y, int64_t ycs, const 
 	int64_t n = (int64_t)c * 4 * h * w;
 
 	if (n > 0)
-		k_upsample2x<<<pd_blocks(n), PD_THREADS, 0, s>>>(y, ycs, x, c, h, w);
+		PD_LAUNCH(k_upsample2x, pd_blocks(n), PD_THREADS, s, y, ycs, x, c, h, w);
 }
 
 __global__ static void k_transpose(float *y, const float *x, int64_t rows, int64_t cols)
@@ -673,7 +689,7 @@ extern "C" void pd_cuda_transpose(cudaStream_t s, float *y, const float *x, int6
 	dim3 grid((unsigned)(tiles < 65535 ? tiles : 65535), (unsigned)((tiles + 65534) / 65535)), block(32, 8);
 
 	if (rows * cols > 0)
-		k_transpose<<<grid, block, 0, s>>>(y, x, rows, cols);
+		PD_LAUNCH_COOP(k_transpose, grid, block, s, y, x, rows, cols);
 }
 
 /* Convolution's columns: col[(ci k + ky) k + kx][n] for output positions n
@@ -706,5 +722,5 @@ extern "C" void pd_cuda_im2col(cudaStream_t s, void *col, int bf16, const float 
 	int64_t n = (int64_t)c_in * k * k * nr * w;
 
 	if (n > 0)
-		k_im2col<<<pd_blocks(n), PD_THREADS, 0, s>>>(col, bf16, x, c_in, h, w, halo, k, r0, nr);
+		PD_LAUNCH(k_im2col, pd_blocks(n), PD_THREADS, s, col, bf16, x, c_in, h, w, halo, k, r0, nr);
 }

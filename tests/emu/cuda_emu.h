@@ -1,0 +1,335 @@
+/*
+ * cuda_emu.h - just enough of CUDA's kernel language to run a kernel's own
+ * source on the CPU for a test. A launch runs its blocks one after another.
+ * A kernel whose threads work alone (PD_LAUNCH) runs them one after another
+ * on the calling thread; one whose threads meet (PD_LAUNCH_COOP: block
+ * barriers, warp shuffles, tensor-core products) runs each of a block's
+ * threads on a host thread of its own (a block's __shared__ arrays are
+ * then function statics), and a warp's shuffles and products meet at a
+ * barrier of its 32 threads. A cooperative call from a kernel launched as
+ * independent stops the program, naming it. The product mma.m16n8k16 (bf16
+ * in, f32 accumulate) is computed from the 32 lanes' registers by the
+ * fragment layout the PTX ISA documents, so a kernel that puts a value in
+ * the wrong register or lane gets a wrong answer here as on a GPU. Nothing
+ * of a GPU's timing is modelled.
+ */
+#ifndef CUDA_EMU_H
+#define CUDA_EMU_H
+
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <atomic>
+
+#define PD_CUDA_EMULATE 1
+#define __global__
+#define __device__
+#define __shared__ static
+#define __launch_bounds__(n)
+#define __align__(n) __attribute__((aligned(n)))
+
+struct dim3 {
+	unsigned x, y, z;
+	dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c)
+	{
+	}
+};
+struct uint4 {
+	uint32_t x, y, z, w;
+};
+static inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d)
+{
+	return uint4{ a, b, c, d };
+}
+
+/* bf16 and half as their bits */
+struct __nv_bfloat16 {
+	uint16_t x;
+};
+struct __nv_bfloat162 {
+	__nv_bfloat16 x, y;
+};
+struct __half_raw {
+	unsigned short x;
+};
+struct __half {
+	unsigned short x;
+	__half(__half_raw r) : x(r.x)
+	{
+	}
+};
+
+/* round to nearest even, as __float2bfloat16_rn */
+static inline uint16_t emu_bf16(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, 4);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (uint16_t)(u >> 16);
+}
+
+static inline float emu_float(uint16_t b)
+{
+	uint32_t u = (uint32_t)b << 16;
+	float f;
+
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static inline __nv_bfloat16 __float2bfloat16_rn(float f)
+{
+	return __nv_bfloat16{ emu_bf16(f) };
+}
+
+static inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi)
+{
+	return __nv_bfloat162{ { emu_bf16(lo) }, { emu_bf16(hi) } };
+}
+
+static inline float __half2float(__half h)
+{
+	int s = h.x >> 15, e = (h.x >> 10) & 31, m = h.x & 1023;
+	float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), e - 25);
+
+	return s ? -v : v;
+}
+
+static thread_local dim3 threadIdx, blockIdx;
+static dim3 blockDim, gridDim;
+
+/* the running launch: cooperative (threads of their own) or not, and its
+ * kernel's name for the refusal */
+static int emu_coop;
+static const char *emu_kernel;
+
+/* A barrier of N threads: the last to arrive moves the generation on; the
+ * others yield until it moves (on 2 cores, waking 64 sleepers through the
+ * kernel cost more than the kernels' work). */
+struct emu_barrier {
+	unsigned n;
+	std::atomic<unsigned> count{ 0 }, gen{ 0 };
+};
+
+static void emu_barrier_init(emu_barrier *b, unsigned n)
+{
+	b->n = n;
+	b->count = 0;
+}
+
+static void emu_wait(emu_barrier *b)
+{
+	unsigned g = b->gen.load(std::memory_order_acquire);
+
+	if (b->count.fetch_add(1, std::memory_order_acq_rel) + 1 == b->n) {
+		b->count.store(0, std::memory_order_relaxed);
+		b->gen.fetch_add(1, std::memory_order_acq_rel);
+		return;
+	}
+	while (b->gen.load(std::memory_order_acquire) == g)
+		sched_yield();
+}
+
+/* a block's barrier, and each warp's */
+static emu_barrier emu_block_bar, emu_warp_bar[32];
+static uint64_t emu_lane_x[32][32];
+static uint32_t emu_lane_a[32][32][4], emu_lane_b[32][32][2];
+
+static inline void emu_need_coop(const char *what)
+{
+	if (!emu_coop) {
+		fprintf(stderr,
+			"cuda_emu: %s in kernel %s, launched as one of independent threads (PD_LAUNCH, not "
+			"PD_LAUNCH_COOP)\n",
+			what, emu_kernel);
+		abort();
+	}
+}
+
+static inline void __syncthreads(void)
+{
+	emu_need_coop("__syncthreads");
+	emu_wait(&emu_block_bar);
+}
+
+/* lane SRC's V (its own where SRC is outside the warp) */
+template <typename T> static inline T emu_shuffle(T v, int src)
+{
+	int w = (int)threadIdx.x >> 5, l = (int)threadIdx.x & 31;
+	T r;
+
+	emu_need_coop("a warp shuffle");
+	memcpy(&emu_lane_x[w][l], &v, sizeof(T));
+	emu_wait(&emu_warp_bar[w]);
+	memcpy(&r, &emu_lane_x[w][src >= 0 && src < 32 ? src : l], sizeof(T));
+	emu_wait(&emu_warp_bar[w]);
+	return r;
+}
+
+template <typename T> static inline T __shfl_xor_sync(unsigned mask, T v, int lanes)
+{
+	(void)mask;
+	return emu_shuffle(v, ((int)threadIdx.x & 31) ^ lanes);
+}
+
+template <typename T> static inline T __shfl_down_sync(unsigned mask, T v, unsigned delta)
+{
+	(void)mask;
+	return emu_shuffle(v, ((int)threadIdx.x & 31) + (int)delta);
+}
+
+/* One lane's part of mma.m16n8k16.row.col.f32.bf16.bf16.f32: C += A B.
+ * A 16x16: lane 4 * (row % 8) + (k % 8) / 2, register (row >= 8) + 2 (k >= 8);
+ * B 16x8: lane 4 * n + (k % 8) / 2, register (k >= 8); the lower k of a pair
+ * in a register's low half. C 16x8: lane 4 * (row % 8) + col / 2, value
+ * 2 (row >= 8) + col % 2. */
+static inline void pd_mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+	int w = (int)threadIdx.x >> 5, l = (int)threadIdx.x & 31, g = l >> 2, t = l & 3;
+
+	emu_need_coop("mma.sync");
+	memcpy(emu_lane_a[w][l], a, sizeof(emu_lane_a[w][l]));
+	emu_lane_b[w][l][0] = b0;
+	emu_lane_b[w][l][1] = b1;
+	emu_wait(&emu_warp_bar[w]);
+	for (int i = 0; i < 4; i++) {
+		int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+		float acc = c[i];
+
+		for (int k = 0; k < 16; k++) {
+			uint32_t ar = emu_lane_a[w][4 * (row & 7) + ((k & 7) >> 1)][(row >= 8) + 2 * (k >= 8)];
+			uint32_t br = emu_lane_b[w][4 * col + ((k & 7) >> 1)][k >= 8];
+
+			acc += emu_float((uint16_t)(ar >> (16 * (k & 1)))) *
+			       emu_float((uint16_t)(br >> (16 * (k & 1))));
+		}
+		c[i] = acc;
+	}
+	emu_wait(&emu_warp_bar[w]);
+}
+
+/* The host threads a cooperative block runs on, kept from launch to
+ * launch (making 64 threads a block cost more than the kernels): worker i
+ * runs thread i of the current block when a new round begins. */
+struct emu_pool {
+	pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	pthread_cond_t go = PTHREAD_COND_INITIALIZER, done = PTHREAD_COND_INITIALIZER;
+	unsigned round = 0, n = 0, finished = 0, started = 0;
+	dim3 block, idx;
+	void (*call)(void *) = nullptr;
+	void *ctx = nullptr;
+};
+static emu_pool emu_p;
+
+static void *emu_worker(void *arg)
+{
+	unsigned i = (unsigned)(uintptr_t)arg, seen = 0;
+
+	for (;;) {
+		pthread_mutex_lock(&emu_p.mu);
+		while (emu_p.round == seen)
+			pthread_cond_wait(&emu_p.go, &emu_p.mu);
+		seen = emu_p.round;
+		unsigned n = emu_p.n;
+		dim3 block = emu_p.block, idx = emu_p.idx;
+		void (*call)(void *) = emu_p.call;
+		void *ctx = emu_p.ctx;
+		pthread_mutex_unlock(&emu_p.mu);
+		if (i >= n)
+			continue;
+		threadIdx = dim3(i % block.x, i / block.x % block.y, i / (block.x * block.y));
+		blockIdx = idx;
+		call(ctx);
+		pthread_mutex_lock(&emu_p.mu);
+		if (++emu_p.finished == n)
+			pthread_cond_signal(&emu_p.done);
+		pthread_mutex_unlock(&emu_p.mu);
+	}
+	return NULL;
+}
+
+/* one block of N threads on the pool (grown to N workers) */
+static void emu_block(unsigned n, dim3 block, dim3 idx, void (*call)(void *), void *ctx)
+{
+	pthread_mutex_lock(&emu_p.mu);
+	while (emu_p.started < n) {
+		pthread_t t;
+		pthread_attr_t at;
+
+		pthread_attr_init(&at);
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		if (pthread_create(&t, &at, emu_worker, (void *)(uintptr_t)emu_p.started)) {
+			fprintf(stderr, "cuda_emu: cannot start thread %u\n", emu_p.started);
+			abort();
+		}
+		pthread_attr_destroy(&at);
+		emu_p.started++;
+	}
+	emu_p.n = n;
+	emu_p.block = block;
+	emu_p.idx = idx;
+	emu_p.call = call;
+	emu_p.ctx = ctx;
+	emu_p.finished = 0;
+	emu_p.round++;
+	pthread_cond_broadcast(&emu_p.go);
+	while (emu_p.finished < n)
+		pthread_cond_wait(&emu_p.done, &emu_p.mu);
+	pthread_mutex_unlock(&emu_p.mu);
+}
+
+template <typename F> static void emu_call(void *ctx)
+{
+	(*(F *)ctx)();
+}
+
+/* Runs FN (the kernel's call) on every thread of every block of GRID, the
+ * threads of a block together (COOP) or one after another. */
+template <typename F> static void emu_run(const char *name, int coop, dim3 grid, dim3 block, F fn)
+{
+	unsigned n = block.x * block.y * block.z;
+
+	blockDim = block;
+	gridDim = grid;
+	emu_coop = coop;
+	emu_kernel = name;
+	if (coop) {
+		emu_barrier_init(&emu_block_bar, n);
+		for (unsigned w = 0; w < (n + 31) / 32; w++)
+			emu_barrier_init(&emu_warp_bar[w], n - 32 * w < 32 ? n - 32 * w : 32);
+	}
+	for (unsigned bz = 0; bz < grid.z; bz++)
+		for (unsigned by = 0; by < grid.y; by++)
+			for (unsigned bx = 0; bx < grid.x; bx++) {
+				if (coop) {
+					emu_block(n, block, dim3(bx, by, bz), emu_call<F>, &fn);
+					continue;
+				}
+				blockIdx = dim3(bx, by, bz);
+				for (unsigned i = 0; i < n; i++) {
+					threadIdx = dim3(i % block.x, i / block.x % block.y, i / (block.x * block.y));
+					fn();
+				}
+			}
+	threadIdx = dim3(0, 0, 0);
+	blockIdx = dim3(0, 0, 0);
+}
+
+template <typename F> static void emu_launch(dim3 grid, dim3 block, F fn)
+{
+	emu_run("(test)", 1, grid, block, fn);
+}
+
+#define PD_LAUNCH(k, grid, block, s, ...) ((void)(s), emu_run(#k, 0, dim3(grid), dim3(block), [=] { k(__VA_ARGS__); }))
+#define PD_LAUNCH_COOP(k, grid, block, s, ...) \
+	((void)(s), emu_run(#k, 1, dim3(grid), dim3(block), [=] { k(__VA_ARGS__); }))
+
+#endif /* CUDA_EMU_H */

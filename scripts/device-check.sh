@@ -7,7 +7,8 @@
 #   device run: OUT=$OUT scripts/device-check.sh [PART...]   (carry: devkit; timeout_s 600)
 #
 # PART: conformance, golden, meshes, timing (default: all four, in that
-# order). The whole run keeps within 540 s (DEADLINE_S), so that one device
+# order), and more (asked for by name: a second call's, after the first
+# has passed). The whole run keeps within 540 s (DEADLINE_S), so that one device
 # command of 600 s returns its logs: each part gets a share of what is left
 # and every program in it a timeout within that share, so that a hang costs
 # one part, not the run.
@@ -25,6 +26,8 @@
 #      written here) at 1024^2 with pdit bench, beside the same step in
 #      PyTorch bf16 with scaled_dot_product_attention, and the device's bf16
 #      matrix-product rate measured in the same run
+#   5. more: FLUX.1-dev's sizes at 2048^2 beside PyTorch's step there, and
+#      Wan2.1-1.3B's (30 blocks of 1536) at 81 frames of 480x832 with CFG
 # What comes back under $OUT (./device-out without it; the device tool
 # returns at most 8 files): device-check.log (the whole log; each part's
 # verdict as "== PART: PASS|FAIL|SKIP (why)"), logs.tar.gz (every part's
@@ -85,14 +88,15 @@ part_begins() {
 parts=${*:-conformance golden meshes timing}
 wants() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
 for p in $parts; do
-	case $p in conformance | golden | meshes | timing) ;; *)
-		echo "device-check: unknown part '$p' (conformance, golden, meshes, timing)"
+	case $p in conformance | golden | meshes | timing | more) ;; *)
+		echo "device-check: unknown part '$p' (conformance, golden, meshes, timing, more)"
 		exit 2
 		;;
 	esac
 done
 reserve=0
 wants timing && reserve=200
+wants more && reserve=$((reserve + 240))
 export PDIT_TEST_SEED=${PDIT_TEST_SEED:-$t_start}
 
 echo "pdit device check, $(date -u), commit $(cat devkit/commit 2> /dev/null || git rev-parse HEAD 2> /dev/null)," \
@@ -302,7 +306,8 @@ if wants timing; then
 		tail -5 "$work/tiny.txt"
 		timing_ok="FAIL (writing the FLUX.1-dev-sized model, $(why $rc))"
 	fi
-	rm -rf "$m"
+	# the next part writes it again (24 GB) only when this one did not run
+	wants more || rm -rf "$m"
 	python3 - "$out" << 'EOF' || true
 import json, sys, os
 d = sys.argv[1]
@@ -318,6 +323,52 @@ print("torch %.3f s/step, %.0f TFLOP/s, device matmul %.0f TFLOP/s" % (t["step_s
 print("pdit / torch step time: %.2f; 28 steps projected: %.1f s" % (step / t["step_s"], 28 * step))
 EOF
 	verdict timing "$timing_ok"
+fi
+
+# --- 5. more sizes (by name only) ----------------------------------------
+if wants more; then
+	echo "--- 5. FLUX.1-dev's sizes at 2048^2, Wan2.1-1.3B's at 81 frames of 480x832, $(elapsed) s"
+	reserve=0
+	part_begins 100 60
+	more_ok=PASS
+	m=/tmp/pdit-flux-dev
+	t=$(within 120)
+	if [ "$t" = 0 ] || ! timeout -k 10 "$t" python3 bench/torch_flux_step.py --size 2048 --steps 3 \
+		--json "$out/torch-flux-dev-2048.json" > "$work/torch-2048.txt" 2>&1; then
+		tail -5 "$work/torch-2048.txt" 2> /dev/null
+		more_ok="FAIL (PyTorch's step at 2048^2)"
+	fi
+	cat "$out/torch-flux-dev-2048.json" 2> /dev/null
+	rc=0
+	[ -f "$m/model_index.json" ] ||
+		ktimed 240 "$pdit" tiny "$m" --flux-width --layers 19 --single-layers 38 --txt-len 512 -f > "$work/tiny-2048.txt" 2>&1
+	rc=$?
+	if [ $rc = 0 ]; then
+		ktimed 200 "$pdit" bench -m "$m" --backend cuda -H 2048 -W 2048 --dtype bf16 --steps 2 --warmup 1 --json \
+			> "$out/pdit-flux-dev-2048.json" 2> "$work/pdit-bench-2048.err"
+		rc=$?
+		[ $rc = 0 ] || { tail -5 "$work/pdit-bench-2048.err"; more_ok="FAIL (pdit bench at 2048^2, $(why $rc))"; }
+		cat "$out/pdit-flux-dev-2048.json"
+	else
+		tail -5 "$work/tiny-2048.txt"
+		more_ok="FAIL (writing the FLUX.1-dev-sized model, $(why $rc))"
+	fi
+	rm -rf "$m"
+	w=/tmp/pdit-wan-1.3b
+	ktimed 120 "$pdit" tiny "$w" --family wan --wan-width --layers 30 -f > "$work/tiny-wan.txt" 2>&1
+	rc=$?
+	if [ $rc = 0 ]; then
+		ktimed 240 "$pdit" bench -m "$w" --backend cuda --frames 81 -H 480 -W 832 --dtype bf16 --steps 2 --warmup 1 \
+			--json > "$out/pdit-wan-1.3b-81x480x832.json" 2> "$work/pdit-bench-wan.err"
+		rc=$?
+		[ $rc = 0 ] || { tail -5 "$work/pdit-bench-wan.err"; more_ok="FAIL (pdit bench on Wan2.1-1.3B's sizes, $(why $rc))"; }
+		cat "$out/pdit-wan-1.3b-81x480x832.json"
+	else
+		tail -5 "$work/tiny-wan.txt"
+		more_ok="FAIL (writing Wan2.1-1.3B's sizes, $(why $rc))"
+	fi
+	rm -rf "$w"
+	verdict more "$more_ok"
 fi
 echo "--- done in $(elapsed) s"
 exit $failed

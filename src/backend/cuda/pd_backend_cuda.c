@@ -973,7 +973,6 @@ int pd_backend_cuda_new(struct pd_backend **out, enum pd_dtype compute, int devi
 	cu->be.host_memory = 0;
 	cu->be.threads = 1;
 	cu->device = device;
-	cu->flash = !pd_env_on("PDIT_CUDA_NO_FLASH");
 	if (cudaSetDevice(device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess ||
 	    cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking) != cudaSuccess) {
 		(void)cudaGetLastError();
@@ -988,6 +987,8 @@ int pd_backend_cuda_new(struct pd_backend **out, enum pd_dtype compute, int devi
 		return pd_errorf("cannot start cuBLAS on CUDA device %d", device);
 	}
 	cu->be.queue = cu->stream;
+	/* the fused kernel's bf16 tensor-core products need sm_80 or newer */
+	cu->flash = !pd_env_on("PDIT_CUDA_NO_FLASH") && prop.major >= 8;
 	snprintf(cu->be.device, sizeof(cu->be.device), "%.90s, device %d, %.0f GB", prop.name, device,
 		 (double)prop.totalGlobalMem / 1e9);
 	*out = &cu->be;

@@ -31,10 +31,17 @@
  * emulation (tests/emu/cuda_emu.h) computes it from the same registers */
 __device__ static inline void pd_mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1)
 {
+#if __CUDA_ARCH__ < 800
+	/* bf16 tensor-core products begin with sm_80: the host never launches
+	 * the kernel on an older GPU (pd_backend_cuda.c) */
+	(void)c, (void)a, (void)b0, (void)b1;
+	__trap();
+#else
 	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
 		     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
 		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
 		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
 }
 #endif
 

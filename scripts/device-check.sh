@@ -278,6 +278,49 @@ if wants meshes; then
 	fi
 fi
 
+# PyTorch's FLUX.1 step at SIZE^2 (STEPS timed) into $out/JSON, within
+# WANT seconds of the part; 1 when it did not run through
+torch_step() {
+	local size=$1 steps=$2 json=$3 t
+	t=$(within "$4")
+	if [ "$t" = 0 ] || ! timeout -k 10 "$t" python3 bench/torch_flux_step.py --size "$size" --steps "$steps" \
+		--json "$out/$json" > "$work/torch-$size.txt" 2>&1; then
+		tail -5 "$work/torch-$size.txt" 2> /dev/null
+		return 1
+	fi
+	cat "$out/$json"
+}
+# pdit bench on DIR into $out/JSON: DIR written first by pdit tiny with the
+# arguments before -- unless it holds a model, the bench's arguments after;
+# 1 with the reason in bench_why when either fails
+bench_on() {
+	local dir=$1 json=$2 rc a=()
+	shift 2
+	while [ $# -gt 0 ] && [ "$1" != -- ]; do
+		a+=("$1")
+		shift
+	done
+	shift
+	if [ ! -f "$dir/model_index.json" ]; then
+		ktimed 240 "$pdit" tiny "$dir" "${a[@]}" -f > "$work/tiny-$json.txt" 2>&1
+		rc=$?
+		if [ $rc != 0 ]; then
+			tail -5 "$work/tiny-$json.txt"
+			bench_why="writing the model for $json, $(why $rc)"
+			return 1
+		fi
+	fi
+	ktimed 240 "$pdit" bench -m "$dir" --backend cuda --dtype bf16 --warmup 1 --json "$@" > "$out/$json" 2> "$work/$json.err"
+	rc=$?
+	cat "$out/$json"
+	[ $rc = 0 ] && return 0
+	tail -5 "$work/$json.err"
+	bench_why="pdit bench for $json, $(why $rc)"
+	return 1
+}
+# FLUX.1-dev's sizes: 19 double and 38 single blocks at its widths (random bf16 weights, 24 GB)
+flux_dev="--flux-width --layers 19 --single-layers 38 --txt-len 512"
+
 # --- 4. timing ------------------------------------------------------------
 if wants timing; then
 	echo "--- 4. FLUX.1-dev's sizes at 1024^2, $(elapsed) s"
@@ -287,25 +330,8 @@ if wants timing; then
 	timing_ok=PASS
 	# PyTorch first: it needs no model written, and its figure (with the
 	# device's matrix-product rate) is what pdit's is read against
-	t=$(within 150)
-	if [ "$t" = 0 ] || ! timeout -k 10 "$t" python3 bench/torch_flux_step.py --size 1024 \
-		--json "$out/torch-flux-dev-1024.json" > "$work/torch.txt" 2>&1; then
-		tail -5 "$work/torch.txt" 2> /dev/null
-		timing_ok="FAIL (PyTorch's step)"
-	fi
-	cat "$out/torch-flux-dev-1024.json" 2> /dev/null
-	ktimed 240 "$pdit" tiny "$m" --flux-width --layers 19 --single-layers 38 --txt-len 512 -f > "$work/tiny.txt" 2>&1
-	rc=$?
-	if [ $rc = 0 ]; then
-		ktimed 240 "$pdit" bench -m "$m" --backend cuda -H 1024 -W 1024 --dtype bf16 --steps 3 --warmup 1 --json \
-			> "$out/pdit-flux-dev-1024.json" 2> "$work/pdit-bench.err"
-		rc=$?
-		[ $rc = 0 ] || { tail -5 "$work/pdit-bench.err"; timing_ok="FAIL (pdit bench, $(why $rc))"; }
-		cat "$out/pdit-flux-dev-1024.json"
-	else
-		tail -5 "$work/tiny.txt"
-		timing_ok="FAIL (writing the FLUX.1-dev-sized model, $(why $rc))"
-	fi
+	torch_step 1024 5 torch-flux-dev-1024.json 150 || timing_ok="FAIL (PyTorch's step)"
+	bench_on "$m" pdit-flux-dev-1024.json $flux_dev -- -H 1024 -W 1024 --steps 3 || timing_ok="FAIL ($bench_why)"
 	# the next part writes it again (24 GB) only when this one did not run
 	wants more || rm -rf "$m"
 	python3 - "$out" << 'EOF' || true
@@ -332,41 +358,12 @@ if wants more; then
 	part_begins 100 60
 	more_ok=PASS
 	m=/tmp/pdit-flux-dev
-	t=$(within 120)
-	if [ "$t" = 0 ] || ! timeout -k 10 "$t" python3 bench/torch_flux_step.py --size 2048 --steps 3 \
-		--json "$out/torch-flux-dev-2048.json" > "$work/torch-2048.txt" 2>&1; then
-		tail -5 "$work/torch-2048.txt" 2> /dev/null
-		more_ok="FAIL (PyTorch's step at 2048^2)"
-	fi
-	cat "$out/torch-flux-dev-2048.json" 2> /dev/null
-	rc=0
-	[ -f "$m/model_index.json" ] ||
-		ktimed 240 "$pdit" tiny "$m" --flux-width --layers 19 --single-layers 38 --txt-len 512 -f > "$work/tiny-2048.txt" 2>&1
-	rc=$?
-	if [ $rc = 0 ]; then
-		ktimed 200 "$pdit" bench -m "$m" --backend cuda -H 2048 -W 2048 --dtype bf16 --steps 2 --warmup 1 --json \
-			> "$out/pdit-flux-dev-2048.json" 2> "$work/pdit-bench-2048.err"
-		rc=$?
-		[ $rc = 0 ] || { tail -5 "$work/pdit-bench-2048.err"; more_ok="FAIL (pdit bench at 2048^2, $(why $rc))"; }
-		cat "$out/pdit-flux-dev-2048.json"
-	else
-		tail -5 "$work/tiny-2048.txt"
-		more_ok="FAIL (writing the FLUX.1-dev-sized model, $(why $rc))"
-	fi
+	torch_step 2048 3 torch-flux-dev-2048.json 120 || more_ok="FAIL (PyTorch's step at 2048^2)"
+	bench_on "$m" pdit-flux-dev-2048.json $flux_dev -- -H 2048 -W 2048 --steps 2 || more_ok="FAIL ($bench_why)"
 	rm -rf "$m"
 	w=/tmp/pdit-wan-1.3b
-	ktimed 120 "$pdit" tiny "$w" --family wan --wan-width --layers 30 -f > "$work/tiny-wan.txt" 2>&1
-	rc=$?
-	if [ $rc = 0 ]; then
-		ktimed 240 "$pdit" bench -m "$w" --backend cuda --frames 81 -H 480 -W 832 --dtype bf16 --steps 2 --warmup 1 \
-			--json > "$out/pdit-wan-1.3b-81x480x832.json" 2> "$work/pdit-bench-wan.err"
-		rc=$?
-		[ $rc = 0 ] || { tail -5 "$work/pdit-bench-wan.err"; more_ok="FAIL (pdit bench on Wan2.1-1.3B's sizes, $(why $rc))"; }
-		cat "$out/pdit-wan-1.3b-81x480x832.json"
-	else
-		tail -5 "$work/tiny-wan.txt"
-		more_ok="FAIL (writing Wan2.1-1.3B's sizes, $(why $rc))"
-	fi
+	bench_on "$w" pdit-wan-1.3b-81x480x832.json --family wan --wan-width --layers 30 -- --frames 81 -H 480 -W 832 \
+		--steps 2 || more_ok="FAIL ($bench_why)"
 	rm -rf "$w"
 	verdict more "$more_ok"
 fi

@@ -53,10 +53,12 @@ int pd_emu_is_device(const void *p, size_t bytes)
 
 cudaError_t cudaMalloc(void **p, size_t bytes)
 {
-	void *m;
+	void *m = NULL;
 
 	*p = NULL;
-	if (bytes > PD_EMU_MEMORY - held || !(m = aligned_alloc(256, (bytes + 255) & ~(size_t)255)))
+	/* exactly BYTES: under AddressSanitizer a kernel reading past its
+	 * buffer is caught */
+	if (bytes > PD_EMU_MEMORY - held || posix_memalign(&m, 256, bytes ? bytes : 1))
 		return last_error = cudaErrorMemoryAllocation;
 	pthread_mutex_lock(&mu);
 	if (n_allocs == cap_allocs) {

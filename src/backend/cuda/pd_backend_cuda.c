@@ -14,8 +14,9 @@
  * Otherwise, and in f32, it is done in query chunks: scores by a batched
  * product over the heads, a softmax kernel (log-sum-exp for ring attention,
  * bias and causal mask for the text encoders), probabilities times values
- * by a second batched product; the chunk bounds the scores' memory. Convolutions are
- * column blocks (im2col) of a band of rows times the kernel.
+ * by a second batched product; the chunk bounds the scores' memory.
+ * Convolutions are column blocks (im2col) of a band of rows times the
+ * kernel.
  *
  * Quantized weights: Q8_0, Q4_0 and fp8 stay as the file has them in device
  * memory and are expanded into a reused bf16 (or f32) operand before each

@@ -73,6 +73,7 @@ static int pd_tiny_fill_fn(void *ctx, void *dst, size_t nbytes)
 		return -1;
 	pd_rng_seed(&g, f->seed);
 	pd_rng_randn(&g, tmp, f->numel);
+#pragma omp parallel for if (f->numel >= ((size_t)1 << 20)) schedule(static)
 	for (size_t i = 0; i < f->numel; i++) {
 		float v = f->mean + f->std * tmp[i];
 

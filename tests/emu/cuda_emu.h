@@ -19,10 +19,12 @@
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
+#include <semaphore.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <atomic>
 
@@ -51,7 +53,8 @@ static inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d)
 struct __nv_bfloat16 {
 	uint16_t x;
 };
-struct __nv_bfloat162 {
+struct __align__(4) __nv_bfloat162
+{
 	__nv_bfloat16 x, y;
 };
 struct __half_raw {
@@ -111,6 +114,10 @@ static dim3 blockDim, gridDim;
 static int emu_coop;
 static const char *emu_kernel;
 
+/* the runtime's record of a launch a GPU would refuse (cuda_emu_runtime.c;
+ * absent in a test of a kernel alone, which then stops) */
+extern "C" __attribute__((weak)) void pd_emu_launch_failed(const char *kernel);
+
 /* A barrier of N threads: the last to arrive moves the generation on; the
  * others yield until it moves (on 2 cores, waking 64 sleepers through the
  * kernel cost more than the kernels' work). */
@@ -125,23 +132,51 @@ static void emu_barrier_init(emu_barrier *b, unsigned n)
 	b->count = 0;
 }
 
+static const char *emu_kernel_name(void);
+
+/* A barrier that does not fill in 60 s (a thread of the block returned
+ * before it, which a GPU may tolerate and this cannot) stops the program,
+ * naming the kernel, rather than spin for ever. */
 static void emu_wait(emu_barrier *b)
 {
 	unsigned g = b->gen.load(std::memory_order_acquire);
+	time_t t0 = 0;
 
 	if (b->count.fetch_add(1, std::memory_order_acq_rel) + 1 == b->n) {
 		b->count.store(0, std::memory_order_relaxed);
 		b->gen.fetch_add(1, std::memory_order_acq_rel);
 		return;
 	}
-	while (b->gen.load(std::memory_order_acquire) == g)
+	for (unsigned spins = 0; b->gen.load(std::memory_order_acquire) == g; spins++) {
 		sched_yield();
+		if (spins % 4096 == 0) {
+			if (!t0)
+				t0 = time(NULL);
+			else if (time(NULL) - t0 > 60) {
+				fprintf(stderr, "cuda_emu: a barrier in kernel %s waited 60 s for its threads\n",
+					emu_kernel_name());
+				abort();
+			}
+		}
+	}
 }
 
 /* a block's barrier, and each warp's */
 static emu_barrier emu_block_bar, emu_warp_bar[32];
 static uint64_t emu_lane_x[32][32];
 static uint32_t emu_lane_a[32][32][4], emu_lane_b[32][32][2];
+
+static const char *emu_kernel_name(void)
+{
+	return emu_kernel;
+}
+
+/* this thread's warp and lane: from its index within the block, all three
+ * dimensions (a 32x8 block has eight warps) */
+static inline int emu_tid(void)
+{
+	return (int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+}
 
 static inline void emu_need_coop(const char *what)
 {
@@ -163,7 +198,7 @@ static inline void __syncthreads(void)
 /* lane SRC's V (its own where SRC is outside the warp) */
 template <typename T> static inline T emu_shuffle(T v, int src)
 {
-	int w = (int)threadIdx.x >> 5, l = (int)threadIdx.x & 31;
+	int w = emu_tid() >> 5, l = emu_tid() & 31;
 	T r;
 
 	emu_need_coop("a warp shuffle");
@@ -177,13 +212,13 @@ template <typename T> static inline T emu_shuffle(T v, int src)
 template <typename T> static inline T __shfl_xor_sync(unsigned mask, T v, int lanes)
 {
 	(void)mask;
-	return emu_shuffle(v, ((int)threadIdx.x & 31) ^ lanes);
+	return emu_shuffle(v, (emu_tid() & 31) ^ lanes);
 }
 
 template <typename T> static inline T __shfl_down_sync(unsigned mask, T v, unsigned delta)
 {
 	(void)mask;
-	return emu_shuffle(v, ((int)threadIdx.x & 31) + (int)delta);
+	return emu_shuffle(v, (emu_tid() & 31) + (int)delta);
 }
 
 /* One lane's part of mma.m16n8k16.row.col.f32.bf16.bf16.f32: C += A B.
@@ -193,7 +228,7 @@ template <typename T> static inline T __shfl_down_sync(unsigned mask, T v, unsig
  * 2 (row >= 8) + col % 2. */
 static inline void pd_mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1)
 {
-	int w = (int)threadIdx.x >> 5, l = (int)threadIdx.x & 31, g = l >> 2, t = l & 3;
+	int w = emu_tid() >> 5, l = emu_tid() & 31, g = l >> 2, t = l & 3;
 
 	emu_need_coop("mma.sync");
 	memcpy(emu_lane_a[w][l], a, sizeof(emu_lane_a[w][l]));
@@ -218,40 +253,30 @@ static inline void pd_mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_
 
 /* The host threads a cooperative block runs on, kept from launch to
  * launch (making 64 threads a block cost more than the kernels): worker i
- * runs thread i of the current block when a new round begins. */
+ * runs thread i of the current block when its own semaphore is posted, so
+ * a block of N wakes N workers however many the pool holds. */
 struct emu_pool {
-	pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-	pthread_cond_t go = PTHREAD_COND_INITIALIZER, done = PTHREAD_COND_INITIALIZER;
-	unsigned round = 0, n = 0, finished = 0, started = 0;
-	dim3 block, idx;
-	void (*call)(void *) = nullptr;
+	sem_t go[1024]; /* worker i's turn */
+	sem_t done; /* a worker finished its thread */
+	unsigned started = 0; /* workers made */
+	dim3 block, idx; /* the running block's shape and index */
+	void (*call)(void *) = nullptr; /* and its kernel call */
 	void *ctx = nullptr;
 };
 static emu_pool emu_p;
 
 static void *emu_worker(void *arg)
 {
-	unsigned i = (unsigned)(uintptr_t)arg, seen = 0;
+	unsigned i = (unsigned)(uintptr_t)arg;
 
 	for (;;) {
-		pthread_mutex_lock(&emu_p.mu);
-		while (emu_p.round == seen)
-			pthread_cond_wait(&emu_p.go, &emu_p.mu);
-		seen = emu_p.round;
-		unsigned n = emu_p.n;
-		dim3 block = emu_p.block, idx = emu_p.idx;
-		void (*call)(void *) = emu_p.call;
-		void *ctx = emu_p.ctx;
-		pthread_mutex_unlock(&emu_p.mu);
-		if (i >= n)
-			continue;
-		threadIdx = dim3(i % block.x, i / block.x % block.y, i / (block.x * block.y));
-		blockIdx = idx;
-		call(ctx);
-		pthread_mutex_lock(&emu_p.mu);
-		if (++emu_p.finished == n)
-			pthread_cond_signal(&emu_p.done);
-		pthread_mutex_unlock(&emu_p.mu);
+		while (sem_wait(&emu_p.go[i]))
+			;
+		threadIdx =
+			dim3(i % emu_p.block.x, i / emu_p.block.x % emu_p.block.y, i / (emu_p.block.x * emu_p.block.y));
+		blockIdx = emu_p.idx;
+		emu_p.call(emu_p.ctx);
+		sem_post(&emu_p.done);
 	}
 	return NULL;
 }
@@ -259,11 +284,13 @@ static void *emu_worker(void *arg)
 /* one block of N threads on the pool (grown to N workers) */
 static void emu_block(unsigned n, dim3 block, dim3 idx, void (*call)(void *), void *ctx)
 {
-	pthread_mutex_lock(&emu_p.mu);
+	if (!emu_p.started)
+		sem_init(&emu_p.done, 0, 0);
 	while (emu_p.started < n) {
 		pthread_t t;
 		pthread_attr_t at;
 
+		sem_init(&emu_p.go[emu_p.started], 0, 0);
 		pthread_attr_init(&at);
 		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
 		if (pthread_create(&t, &at, emu_worker, (void *)(uintptr_t)emu_p.started)) {
@@ -273,17 +300,16 @@ static void emu_block(unsigned n, dim3 block, dim3 idx, void (*call)(void *), vo
 		pthread_attr_destroy(&at);
 		emu_p.started++;
 	}
-	emu_p.n = n;
+	/* the posts order these stores before the workers read them */
 	emu_p.block = block;
 	emu_p.idx = idx;
 	emu_p.call = call;
 	emu_p.ctx = ctx;
-	emu_p.finished = 0;
-	emu_p.round++;
-	pthread_cond_broadcast(&emu_p.go);
-	while (emu_p.finished < n)
-		pthread_cond_wait(&emu_p.done, &emu_p.mu);
-	pthread_mutex_unlock(&emu_p.mu);
+	for (unsigned i = 0; i < n; i++)
+		sem_post(&emu_p.go[i]);
+	for (unsigned i = 0; i < n; i++)
+		while (sem_wait(&emu_p.done))
+			;
 }
 
 template <typename F> static void emu_call(void *ctx)
@@ -297,6 +323,16 @@ template <typename F> static void emu_run(const char *name, int coop, dim3 grid,
 {
 	unsigned n = block.x * block.y * block.z;
 
+	/* what a GPU refuses to launch: the launch error the next
+	 * cudaGetLastError returns */
+	if (!n || n > 1024 || block.z > 64 || !grid.x || !grid.y || !grid.z || grid.y > 65535 || grid.z > 65535) {
+		if (!pd_emu_launch_failed) {
+			fprintf(stderr, "cuda_emu: kernel %s launched with a configuration a GPU refuses\n", name);
+			abort();
+		}
+		pd_emu_launch_failed(name);
+		return;
+	}
 	blockDim = block;
 	gridDim = grid;
 	emu_coop = coop;

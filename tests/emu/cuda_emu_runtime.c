@@ -39,6 +39,14 @@ static cudaError_t fail(cudaError_t e, const char *what)
 	return e;
 }
 
+void pd_emu_launch_failed(const char *kernel)
+{
+	char msg[160];
+
+	snprintf(msg, sizeof(msg), "kernel %s: a launch configuration a GPU refuses", kernel);
+	fail(cudaErrorInvalidConfiguration, msg);
+}
+
 int pd_emu_is_device(const void *p, size_t bytes)
 {
 	const char *c = p;
@@ -154,14 +162,18 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
 			      enum cudaMemcpyKind kind, cudaStream_t s)
 {
+	int dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+	int sd = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+
 	(void)s;
 	if (!height || !width)
 		return cudaSuccess;
 	if (width > dpitch || width > spitch)
 		return fail(cudaErrorInvalidValue, "cudaMemcpy2DAsync: a row wider than its pitch");
-	if (!sides_ok(dst, src, 0, kind, "") || !pd_emu_is_device(dst, dpitch * (height - 1) + width) ||
-	    !pd_emu_is_device(src, spitch * (height - 1) + width))
-		return fail(cudaErrorInvalidValue, "cudaMemcpy2DAsync: a side outside device memory");
+	/* each side's whole extent where KIND puts it */
+	if (pd_emu_is_device(dst, dpitch * (height - 1) + width) != dd ||
+	    pd_emu_is_device(src, spitch * (height - 1) + width) != sd)
+		return fail(cudaErrorInvalidValue, "cudaMemcpy2DAsync: a side not where the copy's kind puts it");
 	for (size_t r = 0; r < height; r++)
 		memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
 	return cudaSuccess;
@@ -196,10 +208,11 @@ cudaError_t cudaGetLastError(void)
 
 const char *cudaGetErrorString(cudaError_t e)
 {
-	return e == cudaSuccess                 ? "no error"
-	       : e == cudaErrorMemoryAllocation ? "out of memory"
-	       : e == cudaErrorInvalidValue     ? "invalid argument"
-						: "emulated error";
+	return e == cudaSuccess                     ? "no error"
+	       : e == cudaErrorMemoryAllocation     ? "out of memory"
+	       : e == cudaErrorInvalidValue         ? "invalid argument"
+	       : e == cudaErrorInvalidConfiguration ? "invalid configuration argument"
+						    : "emulated error";
 }
 
 cudaError_t cudaGetDeviceCount(int *n)

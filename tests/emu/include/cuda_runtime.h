@@ -21,6 +21,7 @@ typedef enum cudaError {
 	cudaSuccess = 0,
 	cudaErrorInvalidValue = 1,
 	cudaErrorMemoryAllocation = 2,
+	cudaErrorInvalidConfiguration = 9,
 	cudaErrorInvalidDevice = 101,
 } cudaError_t;
 
@@ -80,9 +81,11 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int *device);
 
-/* Whether [P, P + BYTES) lies in one live device allocation (the kernels'
- * emulation checks their pointers with it). */
+/* Whether [P, P + BYTES) lies in one live device allocation. */
 int pd_emu_is_device(const void *p, size_t bytes);
+/* A launch a GPU refuses (no threads, more than 1024 a block, a grid's y or
+ * z above 65535): the next cudaGetLastError says so. */
+void pd_emu_launch_failed(const char *kernel);
 
 #ifdef __cplusplus
 }

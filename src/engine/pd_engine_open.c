@@ -176,10 +176,6 @@ int pd_engine_threads_ok(int threads)
 	return 0;
 }
 
-/* Threads per process: as asked, else the CPUs it may run on divided
- * among the processes of this machine that may run there too (a cpuset or
- * mpirun's binding counted: threads beyond the CPUs a process is bound to
- * only take turns on them). */
 /* The communicator's count of this process's CPUs, but where
  * OMP_PROC_BIND or OMP_PLACES is set: OpenMP pinned this thread to its
  * first place before main, so the masks are no measure; then the CPUs the
@@ -195,6 +191,10 @@ static void pd_engine_cpu_share(struct pd_comm *world, struct pd_cpu_share *s)
 	}
 }
 
+/* Threads per process: as asked, else the CPUs it may run on divided
+ * among the processes of this machine that may run there too (a cpuset or
+ * mpirun's binding counted: threads beyond the CPUs a process is bound to
+ * only take turns on them). */
 static int pd_engine_threads(struct pd_comm *world, int requested)
 {
 	struct pd_cpu_share s;

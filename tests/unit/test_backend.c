@@ -607,6 +607,13 @@ static void test_comm(struct pd_comm *c, const char *what)
 	free(h);
 }
 
+/* Whether BE is the CUDA backend on tests/emu's emulation (its device's
+ * name says so): no NCCL, no timing. */
+static int emulated(const struct pd_backend *be)
+{
+	return strstr(be->device, "emulation") != NULL;
+}
+
 static void test_comms(void)
 {
 	struct pd_comm *self = NULL, *c = NULL;
@@ -618,7 +625,7 @@ static void test_comms(void)
 		c->ops->free(c);
 	}
 	/* NCCL needs a GPU, which the emulation is not */
-	if (B[1]->queue && pd_comm_nccl_available() && !strstr(B[1]->device, "emulation")) {
+	if (B[1]->queue && pd_comm_nccl_available() && !emulated(B[1])) {
 		if (pd_comm_nccl_new(self, B[1]->queue, &c))
 			PD_CHECK(0, "NCCL on %s: %s", be_name, pd_last_error());
 		else {
@@ -687,14 +694,7 @@ static void time_attention(void)
 				t[i] = pd_now() - t0;
 		}
 		if (d[3] && !pd_backend_check(b)) {
-			for (int i = 1; i < 5; i++)
-				for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-					double tmp = t[j];
-
-					t[j] = t[j - 1];
-					t[j - 1] = tmp;
-				}
-			ms[k] = t[2] * 1e3;
+			ms[k] = pd_median_sort(t, 5) * 1e3;
 			x[k] = malloc(n * sizeof(float));
 			b->ops->download(b, x[k], d[3], n);
 		}
@@ -758,7 +758,7 @@ static void run(const char *name, enum pd_dtype dt, int rounds)
 	}
 	test_comms();
 	test_sticky();
-	if (dt == PD_BF16 && strcmp(name, "cuda") == 0 && !strstr(B[1]->device, "emulation"))
+	if (dt == PD_BF16 && strcmp(name, "cuda") == 0 && !emulated(B[1]))
 		time_attention();
 	printf("%-8s %s products: %s (%s)\n", name, pd_dtype_name(dt), pd_test_failed == f0 ? "conforms" : "FAILS",
 	       B[1]->device);

@@ -364,8 +364,36 @@ template <typename F> static void emu_launch(dim3 grid, dim3 block, F fn)
 	emu_run("(test)", 1, grid, block, fn);
 }
 
-#define PD_LAUNCH(k, grid, block, s, ...) ((void)(s), emu_run(#k, 0, dim3(grid), dim3(block), [=] { k(__VA_ARGS__); }))
+/* whether P lies in live device memory (cuda_emu_runtime.c; absent in a
+ * test of a kernel alone, whose arguments are its own) */
+extern "C" __attribute__((weak)) int pd_emu_is_device(const void *p, size_t bytes);
+
+/* A kernel handed a host pointer faults on a GPU (an illegal address, the
+ * context lost) but reads happily here: every pointer argument of a launch
+ * must be null or inside one live device allocation. */
+template <typename T> static inline void emu_arg(const char *, int, const T &)
+{
+}
+
+template <typename T> static inline void emu_arg(const char *kernel, int i, T *p)
+{
+	if (p && pd_emu_is_device && !pd_emu_is_device((const void *)p, 1)) {
+		fprintf(stderr, "cuda_emu: kernel %s given a pointer outside device memory as argument %d\n", kernel,
+			i);
+		abort();
+	}
+}
+
+template <typename... A> static inline void emu_args(const char *kernel, const A &...a)
+{
+	int i = 0;
+
+	(emu_arg(kernel, ++i, a), ...);
+}
+
+#define PD_LAUNCH(k, grid, block, s, ...) \
+	((void)(s), emu_args(#k, __VA_ARGS__), emu_run(#k, 0, dim3(grid), dim3(block), [=] { k(__VA_ARGS__); }))
 #define PD_LAUNCH_COOP(k, grid, block, s, ...) \
-	((void)(s), emu_run(#k, 1, dim3(grid), dim3(block), [=] { k(__VA_ARGS__); }))
+	((void)(s), emu_args(#k, __VA_ARGS__), emu_run(#k, 1, dim3(grid), dim3(block), [=] { k(__VA_ARGS__); }))
 
 #endif /* CUDA_EMU_H */

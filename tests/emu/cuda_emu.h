@@ -4,9 +4,9 @@
  * A kernel whose threads work alone (PD_LAUNCH) runs them one after another
  * on the calling thread; one whose threads meet (PD_LAUNCH_COOP: block
  * barriers, warp shuffles, tensor-core products) runs each of a block's
- * threads on a host thread of its own (a block's __shared__ arrays are
- * then function statics), and a warp's shuffles and products meet at a
- * barrier of its 32 threads. A cooperative call from a kernel launched as
+ * threads as a fiber of its own on the calling thread (a block's __shared__
+ * arrays are then function statics), and a warp's shuffles and products
+ * meet at a barrier of its 32 threads. A cooperative call from a kernel launched as
  * independent stops the program, naming it. The product mma.m16n8k16 (bf16
  * in, f32 accumulate) is computed from the 32 lanes' registers by the
  * fragment layout the PTX ISA documents, so a kernel that puts a value in
@@ -17,16 +17,23 @@
 #define CUDA_EMU_H
 
 #include <math.h>
-#include <pthread.h>
-#include <sched.h>
-#include <semaphore.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <sys/mman.h>
+#include <ucontext.h>
 
-#include <atomic>
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMU_ASAN 1
+#endif
+#endif
+#ifdef EMU_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 #define PD_CUDA_EMULATE 1
 #define __global__
@@ -118,12 +125,90 @@ static const char *emu_kernel;
  * absent in a test of a kernel alone, which then stops) */
 extern "C" __attribute__((weak)) void pd_emu_launch_failed(const char *kernel);
 
-/* A barrier of N threads: the last to arrive moves the generation on; the
- * others yield until it moves (on 2 cores, waking 64 sleepers through the
- * kernel cost more than the kernels' work). */
+/* A cooperative block's threads are fibers on the launching thread (a
+ * stack and a saved context each): one runs until it waits at a barrier or
+ * finishes, then hands the CPU back to the block's scheduler, which resumes
+ * the next. A switch costs well under a microsecond; threads of the system
+ * meeting at barriers cost tens, and two processes of them (a mesh under
+ * mpirun) spent most of their time fighting for two cores. */
+#define EMU_STACK (256u << 10)
+
+#if defined(__x86_64__)
+/* A switch pushes the callee-saved registers on the stack it leaves, keeps
+ * that stack's top, and pops the other's (glibc's swapcontext also saves
+ * the signal mask: a system call each switch, and most of the emulation's
+ * time when it was used here). A new fiber's stack holds zeroed registers
+ * and its function as the return address. */
+typedef void *emu_ctx;
+extern "C" void pd_emu_switch(emu_ctx *from, emu_ctx to);
+__asm__(".text\n"
+	".p2align 4\n"
+	"pd_emu_switch:\n"
+	"\tpushq %rbp\n\tpushq %rbx\n\tpushq %r12\n\tpushq %r13\n\tpushq %r14\n\tpushq %r15\n"
+	"\tmovq %rsp, (%rdi)\n\tmovq %rsi, %rsp\n"
+	"\tpopq %r15\n\tpopq %r14\n\tpopq %r13\n\tpopq %r12\n\tpopq %rbx\n\tpopq %rbp\n"
+	"\tret\n");
+
+static void emu_ctx_make(emu_ctx *c, char *stack, size_t size, void (*fn)(void))
+{
+	void **sp = (void **)(stack + size);
+
+	*--sp = NULL; /* FN's return address: it never returns */
+	*--sp = (void *)fn;
+	for (int i = 0; i < 6; i++)
+		*--sp = NULL;
+	*c = sp;
+}
+
+static inline void emu_ctx_switch(emu_ctx *from, emu_ctx *to)
+{
+	pd_emu_switch(from, *to);
+}
+#else
+typedef ucontext_t emu_ctx;
+
+static void emu_ctx_make(emu_ctx *c, char *stack, size_t size, void (*fn)(void))
+{
+	if (getcontext(c)) {
+		fprintf(stderr, "cuda_emu: getcontext failed\n");
+		abort();
+	}
+	c->uc_stack.ss_sp = stack;
+	c->uc_stack.ss_size = size;
+	c->uc_link = NULL;
+	makecontext(c, fn, 0);
+}
+
+static inline void emu_ctx_switch(emu_ctx *from, emu_ctx *to)
+{
+	swapcontext(from, to);
+}
+#endif
+
+struct emu_fiber {
+	emu_ctx ctx; /* where it stopped */
+	char *stack; /* its stack: EMU_STACK bytes above a guard page */
+	int done; /* finished its thread of the running block */
+	dim3 tid; /* its thread's index in the running block */
+};
+
+struct emu_sched {
+	emu_ctx main; /* the launching thread, while a fiber runs */
+	emu_fiber f[1024]; /* fiber i runs thread i of every block */
+	unsigned started; /* fibers made */
+	unsigned cur; /* the fiber running */
+	void (*call)(void *); /* the running block's kernel call */
+	void *ctx; /* and its argument */
+	unsigned n; /* the running block's threads */
+	unsigned idle; /* yields in a row by fibers that found their barrier still waiting */
+	const void *main_bottom; /* (AddressSanitizer) the launching thread's stack */
+	size_t main_size; /* and its size */
+};
+static emu_sched emu_s;
+
+/* A barrier of N threads: the last to arrive moves the generation on. */
 struct emu_barrier {
-	unsigned n;
-	std::atomic<unsigned> count{ 0 }, gen{ 0 };
+	unsigned n, count, gen;
 };
 
 static void emu_barrier_init(emu_barrier *b, unsigned n)
@@ -134,31 +219,47 @@ static void emu_barrier_init(emu_barrier *b, unsigned n)
 
 static const char *emu_kernel_name(void);
 
-/* A barrier that does not fill in 60 s (a thread of the block returned
- * before it, which a GPU may tolerate and this cannot) stops the program,
- * naming the kernel, rather than spin for ever. */
+/* from the running fiber back to the scheduler; PROGRESS: the fiber did
+ * something since it last ran. Every live fiber resumed twice without one
+ * finding its barrier moved is a block that can never finish (a thread
+ * returned before a barrier, which a GPU may tolerate and this cannot):
+ * the program stops, naming the kernel. */
+static void emu_yield(int progress)
+{
+	emu_fiber *f = &emu_s.f[emu_s.cur];
+
+	if (progress)
+		emu_s.idle = 0;
+	else if (++emu_s.idle > 2 * emu_s.n) {
+		fprintf(stderr, "cuda_emu: a barrier in kernel %s can never fill (a thread of its block returned "
+				"before it)\n",
+			emu_kernel_name());
+		abort();
+	}
+#ifdef EMU_ASAN
+	void *fake;
+
+	__sanitizer_start_switch_fiber(&fake, emu_s.main_bottom, emu_s.main_size);
+	emu_ctx_switch(&f->ctx, &emu_s.main);
+	__sanitizer_finish_switch_fiber(fake, NULL, NULL);
+#else
+	emu_ctx_switch(&f->ctx, &emu_s.main);
+#endif
+}
+
 static void emu_wait(emu_barrier *b)
 {
-	unsigned g = b->gen.load(std::memory_order_acquire);
-	time_t t0 = 0;
+	unsigned g = b->gen;
 
-	if (b->count.fetch_add(1, std::memory_order_acq_rel) + 1 == b->n) {
-		b->count.store(0, std::memory_order_relaxed);
-		b->gen.fetch_add(1, std::memory_order_acq_rel);
+	if (++b->count == b->n) {
+		b->count = 0;
+		b->gen++;
+		emu_s.idle = 0;
 		return;
 	}
-	for (unsigned spins = 0; b->gen.load(std::memory_order_acquire) == g; spins++) {
-		sched_yield();
-		if (spins % 4096 == 0) {
-			if (!t0)
-				t0 = time(NULL);
-			else if (time(NULL) - t0 > 60) {
-				fprintf(stderr, "cuda_emu: a barrier in kernel %s waited 60 s for its threads\n",
-					emu_kernel_name());
-				abort();
-			}
-		}
-	}
+	emu_yield(1);
+	while (b->gen == g)
+		emu_yield(0);
 }
 
 /* a block's barrier, and each warp's */
@@ -251,65 +352,83 @@ static inline void pd_mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_
 	emu_wait(&emu_warp_bar[w]);
 }
 
-/* The host threads a cooperative block runs on, kept from launch to
- * launch (making 64 threads a block cost more than the kernels): worker i
- * runs thread i of the current block when its own semaphore is posted, so
- * a block of N wakes N workers however many the pool holds. */
-struct emu_pool {
-	sem_t go[1024]; /* worker i's turn */
-	sem_t done; /* a worker finished its thread */
-	unsigned started = 0; /* workers made */
-	dim3 block, idx; /* the running block's shape and index */
-	void (*call)(void *) = nullptr; /* and its kernel call */
-	void *ctx = nullptr;
-};
-static emu_pool emu_p;
-
-static void *emu_worker(void *arg)
+/* a fiber's life: thread i of each block it is resumed for */
+static void emu_fiber_main(void)
 {
-	unsigned i = (unsigned)(uintptr_t)arg;
+	unsigned i = emu_s.cur;
 
+#ifdef EMU_ASAN
+	__sanitizer_finish_switch_fiber(NULL, &emu_s.main_bottom, &emu_s.main_size);
+#endif
 	for (;;) {
-		while (sem_wait(&emu_p.go[i]))
-			;
-		threadIdx =
-			dim3(i % emu_p.block.x, i / emu_p.block.x % emu_p.block.y, i / (emu_p.block.x * emu_p.block.y));
-		blockIdx = emu_p.idx;
-		emu_p.call(emu_p.ctx);
-		sem_post(&emu_p.done);
+		emu_s.call(emu_s.ctx);
+		emu_s.f[i].done = 1;
+		emu_yield(1);
 	}
-	return NULL;
 }
 
-/* one block of N threads on the pool (grown to N workers) */
+/* fiber number emu_s.started (a function of its own: getcontext returns
+ * twice, which no caller's locals should see) */
+static __attribute__((noinline)) void emu_fiber_new(void)
+{
+	emu_fiber *f = &emu_s.f[emu_s.started];
+	long page = 4096;
+	char *m = (char *)mmap(NULL, EMU_STACK + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+			       -1, 0);
+
+	/* an overflow faults on the guard page instead of writing over the
+	 * next fiber's stack */
+	if (m == MAP_FAILED || mprotect(m, page, PROT_NONE)) {
+		fprintf(stderr, "cuda_emu: cannot make fiber %u\n", emu_s.started);
+		abort();
+	}
+	f->stack = m + page;
+	emu_ctx_make(&f->ctx, f->stack, EMU_STACK, emu_fiber_main);
+	emu_s.started++;
+}
+
+/* from the scheduler into fiber I until it yields (a function of its own:
+ * swapcontext returns twice, which no caller's locals should see) */
+static __attribute__((noinline)) void emu_resume(unsigned i)
+{
+	emu_s.cur = i;
+#ifdef EMU_ASAN
+	void *fake;
+
+	__sanitizer_start_switch_fiber(&fake, emu_s.f[i].stack, EMU_STACK);
+	emu_ctx_switch(&emu_s.main, &emu_s.f[i].ctx);
+	__sanitizer_finish_switch_fiber(fake, NULL, NULL);
+#else
+	emu_ctx_switch(&emu_s.main, &emu_s.f[i].ctx);
+#endif
+}
+
+/* one block of N threads, each a fiber, resumed in turn until all finish */
 static void emu_block(unsigned n, dim3 block, dim3 idx, void (*call)(void *), void *ctx)
 {
-	if (!emu_p.started)
-		sem_init(&emu_p.done, 0, 0);
-	while (emu_p.started < n) {
-		pthread_t t;
-		pthread_attr_t at;
+	unsigned left = n;
 
-		sem_init(&emu_p.go[emu_p.started], 0, 0);
-		pthread_attr_init(&at);
-		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-		if (pthread_create(&t, &at, emu_worker, (void *)(uintptr_t)emu_p.started)) {
-			fprintf(stderr, "cuda_emu: cannot start thread %u\n", emu_p.started);
-			abort();
-		}
-		pthread_attr_destroy(&at);
-		emu_p.started++;
+	while (emu_s.started < n)
+		emu_fiber_new();
+	emu_s.call = call;
+	emu_s.ctx = ctx;
+	emu_s.n = n;
+	emu_s.idle = 0;
+	for (unsigned i = 0; i < n; i++) {
+		emu_s.f[i].done = 0;
+		emu_s.f[i].tid = dim3(i % block.x, i / block.x % block.y, i / (block.x * block.y));
 	}
-	/* the posts order these stores before the workers read them */
-	emu_p.block = block;
-	emu_p.idx = idx;
-	emu_p.call = call;
-	emu_p.ctx = ctx;
-	for (unsigned i = 0; i < n; i++)
-		sem_post(&emu_p.go[i]);
-	for (unsigned i = 0; i < n; i++)
-		while (sem_wait(&emu_p.done))
-			;
+	while (left)
+		for (unsigned i = 0; i < n; i++) {
+			emu_fiber *f = &emu_s.f[i];
+
+			if (f->done)
+				continue;
+			threadIdx = f->tid;
+			blockIdx = idx;
+			emu_resume(i);
+			left -= f->done;
+		}
 }
 
 template <typename F> static void emu_call(void *ctx)

@@ -1,6 +1,4 @@
 /* The CUDA backend's kernels compiled for the CPU (cuda_emu.h through the
- * emulation's cuda_runtime.h), for test_backend_emu. */
-/* a host thread each: blocks of 64 threads (two warps still meet in every
- * block reduction), not 256 */
-#define PD_THREADS 64
+ * emulation's cuda_runtime.h), for the programs pdit_cuda_emu_exe makes:
+ * blocks of the GPU's 256 threads. */
 #include "pd_cuda_kernels.cu"

@@ -2,7 +2,9 @@
  * test_parallel.c - every valid mesh for this world size against the
  * single-process run and the golden files.
  *
- *   mpirun --oversubscribe -np N test_parallel GOLDEN_DIR
+ *   mpirun --oversubscribe -np N test_parallel GOLDEN_DIR [CASE...]
+ *
+ * (CASE: only the cases of these names, e.g. tiny-6-heads)
  *
  * For each case (the golden dev, true-CFG, batch-2 and schnell pipelines,
  * and `pdit tiny` models with 6 and 12 heads, so 3- and 6-way head splits
@@ -205,7 +207,13 @@ int main(int argc, char **argv)
 	golden_case(&cases[3], dir, "pipeline-schnell-h48w96.safetensors", "schnell", 48, 96, 5401, 0.0f, 1.0f);
 	tiny_case(&cases[4], tmp, "tiny-6-heads", 6, 8);
 	tiny_case(&cases[5], tmp, "tiny-12-heads", 12, 8);
-	for (int i = 0; i < 6; i++)
-		test_case(&cases[i]);
+	for (int i = 0; i < 6; i++) {
+		int chosen = argc <= 2;
+
+		for (int a = 2; a < argc; a++)
+			chosen |= !strcmp(argv[a], cases[i].name);
+		if (chosen)
+			test_case(&cases[i]);
+	}
 	return pd_test_finish(world, tmp);
 }

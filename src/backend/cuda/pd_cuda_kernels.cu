@@ -21,10 +21,8 @@
 #define PD_LAUNCH_COOP PD_LAUNCH
 #endif
 
-/* threads a block (the emulation runs fewer: each is a host thread) */
-#ifndef PD_THREADS
+/* threads a block */
 #define PD_THREADS 256
-#endif
 
 static unsigned pd_blocks(int64_t n)
 {

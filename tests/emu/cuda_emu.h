@@ -6,8 +6,9 @@
  * barriers, warp shuffles, tensor-core products) runs each of a block's
  * threads as a fiber of its own on the calling thread (a block's __shared__
  * arrays are then function statics), and a warp's shuffles and products
- * meet at a barrier of its 32 threads. A cooperative call from a kernel launched as
- * independent stops the program, naming it. The product mma.m16n8k16 (bf16
+ * meet at a barrier of its threads (32, fewer in a partial last warp). A
+ * cooperative call from a kernel launched as independent stops the
+ * program, naming it. The product mma.m16n8k16 (bf16
  * in, f32 accumulate) is computed from the 32 lanes' registers by the
  * fragment layout the PTX ISA documents, so a kernel that puts a value in
  * the wrong register or lane gets a wrong answer here as on a GPU. Nothing
@@ -21,8 +22,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/mman.h>
+#if !defined(__x86_64__)
 #include <ucontext.h>
+#endif
 
 #if defined(__SANITIZE_ADDRESS__)
 #define EMU_ASAN 1
@@ -113,10 +117,10 @@ static inline float __half2float(__half h)
 	return s ? -v : v;
 }
 
-static thread_local dim3 threadIdx, blockIdx;
+static dim3 threadIdx, blockIdx;
 static dim3 blockDim, gridDim;
 
-/* the running launch: cooperative (threads of their own) or not, and its
+/* the running launch: cooperative (a fiber a thread) or not, and its
  * kernel's name for the refusal */
 static int emu_coop;
 static const char *emu_kernel;
@@ -141,13 +145,16 @@ extern "C" __attribute__((weak)) void pd_emu_launch_failed(const char *kernel);
  * and its function as the return address. */
 typedef void *emu_ctx;
 extern "C" void pd_emu_switch(emu_ctx *from, emu_ctx to);
-__asm__(".text\n"
+__asm__(".pushsection .text\n"
 	".p2align 4\n"
+	".type pd_emu_switch, @function\n"
 	"pd_emu_switch:\n"
 	"\tpushq %rbp\n\tpushq %rbx\n\tpushq %r12\n\tpushq %r13\n\tpushq %r14\n\tpushq %r15\n"
 	"\tmovq %rsp, (%rdi)\n\tmovq %rsi, %rsp\n"
 	"\tpopq %r15\n\tpopq %r14\n\tpopq %r13\n\tpopq %r12\n\tpopq %rbx\n\tpopq %rbp\n"
-	"\tret\n");
+	"\tret\n"
+	".size pd_emu_switch, .-pd_emu_switch\n"
+	".popsection\n");
 
 static void emu_ctx_make(emu_ctx *c, char *stack, size_t size, void (*fn)(void))
 {
@@ -164,6 +171,10 @@ static inline void emu_ctx_switch(emu_ctx *from, emu_ctx *to)
 {
 	pd_emu_switch(from, *to);
 }
+/* Not saved: MXCSR and the x87 control word (one host thread; nothing here
+ * changes rounding), nor a CET shadow stack (Debian's toolchain does not
+ * mark programs for one; where it is enforced the first return into a
+ * fiber faults). */
 #else
 typedef ucontext_t emu_ctx;
 
@@ -203,6 +214,7 @@ struct emu_sched {
 	unsigned idle; /* yields in a row by fibers that found their barrier still waiting */
 	const void *main_bottom; /* (AddressSanitizer) the launching thread's stack */
 	size_t main_size; /* and its size */
+	pthread_t owner; /* the host thread whose stack main_bottom is: every launch's */
 };
 static emu_sched emu_s;
 
@@ -231,8 +243,9 @@ static void emu_yield(int progress)
 	if (progress)
 		emu_s.idle = 0;
 	else if (++emu_s.idle > 2 * emu_s.n) {
-		fprintf(stderr, "cuda_emu: a barrier in kernel %s can never fill (a thread of its block returned "
-				"before it)\n",
+		fprintf(stderr,
+			"cuda_emu: a barrier in kernel %s can never fill (a thread of its block returned before it, "
+			"or its threads wait at different barriers or shuffles)\n",
 			emu_kernel_name());
 		abort();
 	}
@@ -367,8 +380,7 @@ static void emu_fiber_main(void)
 	}
 }
 
-/* fiber number emu_s.started (a function of its own: getcontext returns
- * twice, which no caller's locals should see) */
+/* fiber number emu_s.started (a function of its own, as emu_resume) */
 static __attribute__((noinline)) void emu_fiber_new(void)
 {
 	emu_fiber *f = &emu_s.f[emu_s.started];
@@ -388,7 +400,8 @@ static __attribute__((noinline)) void emu_fiber_new(void)
 }
 
 /* from the scheduler into fiber I until it yields (a function of its own:
- * swapcontext returns twice, which no caller's locals should see) */
+ * where ucontext switches, getcontext and swapcontext return twice, which
+ * no caller's locals should see) */
 static __attribute__((noinline)) void emu_resume(unsigned i)
 {
 	emu_s.cur = i;
@@ -408,6 +421,14 @@ static void emu_block(unsigned n, dim3 block, dim3 idx, void (*call)(void *), vo
 {
 	unsigned left = n;
 
+	/* the fibers keep the first launching thread's stack as the one to
+	 * return to */
+	if (!emu_s.started)
+		emu_s.owner = pthread_self();
+	else if (!pthread_equal(emu_s.owner, pthread_self())) {
+		fprintf(stderr, "cuda_emu: kernel %s launched from a second host thread\n", emu_kernel_name());
+		abort();
+	}
 	while (emu_s.started < n)
 		emu_fiber_new();
 	emu_s.call = call;
@@ -489,14 +510,16 @@ extern "C" __attribute__((weak)) int pd_emu_is_device(const void *p, size_t byte
 
 /* A kernel handed a host pointer faults on a GPU (an illegal address, the
  * context lost) but reads happily here: every pointer argument of a launch
- * must be null or inside one live device allocation. */
+ * must be null or inside one live device allocation (its end included, as
+ * a zero-sized one's; pinned host memory, which a GPU could address, is
+ * refused too: pdit only stages copies through it). */
 template <typename T> static inline void emu_arg(const char *, int, const T &)
 {
 }
 
 template <typename T> static inline void emu_arg(const char *kernel, int i, T *p)
 {
-	if (p && pd_emu_is_device && !pd_emu_is_device((const void *)p, 1)) {
+	if (p && pd_emu_is_device && !pd_emu_is_device((const void *)p, 0)) {
 		fprintf(stderr, "cuda_emu: kernel %s given a pointer outside device memory as argument %d\n", kernel,
 			i);
 		abort();

@@ -1,7 +1,7 @@
 /*
  * test_flash_emu.cpp - the CUDA backend's fused attention kernel
  * (src/backend/cuda/pd_cuda_flash.cuh) run from its own source on the CPU
- * (cuda_emu.h: a host thread a lane, the tensor-core product computed from
+ * (cuda_emu.h: a fiber a lane, the tensor-core product computed from
  * the lanes' registers by the PTX ISA's fragment layout), against attention
  * in double precision on the same bf16-rounded inputs: random shapes with
  * partial tiles of queries and keys, heads of 64 and 128 channels, keys

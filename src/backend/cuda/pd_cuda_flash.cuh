@@ -2,7 +2,7 @@
  * pd_cuda_flash.cuh - the fused attention kernel (k_flash), included by
  * pd_cuda_kernels.cu, whose launcher runs it; and by the emulation test
  * (tests/unit/test_flash_emu.cpp), which runs this same source on the CPU
- * with threads for its lanes, so that its indexing, masking and online
+ * with a fiber for each of its lanes, so that its indexing, masking and online
  * softmax are checked where no GPU is.
  */
 #ifndef PD_CUDA_FLASH_CUH

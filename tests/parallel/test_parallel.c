@@ -207,6 +207,13 @@ int main(int argc, char **argv)
 	golden_case(&cases[3], dir, "pipeline-schnell-h48w96.safetensors", "schnell", 48, 96, 5401, 0.0f, 1.0f);
 	tiny_case(&cases[4], tmp, "tiny-6-heads", 6, 8);
 	tiny_case(&cases[5], tmp, "tiny-12-heads", 12, 8);
+	for (int a = 2; a < argc; a++) {
+		int known = 0;
+
+		for (int i = 0; i < 6; i++)
+			known |= !strcmp(argv[a], cases[i].name);
+		PD_CHECK(known, "no case named %s", argv[a]);
+	}
 	for (int i = 0; i < 6; i++) {
 		int chosen = argc <= 2;
 

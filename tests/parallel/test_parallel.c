@@ -207,20 +207,19 @@ int main(int argc, char **argv)
 	golden_case(&cases[3], dir, "pipeline-schnell-h48w96.safetensors", "schnell", 48, 96, 5401, 0.0f, 1.0f);
 	tiny_case(&cases[4], tmp, "tiny-6-heads", 6, 8);
 	tiny_case(&cases[5], tmp, "tiny-12-heads", 12, 8);
+	int chosen[6] = { 0 };
+
 	for (int a = 2; a < argc; a++) {
-		int known = 0;
+		int i = 0;
 
-		for (int i = 0; i < 6; i++)
-			known |= !strcmp(argv[a], cases[i].name);
-		PD_CHECK(known, "no case named %s", argv[a]);
+		while (i < 6 && strcmp(argv[a], cases[i].name))
+			i++;
+		PD_CHECK(i < 6, "no case named %s", argv[a]);
+		if (i < 6)
+			chosen[i] = 1;
 	}
-	for (int i = 0; i < 6; i++) {
-		int chosen = argc <= 2;
-
-		for (int a = 2; a < argc; a++)
-			chosen |= !strcmp(argv[a], cases[i].name);
-		if (chosen)
+	for (int i = 0; i < 6; i++)
+		if (argc <= 2 || chosen[i])
 			test_case(&cases[i]);
-	}
 	return pd_test_finish(world, tmp);
 }

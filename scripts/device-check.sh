@@ -208,30 +208,12 @@ if wants golden; then
 	run_golden flux-pipeline-bf16 "$kit/bin/test_pipeline_golden" $g/flux-tiny bf16
 	run_golden wan-vae-f32 "$kit/bin/test_wan_vae" $g/wan-tiny f32
 	# the quantized files as they are kept (GGUF blocks, fp8) against
-	# diffusers on their dequantized weights, with tests/cli/cli_quant.sh's
-	# tolerances: f32 every tensor (--dump) within 1e-4, bf16 out.sample
-	# within 2e-2 (its int8-product checks are the CPU's)
-	q=$g/quant-tiny/flux
-	for v in Q8_0:flux-tiny-dev-Q8_0.gguf Q4_K_S:flux-tiny-dev-Q4_K_S.gguf fp8_e4m3fn:flux-tiny-dev-fp8_e4m3fn.safetensors \
-		fp8_e4m3fn_scaled:flux-tiny-dev-fp8_e4m3fn_scaled.safetensors; do
-		name=${v%%:*} file=${v#*:}
-		for dt in f32 bf16; do
-			f=$work/quant-$name-$dt.safetensors l=$work/golden-quant-$name-$dt.txt
-			if [ $dt = f32 ]; then tol=1e-4 which=--all; else tol=2e-2 which=out.sample; fi
-			ktimed 60 "$pdit" forward --backend cuda --transformer "$q/$file" --config "$q/dequant-$name/config.json" \
-				--dtype $dt --quant-products bf16 --inputs "$q/forward-$name-h64w48.safetensors" --out "$f" --dump > "$l" 2>&1 &&
-				ktimed 30 "$kit/bin/st_compare" tensors "$f" "$q/forward-$name-h64w48.safetensors" $tol $which >> "$l" 2>&1
-			rc=$?
-			if [ $rc = 0 ]; then
-				echo "ok   $file $dt: within $tol ($(tail -1 "$l"))"
-			else
-				echo "FAIL $file $dt ($(why $rc)):"
-				tail -5 "$l"
-				golden_ok=FAIL
-			fi
-			rm -f "$f"
-		done
-	done
+	# diffusers on their dequantized weights: the loop CI runs on the CPU
+	# (cli_quant) and the CUDA emulation (cli_cuda_emu), each program
+	# within 60 s and the part (logs in quant/; the outputs not kept)
+	tests/cli/quant_golden.sh -t 60 -e "$part_end" -l "$kit_path" "$pdit" "$kit/bin/st_compare" $g/quant-tiny \
+		"$work/quant" --backend cuda || golden_ok=FAIL
+	rm -f "$work"/quant/*.safetensors
 	verdict golden "$golden_ok"
 fi
 

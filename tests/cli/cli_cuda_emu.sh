@@ -11,7 +11,7 @@
 # (Ulysses, ring, CFG) against one process's picture.
 # usage: cli_cuda_emu.sh PDIT_EMU PDIT ST_COMPARE QUANT_GOLDEN_DIR [MPIRUN...]
 set -u
-emu=$1 pdit=$2 cmp=$3 q=$4/flux
+emu=$1 pdit=$2 cmp=$3 golden=$4
 shift 4
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
@@ -19,26 +19,9 @@ fail=0
 ok() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; fail=1; }
 
-# 1. the quantized files, kept quantized on the device
-for v in Q8_0:flux-tiny-dev-Q8_0.gguf Q4_K_S:flux-tiny-dev-Q4_K_S.gguf fp8_e4m3fn:flux-tiny-dev-fp8_e4m3fn.safetensors \
-	fp8_e4m3fn_scaled:flux-tiny-dev-fp8_e4m3fn_scaled.safetensors; do
-	name=${v%%:*} file=${v#*:}
-	for dt in f32 bf16; do
-		if [ $dt = f32 ]; then tol=1e-4 which=--all; else tol=2e-2 which=out.sample; fi
-		out=$tmp/$name-$dt.safetensors
-		if ! "$emu" forward --backend cuda --transformer "$q/$file" --config "$q/dequant-$name/config.json" --dtype $dt \
-			--quant-products bf16 --inputs "$q/forward-$name-h64w48.safetensors" --out "$out" --dump \
-			> /dev/null 2> "$tmp/err"; then
-			cat "$tmp/err"
-			bad "pdit forward --backend cuda on $file ($dt)"
-		elif "$cmp" tensors "$out" "$q/forward-$name-h64w48.safetensors" $tol $which > "$tmp/log"; then
-			ok "$file on cuda, $dt: within $tol ($(tail -1 "$tmp/log"))"
-		else
-			cat "$tmp/log"
-			bad "$file on cuda, $dt"
-		fi
-	done
-done
+# 1. the quantized files, kept quantized on the device (the device check's
+# own loop)
+"$(dirname "$0")/quant_golden.sh" "$emu" "$cmp" "$golden" "$tmp/quant" --backend cuda || fail=1
 
 # 2. a picture: cuda against the CPU build, and auto finding the device
 model=$tmp/model

@@ -201,6 +201,103 @@ static void test_elementwise(void)
 	release(&y);
 }
 
+/* The block formats a layer keeps, and where a block's f16 scales sit
+ * (-1: none) */
+static const struct {
+	enum pd_qtype t;                /* the format */
+	int half[2];                    /* byte offsets of its f16 fields */
+} qtypes[] = {
+	{ PD_Q_Q8_0, { 0, -1 } },   { PD_Q_Q4_0, { 0, -1 } },   { PD_Q_Q4_1, { 0, 2 } },
+	{ PD_Q_Q5_0, { 0, -1 } },   { PD_Q_Q5_1, { 0, 2 } },    { PD_Q_Q2_K, { 80, 82 } },
+	{ PD_Q_Q3_K, { 108, -1 } }, { PD_Q_Q4_K, { 0, 2 } },    { PD_Q_Q5_K, { 0, 2 } },
+	{ PD_Q_Q6_K, { 208, -1 } }, { PD_Q_F8_E4M3, { -1, -1 } }, { PD_Q_F8_E5M2, { -1, -1 } },
+};
+#define N_QTYPES ((int)(sizeof(qtypes) / sizeof(qtypes[0])))
+
+/* N_OUT rows of N_IN elements of qtypes[K] from random bytes: every bit
+ * pattern of the quants and packed sub-block scales, the f16 scales finite
+ * (about 0.02), no fp8 NaN or infinity. */
+static uint8_t *random_blocks(int k, int64_t n_out, int64_t n_in)
+{
+	const struct pd_qtype_info *qi = pd_quant_info(qtypes[k].t);
+	size_t n = pd_quant_row_bytes(qi, n_in) * (size_t)n_out;
+	uint8_t *b = malloc(n);
+
+	for (size_t i = 0; i < n; i++)
+		b[i] = (uint8_t)pd_rng_u32(&rng);
+	for (size_t i = 0; i < n; i++) {
+		if (qtypes[k].t == PD_Q_F8_E4M3 && (b[i] & 0x7F) == 0x7F)
+			b[i] = 0x7E;
+		else if (qtypes[k].t == PD_Q_F8_E5M2 && (b[i] & 0x7C) == 0x7C)
+			b[i] &= 0x83;
+	}
+	for (size_t at = 0; at < n; at += (size_t)qi->block_bytes)
+		for (int h = 0; h < 2; h++)
+			if (qtypes[k].half[h] >= 0) {
+				float v;
+				uint16_t f;
+
+				pd_rng_randn(&rng, &v, 1);
+				f = pd_f32_to_f16(v * 0.02f);
+				b[at + (size_t)qtypes[k].half[h]] = (uint8_t)f;
+				b[at + (size_t)qtypes[k].half[h] + 1] = (uint8_t)(f >> 8);
+			}
+	return b;
+}
+
+/* A kept layer of qtypes[K] times the identity (no bias): its weights as
+ * the backend expands them, which must be pd_quant_decode's values times
+ * the scale, exactly (bf16 products: rounded to bf16, to nearest even). A
+ * slip in a format's bit layout moves whole sub-blocks of values. */
+static void test_linear_blocks(int k)
+{
+	const struct pd_qtype_info *qi = pd_quant_info(qtypes[k].t);
+	int64_t n_in = qi->block_size * rnd(1, qi->block_size == 1 ? 300 : qi->block_size == 32 ? 12 : 3);
+	int64_t n_out = rnd(1, 24), rows = n_in, ldx = n_in + rnd(0, 3), ldy = n_out + rnd(0, 5);
+	float scale = qi->block_size == 1 && rnd(0, 1) ? 0.5f + (float)rnd(0, 1000) / 1000.0f : 1.0f;
+	uint8_t *blocks = random_blocks(k, n_out, n_in);
+	size_t rb = pd_quant_row_bytes(qi, n_in);
+	float *xh = calloc((size_t)(rows * ldx), sizeof(float)), *w = malloc((size_t)n_in * sizeof(float));
+	float *ref = calloc((size_t)(rows * ldy), sizeof(float)), *x = NULL, *y = NULL, *r = NULL;
+	struct pd_linear *l = NULL;
+	char what[160];
+
+	snprintf(what, sizeof(what), "%s weights %lldx%lld expanded%s", qi->name, (long long)n_out, (long long)n_in,
+		 scale != 1.0f ? ", scaled" : "");
+	if (!B[1]->ops->linear_new_q || (B[1]->ops->keeps_q && !B[1]->ops->keeps_q(B[1], qtypes[k].t))) {
+		printf("  (%s keeps no %s weights: skipped)\n", be_name, qi->name);
+		goto out;
+	}
+	for (int64_t i = 0; i < rows; i++)
+		xh[i * ldx + i] = 1.0f;
+	for (int64_t o = 0; o < n_out; o++) {
+		pd_quant_decode(qtypes[k].t, blocks + (size_t)o * rb, w, n_in);
+		for (int64_t i = 0; i < n_in; i++) {
+			float v = w[i] * scale;
+
+			ref[i * ldy + o] = B[1]->compute == PD_BF16 ? pd_bf16_to_f32(pd_f32_to_bf16(v)) : v;
+		}
+	}
+	l = B[1]->ops->linear_new_q(B[1], n_out, n_in, qtypes[k].t, scale, blocks, NULL);
+	PD_CHECK(l != NULL, "%s: linear_new_q on %s: %s", what, be_name, B[1]->error);
+	if (!l)
+		goto out;
+	x = dev(1, xh, (size_t)(rows * ldx));
+	y = dev(1, NULL, (size_t)(rows * ldy));
+	r = dev(0, ref, (size_t)(rows * ldy));
+	B[1]->ops->linear(B[1], l, x, ldx, rows, y, ldy, 0);
+	compare_rows(what, r, y, rows, n_out, ldy, TOL_EXACT);
+	B[1]->ops->linear_free(B[1], l);
+out:
+	pd_backend_release(B[1], x);
+	pd_backend_release(B[1], y);
+	pd_backend_release(B[0], r);
+	free(blocks);
+	free(xh);
+	free(w);
+	free(ref);
+}
+
 static void test_linear(enum pd_dtype wt, int flags, int quant)
 {
 	int64_t n_in = rnd(1, 300), n_out = rnd(1, 200), rows = rnd(1, 90);
@@ -211,21 +308,18 @@ static void test_linear(enum pd_dtype wt, int flags, int quant)
 	void *blocks = NULL;
 	uint16_t *wb = NULL;
 	const void *wsrc = w;
+	/* kept layers: any format, random blocks */
+	const int qk = rnd(0, N_QTYPES - 1);
+	const struct pd_qtype_info *qi = pd_quant_info(qtypes[qk].t);
 	char what[160];
 
 	if (quant) {
-		const struct pd_qtype_info *qi = pd_quant_info(PD_Q_Q8_0);
-
 		/* whole blocks, packed rows */
 		n_in = (n_in + qi->block_size - 1) / qi->block_size * qi->block_size;
-		free(w);
-		w = host_randn((size_t)(n_out * n_in), 0.1f);
 		ldx = n_in + rnd(0, 3);
 		release(&x);
 		x = both_randn((size_t)(rows * ldx), 1);
-		blocks = malloc(pd_quant_row_bytes(qi, n_in) * (size_t)n_out);
-		for (int64_t r = 0; r < n_out; r++)
-			pd_quant_encode(PD_Q_Q8_0, w + r * n_in, (char *)blocks + r * pd_quant_row_bytes(qi, n_in), n_in);
+		blocks = random_blocks(qk, n_out, n_in);
 	} else if (wt == PD_BF16) {
 		wb = malloc((size_t)(n_out * ldw) * sizeof(uint16_t));
 		for (int64_t i = 0; i < n_out * ldw; i++)
@@ -233,12 +327,12 @@ static void test_linear(enum pd_dtype wt, int flags, int quant)
 		wsrc = wb;
 	}
 	for (int k = 0; k < 2; k++) {
-		l[k] = quant ? B[k]->ops->linear_new_q ? B[k]->ops->linear_new_q(B[k], n_out, n_in, PD_Q_Q8_0, 1.0f, blocks,
+		l[k] = quant ? B[k]->ops->linear_new_q ? B[k]->ops->linear_new_q(B[k], n_out, n_in, qtypes[qk].t, 1.0f, blocks,
 										 flags & PD_LIN_NO_BIAS ? NULL : bias)
 						       : NULL
 			     : B[k]->ops->linear_new(B[k], n_out, n_in, wsrc, wt, ldw, flags & PD_LIN_NO_BIAS ? NULL : bias);
 		if (!l[k] && quant && k == 1) {
-			printf("  (%s keeps no quantized weights: q8_0 product skipped)\n", be_name);
+			printf("  (%s keeps no quantized weights: %s product skipped)\n", be_name, qi->name);
 			goto out;
 		}
 		PD_CHECK(l[k] != NULL, "linear_new on %s", k ? be_name : "cpu");
@@ -247,7 +341,7 @@ static void test_linear(enum pd_dtype wt, int flags, int quant)
 		B[k]->ops->linear(B[k], l[k], x.d[k], ldx, rows, y.d[k], ldy, flags);
 	}
 	snprintf(what, sizeof(what), "linear %lldx%lld, %lld rows, %s weights%s%s%s", (long long)n_out, (long long)n_in,
-		 (long long)rows, quant ? "q8_0" : pd_dtype_name(wt), flags & PD_LIN_GELU_TANH ? ", GELU" : "",
+		 (long long)rows, quant ? qi->name : pd_dtype_name(wt), flags & PD_LIN_GELU_TANH ? ", GELU" : "",
 		 flags & PD_LIN_NO_BIAS ? ", no bias" : "", flags & PD_LIN_ACCUMULATE ? ", accumulate" : "");
 	/* bf16 weights or activations: the products' tolerance */
 	compare(what, y.d[0], y.d[1], (size_t)(rows * ldy),
@@ -747,6 +841,9 @@ static void run(const char *name, enum pd_dtype dt, int rounds)
 		test_linear(PD_F32, PD_LIN_ACCUMULATE | PD_LIN_NO_BIAS, 0);
 		if (r == 0)
 			test_linear(PD_F32, 0, 1);
+		if (r < 2)
+			for (int k = 0; k < N_QTYPES; k++)
+				test_linear_blocks(k);
 		test_linear_adapter(0, 0);
 		test_linear_adapter(PD_LIN_GELU_TANH | PD_LIN_ACCUMULATE, 0);
 		test_linear_adapter(PD_LIN_NO_BIAS, r == 0);

@@ -18,9 +18,10 @@
  * Convolutions are column blocks (im2col) of a band of rows times the
  * kernel.
  *
- * Quantized weights: Q8_0, Q4_0 and fp8 stay as the file has them in device
- * memory and are expanded into a reused bf16 (or f32) operand before each
- * product; other block formats are decoded at load (keeps_q says which).
+ * Quantized weights: ggml's block formats and fp8 stay as the file has them
+ * in device memory and are expanded into a reused bf16 (or f32) operand
+ * before each product (cuBLAS takes no decoding in its tile loads; a
+ * product of pdit's own would be needed for that).
  */
 #include "pd_backend_cuda.h"
 #include "pd_cuda_kernels.h"
@@ -76,7 +77,7 @@ struct pd_cuda {
 struct pd_linear {
 	int64_t n_out, n_in;
 	void *w;                        /* [n_out, n_in] bf16 or f32 (plain), or the file's blocks */
-	int qtype;                      /* -1 plain; 0 Q8_0, 1 Q4_0, 2 one-byte codes (fp8) */
+	int qtype;                      /* -1 plain, else the blocks' enum pd_cuda_q */
 	int bf16;                       /* plain: w is bf16 (compute was bf16 at creation), else f32 */
 	int64_t row_bytes;              /* a row of blocks */
 	float scale;                    /* the blocks' scale (scaled fp8) */
@@ -381,10 +382,36 @@ static struct pd_linear *pd_cu_linear_new(struct pd_backend *be, int64_t n_out, 
 	return l;
 }
 
-/* The block formats kept on the device. */
+/* The block formats kept on the device: the kernels' name for T, or -1. */
 static int pd_cu_qkind(enum pd_qtype t)
 {
-	return t == PD_Q_Q8_0 ? 0 : t == PD_Q_Q4_0 ? 1 : t == PD_Q_F8_E4M3 || t == PD_Q_F8_E5M2 ? 2 : -1;
+	switch (t) {
+	case PD_Q_Q8_0:
+		return PD_CQ_Q8_0;
+	case PD_Q_Q4_0:
+		return PD_CQ_Q4_0;
+	case PD_Q_Q4_1:
+		return PD_CQ_Q4_1;
+	case PD_Q_Q5_0:
+		return PD_CQ_Q5_0;
+	case PD_Q_Q5_1:
+		return PD_CQ_Q5_1;
+	case PD_Q_Q2_K:
+		return PD_CQ_Q2_K;
+	case PD_Q_Q3_K:
+		return PD_CQ_Q3_K;
+	case PD_Q_Q4_K:
+		return PD_CQ_Q4_K;
+	case PD_Q_Q5_K:
+		return PD_CQ_Q5_K;
+	case PD_Q_Q6_K:
+		return PD_CQ_Q6_K;
+	case PD_Q_F8_E4M3:
+	case PD_Q_F8_E5M2:
+		return PD_CQ_CODE;
+	default:
+		return -1;
+	}
 }
 
 static int pd_cu_keeps_q(const struct pd_backend *be, enum pd_qtype t)
@@ -425,14 +452,14 @@ static struct pd_linear *pd_cu_linear_new_q(struct pd_backend *be, int64_t n_out
 	l->scale = scale;
 	l->w = pd_cu_put(be, blocks, rb * (size_t)n_out, "quantized weights");
 	l->bias = bias ? pd_cu_put(be, bias, (size_t)n_out * sizeof(float), "a bias") : NULL;
-	if (l->qtype == 2) {
+	if (l->qtype == PD_CQ_CODE) {
 		float table[256];
 
 		for (int c = 0; c < 256; c++)
 			table[c] = t == PD_Q_F8_E4M3 ? pd_fp8_e4m3_to_f32((uint8_t)c) : pd_fp8_e5m2_to_f32((uint8_t)c);
 		l->table = pd_cu_put(be, table, sizeof(table), "an fp8 table");
 	}
-	if (!l->w || (bias && !l->bias) || (l->qtype == 2 && !l->table)) {
+	if (!l->w || (bias && !l->bias) || (l->qtype == PD_CQ_CODE && !l->table)) {
 		cudaFree(l->w);
 		cudaFree(l->bias);
 		cudaFree(l->table);

@@ -182,34 +182,126 @@ extern "C" void pd_cuda_channel_bias(cudaStream_t s, float *y, int64_t ld, int c
 		PD_LAUNCH(k_channel_bias, pd_blocks((int64_t)c * n), PD_THREADS, s, y, ld, c, n, bias);
 }
 
-/* Quantized weights into the products' operand: Q8_0 blocks (ggml: an f16
- * scale and 32 int8), Q4_0 (an f16 scale and 16 bytes of nibbles, minus
- * 8), and one-byte codes through a 256-entry table (fp8), times SCALE. */
+/* ---- quantized weights: ggml's block layouts, one element at a time -- */
+
+/* the f16 at P, little-endian */
+__device__ static float pd_half_at(const uint8_t *p)
+{
+	__half_raw hr;
+
+	hr.x = (unsigned short)(p[0] | p[1] << 8);
+	return __half2float(__half(hr));
+}
+
+/* ggml's get_scale_min_k4: Q4_K's and Q5_K's 6-bit scale and min of
+ * sub-block J from their 12 packed bytes Q */
+__device__ static void pd_k4(int j, const uint8_t *q, int *sc, int *m)
+{
+	if (j < 4) {
+		*sc = q[j] & 63;
+		*m = q[j + 4] & 63;
+	} else {
+		*sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+		*m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+	}
+}
+
+/* Element C of a row of TYPE (pd_cuda_kernels.h): the float32 value
+ * pd_quant_decode gives, by the same operations in the same order (no
+ * fused multiply-add: --fmad=false), so bit for bit the CPU's. A K type's
+ * 256 elements run in halves of 128 (Q2_K, Q3_K, Q6_K: groups of 32 in
+ * two sub-blocks of 16) or in groups of 64 (Q4_K, Q5_K: sub-blocks of 32
+ * sharing a byte's two nibbles). */
+__device__ static float pd_q_value(const uint8_t *row, int type, int64_t c, const float *table)
+{
+	const int j = (int)(c & 31), e = (int)(c & 255);
+	const int half = e >> 7, grp = (e >> 5) & 3, sub = (e >> 4) & 1, l16 = e & 15;
+	const int g64 = e >> 6, hi = (e >> 5) & 1;
+	const uint8_t *b;
+	int q, sc, m;
+
+	switch (type) {
+	case PD_CQ_Q8_0:
+		b = row + (c >> 5) * 34;
+		return (float)(int8_t)b[2 + j] * pd_half_at(b);
+	case PD_CQ_Q4_0:
+		b = row + (c >> 5) * 18;
+		q = j < 16 ? b[2 + j] & 15 : b[2 + j - 16] >> 4;
+		return (float)(q - 8) * pd_half_at(b);
+	case PD_CQ_Q4_1:
+		b = row + (c >> 5) * 20;
+		q = j < 16 ? b[4 + j] & 15 : b[4 + j - 16] >> 4;
+		return (float)q * pd_half_at(b) + pd_half_at(b + 2);
+	case PD_CQ_Q5_0:
+	case PD_CQ_Q5_1: {
+		const int one = type == PD_CQ_Q5_1, at = one ? 4 : 2;
+		uint32_t qh;
+
+		b = row + (c >> 5) * (one ? 24 : 22);
+		qh = (uint32_t)b[at] | (uint32_t)b[at + 1] << 8 | (uint32_t)b[at + 2] << 16 | (uint32_t)b[at + 3] << 24;
+		q = j < 16 ? (b[at + 4 + j] & 15) | ((qh >> j) << 4 & 0x10)
+			   : (b[at + 4 + j - 16] >> 4) | ((qh >> (j - 16 + 12)) & 0x10);
+		return one ? (float)q * pd_half_at(b) + pd_half_at(b + 2) : (float)(q - 16) * pd_half_at(b);
+	}
+	case PD_CQ_Q2_K: {
+		/* scales[16], qs[64], d, dmin */
+		b = row + (c >> 8) * 84;
+		const int s = b[half * 8 + 2 * grp + sub];
+		const float dl = pd_half_at(b + 80) * (float)(s & 0xF), ml = pd_half_at(b + 82) * (float)(s >> 4);
+
+		q = (b[16 + half * 32 + sub * 16 + l16] >> (2 * grp)) & 3;
+		return dl * (float)q - ml;
+	}
+	case PD_CQ_Q3_K: {
+		/* hmask[32], qs[64], scales[12] (16 of 6 bits), d */
+		b = row + (c >> 8) * 110;
+		const uint8_t *s = b + 96;
+		const int is = half * 8 + 2 * grp + sub, k = is & 3, gs = is >> 2;
+		const int lo = gs & 1 ? s[4 + k] : s[k];
+
+		sc = (gs < 2 ? lo & 15 : lo >> 4) | ((s[8 + k] >> (2 * gs)) & 3) << 4;
+		q = ((b[32 + half * 32 + sub * 16 + l16] >> (2 * grp)) & 3) -
+		    (b[sub * 16 + l16] & (1 << (half * 4 + grp)) ? 0 : 4);
+		return pd_half_at(b + 108) * (float)(sc - 32) * (float)q;
+	}
+	case PD_CQ_Q4_K:
+	case PD_CQ_Q5_K: {
+		/* d, dmin, scales[12], (Q5_K: qh[32],) qs[128] */
+		const int five = type == PD_CQ_Q5_K;
+
+		b = row + (c >> 8) * (five ? 176 : 144);
+		pd_k4(2 * g64 + hi, b + 4, &sc, &m);
+		const float d1 = pd_half_at(b) * (float)sc, m1 = pd_half_at(b + 2) * (float)m;
+		const int qb = b[(five ? 48 : 16) + g64 * 32 + j];
+
+		q = hi ? qb >> 4 : qb & 15;
+		if (five && (b[16 + j] & (1 << (2 * g64 + hi))))
+			q += 16;
+		return d1 * (float)q - m1;
+	}
+	case PD_CQ_Q6_K: {
+		/* ql[128], qh[64], scales[16] (int8), d; the 4 groups of 32 of a
+		 * half: ql's low nibbles, then high, of its 64 bytes' two halves */
+		b = row + (c >> 8) * 210;
+		const int qlb = b[half * 64 + (grp & 1) * 32 + j];
+
+		q = (int8_t)((grp < 2 ? qlb & 15 : qlb >> 4) | ((b[128 + half * 32 + j] >> (2 * grp)) & 3) << 4) - 32;
+		return pd_half_at(b + 208) * (float)(int8_t)b[192 + half * 8 + (j >> 4) + 2 * grp] * (float)q;
+	}
+	default:
+		return table[row[c]];
+	}
+}
+
+/* Quantized weights into the products' operand, times SCALE (scaled fp8). */
 __global__ static void k_dequant(void *dst, int bf16, const uint8_t *src, int type, const float *table, float scale,
 				 int64_t rows, int64_t cols, int64_t row_bytes)
 {
 	PD_FOR(i, rows * cols)
 	{
 		int64_t r = i / cols, c = i - r * cols;
-		const uint8_t *row = src + r * row_bytes;
-		float v;
+		float v = pd_q_value(src + r * row_bytes, type, c, table);
 
-		if (type == 0) {
-			const uint8_t *b = row + (c >> 5) * 34;
-			__half_raw hr;
-
-			hr.x = (unsigned short)(b[0] | b[1] << 8);
-			v = __half2float(__half(hr)) * (float)(int8_t)b[2 + (c & 31)];
-		} else if (type == 1) {
-			const uint8_t *b = row + (c >> 5) * 18;
-			int j = (int)(c & 31), q = j < 16 ? b[2 + j] & 15 : b[2 + j - 16] >> 4;
-			__half_raw hr;
-
-			hr.x = (unsigned short)(b[0] | b[1] << 8);
-			v = __half2float(__half(hr)) * (float)(q - 8);
-		} else {
-			v = table[row[c]];
-		}
 		v = v * scale;
 		if (bf16)
 			((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(v);

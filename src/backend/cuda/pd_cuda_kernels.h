@@ -28,7 +28,22 @@ void pd_cuda_to_bf16(cudaStream_t s, void *y, const float *x, int64_t rows, int6
 /* y = act(y + bias) over [rows, cols] of row stride ldy */
 void pd_cuda_bias_act(cudaStream_t s, float *y, int64_t ldy, int64_t rows, int64_t cols, const float *bias, int gelu);
 void pd_cuda_channel_bias(cudaStream_t s, float *y, int64_t ld, int c, int64_t n, const float *bias);
-/* TYPE 0: Q8_0 blocks, 1: Q4_0 blocks, 2: one-byte codes through TABLE */
+/* The block formats the device decodes (pd_quant.h's ggml types) */
+enum pd_cuda_q {
+	PD_CQ_CODE,                     /* one-byte codes through a 256-value table (fp8) */
+	PD_CQ_Q8_0,
+	PD_CQ_Q4_0,
+	PD_CQ_Q4_1,
+	PD_CQ_Q5_0,
+	PD_CQ_Q5_1,
+	PD_CQ_Q2_K,
+	PD_CQ_Q3_K,
+	PD_CQ_Q4_K,
+	PD_CQ_Q5_K,
+	PD_CQ_Q6_K
+};
+/* [rows, cols] of TYPE (an enum pd_cuda_q; PD_CQ_CODE through TABLE),
+ * rows ROW_BYTES apart, decoded times SCALE into f32 or (BF16) bf16 */
 void pd_cuda_dequant(cudaStream_t s, void *dst, int bf16, const void *src, int type, const float *table, float scale,
 		     int64_t rows, int64_t cols, int64_t row_bytes);
 /* MODE 0: layernorm (w, b), 1: layernorm_mod (w = scale, b = shift) */

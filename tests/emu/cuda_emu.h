@@ -533,9 +533,19 @@ template <typename... A> static inline void emu_args(const char *kernel, const A
 	(emu_arg(kernel, ++i, a), ...);
 }
 
+/* A launch's arguments evaluated once, as a GPU launch evaluates them,
+ * checked, then handed to every thread (each its own copies, as a GPU
+ * thread has its parameters) */
+template <typename K, typename... A>
+static inline void emu_kernel_launch(const char *name, int coop, dim3 grid, dim3 block, K k, const A &...a)
+{
+	emu_args(name, a...);
+	emu_run(name, coop, grid, block, [&] { k(a...); });
+}
+
 #define PD_LAUNCH(k, grid, block, s, ...) \
-	((void)(s), emu_args(#k, __VA_ARGS__), emu_run(#k, 0, dim3(grid), dim3(block), [=] { k(__VA_ARGS__); }))
+	((void)(s), emu_kernel_launch(#k, 0, dim3(grid), dim3(block), [](auto... v) { k(v...); }, __VA_ARGS__))
 #define PD_LAUNCH_COOP(k, grid, block, s, ...) \
-	((void)(s), emu_args(#k, __VA_ARGS__), emu_run(#k, 1, dim3(grid), dim3(block), [=] { k(__VA_ARGS__); }))
+	((void)(s), emu_kernel_launch(#k, 1, dim3(grid), dim3(block), [](auto... v) { k(v...); }, __VA_ARGS__))
 
 #endif /* CUDA_EMU_H */

@@ -201,6 +201,18 @@ held=$("$pdit" bench "${wrun[@]}" --diffusion-model "$tmp/w256-q6_k.gguf" --step
 awk -v p="$plan" -v h="$held" 'BEGIN { d = p * 1e9 / (h * 1048576); exit !(d > 0.92 && d < 1.08) }' &&
 	ok "q6_k --dtype bf16: the planner's weights ${plan} GB, the backend holds ${held} MiB" ||
 	bad "q6_k --dtype bf16: planner $plan GB, held $held MiB"
+# another machine's rate (--gflops): the int8 layers counted at bf16's, and
+# said so, unless --int8-speed gives their speed
+for s in "" 2; do
+	"$pdit" plan --diffusion-model "$tmp/w256-q6_k.gguf" --config "$tmp/w256/transformer/config.json" --dtype bf16 \
+		--devices 1 --gflops 100 -H 64 -W 48 --quant-products int8 ${s:+--int8-speed $s} > "$tmp/plan$s.txt" 2>&1
+done
+s1=$(awk '/^dp=/ {print $8; exit}' "$tmp/plan.txt") s2=$(awk '/^dp=/ {print $8; exit}' "$tmp/plan2.txt")
+grep -q "on int8 products (.*) counted at a bf16 product's rate: --int8-speed X" "$tmp/plan.txt" &&
+	grep -q "on int8 products (.*) run at 2.00 x a bf16 product's rate" "$tmp/plan2.txt" &&
+	awk -v a="$s1" -v b="$s2" 'BEGIN { exit !(b > 0 && b < a) }' &&
+	ok "plan --gflops: int8 layers counted at bf16's rate and said so (${s1} s a step), --int8-speed 2: ${s2} s" ||
+	{ cat "$tmp/plan.txt" "$tmp/plan2.txt"; bad "plan --gflops on int8 layers"; }
 # a file of two types (Q5_0's double blocks, Q4_K's single blocks) where the
 # CPU has 256-bit VNNI only (here: AVX-512 off): auto multiplies both in
 # int8 (the latents of --quant-products int8, byte for byte, every layer

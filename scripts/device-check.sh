@@ -31,8 +31,8 @@
 # What comes back under $OUT (./device-out without it; the device tool
 # returns at most 8 files): device-check.log (the whole log; each part's
 # verdict as "== PART: PASS|FAIL|SKIP (why)"), logs.tar.gz (every part's
-# own output: conformance.txt, golden-*.txt, meshes-*.txt, nvidia-smi.txt,
-# ...) and the two timing JSONs (pdit-flux-dev-1024.json,
+# own output: conformance.txt, golden-*.txt, quant/*.log, meshes-*.txt,
+# nvidia-smi.txt, ...) and the two timing JSONs (pdit-flux-dev-1024.json,
 # torch-flux-dev-1024.json).
 # Exit status: 0 when every part that ran passed.
 set -u

@@ -313,7 +313,7 @@ int pd_cmd_plan(int argc, char **argv)
 		if (mc.int8_speed > 0 && w->info->int8_fraction > 0)
 			printf("\n  the layers on int8 products (%.0f%% of the weights) run at %.2f x a %s product's rate",
 			       100 * w->info->kept_fraction * w->info->int8_fraction, mc.int8_speed, dtype);
-		else if (w->info->int8_fraction > 0)
+		else if (!dev && gflops > 0 && w->info->int8_fraction > 0)
 			/* --gflops: another machine's rate, whose int8 speed is not
 			 * known here */
 			printf("\n  the layers on int8 products (%.0f%% of the weights) counted at a %s product's rate: "

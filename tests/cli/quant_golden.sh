@@ -7,8 +7,9 @@
 # (cli_quant.sh), the CUDA emulation (cli_cuda_emu.sh) and a GPU
 # (scripts/device-check.sh).
 # usage: quant_golden.sh [-t SECONDS] [-e EPOCH] [-l LIBPATH] PDIT ST_COMPARE QUANT_GOLDEN_DIR OUTDIR [FLAGS...]
-#   -t SECONDS  each program's time at most (timeout: 124 when it runs out)
-#   -e EPOCH    and every program ended by this time (date +%s); a program
+#   -t SECONDS  each program's time at most (timeout: 124 when it runs out;
+#               killed 10 s after its TERM), 3 at least
+#   -e EPOCH    and every program's TERM by this time (date +%s); a program
 #               with under 3 seconds left is not run (125)
 #   -l LIBPATH  LD_LIBRARY_PATH for pdit and st_compare (the device kit's
 #               libraries), not for this script's own programs
@@ -17,16 +18,20 @@
 # checks) and NAME-DTYPE.log (pdit's and st_compare's output); one line a
 # file and type, "ok" or "FAIL"; the status is 1 when any failed.
 set -u
-secs='' until='' libs=''
+secs='' deadline='' libs=''
 while getopts t:e:l: o; do
 	case $o in
 		t) secs=$OPTARG ;;
-		e) until=$OPTARG ;;
+		e) deadline=$OPTARG ;;
 		l) libs=$OPTARG ;;
 		*) exit 2 ;;
 	esac
 done
 shift $((OPTIND - 1))
+if [ -n "$secs" ] && ! [ "$secs" -ge 3 ] 2> /dev/null; then
+	echo "quant_golden.sh: -t $secs: give 3 seconds or more" >&2
+	exit 2
+fi
 if [ $# -lt 4 ]; then
 	echo "usage: quant_golden.sh [-t SECONDS] [-e EPOCH] [-l LIBPATH] PDIT ST_COMPARE QUANT_GOLDEN_DIR OUTDIR [FLAGS...]" >&2
 	exit 2
@@ -39,8 +44,8 @@ fail=0
 # runs a program under the time given: 125 when none is left
 timed() {
 	local t=$secs
-	if [ -n "$until" ]; then
-		local left=$((until - $(date +%s)))
+	if [ -n "$deadline" ]; then
+		local left=$((deadline - $(date +%s)))
 		[ -z "$t" ] || [ "$left" -lt "$t" ] && t=$left
 		[ "$t" -lt 3 ] && { echo "(no time left: not run)"; return 125; }
 	fi

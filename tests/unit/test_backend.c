@@ -227,7 +227,7 @@ static uint8_t *random_blocks(int k, int64_t n_out, int64_t n_in)
 		b[i] = (uint8_t)pd_rng_u32(&rng);
 	for (size_t i = 0; i < n; i++) {
 		if (qtypes[k].t == PD_Q_F8_E4M3 && (b[i] & 0x7F) == 0x7F)
-			b[i] = 0x7E;
+			b[i] &= 0xFE;
 		else if (qtypes[k].t == PD_Q_F8_E5M2 && (b[i] & 0x7C) == 0x7C)
 			b[i] &= 0x83;
 	}

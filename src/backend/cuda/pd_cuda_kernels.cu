@@ -288,8 +288,11 @@ __device__ static float pd_q_value(const uint8_t *row, int type, int64_t c, cons
 		q = (int8_t)((grp < 2 ? qlb & 15 : qlb >> 4) | ((b[128 + half * 32 + j] >> (2 * grp)) & 3) << 4) - 32;
 		return pd_half_at(b + 208) * (float)(int8_t)b[192 + half * 8 + (j >> 4) + 2 * grp] * (float)q;
 	}
-	default:
+	case PD_CQ_CODE:
 		return table[row[c]];
+	default:
+		/* a format the host never keeps: NaN, as pd_quant_decode's */
+		return nanf("");
 	}
 }
 

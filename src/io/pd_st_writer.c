@@ -7,6 +7,7 @@
 #include "pd_util.h"
 
 #include <cjson/cJSON.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,16 @@ struct pd_st_writer {
 	int n;                          /* entries */
 	struct pd_st_entry *e;          /* entries in insertion order */
 	cJSON *meta;                    /* __metadata__ object */
+	int fills_apart;                /* fills may run at once (pd_st_writer_fills_apart) */
 };
+
+/* What fills running at once hold, about: their outputs' bytes */
+#define PD_ST_BATCH_BYTES ((size_t)1 << 30)
+
+void pd_st_writer_fills_apart(struct pd_st_writer *w)
+{
+	w->fills_apart = 1;
+}
 
 struct pd_st_writer *pd_st_writer_new(void)
 {
@@ -156,6 +166,64 @@ static char *pd_st_writer_header(struct pd_st_writer *w, size_t *len)
 	return padded;
 }
 
+/* Where the entries saved together from I end: I alone, or when fills run
+ * apart, the fills from I on, as many large ones (a MiB or more) as there
+ * are threads, the small ones between them (biases, norms) not counted,
+ * PD_ST_BATCH_BYTES at most (the first whatever its size): a batch of one
+ * large fill and its small neighbours would leave it one thread. */
+static int pd_st_batch_end(const struct pd_st_writer *w, int i)
+{
+	int j = i + 1, cap = omp_get_max_threads(), large = w->e[i].nbytes >= ((size_t)1 << 20);
+	size_t held = w->e[i].nbytes;
+
+	if (!w->fills_apart || !w->e[i].fill)
+		return j;
+	while (j < w->n && w->e[j].fill && held + w->e[j].nbytes <= PD_ST_BATCH_BYTES) {
+		if (w->e[j].nbytes >= ((size_t)1 << 20) && ++large > cap)
+			break;
+		held += w->e[j++].nbytes;
+	}
+	return j;
+}
+
+/* Entries I to END (fills, or one of borrowed bytes) into O in order, the
+ * fills on a thread each. */
+static int pd_st_save_batch(struct pd_st_writer *w, struct pd_out_file *o, int i, int end)
+{
+	void **buf;
+	char why[1024] = "";
+	int rc = 0;
+
+	if (!w->e[i].fill)
+		return pd_out_write(o, w->e[i].data, w->e[i].nbytes);
+	buf = pd_calloc((size_t)(end - i), sizeof(*buf), "tensor list");
+	if (!buf)
+		return -1;
+	for (int k = i; k < end && !rc; k++)
+		if (!(buf[k - i] = pd_malloc(w->e[k].nbytes, w->e[k].name)))
+			rc = -1;
+	if (!rc) {
+#pragma omp parallel for schedule(dynamic, 1) if (end - i > 1)
+		for (int k = i; k < end; k++)
+			if (w->e[k].fill(w->e[k].fill_ctx, buf[k - i], w->e[k].nbytes)) {
+				/* a worker's message is its thread's: kept for this one */
+#pragma omp critical(pd_st_fill_failed)
+				if (!rc) {
+					rc = -1;
+					snprintf(why, sizeof(why), "%s", pd_last_error());
+				}
+			}
+		if (rc && end - i > 1)
+			pd_errorf("%s", why);
+	}
+	for (int k = i; k < end && !rc; k++)
+		rc = pd_out_write(o, buf[k - i], w->e[k].nbytes);
+	for (int k = i; k < end; k++)
+		free(buf[k - i]);
+	free(buf);
+	return rc;
+}
+
 int pd_st_writer_save(struct pd_st_writer *w, const char *path)
 {
 	struct pd_out_file o;
@@ -174,24 +242,10 @@ int pd_st_writer_save(struct pd_st_writer *w, const char *path)
 		lenbuf[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
 	if (pd_out_write(&o, lenbuf, 8) || pd_out_write(&o, header, hlen))
 		goto fail;
-	for (int i = 0; i < w->n; i++) {
-		struct pd_st_entry *x = &w->e[i];
-
-		if (x->fill) {
-			void *buf = pd_malloc(x->nbytes, x->name);
-			int frc;
-
-			if (!buf)
-				goto fail;
-			frc = x->fill(x->fill_ctx, buf, x->nbytes);
-			if (!frc)
-				frc = pd_out_write(&o, buf, x->nbytes);
-			free(buf);
-			if (frc)
-				goto fail;
-		} else if (pd_out_write(&o, x->data, x->nbytes)) {
+	for (int i = 0, end; i < w->n; i = end) {
+		end = pd_st_batch_end(w, i);
+		if (pd_st_save_batch(w, &o, i, end))
 			goto fail;
-		}
 	}
 	free(header);
 	return pd_out_commit(&o);

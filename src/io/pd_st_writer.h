@@ -27,6 +27,11 @@ int pd_st_writer_add(struct pd_st_writer *w, const char *name, enum pd_dtype dt,
 /* The bytes come from FILL(CTX, ...) at save time; CTX is borrowed. */
 int pd_st_writer_add_fill(struct pd_st_writer *w, const char *name, enum pd_dtype dt, int ndim,
 			  const int64_t *shape, pd_st_fill_fn fill, void *ctx);
+/* W's fills may run at once, on OpenMP's threads (each writes only its own
+ * bytes, touches nothing shared and logs nothing): a save makes several
+ * tensors together (about 1 GiB of them at most) and writes them in order.
+ * Without it they run one after another (a fill may share progress). */
+void pd_st_writer_fills_apart(struct pd_st_writer *w);
 int pd_st_writer_meta(struct pd_st_writer *w, const char *key, const char *value);
 int pd_st_writer_save(struct pd_st_writer *w, const char *path);
 

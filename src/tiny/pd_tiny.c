@@ -154,6 +154,10 @@ int pd_tiny_writer_init(struct pd_tiny_writer *tw, uint64_t seed, enum pd_dtype 
 {
 	memset(tw, 0, sizeof(*tw));
 	tw->w = pd_st_writer_new();
+	/* each tensor drawn from its own seed: several at once (the Mersenne
+	 * Twister's draws are one thread's a tensor) */
+	if (tw->w)
+		pd_st_writer_fills_apart(tw->w);
 	tw->fills = pd_calloc((size_t)cap, sizeof(*tw->fills), "tensor list");
 	tw->cap = cap;
 	tw->seed = seed;

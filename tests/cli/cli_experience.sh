@@ -59,6 +59,17 @@ check_out() {	# WHAT EXPECTED-TEXT ARGS...
 	fi
 }
 "$pdit" tiny "$tmp/full" --full > /dev/null 2>&1 || bad "tiny --full"
+# its tensors drawn several at once (each from its own seed): the same bytes
+# on 1 thread and on 3, small tensors and large (4 MiB: 512 wide, MLP 2048)
+for n in 1 3; do
+	OMP_NUM_THREADS=$n "$pdit" tiny "$tmp/full-$n" --full > /dev/null 2>&1 &&
+		OMP_NUM_THREADS=$n "$pdit" tiny "$tmp/wide-$n" --heads 8 --head-dim 64 --layers 1 --single-layers 1 \
+			> /dev/null 2>&1 || bad "tiny on $n thread(s)"
+done
+diff -r "$tmp/full-1" "$tmp/full-3" > /dev/null && diff -r "$tmp/full" "$tmp/full-3" > /dev/null &&
+	diff -r "$tmp/wide-1" "$tmp/wide-3" > /dev/null && ok "tiny on 1 thread and on 3: the same bytes" ||
+	bad "tiny: other bytes on other thread counts"
+rm -rf "$tmp/full-1" "$tmp/full-3" "$tmp/wide-1" "$tmp/wide-3"
 check_out "-o into a missing folder" "/nonexistent/dir/x.png: the folder /nonexistent/dir does not exist" -o /nonexistent/dir/x.png
 check_out "-o naming a folder" "cannot write $tmp: it is a folder" -o "$tmp"
 check_out "--out-latents into a missing folder" "/nonexistent/l.safetensors" -o "$tmp/x.png" --out-latents /nonexistent/l.safetensors

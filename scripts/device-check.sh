@@ -6,6 +6,12 @@
 #
 #   device run: OUT=$OUT scripts/device-check.sh [PART...]   (carry: devkit; timeout_s 600)
 #
+# A rehearsal here, without a GPU (the same script and parts, the kit's
+# programs those of the CUDA emulation; parts 1-3 pass in about 5 minutes
+# on 2 cores, the timing's 24 GB would take hours):
+#
+#   scripts/device-kit.sh --emulated && KIT=devkit-emu scripts/device-check.sh conformance golden meshes
+#
 # PART: conformance, golden, meshes, timing (default: all four, in that
 # order), and more (asked for by name: a second call's, after the first
 # has passed). The whole run keeps within 540 s (DEADLINE_S), so that one device
@@ -116,10 +122,16 @@ wants timing && reserve=200
 wants more && reserve=$((reserve + 240))
 export PDIT_TEST_SEED=${PDIT_TEST_SEED:-$t_start}
 
-echo "pdit device check, $(date -u), commit $(cat devkit/commit 2> /dev/null || git rev-parse HEAD 2> /dev/null)," \
+# the kit's folder: devkit, or a rehearsal's (scripts/device-kit.sh
+# --emulated: the CUDA emulation's programs, run here without a GPU)
+kdir=${KIT:-devkit}
+echo "pdit device check, $(date -u), commit $(cat "$kdir/commit" 2> /dev/null || git rev-parse HEAD 2> /dev/null)," \
 	"parts: $parts, seed $PDIT_TEST_SEED (PDIT_TEST_SEED)"
 echo "system: $(. /etc/os-release 2> /dev/null && echo "$PRETTY_NAME"), $(ldd --version 2> /dev/null | head -1)"
-if ! timeout -k 5 30 nvidia-smi > "$work/nvidia-smi.txt" 2>&1; then
+if [ -f "$kdir/emulated" ]; then
+	echo "a rehearsal: $kdir holds the CUDA emulation's programs (the CPU computes); no GPU is used" \
+		> "$work/nvidia-smi.txt"
+elif ! timeout -k 5 30 nvidia-smi > "$work/nvidia-smi.txt" 2>&1; then
 	verdict device "FAIL (no GPU here: nvidia-smi says $(head -1 "$work/nvidia-smi.txt"))"
 	exit 1
 fi
@@ -132,15 +144,15 @@ echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores
 # --- the kit ------------------------------------------------------------
 kit=/tmp/pdit-kit
 rm -rf "$kit" && mkdir -p "$kit"
-if [ ! -f devkit/kit.tar.xz ]; then
-	verdict kit "FAIL (no devkit/kit.tar.xz: run scripts/device-kit.sh here and carry devkit)"
+if [ ! -f "$kdir/kit.tar.xz" ]; then
+	verdict kit "FAIL (no $kdir/kit.tar.xz: run scripts/device-kit.sh here and carry $kdir)"
 	exit 1
 fi
 # without an xz program, Python's tarfile reads it
-if ! { command -v xz > /dev/null && timeout -k 5 120 tar -C "$kit" -xJf devkit/kit.tar.xz; } &&
+if ! { command -v xz > /dev/null && timeout -k 5 120 tar -C "$kit" -xJf "$kdir/kit.tar.xz"; } &&
 	! timeout -k 5 120 python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
-		devkit/kit.tar.xz "$kit"; then
-	verdict kit "FAIL (devkit/kit.tar.xz does not unpack here)"
+		"$kdir/kit.tar.xz" "$kit"; then
+	verdict kit "FAIL ($kdir/kit.tar.xz does not unpack here)"
 	exit 1
 fi
 cudalibs=/usr/local/cuda/lib64
@@ -177,7 +189,7 @@ if [ -n "$missing" ]; then
 fi
 pdit=$kit/bin/pdit
 kitenv timeout -k 5 30 "$pdit" --version 2>&1 | head -5
-verdict kit "PASS ($(du -h devkit/kit.tar.xz | cut -f1))"
+verdict kit "PASS ($(du -h "$kdir/kit.tar.xz" | cut -f1))"
 g=tests/golden
 
 # FLUX.1-dev's sizes: 19 double and 38 single blocks at its widths (random bf16 weights, 24 GB)

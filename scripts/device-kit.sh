@@ -4,6 +4,8 @@
 # so the build made here travels with the libraries it loads.
 #
 #   scripts/device-kit.sh        # builds build-device/ (CUDA on, FFmpeg and the HTTP service off), writes devkit/kit.tar.xz
+#   scripts/device-kit.sh --emulated   # devkit-emu/: the same kit with the CUDA emulation's programs,
+#                                      # for a rehearsal of the check here (KIT=devkit-emu scripts/device-check.sh)
 #
 # then, with the device tool: run scripts/device-check.sh carrying devkit.
 # The kit holds pdit, the test programs the check runs, every shared library
@@ -18,6 +20,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=build-device
 kit=devkit
+emulated=""
+case "${1:-}" in
+	--emulated) emulated=1 kit=devkit-emu ;;
+	"") ;;
+	*) echo "usage: scripts/device-kit.sh [--emulated]" >&2; exit 2 ;;
+esac
 command -v nvcc > /dev/null || { echo "device-kit: nvcc is not on PATH (the CUDA toolkit is needed)" >&2; exit 1; }
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPDIT_WERROR=ON -DPDIT_CUDA=ON -DPDIT_VIDEO=OFF -DPDIT_SERVE=OFF > /dev/null
 cmake --build "$dir" -j "$(nproc)"
@@ -29,7 +37,16 @@ bins=(pdit tests/test_backend tests/test_flux_golden tests/test_pipeline_golden 
 	tests/test_wan_pipeline tests/test_wan_vae tests/test_wan_text tests/test_parallel tests/test_vae_parallel
 	tests/st_compare)
 for b in "${bins[@]}"; do
-	cp "$dir/$b" "$stage/bin/"
+	src=$dir/$b
+	# a rehearsal's: the emulation's build of each, under the same name
+	if [ -n "$emulated" ]; then
+		case $b in
+			tests/st_compare) ;;
+			pdit) src=$dir/tests/pdit_emu ;;
+			*) src=$dir/${b}_emu ;;
+		esac
+	fi
+	cp "$src" "$stage/bin/$(basename "$b")"
 done
 strip "$stage"/bin/* 2> /dev/null || true
 
@@ -70,6 +87,11 @@ mkdir -p "$kit"
 # code compresses once
 tar -C "$stage" -cf - . | xz -T1 -9e > "$kit/kit.tar.xz"
 git describe --always --dirty > "$kit/commit" 2> /dev/null || true
+if [ -n "$emulated" ]; then
+	touch "$kit/emulated"
+	echo "device-kit: $kit/kit.tar.xz, the emulation's programs: KIT=$kit scripts/device-check.sh conformance golden meshes"
+	exit 0
+fi
 # the newest glibc any of it needs: the GPU machine's must be as new
 need=$(find "$stage" -type f \( -name '*.so*' -o -perm -u+x \) -exec objdump -T {} + 2> /dev/null |
 	grep -o 'GLIBC_[0-9.]*' | sort -V | tail -1)

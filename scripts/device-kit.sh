@@ -84,8 +84,10 @@ done
 rm -rf "$kit"
 mkdir -p "$kit"
 # one thread, one stream, a 64 MiB dictionary: the twelve programs' shared
-# code compresses once
-tar -C "$stage" -cf - . | xz -T1 -9e > "$kit/kit.tar.xz"
+# code compresses once; the x86 filter (branch targets made absolute) takes
+# 8% more off, code being most of it (10.4 MiB to 9.5 on 2026-12-01); xz
+# and Python's tarfile both undo it
+tar -C "$stage" -cf - . | xz -T1 --x86 --lzma2=preset=9e > "$kit/kit.tar.xz"
 git describe --always --dirty > "$kit/commit" 2> /dev/null || true
 if [ -n "$emulated" ]; then
 	touch "$kit/emulated"

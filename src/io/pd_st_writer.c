@@ -207,7 +207,7 @@ static int pd_st_save_batch(struct pd_st_writer *w, struct pd_out_file *o, int i
 		for (int k = i; k < end; k++)
 			if (w->e[k].fill(w->e[k].fill_ctx, buf[k - i], w->e[k].nbytes)) {
 				/* a worker's message is its thread's: kept for this one */
-#pragma omp critical(pd_st_fill_failed)
+#pragma omp critical
 				if (!rc) {
 					rc = -1;
 					snprintf(why, sizeof(why), "%s", pd_last_error());

@@ -56,21 +56,17 @@ tee_pid=$!
 # limit) still packs
 # the timing's model writer (below) while it is at work
 tiny_pid=""
-# stops it: TERM, then KILL (pdit gives up a folder being written only
-# between its files), and removes what it left
+# stops it at once (a TERM would wait for the file being written: pdit
+# gives up a folder only between its files) and removes what it left
 tiny_stop() {
 	[ -n "$tiny_pid" ] || return 0
-	kill "$tiny_pid" 2> /dev/null
-	for _ in 1 2 3 4 5; do
-		kill -0 "$tiny_pid" 2> /dev/null || break
-		sleep 1
-	done
 	kill -9 "$tiny_pid" 2> /dev/null
 	wait "$tiny_pid" 2> /dev/null
 	rm -rf /tmp/pdit-flux-dev.new-*
 	tiny_pid=""
 }
-trap 'tiny_stop; tar -C "$work" -czf "$out/logs.tar.gz" . 2> /dev/null; exec >&- 2>&-; wait "$tee_pid"' EXIT
+# (the logs first: the tool's limit may follow its TERM closely)
+trap 'tar -C "$work" -czf "$out/logs.tar.gz" . 2> /dev/null; tiny_stop; exec >&- 2>&-; wait "$tee_pid"' EXIT
 trap 'exit 143' TERM INT HUP
 failed=0
 verdict() { echo "== $1: $2"; [ "${2%% *}" = FAIL ] && failed=1; return 0; }

@@ -811,7 +811,10 @@ static void test_attention_masked(struct pd_backend *be, int bf16, int strips)
 					  bias ? bias + ((size_t)h * S + i) * S : NULL, bf16, sc, ref + (size_t)i * D + h * Dh);
 	snprintf(what, sizeof(what), "attention_masked %s H=%d Dh=%d S=%d bias=%d causal=%d", bf16 ? "bf16" : "f32", H,
 		 Dh, S, has_bias, causal);
-	check_view(what, out, ref, S, D, ldo, bf16 ? 1e-2 : TOL);
+	/* f32 logits carry their dot products' rounding, about eps x scale x
+	 * sum |q k| (0.64 Dh for these inputs): T5's unscaled ones at Dh 128
+	 * pass 1e-5 (seen: 1.04e-5, seed 1796101016301773) */
+	check_view(what, out, ref, S, D, ldo, bf16 ? 1e-2 : fmax(TOL, 2 * FLT_EPSILON * scale * Dh));
 	free(q);
 	free(k);
 	free(v);

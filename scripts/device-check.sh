@@ -33,8 +33,9 @@
 #      at 1024^2 with pdit bench, beside the same step in
 #      PyTorch bf16 with scaled_dot_product_attention, and the device's bf16
 #      matrix-product rate measured in the same run
-#   5. more: FLUX.1-dev's sizes at 2048^2 beside PyTorch's step there, and
-#      Wan2.1-1.3B's (30 blocks of 1536) at 81 frames of 480x832 with CFG
+#   5. more: FLUX.1-dev's sizes at 2048^2 beside PyTorch's step there, at
+#      1024^2 with its weights kept as Q8_0, and Wan2.1-1.3B's (30 blocks of
+#      1536) at 81 frames of 480x832 with CFG
 # What comes back under $OUT (./device-out without it; the device tool
 # returns at most 8 files): device-check.log (the whole log; each part's
 # verdict as "== PART: PASS|FAIL|SKIP (why)"), logs.tar.gz (every part's
@@ -394,13 +395,17 @@ fi
 
 # --- 5. more sizes (by name only) ----------------------------------------
 if wants more; then
-	echo "--- 5. FLUX.1-dev's sizes at 2048^2, Wan2.1-1.3B's at 81 frames of 480x832, $(elapsed) s"
+	echo "--- 5. FLUX.1-dev's sizes at 2048^2 and as Q8_0, Wan2.1-1.3B's at 81 frames of 480x832, $(elapsed) s"
 	reserve=0
 	part_begins 100 60
 	more_ok=PASS
 	m=/tmp/pdit-flux-dev
 	torch_step 2048 3 torch-flux-dev-2048.json 120 || more_ok="FAIL (PyTorch's step at 2048^2)"
 	bench_on "$m" pdit-flux-dev-2048.json $flux_dev -- -H 2048 -W 2048 --steps 2 || more_ok="FAIL ($bench_why)"
+	# the same weights kept as Q8_0 blocks, expanded a layer at a time
+	# before its product: what that expansion costs a step
+	bench_on "$m" pdit-flux-dev-1024-q8_0.json $flux_dev -- -H 1024 -W 1024 --steps 3 --quantize q8_0 ||
+		more_ok="FAIL ($bench_why)"
 	rm -rf "$m"
 	w=/tmp/pdit-wan-1.3b
 	bench_on "$w" pdit-wan-1.3b-81x480x832.json --family wan --wan-width --layers 30 -- --frames 81 -H 480 -W 832 \

@@ -3,10 +3,10 @@
  * source on the CPU for a test. A launch runs its blocks one after another.
  * A kernel whose threads work alone (PD_LAUNCH) runs them one after another
  * on the calling thread; one whose threads meet (PD_LAUNCH_COOP: block
- * barriers, warp shuffles, tensor-core products) runs each of a block's
+ * barriers, warp shuffles, tensor-core products and ldmatrix) runs each of a block's
  * threads as a fiber of its own on the calling thread (a block's __shared__
  * arrays are then function statics), and a warp's shuffles and products
- * meet at a barrier of its threads (32, fewer in a partial last warp). A
+ * and matrix loads meet at a barrier of its threads (32, fewer in a partial last warp). A
  * cooperative call from a kernel launched as independent stops the
  * program, naming it. The product mma.m16n8k16 (bf16
  * in, f32 accumulate) is computed from the 32 lanes' registers by the
@@ -43,7 +43,7 @@
 #define __global__
 #define __device__
 #define __shared__ static
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 
 struct dim3 {
@@ -363,6 +363,48 @@ static inline void pd_mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_
 		c[i] = acc;
 	}
 	emu_wait(&emu_warp_bar[w]);
+}
+
+/* One lane's part of ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16: lane
+ * 8 i + r gives the address of row r of 8x8 matrix i (8 16-bit values, 16
+ * bytes aligned: a GPU faults on less); register i of lane 4 r + c / 2
+ * receives the matrix's (r, c) and (r, c + 1), or with .trans (c, r) and
+ * (c + 1, r), the first in the low half. */
+static inline void emu_ldmatrix(uint32_t *out, const void *p, int trans)
+{
+	int w = emu_tid() >> 5, l = emu_tid() & 31, g = l >> 2, t = l & 3;
+
+	emu_need_coop("ldmatrix");
+	if ((uintptr_t)p % 16) {
+		fprintf(stderr, "cuda_emu: ldmatrix from %p in kernel %s: a row must be 16-byte aligned\n", p,
+			emu_kernel);
+		abort();
+	}
+	emu_lane_x[w][l] = (uint64_t)(uintptr_t)p;
+	emu_wait(&emu_warp_bar[w]);
+	for (int i = 0; i < 4; i++) {
+		const uint16_t *lo, *hi;
+
+		if (trans) {
+			lo = (const uint16_t *)(uintptr_t)emu_lane_x[w][8 * i + 2 * t] + g;
+			hi = (const uint16_t *)(uintptr_t)emu_lane_x[w][8 * i + 2 * t + 1] + g;
+		} else {
+			lo = (const uint16_t *)(uintptr_t)emu_lane_x[w][8 * i + g] + 2 * t;
+			hi = lo + 1;
+		}
+		out[i] = (uint32_t)*lo | (uint32_t)*hi << 16;
+	}
+	emu_wait(&emu_warp_bar[w]);
+}
+
+static inline void pd_ldm_x4(uint32_t *r, const void *p)
+{
+	emu_ldmatrix(r, p, 0);
+}
+
+static inline void pd_ldm_x4_trans(uint32_t *r, const void *p)
+{
+	emu_ldmatrix(r, p, 1);
 }
 
 /* a fiber's life: thread i of each block it is resumed for */

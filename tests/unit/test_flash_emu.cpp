@@ -2,7 +2,8 @@
  * test_flash_emu.cpp - the CUDA backend's fused attention kernel
  * (src/backend/cuda/pd_cuda_flash.cuh) run from its own source on the CPU
  * (cuda_emu.h: a fiber a lane, the tensor-core product computed from
- * the lanes' registers by the PTX ISA's fragment layout), against attention
+ * the lanes' registers by the PTX ISA's fragment layout, ldmatrix's loads
+ * from the lanes' row addresses), against attention
  * in double precision on the same bf16-rounded inputs: random shapes with
  * partial tiles of queries and keys, heads of 64 and 128 channels, keys
  * whose scores grow from tile to tile (the running maximum rescales),

@@ -22,7 +22,14 @@
  * (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..); B's hold (k 2t..2t+1, n g)
  * and (k 2t + 8.., n g); C's hold (row g, columns 2t, 2t + 1) and (g + 8,
  * the same). A score tile's C registers are therefore the probabilities'
- * A registers for the second product, without a trip through memory. */
+ * A registers for the second product, without a trip through memory.
+ *
+ * The B registers come from shared memory by ldmatrix, four 8x8 matrices
+ * a load, two products' worth: K's rows as they lie (a key's channels are
+ * B's k), V's transposed (a key is B's k, a channel its n). Read value by
+ * value, V took four 16-bit loads a product, each half a wavefront of the
+ * shared memory's bandwidth, which bounds this loop rather than the
+ * tensor cores. */
 #define PD_FA_ROWS 64
 #define PD_FA_KEYS 64
 
@@ -43,6 +50,36 @@ __device__ static inline void pd_mma_bf16(float *c, const uint32_t *a, uint32_t 
 		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #endif
 }
+
+/* ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lane 8 i + r names row r
+ * of matrix i (16 bytes, aligned); register i of lane 4 r + c / 2 gets its
+ * (r, c) and (r, c + 1), transposed (c, r) and (c + 1, r). sm_75 on, the
+ * emulation the same from the lanes' addresses. */
+__device__ static inline void pd_ldm_x4(uint32_t *r, const void *p)
+{
+#if __CUDA_ARCH__ < 800
+	(void)r, (void)p;
+	__trap();
+#else
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"((uint32_t)__cvta_generic_to_shared(p))
+		     : "memory");
+#endif
+}
+
+__device__ static inline void pd_ldm_x4_trans(uint32_t *r, const void *p)
+{
+#if __CUDA_ARCH__ < 800
+	(void)r, (void)p;
+	__trap();
+#else
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"((uint32_t)__cvta_generic_to_shared(p))
+		     : "memory");
+#endif
+}
 #endif
 
 /* two floats as bf16 in one register, the first in the low half */
@@ -53,16 +90,10 @@ __device__ static inline uint32_t pd_pack_bf16(float lo, float hi)
 	return *(uint32_t *)&v;
 }
 
-/* two bf16 values from separate places, the first in the low half */
-__device__ static inline uint32_t pd_pack_2(const __nv_bfloat16 *lo, const __nv_bfloat16 *hi)
-{
-	return (uint32_t) * (const uint16_t *)lo | ((uint32_t) * (const uint16_t *)hi << 16);
-}
-
 /* Q, K, V packed bf16 [rows, W] (head h at columns h * D); OUT f32 of row
  * stride LDO; LSE [heads][lse_ld] or NULL. D: 64 or 128. */
 template <int D>
-__global__ static void __launch_bounds__(128)
+__global__ static void __launch_bounds__(128, 3)
 	k_flash(const __nv_bfloat16 *Q, const __nv_bfloat16 *K, const __nv_bfloat16 *V, int64_t W, float *out,
 		int64_t ldo, float *lse, int64_t lse_ld, int64_t sq, int64_t skv, float scale)
 {
@@ -109,14 +140,17 @@ __global__ static void __launch_bounds__(128)
 		}
 		__syncthreads();
 
-		/* S [16 rows, 64 keys] = Q K^T */
+		/* S [16 rows, 64 keys] = Q K^T; a load's matrices: keys nt * 8
+		 * and nt * 8 + 8 (lane bit 4), channels kk * 16 and + 8 (bit 3) */
 		for (int nt = 0; nt < PD_FA_KEYS / 8; nt++)
 			s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
 		for (int kk = 0; kk < D / 16; kk++)
-			for (int nt = 0; nt < PD_FA_KEYS / 8; nt++) {
-				const __nv_bfloat16 *kr = &ks[nt * 8 + g][kk * 16 + 2 * t];
+			for (int nt = 0; nt < PD_FA_KEYS / 8; nt += 2) {
+				uint32_t b[4];
 
-				pd_mma_bf16(s[nt], qa[kk], *(const uint32_t *)kr, *(const uint32_t *)(kr + 8));
+				pd_ldm_x4(b, &ks[(nt + (lane >> 4)) * 8 + (lane & 7)][kk * 16 + (lane >> 3 & 1) * 8]);
+				pd_mma_bf16(s[nt], qa[kk], b[0], b[1]);
+				pd_mma_bf16(s[nt + 1], qa[kk], b[2], b[3]);
 			}
 
 		/* scaled to log2 units, keys past the last masked; each row's
@@ -162,11 +196,14 @@ __global__ static void __launch_bounds__(128)
 			pa[1] = pd_pack_bf16(p[0][2], p[0][3]);
 			pa[2] = pd_pack_bf16(p[1][0], p[1][1]);
 			pa[3] = pd_pack_bf16(p[1][2], p[1][3]);
-			for (int dn = 0; dn < D / 8; dn++) {
-				const int kr = j * 16 + 2 * t, d = dn * 8 + g;
+			/* a load's matrices: keys j * 16 and + 8 (lane bit 3),
+			 * channels dn * 8 and dn * 8 + 8 (bit 4), transposed */
+			for (int dn = 0; dn < D / 8; dn += 2) {
+				uint32_t b[4];
 
-				pd_mma_bf16(o[dn], pa, pd_pack_2(&vs[kr][d], &vs[kr + 1][d]),
-					    pd_pack_2(&vs[kr + 8][d], &vs[kr + 9][d]));
+				pd_ldm_x4_trans(b, &vs[j * 16 + (lane >> 3 & 1) * 8 + (lane & 7)][(dn + (lane >> 4)) * 8]);
+				pd_mma_bf16(o[dn], pa, b[0], b[1]);
+				pd_mma_bf16(o[dn + 1], pa, b[2], b[3]);
 			}
 		}
 	}

@@ -69,7 +69,8 @@ enum pd_qproducts {
 #define PD_LIN_SAME_INPUT 0x8   /* the caller's promise: x is what the previous linear call on this
 				 * backend read (the same address, stride and rows, not written
 				 * since), as q, k and v read one input: a backend may reuse what
-				 * it made of it (the CPU: its bf16 operand, its int8 rows) */
+				 * it made of it (the CPU: its bf16 operand, its int8 rows; CUDA:
+				 * its bf16 operand) */
 
 struct pd_backend_ops {
 	const char *name;

@@ -8,12 +8,17 @@
  * Streams run each operation when it is queued, so every wait is already
  * over. The products follow cuBLAS's documented semantics: column-major,
  * C = alpha op(A) op(B) + beta C, C not read when beta is 0, f32
- * accumulation, bf16 or f32 operands.
+ * accumulation, bf16 or f32 operands; cuBLASLt's adds its bias and GELU
+ * epilogues and holds an operand to the alignment its algorithm was found
+ * for.
  */
+#include "cublasLt.h"
 #include "cublas_v2.h"
 #include "cuda_runtime.h"
 
+#include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -373,5 +378,239 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
 		if (st != CUBLAS_STATUS_SUCCESS)
 			return st;
 	}
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+/* ---- cuBLASLt ---------------------------------------------------------- */
+
+struct pd_emu_lt_desc {
+	int ta, tb;                     /* op(A), op(B): CUBLAS_OP_T or _N */
+	uint32_t epilogue;              /* cublasLtEpilogue_t */
+	const float *bias;              /* [D's rows] f32, or NULL */
+	int bias_type;                  /* cudaDataType of the bias (f32 only here) */
+};
+
+struct pd_emu_lt_layout {
+	cudaDataType type;
+	uint64_t rows, cols;
+	int64_t ld;                     /* column-major */
+};
+
+struct pd_emu_lt_pref {
+	uint32_t align[4];              /* A, B, C, D: what the search may assume, bytes (cuBLASLt: 256) */
+};
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h)
+{
+	*h = malloc(16);
+	return *h ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
+}
+
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h)
+{
+	free(h);
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute, cudaDataType scale)
+{
+	if (compute != CUBLAS_COMPUTE_32F || scale != CUDA_R_32F)
+		return CUBLAS_STATUS_NOT_SUPPORTED;
+	*d = calloc(1, sizeof(**d));
+	if (!*d)
+		return CUBLAS_STATUS_NOT_INITIALIZED;
+	(*d)->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+	(*d)->bias_type = -1;
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d)
+{
+	free(d);
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+/* an attribute's value of its documented size, else INVALID_VALUE as cuBLASLt */
+#define LT_SET(dst, buf, bytes) \
+	do { \
+		if (!(buf) || (bytes) != sizeof(dst)) \
+			return CUBLAS_STATUS_INVALID_VALUE; \
+		memcpy(&(dst), (buf), sizeof(dst)); \
+	} while (0)
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+					      const void *buf, size_t bytes)
+{
+	int32_t i;
+
+	switch (attr) {
+	case CUBLASLT_MATMUL_DESC_TRANSA:
+		LT_SET(i, buf, bytes);
+		d->ta = i;
+		break;
+	case CUBLASLT_MATMUL_DESC_TRANSB:
+		LT_SET(i, buf, bytes);
+		d->tb = i;
+		break;
+	case CUBLASLT_MATMUL_DESC_EPILOGUE:
+		LT_SET(d->epilogue, buf, bytes);
+		break;
+	case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+		LT_SET(d->bias, buf, bytes);
+		break;
+	case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+		LT_SET(i, buf, bytes);
+		d->bias_type = i;
+		break;
+	default:
+		return CUBLAS_STATUS_INVALID_VALUE;
+	}
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType type, uint64_t rows, uint64_t cols,
+					  int64_t ld)
+{
+	*l = malloc(sizeof(**l));
+	if (!*l)
+		return CUBLAS_STATUS_NOT_INITIALIZED;
+	(*l)->type = type;
+	(*l)->rows = rows;
+	(*l)->cols = cols;
+	(*l)->ld = ld;
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l)
+{
+	free(l);
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p)
+{
+	*p = malloc(sizeof(**p));
+	if (!*p)
+		return CUBLAS_STATUS_NOT_INITIALIZED;
+	for (int i = 0; i < 4; i++)
+		(*p)->align[i] = 256;
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p)
+{
+	free(p);
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+						    cublasLtMatmulPreferenceAttributes_t attr, const void *buf,
+						    size_t bytes)
+{
+	uint64_t ws;
+
+	switch (attr) {
+	case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES:
+		LT_SET(ws, buf, bytes);
+		break;
+	case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
+	case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
+	case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
+	case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES:
+		LT_SET(p->align[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], buf, bytes);
+		break;
+	default:
+		return CUBLAS_STATUS_INVALID_VALUE;
+	}
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+/* The one algorithm: it records the alignments it was found for (A, B, C,
+ * D and the bias's as the descriptor's pointer had it at the search). */
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
+					      cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+					      cublasLtMatrixLayout_t dd, cublasLtMatmulPreference_t p, int requested,
+					      cublasLtMatmulHeuristicResult_t results[], int *returned)
+{
+	uintptr_t bias = (uintptr_t)d->bias;
+
+	(void)h;
+	*returned = 0;
+	if (requested <= 0)
+		return CUBLAS_STATUS_INVALID_VALUE;
+	if (a->type != b->type || (a->type != CUDA_R_16BF && a->type != CUDA_R_32F) || c->type != CUDA_R_32F ||
+	    dd->type != CUDA_R_32F || c->rows != dd->rows || c->cols != dd->cols || c->ld != dd->ld)
+		return CUBLAS_STATUS_NOT_SUPPORTED;
+	memset(&results[0], 0, sizeof(results[0]));
+	for (int i = 0; i < 4; i++)
+		results[0].algo.data[i] = p->align[i];
+	/* the bias: its pointer's own alignment at the search, up to 256 */
+	results[0].algo.data[4] = bias ? (bias & -bias) < 256 ? (bias & -bias) : 256 : 1;
+	results[0].state = CUBLAS_STATUS_SUCCESS;
+	results[0].wavesCount = 1;
+	*returned = 1;
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+static float gelu_tanh(float x)
+{
+	return 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * x * (1.0f + 0.044715f * x * x)));
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha, const void *A,
+			      cublasLtMatrixLayout_t a, const void *B, cublasLtMatrixLayout_t b, const void *beta,
+			      const void *C, cublasLtMatrixLayout_t c, void *D, cublasLtMatrixLayout_t dd,
+			      const cublasLtMatmulAlgo_t *algo, void *workspace, size_t workspace_bytes,
+			      cudaStream_t stream)
+{
+	const void *ptr[5] = { A, B, C, D, d->bias };
+	int m = (int)dd->rows, n = (int)dd->cols, k = (int)(d->ta == CUBLAS_OP_N ? a->cols : a->rows);
+	cublasStatus_t st;
+
+	(void)h;
+	(void)stream;
+	if (!algo || (workspace_bytes && !pd_emu_is_device(workspace, workspace_bytes)))
+		return CUBLAS_STATUS_INVALID_VALUE;
+	for (int i = 0; i < 5; i++)
+		if (ptr[i] && (uintptr_t)ptr[i] % algo->data[i]) {
+			fprintf(stderr,
+				"cuda emulation: cuBLASLt: operand %c at %p is not aligned to the %llu bytes its "
+				"algorithm was found for (a GPU reads it wrong or faults)\n",
+				"ABCDb"[i], ptr[i], (unsigned long long)algo -> data[i]);
+			return CUBLAS_STATUS_INVALID_VALUE;
+		}
+	if (C != D || c->ld != dd->ld) {
+		fprintf(stderr, "cuda emulation: cuBLASLt: C and D apart (pdit's products accumulate in place)\n");
+		return CUBLAS_STATUS_NOT_SUPPORTED;
+	}
+	if ((d->ta == CUBLAS_OP_N ? a->rows : a->cols) != (uint64_t)m ||
+	    (d->tb == CUBLAS_OP_N ? b->rows : b->cols) != (uint64_t)k ||
+	    (d->tb == CUBLAS_OP_N ? b->cols : b->rows) != (uint64_t)n) {
+		fprintf(stderr, "cuda emulation: cuBLASLt: the layouts' shapes do not make a product\n");
+		return CUBLAS_STATUS_INVALID_VALUE;
+	}
+	st = gemm(d->ta, d->tb, m, n, k, *(const float *)alpha, A, a->type, (int)a->ld, B, b->type, (int)b->ld,
+		  *(const float *)beta, D, (int)dd->ld);
+	if (st != CUBLAS_STATUS_SUCCESS || !m || !n)
+		return st;
+	if (d->epilogue & CUBLASLT_EPILOGUE_BIAS) {
+		if (!d->bias || (d->bias_type != -1 && d->bias_type != CUDA_R_32F) ||
+		    !pd_emu_is_device(d->bias, (size_t)m * 4)) {
+			fprintf(stderr,
+				"cuda emulation: cuBLASLt: a bias epilogue without an f32 bias of %d in device "
+				"memory\n",
+				m);
+			return CUBLAS_STATUS_INVALID_VALUE;
+		}
+	}
+	for (int j = 0; j < n; j++)
+		for (int i = 0; i < m; i++) {
+			float *y = (float *)D + i + (long long)j * dd->ld;
+
+			if (d->epilogue & CUBLASLT_EPILOGUE_BIAS)
+				*y = *y + d->bias[i];
+			if (d->epilogue & CUBLASLT_EPILOGUE_GELU)
+				*y = gelu_tanh(*y);
+		}
 	return CUBLAS_STATUS_SUCCESS;
 }

@@ -302,8 +302,11 @@ static void test_linear(enum pd_dtype wt, int flags, int quant)
 {
 	int64_t n_in = rnd(1, 300), n_out = rnd(1, 200), rows = rnd(1, 90);
 	int64_t ldw = n_in + rnd(0, 5), ldx = n_in + rnd(0, 7), ldy = n_out + rnd(0, 7);
+	/* the output may start anywhere in its buffer, as a column slice does
+	 * (a product may not assume the allocation's alignment) */
+	const int64_t yo = rnd(0, 1) ? rnd(1, 67) : 0;
 	float *w = host_randn((size_t)(n_out * ldw), 0.1f), *bias = host_randn((size_t)n_out, 1);
-	struct pair x = both_randn((size_t)(rows * ldx), 1), y = both_randn((size_t)(rows * ldy), 1);
+	struct pair x = both_randn((size_t)(rows * ldx), 1), y = both_randn((size_t)(yo + rows * ldy), 1);
 	struct pd_linear *l[2] = { NULL, NULL };
 	void *blocks = NULL;
 	uint16_t *wb = NULL;
@@ -338,13 +341,14 @@ static void test_linear(enum pd_dtype wt, int flags, int quant)
 		PD_CHECK(l[k] != NULL, "linear_new on %s", k ? be_name : "cpu");
 		if (!l[k])
 			goto out;
-		B[k]->ops->linear(B[k], l[k], x.d[k], ldx, rows, y.d[k], ldy, flags);
+		B[k]->ops->linear(B[k], l[k], x.d[k], ldx, rows, y.d[k] + yo, ldy, flags);
 	}
-	snprintf(what, sizeof(what), "linear %lldx%lld, %lld rows, %s weights%s%s%s", (long long)n_out, (long long)n_in,
-		 (long long)rows, quant ? qi->name : pd_dtype_name(wt), flags & PD_LIN_GELU_TANH ? ", GELU" : "",
-		 flags & PD_LIN_NO_BIAS ? ", no bias" : "", flags & PD_LIN_ACCUMULATE ? ", accumulate" : "");
+	snprintf(what, sizeof(what), "linear %lldx%lld, %lld rows, %s weights%s%s%s, output at +%lld",
+		 (long long)n_out, (long long)n_in, (long long)rows, quant ? qi->name : pd_dtype_name(wt),
+		 flags & PD_LIN_GELU_TANH ? ", GELU" : "", flags & PD_LIN_NO_BIAS ? ", no bias" : "",
+		 flags & PD_LIN_ACCUMULATE ? ", accumulate" : "", (long long)yo);
 	/* bf16 weights or activations: the products' tolerance */
-	compare(what, y.d[0], y.d[1], (size_t)(rows * ldy),
+	compare(what, y.d[0], y.d[1], (size_t)(yo + rows * ldy),
 		wt == PD_BF16 || quant ? fmax(tol_products(), B[1]->compute == PD_BF16 ? TOL_BF16 : 1e-4) : tol_products());
 out:
 	for (int k = 0; k < 2; k++)
@@ -356,6 +360,69 @@ out:
 	free(wb);
 	free(bias);
 	free(blocks);
+}
+
+/* Layers reading one input (PD_LIN_SAME_INPUT, as q, k and v do): a backend
+ * may reuse what it made of the input, but not after it made something of
+ * another (a call on another input, an adapter's own products). The same
+ * calls on both backends, each output against the CPU's. */
+static void test_linear_same_input(void)
+{
+	int64_t n_in = rnd(1, 200), rows = rnd(1, 60), ldx = n_in + rnd(0, 5), rank = rnd(1, 9);
+	struct pair x1 = both_randn((size_t)(rows * ldx), 1), x2 = both_randn((size_t)(rows * ldx), 1), y[5];
+	/* the layer, what it reads, the flag; layer 3 has an adapter */
+	const struct {
+		int x, flags;
+	} calls[5] = { { 1, 0 }, { 1, PD_LIN_SAME_INPUT }, { 2, PD_LIN_SAME_INPUT }, { 2, PD_LIN_SAME_INPUT },
+		       { 2, PD_LIN_SAME_INPUT } };
+	float *a = host_randn((size_t)(rank * n_in), 0.1f), *w[5], *bias[5];
+	int64_t n_out[5];
+	struct pd_linear *l[2][5] = { { NULL } };
+	char what[120];
+
+	for (int i = 0; i < 5; i++) {
+		n_out[i] = rnd(1, 100);
+		w[i] = host_randn((size_t)(n_out[i] * n_in), 0.1f);
+		bias[i] = host_randn((size_t)n_out[i], 1);
+		y[i] = both_randn((size_t)(rows * n_out[i]), 1);
+	}
+	{
+		float *b = host_randn((size_t)(n_out[3] * rank), 0.1f);
+
+		for (int k = 0; k < 2; k++) {
+			for (int i = 0; i < 5; i++) {
+				l[k][i] = B[k]->ops->linear_new(B[k], n_out[i], n_in, w[i], PD_F32, n_in, bias[i]);
+				PD_CHECK(l[k][i] != NULL, "linear_new on %s", k ? be_name : "cpu");
+				if (!l[k][i])
+					goto out_b;
+			}
+			PD_CHECK(!B[k]->ops->linear_adapt(B[k], l[k][3], rank, a, b), "linear_adapt on %s",
+				 k ? be_name : "cpu");
+			for (int i = 0; i < 5; i++)
+				B[k]->ops->linear(B[k], l[k][i], calls[i].x == 1 ? x1.d[k] : x2.d[k], ldx, rows, y[i].d[k],
+						  n_out[i], calls[i].flags);
+		}
+		for (int i = 0; i < 5; i++) {
+			snprintf(what, sizeof(what), "linear %lldx%lld, %lld rows, call %d of 5 on one input (%s)",
+				 (long long)n_out[i], (long long)n_in, (long long)rows, i + 1,
+				 i == 0 ? "its first" : i == 1 ? "reused" : i == 2 ? "another input" : i == 3 ? "an adapter" : "after the adapter");
+			compare(what, y[i].d[0], y[i].d[1], (size_t)(rows * n_out[i]), tol_products());
+		}
+out_b:
+		free(b);
+	}
+	for (int k = 0; k < 2; k++)
+		for (int i = 0; i < 5; i++)
+			if (l[k][i])
+				B[k]->ops->linear_free(B[k], l[k][i]);
+	for (int i = 0; i < 5; i++) {
+		release(&y[i]);
+		free(w[i]);
+		free(bias[i]);
+	}
+	release(&x1);
+	release(&x2);
+	free(a);
 }
 
 static double gelu_tanh(double v)
@@ -839,6 +906,7 @@ static void run(const char *name, enum pd_dtype dt, int rounds)
 		test_linear(PD_BF16, PD_LIN_NO_BIAS, 0);
 		test_linear(PD_F32, PD_LIN_ACCUMULATE, 0);
 		test_linear(PD_F32, PD_LIN_ACCUMULATE | PD_LIN_NO_BIAS, 0);
+		test_linear_same_input();
 		if (r == 0)
 			test_linear(PD_F32, 0, 1);
 		if (r < 2)

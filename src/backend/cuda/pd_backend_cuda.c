@@ -7,7 +7,11 @@
  *
  * Products: bf16 compute converts the activations to bf16 operands
  * (weights are bf16 from load) and accumulates in f32 (CUBLAS_COMPUTE_32F
- * over bf16 inputs); f32 compute runs f32 products with the default math
+ * over bf16 inputs); a linear layer's product runs through cuBLASLt with
+ * its bias and GELU (tanh, pdit's) as the product's epilogue, so its f32
+ * output is written once instead of written, read and written again (an
+ * algorithm is searched once a shape and kept; a shape it finds none for
+ * takes cuBLAS and a kernel for the bias). f32 compute runs f32 products with the default math
  * mode, never TF32 (the exactness mode: the golden tolerances of f32).
  * Attention in bf16 with heads of 64 or 128 channels is fused (a flash
  * kernel: the scores stay in registers; PDIT_CUDA_NO_FLASH=1 turns it off).
@@ -28,6 +32,7 @@
 #include "pd_quant.h"
 #include "pd_util.h"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -39,6 +44,22 @@
 #define PD_CUDA_ATTN_BYTES ((size_t)512 << 20)
 /* An im2col block stays under this many bytes. */
 #define PD_CUDA_COL_BYTES ((size_t)256 << 20)
+/* cuBLASLt's workspace (NVIDIA's advice for Hopper: 32 MiB) */
+#define PD_CUDA_LT_WS ((size_t)32 << 20)
+/* Product shapes whose cuBLASLt algorithm is kept (a FLUX.1 step has about 15). */
+#define PD_CUDA_LT_PLANS 64
+
+/* One linear product's cuBLASLt plan, D [m, n] (column-major, ld ldd) =
+ * epilogue(W^T-view [m, k] times X [k, n] (ld ldb) + beta D). */
+struct pd_cuda_lt {
+	int64_t m, n, k, ldb, ldd;      /* the product's shape and leading dimensions */
+	uint32_t epilogue;              /* cublasLtEpilogue_t */
+	unsigned align;                 /* bytes every operand's address is a multiple of (up to 256) */
+	int ok;                         /* an algorithm was found (else cuBLAS and a bias kernel) */
+	cublasLtMatmulDesc_t desc;      /* the operation (its bias pointer set each call) */
+	cublasLtMatrixLayout_t lw, lx, ly; /* the weight's, the activations' and the output's layouts */
+	cublasLtMatmulAlgo_t algo;      /* the search's first */
+};
 
 /* A device buffer's size, for the accounting (work_bytes) at free. */
 struct pd_cuda_block {
@@ -52,11 +73,20 @@ struct pd_cuda {
 	int flash;                      /* bf16 attention fused where the heads fit (not PDIT_CUDA_NO_FLASH) */
 	cudaStream_t stream;            /* every operation's */
 	cublasHandle_t blas;            /* on that stream */
+	cublasLtHandle_t lt;            /* cuBLASLt, for linear layers' bf16 products */
+	void *lt_ws;                    /* its workspace, PD_CUDA_LT_WS bytes (at the first plan) */
+	size_t lt_ws_bytes;
+	struct pd_cuda_lt plans[PD_CUDA_LT_PLANS]; /* the shapes met, each searched once */
+	int n_plans;                    /* plans in use */
+	int next_plan;                  /* the one replaced when all are in use */
 	struct pd_cuda_block *blocks;   /* live allocations */
 	int n_blocks, cap_blocks;
 	/* scratch, grown to the largest request and kept */
 	void *opa;                      /* activations as a product's operand (bf16) */
 	size_t opa_bytes;
+	const float *opa_x;             /* whose rows opa holds (with PD_LIN_SAME_INPUT the next layer
+					 * reading them takes opa as it is: q, k and v convert once) */
+	int64_t opa_ldx, opa_rows, opa_cols; /* their stride, rows and columns */
 	void *opw;                      /* a quantized weight expanded for its product */
 	size_t opw_bytes;
 	void *scores;                   /* attention's scores */
@@ -331,6 +361,104 @@ static int pd_cu_bf16(struct pd_backend *be)
 	return be->compute == PD_BF16;
 }
 
+static void pd_cu_lt_drop(struct pd_cuda_lt *p)
+{
+	if (p->desc)
+		cublasLtMatmulDescDestroy(p->desc);
+	if (p->lw)
+		cublasLtMatrixLayoutDestroy(p->lw);
+	if (p->lx)
+		cublasLtMatrixLayoutDestroy(p->lx);
+	if (p->ly)
+		cublasLtMatrixLayoutDestroy(p->ly);
+	memset(p, 0, sizeof(*p));
+}
+
+/* The largest power of two up to 256 dividing each of the N values: what
+ * cuBLASLt may assume of the operands' addresses and rows (its default is
+ * 256, which a column slice of an output or an odd row breaks). */
+static unsigned pd_cu_align(const uintptr_t *v, int n)
+{
+	uintptr_t bits = 256;
+
+	for (int i = 0; i < n; i++)
+		bits |= v[i];
+	return (unsigned)(bits & (~bits + 1));
+}
+
+/* The plan for a bf16 product of this shape, searched at its first call
+ * (BIAS: one of the same alignment); NULL where cuBLASLt has no algorithm
+ * for it, which is remembered too. */
+static struct pd_cuda_lt *pd_cu_lt_plan(struct pd_backend *be, int64_t m, int64_t n, int64_t k, int64_t ldb,
+					int64_t ldd, uint32_t epilogue, unsigned align, const float *bias)
+{
+	struct pd_cuda *cu = CU(be);
+	struct pd_cuda_lt *p;
+	cublasLtMatmulPreference_t pref = NULL;
+	cublasLtMatmulHeuristicResult_t r;
+	int32_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N, bias_type = CUDA_R_32F;
+	uint64_t ws = PD_CUDA_LT_WS;
+	uint32_t al = align;
+	int got = 0;
+
+	for (int i = 0; i < cu->n_plans; i++) {
+		p = &cu->plans[i];
+		if (p->m == m && p->n == n && p->k == k && p->ldb == ldb && p->ldd == ldd && p->epilogue == epilogue &&
+		    p->align == align)
+			return p->ok ? p : NULL;
+	}
+	if (!cu->lt || !pd_cu_scratch(be, &cu->lt_ws, &cu->lt_ws_bytes, PD_CUDA_LT_WS, "cuBLASLt's workspace"))
+		return NULL;
+	if (cu->n_plans < PD_CUDA_LT_PLANS) {
+		p = &cu->plans[cu->n_plans++];
+	} else {
+		p = &cu->plans[cu->next_plan];
+		cu->next_plan = (cu->next_plan + 1) % PD_CUDA_LT_PLANS;
+		pd_cu_lt_drop(p);
+	}
+	p->m = m, p->n = n, p->k = k, p->ldb = ldb, p->ldd = ldd, p->epilogue = epilogue, p->align = align;
+	if (cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+	    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)) ==
+		    CUBLAS_STATUS_SUCCESS &&
+	    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)) ==
+		    CUBLAS_STATUS_SUCCESS &&
+	    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)) ==
+		    CUBLAS_STATUS_SUCCESS &&
+	    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+					   sizeof(bias_type)) == CUBLAS_STATUS_SUCCESS &&
+	    /* the search reads the bias pointer's alignment */
+	    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)) ==
+		    CUBLAS_STATUS_SUCCESS &&
+	    cublasLtMatrixLayoutCreate(&p->lw, CUDA_R_16BF, (uint64_t)k, (uint64_t)m, k) == CUBLAS_STATUS_SUCCESS &&
+	    cublasLtMatrixLayoutCreate(&p->lx, CUDA_R_16BF, (uint64_t)k, (uint64_t)n, ldb) == CUBLAS_STATUS_SUCCESS &&
+	    cublasLtMatrixLayoutCreate(&p->ly, CUDA_R_32F, (uint64_t)m, (uint64_t)n, ldd) == CUBLAS_STATUS_SUCCESS &&
+	    cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+	    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)) ==
+		    CUBLAS_STATUS_SUCCESS &&
+	    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof(al)) ==
+		    CUBLAS_STATUS_SUCCESS &&
+	    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof(al)) ==
+		    CUBLAS_STATUS_SUCCESS &&
+	    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof(al)) ==
+		    CUBLAS_STATUS_SUCCESS &&
+	    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof(al)) ==
+		    CUBLAS_STATUS_SUCCESS &&
+	    cublasLtMatmulAlgoGetHeuristic(cu->lt, p->desc, p->lw, p->lx, p->ly, p->ly, pref, 1, &r, &got) ==
+		    CUBLAS_STATUS_SUCCESS &&
+	    got > 0 && r.state == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= PD_CUDA_LT_WS) {
+		p->algo = r.algo;
+		p->ok = 1;
+	}
+	if (pref)
+		cublasLtMatmulPreferenceDestroy(pref);
+	if (!p->ok) {
+		/* remembered as a shape without a plan */
+		pd_cu_lt_drop(p);
+		p->m = m, p->n = n, p->k = k, p->ldb = ldb, p->ldd = ldd, p->epilogue = epilogue, p->align = align;
+	}
+	return p->ok ? p : NULL;
+}
+
 static struct pd_linear *pd_cu_linear_new(struct pd_backend *be, int64_t n_out, int64_t n_in, const void *w,
 					  enum pd_dtype wt, int64_t ldw, const float *bias)
 {
@@ -512,12 +640,16 @@ static void pd_cu_linear(struct pd_backend *be, struct pd_linear *l, const float
 		flags = pd_adapter_term(be, &l->ad, &cu->adapt, &cu->adapt_cap, x, ldx, rows, y, ldy, flags);
 	be->flop += 2.0 * (double)rows * (double)l->n_in * (double)l->n_out;
 	if (bf16) {
-		void *op = pd_cu_scratch(be, &cu->opa, &cu->opa_bytes, (size_t)(rows * l->n_in) * 2, "product operands");
-
-		if (!op)
-			return;
-		pd_cuda_to_bf16(cu->stream, op, x, rows, l->n_in, ldx);
-		a = op;
+		/* an adapter's own calls above converted their inputs over it */
+		if (!(flags & PD_LIN_SAME_INPUT) || cu->opa_x != x || cu->opa_ldx != ldx || cu->opa_rows != rows ||
+		    cu->opa_cols != l->n_in) {
+			if (!pd_cu_scratch(be, &cu->opa, &cu->opa_bytes, (size_t)(rows * l->n_in) * 2,
+					   "product operands"))
+				return;
+			pd_cuda_to_bf16(cu->stream, cu->opa, x, rows, l->n_in, ldx);
+			cu->opa_x = x, cu->opa_ldx = ldx, cu->opa_rows = rows, cu->opa_cols = l->n_in;
+		}
+		a = cu->opa;
 		lda = l->n_in;
 	}
 	if (l->qtype >= 0) {
@@ -528,6 +660,35 @@ static void pd_cu_linear(struct pd_backend *be, struct pd_linear *l, const float
 			return;
 		pd_cuda_dequant(cu->stream, op, bf16, l->w, l->qtype, l->table, l->scale, l->n_out, l->n_in, l->row_bytes);
 		w = op;
+	}
+	if (bf16) {
+		/* the product with its bias and GELU in one: cuBLASLt */
+		const float *bias = flags & PD_LIN_NO_BIAS ? NULL : l->bias;
+		int gelu = (flags & PD_LIN_GELU_TANH) != 0;
+		uint32_t epi = bias ? gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS
+			       : gelu ? CUBLASLT_EPILOGUE_GELU
+				      : CUBLASLT_EPILOGUE_DEFAULT;
+		/* the addresses and the rows' bytes */
+		uintptr_t v[] = { (uintptr_t)w, (uintptr_t)a, (uintptr_t)y, (uintptr_t)bias,
+				  (uintptr_t)(l->n_in * 2), (uintptr_t)(lda * 2), (uintptr_t)(ldy * 4) };
+		struct pd_cuda_lt *p = pd_cu_lt_plan(be, l->n_out, rows, l->n_in, lda, ldy, epi,
+						     pd_cu_align(v, (int)(sizeof(v) / sizeof(v[0]))), bias);
+		float one = 1.0f, beta = flags & PD_LIN_ACCUMULATE ? 1.0f : 0.0f;
+
+		if (be->failed)
+			return;
+		if (p) {
+			pd_blas_ok(be,
+				   cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+								  sizeof(bias)),
+				   "a product's bias");
+			pd_blas_ok(be,
+				   cublasLtMatmul(cu->lt, p->desc, &one, w, p->lw, a, p->lx, &beta, y, p->ly, y, p->ly,
+						  &p->algo, cu->lt_ws, PD_CUDA_LT_WS, cu->stream),
+				   "a linear layer's product");
+			pd_cu_launched(be, "linear");
+			return;
+		}
 	}
 	/* y^T [n_out, rows] = W [n_out, n_in] x^T, column-major */
 	pd_cu_gemm(be, 1, 0, l->n_out, rows, l->n_in, 1.0f, w, l->n_in, a, lda,
@@ -884,7 +1045,7 @@ static void pd_cu_transpose(struct pd_backend *be, float *y, const float *x, int
 static void pd_cu_destroy(struct pd_backend *be)
 {
 	struct pd_cuda *cu = CU(be);
-	void *scratch[] = { cu->opa, cu->opw, cu->scores, cu->probs, cu->qkv, cu->col, cu->gn };
+	void *scratch[] = { cu->opa, cu->opw, cu->scores, cu->probs, cu->qkv, cu->col, cu->gn, cu->lt_ws };
 
 	if (cu->stream)
 		cudaStreamSynchronize(cu->stream);
@@ -894,6 +1055,10 @@ static void pd_cu_destroy(struct pd_backend *be)
 	for (int i = 0; i < cu->n_blocks; i++)
 		cudaFree(cu->blocks[i].p);
 	free(cu->blocks);
+	for (int i = 0; i < cu->n_plans; i++)
+		pd_cu_lt_drop(&cu->plans[i]);
+	if (cu->lt)
+		cublasLtDestroy(cu->lt);
 	if (cu->blas)
 		cublasDestroy(cu->blas);
 	if (cu->stream)
@@ -1010,7 +1175,8 @@ int pd_backend_cuda_new(struct pd_backend **out, enum pd_dtype compute, int devi
 	if (cublasCreate(&cu->blas) != CUBLAS_STATUS_SUCCESS ||
 	    cublasSetStream(cu->blas, cu->stream) != CUBLAS_STATUS_SUCCESS ||
 	    /* f32 products stay f32 (no TF32): the exactness mode */
-	    cublasSetMathMode(cu->blas, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS) {
+	    cublasSetMathMode(cu->blas, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS ||
+	    cublasLtCreate(&cu->lt) != CUBLAS_STATUS_SUCCESS) {
 		pd_cu_destroy(&cu->be);
 		return pd_errorf("cannot start cuBLAS on CUDA device %d", device);
 	}

@@ -1,7 +1,8 @@
 /*
  * pd_backend_cuda.h - the CUDA backend: one GPU, one stream, matrix
- * products through cuBLAS (bf16 in, f32 accumulate, or f32 without TF32),
- * attention as chunks of batched products around a softmax kernel, the
+ * products through cuBLAS and cuBLASLt (bf16 in, f32 accumulate, a linear
+ * layer's bias and GELU in its product; or f32 without TF32), attention
+ * fused in bf16 or as chunks of batched products around a softmax kernel, the
  * convolutions as column blocks times the kernel, everything else in own
  * kernels (pd_cuda_kernels.cu).
  */

@@ -445,16 +445,17 @@ static void pd_vae_attention(struct pd_vae_run *r, const struct pd_vae_mid *m, f
 		all = (int64_t)r->H * w;
 		for (int b = 0; b < hk->bands; b++)
 			n_all[b] = (size_t)(pd_chunk_len(r->H, hk->bands, b) * w * c);
-		/* this band's keys and values first go where gathering reads them */
-		be->ops->linear(be, m->attn_k, s1, c, hw, s0, c, 0);
+		/* this band's keys and values first go where gathering reads them
+		 * (q, k and v read s1, which the gathering leaves alone) */
+		be->ops->linear(be, m->attn_k, s1, c, hw, s0, c, PD_LIN_SAME_INPUT);
 		if (!be->failed)
 			pd_vae_fail_hook(r, hk->gather(hk->ctx, s0, (size_t)(hw * c), k, n_all));
-		be->ops->linear(be, m->attn_v, s1, c, hw, s0, c, 0);
+		be->ops->linear(be, m->attn_v, s1, c, hw, s0, c, PD_LIN_SAME_INPUT);
 		if (!be->failed)
 			pd_vae_fail_hook(r, hk->gather(hk->ctx, s0, (size_t)(hw * c), vv, n_all));
 	} else {
-		be->ops->linear(be, m->attn_k, s1, c, hw, k, c, 0);
-		be->ops->linear(be, m->attn_v, s1, c, hw, vv, c, 0);
+		be->ops->linear(be, m->attn_k, s1, c, hw, k, c, PD_LIN_SAME_INPUT);
+		be->ops->linear(be, m->attn_v, s1, c, hw, vv, c, PD_LIN_SAME_INPUT);
 	}
 	be->ops->attention(be, s0, c, NULL, s2, c, k, c, vv, c, hw, all, 1, c, 1.0f / sqrtf((float)c));
 	be->ops->linear(be, m->attn_out, s0, c, hw, s1, c, 0);

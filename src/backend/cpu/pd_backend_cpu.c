@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <math.h>
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 #include <omp.h>
@@ -229,6 +230,28 @@ static void pd_cpu_name(char *buf, size_t len)
 		fclose(f);
 }
 
+int pd_cpu_f16c(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	unsigned a, b, c, d;
+
+	return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+#else
+	return 0;
+#endif
+}
+
+int pd_cpu_avx_vnni(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	unsigned a, b, c, d;
+
+	return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
+#else
+	return 0;
+#endif
+}
+
 /* This CPU's 512-bit VNNI kernels, in use. */
 static int pd_cpu_vnni512(void)
 {
@@ -249,9 +272,9 @@ static int pd_cpu_vnni256(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
 	if (pd_cpu_vnni512() || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
-	    !__builtin_cpu_supports("f16c") || pd_env_on("PDIT_NO_AVX2") || pd_env_on("PDIT_NO_VNNI"))
+	    !pd_cpu_f16c() || pd_env_on("PDIT_NO_AVX2") || pd_env_on("PDIT_NO_VNNI"))
 		return 0;
-	if (__builtin_cpu_supports("avxvnni"))
+	if (pd_cpu_avx_vnni())
 		return 1;
 	if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"))
 		return 2;

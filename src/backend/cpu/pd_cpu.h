@@ -312,6 +312,10 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 		      float *y, int64_t ldy, int flags);
 /* Input rows an AMX tile takes (pd_cpu_amx_tile's NR at most). */
 #define PD_AMX_ROWS 16
+/* F16C and AVX-VNNI from CPUID, 1 where the CPU has them: the names clang
+ * 14's __builtin_cpu_supports does not know (the fuzzing build's). */
+int pd_cpu_f16c(void);
+int pd_cpu_avx_vnni(void);
 /* AMX-INT8 for the int8 products (pd_cpu_amx.c): 1 where the CPU and the
  * system have it (asking Linux for the tiles' state), 2 emulated
  * (PDIT_AMX_EMULATE=1 on a CPU with AVX-512 VNNI: the kernel's code, its

@@ -393,7 +393,7 @@ int pd_cpu_i8_avx2_fits(enum pd_qtype t, const unsigned char *i8, int64_t n_out,
 
 #if defined(__x86_64__) && defined(__GNUC__)
 	/* the kernel converts the f16 scales itself */
-	if (!__builtin_cpu_supports("f16c"))
+	if (!pd_cpu_f16c())
 		return 0;
 #else
 	return 0;

@@ -55,6 +55,7 @@ struct pd_cuda_lt {
 	int64_t m, n, k, ldb, ldd;      /* the product's shape and leading dimensions */
 	uint32_t epilogue;              /* cublasLtEpilogue_t */
 	unsigned align;                 /* bytes every operand's address is a multiple of (up to 256) */
+	unsigned bias_align;            /* and the bias's, which the search reads from its pointer */
 	int ok;                         /* an algorithm was found (else cuBLAS and a bias kernel) */
 	cublasLtMatmulDesc_t desc;      /* the operation (its bias pointer set each call) */
 	cublasLtMatrixLayout_t lw, lx, ly; /* the weight's, the activations' and the output's layouts */
@@ -361,6 +362,8 @@ static int pd_cu_bf16(struct pd_backend *be)
 	return be->compute == PD_BF16;
 }
 
+/* A plan's cuBLASLt objects freed (its shape kept: a plan without them is
+ * one whose search found nothing) */
 static void pd_cu_lt_drop(struct pd_cuda_lt *p)
 {
 	if (p->desc)
@@ -371,7 +374,8 @@ static void pd_cu_lt_drop(struct pd_cuda_lt *p)
 		cublasLtMatrixLayoutDestroy(p->lx);
 	if (p->ly)
 		cublasLtMatrixLayoutDestroy(p->ly);
-	memset(p, 0, sizeof(*p));
+	p->desc = NULL, p->lw = p->lx = p->ly = NULL;
+	p->ok = 0;
 }
 
 /* The largest power of two up to 256 dividing each of the N values: what
@@ -392,6 +396,8 @@ static unsigned pd_cu_align(const uintptr_t *v, int n)
 static struct pd_cuda_lt *pd_cu_lt_plan(struct pd_backend *be, int64_t m, int64_t n, int64_t k, int64_t ldb,
 					int64_t ldd, uint32_t epilogue, unsigned align, const float *bias)
 {
+	const uintptr_t bp = (uintptr_t)bias;
+	const unsigned bias_align = bias ? pd_cu_align(&bp, 1) : 0;
 	struct pd_cuda *cu = CU(be);
 	struct pd_cuda_lt *p;
 	cublasLtMatmulPreference_t pref = NULL;
@@ -404,7 +410,7 @@ static struct pd_cuda_lt *pd_cu_lt_plan(struct pd_backend *be, int64_t m, int64_
 	for (int i = 0; i < cu->n_plans; i++) {
 		p = &cu->plans[i];
 		if (p->m == m && p->n == n && p->k == k && p->ldb == ldb && p->ldd == ldd && p->epilogue == epilogue &&
-		    p->align == align)
+		    p->align == align && p->bias_align == bias_align)
 			return p->ok ? p : NULL;
 	}
 	if (!cu->lt || !pd_cu_scratch(be, &cu->lt_ws, &cu->lt_ws_bytes, PD_CUDA_LT_WS, "cuBLASLt's workspace"))
@@ -416,7 +422,9 @@ static struct pd_cuda_lt *pd_cu_lt_plan(struct pd_backend *be, int64_t m, int64_
 		cu->next_plan = (cu->next_plan + 1) % PD_CUDA_LT_PLANS;
 		pd_cu_lt_drop(p);
 	}
+	memset(p, 0, sizeof(*p));
 	p->m = m, p->n = n, p->k = k, p->ldb = ldb, p->ldd = ldd, p->epilogue = epilogue, p->align = align;
+	p->bias_align = bias_align;
 	if (cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
 	    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)) ==
 		    CUBLAS_STATUS_SUCCESS &&
@@ -451,11 +459,8 @@ static struct pd_cuda_lt *pd_cu_lt_plan(struct pd_backend *be, int64_t m, int64_
 	}
 	if (pref)
 		cublasLtMatmulPreferenceDestroy(pref);
-	if (!p->ok) {
-		/* remembered as a shape without a plan */
+	if (!p->ok)
 		pd_cu_lt_drop(p);
-		p->m = m, p->n = n, p->k = k, p->ldb = ldb, p->ldd = ldd, p->epilogue = epilogue, p->align = align;
-	}
 	return p->ok ? p : NULL;
 }
 
@@ -668,9 +673,9 @@ static void pd_cu_linear(struct pd_backend *be, struct pd_linear *l, const float
 		uint32_t epi = bias ? gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS
 			       : gelu ? CUBLASLT_EPILOGUE_GELU
 				      : CUBLASLT_EPILOGUE_DEFAULT;
-		/* the addresses and the rows' bytes */
-		uintptr_t v[] = { (uintptr_t)w, (uintptr_t)a, (uintptr_t)y, (uintptr_t)bias,
-				  (uintptr_t)(l->n_in * 2), (uintptr_t)(lda * 2), (uintptr_t)(ldy * 4) };
+		/* the addresses and the rows' bytes (the bias's apart) */
+		uintptr_t v[] = { (uintptr_t)w, (uintptr_t)a, (uintptr_t)y, (uintptr_t)(l->n_in * 2),
+				  (uintptr_t)(lda * 2), (uintptr_t)(ldy * 4) };
 		struct pd_cuda_lt *p = pd_cu_lt_plan(be, l->n_out, rows, l->n_in, lda, ldy, epi,
 						     pd_cu_align(v, (int)(sizeof(v) / sizeof(v[0]))), bias);
 		float one = 1.0f, beta = flags & PD_LIN_ACCUMULATE ? 1.0f : 0.0f;

@@ -21,7 +21,9 @@
 #   1. conformance: every backend operation on CUDA against the CPU backend,
 #      and the staged (pinned) and NCCL communicators on device buffers; the
 #      fused attention kernel against the chunked path at FLUX.1's 4608
-#      tokens, each one's time (which of the two bf16 attention should be)
+#      tokens, each one's time (which of the two bf16 attention should be);
+#      FLUX.1-dev's MLP product with bias and GELU through cuBLASLt and through
+#      cuBLAS and a kernel (PDIT_CUDA_NO_LT), each one's time
 #   2. golden: flux-tiny, wan-tiny on CUDA against diffusers (f32 and bf16;
 #      the tests' own tolerances), quant-tiny's GGUF and fp8 files through
 #      pdit forward (f32: every tensor within 1e-4; bf16: out.sample 2e-2)
@@ -213,7 +215,7 @@ if wants conformance; then
 		tail -3 "$work/conformance.txt"
 		verdict conformance "PASS"
 	else
-		grep -E "FAIL|conforms|seed|NCCL|^attention" "$work/conformance.txt" | head -40
+		grep -E "FAIL|conforms|seed|NCCL|^attention|^linear" "$work/conformance.txt" | head -40
 		tail -5 "$work/conformance.txt"
 		verdict conformance "FAIL ($(why $rc))"
 	fi

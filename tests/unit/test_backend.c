@@ -884,6 +884,85 @@ out:
 		free(in[i]);
 }
 
+/* A bf16 linear layer with its bias and GELU through cuBLASLt (the
+ * product's epilogue) and through cuBLAS and a kernel (PDIT_CUDA_NO_LT=1),
+ * against each other; on a GPU at FLUX.1-dev's MLP size (4608 rows, 3072
+ * to 12288), timed, in the emulation small (the second path runs in CI
+ * only here). */
+static void time_linear(int timed)
+{
+	struct pd_backend_config cfg = { PD_BF16, 0, -1, 0, PD_QP_DECODE };
+	struct pd_backend *fb[2] = { NULL, NULL };
+	const int64_t rows = timed ? 4608 : rnd(1, 70), n_in = timed ? 3072 : rnd(1, 90),
+		      n_out = timed ? 12288 : rnd(1, 90);
+	const size_t nx = (size_t)(rows * n_in), ny = (size_t)(rows * n_out);
+	double ms[2] = { 0, 0 }, tflop = 2.0 * (double)rows * (double)n_in * (double)n_out / 1e12;
+	float *w = host_randn((size_t)(n_out * n_in), 0.03f), *bias = host_randn((size_t)n_out, 1),
+	      *xh = host_randn(nx, 1), *got[2] = { NULL, NULL };
+
+	/* [0] cuBLASLt, [1] cuBLAS: the switch is read when a backend is made */
+	for (int k = 0; k < 2; k++) {
+		setenv("PDIT_CUDA_NO_LT", k ? "1" : "0", 1);
+		if (pd_backend_new(&fb[k], "cuda", &cfg)) {
+			PD_CHECK(0, "a second CUDA backend: %s", pd_last_error());
+			goto out;
+		}
+	}
+	for (int k = 0; k < 2; k++) {
+		struct pd_backend *b = fb[k];
+		struct pd_linear *l = b->ops->linear_new(b, n_out, n_in, w, PD_F32, n_in, bias);
+		float *x = pd_backend_alloc(b, nx, "a linear layer's timing"), *y = pd_backend_alloc(b, ny, "its output");
+		float one;
+		double t[5];
+
+		if (l && x && y) {
+			b->ops->upload(b, x, xh, nx);
+			for (int i = -1; i < (timed ? 5 : 0); i++) {
+				double t0 = pd_now();
+
+				for (int j = 0; j < 10; j++)
+					b->ops->linear(b, l, x, n_in, rows, y, n_out, PD_LIN_GELU_TANH);
+				/* a download waits for the stream */
+				b->ops->download(b, &one, y, 1);
+				if (i >= 0)
+					t[i] = (pd_now() - t0) / 10;
+			}
+			if (!pd_backend_check(b)) {
+				ms[k] = timed ? pd_median_sort(t, 5) * 1e3 : 0;
+				got[k] = malloc(ny * sizeof(float));
+				b->ops->download(b, got[k], y, ny);
+			}
+		}
+		if (l)
+			b->ops->linear_free(b, l);
+		pd_backend_release(b, x);
+		pd_backend_release(b, y);
+	}
+	PD_CHECK(got[0] && got[1], "a linear layer through cuBLASLt and cuBLAS: %s",
+		 fb[0]->failed ? fb[0]->error : fb[1]->error);
+	if (got[0] && got[1]) {
+		double e = pd_rel_err(got[0], got[1], ny);
+
+		if (timed)
+			printf("linear %lld rows, %lld to %lld, bias and GELU, bf16: cuBLASLt %.3f ms (%.0f TFLOP/s), "
+			       "cuBLAS and a kernel %.3f ms (%.0f TFLOP/s); against each other %.2e\n",
+			       (long long)rows, (long long)n_in, (long long)n_out, ms[0], tflop / (ms[0] / 1e3), ms[1],
+			       tflop / (ms[1] / 1e3), e);
+		/* the same bf16 products; the epilogue's GELU may be cuBLASLt's own */
+		PD_CHECK(e <= 1e-3, "linear %lldx%lld, %lld rows, bias and GELU: cuBLASLt against cuBLAS %.3g above 1e-3",
+			 (long long)n_out, (long long)n_in, (long long)rows, e);
+	}
+out:
+	unsetenv("PDIT_CUDA_NO_LT");
+	for (int k = 0; k < 2; k++) {
+		free(got[k]);
+		pd_backend_free(fb[k]);
+	}
+	free(w);
+	free(bias);
+	free(xh);
+}
+
 static void run(const char *name, enum pd_dtype dt, int rounds)
 {
 	/* quantized layers decoded on both (CUDA has no int8 products) */
@@ -925,6 +1004,9 @@ static void run(const char *name, enum pd_dtype dt, int rounds)
 	test_sticky();
 	if (dt == PD_BF16 && strcmp(name, "cuda") == 0 && !emulated(B[1]))
 		time_attention();
+	if (dt == PD_BF16 && strcmp(name, "cuda") == 0)
+		for (int r = 0; r < (emulated(B[1]) ? 3 : 1); r++)
+			time_linear(!emulated(B[1]));
 	printf("%-8s %s products: %s (%s)\n", name, pd_dtype_name(dt), pd_test_failed == f0 ? "conforms" : "FAILS",
 	       B[1]->device);
 	pd_backend_free(B[1]);

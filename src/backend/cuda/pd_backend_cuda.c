@@ -10,8 +10,9 @@
  * over bf16 inputs); a linear layer's product runs through cuBLASLt with
  * its bias and GELU (tanh, pdit's) as the product's epilogue, so its f32
  * output is written once instead of written, read and written again (an
- * algorithm is searched once a shape and kept; a shape it finds none for
- * takes cuBLAS and a kernel for the bias). f32 compute runs f32 products with the default math
+ * algorithm is searched once a shape and kept; a shape it finds none for,
+ * or every shape with PDIT_CUDA_NO_LT=1, takes cuBLAS and a kernel for the
+ * bias). f32 compute runs f32 products with the default math
  * mode, never TF32 (the exactness mode: the golden tolerances of f32).
  * Attention in bf16 with heads of 64 or 128 channels is fused (a flash
  * kernel: the scores stay in registers; PDIT_CUDA_NO_FLASH=1 turns it off).
@@ -1181,7 +1182,8 @@ int pd_backend_cuda_new(struct pd_backend **out, enum pd_dtype compute, int devi
 	    cublasSetStream(cu->blas, cu->stream) != CUBLAS_STATUS_SUCCESS ||
 	    /* f32 products stay f32 (no TF32): the exactness mode */
 	    cublasSetMathMode(cu->blas, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS ||
-	    cublasLtCreate(&cu->lt) != CUBLAS_STATUS_SUCCESS) {
+	    /* PDIT_CUDA_NO_LT: cuBLAS and the bias kernel for every product */
+	    (!pd_env_on("PDIT_CUDA_NO_LT") && cublasLtCreate(&cu->lt) != CUBLAS_STATUS_SUCCESS)) {
 		pd_cu_destroy(&cu->be);
 		return pd_errorf("cannot start cuBLAS on CUDA device %d", device);
 	}

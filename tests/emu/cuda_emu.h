@@ -375,6 +375,13 @@ static inline void emu_ldmatrix(uint32_t *out, const void *p, int trans)
 	int w = emu_tid() >> 5, l = emu_tid() & 31, g = l >> 2, t = l & 3;
 
 	emu_need_coop("ldmatrix");
+	/* .aligned: the whole warp (a partial one's missing lanes give no
+	 * address, which a GPU leaves undefined) */
+	if (emu_warp_bar[w].n != 32) {
+		fprintf(stderr, "cuda_emu: ldmatrix in kernel %s by a warp of %u threads, not 32\n", emu_kernel,
+			emu_warp_bar[w].n);
+		abort();
+	}
 	if ((uintptr_t)p % 16) {
 		fprintf(stderr, "cuda_emu: ldmatrix from %p in kernel %s: a row must be 16-byte aligned\n", p,
 			emu_kernel);

@@ -813,13 +813,29 @@ static void test_sticky(void)
 	pd_backend_release(B[1], p);
 }
 
+/* Two bf16 CUDA backends, SWITCH off in FB[0] and on in FB[1] (a switch is
+ * read when a backend is made; the caller unsets it); nonzero, checked,
+ * when either cannot be made. */
+static int cuda_pair(const char *sw, struct pd_backend *fb[2])
+{
+	struct pd_backend_config cfg = { PD_BF16, 0, -1, 0, PD_QP_DECODE };
+
+	for (int k = 0; k < 2; k++) {
+		setenv(sw, k ? "1" : "0", 1);
+		if (pd_backend_new(&fb[k], "cuda", &cfg)) {
+			PD_CHECK(0, "a second CUDA backend: %s", pd_last_error());
+			return -1;
+		}
+	}
+	return 0;
+}
+
 /* CUDA's fused attention against its chunked path at FLUX.1's size at
  * 1024^2 (4608 tokens, 24 heads of 128), bf16: the same result within the
  * bf16 tolerance, and each one's time (median of 5, after one unmeasured),
  * for choosing between them by measurement. */
 static void time_attention(void)
 {
-	struct pd_backend_config cfg = { PD_BF16, 0, -1, 0, PD_QP_DECODE };
 	struct pd_backend *fb[2] = { NULL, NULL };
 	const int heads = 24, hd = 128;
 	const int64_t s = 4608, W = (int64_t)heads * hd;
@@ -827,14 +843,9 @@ static void time_attention(void)
 	double ms[2] = { 0, 0 }, tflop = 4.0 * (double)s * (double)s * (double)W / 1e12;
 	float *in[3] = { host_randn(n, 1), host_randn(n, 1), host_randn(n, 1) }, *x[2] = { NULL, NULL };
 
-	/* [0] fused, [1] chunked: the switch is read when a backend is made */
-	for (int k = 0; k < 2; k++) {
-		setenv("PDIT_CUDA_NO_FLASH", k ? "1" : "0", 1);
-		if (pd_backend_new(&fb[k], "cuda", &cfg)) {
-			PD_CHECK(0, "a second CUDA backend: %s", pd_last_error());
-			goto out;
-		}
-	}
+	/* [0] fused, [1] chunked */
+	if (cuda_pair("PDIT_CUDA_NO_FLASH", fb))
+		goto out;
 	for (int k = 0; k < 2; k++) {
 		struct pd_backend *b = fb[k];
 		float *d[4], one;
@@ -891,7 +902,6 @@ out:
  * only here). */
 static void time_linear(int timed)
 {
-	struct pd_backend_config cfg = { PD_BF16, 0, -1, 0, PD_QP_DECODE };
 	struct pd_backend *fb[2] = { NULL, NULL };
 	const int64_t rows = timed ? 4608 : rnd(1, 70), n_in = timed ? 3072 : rnd(1, 90),
 		      n_out = timed ? 12288 : rnd(1, 90);
@@ -900,14 +910,9 @@ static void time_linear(int timed)
 	float *w = host_randn((size_t)(n_out * n_in), 0.03f), *bias = host_randn((size_t)n_out, 1),
 	      *xh = host_randn(nx, 1), *got[2] = { NULL, NULL };
 
-	/* [0] cuBLASLt, [1] cuBLAS: the switch is read when a backend is made */
-	for (int k = 0; k < 2; k++) {
-		setenv("PDIT_CUDA_NO_LT", k ? "1" : "0", 1);
-		if (pd_backend_new(&fb[k], "cuda", &cfg)) {
-			PD_CHECK(0, "a second CUDA backend: %s", pd_last_error());
-			goto out;
-		}
-	}
+	/* [0] cuBLASLt, [1] cuBLAS */
+	if (cuda_pair("PDIT_CUDA_NO_LT", fb))
+		goto out;
 	for (int k = 0; k < 2; k++) {
 		struct pd_backend *b = fb[k];
 		struct pd_linear *l = b->ops->linear_new(b, n_out, n_in, w, PD_F32, n_in, bias);

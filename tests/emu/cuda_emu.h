@@ -3,12 +3,12 @@
  * source on the CPU for a test. A launch runs its blocks one after another.
  * A kernel whose threads work alone (PD_LAUNCH) runs them one after another
  * on the calling thread; one whose threads meet (PD_LAUNCH_COOP: block
- * barriers, warp shuffles, tensor-core products and ldmatrix) runs each of a block's
- * threads as a fiber of its own on the calling thread (a block's __shared__
- * arrays are then function statics), and a warp's shuffles and products
- * and matrix loads meet at a barrier of its threads (32, fewer in a partial last warp). A
- * cooperative call from a kernel launched as independent stops the
- * program, naming it. The product mma.m16n8k16 (bf16
+ * barriers, warp shuffles, tensor-core products, ldmatrix) runs each of a
+ * block's threads as a fiber of its own on the calling thread (a block's
+ * __shared__ arrays are then function statics), and a warp's shuffles,
+ * products and matrix loads meet at a barrier of its threads (32, fewer in
+ * a partial last warp). A cooperative call from a kernel launched as
+ * independent stops the program, naming it. The product mma.m16n8k16 (bf16
  * in, f32 accumulate) is computed from the 32 lanes' registers by the
  * fragment layout the PTX ISA documents, so a kernel that puts a value in
  * the wrong register or lane gets a wrong answer here as on a GPU. Nothing
@@ -404,14 +404,9 @@ static inline void emu_ldmatrix(uint32_t *out, const void *p, int trans)
 	emu_wait(&emu_warp_bar[w]);
 }
 
-static inline void pd_ldm_x4(uint32_t *r, const void *p)
+template <bool TRANS> static inline void pd_ldm_x4(uint32_t *r, const void *p)
 {
-	emu_ldmatrix(r, p, 0);
-}
-
-static inline void pd_ldm_x4_trans(uint32_t *r, const void *p)
-{
-	emu_ldmatrix(r, p, 1);
+	emu_ldmatrix(r, p, TRANS);
 }
 
 /* a fiber's life: thread i of each block it is resumed for */

@@ -378,6 +378,7 @@ static void test_linear_same_input(void)
 	float *a = host_randn((size_t)(rank * n_in), 0.1f), *w[5], *bias[5];
 	int64_t n_out[5];
 	struct pd_linear *l[2][5] = { { NULL } };
+	const char *said[5] = { "its first", "reused", "another input", "an adapter", "after the adapter" };
 	char what[120];
 
 	for (int i = 0; i < 5; i++) {
@@ -404,8 +405,7 @@ static void test_linear_same_input(void)
 		}
 		for (int i = 0; i < 5; i++) {
 			snprintf(what, sizeof(what), "linear %lldx%lld, %lld rows, call %d of 5 on one input (%s)",
-				 (long long)n_out[i], (long long)n_in, (long long)rows, i + 1,
-				 i == 0 ? "its first" : i == 1 ? "reused" : i == 2 ? "another input" : i == 3 ? "an adapter" : "after the adapter");
+				 (long long)n_out[i], (long long)n_in, (long long)rows, i + 1, said[i]);
 			compare(what, y[i].d[0], y[i].d[1], (size_t)(rows * n_out[i]), tol_products());
 		}
 out_b:

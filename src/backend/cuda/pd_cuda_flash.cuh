@@ -53,31 +53,23 @@ __device__ static inline void pd_mma_bf16(float *c, const uint32_t *a, uint32_t 
 
 /* ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lane 8 i + r names row r
  * of matrix i (16 bytes, aligned); register i of lane 4 r + c / 2 gets its
- * (r, c) and (r, c + 1), transposed (c, r) and (c + 1, r). sm_75 on, the
+ * (r, c) and (r, c + 1), with TRANS (c, r) and (c + 1, r). sm_75 on, the
  * emulation the same from the lanes' addresses. */
-__device__ static inline void pd_ldm_x4(uint32_t *r, const void *p)
+#define PD_LDM_X4(q, r, p)                                                                     \
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4" q ".shared.b16 {%0, %1, %2, %3}, [%4];\n" \
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])                          \
+		     : "r"((uint32_t)__cvta_generic_to_shared(p))                              \
+		     : "memory")
+template <bool TRANS> __device__ static inline void pd_ldm_x4(uint32_t *r, const void *p)
 {
 #if __CUDA_ARCH__ < 800
 	(void)r, (void)p;
 	__trap();
 #else
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "r"((uint32_t)__cvta_generic_to_shared(p))
-		     : "memory");
-#endif
-}
-
-__device__ static inline void pd_ldm_x4_trans(uint32_t *r, const void *p)
-{
-#if __CUDA_ARCH__ < 800
-	(void)r, (void)p;
-	__trap();
-#else
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "r"((uint32_t)__cvta_generic_to_shared(p))
-		     : "memory");
+	if (TRANS)
+		PD_LDM_X4(".trans", r, p);
+	else
+		PD_LDM_X4("", r, p);
 #endif
 }
 #endif
@@ -148,7 +140,7 @@ __global__ static void __launch_bounds__(128, 3)
 			for (int nt = 0; nt < PD_FA_KEYS / 8; nt += 2) {
 				uint32_t b[4];
 
-				pd_ldm_x4(b, &ks[(nt + (lane >> 4)) * 8 + (lane & 7)][kk * 16 + (lane >> 3 & 1) * 8]);
+				pd_ldm_x4<false>(b, &ks[(nt + (lane >> 4)) * 8 + (lane & 7)][kk * 16 + (lane >> 3 & 1) * 8]);
 				pd_mma_bf16(s[nt], qa[kk], b[0], b[1]);
 				pd_mma_bf16(s[nt + 1], qa[kk], b[2], b[3]);
 			}
@@ -201,7 +193,7 @@ __global__ static void __launch_bounds__(128, 3)
 			for (int dn = 0; dn < D / 8; dn += 2) {
 				uint32_t b[4];
 
-				pd_ldm_x4_trans(b, &vs[j * 16 + (lane >> 3 & 1) * 8 + (lane & 7)][(dn + (lane >> 4)) * 8]);
+				pd_ldm_x4<true>(b, &vs[j * 16 + (lane >> 3 & 1) * 8 + (lane & 7)][(dn + (lane >> 4)) * 8]);
 				pd_mma_bf16(o[dn], pa, b[0], b[1]);
 				pd_mma_bf16(o[dn + 1], pa, b[2], b[3]);
 			}

@@ -317,9 +317,7 @@ static char *pd_serve_video(const struct pd_cli_serve *sv, const struct pd_serve
 			    const struct pd_result *res, const uint8_t *all, char **info, uint8_t **mp4, size_t *mp4_len)
 {
 	size_t frame = (size_t)res->width * res->height * 3;
-	char *source = pd_cli_prompt_source(p->prompt, p->negative), *text = NULL, *body = NULL, *dir = NULL;
-	char *path = NULL;
-	const char *tmp = getenv("TMPDIR");
+	char *source = pd_cli_prompt_source(p->prompt, p->negative), *text = NULL, *body = NULL;
 
 	*info = NULL;
 	*mp4 = NULL;
@@ -342,27 +340,16 @@ static char *pd_serve_video(const struct pd_cli_serve *sv, const struct pd_serve
 		free(pngs);
 		free(lens);
 	} else {
-		/* FFmpeg writes files: one in a folder of its own, read back */
+		/* in memory: a server killed mid-answer leaves no file behind */
 		const char *meta[] = { "title", p->prompt, "comment", text, NULL };
-		char *bytes = NULL;
+		uint8_t *bytes = NULL;
 		size_t len = 0;
 
-		dir = pd_strfmt("%s/pdit-video-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-		if (!dir)
-			goto out;
-		if (!mkdtemp(dir)) {
-			pd_errorf("a video's file in %s: %s", tmp && tmp[0] ? tmp : "/tmp", strerror(errno));
-			free(dir);
-			dir = NULL;
-			goto out;
-		}
-		path = pd_strfmt("%s/video.mp4", dir);
-		if (path && !pd_video_write(path, all, res->frames, res->width, res->height, p->fps ? p->fps : PD_SERVE_FPS,
-					    meta) && !pd_read_file(path, (size_t)1 << 34, &bytes, &len)) {
-			body = pd_serve_video_answer(p, (const uint8_t *)bytes, len, res->frames, res->width, res->height,
-						     text);
+		if (!pd_video_bytes("video.mp4", all, res->frames, res->width, res->height, p->fps ? p->fps : PD_SERVE_FPS,
+				    meta, &bytes, &len)) {
+			body = pd_serve_video_answer(p, bytes, len, res->frames, res->width, res->height, text);
 			if (body) {
-				*mp4 = (uint8_t *)bytes;
+				*mp4 = bytes;
 				*mp4_len = len;
 				bytes = NULL;
 			}
@@ -370,12 +357,6 @@ static char *pd_serve_video(const struct pd_cli_serve *sv, const struct pd_serve
 		free(bytes);
 	}
 out:
-	if (path)
-		unlink(path);
-	if (dir)
-		rmdir(dir);
-	free(path);
-	free(dir);
 	free(source);
 	if (body)
 		*info = text;

@@ -8,6 +8,7 @@
 #include "pd_video.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
@@ -43,12 +44,26 @@ void pd_video_quiet(void)
 {
 }
 
+static int pd_video_none(const char *path)
+{
+	return pd_errorf("%s: this pdit was built without FFmpeg (-DPDIT_VIDEO=OFF): write the frames as PNG "
+			 "(-o frame-%%03d.png)", path);
+}
+
 int pd_video_write(const char *path, const uint8_t *rgb, int frames, int width, int height, int fps,
 		   const char *const *meta)
 {
 	(void)rgb, (void)frames, (void)width, (void)height, (void)fps, (void)meta;
-	return pd_errorf("%s: this pdit was built without FFmpeg (-DPDIT_VIDEO=OFF): write the frames as PNG "
-			 "(-o frame-%%03d.png)", path);
+	return pd_video_none(path);
+}
+
+int pd_video_bytes(const char *name, const uint8_t *rgb, int frames, int width, int height, int fps,
+		   const char *const *meta, uint8_t **bytes, size_t *len)
+{
+	(void)rgb, (void)frames, (void)width, (void)height, (void)fps, (void)meta;
+	*bytes = NULL;
+	*len = 0;
+	return pd_video_none(name);
 }
 #else
 #include <libavcodec/avcodec.h>
@@ -66,29 +81,69 @@ void pd_video_quiet(void)
 	av_log_set_level(AV_LOG_ERROR);
 }
 
-/* The muxer writes through the temporary file of pd_out (and seeks back to
- * finish the MP4 header). */
+/* Where the muxer writes: the temporary file of pd_out, or memory (a
+ * server's answer: no file to leave behind if the process is killed). It
+ * seeks back to finish the MP4 header. */
+struct pd_video_sink {
+	struct pd_out_file *o;          /* the file, or NULL: memory */
+	uint8_t *mem;                   /* the bytes so far (memory) */
+	size_t len, cap, pos;           /* their count, the allocation, where the next write goes */
+};
+
 static int pd_video_write_cb(void *opaque, uint8_t *buf, int n)
 {
-	struct pd_out_file *o = opaque;
+	struct pd_video_sink *k = opaque;
 
-	return pd_out_write(o, buf, (size_t)n) ? AVERROR(EIO) : n;
+	if (k->o)
+		return pd_out_write(k->o, buf, (size_t)n) ? AVERROR(EIO) : n;
+	if (k->pos + (size_t)n > k->cap) {
+		size_t cap = k->cap ? k->cap : (size_t)1 << 20;
+		uint8_t *m;
+
+		while (cap < k->pos + (size_t)n)
+			cap *= 2;
+		if (!(m = realloc(k->mem, cap)))
+			return AVERROR(ENOMEM);
+		k->mem = m;
+		k->cap = cap;
+	}
+	/* a seek past the end leaves a gap of zeros, as a file's would read */
+	if (k->pos > k->len)
+		memset(k->mem + k->len, 0, k->pos - k->len);
+	memcpy(k->mem + k->pos, buf, (size_t)n);
+	k->pos += (size_t)n;
+	if (k->pos > k->len)
+		k->len = k->pos;
+	return n;
 }
 
 static int64_t pd_video_seek_cb(void *opaque, int64_t offset, int whence)
 {
-	struct pd_out_file *o = opaque;
+	struct pd_video_sink *k = opaque;
+	FILE *f = k->o ? k->o->f : NULL;
+	int64_t at;
 
 	if (whence & AVSEEK_SIZE) {
-		off_t here = ftello(o->f), end;
+		off_t here, end;
 
-		if (fseeko(o->f, 0, SEEK_END))
+		if (!f)
+			return (int64_t)k->len;
+		here = ftello(f);
+		if (fseeko(f, 0, SEEK_END))
 			return AVERROR(EIO);
-		end = ftello(o->f);
-		return fseeko(o->f, here, SEEK_SET) ? AVERROR(EIO) : end;
+		end = ftello(f);
+		return fseeko(f, here, SEEK_SET) ? AVERROR(EIO) : end;
 	}
 	whence &= ~AVSEEK_FORCE;
-	return fseeko(o->f, offset, whence) ? AVERROR(EIO) : ftello(o->f);
+	if (f)
+		return fseeko(f, offset, whence) ? AVERROR(EIO) : ftello(f);
+	if (whence != SEEK_SET && whence != SEEK_CUR && whence != SEEK_END)
+		return AVERROR(EINVAL);
+	at = offset + (whence == SEEK_CUR ? (int64_t)k->pos : whence == SEEK_END ? (int64_t)k->len : 0);
+	if (at < 0)
+		return AVERROR(EINVAL);
+	k->pos = (size_t)at;
+	return at;
 }
 
 /* Sends FRAME (NULL: the end) and writes every packet the encoder has. */
@@ -109,12 +164,36 @@ static int pd_video_encode(AVFormatContext *fc, AVCodecContext *cc, AVStream *st
 	return rc;
 }
 
-int pd_video_write(const char *path, const uint8_t *rgb, int frames, int width, int height, int fps,
-		   const char *const *meta)
+/* What the container and encoder need, before anything is opened: the
+ * encoder, or NULL with a message naming PATH. */
+static const AVCodec *pd_video_codec(const char *path, int frames, int width, int height, int fps)
 {
-	struct pd_out_file o = { 0 };
-	const AVOutputFormat *of = av_guess_format(NULL, path, NULL);
 	const AVCodec *codec = avcodec_find_encoder_by_name("libx264");
+
+	if (!pd_video_is_video_name(path) || !av_guess_format(NULL, path, NULL)) {
+		pd_errorf("%s: not a video name pdit writes (.mp4, .mkv, .mov)", path);
+		return NULL;
+	}
+	if (!codec)
+		codec = avcodec_find_encoder(AV_CODEC_ID_H264);
+	if (!codec) {
+		pd_errorf("%s: this FFmpeg has no H.264 encoder (Debian's libavcodec uses libx264)", path);
+		return NULL;
+	}
+	if (frames < 1 || width < 2 || height < 2 || width % 2 || height % 2 || fps < 1) {
+		pd_errorf("%s: %d frames of %dx%d at %d fps cannot be H.264 4:2:0 (even sizes)", path, frames, width,
+			  height, fps);
+		return NULL;
+	}
+	return codec;
+}
+
+/* The video into K, its container by PATH's extension; 0, or -1 with a
+ * message naming PATH. */
+static int pd_video_mux(const char *path, const AVCodec *codec, struct pd_video_sink *k, const uint8_t *rgb,
+			int frames, int width, int height, int fps, const char *const *meta)
+{
+	const AVOutputFormat *of = av_guess_format(NULL, path, NULL);
 	AVFormatContext *fc = NULL;
 	AVCodecContext *cc = NULL;
 	AVStream *st;
@@ -123,25 +202,8 @@ int pd_video_write(const char *path, const uint8_t *rgb, int frames, int width, 
 	struct SwsContext *sws = NULL;
 	unsigned char *iobuf = NULL;
 	char err[128] = "";
-	int rc = -1, av = 0, opened = 0;
+	int rc = -1, av = 0;
 
-	if (!pd_video_is_video_name(path) || !of)
-		return pd_errorf("%s: not a video name pdit writes (.mp4, .mkv, .mov)", path);
-	if (!codec)
-		codec = avcodec_find_encoder(AV_CODEC_ID_H264);
-	if (!codec)
-		return pd_errorf("%s: this FFmpeg has no H.264 encoder (Debian's libavcodec uses libx264)", path);
-	if (frames < 1 || width < 2 || height < 2 || width % 2 || height % 2 || fps < 1)
-		return pd_errorf("%s: %d frames of %dx%d at %d fps cannot be H.264 4:2:0 (even sizes)", path, frames,
-				 width, height, fps);
-	if (pd_out_open(&o, path))
-		return -1;
-	opened = 1;
-	/* the muxer goes back to write the sizes: a pipe cannot take that */
-	if (!o.tmp && lseek(fileno(o.f), 0, SEEK_CUR) < 0) {
-		pd_out_abort(&o);
-		return pd_video_no_pipe(path);
-	}
 	if ((av = avformat_alloc_output_context2(&fc, of, NULL, NULL)) < 0 || !(st = avformat_new_stream(fc, NULL)) ||
 	    !(cc = avcodec_alloc_context3(codec)))
 		goto fail;
@@ -165,7 +227,7 @@ int pd_video_write(const char *path, const uint8_t *rgb, int frames, int width, 
 	for (int i = 0; meta && meta[i] && meta[i + 1]; i += 2)
 		av_dict_set(&fc->metadata, meta[i], meta[i + 1], 0);
 	iobuf = av_malloc(1 << 16);
-	if (!iobuf || !(fc->pb = avio_alloc_context(iobuf, 1 << 16, 1, &o, NULL, pd_video_write_cb, pd_video_seek_cb)))
+	if (!iobuf || !(fc->pb = avio_alloc_context(iobuf, 1 << 16, 1, k, NULL, pd_video_write_cb, pd_video_seek_cb)))
 		goto fail;
 	iobuf = NULL; /* the context owns it */
 	fc->flags |= AVFMT_FLAG_CUSTOM_IO;
@@ -225,12 +287,46 @@ fail:
 	av_packet_free(&pkt);
 	avcodec_free_context(&cc);
 	avformat_free_context(fc);
-	if (opened) {
-		if (rc)
-			pd_out_abort(&o);
-		else if (pd_out_commit(&o))
-			rc = -1;
-	}
 	return rc;
+}
+
+int pd_video_write(const char *path, const uint8_t *rgb, int frames, int width, int height, int fps,
+		   const char *const *meta)
+{
+	const AVCodec *codec = pd_video_codec(path, frames, width, height, fps);
+	struct pd_out_file o = { 0 };
+	struct pd_video_sink k = { &o, NULL, 0, 0, 0 };
+
+	if (!codec || pd_out_open(&o, path))
+		return -1;
+	/* the muxer goes back to write the sizes: a pipe cannot take that */
+	if (!o.tmp && lseek(fileno(o.f), 0, SEEK_CUR) < 0) {
+		pd_out_abort(&o);
+		return pd_video_no_pipe(path);
+	}
+	if (pd_video_mux(path, codec, &k, rgb, frames, width, height, fps, meta)) {
+		pd_out_abort(&o);
+		return -1;
+	}
+	return pd_out_commit(&o);
+}
+
+int pd_video_bytes(const char *name, const uint8_t *rgb, int frames, int width, int height, int fps,
+		   const char *const *meta, uint8_t **bytes, size_t *len)
+{
+	const AVCodec *codec = pd_video_codec(name, frames, width, height, fps);
+	struct pd_video_sink k = { NULL, NULL, 0, 0, 0 };
+
+	*bytes = NULL;
+	*len = 0;
+	if (!codec)
+		return -1;
+	if (pd_video_mux(name, codec, &k, rgb, frames, width, height, fps, meta)) {
+		free(k.mem);
+		return -1;
+	}
+	*bytes = k.mem;
+	*len = k.len;
+	return 0;
 }
 #endif /* PDIT_VIDEO */

@@ -12,6 +12,7 @@
 #ifndef PD_VIDEO_H
 #define PD_VIDEO_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Whether pdit was built with FFmpeg (-DPDIT_VIDEO), which pd_video_write
@@ -29,6 +30,12 @@ int pd_video_out_check(const char *path);
  * only (H.264 4:2:0). 0, or -1 with a message naming PATH. */
 int pd_video_write(const char *path, const uint8_t *rgb, int frames, int width, int height, int fps,
 		   const char *const *meta);
+/* The same video in memory: *BYTES (malloc'd, the caller frees) of *LEN,
+ * the container by NAME's extension ("video.mp4"; no file is made, so a
+ * killed process leaves none behind). 0, or -1 with a message naming
+ * NAME. */
+int pd_video_bytes(const char *name, const uint8_t *rgb, int frames, int width, int height, int fps,
+		   const char *const *meta, uint8_t **bytes, size_t *len);
 
 /* FFmpeg's own log at errors only (process-wide: for the command line). */
 void pd_video_quiet(void);

@@ -86,9 +86,10 @@ def report(ok, label):
 class Server:
     """pdit serve in the background; its port from its first lines (within 60 s)."""
 
-    def __init__(self, args, mpi=0):
+    def __init__(self, args, mpi=0, env=None):
         cmd = ([*MPIRUN, "-np", str(mpi)] if mpi else []) + [PDIT, "serve", *args, "--listen", "127.0.0.1:0"]
-        self.p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        self.p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                                  env=dict(os.environ, **env) if env else None)
         self.lines, self.port, self.ready = [], None, threading.Event()
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -510,7 +511,8 @@ def videos(wan, tmp):
     """A Wan2.1 folder's videos through the service: the job API with frames and fps (the MP4 of pdit
     generate -o clip.mp4, byte for byte, at /v1/jobs/ID/video and in the result), its frames as
     generate's PNGs, stable-diffusion.cpp's vid_gen and job routes, progress through the decode, a
-    cancel during the decode, a client that hangs up, the page playing the video."""
+    cancel during the decode, a client that hangs up, the page playing the video. The MP4 is made in
+    memory: the server's TMPDIR names no folder, and none appears."""
     gen = [PDIT, "generate", "--model", wan, "-p", "a red kite", "-H", "32", "-W", "48", "--steps", "2", "-s", "9",
            "--guidance", "3", "-q", "--frames", "5"]
     subprocess.run([*gen, "--fps", "8", "-o", os.path.join(tmp, "kite.mp4")], check=True)
@@ -519,7 +521,8 @@ def videos(wan, tmp):
     mp4 = open(os.path.join(tmp, "kite.mp4"), "rb").read()
     mp4_16 = open(os.path.join(tmp, "kite16.mp4"), "rb").read()
     frames = [open(os.path.join(tmp, "kite-%d.png" % f), "rb").read() for f in range(5)]
-    srv = Server(["--model", wan, "--queue", "4"])
+    no_tmp = os.path.join(tmp, "no-such-folder")
+    srv = Server(["--model", wan, "--queue", "4"], env={"TMPDIR": no_tmp})
     body = {"prompt": "a red kite", "size": "48x32", "steps": 2, "seed": 9, "guidance": 3, "frames": 5, "fps": 8}
     st, j, _ = post(srv, "/v1/jobs", body)
     j = wait_job(srv, j["id"], ("done", "failed", "cancelled")) if st == 202 else {}
@@ -635,6 +638,7 @@ def videos(wan, tmp):
                and not v.get("error") and v.get("duration", 0) > 0,
                "the page plays the video in headless Chromium: %s %s" % (v, r.stderr.strip()[-500:] if r.returncode else ""))
     srv.stop()
+    report(not os.path.exists(no_tmp), "the videos were made in memory: the server's TMPDIR (%s) never made" % no_tmp)
 
 
 def wait_job_phase(srv, jid, phase, t=120):

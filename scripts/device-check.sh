@@ -73,6 +73,13 @@ trap 'tar -C "$work" -czf "$out/logs.tar.gz" . 2> /dev/null; tiny_stop; exec >&-
 trap 'exit 143' TERM INT HUP
 failed=0
 verdict() { echo "== $1: $2"; [ "${2%% *}" = FAIL ] && failed=1; return 0; }
+# adds REASON to the verdict held in the variable NAME: PASS becomes
+# "FAIL (REASON)", a failure names each of its reasons
+add_fail() {
+	local v=${!1}
+	if [ "${v%% *}" = FAIL ] && [ "$v" != FAIL ]; then v="${v%)}; $2)"; else v="FAIL ($2)"; fi
+	printf -v "$1" '%s' "$v"
+}
 t_start=$(date +%s)
 deadline=$((t_start + ${DEADLINE_S:-540}))
 elapsed() { echo $(($(date +%s) - t_start)); }
@@ -374,8 +381,18 @@ if wants timing; then
 	timing_ok=PASS
 	# PyTorch first: it needs no model written, and its figure (with the
 	# device's matrix-product rate) is what pdit's is read against
-	torch_step 1024 5 torch-flux-dev-1024.json 150 || timing_ok="FAIL (PyTorch's step)"
-	bench_on "$m" pdit-flux-dev-1024.json $flux_dev -- -H 1024 -W 1024 --steps 3 || timing_ok="FAIL ($bench_why)"
+	torch_step 1024 5 torch-flux-dev-1024.json 150 || add_fail timing_ok "PyTorch's step"
+	bench_on "$m" pdit-flux-dev-1024.json $flux_dev -- -H 1024 -W 1024 --steps 3 || add_fail timing_ok "$bench_why"
+	# where that step's time goes: one step again with every operation
+	# waited for and timed (slower than the step above: read for its
+	# shares, which say what to make faster next; not part of the verdict)
+	if [ -f "$m/model_index.json" ]; then
+		ktimed 120 "$pdit" bench -m "$m" --backend cuda --dtype bf16 --warmup 1 --steps 1 --op-times --json \
+			-H 1024 -W 1024 > "$out/pdit-flux-dev-1024-ops.json" 2> "$work/ops-1024.err"
+		rc=$?
+		[ $rc = 0 ] || { tail -3 "$work/ops-1024.err"; echo "(the operations' times: $(why $rc))"; }
+		python3 bench/op_shares.py "$out/pdit-flux-dev-1024-ops.json" || true
+	fi
 	# the next part writes it again (24 GB) only when this one did not run
 	wants more || rm -rf "$m"
 	python3 - "$out" << 'EOF' || true
@@ -402,16 +419,16 @@ if wants more; then
 	part_begins 100 60
 	more_ok=PASS
 	m=/tmp/pdit-flux-dev
-	torch_step 2048 3 torch-flux-dev-2048.json 120 || more_ok="FAIL (PyTorch's step at 2048^2)"
-	bench_on "$m" pdit-flux-dev-2048.json $flux_dev -- -H 2048 -W 2048 --steps 2 || more_ok="FAIL ($bench_why)"
+	torch_step 2048 3 torch-flux-dev-2048.json 120 || add_fail more_ok "PyTorch's step at 2048^2"
+	bench_on "$m" pdit-flux-dev-2048.json $flux_dev -- -H 2048 -W 2048 --steps 2 || add_fail more_ok "$bench_why"
 	# the same weights kept as Q8_0 blocks, expanded a layer at a time
 	# before its product: what that expansion costs a step
 	bench_on "$m" pdit-flux-dev-1024-q8_0.json $flux_dev -- -H 1024 -W 1024 --steps 3 --quantize q8_0 ||
-		more_ok="FAIL ($bench_why)"
+		add_fail more_ok "$bench_why"
 	rm -rf "$m"
 	w=/tmp/pdit-wan-1.3b
 	bench_on "$w" pdit-wan-1.3b-81x480x832.json --family wan --wan-width --layers 30 -- --frames 81 -H 480 -W 832 \
-		--steps 2 || more_ok="FAIL ($bench_why)"
+		--steps 2 || add_fail more_ok "$bench_why"
 	rm -rf "$w"
 	verdict more "$more_ok"
 fi

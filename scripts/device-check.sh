@@ -29,7 +29,8 @@
 #      pdit forward (f32: every tensor within 1e-4; bf16: out.sample 2e-2)
 #   3. meshes: 2 and 4 processes sharing the GPU (Ulysses, ring, tensor,
 #      PipeFusion, CFG, data, DistriFusion; MPI through pinned staging)
-#      against one process, as on the CPU; the banded VAE on 2
+#      against one process, as on the CPU; the banded VAE and First Block
+#      Cache on 2
 #   4. timing: FLUX.1-dev's sizes (19 + 38 blocks, random bf16 weights
 #      written here, by pdit tiny in the background from the start: 24 GB)
 #      at 1024^2 with pdit bench, beside the same step in
@@ -281,30 +282,29 @@ if wants meshes; then
 		verdict meshes "FAIL (Open MPI from the kit does not start here, $(why $rc): $(grep -v -m1 -E '^-*$' "$work/mpirun.txt"))"
 	else
 		mesh_ok=PASS
-		for np in 2 4; do
-			ktimed 200 "$mpirun" -np $np -x PDIT_TEST_BACKEND=cuda -x LD_LIBRARY_PATH -x PDIT_TEST_SEED -x NCCL_DEBUG \
-				"$kit/bin/test_parallel" $g/flux-tiny > "$work/meshes-np$np.txt" 2>&1
+		# one program on NP processes sharing the GPU (log meshes-NAME.txt),
+		# within WANT seconds: LABEL's line, and the part failed when it fails
+		mesh_run() {
+			local name=$1 label=$2 want=$3 np=$4 rc
+			shift 4
+			ktimed "$want" "$mpirun" -np "$np" -x PDIT_TEST_BACKEND=cuda -x LD_LIBRARY_PATH -x PDIT_TEST_SEED \
+				-x NCCL_DEBUG "$@" > "$work/meshes-$name.txt" 2>&1
 			rc=$?
 			if [ $rc = 0 ]; then
-				echo "ok   np $np: $(tail -1 "$work/meshes-np$np.txt")"
+				echo "ok   $label: $(tail -1 "$work/meshes-$name.txt")"
 			else
-				echo "FAIL np $np ($(why $rc)):"
-				grep -E "FAIL|error" "$work/meshes-np$np.txt" | head -10
-				tail -3 "$work/meshes-np$np.txt"
+				echo "FAIL $label ($(why $rc)):"
+				grep -E "FAIL|error" "$work/meshes-$name.txt" | head -10
+				tail -3 "$work/meshes-$name.txt"
 				mesh_ok=FAIL
 			fi
-		done
-		ktimed 120 "$mpirun" -np 2 -x PDIT_TEST_BACKEND=cuda -x LD_LIBRARY_PATH \
-			"$kit/bin/test_vae_parallel" $g/flux-tiny $g/wan-tiny > "$work/meshes-vae.txt" 2>&1
-		rc=$?
-		if [ $rc = 0 ]; then
-			echo "ok   banded VAE np 2: $(tail -1 "$work/meshes-vae.txt")"
-		else
-			echo "FAIL banded VAE np 2 ($(why $rc)):"
-			grep -E "FAIL|error" "$work/meshes-vae.txt" | head -10
-			tail -3 "$work/meshes-vae.txt"
-			mesh_ok=FAIL
-		fi
+		}
+		mesh_run np2 "np 2" 200 2 "$kit/bin/test_parallel" $g/flux-tiny
+		mesh_run np4 "np 4" 200 4 "$kit/bin/test_parallel" $g/flux-tiny
+		mesh_run vae "banded VAE np 2" 120 2 "$kit/bin/test_vae_parallel" $g/flux-tiny $g/wan-tiny
+		# First Block Cache on every mesh of 2: each rank's decisions from
+		# the device's sums, the same as one process's
+		mesh_run fbcache "First Block Cache np 2" 120 2 "$kit/bin/test_fbcache"
 		verdict meshes "$mesh_ok"
 	fi
 fi

@@ -35,7 +35,7 @@ trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
 bins=(pdit tests/test_backend tests/test_flux_golden tests/test_pipeline_golden tests/test_wan_golden
 	tests/test_wan_pipeline tests/test_wan_vae tests/test_wan_text tests/test_parallel tests/test_vae_parallel
-	tests/st_compare)
+	tests/test_fbcache tests/st_compare)
 for b in "${bins[@]}"; do
 	src=$dir/$b
 	# a rehearsal's: the emulation's build of each, under the same name

@@ -270,7 +270,8 @@ fi
 # --- 3. meshes on the one GPU ---------------------------------------------
 if wants meshes; then
 	echo "--- 3. meshes of 2 and 4 processes sharing the GPU, $(elapsed) s"
-	part_begins 55 90
+	# the last part before the timing, whose reserve is kept: all the rest
+	part_begins 100 90
 	mpirun=$kit/usr/bin/mpirun
 	ktimed 30 "$mpirun" -np 2 true > "$work/mpirun.txt" 2>&1
 	rc=$?

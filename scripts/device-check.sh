@@ -388,10 +388,8 @@ if wants timing; then
 	# waited for and timed (slower than the step above: read for its
 	# shares, which say what to make faster next; not part of the verdict)
 	if [ -f "$m/model_index.json" ]; then
-		ktimed 120 "$pdit" bench -m "$m" --backend cuda --dtype bf16 --warmup 1 --steps 1 --op-times --json \
-			-H 1024 -W 1024 > "$out/pdit-flux-dev-1024-ops.json" 2> "$work/ops-1024.err"
-		rc=$?
-		[ $rc = 0 ] || { tail -3 "$work/ops-1024.err"; echo "(the operations' times: $(why $rc))"; }
+		bench_on "$m" pdit-flux-dev-1024-ops.json -- -H 1024 -W 1024 --steps 1 --op-times ||
+			echo "(the operations' times: $bench_why)"
 		python3 bench/op_shares.py "$out/pdit-flux-dev-1024-ops.json" || true
 	fi
 	# the next part writes it again (24 GB) only when this one did not run

@@ -69,8 +69,9 @@ tiny_stop() {
 	rm -rf /tmp/pdit-flux-dev.new-*
 	tiny_pid=""
 }
-# (the logs first: the tool's limit may follow its TERM closely)
-trap 'tar -C "$work" -czf "$out/logs.tar.gz" . 2> /dev/null; tiny_stop; exec >&- 2>&-; wait "$tee_pid"' EXIT
+# (the logs first: the tool's limit may follow its TERM closely; then
+# the working folder, whose files are in the pack, and the unpacked kit)
+trap 'tar -C "$work" -czf "$out/logs.tar.gz" . 2> /dev/null; tiny_stop; rm -rf "$work" ${kit:+"$kit"}; exec >&- 2>&-; wait "$tee_pid"' EXIT
 trap 'exit 143' TERM INT HUP
 failed=0
 verdict() { echo "== $1: $2"; [ "${2%% *}" = FAIL ] && failed=1; return 0; }

@@ -12,7 +12,13 @@
  * in, f32 accumulate) is computed from the 32 lanes' registers by the
  * fragment layout the PTX ISA documents, so a kernel that puts a value in
  * the wrong register or lane gets a wrong answer here as on a GPU. Nothing
- * of a GPU's timing is modelled.
+ * of a GPU's timing is modelled, but its freedoms are used against the
+ * kernel: a block's warps run one at a time from one block barrier to the
+ * next (in turn, the order reversed each round), as far apart as a GPU may
+ * let them drift, and cp.async's copies land at the issuing thread's wait,
+ * their destinations poisoned from the issue on; so shared data read
+ * without the barrier that orders it reads a value not yet written, or
+ * already overwritten, or NaN.
  */
 #ifndef CUDA_EMU_H
 #define CUDA_EMU_H
@@ -52,14 +58,6 @@ struct dim3 {
 	{
 	}
 };
-struct uint4 {
-	uint32_t x, y, z, w;
-};
-static inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d)
-{
-	return uint4{ a, b, c, d };
-}
-
 /* bf16 and half as their bits */
 struct __nv_bfloat16 {
 	uint16_t x;
@@ -200,6 +198,8 @@ struct emu_fiber {
 	emu_ctx ctx; /* where it stopped */
 	char *stack; /* its stack: EMU_STACK bytes above a guard page */
 	int done; /* finished its thread of the running block */
+	int at_block; /* waits at the block's barrier ... */
+	unsigned block_gen; /* ... of this generation */
 	dim3 tid; /* its thread's index in the running block */
 };
 
@@ -305,8 +305,13 @@ static inline void emu_need_coop(const char *what)
 
 static inline void __syncthreads(void)
 {
+	emu_fiber *f = &emu_s.f[emu_s.cur];
+
 	emu_need_coop("__syncthreads");
+	f->block_gen = emu_block_bar.gen;
+	f->at_block = 1;
 	emu_wait(&emu_block_bar);
+	f->at_block = 0;
 }
 
 /* lane SRC's V (its own where SRC is outside the warp) */
@@ -409,6 +414,57 @@ template <bool TRANS> static inline void pd_ldm_x4(uint32_t *r, const void *p)
 	emu_ldmatrix(r, p, TRANS);
 }
 
+/* cp.async: each thread's copies in flight, made at its wait (the latest a
+ * GPU may make them), their destinations NaN from the issue on (the
+ * earliest a GPU may change them) */
+struct emu_async {
+	void *dst; /* 16 bytes of shared memory */
+	const void *src; /* global memory */
+	int bytes; /* read of the 16; zeros after */
+};
+#define EMU_ASYNC_MAX 32
+static emu_async emu_asyncs[1024][EMU_ASYNC_MAX];
+static int emu_n_async[1024];
+
+static inline void pd_cp_async16(void *dst, const void *src, int bytes)
+{
+	int i = emu_tid();
+
+	if ((uintptr_t)dst % 16 || (uintptr_t)src % 16 || (bytes != 0 && bytes != 16)) {
+		fprintf(stderr, "cuda_emu: cp.async of %d bytes from %p to %p in kernel %s: both ends 16-byte aligned\n",
+			bytes, src, dst, emu_kernel);
+		abort();
+	}
+	if (emu_n_async[i] == EMU_ASYNC_MAX) {
+		fprintf(stderr, "cuda_emu: more than %d cp.async copies of one thread in flight in kernel %s\n",
+			EMU_ASYNC_MAX, emu_kernel);
+		abort();
+	}
+	memset(dst, 0xff, 16);
+	emu_asyncs[i][emu_n_async[i]++] = emu_async{ dst, src, bytes };
+}
+
+static inline void pd_cp_wait_all(void)
+{
+	int i = emu_tid();
+
+	for (int k = 0; k < emu_n_async[i]; k++) {
+		memset(emu_asyncs[i][k].dst, 0, 16);
+		memcpy(emu_asyncs[i][k].dst, emu_asyncs[i][k].src, (size_t)emu_asyncs[i][k].bytes);
+	}
+	emu_n_async[i] = 0;
+}
+
+/* a thread that ends with copies in flight: a GPU leaves them undefined */
+static inline void emu_async_end(void)
+{
+	if (emu_n_async[emu_tid()]) {
+		fprintf(stderr, "cuda_emu: a thread of kernel %s ended with cp.async copies not waited for\n",
+			emu_kernel);
+		abort();
+	}
+}
+
 /* a fiber's life: thread i of each block it is resumed for */
 static void emu_fiber_main(void)
 {
@@ -419,6 +475,7 @@ static void emu_fiber_main(void)
 #endif
 	for (;;) {
 		emu_s.call(emu_s.ctx);
+		emu_async_end();
 		emu_s.f[i].done = 1;
 		emu_yield(1);
 	}
@@ -460,10 +517,19 @@ static __attribute__((noinline)) void emu_resume(unsigned i)
 #endif
 }
 
-/* one block of N threads, each a fiber, resumed in turn until all finish */
+/* whether fiber I waits at the block's barrier, which has not moved on */
+static inline int emu_blocked(unsigned i)
+{
+	return emu_s.f[i].at_block && emu_s.f[i].block_gen == emu_block_bar.gen;
+}
+
+/* one block of N threads, each a fiber, until all finish: a warp at a time
+ * until each of its threads waits at the block's barrier or has finished
+ * (its lanes in turn, meeting at its own barriers), the warps in turn,
+ * first to last and then last to first */
 static void emu_block(unsigned n, dim3 block, dim3 idx, void (*call)(void *), void *ctx)
 {
-	unsigned left = n;
+	unsigned left = n, warps = (n + 31) / 32;
 
 	/* the fibers keep the first launching thread's stack as the one to
 	 * return to */
@@ -481,19 +547,38 @@ static void emu_block(unsigned n, dim3 block, dim3 idx, void (*call)(void *), vo
 	emu_s.idle = 0;
 	for (unsigned i = 0; i < n; i++) {
 		emu_s.f[i].done = 0;
+		emu_s.f[i].at_block = 0;
 		emu_s.f[i].tid = dim3(i % block.x, i / block.x % block.y, i / (block.x * block.y));
 	}
-	while (left)
-		for (unsigned i = 0; i < n; i++) {
-			emu_fiber *f = &emu_s.f[i];
+	for (unsigned round = 0; left; round++) {
+		int any = 0;
 
-			if (f->done)
-				continue;
-			threadIdx = f->tid;
-			blockIdx = idx;
-			emu_resume(i);
-			left -= f->done;
+		for (unsigned k = 0; k < warps; k++) {
+			unsigned w = round & 1 ? warps - 1 - k : k, end = 32 * w + 32 < n ? 32 * w + 32 : n;
+
+			for (int ran = 1; ran;) {
+				ran = 0;
+				for (unsigned i = 32 * w; i < end; i++) {
+					emu_fiber *f = &emu_s.f[i];
+
+					if (f->done || emu_blocked(i))
+						continue;
+					threadIdx = f->tid;
+					blockIdx = idx;
+					emu_resume(i);
+					left -= f->done;
+					ran = any = 1;
+				}
+			}
 		}
+		if (!any) {
+			fprintf(stderr,
+				"cuda_emu: the block barrier in kernel %s can never fill (a thread of its block "
+				"returned before it)\n",
+				emu_kernel_name());
+			abort();
+		}
+	}
 }
 
 template <typename F> static void emu_call(void *ctx)
@@ -537,6 +622,7 @@ template <typename F> static void emu_run(const char *name, int coop, dim3 grid,
 				for (unsigned i = 0; i < n; i++) {
 					threadIdx = dim3(i % block.x, i / block.x % block.y, i / (block.x * block.y));
 					fn();
+					emu_async_end();
 				}
 			}
 	threadIdx = dim3(0, 0, 0);

@@ -29,11 +29,20 @@
  * B's k), V's transposed (a key is B's k, a channel its n). Read value by
  * value, V took four 16-bit loads a product, each half a wavefront of the
  * shared memory's bandwidth, which bounds this loop rather than the
- * tensor cores. */
+ * tensor cores.
+ *
+ * The tiles come by cp.async (global to shared memory, no registers in
+ * between), each while the other is in use, as FlashAttention-2 orders
+ * them: V's tile lands while the scores and their softmax are worked out
+ * from K's, and the next K tile while P V is. A load that waited in
+ * registers left the tensor cores idle for its whole trip from L2. */
 #define PD_FA_ROWS 64
 #define PD_FA_KEYS 64
 
-#ifndef PD_CUDA_EMULATE
+#ifdef PD_CUDA_EMULATE
+#define PD_UNROLL_1
+#else
+#define PD_UNROLL_1 _Pragma("unroll 1")
 /* C += A B for one warp's 16x16 A, 16x8 B (bf16) and 16x8 C (f32); the
  * emulation (tests/emu/cuda_emu.h) computes it from the same registers */
 __device__ static inline void pd_mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1)
@@ -72,6 +81,29 @@ template <bool TRANS> __device__ static inline void pd_ldm_x4(uint32_t *r, const
 		PD_LDM_X4("", r, p);
 #endif
 }
+
+/* cp.async.cg.shared.global of 16 bytes (both ends 16-byte aligned) that
+ * reads BYTES of them (0 or 16: src-size) and fills the rest with zeros;
+ * in flight until this thread's pd_cp_wait_all, visible to the block after
+ * a barrier behind that. sm_80 on; the emulation the same, late. */
+__device__ static inline void pd_cp_async16(void *dst, const void *src, int bytes)
+{
+#if __CUDA_ARCH__ < 800
+	(void)dst, (void)src, (void)bytes;
+	__trap();
+#else
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
+		     "l"(src), "r"(bytes)
+		     : "memory");
+#endif
+}
+
+__device__ static inline void pd_cp_wait_all(void)
+{
+#if __CUDA_ARCH__ >= 800
+	asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
 #endif
 
 /* two floats as bf16 in one register, the first in the low half */
@@ -80,6 +112,24 @@ __device__ static inline uint32_t pd_pack_bf16(float lo, float hi)
 	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
 
 	return *(uint32_t *)&v;
+}
+
+/* Keys K0 .. K0 + PD_FA_KEYS of head H of X (K or V) into T by cp.async,
+ * 8 values a copy, zeros past the last key (a copy of no bytes still takes
+ * an address: X's first). */
+template <int D>
+__device__ static inline void pd_fa_tile(__nv_bfloat16 (*t)[D + 8], const __nv_bfloat16 *X, int64_t W, int64_t h,
+					 int64_t k0, int64_t skv)
+{
+	const int c8 = threadIdx.x % (D / 8) * 8, step = blockDim.x / (D / 8);
+	int row = threadIdx.x / (D / 8);
+	const __nv_bfloat16 *x = X + (k0 + row) * W + h * D + c8;
+
+	/* one copy's registers at a time: unrolled, their addresses would
+	 * spill the scores' */
+	PD_UNROLL_1
+	for (; row < PD_FA_KEYS; row += step, x += step * W)
+		pd_cp_async16(&t[row][c8], k0 + row < skv ? x : X, k0 + row < skv ? 16 : 0);
 }
 
 /* Q, K, V packed bf16 [rows, W] (head h at columns h * D); OUT f32 of row
@@ -112,25 +162,15 @@ __global__ static void __launch_bounds__(128, 3)
 	for (int dn = 0; dn < D / 8; dn++)
 		o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
 
+	pd_fa_tile<D>(ks, K, W, h, 0, skv);
 	for (int64_t k0 = 0; k0 < skv; k0 += PD_FA_KEYS) {
 		float s[PD_FA_KEYS / 8][4];
 
-		/* the tile's keys and values into shared memory, 8 values a load,
-		 * zeros past the last key */
+		/* K's tile here for every warp, the last V tile read by all:
+		 * this tile's values on their way */
+		pd_cp_wait_all();
 		__syncthreads();
-		for (int e = threadIdx.x; e < PD_FA_KEYS * D / 8; e += blockDim.x) {
-			int row = e / (D / 8), c8 = (e % (D / 8)) * 8;
-			int64_t key = k0 + row;
-			uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-
-			if (key < skv) {
-				kv = *(const uint4 *)(K + key * W + h * D + c8);
-				vv = *(const uint4 *)(V + key * W + h * D + c8);
-			}
-			*(uint4 *)&ks[row][c8] = kv;
-			*(uint4 *)&vs[row][c8] = vv;
-		}
-		__syncthreads();
+		pd_fa_tile<D>(vs, V, W, h, k0, skv);
 
 		/* S [16 rows, 64 keys] = Q K^T; a load's matrices: keys nt * 8
 		 * and nt * 8 + 8 (lane bit 4), channels kk * 16 and + 8 (bit 3) */
@@ -174,9 +214,12 @@ __global__ static void __launch_bounds__(128, 3)
 			o[dn][3] *= corr[1];
 		}
 
-		/* O += P V, 16 keys a step: P's A registers from two score tiles */
+		/* the probabilities, 16 keys at a time as P's A registers (from
+		 * two score tiles), packed before the next load's addresses
+		 * need registers */
+		uint32_t pa[PD_FA_KEYS / 16][4];
+
 		for (int j = 0; j < PD_FA_KEYS / 16; j++) {
-			uint32_t pa[4];
 			float p[2][4];
 
 			for (int u = 0; u < 2; u++)
@@ -184,20 +227,29 @@ __global__ static void __launch_bounds__(128, 3)
 					p[u][c] = exp2f(s[2 * j + u][c] - m[c >> 1]);
 					l[c >> 1] += p[u][c];
 				}
-			pa[0] = pd_pack_bf16(p[0][0], p[0][1]);
-			pa[1] = pd_pack_bf16(p[0][2], p[0][3]);
-			pa[2] = pd_pack_bf16(p[1][0], p[1][1]);
-			pa[3] = pd_pack_bf16(p[1][2], p[1][3]);
-			/* a load's matrices: keys j * 16 and + 8 (lane bit 3),
-			 * channels dn * 8 and dn * 8 + 8 (bit 4), transposed */
+			pa[j][0] = pd_pack_bf16(p[0][0], p[0][1]);
+			pa[j][1] = pd_pack_bf16(p[0][2], p[0][3]);
+			pa[j][2] = pd_pack_bf16(p[1][0], p[1][1]);
+			pa[j][3] = pd_pack_bf16(p[1][2], p[1][3]);
+		}
+
+		/* V's tile here, K's read by all: the next K tile on its way */
+		pd_cp_wait_all();
+		__syncthreads();
+		if (k0 + PD_FA_KEYS < skv)
+			pd_fa_tile<D>(ks, K, W, h, k0 + PD_FA_KEYS, skv);
+
+		/* O += P V, 16 keys a step; a load's matrices: keys j * 16 and
+		 * + 8 (lane bit 3), channels dn * 8 and dn * 8 + 8 (bit 4),
+		 * transposed */
+		for (int j = 0; j < PD_FA_KEYS / 16; j++)
 			for (int dn = 0; dn < D / 8; dn += 2) {
 				uint32_t b[4];
 
 				pd_ldm_x4<true>(b, &vs[j * 16 + (lane >> 3 & 1) * 8 + (lane & 7)][(dn + (lane >> 4)) * 8]);
-				pd_mma_bf16(o[dn], pa, b[0], b[1]);
-				pd_mma_bf16(o[dn + 1], pa, b[2], b[3]);
+				pd_mma_bf16(o[dn], pa[j], b[0], b[1]);
+				pd_mma_bf16(o[dn + 1], pa[j], b[2], b[3]);
 			}
-		}
 	}
 
 	/* each row's sum over its quad, then the outputs and log-sum-exp */

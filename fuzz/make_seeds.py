@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes the seed corpus of the fuzz targets into fuzz/corpus/ (committed; rerun to remake it).
 
-    fuzz/make_seeds.py PDIT [lora|pictures|qwen]   (only fuzz_lora's, fuzz_png's and fuzz_multipart's, or
-                                                    fuzz_qwen_files' and fuzz_llm's seeds)
+    fuzz/make_seeds.py PDIT [lora|pictures|qwen|serve]   (only fuzz_lora's, fuzz_png's and fuzz_multipart's,
+                                                          fuzz_qwen_files' and fuzz_llm's, or fuzz_serve_params' seeds)
 
 Valid inputs come from `pdit tiny --full` (made-up tokenizers in the real formats, small configs) and
 the golden configs; broken ones are those valid files cut, bent or stuffed in the ways the parsers
@@ -141,8 +141,9 @@ def main():
     lora_seeds()
     picture_seeds()
     qwen_seeds()
+    serve_seeds()
     for d in ("safetensors", "st_index", "config", "clip_files", "t5_model", "prompt", "args", "lora", "png", "multipart",
-              "qwen_files", "llm"):
+              "qwen_files", "llm", "serve_params"):
         os.makedirs(os.path.join(HERE, "regressions", d), exist_ok=True)
         keep = os.path.join(HERE, "regressions", d, "README")
         if not os.path.exists(keep):
@@ -240,6 +241,47 @@ def picture_seeds():
     put("multipart", "no-disposition", ct + ("--%s\r\nX: y\r\n\r\nz\r\n--%s--\r\n" % (b, b)).encode())
 
 
+def serve_seeds():
+    """fuzz_serve_params: each route's body as its clients send it (the first byte: the dialect, pd_serve.h's
+    enum pd_serve_api, 128 added for strict mode), and bent ones: wrong types, limits passed, broken JSON."""
+    rgb = png_bytes(32, 16, 2, lambda y: bytes((x * 16 + y) % 256 for x in range(96)))
+    b64 = __import__("base64").b64encode(rgb).decode()
+    openai, a1111, video, img2img, edit, jobs = range(6)
+    bodies = {
+        "openai": (openai, {"prompt": "a red fox", "n": 2, "size": "64x48", "response_format": "b64_json",
+                            "model": "pdit", "steps": 2, "seed": 7, "negative_prompt": "blurry", "true_cfg_scale": 3,
+                            "background": "auto", "stream": False}),
+        "openai-video": (openai, {"prompt": "a kite", "size": "48x32", "frames": 5, "fps": 8, "output_format": "mp4",
+                                  "ref_image": b64}),
+        "a1111": (a1111, {"prompt": "a boat", "width": 48, "height": 32, "steps": 3, "seed": 11, "batch_size": 1,
+                          "sampler_name": "euler", "cfg_scale": 3.5, "distilled_cfg_scale": 2.5, "n_iter": 2,
+                          "override_settings": {}, "styles": []}),
+        "sdcpp-video": (video, {"prompt": "a red kite", "width": 48, "height": 32, "seed": 9, "video_frames": 5,
+                                "fps": 16, "clip_skip": -1, "strength": 0.75, "init_image": None, "lora": [],
+                                "sample_params": {"scheduler": "discrete", "sample_method": "euler", "sample_steps": 2,
+                                                  "flow_shift": 0.0, "guidance": {"txt_cfg": 3.0,
+                                                  "slg": {"layers": [7, 8], "scale": 0.0}}}}),
+        "img2img": (img2img, {"prompt": "a lake", "init_images": ["data:image/png;base64," + b64], "mask": b64,
+                              "denoising_strength": 0.6, "steps": 4, "seed": 5, "mask_blur": 4, "inpainting_fill": 1}),
+        "edit": (edit, {"prompt": "a lake", "image": b64, "mask": b64, "strength": 0.6, "size": "32x16", "n": 1}),
+        "jobs": (jobs, {"prompt": "a kite", "size": "32x16", "steps": 2, "image": b64, "strength": 0.5,
+                        "fbcache_threshold": 0.1}),
+        "strict-unknown": (a1111 + 128, {"prompt": "x", "colour": "red"}),
+        "strict-noted": (openai + 128, {"prompt": "x", "partial_images": 2}),
+        "wrong-types": (openai, {"prompt": 5, "n": "two", "size": [64, 48], "seed": -1.5}),
+        "too-big": (a1111, {"prompt": "x", "width": 1 << 20, "height": 16, "steps": 100000, "batch_size": 4096}),
+        "odd-size": (openai, {"prompt": "x", "size": "17x9999999999999999999"}),
+        "bad-image": (img2img, {"prompt": "x", "init_images": ["bm90IGEgcGljdHVyZQ=="]}),
+        "nested-deep": (video, {"prompt": "x", "sample_params": {"guidance": {"slg": {"layers": [[[[1]]]]}}}}),
+    }
+    for name, (api, body) in bodies.items():
+        put("serve_params", name, bytes([api]) + json.dumps(body).encode())
+    put("serve_params", "not-json", bytes([openai]) + b'{"prompt": "x", ')
+    put("serve_params", "not-object", bytes([a1111]) + b'["prompt"]')
+    put("serve_params", "nul-in-prompt", bytes([openai]) + b'{"prompt": "a\u0000b"}')
+    put("serve_params", "empty", bytes([jobs]))
+
+
 def qwen_seeds():
     """Qwen2's tokenizer files (qwen-tiny's, in both forms) and language-model files (a tiny random one of
     Qwen2's names, inferred from its shapes), each valid, cut and bent."""
@@ -290,5 +332,7 @@ elif len(sys.argv) > 2 and sys.argv[2] == "qwen":
     qwen_seeds()
 elif len(sys.argv) > 2 and sys.argv[2] == "pictures":
     picture_seeds()
+elif len(sys.argv) > 2 and sys.argv[2] == "serve":
+    serve_seeds()
 else:
     main()

@@ -8,13 +8,13 @@
 # executions, and whether it ended clean.
 #
 #   scripts/fuzz.sh [SECONDS] [NAME...]      NAME: safetensors st_index config clip_files t5_model prompt args
-#                                            gguf lora png multipart qwen_files llm (default: all)
+#                                            gguf lora png multipart qwen_files llm serve_params (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-600}
 shift || true
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(safetensors st_index config clip_files t5_model prompt args gguf lora png multipart qwen_files llm)
+[ ${#names[@]} -gt 0 ] || names=(safetensors st_index config clip_files t5_model prompt args gguf lora png multipart qwen_files llm serve_params)
 command -v clang > /dev/null || { echo "fuzz.sh: needs clang and libclang-rt-14-dev (scripts/setup.sh --fuzz)" >&2; exit 1; }
 if [ ! -f build-fuzz/build.ninja ] && [ ! -f build-fuzz/Makefile ]; then
 	CC=clang cmake -S . -B build-fuzz -DPDIT_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null

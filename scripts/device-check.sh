@@ -20,8 +20,9 @@
 # one part, not the run.
 #   1. conformance: every backend operation on CUDA against the CPU backend,
 #      and the staged (pinned) and NCCL communicators on device buffers; the
-#      fused attention kernel against the chunked path at FLUX.1's 4608
-#      tokens, each one's time (which of the two bf16 attention should be);
+#      fused attention kernel (by 64 and by 128 query rows a block,
+#      PDIT_CUDA_FLASH_ROWS) against the chunked path at FLUX.1's 4608
+#      tokens, each one's time (which bf16 attention should be);
 #      FLUX.1-dev's MLP product with bias and GELU through cuBLASLt and through
 #      cuBLAS and a kernel (PDIT_CUDA_NO_LT), each one's time
 #   2. golden: flux-tiny, wan-tiny on CUDA against diffusers (f32 and bf16;

@@ -813,40 +813,46 @@ static void test_sticky(void)
 	pd_backend_release(B[1], p);
 }
 
-/* Two bf16 CUDA backends, SWITCH off in FB[0] and on in FB[1] (a switch is
- * read when a backend is made; the caller unsets it); nonzero, checked,
- * when either cannot be made. */
-static int cuda_pair(const char *sw, struct pd_backend *fb[2])
+/* A bf16 CUDA backend made with the switch SW set to VAL (a switch is read
+ * when a backend is made; the caller unsets it); nonzero, checked, when it
+ * cannot be made. */
+static int cuda_with(const char *sw, const char *val, struct pd_backend **b)
 {
 	struct pd_backend_config cfg = { PD_BF16, 0, -1, 0, PD_QP_DECODE };
 
-	for (int k = 0; k < 2; k++) {
-		setenv(sw, k ? "1" : "0", 1);
-		if (pd_backend_new(&fb[k], "cuda", &cfg)) {
-			PD_CHECK(0, "a second CUDA backend: %s", pd_last_error());
-			return -1;
-		}
+	setenv(sw, val, 1);
+	if (pd_backend_new(b, "cuda", &cfg)) {
+		PD_CHECK(0, "a second CUDA backend with %s=%s: %s", sw, val, pd_last_error());
+		return -1;
 	}
 	return 0;
 }
 
-/* CUDA's fused attention against its chunked path at FLUX.1's size at
- * 1024^2 (4608 tokens, 24 heads of 128), bf16: the same result within the
- * bf16 tolerance, and each one's time (median of 5, after one unmeasured),
- * for choosing between them by measurement. */
+/* Two of them, SW off in FB[0] and on in FB[1]. */
+static int cuda_pair(const char *sw, struct pd_backend *fb[2])
+{
+	return cuda_with(sw, "0", &fb[0]) || cuda_with(sw, "1", &fb[1]);
+}
+
+/* CUDA's fused attention, by 64 and by 128 query rows a block, against
+ * its chunked path at FLUX.1's size at 1024^2 (4608 tokens, 24 heads of
+ * 128), bf16: the same result within the bf16 tolerance, and each one's
+ * time (median of 5, after one unmeasured), for choosing between them by
+ * measurement. */
 static void time_attention(void)
 {
-	struct pd_backend *fb[2] = { NULL, NULL };
+	struct pd_backend *fb[3] = { NULL, NULL, NULL };
 	const int heads = 24, hd = 128;
 	const int64_t s = 4608, W = (int64_t)heads * hd;
 	const size_t n = (size_t)(s * W);
-	double ms[2] = { 0, 0 }, tflop = 4.0 * (double)s * (double)s * (double)W / 1e12;
-	float *in[3] = { host_randn(n, 1), host_randn(n, 1), host_randn(n, 1) }, *x[2] = { NULL, NULL };
+	double ms[3] = { 0, 0, 0 }, tflop = 4.0 * (double)s * (double)s * (double)W / 1e12;
+	float *in[3] = { host_randn(n, 1), host_randn(n, 1), host_randn(n, 1) }, *x[3] = { NULL, NULL, NULL };
 
-	/* [0] fused, [1] chunked */
-	if (cuda_pair("PDIT_CUDA_NO_FLASH", fb))
+	/* [0] fused by 64 rows, [1] by 128, [2] chunked */
+	if (cuda_with("PDIT_CUDA_FLASH_ROWS", "64", &fb[0]) || cuda_with("PDIT_CUDA_FLASH_ROWS", "128", &fb[1]) ||
+	    cuda_with("PDIT_CUDA_NO_FLASH", "1", &fb[2]))
 		goto out;
-	for (int k = 0; k < 2; k++) {
+	for (int k = 0; k < 3; k++) {
 		struct pd_backend *b = fb[k];
 		float *d[4], one;
 		double t[5];
@@ -874,20 +880,25 @@ static void time_attention(void)
 			if (d[i])
 				pd_backend_release(b, d[i]);
 	}
-	PD_CHECK(x[0] && x[1] && !pd_backend_check(fb[0]) && !pd_backend_check(fb[1]),
-		 "attention at %lld tokens on CUDA: %s", (long long)s, fb[0]->failed ? fb[0]->error : fb[1]->error);
-	if (x[0] && x[1]) {
-		double e = pd_rel_err(x[0], x[1], n);
+	for (int k = 0; k < 3; k++)
+		PD_CHECK(x[k] && !pd_backend_check(fb[k]), "attention at %lld tokens on CUDA (%s): %s", (long long)s,
+			 k == 2 ? "chunked" : k ? "fused by 128 rows" : "fused by 64 rows", fb[k]->error);
+	if (x[0] && x[1] && x[2]) {
+		double e[2] = { pd_rel_err(x[0], x[2], n), pd_rel_err(x[1], x[2], n) };
 
-		printf("attention %lld tokens, %d heads of %d, bf16: fused %.2f ms (%.0f TFLOP/s), chunked %.2f ms "
-		       "(%.0f TFLOP/s); fused against chunked %.2e\n",
-		       (long long)s, heads, hd, ms[0], tflop / (ms[0] / 1e3), ms[1], tflop / (ms[1] / 1e3), e);
-		PD_CHECK(e <= TOL_BF16, "fused attention against chunked at %lld tokens: %.3g above %.1g", (long long)s, e,
-			 TOL_BF16);
+		printf("attention %lld tokens, %d heads of %d, bf16: fused %.2f ms (%.0f TFLOP/s), fused by 128 rows "
+		       "%.2f ms (%.0f TFLOP/s), chunked %.2f ms (%.0f TFLOP/s); fused against chunked %.2e, by 128 rows "
+		       "%.2e\n",
+		       (long long)s, heads, hd, ms[0], tflop / (ms[0] / 1e3), ms[1], tflop / (ms[1] / 1e3), ms[2],
+		       tflop / (ms[2] / 1e3), e[0], e[1]);
+		for (int k = 0; k < 2; k++)
+			PD_CHECK(e[k] <= TOL_BF16, "fused attention by %d rows against chunked at %lld tokens: %.3g above %.1g",
+				 k ? 128 : 64, (long long)s, e[k], TOL_BF16);
 	}
 out:
 	unsetenv("PDIT_CUDA_NO_FLASH");
-	for (int k = 0; k < 2; k++) {
+	unsetenv("PDIT_CUDA_FLASH_ROWS");
+	for (int k = 0; k < 3; k++) {
 		free(x[k]);
 		pd_backend_free(fb[k]);
 	}

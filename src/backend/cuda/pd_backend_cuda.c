@@ -15,7 +15,9 @@
  * bias). f32 compute runs f32 products with the default math
  * mode, never TF32 (the exactness mode: the golden tolerances of f32).
  * Attention in bf16 with heads of 64 or 128 channels is fused (a flash
- * kernel: the scores stay in registers; PDIT_CUDA_NO_FLASH=1 turns it off).
+ * kernel: the scores stay in registers; PDIT_CUDA_NO_FLASH=1 turns it off;
+ * 64 query rows a block, PDIT_CUDA_FLASH_ROWS=128 twice that: which is
+ * faster is for the device check to measure).
  * Otherwise, and in f32, it is done in query chunks: scores by a batched
  * product over the heads, a softmax kernel (log-sum-exp for ring attention,
  * bias and causal mask for the text encoders), probabilities times values
@@ -73,6 +75,7 @@ struct pd_cuda {
 	struct pd_backend be;           /* the interface; must stay first */
 	int device;                     /* the GPU */
 	int flash;                      /* bf16 attention fused where the heads fit (not PDIT_CUDA_NO_FLASH) */
+	int flash_rows;                 /* its query rows a block: 64, or 128 (PDIT_CUDA_FLASH_ROWS) */
 	cudaStream_t stream;            /* every operation's */
 	cublasHandle_t blas;            /* on that stream */
 	cublasLtHandle_t lt;            /* cuBLASLt, for linear layers' bf16 products */
@@ -835,7 +838,7 @@ static void pd_cu_attention_impl(struct pd_backend *be, float *out, int64_t ldo,
 	}
 	if (bf16 && cu->flash && !bias && !causal && pd_cuda_flash_fits(hd)) {
 		/* no scores in memory: nothing to chunk */
-		pd_cuda_flash(cu->stream, Q, Kp, V, W, out, ldo, lse, sq, sq, skv, heads, hd, scale);
+		pd_cuda_flash(cu->stream, Q, Kp, V, W, out, ldo, lse, sq, sq, skv, heads, hd, scale, cu->flash_rows);
 		pd_cu_launched(be, "attention");
 		return;
 	}
@@ -1159,10 +1162,13 @@ int pd_backend_cuda_new(struct pd_backend **out, enum pd_dtype compute, int devi
 {
 	struct pd_cuda *cu;
 	struct cudaDeviceProp prop;
+	const char *rows = getenv("PDIT_CUDA_FLASH_ROWS");
 
 	*out = NULL;
 	if (compute != PD_F32 && compute != PD_BF16)
 		return pd_errorf("the CUDA backend computes in f32 or bf16, not %s", pd_dtype_name(compute));
+	if (rows && *rows && strcmp(rows, "64") != 0 && strcmp(rows, "128") != 0)
+		return pd_errorf("PDIT_CUDA_FLASH_ROWS=%s: the fused attention takes 64 or 128 query rows a block", rows);
 	cu = pd_calloc(1, sizeof(*cu), "the CUDA backend");
 	if (!cu)
 		return -1;
@@ -1190,6 +1196,7 @@ int pd_backend_cuda_new(struct pd_backend **out, enum pd_dtype compute, int devi
 	cu->be.queue = cu->stream;
 	/* the fused kernel's bf16 tensor-core products need sm_80 or newer */
 	cu->flash = !pd_env_on("PDIT_CUDA_NO_FLASH") && prop.major >= 8;
+	cu->flash_rows = rows && strcmp(rows, "128") == 0 ? 128 : 64;
 	snprintf(cu->be.device, sizeof(cu->be.device), "%.90s, device %d, %.0f GB", prop.name, device,
 		 (double)prop.totalGlobalMem / 1e9);
 	*out = &cu->be;

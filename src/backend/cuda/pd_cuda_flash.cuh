@@ -8,8 +8,9 @@
 #ifndef PD_CUDA_FLASH_CUH
 #define PD_CUDA_FLASH_CUH
 
-/* One block of 4 warps attends 64 query rows of one head, each warp 16 of
- * them, over the keys in tiles of 64 (FlashAttention-2's forward): the
+/* One block of WARPS warps attends 16 WARPS query rows of one head, each
+ * warp 16 of them, over the keys in tiles of 64 (FlashAttention-2's
+ * forward): the
  * scores of a tile (bf16 tensor-core products, f32 accumulators) never
  * leave the registers; each row keeps its running maximum M and sum L (in
  * log2 units: exp2 of prescaled scores), rescales its outputs when M grows,
@@ -36,7 +37,6 @@
  * them: V's tile lands while the scores and their softmax are worked out
  * from K's, and the next K tile while P V is. A load that waited in
  * registers left the tensor cores idle for its whole trip from L2. */
-#define PD_FA_ROWS 64
 #define PD_FA_KEYS 64
 
 #ifdef PD_CUDA_EMULATE
@@ -133,9 +133,12 @@ __device__ static inline void pd_fa_tile(__nv_bfloat16 (*t)[D + 8], const __nv_b
 }
 
 /* Q, K, V packed bf16 [rows, W] (head h at columns h * D); OUT f32 of row
- * stride LDO; LSE [heads][lse_ld] or NULL. D: 64 or 128. */
-template <int D>
-__global__ static void __launch_bounds__(128, 3)
+ * stride LDO; LSE [heads][lse_ld] or NULL. D: 64 or 128. WARPS 4: 64 rows
+ * a block and 3 blocks an SM (12 warps, within 168 registers); 8: 128 rows
+ * and one block, whose K and V tiles serve twice the rows (half the loads
+ * from L2 a product). */
+template <int D, int WARPS>
+__global__ static void __launch_bounds__(32 * WARPS, WARPS == 4 ? 3 : 1)
 	k_flash(const __nv_bfloat16 *Q, const __nv_bfloat16 *K, const __nv_bfloat16 *V, int64_t W, float *out,
 		int64_t ldo, float *lse, int64_t lse_ld, int64_t sq, int64_t skv, float scale)
 {
@@ -143,7 +146,7 @@ __global__ static void __launch_bounds__(128, 3)
 	__shared__ __align__(16) __nv_bfloat16 ks[PD_FA_KEYS][D + 8];
 	__shared__ __align__(16) __nv_bfloat16 vs[PD_FA_KEYS][D + 8];
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-	const int64_t h = blockIdx.y, r0 = (int64_t)blockIdx.x * PD_FA_ROWS + warp * 16;
+	const int64_t h = blockIdx.y, r0 = (int64_t)blockIdx.x * 16 * WARPS + warp * 16;
 	const int64_t ra = r0 + g, rb = r0 + g + 8;
 	const float l2e = 1.4426950408889634f, sl2 = scale * l2e;
 	uint32_t qa[D / 16][4];

@@ -604,17 +604,21 @@ extern "C" int pd_cuda_flash_fits(int hd)
 
 extern "C" void pd_cuda_flash(cudaStream_t s, const void *q, const void *k, const void *v, int64_t W, float *out,
 			      int64_t ldo, float *lse, int64_t lse_ld, int64_t sq, int64_t skv, int heads, int hd,
-			      float scale)
+			      float scale, int rows)
 {
-	dim3 grid((unsigned)((sq + PD_FA_ROWS - 1) / PD_FA_ROWS), (unsigned)heads);
+	dim3 grid((unsigned)((sq + rows - 1) / rows), (unsigned)heads);
 	const __nv_bfloat16 *Q = (const __nv_bfloat16 *)q, *K = (const __nv_bfloat16 *)k, *V = (const __nv_bfloat16 *)v;
 
 	if (sq <= 0 || skv <= 0)
 		return;
-	if (hd == 128)
-		PD_LAUNCH_COOP(k_flash<128>, grid, 128, s, Q, K, V, W, out, ldo, lse, lse_ld, sq, skv, scale);
+	if (hd == 128 && rows == 128)
+		PD_LAUNCH_COOP((k_flash<128, 8>), grid, 256, s, Q, K, V, W, out, ldo, lse, lse_ld, sq, skv, scale);
+	else if (hd == 128)
+		PD_LAUNCH_COOP((k_flash<128, 4>), grid, 128, s, Q, K, V, W, out, ldo, lse, lse_ld, sq, skv, scale);
+	else if (rows == 128)
+		PD_LAUNCH_COOP((k_flash<64, 8>), grid, 256, s, Q, K, V, W, out, ldo, lse, lse_ld, sq, skv, scale);
 	else
-		PD_LAUNCH_COOP(k_flash<64>, grid, 128, s, Q, K, V, W, out, ldo, lse, lse_ld, sq, skv, scale);
+		PD_LAUNCH_COOP((k_flash<64, 4>), grid, 128, s, Q, K, V, W, out, ldo, lse, lse_ld, sq, skv, scale);
 }
 
 /* ----------------------------------------------------------------------- */

@@ -65,9 +65,10 @@ void pd_cuda_softmax(cudaStream_t s, const float *S, void *P, int bf16, float *l
 int pd_cuda_flash_fits(int hd);
 /* Attention of Q [sq, W] over K, V [skv, W] (packed bf16, head h at columns
  * h * hd), SCALE times the scores, fused (the scores stay in registers):
- * OUT f32 of row stride LDO, LSE at [h * lse_ld + i] (may be NULL). */
+ * OUT f32 of row stride LDO, LSE at [h * lse_ld + i] (may be NULL); ROWS
+ * (64 or 128) query rows a block. */
 void pd_cuda_flash(cudaStream_t s, const void *q, const void *k, const void *v, int64_t W, float *out, int64_t ldo,
-		   float *lse, int64_t lse_ld, int64_t sq, int64_t skv, int heads, int hd, float scale);
+		   float *lse, int64_t lse_ld, int64_t sq, int64_t skv, int heads, int hd, float scale, int rows);
 void pd_cuda_lse_merge(cudaStream_t s, float *out, int64_t ldo, float *lse, const float *part, int64_t ldp,
 		       const float *plse, int64_t sq, int heads, int hd);
 /* device bytes group_stats needs for its partial sums */

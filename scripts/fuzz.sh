@@ -16,9 +16,8 @@ shift || true
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(safetensors st_index config clip_files t5_model prompt args gguf lora png multipart qwen_files llm serve_params)
 command -v clang > /dev/null || { echo "fuzz.sh: needs clang and libclang-rt-14-dev (scripts/setup.sh --fuzz)" >&2; exit 1; }
-if [ ! -f build-fuzz/build.ninja ] && [ ! -f build-fuzz/Makefile ]; then
-	CC=clang cmake -S . -B build-fuzz -DPDIT_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
-fi
+# configured every time: a target added since the last run is then known
+CC=clang cmake -S . -B build-fuzz -DPDIT_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
 targets=()
 for n in "${names[@]}"; do targets+=("fuzz_$n"); done
 cmake --build build-fuzz --target "${targets[@]}" -j 2 > /dev/null

@@ -834,12 +834,74 @@ static int cuda_pair(const char *sw, struct pd_backend *fb[2])
 	return cuda_with(sw, "0", &fb[0]) || cuda_with(sw, "1", &fb[1]);
 }
 
+/* Attention on backend B of SQ queries over SKV keys (HEADS of HD, packed
+ * rows) from host Q, K, V into host OUT; nonzero, checked, on a failure. */
+static int attention_on(struct pd_backend *b, const float *q, const float *k, const float *v, float *out, int64_t sq,
+			int64_t skv, int heads, int hd)
+{
+	const int64_t W = (int64_t)heads * hd;
+	float *d[4] = { pd_backend_alloc(b, (size_t)(sq * W), "attention"), pd_backend_alloc(b, (size_t)(skv * W), "attention"),
+			pd_backend_alloc(b, (size_t)(skv * W), "attention"), pd_backend_alloc(b, (size_t)(sq * W), "attention") };
+	int rc = -1;
+
+	if (d[0] && d[1] && d[2] && d[3]) {
+		b->ops->upload(b, d[0], q, (size_t)(sq * W));
+		b->ops->upload(b, d[1], k, (size_t)(skv * W));
+		b->ops->upload(b, d[2], v, (size_t)(skv * W));
+		b->ops->attention(b, d[3], W, NULL, d[0], W, d[1], W, d[2], W, sq, skv, heads, hd, 1.0f / sqrtf((float)hd));
+		b->ops->download(b, out, d[3], (size_t)(sq * W));
+		rc = pd_backend_check(b);
+	}
+	PD_CHECK(rc == 0, "attention of %lld x %lld on %s: %s", (long long)sq, (long long)skv, b->device, b->error);
+	for (int i = 0; i < 4; i++)
+		if (d[i])
+			pd_backend_release(b, d[i]);
+	return rc;
+}
+
+/* The fused kernels FB[0] and FB[1] against the chunked path FB[2] on shapes
+ * whose query and key tiles are partial, with scores spread wide (q and k
+ * of deviation 2: each output leans on few keys, so a wrong tile shows
+ * instead of averaging away); the first shape, minutes on the emulation,
+ * only on a GPU (BIG). */
+static void check_attention_rows(struct pd_backend *fb[3], int big)
+{
+	static const struct {
+		int64_t sq, skv;
+		int heads, hd;
+	} cases[] = { { 1000, 777, 3, 128 }, { 130, 64, 2, 64 }, { 77, 200, 1, 64 } };
+
+	for (size_t c = big ? 0 : 1; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		const int64_t W = (int64_t)cases[c].heads * cases[c].hd, sq = cases[c].sq, skv = cases[c].skv;
+		float *q = host_randn((size_t)(sq * W), 2), *k = host_randn((size_t)(skv * W), 2),
+		      *v = host_randn((size_t)(skv * W), 1), *o[3];
+
+		for (int b = 0; b < 3; b++)
+			o[b] = malloc((size_t)(sq * W) * sizeof(float));
+		if (!attention_on(fb[2], q, k, v, o[2], sq, skv, cases[c].heads, cases[c].hd))
+			for (int b = 0; b < 2; b++)
+				if (!attention_on(fb[b], q, k, v, o[b], sq, skv, cases[c].heads, cases[c].hd)) {
+					double e = pd_rel_err(o[b], o[2], (size_t)(sq * W));
+
+					PD_CHECK(e <= TOL_BF16,
+						 "fused attention by %d rows, %lld x %lld, heads of %d, against chunked: %.3g above %.1g",
+						 b ? 128 : 64, (long long)sq, (long long)skv, cases[c].hd, e, TOL_BF16);
+				}
+		for (int b = 0; b < 3; b++)
+			free(o[b]);
+		free(q);
+		free(k);
+		free(v);
+	}
+}
+
 /* CUDA's fused attention, by 64 and by 128 query rows a block, against
- * its chunked path at FLUX.1's size at 1024^2 (4608 tokens, 24 heads of
- * 128), bf16: the same result within the bf16 tolerance, and each one's
- * time (median of 5, after one unmeasured), for choosing between them by
+ * its chunked path: on partial tiles (check_attention_rows), then, TIMED
+ * (on a GPU), at FLUX.1's size at 1024^2 (4608 tokens, 24 heads of 128),
+ * bf16: the same result within the bf16 tolerance, and each one's time
+ * (median of 5, after one unmeasured), for choosing between them by
  * measurement. */
-static void time_attention(void)
+static void time_attention(int timed)
 {
 	struct pd_backend *fb[3] = { NULL, NULL, NULL };
 	const int heads = 24, hd = 128;
@@ -848,9 +910,14 @@ static void time_attention(void)
 	double ms[3] = { 0, 0, 0 }, tflop = 4.0 * (double)s * (double)s * (double)W / 1e12;
 	float *in[3] = { host_randn(n, 1), host_randn(n, 1), host_randn(n, 1) }, *x[3] = { NULL, NULL, NULL };
 
-	/* [0] fused by 64 rows, [1] by 128, [2] chunked */
+	/* [0] fused by 64 rows, [1] by 128, [2] chunked; the first two fused
+	 * whatever the environment said */
+	setenv("PDIT_CUDA_NO_FLASH", "0", 1);
 	if (cuda_with("PDIT_CUDA_FLASH_ROWS", "64", &fb[0]) || cuda_with("PDIT_CUDA_FLASH_ROWS", "128", &fb[1]) ||
 	    cuda_with("PDIT_CUDA_NO_FLASH", "1", &fb[2]))
+		goto out;
+	check_attention_rows(fb, timed);
+	if (!timed)
 		goto out;
 	for (int k = 0; k < 3; k++) {
 		struct pd_backend *b = fb[k];
@@ -1018,8 +1085,8 @@ static void run(const char *name, enum pd_dtype dt, int rounds)
 	}
 	test_comms();
 	test_sticky();
-	if (dt == PD_BF16 && strcmp(name, "cuda") == 0 && !emulated(B[1]))
-		time_attention();
+	if (dt == PD_BF16 && strcmp(name, "cuda") == 0)
+		time_attention(!emulated(B[1]));
 	if (dt == PD_BF16 && strcmp(name, "cuda") == 0)
 		for (int r = 0; r < (emulated(B[1]) ? 3 : 1); r++)
 			time_linear(!emulated(B[1]));

@@ -163,6 +163,9 @@ int main(void)
 	/* a single query and key; whole tiles; then random partial ones */
 	one_case(64, 1, 1, 1, 1);
 	one_case(128, 2, 128, 128, 1);
+	/* heads of 64 over several key tiles, and over exactly one */
+	one_case(64, 1, 130, 150, 1);
+	one_case(64, 2, 70, 64, 0);
 	for (int c = 0; c < 4; c++)
 		one_case(rnd(0, 1) ? 128 : 64, rnd(1, 3), rnd(1, 300), rnd(1, 200), rnd(0, 3) != 0);
 	printf("%s\n", failed ? "flash kernel: FAILS" : "flash kernel: conforms");

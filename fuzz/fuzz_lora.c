@@ -2,7 +2,8 @@
  * fuzz_lora.c - the LoRA adapter loader on one file: its description (pdit
  * inspect), then matched to a small FLUX model's layers (strict and
  * lenient) and put beside each of them on the CPU backend (every shard of
- * a 2-way tensor-parallel split too), then taken off.
+ * a 2-way tensor-parallel split too, each on a layer of its shard's size,
+ * as the engine makes them), then taken off.
  */
 #include "fuzz.h"
 #include "pd_backend_new.h"
@@ -43,11 +44,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (int i = 0; i < n; i++) {
 			const struct pd_dit_linear *l = &layers[i];
 			float *w = calloc((size_t)(l->n_out * l->n_in), sizeof(float));
-			struct pd_linear *lin = w ? be->ops->linear_new(be, l->n_out, l->n_in, w, PD_F32, l->n_in, NULL) : NULL;
 
 			/* the whole layer, then each half of a row split and of a column split */
-			for (int part = 0; lin && part < 5; part++) {
+			for (int part = 0; w && part < 5; part++) {
 				struct pd_slice s = pd_slice_all(l->n_out, l->n_in);
+				struct pd_linear *lin;
 
 				if (part == 1 || part == 2) {
 					s.nr = l->n_out / 2;
@@ -56,10 +57,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 					s.nc = l->n_in / 2;
 					s.c0 = part == 4 ? s.nc : 0;
 				}
+				lin = be->ops->linear_new(be, s.nr, s.nc, w + s.r0 * l->n_in + s.c0, PD_F32, l->n_in, NULL);
+				if (!lin)
+					break;
 				pd_lora_apply(lo, be, lin, l->name, &s);
 				pd_backend_recover(be);
-			}
-			if (lin) {
 				be->ops->linear_adapt(be, lin, 0, NULL, NULL);
 				be->ops->linear_free(be, lin);
 			}

@@ -14,7 +14,7 @@
  * the wrong register or lane gets a wrong answer here as on a GPU. Nothing
  * of a GPU's timing is modelled, but its freedoms are used against the
  * kernel: a block's warps run one at a time from one block barrier to the
- * next (in turn, the order reversed each round), as far apart as a GPU may
+ * next (in turn, first to last or last to first), as far apart as a GPU may
  * let them drift, and cp.async's copies land at the issuing thread's wait,
  * their destinations poisoned from the issue on; so shared data read
  * without the barrier that orders it reads a value not yet written, or
@@ -526,7 +526,8 @@ static inline int emu_blocked(unsigned i)
 /* one block of N threads, each a fiber, until all finish: a warp at a time
  * until each of its threads waits at the block's barrier or has finished
  * (its lanes in turn, meeting at its own barriers), the warps in turn,
- * first to last and then last to first */
+ * first to last or last to first by the round's Gray code, so that a
+ * loop's stretches between barriers, two or more, each meet both orders */
 static void emu_block(unsigned n, dim3 block, dim3 idx, void (*call)(void *), void *ctx)
 {
 	unsigned left = n, warps = (n + 31) / 32;
@@ -554,7 +555,7 @@ static void emu_block(unsigned n, dim3 block, dim3 idx, void (*call)(void *), vo
 		int any = 0;
 
 		for (unsigned k = 0; k < warps; k++) {
-			unsigned w = round & 1 ? warps - 1 - k : k, end = 32 * w + 32 < n ? 32 * w + 32 : n;
+			unsigned w = (round ^ round >> 1) & 1 ? warps - 1 - k : k, end = 32 * w + 32 < n ? 32 * w + 32 : n;
 
 			for (int ran = 1; ran;) {
 				ran = 0;

@@ -58,7 +58,9 @@ int pd_lora_resolve(struct pd_lora **out, const struct pd_lora_spec *specs, int 
 		    int n_layers, int lenient);
 
 /* Puts the adapters' term for layer NAME, part S of its weight (a
- * tensor-parallel shard), beside L; nothing when no adapter touches it.
+ * tensor-parallel shard), beside L, S's own layer (S's rows by S's columns:
+ * the backend reads the term's arrays at L's sizes); nothing when no
+ * adapter touches it.
  * 0, or -1 with a message (a NaN in an adapter names its file and key). */
 int pd_lora_apply(struct pd_lora *lo, struct pd_backend *be, struct pd_linear *l, const char *name,
 		  const struct pd_slice *s);

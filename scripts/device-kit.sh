@@ -8,7 +8,8 @@
 #                                      # for a rehearsal of the check here (KIT=devkit-emu scripts/device-check.sh)
 #
 # then, with the device tool: run scripts/device-check.sh carrying devkit.
-# The kit holds pdit, the test programs the check runs, every shared library
+# The kit holds pdit, the test programs the check runs, the CUDA module
+# (libpdit-cuda.so, beside them), every shared library
 # they load but glibc's, the CUDA driver's, the CUDA toolkit's and NCCL's
 # (the machine has those: NCCL in PyTorch's nvidia-nccl wheel), and Open
 # MPI's runtime (mpirun, the plugins one machine's processes use, PMIx),
@@ -48,6 +49,9 @@ for b in "${bins[@]}"; do
 	fi
 	cp "$src" "$stage/bin/$(basename "$b")"
 done
+# the CUDA backend's module, which the programs load from their own folder
+# (the emulation's programs link their backend in)
+[ -n "$emulated" ] || cp "$dir/libpdit-cuda.so" "$stage/bin/"
 strip "$stage"/bin/* 2> /dev/null || true
 
 # Open MPI as Debian lays it out under /usr, moved under the kit's root

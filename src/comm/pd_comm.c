@@ -5,6 +5,9 @@
 #include "pd_comm_impl.h"
 
 #include "pd_util.h"
+#ifdef PDIT_NCCL
+#include "pd_cuda_plugin.h"
+#endif
 
 #include <sched.h>
 #include <stdio.h>
@@ -168,17 +171,30 @@ int pd_comm_allgather(struct pd_comm *c, const void *send, size_t bytes, void *r
 	return rc;
 }
 
-#ifndef PDIT_NCCL
-/* Built without NCCL: device buffers go through pd_comm_staged. */
+/* NCCL is the CUDA module's (pd_cuda_plugin.h); built without it, device
+ * buffers go through pd_comm_staged. */
 int pd_comm_nccl_available(void)
 {
+#ifdef PDIT_NCCL
+	return 1;
+#else
 	return 0;
+#endif
 }
 
 int pd_comm_nccl_new(struct pd_comm *host, void *stream, struct pd_comm **out)
 {
-	(void)stream;
 	*out = NULL;
+#ifdef PDIT_NCCL
+	const struct pd_cuda_plugin *p = pd_cuda_plugin_load();
+
+	if (!p)
+		return pd_error_prefix("NCCL on '%s'", host->name);
+	if (!p->nccl_new)
+		return pd_errorf("NCCL on '%s': the CUDA module was built without NCCL", host->name);
+	return p->nccl_new(host, stream, out);
+#else
+	(void)stream;
 	return pd_errorf("NCCL on '%s': this pdit was built without NCCL", host->name);
-}
 #endif
+}

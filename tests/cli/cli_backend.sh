@@ -101,4 +101,21 @@ fi
 	grep -q "^pdit: computing on cpu" "$tmp/err" && ok "--backend auto runs on the CPU here and says so" ||
 	bad "--backend auto"
 
+# The CUDA backend is a module (libpdit-cuda.so) loaded when asked for: the
+# program links no CUDA library, so a process that computes on the CPU never
+# starts cuBLASLt (measured: 0.2-0.5 s a start)
+if "$pdit" --version | grep -q '^backends: cpu, cuda'; then
+	if command -v readelf > /dev/null; then
+		needed=$(readelf -d "$pdit" | grep -E 'NEEDED.*(cuda|cublas|nccl)')
+		[ -z "$needed" ] && ok "pdit links no CUDA library" || bad "pdit links: $needed"
+	fi
+	# asked for, it loads (beside pdit) and runs to the device count
+	refuse "no CUDA device here" --backend cuda
+	printf 'not a library\n' > "$tmp/text.so"
+	PDIT_CUDA_PLUGIN=$tmp/none.so refuse "$tmp/none.so: no such file (PDIT_CUDA_PLUGIN)" --backend cuda
+	PDIT_CUDA_PLUGIN=$tmp/text.so refuse "$tmp/text.so: .*(PDIT_CUDA_PLUGIN)" --backend cuda
+	lib=$(dirname "$pdit")/libpdit.so
+	[ ! -e "$lib" ] || PDIT_CUDA_PLUGIN=$lib refuse "not pdit's CUDA module" --backend cuda
+fi
+
 exit $fail

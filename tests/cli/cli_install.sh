@@ -67,6 +67,18 @@ else
 	bad "the installed pdit"
 fi
 
+# the CUDA module where the build has one: installed beside the library,
+# and found from bin/ (no GPU here: it loads and counts none)
+if "$p/bin/pdit" --version 2> /dev/null | grep -q '^backends: cpu, cuda'; then
+	mod=$(find "$p" -name libpdit-cuda.so | head -1)
+	"$p/bin/pdit" generate --model m -p "a red fox" -H 64 -W 64 --steps 2 -o cuda.png -q --backend cuda 2> cuda.err
+	if [ -n "$mod" ] && [ "$(dirname "$mod")" = "$(dirname "$lib")" ] && grep -q "no CUDA device here" cuda.err; then
+		ok "the installed pdit loads the installed CUDA module ($(cat cuda.err))"
+	else
+		bad "the CUDA module: '$mod'; $(cat cuda.err)"
+	fi
+fi
+
 # the example program through pkg-config, nothing from the build tree
 libdir=$(dirname "$lib")
 if flags=$(PKG_CONFIG_PATH=$libdir/pkgconfig pkg-config --cflags --libs pdit) &&

@@ -7,6 +7,9 @@
 #include "pd_backend_timed.h"
 #include "pd_util.h"
 #ifdef PDIT_CUDA
+#include "pd_cuda_plugin.h"
+#endif
+#ifdef PDIT_CUDA_LINKED
 #include "pd_backend_cuda.h"
 #endif
 
@@ -39,10 +42,41 @@ enum pd_qproducts pd_backend_qproducts_for(int configured, enum pd_qproducts int
 	return compute == PD_BF16 ? int8_auto : PD_QP_DECODE;
 }
 
+#ifdef PDIT_CUDA
+/* The CUDA backend's calls: the module's, loaded on first use, or in the
+ * tests' programs the emulated backend they link (PDIT_CUDA_LINKED). */
+static const struct pd_cuda_plugin *pd_cuda(void)
+{
+#ifdef PDIT_CUDA_LINKED
+	static const struct pd_cuda_plugin linked = { PD_CUDA_PLUGIN_ABI, pd_backend_cuda_devices,
+						       pd_backend_cuda_why, pd_backend_cuda_new, NULL };
+
+	return &linked;
+#else
+	return pd_cuda_plugin_load();
+#endif
+}
+#endif
+
 int pd_backend_gpus(void)
 {
 #ifdef PDIT_CUDA
-	return pd_backend_cuda_devices();
+	const struct pd_cuda_plugin *p;
+
+#ifndef PDIT_CUDA_LINKED
+	/* where no driver is, the module (and cuBLASLt's start-up) stays on disk */
+	if (!pd_cuda_driver_here())
+		return 0;
+#endif
+	p = pd_cuda();
+	if (!p) {
+		static int told;
+
+		if (!__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
+			pd_log(1, "pdit: note: a GPU driver is here, but %s\n", pd_last_error());
+		return 0;
+	}
+	return p->devices();
 #else
 	return 0;
 #endif
@@ -82,16 +116,19 @@ static int pd_backend_new_untimed(struct pd_backend **out, const char *name, con
 		return pd_backend_staged_new(out, cfg->compute, cfg->threads);
 	if (!strcmp(name, "cuda")) {
 #ifdef PDIT_CUDA
-		int n = pd_backend_cuda_devices(), dev = cfg->device;
+		int n, dev = cfg->device;
 
+		if (!pd_cuda())
+			return pd_error_prefix("--backend cuda");
+		n = pd_cuda()->devices();
 		if (n <= 0)
-			return pd_errorf("--backend cuda: no CUDA device here (%s)", pd_backend_cuda_why());
+			return pd_errorf("--backend cuda: no CUDA device here (%s)", pd_cuda()->why());
 		if (dev < 0)
 			dev = pd_backend_local_rank() % n;
 		if (dev >= n)
 			return pd_errorf("--device %d: this machine has %d CUDA device%s (0 to %d)", dev, n,
 					 n == 1 ? "" : "s", n - 1);
-		return pd_backend_cuda_new(out, cfg->compute, dev);
+		return pd_cuda()->backend_new(out, cfg->compute, dev);
 #else
 		return pd_errorf("--backend cuda: this pdit was built without CUDA (configure with -DPDIT_CUDA=ON "
 				 "where the CUDA toolkit is installed)");

@@ -25,6 +25,12 @@ fail=0
 ok() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; fail=1; }
 q=$g/../quant-tiny/flux
+# Bit for bit needs products that give each row its bits whatever the
+# rows a call has (tests/lib/pd_test_rows.h: oneDNN's on AVX-512); with
+# oneDNN's AVX2 products an ulp moves with the split, which the next
+# layer's 8-bit rounding can make a step of 1/127 (5.8e-3 seen with ring's
+# merge): there, int8's 2e-2 instead of 0
+tol_rows=$("$(dirname "$cmp")/rows_exact" 2e-2)
 run=(--diffusion-model "$q/flux-tiny-dev-Q4_K_S.gguf" --config "$q/dequant-Q4_K_S/config.json" --vae "$g/vae-dev"
 	--scheduler "$g/scheduler-dev" --embeds "$g/pipeline-dev-truecfg-h64w48.safetensors" --true-cfg-scale 4
 	-H 64 -W 48 --steps 3 -s 5 -q)
@@ -71,7 +77,7 @@ check "Q8_0 GGUF, a batch of 2" 2 --ring-degree 2 --ring-attention gathered
 run_f32=("${run[@]:0:${#run[@]}-1}")	# without its last word, -q
 run+=(--dtype bf16 --quant-products int8)
 "$pdit" generate "${run[@]}" -o "$tmp/one.png" --out-latents "$tmp/one.safetensors" || bad "one process, int8"
-tol=0
+tol=$tol_rows
 for m in "2:--ulysses-degree 2" "2:--data-parallel-degree 2" "2:--pipefusion-degree 2 --warmup-steps 3" \
 	"2:--tensor-parallel-degree 2" "4:--tensor-parallel-degree 2 --pipefusion-degree 2 --warmup-steps 3" \
 	"2:--ring-degree 2" "3:--ring-degree 3" "4:--ring-degree 2 --ulysses-degree 2"; do
@@ -111,7 +117,7 @@ done
 run=(--model "$tmp/w256" --diffusion-model "$tmp/w256.gguf" --config "$tmp/w256/transformer/config.json"
 	--embeds "$tmp/w256/embeds.safetensors" -H 64 -W 48 --steps 2 -s 5 --dtype bf16 --quant-products int8 -q)
 "$pdit" generate "${run[@]}" -o "$tmp/one.png" --out-latents "$tmp/one.safetensors" || bad "one process, Q4_K 256 wide"
-tol=0
+tol=$tol_rows
 # (heads 64 wide: attention by pdit's own bf16 products, where the golden
 # model's take oneDNN's; ring gathered there too)
 for m in "2:--ulysses-degree 2" "4:--ulysses-degree 4" "2:--tensor-parallel-degree 2" "2:--ring-degree 2"; do

@@ -74,7 +74,12 @@ mesh "Q8_0, Ulysses 2 x PipeFusion 2, every step warm" q8 4 "${q8[@]}" --ulysses
 # rounding moved by a last bit)
 q8i=("${q8[@]}" --dtype bf16 --quant-products int8)
 "$pdit" generate "${q8i[@]}" -o "$tmp/q8i.mp4" --out-latents "$tmp/q8i.safetensors" || bad "one process, Q8_0 on int8"
-tol=0
+# Bit for bit needs products that give each row its bits whatever the
+# rows a call has (tests/lib/pd_test_rows.h: oneDNN's on AVX-512); with
+# oneDNN's AVX2 products an ulp moves with the split, which the next
+# layer's 8-bit rounding can make a step of 1/127 (5.8e-3 seen with ring's
+# merge): there, int8's 2e-2 instead of 0
+tol=$("$(dirname "$cmp")/rows_exact" 2e-2)
 mesh "Q8_0 on int8 products, tensor parallel 2" q8i 2 "${q8i[@]}" --tensor-parallel-degree 2
 mesh "Q8_0 on int8 products, tensor parallel 2 x PipeFusion 2, every step warm" q8i 4 "${q8i[@]}" \
 	--tensor-parallel-degree 2 --pipefusion-degree 2 --warmup-steps 3

@@ -19,7 +19,9 @@
  * tensor parallel, whose shards' sums are not one process's) run again with
  * ring attention in its gathered form (pd_ring_attention_gathered), which
  * must give the single-process latents bit for bit on the CPU (staged or
- * not), and within 1e-5 on a GPU, whose libraries may choose their product
+ * not) where its products keep each row's bits whatever the rows of a call
+ * (pd_test_rows.h: oneDNN's on AVX-512, not its AVX2 ones), and within
+ * 1e-5 elsewhere and on a GPU, whose libraries may choose their product
  * kernels by the rows a rank has.
  */
 #include "pd_engine_tools.h"
@@ -28,6 +30,7 @@
 #include "pd_par_data.h"
 #include "pd_parallel.h"
 #include "pd_test.h"
+#include "pd_test_rows.h"
 #include "pd_tiny.h"
 #include "pdit.h"
 #include "pd_util.h"
@@ -41,6 +44,7 @@
 #define TOL_GOLDEN 1e-4
 
 static struct pd_comm *world;
+static int rows_exact;                  /* pd_test_rows_exact(), rank 0's */
 
 static float *golden_latents(const char *path, int64_t n)
 {
@@ -64,7 +68,7 @@ static void test_case(const struct pcase *c)
 	struct pd_mesh_limits lim;
 	int meshes[256][PD_AXIS_COUNT], n_mesh, n_distri, n_all = 0, gathered = 0;
 	const char *tb = getenv("PDIT_TEST_BACKEND");
-	int exact = !tb || !*tb || !strcmp(tb, "cpu") || !strcmp(tb, "staged");
+	int exact = rows_exact && (!tb || !*tb || !strcmp(tb, "cpu") || !strcmp(tb, "staged"));
 	float *one, *gold = NULL;
 	int64_t n = 0;
 
@@ -199,8 +203,14 @@ int main(int argc, char **argv)
 	if (world->rank == 0 && !mkdtemp(tmp))
 		perror("mkdtemp");
 	world->ops->bcast(world, tmp, sizeof(tmp), 0);
-	if (world->rank == 0)
-		printf("world size %d\n", world->size);
+	if (world->rank == 0) {
+		char why[256];
+
+		rows_exact = pd_test_rows_exact(why, sizeof(why));
+		printf("world size %d; this CPU's products: %s: %s\n", world->size, rows_exact ? "exact" : "not exact",
+		       why);
+	}
+	world->ops->bcast(world, &rows_exact, sizeof(rows_exact), 0);
 	golden_case(&cases[0], dir, "pipeline-dev-h64w48.safetensors", "dev", 64, 48, 5301, 3.5f, 1.0f);
 	golden_case(&cases[1], dir, "pipeline-dev-truecfg-h64w48.safetensors", "dev", 64, 48, 5311, 3.5f, 4.0f);
 	golden_case(&cases[2], dir, "pipeline-dev-batch2-h48w64.safetensors", "dev", 48, 64, 5321, 3.5f, 1.0f);

@@ -294,6 +294,41 @@ static int pd_sf_text(const cJSON *v, const char *name, char **out, const char *
 	return *out ? 0 : -1;
 }
 
+/* Whether a string of the JSON text BODY holds \u0000: cJSON ends the
+ * string there, so the rest of a prompt would be dropped without a word.
+ * The key of the value it is in (or the key itself) into KEY. */
+static int pd_sf_nul(const char *body, size_t len, char *key, size_t key_size)
+{
+	size_t i = 0;
+
+	key[0] = 0;
+	while (i < len) {
+		size_t start, end, j;
+		int nul = 0;
+
+		if (body[i++] != '"')
+			continue;
+		start = i;
+		while (i < len && body[i] != '"') {
+			if (body[i] == '\\') {
+				nul |= i + 5 < len && body[i + 1] == 'u' && !memcmp(body + i + 2, "0000", 4);
+				i += 2;
+			} else {
+				i++;
+			}
+		}
+		end = i < len ? i : len;
+		i++;
+		for (j = i; j < len && (body[j] == ' ' || body[j] == '\t' || body[j] == '\n' || body[j] == '\r'); j++)
+			;
+		if (j < len && body[j] == ':')
+			snprintf(key, key_size, "%.*s", (int)(end - start < 64 ? end - start : 64), body + start);
+		if (nul)
+			return 1;
+	}
+	return 0;
+}
+
 /* A side: a multiple of 16 up to PD_SERVE_MAX_SIDE. */
 /* The number the digits at S write (one at least; no sign, no space) into
  * *V, held at 1e9 once past it, so that a side of any length is read whole
@@ -627,6 +662,10 @@ int pd_serve_params_parse(struct pd_serve_params *p, enum pd_serve_api api, cons
 		return pd_errorf("the body is not JSON");
 	if (!cJSON_IsObject(root)) {
 		pd_errorf("the body must be a JSON object");
+		goto out;
+	}
+	if (pd_sf_nul(body, len, field, field_len)) {
+		pd_errorf("%s: a string holds \\u0000 (NUL), where it would end; leave it out", field);
 		goto out;
 	}
 	if (pd_sf_object(p, table, "", root, strict, openai, &n_iter, &format, &bad))

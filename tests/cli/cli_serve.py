@@ -1038,6 +1038,8 @@ def main():
         ("true_cfg_scale 3 without negative_prompt", {"prompt": "a", "size": "32x32", "true_cfg_scale": 3}, 400,
          "true_cfg_scale"),
         ("16 pictures of 4096x4096", {"prompt": "a", "n": 16, "size": "4096x4096"}, 400, "n"),
+        ("a NUL in the prompt (cJSON would end it there)", {"prompt": "a cat\x00 on a mat"}, 400, "prompt"),
+        ("a NUL in negative_prompt", {"prompt": "a", "negative_prompt": "\x00dogs"}, 400, "negative_prompt"),
         ("a 1 MB prompt", big, 413, None),
         ("a 10 MB body (read to its end, then refused)", b"{" + b" " * (10 << 20) + b"}", 413, None),
     ]
@@ -1050,6 +1052,9 @@ def main():
         report(st == want and (field is None or err.get("param") == field) and err.get("message")
                and "--" not in err.get("message") and " -n " not in err.get("message"),
                "%s -> %s %s" % (label, st, err.get("message", "")[:70]))
+    # the text \u0000 (its backslash escaped) is no NUL: taken
+    st, ans, _ = post(srv, "/v1/images/generations", {"prompt": "a \\u0000 b", "size": "32x32", "steps": 1})
+    report(st == 200, "a prompt holding the text \\u0000, no NUL -> %s %s" % (st, (ans or {}).get("error", "")))
     # curl asks "Expect: 100-continue" for a large body: refused before it is sent
     with open(os.path.join(tmp, "big.json"), "wb") as f:
         f.write(b'{"prompt": "' + b"x" * (10 << 20) + b'"}')

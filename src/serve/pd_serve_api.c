@@ -871,6 +871,12 @@ char *pd_serve_multipart_json(const char *content_type, const char *body, size_t
 
 			if (!s)
 				goto fail;
+			/* a C string would end there, and the rest of a prompt with it */
+			if (memchr(data, 0, (size_t)(next - 2 - data))) {
+				pd_errorf("%s: the form field holds a NUL byte, where it would end; leave it out", name);
+				free(s);
+				goto fail;
+			}
 			memcpy(s, data, (size_t)(next - 2 - data));
 			s[next - 2 - data] = 0;
 			d = strtod(s, &e);

@@ -886,10 +886,15 @@ def main():
            "a picture of 5000x5000 -> %s (%s)" % (st, (ans or {}).get("error", {}).get("message")))
     small = os.path.join(tmp, "mask-alpha-small.png")
     write_rgba_png(small, 16, 16, lambda x, y: 0)
+    nul = os.path.join(tmp, "nul-prompt.txt")
+    with open(nul, "wb") as f:
+        f.write(b"a lake\x00 at night")
     bad = [("no image", [a for a in form if not a.startswith("image=")], "image"),
            ("a mask of another size", [a if not a.startswith("mask=") else "mask=@" + small for a in form], "mask"),
            ("an image that is no PNG", [a if not a.startswith("image=") else "image=not a picture" for a in form],
-            "image")]
+            "image"),
+           ("a NUL byte in the prompt (curl -F prompt=<file)",
+            [a if not a.startswith("prompt=") else "prompt=<" + nul for a in form], "prompt")]
     for what, f, param in bad:
         f = [x for x in f if x != "-F"]
         args = [y for x in f for y in ("-F", x)]

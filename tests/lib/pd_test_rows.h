@@ -24,8 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Rows [0, M) of X (row length K) through RUN in one call and in calls of
- * SPLIT rows; 1 when every output is the same float. */
+/* One product the probe splits: a linear layer, or attention over fixed
+ * keys and values. */
 struct pd_test_rows_op {
 	struct pd_backend *be;
 	struct pd_linear *l;            /* the linear layer, or NULL: attention */
@@ -44,6 +44,9 @@ static inline void pd_test_rows_run(const struct pd_test_rows_op *op, const floa
 				       0.125f);
 }
 
+/* Rows [0, M) of X (row length K) through OP in one call and in calls of
+ * SPLIT rows; 1 when every output is the same float (0 also when memory
+ * is short: the tests then ask for less, never for more). */
 static inline int pd_test_rows_same(const struct pd_test_rows_op *op, const float *x, int64_t m, int64_t k,
 				    int64_t n, int64_t split)
 {
@@ -113,7 +116,11 @@ static inline int pd_test_rows_exact(char *why, size_t why_size)
 		op.l = NULL;
 		dk = op.be->ops->alloc(op.be, (size_t)(s * w));
 		dv = op.be->ops->alloc(op.be, (size_t)(s * w));
-		if (exact && dk && dv) {
+		if (exact && (!dk || !dv)) {
+			snprintf(why, why_size, "out of memory");
+			exact = 0;
+		}
+		if (exact) {
 			op.be->ops->upload(op.be, dk, kv, (size_t)(s * w));
 			op.be->ops->upload(op.be, dv, kv + s * w, (size_t)(s * w));
 			op.k = dk;

@@ -250,7 +250,7 @@ struct pd_backend {
 						 * are made) */
 	enum pd_qproducts int8_auto;            /* what `auto` chooses here with bf16 products: PD_QP_INT8
 						 * where int8 products beat bf16 ones (VNNI, 512- or
-						 * 256-bit), PD_QP_DECODE elsewhere */
+						 * 256-bit, bf16 not on AMX), PD_QP_DECODE elsewhere */
 	int int8_products;                      /* it has int8 products at all (the CPU's kernels); 0: its
 						 * kept-quantized layers always decode (CUDA), so
 						 * --quant-products int8 is refused */

@@ -145,7 +145,8 @@ struct pd_engine_options {
 					 * int8 blocks at load), "bf16" (decoded to the products' precision), or "auto"
 					 * (NULL, the default: int8 with bf16 products where the
 					 * backend's int8 products are faster, as a CPU with AVX-512
-					 * VNNI or AVX-VNNI; decoded elsewhere) */
+					 * VNNI or AVX-VNNI whose bf16 products are not AMX's;
+					 * decoded elsewhere) */
 	const char *ring_attention;     /* ring attention's form: "merged" (each chunk's partial result
 					 * merged by its log-sum-exp while the next travels: the transfers
 					 * overlap the work, K/V memory O(S/R), one process's result within

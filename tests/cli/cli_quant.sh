@@ -45,10 +45,14 @@ for v in Q8_0:flux-tiny-dev-Q8_0.gguf Q4_K_S:flux-tiny-dev-Q4_K_S.gguf fp8_e4m3f
 		{ cat "$tmp/log"; bad "$file int8"; }
 	# auto with bf16 products: int8 on a CPU with VNNI, AVX-512's or
 	# 256-bit (AVX-VNNI, or AVX-512 VNNI with AVX-512 off), every type that
-	# has an int8 form (fp8 included); decoded without VNNI
+	# has an int8 form (fp8 included); decoded without VNNI, and where
+	# oneDNN's bf16 products take AMX tiles (a Xeon's: decoded products beat
+	# int8 ones there)
 	run "$name" "$file" bf16 "$tmp/$name-auto.safetensors"
 	want=bf16
 	if [ -n "${PDIT_NO_VNNI:-}" ]; then
+		:
+	elif grep -q amx_bf16 /proc/cpuinfo && [ -z "${ONEDNN_MAX_CPU_ISA:-}" ]; then
 		:
 	elif grep -q avx512_vnni /proc/cpuinfo && grep -q avx512bw /proc/cpuinfo && [ -z "${PDIT_NO_AVX512:-}" ]; then
 		want=int8
@@ -58,11 +62,12 @@ for v in Q8_0:flux-tiny-dev-Q8_0.gguf Q4_K_S:flux-tiny-dev-Q4_K_S.gguf fp8_e4m3f
 	cmp -s "$tmp/$name-auto.safetensors" "$tmp/$name-$want.safetensors" &&
 		ok "$file, auto with bf16 on this CPU: the $want products' output byte for byte" || bad "$file auto ($want expected)"
 	# AVX-512 off: 256-bit VNNI only (AVX-512 VNNI's 256-bit form here,
-	# AVX-VNNI where the CPU has no AVX-512)
+	# AVX-VNNI where the CPU has no AVX-512; oneDNN below AMX, as such CPUs)
 	if grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDIT_NO_AVX2:-}" ]; then
 		want=int8 other=bf16
 		for qp in auto int8 bf16; do
-			PDIT_NO_AVX512=1 run "$name" "$file" bf16 "$tmp/$name-n512-$qp.safetensors" --quant-products $qp
+			PDIT_NO_AVX512=1 ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 run "$name" "$file" bf16 \
+				"$tmp/$name-n512-$qp.safetensors" --quant-products $qp
 		done
 		cmp -s "$tmp/$name-n512-auto.safetensors" "$tmp/$name-n512-$want.safetensors" &&
 			! cmp -s "$tmp/$name-n512-auto.safetensors" "$tmp/$name-n512-$other.safetensors" &&
@@ -223,7 +228,8 @@ grep -q "on int8 products (.*) counted at a bf16 product's rate: --int8-speed X"
 		--take "$tmp/w256-q4_k.gguf:single_transformer_blocks." > /dev/null || bad "a file of Q5_0 and Q4_K"
 if grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDIT_NO_AVX2:-}" ]; then
 	for qp in auto int8 bf16; do
-		PDIT_NO_AVX512=1 "$pdit" generate "${wrun[@]}" --diffusion-model "$tmp/w256-mix.gguf" --quant-products $qp \
+		PDIT_NO_AVX512=1 ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 "$pdit" generate "${wrun[@]}" \
+			--diffusion-model "$tmp/w256-mix.gguf" --quant-products $qp \
 			-o "$tmp/w.png" --out-latents "$tmp/mix-$qp.safetensors" 2> "$tmp/err-$qp" ||
 			{ cat "$tmp/err-$qp"; bad "generate mix $qp"; }
 	done
@@ -233,9 +239,9 @@ if grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDI
 		! cmp -s "$tmp/mix-auto.safetensors" "$tmp/mix-bf16.safetensors" &&
 		ok "Q5_0 + Q4_K with 256-bit VNNI only: auto takes int8 for all $n8 quantized layers, as int8 does" ||
 		{ cat "$tmp/err-auto"; bad "Q5_0 + Q4_K on auto with 256-bit VNNI"; }
-	plan=$(PDIT_NO_AVX512=1 "$pdit" plan --diffusion-model "$tmp/w256-mix.gguf" --config "$tmp/w256/transformer/config.json" \
+	plan=$(PDIT_NO_AVX512=1 ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 "$pdit" plan --diffusion-model "$tmp/w256-mix.gguf" --config "$tmp/w256/transformer/config.json" \
 		--dtype bf16 --devices 1 --gflops 100 -H 64 -W 48 --json | head -1 | sed 's/.*"weights_gb": \([^,]*\),.*/\1/')
-	held=$(PDIT_NO_AVX512=1 "$pdit" bench "${wrun[@]}" --diffusion-model "$tmp/w256-mix.gguf" --steps 1 --json 2> /dev/null |
+	held=$(PDIT_NO_AVX512=1 ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 "$pdit" bench "${wrun[@]}" --diffusion-model "$tmp/w256-mix.gguf" --steps 1 --json 2> /dev/null |
 		sed 's/.*"weights_mb": \([^,]*\),.*/\1/')
 	awk -v p="$plan" -v h="$held" 'BEGIN { d = p * 1e9 / (h * 1048576); exit !(d > 0.92 && d < 1.08) }' &&
 		ok "Q5_0 + Q4_K with 256-bit VNNI only: the planner's weights ${plan} GB, the backend holds ${held} MiB" ||
@@ -318,11 +324,12 @@ fallback() {	# TYPE [VAR=VALUE...]: on w256-TYPE.gguf, pdit run with the VARs se
 if ! grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo || [ -n "${PDIT_NO_VNNI:-}${PDIT_NO_AVX2:-}" ]; then
 	ok "(auto decodes on this CPU without VNNI: the int8 layout's fallback not tried)"
 else
-	fallback q5_k
-	plan_check q5_k
+	# (oneDNN below AMX: where its bf16 products take AMX tiles auto decodes)
+	fallback q5_k ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16
+	plan_check q5_k ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16
 fi
 if grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDIT_NO_AVX2:-}" ]; then
-	fallback q5_0 PDIT_NO_AVX512=1
+	fallback q5_0 PDIT_NO_AVX512=1 ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16
 fi
 
 # memory: the planner counts quantized weights as the backend holds them

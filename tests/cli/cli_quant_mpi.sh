@@ -155,6 +155,10 @@ fi
 # AVX-512 off): both types in int8 by the 256-bit kernels; tensor parallel
 # gathers whole inputs, bit for bit
 if grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDIT_NO_AVX2:-}" ]; then
+	# auto's int8 products are what the rest checks: where oneDNN's bf16
+	# products take AMX tiles auto decodes (faster there), so they are kept
+	# below AMX from here on (as the CPUs these checks stand for have them)
+	export ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16
 	for t in q5_0 q4_k; do
 		"$pdit" quantize "$tmp/w256/transformer" "$tmp/w256-$t.gguf" --type $t > /dev/null 2>&1 || bad "quantize $t"
 	done

@@ -282,12 +282,27 @@ static int pd_cpu_vnni256(void)
 	return 0;
 }
 
+/* Whether oneDNN's bf16 products take AMX tiles here (its effective ISA:
+ * ONEDNN_MAX_CPU_ISA below AVX512_CORE_AMX turns them off). */
+static int pd_cpu_bf16_amx(void)
+{
+	unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+
+	return (isa & (unsigned)dnnl_cpu_isa_avx512_core_amx) == (unsigned)dnnl_cpu_isa_avx512_core_amx;
+}
+
 enum pd_qproducts pd_backend_cpu_int8_auto(void)
 {
 	/* measured (bench/quant.sh): VNNI's int8 products beat bf16 ones, the
 	 * 256-bit kernels' too (AVX-512 off: Q8_0 0.58 x BF16's step, Q4_K
 	 * 0.61, decoded 1.03); the AVX2 kernel's do not (1.005 x BF16's step
-	 * for Q8_0, decoded 1.019) */
+	 * for Q8_0, decoded 1.019). Where bf16 products take AMX tiles,
+	 * decoded ones beat both (Xeon, 512²: Q8_0 0.96 x BF16's step decoded,
+	 * 1.19 on AMX-INT8; Q4_K 0.97 against 1.30; fp8 0.94 against 1.36):
+	 * Q8_0's scales every 32 inputs give each tdpbsud half its depth, no
+	 * more than a bf16 tile product does, and add the f32 work after each. */
+	if (pd_cpu_bf16_amx())
+		return PD_QP_DECODE;
 	return pd_cpu_vnni512() || pd_cpu_vnni256() ? PD_QP_INT8 : PD_QP_DECODE;
 }
 
@@ -337,9 +352,8 @@ int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threa
 		snprintf(cpu->be.device + n, sizeof(cpu->be.device) - n, " (AMX-INT8%s)",
 			 cpu->amx == 2 ? " emulated" : "");
 	}
-	/* pd_backend_cpu_int8_auto's choice, from the probes just made */
-	cpu->be.int8_auto = cpu->vnni || cpu->vnni256 ? PD_QP_INT8 : PD_QP_DECODE;
 #endif
+	cpu->be.int8_auto = pd_backend_cpu_int8_auto();
 	/* PDIT_QPANEL_MB lets the tests cut small weights into many panels */
 	cpu->qpanel_bytes = (size_t)pd_env_long("PDIT_QPANEL_MB", 1, 4095, PD_QPANEL_BYTES >> 20) << 20;
 	/* PDIT_QDENSE_ROWS lets the tests take the strided products too */

@@ -15,8 +15,8 @@
  * setting); outside such a scope, the calling thread's setting. */
 int pd_backend_cpu_new(struct pd_backend **out, enum pd_dtype compute, int threads);
 /* Where this CPU's int8 products beat its bf16 ones (VNNI, 512- or
- * 256-bit: PD_QP_INT8; none or turned off: PD_QP_DECODE): what a
- * backend's int8_auto will say, without one. */
+ * 256-bit: PD_QP_INT8; none or turned off, or bf16 products on AMX tiles:
+ * PD_QP_DECODE): what a backend's int8_auto will say, without one. */
 enum pd_qproducts pd_backend_cpu_int8_auto(void);
 /* Whether a CPU backend multiplies a kept-quantized weight of type T,
  * N_IN inputs wide, in int8 under QP (its products as chosen). */

@@ -30,10 +30,12 @@ trap 'rm -rf "$tmp"' EXIT
 # KINDS="bf16 q8_0 ..." runs a subset; any type pdit quantize writes (q8_0,
 # q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, fp8) on auto's products, TYPE-decoded
 # the same file decoded to bf16 for its products (what auto picks without
-# VNNI; fp8's values exact), TYPE-int8 on int8 products whatever the CPU
-# (--quant-products int8: the AVX2 or portable kernel without VNNI),
-# TYPE-vnni on int8 products with AMX turned off (PDIT_NO_AMX: on an AMX
-# Xeon, KINDS="bf16 q8_0 q8_0-vnni" times the AMX kernel beside VNNI's)
+# VNNI, and where the bf16 products take AMX tiles; fp8's values exact),
+# TYPE-int8 on int8 products whatever the CPU (--quant-products int8: the
+# AVX2 or portable kernel without VNNI, AMX-INT8's tiles for Q8_0's layout
+# where the CPU has them), TYPE-vnni on int8 products with AMX turned off
+# (PDIT_NO_AMX: on an AMX Xeon, KINDS="bf16 q8_0-int8 q8_0-vnni" times the
+# AMX kernel beside VNNI's)
 read -r -a kinds <<< "${KINDS:-bf16 q8_0 q4_k fp8 q8_0-decoded fp8-decoded}"
 for k in "${kinds[@]}"; do
 	t=${k%-decoded} t=${t%-int8} t=${t%-vnni}
@@ -64,4 +66,4 @@ for k in "${kinds[@]}"; do
 		printf "| %s | %.3f | %.3f | %.0f | %.3f | %.0f | %.3f | %s (%.0f ≤ %.0f) |\n", k, s, s / S, p, p / P, w, w / W,
 			p <= bound ? "yes" : "no", p, bound }'
 done
-echo "(${size}², $rounds rounds interleaved, 1 process, bf16 products (quantized layers: --quant-products auto, int8 with VNNI (AVX-512 or 256-bit) or AMX; *-decoded: bf16; *-vnni: int8 without AMX), 3 timed steps after 1 warm-up; $model)"
+echo "(${size}², $rounds rounds interleaved, 1 process, bf16 products (quantized layers: --quant-products auto, int8 with VNNI (AVX-512 or 256-bit) unless the bf16 products are AMX's; *-decoded: bf16; *-int8: int8 (AMX-INT8 tiles for Q8_0's layout where the CPU has them); *-vnni: int8 without AMX), 3 timed steps after 1 warm-up; $model)"

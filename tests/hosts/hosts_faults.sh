@@ -7,7 +7,7 @@
 #    non-zero, nothing is left under the output's folder;
 #  - a host's processes killed (its daemon and ranks): the job ends within
 #    10 s, Open MPI names the host lost and pdit the operation it was in;
-#  - 30% of every host's packets dropped: the run completes, slower, with
+#  - 20% of every host's packets dropped: the run completes, slower, with
 #    one process's latents within 1e-5.
 # The hosts give up on a TCP peer after one retransmission (--tcp-retries 1: a lossless link):
 # Open MPI has no timeout of its own, and mpirun waits for an unreachable
@@ -22,7 +22,7 @@ pdit=$(realpath "$1") cmp=$(realpath "$2")
 [ -n "${3:-}" ] && export PDIT_HOSTS_MPIEXEC=$3
 here=$(cd "$(dirname "$0")" && pwd)
 # every option the runs below use (a machine without nftables skips)
-"$here/hosts.sh" --probe -n 4 --tcp-retries 1 --loss 30 > /dev/null || exit $?
+"$here/hosts.sh" --probe -n 4 --tcp-retries 1 --loss 20 > /dev/null || exit $?
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 fail=0
@@ -118,22 +118,26 @@ fi
 	--ulysses-degree 2 --ring-degree 2 --comm-timeout 3 || fail=1
 
 [ $quick -eq 1 ] && { [ $fail -eq 0 ] && echo "all passed (--quick)"; exit $fail; }
-# 30% loss: slower, the same latents, within --comm-timeout + 10 s (TCP's
-# retransmissions back off exponentially: a run of 15 s may take 60)
+# 20% loss: slower, the same latents, within --comm-timeout + 10 s (TCP's
+# retransmissions back off exponentially: a segment dropped k times in a
+# row stalls 0.2 x (2^k - 1) s, so the tail goes as the loss to the power
+# k. At 30% a run of 15 s took 134 s once (2026-12-02, killed at 130):
+# a stall of 25 s (7 drops in a row) then came about once in 4500
+# segments, at 20% once in 78000)
 run=(--model "$tmp/m" --embeds "$tmp/m/embeds.safetensors" -H 64 -W 64 --steps 2 -s 9 -q)
 "$pdit" generate "${run[@]}" -o "$tmp/one.png" --out-latents "$tmp/one.safetensors" || fail=1
 t0=$(date +%s)
 # shellcheck disable=SC2016
-"$here/hosts.sh" -n 2 --slots 1 --loss 30 -- sh -c 'timeout 130 $PDIT_HOSTS_MPIRUN -np 2 "$0" "$@"' \
+"$here/hosts.sh" -n 2 --slots 1 --loss 20 -- sh -c 'timeout 130 $PDIT_HOSTS_MPIRUN -np 2 "$0" "$@"' \
 	"$pdit" generate "${run[@]}" --ulysses-degree 2 --comm-timeout 120 -o "$tmp/loss.png" \
 	--out-latents "$tmp/loss.safetensors" 2> "$tmp/err"
 rc=$?
 secs=$(($(date +%s) - t0))
 if [ $rc -eq 0 ] && "$cmp" tensors "$tmp/loss.safetensors" "$tmp/one.safetensors" 1e-5 --all > "$tmp/log"; then
-	echo "ok   2 hosts, Ulysses 2, 30% of the packets dropped: one process's latents within 1e-5, in $secs s"
+	echo "ok   2 hosts, Ulysses 2, 20% of the packets dropped: one process's latents within 1e-5, in $secs s"
 else
 	cat "$tmp/err" "$tmp/log" 2> /dev/null
-	echo "FAIL 30% loss: exit $rc after $secs s"
+	echo "FAIL 20% loss: exit $rc after $secs s"
 	fail=1
 fi
 [ $fail -eq 0 ] && echo "all passed"

@@ -218,6 +218,10 @@ grep -q "on int8 products (.*) counted at a bf16 product's rate: --int8-speed X"
 	awk -v a="$s1" -v b="$s2" 'BEGIN { exit !(b > 0 && b < a) }' &&
 	ok "plan --gflops: int8 layers counted at bf16's rate and said so (${s1} s a step), --int8-speed 2: ${s2} s" ||
 	{ cat "$tmp/plan.txt" "$tmp/plan2.txt"; bad "plan --gflops on int8 layers"; }
+# auto's int8 products are what the rest checks: where oneDNN's bf16
+# products take AMX tiles auto decodes (faster there), so they are kept
+# below AMX from here on (as the CPUs these checks stand for have them)
+export ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16
 # a file of two types (Q5_0's double blocks, Q4_K's single blocks) where the
 # CPU has 256-bit VNNI only (here: AVX-512 off): auto multiplies both in
 # int8 (the latents of --quant-products int8, byte for byte, every layer
@@ -228,8 +232,7 @@ grep -q "on int8 products (.*) counted at a bf16 product's rate: --int8-speed X"
 		--take "$tmp/w256-q4_k.gguf:single_transformer_blocks." > /dev/null || bad "a file of Q5_0 and Q4_K"
 if grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDIT_NO_AVX2:-}" ]; then
 	for qp in auto int8 bf16; do
-		PDIT_NO_AVX512=1 ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 "$pdit" generate "${wrun[@]}" \
-			--diffusion-model "$tmp/w256-mix.gguf" --quant-products $qp \
+		PDIT_NO_AVX512=1 "$pdit" generate "${wrun[@]}" --diffusion-model "$tmp/w256-mix.gguf" --quant-products $qp \
 			-o "$tmp/w.png" --out-latents "$tmp/mix-$qp.safetensors" 2> "$tmp/err-$qp" ||
 			{ cat "$tmp/err-$qp"; bad "generate mix $qp"; }
 	done
@@ -239,9 +242,9 @@ if grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDI
 		! cmp -s "$tmp/mix-auto.safetensors" "$tmp/mix-bf16.safetensors" &&
 		ok "Q5_0 + Q4_K with 256-bit VNNI only: auto takes int8 for all $n8 quantized layers, as int8 does" ||
 		{ cat "$tmp/err-auto"; bad "Q5_0 + Q4_K on auto with 256-bit VNNI"; }
-	plan=$(PDIT_NO_AVX512=1 ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 "$pdit" plan --diffusion-model "$tmp/w256-mix.gguf" --config "$tmp/w256/transformer/config.json" \
+	plan=$(PDIT_NO_AVX512=1 "$pdit" plan --diffusion-model "$tmp/w256-mix.gguf" --config "$tmp/w256/transformer/config.json" \
 		--dtype bf16 --devices 1 --gflops 100 -H 64 -W 48 --json | head -1 | sed 's/.*"weights_gb": \([^,]*\),.*/\1/')
-	held=$(PDIT_NO_AVX512=1 ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 "$pdit" bench "${wrun[@]}" --diffusion-model "$tmp/w256-mix.gguf" --steps 1 --json 2> /dev/null |
+	held=$(PDIT_NO_AVX512=1 "$pdit" bench "${wrun[@]}" --diffusion-model "$tmp/w256-mix.gguf" --steps 1 --json 2> /dev/null |
 		sed 's/.*"weights_mb": \([^,]*\),.*/\1/')
 	awk -v p="$plan" -v h="$held" 'BEGIN { d = p * 1e9 / (h * 1048576); exit !(d > 0.92 && d < 1.08) }' &&
 		ok "Q5_0 + Q4_K with 256-bit VNNI only: the planner's weights ${plan} GB, the backend holds ${held} MiB" ||
@@ -324,12 +327,11 @@ fallback() {	# TYPE [VAR=VALUE...]: on w256-TYPE.gguf, pdit run with the VARs se
 if ! grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo || [ -n "${PDIT_NO_VNNI:-}${PDIT_NO_AVX2:-}" ]; then
 	ok "(auto decodes on this CPU without VNNI: the int8 layout's fallback not tried)"
 else
-	# (oneDNN below AMX: where its bf16 products take AMX tiles auto decodes)
-	fallback q5_k ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16
-	plan_check q5_k ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16
+	fallback q5_k
+	plan_check q5_k
 fi
 if grep -q "avx512_vnni\|avx_vnni" /proc/cpuinfo && [ -z "${PDIT_NO_VNNI:-}${PDIT_NO_AVX2:-}" ]; then
-	fallback q5_0 PDIT_NO_AVX512=1 ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16
+	fallback q5_0 PDIT_NO_AVX512=1
 fi
 
 # memory: the planner counts quantized weights as the backend holds them

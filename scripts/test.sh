@@ -13,6 +13,9 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc)
 # what the tests add to what building needs (Python and NumPy, Chromium, ...)
 scripts/setup.sh --test
+# the CPU the tests ran on (its kernels differ by what it has), for the log
+echo "=== on $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cores:" \
+	"$(grep -o -w -E 'avx2|avx512f|avx512_bf16|avx512_vnni|avx_vnni|avx512_fp16|amx_(tile|int8|bf16)' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 
 for variant in release asan nompi; do
 	case $variant in

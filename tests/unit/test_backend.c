@@ -25,6 +25,7 @@
 #include "pd_quant.h"
 #include "pd_rng.h"
 #include "pd_test.h"
+#include "pd_test_crash.h"
 #include "pd_util.h"
 
 #include <math.h>
@@ -1108,6 +1109,7 @@ int main(int argc, char **argv)
 	const char *seed = getenv("PDIT_TEST_SEED");
 	uint64_t s = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL);
 
+	pd_test_catch_crashes();
 	printf("seed %llu (PDIT_TEST_SEED to repeat)\n", (unsigned long long)s);
 	pd_rng_seed(&rng, s);
 	for (int i = 1; i < argc || i == 1; i++) {

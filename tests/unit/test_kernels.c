@@ -13,6 +13,7 @@
 #include "pd_backend_cpu.h"
 #include "pd_rng.h"
 #include "pd_test.h"
+#include "pd_test_crash.h"
 #include "pd_util.h"
 
 #include <float.h>
@@ -1157,12 +1158,14 @@ int main(int argc, char **argv)
 						    (unsigned long long)time(NULL) * 1000003ull + (unsigned long long)getpid();
 	struct pd_backend *f32 = NULL, *bf16 = NULL, *f32p = NULL, *bf16p = NULL, *bf16q = NULL;
 
+	pd_test_catch_crashes();
 	printf("seed %llu (rerun with: test_kernels %llu)\n", seed, seed);
 	pd_rng_seed(&rng, seed);
 	if (pd_backend_cpu_new(&f32, PD_F32, 0) || pd_backend_cpu_new(&bf16, PD_BF16, 0)) {
 		fprintf(stderr, "%s\n", pd_last_error());
 		return 1;
 	}
+	printf("on %s\n", bf16->device);
 	/* quantized layers cut into panels of 1 MB (many, in the big case):
 	 * bf16 with the kernels the environment chose (several panels'
 	 * offsets through the straight fp8 decoder where AVX-512 runs), then
@@ -1185,6 +1188,7 @@ int main(int argc, char **argv)
 	unsetenv("PDIT_QDENSE_ROWS");
 	unsetenv("PDIT_QPANEL_MB");
 	for (int round = 0; round < 6; round++) {
+		printf("round %d\n", round + 1);
 		test_linear(f32, 0);
 		test_linear(bf16, 1);
 		for (int k = 0; k < 4; k++) {

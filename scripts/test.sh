@@ -3,7 +3,7 @@
 # AddressSanitizer + UndefinedBehaviorSanitizer build (build-asan/), and a
 # build without MPI and without the HTTP service (build-nompi/: the
 # one-process tests; serve's refusal, which the GPU kit's build has too:
-# one process's serve runs in the other two). About 50 minutes
+# one process's serve runs in the other two). About 46 minutes
 # on 2 cores; `ctest --test-dir build -L unit` is the quick subset, and the
 # labels unit, golden, cli, mpi, hosts and fuzz select the others. The
 # sanitizer build leaves out the labels emu_long and more_meshes, the build

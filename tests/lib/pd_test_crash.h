@@ -29,7 +29,8 @@ static inline void pd_crash_puts(const char *s)
 	(void)n;
 }
 
-static inline void pd_crash_hex(uintptr_t v)
+/* V in hex, with 0x unless it is a byte (two digits). */
+static inline void pd_crash_hex(uintptr_t v, int byte)
 {
 	char b[2 + 2 * sizeof(v) + 1];
 	int i = (int)sizeof(b) - 1;
@@ -38,9 +39,11 @@ static inline void pd_crash_hex(uintptr_t v)
 	do {
 		b[--i] = "0123456789abcdef"[v & 15];
 		v >>= 4;
-	} while (v && i > 2);
-	b[--i] = 'x';
-	b[--i] = '0';
+	} while ((v || (byte && i > (int)sizeof(b) - 3)) && i > 2);
+	if (!byte) {
+		b[--i] = 'x';
+		b[--i] = '0';
+	}
 	pd_crash_puts(b + i);
 }
 
@@ -97,7 +100,7 @@ static inline int pd_crash_mapping(uintptr_t pc)
 		pd_crash_puts("  in: ");
 		pd_crash_puts(line);
 		pd_crash_puts("\n  offset in that file: ");
-		pd_crash_hex(pc - start + off);
+		pd_crash_hex(pc - start + off, 0);
 		pd_crash_puts("\n");
 		return 1;
 	}
@@ -120,18 +123,16 @@ static inline void pd_crash_handler(int sig, siginfo_t *si, void *ctx)
 		      : sig == SIGBUS  ? "\n*** SIGBUS"
 				       : "\n*** SIGFPE");
 	pd_crash_puts(" at instruction ");
-	pd_crash_hex(pc);
+	pd_crash_hex(pc, 0);
 	pd_crash_puts(", address ");
-	pd_crash_hex((uintptr_t)si->si_addr);
+	pd_crash_hex((uintptr_t)si->si_addr, 0);
 	pd_crash_puts("\n");
 	if (pd_crash_mapping(pc)) {
 		/* the instruction's bytes (code is readable on x86-64) */
 		pd_crash_puts("  bytes:");
 		for (int i = 0; i < 16; i++) {
-			char b[4] = { ' ', "0123456789abcdef"[((const unsigned char *)pc)[i] >> 4],
-				      "0123456789abcdef"[((const unsigned char *)pc)[i] & 15], 0 };
-
-			pd_crash_puts(b);
+			pd_crash_puts(" ");
+			pd_crash_hex(((const unsigned char *)pc)[i], 1);
 		}
 		pd_crash_puts("\n");
 	}

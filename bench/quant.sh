@@ -35,21 +35,28 @@ trap 'rm -rf "$tmp"' EXIT
 # AVX2 or portable kernel without VNNI, AMX-INT8's tiles for Q8_0's layout
 # where the CPU has them), TYPE-vnni on int8 products with AMX turned off
 # (PDIT_NO_AMX: on an AMX Xeon, KINDS="bf16 q8_0-int8 q8_0-vnni" times the
-# AMX kernel beside VNNI's)
+# AMX kernel beside VNNI's); TYPE-256 on --quant-products int8-256 (a Q8_0
+# file's layers a multiple of 256 wide requantized at load to one scale per
+# 256 inputs; AMX-INT8 where the CPU has it), TYPE-256-vnni the same with
+# AMX turned off
 read -r -a kinds <<< "${KINDS:-bf16 q8_0 q4_k fp8 q8_0-decoded fp8-decoded}"
 for k in "${kinds[@]}"; do
-	t=${k%-decoded} t=${t%-int8} t=${t%-vnni}
+	t=${k%-decoded} t=${t%-int8} t=${t%-vnni} t=${t%-256}
 	[ "$k" = bf16 ] || qfile "$t" > /dev/null
 done
 for ((round = 1; round <= rounds; round++)); do
 	for k in "${kinds[@]}"; do
 		args=(--model "$model")
-		t=${k%-decoded} t=${t%-int8} t=${t%-vnni}
+		t=${k%-decoded} t=${t%-int8} t=${t%-vnni} t=${t%-256}
 		[ "$k" = bf16 ] || args+=(--diffusion-model "$(qfile "$t")" --config "$model/transformer/config.json")
-		[ "$k" = "${k%-decoded}" ] || args+=(--quant-products bf16)
-		[ "$k" = "${k%-int8}" ] || args+=(--quant-products int8)
 		pre=()
-		[ "$k" = "${k%-vnni}" ] || { args+=(--quant-products int8); pre=(env PDIT_NO_AMX=1); }
+		case $k in
+		*-decoded) args+=(--quant-products bf16) ;;
+		*-int8) args+=(--quant-products int8) ;;
+		*-256) args+=(--quant-products int8-256) ;;
+		*-256-vnni) args+=(--quant-products int8-256); pre=(env PDIT_NO_AMX=1) ;;
+		*-vnni) args+=(--quant-products int8); pre=(env PDIT_NO_AMX=1) ;;
+		esac
 		echo "round $round/$rounds: $k" >&2
 		j=$("${pre[@]}" "$pdit" bench "${args[@]}" -H "$size" -W "$size" --steps 3 --dtype bf16 --json 2> /dev/null < /dev/null) ||
 			{ echo "$k failed" >&2; exit 1; }
@@ -66,4 +73,4 @@ for k in "${kinds[@]}"; do
 		printf "| %s | %.3f | %.3f | %.0f | %.3f | %.0f | %.3f | %s (%.0f ≤ %.0f) |\n", k, s, s / S, p, p / P, w, w / W,
 			p <= bound ? "yes" : "no", p, bound }'
 done
-echo "(${size}², $rounds rounds interleaved, 1 process, bf16 products (quantized layers: --quant-products auto, int8 with VNNI (AVX-512 or 256-bit) unless the bf16 products are AMX's; *-decoded: bf16; *-int8: int8 (AMX-INT8 tiles for Q8_0's layout where the CPU has them); *-vnni: int8 without AMX), 3 timed steps after 1 warm-up; $model)"
+echo "(${size}², $rounds rounds interleaved, 1 process, bf16 products (quantized layers: --quant-products auto, int8 with VNNI (AVX-512 or 256-bit) unless the bf16 products are AMX's; *-decoded: bf16; *-int8: int8 (AMX-INT8 tiles for Q8_0's layout where the CPU has them); *-vnni: int8 without AMX; *-256: int8-256, *-256-vnni without AMX), 3 timed steps after 1 warm-up; $model)"

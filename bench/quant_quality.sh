@@ -20,7 +20,9 @@
 # pair: delete them when the decoded arithmetic or the model changes.
 #
 #   bench/quant_quality.sh [SIZE] [STEPS] [SEEDS...]     (default 512 8 1 2 3 4)
-#   PROMPTS=N (default 1), TYPES="q8_0 q4_k fp8" (the default)
+#   PROMPTS=N (default 1), TYPES="q8_0 q4_k fp8" (the default; q8_0-256: the
+#   Q8_0 file on --quant-products int8-256, its layers a multiple of 256 wide
+#   requantized to one scale per 256 inputs, against the same decoded picture)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib.sh
@@ -67,21 +69,23 @@ PY
 }
 read -r -a types <<< "${TYPES:-q8_0 q4_k fp8}"
 for t in "${types[@]}"; do
-	f=$qdir/flux-width-$t.gguf
-	[ "$t" != fp8 ] || f=$qdir/flux-width-$t.safetensors
-	[ -e "$f" ] || "$pdit" quantize "$model/transformer/diffusion_pytorch_model.safetensors" "$f" --type "$t" >&2
+	b=${t%-256} int8=int8
+	[ "$b" = "$t" ] || int8=int8-256
+	f=$qdir/flux-width-$b.gguf
+	[ "$b" != fp8 ] || f=$qdir/flux-width-$b.safetensors
+	[ -e "$f" ] || "$pdit" quantize "$model/transformer/diffusion_pytorch_model.safetensors" "$f" --type "$b" >&2
 	for p in $(seq "${PROMPTS:-1}"); do
 		e=$(embeds "$p")
 		for s in "${seeds[@]}"; do
 			! grep -q "^| $t | $p | $s |" "$kept" || continue
-			dec=$qdir/decoded-$t-$size-$steps-p$p-s$s.png
+			dec=$qdir/decoded-$b-$size-$steps-p$p-s$s.png
 			for qp in bf16 int8; do
 				# the int8 picture always made anew, the decoded one once
 				[ "$qp" = int8 ] || [ ! -e "$dec" ] || continue
 				echo "$t prompt $p seed $s: $qp ($(date +%H:%M))" >&2
 				"$pdit" generate --model "$model" --diffusion-model "$f" --config "$model/transformer/config.json" \
 					--embeds "$e" -H "$size" -W "$size" --steps "$steps" -s "$s" --dtype bf16 \
-					--quant-products "$qp" -o "$tmp/$qp.png" -q < /dev/null
+					--quant-products "${qp/int8/$int8}" -o "$tmp/$qp.png" -q < /dev/null
 				[ "$qp" = int8 ] || mv "$tmp/$qp.png" "$dec"
 			done
 			line=$("$cmp" pngs "$tmp/int8.png" "$dec" 255)

@@ -60,6 +60,10 @@ enum pd_qproducts {
 				 * integers, fp8 e4m3 converted to int8 blocks at load (values below a
 				 * block's top four binades rounded to 2^-7 of its largest); other
 				 * types decode */
+	PD_QP_INT8_W256 = 2,    /* PD_QP_INT8, but a Q8_0 layer a multiple of 256 inputs wide has
+				 * its weights requantized at load to one scale per 256 inputs
+				 * (of each output): a second rounding of the file's values,
+				 * and AMX-INT8 tiles of full depth (pd_cpu_i8.c) */
 };
 
 /* Flags of the linear operation. */

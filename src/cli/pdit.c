@@ -107,7 +107,7 @@ static int pd_cmd_forward(int argc, char **argv)
 		{ "--dtype", 0, PD_ARG_STRING, &fo.dtype, "f32|bf16", "precision of matrix products (default f32)", NULL },
 		{ "--threads", 't', PD_ARG_COUNT, &fo.threads, "N", "threads (default: all cores)", NULL },
 		{ "--backend", 0, PD_ARG_STRING, &fo.backend, "cpu|cuda|auto", "what computes (default auto: CUDA where built and a GPU is present)", NULL },
-		{ "--quant-products", 0, PD_ARG_STRING, &fo.quant_products, "int8|bf16|auto", "how layers kept quantized multiply: int8 dot products (fp8 converted to int8 blocks) or decoded (default auto: int8 with --dtype bf16 on a CPU with AVX-512 VNNI or AVX-VNNI, decoded where the bf16 products take AMX tiles)", NULL },
+		{ "--quant-products", 0, PD_ARG_STRING, &fo.quant_products, "int8|int8-256|bf16|auto", "how layers kept quantized multiply: int8 dot products (fp8 converted to int8 blocks; int8-256: Q8_0 layers a multiple of 256 wide requantized to one scale per 256 inputs) or decoded (default auto: int8 with --dtype bf16 on a CPU with AVX-512 VNNI or AVX-VNNI, decoded where the bf16 products take AMX tiles)", NULL },
 		{ "--lora", 0, PD_ARG_LIST, &loras, "FILE[:SCALE]", "a LoRA adapter beside the layers, times SCALE (default 1); repeatable", NULL },
 		{ "--lora-lenient", 0, PD_ARG_FLAG, &fo.lora_lenient, NULL, "skip an adapter's keys of no layer of the model (-v lists them) instead of refusing the file", NULL },
 		{ "--verbose", 'v', PD_ARG_FLAG, &verbose, NULL, "more detail", NULL },

@@ -113,7 +113,7 @@ int pd_cmd_plan(int argc, char **argv)
 		{ "--inter-latency", 0, PD_ARG_FLOAT, &inter_lat, "US", "latency between nodes, microseconds (overrides --inter-link's)", NULL },
 		{ "--lora", 0, PD_ARG_LIST, &lora, "FILE[:SCALE]", "a LoRA adapter: its terms counted beside the layers, sharded as they are (repeatable)", NULL },
 		{ "--ref-image", 'r', PD_ARG_STRING, &ref, "FILE", "FLUX.1 Kontext's reference picture: its tokens join every call's sequence", NULL },
-		{ "--quant-products", 0, PD_ARG_STRING, &qprod, "int8|bf16|auto", "as a run's: how the layers kept quantized (GGUF, fp8) will multiply, which sets the bytes they hold and what tensor parallel sends (int8 gathers its inputs whole); default auto, as a run on this CPU would choose (a mesh that fits only with the file's blocks is planned as a run takes it: decoded, marked so); with --device: bf16, the GPU's only form", NULL },
+		{ "--quant-products", 0, PD_ARG_STRING, &qprod, "int8|int8-256|bf16|auto", "as a run's: how the layers kept quantized (GGUF, fp8) will multiply, which sets the bytes they hold and what tensor parallel sends (int8 gathers its inputs whole); default auto, as a run on this CPU would choose (a mesh that fits only with the file's blocks is planned as a run takes it: decoded, marked so); with --device: bf16, the GPU's only form", NULL },
 		{ "--ring-attention", 0, PD_ARG_STRING, &ring, "merged|gathered|auto", "as a run's: ring attention's form, gathered holding the whole sequence's K/V (default auto: gathered where the layers multiply in int8)", NULL },
 		{ "--keep-encoders", 0, PD_ARG_FLAG, &keep_enc, NULL, "count the text encoders as held beside the transformer, as pdit serve keeps them (otherwise they are freed before it loads)", NULL },
 		{ "--json", 0, PD_ARG_FLAG, &json, NULL, "one JSON object per mesh, one a line", NULL },
@@ -183,9 +183,9 @@ int pd_cmd_plan(int argc, char **argv)
 		pd_errorf("--int8-speed must be above 0 (got %g)", int8_speed);
 		return pd_cli_fail();
 	}
-	if (device && (int8_speed > 0 || (qprod && !strcmp(qprod, "int8")))) {
-		pd_errorf("%s with --device %s: a GPU decodes the quantized layers (bf16)",
-			  int8_speed > 0 ? "--int8-speed" : "--quant-products int8", device);
+	if (device && (int8_speed > 0 || (qprod && !strncmp(qprod, "int8", 4)))) {
+		pd_errorf("%s%s with --device %s: a GPU decodes the quantized layers (bf16)",
+			  int8_speed > 0 ? "--int8-speed" : "--quant-products ", int8_speed > 0 ? "" : qprod, device);
 		return pd_cli_fail();
 	}
 	if ((one_machine || weight_ns >= 0) && (device || gflops > 0)) {

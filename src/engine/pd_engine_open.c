@@ -118,7 +118,8 @@ void pd_engine_about(const struct pd_engine *e, struct pd_engine_about *a)
 	a->device = e->be ? e->be->device : "";
 	a->dtype = e->dt == PD_BF16 ? "bf16" : "f32";
 	a->vae_dtype = e->vae_dt == PD_BF16 ? "bf16" : "f32";
-	a->quant_products = e->be && e->be->int8_layers > 0 ? "int8" : "bf16";
+	a->quant_products = !e->be || e->be->int8_layers == 0 ? "bf16" :
+			    e->be->qproducts == PD_QP_INT8_W256 ? "int8-256" : "int8";
 	a->int8_layers = e->be ? e->be->int8_layers : 0;
 	/* (PipeFusion's stages attend over their own K/V buffers) */
 	a->ring_attention = e->degree[PD_AXIS_RING] <= 1 || e->degree[PD_AXIS_PP] > 1 ? "" :
@@ -647,7 +648,9 @@ static int pd_engine_load(struct pd_engine *e, struct pd_engine_scope *scope)
 	if (e->be->int8_layers)
 		pd_log(1, "pdit: %d quantized layers multiply in int8 (inputs quantized in blocks of 256 for "
 			  "Q8_0 and the K-quants, of 32 for the other types and Q8_0 layers of other widths; "
-			  "--quant-products bf16 decodes them instead)\n", e->be->int8_layers);
+			  "--quant-products bf16 decodes them instead)%s\n", e->be->int8_layers,
+		       e->be->qproducts == PD_QP_INT8_W256 ? "; Q8_0 layers a multiple of 256 wide hold their weights "
+							     "requantized to one scale per 256 inputs" : "");
 	/* (auto's choice, not one the user made) */
 	if (e->info.ring_gathered == 1 && e->mesh.degree[PD_AXIS_RING] > 1 && e->mesh.degree[PD_AXIS_PP] <= 1)
 		pd_log(1, "pdit: ring attention gathers every chunk's keys and values and attends once, as one "

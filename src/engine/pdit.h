@@ -142,7 +142,10 @@ struct pd_engine_options {
 					 * the K-quants, as ggml's Q8_K, of 32 for the other types as
 					 * its Q8_0, int8 dot products with the weights' integers (Q8_0,
 					 * Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K), fp8 e4m3's converted to
-					 * int8 blocks at load), "bf16" (decoded to the products' precision), or "auto"
+					 * int8 blocks at load), "int8-256" (as int8, and those Q8_0
+					 * layers' weights requantized at load to one scale per 256
+					 * inputs: another rounding, fewer f32 operations, AMX tiles
+					 * of full depth), "bf16" (decoded to the products' precision), or "auto"
 					 * (NULL, the default: int8 with bf16 products where the
 					 * backend's int8 products are faster, as a CPU with AVX-512
 					 * VNNI or AVX-VNNI whose bf16 products are not AMX's;
@@ -380,7 +383,8 @@ struct pd_engine_about {
 	const char *backend;            /* what computes ("cpu", "cuda") */
 	const char *device;             /* on what: the processor's or the GPU's name */
 	const char *dtype, *vae_dtype;  /* the products' and the VAE's precision: "f32" or "bf16" */
-	const char *quant_products;     /* how its quantized layers multiply: "int8" (some do) or "bf16"
+	const char *quant_products;     /* how its quantized layers multiply: "int8" (some do),
+					 * "int8-256" (some do, Q8_0's requantized) or "bf16"
 					 * (decoded, or none is quantized) */
 	int int8_layers;                /* layers of this process that multiply in int8 */
 	const char *ring_attention;     /* "merged" or "gathered" (pd_engine_options.ring_attention) where

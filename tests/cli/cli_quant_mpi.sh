@@ -134,20 +134,41 @@ for m in "2:--tensor-parallel-degree 2" "2:--ulysses-degree 2" "2:--ring-degree 
 	# shellcheck disable=SC2086
 	check "Q8_0 256 wide on int8 products" "${m%%:*}" ${m#*:}
 done
+# int8-256: its weights requantized to one scale per 256 inputs at load,
+# other latents than int8's (the log says so), and meshes give one
+# process's (tensor parallel's shards are whole output rows: each column's
+# 256s as one process has them)
+cp "$tmp/one.safetensors" "$tmp/int8.safetensors"
+run=("${run[@]/#int8/int8-256}")
+"$pdit" generate "${run[@]:0:${#run[@]}-1}" -o "$tmp/one.png" --out-latents "$tmp/one.safetensors" 2> "$tmp/err" &&
+	grep -q "requantized to one scale per 256 inputs" "$tmp/err" &&
+	! "$cmp" tensors "$tmp/one.safetensors" "$tmp/int8.safetensors" 0 --all > /dev/null &&
+	"$cmp" tensors "$tmp/one.safetensors" "$tmp/int8.safetensors" 0.05 --all > "$tmp/log" &&
+	ok "one process, Q8_0 256 wide on int8-256: said in the log; within 0.05 of int8's latents, not its bits" ||
+	{ cat "$tmp/err" "$tmp/log"; bad "one process, Q8_0 256 wide on int8-256"; }
+for m in "2:--tensor-parallel-degree 2" "2:--ulysses-degree 2"; do
+	# shellcheck disable=SC2086
+	check "Q8_0 256 wide on int8-256" "${m%%:*}" ${m#*:}
+done
 # a rank with AMX-INT8 beside one without (rank 0's tiles emulated where the
 # CPU has none, turned off where it has them): the same integers and f32
-# order, one process's latents bit for bit
+# order, one process's latents bit for bit, on int8 and on int8-256 (whose
+# tiles are 64 inputs deep)
 if grep -q avx512_vnni /proc/cpuinfo && [ -z "${PDIT_NO_AVX512:-}" ]; then
 	# (rank 0's log names its device: the AMX one; the run without -q)
 	amx="0 PDIT_AMX_EMULATE"
 	grep -q amx_int8 /proc/cpuinfo && amx="1 PDIT_NO_AMX"
-	timeout 120 "${mpirun[@]}" -np 2 sh -c '[ "${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-}}" != "${0% *}" ] ||
-		export "${0#* }=1"; exec "$@"' "$amx" "$pdit" generate "${run[@]:0:${#run[@]}-1}" --tensor-parallel-degree 2 \
-		-v -o "$tmp/m.png" --out-latents "$tmp/m.safetensors" 2> "$tmp/err" &&
-		grep -q "^pdit: rank 0 computes on cpu (.*AMX-INT8" "$tmp/err" &&
-		"$cmp" tensors "$tmp/m.safetensors" "$tmp/one.safetensors" 0 --all > "$tmp/log" &&
-		ok "tensor parallel 2 on an AMX rank and a VNNI one (Q8_0 256 wide, int8): one process's bits" ||
-		{ cat "$tmp/err" "$tmp/log"; bad "tensor parallel 2 on an AMX rank and a VNNI one"; }
+	mv "$tmp/one.safetensors" "$tmp/int8-256.safetensors"
+	for qp in int8 int8-256; do
+		timeout 120 "${mpirun[@]}" -np 2 sh -c '[ "${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-}}" != "${0% *}" ] ||
+			export "${0#* }=1"; exec "$@"' "$amx" "$pdit" generate "${run[@]:0:${#run[@]}-1}" \
+			--quant-products $qp --tensor-parallel-degree 2 -v -o "$tmp/m.png" --out-latents "$tmp/m.safetensors" \
+			2> "$tmp/err" &&
+			grep -q "^pdit: rank 0 computes on cpu (.*AMX-INT8" "$tmp/err" &&
+			"$cmp" tensors "$tmp/m.safetensors" "$tmp/$qp.safetensors" 0 --all > "$tmp/log" &&
+			ok "tensor parallel 2 on an AMX rank and a VNNI one (Q8_0 256 wide, $qp): one process's bits" ||
+			{ cat "$tmp/err" "$tmp/log"; bad "tensor parallel 2 on an AMX rank and a VNNI one, $qp"; }
+	done
 else
 	ok "(no AVX-512 VNNI here: an AMX rank not tried)"
 fi

@@ -382,9 +382,13 @@ static void ref_i8_ints(enum pd_qtype t, const unsigned char *w, int k0, int *v,
  * a power of two, 2^(E - 6) for the largest exponent E, all times the
  * file's WSCALE); summed here in double (the backend
  * sums in f32: SUMABS gets the sum of the terms' sizes, the bound of that
- * difference). */
+ * difference). W256 (--quant-products int8-256, a Q8_0 layer of a multiple
+ * of 256 inputs): the weight's values d q of each 256 inputs requantized
+ * first, scale D = their largest size / 127 and values rint(d q / D) (D 0:
+ * 0), and each 256's dot product exact, times D d_x. */
 static void ref_i8(double *ref, double *sumabs, enum pd_qtype t, float wscale, const float *x, int ldx,
-		   const unsigned char *blocks, const float *b, const float *start, int M, int K, int N, int flags)
+		   const unsigned char *blocks, const float *b, const float *start, int M, int K, int N, int flags,
+		   int w256)
 {
 	int nb = K / 32, qb = pd_quant_info(t)->block_size == 256 || (t == PD_Q_Q8_0 && K % 256 == 0) ? 8 : 1;
 	size_t row = pd_quant_row_bytes(pd_quant_info(t), K);
@@ -413,7 +417,23 @@ static void ref_i8(double *ref, double *sumabs, enum pd_qtype t, float wscale, c
 		for (int n = 0; n < N; n++) {
 			double s = 0, a = 0;
 
-			for (int k0 = 0; k0 < nb; k0++) {
+			for (int u = 0; w256 && u < K / 256; u++) {
+				const unsigned char *w = blocks + (size_t)n * row + (size_t)u * 8 * 34;
+				float v[256], amax = 0, D;
+				long dot = 0;
+
+				for (int k = 0; k < 256; k++) {
+					v[k] = pd_f16_to_f32((uint16_t)(w[k / 32 * 34] | w[k / 32 * 34 + 1] << 8)) *
+					       (float)(signed char)w[k / 32 * 34 + 2 + k % 32];
+					amax = fmaxf(amax, fabsf(v[k]));
+				}
+				D = amax / 127.0f;
+				for (int k = 0; k < 256; k++)
+					dot += (long)(D > 0 ? rintf(v[k] / D) : 0) * q[u * 256 + k];
+				s += (double)dot * (D * dx[u * 8]);
+				a += fabs((double)dot * (D * dx[u * 8]));
+			}
+			for (int k0 = 0; !w256 && k0 < nb; k0++) {
 				const unsigned char *w = blocks + (size_t)n * row;
 				float sx = dx[k0] * (float)sq[k0];
 
@@ -474,18 +494,19 @@ static void ref_i8(double *ref, double *sumabs, enum pd_qtype t, float wscale, c
  * included), which must give the same bits; odd output counts (a last group
  * of 16 alone, padded rows), row counts off the tile's 6, strided views.
  * A type without an int8 form (Q5_1) on the same backend decodes (no int8
- * layer counted). */
-static void test_i8linear(struct pd_backend *be, struct pd_backend *portable)
+ * layer counted). REQUANT: a wide Q8_0 layer on int8-256 (PD_QP_INT8_W256,
+ * its weights requantized at load), which otherwise comes now and then. */
+static void test_i8linear(struct pd_backend *be, struct pd_backend *portable, int requant)
 {
 	static const enum pd_qtype types[] = { PD_Q_Q8_0, PD_Q_Q4_K, PD_Q_F8_E4M3, PD_Q_Q5_0,
 					       PD_Q_Q4_0, PD_Q_Q4_1, PD_Q_Q5_K, PD_Q_Q6_K };
 	/* Q8_0 a third of the time (its layers a multiple of 256 wide half of those) */
-	enum pd_qtype t = rnd_int(0, 3) ? types[rnd_int(0, 7)] : PD_Q_Q8_0;
+	enum pd_qtype t = rnd_int(0, 3) && !requant ? types[rnd_int(0, 7)] : PD_Q_Q8_0;
 	float wscale = t == PD_Q_F8_E4M3 && rnd_int(0, 1) ? 0.37f : 1.0f;
 	/* Q8_0 half the time a multiple of 256 (its inputs then in blocks of 256) */
-	int K = pd_quant_info(t)->block_size == 256 || (t == PD_Q_Q8_0 && rnd_int(0, 1)) ? 256 * rnd_int(1, 5) :
+	int K = pd_quant_info(t)->block_size == 256 || (t == PD_Q_Q8_0 && (requant || rnd_int(0, 1))) ? 256 * rnd_int(1, 5) :
 										     32 * rnd_int(1, 40);
-	int N = rnd_int(1, 150), M = rnd_int(1, 3) == 1 ? rnd_int(1, 7) : rnd_int(8, 140);
+	int N = rnd_int(1, 150), M = rnd_int(1, 3) == 1 ? rnd_int(1, 7) : rnd_int(8, 140), w256;
 	int ldx, ldy, flags_list[4] = { 0, PD_LIN_GELU_TANH, PD_LIN_NO_BIAS, PD_LIN_ACCUMULATE };
 	size_t bytes;
 	unsigned char *blocks, *q4;
@@ -499,7 +520,7 @@ static void test_i8linear(struct pd_backend *be, struct pd_backend *portable)
 	 * several panels of rows, the last shorter) */
 	if (rnd_int(0, 5) == 0) {
 		/* a Q8_0 layer wide or not (the K-quants' whole super-blocks) */
-		K = pd_quant_info(t)->block_size == 256 || rnd_int(0, 1) ? 1280 : 1312;
+		K = pd_quant_info(t)->block_size == 256 || requant || rnd_int(0, 1) ? 1280 : 1312;
 		N = rnd_int(1, 70);
 		M = rnd_int(820, 1000);
 	}
@@ -527,7 +548,9 @@ static void test_i8linear(struct pd_backend *be, struct pd_backend *portable)
 		for (size_t i = 0; i < bytes; i++)
 			if (i % 34 >= 2 && blocks[i] == 0x80)
 				blocks[i] = 0x81;
-	be->qproducts = portable->qproducts = PD_QP_INT8;
+	/* a wide Q8_0 layer half the time requantized (int8-256) */
+	w256 = t == PD_Q_Q8_0 && K % 256 == 0 && (requant || rnd_int(0, 1));
+	be->qproducts = portable->qproducts = w256 ? PD_QP_INT8_W256 : PD_QP_INT8;
 	l = be->ops->linear_new_q(be, N, K, t, wscale, blocks, b);
 	lp = portable->ops->linear_new_q(portable, N, K, t, wscale, blocks, b);
 	PD_CHECK(l && lp && be->int8_layers == before + 1, "int8 linear_new_q %dx%d: %s %s", N, K, be->error,
@@ -547,11 +570,11 @@ static void test_i8linear(struct pd_backend *be, struct pd_backend *portable)
 			}
 		be->ops->linear(be, l, x, ldx, M, y, ldy, flags);
 		portable->ops->linear(portable, lp, x, ldx, M, yp, ldy, flags);
-		ref_i8(ref, sumabs, t, wscale, x, ldx, blocks, b, start, M, K, N, flags);
+		ref_i8(ref, sumabs, t, wscale, x, ldx, blocks, b, start, M, K, N, flags, w256);
 		for (size_t i = 0; i < (size_t)M * N; i++)
 			scale = fmax(scale, sumabs[i] + fabs(b[i % (size_t)N]) + fabs(start[i]));
-		snprintf(what, sizeof(what), "int8 linear %s M=%d K=%d N=%d flags=%d", pd_quant_info(t)->name, M, K, N,
-			 flags);
+		snprintf(what, sizeof(what), "int8 linear %s%s M=%d K=%d N=%d flags=%d", pd_quant_info(t)->name,
+			 w256 ? " requantized (int8-256)" : "", M, K, N, flags);
 		/* f32 sums of at most 80 terms here: within 2^-24 * 80 (5e-6) of the terms' size */
 		check_view_scaled(what, y, ref, M, N, ldy, 5e-6, scale);
 		PD_CHECK(memcmp(y, yp, sizeof(float) * (size_t)M * ldy) == 0,
@@ -1205,8 +1228,8 @@ int main(int argc, char **argv)
 			test_qlinear(k % 2 ? bf16p : bf16, 1, round == 1 && k == 1, 0);
 		}
 		test_qlinear(bf16q, 1, round % 2, 1);
-		for (int k = 0; k < 3; k++)
-			test_i8linear(bf16, bf16p);
+		for (int k = 0; k < 4; k++)
+			test_i8linear(bf16, bf16p, k == 3);
 		test_same_input(round % 2 ? bf16p : bf16);
 		test_attention(round % 2 ? f32p : f32, 0, round % 3 == 0);
 		test_attention(round % 2 ? bf16p : bf16, 1, 0);

@@ -308,13 +308,13 @@ enum pd_qproducts pd_backend_cpu_int8_auto(void)
 
 int pd_backend_cpu_int8_takes(enum pd_qproducts qp, enum pd_qtype t, int64_t n_in)
 {
-	return pd_cpu_i8_has(t, n_in) && qp == PD_QP_INT8;
+	return pd_cpu_i8_has(t, n_in) && qp != PD_QP_DECODE;
 }
 
 size_t pd_backend_cpu_held_bytes(enum pd_qtype t, int64_t n_out, int64_t n_in, enum pd_qproducts qp)
 {
 	if (pd_backend_cpu_int8_takes(qp, t, n_in))
-		return pd_cpu_i8_bytes(t, n_out, n_in);
+		return pd_cpu_i8_bytes(t, n_out, n_in, pd_cpu_i8_w256(qp, t, n_in));
 	return pd_quant_row_bytes(pd_quant_info(t), n_in) * (size_t)n_out;
 }
 

@@ -180,6 +180,8 @@ struct pd_linear {
 					 * then NULL), or NULL: decoded for products */
 	int64_t i8_groups;              /* its groups of 16 output rows */
 	int i8_avx2;                    /* its products take the AVX2 kernel (a CPU with AVX2, without VNNI) */
+	int i8_w256;                    /* i8 holds it requantized to one scale per 256 inputs
+					 * (PD_QP_INT8_W256, pd_cpu_i8.c) */
 	struct pd_adapter ad;           /* a low-rank term beside it (linear_adapt), or none */
 };
 
@@ -296,13 +298,33 @@ enum pd_i8_inputs {
 /* Bytes of a group's block of 32 inputs in Q8_0's layout (pd_cpu_i8.c's
  * header): 512 of weights, 32 of f16 scales. */
 #define PD_I8_BLOCK 544
+/* Bytes of a group's 256 inputs requantized (int8-256): 4096 of weights,
+ * 64 of f32 scales. */
+#define PD_I8W_BLOCK 4160
+/* -128 * the sum of a wide input's 256 quantized values (an int8-256
+ * product's start): its 8 blocks' at C (pd_cpu_i8_quant_rows' XC). */
+static inline int32_t pd_cpu_i8_corr256(const int32_t *c)
+{
+	return c[0] + c[1] + c[2] + c[3] + c[4] + c[5] + c[6] + c[7];
+}
 /* Whether T takes Q8_0's layout (Q8_0, Q5_0 as q - 16, fp8 converted at
  * load): the one the AVX2 and AMX kernels multiply. */
 int pd_cpu_i8_q8_layout(enum pd_qtype t);
 int64_t pd_cpu_i8_groups(int64_t n_out);
-size_t pd_cpu_i8_bytes(enum pd_qtype t, int64_t n_out, int64_t n_in);
+/* Whether a layer of T with N_IN inputs is requantized to one scale per
+ * 256 inputs under QP (PD_QP_INT8_W256 on a wide Q8_0 layer); the bytes and
+ * packing below then take W256 1. */
+int pd_cpu_i8_w256(enum pd_qproducts qp, enum pd_qtype t, int64_t n_in);
+size_t pd_cpu_i8_bytes(enum pd_qtype t, int64_t n_out, int64_t n_in, int w256);
 void pd_cpu_i8_pack(unsigned char *dst, enum pd_qtype t, int64_t n_out, int64_t n_in, const unsigned char *blocks,
-		    size_t row_bytes);
+		    size_t row_bytes, int w256);
+/* How a layer's units are laid out for the tiles (pd_cpu_i8_linear and
+ * pd_cpu_amx_tile's FORM). */
+enum pd_i8_form {
+	PD_I8_UNITS = 0,        /* each type's blocks of 32 or super-blocks of 256 */
+	PD_I8_WIDE = 1,         /* a wide Q8_0 layer: its blocks of 32, inputs in blocks of 256 */
+	PD_I8_W256 = 2,         /* a wide Q8_0 layer requantized: one weight scale per 256 inputs */
+};
 /* Whether the AVX2 kernel takes the packed weight I8 of type T: Q8_0's
  * layout (Q8_0, Q5_0, fp8) without a weight of -128. */
 int pd_cpu_i8_avx2_fits(enum pd_qtype t, const unsigned char *i8, int64_t n_out, int64_t n_in);
@@ -325,10 +347,10 @@ int pd_cpu_amx_int8(void);
  * AMX (the CPU's, AMX 1, or emulated, 2): the rows' quantized values XQ
  * (N_IN a row), scales XD and -128 * sums XC (n_in / 32 a row, as
  * pd_cpu_i8_quant_rows makes them), the groups at W0 and W1 in Q8_0's
- * layout (WIDE: a layer of blocks of 256), into T[r * 32 + column]: the
- * VNNI kernel's bits. */
+ * layout as FORM lays it out (a wide layer's inputs in blocks of 256), into
+ * T[r * 32 + column]: the VNNI kernel's bits. */
 void pd_cpu_amx_tile(int amx, const int8_t *xq, int64_t n_in, const float *xd, const int32_t *xc, int nr,
-		     const unsigned char *w0, const unsigned char *w1, int wide, float *t);
+		     const unsigned char *w0, const unsigned char *w1, enum pd_i8_form form, float *t);
 /* oneDNN's gelu_tanh, for the products that are not oneDNN's. */
 static inline float pd_cpu_gelu_tanh(float x)
 {

@@ -13,6 +13,13 @@
  *   y += (float)(C + corr) * (d_w * d_x)         (blocks of 32)
  *   g += (float)(C + corr) * d_w, y += g * d_x   (wide layers: 8 blocks a g)
  *
+ * A requantized wide layer (int8-256: one weight scale per 256 inputs,
+ * pd_cpu_i8.c's PD_I8W_BLOCK units) takes four tdpbsud of full depth (A
+ * 64 inputs, B 16 rows of 64 bytes) into the same C before its sums leave
+ * the tiles and get their one scaling:
+ *
+ *   y += (float)(C + corr) * (D_w * d_x)       (each 256 inputs)
+ *
  * The integers are exact and the f32 operations are the VNNI kernel's, in
  * its order: the same bits, so a mesh of machines with and without AMX
  * agrees. The tiles give each block's integers at one instruction a group
@@ -158,15 +165,52 @@ static void pd_amx_emu_dpbsud(struct pd_amx_emu *e, int c, int a, int b)
 			PD_AMX_ASM_DPBSUD(c, a, b); \
 	} while (0)
 
+/* A requantized wide layer's tile (pd_amx_body's W256 form): each 256
+ * inputs four tile products into the sums, then their scaling into T. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __attribute__((always_inline)) void pd_amx_w256(
+	struct pd_amx_emu *e, const int8_t *xq, int64_t n_in, const float *xd, const int32_t *xc, int nr,
+	const unsigned char *w0, const unsigned char *w1, float *t)
+{
+	int64_t nb = n_in / 32;
+	int32_t ci[2][PD_AMX_ROWS * 16] __attribute__((aligned(64)));
+
+	for (int64_t u = 0; u < n_in / 256; u++, w0 += PD_I8W_BLOCK, w1 += PD_I8W_BLOCK) {
+		__m512 d0 = _mm512_loadu_ps(w0 + 4096), d1 = _mm512_loadu_ps(w1 + 4096);
+
+		PD_AMX_ZERO(e, 0);
+		PD_AMX_ZERO(e, 1);
+		for (int k = 0; k < 4; k++) {
+			PD_AMX_LOAD(e, 2, xq + u * 256 + k * 64, n_in);
+			PD_AMX_LOAD(e, 3, w0 + k * 1024, 64);
+			PD_AMX_LOAD(e, 4, w1 + k * 1024, 64);
+			PD_AMX_DPBSUD(e, 0, 2, 3);
+			PD_AMX_DPBSUD(e, 1, 2, 4);
+		}
+		PD_AMX_STORE(e, 0, ci[0], 64);
+		PD_AMX_STORE(e, 1, ci[1], 64);
+		for (int r = 0; r < nr; r++) {
+			__m512i corr = _mm512_set1_epi32(pd_cpu_i8_corr256(xc + r * nb + u * 8));
+			__m512 s = _mm512_set1_ps(xd[r * nb + u]);
+			__m512 i0 = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_load_si512(ci[0] + r * 16), corr));
+			__m512 i1 = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_load_si512(ci[1] + r * 16), corr));
+
+			_mm512_storeu_ps(t + r * 32, _mm512_fmadd_ps(i0, _mm512_mul_ps(d0, s), _mm512_loadu_ps(t + r * 32)));
+			_mm512_storeu_ps(t + r * 32 + 16,
+					 _mm512_fmadd_ps(i1, _mm512_mul_ps(d1, s), _mm512_loadu_ps(t + r * 32 + 16)));
+		}
+	}
+}
+
 /* The tile's sums: rows NR (1 to 16) of the quantized inputs XQ (N_IN
  * bytes a row), their scales XD and corrections XC (NB a row: n_in / 32),
- * by the groups at W0 and W1 (Q8_0's layout; WIDE: a layer in blocks of
- * 256), into T[r * 32 + column]. The tiles: 0 and 1 the groups' sums, 2
- * the inputs, 3 and 4 the groups' weights. */
+ * by the groups at W0 and W1 (Q8_0's layout as FORM lays it out), into
+ * T[r * 32 + column]. The tiles: 0 and 1 the groups' sums, 2 the inputs,
+ * 3 and 4 the groups' weights (32 inputs deep; 64 for int8-256). */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __attribute__((always_inline)) void pd_amx_body(
 	struct pd_amx_emu *e, const int8_t *xq, int64_t n_in, const float *xd, const int32_t *xc, int nr,
-	const unsigned char *w0, const unsigned char *w1, int wide, float *t)
+	const unsigned char *w0, const unsigned char *w1, enum pd_i8_form form, float *t)
 {
+	int wide = form == PD_I8_WIDE, deep = form == PD_I8_W256;
 	int64_t nb = n_in / 32, per = wide ? 8 : 1;
 	struct pd_amx_cfg cfg;
 	int32_t ci[2][PD_AMX_ROWS * 16] __attribute__((aligned(64)));
@@ -176,8 +220,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __attribute__
 	cfg.palette = 1;
 	cfg.rows[0] = cfg.rows[1] = cfg.rows[2] = (uint8_t)nr;
 	cfg.colsb[0] = cfg.colsb[1] = 64;
-	cfg.colsb[2] = 32;
-	cfg.rows[3] = cfg.rows[4] = 8;
+	cfg.colsb[2] = deep ? 64 : 32;
+	cfg.rows[3] = cfg.rows[4] = deep ? 16 : 8;
 	cfg.colsb[3] = cfg.colsb[4] = 64;
 	if (e)
 		e->cfg = &cfg;
@@ -185,6 +229,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __attribute__
 		/* GCC 12's _tile_loadconfig names 8 of the 64 bytes it reads */
 		__asm__ volatile("ldtilecfg %0" ::"m"(cfg));
 	memset(t, 0, sizeof(float) * 32 * (size_t)nr);
+	if (deep) {
+		pd_amx_w256(e, xq, n_in, xd, xc, nr, w0, w1, t);
+		if (!e)
+			__asm__ volatile("tilerelease" ::);
+		return;
+	}
 	for (int64_t u = 0; u < nb / per; u++) {
 		if (wide)
 			memset(g, 0, sizeof(float) * 32 * (size_t)nr);
@@ -238,31 +288,31 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __attribute__
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static void pd_amx_tiles(const int8_t *xq, int64_t n_in,
 									      const float *xd, const int32_t *xc,
 									      int nr, const unsigned char *w0,
-									      const unsigned char *w1, int wide,
+									      const unsigned char *w1, enum pd_i8_form form,
 									      float *t)
 {
-	pd_amx_body(NULL, xq, n_in, xd, xc, nr, w0, w1, wide, t);
+	pd_amx_body(NULL, xq, n_in, xd, xc, nr, w0, w1, form, t);
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static void pd_amx_tiles_emulated(
 	const int8_t *xq, int64_t n_in, const float *xd, const int32_t *xc, int nr, const unsigned char *w0,
-	const unsigned char *w1, int wide, float *t)
+	const unsigned char *w1, enum pd_i8_form form, float *t)
 {
 	struct pd_amx_emu e;
 
-	pd_amx_body(&e, xq, n_in, xd, xc, nr, w0, w1, wide, t);
+	pd_amx_body(&e, xq, n_in, xd, xc, nr, w0, w1, form, t);
 }
 #endif
 
 void pd_cpu_amx_tile(int amx, const int8_t *xq, int64_t n_in, const float *xd, const int32_t *xc, int nr,
-		     const unsigned char *w0, const unsigned char *w1, int wide, float *t)
+		     const unsigned char *w0, const unsigned char *w1, enum pd_i8_form form, float *t)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
 	if (amx == 1)
-		pd_amx_tiles(xq, n_in, xd, xc, nr, w0, w1, wide, t);
+		pd_amx_tiles(xq, n_in, xd, xc, nr, w0, w1, form, t);
 	else
-		pd_amx_tiles_emulated(xq, n_in, xd, xc, nr, w0, w1, wide, t);
+		pd_amx_tiles_emulated(xq, n_in, xd, xc, nr, w0, w1, form, t);
 #else
-	(void)amx, (void)xq, (void)n_in, (void)xd, (void)xc, (void)nr, (void)w0, (void)w1, (void)wide, (void)t;
+	(void)amx, (void)xq, (void)n_in, (void)xd, (void)xc, (void)nr, (void)w0, (void)w1, (void)form, (void)t;
 #endif
 }

@@ -27,6 +27,27 @@
  * taken when the input is quantized. The portable kernel does the same arithmetic in the same order: both give
  * the same bits, so a mesh of machines with and without VNNI agrees.
  *
+ * Requantized (PD_QP_INT8_W256, --quant-products int8-256): a wide Q8_0
+ * layer's weights get one scale per 256 inputs of each output at load, as
+ * its inputs have. For output j and inputs 256 u to 256 u + 255, with the
+ * file's values w_k = d_b * q_k (exact in f32: an f16 times an integer of
+ * 8 bits), D = max |w_k| / 127 and q'_k = w_k / D rounded to the nearest
+ * (ties to even), within -127..127 (D 0: q' 0; a value not finite: D NaN,
+ * q' 0). The block of the largest scale keeps its values (its largest is
+ * 127 d_b, as ggml writes them); the others round to 1/127 of the 256's
+ * largest, as the inputs do. Then a 256's sum is one int32 and
+ *
+ *   y[r, j] = sum over u, in order, of (float)(S + corr) * (D[j, u] * d_x[r, u])
+ *
+ * one fused multiply-add each 256 inputs (corr: -128 * sum(q_x) of the
+ * 256, the 8 blocks' added), and AMX's tdpbsud takes 64 inputs deep,
+ * four of them into one tile before its sums leave it. For each group of
+ * 16 outputs, each 256 inputs, PD_I8W_BLOCK bytes:
+ *  4096  q' + 128 [k / 4][column][k % 4] (the 8 blocks of 32 of Q8_0's
+ *        layout, without their scales between)
+ *    64  D[column] as f32
+ * 4160 bytes per 4096 weights (8.1 bits a weight against the file's 8.5).
+ *
  * The block quantization of a row depends only on its block's values (32,
  * or 256 for the K-quants and wide Q8_0 layers), so a row split over
  * processes (sequence parallel) quantizes every block as one process does;
@@ -251,8 +272,15 @@ int64_t pd_cpu_i8_groups(int64_t n_out)
 	return (n_out + 15) / 16;
 }
 
-size_t pd_cpu_i8_bytes(enum pd_qtype t, int64_t n_out, int64_t n_in)
+int pd_cpu_i8_w256(enum pd_qproducts qp, enum pd_qtype t, int64_t n_in)
 {
+	return qp == PD_QP_INT8_W256 && pd_i8_wide(t, n_in);
+}
+
+size_t pd_cpu_i8_bytes(enum pd_qtype t, int64_t n_out, int64_t n_in, int w256)
+{
+	if (w256)
+		return (size_t)pd_cpu_i8_groups(n_out) * (size_t)(n_in / 256) * PD_I8W_BLOCK;
 	return (size_t)pd_cpu_i8_groups(n_out) * (size_t)(n_in / pd_i8_unit(t)) * pd_i8_unit_bytes(t);
 }
 
@@ -347,13 +375,55 @@ static void pd_i8_pack_units(unsigned char *dst, enum pd_qtype t, int64_t n_out,
 		}
 }
 
+/* Output C's 256 inputs at ROW (a Q8_0 row's 8 blocks) requantized (the
+ * header's int8-256) into the group's unit at O. */
+static void pd_i8_requant256(const unsigned char *row, int c, unsigned char *o)
+{
+	float w[256], amax = 0, d;
+
+	for (int b = 0; b < 8; b++) {
+		uint16_t h;
+		float s;
+
+		memcpy(&h, row + b * 34, 2);
+		s = pd_f16_to_f32(h);
+		for (int k = 0; k < 32; k++)
+			w[b * 32 + k] = s * (float)(signed char)row[b * 34 + 2 + k];
+	}
+	for (int k = 0; k < 256; k++)
+		amax = isfinite(w[k]) && amax == amax ? fmaxf(amax, fabsf(w[k])) : NAN;
+	d = amax / 127.0f;
+	for (int k = 0; k < 256; k++) {
+		float v = d > 0 ? nearbyintf(w[k] / d) : 0.0f;
+
+		v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+		o[(k / 4) * 64 + c * 4 + k % 4] = (unsigned char)((int)v + 128);
+	}
+	memcpy(o + 4096 + 4 * c, &d, 4);
+}
+
 void pd_cpu_i8_pack(unsigned char *dst, enum pd_qtype t, int64_t n_out, int64_t n_in, const unsigned char *blocks,
-		    size_t row_bytes)
+		    size_t row_bytes, int w256)
 {
 	int64_t nb = n_in / 32, groups = pd_cpu_i8_groups(n_out);
 	int fp8 = t == PD_Q_F8_E4M3;
 	size_t fb = fp8 ? 32 : (size_t)pd_quant_info(t)->block_bytes;
 
+	if (w256) {
+#pragma omp parallel for schedule(static)
+		for (int64_t g = 0; g < groups; g++)
+			for (int64_t u = 0; u < n_in / 256; u++) {
+				unsigned char *o = dst + ((size_t)g * (size_t)(n_in / 256) + (size_t)u) * PD_I8W_BLOCK;
+
+				/* padding: value 0 (128 stored), scale 0 */
+				memset(o, 128, 4096);
+				memset(o + 4096, 0, 64);
+				for (int c = 0; c < 16 && g * 16 + c < n_out; c++)
+					pd_i8_requant256(blocks + (size_t)(g * 16 + c) * row_bytes + (size_t)u * 8 * 34, c,
+							 o);
+			}
+		return;
+	}
 	if (!pd_cpu_i8_q8_layout(t)) {
 		pd_i8_pack_units(dst, t, n_out, n_in, blocks, row_bytes);
 		return;
@@ -755,12 +825,27 @@ static float pd_i8_wide_portable(const struct pd_i8_rows *x, int r, int64_t u, c
 	return fmaf(g, x->d[r][u], acc);
 }
 
+/* ACC plus row R's wide inputs U times output C of a requantized layer's
+ * unit at O (the header's int8-256), in pd_i8_tile_w256_vnni's order. */
+static float pd_i8_w256_portable(const struct pd_i8_rows *x, int r, int64_t u, const unsigned char *o, int c,
+				 float acc)
+{
+	int32_t s = pd_cpu_i8_corr256(x->c[r] + u * 8);
+	float d;
+
+	for (int64_t b = 0; b < 8; b++)
+		s = pd_i8_dot(x, r, u * 8 + b, o + b * 512, c, 0, 0, 32, s);
+	memcpy(&d, o + 4096 + 4 * c, 4);
+	return fmaf((float)s, d * x->d[r][u], acc);
+}
+
 /* The tile of rows X by the groups at W0 and W1 (UNITS units of T each;
- * WIDE: UNITS wide inputs of a wide Q8_0 layer): T[r * PD_I8_COLS + c]. */
-static void pd_i8_tile_portable(enum pd_qtype t, int wide, const struct pd_i8_rows *x, const unsigned char *w0,
+ * FORM PD_I8_WIDE or PD_I8_W256: UNITS wide inputs of a wide Q8_0 layer,
+ * its weights as the file's or requantized): T[r * PD_I8_COLS + c]. */
+static void pd_i8_tile_portable(enum pd_qtype t, int form, const struct pd_i8_rows *x, const unsigned char *w0,
 				const unsigned char *w1, int64_t units, float *tile)
 {
-	size_t ub = wide ? 8 * PD_I8_BLOCK : pd_i8_unit_bytes(t);
+	size_t ub = form == PD_I8_WIDE ? 8 * PD_I8_BLOCK : form == PD_I8_W256 ? PD_I8W_BLOCK : pd_i8_unit_bytes(t);
 
 	for (int r = 0; r < PD_I8_MR; r++)
 		for (int g = 0; g < PD_I8_NG; g++)
@@ -770,8 +855,9 @@ static void pd_i8_tile_portable(enum pd_qtype t, int wide, const struct pd_i8_ro
 				for (int64_t b = 0; b < units; b++) {
 					const unsigned char *o = (g ? w1 : w0) + (size_t)b * ub;
 
-					acc = wide ? pd_i8_wide_portable(x, r, b, o, c, acc) :
-						     pd_i8_unit_portable(t, x, r, b, o, c, acc);
+					acc = form == PD_I8_WIDE ? pd_i8_wide_portable(x, r, b, o, c, acc) :
+					      form == PD_I8_W256 ? pd_i8_w256_portable(x, r, b, o, c, acc) :
+								   pd_i8_unit_portable(t, x, r, b, o, c, acc);
 				}
 				tile[r * PD_I8_COLS + g * 16 + c] = acc;
 			}
@@ -873,39 +959,66 @@ static void pd_i8_tile_portable(enum pd_qtype t, int wide, const struct pd_i8_ro
 		d1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + 512)));          \
 	} while (0)
 
-/* Q8_0's layout (Q8_0, Q5_0, fp8). */
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void
-pd_i8_tile_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t)
+/* Q8_0's layout (Q8_0, Q5_0, fp8); W256: a requantized wide layer (the
+ * header's int8-256), NB its wide inputs, each 256's int32 sums from its
+ * -128 sum(q_x), then one scaling. */
+#define PD_I8_CORR256(r) pd_cpu_i8_corr256(x->c[r] + xb * 8)
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static inline __attribute__((always_inline)) void
+pd_i8_tile_vnni_body(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb,
+		     float *t, const int w256)
 {
+	const size_t ub = w256 ? PD_I8W_BLOCK : PD_I8_BLOCK;
 	PD_I8_ACCUMULATORS;
 
-	for (int64_t xb = 0; xb < nb; xb++, w0 += PD_I8_BLOCK, w1 += PD_I8_BLOCK) {
+	for (int64_t xb = 0; xb < nb; xb++, w0 += ub, w1 += ub) {
 		__m512 d0, d1;
 
-		PD_I8_Q8_BLOCK;
+		if (w256) {
+			PD_I8_START(PD_I8_CORR256);
+			PD_I8_BYTES(w0, w1, xb * 256, 0, 64);
+			d0 = _mm512_loadu_ps(w0 + 4096);
+			d1 = _mm512_loadu_ps(w1 + 4096);
+		} else {
+			PD_I8_Q8_BLOCK;
+		}
 		PD_I8_EACH_ROW(PD_I8_SCALE);
 	}
 	PD_I8_EACH_ROW(PD_I8_STORE);
 }
+#undef PD_I8_CORR256
 
-/* The int32 sums of rows R and R + 1 of block XB by the 16 outputs at W
- * (Q8_0's layout) on AVX2 without VNNI: vpmaddubsw with the input's sign
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void
+pd_i8_tile_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t)
+{
+	pd_i8_tile_vnni_body(x, w0, w1, nb, t, 0);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void
+pd_i8_tile_w256_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb,
+		     float *t)
+{
+	pd_i8_tile_vnni_body(x, w0, w1, nb, t, 1);
+}
+
+/* The int32 sums of rows R and R + 1 of inputs XO to XO + 4 NV - 1 by the
+ * 16 outputs at W (Q8_0's layout: a block, NV 8; a requantized 256, 64)
+ * on AVX2 without VNNI: vpmaddubsw with the input's sign
  * moved onto the weight (ggml's trick: |x| unsigned times sign(w, x), a
  * pair at most 2 x 127 x 127, never saturated), its pairs summed into
  * int32 by vpmaddwd: VNNI's integers without the +128 and its correction.
  * I: row R's columns 0-7 and 8-15, then row R + 1's. */
 __attribute__((target("avx2,fma,f16c"))) static inline __attribute__((always_inline)) void
-pd_i8_avx2_sums(const struct pd_i8_rows *x, int r, int64_t xb, const unsigned char *w, __m256i *i)
+pd_i8_avx2_sums(const struct pd_i8_rows *x, int r, int64_t xo, int nv, const unsigned char *w, __m256i *i)
 {
 	const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
 
 	i[0] = i[1] = i[2] = i[3] = _mm256_setzero_si256();
-	for (int v = 0; v < 8; v++) {
+	for (int v = 0; v < nv; v++) {
 		/* columns 0-7 and 8-15, 4 inputs each, signed */
 		__m256i b0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + v * 64)), flip);
 		__m256i b1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + v * 64 + 32)), flip);
-		__m256i a0 = _mm256_set1_epi32(pd_i8_word(x->q[r] + xb * 32 + v * 4));
-		__m256i a1 = _mm256_set1_epi32(pd_i8_word(x->q[r + 1] + xb * 32 + v * 4));
+		__m256i a0 = _mm256_set1_epi32(pd_i8_word(x->q[r] + xo + v * 4));
+		__m256i a1 = _mm256_set1_epi32(pd_i8_word(x->q[r + 1] + xo + v * 4));
 		__m256i u0 = _mm256_sign_epi8(a0, a0), u1 = _mm256_sign_epi8(a1, a1);
 
 #define PD_I8_PAIRS(u, b, a) _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(b, a)), ones)
@@ -922,22 +1035,30 @@ pd_i8_avx2_sums(const struct pd_i8_rows *x, int r, int64_t xb, const unsigned ch
  * bits are the same. -128 has no sign to take (its negation is no byte):
  * a layer with such a weight runs the portable kernel (pd_cpu_i8_avx2).
  * Two rows by 16 outputs at a time: 4 int32 and 4 f32 sums in registers
- * of AVX2's 16. */
-__attribute__((target("avx2,fma,f16c"))) static void
-pd_i8_tile_avx2(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t)
+ * of AVX2's 16. W256: a requantized wide layer (the header's int8-256),
+ * NB its wide inputs, each one sum and one scaling (its values are never
+ * -128). */
+__attribute__((target("avx2,fma,f16c"))) static inline __attribute__((always_inline)) void
+pd_i8_tile_avx2_body(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb,
+		     float *t, const int w256)
 {
 	for (int g = 0; g < PD_I8_NG; g++)
 		for (int r = 0; r < PD_I8_MR; r += 2) {
 			const unsigned char *w = g ? w1 : w0;
 			__m256 f00 = _mm256_setzero_ps(), f01 = f00, f10 = f00, f11 = f00;
 
-			for (int64_t xb = 0; xb < nb; xb++, w += PD_I8_BLOCK) {
+			for (int64_t xb = 0; xb < nb; xb++, w += w256 ? PD_I8W_BLOCK : PD_I8_BLOCK) {
 				__m256i i[4];
 				__m256 d0, d1, s;
 
-				pd_i8_avx2_sums(x, r, xb, w, i);
-				d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 512)));
-				d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 528)));
+				pd_i8_avx2_sums(x, r, xb * (w256 ? 256 : 32), w256 ? 64 : 8, w, i);
+				if (w256) {
+					d0 = _mm256_loadu_ps((const float *)(w + 4096));
+					d1 = _mm256_loadu_ps((const float *)(w + 4096 + 32));
+				} else {
+					d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 512)));
+					d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 528)));
+				}
 				s = _mm256_set1_ps(x->d[r][xb]);
 				f00 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[0]), _mm256_mul_ps(d0, s), f00);
 				f01 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[1]), _mm256_mul_ps(d1, s), f01);
@@ -950,6 +1071,19 @@ pd_i8_tile_avx2(const struct pd_i8_rows *x, const unsigned char *w0, const unsig
 			_mm256_storeu_ps(t + (r + 1) * PD_I8_COLS + g * 16, f10);
 			_mm256_storeu_ps(t + (r + 1) * PD_I8_COLS + g * 16 + 8, f11);
 		}
+}
+
+__attribute__((target("avx2,fma,f16c"))) static void
+pd_i8_tile_avx2(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t)
+{
+	pd_i8_tile_avx2_body(x, w0, w1, nb, t, 0);
+}
+
+__attribute__((target("avx2,fma,f16c"))) static void
+pd_i8_tile_w256_avx2(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nu,
+		     float *t)
+{
+	pd_i8_tile_avx2_body(x, w0, w1, nu, t, 1);
 }
 
 /* A wide Q8_0 layer's (NU wide inputs) on AVX2 without VNNI: the block
@@ -973,7 +1107,7 @@ pd_i8_tile_wide_avx2(const struct pd_i8_rows *x, const unsigned char *w0, const 
 					__m256i i[4];
 					__m256 d0, d1;
 
-					pd_i8_avx2_sums(x, r, xb, w, i);
+					pd_i8_avx2_sums(x, r, xb * 32, 8, w, i);
 					d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 512)));
 					d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 528)));
 					g00 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[0]), d0, g00);
@@ -993,24 +1127,31 @@ pd_i8_tile_wide_avx2(const struct pd_i8_rows *x, const unsigned char *w0, const 
 
 /* The 256-bit kernels' int32 sums of rows R to R + 2 of Q8_0's block XB by
  * the 16 outputs at W into I[3][2] (columns 0-7 and 8-15), started from
- * the block's -128 sum(q_x), and its weight scales into D0 and D1. */
-#define PD_I8_Q8_SUMS256(DPBUSD)                                                                               \
+ * the block's -128 sum(q_x), and its weight scales into D0 and D1; W256
+ * (1 or 0): XB is a requantized layer's 256 (the header's int8-256). */
+#define PD_I8_Q8_SUMS256(DPBUSD, W256)                                                                         \
 	do {                                                                                                   \
 		for (int k = 0; k < 3; k++)                                                                    \
-			i[k][0] = i[k][1] = _mm256_set1_epi32(x->c[r + k][xb]);                                \
-		for (int v = 0; v < 8; v++) {                                                                  \
+			i[k][0] = i[k][1] = _mm256_set1_epi32((W256) ? pd_cpu_i8_corr256(x->c[r + k] + xb * 8) :   \
+								       x->c[r + k][xb]);                       \
+		for (int v = 0; v < ((W256) ? 64 : 8); v++) {                                                  \
 			__m256i b0 = _mm256_loadu_si256((const __m256i *)(w + v * 64));                        \
 			__m256i b1 = _mm256_loadu_si256((const __m256i *)(w + v * 64 + 32));                   \
                                                                                                                \
 			for (int k = 0; k < 3; k++) {                                                          \
-				__m256i a = _mm256_set1_epi32(pd_i8_word(x->q[r + k] + xb * 32 + v * 4));      \
+				__m256i a = _mm256_set1_epi32(pd_i8_word(x->q[r + k] + xb * ((W256) ? 256 : 32) + v * 4)); \
                                                                                                                \
 				i[k][0] = DPBUSD(i[k][0], b0, a);                                              \
 				i[k][1] = DPBUSD(i[k][1], b1, a);                                              \
 			}                                                                                      \
 		}                                                                                              \
-		d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 512)));                             \
-		d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 528)));                             \
+		if (W256) {                                                                                    \
+			d0 = _mm256_loadu_ps((const float *)(w + 4096));                                       \
+			d1 = _mm256_loadu_ps((const float *)(w + 4096 + 32));                                  \
+		} else {                                                                                       \
+			d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 512)));                     \
+			d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 528)));                     \
+		}                                                                                              \
 	} while (0)
 /* Q8_0's layout with 256-bit VNNI, where the 512-bit kernels are not used:
  * vpdpbusd on 8 outputs at a time, the sums started from the block's
@@ -1018,8 +1159,10 @@ pd_i8_tile_wide_avx2(const struct pd_i8_rows *x, const unsigned char *w0, const 
  * the same bits). Three rows by 16 outputs at a time: 6 int32 and 6 f32
  * sums in registers. One body, two encodings: AVX-VNNI's (client CPUs
  * without AVX-512) and AVX-512 VNNI's 256-bit form (AVX-512 turned off for
- * pdit, as the tests run it here). */
-#define PD_I8_TILE_256(DPBUSD)                                                                                 \
+ * pdit, as the tests run it here). W256 1: a requantized wide layer, NB
+ * its wide inputs (pd_i8_tile_w256_vnni's order: each 256 one sum and one
+ * scaling). */
+#define PD_I8_TILE_256(DPBUSD, W256)                                                                           \
 	for (int g = 0; g < PD_I8_NG; g++)                                                                     \
 		for (int r = 0; r < PD_I8_MR; r += 3) {                                                        \
 			const unsigned char *w = g ? w1 : w0;                                                  \
@@ -1027,11 +1170,11 @@ pd_i8_tile_wide_avx2(const struct pd_i8_rows *x, const unsigned char *w0, const 
                                                                                                                \
 			for (int k = 0; k < 3; k++)                                                            \
 				f[k][0] = f[k][1] = _mm256_setzero_ps();                                       \
-			for (int64_t xb = 0; xb < nb; xb++, w += PD_I8_BLOCK) {                                \
+			for (int64_t xb = 0; xb < nb; xb++, w += (W256) ? PD_I8W_BLOCK : PD_I8_BLOCK) {        \
 				__m256i i[3][2];                                                               \
 				__m256 d0, d1;                                                                 \
                                                                                                                \
-				PD_I8_Q8_SUMS256(DPBUSD);                                                      \
+				PD_I8_Q8_SUMS256(DPBUSD, W256);                                                \
 				for (int k = 0; k < 3; k++) {                                                  \
 					__m256 s = _mm256_set1_ps(x->d[r + k][xb]);                            \
                                                                                                                \
@@ -1068,7 +1211,7 @@ pd_i8_tile_wide_avx2(const struct pd_i8_rows *x, const unsigned char *w0, const 
 					__m256i i[3][2];                                                       \
 					__m256 d0, d1;                                                         \
                                                                                                                \
-					PD_I8_Q8_SUMS256(DPBUSD);                                              \
+					PD_I8_Q8_SUMS256(DPBUSD, 0);                                           \
 					for (int k = 0; k < 3; k++) {                                          \
 						gs[k][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[k][0]), d0, gs[k][0]); \
 						gs[k][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[k][1]), d1, gs[k][1]); \
@@ -1085,15 +1228,29 @@ pd_i8_tile_wide_avx2(const struct pd_i8_rows *x, const unsigned char *w0, const 
 		}
 
 __attribute__((target("avx2,fma,f16c,avxvnni"))) static void
+pd_i8_tile_w256_avxvnni(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb,
+			float *t)
+{
+	PD_I8_TILE_256(_mm256_dpbusd_avx_epi32, 1)
+}
+
+__attribute__((target("avx2,fma,f16c,avx512vl,avx512vnni"))) static void
+pd_i8_tile_w256_vnni256(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb,
+			float *t)
+{
+	PD_I8_TILE_256(_mm256_dpbusd_epi32, 1)
+}
+
+__attribute__((target("avx2,fma,f16c,avxvnni"))) static void
 pd_i8_tile_avxvnni(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t)
 {
-	PD_I8_TILE_256(_mm256_dpbusd_avx_epi32)
+	PD_I8_TILE_256(_mm256_dpbusd_avx_epi32, 0)
 }
 
 __attribute__((target("avx2,fma,f16c,avx512vl,avx512vnni"))) static void
 pd_i8_tile_vnni256(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb, float *t)
 {
-	PD_I8_TILE_256(_mm256_dpbusd_epi32)
+	PD_I8_TILE_256(_mm256_dpbusd_epi32, 0)
 }
 
 __attribute__((target("avx2,fma,f16c,avxvnni"))) static void
@@ -1489,6 +1646,7 @@ pd_i8_tile_wide_vnni(const struct pd_i8_rows *x, const unsigned char *w0, const 
 		PD_I8_EACH_ROW(PD_I8_G_TAIL);
 	}
 }
+
 #endif
 
 void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x, int64_t ldx, int64_t rows,
@@ -1498,9 +1656,11 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 	int64_t nb = l->n_in / 32, pairs = (l->i8_groups + PD_I8_NG - 1) / PD_I8_NG;
 	enum pd_qtype qt = l->qtype;
 	int wide = pd_i8_wide(qt, l->n_in), halves = qt == PD_Q_Q6_K;
+	enum pd_i8_form form = l->i8_w256 ? PD_I8_W256 : wide ? PD_I8_WIDE : PD_I8_UNITS;
 	enum pd_i8_inputs inputs = wide ? PD_I8_IN_WIDE : pd_i8_k(qt) ? PD_I8_IN_SUPER : PD_I8_IN_32;
 	/* a group's bytes; the tiles' units (a wide layer's: its wide inputs) */
-	size_t gbytes = (size_t)(l->n_in / pd_i8_unit(qt)) * pd_i8_unit_bytes(qt);
+	size_t gbytes = form == PD_I8_W256 ? (size_t)(l->n_in / 256) * PD_I8W_BLOCK :
+					     (size_t)(l->n_in / pd_i8_unit(qt)) * pd_i8_unit_bytes(qt);
 	int64_t units = wide ? l->n_in / 256 : l->n_in / pd_i8_unit(qt);
 	int64_t panels = (rows * l->n_in + PD_I8_PANEL_BYTES - 1) / PD_I8_PANEL_BYTES, panel;
 	const float *bias = (flags & PD_LIN_NO_BIAS) ? NULL : l->bias_host;
@@ -1510,7 +1670,10 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 #if defined(__x86_64__) && defined(__GNUC__)
 	void (*tile)(const struct pd_i8_rows *, const unsigned char *, const unsigned char *, int64_t, float *) = NULL;
 
-	if (wide)
+	if (form == PD_I8_W256)
+		tile = cpu->vnni ? pd_i8_tile_w256_vnni : cpu->vnni256 == 1 ? pd_i8_tile_w256_avxvnni :
+		       cpu->vnni256 ? pd_i8_tile_w256_vnni256 : l->i8_avx2 ? pd_i8_tile_w256_avx2 : NULL;
+	else if (wide)
 		tile = cpu->vnni ? pd_i8_tile_wide_vnni : cpu->vnni256 == 1 ? pd_i8_tile_wide_avxvnni :
 		       cpu->vnni256 ? pd_i8_tile_wide_vnni256 : l->i8_avx2 ? pd_i8_tile_wide_avx2 : NULL;
 	else if (cpu->vnni)
@@ -1570,12 +1733,12 @@ void pd_cpu_i8_linear(struct pd_backend *be, struct pd_linear *l, const float *x
 #if defined(__x86_64__) && defined(__GNUC__)
 			if (amx)
 				pd_cpu_amx_tile(amx, cpu->xq + r0 * l->n_in, l->n_in, cpu->xd + r0 * nb, cpu->xc + r0 * nb,
-						nr, w0, w1, wide, t);
+						nr, w0, w1, form, t);
 			else if (tile)
 				tile(&xr, w0, w1, units, t);
 			else
 #endif
-				pd_i8_tile_portable(qt, wide, &xr, w0, w1, units, t);
+				pd_i8_tile_portable(qt, form, &xr, w0, w1, units, t);
 #if defined(__x86_64__) && defined(__GNUC__)
 			if (cpu->avx512)
 				pd_i8_post_avx512(t, nr, cols, y + r0 * ldy + j0, ldy, bias ? bias + j0 : NULL, scale, flags);

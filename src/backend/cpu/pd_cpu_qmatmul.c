@@ -51,7 +51,8 @@ struct pd_linear *pd_cpu_linear_new_q(struct pd_backend *be, int64_t n_out, int6
 	l->scale = scale;
 	l->row_bytes = pd_quant_row_bytes(q, n_in);
 	int8 = pd_backend_cpu_int8_takes(be->qproducts, t, n_in);
-	bytes = int8 ? pd_cpu_i8_bytes(t, n_out, n_in) : l->row_bytes * (size_t)n_out;
+	l->i8_w256 = int8 && pd_cpu_i8_w256(be->qproducts, t, n_in);
+	bytes = int8 ? pd_cpu_i8_bytes(t, n_out, n_in, l->i8_w256) : l->row_bytes * (size_t)n_out;
 	mem = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
 	if (bias)
 		l->bias_host = malloc((size_t)n_out * sizeof(float));
@@ -64,9 +65,10 @@ struct pd_linear *pd_cpu_linear_new_q(struct pd_backend *be, int64_t n_out, int6
 	if (int8) {
 		l->i8 = mem;
 		l->i8_groups = pd_cpu_i8_groups(n_out);
-		pd_cpu_i8_pack(l->i8, t, n_out, n_in, blocks, l->row_bytes);
+		pd_cpu_i8_pack(l->i8, t, n_out, n_in, blocks, l->row_bytes, l->i8_w256);
+		/* requantized values are never -128 */
 		l->i8_avx2 = CPU(be)->avx2 && !CPU(be)->vnni && !CPU(be)->vnni256 &&
-			     pd_cpu_i8_avx2_fits(t, l->i8, n_out, n_in);
+			     (l->i8_w256 ? pd_cpu_f16c() : pd_cpu_i8_avx2_fits(t, l->i8, n_out, n_in));
 		be->int8_layers++;
 	} else {
 		l->blocks = mem;

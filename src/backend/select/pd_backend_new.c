@@ -28,10 +28,12 @@ int pd_backend_qproducts(const char *name, int *out)
 		*out = -1;
 	else if (!strcmp(name, "int8"))
 		*out = PD_QP_INT8;
+	else if (!strcmp(name, "int8-256"))
+		*out = PD_QP_INT8_W256;
 	else if (!strcmp(name, "bf16"))
 		*out = PD_QP_DECODE;
 	else
-		return pd_errorf("--quant-products %s: unknown (int8, bf16 or auto)", name);
+		return pd_errorf("--quant-products %s: unknown (int8, int8-256, bf16 or auto)", name);
 	return 0;
 }
 
@@ -141,9 +143,10 @@ int pd_backend_new(struct pd_backend **out, const char *name, const struct pd_ba
 {
 	if (pd_backend_new_untimed(out, name, cfg))
 		return -1;
-	if (cfg->quant_products == PD_QP_INT8 && !(*out)->int8_products) {
-		pd_errorf("--quant-products int8: the %s backend has no int8 products (its quantized layers are "
-			  "decoded for bf16 or f32 products); bf16 or auto", (*out)->ops->name);
+	if (cfg->quant_products > PD_QP_DECODE && !(*out)->int8_products) {
+		pd_errorf("--quant-products %s: the %s backend has no int8 products (its quantized layers are "
+			  "decoded for bf16 or f32 products); bf16 or auto",
+			  cfg->quant_products == PD_QP_INT8 ? "int8" : "int8-256", (*out)->ops->name);
 		pd_backend_free(*out);
 		*out = NULL;
 		return -1;

@@ -33,7 +33,8 @@ int pd_backend_new(struct pd_backend **out, const char *name, const struct pd_ba
  * be the only rounded products), else decoded. The planner asks it too. */
 enum pd_qproducts pd_backend_qproducts_for(int configured, enum pd_qproducts int8_auto, enum pd_dtype compute);
 
-/* "int8" (PD_QP_INT8), "bf16" (PD_QP_DECODE), "auto" or NULL (-1) as a
+/* "int8" (PD_QP_INT8), "int8-256" (PD_QP_INT8_W256), "bf16" (PD_QP_DECODE),
+ * "auto" or NULL (-1) as a
  * pd_backend_config's quant_products, into *OUT; -1 with a message naming
  * --quant-products. */
 int pd_backend_qproducts(const char *name, int *out);

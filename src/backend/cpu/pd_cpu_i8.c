@@ -381,15 +381,7 @@ static void pd_i8_requant256(const unsigned char *row, int c, unsigned char *o)
 {
 	float w[256], amax = 0, d;
 
-	for (int b = 0; b < 8; b++) {
-		uint16_t h;
-		float s;
-
-		memcpy(&h, row + b * 34, 2);
-		s = pd_f16_to_f32(h);
-		for (int k = 0; k < 32; k++)
-			w[b * 32 + k] = s * (float)(signed char)row[b * 34 + 2 + k];
-	}
+	pd_quant_decode(PD_Q_Q8_0, row, w, 256);
 	for (int k = 0; k < 256; k++)
 		amax = isfinite(w[k]) && amax == amax ? fmaxf(amax, fabsf(w[k])) : NAN;
 	d = amax / 127.0f;
@@ -842,7 +834,7 @@ static float pd_i8_w256_portable(const struct pd_i8_rows *x, int r, int64_t u, c
 /* The tile of rows X by the groups at W0 and W1 (UNITS units of T each;
  * FORM PD_I8_WIDE or PD_I8_W256: UNITS wide inputs of a wide Q8_0 layer,
  * its weights as the file's or requantized): T[r * PD_I8_COLS + c]. */
-static void pd_i8_tile_portable(enum pd_qtype t, int form, const struct pd_i8_rows *x, const unsigned char *w0,
+static void pd_i8_tile_portable(enum pd_qtype t, enum pd_i8_form form, const struct pd_i8_rows *x, const unsigned char *w0,
 				const unsigned char *w1, int64_t units, float *tile)
 {
 	size_t ub = form == PD_I8_WIDE ? 8 * PD_I8_BLOCK : form == PD_I8_W256 ? PD_I8W_BLOCK : pd_i8_unit_bytes(t);
@@ -1080,10 +1072,10 @@ pd_i8_tile_avx2(const struct pd_i8_rows *x, const unsigned char *w0, const unsig
 }
 
 __attribute__((target("avx2,fma,f16c"))) static void
-pd_i8_tile_w256_avx2(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nu,
+pd_i8_tile_w256_avx2(const struct pd_i8_rows *x, const unsigned char *w0, const unsigned char *w1, int64_t nb,
 		     float *t)
 {
-	pd_i8_tile_avx2_body(x, w0, w1, nu, t, 1);
+	pd_i8_tile_avx2_body(x, w0, w1, nb, t, 1);
 }
 
 /* A wide Q8_0 layer's (NU wide inputs) on AVX2 without VNNI: the block
